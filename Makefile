@@ -1,0 +1,39 @@
+# A new user types `make run` or `make test`. Both create .venv, install, and use the machine's
+# PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set, or embedded ones under .data/ when not.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: install run test bench lint format clean services-stop
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[test]"
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/ledgerflow dev
+
+test: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[test,bench]"
+	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+services-stop: $(STAMP)
+	$(BIN)/ledgerflow services-stop
+
+clean:
+	rm -rf $(VENV) .data

@@ -1,0 +1,54 @@
+"""Wake-hint actors, one per ledger queue, and the coalescing publisher the ledger calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dramatiq
+
+from actors.broker import broker, has_redis
+from app.config import get_settings
+from app.ledger import hints
+from app.ledger.states import QUEUE_OF_POOL, Pool
+
+# Pools running in this process, by queue; a hint nudges the local pool.
+LOCAL_NUDGERS: dict[str, Callable[[], None]] = {}
+
+
+def _flag(queue: str) -> str:
+    return f"{get_settings().redis_namespace}:hint:{queue}"
+
+
+def _on_hint(queue: str) -> None:
+    # Clear the coalescing flag *before* the claim, so a later enqueue publishes a fresh hint.
+    try:
+        broker.client.delete(_flag(queue))
+    finally:
+        nudge = LOCAL_NUDGERS.get(queue)
+        if nudge is not None:
+            nudge()
+
+
+@dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.ADVANCE], max_retries=0, max_age=60_000, time_limit=10_000)
+def wake_advance(queue: str) -> None:
+    _on_hint(queue)
+
+
+@dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.OUTBOUND], max_retries=0, max_age=60_000, time_limit=10_000)
+def wake_outbound(queue: str) -> None:
+    _on_hint(queue)
+
+
+_ACTOR_OF_QUEUE = {QUEUE_OF_POOL[Pool.ADVANCE]: wake_advance, QUEUE_OF_POOL[Pool.OUTBOUND]: wake_outbound}
+
+
+def publish(queue: str) -> None:
+    """Send a hint unless one is already outstanding for ``queue`` (coalescing)."""
+    settings = get_settings()
+    if broker.client.set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
+        _ACTOR_OF_QUEUE[queue].send(queue)
+
+
+def install_publisher() -> None:
+    """Make the ledger publish hints through Redis (no-op without REDIS_URL)."""
+    hints.set_publisher(publish if has_redis() else None)

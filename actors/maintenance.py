@@ -1,0 +1,20 @@
+"""The periodic drain actor (L-PAUSE-5); the scheduler process enqueues it every minute."""
+
+from __future__ import annotations
+
+import dramatiq
+
+import actors.broker  # noqa: F401 - binds the actor to the configured broker
+from app.config import get_settings
+from app.db import get_engine
+from app.ledger.drain import DrainReport, drain
+from app.ledger.states import QUEUE_OF_POOL, Pool
+
+
+def run_drain() -> DrainReport:
+    return drain(get_engine(), get_settings())
+
+
+@dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.ADVANCE], max_retries=0, max_age=120_000, time_limit=300_000)
+def workflow_jobs_drain() -> None:
+    run_drain()

@@ -1,0 +1,109 @@
+"""Process entry points: a worker process for one pool, and the scheduler process."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+from dramatiq import Worker
+
+from actors import hints as hint_actors
+from actors import maintenance
+from actors.broker import broker, has_redis
+from app.config import get_settings
+from app.db import get_engine, transaction
+from app.ids import new_id
+from app.ledger import handlers, nodes
+from app.ledger.pool import LedgerPool
+from app.ledger.states import Pool
+
+log = logging.getLogger("ledgerflow.worker")
+
+BUILTIN_HANDLER_MODULES: tuple[str, ...] = ()
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def _handler(signum, frame):  # noqa: ANN001
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _handler)
+    signal.signal(signal.SIGINT, _handler)
+    return stop
+
+
+def run_worker(pool_name: str) -> None:
+    """Run one pool (4 slots) until SIGTERM/SIGINT: claim on hints or every 2 s, renew leases,
+    heartbeat in the worker registry, consume wake hints from Redis when it is configured."""
+    settings = get_settings()
+    engine = get_engine()
+    pool_enum = Pool(pool_name)
+    handlers.load_modules(BUILTIN_HANDLER_MODULES + settings.handler_modules)
+    hint_actors.install_publisher()
+    node_id = new_id()
+    pool = LedgerPool(pool_enum, settings=settings, engine=engine, worker_id=node_id)
+    with transaction(engine) as conn:
+        nodes.register_node(
+            conn, node_id, roles=["worker"], pools=[pool.queue], slot_capacity=pool.slots
+        )
+    hint_actors.LOCAL_NUDGERS[pool.queue] = pool.nudge
+    stop = _stop_event()
+    pool.start()
+    worker = None
+    if has_redis():
+        worker = Worker(
+            broker,
+            queues={pool.queue},
+            worker_threads=2,
+            worker_timeout=settings.hint_consumer_timeout_ms,
+        )
+        worker.start()
+    log.info("worker %s: pool %s (%s) with %d slots", node_id, pool_enum, pool.queue, pool.slots)
+    print(f"ledgerflow worker {node_id} ready: pool={pool_enum} queue={pool.queue}", flush=True)
+    pool.nudge()
+    while not stop.wait(settings.heartbeat_seconds):
+        _beat(engine, node_id, pool.slots_in_use, "active")
+    log.info("worker %s: stopping", node_id)
+    _beat(engine, node_id, pool.slots_in_use, "stopping")
+    if worker is not None:
+        worker.stop(timeout=2000)
+    pool.stop()
+    _beat(engine, node_id, 0, "stopped")
+
+
+def _beat(engine, node_id: str, in_use: int, status: str) -> None:  # noqa: ANN001
+    try:
+        with transaction(engine) as conn:
+            nodes.heartbeat(conn, node_id, slots_in_use=in_use, status=status)
+    except Exception as exc:  # noqa: BLE001 - a missed heartbeat is not fatal
+        log.warning("heartbeat failed: %s", exc.__class__.__name__)
+
+
+def run_scheduler() -> None:
+    """Every drain interval enqueue the drain actor; run it inline when Redis is unavailable."""
+    settings = get_settings()
+    hint_actors.install_publisher()
+    stop = _stop_event()
+    print("ledgerflow scheduler ready", flush=True)
+    next_tick = time.monotonic()
+    while not stop.is_set():
+        if time.monotonic() >= next_tick:
+            next_tick = time.monotonic() + settings.drain_interval_seconds
+            _tick_drain()
+        stop.wait(max(0.0, min(1.0, next_tick - time.monotonic())))
+
+
+def _tick_drain() -> None:
+    if has_redis():
+        try:
+            maintenance.workflow_jobs_drain.send()
+            return
+        except Exception as exc:  # noqa: BLE001
+            log.warning("drain not enqueued (%s); running it inline", exc.__class__.__name__)
+    try:
+        maintenance.run_drain()
+    except Exception:  # noqa: BLE001
+        log.exception("inline drain failed")

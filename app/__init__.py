@@ -1,0 +1,1 @@
+"""Ledgerflow domain and persistence. Never imports Flask."""

@@ -1,0 +1,86 @@
+"""Typed settings read from the environment (Heroku style)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str | None
+    port: int = 5000
+    # L-CLAIM-1: 4 slots per pool, 2 s short poll.
+    slots_per_pool: int = 4
+    poll_seconds: float = 2.0
+    # L-CLAIM-4 table: lease 60 s renewed every 15 s; execution timeout default 10 min.
+    lease_seconds: float = 60.0
+    renew_seconds: float = 15.0
+    execution_timeout_ms: int = 600_000
+    # L-STATE-3: backoff from 30 s, a single delay capped at 15 min.
+    backoff_base_seconds: float = 30.0
+    backoff_cap_seconds: float = 900.0
+    # L-PAUSE-5: drain every minute, bounded per pass.
+    drain_interval_seconds: float = 60.0
+    drain_batch: int = 1000
+    heartbeat_seconds: float = 10.0
+    # Coalescing window of a wake hint flag (ms); the consumer clears it on receipt.
+    hint_flag_ttl_ms: int = 5000
+    # How long an idle Dramatiq consumer waits between fetches (ms); small = low latency.
+    hint_consumer_timeout_ms: int = 10
+    handler_modules: tuple[str, ...] = field(default_factory=tuple)
+    redis_namespace: str = "ledgerflow"
+
+
+def _normalize_db_url(url: str) -> str:
+    # Heroku hands out postgres:// URLs; SQLAlchemy wants an explicit driver.
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def load_settings() -> Settings:
+    database_url = os.environ.get("DATABASE_URL")
+    if not database_url:
+        raise RuntimeError(
+            "DATABASE_URL is not set. Run through `make run` / `make test` (which start an embedded "
+            "PostgreSQL) or export DATABASE_URL=postgresql://user@host:5432/db"
+        )
+    modules = tuple(m.strip() for m in os.environ.get("LEDGERFLOW_HANDLERS", "").split(",") if m.strip())
+    return Settings(
+        database_url=_normalize_db_url(database_url),
+        redis_url=os.environ.get("REDIS_URL") or None,
+        port=_int("PORT", 5000),
+        slots_per_pool=_int("LEDGERFLOW_SLOTS", 4),
+        poll_seconds=_float("LEDGERFLOW_POLL_SECONDS", 2.0),
+        lease_seconds=_float("LEDGERFLOW_LEASE_SECONDS", 60.0),
+        renew_seconds=_float("LEDGERFLOW_RENEW_SECONDS", 15.0),
+        execution_timeout_ms=_int("LEDGERFLOW_EXECUTION_TIMEOUT_MS", 600_000),
+        backoff_base_seconds=_float("LEDGERFLOW_BACKOFF_BASE_SECONDS", 30.0),
+        backoff_cap_seconds=_float("LEDGERFLOW_BACKOFF_CAP_SECONDS", 900.0),
+        drain_interval_seconds=_float("LEDGERFLOW_DRAIN_INTERVAL_SECONDS", 60.0),
+        drain_batch=_int("LEDGERFLOW_DRAIN_BATCH", 1000),
+        heartbeat_seconds=_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),
+        hint_flag_ttl_ms=_int("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000),
+        hint_consumer_timeout_ms=_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 10),
+        handler_modules=modules,
+        redis_namespace=os.environ.get("LEDGERFLOW_REDIS_NAMESPACE", "ledgerflow"),
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

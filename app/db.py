@@ -1,0 +1,71 @@
+"""Engine, short transactions with after-commit hooks, and database time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from functools import lru_cache
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+
+from app.config import get_settings
+
+log = logging.getLogger(__name__)
+
+_AFTER_COMMIT = "ledgerflow_after_commit"
+
+
+@lru_cache(maxsize=8)
+def _engine_for(url: str) -> Engine:
+    engine = create_engine(
+        url,
+        pool_size=10,
+        max_overflow=20,
+        pool_pre_ping=True,
+        # A worker never holds a transaction across a handler or an HTTP call; this is the safety net.
+        connect_args={"options": "-c idle_in_transaction_session_timeout=60000 -c timezone=UTC"},
+    )
+
+    @event.listens_for(engine, "rollback")
+    def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)
+        conn.info.pop(_AFTER_COMMIT, None)
+
+    return engine
+
+
+def get_engine(url: str | None = None) -> Engine:
+    return _engine_for(url or get_settings().database_url)
+
+
+def after_commit(conn: Connection, fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the transaction of ``conn`` has committed (never after a rollback)."""
+    conn.info.setdefault(_AFTER_COMMIT, []).append(fn)
+
+
+def _run_hooks(conn: Connection) -> None:
+    for fn in conn.info.pop(_AFTER_COMMIT, []):
+        try:
+            fn()
+        except Exception:  # a failed hook never undoes the committed fact
+            log.exception("after-commit hook failed")
+
+
+@contextmanager
+def transaction(engine: Engine | None = None) -> Iterator[Connection]:
+    """One short transaction; after-commit hooks (wake hints) run only after a successful commit."""
+    engine = engine or get_engine()
+    with engine.connect() as conn:
+        try:
+            with conn.begin():
+                yield conn
+        except BaseException:
+            conn.info.pop(_AFTER_COMMIT, None)
+            raise
+        _run_hooks(conn)
+
+
+def db_now(conn: Connection) -> datetime:
+    """Database time: every due/lease/deadline decision uses it (L-CLAIM-6)."""
+    return conn.execute(text("SELECT now()")).scalar_one()

@@ -1,0 +1,16 @@
+"""Identifiers: 32-char lowercase hex ids."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def is_hex32(value: str) -> bool:
+    return bool(HEX32.match(value))

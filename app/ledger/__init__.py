@@ -1,0 +1,1 @@
+"""The job ledger (SPEC L-*): Postgres is the only source of truth."""

@@ -1,0 +1,146 @@
+"""What a handler receives: the job, fencing, an abort signal, effect receipts and safe HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from app.db import transaction
+from app.ledger import transitions
+from app.ledger.outcome import JobAborted
+
+_READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
+_WRITE_RECEIPT = text(
+    """
+INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)
+VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
+"""
+)
+
+LockFirst = Callable[[Connection], None]
+
+
+@dataclass
+class JobContext:
+    job_id: int
+    type: str
+    queue: str
+    payload: Any
+    generation: int
+    lease_token: str
+    attempt: int
+    max_attempts: int
+    attempt_id: int
+    operation_key: str
+    trace_id: str
+    instance_id: str | None
+    task_id: str | None
+    step_key: str | None
+    execution_deadline: datetime
+    engine: Engine
+    deadline_monotonic: float
+    abort_event: threading.Event = field(default_factory=threading.Event)
+    abort_reason: str | None = None
+    # Locks the owning instance before the job row (instance -> job lock order); set by the engine.
+    lock_first: LockFirst | None = None
+
+    # -- abort signal -----------------------------------------------------------------------
+    def abort(self, reason: str) -> None:
+        if not self.abort_event.is_set():
+            self.abort_reason = reason
+            self.abort_event.set()
+
+    @property
+    def aborted(self) -> bool:
+        if not self.abort_event.is_set() and time.monotonic() >= self.deadline_monotonic:
+            self.abort("execution deadline passed")
+        return self.abort_event.is_set()
+
+    def check(self) -> None:
+        """Raise JobAborted if ownership was lost or the deadline passed."""
+        if self.aborted:
+            raise JobAborted(self.abort_reason or "aborted")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep that wakes early (and raises) when the job is aborted."""
+        end = min(time.monotonic() + seconds, self.deadline_monotonic)
+        while not self.abort_event.wait(max(0.0, end - time.monotonic())):
+            if time.monotonic() >= end:
+                break
+        self.check()
+
+    # -- fenced business transactions ---------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A short business transaction that locks the instance (if any), then the job, and
+        checks generation + lease + deadline before and after the caller's writes (L-CLAIM-5)."""
+        self.check()
+        with transaction(self.engine) as conn:
+            if self.lock_first is not None:
+                self.lock_first(conn)
+            if not transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token):
+                self.abort("ownership lost")
+                raise JobAborted("ownership lost")
+            yield conn
+            # the row lock is held, so nobody can fence us meanwhile; the deadline may pass
+            if conn.execute(text("SELECT clock_timestamp() < :d"), {"d": self.execution_deadline}).scalar():
+                return
+            self.abort("execution deadline passed")
+            raise JobAborted("execution deadline passed")
+
+    def receipt(self, step_key: str) -> tuple[bool, Any]:
+        """(found, result) of a committed receipt of this operation's step."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
+        return (row is not None, row.result if row else None)
+
+    def effect(self, step_key: str, write: Callable[[Connection], Any]) -> Any:
+        """Run an internal business write exactly once per (operation_key, step_key) (L-EFFECT-1).
+
+        ``write(conn)`` runs in a fenced transaction together with the receipt insert; a retry of
+        the same operation returns the stored result without calling ``write`` again."""
+        found, stored = self.receipt(step_key)
+        if found:
+            return stored
+        with self.transaction() as conn:
+            row = conn.execute(_READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
+            if row is not None:
+                return row.result
+            result = write(conn)
+            conn.execute(
+                _WRITE_RECEIPT,
+                {
+                    "op": self.operation_key,
+                    "step": step_key,
+                    "job_id": self.job_id,
+                    "gen": self.generation,
+                    "result": json.dumps(result),
+                },
+            )
+        return result
+
+    def store_receipt(self, conn: Connection, step_key: str, result: Any) -> None:
+        conn.execute(
+            _WRITE_RECEIPT,
+            {
+                "op": self.operation_key,
+                "step": step_key,
+                "job_id": self.job_id,
+                "gen": self.generation,
+                "result": json.dumps(result),
+            },
+        )
+
+    @property
+    def http(self):  # noqa: ANN201 - returns SafeHttp
+        from app.ledger.http import SafeHttp
+
+        return SafeHttp(self)

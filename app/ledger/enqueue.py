@@ -1,0 +1,96 @@
+"""Enqueue a parent job inside the caller's transaction (L-CLAIM-4, L-EFFECT-2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.ids import new_id
+from app.ledger.hints import publish_after_commit
+from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
+
+
+@dataclass(frozen=True)
+class EnqueuedJob:
+    id: int
+    created: bool  # False when the idempotency key already named a job
+
+
+def operation_key_for(job_type: str, payload: Any, links: tuple[Any, ...] = ()) -> str:
+    """A stable identity of the side-effect operation: same input, same key (L-CLAIM table)."""
+    doc = json.dumps([job_type, payload, list(links)], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:32]
+
+
+_INSERT = text(
+    """
+INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
+    max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id)
+VALUES (:type, :queue, CAST(:payload AS jsonb), :instance_id, :task_id, :step_key, :priority,
+    COALESCE(CAST(:run_at AS timestamptz), now() + CAST(:delay_ms AS double precision) * interval '1 millisecond'),
+    :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id
+"""
+)
+_BY_KEY = text("SELECT id FROM workflow_jobs WHERE idempotency_key = :key")
+
+
+def enqueue(
+    conn: Connection,
+    job_type: str | JobType,
+    payload: Any = None,
+    *,
+    instance_id: str | None = None,
+    task_id: str | None = None,
+    step_key: str | None = None,
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay_ms: float = 0,
+    max_attempts: int | None = None,
+    execution_timeout_ms: int | None = None,
+    idempotency_key: str | None = None,
+    operation_key: str | None = None,
+    trace_id: str | None = None,
+) -> EnqueuedJob:
+    """Insert a pending job in ``conn``'s transaction; its wake hint goes out after commit.
+
+    A second enqueue with the same ``idempotency_key`` returns the existing job (the unique index
+    arbitrates; if the first inserter rolls back, the waiting second insert proceeds)."""
+    jt = JobType(job_type)
+    if priority < -32768 or priority > 32767:
+        raise ValueError("priority must fit in a smallint range")
+    body = {} if payload is None else payload
+    params = {
+        "type": jt.value,
+        "queue": jt.pool.queue,
+        "payload": json.dumps(body),
+        "instance_id": instance_id,
+        "task_id": task_id,
+        "step_key": step_key,
+        "priority": priority,
+        "run_at": run_at,
+        "delay_ms": delay_ms,
+        "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS[jt],
+        "execution_timeout_ms": execution_timeout_ms or _default_timeout_ms(),
+        "operation_key": operation_key or operation_key_for(jt.value, body, (instance_id, task_id, step_key)),
+        "idempotency_key": idempotency_key,
+        "trace_id": trace_id or new_id(),
+    }
+    row = conn.execute(_INSERT, params).first()
+    if row is None:  # the key exists (its inserter committed)
+        existing = conn.execute(_BY_KEY, {"key": idempotency_key}).scalar_one()
+        return EnqueuedJob(id=existing, created=False)
+    publish_after_commit(conn, [jt.pool.queue])
+    return EnqueuedJob(id=row.id, created=True)
+
+
+def _default_timeout_ms() -> int:
+    from app.config import get_settings
+
+    return get_settings().execution_timeout_ms

@@ -1,0 +1,66 @@
+"""Coalescible wake hints (L-CLAIM-3, -4).
+
+The ledger is the authority; a hint only shortens the wait before a pool's next claim. Publishing
+is pluggable so ``app`` never imports the broker: ``actors`` installs the real publisher at start-up.
+Coalescing: a per-queue flag in Redis (SET NX with a TTL) is set when a hint is sent and cleared by
+the consumer *before* it claims, so a burst of enqueues costs one message per claim cycle and no
+wake-up is lost (a job committed while the flag is set is seen by the claim that follows).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from sqlalchemy import Connection
+
+from app.db import after_commit
+
+log = logging.getLogger(__name__)
+
+Publisher = Callable[[str], None]
+_publisher: Publisher | None = None
+_last_error_log = 0.0
+_suspended_until = 0.0
+# After a failed publish, skip publishing for a moment so a Redis outage never slows callers.
+BREAKER_SECONDS = 5.0
+
+
+def set_publisher(publisher: Publisher | None) -> None:
+    global _publisher
+    _publisher = publisher
+
+
+def publish_now(queue: str) -> bool:
+    """Send one hint for ``queue``; never raises (a failed publish only costs latency)."""
+    global _last_error_log, _suspended_until
+    if _publisher is None or time.monotonic() < _suspended_until:
+        return False
+    try:
+        _publisher(queue)
+        return True
+    except Exception as exc:  # Redis down: the 2 s poll covers it
+        now = time.monotonic()
+        _suspended_until = now + BREAKER_SECONDS
+        if now - _last_error_log > 30:
+            _last_error_log = now
+            log.warning("wake hint for %s not published (%s); pools will poll", queue, exc)
+        return False
+
+
+def publish_after_commit(conn: Connection, queues: Iterable[str]) -> None:
+    """Register hints for ``queues`` to be sent once ``conn``'s transaction commits."""
+    pending: set[str] = conn.info.setdefault("ledgerflow_hint_queues", set())
+    new = set(queues) - pending
+    if not new:
+        return
+    first = not pending
+    pending |= new
+    if first:
+
+        def _flush() -> None:
+            for q in sorted(conn.info.pop("ledgerflow_hint_queues", set())):
+                publish_now(q)
+
+        after_commit(conn, _flush)

@@ -1,0 +1,161 @@
+"""Table definitions of the ledger (SPEC L-DATA). The Alembic migration creates exactly these;
+``tests/db/test_schema.py`` compares the migrated schema with this metadata."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+
+from app.ledger.states import AttemptStatus, JobStatus, JobType
+
+metadata = MetaData()
+
+
+def _in(column: str, values: list[str]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+JOB_STATUSES = [s.value for s in JobStatus]
+ATTEMPT_STATUSES = [s.value for s in AttemptStatus]
+JOB_TYPES = [t.value for t in JobType]
+QUEUES = ["workflow-ledger", "workflow-ledger-outbound"]
+
+jobs = Table(
+    "workflow_jobs",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("type", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("instance_id", Text),
+    Column("task_id", Text),
+    Column("step_key", Text),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("generation", Integer, nullable=False, server_default=text("1")),
+    Column("lease_token", UUID(as_uuid=False)),
+    Column("lease_until", DateTime(timezone=True)),
+    Column("execution_timeout_ms", Integer, nullable=False, server_default=text("600000")),
+    Column("execution_deadline", DateTime(timezone=True)),
+    Column("remaining_ms", BigInteger),
+    Column("effect_marker", JSONB),
+    Column("result", JSONB),
+    Column("last_error", Text),
+    Column("error_code", Text),
+    Column("operation_key", Text, nullable=False),
+    Column("idempotency_key", Text),
+    Column("trace_id", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(_in("status", JOB_STATUSES), name="ck_workflow_jobs_status"),
+    CheckConstraint(_in("type", JOB_TYPES), name="ck_workflow_jobs_type"),
+    CheckConstraint(_in("queue", QUEUES), name="ck_workflow_jobs_queue"),
+    CheckConstraint("max_attempts >= 1", name="ck_workflow_jobs_max_attempts"),
+    CheckConstraint("execution_timeout_ms > 0", name="ck_workflow_jobs_timeout"),
+    CheckConstraint(
+        "(status = 'running') = (lease_token IS NOT NULL)", name="ck_workflow_jobs_running_has_lease"
+    ),
+    CheckConstraint("(status = 'paused') = (remaining_ms IS NOT NULL)", name="ck_workflow_jobs_paused"),
+    UniqueConstraint("idempotency_key", name="uq_workflow_jobs_idempotency_key"),
+)
+
+# The claim path: due pending jobs of one queue in priority order, and in due order (fairness).
+Index(
+    "ix_workflow_jobs_claim",
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text("status = 'pending'"),
+)
+Index(
+    "ix_workflow_jobs_claim_due",
+    jobs.c.queue,
+    jobs.c.run_at,
+    jobs.c.id,
+    postgresql_where=text("status = 'pending'"),
+)
+# The drain: running jobs by lease expiry.
+Index("ix_workflow_jobs_running_lease", jobs.c.lease_until, postgresql_where=text("status = 'running'"))
+Index("ix_workflow_jobs_instance", jobs.c.instance_id, postgresql_where=text("instance_id IS NOT NULL"))
+Index("ix_workflow_jobs_trace", jobs.c.trace_id)
+Index("ix_workflow_jobs_status_type", jobs.c.status, jobs.c.type)
+Index("ix_workflow_jobs_created", jobs.c.created_at, jobs.c.id)
+
+executions = Table(
+    "workflow_job_executions",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey("workflow_jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'running'")),
+    Column("lease_token", UUID(as_uuid=False), nullable=False),
+    Column("worker_id", Text),
+    Column("request", JSONB),
+    Column("response", JSONB),
+    Column("error", Text),
+    Column("error_code", Text),
+    Column("due_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("duration_ms", Integer),
+    CheckConstraint(_in("status", ATTEMPT_STATUSES), name="ck_workflow_job_executions_status"),
+    UniqueConstraint("job_id", "generation", "attempt", name="uq_workflow_job_executions_attempt"),
+)
+Index("ix_workflow_job_executions_job", executions.c.job_id)
+Index("ix_workflow_job_executions_started", executions.c.started_at)
+Index(
+    "ix_workflow_job_executions_running",
+    executions.c.job_id,
+    postgresql_where=text("status = 'running'"),
+)
+
+effects = Table(
+    "workflow_job_effects",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("operation_key", Text, nullable=False),
+    Column("step_key", Text, nullable=False),
+    Column("job_id", BigInteger, ForeignKey("workflow_jobs.id", ondelete="SET NULL")),
+    Column("generation", Integer),
+    Column("result", JSONB),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("operation_key", "step_key", name="uq_workflow_job_effects_step"),
+)
+
+worker_nodes = Table(
+    "workflow_worker_nodes",
+    metadata,
+    Column("node_id", Text, primary_key=True),
+    Column("hostname", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("roles", ARRAY(Text), nullable=False),
+    Column("pools", ARRAY(Text), nullable=False),
+    Column("slot_capacity", Integer, nullable=False, server_default=text("0")),
+    Column("slots_in_use", Integer, nullable=False, server_default=text("0")),
+    Column("status", Text, nullable=False, server_default=text("'active'")),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(_in("status", ["active", "stopping", "stopped"]), name="ck_workflow_worker_nodes_status"),
+)
+Index("ix_workflow_worker_nodes_heartbeat", worker_nodes.c.heartbeat_at)

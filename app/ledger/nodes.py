@@ -1,0 +1,46 @@
+"""The worker registry read by the runtime status (L-STATUS): nodes, roles, pools, slots, heartbeat."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, text
+
+_UPSERT = text(
+    """
+INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use,
+    status, started_at, heartbeat_at)
+VALUES (:node_id, :hostname, :pid, CAST(:roles AS text[]), CAST(:pools AS text[]), :capacity, 0, 'active',
+    now(), now())
+ON CONFLICT (node_id) DO UPDATE SET roles = EXCLUDED.roles, pools = EXCLUDED.pools,
+    slot_capacity = EXCLUDED.slot_capacity, status = 'active', heartbeat_at = now()
+"""
+)
+_BEAT = text(
+    """
+UPDATE workflow_worker_nodes SET heartbeat_at = now(), slots_in_use = :in_use, status = :status
+WHERE node_id = :node_id
+"""
+)
+
+
+def register_node(
+    conn: Connection, node_id: str, *, roles: Sequence[str], pools: Sequence[str], slot_capacity: int
+) -> None:
+    conn.execute(
+        _UPSERT,
+        {
+            "node_id": node_id,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "roles": list(roles),
+            "pools": list(pools),
+            "capacity": slot_capacity,
+        },
+    )
+
+
+def heartbeat(conn: Connection, node_id: str, *, slots_in_use: int, status: str = "active") -> None:
+    conn.execute(_BEAT, {"node_id": node_id, "in_use": slots_in_use, "status": status})

@@ -1,0 +1,95 @@
+"""One pure function maps a handler's return value or exception to a settlement outcome (as Oban's
+executor does). Handlers signal intent with these return values and exceptions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.ledger.states import (
+    DEADLINE_EXCEEDED,
+    EXTERNAL_OUTCOME_UNKNOWN,
+    HANDLER_ERROR,
+    HANDLER_MISSING,
+    PERMANENT_ERROR,
+)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Return ``Skip(reason)`` when there was nothing to do (e.g. the subscription is disabled)."""
+
+    reason: str = ""
+
+
+class RetryableError(Exception):
+    """A failure worth retrying with backoff (any unexpected exception is treated the same)."""
+
+    code = HANDLER_ERROR
+
+
+class PermanentError(Exception):
+    """A failure that retrying cannot fix: the job goes straight to ``dead``."""
+
+    code = PERMANENT_ERROR
+
+
+class ManualRetryError(Exception):
+    """A failure that needs an operator's decision: the job goes to ``failed``."""
+
+    code = "NEEDS_OPERATOR"
+
+
+class ExternalOutcomeUnknown(Exception):
+    """An unsafe external call may have taken effect: ``dead``, never re-sent automatically."""
+
+    code = EXTERNAL_OUTCOME_UNKNOWN
+
+
+class JobAborted(Exception):
+    """Raised inside a handler once its abort signal fired (ownership lost or deadline passed)."""
+
+    code = DEADLINE_EXCEEDED
+
+
+class HandlerMissing(PermanentError):
+    code = HANDLER_MISSING
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # succeeded | skipped | retry | failed | dead
+    result: Any = None
+    error: str | None = None
+    error_code: str | None = None
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return {"repr": repr(value)[:2000]}
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:4000]
+
+
+def outcome_of(result: Any = None, exc: BaseException | None = None) -> Outcome:
+    if exc is None:
+        if isinstance(result, Skip):
+            return Outcome("skipped", {"skipped": True, "reason": result.reason})
+        return Outcome("succeeded", _jsonable(result))
+    code = getattr(exc, "code", None)
+    if isinstance(exc, ExternalOutcomeUnknown):
+        return Outcome("dead", error=_describe(exc), error_code=EXTERNAL_OUTCOME_UNKNOWN)
+    if isinstance(exc, PermanentError):
+        return Outcome("dead", error=_describe(exc), error_code=code or PERMANENT_ERROR)
+    if isinstance(exc, ManualRetryError):
+        return Outcome("failed", error=_describe(exc), error_code=code)
+    if isinstance(exc, JobAborted):
+        return Outcome("retry", error=_describe(exc), error_code=DEADLINE_EXCEEDED)
+    return Outcome("retry", error=_describe(exc), error_code=code if isinstance(code, str) else HANDLER_ERROR)

@@ -1,0 +1,230 @@
+"""A worker pool: N execution slots for one queue, fed by claims on a wake hint or every short poll.
+
+One loop thread owns every database write of the pool except lease renewal: each pass settles the
+executions that finished since the last pass *and* claims as many due jobs as there are free slots,
+in one short transaction (River-style batched completion). Handlers run on the slot threads and
+never hold a transaction of the pool. A renewer thread extends leases every ``renew_seconds`` and
+fires the abort signal of any execution that lost ownership or passed its deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from app.config import Settings
+from app.db import transaction
+from app.ledger import handlers, transitions
+from app.ledger.context import JobContext
+from app.ledger.hints import publish_now
+from app.ledger.outcome import outcome_of
+from app.ledger.states import Pool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PoolStats:
+    claimed: int = 0
+    settled: int = 0
+    claim_queries: int = 0
+    stale_settlements: int = 0
+
+
+class LedgerPool:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        settings: Settings,
+        engine: Engine,
+        worker_id: str,
+        slots: int | None = None,
+    ) -> None:
+        self.pool = Pool(pool)
+        self.queue = self.pool.queue
+        self.settings = settings
+        self.engine = engine
+        self.worker_id = worker_id
+        self.slots = slots or settings.slots_per_pool
+        self.stats = PoolStats()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._inflight: dict[int, JobContext] = {}
+        self._finished: list[transitions.Settlement] = []
+        self._running = 0
+        self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{self.pool}-slot")
+        self._threads: list[threading.Thread] = []
+
+    # -- public -------------------------------------------------------------------------------
+    @property
+    def slots_in_use(self) -> int:
+        return self._running
+
+    def nudge(self) -> None:
+        """A wake hint arrived (or work finished): claim now instead of at the next poll."""
+        self._wake.set()
+
+    def start(self) -> None:
+        for name, target in (("loop", self._loop), ("renewer", self._renewer)):
+            t = threading.Thread(target=target, name=f"{self.pool}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop claiming, let running handlers finish (up to ``timeout``), settle them, exit."""
+        self._stopping.set()
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        while self._running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._running:
+            with self._lock:
+                for ctx in self._inflight.values():
+                    ctx.abort("worker shutting down")
+        self._wake.set()
+        for t in self._threads:
+            t.join(timeout=max(0.1, deadline - time.monotonic()) + 5)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        failures = 0
+        while True:
+            self._wake.wait(self.settings.poll_seconds)
+            self._wake.clear()
+            with self._lock:
+                finished, self._finished = self._finished, []
+                free = 0 if self._stopping.is_set() else self.slots - self._running
+            if self._stopping.is_set() and not finished and self._running == 0:
+                return
+            if not finished and free <= 0:
+                continue
+            try:
+                claimed = self._settle_and_claim(finished, free)
+                failures = 0
+            except DBAPIError as exc:
+                failures += 1
+                with self._lock:
+                    self._finished = finished + self._finished
+                log.warning("pool %s: database error (%s); retrying", self.pool, exc.__class__.__name__)
+                time.sleep(min(5.0, 0.2 * 2**failures))
+                self._wake.set()
+                continue
+            for job in claimed:
+                self._start(job)
+            if free > 0 and len(claimed) == free:
+                publish_now(self.queue)  # more may be due: let an idle worker elsewhere help
+
+    def _settle_and_claim(self, finished: list[transitions.Settlement], free: int) -> list[dict]:
+        s = self.settings
+        with transaction(self.engine) as conn:
+            if finished:
+                done = transitions.settle(
+                    conn, finished, backoff_base=s.backoff_base_seconds, backoff_cap=s.backoff_cap_seconds
+                )
+                self.stats.settled += len(done)
+                self.stats.stale_settlements += len(finished) - len(done)
+                for item in finished:
+                    if item.job_id not in done:
+                        log.info("job %s: settlement of a stale executor ignored", item.job_id)
+            claimed: list[dict] = []
+            if free > 0:
+                self.stats.claim_queries += 1
+                claimed = transitions.claim(
+                    conn,
+                    queue=self.queue,
+                    limit=free,
+                    worker_id=self.worker_id,
+                    lease_seconds=s.lease_seconds,
+                    by_due=self.stats.claim_queries % 4 == 0,  # L-CLAIM-2: every fourth claim
+                )
+        self.stats.claimed += len(claimed)
+        return claimed
+
+    def _start(self, job: dict) -> None:
+        now_mono = time.monotonic()
+        ctx = JobContext(
+            job_id=job["id"],
+            type=job["type"],
+            queue=job["queue"],
+            payload=job["payload"],
+            generation=job["generation"],
+            lease_token=str(job["lease_token"]),
+            attempt=job["attempts"],
+            max_attempts=job["max_attempts"],
+            attempt_id=job["attempt_id"],
+            operation_key=job["operation_key"],
+            trace_id=job["trace_id"],
+            instance_id=job["instance_id"],
+            task_id=job["task_id"],
+            step_key=job["step_key"],
+            execution_deadline=job["execution_deadline"],
+            engine=self.engine,
+            deadline_monotonic=now_mono + (job["execution_deadline"] - job["db_now"]).total_seconds(),
+        )
+        with self._lock:
+            self._inflight[ctx.job_id] = ctx
+            self._running += 1
+        self._executor.submit(self._execute, ctx)
+
+    def _execute(self, ctx: JobContext) -> None:
+        started = time.monotonic()
+        result, error = None, None
+        try:
+            handler = handlers.resolve(ctx.type)
+            result = handler(ctx)
+        except BaseException as exc:  # noqa: BLE001 - every exception becomes an outcome
+            error = exc
+            if not isinstance(exc, Exception):
+                log.error("job %s: handler raised %s", ctx.job_id, type(exc).__name__)
+        outcome = outcome_of(result, error)
+        if error is not None and outcome.kind != "succeeded":
+            log.info("job %s (%s) attempt %s: %s", ctx.job_id, ctx.type, ctx.attempt, outcome.error)
+        item = transitions.Settlement(
+            job_id=ctx.job_id,
+            generation=ctx.generation,
+            lease_token=ctx.lease_token,
+            kind=outcome.kind,
+            result=outcome.result,
+            error=outcome.error,
+            error_code=outcome.error_code,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        with self._lock:
+            self._inflight.pop(ctx.job_id, None)
+            self._finished.append(item)
+            self._running -= 1
+        self._wake.set()
+
+    # -- leases -------------------------------------------------------------------------------
+    def _renewer(self) -> None:
+        next_renew = time.monotonic() + self.settings.renew_seconds
+        while not (self._stopping.is_set() and self._running == 0):
+            time.sleep(min(0.25, self.settings.renew_seconds))
+            now = time.monotonic()
+            with self._lock:
+                contexts = list(self._inflight.values())
+            for ctx in contexts:
+                if now >= ctx.deadline_monotonic:
+                    ctx.abort("execution deadline passed")
+            if now < next_renew or not contexts:
+                continue
+            next_renew = now + self.settings.renew_seconds
+            owned = [(c.job_id, c.generation, c.lease_token) for c in contexts if not c.abort_event.is_set()]
+            try:
+                with transaction(self.engine) as conn:
+                    renewed = transitions.renew_leases(conn, owned, lease_seconds=self.settings.lease_seconds)
+            except DBAPIError as exc:
+                log.warning("pool %s: lease renewal failed (%s)", self.pool, exc.__class__.__name__)
+                continue
+            for ctx in contexts:
+                if ctx.job_id not in renewed and not ctx.abort_event.is_set():
+                    ctx.abort("ownership lost (lease not renewed)")

@@ -1,0 +1,132 @@
+"""Job types, pools and states (SPEC L-TYPE, L-STATE).
+
+Who moves a parent job between statuses (every move is a guarded UPDATE in ``transitions.py``):
+
+- ``pending``   in: enqueue, automatic retry (settle / drain reclaim), manual retry, instance resume.
+                out: claim (-> running), suspend (-> paused), clear/skip (-> canceled).
+- ``running``   in: claim only.
+                out: settle (-> succeeded / pending / failed / dead), drain reclaim (-> pending / dead),
+                     suspend (-> paused, or dead when an external outcome is unknown), clear/skip (-> canceled).
+- ``paused``    in: suspend.   out: resume (-> pending), clear/skip (-> canceled).
+- ``succeeded`` in: settle.    out: none (terminal).
+- ``failed``    in: settle (handler asked for a manual decision).  out: manual retry, skip.
+- ``dead``      in: settle, drain, suspend.  out: manual retry, skip.
+- ``canceled``  in: skip, clear.  out: manual retry.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELED = "canceled"
+
+
+class AttemptStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELED = "canceled"
+
+
+class Pool(StrEnum):
+    ADVANCE = "advance"
+    OUTBOUND = "outbound"
+
+    @property
+    def queue(self) -> str:
+        return QUEUE_OF_POOL[self]
+
+
+QUEUE_OF_POOL = {Pool.ADVANCE: "workflow-ledger", Pool.OUTBOUND: "workflow-ledger-outbound"}
+POOL_OF_QUEUE = {q: p for p, q in QUEUE_OF_POOL.items()}
+
+
+class JobType(StrEnum):
+    DELAY_WAKE = "delay_wake"
+    TASK_TIMEOUT = "task_timeout"
+    SUBPROCESS_SPAWN = "subprocess_spawn"
+    SUBPROCESS_JOIN = "subprocess_join"
+    SCHEDULE_LAUNCH = "schedule_launch"
+    TRIGGER_DISPATCH = "trigger_dispatch"
+    EXTERNAL_DISPATCH = "external_dispatch"
+    EVENT_DISPATCH = "event_dispatch"
+    WEBHOOK_DELIVERY = "webhook_delivery"
+    COMPENSATION_ACTION = "compensation_action"
+    AUTOMATION_ACTION = "automation_action"
+
+    @property
+    def pool(self) -> Pool:
+        return POOL_OF_TYPE[self]
+
+
+POOL_OF_TYPE: dict[JobType, Pool] = {
+    JobType.DELAY_WAKE: Pool.ADVANCE,
+    JobType.TASK_TIMEOUT: Pool.ADVANCE,
+    JobType.SUBPROCESS_SPAWN: Pool.ADVANCE,
+    JobType.SUBPROCESS_JOIN: Pool.ADVANCE,
+    JobType.SCHEDULE_LAUNCH: Pool.ADVANCE,
+    JobType.TRIGGER_DISPATCH: Pool.OUTBOUND,
+    JobType.EXTERNAL_DISPATCH: Pool.OUTBOUND,
+    JobType.EVENT_DISPATCH: Pool.OUTBOUND,
+    JobType.WEBHOOK_DELIVERY: Pool.OUTBOUND,
+    JobType.COMPENSATION_ACTION: Pool.OUTBOUND,
+    JobType.AUTOMATION_ACTION: Pool.OUTBOUND,
+}
+
+# L-STATE-2: the attempt budget is set per type at enqueue time. Outbound calls to receivers that
+# may be down get more room; timers and joins are internal and cheap to retry.
+DEFAULT_MAX_ATTEMPTS: dict[JobType, int] = {
+    JobType.DELAY_WAKE: 5,
+    JobType.TASK_TIMEOUT: 5,
+    JobType.SUBPROCESS_SPAWN: 5,
+    JobType.SUBPROCESS_JOIN: 5,
+    JobType.SCHEDULE_LAUNCH: 3,
+    JobType.TRIGGER_DISPATCH: 8,
+    JobType.EXTERNAL_DISPATCH: 8,
+    JobType.EVENT_DISPATCH: 10,
+    JobType.WEBHOOK_DELIVERY: 10,
+    JobType.COMPENSATION_ACTION: 8,
+    JobType.AUTOMATION_ACTION: 8,
+}
+
+# L-PAUSE-1 / -3: what an instance suspension pauses (events, webhooks, automation and
+# compensation keep running).
+SUSPEND_SCOPE: frozenset[JobType] = frozenset(
+    {
+        JobType.DELAY_WAKE,
+        JobType.TASK_TIMEOUT,
+        JobType.TRIGGER_DISPATCH,
+        JobType.EXTERNAL_DISPATCH,
+        JobType.SUBPROCESS_SPAWN,
+        JobType.SUBPROCESS_JOIN,
+    }
+)
+
+# L-PAUSE-4: what terminating / canceling an instance clears (triggers are gated elsewhere).
+CLEAR_SCOPE: frozenset[JobType] = frozenset(
+    {
+        JobType.DELAY_WAKE,
+        JobType.TASK_TIMEOUT,
+        JobType.EXTERNAL_DISPATCH,
+        JobType.SUBPROCESS_SPAWN,
+        JobType.SUBPROCESS_JOIN,
+    }
+)
+
+# Error codes written to ``error_code`` by the ledger itself.
+EXTERNAL_OUTCOME_UNKNOWN = "EXTERNAL_OUTCOME_UNKNOWN"
+LEASE_EXPIRED = "LEASE_EXPIRED"
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+HANDLER_MISSING = "HANDLER_MISSING"
+HANDLER_ERROR = "HANDLER_ERROR"
+PERMANENT_ERROR = "PERMANENT_ERROR"
+CANCELED_BY_OPERATOR = "CANCELED"

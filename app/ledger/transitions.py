@@ -1,0 +1,418 @@
+"""Every change of a parent job's status, as named guarded SQL (one place, like River's
+``JobSetState*``). Each statement names the status(es) it may leave; an executor's writes are
+additionally guarded by generation + lease token, so a stale executor's write changes nothing.
+
+All time decisions use database time (``now()`` / ``clock_timestamp()``), never the app clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.ledger.states import (
+    CANCELED_BY_OPERATOR,
+    DEADLINE_EXCEEDED,
+    EXTERNAL_OUTCOME_UNKNOWN,
+    LEASE_EXPIRED,
+)
+
+# Columns an executor needs; returned by claim.
+_JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
+    max_attempts, generation, lease_token, lease_until, execution_deadline, operation_key, trace_id,
+    effect_marker"""
+
+# L-STATE-3 backoff: base * 2^(attempts-1), one delay capped.
+_BACKOFF = (
+    "LEAST(CAST(:backoff_base AS double precision) * power(2, GREATEST(j.attempts, 1) - 1), "
+    "CAST(:backoff_cap AS double precision)) * interval '1 second'"
+)
+
+
+# --------------------------------------------------------------------------- claim: pending -> running
+def _claim_sql(order: str) -> str:
+    return f"""
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY {order}
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1 millisecond',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS double precision) * interval '1 second',
+                            now() + j.execution_timeout_ms * interval '1 millisecond'),
+        updated_at = now()
+    FROM picked WHERE j.id = picked.id
+    RETURNING {", ".join("j." + c.strip() for c in _JOB_COLUMNS.split(","))}
+), attempt AS (
+    INSERT INTO workflow_job_executions
+        (job_id, generation, attempt, status, lease_token, worker_id, request, due_at, started_at)
+    SELECT id, generation, attempts, 'running', lease_token, :worker_id, payload, run_at, now()
+    FROM claimed
+    RETURNING id AS attempt_id, job_id
+)
+SELECT claimed.*, attempt.attempt_id, now() AS db_now
+FROM claimed JOIN attempt ON attempt.job_id = claimed.id
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+"""
+
+
+CLAIM_BY_PRIORITY = text(_claim_sql("priority, run_at, id"))
+CLAIM_BY_DUE = text(_claim_sql("run_at, id"))
+
+
+def claim(
+    conn: Connection, *, queue: str, limit: int, worker_id: str, lease_seconds: float, by_due: bool
+) -> list[dict[str, Any]]:
+    """pending -> running for up to ``limit`` due jobs of ``queue`` (SKIP LOCKED), one attempt row each."""
+    if limit <= 0:
+        return []
+    stmt = CLAIM_BY_DUE if by_due else CLAIM_BY_PRIORITY
+    rows = conn.execute(
+        stmt, {"queue": queue, "limit": limit, "worker_id": worker_id, "lease_seconds": lease_seconds}
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+# --------------------------------------------------------------------------- settle: running -> *
+@dataclass(frozen=True)
+class Settlement:
+    """What one finished execution reports. ``kind`` is an Outcome kind (see outcome.py)."""
+
+    job_id: int
+    generation: int
+    lease_token: str
+    kind: str  # succeeded | skipped | retry | failed | dead
+    result: Any = None
+    error: str | None = None
+    error_code: str | None = None
+    duration_ms: int = 0
+
+
+_SETTLE = text(
+    f"""
+WITH input AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[]),
+                         CAST(:kinds AS text[]), CAST(:results AS jsonb[]), CAST(:errors AS text[]),
+                         CAST(:codes AS text[]), CAST(:durations AS int[]))
+        AS u(id, gen, token, kind, result, error, code, duration_ms)
+), settled AS (
+    UPDATE workflow_jobs j
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts
+                      THEN now() + {_BACKOFF} ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE u.code END,
+        effect_marker = CASE WHEN u.code = '{EXTERNAL_OUTCOME_UNKNOWN}' THEN j.effect_marker ELSE NULL END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.status = 'running'
+    RETURNING j.id, j.status, u.token
+), closed AS (
+    UPDATE workflow_job_executions e
+    SET status = CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped'
+                 ELSE 'failed' END,
+        response = u.result, error = u.error, error_code = u.code,
+        finished_at = clock_timestamp(), duration_ms = u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id
+    WHERE e.job_id = s.id AND e.lease_token = s.token AND e.status = 'running'
+)
+SELECT id, status FROM settled
+"""
+)
+
+
+def settle(
+    conn: Connection, items: Sequence[Settlement], *, backoff_base: float, backoff_cap: float
+) -> dict[int, str]:
+    """running -> succeeded | pending (backoff) | failed | dead, in one batched statement.
+
+    Returns ``{job_id: new_status}`` for the items whose executor still owned the job; a stale
+    executor's item is simply absent (its write changed nothing)."""
+    if not items:
+        return {}
+    rows = conn.execute(
+        _SETTLE,
+        {
+            "ids": [i.job_id for i in items],
+            "gens": [i.generation for i in items],
+            "tokens": [i.lease_token for i in items],
+            "kinds": [i.kind for i in items],
+            "results": [None if i.result is None else json.dumps(i.result) for i in items],
+            "errors": [i.error for i in items],
+            "codes": [i.error_code for i in items],
+            "durations": [i.duration_ms for i in items],
+            "backoff_base": backoff_base,
+            "backoff_cap": backoff_cap,
+        },
+    )
+    return {r.id: r.status for r in rows}
+
+
+# --------------------------------------------------------------------------- lease renewal (no status change)
+_RENEW = text(
+    """
+UPDATE workflow_jobs j
+SET lease_until = LEAST(now() + CAST(:lease_seconds AS double precision) * interval '1 second',
+                        j.execution_deadline),
+    updated_at = now()
+FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[])) AS u(id, gen, token)
+WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.status = 'running'
+  AND j.execution_deadline > now()
+RETURNING j.id
+"""
+)
+
+
+def renew_leases(
+    conn: Connection, owned: Sequence[tuple[int, int, str]], *, lease_seconds: float
+) -> set[int]:
+    """Extend the leases still owned (never past the execution deadline). Returns the ids renewed;
+    the others have lost ownership or passed their deadline and must be aborted."""
+    if not owned:
+        return set()
+    rows = conn.execute(
+        _RENEW,
+        {
+            "ids": [o[0] for o in owned],
+            "gens": [o[1] for o in owned],
+            "tokens": [o[2] for o in owned],
+            "lease_seconds": lease_seconds,
+        },
+    )
+    return {r.id for r in rows}
+
+
+# --------------------------------------------------------------------------- ownership check (executor)
+_LOCK_OWNED = text(
+    """
+SELECT id, clock_timestamp() < execution_deadline AS in_time FROM workflow_jobs
+WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
+FOR UPDATE
+"""
+)
+
+
+def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> bool:
+    """Lock the job row if this executor still owns it and is within its deadline."""
+    row = conn.execute(_LOCK_OWNED, {"id": job_id, "gen": generation, "token": lease_token}).first()
+    return bool(row and row.in_time)
+
+
+_SET_MARKER = text(
+    """
+UPDATE workflow_jobs SET effect_marker = CAST(:marker AS jsonb), updated_at = now()
+WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
+  AND execution_deadline > clock_timestamp()
+RETURNING id
+"""
+)
+
+
+def set_effect_marker(
+    conn: Connection, job_id: int, generation: int, lease_token: str, marker: dict[str, Any] | None
+) -> bool:
+    """Record (or clear, with None) the side-effect marker of an unsafe external call (L-EFFECT-4)."""
+    row = conn.execute(
+        _SET_MARKER,
+        {
+            "id": job_id,
+            "gen": generation,
+            "token": lease_token,
+            "marker": None if marker is None else json.dumps(marker),
+        },
+    ).first()
+    return row is not None
+
+
+# --------------------------------------------------------------------------- drain reclaim: running -> pending | dead
+_RECLAIM = text(
+    f"""
+WITH stale AS (
+    SELECT id FROM workflow_jobs
+    WHERE status = 'running'
+      AND (lease_until IS NULL OR lease_until <= now() OR execution_deadline <= now())
+    ORDER BY lease_until NULLS FIRST
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE workflow_jobs j
+    SET status = CASE WHEN j.effect_marker IS NOT NULL THEN 'dead'
+                      WHEN j.attempts >= j.max_attempts THEN 'dead'
+                      ELSE 'pending' END,
+        error_code = CASE WHEN j.effect_marker IS NOT NULL THEN '{EXTERNAL_OUTCOME_UNKNOWN}'
+                          WHEN j.execution_deadline <= now() THEN '{DEADLINE_EXCEEDED}'
+                          ELSE '{LEASE_EXPIRED}' END,
+        last_error = CASE WHEN j.effect_marker IS NOT NULL
+                          THEN 'executor lost during an unsafe external call: outcome needs confirmation'
+                          WHEN j.execution_deadline <= now() THEN 'execution deadline passed'
+                          ELSE 'lease expired: executor lost' END,
+        run_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
+                      THEN now() + {_BACKOFF} ELSE j.run_at END,
+        finished_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
+                           THEN NULL ELSE now() END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
+    FROM stale WHERE j.id = stale.id
+    RETURNING j.id, j.status, j.error_code, j.last_error, j.queue
+), closed AS (
+    UPDATE workflow_job_executions e
+    SET status = 'failed', error = r.last_error, error_code = r.error_code,
+        finished_at = clock_timestamp(),
+        duration_ms = (extract(epoch FROM clock_timestamp() - e.started_at) * 1000)::int
+    FROM reclaimed r WHERE e.job_id = r.id AND e.status = 'running'
+)
+SELECT id, status, error_code, queue FROM reclaimed
+"""
+)
+
+
+def reclaim_expired(
+    conn: Connection, *, limit: int, backoff_base: float, backoff_cap: float
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        _RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap}
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+# --------------------------------------------------------------------------- fencing moves (generation + 1)
+def _close_running_attempts(ids_cte: str, status: str, error: str) -> str:
+    return f"""
+, closed AS (
+    UPDATE workflow_job_executions e
+    SET status = '{status}', error = '{error}', finished_at = clock_timestamp(),
+        duration_ms = (extract(epoch FROM clock_timestamp() - e.started_at) * 1000)::int
+    FROM {ids_cte} m WHERE e.job_id = m.id AND e.status = 'running'
+)"""
+
+
+_SUSPEND = text(
+    f"""
+WITH moved AS (
+    UPDATE workflow_jobs j
+    SET status = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN 'dead' ELSE 'paused' END,
+        remaining_ms = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN NULL
+                            WHEN j.status = 'running' THEN 0
+                            ELSE GREATEST(0, (extract(epoch FROM j.run_at - now()) * 1000))::bigint END,
+        error_code = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL
+                          THEN '{EXTERNAL_OUTCOME_UNKNOWN}' ELSE j.error_code END,
+        last_error = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL
+                          THEN 'instance suspended during an unsafe external call: outcome needs confirmation'
+                          ELSE j.last_error END,
+        finished_at = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN now()
+                           ELSE j.finished_at END,
+        generation = j.generation + 1,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
+    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))
+      AND j.status IN ('pending', 'running')
+    RETURNING j.id, j.status
+){_close_running_attempts("moved", "canceled", "instance suspended")}
+SELECT id, status FROM moved
+"""
+)
+
+
+def suspend_instance(conn: Connection, instance_id: str, types: Sequence[str]) -> list[dict[str, Any]]:
+    """pending|running -> paused (remaining ms saved), or running with an open marker -> dead."""
+    return [dict(r._mapping) for r in conn.execute(_SUSPEND, {"instance_id": instance_id, "types": list(types)})]
+
+
+_RESUME = text(
+    """
+UPDATE workflow_jobs j
+SET status = 'pending', run_at = now() + j.remaining_ms * interval '1 millisecond',
+    remaining_ms = NULL, generation = j.generation + 1, updated_at = now()
+WHERE j.instance_id = :instance_id AND j.status = 'paused'
+RETURNING j.id, j.queue, j.run_at
+"""
+)
+
+
+def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
+    """paused -> pending with exactly the saved remaining time."""
+    return [dict(r._mapping) for r in conn.execute(_RESUME, {"instance_id": instance_id})]
+
+
+def _cancel_sql(where: str) -> str:
+    return f"""
+WITH moved AS (
+    UPDATE workflow_jobs j
+    SET status = 'canceled', generation = j.generation + 1, error_code = :code, last_error = :reason,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, remaining_ms = NULL,
+        finished_at = now(), updated_at = now()
+    WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead')
+    RETURNING j.id, j.generation
+){_close_running_attempts("moved", "canceled", "canceled")}
+SELECT id, generation FROM moved
+"""
+
+
+_CLEAR = text(_cancel_sql("j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))"))
+_CANCEL_ONE = text(_cancel_sql("j.id = :id"))
+
+
+def clear_instance(
+    conn: Connection, instance_id: str, types: Sequence[str], reason: str
+) -> list[dict[str, Any]]:
+    """Cancel the instance's jobs of the clear scope; running executors lose ownership."""
+    rows = conn.execute(
+        _CLEAR, {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason}
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def cancel_job(conn: Connection, job_id: int, reason: str) -> dict[str, Any] | None:
+    """Operator skip: pending|running|paused|failed|dead -> canceled (generation + 1)."""
+    row = conn.execute(_CANCEL_ONE, {"id": job_id, "code": CANCELED_BY_OPERATOR, "reason": reason}).first()
+    return dict(row._mapping) if row else None
+
+
+_RETRY_ONE = text(
+    """
+UPDATE workflow_jobs j
+SET status = 'pending', generation = j.generation + 1, attempts = 0,
+    run_at = now() + CAST(:delay_ms AS double precision) * interval '1 millisecond',
+    payload = COALESCE(CAST(:payload AS jsonb), j.payload),
+    operation_key = COALESCE(:operation_key, j.operation_key),
+    effect_marker = NULL, error_code = NULL, finished_at = NULL, result = NULL, updated_at = now()
+WHERE j.id = :id AND j.status IN ('failed', 'dead', 'canceled')
+RETURNING j.id, j.queue, j.generation, j.run_at
+"""
+)
+
+
+def retry_job(
+    conn: Connection,
+    job_id: int,
+    *,
+    payload: Any = None,
+    operation_key: str | None = None,
+    delay_ms: float = 0,
+) -> dict[str, Any] | None:
+    """Manual retry: failed|dead|canceled -> pending, generation + 1, attempts reset (L-STATE-4)."""
+    row = conn.execute(
+        _RETRY_ONE,
+        {
+            "id": job_id,
+            "payload": None if payload is None else json.dumps(payload),
+            "operation_key": operation_key,
+            "delay_ms": delay_ms,
+        },
+    ).first()
+    return dict(row._mapping) if row else None

@@ -1,0 +1,1 @@
+"""Ledgerflow command line, local development environment and Python SDK."""

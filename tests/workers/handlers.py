@@ -1,0 +1,55 @@
+"""Handlers used by worker-process tests (loaded through LEDGERFLOW_HANDLERS)."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import text
+
+from app.ledger import handlers
+from app.ledger.outcome import PermanentError, Skip
+
+
+def _behave(ctx):  # noqa: ANN001, ANN202
+    p = ctx.payload or {}
+    mode = p.get("mode", "noop")
+    if mode == "noop":
+        return None
+    if mode == "sleep":
+        ctx.sleep(float(p.get("seconds", 1)))
+        return {"slept": p.get("seconds")}
+    if mode == "skip":
+        return Skip("nothing to do")
+    if mode == "fail":
+        raise RuntimeError(p.get("message", "boom"))
+    if mode == "permanent":
+        raise PermanentError("bad input")
+    if mode == "receipt_then_sleep":
+        # business write + receipt, then hang until killed (the kill -9 test)
+        def write(conn):  # noqa: ANN001, ANN202
+            conn.execute(
+                text("INSERT INTO test_effects (operation_key, note) VALUES (:k, 'written')"),
+                {"k": ctx.operation_key},
+            )
+            return {"written": True}
+
+        ctx.effect("write", write)
+        marker = p.get("marker_file")
+        if marker and ctx.attempt == 1:
+            open(marker, "w").close()
+            time.sleep(3600)
+        return {"done": True}
+    if mode == "record":
+        def write(conn):  # noqa: ANN001, ANN202
+            conn.execute(
+                text("INSERT INTO test_effects (operation_key, note) VALUES (:k, :n)"),
+                {"k": ctx.operation_key, "n": str(ctx.job_id)},
+            )
+            return {"ok": True}
+
+        return ctx.effect("write", write)
+    raise PermanentError(f"unknown mode {mode}")
+
+
+for _t in ("delay_wake", "event_dispatch", "webhook_delivery", "task_timeout", "automation_action"):
+    handlers.register(_t, _behave, replace=True)

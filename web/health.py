@@ -1,0 +1,41 @@
+"""/healthz (process up) and /readyz (Postgres reachable; Redis reported, not required)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+from sqlalchemy import text
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz():  # noqa: ANN201
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/readyz")
+def readyz():  # noqa: ANN201
+    from app.config import get_settings
+    from app.db import get_engine
+
+    body: dict[str, object] = {}
+    try:
+        with get_engine().connect() as conn:
+            conn.execute(text("SELECT 1"))
+        body["postgres"] = "ok"
+    except Exception:  # noqa: BLE001
+        body["postgres"] = "unreachable"
+    redis_url = get_settings().redis_url
+    if not redis_url:
+        body["redis"] = "not configured (pools poll every 2 s)"
+    else:
+        import redis
+
+        try:
+            redis.Redis.from_url(redis_url, socket_connect_timeout=1, socket_timeout=1).ping()
+            body["redis"] = "ok"
+        except redis.RedisError:
+            body["redis"] = "unreachable (pools poll every 2 s)"
+    ready = body["postgres"] == "ok"
+    body["status"] = "ready" if ready else "not ready"
+    return jsonify(body), (200 if ready else 503)
