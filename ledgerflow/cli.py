@@ -29,7 +29,7 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--revision", default="head", show_default=True)
+@click.option("--revision", default="heads", show_default=True)
 def db_upgrade(revision: str) -> None:
     """Apply Alembic migrations to DATABASE_URL."""
     from app.config import get_settings
