@@ -1,5 +1,7 @@
-"""All tables of the product share one MetaData so migrations can be compared with the models."""
+"""Every table of the product, for Alembic and the schema test. Each models module registers its
+tables on ``app.metadata.metadata`` when imported; add new models modules here."""
 
-from app.ledger.models import metadata
+import app.ledger.models  # noqa: F401
+from app.metadata import metadata
 
 __all__ = ["metadata"]

@@ -12,7 +12,6 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
-    MetaData,
     Table,
     Text,
     UniqueConstraint,
@@ -22,8 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from app.ledger.states import AttemptStatus, JobStatus, JobType
-
-metadata = MetaData()
+from app.metadata import metadata  # noqa: E402
 
 
 def _in(column: str, values: list[str]) -> str:
