@@ -15,6 +15,7 @@ def _setup_logging() -> None:
     level = os.environ.get("LOG_LEVEL", "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("dramatiq").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
 
 
 @click.group()

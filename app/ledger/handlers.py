@@ -4,6 +4,8 @@ with HANDLER_MISSING, never a silent success."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +48,12 @@ def unregister(job_type: str) -> None:
 
 
 def load_modules(modules: Iterable[str]) -> None:
-    """Import modules that register handlers (built-in families, then LEDGERFLOW_HANDLERS)."""
+    """Import modules that register handlers (built-in families, then LEDGERFLOW_HANDLERS).
+
+    Like the ``dramatiq`` command, the working directory is importable, so a project's own handler
+    modules load without installing them."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     for name in modules:
         importlib.import_module(name)
