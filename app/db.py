@@ -15,6 +15,14 @@ from app.config import get_settings
 log = logging.getLogger(__name__)
 
 _AFTER_COMMIT = "ledgerflow_after_commit"
+# Per-transaction scratch state (e.g. the queues already hinted); dropped with the hooks on commit
+# and on rollback, so nothing leaks into the next transaction of the pooled connection.
+_TX_STATE = "ledgerflow_tx_state"
+
+
+def _drop_transaction_state(conn: Connection) -> None:
+    conn.info.pop(_AFTER_COMMIT, None)
+    conn.info.pop(_TX_STATE, None)
 
 
 @lru_cache(maxsize=8)
@@ -30,7 +38,7 @@ def _engine_for(url: str) -> Engine:
 
     @event.listens_for(engine, "rollback")
     def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)
-        conn.info.pop(_AFTER_COMMIT, None)
+        _drop_transaction_state(conn)
 
     return engine
 
@@ -44,7 +52,13 @@ def after_commit(conn: Connection, fn: Callable[[], None]) -> None:
     conn.info.setdefault(_AFTER_COMMIT, []).append(fn)
 
 
+def transaction_state(conn: Connection) -> dict:
+    """A dict that lives exactly as long as ``conn``'s current transaction."""
+    return conn.info.setdefault(_TX_STATE, {})
+
+
 def _run_hooks(conn: Connection) -> None:
+    conn.info.pop(_TX_STATE, None)
     for fn in conn.info.pop(_AFTER_COMMIT, []):
         try:
             fn()
@@ -61,7 +75,7 @@ def transaction(engine: Engine | None = None) -> Iterator[Connection]:
             with conn.begin():
                 yield conn
         except BaseException:
-            conn.info.pop(_AFTER_COMMIT, None)
+            _drop_transaction_state(conn)
             raise
         _run_hooks(conn)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from sqlalchemy import Connection
 
-from app.db import after_commit
+from app.db import after_commit, transaction_state
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +50,9 @@ def publish_now(queue: str) -> bool:
 
 
 def publish_after_commit(conn: Connection, queues: Iterable[str]) -> None:
-    """Register hints for ``queues`` to be sent once ``conn``'s transaction commits."""
-    pending: set[str] = conn.info.setdefault("ledgerflow_hint_queues", set())
-    new = set(queues) - pending
-    if not new:
-        return
-    first = not pending
-    pending |= new
-    if first:
-
-        def _flush() -> None:
-            for q in sorted(conn.info.pop("ledgerflow_hint_queues", set())):
-                publish_now(q)
-
-        after_commit(conn, _flush)
+    """Register one hint per queue, sent once ``conn``'s transaction commits (none on rollback)."""
+    hinted: set[str] = transaction_state(conn).setdefault("hinted_queues", set())
+    for queue in queues:
+        if queue not in hinted:
+            hinted.add(queue)
+            after_commit(conn, lambda q=queue: publish_now(q))

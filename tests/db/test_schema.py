@@ -33,3 +33,32 @@ def test_finished_attempts_are_immutable(db):
         )
     with pytest.raises(DBAPIError, match="immutable"), db.begin() as conn:
         conn.execute(text("UPDATE workflow_job_executions SET error = 'rewritten' WHERE id = 1"))
+
+
+def test_rolled_back_transaction_leaves_no_hint_state_behind(db):
+    """Regression: a rollback used to leave the per-connection hint set behind, so the next
+    transaction on the same pooled connection published nothing."""
+    from app.db import transaction
+    from app.ledger import hints
+    from app.ledger.enqueue import enqueue
+
+    sent: list[str] = []
+    hints.set_publisher(sent.append)
+    try:
+
+        class Boom(Exception):
+            pass
+
+        try:
+            with transaction(db) as conn:
+                enqueue(conn, "delay_wake", {})
+                raise Boom
+        except Boom:
+            pass
+        assert sent == []
+        for _ in range(3):  # whichever pooled connection comes back, the hint must go out
+            with transaction(db) as conn:
+                enqueue(conn, "delay_wake", {})
+        assert sent == ["workflow-ledger"] * 3
+    finally:
+        hints.set_publisher(None)
