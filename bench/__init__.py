@@ -1,0 +1,1 @@
+"""Ledgerflow benchmarks (``python -m bench`` / ``make bench``): numbers printed, never asserted."""

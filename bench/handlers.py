@@ -1,0 +1,12 @@
+"""The benchmark's no-op handler, loaded by worker processes through ``LEDGERFLOW_HANDLERS``."""
+
+from __future__ import annotations
+
+from app.ledger import handlers
+
+
+def noop(ctx):  # noqa: ANN001, ANN201 - the cheapest possible job
+    return None
+
+
+handlers.register("delay_wake", noop, replace=True)

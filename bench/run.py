@@ -1,0 +1,646 @@
+"""``python -m bench``: ledgerflow against procrastinate on the same PostgreSQL server.
+
+Creates its own databases (``lf_bench_<random>`` for ledgerflow, ``lf_bench_<random>_pq`` for the
+peer) on the server named by ``DATABASE_URL`` and a private Redis namespace, runs real worker
+processes, prints one table, writes the raw numbers to ``bench/results/``, and drops everything it
+created. Numbers only: nothing here asserts a timing. See ``bench/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "workflow-ledger"
+LEDGER_TABLES = "workflow_job_effects, workflow_job_executions, workflow_jobs, workflow_worker_nodes"
+PEER_TABLES = "procrastinate_events, procrastinate_periodic_defers, procrastinate_jobs, procrastinate_workers"
+SLOTS = 4  # L-CLAIM-1: 4 slots per pool per process; the peer gets --concurrency 4 per process
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def libpq(url: str) -> str:
+    for prefix in ("postgresql+psycopg://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+def with_database(url: str, database: str) -> str:
+    from sqlalchemy import make_url
+
+    return libpq(make_url(libpq(url)).set(database=database).render_as_string(hide_password=False))
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def closed_port() -> int:
+    """A local TCP port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    k = (len(xs) - 1) * q / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')} load {loadavg()}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    log_path: Path
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class Config:
+    quick: bool
+    jobs: int
+    procs: list[int]
+    repeat: int
+    lat_n: int
+    lat_rate: float
+    claim_sizes: list[int]
+    claim_samples: int
+    peer: bool
+    workloads: set[str]
+
+
+@dataclass
+class Results:
+    started: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
+    load: list[tuple[str, str]] = field(default_factory=list)
+    throughput: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)
+    claim: dict[int, dict[str, float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------- the bench
+class Bench:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.uid = uuid.uuid4().hex[:8]
+        self.server = libpq(os.environ["DATABASE_URL"])
+        self.redis_url = os.environ.get("REDIS_URL") or None
+        self.lf_db = f"lf_bench_{self.uid}"
+        self.pq_db = f"lf_bench_{self.uid}_pq"
+        self.lf_dsn = with_database(self.server, self.lf_db)
+        self.pq_dsn = with_database(self.server, self.pq_db)
+        self.ns = f"lf-bench-{self.uid}"
+        self.tmp = Path(tempfile.mkdtemp(prefix="lf-bench-"))
+        self.procs: list[Proc] = []
+        self.res = Results()
+        self.bin = Path(sys.executable).parent
+
+    # -- setup / teardown ------------------------------------------------------------------------
+    def admin(self, sql: str) -> None:
+        with psycopg.connect(with_database(self.server, "postgres"), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def setup(self) -> None:
+        log(f"creating databases {self.lf_db}, {self.pq_db}; redis namespace {self.ns}")
+        self.admin(f'CREATE DATABASE "{self.lf_db}"')
+        # This process enqueues and publishes hints as an application would: point it at the bench.
+        os.environ["DATABASE_URL"] = self.lf_dsn
+        os.environ["LEDGERFLOW_REDIS_NAMESPACE"] = self.ns
+        from app.config import get_settings
+        from app.migrate import upgrade
+
+        get_settings.cache_clear()
+        upgrade(get_settings().database_url)
+        if self.cfg.peer:
+            self.admin(f'CREATE DATABASE "{self.pq_db}"')
+            os.environ["BENCH_PQ_DSN"] = self.pq_dsn
+            from bench.peer import app
+
+            with app.open():
+                app.schema_manager.apply_schema()
+
+    def teardown(self) -> None:
+        for p in self.procs:
+            self.stop(p)
+        try:
+            from app.db import get_engine
+
+            get_engine().dispose()
+        except Exception:  # noqa: BLE001
+            pass
+        for db in (self.lf_db, self.pq_db):
+            try:
+                self.admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            except Exception as exc:  # noqa: BLE001
+                log(f"could not drop {db}: {exc}")
+        if self.redis_url:
+            try:
+                import redis
+
+                client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2)
+                for key in client.scan_iter(f"{self.ns}*"):
+                    client.delete(key)
+            except Exception as exc:  # noqa: BLE001
+                log(f"could not clean redis namespace {self.ns}: {exc}")
+
+    # -- processes -------------------------------------------------------------------------------
+    def spawn(self, argv: list[str], env: dict[str, str], name: str) -> Proc:
+        path = self.tmp / f"{name}-{len(self.procs)}.log"
+        out = open(path, "w")  # noqa: SIM115 - closed with the process
+        popen = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = Proc(popen, path)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: Proc, timeout: float = 20.0) -> None:
+        if proc.popen.poll() is None:
+            proc.popen.send_signal(signal.SIGTERM)
+            try:
+                proc.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def base_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["LOG_LEVEL"] = "WARNING"
+        return env
+
+    def lf_env(self, redis_url: str | None) -> dict[str, str]:
+        env = self.base_env()
+        env.update(
+            DATABASE_URL=self.lf_dsn,
+            LEDGERFLOW_REDIS_NAMESPACE=self.ns,
+            LEDGERFLOW_HANDLERS="bench.handlers",
+        )
+        if redis_url:
+            env["REDIS_URL"] = redis_url
+        else:
+            env.pop("REDIS_URL", None)
+        return env
+
+    def lf_workers(self, n: int, redis_url: str | None) -> list[Proc]:
+        exe = self.bin / "ledgerflow"
+        argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ledgerflow.cli"]
+        procs = [
+            self.spawn([*argv, "worker", "--pool", "advance"], self.lf_env(redis_url), "lf-worker")
+            for _ in range(n)
+        ]
+        deadline = time.monotonic() + 60
+        for p in procs:
+            while "ready" not in p.output():
+                if p.popen.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ledgerflow worker did not start:\n{p.output()}")
+                time.sleep(0.05)
+        return procs
+
+    def pq_workers(self, n: int) -> list[Proc]:
+        env = self.base_env()
+        env["BENCH_PQ_DSN"] = self.pq_dsn
+        argv = [
+            str(self.bin / "procrastinate"),
+            "--log-level",
+            "warning",
+            "--app",
+            "bench.peer.app",
+            "worker",
+            "--concurrency",
+            str(SLOTS),
+            "--queues",
+            "bench",
+        ]
+        procs = [self.spawn(argv, env, "pq-worker") for _ in range(n)]
+        deadline = time.monotonic() + 60
+        while self.scalar(self.pq_dsn, "SELECT count(*) FROM procrastinate_workers") < n:
+            for p in procs:
+                if p.popen.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"procrastinate worker did not start:\n{p.output()}")
+            time.sleep(0.05)
+        time.sleep(1.0)  # registered first, LISTEN right after: give it a moment
+        return procs
+
+    # -- sql -------------------------------------------------------------------------------------
+    @staticmethod
+    def execute(dsn: str, sql: str) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql)
+
+    @staticmethod
+    def scalar(dsn: str, sql: str, params: Any = None) -> Any:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchone()[0]
+
+    @staticmethod
+    def rows(dsn: str, sql: str, params: Any = None) -> list[tuple]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def wait_count(self, dsn: str, sql: str, target: int, timeout: float, procs: list[Proc]) -> None:
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while True:
+                n = conn.execute(sql).fetchone()[0]
+                if n >= target:
+                    return
+                if time.monotonic() > deadline:
+                    tails = "\n".join(p.output()[-3000:] for p in procs)
+                    raise RuntimeError(f"timed out with {n}/{target} done\n{tails}")
+                time.sleep(0.25)
+
+    # -- workload 1: throughput ------------------------------------------------------------------
+    def lf_throughput(self, n_procs: int) -> float:
+        from sqlalchemy import text
+
+        from app.db import transaction
+        from app.ledger.hints import publish_after_commit
+        from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
+
+        n = self.cfg.jobs
+        self.execute(self.lf_dsn, f"TRUNCATE {LEDGER_TABLES} RESTART IDENTITY CASCADE")
+        procs = self.lf_workers(n_procs, self.redis_url)
+        time.sleep(0.5)
+        with transaction() as conn:  # 20k jobs in one transaction, as enqueue() would write them
+            conn.execute(
+                text(
+                    """INSERT INTO workflow_jobs (type, queue, payload, max_attempts, execution_timeout_ms,
+                                               operation_key, trace_id)
+                       SELECT 'delay_wake', :q, '{}'::jsonb, :ma, 600000, md5('op' || g), md5('tr' || g)
+                       FROM generate_series(1, :n) g"""
+                ),
+                {"q": QUEUE, "ma": DEFAULT_MAX_ATTEMPTS[JobType.DELAY_WAKE], "n": n},
+            )
+            publish_after_commit(conn, [QUEUE])
+        self.wait_count(
+            self.lf_dsn,
+            "SELECT count(*) FROM workflow_jobs WHERE status = 'succeeded'",
+            n,
+            60 + n / 20,
+            procs,
+        )
+        count, secs = self.rows(
+            self.lf_dsn,
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
+            " FROM workflow_job_executions",
+        )[0]
+        for p in procs:
+            self.stop(p)
+        return count / float(secs)
+
+    def pq_throughput(self, n_procs: int) -> float:
+        n = self.cfg.jobs
+        self.execute(self.pq_dsn, f"TRUNCATE {PEER_TABLES} RESTART IDENTITY CASCADE")
+        procs = self.pq_workers(n_procs)
+        with psycopg.connect(self.pq_dsn) as conn:  # one transaction, like batch_defer
+            conn.execute(
+                "INSERT INTO procrastinate_jobs (queue_name, task_name, args) "
+                "SELECT 'bench', 'noop', '{}'::jsonb FROM generate_series(1, %s)",
+                (n,),
+            )
+        self.wait_count(
+            self.pq_dsn,
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+            n,
+            60 + n / 20,
+            procs,
+        )
+        count, secs = self.rows(
+            self.pq_dsn,
+            """SELECT count(*) FILTER (WHERE type = 'succeeded'),
+                      extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')
+                                       - min(at) FILTER (WHERE type = 'started'))
+               FROM procrastinate_events""",
+        )[0]
+        for p in procs:
+            self.stop(p)
+        return count / float(secs)
+
+    def throughput(self) -> None:
+        systems: list[tuple[str, Callable[[int], float]]] = [("ledgerflow", self.lf_throughput)]
+        if self.cfg.peer:
+            systems.append(("procrastinate", self.pq_throughput))
+        for rep in range(self.cfg.repeat):
+            for name, fn in systems:
+                for n_procs in self.cfg.procs:
+                    log(
+                        f"throughput {name}: {self.cfg.jobs} no-op jobs, {n_procs} process(es)"
+                        f" (run {rep + 1})"
+                    )
+                    rate = fn(n_procs)
+                    self.res.throughput.setdefault(name, {}).setdefault(n_procs, []).append(rate)
+                    self.res.load.append((f"throughput {name} x{n_procs}", loadavg()))
+                    log(f"  -> {rate:,.0f} jobs/s")
+
+    # -- workload 2: idle enqueue -> start latency -----------------------------------------------
+    def _client(self, system: str, env: dict[str, str]) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.latency_client",
+            system,
+            "--n",
+            str(self.cfg.lat_n),
+            "--rate",
+            str(self.cfg.lat_rate),
+            "--warmup",
+            "5",
+        ]
+        proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"latency client failed:\n{proc.stdout}\n{proc.stderr}")
+
+    def lf_latency(self, redis_url: str | None) -> list[float]:
+        total = self.cfg.lat_n + 5
+        self.execute(self.lf_dsn, f"TRUNCATE {LEDGER_TABLES} RESTART IDENTITY CASCADE")
+        procs = self.lf_workers(1, redis_url)
+        time.sleep(1.0)
+        self._client("ledger", self.lf_env(redis_url))
+        self.wait_count(
+            self.lf_dsn, "SELECT count(*) FROM workflow_jobs WHERE status = 'succeeded'", total, 30, procs
+        )
+        ms = [
+            r[0]
+            for r in self.rows(
+                self.lf_dsn,
+                """SELECT extract(epoch FROM e.started_at - j.created_at) * 1000
+               FROM workflow_jobs j JOIN workflow_job_executions e ON e.job_id = j.id AND e.attempt = 1
+               WHERE NOT (j.payload ->> 'warm')::boolean""",
+            )
+        ]
+        for p in procs:
+            self.stop(p)
+        return [float(x) for x in ms]
+
+    def pq_latency(self) -> list[float]:
+        total = self.cfg.lat_n + 5
+        self.execute(self.pq_dsn, f"TRUNCATE {PEER_TABLES} RESTART IDENTITY CASCADE")
+        procs = self.pq_workers(1)
+        env = self.base_env()
+        env["BENCH_PQ_DSN"] = self.pq_dsn
+        self._client("peer", env)
+        self.wait_count(
+            self.pq_dsn,
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+            total,
+            30,
+            procs,
+        )
+        ms = [
+            r[0]
+            for r in self.rows(
+                self.pq_dsn,
+                """SELECT extract(epoch FROM s.at - d.at) * 1000
+               FROM procrastinate_jobs j
+               JOIN procrastinate_events d ON d.job_id = j.id AND d.type = 'deferred'
+               JOIN procrastinate_events s ON s.job_id = j.id AND s.type = 'started'
+               WHERE NOT (j.args ->> 'warm')::boolean""",
+            )
+        ]
+        for p in procs:
+            self.stop(p)
+        return [float(x) for x in ms]
+
+    def latency(self) -> None:
+        def record(key: str, ms: list[float]) -> None:
+            self.res.latency[key] = {
+                "n": len(ms),
+                "p50": percentile(ms, 50),
+                "p90": percentile(ms, 90),
+                "p99": percentile(ms, 99),
+                "max": max(ms) if ms else float("nan"),
+            }
+            self.res.load.append((f"latency {key}", loadavg()))
+            log(f"  -> p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms")
+
+        n, rate = self.cfg.lat_n, self.cfg.lat_rate
+        if self.redis_url:
+            log(f"latency ledgerflow with hints: {n} jobs at ~{rate:g}/s, 1 worker process")
+            record("ledgerflow_hints", self.lf_latency(self.redis_url))
+        else:
+            self.res.notes.append("REDIS_URL unset: the with-hints latency was not measured")
+        port = closed_port()
+        log(f"latency ledgerflow with Redis down (REDIS_URL -> closed port {port}): {n} jobs at ~{rate:g}/s")
+        record("ledgerflow_redis_down", self.lf_latency(f"redis://127.0.0.1:{port}/0"))
+        if self.cfg.peer:
+            log(f"latency procrastinate (LISTEN/NOTIFY): {n} jobs at ~{rate:g}/s, 1 worker process")
+            record("procrastinate", self.pq_latency())
+
+    # -- workload 3: claim latency vs pending backlog --------------------------------------------
+    def claim(self) -> None:
+        from app.db import get_engine
+        from bench.claim import explain_claim, time_claims
+
+        engine = get_engine()
+        self.execute(self.lf_dsn, f"TRUNCATE {LEDGER_TABLES} RESTART IDENTITY CASCADE")
+        have = 0
+        plans: dict[int, str] = {}
+        for size in self.cfg.claim_sizes:
+            t0 = time.monotonic()
+            with psycopg.connect(self.lf_dsn, autocommit=True) as conn:
+                conn.execute(
+                    """INSERT INTO workflow_jobs (type, queue, payload, priority, run_at, max_attempts,
+                                                  execution_timeout_ms, operation_key, trace_id)
+                       SELECT 'delay_wake', %s, '{}'::jsonb, 0,
+                              now() - (g %% 3600) * interval '1 second' - interval '1 second',
+                              3, 600000, md5('op' || g), md5('tr' || g)
+                       FROM generate_series(%s::int, %s::int) g""",
+                    (QUEUE, have + 1, size),
+                )
+                conn.execute("VACUUM ANALYZE workflow_jobs")
+            have = size
+            log(f"claim latency: {size:,} pending rows (inserted in {time.monotonic() - t0:.1f} s)")
+            samples = time_claims(engine, self.lf_dsn, self.cfg.claim_samples)
+            self.res.claim[size] = {
+                "n": len(samples),
+                "p50": percentile(samples, 50),
+                "p90": percentile(samples, 90),
+                "p99": percentile(samples, 99),
+            }
+            self.res.load.append((f"claim {size}", loadavg()))
+            plans[size] = explain_claim(self.lf_dsn)
+            log(f"  -> p50 {percentile(samples, 50):.3f} ms, p99 {percentile(samples, 99):.3f} ms")
+        self.plans = plans
+
+    # -- report ----------------------------------------------------------------------------------
+    def report(self) -> str:
+        r, cfg = self.res, self.cfg
+        lines: list[str] = []
+        best = f"best of {cfg.repeat} runs" if cfg.repeat > 1 else "one run"
+        lines.append(
+            f"Ledgerflow benchmark  ({'--quick' if cfg.quick else 'full'}; {r.started}; "
+            f"{os.cpu_count()} CPUs; load at start {r.load[0][1] if r.load else loadavg()})"
+        )
+        row = "{:<46} {:>14} {:>14} {:>12}"
+        lines.append(row.format("workload", "ledgerflow", "procrastinate", "ratio"))
+        lines.append("-" * 89)
+        lf_t, pq_t = r.throughput.get("ledgerflow", {}), r.throughput.get("procrastinate", {})
+        for n_procs in cfg.procs if r.throughput else []:
+            a = max(lf_t.get(n_procs, [float("nan")]))
+            b = max(pq_t.get(n_procs, [float("nan")]))
+            lines.append(
+                row.format(
+                    f"no-op throughput, {n_procs} proc x {SLOTS} slots (jobs/s)",
+                    f"{a:,.0f}",
+                    f"{b:,.0f}" if b == b else "-",
+                    f"{a / b:.2f}x" if b == b else "-",
+                )
+            )
+        if r.throughput:
+            lines.append(
+                f"  ({cfg.jobs:,} jobs; first claim -> last settle by DB timestamps; {best}; "
+                "ratio = ledgerflow / procrastinate, higher is better)"
+            )
+        lat = r.latency
+        pq = lat.get("procrastinate")
+        for key, label in (("ledgerflow_hints", "with Redis hints"), ("ledgerflow_redis_down", "Redis down")):
+            if key not in lat:
+                continue
+            for q in ("p50", "p99"):
+                a = lat[key][q]
+                b = pq[q] if pq and key == "ledgerflow_hints" else None
+                lines.append(
+                    row.format(
+                        f"idle enqueue->start {q}, {label} (ms)",
+                        f"{a:,.1f}",
+                        f"{b:,.1f}" if b is not None else "-",
+                        f"{a / b:.2f}x" if b else "-",
+                    )
+                )
+        if lat:
+            lines.append(
+                f"  ({cfg.lat_n} single jobs at ~{cfg.lat_rate:g}/s (not 1/s, to keep the run short), "
+                "1 worker process; attempt start - job creation by DB time; peer = LISTEN/NOTIFY; "
+                "ratio = ledgerflow / procrastinate, lower is better)"
+            )
+        if r.claim:
+            base = r.claim[min(r.claim)]["p50"]
+            for size, c in sorted(r.claim.items()):
+                lines.append(
+                    row.format(
+                        f"claim 4 jobs p50, {size:,} pending (ms)",
+                        f"{c['p50']:.3f}",
+                        "-",
+                        f"{c['p50'] / base:.2f}x",
+                    )
+                )
+            lines.append(
+                f"  (transitions.claim in a rolled-back transaction, {cfg.claim_samples} samples; "
+                f"ratio = p50 / p50 at {min(r.claim):,})"
+            )
+        lines.append(
+            "load average (1/5/15 min) during the runs: " + "; ".join(f"{k}: {v}" for k, v in r.load)
+        )
+        lines.extend(f"note: {n}" for n in r.notes)
+        return "\n".join(lines)
+
+    def save(self, table: str) -> Path:
+        out = ROOT / "bench" / "results"
+        out.mkdir(exist_ok=True)
+        path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}{'-quick' if self.cfg.quick else ''}.json"
+        doc = {
+            "config": self.cfg.__dict__ | {"workloads": sorted(self.cfg.workloads)},
+            "results": {
+                "started": self.res.started,
+                "load": self.res.load,
+                "throughput": self.res.throughput,
+                "latency": self.res.latency,
+                "claim": self.res.claim,
+                "notes": self.res.notes,
+            },
+            "claim_plans": getattr(self, "plans", {}),
+            "table": table,
+        }
+        path.write_text(json.dumps(doc, indent=2, default=str))
+        return path
+
+
+def parse(argv: list[str] | None) -> Config:
+    p = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="a small smoke run (about 2 minutes)")
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=["throughput", "latency", "claim"],
+        help="run only these workloads (repeatable)",
+    )
+    p.add_argument("--no-peer", action="store_true", help="skip procrastinate")
+    p.add_argument("--repeat", type=int, default=None, help="throughput runs per point (best is reported)")
+    p.add_argument("--jobs", type=int, default=None, help="jobs per throughput run")
+    p.add_argument("--procs", default=None, help="comma-separated worker process counts, e.g. 1,2,4")
+    p.add_argument("--latency-jobs", type=int, default=None)
+    p.add_argument("--latency-rate", type=float, default=None, help="jobs per second in the latency runs")
+    p.add_argument("--claim-sizes", default=None, help="comma-separated pending row counts")
+    p.add_argument("--claim-samples", type=int, default=None)
+    a = p.parse_args(argv)
+    q = a.quick
+    return Config(
+        quick=q,
+        jobs=a.jobs or (2_000 if q else 20_000),
+        procs=[int(x) for x in a.procs.split(",")] if a.procs else ([1, 4] if q else [1, 2, 4]),
+        repeat=a.repeat or (1 if q else 2),
+        lat_n=a.latency_jobs or (30 if q else 200),
+        lat_rate=a.latency_rate or (10.0 if q else 5.0),
+        claim_sizes=[int(x) for x in a.claim_sizes.split(",")]
+        if a.claim_sizes
+        else ([10_000, 100_000] if q else [10_000, 100_000, 1_000_000]),
+        claim_samples=a.claim_samples or (100 if q else 400),
+        peer=not a.no_peer,
+        workloads=set(a.only or ["throughput", "latency", "claim"]),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse(argv)
+    if not os.environ.get("DATABASE_URL"):
+        sys.exit("DATABASE_URL is not set: run `make bench` (it starts embedded services) or export it")
+    random.seed()
+    bench = Bench(cfg)
+    t0 = time.monotonic()
+    try:
+        bench.setup()
+        bench.res.load.append(("start", loadavg()))
+        if "throughput" in cfg.workloads:
+            bench.throughput()
+        if "latency" in cfg.workloads:
+            bench.latency()
+        if "claim" in cfg.workloads:
+            bench.claim()
+    finally:
+        bench.teardown()
+    table = bench.report()
+    path = bench.save(table)
+    print(table)
+    print(f"(total {time.monotonic() - t0:.0f} s; raw numbers and claim plans in {path.relative_to(ROOT)})")
