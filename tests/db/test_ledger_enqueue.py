@@ -1,0 +1,217 @@
+"""Enqueue inside the caller's transaction, post-commit wake hints and idempotency keys
+(L-CLAIM-4, L-EFFECT-2, L-STATE-2)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import make_url, text
+
+from app.db import _engine_for, db_now, transaction
+from app.ledger import hints
+from app.ledger.enqueue import enqueue, operation_key_for
+from tests.ledger_helpers import ADVANCE, OUTBOUND, add_job, install_recorder, job, scalar, wait_for
+
+
+class Rollback(Exception):
+    pass
+
+
+def _count(engine, where: str = "true", **params) -> int:
+    return scalar(engine, f"SELECT count(*) FROM workflow_jobs WHERE {where}", **params)
+
+
+def test_enqueue_writes_a_pending_job_with_links_and_type_defaults(db):
+    with transaction(db) as conn:
+        a = enqueue(
+            conn,
+            "delay_wake",
+            {"x": 1},
+            instance_id="i" * 32,
+            task_id="t1",
+            step_key="cool",
+            priority=3,
+            trace_id="trace-1",
+        )
+        b = enqueue(conn, "webhook_delivery", {"y": 2}, idempotency_key="evt-1:sub-1")
+    ja, jb = job(db, a.id), job(db, b.id)
+    assert a.created and b.created
+    assert (ja["type"], ja["queue"], ja["status"]) == ("delay_wake", ADVANCE, "pending")
+    assert (jb["type"], jb["queue"]) == ("webhook_delivery", OUTBOUND)
+    assert ja["payload"] == {"x": 1}
+    assert (ja["instance_id"], ja["task_id"], ja["step_key"]) == ("i" * 32, "t1", "cool")
+    assert ja["priority"] == 3 and ja["trace_id"] == "trace-1"
+    # per-type attempt budgets set at enqueue time (L-STATE-2), default 10 min timeout
+    assert (ja["max_attempts"], jb["max_attempts"]) == (5, 10)
+    assert ja["execution_timeout_ms"] == 600_000
+    assert (ja["attempts"], ja["generation"]) == (0, 1)
+    assert jb["idempotency_key"] == "evt-1:sub-1"
+    assert jb["trace_id"] and jb["trace_id"] != ja["trace_id"]
+    # operation key: stable for the same input, different for a different payload
+    assert ja["operation_key"] == operation_key_for("delay_wake", {"x": 1}, ("i" * 32, "t1", "cool"))
+    assert operation_key_for("delay_wake", {"x": 1}) == operation_key_for("delay_wake", {"x": 1})
+    assert operation_key_for("delay_wake", {"x": 1}) != operation_key_for("delay_wake", {"x": 2})
+
+
+def test_run_at_and_delay_use_database_time(db):
+    with transaction(db) as conn:
+        now = db_now(conn)
+        delayed = enqueue(conn, "delay_wake", {}, delay_ms=5000).id
+        at = enqueue(conn, "delay_wake", {}, run_at=now + timedelta(minutes=3)).id
+        explicit = enqueue(conn, "delay_wake", {}, max_attempts=2, execution_timeout_ms=1500).id
+    assert job(db, delayed)["run_at"] == now + timedelta(seconds=5)
+    assert job(db, at)["run_at"] == now + timedelta(minutes=3)
+    assert (job(db, explicit)["max_attempts"], job(db, explicit)["execution_timeout_ms"]) == (2, 1500)
+
+
+def test_invalid_priority_and_type_are_refused(db):
+    with pytest.raises(ValueError), transaction(db) as conn:
+        enqueue(conn, "delay_wake", {}, priority=40_000)
+    with pytest.raises(ValueError), transaction(db) as conn:
+        enqueue(conn, "no_such_type", {})
+    assert _count(db) == 0
+
+
+def test_hint_is_published_only_after_commit(db):
+    seen_committed: list[int] = []
+
+    def publisher(queue: str) -> None:
+        # runs after commit: another connection already sees the job
+        seen_committed.append(_count(db))
+        rec(queue)
+
+    rec = install_recorder()
+    hints.set_publisher(publisher)
+    try:
+        with transaction(db) as conn:
+            enqueue(conn, "delay_wake", {"n": 1})
+            enqueue(conn, "task_timeout", {"n": 2})
+            enqueue(conn, "event_dispatch", {"n": 3})
+            assert rec.sent == [], "a hint went out before commit"
+            assert _count(db) == 0, "the job is visible before commit"
+        # one hint per queue per transaction, after the commit
+        assert sorted(rec.sent) == [ADVANCE, OUTBOUND]
+        assert seen_committed == [3, 3]
+    finally:
+        hints.set_publisher(None)
+
+
+def test_rollback_publishes_nothing_and_discards_the_job(db, recorder):
+    with pytest.raises(Rollback), transaction(db) as conn:
+        conn.execute(text("SELECT 1"))
+        enqueue(conn, "delay_wake", {"n": 1})
+        raise Rollback
+    assert recorder.sent == []
+    assert _count(db) == 0
+
+
+def test_a_rollback_does_not_mute_later_hints_on_the_same_connection(db, recorder):
+    """Regression: the per-transaction set of hinted queues survived a rollback in the pooled
+    connection's ``info``, so every later enqueue on that connection published nothing."""
+    url = make_url(str(db.url.render_as_string(hide_password=False))).update_query_dict(
+        {"application_name": "lf_hint_regression"}
+    )
+    engine = _engine_for(url.render_as_string(hide_password=False))  # a fresh pool: one connection
+    try:
+        with pytest.raises(Rollback), transaction(engine) as conn:
+            enqueue(conn, "delay_wake", {"n": 1})
+            raise Rollback
+        assert recorder.sent == []
+        with transaction(engine) as conn:
+            enqueue(conn, "delay_wake", {"n": 2})
+        assert recorder.sent == [ADVANCE]
+        with transaction(engine) as conn:
+            enqueue(conn, "event_dispatch", {"n": 3})
+        assert recorder.sent == [ADVANCE, OUTBOUND]
+    finally:
+        engine.dispose()
+
+
+def test_a_failing_publisher_never_undoes_the_committed_job(db):
+    rec = install_recorder(fail=True)
+    try:
+        with transaction(db) as conn:
+            created = enqueue(conn, "delay_wake", {"n": 1})
+        assert rec.sent == [ADVANCE]  # it was tried, and raised
+        assert job(db, created.id)["status"] == "pending"
+        # later enqueues still commit (the breaker only skips publishing for a moment)
+        add_job(db, "delay_wake", {"n": 2})
+        assert _count(db) == 2
+    finally:
+        hints.set_publisher(None)
+        hints._suspended_until = 0.0
+
+
+def test_idempotency_key_returns_the_existing_job(db, recorder):
+    first = add_job(db, "webhook_delivery", {"v": 1}, idempotency_key="k-1")
+    with transaction(db) as conn:
+        again = enqueue(conn, "webhook_delivery", {"v": 2}, idempotency_key="k-1")
+    assert again.id == first and again.created is False
+    assert _count(db, "idempotency_key = 'k-1'") == 1
+    assert job(db, first)["payload"] == {"v": 1}
+    assert recorder.sent == [OUTBOUND]  # the duplicate published no second hint
+    # jobs without a key are never deduplicated
+    add_job(db, "webhook_delivery", {"v": 1})
+    add_job(db, "webhook_delivery", {"v": 1})
+    assert _count(db) == 3
+
+
+@pytest.mark.parametrize("first_outcome", ["rollback", "commit"])
+def test_idempotent_enqueue_under_a_concurrent_first_inserter(db, recorder, first_outcome):
+    """Two connections insert the same key; the first holds its transaction open. If it rolls back
+    the second creates the job; if it commits the second gets the first's job. Always one row."""
+    inserted = threading.Event()
+    release = threading.Event()
+    result: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            with transaction(db) as conn:
+                result["first"] = enqueue(conn, "webhook_delivery", {"who": "first"}, idempotency_key="dup")
+                inserted.set()
+                assert release.wait(10)
+                if first_outcome == "rollback":
+                    raise Rollback
+        except Rollback:
+            result["first_rolled_back"] = True
+
+    def second() -> None:
+        with transaction(db) as conn:
+            result["second"] = enqueue(conn, "webhook_delivery", {"who": "second"}, idempotency_key="dup")
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert inserted.wait(10)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    # the second insert waits on the first's uncommitted key (a row lock on the unique index)
+    wait_for(
+        lambda: (
+            scalar(
+                db,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO workflow_jobs%'",
+            )
+            == 1
+        )
+    )
+    assert t2.is_alive()
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    assert not t1.is_alive() and not t2.is_alive()
+
+    with db.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(text("SELECT * FROM workflow_jobs"))]
+    assert len(rows) == 1
+    second_job = result["second"]
+    if first_outcome == "rollback":
+        assert result.get("first_rolled_back")
+        assert second_job.created is True and rows[0]["id"] == second_job.id
+        assert rows[0]["payload"] == {"who": "second"}
+    else:
+        assert second_job.created is False and second_job.id == result["first"].id
+        assert rows[0]["payload"] == {"who": "first"}
+    assert recorder.sent == [OUTBOUND]  # exactly one hint: from the transaction that created it

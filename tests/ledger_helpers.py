@@ -1,0 +1,142 @@
+"""Small helpers shared by the ledger tests: enqueue, claim, read rows, build a JobContext the way
+the pool does, and record published wake hints."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from app.db import transaction
+from app.ledger import hints, transitions
+from app.ledger.context import JobContext
+from app.ledger.enqueue import enqueue
+
+ADVANCE = "workflow-ledger"
+OUTBOUND = "workflow-ledger-outbound"
+
+
+def add_job(engine: Engine, job_type: str = "delay_wake", payload: Any = None, **kw: Any) -> int:
+    """Enqueue one job in its own transaction (due now unless told otherwise)."""
+    with transaction(engine) as conn:
+        return enqueue(conn, job_type, payload, **kw).id
+
+
+def claim(
+    engine: Engine,
+    queue: str = ADVANCE,
+    limit: int = 1,
+    *,
+    by_due: bool = False,
+    lease_seconds: float = 60.0,
+    worker_id: str = "test-worker",
+) -> list[dict[str, Any]]:
+    with transaction(engine) as conn:
+        return transitions.claim(
+            conn, queue=queue, limit=limit, worker_id=worker_id, lease_seconds=lease_seconds, by_due=by_due
+        )
+
+
+def claim_one(engine: Engine, queue: str = ADVANCE, **kw: Any) -> dict[str, Any]:
+    rows = claim(engine, queue, 1, **kw)
+    assert len(rows) == 1, f"expected one claimable job in {queue}, got {rows}"
+    return rows[0]
+
+
+def job(engine: Engine, job_id: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT * FROM workflow_jobs WHERE id = :id"), {"id": job_id}).one()
+    return dict(row._mapping)
+
+
+def attempts(engine: Engine, job_id: int) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT * FROM workflow_job_executions WHERE job_id = :id ORDER BY id"), {"id": job_id}
+        )
+        return [dict(r._mapping) for r in rows]
+
+
+def scalar(engine: Engine, sql: str, **params: Any) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(text(sql), params).scalar()
+
+
+def seconds_until_run_at(engine: Engine, job_id: int) -> float:
+    """run_at - now() by database time, in seconds."""
+    return float(
+        scalar(
+            engine, "SELECT extract(epoch FROM run_at - now()) FROM workflow_jobs WHERE id = :id", id=job_id
+        )
+    )
+
+
+def settlement(row: dict[str, Any], kind: str, **kw: Any) -> transitions.Settlement:
+    return transitions.Settlement(
+        job_id=row["id"], generation=row["generation"], lease_token=str(row["lease_token"]), kind=kind, **kw
+    )
+
+
+def settle(engine: Engine, items: list[transitions.Settlement], *, base: float = 30.0, cap: float = 900.0):
+    with transaction(engine) as conn:
+        return transitions.settle(conn, items, backoff_base=base, backoff_cap=cap)
+
+
+def context_for(row: dict[str, Any], engine: Engine) -> JobContext:
+    """The JobContext an executor would get for a claimed row (as LedgerPool._start builds it)."""
+    return JobContext(
+        job_id=row["id"],
+        type=row["type"],
+        queue=row["queue"],
+        payload=row["payload"],
+        generation=row["generation"],
+        lease_token=str(row["lease_token"]),
+        attempt=row["attempts"],
+        max_attempts=row["max_attempts"],
+        attempt_id=row["attempt_id"],
+        operation_key=row["operation_key"],
+        trace_id=row["trace_id"],
+        instance_id=row["instance_id"],
+        task_id=row["task_id"],
+        step_key=row["step_key"],
+        execution_deadline=row["execution_deadline"],
+        engine=engine,
+        deadline_monotonic=time.monotonic() + (row["execution_deadline"] - row["db_now"]).total_seconds(),
+    )
+
+
+class RecordingPublisher:
+    """Installed with ``hints.set_publisher``; records every hint, optionally failing."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: list[str] = []
+        self.fail = fail
+        self.lock = threading.Lock()
+
+    def __call__(self, queue: str) -> None:
+        with self.lock:
+            self.sent.append(queue)
+        if self.fail:
+            raise ConnectionError("redis is down")
+
+
+def install_recorder(fail: bool = False) -> RecordingPublisher:
+    rec = RecordingPublisher(fail=fail)
+    hints._suspended_until = 0.0  # a previous test's failed publish must not mute this one
+    hints.set_publisher(rec)
+    return rec
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
