@@ -14,3 +14,8 @@ def new_id() -> str:
 
 def is_hex32(value: str) -> bool:
     return bool(HEX32.match(value))
+
+
+def new_request_id() -> str:
+    """A request id echoed in ``X-Request-Id`` and every error body (``req_`` + 32 hex)."""
+    return "req_" + uuid.uuid4().hex

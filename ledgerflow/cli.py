@@ -135,5 +135,9 @@ def services_stop() -> None:
     stop_embedded()
 
 
+from ledgerflow.credentials_cli import credentials  # noqa: E402
+
+main.add_command(credentials)
+
 if __name__ == "__main__":
     main()

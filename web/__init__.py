@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, Response, g
 
+from app.ids import new_request_id
+from web import errors
 from web.health import bp as health_bp
+from web.jobs import bp as jobs_bp
+from web.openapi import bp as openapi_bp
+from web.strict import MAX_BODY_BYTES
 
 
 def create_app() -> Flask:
     app = Flask("ledgerflow")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.url_map.strict_slashes = False
+
+    @app.before_request
+    def _request_id() -> None:
+        g.request_id = new_request_id()
+
+    @app.after_request
+    def _echo_request_id(resp: Response) -> Response:
+        resp.headers["X-Request-Id"] = g.get("request_id") or new_request_id()
+        resp.headers.setdefault("Cache-Control", "no-store")
+        return resp
+
+    errors.register(app)
     app.register_blueprint(health_bp)
+    app.register_blueprint(openapi_bp)
+    app.register_blueprint(jobs_bp, url_prefix="/api/workflows/engine")
     return app

@@ -5,15 +5,22 @@ from __future__ import annotations
 from flask import Blueprint, jsonify
 from sqlalchemy import text
 
+from web.auth import public
+from web.meta import doc
+
 bp = Blueprint("health", __name__)
 
 
 @bp.get("/healthz")
+@public
+@doc(summary="Process is up", tags=["health"])
 def healthz():  # noqa: ANN201
     return jsonify({"status": "ok"})
 
 
 @bp.get("/readyz")
+@public
+@doc(summary="PostgreSQL reachable (Redis reported)", tags=["health"], errors=(503,))
 def readyz():  # noqa: ANN201
     from app.config import get_settings
     from app.db import get_engine

@@ -8,12 +8,16 @@ All time decisions use database time (``now()`` / ``clock_timestamp()``), never 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg.rows import dict_row
 from sqlalchemy import Connection, text
 
+from app import jsonx
 from app.ledger.states import (
     CANCELED_BY_OPERATOR,
     DEADLINE_EXCEEDED,
@@ -34,15 +38,29 @@ _BACKOFF = (
 
 
 # --------------------------------------------------------------------------- claim: pending -> running
-def _claim_sql(order: str) -> str:
-    return f"""
-WITH picked AS (
+_BIND = re.compile(r"(?<![:\w]):(\w+)")
+
+
+def _pyformat(sql: str) -> str:
+    """The same statement with psycopg placeholders (``:name`` -> ``%(name)s``), for the raw
+    connection of the pool loop, which sends it as a prepared statement."""
+    return _BIND.sub(r"%(\1)s", sql)
+
+
+def _picked_sql(order: str) -> str:
+    """Rows of one claim: due ``pending`` jobs of ``:queue``, skipping locked ones (L-CLAIM-2)."""
+    return f"""picked AS (
     SELECT id FROM workflow_jobs
     WHERE queue = :queue AND status = 'pending' AND run_at <= now()
     ORDER BY {order}
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+)"""
+
+
+def _claimed_sql() -> str:
+    """pending -> running for the picked rows, and one attempt row for each (CTEs after ``picked``)."""
+    return f"""claimed AS (
     UPDATE workflow_jobs j
     SET status = 'running',
         attempts = j.attempts + 1,
@@ -59,7 +77,12 @@ WITH picked AS (
     SELECT id, generation, attempts, 'running', lease_token, :worker_id, payload, run_at, now()
     FROM claimed
     RETURNING id AS attempt_id, job_id
-)
+)"""
+
+
+def _claim_sql(order: str) -> str:
+    return f"""
+WITH {_picked_sql(order)}, {_claimed_sql()}
 SELECT claimed.*, attempt.attempt_id, now() AS db_now
 FROM claimed JOIN attempt ON attempt.job_id = claimed.id
 ORDER BY claimed.priority, claimed.run_at, claimed.id
@@ -70,17 +93,32 @@ CLAIM_BY_PRIORITY = text(_claim_sql("priority, run_at, id"))
 CLAIM_BY_DUE = text(_claim_sql("run_at, id"))
 
 
+_PG_CLAIM_BY_PRIORITY = _pyformat(_claim_sql("priority, run_at, id"))
+_PG_CLAIM_BY_DUE = _pyformat(_claim_sql("run_at, id"))
+
+
 def claim(
-    conn: Connection, *, queue: str, limit: int, worker_id: str, lease_seconds: float, by_due: bool
+    conn: Connection | psycopg.Connection,
+    *,
+    queue: str,
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    by_due: bool,
 ) -> list[dict[str, Any]]:
-    """pending -> running for up to ``limit`` due jobs of ``queue`` (SKIP LOCKED), one attempt row each."""
+    """pending -> running for up to ``limit`` due jobs of ``queue`` (SKIP LOCKED), one attempt row each.
+
+    ``conn`` is a SQLAlchemy connection, or a raw psycopg connection (then the statement is sent as a
+    prepared statement; the caller owns the transaction either way)."""
     if limit <= 0:
         return []
+    params = {"queue": queue, "limit": limit, "worker_id": worker_id, "lease_seconds": lease_seconds}
+    if isinstance(conn, psycopg.Connection):
+        sql = _PG_CLAIM_BY_DUE if by_due else _PG_CLAIM_BY_PRIORITY
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(sql, params, prepare=True).fetchall()
     stmt = CLAIM_BY_DUE if by_due else CLAIM_BY_PRIORITY
-    rows = conn.execute(
-        stmt, {"queue": queue, "limit": limit, "worker_id": worker_id, "lease_seconds": lease_seconds}
-    )
-    return [dict(r._mapping) for r in rows]
+    return [dict(r._mapping) for r in conn.execute(stmt, params)]
 
 
 # --------------------------------------------------------------------------- settle: running -> *
@@ -98,9 +136,7 @@ class Settlement:
     duration_ms: int = 0
 
 
-_SETTLE = text(
-    f"""
-WITH input AS (
+_SETTLE_CTES = f"""input AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[]),
                          CAST(:kinds AS text[]), CAST(:results AS jsonb[]), CAST(:errors AS text[]),
                          CAST(:codes AS text[]), CAST(:durations AS int[]))
@@ -132,10 +168,9 @@ WITH input AS (
         finished_at = clock_timestamp(), duration_ms = u.duration_ms
     FROM settled s JOIN input u ON u.id = s.id
     WHERE e.job_id = s.id AND e.lease_token = s.token AND e.status = 'running'
-)
-SELECT id, status FROM settled
-"""
-)
+)"""
+
+_SETTLE = text(f"WITH {_SETTLE_CTES}\nSELECT id, status FROM settled")
 
 
 def settle(
@@ -147,22 +182,75 @@ def settle(
     executor's item is simply absent (its write changed nothing)."""
     if not items:
         return {}
-    rows = conn.execute(
-        _SETTLE,
-        {
-            "ids": [i.job_id for i in items],
-            "gens": [i.generation for i in items],
-            "tokens": [i.lease_token for i in items],
-            "kinds": [i.kind for i in items],
-            "results": [None if i.result is None else json.dumps(i.result) for i in items],
-            "errors": [i.error for i in items],
-            "codes": [i.error_code for i in items],
-            "durations": [i.duration_ms for i in items],
-            "backoff_base": backoff_base,
-            "backoff_cap": backoff_cap,
-        },
-    )
+    rows = conn.execute(_SETTLE, _settle_params(items, backoff_base, backoff_cap))
     return {r.id: r.status for r in rows}
+
+
+def _settle_params(items: Sequence[Settlement], backoff_base: float, backoff_cap: float) -> dict[str, Any]:
+    return {
+        "ids": [i.job_id for i in items],
+        "gens": [i.generation for i in items],
+        "tokens": [i.lease_token for i in items],
+        "kinds": [i.kind for i in items],
+        "results": [None if i.result is None else json.dumps(i.result) for i in items],
+        "errors": [i.error for i in items],
+        "codes": [i.error_code for i in items],
+        "durations": [i.duration_ms for i in items],
+        "backoff_base": backoff_base,
+        "backoff_cap": backoff_cap,
+    }
+
+
+# --------------------------------------------------------------------------- the pool's pass: settle + claim
+def _settle_and_claim_sql(order: str) -> str:
+    # One statement = one transaction (autocommit) = one round trip: the settle CTEs and the claim
+    # CTEs are exactly those of settle() and claim(). They touch disjoint rows (settle: this
+    # executor's ``running`` jobs; claim: ``pending`` ones), and all CTEs see one snapshot, so a job
+    # settled back to ``pending`` (retry with backoff) is not re-claimed by the same pass.
+    return f"""
+WITH {_SETTLE_CTES}, {_picked_sql(order)}, {_claimed_sql()}
+SELECT s.settled_ids, s.settled_statuses, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status) AS settled_statuses FROM settled) s
+LEFT JOIN (SELECT claimed.*, attempt.attempt_id, now() AS db_now
+           FROM claimed JOIN attempt ON attempt.job_id = claimed.id) c ON true
+ORDER BY c.priority, c.run_at, c.id
+"""
+
+
+_PG_SETTLE_AND_CLAIM_BY_PRIORITY = _pyformat(_settle_and_claim_sql("priority, run_at, id"))
+_PG_SETTLE_AND_CLAIM_BY_DUE = _pyformat(_settle_and_claim_sql("run_at, id"))
+
+
+def settle_and_claim(
+    conn: psycopg.Connection,
+    items: Sequence[Settlement],
+    *,
+    queue: str,
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    by_due: bool,
+    backoff_base: float,
+    backoff_cap: float,
+) -> tuple[dict[int, str], list[dict[str, Any]]]:
+    """settle(items) and claim(limit) in ONE prepared statement on a raw psycopg connection in
+    autocommit mode, i.e. one transaction and one round trip per pool pass.
+
+    Returns ``({job_id: new_status} of the settlements that still owned their job, claimed jobs)``;
+    the guards are those of settle() and claim()."""
+    params = _settle_params(items, backoff_base, backoff_cap)
+    params.update(queue=queue, limit=max(0, limit), worker_id=worker_id, lease_seconds=lease_seconds)
+    sql = _PG_SETTLE_AND_CLAIM_BY_DUE if by_due else _PG_SETTLE_AND_CLAIM_BY_PRIORITY
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sql, params, prepare=True).fetchall()
+    first = rows[0]
+    ids, statuses = first.pop("settled_ids"), first.pop("settled_statuses")
+    settled = dict(zip(ids, statuses, strict=True)) if ids else {}
+    if first["id"] is None:  # nothing claimed: the one row only carries the settlements
+        return settled, []
+    for r in rows[1:]:
+        del r["settled_ids"], r["settled_statuses"]
+    return settled, rows
 
 
 # --------------------------------------------------------------------------- lease renewal (no status change)
@@ -410,7 +498,7 @@ def retry_job(
         _RETRY_ONE,
         {
             "id": job_id,
-            "payload": None if payload is None else json.dumps(payload),
+            "payload": None if payload is None else jsonx.dumps(payload),
             "operation_key": operation_key,
             "delay_ms": delay_ms,
         },

@@ -1,0 +1,164 @@
+"""Operation audit (SPEC W-AUDIT, L-API-1): one row per mutation, written in the same transaction
+as the change, read newest first with an opaque cursor bound to the query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import cursor as cursors
+from app import jsonx
+from app.auth import Principal
+from app.ids import new_id
+
+_INSERT = text(
+    """
+INSERT INTO operation_audit (id, namespace_id, actor_id, actor_name, action, target_type, target_id,
+    workflow_id, operation_id, reason, evidence_ref, request_id, before, after)
+VALUES (:id, :ns, :actor, :actor_name, :action, :target_type, :target_id, :workflow_id, :operation_id,
+    :reason, :evidence_ref, :request_id, CAST(:before AS jsonb), CAST(:after AS jsonb))
+RETURNING created_at
+"""
+)
+
+COLUMNS = """id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
+    operation_id, reason, evidence_ref, request_id, before::text AS before, after::text AS after,
+    created_at"""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """What to record; ``before``/``after`` are small JSON summaries of the target."""
+
+    action: str
+    target_type: str
+    target_id: str
+    reason: str | None = None
+    evidence_ref: str | None = None
+    workflow_id: str | None = None
+    operation_id: str | None = None
+    before: Any = None
+    after: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def record(
+    conn: Connection,
+    *,
+    principal: Principal,
+    request_id: str | None,
+    action: str,
+    target_type: str,
+    target_id: str,
+    reason: str | None = None,
+    evidence_ref: str | None = None,
+    workflow_id: str | None = None,
+    operation_id: str | None = None,
+    before: Any = None,
+    after: Any = None,
+) -> str:
+    """Insert one audit row in ``conn``'s transaction; returns its id."""
+    audit_id = new_id()
+    conn.execute(
+        _INSERT,
+        {
+            "id": audit_id,
+            "ns": principal.namespace_id,
+            "actor": principal.actor_id,
+            "actor_name": principal.name,
+            "action": action,
+            "target_type": target_type,
+            "target_id": str(target_id),
+            "workflow_id": workflow_id,
+            "operation_id": operation_id,
+            "reason": reason,
+            "evidence_ref": evidence_ref,
+            "request_id": request_id,
+            "before": None if before is None else jsonx.dumps(before),
+            "after": None if after is None else jsonx.dumps(after),
+        },
+    )
+    return audit_id
+
+
+def _row(r: Any) -> dict[str, Any]:
+    d = dict(r._mapping)
+    d["before"] = jsonx.loads_exact_db(d["before"])
+    d["after"] = jsonx.loads_exact_db(d["after"])
+    return d
+
+
+def get(conn: Connection, namespace_id: str, audit_id: str) -> dict[str, Any] | None:
+    r = conn.execute(
+        text(f"SELECT {COLUMNS} FROM operation_audit WHERE namespace_id = :ns AND id = :id"),
+        {"ns": namespace_id, "id": audit_id},
+    ).first()
+    return _row(r) if r else None
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+def list_entries(
+    conn: Connection,
+    namespace_id: str,
+    *,
+    workflow_id: str | None = None,
+    target_type: str | None = None,
+    target_id: str | None = None,
+    action: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+    kind: str = "audit",
+) -> Page:
+    """Newest first (created_at, id descending). The cursor is bound to namespace + filters + kind,
+    so a cursor of one resource or query cannot be replayed against another (400 INVALID_ARGUMENT)."""
+    binding = {
+        "ns": namespace_id,
+        "wf": workflow_id,
+        "tt": target_type,
+        "ti": target_id,
+        "a": action,
+        "k": kind,
+    }
+    after: tuple[datetime, str] | None = None
+    if cursor:
+        pos = cursors.decode(cursor, binding)
+        after = (cursors.parse_time(pos["t"]), str(pos["i"]))
+    rows = conn.execute(
+        text(
+            f"""
+SELECT {COLUMNS} FROM operation_audit
+WHERE namespace_id = :ns
+  AND (CAST(:wf AS text) IS NULL OR workflow_id = :wf)
+  AND (CAST(:tt AS text) IS NULL OR target_type = :tt)
+  AND (CAST(:ti AS text) IS NULL OR target_id = :ti)
+  AND (CAST(:a AS text) IS NULL OR action = :a)
+  AND (CAST(:at AS timestamptz) IS NULL OR (created_at, id) < (CAST(:at AS timestamptz), :aid))
+ORDER BY created_at DESC, id DESC
+LIMIT :lim
+"""
+        ),
+        {
+            "ns": namespace_id,
+            "wf": workflow_id,
+            "tt": target_type,
+            "ti": target_id,
+            "a": action,
+            "at": after[0] if after else None,
+            "aid": after[1] if after else None,
+            "lim": limit + 1,
+        },
+    ).all()
+    items = [_row(r) for r in rows[:limit]]
+    nxt = None
+    if len(rows) > limit:
+        last = items[-1]
+        nxt = cursors.encode({"t": jsonx.rfc3339(last["created_at"]), "i": last["id"]}, binding)
+    return Page(items=items, next_cursor=nxt)

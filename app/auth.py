@@ -1,0 +1,263 @@
+"""Namespaces, credentials and permission scopes (SPEC X-CRED, W-API-4, L-API-1).
+
+A credential is a bearer token of a namespace; only ``sha256(token)`` is stored. Every permission
+is an explicit scope: nothing implies anything else (a worker credential never manages workflows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, text
+
+from app.errors import InvalidArgument, NotFound
+from app.ids import new_id
+
+
+class Scope:
+    """Every scope of the product. Endpoints declare the ones they need (``web.auth.requires``)."""
+
+    # Job ledger operator API (L-API-1)
+    ENGINE_MONITOR = "workflow:instance:monitor"
+    ENGINE_OPERATE = "workflow:engine:operate"
+    # Public workflow API (W-API)
+    WORKFLOWS_READ = "workflows:read"
+    WORKFLOWS_START = "workflows:start"
+    WORKFLOWS_CONTROL = "workflows:control"
+    WORKFLOWS_SIGNAL = "workflows:signal"
+    WORKFLOWS_AUDIT_READ = "workflows:audit:read"
+    WORKFLOWS_RECOVERY = "workflows:recovery"
+    TASKS_SUBMIT = "tasks:submit"
+    DEFINITIONS_READ = "definitions:read"
+    DEFINITIONS_PUBLISH = "definitions:publish"
+    TASKS_WORK = "tasks:work"
+
+
+ALL_SCOPES: frozenset[str] = frozenset(v for k, v in vars(Scope).items() if k.isupper())
+
+# The CLI switches (W-API-4, X-CRED) and the scopes each grants; nothing else grants a scope.
+SWITCHES: dict[str, tuple[str, ...]] = {
+    "workflow_access": (Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH),
+    "workflow_run_access": (Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT),
+    "workflow_control_access": (Scope.WORKFLOWS_CONTROL,),
+    "workflow_signal_access": (Scope.WORKFLOWS_SIGNAL,),
+    "workflow_recovery_access": (Scope.WORKFLOWS_RECOVERY,),
+    "workflow_audit_access": (Scope.WORKFLOWS_AUDIT_READ,),
+    "engine_monitor": (Scope.ENGINE_MONITOR,),
+    "engine_operate": (Scope.ENGINE_OPERATE,),
+    "task_worker": (Scope.TASKS_WORK,),
+}
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+TOKEN_PREFIX = "lf_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the credential (actor), its namespace, its scopes and queue scope."""
+
+    credential_id: str
+    name: str
+    namespace_id: str
+    namespace: str
+    scopes: frozenset[str]
+    queues: tuple[str, ...] | None  # None = every queue
+
+    @property
+    def actor_id(self) -> str:
+        return self.credential_id
+
+    def has(self, *scopes: str) -> bool:
+        return all(s in self.scopes for s in scopes)
+
+    def can_use_queue(self, queue: str) -> bool:
+        return self.queues is None or queue in self.queues
+
+
+@dataclass(frozen=True)
+class IssuedCredential:
+    token: str  # shown once
+    credential_id: str
+    name: str
+    namespace: str
+    namespace_id: str
+    scopes: tuple[str, ...]
+    queues: tuple[str, ...] | None
+    created_at: datetime
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def validate_permission_set(scopes: Iterable[str], queues: Sequence[str] | None = None) -> tuple[str, ...]:
+    """Refuse an empty or contradictory permission set before any token exists (W-API-4).
+
+    Contradictions: an unknown scope; a queue restriction without ``tasks:work``; a queue-restricted
+    worker credential that also carries namespace-wide rights (a restriction that would not restrict)."""
+    wanted = tuple(sorted(set(scopes)))
+    if not wanted:
+        raise InvalidArgument("a credential needs at least one explicit permission switch", field="scopes")
+    unknown = [s for s in wanted if s not in ALL_SCOPES]
+    if unknown:
+        raise InvalidArgument(f"unknown scope(s): {', '.join(unknown)}", field="scopes")
+    if queues is not None:
+        if not queues:
+            raise InvalidArgument("an explicit queue list cannot be empty", field="queues")
+        bad = [q for q in queues if not QUEUE_RE.match(q)]
+        if bad:
+            raise InvalidArgument(f"invalid queue name(s): {', '.join(bad)}", field="queues")
+        if Scope.TASKS_WORK not in wanted:
+            raise InvalidArgument("--queue scopes a task worker; it needs --task-worker", field="queues")
+        others = [s for s in wanted if s != Scope.TASKS_WORK]
+        if others:
+            raise InvalidArgument(
+                "a queue-restricted worker credential cannot also hold namespace-wide permissions "
+                f"({', '.join(others)}); issue a separate credential",
+                field="queues",
+            )
+    return wanted
+
+
+def scopes_from_switches(**switches: bool) -> tuple[str, ...]:
+    out: set[str] = set()
+    for name, on in switches.items():
+        if name not in SWITCHES:
+            raise InvalidArgument(f"unknown switch {name}", field=name)
+        if on:
+            out.update(SWITCHES[name])
+    return tuple(sorted(out))
+
+
+def ensure_namespace(conn: Connection, name: str) -> str:
+    """Return the id of namespace ``name``, creating it if missing (race-safe)."""
+    if not NAME_RE.match(name):
+        raise InvalidArgument(
+            "namespace: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="namespace"
+        )
+    row = conn.execute(
+        text(
+            "INSERT INTO namespaces (id, name) VALUES (:id, :name) ON CONFLICT (name) DO NOTHING RETURNING id"
+        ),
+        {"id": new_id(), "name": name},
+    ).first()
+    if row:
+        return row.id
+    return conn.execute(text("SELECT id FROM namespaces WHERE name = :name"), {"name": name}).scalar_one()
+
+
+def create_credential(
+    conn: Connection,
+    *,
+    namespace: str,
+    name: str,
+    scopes: Iterable[str],
+    queues: Sequence[str] | None = None,
+) -> IssuedCredential:
+    """Validate the permission set, create the namespace if needed, issue a token (returned once)."""
+    wanted = validate_permission_set(scopes, queues)
+    if not NAME_RE.match(name):
+        raise InvalidArgument(
+            "name: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="name"
+        )
+    namespace_id = ensure_namespace(conn, namespace)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    cred_id = new_id()
+    row = conn.execute(
+        text(
+            """
+INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues)
+VALUES (:id, :ns, :name, :hash, :prefix, CAST(:scopes AS text[]), CAST(:queues AS text[]))
+ON CONFLICT (namespace_id, name) WHERE revoked_at IS NULL DO NOTHING
+RETURNING created_at
+"""
+        ),
+        {
+            "id": cred_id,
+            "ns": namespace_id,
+            "name": name,
+            "hash": hash_token(token),
+            "prefix": token[:10],
+            "scopes": list(wanted),
+            "queues": None if queues is None else sorted(set(queues)),
+        },
+    ).first()
+    if row is None:
+        raise InvalidArgument(
+            f"a live credential named {name!r} already exists in namespace {namespace!r}; revoke it first",
+            field="name",
+        )
+    return IssuedCredential(
+        token=token,
+        credential_id=cred_id,
+        name=name,
+        namespace=namespace,
+        namespace_id=namespace_id,
+        scopes=wanted,
+        queues=None if queues is None else tuple(sorted(set(queues))),
+        created_at=row.created_at,
+    )
+
+
+_AUTH = text(
+    """
+SELECT c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues
+FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
+WHERE c.token_hash = :hash AND c.revoked_at IS NULL
+"""
+)
+
+
+def authenticate(conn: Connection, token: str) -> Principal | None:
+    """The principal of a live token, or None (unknown or revoked: the caller answers 401)."""
+    if not token or len(token) > 256:
+        return None
+    row = conn.execute(_AUTH, {"hash": hash_token(token)}).first()
+    if row is None:
+        return None
+    return Principal(
+        credential_id=row.id,
+        name=row.name,
+        namespace_id=row.namespace_id,
+        namespace=row.namespace,
+        scopes=frozenset(row.scopes),
+        queues=None if row.queues is None else tuple(row.queues),
+    )
+
+
+def list_credentials(conn: Connection, namespace: str | None = None) -> list[dict]:
+    rows = conn.execute(
+        text(
+            """
+SELECT c.id, c.name, n.name AS namespace, c.namespace_id, c.token_prefix, c.scopes, c.queues,
+       c.created_at, c.revoked_at
+FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
+WHERE (CAST(:ns AS text) IS NULL OR n.name = :ns)
+ORDER BY n.name, c.created_at, c.id
+"""
+        ),
+        {"ns": namespace},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def revoke_credential(conn: Connection, credential_id: str) -> dict:
+    """Revoke by id; idempotent (an already revoked credential keeps its first revocation time)."""
+    row = conn.execute(
+        text(
+            """
+UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = :id
+RETURNING id, name, namespace_id, revoked_at
+"""
+        ),
+        {"id": credential_id},
+    ).first()
+    if row is None:
+        raise NotFound(f"no credential {credential_id}")
+    return dict(row._mapping)

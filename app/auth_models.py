@@ -1,0 +1,106 @@
+"""Tables of the shared API foundation: namespaces, credentials (hashed tokens), operation audit and
+idempotency receipts (SPEC X-CRED, W-AUDIT, W-API-2). Migration ``0002`` creates exactly these."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from app.metadata import metadata
+
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("id", Text, primary_key=True),  # 32 hex
+    Column("name", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("name", name="uq_namespaces_name"),
+)
+
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("id", Text, primary_key=True),  # 32 hex; the actor id of every request made with it
+    Column("namespace_id", Text, ForeignKey("namespaces.id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("token_hash", Text, nullable=False),  # sha256 hex of the bearer token; the token is never stored
+    Column("token_prefix", Text, nullable=False),  # first characters, to recognise a token in listings
+    Column("scopes", ARRAY(Text), nullable=False),
+    Column("queues", ARRAY(Text)),  # NULL = every queue of the namespace (tasks:work only)
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("revoked_at", DateTime(timezone=True)),
+    UniqueConstraint("token_hash", name="uq_credentials_token_hash"),
+)
+# One live credential per name in a namespace; revoked ones keep their name for the record.
+Index(
+    "uq_credentials_live_name",
+    credentials.c.namespace_id,
+    credentials.c.name,
+    unique=True,
+    postgresql_where=text("revoked_at IS NULL"),
+)
+
+operation_audit = Table(
+    "operation_audit",
+    metadata,
+    Column("id", Text, primary_key=True),  # 32 hex
+    Column("namespace_id", Text, nullable=False),
+    Column("actor_id", Text, nullable=False),
+    Column("actor_name", Text),
+    Column("action", Text, nullable=False),
+    Column("target_type", Text, nullable=False),
+    Column("target_id", Text, nullable=False),
+    Column("workflow_id", Text),
+    Column("operation_id", Text),
+    Column("reason", Text),
+    Column("evidence_ref", Text),
+    Column("request_id", Text),
+    Column("before", JSONB),
+    Column("after", JSONB),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
+)
+Index(
+    "ix_operation_audit_ns_created",
+    operation_audit.c.namespace_id,
+    operation_audit.c.created_at,
+    operation_audit.c.id,
+)
+Index(
+    "ix_operation_audit_workflow",
+    operation_audit.c.namespace_id,
+    operation_audit.c.workflow_id,
+    operation_audit.c.created_at,
+    operation_audit.c.id,
+    postgresql_where=text("workflow_id IS NOT NULL"),
+)
+Index("ix_operation_audit_target", operation_audit.c.target_type, operation_audit.c.target_id)
+
+idempotency_receipts = Table(
+    "idempotency_receipts",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("scope", Text, nullable=False),  # namespace id
+    Column("route", Text, nullable=False),  # "POST /api/.../jobs/7/retry"
+    Column("key", Text, nullable=False),
+    Column("fingerprint", Text, nullable=False),  # sha256 of the canonical request
+    Column("status_code", Integer),
+    Column("response", Text),  # the exact response body, replayed byte for byte
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("octet_length(key) <= 128", name="ck_idempotency_receipts_key_length"),
+    UniqueConstraint("scope", "route", "key", name="uq_idempotency_receipts_key"),
+)
+Index("ix_idempotency_receipts_created", idempotency_receipts.c.created_at)

@@ -1,0 +1,100 @@
+"""The one error handler: every error becomes ``application/problem+json`` (RFC 9457, SPEC W-ERR-1)
+with ``type, title, status, code, message, request_id`` and ``errors: [{field, message}]``.
+No stack trace, SQL or internal name ever reaches a client."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.exceptions import HTTPException
+
+from app import jsonx
+from app.errors import (
+    BodyTooLarge,
+    Internal,
+    InvalidArgument,
+    LedgerflowError,
+    MethodNotAllowed,
+    NotFound,
+    Unavailable,
+    UnsupportedMediaType,
+)
+from web.http import PROBLEM_JSON, request_id
+
+log = logging.getLogger(__name__)
+TYPE_BASE = "https://ledgerflow.dev/problems/"
+
+
+def problem(err: LedgerflowError) -> Response:
+    body = {
+        "type": TYPE_BASE + err.code.lower().replace("_", "-"),
+        "title": err.title,
+        "status": err.status,
+        "code": err.code,
+        "message": err.message,
+        "request_id": request_id(),
+        "errors": [e.to_dict() for e in err.field_errors],
+    }
+    resp = Response(jsonx.dumps(body), status=err.status, mimetype=PROBLEM_JSON)
+    for k, v in err.headers.items():
+        resp.headers[k] = v
+    return resp
+
+
+def _from_http(exc: HTTPException) -> LedgerflowError:
+    code = exc.code or 500
+    if code == 404:
+        return NotFound("no such resource")
+    if code == 405:
+        err = MethodNotAllowed("method not allowed on this resource")
+        allow = exc.get_headers() if hasattr(exc, "get_headers") else []
+        for k, v in allow:
+            if k.lower() == "allow":
+                err.headers["Allow"] = v
+        return err
+    if code == 413:
+        return BodyTooLarge("request body exceeds 512 KiB")
+    if code == 415:
+        return UnsupportedMediaType("Content-Type must be application/json")
+    if code == 400:
+        return InvalidArgument("malformed request")
+    if code >= 500:
+        return Internal("internal error")
+    err = LedgerflowError(exc.description or "request refused")
+    err.status, err.code, err.title = (
+        code,
+        "INVALID_ARGUMENT" if code < 500 else "INTERNAL",
+        "Request refused",
+    )
+    return err
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(LedgerflowError)
+    def _ledgerflow(exc: LedgerflowError) -> Response:
+        return problem(exc)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        return problem(_from_http(exc))
+
+    @app.errorhandler(OperationalError)
+    @app.errorhandler(PoolTimeout)
+    def _db_down(exc: Exception) -> Response:
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return problem(Unavailable())
+
+    @app.errorhandler(DBAPIError)
+    def _db_error(exc: DBAPIError) -> Response:
+        if exc.connection_invalidated:
+            return problem(Unavailable())
+        log.exception("database error")
+        return problem(Internal("internal error"))
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return problem(Internal("internal error"))
