@@ -21,7 +21,11 @@ from app.ledger.states import Pool
 
 log = logging.getLogger("ledgerflow.worker")
 
-BUILTIN_HANDLER_MODULES: tuple[str, ...] = ()
+BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
+    "app.engine.handlers.timers",
+    "app.engine.handlers.tasks",
+    "app.engine.handlers.subprocess",
+)
 
 
 def _stop_event() -> threading.Event:

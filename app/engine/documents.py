@@ -1,0 +1,360 @@
+"""X-DEF version documents: validate the whole graph before publishing, with precise field paths.
+
+Pure functions (no I/O). ``validate_document`` returns the normalized document and the task queues
+it uses, or raises ``InvalidArgument`` listing every problem as ``{field, message}``.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from app.errors import FieldError, InvalidArgument
+
+MAX_STEPS = 128
+VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+PAYLOAD_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+HEX32_RE = re.compile(r"^[0-9a-f]{32}$")
+REF_RE = re.compile(
+    r"^\$\.(?:input|business_key|steps\.(?P<step>[A-Za-z0-9][A-Za-z0-9_-]{0,63})\.output)"
+    r"(?P<rest>(?:\.[A-Za-z0-9_-]+|\[\d+\])*)$"
+)
+KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW")
+
+TOP_FIELDS = {"version", "description", "input_schema", "deadline_seconds", "signals", "steps", "output"}
+COMMON_STEP = {"key", "kind", "after", "description"}
+STEP_FIELDS = {
+    "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation"},
+    "TIMER": COMMON_STEP | {"delay_seconds"},
+    "SIGNAL": COMMON_STEP | {"signal", "payload_version", "correlation", "timeout_seconds"},
+    "SUBWORKFLOW": COMMON_STEP | {"definition_id", "version", "input"},
+    "POLL": COMMON_STEP
+    | {
+        "queue",
+        "input",
+        "interval_ms",
+        "max_rounds",
+        "max_attempts_per_round",
+        "timeout_seconds",
+        "final_signal",
+    },
+}
+REQUIRED = {
+    "TASK": ("queue",),
+    "TIMER": ("delay_seconds",),
+    "SIGNAL": ("signal", "payload_version", "correlation"),
+    "SUBWORKFLOW": ("definition_id", "version"),
+    "POLL": ("queue", "interval_ms", "max_rounds", "max_attempts_per_round"),
+}
+DEFAULT_TASK_TIMEOUT_SECONDS = 300
+MAX_DEADLINE_SECONDS = 366 * 86400
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[FieldError] = []
+
+    def add(self, field: str, message: str) -> None:
+        self.items.append(FieldError(field, message))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_in(errs: _Errors, field: str, v: Any, lo: int, hi: int) -> None:
+    if isinstance(v, Decimal) and v == v.to_integral_value():
+        v = int(v)
+    if not _is_int(v) or not lo <= v <= hi:
+        errs.add(field, f"must be an integer from {lo} to {hi}")
+
+
+def _fields(errs: _Errors, prefix: str, obj: dict, allowed: set[str]) -> None:
+    for name in obj:
+        if name not in allowed:
+            errs.add(f"{prefix}{name}", "unknown field")
+
+
+def check_schema(errs: _Errors, field: str, schema: Any) -> None:
+    if not isinstance(schema, dict | bool):
+        errs.add(field, "must be a JSON Schema (an object or a boolean)")
+        return
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
+        errs.add(field + path, f"invalid JSON Schema: {exc.message}")
+
+
+def references(value: Any) -> list[str]:
+    """Every reference string (``$.…``) inside a mapping value."""
+    if isinstance(value, str):
+        return [value] if value.startswith("$.") else []
+    if isinstance(value, dict):
+        return [r for v in value.values() for r in references(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in references(v)]
+    return []
+
+
+def _check_refs(
+    errs: _Errors, field: str, value: Any, keys: set[str], allowed_steps: set[str] | None
+) -> None:
+    for ref in references(value):
+        m = REF_RE.match(ref)
+        if not m:
+            errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
+            continue
+        step = m.group("step")
+        if step is None:
+            continue
+        if step not in keys:
+            errs.add(field, f"unknown step in reference {ref!r}")
+        elif allowed_steps is not None and step not in allowed_steps:
+            errs.add(
+                field, f"reference {ref!r} names a step that is not a (transitive) dependency of this step"
+            )
+
+
+def _find_cycle(after: dict[str, list[str]]) -> list[str] | None:
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        color[n] = 1
+        stack.append(n)
+        for d in after.get(n, []):
+            if d not in after:
+                continue
+            if color.get(d) == 1:
+                return stack[stack.index(d) :] + [d]
+            if color.get(d) is None:
+                found = visit(d)
+                if found:
+                    return found
+        stack.pop()
+        color[n] = 2
+        return None
+
+    for n in after:
+        if color.get(n) is None:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def ancestors(after: dict[str, list[str]], key: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(after.get(key, []))
+    while todo:
+        k = todo.pop()
+        if k in seen or k not in after:
+            continue
+        seen.add(k)
+        todo.extend(after.get(k, []))
+    return seen
+
+
+def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one pass over the document
+    """Validate an X-DEF version document; return (document, sorted task queues)."""
+    errs = _Errors()
+    if not isinstance(doc, dict):
+        raise InvalidArgument("the version document must be a JSON object", field="$")
+    _fields(errs, "", doc, TOP_FIELDS)
+    version = doc.get("version")
+    if not isinstance(version, str) or not VERSION_RE.match(version):
+        errs.add("version", "required: 1-64 ASCII characters, first a letter or digit, then also _ . -")
+    elif version.lower() == "latest":
+        errs.add("version", '"latest" is reserved and never resolved')
+    if "description" in doc and not isinstance(doc["description"], str):
+        errs.add("description", "must be a string")
+    if "input_schema" not in doc:
+        errs.add("input_schema", "required")
+    else:
+        check_schema(errs, "input_schema", doc["input_schema"])
+    if "deadline_seconds" not in doc:
+        errs.add("deadline_seconds", "required")
+    else:
+        _int_in(errs, "deadline_seconds", doc["deadline_seconds"], 1, MAX_DEADLINE_SECONDS)
+
+    contracts: set[tuple[str, str]] = set()
+    signals = doc.get("signals", [])
+    if not isinstance(signals, list):
+        errs.add("signals", "must be an array")
+        signals = []
+    for i, sig in enumerate(signals):
+        f = f"signals[{i}]"
+        if not isinstance(sig, dict):
+            errs.add(f, "must be an object")
+            continue
+        _fields(errs, f + ".", sig, {"name", "payload_version", "schema"})
+        name, pv = sig.get("name"), sig.get("payload_version")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            errs.add(f + ".name", "required: 1-128 ASCII name characters")
+        if not isinstance(pv, str) or not PAYLOAD_VERSION_RE.match(pv):
+            errs.add(f + ".payload_version", "required: 1-32 ASCII name characters")
+        if "schema" not in sig:
+            errs.add(f + ".schema", "required")
+        else:
+            check_schema(errs, f + ".schema", sig["schema"])
+        if (name, pv) in contracts:
+            errs.add(f, f"duplicate signal contract ({name}, {pv})")
+        contracts.add((name, pv))
+
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not steps:
+        errs.add("steps", "required: a non-empty array")
+        steps = []
+    elif len(steps) > MAX_STEPS:
+        errs.add("steps", f"at most {MAX_STEPS} steps (got {len(steps)})")
+        steps = []
+    keys: dict[str, int] = {}
+    for i, st in enumerate(steps):
+        if isinstance(st, dict) and isinstance(st.get("key"), str) and KEY_RE.match(st["key"]):
+            if st["key"] in keys:
+                errs.add(f"steps[{i}].key", f"duplicate step key {st['key']!r}")
+            else:
+                keys[st["key"]] = i
+    after: dict[str, list[str]] = {}
+    for i, st in enumerate(steps):
+        f = f"steps[{i}]"
+        if not isinstance(st, dict):
+            errs.add(f, "must be an object")
+            continue
+        kind = st.get("kind")
+        if kind not in KINDS:
+            errs.add(f + ".kind", f"required: one of {', '.join(KINDS)}")
+            continue
+        _fields(errs, f + ".", st, STEP_FIELDS[kind])
+        key = st.get("key")
+        if not isinstance(key, str) or not KEY_RE.match(key):
+            errs.add(f + ".key", "required: 1-64 characters, letters, digits, _ and -")
+            continue
+        for name in REQUIRED[kind]:
+            if name not in st:
+                errs.add(f"{f}.{name}", "required")
+        deps = st.get("after", [])
+        if not isinstance(deps, list):
+            errs.add(f + ".after", "must be an array of step keys")
+            deps = []
+        good: list[str] = []
+        for j, d in enumerate(deps):
+            if not isinstance(d, str) or d not in keys:
+                errs.add(f"{f}.after[{j}]", f"unknown step {d!r}")
+            elif d == key:
+                errs.add(f"{f}.after[{j}]", "a step cannot depend on itself")
+            elif d in good:
+                errs.add(f"{f}.after[{j}]", f"duplicate dependency {d!r}")
+            else:
+                good.append(d)
+        after[key] = good
+        _check_kind(errs, f, kind, st, contracts)
+
+    cycle = _find_cycle(after)
+    if cycle:
+        errs.add(f"steps[{keys[cycle[0]]}].after", "dependency cycle: " + " -> ".join(reversed(cycle)))
+    else:
+        for key, i in keys.items():
+            st = steps[i]
+            if isinstance(st, dict):
+                _check_refs(errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key))
+                if st.get("kind") == "SIGNAL" and isinstance(st.get("correlation"), str):
+                    _check_refs(
+                        errs, f"steps[{i}].correlation", st["correlation"], set(keys), ancestors(after, key)
+                    )
+    if "output" in doc:
+        _check_refs(errs, "output", doc["output"], set(keys), None)
+    if errs.items:
+        raise InvalidArgument(errors=errs.items)
+    queues: set[str] = set()
+    for st in steps:
+        if st.get("queue"):
+            queues.add(st["queue"])
+        if isinstance(st.get("compensation"), dict) and st["compensation"].get("queue"):
+            queues.add(st["compensation"]["queue"])
+    return doc, sorted(queues)
+
+
+def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
+    if kind in ("TASK", "POLL") and "queue" in st:
+        if not isinstance(st["queue"], str) or not QUEUE_RE.match(st["queue"]):
+            errs.add(f + ".queue", "must be 1-128 characters: letters, digits, _ . : -")
+    if "timeout_seconds" in st:
+        _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_DEADLINE_SECONDS)
+    if kind == "TASK":
+        retry = st.get("retry", {})
+        if not isinstance(retry, dict):
+            errs.add(f + ".retry", "must be an object")
+        else:
+            _fields(errs, f + ".retry.", retry, {"max_attempts"})
+            if "max_attempts" in retry:
+                _int_in(errs, f + ".retry.max_attempts", retry["max_attempts"], 1, 100)
+        comp = st.get("compensation")
+        if comp is not None:
+            if (
+                not isinstance(comp, dict)
+                or not isinstance(comp.get("queue"), str)
+                or not QUEUE_RE.match(comp["queue"])
+            ):
+                errs.add(f + ".compensation.queue", "required: a queue name")
+            else:
+                _fields(errs, f + ".compensation.", comp, {"queue"})
+    elif kind == "TIMER" and "delay_seconds" in st:
+        _int_in(errs, f + ".delay_seconds", st["delay_seconds"], 0, MAX_DEADLINE_SECONDS)
+    elif kind == "SIGNAL":
+        _contract(errs, f, st.get("signal"), st.get("payload_version"), contracts, f + ".signal")
+        if "correlation" in st and not isinstance(st["correlation"], str):
+            errs.add(f + ".correlation", "must be a string (a reference or a literal correlation key)")
+    elif kind == "SUBWORKFLOW":
+        if "definition_id" in st and (
+            not isinstance(st["definition_id"], str) or not HEX32_RE.match(st["definition_id"])
+        ):
+            errs.add(f + ".definition_id", "must be a 32-char lowercase hex definition id")
+        v = st.get("version")
+        if "version" in st and (not isinstance(v, str) or not VERSION_RE.match(v) or v.lower() == "latest"):
+            errs.add(f + ".version", 'must be a pinned version (never "latest")')
+    elif kind == "POLL":
+        if "interval_ms" in st:
+            _int_in(errs, f + ".interval_ms", st["interval_ms"], 10, 86_400_000)
+        if "max_rounds" in st:
+            _int_in(errs, f + ".max_rounds", st["max_rounds"], 1, 10_000)
+        if "max_attempts_per_round" in st:
+            _int_in(errs, f + ".max_attempts_per_round", st["max_attempts_per_round"], 1, 100)
+        fs = st.get("final_signal")
+        if fs is not None:
+            if not isinstance(fs, dict):
+                errs.add(f + ".final_signal", "must be an object")
+            else:
+                _fields(errs, f + ".final_signal.", fs, {"signal", "payload_version"})
+                _contract(
+                    errs, f, fs.get("signal"), fs.get("payload_version"), contracts, f + ".final_signal"
+                )
+
+
+def _contract(errs: _Errors, f: str, name: Any, pv: Any, contracts: set[tuple[str, str]], field: str) -> None:
+    if not isinstance(name, str) or not isinstance(pv, str):
+        if name is not None or pv is not None:
+            errs.add(field, "signal and payload_version must be strings")
+        return
+    if (name, pv) not in contracts:
+        errs.add(field, f"no signal contract ({name}, {pv}) is declared in signals")
+
+
+def input_errors(schema: Any, value: Any, prefix: str = "input") -> list[FieldError]:
+    """Validate ``value`` against a stored JSON Schema; errors name the field path."""
+    validator = Draft202012Validator(schema)
+    out: list[FieldError] = []
+    for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path))):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+        out.append(FieldError(prefix + path, err.message[:300]))
+        if len(out) >= 20:
+            break
+    return out

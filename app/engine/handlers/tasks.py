@@ -1,0 +1,23 @@
+"""``task_timeout`` jobs: an open task past its deadline times out; the step's retry policy (TASK)
+or its round budget (POLL) decides what comes next."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from app.engine import tasks
+from app.engine.handlers.common import run_advance
+from app.ledger import handlers
+from app.ledger.context import JobContext
+
+
+@handlers.register("task_timeout")
+def task_timeout(ctx: JobContext):  # noqa: ANN201
+    task_id = (ctx.payload or {}).get("task_id") or ctx.task_id
+
+    def write(conn: Connection, inst: dict) -> dict:
+        if not tasks.time_out(conn, inst, task_id):
+            return {"skipped": "the task was settled before its deadline"}
+        return {"timed_out": task_id}
+
+    return run_advance(ctx, write)

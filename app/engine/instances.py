@@ -1,0 +1,307 @@
+"""Pinned-version start (W-START) and instance reads (W-START-4, GET /v1/workflows)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import jsonx
+from app.engine import settings, steps
+from app.engine.definitions import load_version
+from app.engine.documents import VERSION_RE, input_errors
+from app.engine.store import MISSING, read_instance
+from app.errors import FieldError, InvalidArgument, LimitExceeded, QuotaExceeded
+from app.ids import is_hex32, new_id
+from app.jsonx import rfc3339
+
+MAX_INPUT_BYTES = 256 * 1024
+MAX_BUSINESS_KEY = 191
+START_FIELDS = {"definition_id", "version", "input", "business_key"}
+
+
+def validate_start(body: Any) -> dict:
+    """W-START-1..3 field rules (before any database read)."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object", field="$")
+    errors: list[FieldError] = [FieldError(k, "unknown field") for k in body if k not in START_FIELDS]
+    def_id = body.get("definition_id")
+    if "definition_id" not in body:
+        errors.append(FieldError("definition_id", "required"))
+    elif not isinstance(def_id, str) or not is_hex32(def_id):
+        errors.append(FieldError("definition_id", "must be a 32-char lowercase hex definition id"))
+    version = body.get("version")
+    if "version" not in body:
+        errors.append(FieldError("version", "required"))
+    elif not isinstance(version, str) or not VERSION_RE.match(version):
+        errors.append(
+            FieldError("version", "1-64 ASCII characters: a letter or digit first, then also _ . -")
+        )
+    elif version.lower() == "latest":
+        errors.append(FieldError("version", 'a pinned version is required; "latest" is never resolved'))
+    if "input" not in body:
+        errors.append(FieldError("input", "required (explicit null is a value; a missing field is not)"))
+    else:
+        raw = jsonx.dumps(body["input"])
+        if len(raw.encode("utf-8")) > MAX_INPUT_BYTES:
+            errors.append(FieldError("input", f"at most {MAX_INPUT_BYTES} bytes of JSON"))
+        elif "\\u0000" in raw or "\x00" in raw:
+            errors.append(FieldError("input", "NUL characters cannot be stored"))
+    bk = body.get("business_key", "")
+    if not isinstance(bk, str):
+        errors.append(FieldError("business_key", "must be a string"))
+    elif len(bk) > MAX_BUSINESS_KEY:
+        errors.append(FieldError("business_key", f"at most {MAX_BUSINESS_KEY} Unicode characters"))
+    elif "\x00" in bk:
+        errors.append(FieldError("business_key", "must not contain NUL"))
+    if errors:
+        raise InvalidArgument(errors=errors)
+    return {"definition_id": def_id, "version": version, "input": body["input"], "business_key": bk}
+
+
+def start_workflow(
+    conn: Connection,
+    namespace_id: str,
+    body: Any,
+    *,
+    check_queues: Callable[[list[str]], None] | None = None,
+    trace_id: str | None = None,
+    parent: tuple[str, str] | None = None,
+) -> dict:
+    """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
+    the caller's transaction (W-START-6); wake hints go out after its commit."""
+    req = validate_start(body)
+    ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
+    if check_queues is not None:
+        check_queues(ver["queues"])
+    doc = ver["document"]
+    errors = input_errors(doc["input_schema"], req["input"])
+    if errors:
+        raise InvalidArgument("input does not satisfy the pinned version's input contract", errors=errors)
+    conn.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "lf-ns:" + namespace_id}
+    )
+    unfinished = conn.execute(
+        text(
+            "SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns "
+            "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+        ),
+        {"ns": namespace_id},
+    ).scalar_one()
+    if unfinished >= settings.instance_limit():
+        raise LimitExceeded(
+            "WORKFLOW_INSTANCE_LIMIT",
+            f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
+        )
+    for q in ver["queues"]:
+        pending = conn.execute(
+            text(
+                "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND state = 'PENDING'"
+            ),
+            {"ns": namespace_id, "q": q},
+        ).scalar_one()
+        if pending >= settings.queue_pending_limit():
+            raise QuotaExceeded(
+                "QUEUE_FULL", retry_after=30, message=f"queue {q!r} has too many pending tasks"
+            )
+    iid = new_id()
+    conn.execute(
+        text(
+            """
+INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
+    business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key)
+VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, CAST(:queues AS text[]),
+    now() + make_interval(secs => :deadline), :trace, :parent, :parent_step)
+"""
+        ),
+        {
+            "id": iid,
+            "ns": namespace_id,
+            "def": ver["definition_id"],
+            "ver": ver["id"],
+            "version": ver["version"],
+            "input": jsonx.dumps(req["input"]),
+            "bk": req["business_key"],
+            "queues": ver["queues"],
+            "deadline": doc["deadline_seconds"],
+            "trace": trace_id or new_id(),
+            "parent": parent[0] if parent else None,
+            "parent_step": parent[1] if parent else None,
+        },
+    )
+    conn.execute(
+        text(
+            "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
+            "VALUES (:id, :inst, '$root', 'ROOT', 'SUCCEEDED', '{}')"
+        ),
+        {"id": new_id(), "inst": iid},
+    )
+    for st in doc["steps"]:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_steps (id, instance_id, key, kind, after) "
+                "VALUES (:id, :inst, :key, :kind, CAST(:after AS text[]))"
+            ),
+            {"id": new_id(), "inst": iid, "key": st["key"], "kind": st["kind"], "after": st.get("after", [])},
+        )
+    inst = read_instance(conn, iid)
+    steps._job(  # noqa: SLF001
+        conn,
+        inst,
+        "delay_wake",
+        {"wake": "deadline"},
+        step_key=None,
+        key=f"deadline:{iid}",
+        run_at=inst["deadline_at"],
+    )
+    return steps.after_change(conn, iid)
+
+
+def instance_view(inst: dict) -> dict:
+    """The W-START-4 instance object: optional fields only when they have values."""
+    out: dict[str, Any] = {
+        "id": inst["id"],
+        "namespace_id": inst["namespace_id"],
+        "definition_id": inst["definition_id"],
+        "definition_version_id": inst["definition_version_id"],
+        "version": inst["version"],
+        "state": inst["state"],
+        "revision": str(inst["revision"]),
+        "paused": inst["paused"],
+        "control_revision": str(inst["control_revision"]),
+        "input": inst["input"],
+        "business_key": inst["business_key"],
+        "deadline_at": rfc3339(inst["deadline_at"]),
+        "created_at": rfc3339(inst["created_at"]),
+        "updated_at": rfc3339(inst["updated_at"]),
+    }
+    if inst["output"] is not MISSING:
+        out["output"] = inst["output"]
+    for k in ("cancel_requested_at", "stop_requested_at", "completed_at"):
+        if inst[k] is not None:
+            out[k] = rfc3339(inst[k])
+    if inst["stop_kind"]:
+        out["stop_kind"] = inst["stop_kind"]
+    return out
+
+
+# -- list -----------------------------------------------------------------------------------------
+STATES = ("RUNNING", "WAITING", "CANCELLING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
+_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
+TIME_FILTERS = {
+    "created_after": "created_at >= :created_after",
+    "created_before": "created_at < :created_before",
+    "updated_after": "updated_at >= :updated_after",
+    "updated_before": "updated_at < :updated_before",
+    "deadline_before": "deadline_at < :deadline_before",
+}
+LIST_PARAMS = {
+    "state",
+    "paused",
+    "definition_id",
+    "version",
+    "business_key",
+    "business_key_prefix",
+    "limit",
+    "cursor",
+    *TIME_FILTERS,
+}
+
+
+def parse_list_filters(args: dict[str, str]) -> tuple[dict[str, Any], int, str | None]:
+    from datetime import datetime
+
+    errors: list[FieldError] = [
+        FieldError(k, "unknown query parameter") for k in args if k not in LIST_PARAMS
+    ]
+    f: dict[str, Any] = {}
+    if "state" in args:
+        if args["state"] not in STATES:
+            errors.append(FieldError("state", f"one of {', '.join(STATES)}"))
+        f["state"] = args["state"]
+    if "paused" in args:
+        if args["paused"] not in ("true", "false"):
+            errors.append(FieldError("paused", "true or false"))
+        f["paused"] = args["paused"] == "true"
+    if "definition_id" in args:
+        if not is_hex32(args["definition_id"]):
+            errors.append(FieldError("definition_id", "a 32-char lowercase hex id"))
+        f["definition_id"] = args["definition_id"]
+    if "version" in args:
+        if not VERSION_RE.match(args["version"]):
+            errors.append(FieldError("version", "invalid version"))
+        f["version"] = args["version"]
+    if "business_key" in args and "business_key_prefix" in args:
+        errors.append(
+            FieldError("business_key_prefix", "use business_key (exact) or business_key_prefix, not both")
+        )
+    for k in ("business_key", "business_key_prefix"):
+        if k in args:
+            if len(args[k]) > MAX_BUSINESS_KEY:
+                errors.append(FieldError(k, f"at most {MAX_BUSINESS_KEY} characters"))
+            f[k] = args[k]
+    for k in TIME_FILTERS:
+        if k in args:
+            if not _TIME_RE.match(args[k]):
+                errors.append(FieldError(k, "an RFC 3339 time with offset, e.g. 2026-01-31T08:00:00Z"))
+            else:
+                f[k] = datetime.fromisoformat(args[k].replace("Z", "+00:00"))
+    limit = 20
+    if "limit" in args:
+        if not args["limit"].isdigit() or not 1 <= int(args["limit"]) <= 100:
+            errors.append(FieldError("limit", "an integer from 1 to 100"))
+        else:
+            limit = int(args["limit"])
+    if errors:
+        raise InvalidArgument(errors=errors)
+    return f, limit, args.get("cursor")
+
+
+def list_instances(
+    conn: Connection,
+    namespace_id: str,
+    filters: dict[str, Any],
+    limit: int,
+    cursor: str | None,
+    allowed_queues: tuple[str, ...] | None,
+) -> dict:
+    from app.engine.cursor import decode_cursor, encode_cursor
+
+    where = ["namespace_id = :ns"]
+    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
+    for k in ("state", "paused", "definition_id", "version", "business_key"):
+        if k in filters:
+            where.append(f"{k} = :{k}")
+            params[k] = filters[k]
+    if "business_key_prefix" in filters:
+        where.append("left(business_key, char_length(:bkp)) = :bkp")
+        params["bkp"] = filters["business_key_prefix"]
+    for k, cond in TIME_FILTERS.items():
+        if k in filters:
+            where.append(cond)
+            params[k] = filters[k]
+    if allowed_queues is not None:
+        where.append("queues <@ CAST(:allowed AS text[])")
+        params["allowed"] = list(allowed_queues)
+    binding = {"ns": namespace_id, "filters": {k: str(v) for k, v in sorted(filters.items())}}
+    if cursor is not None:
+        created, last_id = decode_cursor(cursor, binding)
+        where.append("(created_at, id) < (:c_created, :c_id)")
+        params.update(c_created=created, c_id=last_id)
+    rows = conn.execute(
+        text(
+            "SELECT id FROM workflow_instances WHERE "
+            + " AND ".join(where)
+            + " ORDER BY created_at DESC, id DESC "
+            "LIMIT :limit"
+        ),
+        params,
+    ).all()
+    items = [read_instance(conn, r.id) for r in rows[:limit]]
+    out: dict[str, Any] = {"items": [instance_view(i) for i in items]}
+    if len(rows) > limit:
+        last = items[-1]
+        out["next_cursor"] = encode_cursor(binding, last["created_at"], last["id"])
+    return out

@@ -1,0 +1,213 @@
+"""Tables of the workflow engine (SPEC W-*, X-DEF, X-TASK). Migration ``0003`` creates exactly these.
+
+JSON documents (inputs, outputs, definition documents) are ``jsonb``: PostgreSQL keeps numeric
+precision, and the engine reads them back as text and parses them with ``Decimal`` for non-integers
+(``app.engine.jsonutil``) so no number ever passes through a float. SQL ``NULL`` means "absent";
+the JSON value ``null`` is stored as ``'null'::jsonb`` (explicit null kept).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from app.metadata import metadata
+
+
+def _in(column: str, values: list[str]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+INSTANCE_STATES = ["RUNNING", "WAITING", "CANCELLING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED"]
+STEP_STATES = ["BLOCKED", "ACTIVE", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW", "SKIPPED"]
+STEP_KINDS = ["ROOT", "TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW"]
+TASK_STATES = ["PENDING", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT", "CANCELLED"]
+WAIT_STATES = ["WAITING", "RESOLVED", "EXPIRED", "CANCELLED"]
+
+definitions = Table(
+    "workflow_definitions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("namespace_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("description", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("namespace_id", "name", name="uq_workflow_definitions_name"),
+)
+
+definition_versions = Table(
+    "workflow_definition_versions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("definition_id", Text, ForeignKey("workflow_definitions.id"), nullable=False),
+    Column("namespace_id", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("document", JSONB, nullable=False),
+    Column("queues", ARRAY(Text), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("definition_id", "version", name="uq_workflow_definition_versions_version"),
+)
+
+instances = Table(
+    "workflow_instances",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("namespace_id", Text, nullable=False),
+    Column("definition_id", Text, ForeignKey("workflow_definitions.id"), nullable=False),
+    Column("definition_version_id", Text, ForeignKey("workflow_definition_versions.id"), nullable=False),
+    Column("version", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("revision", BigInteger, nullable=False, server_default=text("1")),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("control_revision", BigInteger, nullable=False, server_default=text("1")),
+    Column("input", JSONB, nullable=False),
+    Column("business_key", Text, nullable=False, server_default=text("''")),
+    Column("queues", ARRAY(Text), nullable=False),
+    Column("deadline_at", DateTime(timezone=True), nullable=False),
+    Column("output", JSONB),
+    Column("cancel_requested_at", DateTime(timezone=True)),
+    Column("stop_kind", Text),
+    Column("stop_requested_at", DateTime(timezone=True)),
+    Column("completed_at", DateTime(timezone=True)),
+    Column("error", JSONB),
+    Column("trace_id", Text, nullable=False),
+    Column("parent_instance_id", Text),
+    Column("parent_step_key", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(_in("state", INSTANCE_STATES), name="ck_workflow_instances_state"),
+    CheckConstraint(
+        "stop_kind IS NULL OR stop_kind IN ('CANCEL', 'FAILURE')", name="ck_workflow_instances_stop"
+    ),
+)
+Index("ix_workflow_instances_list", instances.c.namespace_id, instances.c.created_at, instances.c.id)
+Index(
+    "ix_workflow_instances_unfinished",
+    instances.c.namespace_id,
+    postgresql_where=text("state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
+)
+Index("ix_workflow_instances_business_key", instances.c.namespace_id, instances.c.business_key)
+Index(
+    "ix_workflow_instances_parent",
+    instances.c.parent_instance_id,
+    postgresql_where=text("parent_instance_id IS NOT NULL"),
+)
+
+steps = Table(
+    "workflow_steps",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
+    Column("key", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'BLOCKED'")),
+    Column("revision", BigInteger, nullable=False, server_default=text("1")),
+    Column("after", ARRAY(Text), nullable=False),
+    Column("activation_id", Text),
+    Column("activation_sequence", Integer),
+    Column("task_id", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(_in("state", STEP_STATES), name="ck_workflow_steps_state"),
+    CheckConstraint(_in("kind", STEP_KINDS), name="ck_workflow_steps_kind"),
+    UniqueConstraint("instance_id", "key", name="uq_workflow_steps_key"),
+)
+
+activations = Table(
+    "workflow_activations",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
+    Column("step_id", Text, ForeignKey("workflow_steps.id"), nullable=False),
+    Column("sequence", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("input", JSONB),
+    Column("output", JSONB),
+    Column("error", JSONB),
+    Column("task_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("child_instance_id", Text),
+    # POLL bookkeeping (W-STEP-3)
+    Column("poll_used_rounds", Integer),
+    Column("poll_first_round", Integer),
+    Column("poll_first_round_attempts_used", Integer),
+    Column("poll_round_attempts", Integer),
+    Column("poll_deadline_at", DateTime(timezone=True)),
+    Column("poll_last_task_id", Text),
+    Column("poll_current_task_id", Text),
+    Column("poll_next_at", DateTime(timezone=True)),
+    Column("poll_resolved_at", DateTime(timezone=True)),
+    Column("activated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("completed_at", DateTime(timezone=True)),
+    CheckConstraint(_in("state", STEP_STATES), name="ck_workflow_activations_state"),
+    UniqueConstraint("step_id", "sequence", name="uq_workflow_activations_sequence"),
+)
+Index("ix_workflow_activations_instance", activations.c.instance_id)
+
+waits = Table(
+    "workflow_waits",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
+    Column("activation_id", Text, ForeignKey("workflow_activations.id"), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'WAITING'")),
+    Column("name", Text),
+    Column("payload_version", Text),
+    Column("correlation_key", Text),
+    Column("deadline_at", DateTime(timezone=True)),
+    Column("winner_signal_id", Text),
+    Column("resolved_at", DateTime(timezone=True)),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(_in("state", WAIT_STATES), name="ck_workflow_waits_state"),
+    CheckConstraint("kind IN ('SIGNAL', 'TIMER')", name="ck_workflow_waits_kind"),
+    UniqueConstraint("activation_id", name="uq_workflow_waits_activation"),
+)
+
+tasks = Table(
+    "workflow_tasks",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("namespace_id", Text, nullable=False),
+    Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
+    Column("step_id", Text, ForeignKey("workflow_steps.id"), nullable=False),
+    Column("step_key", Text, nullable=False),
+    Column("activation_id", Text, ForeignKey("workflow_activations.id"), nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("state", Text, nullable=False, server_default=text("'PENDING'")),
+    Column("input", JSONB),
+    Column("output", JSONB),
+    Column("error", JSONB),
+    Column("epoch", Integer, nullable=False, server_default=text("0")),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    Column("poll_round", Integer),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("deadline_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("completed_at", DateTime(timezone=True)),
+    CheckConstraint(_in("state", TASK_STATES), name="ck_workflow_tasks_state"),
+)
+# The claim path: open tasks of a queue in creation order (CLAIMED ones come back once their lease expired).
+Index(
+    "ix_workflow_tasks_claim",
+    tasks.c.namespace_id,
+    tasks.c.queue,
+    tasks.c.created_at,
+    postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
+)
+Index("ix_workflow_tasks_instance", tasks.c.instance_id)

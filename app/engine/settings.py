@@ -1,0 +1,35 @@
+"""Engine limits read from the environment at call time (so a test server can lower them)."""
+
+from __future__ import annotations
+
+import os
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+def instance_limit() -> int:
+    """W-START-8: unfinished instances per namespace."""
+    return _int("LEDGERFLOW_INSTANCE_LIMIT", 10_000)
+
+
+def queue_pending_limit() -> int:
+    """W-ERR quota: pending tasks per (namespace, queue) before a start answers 429 QUEUE_FULL."""
+    return _int("LEDGERFLOW_QUEUE_PENDING_LIMIT", 100_000)
+
+
+def task_lease_seconds() -> float:
+    """X-TASK: how long a claim holds a task without a heartbeat."""
+    return _float("LEDGERFLOW_TASK_LEASE_SECONDS", 60.0)
+
+
+def claim_poll_seconds() -> float:
+    """How often a long-polling claim looks at the queue again."""
+    return _float("LEDGERFLOW_CLAIM_POLL_SECONDS", 0.2)

@@ -1,0 +1,121 @@
+"""Row access shared by the engine modules: locks (instance first), reads as exact JSON, views.
+
+JSON columns are selected ``::text`` and parsed with ``app.jsonx`` so numbers stay exact; SQL NULL
+(absent) and JSON ``null`` stay different (``MISSING`` vs ``None``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import jsonx
+from app.errors import NotFound
+
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def jparse(raw: str | None) -> Any:
+    return MISSING if raw is None else jsonx.loads_exact_db(raw)
+
+
+def jdump(value: Any) -> str | None:
+    """JSON text for a jsonb parameter; MISSING -> SQL NULL."""
+    return None if value is MISSING else jsonx.dumps(value)
+
+
+_INSTANCE = """
+SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
+       control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
+       cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
+       parent_instance_id, parent_step_key, created_at, updated_at
+FROM workflow_instances WHERE id = :id
+"""
+
+
+def _inst(row: Any) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    d = dict(row._mapping)
+    d["input"] = jparse(d["input"])
+    d["output"] = jparse(d["output"])
+    d["error"] = jparse(d["error"])
+    return d
+
+
+def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
+    """Lock order: the instance row first, then tasks / jobs (ARCHITECTURE, L-CLAIM-5)."""
+    row = _inst(conn.execute(text(_INSTANCE + " FOR UPDATE"), {"id": instance_id}).first())
+    if row is None:
+        raise NotFound("workflow not found")
+    return row
+
+
+def read_instance(conn: Connection, instance_id: str, namespace_id: str | None = None) -> dict[str, Any]:
+    row = _inst(conn.execute(text(_INSTANCE), {"id": instance_id}).first())
+    if row is None or (namespace_id is not None and row["namespace_id"] != namespace_id):
+        raise NotFound("workflow not found")
+    return row
+
+
+def version_document(conn: Connection, version_id: str) -> dict[str, Any]:
+    raw = conn.execute(
+        text("SELECT document::text FROM workflow_definition_versions WHERE id = :id"), {"id": version_id}
+    ).scalar_one()
+    return jsonx.loads_exact_db(raw)
+
+
+def step_specs(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["key"]: s for s in document["steps"]}
+
+
+_STEPS = """
+SELECT s.id, s.key, s.kind, s.state, s.revision, s.after, s.activation_id, s.activation_sequence, s.task_id,
+       a.state AS act_state, a.input::text AS act_input, a.output::text AS act_output, a.error::text AS act_error,
+       a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
+       a.poll_used_rounds, a.poll_first_round, a.poll_first_round_attempts_used, a.poll_round_attempts,
+       a.poll_deadline_at, a.poll_last_task_id, a.poll_current_task_id, a.poll_next_at, a.poll_resolved_at
+FROM workflow_steps s LEFT JOIN workflow_activations a ON a.id = s.activation_id
+WHERE s.instance_id = :id AND s.kind <> 'ROOT'
+"""
+
+
+def _step(row: Any) -> dict[str, Any]:
+    d = dict(row._mapping)
+    for k in ("act_input", "act_output", "act_error"):
+        d[k] = jparse(d[k])
+    return d
+
+
+def read_steps(conn: Connection, instance_id: str, key: str | None = None) -> list[dict[str, Any]]:
+    sql = _STEPS + (" AND s.key = :key" if key is not None else "") + " ORDER BY s.key"
+    return [_step(r) for r in conn.execute(text(sql), {"id": instance_id, "key": key})]
+
+
+def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | None:
+    rows = read_steps(conn, instance_id, key)
+    return rows[0] if rows else None
+
+
+def read_wait(conn: Connection, activation_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        text(
+            "SELECT id, kind, state, name, payload_version, correlation_key, deadline_at, winner_signal_id, "
+            "resolved_at FROM workflow_waits WHERE activation_id = :a"
+        ),
+        {"a": activation_id},
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+def bump_instance(conn: Connection, instance_id: str, **sets: Any) -> dict[str, Any]:
+    """revision + 1 and updated_at = now() together with ``sets`` (plain columns only)."""
+    assign = "".join(f", {k} = :{k}" for k in sets)
+    conn.execute(
+        text(
+            f"UPDATE workflow_instances SET revision = revision + 1, updated_at = now(){assign} WHERE id = :id"
+        ),
+        {"id": instance_id, **sets},
+    )
+    return read_instance(conn, instance_id)

@@ -1,0 +1,105 @@
+"""Step views (W-STEP-1..4): the current activation only; absent values omitted, explicit null kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.engine.store import (
+    MISSING,
+    read_instance,
+    read_step,
+    read_steps,
+    read_wait,
+    step_specs,
+    version_document,
+)
+from app.errors import NotFound
+from app.jsonx import rfc3339
+
+
+def _summary(s: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": s["id"],
+        "key": s["key"],
+        "kind": s["kind"],
+        "state": s["state"],
+        "revision": str(s["revision"]),
+    }
+    if s["activation_id"]:
+        out["activation_id"] = s["activation_id"]
+        out["activation_sequence"] = s["activation_sequence"]
+    if s["kind"] == "TASK" and s["task_id"]:
+        out["task_id"] = s["task_id"]
+    return out
+
+
+def steps_view(conn: Connection, instance_id: str, namespace_id: str) -> dict:
+    inst = read_instance(conn, instance_id, namespace_id)
+    return {
+        "instance_id": inst["id"],
+        "revision": str(inst["revision"]),
+        "steps": [_summary(s) for s in read_steps(conn, instance_id)[:128]],
+    }
+
+
+def _t(v: Any) -> str | None:
+    return rfc3339(v) if v is not None else None
+
+
+def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -> dict:
+    inst = read_instance(conn, instance_id, namespace_id)
+    s = read_step(conn, instance_id, key)
+    if s is None:
+        raise NotFound("step not found")
+    out: dict[str, Any] = {"instance_id": inst["id"], "revision": str(inst["revision"]), "step": _summary(s)}
+    if not s["activation_id"]:
+        return out
+    if s["act_input"] is not MISSING:
+        out["input"] = s["act_input"]
+    if s["act_output"] is not MISSING:
+        out["output"] = s["act_output"]
+    if s["act_error"] is not MISSING:
+        out["error"] = s["act_error"]
+    out["activated_at"] = rfc3339(s["activated_at"])
+    if s["completed_at"] is not None:
+        out["completed_at"] = rfc3339(s["completed_at"])
+    if s["kind"] == "SUBWORKFLOW" and s["child_instance_id"]:
+        out["child_workflow_id"] = s["child_instance_id"]
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[key]
+    if s["kind"] == "POLL":
+        poll: dict[str, Any] = {
+            "used_rounds": s["poll_used_rounds"],
+            "first_round": s["poll_first_round"],
+            "first_round_attempts_used": s["poll_first_round_attempts_used"],
+            "max_rounds": spec["max_rounds"],
+            "max_attempts_per_round": spec["max_attempts_per_round"],
+            "interval_ms": spec["interval_ms"],
+            "deadline_at": _t(s["poll_deadline_at"]),
+            "last_task_id": s["poll_last_task_id"],
+        }
+        for k, col in (
+            ("current_task_id", "poll_current_task_id"),
+            ("next_poll_at", "poll_next_at"),
+            ("resolved_at", "poll_resolved_at"),
+        ):
+            if s[col] is not None:
+                poll[k] = _t(s[col]) if k != "current_task_id" else s[col]
+        out["poll"] = poll
+    if s["kind"] in ("SIGNAL", "TIMER") or (s["kind"] == "POLL" and spec.get("final_signal")):
+        w = read_wait(conn, s["activation_id"])
+        if w is not None:
+            wait: dict[str, Any] = {"id": w["id"], "kind": w["kind"], "state": w["state"]}
+            if w["kind"] != "TIMER":
+                wait["name"] = w["name"]
+                wait["payload_version"] = w["payload_version"]
+            if w["correlation_key"] is not None:
+                wait["correlation_key"] = w["correlation_key"]
+            wait["deadline_at"] = _t(w["deadline_at"])
+            if w["winner_signal_id"]:
+                wait["winner_signal_id"] = w["winner_signal_id"]
+            if w["resolved_at"] is not None:
+                wait["resolved_at"] = _t(w["resolved_at"])
+            out["wait"] = wait
+    return out

@@ -1,0 +1,28 @@
+"""Fixtures of the engine tests: a clean engine + ledger, and the engine's handlers registered."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from tests.conftest import LEDGER_TABLES
+from tests.engine.helpers import ENGINE_TABLES
+
+
+@pytest.fixture
+def eng(engine) -> Iterator:  # noqa: ANN001
+    import app.engine.handlers.subprocess  # noqa: F401
+    import app.engine.handlers.tasks  # noqa: F401
+    import app.engine.handlers.timers  # noqa: F401
+    from app.ledger import handlers
+
+    for mod in (app.engine.handlers.timers, app.engine.handlers.tasks, app.engine.handlers.subprocess):
+        for name in ("delay_wake", "task_timeout", "subprocess_spawn", "subprocess_join"):
+            fn = getattr(mod, name, None)
+            if fn is not None:
+                handlers.register(name, fn, replace=True)
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {ENGINE_TABLES}, {LEDGER_TABLES} RESTART IDENTITY CASCADE"))
+    yield engine

@@ -1,0 +1,95 @@
+"""Engine test helpers: definitions, inline job runs (claim -> handler -> settle, as the pool does)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from app.db import transaction
+from app.engine import definitions, instances, tasks
+from app.ledger import handlers
+from app.ledger.outcome import outcome_of
+from tests.ledger_helpers import claim, context_for, settle, settlement
+
+ENGINE_TABLES = (
+    "workflow_tasks, workflow_waits, workflow_activations, workflow_steps, workflow_instances, "
+    "workflow_definition_versions, workflow_definitions"
+)
+
+
+def publish(engine: Engine, ns: str, doc: dict, name: str | None = None) -> str:
+    import uuid
+
+    with transaction(engine) as conn:
+        d = definitions.create_definition(conn, ns, name or f"def-{uuid.uuid4().hex[:8]}")
+        definitions.publish_version(conn, ns, d["id"], doc)
+    return d["id"]
+
+
+def start(engine: Engine, ns: str, def_id: str, input: Any, version: str = "v1", **kw: Any) -> dict:
+    with transaction(engine) as conn:
+        return instances.start_workflow(
+            conn, ns, {"definition_id": def_id, "version": version, "input": input, **kw}
+        )
+
+
+def make_due(engine: Engine) -> None:
+    """Time travel for inline tests: every pending job, task deadline and wait is due now."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE workflow_jobs SET run_at = now() - interval '1 ms' WHERE status = 'pending' "
+                "AND type <> 'task_timeout'"
+            )
+        )
+        conn.execute(
+            text("UPDATE workflow_waits SET deadline_at = now() - interval '1 ms' WHERE kind = 'TIMER'")
+        )
+
+
+def run_jobs(engine: Engine, limit: int = 50) -> list[tuple[str, str]]:
+    """Run due advance-pool jobs inline until none is due; returns (type, outcome kind)."""
+    ran = []
+    for _ in range(limit):
+        rows = claim(engine)
+        if not rows:
+            break
+        row = rows[0]
+        ctx = context_for(row, engine)
+        try:
+            result, exc = handlers.resolve(row["type"])(ctx), None
+        except Exception as e:  # noqa: BLE001
+            result, exc = None, e
+        out = outcome_of(result, exc)
+        settle(
+            engine, [settlement(row, out.kind, result=out.result, error=out.error, error_code=out.error_code)]
+        )
+        ran.append((row["type"], out.kind if exc is None else f"{out.kind}: {exc}"))
+    return ran
+
+
+def claim_task(engine: Engine, ns: str, queue: str, lease: float = 60.0) -> dict:
+    with transaction(engine) as conn:
+        got = tasks.claim(conn, ns, [queue], 1, lease)
+    assert got, f"no task on {queue}"
+    return got[0]
+
+
+def complete_task(engine: Engine, ns: str, task: dict, output: Any) -> dict:
+    with transaction(engine) as conn:
+        return tasks.complete(conn, ns, task["id"], task["epoch"], output)
+
+
+def instance(engine: Engine, iid: str) -> dict:
+    from app.engine.store import read_instance
+
+    with engine.connect() as conn:
+        return instances.instance_view(read_instance(conn, iid))
+
+
+def step(engine: Engine, ns: str, iid: str, key: str) -> dict:
+    from app.engine.views import step_view
+
+    with engine.connect() as conn:
+        return step_view(conn, iid, ns, key)
