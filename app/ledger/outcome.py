@@ -66,16 +66,20 @@ class Outcome:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` if PostgreSQL's jsonb can store it, else a description. jsonb refuses NaN/Infinity
+    and the NUL character; one such result must not fail the pool's whole settlement batch."""
     try:
-        json.dumps(value)
-        return value
+        encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
-        return {"repr": repr(value)[:2000]}
+        encoded = None
+    if encoded is not None and "\\u0000" not in encoded:
+        return value
+    return {"repr": repr(value)[:2000]}
 
 
 def _describe(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:4000]
+    return text.replace("\x00", "\\x00")[:4000]  # PostgreSQL text cannot hold NUL
 
 
 def outcome_of(result: Any = None, exc: BaseException | None = None) -> Outcome:

@@ -1,0 +1,250 @@
+"""Claiming (L-CLAIM-1, -2, -6): order, every-fourth fairness, run_at, slots, attempt rows and
+SKIP LOCKED under concurrent claimers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from app.db import transaction
+from app.ledger import handlers, transitions
+from app.ledger.pool import LedgerPool
+from app.ledger.states import Pool
+from tests.ledger_helpers import (
+    ADVANCE,
+    OUTBOUND,
+    add_job,
+    attempts,
+    claim,
+    claim_one,
+    job,
+    scalar,
+    settle,
+    settlement,
+    wait_for,
+)
+
+
+def _set_run_at(engine, job_id: int, seconds_ago: float) -> None:
+    with transaction(engine) as conn:
+        conn.execute(
+            text("UPDATE workflow_jobs SET run_at = now() - make_interval(secs => :s) WHERE id = :id"),
+            {"s": seconds_ago, "id": job_id},
+        )
+
+
+def test_claim_order_is_priority_then_run_at_then_id(db):
+    ids = {}
+    # (name, priority, seconds ago)
+    for name, prio, ago in [
+        ("p5_old", 5, 100),
+        ("p0_new", 0, 1),
+        ("p0_old", 0, 50),
+        ("pneg", -3, 2),
+        ("p0_new_b", 0, 1),
+    ]:
+        ids[name] = add_job(db, "delay_wake", {"name": name}, priority=prio)
+        _set_run_at(db, ids[name], ago)
+    # p0_new and p0_new_b share run_at: id decides
+    with transaction(db) as conn:
+        conn.execute(
+            text(
+                "UPDATE workflow_jobs SET run_at = (SELECT run_at FROM workflow_jobs WHERE id = :a) "
+                "WHERE id = :b"
+            ),
+            {"a": ids["p0_new"], "b": ids["p0_new_b"]},
+        )
+    order = [claim_one(db)["payload"]["name"] for _ in range(5)]
+    assert order == ["pneg", "p0_old", "p0_new", "p0_new_b", "p5_old"]
+    assert claim(db) == []
+
+
+def test_a_batch_claim_takes_the_first_rows_in_order(db):
+    for prio in (3, 1, 2, 0):
+        add_job(db, "delay_wake", {"prio": prio}, priority=prio, delay_ms=-1000)
+    rows = claim(db, limit=3)
+    assert [r["payload"]["prio"] for r in rows] == [0, 1, 2]
+
+
+def test_claim_by_due_orders_by_earliest_run_at(db):
+    urgent = [add_job(db, "delay_wake", {"n": i}, priority=-10) for i in range(3)]
+    old_normal = add_job(db, "delay_wake", {"n": "old"}, priority=10)
+    _set_run_at(db, old_normal, 3600)
+    for j in urgent:
+        _set_run_at(db, j, 1)
+    assert claim_one(db, by_due=True)["id"] == old_normal
+    assert claim_one(db, by_due=False)["id"] == urgent[0]
+
+
+def test_every_fourth_claim_of_a_pool_is_by_due_time(db, settings):
+    """Sustained high-priority traffic cannot starve a normal job: the pool's 4th, 8th, ... claim
+    orders by earliest due time (L-CLAIM-2)."""
+    normal = [add_job(db, "delay_wake", {"n": f"normal-{i}"}, priority=5) for i in range(2)]
+    for i, j in enumerate(normal):
+        _set_run_at(db, j, 600 - i)
+    for i in range(20):
+        j = add_job(db, "delay_wake", {"n": f"urgent-{i}"}, priority=-5)
+        _set_run_at(db, j, 1)
+    pool = LedgerPool(Pool.ADVANCE, settings=settings, engine=db, worker_id="fair", slots=1)
+    try:
+        picked = [pool._settle_and_claim([], 1)[0]["payload"]["n"] for _ in range(8)]
+    finally:
+        pool._executor.shutdown(wait=False)
+    assert picked[3] == "normal-0" and picked[7] == "normal-1"
+    assert all(p.startswith("urgent") for i, p in enumerate(picked) if i not in (3, 7))
+    assert pool.stats.claim_queries == 8 and pool.stats.claimed == 8
+
+
+def test_not_claimable_before_run_at_by_database_time(db):
+    later = add_job(db, "delay_wake", {}, delay_ms=60_000)
+    assert claim(db) == []
+    _set_run_at(db, later, 0.001)  # time passes (in the database)
+    assert claim_one(db)["id"] == later
+
+
+def test_claims_only_pending_jobs_of_the_asked_queue(db):
+    adv = add_job(db, "delay_wake", {})
+    out = add_job(db, "webhook_delivery", {})
+    for status in ("failed", "dead", "canceled", "succeeded"):
+        j = add_job(db, "delay_wake", {"s": status})
+        with transaction(db) as conn:
+            conn.execute(text("UPDATE workflow_jobs SET status = :s WHERE id = :id"), {"s": status, "id": j})
+    assert claim(db, OUTBOUND, limit=0) == []
+    assert [r["id"] for r in claim(db, OUTBOUND, limit=10)] == [out]
+    assert [r["id"] for r in claim(db, ADVANCE, limit=10)] == [adv]
+
+
+def test_each_claim_opens_one_attempt_row(db):
+    j = add_job(db, "delay_wake", {"a": 1}, execution_timeout_ms=120_000, max_attempts=3)
+    _set_run_at(db, j, 5)
+    due = job(db, j)["run_at"]
+    row = claim_one(db, lease_seconds=60, worker_id="w-1")
+    now = row["db_now"]
+    assert row["id"] == j and row["attempts"] == 1 and row["generation"] == 1
+    jr = job(db, j)
+    assert jr["status"] == "running" and str(jr["lease_token"]) == str(row["lease_token"])
+    assert jr["lease_until"] == now + timedelta(seconds=60)
+    assert jr["execution_deadline"] == now + timedelta(milliseconds=120_000)
+    (a,) = attempts(db, j)
+    assert (a["generation"], a["attempt"], a["status"]) == (1, 1, "running")
+    assert a["started_at"] == now and a["due_at"] == due
+    assert a["id"] == row["attempt_id"] and a["worker_id"] == "w-1"
+    assert str(a["lease_token"]) == str(row["lease_token"]) and a["request"] == {"a": 1}
+    assert a["finished_at"] is None
+
+    # a retry and a second claim open a second attempt row in the same generation
+    assert settle(db, [settlement(row, "retry", error="x")], base=0.0) == {j: "pending"}
+    row2 = claim_one(db)
+    rows = attempts(db, j)
+    assert [(r["generation"], r["attempt"], r["status"]) for r in rows] == [
+        (1, 1, "failed"),
+        (1, 2, "running"),
+    ]
+    assert row2["attempts"] == 2 and str(row2["lease_token"]) != str(row["lease_token"])
+
+
+def test_a_lease_never_outlives_a_short_execution_deadline(db):
+    add_job(db, "delay_wake", {}, execution_timeout_ms=1500)
+    row = claim_one(db, lease_seconds=60)
+    jr = job(db, row["id"])
+    assert jr["lease_until"] == jr["execution_deadline"] == row["db_now"] + timedelta(milliseconds=1500)
+
+
+def test_pool_claims_only_as_many_jobs_as_free_slots(db, fast_settings, handler_registry):
+    release = threading.Event()
+    handlers.register("delay_wake", lambda ctx: release.wait(20), replace=True)
+    ids = [add_job(db, "delay_wake", {"n": i}) for i in range(5)]
+    pool = LedgerPool(
+        Pool.ADVANCE, settings=replace(fast_settings, poll_seconds=0.05), engine=db, worker_id="p", slots=2
+    )
+    pool.start()
+    try:
+        wait_for(lambda: pool.slots_in_use == 2)
+        time.sleep(0.3)  # several poll cycles pass with no free slot: no further claim
+        with db.connect() as conn:
+            counts = dict(
+                conn.execute(text("SELECT status, count(*) FROM workflow_jobs GROUP BY status")).all()
+            )
+        assert counts == {"running": 2, "pending": 3}
+        assert pool.stats.claimed == 2 and pool.stats.claim_queries == 1
+        release.set()
+        # slots are refilled as soon as jobs finish, until everything is done
+        wait_for(lambda: scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'succeeded'") == 5)
+    finally:
+        release.set()
+        pool.stop(timeout=5)
+    assert scalar(db, "SELECT count(*) FROM workflow_job_executions") == len(ids)
+
+
+def test_concurrent_claimers_never_claim_the_same_job_twice(db, engine):
+    """Six threads, each on its own connection, claim and settle in batches (SKIP LOCKED)."""
+    total = 400
+    with transaction(db) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (type, queue, max_attempts, operation_key, trace_id, run_at) "
+                "SELECT 'delay_wake', 'workflow-ledger', 3, 'op-' || g, 't', now() - interval '1 second' "
+                "FROM generate_series(1, :n) g"
+            ),
+            {"n": total},
+        )
+    claimed: list[list[int]] = [[] for _ in range(6)]
+    max_running_seen: list[int] = []
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def claimer(i: int) -> None:
+        try:
+            start.wait(10)
+            pending: list[transitions.Settlement] = []
+            while True:
+                with transaction(engine) as conn:
+                    if pending:
+                        transitions.settle(conn, pending, backoff_base=30, backoff_cap=900)
+                    rows = transitions.claim(
+                        conn, queue=ADVANCE, limit=5, worker_id=f"c{i}", lease_seconds=60, by_due=i % 2 == 0
+                    )
+                    max_running_seen.append(
+                        conn.execute(
+                            text(
+                                "SELECT coalesce(max(c), 0) FROM (SELECT count(*) c "
+                                "FROM workflow_job_executions WHERE status = 'running' GROUP BY job_id) s"
+                            )
+                        ).scalar()
+                    )
+                pending = [settlement(r, "succeeded") for r in rows]
+                claimed[i].extend(r["id"] for r in rows)
+                if not rows:
+                    return
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    every = [j for c in claimed for j in c]
+    assert len(every) == total and len(set(every)) == total
+    assert sum(1 for c in claimed if c) >= 2, "the claimers did not actually overlap"
+    assert max(max_running_seen) == 1  # never two running attempts of one job
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM workflow_job_executions")).scalar() == total
+        assert (
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM (SELECT job_id FROM workflow_job_executions "
+                    "GROUP BY job_id HAVING count(*) > 1) d"
+                )
+            ).scalar()
+            == 0
+        )
+        assert (
+            conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE status = 'succeeded'")).scalar()
+            == total
+        )
