@@ -1,7 +1,271 @@
-"""Job ledger operator API (SPEC L-API), mounted at /api/workflows/engine."""
+"""Job ledger operator API (SPEC L-API), mounted at ``/api/workflows/engine``.
+
+Reads and previews need ``workflow:instance:monitor``; retry, skip and replay need
+``workflow:engine:operate``, an ``Idempotency-Key``, and write an audit row in their transaction."""
 
 from __future__ import annotations
 
-from flask import Blueprint
+import re
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response
+from sqlalchemy import Connection
+
+from app.auth import Scope
+from app.db import get_engine
+from app.errors import InvalidArgument
+from app.ids import new_id
+from app.ledger import ops, ops_actions, replay, status
+from web.auth import current_principal, requires
+from web.http import json_response, request_id
+from web.jobs_schemas import (
+    ANY,
+    JOB_ID_PATTERN,
+    BatchRetryBody,
+    BatchSkipBody,
+    ClusterQuery,
+    DiagnosticBundleSchema,
+    JobDetailSchema,
+    JobListQuery,
+    JobPageSchema,
+    ReplayBody,
+    ReplayPreviewBody,
+    RetryBody,
+    SkipBody,
+    envelope,
+)
+from web.meta import doc
+from web.mutation import mutation, run_once
+from web.strict import body, query
 
 bp = Blueprint("jobs", __name__)
+
+MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
+TAGS = ["job ledger"]
+JOB_ID = {"id": {"type": "string", "pattern": JOB_ID_PATTERN}}
+TRACE_ID = {"traceId": {"type": "string", "minLength": 1, "maxLength": 256}}
+Result = envelope(ANY, "OperationResponse")
+
+
+def _job_id(raw: str) -> int:
+    job_id = ops.parse_job_id(raw)
+    if job_id is None:
+        raise InvalidArgument("job id must be a positive decimal integer", field="id")
+    return job_id
+
+
+def _trace_id(raw: str) -> str:
+    if not raw or len(raw) > 256:
+        raise InvalidArgument("trace id must be 1-256 characters", field="traceId")
+    return raw
+
+
+def _read(fn: Callable[[Connection], Any]) -> Any:
+    with get_engine().connect() as conn, conn.begin():
+        return fn(conn)
+
+
+def _ok(data: Any, status_code: int = 200) -> Response:
+    return json_response({"request_id": request_id(), "data": data}, status_code)
+
+
+def _actor(b: dict[str, Any]) -> ops_actions.Actor:
+    return ops_actions.Actor(
+        principal=current_principal(), request_id=request_id(), reason=b.get("reason"), operation_id=new_id()
+    )
+
+
+def _mutate(work: Callable[[Connection], Any]) -> Response:
+    return run_once(lambda conn: (200, {"request_id": request_id(), "data": work(conn)}))
+
+
+def _ids(raw: list[str]) -> list[int]:
+    out = []
+    for i, value in enumerate(raw):
+        job_id = ops.parse_job_id(value)
+        if job_id is None:
+            raise InvalidArgument("job id out of range", field=f"job_ids[{i}]")
+        out.append(job_id)
+    return out
+
+
+def _replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
+    return replay.ReplayFilter(
+        statuses=tuple(b.get("statuses") or replay.REPLAYABLE),
+        types=tuple(dict.fromkeys(b.get("types") or ())),
+        instance_id=b.get("instance_id"),
+        trace_id=b.get("trace_id"),
+        error_keyword=b.get("error_keyword"),
+        error_pattern=b.get("error_pattern"),
+        min_age_seconds=b.get("min_age_seconds"),
+        max_age_seconds=b.get("max_age_seconds"),
+    )
+
+
+# --------------------------------------------------------------------------- reads
+@bp.get("/jobs")
+@requires(MONITOR)
+@doc(summary="List jobs (newest first, cursor pagination)", tags=TAGS,
+     response=envelope(JobPageSchema, "JobListResponse"))  # fmt: skip
+@query(JobListQuery)
+def list_jobs(query: dict[str, Any]) -> Response:
+    f = ops.JobFilter(
+        types=query.get("type", ()),
+        statuses=query.get("status", ()),
+        instance_id=query.get("instance_id"),
+        trace_id=query.get("trace_id"),
+        keyword=query.get("keyword"),
+        created_from=query.get("created_from"),
+        created_to=query.get("created_to"),
+        min_age_seconds=query.get("min_age_seconds"),
+        max_age_seconds=query.get("max_age_seconds"),
+    )
+    page = _read(lambda c: ops.list_jobs(c, f, limit=query["limit"], cursor=query.get("cursor")))
+    data: dict[str, Any] = {"items": page.items}
+    if page.next_cursor:
+        data["next_cursor"] = page.next_cursor
+    return _ok(data)
+
+
+@bp.get("/jobs/summary")
+@requires(MONITOR)
+@doc(summary="Job counts by type and status", tags=TAGS, response=envelope(ANY, "JobSummaryResponse"))
+def jobs_summary() -> Response:
+    return _ok(_read(ops.summary))
+
+
+@bp.get("/jobs/runtime-status")
+@requires(MONITOR)
+@doc(summary="Runtime status of the ledger and pools (L-STATUS)", tags=TAGS,
+     response=envelope(ANY, "RuntimeStatusResponse"))  # fmt: skip
+def runtime_status() -> Response:
+    return _ok(_read(status.runtime_status))
+
+
+@bp.get("/jobs/failure-clusters")
+@requires(MONITOR)
+@doc(summary="Failed/dead jobs clustered by normalized error, type, instance, trace", tags=TAGS,
+     response=envelope(ANY, "FailureClustersResponse"))  # fmt: skip
+@query(ClusterQuery)
+def failure_clusters(query: dict[str, Any]) -> Response:
+    data = _read(
+        lambda c: replay.failure_clusters(
+            c,
+            group_by=query.get("group_by", ("reason", "type")),
+            types=query.get("type", ()),
+            statuses=query.get("status", replay.REPLAYABLE),
+            instance_id=query.get("instance_id"),
+            trace_id=query.get("trace_id"),
+            limit=query["limit"],
+        )
+    )
+    return _ok(data)
+
+
+@bp.get("/jobs/<id>")
+@requires(MONITOR)
+@doc(summary="One job with every attempt of every generation, receipts and side-effect marker",
+     tags=TAGS, response=envelope(JobDetailSchema, "JobDetailResponse"), path_params=JOB_ID)  # fmt: skip
+def job_detail(id: str) -> Response:  # noqa: A002
+    job_id = _job_id(id)
+    return _ok(_read(lambda c: ops.job_detail(c, job_id)))
+
+
+@bp.get("/jobs/chain/<traceId>")
+@requires(MONITOR)
+@doc(summary="Every job of a trace id in causal/time order, with linked instances", tags=TAGS,
+     response=envelope(ANY, "JobChainResponse"), path_params=TRACE_ID)  # fmt: skip
+def job_chain(traceId: str) -> Response:  # noqa: N803
+    trace_id = _trace_id(traceId)
+    return _ok(_read(lambda c: ops.chain(c, trace_id)))
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@bp.get("/jobs/chain/<traceId>/diagnostic-bundle")
+@requires(MONITOR)
+@doc(summary="Diagnostic bundle of a trace (downloadable JSON attachment)", tags=TAGS,
+     response=DiagnosticBundleSchema, path_params=TRACE_ID)  # fmt: skip
+def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
+    trace_id = _trace_id(traceId)
+    bundle = _read(lambda c: ops.diagnostic_bundle(c, trace_id, request_id=request_id()))
+    stamp = bundle["exported_at"].strftime("%Y%m%dT%H%M%SZ")
+    name = f"ledgerflow-trace-{_UNSAFE.sub('_', trace_id)[:80]}-{stamp}.json"
+    return json_response(bundle, 200, {"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+@bp.post("/jobs/replay-preview")
+@requires(MONITOR)
+@doc(summary="Count and sample of the dead/failed jobs a replay would select (changes nothing)",
+     tags=TAGS, response=envelope(ANY, "ReplayPreviewResponse"))  # fmt: skip
+@body(ReplayPreviewBody)
+def replay_preview(body: dict[str, Any]) -> Response:
+    f = _replay_filter(body)
+    return _ok(_read(lambda c: replay.preview(c, f, sample_size=body["sample_size"])))
+
+
+# --------------------------------------------------------------------------- mutations
+@bp.post("/jobs/<id>/retry")
+@requires(OPERATE)
+@mutation
+@doc(summary="Retry one failed/dead/canceled job (generation + 1, attempts reset)", tags=TAGS,
+     response=Result, errors=(409,), path_params=JOB_ID)  # fmt: skip
+@body(RetryBody)
+def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
+    job_id = _job_id(id)
+    actor = _actor(body)
+    has_payload = "payload" in body
+    return _mutate(
+        lambda c: ops_actions.retry_one(
+            c, job_id, actor, payload=body.get("payload"), has_payload=has_payload
+        )
+    )
+
+
+@bp.post("/jobs/<id>/skip")
+@requires(OPERATE)
+@mutation
+@doc(summary="Skip (cancel) one pending/running/paused/failed/dead job", tags=TAGS, response=Result,
+     errors=(409,), path_params=JOB_ID)  # fmt: skip
+@body(SkipBody)
+def skip_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
+    job_id = _job_id(id)
+    actor = _actor(body)
+    return _mutate(lambda c: ops_actions.skip_one(c, job_id, actor))
+
+
+@bp.post("/jobs/batch-retry")
+@requires(OPERATE)
+@mutation
+@doc(summary="Retry many jobs, each by the retry rule, staggered at `rate` per second", tags=TAGS,
+     response=Result)  # fmt: skip
+@body(BatchRetryBody)
+def batch_retry(body: dict[str, Any]) -> Response:
+    ids = _ids(body["job_ids"])
+    actor = _actor(body)
+    return _mutate(lambda c: ops_actions.batch_retry(c, ids, actor, rate=body["rate"]))
+
+
+@bp.post("/jobs/batch-skip")
+@requires(OPERATE)
+@mutation
+@doc(summary="Skip (cancel) many jobs, each by the skip rule", tags=TAGS, response=Result)
+@body(BatchSkipBody)
+def batch_skip(body: dict[str, Any]) -> Response:
+    ids = _ids(body["job_ids"])
+    actor = _actor(body)
+    return _mutate(lambda c: ops_actions.batch_skip(c, ids, actor))
+
+
+@bp.post("/jobs/replay-dead")
+@requires(OPERATE)
+@mutation
+@doc(summary="Replay up to 500 dead/failed jobs matching the conditions, staggered by `rate`", tags=TAGS,
+     response=Result)  # fmt: skip
+@body(ReplayBody)
+def replay_dead(body: dict[str, Any]) -> Response:
+    f = _replay_filter(body)
+    actor = _actor(body)
+    return _mutate(lambda c: ops_actions.replay(c, f, actor, limit=body["limit"], rate=body["rate"]))

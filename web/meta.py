@@ -26,6 +26,7 @@ def doc(
     errors: tuple[int, ...] = (),
     content_type: str = "application/json",
     description: str | None = None,
+    path_params: dict[str, dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Describe an endpoint for the OpenAPI document: the success status and response schema (a
     marshmallow Schema class or instance), and the error statuses it can answer."""
@@ -40,6 +41,7 @@ def doc(
             errors=errors,
             content_type=content_type,
             description=description,
+            path_params=path_params or {},
         )
         return fn
 

@@ -83,6 +83,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
         view = app.view_functions[rule.endpoint]
         m = getattr(view, ATTR, {})
         path, path_params = _path(rule.rule)
+        for p in path_params:
+            p["schema"] = m.get("path_params", {}).get(p["name"], p["schema"])
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
             op: dict[str, Any] = {
                 "operationId": f"{rule.endpoint.replace('.', '_')}_{method.lower()}",
