@@ -6,10 +6,13 @@ from flask import Flask, Response, g
 
 from app.ids import new_request_id
 from web import errors
+from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
 from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.strict import MAX_BODY_BYTES
+from web.tasks import bp as tasks_bp
+from web.workflows import bp as workflows_bp
 
 
 def create_app() -> Flask:
@@ -31,4 +34,7 @@ def create_app() -> Flask:
     app.register_blueprint(health_bp)
     app.register_blueprint(openapi_bp)
     app.register_blueprint(jobs_bp, url_prefix="/api/workflows/engine")
+    app.register_blueprint(definitions_bp)
+    app.register_blueprint(workflows_bp)
+    app.register_blueprint(tasks_bp)
     return app

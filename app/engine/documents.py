@@ -261,15 +261,15 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
     cycle = _find_cycle(after)
     if cycle:
         errs.add(f"steps[{keys[cycle[0]]}].after", "dependency cycle: " + " -> ".join(reversed(cycle)))
-    else:
-        for key, i in keys.items():
-            st = steps[i]
-            if isinstance(st, dict):
-                _check_refs(errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key))
-                if st.get("kind") == "SIGNAL" and isinstance(st.get("correlation"), str):
-                    _check_refs(
-                        errs, f"steps[{i}].correlation", st["correlation"], set(keys), ancestors(after, key)
-                    )
+    # references are checked even with a cycle (ancestors() tolerates one)
+    for key, i in keys.items():
+        st = steps[i]
+        if isinstance(st, dict):
+            _check_refs(errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key))
+            if st.get("kind") == "SIGNAL" and isinstance(st.get("correlation"), str):
+                _check_refs(
+                    errs, f"steps[{i}].correlation", st["correlation"], set(keys), ancestors(after, key)
+                )
     if "output" in doc:
         _check_refs(errs, "output", doc["output"], set(keys), None)
     if errs.items:

@@ -1,0 +1,136 @@
+"""The public workflow API: start (W-START), reads (W-START-4, W-STEP) and the filtered list."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+from marshmallow import Schema, fields
+
+from app.auth import Scope
+from app.db import get_engine
+from app.engine import instances, views
+from app.engine.store import read_instance
+from app.errors import NotFound, PermissionDenied
+from app.ids import is_hex32
+from web.auth import current_principal, requires
+from web.engine_common import check_queue_scope, idempotent, ok
+from web.http import request_id
+from web.meta import doc
+from web.mutation import mutation
+from web.strict import body, query
+
+bp = Blueprint("workflows", __name__)
+
+
+class StartSchema(Schema):
+    definition_id = fields.Raw(required=True)
+    version = fields.Raw(required=True)
+    input = fields.Raw(required=True, allow_none=True)
+    business_key = fields.Raw()
+
+
+class ListQuery(Schema):
+    state = fields.String()
+    paused = fields.String()
+    definition_id = fields.String()
+    version = fields.String()
+    business_key = fields.String()
+    business_key_prefix = fields.String()
+    created_after = fields.String()
+    created_before = fields.String()
+    updated_after = fields.String()
+    updated_before = fields.String()
+    deadline_before = fields.String()
+    limit = fields.String()
+    cursor = fields.String()
+
+
+@bp.post("/v1/workflows")
+@doc(
+    summary="Start a workflow on a pinned definition version",
+    status=201,
+    tags=["workflows"],
+    errors=(400, 401, 403, 404, 409, 413, 415, 429, 503),
+)
+@requires(Scope.WORKFLOWS_START)
+@mutation
+@body(StartSchema)
+def start_workflow(body: dict):  # noqa: ANN201
+    principal = current_principal()
+
+    def check_queues(queues: list[str]) -> None:
+        if queues and not principal.has(Scope.TASKS_SUBMIT):
+            raise PermissionDenied("this definition uses task queues: tasks:submit is also required")
+        check_queue_scope(principal, queues)
+
+    def work(conn):  # noqa: ANN001, ANN202
+        inst = instances.start_workflow(conn, principal.namespace_id, body, check_queues=check_queues)
+        view = instances.instance_view(inst)
+        try:
+            from app import audit
+
+            audit.record(
+                conn,
+                principal=principal,
+                request_id=request_id(),
+                action="workflow.start",
+                target_type="workflow",
+                target_id=inst["id"],
+                workflow_id=inst["id"],
+                after=view,
+            )
+        except ImportError:  # pragma: no cover
+            pass
+        return 201, {"request_id": request_id(), "data": {"instance": view, "deduplicated": False}}
+
+    return idempotent(work)
+
+
+def _instance_for_read(conn, instance_id: str) -> dict:  # noqa: ANN001
+    principal = current_principal()
+    if not is_hex32(instance_id):
+        raise NotFound("workflow not found")
+    inst = read_instance(conn, instance_id, principal.namespace_id)
+    check_queue_scope(principal, list(inst["queues"]))
+    return inst
+
+
+@bp.get("/v1/workflows/<instance_id>")
+@doc(summary="Read a workflow instance", tags=["workflows"], errors=(401, 403, 404))
+@requires(Scope.WORKFLOWS_READ)
+def get_workflow(instance_id: str):  # noqa: ANN201
+    with get_engine().connect() as conn:
+        return ok(instances.instance_view(_instance_for_read(conn, instance_id)))
+
+
+@bp.get("/v1/workflows")
+@doc(
+    summary="List workflow instances (filters, cursor pagination)", tags=["workflows"], errors=(400, 401, 403)
+)
+@requires(Scope.WORKFLOWS_READ)
+@query(ListQuery)
+def list_workflows(query: dict):  # noqa: ANN201
+    principal = current_principal()
+    filters, limit, cursor = instances.parse_list_filters(query)
+    with get_engine().connect() as conn:
+        return ok(
+            instances.list_instances(conn, principal.namespace_id, filters, limit, cursor, principal.queues)
+        )
+
+
+@bp.get("/v1/workflows/<instance_id>/steps")
+@doc(summary="The steps of a workflow (current activations)", tags=["workflows"], errors=(401, 403, 404))
+@requires(Scope.WORKFLOWS_READ)
+def get_workflow_steps(instance_id: str):  # noqa: ANN201
+    with get_engine().connect() as conn, conn.begin():
+        _instance_for_read(conn, instance_id)
+        return ok(views.steps_view(conn, instance_id, current_principal().namespace_id))
+
+
+@bp.get("/v1/workflows/<instance_id>/steps/<key>")
+@doc(summary="One step and its current activation", tags=["workflows"], errors=(401, 403, 404))
+@requires(Scope.WORKFLOWS_READ)
+def get_workflow_step(instance_id: str, key: str):  # noqa: ANN201
+    with get_engine().connect() as conn, conn.begin():
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        _instance_for_read(conn, instance_id)
+        return ok(views.step_view(conn, instance_id, current_principal().namespace_id, key))
