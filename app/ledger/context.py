@@ -25,7 +25,20 @@ VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
 """
 )
 
+_WRITE_RECEIPT_IF_FIRST = text(
+    """
+INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)
+VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
+ON CONFLICT (operation_key, step_key) DO NOTHING
+RETURNING id
+"""
+)
+
 LockFirst = Callable[[Connection], None]
+
+
+class _ReceiptTaken(Exception):
+    """Internal: the receipt of this step was committed by a concurrent execution."""
 
 
 @dataclass
@@ -110,21 +123,28 @@ class JobContext:
         found, stored = self.receipt(step_key)
         if found:
             return stored
-        with self.transaction() as conn:
-            row = conn.execute(_READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
-            if row is not None:
-                return row.result
-            result = write(conn)
-            conn.execute(
-                _WRITE_RECEIPT,
-                {
-                    "op": self.operation_key,
-                    "step": step_key,
-                    "job_id": self.job_id,
-                    "gen": self.generation,
-                    "result": json.dumps(result),
-                },
-            )
+        try:
+            with self.transaction() as conn:
+                row = conn.execute(_READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
+                if row is not None:
+                    return row.result
+                result = write(conn)
+                inserted = conn.execute(
+                    _WRITE_RECEIPT_IF_FIRST,
+                    {
+                        "op": self.operation_key,
+                        "step": step_key,
+                        "job_id": self.job_id,
+                        "gen": self.generation,
+                        "result": json.dumps(result),
+                    },
+                ).first()
+                if inserted is None:
+                    # another execution of the same operation committed this step meanwhile:
+                    # roll our write back and reuse its result (one effect per operation step)
+                    raise _ReceiptTaken
+        except _ReceiptTaken:
+            return self.receipt(step_key)[1]
         return result
 
     def store_receipt(self, conn: Connection, step_key: str, result: Any) -> None:
