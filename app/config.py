@@ -38,8 +38,10 @@ class Settings:
     heartbeat_seconds: float = 10.0
     # Coalescing window of a wake hint flag (ms); the consumer clears it on receipt.
     hint_flag_ttl_ms: int = 5000
-    # How long an idle Dramatiq consumer waits between fetches (ms); small = low latency.
-    hint_consumer_timeout_ms: int = 10
+    # Longest an idle hint consumer blocks on its queue's doorbell (BLPOP) before fetching again (ms).
+    # Hints wake it at once whatever this is; it bounds only shutdown time and the wait after a lost
+    # doorbell token (actors/broker.py).
+    hint_consumer_timeout_ms: int = 1000
     handler_modules: tuple[str, ...] = field(default_factory=tuple)
     redis_namespace: str = "ledgerflow"
 
@@ -75,7 +77,7 @@ def load_settings() -> Settings:
         drain_batch=_int("LEDGERFLOW_DRAIN_BATCH", 1000),
         heartbeat_seconds=_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),
         hint_flag_ttl_ms=_int("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000),
-        hint_consumer_timeout_ms=_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 10),
+        hint_consumer_timeout_ms=_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000),
         handler_modules=modules,
         redis_namespace=os.environ.get("LEDGERFLOW_REDIS_NAMESPACE", "ledgerflow"),
     )

@@ -13,11 +13,30 @@ from app.ledger import transitions
 
 QUEUE = "workflow-ledger"
 WARMUP = 20
+# The pool loop claims on a raw psycopg connection (prepared statement) where transitions offers it.
+RAW_CLAIM = hasattr(transitions, "settle_and_claim")
 
 
-def time_claims(engine: Engine, dsn: str, samples: int) -> list[float]:
-    """Milliseconds per claim call, measured around the call (client round trip included)."""
+def time_claims(engine: Engine, dsn: str, samples: int, *, raw: bool = RAW_CLAIM) -> list[float]:
+    """Milliseconds per claim call, measured around the call (client round trip included).
+
+    ``raw``: on a plain psycopg connection (prepared statement), as the pool loop claims;
+    otherwise through a SQLAlchemy connection, as application code would."""
     out: list[float] = []
+    if raw:
+        with psycopg.connect(dsn, autocommit=True, options="-c timezone=UTC") as conn:
+            for i in range(WARMUP + samples):
+                conn.execute("BEGIN")
+                t0 = time.perf_counter()
+                rows = transitions.claim(
+                    conn, queue=QUEUE, limit=4, worker_id="bench", lease_seconds=60, by_due=i % 4 == 3
+                )
+                dt = (time.perf_counter() - t0) * 1000
+                conn.execute("ROLLBACK")
+                assert len(rows) == 4, rows
+                if i >= WARMUP:
+                    out.append(dt)
+        return out
     with engine.connect() as conn:
         for i in range(WARMUP + samples):
             trans = conn.begin()

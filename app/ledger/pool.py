@@ -2,9 +2,11 @@
 
 One loop thread owns every database write of the pool except lease renewal: each pass settles the
 executions that finished since the last pass *and* claims as many due jobs as there are free slots,
-in one short transaction (River-style batched completion). Handlers run on the slot threads and
-never hold a transaction of the pool. A renewer thread extends leases every ``renew_seconds`` and
-fires the abort signal of any execution that lost ownership or passed its deadline.
+in one short transaction (River-style batched completion). That transaction is a single prepared
+statement sent on the loop's own psycopg connection in autocommit mode: one round trip per pass.
+Handlers run on the slot threads and never hold a transaction of the pool. A renewer thread extends
+leases every ``renew_seconds`` and fires the abort signal of any execution that lost ownership or
+passed its deadline.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -27,6 +30,11 @@ from app.ledger.outcome import outcome_of
 from app.ledger.states import Pool
 
 log = logging.getLogger(__name__)
+
+# A pass that filled every free slot publishes a hint so an idle worker elsewhere helps with the
+# rest; under a sustained backlog that would be one Redis round trip per pass, so at most one per
+# this many seconds (the first one of a burst still goes out at once).
+MORE_WORK_HINT_INTERVAL = 0.05
 
 
 @dataclass
@@ -62,6 +70,8 @@ class LedgerPool:
         self._running = 0
         self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix=f"{self.pool}-slot")
         self._threads: list[threading.Thread] = []
+        self._pg: psycopg.Connection | None = None  # the loop thread's own connection
+        self._more_hint_at = 0.0
 
     # -- public -------------------------------------------------------------------------------
     @property
@@ -96,6 +106,12 @@ class LedgerPool:
 
     # -- the loop -----------------------------------------------------------------------------
     def _loop(self) -> None:
+        try:
+            self._run_loop()
+        finally:
+            self._close_connection()
+
+    def _run_loop(self) -> None:
         failures = 0
         while True:
             self._wake.wait(self.settings.poll_seconds)
@@ -110,8 +126,10 @@ class LedgerPool:
             try:
                 claimed = self._settle_and_claim(finished, free)
                 failures = 0
-            except DBAPIError as exc:
+            except (psycopg.Error, DBAPIError) as exc:
+                # The statement was its own transaction: nothing of it happened; settle again later.
                 failures += 1
+                self._close_connection()
                 with self._lock:
                     self._finished = finished + self._finished
                 log.warning("pool %s: database error (%s); retrying", self.pool, exc.__class__.__name__)
@@ -120,32 +138,56 @@ class LedgerPool:
                 continue
             for job in claimed:
                 self._start(job)
-            if free > 0 and len(claimed) == free:
-                publish_now(self.queue)  # more may be due: let an idle worker elsewhere help
+            if free > 0 and len(claimed) == free:  # more may be due: let an idle worker elsewhere help
+                now = time.monotonic()
+                if now - self._more_hint_at >= MORE_WORK_HINT_INTERVAL:
+                    self._more_hint_at = now
+                    publish_now(self.queue)
+
+    def _connection(self) -> psycopg.Connection:
+        if self._pg is None or self._pg.closed:
+            _, params = self.engine.dialect.create_connect_args(self.engine.url)
+            params.pop("context", None)  # plain psycopg adapters (jsonb -> Python objects)
+            self._pg = psycopg.connect(
+                **params,
+                autocommit=True,  # each pass is one statement, hence one transaction
+                options="-c timezone=UTC -c idle_in_transaction_session_timeout=60000",
+                application_name=f"ledgerflow-{self.pool}-pool",
+            )
+        return self._pg
+
+    def _close_connection(self) -> None:
+        pg, self._pg = self._pg, None
+        if pg is not None:
+            try:
+                pg.close()
+            except psycopg.Error:
+                pass
 
     def _settle_and_claim(self, finished: list[transitions.Settlement], free: int) -> list[dict]:
         s = self.settings
-        with transaction(self.engine) as conn:
-            if finished:
-                done = transitions.settle(
-                    conn, finished, backoff_base=s.backoff_base_seconds, backoff_cap=s.backoff_cap_seconds
-                )
-                self.stats.settled += len(done)
-                self.stats.stale_settlements += len(finished) - len(done)
-                for item in finished:
-                    if item.job_id not in done:
-                        log.info("job %s: settlement of a stale executor ignored", item.job_id)
-            claimed: list[dict] = []
-            if free > 0:
-                self.stats.claim_queries += 1
-                claimed = transitions.claim(
-                    conn,
-                    queue=self.queue,
-                    limit=free,
-                    worker_id=self.worker_id,
-                    lease_seconds=s.lease_seconds,
-                    by_due=self.stats.claim_queries % 4 == 0,  # L-CLAIM-2: every fourth claim
-                )
+        by_due = False
+        if free > 0:
+            by_due = (self.stats.claim_queries + 1) % 4 == 0  # L-CLAIM-2: every fourth claim
+        done, claimed = transitions.settle_and_claim(
+            self._connection(),
+            finished,
+            queue=self.queue,
+            limit=max(0, free),
+            worker_id=self.worker_id,
+            lease_seconds=s.lease_seconds,
+            by_due=by_due,
+            backoff_base=s.backoff_base_seconds,
+            backoff_cap=s.backoff_cap_seconds,
+        )
+        if free > 0:
+            self.stats.claim_queries += 1
+        if finished:
+            self.stats.settled += len(done)
+            self.stats.stale_settlements += len(finished) - len(done)
+            for item in finished:
+                if item.job_id not in done:
+                    log.info("job %s: settlement of a stale executor ignored", item.job_id)
         self.stats.claimed += len(claimed)
         return claimed
 

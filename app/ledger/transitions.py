@@ -166,7 +166,7 @@ _SETTLE_CTES = f"""input AS (
                  ELSE 'failed' END,
         response = u.result, error = u.error, error_code = u.code,
         finished_at = clock_timestamp(), duration_ms = u.duration_ms
-    FROM settled s JOIN input u ON u.id = s.id
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token
     WHERE e.job_id = s.id AND e.lease_token = s.token AND e.status = 'running'
 )"""
 
