@@ -122,6 +122,7 @@ def list_workflows(query: dict):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow_steps(instance_id: str):  # noqa: ANN201
     with get_engine().connect() as conn, conn.begin():
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         _instance_for_read(conn, instance_id)
         return ok(views.steps_view(conn, instance_id, current_principal().namespace_id))
 

@@ -30,7 +30,8 @@ def create_definition(conn: Connection, namespace_id: str, name: Any, descriptio
         try:
             conn.execute(
                 text(
-                    "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, :ns, :n, :d)"
+                    "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, "
+                    ":ns, :n, :d)"
                 ),
                 {"id": def_id, "ns": namespace_id, "n": name, "d": description},
             )
@@ -85,7 +86,8 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             continue
         target = conn.execute(
             text(
-                "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
+                "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = "
+                "v.definition_id "
                 "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v"
             ),
             {"d": st["definition_id"], "ns": namespace_id, "v": st["version"]},
@@ -105,7 +107,8 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     vid = new_id()
     conn.execute(
         text(
-            "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, queues) "
+            "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, "
+            "queues) "
             "VALUES (:id, :d, :ns, :v, CAST(:doc AS jsonb), CAST(:q AS text[]))"
         ),
         {

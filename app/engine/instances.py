@@ -98,7 +98,8 @@ def start_workflow(
     for q in ver["queues"]:
         pending = conn.execute(
             text(
-                "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND state = 'PENDING'"
+                "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND state = "
+                "'PENDING'"
             ),
             {"ns": namespace_id, "q": q},
         ).scalar_one()

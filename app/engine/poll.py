@@ -45,7 +45,8 @@ def start_round(conn: Connection, inst: dict, step: dict, spec: dict) -> str:
     conn.execute(
         text(
             """
-UPDATE workflow_activations SET poll_round_attempts = :att, poll_current_task_id = :task, poll_last_task_id = :task,
+UPDATE workflow_activations SET poll_round_attempts = :att, poll_current_task_id = :task,
+    poll_last_task_id = :task,
     poll_next_at = NULL,
     poll_first_round_attempts_used = CASE WHEN :rnd = poll_first_round THEN :att
                                           ELSE poll_first_round_attempts_used END
@@ -75,7 +76,8 @@ def on_result(
     if kind == "completed" and isinstance(value, dict) and value.get("done") is True:
         conn.execute(
             text(
-                "UPDATE workflow_activations SET poll_used_rounds = poll_used_rounds + 1, poll_round_attempts = 0, "
+                "UPDATE workflow_activations SET poll_used_rounds = poll_used_rounds + 1, "
+                "poll_round_attempts = 0, "
                 "poll_resolved_at = now() WHERE id = :id"
             ),
             {"id": act.id},
@@ -125,7 +127,8 @@ def on_result(
     )
     conn.execute(
         text(
-            "UPDATE workflow_steps SET state = 'WAITING', revision = revision + 1, updated_at = now() WHERE id = :id"
+            "UPDATE workflow_steps SET state = 'WAITING', revision = revision + 1, updated_at = now() "
+            "WHERE id = :id"
         ),
         {"id": step["id"]},
     )

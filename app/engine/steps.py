@@ -203,7 +203,8 @@ def activate(conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict) -
         conn.execute(
             text(
                 "UPDATE workflow_activations SET poll_used_rounds = 0, poll_first_round = 1, "
-                "poll_first_round_attempts_used = 0, poll_round_attempts = 0, poll_deadline_at = :d WHERE id = :id"
+                "poll_first_round_attempts_used = 0, poll_round_attempts = 0, poll_deadline_at = :d WHERE "
+                "id = :id"
             ),
             {"id": act_id, "d": inst["deadline_at"]},
         )
@@ -241,7 +242,8 @@ def _insert_wait(
     return conn.execute(
         text(
             "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, "
-            f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, {deadline_sql}) "
+            f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, "
+            f"{deadline_sql}) "
             "RETURNING deadline_at"
         ),
         {
@@ -293,7 +295,8 @@ def after_change(conn: Connection, instance_id: str) -> dict:
     new_state = inst["state"] if inst["state"] in ("CANCELLING", "NEEDS_REVIEW") else state
     conn.execute(
         text(
-            "UPDATE workflow_instances SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"
+            "UPDATE workflow_instances SET state = :s, revision = revision + 1, updated_at = now() WHERE "
+            "id = :id"
         ),
         {"id": instance_id, "s": new_state},
     )
@@ -304,7 +307,8 @@ def complete_step(conn: Connection, instance_id: str, step: dict, output: Any) -
     """The current activation succeeded with ``output`` (MISSING = no output); successors start."""
     conn.execute(
         text(
-            "UPDATE workflow_activations SET state = 'SUCCEEDED', output = CAST(:o AS jsonb), completed_at = now() "
+            "UPDATE workflow_activations SET state = 'SUCCEEDED', output = CAST(:o AS jsonb), completed_at "
+            "= now() "
             "WHERE id = :id"
         ),
         {"id": step["activation_id"], "o": jdump(output)},
@@ -317,7 +321,8 @@ def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> di
     """The current activation failed without recovery: the instance fails (stop_kind FAILURE)."""
     conn.execute(
         text(
-            "UPDATE workflow_activations SET state = 'FAILED', error = CAST(:e AS jsonb), completed_at = now() "
+            "UPDATE workflow_activations SET state = 'FAILED', error = CAST(:e AS jsonb), completed_at = "
+            "now() "
             "WHERE id = :id"
         ),
         {"id": step["activation_id"], "e": jdump(error)},
@@ -336,10 +341,12 @@ def finish_instance(
     conn.execute(
         text(
             """
-UPDATE workflow_instances SET state = :state, revision = revision + 1, updated_at = now(), completed_at = now(),
+UPDATE workflow_instances SET state = :state, revision = revision + 1, updated_at = now(),
+    completed_at = now(),
     output = CAST(:output AS jsonb), error = CAST(:error AS jsonb),
     stop_kind = CASE WHEN :state = 'FAILED' THEN 'FAILURE' ELSE stop_kind END,
-    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now()) ELSE stop_requested_at END
+    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
+                             ELSE stop_requested_at END
 WHERE id = :id
 """
         ),
@@ -359,7 +366,8 @@ WHERE id = :id
     if state != "SUCCEEDED":
         conn.execute(
             text(
-                "UPDATE workflow_activations a SET state = 'CANCELLED', completed_at = now() FROM workflow_steps s "
+                "UPDATE workflow_activations a SET state = 'CANCELLED', completed_at = now() FROM "
+                "workflow_steps s "
                 "WHERE s.activation_id = a.id AND s.instance_id = :id AND s.state IN ('ACTIVE', 'WAITING')"
             ),
             {"id": iid},

@@ -72,7 +72,8 @@ def step_specs(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 _STEPS = """
 SELECT s.id, s.key, s.kind, s.state, s.revision, s.after, s.activation_id, s.activation_sequence, s.task_id,
-       a.state AS act_state, a.input::text AS act_input, a.output::text AS act_output, a.error::text AS act_error,
+       a.state AS act_state, a.input::text AS act_input, a.output::text AS act_output,
+       a.error::text AS act_error,
        a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
        a.poll_used_rounds, a.poll_first_round, a.poll_first_round_attempts_used, a.poll_round_attempts,
        a.poll_deadline_at, a.poll_last_task_id, a.poll_current_task_id, a.poll_next_at, a.poll_resolved_at
@@ -114,7 +115,8 @@ def bump_instance(conn: Connection, instance_id: str, **sets: Any) -> dict[str, 
     assign = "".join(f", {k} = :{k}" for k in sets)
     conn.execute(
         text(
-            f"UPDATE workflow_instances SET revision = revision + 1, updated_at = now(){assign} WHERE id = :id"
+            f"UPDATE workflow_instances SET revision = revision + 1, updated_at = now(){assign} WHERE id = "
+            f":id"
         ),
         {"id": instance_id, **sets},
     )

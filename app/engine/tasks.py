@@ -23,7 +23,8 @@ from app.engine.store import (
 from app.errors import NotFound, StateConflict
 
 _TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
-    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round,
+    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
+    t.poll_round,
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at,
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired"""
 
@@ -101,7 +102,8 @@ def _locked_for_result(conn: Connection, namespace_id: str, task_id: str, epoch:
     task = read_task(conn, task_id, namespace_id, lock=True)
     if task["epoch"] != epoch or task["state"] != "CLAIMED":
         raise StateConflict(
-            f"task attempt epoch {epoch} is not the current claim (epoch {task['epoch']}, state {task['state']})"
+            f"task attempt epoch {epoch} is not the current claim (epoch {task['epoch']}, state "
+            f"{task['state']})"
         )
     return inst, task
 
@@ -110,7 +112,8 @@ def complete(conn: Connection, namespace_id: str, task_id: str, epoch: int, outp
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch)
     conn.execute(
         text(
-            "UPDATE workflow_tasks SET state = 'COMPLETED', output = CAST(:o AS jsonb), completed_at = now(), "
+            "UPDATE workflow_tasks SET state = 'COMPLETED', output = CAST(:o AS jsonb), completed_at = "
+            "now(), "
             "updated_at = now(), lease_expires_at = NULL WHERE id = :id"
         ),
         {"id": task_id, "o": jdump(output)},
@@ -188,7 +191,8 @@ def settle_result(conn: Connection, inst: dict, task: dict, kind: str, value: An
         )
         conn.execute(
             text(
-                "UPDATE workflow_steps SET task_id = :t, revision = revision + 1, updated_at = now() WHERE id = :id"
+                "UPDATE workflow_steps SET task_id = :t, revision = revision + 1, updated_at = now() WHERE "
+                "id = :id"
             ),
             {"id": step["id"], "t": new_task},
         )

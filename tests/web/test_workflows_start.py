@@ -46,8 +46,8 @@ def test_start_fields_and_exact_round_trip(wf_ns):  # noqa: F811
     c = wf_ns.client()
     def_id = _definition(c)
     body = (
-        '{"definition_id": "%s", "version": "v1", "input": {"n": 9007199254740993, "x": null, "f": 1.10}, '
-        '"business_key": "operation-001 "}' % def_id
+        '{"definition_id": "' + def_id + '", "version": "v1", '
+        '"input": {"n": 9007199254740993, "x": null, "f": 1.10}, "business_key": "operation-001 "}'
     )
     r = _raw(wf_ns, "POST", "/v1/workflows", body, key="k1")
     assert r.status_code == 201, r.text

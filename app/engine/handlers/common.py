@@ -38,7 +38,8 @@ def step_of_activation(conn: Connection, activation_id: str) -> dict | None:
 
     row = conn.execute(
         text(
-            "SELECT s.instance_id, s.key FROM workflow_steps s JOIN workflow_activations a ON a.step_id = s.id "
+            "SELECT s.instance_id, s.key FROM workflow_steps s JOIN workflow_activations a ON a.step_id = "
+            "s.id "
             "WHERE a.id = :a AND s.activation_id = a.id"
         ),
         {"a": activation_id},

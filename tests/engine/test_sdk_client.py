@@ -1,0 +1,60 @@
+"""SDK transport rules (no server): retries keep the same Idempotency-Key; typed errors carry codes;
+revisions are ints; numbers and null survive exactly."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from ledgerflow.client import ABSENT, Client, IdempotencyConflict, LimitExceeded, Unavailable
+
+INSTANCE = (
+    '{"id":"%s","namespace_id":"n","definition_id":"d","definition_version_id":"v","version":"v1",'
+    '"state":"RUNNING","revision":"18446744073709551615","paused":false,"control_revision":"1",'
+    '"input":{"n":9007199254740993,"z":null},"business_key":"k ","deadline_at":"2026-09-18T08:01:00Z",'
+    '"created_at":"2026-09-18T08:00:00Z","updated_at":"2026-09-18T08:00:00.123456Z"}' % ("a" * 32)
+)
+
+
+def test_retries_keep_the_same_idempotency_key():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("Idempotency-Key"), request.content))
+        if len(seen) == 1:
+            raise httpx.ConnectError("boom", request=request)
+        if len(seen) == 2:
+            return httpx.Response(
+                503,
+                headers={"Retry-After": "0"},
+                json={"code": "UNAVAILABLE", "message": "db down", "status": 503},
+            )
+        return httpx.Response(
+            201,
+            content=('{"request_id":"r","data":{"instance":' + INSTANCE + ',"deduplicated":false}}').encode(),
+        )
+
+    c = Client("http://x", "t", transport=httpx.MockTransport(handler), backoff=0.001)
+    res = c.start_workflow("d" * 32, "v1", {"n": 9007199254740993, "z": None})
+    assert len(seen) == 3 and len({k for k, _ in seen}) == 1 and seen[0][0]
+    assert b'"n":9007199254740993' in seen[0][1] and b'"z":null' in seen[0][1]
+    assert res.instance.revision == 2**64 - 1 and res.instance.input == {"n": 9007199254740993, "z": None}
+    assert res.instance.output is ABSENT and res.instance.business_key == "k "
+
+
+def test_typed_errors_carry_codes():
+    def handler(request: httpx.Request) -> httpx.Response:
+        code = {"/a": "WORKFLOW_INSTANCE_LIMIT", "/b": "IDEMPOTENCY_CONFLICT"}.get(
+            request.url.path, "UNAVAILABLE"
+        )
+        status = {"WORKFLOW_INSTANCE_LIMIT": 409, "IDEMPOTENCY_CONFLICT": 409}.get(code, 503)
+        return httpx.Response(status, json={"code": code, "message": "m", "request_id": "r"})
+
+    c = Client("http://x", "t", transport=httpx.MockTransport(handler), retries=1, backoff=0.001)
+    with pytest.raises(LimitExceeded) as e:
+        c.request("POST", "/a", body={})
+    assert e.value.code == "WORKFLOW_INSTANCE_LIMIT" and e.value.status == 409
+    with pytest.raises(IdempotencyConflict):
+        c.request("POST", "/b", body={})
+    with pytest.raises(Unavailable):
+        c.request("GET", "/c")
