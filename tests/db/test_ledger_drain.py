@@ -1,0 +1,172 @@
+"""The drain (L-PAUSE-5): reclaims expired leases and passed deadlines through guarded transitions,
+never runs handlers, one runner at a time, re-publishes hints for due queues."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from app.db import transaction
+from app.ledger import handlers, transitions
+from app.ledger.drain import DRAIN_LOCK_KEY, drain
+from tests.ledger_helpers import (
+    ADVANCE,
+    OUTBOUND,
+    add_job,
+    attempts,
+    claim,
+    claim_one,
+    job,
+    scalar,
+    wait_for,
+)
+
+
+def _expire(engine, job_id):
+    """Let the lease run out (database time) without waiting for it."""
+    with transaction(engine) as conn:
+        conn.execute(
+            text("UPDATE workflow_jobs SET lease_until = now() - interval '1 millisecond' WHERE id = :id"),
+            {"id": job_id},
+        )
+
+
+def test_expired_lease_goes_back_to_pending_with_backoff(db, settings, recorder):
+    j = add_job(db, "delay_wake", {}, max_attempts=3)
+    claim_one(db, lease_seconds=0.2)
+    wait_for(lambda: scalar(db, "SELECT lease_until <= now() FROM workflow_jobs WHERE id = :id", id=j))
+    recorder.sent.clear()
+    report = drain(db, replace(settings, backoff_base_seconds=30))
+    assert report.ran and (report.to_pending, report.to_dead) == (1, 0)
+    jr = job(db, j)
+    assert (jr["status"], jr["error_code"], jr["lease_token"]) == ("pending", "LEASE_EXPIRED", None)
+    assert jr["run_at"] - jr["updated_at"] == timedelta(seconds=30)  # attempt 1 -> 30 s backoff
+    (a,) = attempts(db, j)
+    assert (a["status"], a["error_code"]) == ("failed", "LEASE_EXPIRED")
+    assert a["finished_at"] is not None and a["duration_ms"] >= 200
+    assert report.hinted_queues == [] and recorder.sent == []  # not due yet: no hint
+
+
+def test_exhausted_attempts_and_open_markers_go_dead(db, settings):
+    exhausted = add_job(db, "delay_wake", {"n": 1}, max_attempts=1)
+    marked = add_job(db, "delay_wake", {"n": 2}, max_attempts=5)
+    rows = {r["id"]: r for r in claim(db, limit=2)}
+    m = rows[marked]
+    with transaction(db) as conn:
+        assert transitions.set_effect_marker(
+            conn, marked, m["generation"], str(m["lease_token"]), {"url": "x"}
+        )
+    _expire(db, exhausted)
+    _expire(db, marked)
+    report = drain(db, settings)
+    got = {r["id"]: (r["status"], r["error_code"]) for r in report.reclaimed}
+    assert got == {exhausted: ("dead", "LEASE_EXPIRED"), marked: ("dead", "EXTERNAL_OUTCOME_UNKNOWN")}
+    assert job(db, marked)["effect_marker"] == {"url": "x"}
+    assert "outcome needs confirmation" in job(db, marked)["last_error"]
+    assert all(job(db, i)["finished_at"] is not None for i in got)
+    assert [a["error_code"] for a in attempts(db, marked)] == ["EXTERNAL_OUTCOME_UNKNOWN"]
+
+
+def test_a_passed_deadline_is_reclaimed_even_with_a_live_lease(db, settings):
+    j = add_job(db, "delay_wake", {}, execution_timeout_ms=200)
+    claim_one(db, lease_seconds=60)
+    # the lease is capped at the deadline; make the lease look fresh to isolate the deadline rule
+    wait_for(lambda: scalar(db, "SELECT execution_deadline <= now() FROM workflow_jobs WHERE id = :id", id=j))
+    with transaction(db) as conn:
+        conn.execute(
+            text("UPDATE workflow_jobs SET lease_until = now() + interval '1 minute' WHERE id = :id"),
+            {"id": j},
+        )
+    report = drain(db, replace(settings, backoff_base_seconds=0))
+    assert [(r["id"], r["status"], r["error_code"]) for r in report.reclaimed] == [
+        (j, "pending", "DEADLINE_EXCEEDED")
+    ]
+    assert attempts(db, j)[0]["error_code"] == "DEADLINE_EXCEEDED"
+
+
+def test_healthy_running_and_pending_jobs_are_left_alone_and_no_handler_runs(db, settings, handler_registry):
+    calls = []
+    handlers.register("delay_wake", lambda ctx: calls.append(ctx.job_id), replace=True)
+    running = add_job(db, "delay_wake", {"n": 1})
+    claim_one(db)
+    due = add_job(db, "delay_wake", {"n": 2})
+    later = add_job(db, "delay_wake", {"n": 3}, delay_ms=60_000)
+    report = drain(db, settings)
+    assert report.ran and report.reclaimed == []
+    assert calls == []
+    assert [job(db, i)["status"] for i in (running, due, later)] == ["running", "pending", "pending"]
+    assert [len(attempts(db, i)) for i in (running, due, later)] == [1, 0, 0]
+
+
+def test_republishes_hints_for_queues_with_due_jobs(db, settings, recorder):
+    add_job(db, "webhook_delivery", {})  # due now
+    add_job(db, "delay_wake", {}, delay_ms=60_000)  # not due
+    recorder.sent.clear()
+    report = drain(db, settings)
+    assert report.hinted_queues == [OUTBOUND] and recorder.sent == [OUTBOUND]
+    # a reclaimed job that is due again (zero backoff) gets its queue hinted as well
+    j = add_job(db, "delay_wake", {"n": 2})
+    claim_one(db)
+    _expire(db, j)
+    recorder.sent.clear()
+    report = drain(db, replace(settings, backoff_base_seconds=0))
+    assert sorted(report.hinted_queues) == [ADVANCE, OUTBOUND] and sorted(recorder.sent) == [
+        ADVANCE,
+        OUTBOUND,
+    ]
+
+
+def test_only_one_runner_at_a_time(db, settings):
+    j = add_job(db, "delay_wake", {})
+    claim_one(db)
+    _expire(db, j)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_runner():
+        with db.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": DRAIN_LOCK_KEY})
+            holding.set()
+            release.wait(10)
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": DRAIN_LOCK_KEY})
+            conn.commit()
+
+    t = threading.Thread(target=other_runner)
+    t.start()
+    try:
+        assert holding.wait(10)
+        skipped = drain(db, settings)
+        assert skipped.ran is False and skipped.reclaimed == []
+        assert job(db, j)["status"] == "running"
+    finally:
+        release.set()
+        t.join(10)
+    report = drain(db, settings)
+    assert report.ran and [r["id"] for r in report.reclaimed] == [j]
+
+
+def test_concurrent_drains_reclaim_each_job_once(db, settings, engine):
+    ids = [add_job(db, "delay_wake", {"n": i}) for i in range(30)]
+    claim(db, limit=30)
+    with transaction(db) as conn:
+        conn.execute(text("UPDATE workflow_jobs SET lease_until = now() - interval '1 second'"))
+    small = replace(settings, drain_batch=4, backoff_base_seconds=0)
+    reports = []
+    barrier = threading.Barrier(3)
+
+    def run():
+        barrier.wait(10)
+        for _ in range(3):
+            reports.append(drain(engine, small, max_passes=20))
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    reclaimed = [r["id"] for rep in reports for r in rep.reclaimed]
+    assert sorted(reclaimed) == ids  # every job exactly once, in batches of at most 4
+    assert all(len(attempts(db, i)) == 1 and attempts(db, i)[0]["status"] == "failed" for i in ids)
+    assert scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'pending'") == 30
