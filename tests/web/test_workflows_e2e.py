@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,12 +22,13 @@ ENGINE_WORKER_ENV = {"LEDGERFLOW_HANDLERS": "", "LEDGERFLOW_POLL_SECONDS": "0.2"
 
 
 def _publish_example(client) -> tuple[str, str]:  # noqa: ANN001
-    child = client.create_definition("reserve-" + uuid.uuid4().hex[:6])
-    client.publish_version(child["id"], json.loads((EXAMPLES / "child_definition.json").read_text()))
-    raw = (EXAMPLES / "order_definition.json").read_text().replace("CHILD_DEFINITION_ID", child["id"])
-    parent = client.create_definition("order-" + uuid.uuid4().hex[:6])
-    client.publish_version(parent["id"], json.loads(raw))
-    return parent["id"], child["id"]
+    """The documented example (docs/workflows.md) publishes exactly what this test runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("publish_and_start", EXAMPLES / "publish_and_start.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.publish(client)
 
 
 def _until(fn, timeout: float = 30.0):  # noqa: ANN001, ANN202
