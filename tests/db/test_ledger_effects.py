@@ -18,7 +18,9 @@ def orders(db):
     with transaction(db) as conn:
         conn.execute(text("CREATE TABLE IF NOT EXISTS effect_orders (id serial PRIMARY KEY, note text)"))
         conn.execute(text("TRUNCATE effect_orders RESTART IDENTITY"))
-    return "effect_orders"
+    yield "effect_orders"
+    with transaction(db) as conn:  # keep the schema equal to the models (tests/db/test_schema.py)
+        conn.execute(text("DROP TABLE effect_orders"))
 
 
 def _count(engine, table="effect_orders"):

@@ -40,7 +40,9 @@ def effects_table(db):
             text("CREATE TABLE IF NOT EXISTS fence_effects (id serial PRIMARY KEY, who text NOT NULL)")
         )
         conn.execute(text("TRUNCATE fence_effects"))
-    return "fence_effects"
+    yield "fence_effects"
+    with transaction(db) as conn:  # keep the schema equal to the models (tests/db/test_schema.py)
+        conn.execute(text("DROP TABLE fence_effects"))
 
 
 def _snapshot(engine, job_id):

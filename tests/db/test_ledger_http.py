@@ -26,6 +26,11 @@ from tests.ledger_helpers import (
 )
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that timed out and left
+        pass
+
+
 class Receiver:
     """A tiny HTTP receiver on 127.0.0.1 that counts every request it gets."""
 
@@ -68,9 +73,9 @@ class Receiver:
 
             do_GET = do_POST = do_PUT = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
