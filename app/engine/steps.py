@@ -183,7 +183,7 @@ def activate(conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict) -
             )
         else:
             deadline_sql, params = ":inst_deadline", {}
-        _insert_wait(
+        wait_deadline = _insert_wait(
             conn,
             inst,
             act_id,
@@ -195,6 +195,16 @@ def activate(conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict) -
             inst_deadline=inst["deadline_at"],
             **params,
         )
+        if "timeout_seconds" in spec:  # without one, the instance deadline ends the wait
+            _job(
+                conn,
+                inst,
+                "delay_wake",
+                {"wake": "signal_timeout", "activation_id": act_id},
+                step_key=step["key"],
+                key=f"signal_timeout:{act_id}",
+                run_at=wait_deadline,
+            )
     elif kind == "SUBWORKFLOW":
         _job(conn, inst, "subprocess_spawn", {"activation_id": act_id}, step_key=step["key"], key=act_id)
     elif kind == "POLL":

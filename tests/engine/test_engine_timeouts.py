@@ -171,3 +171,39 @@ def test_retried_timer_job_advances_once(eng):
             ).scalar()
             == 1
         )
+
+
+def test_signal_wait_times_out(eng):
+    def_id = publish(
+        eng,
+        NS,
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": 600,
+            "signals": [{"name": "done", "payload_version": "v1", "schema": {}}],
+            "steps": [
+                {
+                    "key": "s",
+                    "kind": "SIGNAL",
+                    "signal": "done",
+                    "payload_version": "v1",
+                    "correlation": "$.business_key",
+                    "timeout_seconds": 5,
+                }
+            ],
+        },
+    )
+    iid = start(eng, NS, def_id, {}, business_key="b ")["id"]
+    assert step(eng, NS, iid, "s")["wait"]["correlation_key"] == "b "
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE workflow_waits SET deadline_at = now() - interval '1 ms'"))
+    make_due(eng)
+    run_jobs(eng)
+    s = step(eng, NS, iid, "s")
+    assert (
+        s["step"]["state"] == "FAILED"
+        and s["wait"]["state"] == "EXPIRED"
+        and s["error"]["code"] == "SIGNAL_TIMEOUT"
+    )
+    assert instance(eng, iid)["state"] == "FAILED"

@@ -1,4 +1,4 @@
-"""``delay_wake`` jobs: a TIMER step is due, a POLL step's next round is due, or an instance's
+"""``delay_wake`` jobs: a TIMER step is due, a SIGNAL wait timed out, a POLL round is due, or an instance's
 overall deadline passed (then it FAILS with stop_kind FAILURE)."""
 
 from __future__ import annotations
@@ -27,6 +27,25 @@ def _timer(conn: Connection, inst: dict, activation_id: str) -> dict:
         return {"skipped": "the timer is not due or already resolved"}
     steps.complete_step(conn, inst["id"], step, MISSING)
     return {"fired": step["key"]}
+
+
+def _signal_timeout(conn: Connection, inst: dict, activation_id: str) -> dict:
+    step = step_of_activation(conn, activation_id)
+    if step is None or step["state"] != "WAITING":
+        return {"skipped": "the wait's activation is no longer current"}
+    expired = conn.execute(
+        text(
+            "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now() "
+            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id"
+        ),
+        {"a": activation_id},
+    ).first()
+    if expired is None:
+        return {"skipped": "the wait was resolved or is not due"}
+    steps.fail_step(
+        conn, inst["id"], step, {"code": "SIGNAL_TIMEOUT", "message": "no signal before the deadline"}
+    )
+    return {"expired": step["key"]}
 
 
 def _poll(conn: Connection, inst: dict, activation_id: str, round_no: int) -> dict:
@@ -58,6 +77,8 @@ def delay_wake(ctx: JobContext):  # noqa: ANN201
             return _timer(conn, inst, p["activation_id"])
         if wake == "poll":
             return _poll(conn, inst, p["activation_id"], int(p["round"]))
+        if wake == "signal_timeout":
+            return _signal_timeout(conn, inst, p["activation_id"])
         if wake == "deadline":
             return _deadline(conn, inst)
         return {"skipped": f"unknown wake {wake!r}"}
