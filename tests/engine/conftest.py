@@ -18,6 +18,7 @@ def eng(engine) -> Iterator:  # noqa: ANN001
     import app.engine.handlers.timers  # noqa: F401
     from app.ledger import handlers
 
+    saved = dict(handlers._handlers)  # noqa: SLF001 - restored after the test
     for mod in (app.engine.handlers.timers, app.engine.handlers.tasks, app.engine.handlers.subprocess):
         for name in ("delay_wake", "task_timeout", "subprocess_spawn", "subprocess_join"):
             fn = getattr(mod, name, None)
@@ -26,3 +27,5 @@ def eng(engine) -> Iterator:  # noqa: ANN001
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {ENGINE_TABLES}, {LEDGER_TABLES} RESTART IDENTITY CASCADE"))
     yield engine
+    handlers._handlers.clear()  # noqa: SLF001
+    handlers._handlers.update(saved)  # noqa: SLF001
