@@ -143,19 +143,30 @@ _SETTLE_CTES = f"""input AS (
         AS u(id, gen, token, kind, result, error, code, duration_ms)
 ), settled AS (
     UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically.
     SET status = CASE
             WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
             WHEN u.kind = 'failed' THEN 'failed'
             WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
             ELSE 'dead' END,
-        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
                       THEN now() + {_BACKOFF} ELSE j.run_at END,
         result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
-        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error ELSE u.error END,
-        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE u.code END,
-        effect_marker = CASE WHEN u.code = '{EXTERNAL_OUTCOME_UNKNOWN}' THEN j.effect_marker ELSE NULL END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL
+                               AND u.code IS DISTINCT FROM '{EXTERNAL_OUTCOME_UNKNOWN}'
+                          THEN 'failed during an unsafe external call: outcome needs confirmation; '
+                               || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN '{EXTERNAL_OUTCOME_UNKNOWN}'
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
         lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
-        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN NULL ELSE now() END,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
         updated_at = now()
     FROM input u
     WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.status = 'running'

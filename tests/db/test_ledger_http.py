@@ -12,10 +12,11 @@ import pytest
 from app.db import transaction
 from app.ledger import transitions
 from app.ledger.drain import drain
-from app.ledger.outcome import ExternalOutcomeUnknown, PermanentError, outcome_of
+from app.ledger.outcome import ExternalOutcomeUnknown, ManualRetryError, PermanentError, outcome_of
 from tests.ledger_helpers import (
     OUTBOUND,
     add_job,
+    claim,
     claim_one,
     context_for,
     job,
@@ -227,3 +228,27 @@ def test_executor_lost_while_the_marker_is_open_goes_dead_by_drain(db, receiver,
     assert scalar(db, "SELECT count(*) FROM workflow_job_effects") == 0
     assert settle(db, [settlement(row, "succeeded")]) == {}
     assert receiver.count() == 1
+
+
+@pytest.mark.parametrize("kind", ["retry", "failed"])
+def test_an_open_marker_is_dead_lettered_even_if_the_handler_hides_it(db, receiver, kind):
+    """Regression: the ledger trusted the handler to report EXTERNAL_OUTCOME_UNKNOWN. A handler that
+    wrapped it in an ordinary error (or any failure while the marker was open) got a backoff retry,
+    the marker was cleared and the unsafe request was sent again automatically (L-EFFECT-4)."""
+    j = add_job(db, "webhook_delivery", {"event": 1}, max_attempts=10)
+    row = claim_one(db, OUTBOUND)
+
+    def hides(ctx):
+        try:
+            ctx.http.request("POST", receiver.url("/status/502"), step_key="deliver")
+        except ExternalOutcomeUnknown as exc:
+            if kind == "retry":
+                raise RuntimeError("delivery failed, try later") from exc
+            raise ManualRetryError("ask a person") from exc
+
+    out, status = _run_handler(db, row, hides)
+    assert out.kind == kind
+    assert status == "dead"
+    jr = job(db, j)
+    assert jr["error_code"] == "EXTERNAL_OUTCOME_UNKNOWN" and jr["effect_marker"]["step_key"] == "deliver"
+    assert claim(db, OUTBOUND) == [] and receiver.count() == 1
