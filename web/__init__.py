@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask, Response, g
+from flask import Flask, Response, g, request
 
 from app.ids import new_request_id
 from web import errors
@@ -26,6 +26,9 @@ def create_app() -> Flask:
 
     @app.after_request
     def _echo_request_id(resp: Response) -> Response:
+        if request.method == "OPTIONS" and resp.status_code == 200 and not resp.get_data():
+            resp.status_code = 204  # automatic OPTIONS: Allow header only, no body
+            del resp.headers["Content-Type"]
         resp.headers["X-Request-Id"] = g.get("request_id") or new_request_id()
         resp.headers.setdefault("Cache-Control", "no-store")
         return resp

@@ -65,7 +65,8 @@ def test_skip_running_closes_attempt_and_fences_executor(client, operator, make_
         ).scalar()
         conn.execute(
             text(
-                "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at)"
+                "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token,"
+                " due_at)"
                 " VALUES (:i, 1, 1, 'running', :t, now())"
             ),
             {"i": job_id, "t": token},
@@ -183,7 +184,8 @@ def test_replay_caps_at_500_and_staggers(client, operator, clean):
     with clean.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO workflow_jobs (type, queue, status, max_attempts, operation_key, trace_id, last_error,"
+                "INSERT INTO workflow_jobs (type, queue, status, max_attempts, operation_key, trace_id,"
+                " last_error,"
                 " created_at) SELECT 'delay_wake', 'workflow-ledger', 'dead', 5, 'op' || g, 't', 'boom',"
                 " now() - g * interval '1 second' FROM generate_series(1, 520) g"
             )
@@ -194,7 +196,8 @@ def test_replay_caps_at_500_and_staggers(client, operator, clean):
     with clean.connect() as conn:
         span = conn.execute(
             text(
-                "SELECT extract(epoch FROM max(run_at) - min(run_at)) FROM workflow_jobs WHERE status = 'pending'"
+                "SELECT extract(epoch FROM max(run_at) - min(run_at)) FROM workflow_jobs"
+                " WHERE status = 'pending'"
             )
         ).scalar()
     assert float(span) == pytest.approx(499 / 200, abs=1e-3)

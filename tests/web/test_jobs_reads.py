@@ -36,7 +36,9 @@ def test_cursor_pagination_bound_to_filters(client, monitor, make_job):
     r = client.get(f"{PREFIX}/jobs?limit=2&status=dead", headers=monitor).json["data"]
     seen = [j["id"] for j in r["items"]]
     while "next_cursor" in r:
-        r = client.get(f"{PREFIX}/jobs?limit=2&status=dead&cursor={r['next_cursor']}", headers=monitor).json["data"]
+        r = client.get(f"{PREFIX}/jobs?limit=2&status=dead&cursor={r['next_cursor']}", headers=monitor).json[
+            "data"
+        ]
         seen += [j["id"] for j in r["items"]]
     assert seen == [str(i) for i in reversed(made)]
     first = client.get(f"{PREFIX}/jobs?limit=2&status=dead", headers=monitor).json["data"]
@@ -61,12 +63,15 @@ def test_detail_has_every_attempt_of_every_generation_receipts_and_marker(client
         for gen, att, st in [(1, 1, "failed"), (1, 2, "failed"), (2, 1, "failed")]:
             conn.execute(
                 text(
-                    "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at,"
+                    "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token,"
+                    " due_at,"
                     " error) VALUES (:j, :g, :a, :s, gen_random_uuid(), now(), 'boom')"
                 ),
                 {"j": job_id, "g": gen, "a": att, "s": st},
             )
-        op = conn.execute(text("SELECT operation_key FROM workflow_jobs WHERE id = :i"), {"i": job_id}).scalar()
+        op = conn.execute(
+            text("SELECT operation_key FROM workflow_jobs WHERE id = :i"), {"i": job_id}
+        ).scalar()
         conn.execute(
             text(
                 "INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)"
@@ -104,7 +109,9 @@ def test_failure_clusters_fold_variable_parts_and_replay_selects_cluster(client,
         "POST https://hooks-2.example.org/x failed: 503 after 87 ms (req 0a0b0c0d0e0f1a2b)",
         "POST https://10.1.2.3:8443/x failed: 502 after 5 ms (req 1234abcd5678ef90)",
     ]
-    members = [make_job("dead", type="webhook_delivery", last_error=e, trace_id=f"t{i}") for i, e in enumerate(errs)]
+    members = [
+        make_job("dead", type="webhook_delivery", last_error=e, trace_id=f"t{i}") for i, e in enumerate(errs)
+    ]
     make_job("failed", type="webhook_delivery", last_error="subscription 'abc' disabled")
     make_job("failed", type="webhook_delivery", last_error="subscription 'xyz' disabled")
     make_job("dead", type="delay_wake", last_error="instance 3f2b8c1e-0000-4000-8000-000000000001 not found")
@@ -116,7 +123,9 @@ def test_failure_clusters_fold_variable_parts_and_replay_selects_cluster(client,
     assert top["type"] == "webhook_delivery" and top["dead"] == 3
     assert top["first_seen"] <= top["last_seen"] and len(top["sample_errors"]) == 3
     assert clusters[2]["reason"] == "instance <id> not found"
-    by_trace = client.get(f"{PREFIX}/jobs/failure-clusters?group_by=reason,trace", headers=operator).json["data"]
+    by_trace = client.get(f"{PREFIX}/jobs/failure-clusters?group_by=reason,trace", headers=operator).json[
+        "data"
+    ]
     assert by_trace["group_by"] == ["reason", "trace"] and by_trace["cluster_count"] == 5
     # the cluster's replay conditions select exactly its members
     conditions = top["replay_conditions"]

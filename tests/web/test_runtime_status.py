@@ -12,11 +12,20 @@ def _node(conn, node_id, *, roles=("worker",), pools=("workflow-ledger",), beat_
           capacity=4, in_use=0):  # noqa: ANN001, ANN202  # fmt: skip
     conn.execute(
         text(
-            "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use,"
+            "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity,"
+            " slots_in_use,"
             " status, heartbeat_at) VALUES (:n, 'h', 1, CAST(:r AS text[]), CAST(:p AS text[]), :c, :u, :s,"
             " now() - make_interval(secs => :ago))"
         ),
-        {"n": node_id, "r": list(roles), "p": list(pools), "c": capacity, "u": in_use, "s": status, "ago": beat_ago},
+        {
+            "n": node_id,
+            "r": list(roles),
+            "p": list(pools),
+            "c": capacity,
+            "u": in_use,
+            "s": status,
+            "ago": beat_ago,
+        },
     )
 
 
