@@ -91,6 +91,24 @@ def check_schema(errs: _Errors, field: str, schema: Any) -> None:
     except SchemaError as exc:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
         errs.add(field + path, f"invalid JSON Schema: {exc.message}")
+        return
+    for path, ref in _refs(schema, field):
+        if not ref.startswith("#"):
+            errs.add(path, "only local references (#...) are allowed in a contract; nothing is fetched")
+
+
+def _refs(node: Any, path: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("$ref", "$dynamicRef") and isinstance(v, str):
+                out.append((f"{path}.{k}", v))
+            else:
+                out += _refs(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _refs(v, f"{path}[{i}]")
+    return out
 
 
 def references(value: Any) -> list[str]:
@@ -205,6 +223,8 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
             errs.add(f + ".schema", "required")
         else:
             check_schema(errs, f + ".schema", sig["schema"])
+        if not isinstance(name, str) or not isinstance(pv, str):
+            continue
         if (name, pv) in contracts:
             errs.add(f, f"duplicate signal contract ({name}, {pv})")
         contracts.add((name, pv))
@@ -274,6 +294,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         _check_refs(errs, "output", doc["output"], set(keys), None)
     if errs.items:
         raise InvalidArgument(errors=errs.items)
+    _normalize_ints(doc)
     queues: set[str] = set()
     for st in steps:
         if st.get("queue"):
@@ -281,6 +302,24 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         if isinstance(st.get("compensation"), dict) and st["compensation"].get("queue"):
             queues.add(st["compensation"]["queue"])
     return doc, sorted(queues)
+
+
+NUMERIC = ("timeout_seconds", "delay_seconds", "interval_ms", "max_rounds", "max_attempts_per_round")
+
+
+def _normalize_ints(doc: dict) -> None:
+    """Integral numbers written as 5.0 are stored as 5 (the engine computes with them)."""
+
+    def fix(obj: dict, name: str) -> None:
+        if isinstance(obj.get(name), Decimal):
+            obj[name] = int(obj[name])
+
+    fix(doc, "deadline_seconds")
+    for st in doc["steps"]:
+        for name in NUMERIC:
+            fix(st, name)
+        if isinstance(st.get("retry"), dict):
+            fix(st["retry"], "max_attempts")
 
 
 def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
@@ -352,7 +391,11 @@ def input_errors(schema: Any, value: Any, prefix: str = "input") -> list[FieldEr
     """Validate ``value`` against a stored JSON Schema; errors name the field path."""
     validator = Draft202012Validator(schema)
     out: list[FieldError] = []
-    for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path))):
+    try:
+        found = sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
+    except Exception:  # noqa: BLE001 - e.g. an unresolvable local $ref: the contract cannot judge
+        return [FieldError(prefix, "the pinned contract cannot be evaluated for this value")]
+    for err in found:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
         out.append(FieldError(prefix + path, err.message[:300]))
         if len(out) >= 20:

@@ -111,3 +111,41 @@ def test_task_timer_subworkflow_poll(eng):
         and "resolved_at" in p["poll"]
         and p["poll"]["last_task_id"] == pt2["id"]
     )
+
+
+def test_integral_decimals_and_remote_refs(eng):
+    from decimal import Decimal
+
+    import pytest
+
+    from app.engine.documents import validate_document
+    from app.errors import InvalidArgument
+
+    doc, _ = validate_document(
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": Decimal("60.0"),
+            "steps": [
+                {
+                    "key": "p",
+                    "kind": "POLL",
+                    "queue": "q",
+                    "interval_ms": Decimal("200.0"),
+                    "max_rounds": 2,
+                    "max_attempts_per_round": 1,
+                }
+            ],
+        }
+    )
+    assert doc["deadline_seconds"] == 60 and type(doc["steps"][0]["interval_ms"]) is int
+    with pytest.raises(InvalidArgument) as e:
+        validate_document(
+            {
+                "version": "v1",
+                "input_schema": {"$ref": "https://example.com/s.json"},
+                "deadline_seconds": 5,
+                "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 1}],
+            }
+        )
+    assert e.value.field_errors[0].field == "input_schema.$ref"
