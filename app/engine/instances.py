@@ -245,10 +245,12 @@ def parse_list_filters(args: dict[str, str]) -> tuple[dict[str, Any], int, str |
             f[k] = args[k]
     for k in TIME_FILTERS:
         if k in args:
-            if not _TIME_RE.match(args[k]):
-                errors.append(FieldError(k, "an RFC 3339 time with offset, e.g. 2026-01-31T08:00:00Z"))
-            else:
+            try:
+                if not _TIME_RE.match(args[k]):
+                    raise ValueError
                 f[k] = datetime.fromisoformat(args[k].replace("Z", "+00:00"))
+            except ValueError:
+                errors.append(FieldError(k, "an RFC 3339 time with offset, e.g. 2026-01-31T08:00:00Z"))
     limit = 20
     if "limit" in args:
         if not args["limit"].isdigit() or not 1 <= int(args["limit"]) <= 100:

@@ -63,6 +63,7 @@ def test_list_filters_and_cursor(wf_ns, wf_server):  # noqa: F811
         {"limit": 101},
         {"state": "DONE"},
         {"created_after": "yesterday"},
+        {"deadline_before": "2026-13-45T99:00:00Z"},
         {"colour": "x"},
     ):
         r = httpx.get(
