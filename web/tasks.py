@@ -182,7 +182,7 @@ def fail(task_id: str, body: dict):  # noqa: ANN201
     epoch = _epoch(body)
     err = body["error"]
     errors = []
-    if not isinstance(err["message"], str) or len(err["message"]) > 4096:
+    if not isinstance(err["message"], str) or len(err["message"]) > 4096 or "\x00" in err["message"]:
         errors.append(FieldError("error.message", "a string of at most 4096 characters"))
     if not isinstance(err["retryable"], bool):
         errors.append(FieldError("error.retryable", "true or false (never defaulted)"))

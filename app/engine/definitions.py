@@ -21,7 +21,9 @@ def create_definition(conn: Connection, namespace_id: str, name: Any, descriptio
     errors = []
     if not isinstance(name, str) or not NAME_RE.match(name) or name != name.strip():
         errors.append(FieldError("name", "required: 1-128 characters (letters, digits, space _ . : -)"))
-    if description is not None and (not isinstance(description, str) or len(description) > 2000):
+    if description is not None and (
+        not isinstance(description, str) or len(description) > 2000 or "\x00" in description
+    ):
         errors.append(FieldError("description", "must be a string of at most 2000 characters"))
     if errors:
         raise InvalidArgument(errors=errors)
@@ -80,6 +82,8 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     )
     get_definition(conn, namespace_id, definition_id)
     doc, queues = validate_document(document)
+    if "\\u0000" in jsonx.dumps(doc):
+        raise InvalidArgument("NUL characters cannot be stored in a version document", field="$")
     errors = []
     for i, st in enumerate(doc["steps"]):
         if st["kind"] != "SUBWORKFLOW":
@@ -127,6 +131,10 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
 
 
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
+    from app.engine.documents import VERSION_RE
+
+    if not VERSION_RE.match(version):
+        raise NotFound("definition version not found")
     row = conn.execute(
         text(
             "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "

@@ -240,8 +240,8 @@ def parse_list_filters(args: dict[str, str]) -> tuple[dict[str, Any], int, str |
         )
     for k in ("business_key", "business_key_prefix"):
         if k in args:
-            if len(args[k]) > MAX_BUSINESS_KEY:
-                errors.append(FieldError(k, f"at most {MAX_BUSINESS_KEY} characters"))
+            if len(args[k]) > MAX_BUSINESS_KEY or "\x00" in args[k]:
+                errors.append(FieldError(k, f"at most {MAX_BUSINESS_KEY} characters, no NUL"))
             f[k] = args[k]
     for k in TIME_FILTERS:
         if k in args:

@@ -39,6 +39,10 @@ def _task(row: Any) -> dict | None:
 
 
 def read_task(conn: Connection, task_id: str, namespace_id: str, *, lock: bool = False) -> dict:
+    from app.ids import is_hex32
+
+    if not is_hex32(task_id):
+        raise NotFound("task not found")
     sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE t.id = :id" + (" FOR UPDATE" if lock else "")
     task = _task(conn.execute(text(sql), {"id": task_id}).first())
     if task is None or task["namespace_id"] != namespace_id:

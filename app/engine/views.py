@@ -49,8 +49,10 @@ def _t(v: Any) -> str | None:
 
 
 def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -> dict:
+    from app.engine.documents import KEY_RE
+
     inst = read_instance(conn, instance_id, namespace_id)
-    s = read_step(conn, instance_id, key)
+    s = read_step(conn, instance_id, key) if KEY_RE.match(key) else None
     if s is None:
         raise NotFound("step not found")
     out: dict[str, Any] = {"instance_id": inst["id"], "revision": str(inst["revision"]), "step": _summary(s)}
