@@ -52,6 +52,12 @@ def job(engine: Engine, job_id: int) -> dict[str, Any]:
     return dict(row._mapping)
 
 
+def status_attempts(engine: Engine, job_id: int) -> tuple[str, int]:
+    """(status, attempts) read from one row version (two separate reads can straddle a claim)."""
+    jr = job(engine, job_id)
+    return jr["status"], jr["attempts"]
+
+
 def attempts(engine: Engine, job_id: int) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         rows = conn.execute(

@@ -15,7 +15,16 @@ from app.ledger import handlers, transitions
 from app.ledger.outcome import JobAborted
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
-from tests.ledger_helpers import add_job, attempts, claim_one, context_for, job, scalar, wait_for
+from tests.ledger_helpers import (
+    add_job,
+    attempts,
+    claim_one,
+    context_for,
+    job,
+    scalar,
+    status_attempts,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -53,10 +62,10 @@ def test_a_handler_past_its_deadline_is_aborted_and_retried(db, pool_factory, st
     j = add_job(db, "delay_wake", {}, execution_timeout_ms=700, max_attempts=3)
     t0 = time.monotonic()
     pool_factory(backoff_base_seconds=60)
-    wait_for(lambda: job(db, j)["status"] == "pending" and job(db, j)["attempts"] == 1, timeout=10)
+    wait_for(lambda: status_attempts(db, j) == ("pending", 1), timeout=10)
     elapsed = time.monotonic() - t0
-    assert 0.6 < elapsed < 5
     jr = job(db, j)
+    assert 0.6 < elapsed < 5
     assert (jr["error_code"], jr["lease_token"]) == ("DEADLINE_EXCEEDED", None)
     assert "JobAborted" in jr["last_error"]
     (a,) = attempts(db, j)

@@ -28,6 +28,7 @@ from tests.ledger_helpers import (
     seconds_until_run_at,
     settle,
     settlement,
+    status_attempts,
     wait_for,
 )
 
@@ -228,7 +229,7 @@ def test_pool_settles_every_kind_of_outcome(db, run_pool):
     ids["missing"] = add_job(db, "subprocess_join", {})  # no handler registered for this type
     run_pool()
     _wait_settled(db, [i for m, i in ids.items() if m != "fail"])
-    wait_for(lambda: job(db, ids["fail"])["status"] == "pending" and job(db, ids["fail"])["attempts"] == 1)
+    wait_for(lambda: status_attempts(db, ids["fail"]) == ("pending", 1))
     got = {m: (job(db, i)["status"], job(db, i)["error_code"]) for m, i in ids.items()}
     assert got == {
         "ok": ("succeeded", None),
