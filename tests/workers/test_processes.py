@@ -22,9 +22,9 @@ from sqlalchemy import text
 from app.db import transaction
 from app.ledger import hints
 from app.ledger.drain import drain
-from tests.conftest import ROOT
 from tests.ledger_helpers import add_job, attempts, job, scalar, wait_for
 
+ROOT = Path(__file__).resolve().parents[2]
 FAST_ENV = {
     "LEDGERFLOW_LEASE_SECONDS": "2",
     "LEDGERFLOW_RENEW_SECONDS": "0.5",
@@ -307,14 +307,16 @@ def test_redis_stopped_mid_run_jobs_finish_by_polling_and_hints_come_back(
         first = enq.enqueue(10)["ids"]
         wait_for(lambda: _done(db, first), timeout=10)
 
-        # 2. Redis stops mid-run
+        # 2. Redis stops mid-run, while jobs are executing
+        in_flight = enq.enqueue(8, {"mode": "sleep", "seconds": 0.3})["ids"]
+        wait_for(lambda: scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'running'") > 0)
         private_redis.stop()
-        outage = []
+        outage = list(in_flight)
         for _ in range(3):
             out = enq.enqueue(10)  # the business transaction still commits, nothing escapes
             assert out["ms"] < 1500
             outage += out["ids"]
-        assert scalar(db, "SELECT count(*) FROM test_business") == 4
+        assert scalar(db, "SELECT count(*) FROM test_business") == 5
         wait_for(lambda: _done(db, outage), timeout=3 * poll + 5)  # found by the short poll
         assert worker.proc.poll() is None
 
