@@ -25,6 +25,7 @@ BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.timers",
     "app.engine.handlers.tasks",
     "app.engine.handlers.subprocess",
+    "app.engine.handlers.compensation",
 )
 
 

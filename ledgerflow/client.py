@@ -51,8 +51,19 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
 )
 
 
+from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, signals, audit, recovery
+    ControlResult,
+    Operation,
+    Page,
+    RecoveryResult,
+    SignalResult,
+    WorkflowControlMixin,
+    WorkflowSignal,
+)
+
+
 # --------------------------------------------------------------------------- client
-class Client:
+class Client(WorkflowControlMixin):
     def __init__(
         self,
         base_url: str,
@@ -243,6 +254,12 @@ __all__ = [
     "ApiError",
     "BodyTooLarge",
     "Client",
+    "ControlResult",
+    "Operation",
+    "Page",
+    "RecoveryResult",
+    "SignalResult",
+    "WorkflowSignal",
     "IdempotencyConflict",
     "InvalidArgument",
     "LimitExceeded",

@@ -12,6 +12,8 @@ from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.strict import MAX_BODY_BYTES
 from web.tasks import bp as tasks_bp
+from web.workflow_control import bp as workflow_control_bp
+from web.workflow_history import bp as workflow_history_bp
 from web.workflows import bp as workflows_bp
 
 
@@ -40,4 +42,6 @@ def create_app() -> Flask:
     app.register_blueprint(definitions_bp)
     app.register_blueprint(workflows_bp)
     app.register_blueprint(tasks_bp)
+    app.register_blueprint(workflow_control_bp)
+    app.register_blueprint(workflow_history_bp)
     return app

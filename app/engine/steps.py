@@ -292,11 +292,20 @@ def after_change(conn: Connection, instance_id: str) -> dict:
     ready = [
         r for r in rows if r["state"] == "BLOCKED" and all(states.get(d) == "SUCCEEDED" for d in r["after"])
     ]
-    if ready:
+    # W-CTL: a paused, cancelling or reviewed instance grants no new activation
+    if ready and not inst["paused"] and inst["state"] in ("RUNNING", "WAITING"):
         mctx = mapping_context(conn, inst)
         for r in ready:
             activate(conn, inst, r, specs[r["key"]], mctx)
+        from app.engine import signals
+
+        if signals.consume_early(conn, inst, [r["key"] for r in ready if r["kind"] in ("SIGNAL", "POLL")]):
+            return after_change(conn, instance_id)  # an early signal completed a step just activated
         rows = _step_rows(conn, instance_id)
+    elif inst["state"] == "CANCELLING":
+        from app.engine import control
+
+        return control.try_finish_cancel(conn, instance_id)
     states_set = {r["state"] for r in rows}
     if states_set <= {"SUCCEEDED", "SKIPPED"}:
         output = mapping.resolve(doc["output"], mapping_context(conn, inst)) if "output" in doc else None
@@ -324,7 +333,20 @@ def complete_step(conn: Connection, instance_id: str, step: dict, output: Any) -
         {"id": step["activation_id"], "o": jdump(output)},
     )
     _set_step(conn, step["id"], state="SUCCEEDED")
+    _audit_step(conn, instance_id, step, "succeeded")
     return after_change(conn, instance_id)
+
+
+def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error: Any = None) -> None:
+    from app.engine import oplog
+
+    after = {"step_key": step["key"], "activation_id": step["activation_id"]}
+    if error is not None:
+        after["error"] = error
+    oplog.advance(
+        conn, read_instance(conn, instance_id), f"workflow.step.{what}", target_type="step",
+        target_id=step["key"], after=after,
+    )
 
 
 def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> dict:
@@ -338,7 +360,12 @@ def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> di
         {"id": step["activation_id"], "e": jdump(error)},
     )
     _set_step(conn, step["id"], state="FAILED")
+    _audit_step(conn, instance_id, step, "failed", error)
     inst = read_instance(conn, instance_id)
+    if inst["cancel_requested_at"] is not None:  # a cancel is settling: it decides the end state
+        from app.engine import control
+
+        return control.try_finish_cancel(conn, instance_id)
     return finish_instance(conn, inst, "FAILED", error={"step_key": step["key"], **error})
 
 
@@ -398,6 +425,10 @@ WHERE id = :id
     )
     for (job_id,) in jobs.all():
         transitions.cancel_job(conn, job_id, f"workflow {state.lower()}")
+    from app.engine import oplog, signals
+
+    signals.close_pending(conn, iid)
+    oplog.advance(conn, inst, f"workflow.{state.lower()}", before={"state": inst["state"]}, after={"state": state})
     if inst["parent_instance_id"]:
         enqueue(
             conn,

@@ -57,7 +57,8 @@ WITH picked AS (
     WHERE t.namespace_id = :ns AND t.queue = ANY(CAST(:queues AS text[]))
       AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))
       AND t.deadline_at > now()
-      AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id AND i.paused)
+      AND (t.purpose = 'COMPENSATION'  -- L-PAUSE-3: compensation is not held by a pause
+           OR NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id AND i.paused))
     ORDER BY t.created_at, t.id
     LIMIT :n
     FOR UPDATE SKIP LOCKED
@@ -162,6 +163,11 @@ def time_out(conn: Connection, inst: dict, task_id: str) -> bool:
 def settle_result(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:
     """Apply a task outcome to its step when the task belongs to the step's current activation."""
     if inst["state"] in TERMINAL:
+        return
+    if inst["cancel_requested_at"] is not None:  # W-CTL-3: collected, but nothing new starts
+        from app.engine import control
+
+        control.collect_during_cancel(conn, inst, task, kind, value)
         return
     step = read_step(conn, inst["id"], task["step_key"])
     if (

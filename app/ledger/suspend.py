@@ -25,6 +25,9 @@ def resume_jobs(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-def clear_jobs(conn: Connection, instance_id: str, reason: str = "instance ended") -> list[dict[str, Any]]:
-    """Cancel the clear-scope jobs of a terminated / returned / withdrawn / canceled instance."""
-    return transitions.clear_instance(conn, instance_id, sorted(CLEAR_SCOPE), reason)
+def clear_jobs(
+    conn: Connection, instance_id: str, reason: str = "instance ended", *, keep_unknown: bool = False
+) -> list[dict[str, Any]]:
+    """Cancel the clear-scope jobs of a terminated / returned / withdrawn / canceled instance
+    (``keep_unknown``: jobs with an unknown external outcome stay for the operator)."""
+    return transitions.clear_instance(conn, instance_id, sorted(CLEAR_SCOPE), reason, keep_unknown=keep_unknown)

@@ -463,15 +463,25 @@ SELECT id, generation FROM moved
 
 
 _CLEAR = text(_cancel_sql("j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))"))
+# W-CTL-3: an unsafe call with an unknown outcome stays where it is (running with its marker, or the
+# "needs confirmation" dead letter) for the operator; canceling cannot recall it (L-EFFECT-5).
+_CLEAR_KEEP_UNKNOWN = text(
+    _cancel_sql(
+        "j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[])) "
+        f"AND NOT (j.status = 'running' AND j.effect_marker IS NOT NULL) "
+        f"AND NOT (j.status = 'dead' AND j.error_code = '{EXTERNAL_OUTCOME_UNKNOWN}')"
+    )
+)
 _CANCEL_ONE = text(_cancel_sql("j.id = :id"))
 
 
 def clear_instance(
-    conn: Connection, instance_id: str, types: Sequence[str], reason: str
+    conn: Connection, instance_id: str, types: Sequence[str], reason: str, *, keep_unknown: bool = False
 ) -> list[dict[str, Any]]:
-    """Cancel the instance's jobs of the clear scope; running executors lose ownership."""
+    """Cancel the instance's jobs of the clear scope; running executors lose ownership.
+    ``keep_unknown``: leave jobs whose external outcome is (or may be) unknown untouched."""
     rows = conn.execute(
-        _CLEAR, {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason}
+        _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR, {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason}
     )
     return [dict(r._mapping) for r in rows]
 

@@ -81,6 +81,10 @@ def delay_wake(ctx: JobContext):  # noqa: ANN201
             return _signal_timeout(conn, inst, p["activation_id"])
         if wake == "deadline":
             return _deadline(conn, inst)
+        from app.engine import wakes  # control / signal wakes (signal_expiry, cancel_settle)
+
+        if wake in wakes.WAKES:
+            return wakes.WAKES[wake](conn, inst, p)
         return {"skipped": f"unknown wake {wake!r}"}
 
     return run_advance(ctx, write)

@@ -1,0 +1,160 @@
+"""History reads (X-HIST, W-STEP-6): every activation of a step, every task attempt / poll round, and
+the operation audit of a workflow. Newest first, opaque cursors bound to namespace + workflow (+ step)
++ query kind, so a cursor of another workflow or query is a 400."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import audit
+from app import cursor as cursors
+from app.engine.documents import KEY_RE
+from app.engine.store import MISSING, jparse
+from app.engine.tasks import task_view
+from app.errors import NotFound
+from app.ids import is_hex32
+from app.jsonx import rfc3339
+
+
+def _step_id(conn: Connection, inst: dict, key: str) -> str:
+    row = None
+    if KEY_RE.match(key):
+        row = conn.execute(
+            text("SELECT id FROM workflow_steps WHERE instance_id = :i AND key = :k AND kind <> 'ROOT'"),
+            {"i": inst["id"], "k": key},
+        ).first()
+    if row is None:
+        raise NotFound("step not found")
+    return row.id
+
+
+def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
+    step_id = _step_id(conn, inst, key)
+    binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_activations"}
+    before = int(cursors.decode(cursor, binding)["s"]) if cursor else None
+    rows = conn.execute(
+        text(
+            """
+SELECT a.id, a.sequence, a.state, a.input::text AS input, a.output::text AS output, a.error::text AS error,
+       a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
+       w.id AS wait_id, w.kind AS wait_kind, w.state AS wait_state, w.deadline_at AS wait_deadline_at,
+       w.winner_signal_id, w.resolved_at AS wait_resolved_at, w.correlation_key
+FROM workflow_activations a LEFT JOIN workflow_waits w ON w.activation_id = a.id
+WHERE a.step_id = :s AND (CAST(:before AS integer) IS NULL OR a.sequence < :before)
+ORDER BY a.sequence DESC LIMIT :lim
+"""
+        ),
+        {"s": step_id, "before": before, "lim": limit + 1},
+    ).all()
+    items = []
+    for r in rows[:limit]:
+        item: dict[str, Any] = {
+            "id": r.id,
+            "sequence": r.sequence,
+            "state": r.state,
+            "task_attempts": r.task_attempts,
+            "activated_at": rfc3339(r.activated_at),
+        }
+        for k in ("input", "output", "error"):
+            v = jparse(getattr(r, k))
+            if v is not MISSING:
+                item[k] = v
+        if r.completed_at is not None:
+            item["completed_at"] = rfc3339(r.completed_at)
+        if r.child_instance_id:
+            item["child_workflow_id"] = r.child_instance_id
+        if r.wait_id:
+            wait: dict[str, Any] = {"id": r.wait_id, "kind": r.wait_kind, "state": r.wait_state}
+            if r.correlation_key is not None:
+                wait["correlation_key"] = r.correlation_key
+            if r.wait_deadline_at is not None:
+                wait["deadline_at"] = rfc3339(r.wait_deadline_at)
+            if r.winner_signal_id:
+                wait["winner_signal_id"] = r.winner_signal_id
+            if r.wait_resolved_at is not None:
+                wait["resolved_at"] = rfc3339(r.wait_resolved_at)
+            item["wait"] = wait
+        items.append(item)
+    out: dict[str, Any] = {"items": items}
+    if len(rows) > limit:
+        out["next_cursor"] = cursors.encode({"s": items[-1]["sequence"]}, binding)
+    return out
+
+
+_TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
+    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round,
+    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
+    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence"""
+
+
+def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
+    """Every task attempt of the step over all its activations (POLL: with its round number)."""
+    step_id = _step_id(conn, inst, key)
+    binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_rounds"}
+    at = aid = None
+    if cursor:
+        pos = cursors.decode(cursor, binding)
+        at, aid = cursors.parse_time(pos["t"]), str(pos["i"])
+    rows = conn.execute(
+        text(
+            f"""
+SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_activations a ON a.id = t.activation_id
+WHERE t.step_id = :s AND t.purpose = 'STEP'
+  AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
+ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
+"""
+        ),
+        {"s": step_id, "at": at, "aid": aid, "lim": limit + 1},
+    ).all()
+    items = []
+    for r in rows[:limit]:
+        d = dict(r._mapping)
+        for k in ("input", "output", "error"):
+            d[k] = jparse(d[k])
+        view = task_view(d)
+        view["activation_id"] = d["activation_id"]
+        view["activation_sequence"] = d["activation_sequence"]
+        items.append((d, view))
+    out: dict[str, Any] = {"items": [v for _, v in items]}
+    if len(rows) > limit:
+        last = items[-1][0]
+        out["next_cursor"] = cursors.encode({"t": rfc3339(last["created_at"]), "i": last["id"]}, binding)
+    return out
+
+
+# --------------------------------------------------------------------------- operation audit (W-AUDIT)
+def _op_item(row: dict) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "workflow_id": row["workflow_id"],
+        "operation_id": row["operation_id"] or row["id"],
+        "actor_id": row["actor_id"],
+        "action": row["action"],
+        "created_at": rfc3339(row["created_at"]),
+    }
+
+
+def operations(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict:
+    page = audit.list_entries(
+        conn, inst["namespace_id"], workflow_id=inst["id"], limit=limit, cursor=cursor, kind="workflow_operations"
+    )
+    out: dict[str, Any] = {"items": [_op_item(r) for r in page.items]}
+    if page.next_cursor:
+        out["next_cursor"] = page.next_cursor
+    return out
+
+
+def operation(conn: Connection, inst: dict, audit_id: str) -> dict:
+    row = audit.get(conn, inst["namespace_id"], audit_id) if is_hex32(audit_id) else None
+    if row is None or row["workflow_id"] != inst["id"]:
+        raise NotFound("operation not found")
+    out = _op_item(row)
+    if row["reason"] is not None:
+        out["reason"] = row["reason"]
+    if row["evidence_ref"]:
+        out["evidence_ref"] = row["evidence_ref"]
+    out["before"] = row["before"]
+    out["after"] = row["after"]
+    return out

@@ -1,0 +1,197 @@
+"""Recovery of NEEDS_REVIEW steps and instances by an operator (X-RECOVER), with reason and
+evidence_ref, audited by the caller.
+
+A step can be resolved when it is NEEDS_REVIEW, or when its instance is NEEDS_REVIEW and the step
+is unfinished (ACTIVE, WAITING), FAILED or CANCELLED. Actions:
+
+- RETRY_STEP: a new activation (sequence + 1) of the step. Its time budget never grows (W-STEP-5):
+  a wait keeps the previous activation's wait deadline, tasks and jobs never outlive the workflow
+  deadline (which itself never moves). Not allowed while a cancel is settling.
+- SUCCEED_STEP: the current activation succeeds with ``output`` (explicit null allowed).
+- FAIL_STEP: the current activation fails (FAILED_BY_OPERATOR); without a pending cancel the
+  workflow fails (stop_kind FAILURE).
+
+When no step is left in review the instance leaves NEEDS_REVIEW: back to CANCELLING (a pending
+cancel then finishes) or RUNNING/WAITING (successors start)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine import control, steps
+from app.engine.documents import KEY_RE
+from app.engine.store import (
+    MISSING,
+    TERMINAL,
+    jdump,
+    lock_instance,
+    read_instance,
+    read_step,
+    read_wait,
+    step_specs,
+    version_document,
+)
+from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
+
+ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP")
+RECOVERY_FIELDS = {"action", "step_key", "output", "reason", "evidence_ref"}
+RESOLVABLE = ("ACTIVE", "WAITING", "FAILED", "CANCELLED", "NEEDS_REVIEW")
+
+
+def validate_recovery(body: Any) -> dict:
+    from app.engine import fields
+
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body must be a JSON object", field="$")
+    errors: list[FieldError] = fields.unknown(body, RECOVERY_FIELDS)
+    action = body.get("action")
+    if action not in ACTIONS:
+        errors.append(FieldError("action", "required: RETRY_STEP, SUCCEED_STEP or FAIL_STEP"))
+    key = body.get("step_key")
+    if not isinstance(key, str) or not KEY_RE.match(key):
+        errors.append(FieldError("step_key", "required: a step key (1-64 ASCII name characters)"))
+    output: Any = MISSING
+    if action == "SUCCEED_STEP":
+        output = fields.json_value(errors, body, "output")
+    elif "output" in body:
+        errors.append(FieldError("output", "only SUCCEED_STEP takes an output"))
+    reason = fields.reason(errors, body)
+    evidence = fields.evidence_ref(errors, body)
+    if errors:
+        raise InvalidArgument(errors=errors)
+    return {"action": action, "step_key": key, "output": output, "reason": reason, "evidence_ref": evidence}
+
+
+def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, dict]:
+    """Apply one recovery action; returns (instance before, instance after, step summary)."""
+    inst = lock_instance(conn, instance_id)
+    step = read_step(conn, instance_id, req["step_key"])
+    if step is None:
+        raise NotFound("step not found")
+    if inst["state"] in TERMINAL:
+        raise StateConflict(f"the workflow is {inst['state']}")
+    if not (step["state"] == "NEEDS_REVIEW" or (inst["state"] == "NEEDS_REVIEW" and step["state"] in RESOLVABLE)):
+        raise StateConflict(
+            f"step {step['key']!r} is {step['state']} in a {inst['state']} workflow: recovery resolves "
+            "NEEDS_REVIEW steps and instances"
+        )
+    if not step["activation_id"]:
+        raise StateConflict(f"step {step['key']!r} was never activated")
+    action = req["action"]
+    if action == "RETRY_STEP":
+        if inst["cancel_requested_at"] is not None:
+            raise StateConflict("a cancel is pending: the step cannot be retried")
+        _retry(conn, inst, step)
+    elif action == "SUCCEED_STEP":
+        _close(conn, step, "SUCCEEDED", output=req["output"])
+    else:
+        _close(conn, step, "FAILED", error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]})
+    _bump(conn, instance_id)
+    _leave_review(conn, instance_id, failed_step=step if action == "FAIL_STEP" else None, reason=req["reason"])
+    after_step = read_step(conn, instance_id, step["key"])
+    summary = {
+        "step_key": step["key"],
+        "state": after_step["state"],
+        "activation_sequence": after_step["activation_sequence"],
+        "activation_id": after_step["activation_id"],
+    }
+    return inst, read_instance(conn, instance_id), summary
+
+
+def _bump(conn: Connection, iid: str) -> None:
+    conn.execute(
+        text("UPDATE workflow_instances SET revision = revision + 1, updated_at = now() WHERE id = :id"), {"id": iid}
+    )
+
+
+def _stop_activation_work(conn: Connection, activation_id: str) -> None:
+    conn.execute(
+        text(
+            "UPDATE workflow_tasks SET state = 'CANCELLED', updated_at = now(), completed_at = now(), "
+            "lease_expires_at = NULL WHERE activation_id = :a AND purpose = 'STEP' AND state IN ('PENDING', 'CLAIMED')"
+        ),
+        {"a": activation_id},
+    )
+    conn.execute(
+        text("UPDATE workflow_waits SET state = 'CANCELLED' WHERE activation_id = :a AND state = 'WAITING'"),
+        {"a": activation_id},
+    )
+
+
+def _close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
+    _stop_activation_work(conn, step["activation_id"])
+    conn.execute(
+        text(
+            "UPDATE workflow_activations SET state = :s, completed_at = now(), "
+            "output = COALESCE(CAST(:o AS jsonb), output), error = COALESCE(CAST(:e AS jsonb), error) WHERE id = :a"
+        ),
+        {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error)},
+    )
+    conn.execute(
+        text("UPDATE workflow_steps SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"),
+        {"id": step["id"], "s": state},
+    )
+
+
+def _retry(conn: Connection, inst: dict, step: dict) -> None:
+    old_wait = read_wait(conn, step["activation_id"])
+    _stop_activation_work(conn, step["activation_id"])
+    conn.execute(
+        text(
+            "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
+            "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a"
+        ),
+        {"a": step["activation_id"]},
+    )
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
+    steps.activate(conn, inst, step, spec, steps.mapping_context(conn, inst))
+    new = read_step(conn, inst["id"], step["key"])
+    act = new["activation_id"]
+    if old_wait is not None and old_wait["deadline_at"] is not None:
+        conn.execute(
+            text("UPDATE workflow_waits SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a"),
+            {"a": act, "d": old_wait["deadline_at"]},
+        )
+    cap = conn.execute(
+        text("SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = :a"),
+        {"a": act, "d": inst["deadline_at"]},
+    ).scalar_one()
+    conn.execute(
+        text(
+            "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
+            "AND state IN ('PENDING', 'CLAIMED')"
+        ),
+        {"a": act, "d": inst["deadline_at"]},
+    )
+    conn.execute(
+        text(
+            "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
+            "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))"
+        ),
+        {"i": inst["id"], "a": act, "cap": min(cap, inst["deadline_at"])},
+    )
+
+
+def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reason: str) -> None:
+    inst = read_instance(conn, iid)
+    left = conn.execute(
+        text("SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'"), {"id": iid}
+    ).scalar_one()
+    cancelling = inst["cancel_requested_at"] is not None
+    if failed_step is not None and not cancelling:
+        steps.finish_instance(
+            conn, inst, "FAILED", error={"step_key": failed_step["key"], "code": "FAILED_BY_OPERATOR", "message": reason}
+        )
+        return
+    if left or inst["state"] not in ("NEEDS_REVIEW", "RUNNING", "WAITING", "CANCELLING"):
+        return
+    conn.execute(
+        text("UPDATE workflow_instances SET state = :s WHERE id = :id"),
+        {"id": iid, "s": "CANCELLING" if cancelling else "RUNNING"},
+    )
+    if cancelling:
+        control.try_finish_cancel(conn, iid)
+    else:
+        steps.after_change(conn, iid)

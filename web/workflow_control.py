@@ -1,0 +1,150 @@
+"""Control (W-CTL) and signals (W-SIG) of a workflow instance: thin views over ``app.engine``."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+from marshmallow import Schema, fields
+
+from app.auth import Scope
+from app.db import get_engine
+from app.engine import control, instances, oplog, signals
+from app.engine.store import read_instance
+from app.errors import FieldError, InvalidArgument, NotFound
+from app.ids import is_hex32
+from web.auth import current_principal, requires
+from web.engine_common import check_queue_scope, idempotent, ok
+from web.http import request_id
+from web.meta import doc
+from web.mutation import mutation
+from web.strict import body, query
+
+bp = Blueprint("workflow_control", __name__)
+HEX32 = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+
+
+class ControlSchema(Schema):
+    operation = fields.Raw(required=True)
+    expected_control_revision = fields.Raw(required=True)
+    reason = fields.Raw(required=True)
+
+
+class SignalSchema(Schema):
+    name = fields.Raw(required=True)
+    payload_version = fields.Raw(required=True)
+    target_step_key = fields.Raw(required=True)
+    target_activation_sequence = fields.Raw(required=True)
+    correlation_key = fields.Raw(required=True)
+    payload = fields.Raw(required=True, allow_none=True)
+    reason = fields.Raw(required=True)
+    evidence_ref = fields.Raw()
+
+
+class PageQuery(Schema):
+    limit = fields.String()
+    cursor = fields.String()
+
+
+def page_args(q: dict) -> tuple[int, str | None]:
+    limit = 20
+    if "limit" in q:
+        if not q["limit"].isdigit() or not 1 <= int(q["limit"]) <= 100:
+            raise InvalidArgument(errors=[FieldError("limit", "an integer from 1 to 100")])
+        limit = int(q["limit"])
+    return limit, q.get("cursor")
+
+
+def load_instance(conn, instance_id: str) -> dict:  # noqa: ANN001
+    """W-API-1: the caller's namespace, and every queue of the pinned definition in its scope."""
+    principal = current_principal()
+    if not is_hex32(instance_id):
+        raise NotFound("workflow not found")
+    inst = read_instance(conn, instance_id, principal.namespace_id)
+    check_queue_scope(principal, list(inst["queues"]))
+    return inst
+
+
+@bp.post("/v1/workflows/<instance_id>/control")
+@doc(
+    summary="Pause, resume or cancel a workflow (expected_control_revision, reason)",
+    tags=["workflows"],
+    errors=(400, 401, 403, 404, 409, 413, 415, 503),
+    path_params={"instance_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_CONTROL)
+@mutation
+@body(ControlSchema)
+def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
+    principal = current_principal()
+    req = control.validate_control(body)
+
+    def work(conn):  # noqa: ANN001, ANN202
+        load_instance(conn, instance_id)
+        before, after = control.control(conn, instance_id, req)
+        view = instances.instance_view(after)
+        oplog.operation(
+            conn,
+            principal,
+            instance_id,
+            f"workflow.control.{req['operation'].lower()}",
+            request_id=request_id(),
+            reason=req["reason"],
+            before=instances.instance_view(before),
+            after=view,
+        )
+        return 200, {"request_id": request_id(), "data": {"instance": view, "deduplicated": False}}
+
+    return idempotent(work, created=False)
+
+
+@bp.post("/v1/workflows/<instance_id>/signals")
+@doc(
+    summary="Send a signal to a step's activation (accepted as PENDING, consumed by its wait)",
+    status=201,
+    tags=["workflows"],
+    errors=(400, 401, 403, 404, 409, 413, 415, 503),
+    path_params={"instance_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_SIGNAL)
+@mutation
+@body(SignalSchema)
+def send_signal(instance_id: str, body: dict):  # noqa: ANN201
+    principal = current_principal()
+    req = signals.validate_signal(body)
+
+    def work(conn):  # noqa: ANN001, ANN202
+        load_instance(conn, instance_id)
+        sig = signals.send(conn, instance_id, principal.actor_id, req)
+        data = {"signal": signals.signal_view(sig), "deduplicated": False}
+        return 201, {"request_id": request_id(), "data": data}
+
+    return idempotent(work)
+
+
+@bp.get("/v1/workflows/<instance_id>/signals/<signal_id>")
+@doc(
+    summary="Read one signal (its current state)",
+    tags=["workflows"],
+    errors=(401, 403, 404),
+    path_params={"instance_id": HEX32, "signal_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_READ)
+def get_signal(instance_id: str, signal_id: str):  # noqa: ANN201
+    with get_engine().connect() as conn:
+        load_instance(conn, instance_id)
+        return ok(signals.signal_view(signals.get_signal(conn, instance_id, signal_id)))
+
+
+@bp.get("/v1/workflows/<instance_id>/signals")
+@doc(
+    summary="The signals of a workflow, newest first (history, paginated)",
+    tags=["workflows"],
+    errors=(400, 401, 403, 404),
+    path_params={"instance_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_READ)
+@query(PageQuery)
+def list_signals(instance_id: str, query: dict):  # noqa: ANN201
+    limit, cursor = page_args(query)
+    with get_engine().connect() as conn:
+        inst = load_instance(conn, instance_id)
+        return ok(signals.list_signals(conn, inst, limit, cursor))
