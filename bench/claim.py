@@ -24,7 +24,8 @@ def time_claims(engine: Engine, dsn: str, samples: int, *, raw: bool = RAW_CLAIM
     otherwise through a SQLAlchemy connection, as application code would."""
     out: list[float] = []
     if raw:
-        with psycopg.connect(dsn, autocommit=True, options="-c timezone=UTC") as conn:
+        options = "-c timezone=UTC " + getattr(transitions, "PG_SESSION_OPTIONS", "")
+        with psycopg.connect(dsn, autocommit=True, options=options) as conn:
             for i in range(WARMUP + samples):
                 conn.execute("BEGIN")
                 t0 = time.perf_counter()

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,6 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "workflow-ledger"
 LEDGER_TABLES = "workflow_job_effects, workflow_job_executions, workflow_jobs, workflow_worker_nodes"
 PEER_TABLES = "procrastinate_events, procrastinate_periodic_defers, procrastinate_jobs, procrastinate_workers"
+# Autovacuum may be off on the server (it is off on this machine's PostgreSQL): during throughput
+# runs both systems' job tables are vacuumed this often, as a default autovacuum would roughly do.
+VACUUM_EVERY = 5.0
 SLOTS = 4  # L-CLAIM-1: 4 slots per pool per process; the peer gets --concurrency 4 per process
 
 
@@ -95,6 +99,7 @@ class Config:
     claim_samples: int
     peer: bool
     workloads: set[str]
+    vacuum: bool = True
 
 
 @dataclass
@@ -267,17 +272,37 @@ class Bench:
         with psycopg.connect(dsn, autocommit=True) as conn:
             return conn.execute(sql, params).fetchall()
 
-    def wait_count(self, dsn: str, sql: str, target: int, timeout: float, procs: list[Proc]) -> None:
+    def wait_count(
+        self, dsn: str, sql: str, target: int, timeout: float, procs: list[Proc], vacuum: str | None = None
+    ) -> None:
+        """Wait until ``sql`` counts ``target``. With ``vacuum`` (tables), VACUUM them every
+        VACUUM_EVERY seconds meanwhile, as autovacuum would (it may be off on the server)."""
         deadline = time.monotonic() + timeout
+        stop = threading.Event()
+        vacuumer = None
+        if vacuum and self.cfg.vacuum:
+            vacuumer = threading.Thread(target=self._vacuum_loop, args=(dsn, vacuum, stop), daemon=True)
+            vacuumer.start()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while True:
+                    n = conn.execute(sql).fetchone()[0]
+                    if n >= target:
+                        return
+                    if time.monotonic() > deadline:
+                        tails = "\n".join(p.output()[-3000:] for p in procs)
+                        raise RuntimeError(f"timed out with {n}/{target} done\n{tails}")
+                    time.sleep(0.25)
+        finally:
+            stop.set()
+            if vacuumer is not None:
+                vacuumer.join()
+
+    @staticmethod
+    def _vacuum_loop(dsn: str, tables: str, stop: threading.Event) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            while True:
-                n = conn.execute(sql).fetchone()[0]
-                if n >= target:
-                    return
-                if time.monotonic() > deadline:
-                    tails = "\n".join(p.output()[-3000:] for p in procs)
-                    raise RuntimeError(f"timed out with {n}/{target} done\n{tails}")
-                time.sleep(0.25)
+            while not stop.wait(VACUUM_EVERY):
+                conn.execute(f"VACUUM (ANALYZE) {tables}")
 
     # -- workload 1: throughput ------------------------------------------------------------------
     def lf_throughput(self, n_procs: int) -> float:
@@ -309,6 +334,7 @@ class Bench:
             n,
             60 + n / 20,
             procs,
+            vacuum="workflow_jobs, workflow_job_executions",
         )
         count, secs = self.rows(
             self.lf_dsn,
@@ -336,6 +362,7 @@ class Bench:
             n,
             60 + n / 20,
             procs,
+            vacuum="procrastinate_jobs, procrastinate_events",
         )
         count, secs = self.rows(
             self.pq_dsn,
@@ -606,6 +633,9 @@ def parse(argv: list[str] | None) -> Config:
     p.add_argument("--latency-rate", type=float, default=None, help="jobs per second in the latency runs")
     p.add_argument("--claim-sizes", default=None, help="comma-separated pending row counts")
     p.add_argument("--claim-samples", type=int, default=None)
+    p.add_argument(
+        "--no-vacuum", action="store_true", help="do not VACUUM the job tables during throughput runs"
+    )
     a = p.parse_args(argv)
     q = a.quick
     return Config(
@@ -621,6 +651,7 @@ def parse(argv: list[str] | None) -> Config:
         claim_samples=a.claim_samples or (100 if q else 400),
         peer=not a.no_peer,
         workloads=set(a.only or ["throughput", "latency", "claim"]),
+        vacuum=not a.no_vacuum,
     )
 
 

@@ -151,7 +151,8 @@ class LedgerPool:
             self._pg = psycopg.connect(
                 **params,
                 autocommit=True,  # each pass is one statement, hence one transaction
-                options="-c timezone=UTC -c idle_in_transaction_session_timeout=60000",
+                options="-c timezone=UTC -c idle_in_transaction_session_timeout=60000 "
+                + transitions.PG_SESSION_OPTIONS,
                 application_name=f"ledgerflow-{self.pool}-pool",
             )
         return self._pg
