@@ -182,9 +182,9 @@ class WorkflowControlMixin:
     def list_workflow_signals(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> Page:
-        d = self.request(
-            "GET", f"/v1/workflows/{workflow_id}/signals", params=_page_params(limit, cursor)
-        )["data"]
+        d = self.request("GET", f"/v1/workflows/{workflow_id}/signals", params=_page_params(limit, cursor))[
+            "data"
+        ]
         return Page([WorkflowSignal.from_api(s) for s in d["items"]], d.get("next_cursor"))
 
     # -- operation audit -------------------------------------------------------------------

@@ -226,7 +226,9 @@ def cancel(conn: Connection, inst: dict, *, reason: str = "workflow canceled") -
     ).all():
         child = lock_instance(conn, child_id)
         cancel(conn, child, reason="parent workflow canceled")
-        oplog.advance(conn, child, "workflow.control.cancel", after={"cause": "parent canceled", "parent": iid})
+        oplog.advance(
+            conn, child, "workflow.control.cancel", after={"cause": "parent canceled", "parent": iid}
+        )
     _stop_idle_steps(conn, iid)
     if unknown:
         to_review(conn, iid, [j["id"] for j in unknown])
@@ -347,7 +349,9 @@ def collect_during_cancel(conn: Connection, inst: dict, task: dict, kind: str, v
             },
         )
         conn.execute(
-            text("UPDATE workflow_steps SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"),
+            text(
+                "UPDATE workflow_steps SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"
+            ),
             {"id": row.id, "s": state},
         )
         conn.execute(
@@ -355,7 +359,11 @@ def collect_during_cancel(conn: Connection, inst: dict, task: dict, kind: str, v
             {"id": inst["id"]},
         )
         oplog.advance(
-            conn, inst, f"workflow.step.{state.lower()}", target_type="step", target_id=task["step_key"],
+            conn,
+            inst,
+            f"workflow.step.{state.lower()}",
+            target_type="step",
+            target_id=task["step_key"],
             after={"step_key": task["step_key"], "task_id": task["id"], "during": "cancel"},
         )
     if inst["state"] == "CANCELLING":

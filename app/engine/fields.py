@@ -47,7 +47,9 @@ def evidence_ref(errors: list[FieldError], body: dict) -> str | None:
     v = body["evidence_ref"]
     if not isinstance(v, str) or not 1 <= len(v) <= MAX_EVIDENCE_REF:
         errors.append(FieldError("evidence_ref", "1-512 Unicode characters"))
-    elif not encodable(v) or any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp", "Zs") for c in v):
+    elif not encodable(v) or any(
+        c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp", "Zs") for c in v
+    ):
         errors.append(FieldError("evidence_ref", "no whitespace or control characters"))
     else:
         return v
@@ -57,9 +59,11 @@ def evidence_ref(errors: list[FieldError], body: dict) -> str | None:
 def revision(errors: list[FieldError], body: dict, name: str) -> int:
     v = body.get(name)
     if name not in body:
-        errors.append(FieldError(name, "required: the non-zero control_revision read before (decimal string)"))
+        errors.append(
+            FieldError(name, "required: the non-zero control_revision read before (decimal string)")
+        )
     elif not isinstance(v, str) or not _REVISION_RE.match(v) or int(v) > UINT64_MAX:
-        errors.append(FieldError(name, "a non-zero uint64 as a decimal string, e.g. \"1\""))
+        errors.append(FieldError(name, 'a non-zero uint64 as a decimal string, e.g. "1"'))
     else:
         return int(v)
     return 0

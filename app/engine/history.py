@@ -138,7 +138,12 @@ def _op_item(row: dict) -> dict[str, Any]:
 
 def operations(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict:
     page = audit.list_entries(
-        conn, inst["namespace_id"], workflow_id=inst["id"], limit=limit, cursor=cursor, kind="workflow_operations"
+        conn,
+        inst["namespace_id"],
+        workflow_id=inst["id"],
+        limit=limit,
+        cursor=cursor,
+        kind="workflow_operations",
     )
     out: dict[str, Any] = {"items": [_op_item(r) for r in page.items]}
     if page.next_cursor:

@@ -72,7 +72,9 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
         raise NotFound("step not found")
     if inst["state"] in TERMINAL:
         raise StateConflict(f"the workflow is {inst['state']}")
-    if not (step["state"] == "NEEDS_REVIEW" or (inst["state"] == "NEEDS_REVIEW" and step["state"] in RESOLVABLE)):
+    if not (
+        step["state"] == "NEEDS_REVIEW" or (inst["state"] == "NEEDS_REVIEW" and step["state"] in RESOLVABLE)
+    ):
         raise StateConflict(
             f"step {step['key']!r} is {step['state']} in a {inst['state']} workflow: recovery resolves "
             "NEEDS_REVIEW steps and instances"
@@ -89,7 +91,9 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
     else:
         _close(conn, step, "FAILED", error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]})
     _bump(conn, instance_id)
-    _leave_review(conn, instance_id, failed_step=step if action == "FAIL_STEP" else None, reason=req["reason"])
+    _leave_review(
+        conn, instance_id, failed_step=step if action == "FAIL_STEP" else None, reason=req["reason"]
+    )
     after_step = read_step(conn, instance_id, step["key"])
     summary = {
         "step_key": step["key"],
@@ -102,7 +106,8 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
 
 def _bump(conn: Connection, iid: str) -> None:
     conn.execute(
-        text("UPDATE workflow_instances SET revision = revision + 1, updated_at = now() WHERE id = :id"), {"id": iid}
+        text("UPDATE workflow_instances SET revision = revision + 1, updated_at = now() WHERE id = :id"),
+        {"id": iid},
     )
 
 
@@ -130,7 +135,9 @@ def _close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, e
         {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error)},
     )
     conn.execute(
-        text("UPDATE workflow_steps SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"),
+        text(
+            "UPDATE workflow_steps SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"
+        ),
         {"id": step["id"], "s": state},
     )
 
@@ -177,12 +184,16 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
 def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reason: str) -> None:
     inst = read_instance(conn, iid)
     left = conn.execute(
-        text("SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'"), {"id": iid}
+        text("SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'"),
+        {"id": iid},
     ).scalar_one()
     cancelling = inst["cancel_requested_at"] is not None
     if failed_step is not None and not cancelling:
         steps.finish_instance(
-            conn, inst, "FAILED", error={"step_key": failed_step["key"], "code": "FAILED_BY_OPERATOR", "message": reason}
+            conn,
+            inst,
+            "FAILED",
+            error={"step_key": failed_step["key"], "code": "FAILED_BY_OPERATOR", "message": reason},
         )
         return
     if left or inst["state"] not in ("NEEDS_REVIEW", "RUNNING", "WAITING", "CANCELLING"):

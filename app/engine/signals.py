@@ -152,7 +152,9 @@ def send(conn: Connection, instance_id: str, actor_id: str, req: dict) -> dict:
             "WORKFLOW_SIGNAL_LIMIT", f"the workflow already accepted {signal_limit()} signals (the limit)"
         )
     wait = read_wait(conn, step["activation_id"]) if current and seq == current else None
-    expires = wait["deadline_at"] if wait is not None and wait["deadline_at"] is not None else inst["deadline_at"]
+    expires = (
+        wait["deadline_at"] if wait is not None and wait["deadline_at"] is not None else inst["deadline_at"]
+    )
     state, disposition = ("REJECTED", "STALE_ACTIVATION") if seq < current else ("PENDING", None)
     sig_id = new_id()
     conn.execute(
@@ -202,7 +204,9 @@ VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb)
     return read_signal(conn, sig_id)
 
 
-def _settle_signal(conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None) -> None:
+def _settle_signal(
+    conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None
+) -> None:
     conn.execute(
         text(
             "UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, resolved_at = now(), "
@@ -216,9 +220,15 @@ def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
     """Offer a PENDING signal to the wait of its activation (the current one). True when it won and
     the step succeeded; the caller then runs ``steps.after_change``."""
     wait = read_wait(conn, step["activation_id"]) if step["activation_id"] else None
-    if wait is None or wait["kind"] != "SIGNAL" or wait["state"] != "WAITING" or step["state"] not in (
-        "ACTIVE",
-        "WAITING",
+    if (
+        wait is None
+        or wait["kind"] != "SIGNAL"
+        or wait["state"] != "WAITING"
+        or step["state"]
+        not in (
+            "ACTIVE",
+            "WAITING",
+        )
     ):
         _settle_signal(conn, sig["id"], "REJECTED", "WAIT_CLOSED", None)
         return False
@@ -260,7 +270,9 @@ def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
         {"a": act, "o": jdump(sig["payload"])},
     )
     conn.execute(
-        text("UPDATE workflow_steps SET state = 'SUCCEEDED', revision = revision + 1, updated_at = now() WHERE id = :id"),
+        text(
+            "UPDATE workflow_steps SET state = 'SUCCEEDED', revision = revision + 1, updated_at = now() WHERE id = :id"
+        ),
         {"id": step["id"]},
     )
     oplog.advance(
@@ -388,5 +400,7 @@ def list_signals(conn: Connection, inst: dict, limit: int, cursor: str | None) -
     items = [_row(r) for r in rows[:limit]]
     out: dict[str, Any] = {"items": [signal_view(s) for s in items]}
     if len(rows) > limit:
-        out["next_cursor"] = cursors.encode({"t": rfc3339(items[-1]["accepted_at"]), "i": items[-1]["id"]}, binding)
+        out["next_cursor"] = cursors.encode(
+            {"t": rfc3339(items[-1]["accepted_at"]), "i": items[-1]["id"]}, binding
+        )
     return out

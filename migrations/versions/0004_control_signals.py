@@ -41,7 +41,10 @@ def upgrade() -> None:
         sa.Column("disposition", sa.Text(), nullable=True),
         sa.Column("consumed_wait_id", sa.Text(), nullable=True),
         sa.Column(
-            "accepted_at", sa.DateTime(timezone=True), server_default=sa.text("clock_timestamp()"), nullable=False
+            "accepted_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("clock_timestamp()"),
+            nullable=False,
         ),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("resolved_at", sa.DateTime(timezone=True), nullable=True),
@@ -66,7 +69,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index(
-        "ix_workflow_signals_pending", table_name="workflow_signals", postgresql_where=sa.text("state = 'PENDING'")
+        "ix_workflow_signals_pending",
+        table_name="workflow_signals",
+        postgresql_where=sa.text("state = 'PENDING'"),
     )
     op.drop_index("ix_workflow_signals_instance", table_name="workflow_signals")
     op.drop_table("workflow_signals")

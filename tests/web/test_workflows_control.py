@@ -30,7 +30,8 @@ def test_pause_keeps_timer_remainder_and_resume_does_not_extend_deadline(ops, sp
     paused = c.control_workflow(wid, "PAUSE", 1, "maintenance window", idempotency_key="p-1")
     assert paused.instance.paused and paused.instance.control_revision == 2 and not paused.deduplicated
     [(status, remaining)] = sql(
-        "SELECT status, remaining_ms FROM workflow_jobs WHERE instance_id = :i AND payload->>'wake' = 'timer'", i=wid
+        "SELECT status, remaining_ms FROM workflow_jobs WHERE instance_id = :i AND payload->>'wake' = 'timer'",
+        i=wid,
     )
     assert status == "paused" and 28_500 <= remaining <= 30_000
     [(dl_status,)] = sql(
@@ -60,7 +61,9 @@ def test_pause_keeps_timer_remainder_and_resume_does_not_extend_deadline(ops, sp
     after = c.get_workflow(wid)
     assert after.deadline_at == deadline and dl_run_at == deadline  # the deadline is not extended
     # background progress changes revision, never control_revision: the timer fires (time via the DB)
-    sql("UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :i AND payload->>'wake' = 'timer'", i=wid)
+    sql(
+        "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :i AND payload->>'wake' = 'timer'", i=wid
+    )
     sql("UPDATE workflow_waits SET deadline_at = now() WHERE instance_id = :i", i=wid)
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
     until(lambda: c.get_workflow_step(wid, "next").step.state == "ACTIVE")
@@ -122,9 +125,13 @@ def test_cancel_waits_for_in_flight_task_then_compensates_in_reverse(ops, spawn_
     inst = res.instance
     assert inst.state == "CANCELLING" and inst.stop_kind == "CANCEL" and inst.control_revision == 2
     assert inst.cancel_requested_at and inst.stop_requested_at and inst.completed_at is None
-    assert sql("SELECT count(*) FROM workflow_jobs WHERE instance_id = :i AND type = 'compensation_action'", i=wid)[
-        0
-    ][0] == 0
+    assert (
+        sql(
+            "SELECT count(*) FROM workflow_jobs WHERE instance_id = :i AND type = 'compensation_action'",
+            i=wid,
+        )[0][0]
+        == 0
+    )
     assert w.heartbeat_task(in_flight.id, in_flight.epoch).state == "CLAIMED"  # the permit is kept
     with pytest.raises(StateConflict):
         c.control_workflow(wid, "CANCEL", 2, "again")
@@ -134,7 +141,15 @@ def test_cancel_waits_for_in_flight_task_then_compensates_in_reverse(ops, spawn_
     steps = {s.key: s.state for s in c.get_workflow_steps(wid).steps}
     assert steps == {"a": "SUCCEEDED", "b": "SUCCEEDED", "c": "SUCCEEDED", "d": "BLOCKED"}
     spawn_worker("outbound", env=ENGINE_WORKER_ENV)
-    until(lambda: sql("SELECT count(*) FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'", i=wid)[0][0] == 3)
+    until(
+        lambda: (
+            sql(
+                "SELECT count(*) FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'",
+                i=wid,
+            )[0][0]
+            == 3
+        )
+    )
     comp = w.claim_tasks(["undo"], max_tasks=3)
     assert [t.input["compensate"] for t in comp] == ["c", "b", "a"]  # reverse completion order
     assert comp[0].input["output"] == {"done": "c"} and comp[0].workflow_id == wid

@@ -33,7 +33,10 @@ DOC = {
 }
 
 
-DOC_MORE = {**DOC, "steps": [*DOC["steps"], {"key": "ship", "kind": "TASK", "queue": "q2", "after": ["receipt"]}]}
+DOC_MORE = {
+    **DOC,
+    "steps": [*DOC["steps"], {"key": "ship", "kind": "TASK", "queue": "q2", "after": ["receipt"]}],
+}
 
 
 def _signal(c, wid, seq=1, corr="A-1 ", payload=None, **kw):  # noqa: ANN001, ANN003, ANN202
@@ -61,7 +64,11 @@ def test_early_signal_is_consumed_on_activation_and_future_is_refused(ops):  # n
     early = _signal(c, wid, evidence_ref="evidence:receipt-001", idempotency_key="sig-early")
     s = early.signal
     assert not early.deduplicated and s.state == "PENDING" and s.target_activation_sequence == 1
-    assert s.actor_id == ops.actor_id and s.correlation_key == "A-1 " and s.evidence_ref == "evidence:receipt-001"
+    assert (
+        s.actor_id == ops.actor_id
+        and s.correlation_key == "A-1 "
+        and s.evidence_ref == "evidence:receipt-001"
+    )
     assert s.payload["n"] == 9007199254740993 and s.revision == 1 and s.disposition is None
     assert s.expires_at == c.get_workflow(wid).deadline_at  # waits for the first activation at most that long
     with pytest.raises(StateConflict):

@@ -27,7 +27,9 @@ class Ops:
 
     def define(self, doc: dict) -> str:
         d = self.client.create_definition("d-" + uuid.uuid4().hex[:10])
-        self.client.publish_version(d["id"], {"version": "v1", "input_schema": {}, "deadline_seconds": 600, **doc})
+        self.client.publish_version(
+            d["id"], {"version": "v1", "input_schema": {}, "deadline_seconds": 600, **doc}
+        )
         return d["id"]
 
     def start(self, def_id: str, input: dict | None = None) -> str:  # noqa: A002

@@ -89,7 +89,12 @@ def compensation_action(ctx: JobContext):  # noqa: ANN201
             "workflow.compensation.issued",
             target_type="step",
             target_id=item["step_key"],
-            after={"step_key": item["step_key"], "task_id": task_id, "queue": item["queue"], "order": index + 1},
+            after={
+                "step_key": item["step_key"],
+                "task_id": task_id,
+                "queue": item["queue"],
+                "order": index + 1,
+            },
         )
         return {"task_id": task_id, "step_key": item["step_key"]}
 
