@@ -12,7 +12,10 @@ from app.ledger.states import QUEUE_OF_POOL, Pool
 
 
 def run_drain() -> DrainReport:
-    return drain(get_engine(), get_settings())
+    """The ledger drain plus the engine's sweeps (X-TASK: expired task leases go back to their queue)."""
+    from app.engine.tasks import return_expired_leases
+
+    return drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
 
 
 @dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.ADVANCE], max_retries=0, max_age=120_000, time_limit=300_000)

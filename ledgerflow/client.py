@@ -195,6 +195,7 @@ class Client(WorkflowControlMixin):
             poll=d.get("poll"),
             wait=d.get("wait"),
             child_workflow_id=d.get("child_workflow_id"),
+            next_attempt_at=_time(d.get("next_attempt_at")),
         )
 
     # -- definitions -----------------------------------------------------------------------

@@ -228,6 +228,7 @@ class StepDetail:
     poll: dict | None = None
     wait: dict | None = None
     child_workflow_id: str | None = None
+    next_attempt_at: datetime | None = None  # a TASK step waiting out its retry backoff
 
 
 @dataclass(frozen=True)

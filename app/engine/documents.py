@@ -304,6 +304,10 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
     return doc, sorted(queues)
 
 
+# retry: {max_attempts (default 1), backoff_seconds (default 30; 0 = immediate), max_backoff_seconds
+# (default 900)}: attempt n+1 starts backoff_seconds * 2^(n-1) after attempt n failed, capped.
+RETRY_FIELDS = ("max_attempts", "backoff_seconds", "max_backoff_seconds")
+MAX_BACKOFF_SECONDS = 86_400
 NUMERIC = ("timeout_seconds", "delay_seconds", "interval_ms", "max_rounds", "max_attempts_per_round")
 
 
@@ -319,7 +323,8 @@ def _normalize_ints(doc: dict) -> None:
         for name in NUMERIC:
             fix(st, name)
         if isinstance(st.get("retry"), dict):
-            fix(st["retry"], "max_attempts")
+            for name in RETRY_FIELDS:
+                fix(st["retry"], name)
 
 
 def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
@@ -333,9 +338,12 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
         if not isinstance(retry, dict):
             errs.add(f + ".retry", "must be an object")
         else:
-            _fields(errs, f + ".retry.", retry, {"max_attempts"})
+            _fields(errs, f + ".retry.", retry, set(RETRY_FIELDS))
             if "max_attempts" in retry:
                 _int_in(errs, f + ".retry.max_attempts", retry["max_attempts"], 1, 100)
+            for name in ("backoff_seconds", "max_backoff_seconds"):
+                if name in retry:
+                    _int_in(errs, f + ".retry." + name, retry[name], 0, MAX_BACKOFF_SECONDS)
         comp = st.get("compensation")
         if comp is not None:
             if (

@@ -95,18 +95,7 @@ def start_workflow(
             "WORKFLOW_INSTANCE_LIMIT",
             f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
         )
-    for q in ver["queues"]:
-        pending = conn.execute(
-            text(
-                "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND state = "
-                "'PENDING'"
-            ),
-            {"ns": namespace_id, "q": q},
-        ).scalar_one()
-        if pending >= settings.queue_pending_limit():
-            raise QuotaExceeded(
-                "QUEUE_FULL", retry_after=30, message=f"queue {q!r} has too many pending tasks"
-            )
+    check_work_quotas(conn, namespace_id, ver["queues"], unfinished)
     iid = new_id()
     conn.execute(
         text(
@@ -158,6 +147,43 @@ VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, C
         run_at=inst["deadline_at"],
     )
     return steps.after_change(conn, iid)
+
+
+def check_work_quotas(conn: Connection, namespace_id: str, queues: list[str], unfinished: int) -> None:
+    """W-ERR quotas for new work (429 with Retry-After), checked under the namespace's start lock:
+    pending tasks per queue (QUEUE_FULL; a CLAIMED task whose lease expired is pending again), then
+    unfinished work of the application = the credential's namespace (APPLICATION_FULL): unfinished
+    instances plus open (PENDING or CLAIMED) tasks."""
+    retry_after = settings.quota_retry_after_seconds()
+    for q in queues:
+        pending = conn.execute(
+            text(
+                "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND "
+                "(state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))"
+            ),
+            {"ns": namespace_id, "q": q},
+        ).scalar_one()
+        if pending >= settings.queue_pending_limit():
+            raise QuotaExceeded(
+                "QUEUE_FULL",
+                retry_after=retry_after,
+                message=f"queue {q!r} has {pending} pending tasks (the quota is "
+                f"{settings.queue_pending_limit()}); retry later with the same Idempotency-Key",
+            )
+    open_tasks = conn.execute(
+        text(
+            "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')"
+        ),
+        {"ns": namespace_id},
+    ).scalar_one()
+    if unfinished + open_tasks >= settings.application_work_limit():
+        raise QuotaExceeded(
+            "APPLICATION_FULL",
+            retry_after=retry_after,
+            message=f"the application has {unfinished + open_tasks} units of unfinished work (unfinished "
+            f"workflows plus open tasks; the quota is {settings.application_work_limit()}); retry later "
+            "with the same Idempotency-Key",
+        )
 
 
 def instance_view(inst: dict) -> dict:

@@ -25,6 +25,17 @@ def queue_pending_limit() -> int:
     return _int("LEDGERFLOW_QUEUE_PENDING_LIMIT", 100_000)
 
 
+def application_work_limit() -> int:
+    """W-ERR quota: unfinished work per application (= namespace of the credential): unfinished
+    instances plus open (PENDING or CLAIMED) tasks, before a start answers 429 APPLICATION_FULL."""
+    return _int("LEDGERFLOW_APPLICATION_WORK_LIMIT", 250_000)
+
+
+def quota_retry_after_seconds() -> int:
+    """Retry-After of a 429 QUEUE_FULL / APPLICATION_FULL."""
+    return _int("LEDGERFLOW_QUOTA_RETRY_AFTER_SECONDS", 30)
+
+
 def task_lease_seconds() -> float:
     """X-TASK: how long a claim holds a task without a heartbeat."""
     return _float("LEDGERFLOW_TASK_LEASE_SECONDS", 60.0)

@@ -425,6 +425,8 @@ WHERE id = :id
     )
     for (job_id,) in jobs.all():
         transitions.cancel_job(conn, job_id, f"workflow {state.lower()}")
+    if state != "SUCCEEDED":
+        stop_children(conn, inst, state, error)
     from app.engine import oplog, signals
 
     signals.close_pending(conn, iid)
@@ -440,3 +442,33 @@ WHERE id = :id
             trace_id=inst["trace_id"],
         )
     return read_instance(conn, iid)
+
+
+def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING) -> None:
+    """A parent that ends without success (deadline, step failure) stops its unfinished SUBWORKFLOW
+    children: each gets a cancel request with the parent's reason (W-CTL CANCEL semantics: stop_kind
+    CANCEL, in-flight tasks collected, then CANCELLED), like Temporal's REQUEST_CANCEL parent close
+    policy. Lock order: parent (already locked), then each child. Children already cancelling are left."""
+    from app.engine import control, oplog
+    from app.engine.store import lock_instance
+
+    rows = conn.execute(
+        text(
+            "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND cancel_requested_at IS NULL "
+            "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY id"
+        ),
+        {"id": inst["id"]},
+    ).all()
+    code = error.get("code") if isinstance(error, dict) else None
+    reason = f"parent workflow {inst['id']} {state.lower()}" + (f" ({code})" if code else "")
+    for (child_id,) in rows:
+        child = lock_instance(conn, child_id)
+        if child["state"] in TERMINAL or child["cancel_requested_at"] is not None:
+            continue
+        control.cancel(conn, child, reason=reason)
+        oplog.advance(
+            conn,
+            child,
+            "workflow.control.cancel",
+            after={"cause": f"parent {state.lower()}", "parent": inst["id"], "reason": reason},
+        )

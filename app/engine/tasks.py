@@ -88,6 +88,7 @@ def heartbeat(conn: Connection, namespace_id: str, task_id: str, epoch: int, lea
 UPDATE workflow_tasks t SET lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at),
     updated_at = now()
 WHERE t.id = :id AND t.epoch = :epoch AND t.state = 'CLAIMED' AND t.deadline_at > now()
+  AND t.lease_expires_at > now()
 RETURNING {_TASK_COLS}
 """
         ),
@@ -95,7 +96,8 @@ RETURNING {_TASK_COLS}
     ).first()
     if row is None:
         raise StateConflict(
-            "the task is not claimed with this epoch (it was re-claimed, settled or timed out)"
+            "the task is not claimed with this epoch (its lease expired, or it was re-claimed, settled or "
+            "timed out)"
         )
     return _task(row)
 
@@ -110,7 +112,34 @@ def _locked_for_result(conn: Connection, namespace_id: str, task_id: str, epoch:
             f"task attempt epoch {epoch} is not the current claim (epoch {task['epoch']}, state "
             f"{task['state']})"
         )
+    if task["lease_expired"]:  # the task is back in its queue (X-TASK), whether or not swept yet
+        raise StateConflict(
+            f"the lease of task attempt epoch {epoch} expired; the task was returned to its queue"
+        )
     return inst, task
+
+
+def return_expired_leases(conn: Connection, limit: int = 1000) -> int:
+    """The periodic sweep (run by the drain): CLAIMED tasks whose lease passed (database time) go back
+    to PENDING, so reads and queue counts are truthful without waiting for the next claim. The epoch
+    is kept (the next claim increments it); a result for the expired claim is already refused.
+    SKIP LOCKED: a task being settled right now is left for the next pass. Tasks of an instance with a
+    cancel requested are left to the cancel's settlement (W-CTL-3: they must not be claimed again)."""
+    rows = conn.execute(
+        text(
+            """
+UPDATE workflow_tasks t SET state = 'PENDING', lease_expires_at = NULL, updated_at = now()
+FROM (SELECT id FROM workflow_tasks w WHERE w.state = 'CLAIMED' AND w.lease_expires_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM workflow_instances i
+                        WHERE i.id = w.instance_id AND i.cancel_requested_at IS NOT NULL)
+      ORDER BY w.lease_expires_at, w.id LIMIT :n FOR UPDATE OF w SKIP LOCKED) picked
+WHERE t.id = picked.id
+RETURNING t.id
+"""
+        ),
+        {"n": limit},
+    ).all()
+    return len(rows)
 
 
 def complete(conn: Connection, namespace_id: str, task_id: str, epoch: int, output: Any) -> dict:
@@ -183,35 +212,79 @@ def settle_result(conn: Connection, inst: dict, task: dict, kind: str, value: An
     if kind == "completed":
         steps.complete_step(conn, inst["id"], step, value if value is not MISSING else None)
         return
-    budget = spec.get("retry", {}).get("max_attempts", 1)
-    if value.get("retryable", True) and step["task_attempts"] < budget:
-        new_task = steps.create_task(
-            conn,
-            inst,
-            step,
-            step["activation_id"],
-            spec["queue"],
-            step["act_input"] if step["act_input"] is not MISSING else {},
-            attempt=step["task_attempts"] + 1,
-            timeout_seconds=spec.get("timeout_seconds", steps.DEFAULT_TASK_TIMEOUT_SECONDS),
-        )
-        conn.execute(
-            text("UPDATE workflow_activations SET task_attempts = task_attempts + 1 WHERE id = :id"),
-            {"id": step["activation_id"]},
-        )
-        conn.execute(
-            text(
-                "UPDATE workflow_steps SET task_id = :t, revision = revision + 1, updated_at = now() WHERE "
-                "id = :id"
-            ),
-            {"id": step["id"], "t": new_task},
-        )
+    policy = spec.get("retry", {})
+    if value.get("retryable", True) and step["task_attempts"] < policy.get("max_attempts", 1):
+        delay = retry_delay_seconds(policy, step["task_attempts"])
+        if delay <= 0:
+            start_next_attempt(conn, inst, step, spec)
+        else:  # the step WAITS for its next attempt; a delay_wake job starts it (handlers/timers.py)
+            nxt = step["task_attempts"] + 1
+            steps._job(  # noqa: SLF001 - the engine's own job helper
+                conn,
+                inst,
+                "delay_wake",
+                {"wake": "task_retry", "activation_id": step["activation_id"], "attempt": nxt},
+                step_key=step["key"],
+                key=f"task_retry:{step['activation_id']}:{nxt}",
+                run_at=conn.execute(
+                    text("SELECT now() + make_interval(secs => :d)"), {"d": delay}
+                ).scalar_one(),
+            )
+            conn.execute(
+                text(
+                    "UPDATE workflow_steps SET state = 'WAITING', revision = revision + 1, updated_at = now() "
+                    "WHERE id = :id"
+                ),
+                {"id": step["id"]},
+            )
         steps.after_change(conn, inst["id"])
         return
     code = "TASK_TIMEOUT" if value.get("code") == "TASK_TIMEOUT" else "TASK_FAILED"
     steps.fail_step(
         conn, inst["id"], step, {"code": code, "message": value.get("message", ""), "task_id": task["id"]}
     )
+
+
+DEFAULT_BACKOFF_SECONDS = 30
+DEFAULT_MAX_BACKOFF_SECONDS = 900
+
+
+def retry_delay_seconds(policy: dict, failed_attempt: int) -> int:
+    """A TASK step's retry backoff (like the ledger's L-STATE-3 curve): attempt n+1 starts
+    ``backoff_seconds * 2^(n-1)`` after attempt n failed or timed out, one delay capped at
+    ``max_backoff_seconds``; ``backoff_seconds: 0`` retries at once."""
+    base = policy.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)
+    cap = policy.get("max_backoff_seconds", DEFAULT_MAX_BACKOFF_SECONDS)
+    if base <= 0:
+        return 0
+    return min(base * 2 ** max(failed_attempt - 1, 0), max(cap, 0))
+
+
+def start_next_attempt(conn: Connection, inst: dict, step: dict, spec: dict) -> str:
+    """A new task for the next attempt of the step's current activation (own deadline and
+    ``task_timeout`` job); the step is ACTIVE again and points at it. The caller runs after_change."""
+    new_task = steps.create_task(
+        conn,
+        inst,
+        step,
+        step["activation_id"],
+        spec["queue"],
+        step["act_input"] if step["act_input"] is not MISSING else {},
+        attempt=step["task_attempts"] + 1,
+        timeout_seconds=spec.get("timeout_seconds", steps.DEFAULT_TASK_TIMEOUT_SECONDS),
+    )
+    conn.execute(
+        text("UPDATE workflow_activations SET task_attempts = task_attempts + 1 WHERE id = :id"),
+        {"id": step["activation_id"]},
+    )
+    conn.execute(
+        text(
+            "UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, revision = revision + 1, "
+            "updated_at = now() WHERE id = :id"
+        ),
+        {"id": step["id"], "t": new_task},
+    )
+    return new_task
 
 
 def task_view(task: dict) -> dict:

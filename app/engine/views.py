@@ -69,6 +69,19 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
         out["completed_at"] = rfc3339(s["completed_at"])
     if s["kind"] == "SUBWORKFLOW" and s["child_instance_id"]:
         out["child_workflow_id"] = s["child_instance_id"]
+    if s["kind"] == "TASK" and s["state"] == "WAITING":  # retry backoff: when the next attempt starts
+        from sqlalchemy import text
+
+        nxt = conn.execute(
+            text(
+                "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
+                "AND status IN ('pending', 'paused') AND payload->>'wake' = 'task_retry' "
+                "AND payload->>'activation_id' = :a ORDER BY id DESC LIMIT 1"
+            ),
+            {"i": instance_id, "a": s["activation_id"]},
+        ).scalar()
+        if nxt is not None:
+            out["next_attempt_at"] = rfc3339(nxt)
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[key]
     if s["kind"] == "POLL":
         poll: dict[str, Any] = {

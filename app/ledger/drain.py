@@ -4,9 +4,10 @@ re-publish wake hints for due jobs. Never runs handlers. One runner at a time (a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from app.config import Settings
 from app.db import transaction
@@ -30,6 +31,8 @@ class DrainReport:
     ran: bool
     reclaimed: list[dict] = field(default_factory=list)
     hinted_queues: list[str] = field(default_factory=list)
+    # rows changed by each extra sweep (e.g. the engine's expired task leases), by sweep name
+    swept: dict[str, int] = field(default_factory=dict)
 
     @property
     def to_pending(self) -> int:
@@ -40,8 +43,16 @@ class DrainReport:
         return sum(1 for r in self.reclaimed if r["status"] == "dead")
 
 
-def drain(engine: Engine, settings: Settings, *, max_passes: int = 10) -> DrainReport:
-    """One drain run: bounded passes of ``settings.drain_batch`` reclaims, then hints."""
+# An extra maintenance sweep run by the drain: ``fn(conn, limit) -> rows changed``, in its own short
+# transaction under the drain's advisory lock. Layers above the ledger (the engine) pass theirs in.
+Sweep = tuple[str, Callable[[Connection, int], int]]
+
+
+def drain(
+    engine: Engine, settings: Settings, *, max_passes: int = 10, sweeps: Sequence[Sweep] = ()
+) -> DrainReport:
+    """One drain run: bounded passes of ``settings.drain_batch`` reclaims, then the extra
+    ``sweeps`` (bounded the same way), then hints."""
     report = DrainReport(ran=False)
     for _ in range(max_passes):
         with transaction(engine) as conn:
@@ -58,6 +69,17 @@ def drain(engine: Engine, settings: Settings, *, max_passes: int = 10) -> DrainR
         report.reclaimed.extend(batch)
         if len(batch) < settings.drain_batch:
             break
+    for name, sweep in sweeps if report.ran else ():
+        for _ in range(max_passes):
+            with transaction(engine) as conn:
+                if not conn.execute(
+                    text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": DRAIN_LOCK_KEY}
+                ).scalar():
+                    break
+                n = sweep(conn, settings.drain_batch)
+            report.swept[name] = report.swept.get(name, 0) + n
+            if n < settings.drain_batch:
+                break
     with engine.connect() as conn:
         report.hinted_queues = [r.queue for r in conn.execute(_DUE_QUEUES)]
     for queue in report.hinted_queues:
@@ -69,4 +91,7 @@ def drain(engine: Engine, settings: Settings, *, max_passes: int = 10) -> DrainR
             report.to_pending,
             report.to_dead,
         )
+    for name, n in report.swept.items():
+        if n:
+            log.info("drain: sweep %s changed %d row(s)", name, n)
     return report

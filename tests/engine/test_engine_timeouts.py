@@ -44,6 +44,12 @@ def test_task_timeout_retries_then_fails(eng):
     first = step(eng, NS, iid, "t")["step"]["task_id"]
     _expire_tasks(eng)
     assert ("task_timeout", "succeeded") in run_jobs(eng)
+    # the retry policy's backoff (default 30 s): the step waits for attempt 2
+    waiting = step(eng, NS, iid, "t")
+    assert waiting["step"]["state"] == "WAITING" and "next_attempt_at" in waiting
+    assert instance(eng, iid)["state"] == "WAITING"
+    make_due(eng)
+    run_jobs(eng)
     second = step(eng, NS, iid, "t")["step"]["task_id"]
     assert second != first and instance(eng, iid)["state"] == "RUNNING"
     _expire_tasks(eng)

@@ -1,5 +1,5 @@
-"""``delay_wake`` jobs: a TIMER step is due, a SIGNAL wait timed out, a POLL round is due, or an instance's
-overall deadline passed (then it FAILS with stop_kind FAILURE)."""
+"""``delay_wake`` jobs: a TIMER step is due, a SIGNAL wait timed out, a POLL round is due, a TASK step's
+retry backoff passed, or an instance's overall deadline passed (then it FAILS with stop_kind FAILURE)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,24 @@ def _poll(conn: Connection, inst: dict, activation_id: str, round_no: int) -> di
     return {"round": round_no}
 
 
+def _task_retry(conn: Connection, inst: dict, activation_id: str, attempt: int) -> dict:
+    """A TASK step's retry backoff passed: create attempt ``attempt`` if the step still waits for it."""
+    from app.engine import tasks
+
+    step = step_of_activation(conn, activation_id)
+    if (
+        step is None
+        or step["kind"] != "TASK"
+        or step["state"] != "WAITING"
+        or step["task_attempts"] + 1 != attempt
+    ):
+        return {"skipped": f"attempt {attempt} is no longer awaited"}
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
+    task_id = tasks.start_next_attempt(conn, inst, step, spec)
+    steps.after_change(conn, inst["id"])
+    return {"attempt": attempt, "task_id": task_id}
+
+
 def _deadline(conn: Connection, inst: dict) -> dict:
     if not conn.execute(text("SELECT :d <= now()"), {"d": inst["deadline_at"]}).scalar():
         return {"skipped": "deadline not reached"}
@@ -81,6 +99,8 @@ def delay_wake(ctx: JobContext):  # noqa: ANN201
             return _signal_timeout(conn, inst, p["activation_id"])
         if wake == "deadline":
             return _deadline(conn, inst)
+        if wake == "task_retry":
+            return _task_retry(conn, inst, p["activation_id"], int(p["attempt"]))
         from app.engine import wakes  # control / signal wakes (signal_expiry, cancel_settle)
 
         if wake in wakes.WAKES:
