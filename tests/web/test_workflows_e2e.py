@@ -207,7 +207,12 @@ def test_task_failure_retry_policy_then_failed(wf_ns):  # noqa: F811
             "steps": [
                 # backoff 0: attempt 2 at once (no ledger worker here to run the backoff's delay_wake;
                 # tests/engine/test_engine_retry_leases_children.py covers the default backoff)
-                {"key": "t", "kind": "TASK", "queue": "q1", "retry": {"max_attempts": 2, "backoff_seconds": 0}},
+                {
+                    "key": "t",
+                    "kind": "TASK",
+                    "queue": "q1",
+                    "retry": {"max_attempts": 2, "backoff_seconds": 0},
+                },
                 {"key": "after", "kind": "TIMER", "after": ["t"], "delay_seconds": 1},
             ],
         },
