@@ -25,7 +25,7 @@ from app.errors import NotFound, StateConflict
 _TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
     t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
     t.poll_round,
-    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at,
+    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired"""
 
 
@@ -57,8 +57,11 @@ WITH picked AS (
     WHERE t.namespace_id = :ns AND t.queue = ANY(CAST(:queues AS text[]))
       AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))
       AND t.deadline_at > now()
-      AND (t.purpose = 'COMPENSATION'  -- L-PAUSE-3: compensation is not held by a pause
-           OR NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id AND i.paused))
+      -- W-CTL: a paused, cancelling or stopping instance grants no new execution, not even a task
+      -- whose lease expired (the cancel's settlement decides it); L-PAUSE-3: compensation is not held
+      AND (t.purpose = 'COMPENSATION'
+           OR NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id
+                          AND (i.paused OR i.cancel_requested_at IS NOT NULL OR i.state = 'CANCELLING')))
     ORDER BY t.created_at, t.id
     LIMIT :n
     FOR UPDATE SKIP LOCKED
