@@ -40,13 +40,15 @@ class Scope:
 
 ALL_SCOPES: frozenset[str] = frozenset(v for k, v in vars(Scope).items() if k.isupper())
 
-# The CLI switches (W-API-4, X-CRED) and the scopes each grants; nothing else grants a scope.
+# The CLI switches (W-API-4, X-CRED) and the scopes each grants; nothing else grants a scope. Seed 004
+# §1 defines control / signal / recovery access as "instance read + <action>", so those switches
+# bundle ``workflows:read`` (the scopes themselves stay explicit: no scope implies another).
 SWITCHES: dict[str, tuple[str, ...]] = {
     "workflow_access": (Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH),
     "workflow_run_access": (Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT),
-    "workflow_control_access": (Scope.WORKFLOWS_CONTROL,),
-    "workflow_signal_access": (Scope.WORKFLOWS_SIGNAL,),
-    "workflow_recovery_access": (Scope.WORKFLOWS_RECOVERY,),
+    "workflow_control_access": (Scope.WORKFLOWS_READ, Scope.WORKFLOWS_CONTROL),
+    "workflow_signal_access": (Scope.WORKFLOWS_READ, Scope.WORKFLOWS_SIGNAL),
+    "workflow_recovery_access": (Scope.WORKFLOWS_READ, Scope.WORKFLOWS_RECOVERY),
     "workflow_audit_access": (Scope.WORKFLOWS_AUDIT_READ,),
     "engine_monitor": (Scope.ENGINE_MONITOR,),
     "engine_operate": (Scope.ENGINE_OPERATE,),

@@ -157,3 +157,25 @@ def test_cli_refuses_empty_or_contradictory_sets(clean, args):
 def test_worker_switch_grants_nothing_else(clean):
     doc = json.loads(_cli("create", "--namespace", "acme", "--name", "w", "--task-worker", "--json").output)
     assert doc["scopes"] == ["tasks:work"]
+
+
+@pytest.mark.parametrize(
+    ("switch", "action_scope"),
+    [
+        ("--workflow-control-access", "workflows:control"),
+        ("--workflow-signal-access", "workflows:signal"),
+        ("--workflow-recovery-access", "workflows:recovery"),
+    ],
+)
+def test_management_switches_bundle_instance_read_as_the_seed_says(clean, switch, action_scope):
+    """Seed 004 §1: control / signal / recovery access are "instance read + <action>"; audit access
+    is audit read only, and none of them grants start, publish or task work."""
+    doc = json.loads(_cli("create", "--namespace", "acme", "--name", "m", switch, "--json").output)
+    assert doc["scopes"] == sorted([action_scope, "workflows:read"])
+
+
+def test_audit_switch_grants_audit_read_only(clean):
+    doc = json.loads(
+        _cli("create", "--namespace", "acme", "--name", "a", "--workflow-audit-access", "--json").output
+    )
+    assert doc["scopes"] == ["workflows:audit:read"]
