@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 from marshmallow import Schema, fields
 
+from app import audit
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import instances, views
@@ -62,24 +63,24 @@ def start_workflow(body: dict):  # noqa: ANN201
             raise PermissionDenied("this definition uses task queues: tasks:submit is also required")
         check_queue_scope(principal, queues)
 
-    def work(conn):  # noqa: ANN001, ANN202
-        inst = instances.start_workflow(conn, principal.namespace_id, body, check_queues=check_queues)
-        view = instances.instance_view(inst)
-        try:
-            from app import audit
+    def audit_start(conn, created: dict) -> None:  # noqa: ANN001
+        # written as soon as the instance row exists, so it precedes the audit of its first activations
+        audit.record(
+            conn,
+            principal=principal,
+            request_id=request_id(),
+            action="workflow.start",
+            target_type="workflow",
+            target_id=created["id"],
+            workflow_id=created["id"],
+            after=instances.instance_view(created),
+        )
 
-            audit.record(
-                conn,
-                principal=principal,
-                request_id=request_id(),
-                action="workflow.start",
-                target_type="workflow",
-                target_id=inst["id"],
-                workflow_id=inst["id"],
-                after=view,
-            )
-        except ImportError:  # pragma: no cover
-            pass
+    def work(conn):  # noqa: ANN001, ANN202
+        inst = instances.start_workflow(
+            conn, principal.namespace_id, body, check_queues=check_queues, on_created=audit_start
+        )
+        view = instances.instance_view(inst)
         return 201, {"request_id": request_id(), "data": {"instance": view, "deduplicated": False}}
 
     return idempotent(work)

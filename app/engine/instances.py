@@ -69,9 +69,11 @@ def start_workflow(
     check_queues: Callable[[list[str]], None] | None = None,
     trace_id: str | None = None,
     parent: tuple[str, str] | None = None,
+    on_created: Callable[[Connection, dict], None] | None = None,
 ) -> dict:
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
-    the caller's transaction (W-START-6); wake hints go out after its commit."""
+    the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
+    once the instance row exists, before its first activations (the start audit row comes first)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
     if check_queues is not None:
@@ -137,6 +139,8 @@ VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, C
             {"id": new_id(), "inst": iid, "key": st["key"], "kind": st["kind"], "after": st.get("after", [])},
         )
     inst = read_instance(conn, iid)
+    if on_created is not None:
+        on_created(conn, inst)
     steps._job(  # noqa: SLF001
         conn,
         inst,

@@ -233,8 +233,29 @@ def activate(conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict) -
             )
         _set_step(conn, step["id"], state=state, activation_id=act_id, activation_sequence=seq)
         poll.start_round(conn, inst, {**step, "activation_id": act_id}, spec)
+        _audit_activation(conn, inst, step, act_id, seq)
         return
     _set_step(conn, step["id"], state=state, activation_id=act_id, activation_sequence=seq, task_id=task_id)
+    _audit_activation(conn, inst, step, act_id, seq)
+
+
+def _audit_activation(conn: Connection, inst: dict, step: dict, act_id: str, seq: int) -> None:
+    """W-AUDIT-3: one ``workflow.step.activated`` row per activation (engine actor)."""
+    from app.engine import oplog
+
+    oplog.advance(
+        conn,
+        inst,
+        "workflow.step.activated",
+        target_type="step",
+        target_id=step["key"],
+        after={
+            "step_key": step["key"],
+            "kind": step["kind"],
+            "activation_id": act_id,
+            "activation_sequence": seq,
+        },
+    )
 
 
 def _insert_wait(
@@ -344,8 +365,12 @@ def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error
     if error is not None:
         after["error"] = error
     oplog.advance(
-        conn, read_instance(conn, instance_id), f"workflow.step.{what}", target_type="step",
-        target_id=step["key"], after=after,
+        conn,
+        read_instance(conn, instance_id),
+        f"workflow.step.{what}",
+        target_type="step",
+        target_id=step["key"],
+        after=after,
     )
 
 
@@ -430,7 +455,9 @@ WHERE id = :id
     from app.engine import oplog, signals
 
     signals.close_pending(conn, iid)
-    oplog.advance(conn, inst, f"workflow.{state.lower()}", before={"state": inst["state"]}, after={"state": state})
+    oplog.advance(
+        conn, inst, f"workflow.{state.lower()}", before={"state": inst["state"]}, after={"state": state}
+    )
     if inst["parent_instance_id"]:
         enqueue(
             conn,

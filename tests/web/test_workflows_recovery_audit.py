@@ -171,3 +171,25 @@ def test_operation_audit_pages_and_cursor_binding(ops):  # noqa: F811
 
     with pytest.raises(NotFound):
         c.get_workflow_operation(other, pause.id)
+
+
+def test_every_activation_is_audited_once_after_the_start(ops):  # noqa: F811
+    c = ops.client
+    wid = ops.start(ops.define(DOC), {"order": "A-1"})
+    unknown_outcome_job(wid, "receipt")
+    c.control_workflow(wid, "PAUSE", 1, "freeze")
+    c.control_workflow(wid, "RESUME", 2, "thaw")
+    c.recover_workflow_step(wid, "RETRY_STEP", "receipt", "nothing arrived")
+    _sig(c, wid, 2, "s-2")  # the receipt succeeds: ship activates
+    everything = list(c.list_workflow_operations(wid))
+    oldest_first = [o.action for o in reversed(everything)]
+    assert oldest_first[0] == "workflow.start"  # the start row precedes its first activations
+    activated = [o for o in reversed(everything) if o.action == "workflow.step.activated"]
+    bodies = [c.get_workflow_operation(wid, o.id).after for o in activated]
+    assert [(b["step_key"], b["activation_sequence"]) for b in bodies] == [
+        ("receipt", 1),
+        ("receipt", 2),
+        ("ship", 1),
+    ]
+    assert all(o.actor_id == "system:engine" for o in activated)
+    assert bodies[1]["activation_id"] == c.get_workflow_step(wid, "receipt").step.activation_id

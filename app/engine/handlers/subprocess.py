@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from app.engine import instances, steps
+from app.engine import instances, oplog, steps
 from app.engine.handlers.common import run_advance, step_of_activation
 from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
 from app.errors import InvalidArgument, NotFound
@@ -35,6 +35,12 @@ def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
                     body,
                     trace_id=inst["trace_id"],
                     parent=(inst["id"], step["key"]),
+                    on_created=lambda c, created: oplog.advance(
+                        c,
+                        created,
+                        "workflow.start",
+                        after={**instances.instance_view(created), "parent_step_key": step["key"]},
+                    ),
                 )
         except (InvalidArgument, NotFound) as exc:
             steps.fail_step(conn, inst["id"], step, {"code": "CHILD_START_REJECTED", "message": exc.message})
