@@ -11,8 +11,8 @@
   NEEDS_REVIEW stays.
 - CANCEL: CANCELLING with cancel_requested_at / stop_kind CANCEL / stop_requested_at (a first stop
   target is kept); waiting work stops; clear-scope jobs are canceled; claimed tasks keep their permit
-  until they end (``collect_during_cancel``); then completed steps that declare a compensation get
-  ``compensation_action`` jobs in reverse completion order and the instance is CANCELLED. A job whose
+  until they end (``collect_during_cancel``); then completed steps that declare a compensation are
+  compensated one after another in reverse completion order (``saga``) and the instance is CANCELLED. A job whose
   external outcome is unknown sends the instance (and its step) to NEEDS_REVIEW instead.
 """
 
@@ -22,15 +22,13 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import oplog, steps
+from app.engine import oplog, saga, steps
 from app.engine.store import (
     MISSING,
     TERMINAL,
     jdump,
     lock_instance,
     read_instance,
-    step_specs,
-    version_document,
 )
 from app.errors import FieldError, InvalidArgument, StateConflict
 from app.ledger.enqueue import enqueue
@@ -93,8 +91,11 @@ def _bump_control(conn: Connection, iid: str, sets: str) -> None:
 def pause(conn: Connection, inst: dict) -> None:
     if inst["paused"]:
         raise StateConflict("the workflow is already paused")
-    if inst["cancel_requested_at"] is not None:
-        raise StateConflict("a cancel was requested: the workflow is settling and cannot be paused")
+    if inst["stop_requested_at"] is not None:
+        raise StateConflict(
+            "a cancel was requested or the workflow is failing: it is settling (compensations) and cannot "
+            "be paused"
+        )
     _bump_control(conn, inst["id"], "paused = true")
     moved = suspend_jobs(conn, inst["id"])
     dead = [m["id"] for m in moved if m["status"] == "dead"]
@@ -108,7 +109,7 @@ def resume(conn: Connection, inst: dict) -> None:
     _bump_control(conn, inst["id"], "paused = false")
     rows = resume_jobs(conn, inst["id"])
     sync_resumed(conn, inst, [r["id"] for r in rows])
-    if inst["cancel_requested_at"] is None:
+    if inst["stop_requested_at"] is None:
         steps.after_change(conn, inst["id"])  # activations held back by the pause start now
 
 
@@ -190,9 +191,15 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
 
 
 # --------------------------------------------------------------------------- cancel
-def cancel(conn: Connection, inst: dict, *, reason: str = "workflow canceled") -> None:
+def cancel(
+    conn: Connection, inst: dict, *, reason: str = "workflow canceled", reviewed: bool = False
+) -> None:
+    """``reviewed``: an operator just resolved the instance's unknown outcomes (``review``); they are
+    not sent to review again."""
     if inst["cancel_requested_at"] is not None:
         raise StateConflict("a cancel was already requested")
+    if inst["stop_requested_at"] is not None:
+        raise StateConflict("the workflow is failing: its compensations are running")
     iid = inst["id"]
     _bump_control(
         conn,
@@ -200,7 +207,7 @@ def cancel(conn: Connection, inst: dict, *, reason: str = "workflow canceled") -
         "state = 'CANCELLING', cancel_requested_at = now(), stop_kind = COALESCE(stop_kind, 'CANCEL'), "
         "stop_requested_at = COALESCE(stop_requested_at, now())",
     )
-    unknown = unknown_outcome_jobs(conn, iid)
+    unknown = [] if reviewed else unknown_outcome_jobs(conn, iid)
     clear_jobs(conn, iid, reason, keep_unknown=True)
     # waiting work stops: unclaimed (or lease-expired) tasks, open waits, children
     conn.execute(
@@ -267,9 +274,10 @@ def _stop_idle_steps(conn: Connection, iid: str) -> None:
 
 
 def try_finish_cancel(conn: Connection, iid: str) -> dict:
-    """CANCELLING with nothing in flight: compensations (reverse completion order), then CANCELLED."""
+    """CANCELLING with nothing in flight: compensations one after another in reverse completion
+    order (``saga``), then CANCELLED. A compensation chain already under way is left to itself."""
     inst = read_instance(conn, iid)
-    if inst["state"] != "CANCELLING":
+    if inst["state"] != "CANCELLING" or saga.running(inst):
         return inst
     conn.execute(
         text(
@@ -293,34 +301,7 @@ def try_finish_cancel(conn: Connection, iid: str) -> dict:
             trace_id=inst["trace_id"],
         )
         return inst
-    specs = step_specs(version_document(conn, inst["definition_version_id"]))
-    done = conn.execute(
-        text(
-            "SELECT s.key, a.id AS activation_id, a.output::text AS output, a.completed_at FROM workflow_steps s "
-            "JOIN workflow_activations a ON a.id = s.activation_id "
-            "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK' "
-            "ORDER BY a.completed_at DESC, a.id DESC"
-        ),
-        {"id": iid},
-    ).all()
-    plan = [
-        {"step_key": r.key, "activation_id": r.activation_id, "queue": specs[r.key]["compensation"]["queue"]}
-        for r in done
-        if isinstance(specs.get(r.key, {}).get("compensation"), dict)
-    ]
-    if plan:
-        enqueue(
-            conn,
-            "compensation_action",
-            {"plan": plan, "index": 0},
-            instance_id=iid,
-            step_key=plan[0]["step_key"],
-            idempotency_key=f"compensation_action:{iid}:0",
-            trace_id=inst["trace_id"],
-        )
-    inst = steps.finish_instance(conn, inst, "CANCELLED")
-    oplog.advance(conn, inst, "workflow.cancelled", after={"compensations": [p["step_key"] for p in plan]})
-    return inst
+    return saga.stop(conn, inst, "CANCELLED")
 
 
 def collect_during_cancel(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import control, steps
+from app.engine import control, saga, steps
 from app.engine.documents import KEY_RE
 from app.engine.store import (
     MISSING,
@@ -35,8 +35,9 @@ from app.engine.store import (
 )
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 
-ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP")
-RECOVERY_FIELDS = {"action", "step_key", "output", "reason", "evidence_ref"}
+ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP", "RESOLVE_INSTANCE")
+RESOLUTIONS = ("CONTINUE", "CANCEL", "FAIL")
+RECOVERY_FIELDS = {"action", "step_key", "resolution", "output", "reason", "evidence_ref"}
 RESOLVABLE = ("ACTIVE", "WAITING", "FAILED", "CANCELLED", "NEEDS_REVIEW")
 
 
@@ -48,10 +49,23 @@ def validate_recovery(body: Any) -> dict:
     errors: list[FieldError] = fields.unknown(body, RECOVERY_FIELDS)
     action = body.get("action")
     if action not in ACTIONS:
-        errors.append(FieldError("action", "required: RETRY_STEP, SUCCEED_STEP or FAIL_STEP"))
+        errors.append(
+            FieldError("action", "required: RETRY_STEP, SUCCEED_STEP, FAIL_STEP or RESOLVE_INSTANCE")
+        )
     key = body.get("step_key")
-    if not isinstance(key, str) or not KEY_RE.match(key):
-        errors.append(FieldError("step_key", "required: a step key (1-64 ASCII name characters)"))
+    resolution = body.get("resolution")
+    if action == "RESOLVE_INSTANCE":
+        if "step_key" in body:
+            errors.append(FieldError("step_key", "RESOLVE_INSTANCE resolves the instance: no step_key"))
+        if resolution not in RESOLUTIONS:
+            errors.append(
+                FieldError("resolution", "required with RESOLVE_INSTANCE: CONTINUE, CANCEL or FAIL")
+            )
+    else:
+        if not isinstance(key, str) or not KEY_RE.match(key):
+            errors.append(FieldError("step_key", "required: a step key (1-64 ASCII name characters)"))
+        if "resolution" in body:
+            errors.append(FieldError("resolution", "only RESOLVE_INSTANCE takes a resolution"))
     output: Any = MISSING
     if action == "SUCCEED_STEP":
         output = fields.json_value(errors, body, "output")
@@ -61,7 +75,14 @@ def validate_recovery(body: Any) -> dict:
     evidence = fields.evidence_ref(errors, body)
     if errors:
         raise InvalidArgument(errors=errors)
-    return {"action": action, "step_key": key, "output": output, "reason": reason, "evidence_ref": evidence}
+    return {
+        "action": action,
+        "step_key": key if action != "RESOLVE_INSTANCE" else None,
+        "resolution": resolution if action == "RESOLVE_INSTANCE" else None,
+        "output": output,
+        "reason": reason,
+        "evidence_ref": evidence,
+    }
 
 
 def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, dict]:
@@ -72,6 +93,11 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
         raise NotFound("step not found")
     if inst["state"] in TERMINAL:
         raise StateConflict(f"the workflow is {inst['state']}")
+    if saga.running(inst):
+        raise StateConflict(
+            "the workflow is stopping and its compensations are under way: steps are no longer "
+            "recovered; resolve the instance (RESOLVE_INSTANCE) when it is in review"
+        )
     if not (
         step["state"] == "NEEDS_REVIEW" or (inst["state"] == "NEEDS_REVIEW" and step["state"] in RESOLVABLE)
     ):
@@ -189,7 +215,7 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
     ).scalar_one()
     cancelling = inst["cancel_requested_at"] is not None
     if failed_step is not None and not cancelling:
-        steps.finish_instance(
+        saga.stop(
             conn,
             inst,
             "FAILED",

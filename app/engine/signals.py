@@ -118,7 +118,7 @@ def _accepts(spec: dict, name: str, pv: str) -> bool:
 def send(conn: Connection, instance_id: str, actor_id: str, req: dict) -> dict:
     """Accept one signal (the caller checked namespace and queue scope). Returns the stored row."""
     inst = lock_instance(conn, instance_id)
-    if inst["state"] in TERMINAL or inst["cancel_requested_at"] is not None:
+    if inst["state"] in TERMINAL or inst["stop_requested_at"] is not None:
         raise StateConflict(f"the workflow is {inst['state']}: it accepts no more signals")
     doc = version_document(conn, inst["definition_version_id"])
     contracts = {(s["name"], s["payload_version"]): s.get("schema", {}) for s in doc.get("signals", [])}

@@ -15,9 +15,7 @@ from sqlalchemy import Connection, text
 from app.engine import mapping
 from app.engine.store import MISSING, TERMINAL, jdump, jparse, read_instance, step_specs, version_document
 from app.ids import new_id
-from app.ledger import transitions
 from app.ledger.enqueue import enqueue
-from app.ledger.states import CLEAR_SCOPE
 
 DEFAULT_TASK_TIMEOUT_SECONDS = 300
 
@@ -391,111 +389,10 @@ def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> di
         from app.engine import control
 
         return control.try_finish_cancel(conn, instance_id)
-    return finish_instance(conn, inst, "FAILED", error={"step_key": step["key"], **error})
+    from app.engine import saga  # X-AUTO: a failed instance compensates its completed steps first
+
+    return saga.stop(conn, inst, "FAILED", error={"step_key": step["key"], **error})
 
 
-def finish_instance(
-    conn: Connection, inst: dict, state: str, *, output: Any = MISSING, error: Any = MISSING
-) -> dict:
-    """End the instance: close open tasks / waits / steps, cancel its pending timers and timeouts, and
-    tell a parent workflow through ``subprocess_join`` (same transaction)."""
-    iid = inst["id"]
-    conn.execute(
-        text(
-            """
-UPDATE workflow_instances SET state = :state, revision = revision + 1, updated_at = now(),
-    completed_at = now(),
-    output = CAST(:output AS jsonb), error = CAST(:error AS jsonb),
-    stop_kind = CASE WHEN :state = 'FAILED' THEN 'FAILURE' ELSE stop_kind END,
-    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
-                             ELSE stop_requested_at END
-WHERE id = :id
-"""
-        ),
-        {"id": iid, "state": state, "output": jdump(output), "error": jdump(error)},
-    )
-    conn.execute(
-        text(
-            "UPDATE workflow_tasks SET state = 'CANCELLED', updated_at = now(), completed_at = now() "
-            "WHERE instance_id = :id AND state IN ('PENDING', 'CLAIMED')"
-        ),
-        {"id": iid},
-    )
-    conn.execute(
-        text("UPDATE workflow_waits SET state = 'CANCELLED' WHERE instance_id = :id AND state = 'WAITING'"),
-        {"id": iid},
-    )
-    if state != "SUCCEEDED":
-        conn.execute(
-            text(
-                "UPDATE workflow_activations a SET state = 'CANCELLED', completed_at = now() FROM "
-                "workflow_steps s "
-                "WHERE s.activation_id = a.id AND s.instance_id = :id AND s.state IN ('ACTIVE', 'WAITING')"
-            ),
-            {"id": iid},
-        )
-        conn.execute(
-            text(
-                "UPDATE workflow_steps SET state = 'CANCELLED', revision = revision + 1, updated_at = now() "
-                "WHERE instance_id = :id AND state IN ('ACTIVE', 'WAITING')"
-            ),
-            {"id": iid},
-        )
-    jobs = conn.execute(
-        text(
-            "SELECT id FROM workflow_jobs WHERE instance_id = :id AND status IN ('pending', 'paused') "
-            "AND type = ANY(CAST(:types AS text[])) ORDER BY id"
-        ),
-        {"id": iid, "types": sorted(t.value for t in CLEAR_SCOPE)},
-    )
-    for (job_id,) in jobs.all():
-        transitions.cancel_job(conn, job_id, f"workflow {state.lower()}")
-    if state != "SUCCEEDED":
-        stop_children(conn, inst, state, error)
-    from app.engine import oplog, signals
-
-    signals.close_pending(conn, iid)
-    oplog.advance(
-        conn, inst, f"workflow.{state.lower()}", before={"state": inst["state"]}, after={"state": state}
-    )
-    if inst["parent_instance_id"]:
-        enqueue(
-            conn,
-            "subprocess_join",
-            {"child_id": iid},
-            instance_id=inst["parent_instance_id"],
-            step_key=inst["parent_step_key"],
-            idempotency_key=f"subprocess_join:{iid}",
-            trace_id=inst["trace_id"],
-        )
-    return read_instance(conn, iid)
-
-
-def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING) -> None:
-    """A parent that ends without success (deadline, step failure) stops its unfinished SUBWORKFLOW
-    children: each gets a cancel request with the parent's reason (W-CTL CANCEL semantics: stop_kind
-    CANCEL, in-flight tasks collected, then CANCELLED), like Temporal's REQUEST_CANCEL parent close
-    policy. Lock order: parent (already locked), then each child. Children already cancelling are left."""
-    from app.engine import control, oplog
-    from app.engine.store import lock_instance
-
-    rows = conn.execute(
-        text(
-            "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND cancel_requested_at IS NULL "
-            "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY id"
-        ),
-        {"id": inst["id"]},
-    ).all()
-    code = error.get("code") if isinstance(error, dict) else None
-    reason = f"parent workflow {inst['id']} {state.lower()}" + (f" ({code})" if code else "")
-    for (child_id,) in rows:
-        child = lock_instance(conn, child_id)
-        if child["state"] in TERMINAL or child["cancel_requested_at"] is not None:
-            continue
-        control.cancel(conn, child, reason=reason)
-        oplog.advance(
-            conn,
-            child,
-            "workflow.control.cancel",
-            after={"cause": f"parent {state.lower()}", "parent": inst["id"], "reason": reason},
-        )
+# the end of an instance lives in ``ending`` (re-exported: callers use ``steps.finish_instance``)
+from app.engine.ending import finish_instance, stop_children  # noqa: E402, F401

@@ -29,7 +29,7 @@ _INSTANCE = """
 SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
-       parent_instance_id, parent_step_key, created_at, updated_at
+       parent_instance_id, parent_step_key, created_at, updated_at, compensation::text AS compensation
 FROM workflow_instances WHERE id = :id
 """
 
@@ -41,6 +41,7 @@ def _inst(row: Any) -> dict[str, Any] | None:
     d["input"] = jparse(d["input"])
     d["output"] = jparse(d["output"])
     d["error"] = jparse(d["error"])
+    d["compensation"] = None if d["compensation"] is None else jsonx.loads_exact_db(d["compensation"])
     return d
 
 

@@ -193,7 +193,13 @@ def time_out(conn: Connection, inst: dict, task_id: str) -> bool:
 
 
 def settle_result(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:
-    """Apply a task outcome to its step when the task belongs to the step's current activation."""
+    """Apply a task outcome to its step when the task belongs to the step's current activation (a
+    compensation task's outcome moves its instance's compensation chain instead)."""
+    if task.get("purpose") == "COMPENSATION":
+        from app.engine import saga
+
+        saga.on_task_result(conn, inst, task, kind, value)
+        return
     if inst["state"] in TERMINAL:
         return
     if inst["cancel_requested_at"] is not None:  # W-CTL-3: collected, but nothing new starts

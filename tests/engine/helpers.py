@@ -48,11 +48,11 @@ def make_due(engine: Engine) -> None:
         )
 
 
-def run_jobs(engine: Engine, limit: int = 50) -> list[tuple[str, str]]:
-    """Run due advance-pool jobs inline until none is due; returns (type, outcome kind)."""
+def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[tuple[str, str]]:
+    """Run due advance-pool jobs (or ``queue``'s) inline until none is due; returns (type, outcome kind)."""
     ran = []
     for _ in range(limit):
-        rows = claim(engine)
+        rows = claim(engine, queue) if queue else claim(engine)
         if not rows:
             break
         row = rows[0]

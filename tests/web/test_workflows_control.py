@@ -136,23 +136,32 @@ def test_cancel_waits_for_in_flight_task_then_compensates_in_reverse(ops, spawn_
     with pytest.raises(StateConflict):
         c.control_workflow(wid, "CANCEL", 2, "again")
     w.complete_task(in_flight.id, in_flight.epoch, {"done": "c"})  # it really ended
-    final = c.get_workflow(wid)
-    assert final.state == "CANCELLED" and final.completed_at is not None and final.stop_kind == "CANCEL"
+    settling = c.get_workflow(wid)
+    assert settling.state == "CANCELLING" and settling.completed_at is None  # compensations first
     steps = {s.key: s.state for s in c.get_workflow_steps(wid).steps}
     assert steps == {"a": "SUCCEEDED", "b": "SUCCEEDED", "c": "SUCCEEDED", "d": "BLOCKED"}
-    spawn_worker("outbound", env=ENGINE_WORKER_ENV)
-    until(
-        lambda: (
-            sql(
-                "SELECT count(*) FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'",
-                i=wid,
-            )[0][0]
-            == 3
+    spawn_worker("outbound", env=ENGINE_WORKER_ENV)  # a real worker issues the compensation tasks
+
+    def comp_tasks() -> list:
+        return sql(
+            "SELECT step_key, state FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION' "
+            "ORDER BY created_at",
+            i=wid,
         )
-    )
-    comp = w.claim_tasks(["undo"], max_tasks=3)
-    assert [t.input["compensate"] for t in comp] == ["c", "b", "a"]  # reverse completion order
-    assert comp[0].input["output"] == {"done": "c"} and comp[0].workflow_id == wid
+
+    completed = []
+    for key in ("c", "b", "a"):  # reverse completion order, one at a time
+        until(lambda n=len(completed): len(comp_tasks()) == n + 1)
+        sql("SELECT pg_sleep(0.5)")  # > 2 poll periods of the worker: nothing else may be issued
+        assert comp_tasks() == [*[(k, "COMPLETED") for k in completed], (key, "PENDING")]
+        assert c.get_workflow(wid).state == "CANCELLING"
+        [undo] = w.claim_tasks(["undo"], max_tasks=3)
+        assert undo.input["compensate"] == key and undo.input["order"] == len(completed) + 1
+        assert undo.input["output"] == {"done": key} and undo.workflow_id == wid
+        w.complete_task(undo.id, undo.epoch, {"undone": key})
+        completed.append(key)
+    final = c.get_workflow(wid)  # CANCELLED only after the last compensation completed
+    assert final.state == "CANCELLED" and final.completed_at is not None and final.stop_kind == "CANCEL"
     jobs = sql(
         "SELECT status, payload->>'index' FROM workflow_jobs WHERE instance_id = :i AND type = 'compensation_action' "
         "ORDER BY id",
@@ -161,6 +170,7 @@ def test_cancel_waits_for_in_flight_task_then_compensates_in_reverse(ops, spawn_
     assert [(s, int(i)) for s, i in jobs] == [("succeeded", 0), ("succeeded", 1), ("succeeded", 2)]
     actions = [o.action for o in c.list_workflow_operations(wid)]
     assert actions.count("workflow.compensation.issued") == 3 and "workflow.control.cancel" in actions
+    assert actions.count("workflow.compensation.completed") == 3 and actions[0] == "workflow.cancelled"
 
 
 def test_cancel_without_in_flight_work_ends_at_once_and_clears_jobs(ops):  # noqa: F811

@@ -1,9 +1,8 @@
-"""``compensation_action`` jobs (X-AUTO, W-CTL-3): after a cancel, each completed step that declares a
-``compensation`` gets a compensation task on its declared queue, in reverse completion order.
-
-The plan (steps newest-completed first) travels in the payload; job ``index`` creates the task of
-``plan[index]`` and enqueues job ``index + 1`` in the same effect transaction, so the tasks appear on
-their queues strictly in reverse completion order and a retried job never creates a second task."""
+"""``compensation_action`` jobs (X-AUTO, W-CTL-3): job *k* of a stopping instance's compensation chain
+(``app.engine.saga``) creates the compensation task of ``plan[k]`` on its declared queue, with a
+``task_timeout`` job for its deadline. The chain moves on only when that task completed
+(``saga.on_task_result``), so compensation *k+1* never starts before compensation *k* ended.
+The write goes through an effect receipt: a retried job never creates a second task."""
 
 from __future__ import annotations
 
@@ -35,13 +34,14 @@ def create_compensation_task(conn: Connection, inst: dict, item: dict, index: in
         "activation_id": item["activation_id"],
         "order": index + 1,
     }
-    conn.execute(
+    deadline = conn.execute(
         text(
             """
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, deadline_at, purpose)
 VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb) || jsonb_build_object('output',
     COALESCE(CAST(:output AS jsonb), 'null'::jsonb)), 1, now() + make_interval(secs => :secs), 'COMPENSATION')
+RETURNING deadline_at
 """
         ),
         {
@@ -56,33 +56,43 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb) || jso
             "output": row.output,
             "secs": COMPENSATION_TASK_SECONDS,
         },
+    ).scalar_one()
+    enqueue(
+        conn,
+        "task_timeout",
+        {"task_id": task_id},
+        instance_id=inst["id"],
+        step_key=item["step_key"],
+        task_id=task_id,
+        run_at=deadline,
+        idempotency_key=f"task_timeout:{task_id}",
+        trace_id=inst["trace_id"],
     )
     return task_id
 
 
 @handlers.register("compensation_action")
 def compensation_action(ctx: JobContext):  # noqa: ANN201
-    p = ctx.payload or {}
-    plan, index = p.get("plan") or [], int(p.get("index", 0))
+    index = int((ctx.payload or {}).get("index", 0))
     instance_id = ctx.instance_id
-    if not instance_id or index >= len(plan):
-        return Skip("nothing to compensate")
+    if not instance_id:
+        return Skip("job has no instance")
     ctx.lock_first = lambda conn: lock_instance(conn, instance_id)
 
     def write(conn: Connection) -> dict:
         inst = lock_instance(conn, instance_id)
-        item = plan[index]
+        comp = inst["compensation"] or {}
+        if comp.get("state") != "RUNNING" or comp.get("index") != index or comp.get("task_id"):
+            return {"skipped": f"compensation {index + 1} is not the one the chain waits to issue"}
+        item = comp["plan"][index]
         task_id = create_compensation_task(conn, inst, item, index)
-        if index + 1 < len(plan):
-            enqueue(
-                conn,
-                "compensation_action",
-                {"plan": plan, "index": index + 1},
-                instance_id=instance_id,
-                step_key=plan[index + 1]["step_key"],
-                idempotency_key=f"compensation_action:{instance_id}:{index + 1}",
-                trace_id=inst["trace_id"],
-            )
+        conn.execute(
+            text(
+                "UPDATE workflow_instances SET compensation = compensation || jsonb_build_object('task_id', "
+                "CAST(:t AS text)), revision = revision + 1, updated_at = now() WHERE id = :id"
+            ),
+            {"id": instance_id, "t": task_id},
+        )
         oplog.advance(
             conn,
             inst,
@@ -98,4 +108,7 @@ def compensation_action(ctx: JobContext):  # noqa: ANN201
         )
         return {"task_id": task_id, "step_key": item["step_key"]}
 
-    return ctx.effect("compensate", write)
+    result = ctx.effect("compensate", write)
+    if isinstance(result, dict) and "skipped" in result:
+        return Skip(str(result["skipped"]))
+    return result

@@ -79,7 +79,11 @@ def _task_retry(conn: Connection, inst: dict, activation_id: str, attempt: int) 
 def _deadline(conn: Connection, inst: dict) -> dict:
     if not conn.execute(text("SELECT :d <= now()"), {"d": inst["deadline_at"]}).scalar():
         return {"skipped": "deadline not reached"}
-    steps.finish_instance(
+    from app.engine import saga
+
+    if inst["stop_requested_at"] is not None:
+        return {"skipped": "the workflow is already stopping"}
+    saga.stop(
         conn, inst, "FAILED", error={"code": "DEADLINE_EXCEEDED", "message": "the workflow deadline passed"}
     )
     return {"failed": "DEADLINE_EXCEEDED"}
