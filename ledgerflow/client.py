@@ -53,6 +53,7 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
 
 from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, signals, audit, recovery
     ControlResult,
+    InstanceRecoveryResult,
     Operation,
     Page,
     RecoveryResult,
@@ -256,6 +257,7 @@ __all__ = [
     "BodyTooLarge",
     "Client",
     "ControlResult",
+    "InstanceRecoveryResult",
     "Operation",
     "Page",
     "RecoveryResult",

@@ -110,6 +110,14 @@ class RecoveryResult:
     deduplicated: bool
 
 
+@dataclass(frozen=True)
+class InstanceRecoveryResult:
+    instance: WorkflowInstance
+    resolution: dict  # {resolution, review: UNKNOWN_OUTCOME | COMPENSATION_FAILED, ...}
+    operation_id: str
+    deduplicated: bool
+
+
 def _page_params(limit: int | None, cursor: str | None) -> dict[str, str]:
     params = {}
     if limit is not None:
@@ -234,6 +242,26 @@ class WorkflowControlMixin:
         )["data"]
         return RecoveryResult(
             WorkflowInstance.from_api(d["instance"]), d["step"], d["operation_id"], d["deduplicated"]
+        )
+
+    def resolve_workflow_instance(
+        self,
+        workflow_id: str,
+        resolution: str,
+        reason: str,
+        *,
+        evidence_ref: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> InstanceRecoveryResult:
+        """RESOLVE_INSTANCE on a NEEDS_REVIEW workflow (no step in review): CONTINUE, CANCEL or FAIL."""
+        body: dict[str, Any] = {"action": "RESOLVE_INSTANCE", "resolution": resolution, "reason": reason}
+        if evidence_ref is not None:
+            body["evidence_ref"] = evidence_ref
+        d = self.request(
+            "POST", f"/v1/workflows/{workflow_id}/recovery", body=body, idempotency_key=idempotency_key
+        )["data"]
+        return InstanceRecoveryResult(
+            WorkflowInstance.from_api(d["instance"]), d["resolution"], d["operation_id"], d["deduplicated"]
         )
 
     def list_step_activations(

@@ -7,7 +7,7 @@ from marshmallow import Schema, fields
 
 from app.auth import Scope
 from app.db import get_engine
-from app.engine import history, instances, oplog, recovery
+from app.engine import history, instances, oplog, recovery, review
 from web.auth import current_principal, requires
 from web.engine_common import idempotent, ok
 from web.http import request_id
@@ -22,7 +22,8 @@ STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
 
 class RecoverySchema(Schema):
     action = fields.Raw(required=True)
-    step_key = fields.Raw(required=True)
+    step_key = fields.Raw()
+    resolution = fields.Raw()
     output = fields.Raw(allow_none=True)
     reason = fields.Raw(required=True)
     evidence_ref = fields.Raw()
@@ -60,7 +61,8 @@ def get_operation(instance_id: str, operation_id: str):  # noqa: ANN201
 
 @bp.post("/v1/workflows/<instance_id>/recovery")
 @doc(
-    summary="Resolve a NEEDS_REVIEW step: RETRY_STEP (new activation), SUCCEED_STEP (with output) or FAIL_STEP",
+    summary="Resolve a NEEDS_REVIEW step (RETRY_STEP, SUCCEED_STEP with output, FAIL_STEP) or instance "
+    "(RESOLVE_INSTANCE with resolution CONTINUE, CANCEL or FAIL)",
     tags=["workflows"],
     errors=(400, 401, 403, 404, 409, 413, 415, 503),
     path_params={"instance_id": HEX32},
@@ -74,6 +76,8 @@ def recover(instance_id: str, body: dict):  # noqa: ANN201
 
     def work(conn):  # noqa: ANN001, ANN202
         load_instance(conn, instance_id)
+        if req["action"] == "RESOLVE_INSTANCE":
+            return resolve_instance(conn, instance_id, req, principal)
         before, after, step = recovery.recover(conn, instance_id, req)
         view = instances.instance_view(after)
         audit_id = oplog.operation(
@@ -93,6 +97,24 @@ def recover(instance_id: str, body: dict):  # noqa: ANN201
         return 200, {"request_id": request_id(), "data": data}
 
     return idempotent(work, created=False)
+
+
+def resolve_instance(conn, instance_id: str, req: dict, principal):  # noqa: ANN001, ANN201
+    before, after, summary = review.resolve_instance(conn, instance_id, req)
+    view = instances.instance_view(after)
+    audit_id = oplog.operation(
+        conn,
+        principal,
+        instance_id,
+        "workflow.recovery.resolve_instance",
+        request_id=request_id(),
+        reason=req["reason"],
+        evidence_ref=req["evidence_ref"],
+        before=instances.instance_view(before),
+        after={"instance": view, "resolution": summary},
+    )
+    data = {"instance": view, "resolution": summary, "operation_id": audit_id, "deduplicated": False}
+    return 200, {"request_id": request_id(), "data": data}
 
 
 @bp.get("/v1/workflows/<instance_id>/steps/<key>/activations")

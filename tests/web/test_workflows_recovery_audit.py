@@ -193,3 +193,70 @@ def test_every_activation_is_audited_once_after_the_start(ops):  # noqa: F811
     ]
     assert all(o.actor_id == "system:engine" for o in activated)
     assert bodies[1]["activation_id"] == c.get_workflow_step(wid, "receipt").step.activation_id
+
+
+def test_resolve_instance_whose_unknown_outcome_has_no_step(ops):  # noqa: F811
+    """X-RECOVER on the instance: a job without a step left the instance in NEEDS_REVIEW with no step
+    to resolve; RESOLVE_INSTANCE (workflows:recovery, reason + evidence_ref, audited) unblocks it."""
+    from ledgerflow.client import PermissionDenied
+
+    c = ops.client
+    wid = ops.start(ops.define(DOC), {"order": "A-1"})
+    job = unknown_outcome_job(wid, None)
+    inst = c.control_workflow(wid, "PAUSE", 1, "freeze").instance
+    assert inst.state == "NEEDS_REVIEW" and c.get_workflow_step(wid, "receipt").step.state == "WAITING"
+    c.control_workflow(wid, "RESUME", 2, "thaw")
+    assert c.get_workflow(wid).state == "NEEDS_REVIEW"  # stuck: no step is in review
+    with pytest.raises(InvalidArgument) as e:
+        c.request(
+            "POST",
+            f"/v1/workflows/{wid}/recovery",
+            body={"action": "RESOLVE_INSTANCE", "resolution": "MAYBE", "step_key": "receipt", "reason": "r"},
+        )
+    assert {err["field"] for err in e.value.errors} == {"resolution", "step_key"}
+    reader = ops.ns.client("start_only")  # workflows:read + start, no workflows:recovery
+    with pytest.raises(PermissionDenied):
+        reader.resolve_workflow_instance(wid, "CONTINUE", "not mine to decide")
+    res = c.resolve_workflow_instance(
+        wid,
+        "CONTINUE",
+        "receiver confirmed: nothing was sent",
+        evidence_ref="ticket:77",
+        idempotency_key="ri-1",
+    )
+    assert res.instance.state == "WAITING" and not res.deduplicated
+    assert res.resolution == {
+        "resolution": "CONTINUE",
+        "review": "UNKNOWN_OUTCOME",
+        "unknown_outcome_jobs": [str(job)],
+    }
+    again = c.resolve_workflow_instance(
+        wid,
+        "CONTINUE",
+        "receiver confirmed: nothing was sent",
+        evidence_ref="ticket:77",
+        idempotency_key="ri-1",
+    )
+    assert again.deduplicated and again.operation_id == res.operation_id
+    with pytest.raises(StateConflict):
+        c.resolve_workflow_instance(wid, "CONTINUE", "no longer in review")
+    op = c.get_workflow_operation(wid, res.operation_id)
+    assert op.action == "workflow.recovery.resolve_instance" and op.evidence_ref == "ticket:77"
+    assert op.reason == "receiver confirmed: nothing was sent" and op.actor_id == ops.actor_id
+    assert op.before["state"] == "NEEDS_REVIEW" and op.after["resolution"]["review"] == "UNKNOWN_OUTCOME"
+    assert _sig(c, wid, 1, "s-go").signal.state == "CONSUMED"  # the workflow carries on
+
+
+def test_resolve_instance_cancel_with_review_pending(ops):  # noqa: F811
+    c = ops.client
+    wid = ops.start(ops.define(DOC), {"order": "A-1"})
+    unknown_outcome_job(wid, None)
+    inst = c.control_workflow(wid, "CANCEL", 1, "stop").instance
+    assert inst.state == "NEEDS_REVIEW" and inst.cancel_requested_at
+    res = c.resolve_workflow_instance(wid, "CANCEL", "checked: no effect", evidence_ref="ticket:78")
+    assert res.instance.state == "CANCELLED" and res.instance.stop_kind == "CANCEL"
+    other = ops.start(ops.define(DOC), {"order": "A-1"})
+    unknown_outcome_job(other, None)
+    c.control_workflow(other, "PAUSE", 1, "freeze")
+    failed = c.resolve_workflow_instance(other, "FAIL", "the receiver double-booked it")
+    assert failed.instance.state == "FAILED" and failed.instance.stop_kind == "FAILURE"
