@@ -13,6 +13,7 @@ usual wait until the next fetch, never a message.
 from __future__ import annotations
 
 import time
+from uuid import uuid4
 
 import dramatiq
 import redis
@@ -38,12 +39,46 @@ def doorbell_key(namespace: str, queue_name: str) -> str:
     return f"{namespace}:{queue_name}.doorbell"
 
 
+# A coalesced hint in ONE round trip: set the queue's "hint outstanding" flag unless it is set and,
+# only then, enqueue the Dramatiq message exactly as Dramatiq's own enqueue does (store it in the
+# queue's message hash, push its id on the queue) and ring the doorbell.
+# KEYS: flag, queue messages hash, queue list, doorbell; ARGV: flag ttl ms, message id, data, bell max
+_HINT_SCRIPT = """
+if not redis.call("set", KEYS[1], "1", "NX", "PX", ARGV[1]) then
+    return 0
+end
+redis.call("hset", KEYS[2], ARGV[2], ARGV[3])
+redis.call("rpush", KEYS[3], ARGV[2])
+redis.call("rpush", KEYS[4], 1)
+redis.call("ltrim", KEYS[4], -tonumber(ARGV[4]), -1)
+return 1
+"""
+
+
 class HintBroker(RedisBroker):
     """RedisBroker whose enqueue rings the queue's doorbell and whose idle consumers block on it."""
+
+    def __init__(self, **kwargs) -> None:  # noqa: ANN003
+        super().__init__(**kwargs)
+        self._hint_script = self.client.register_script(_HINT_SCRIPT)
 
     @property
     def consumer_class(self):  # noqa: ANN201
         return _DoorbellConsumer
+
+    def enqueue_unless_flagged(self, message: Message, flag: str, flag_ttl_ms: int) -> bool:
+        """Enqueue ``message`` (no delay) only if ``flag`` was not set, setting it; one round trip.
+        Returns whether the message was enqueued. Middleware sees the enqueue as usual."""
+        message = message.copy(options={"redis_message_id": str(uuid4())})
+        self.emit_before("enqueue", message, None)
+        queue = f"{self.namespace}:{message.queue_name}"
+        sent = self._hint_script(
+            keys=[flag, f"{queue}.msgs", queue, doorbell_key(self.namespace, message.queue_name)],
+            args=[flag_ttl_ms, message.options["redis_message_id"], message.encode(), DOORBELL_MAX],
+        )
+        if sent:
+            self.emit_after("enqueue", message, None)
+        return bool(sent)
 
     def do_enqueue(self, queue_name: str, message_id: str, data: bytes) -> None:
         # The same call Dramatiq makes (its dispatch script), plus RPUSH/LTRIM of the doorbell, in

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import dramatiq
 
-from actors.broker import broker, has_redis
+from actors.broker import HintBroker, broker, has_redis
 from app.config import get_settings
 from app.ledger import hints
 from app.ledger.states import QUEUE_OF_POOL, Pool
@@ -43,10 +43,14 @@ _ACTOR_OF_QUEUE = {QUEUE_OF_POOL[Pool.ADVANCE]: wake_advance, QUEUE_OF_POOL[Pool
 
 
 def publish(queue: str) -> None:
-    """Send a hint unless one is already outstanding for ``queue`` (coalescing)."""
+    """Send a hint unless one is already outstanding for ``queue`` (coalescing): the flag check and
+    the enqueue of the Dramatiq message are one Redis round trip (actors/broker.py)."""
     settings = get_settings()
-    if broker.client.set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
-        _ACTOR_OF_QUEUE[queue].send(queue)
+    actor = _ACTOR_OF_QUEUE[queue]
+    if isinstance(broker, HintBroker):
+        broker.enqueue_unless_flagged(actor.message(queue), _flag(queue), settings.hint_flag_ttl_ms)
+    elif broker.client.set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
+        actor.send(queue)
 
 
 def install_publisher() -> None:
