@@ -116,6 +116,7 @@ def list_entries(
     limit: int = 20,
     cursor: str | None = None,
     kind: str = "audit",
+    exclude_target_type: str | None = None,
 ) -> Page:
     """Newest first (created_at, id descending). The cursor is bound to namespace + filters + kind,
     so a cursor of one resource or query cannot be replayed against another (400 INVALID_ARGUMENT)."""
@@ -127,6 +128,8 @@ def list_entries(
         "a": action,
         "k": kind,
     }
+    if exclude_target_type is not None:
+        binding["xt"] = exclude_target_type
     after: tuple[datetime, str] | None = None
     if cursor:
         pos = cursors.decode(cursor, binding)
@@ -140,6 +143,7 @@ WHERE namespace_id = :ns
   AND (CAST(:tt AS text) IS NULL OR target_type = :tt)
   AND (CAST(:ti AS text) IS NULL OR target_id = :ti)
   AND (CAST(:a AS text) IS NULL OR action = :a)
+  AND (CAST(:xt AS text) IS NULL OR target_type <> :xt)
   AND (CAST(:at AS timestamptz) IS NULL OR (created_at, id) < (CAST(:at AS timestamptz), :aid))
 ORDER BY created_at DESC, id DESC
 LIMIT :lim
@@ -151,6 +155,7 @@ LIMIT :lim
             "tt": target_type,
             "ti": target_id,
             "a": action,
+            "xt": exclude_target_type,
             "at": after[0] if after else None,
             "aid": after[1] if after else None,
             "lim": limit + 1,

@@ -79,6 +79,7 @@ class Operation:
     evidence_ref: str | None = None
     before: Any = ABSENT  # ABSENT in list items (read one operation for its body)
     after: Any = ABSENT
+    signal_id: str | None = None  # signal-resource audit entries only
 
     @classmethod
     def from_api(cls, d: dict) -> Operation:
@@ -93,6 +94,7 @@ class Operation:
             evidence_ref=d.get("evidence_ref"),
             before=d.get("before", ABSENT),
             after=d.get("after", ABSENT),
+            signal_id=d.get("signal_id"),
         )
 
 
@@ -217,6 +219,39 @@ class WorkflowControlMixin:
     def get_workflow_operation(self, workflow_id: str, operation_id: str) -> Operation:
         return Operation.from_api(
             self.request("GET", f"/v1/workflows/{workflow_id}/operations/{operation_id}")["data"]
+        )
+
+    def list_signal_operations_page(
+        self,
+        workflow_id: str,
+        *,
+        signal_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page:
+        params = _page_params(limit, cursor)
+        if signal_id is not None:
+            params["signal_id"] = signal_id
+        d = self.request("GET", f"/v1/workflows/{workflow_id}/signal-operations", params=params)["data"]
+        return Page([Operation.from_api(o) for o in d["items"]], d.get("next_cursor"))
+
+    def list_signal_operations(
+        self, workflow_id: str, *, signal_id: str | None = None, page_size: int = 20
+    ) -> Iterator[Operation]:
+        """The signal-resource audit of a workflow (or of one signal), newest first, page by page."""
+        cursor = None
+        while True:
+            page = self.list_signal_operations_page(
+                workflow_id, signal_id=signal_id, limit=page_size, cursor=cursor
+            )
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def get_signal_operation(self, workflow_id: str, operation_id: str) -> Operation:
+        return Operation.from_api(
+            self.request("GET", f"/v1/workflows/{workflow_id}/signal-operations/{operation_id}")["data"]
         )
 
     # -- recovery and history --------------------------------------------------------------

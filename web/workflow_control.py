@@ -111,9 +111,24 @@ def send_signal(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
     req = signals.validate_signal(body)
 
+    def audit_accepted(conn, sig: dict) -> None:  # noqa: ANN001
+        # the signal resource's own audit (X-HIST), not the workflow operations list (W-AUDIT-3)
+        oplog.operation(
+            conn,
+            principal,
+            instance_id,
+            "signal.accepted",
+            request_id=request_id(),
+            reason=req["reason"],
+            evidence_ref=req["evidence_ref"],
+            after=signals.signal_view(sig),
+            target_type="signal",
+            target_id=sig["id"],
+        )
+
     def work(conn):  # noqa: ANN001, ANN202
         load_instance(conn, instance_id)
-        sig = signals.send(conn, instance_id, principal.actor_id, req)
+        sig = signals.send(conn, instance_id, principal.actor_id, req, on_accepted=audit_accepted)
         data = {"signal": signals.signal_view(sig), "deduplicated": False}
         return 201, {"request_id": request_id(), "data": data}
 

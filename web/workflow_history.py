@@ -59,6 +59,41 @@ def get_operation(instance_id: str, operation_id: str):  # noqa: ANN201
         return ok(history.operation(conn, inst, operation_id))
 
 
+class SignalAuditQuery(PageQuery):
+    signal_id = fields.String()
+
+
+@bp.get("/v1/workflows/<instance_id>/signal-operations")
+@doc(
+    summary="Signal-resource audit of a workflow, newest first (acceptance, consumption, rejection, expiry; "
+    "limit 1-100, bound cursor, optional signal_id)",
+    tags=["workflows"],
+    errors=(400, 401, 403, 404),
+    path_params={"instance_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_AUDIT_READ)
+@query(SignalAuditQuery)
+def list_signal_operations(instance_id: str, query: dict):  # noqa: ANN201
+    limit, cursor = page_args(query)
+    with get_engine().connect() as conn:
+        inst = load_instance(conn, instance_id)
+        return ok(history.signal_operations(conn, inst, limit, cursor, query.get("signal_id")))
+
+
+@bp.get("/v1/workflows/<instance_id>/signal-operations/<operation_id>")
+@doc(
+    summary="One signal-resource audit entry with reason, evidence_ref, before and after",
+    tags=["workflows"],
+    errors=(401, 403, 404),
+    path_params={"instance_id": HEX32, "operation_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_AUDIT_READ)
+def get_signal_operation(instance_id: str, operation_id: str):  # noqa: ANN201
+    with get_engine().connect() as conn:
+        inst = load_instance(conn, instance_id)
+        return ok(history.operation(conn, inst, operation_id, signal=True))
+
+
 @bp.post("/v1/workflows/<instance_id>/recovery")
 @doc(
     summary="Resolve a NEEDS_REVIEW step (RETRY_STEP, SUCCEED_STEP with output, FAIL_STEP) or instance "

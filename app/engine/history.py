@@ -137,6 +137,8 @@ def _op_item(row: dict) -> dict[str, Any]:
 
 
 def operations(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict:
+    """The workflow resource's audit (start, advances, control, recovery); signal rows have their own
+    route (``signal_operations``)."""
     page = audit.list_entries(
         conn,
         inst["namespace_id"],
@@ -144,6 +146,7 @@ def operations(conn: Connection, inst: dict, limit: int, cursor: str | None) -> 
         limit=limit,
         cursor=cursor,
         kind="workflow_operations",
+        exclude_target_type="signal",
     )
     out: dict[str, Any] = {"items": [_op_item(r) for r in page.items]}
     if page.next_cursor:
@@ -151,15 +154,44 @@ def operations(conn: Connection, inst: dict, limit: int, cursor: str | None) -> 
     return out
 
 
-def operation(conn: Connection, inst: dict, audit_id: str) -> dict:
+def operation(conn: Connection, inst: dict, audit_id: str, *, signal: bool = False) -> dict:
     row = audit.get(conn, inst["namespace_id"], audit_id) if is_hex32(audit_id) else None
-    if row is None or row["workflow_id"] != inst["id"]:
+    if row is None or row["workflow_id"] != inst["id"] or (row["target_type"] == "signal") != signal:
         raise NotFound("operation not found")
     out = _op_item(row)
+    if signal:
+        out["signal_id"] = row["target_id"]
     if row["reason"] is not None:
         out["reason"] = row["reason"]
     if row["evidence_ref"]:
         out["evidence_ref"] = row["evidence_ref"]
     out["before"] = row["before"]
     out["after"] = row["after"]
+    return out
+
+
+# --------------------------------------------------------------------------- signal-resource audit (X-HIST)
+def signal_operations(
+    conn: Connection, inst: dict, limit: int, cursor: str | None, signal_id: str | None
+) -> dict:
+    """Audit of the signal resources of a workflow (acceptance by the sender with reason and
+    evidence_ref; consumption, rejection, expiry by the engine), newest first; ``signal_id`` narrows
+    it to one signal. The cursor is bound to namespace + workflow + this query kind (+ the filter)."""
+    if signal_id is not None and not is_hex32(signal_id):
+        from app.errors import FieldError, InvalidArgument
+
+        raise InvalidArgument(errors=[FieldError("signal_id", "a 32-character lowercase hex signal id")])
+    page = audit.list_entries(
+        conn,
+        inst["namespace_id"],
+        workflow_id=inst["id"],
+        target_type="signal",
+        target_id=signal_id,
+        limit=limit,
+        cursor=cursor,
+        kind="workflow_signal_operations",
+    )
+    out: dict[str, Any] = {"items": [{**_op_item(r), "signal_id": r["target_id"]} for r in page.items]}
+    if page.next_cursor:
+        out["next_cursor"] = page.next_cursor
     return out

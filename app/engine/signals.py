@@ -20,6 +20,7 @@ signals are accepted per instance over its life (409 WORKFLOW_SIGNAL_LIMIT)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -115,8 +116,16 @@ def _accepts(spec: dict, name: str, pv: str) -> bool:
     return bool(fs) and (fs["signal"], fs["payload_version"]) == (name, pv)
 
 
-def send(conn: Connection, instance_id: str, actor_id: str, req: dict) -> dict:
-    """Accept one signal (the caller checked namespace and queue scope). Returns the stored row."""
+def send(
+    conn: Connection,
+    instance_id: str,
+    actor_id: str,
+    req: dict,
+    on_accepted: Callable[[Connection, dict], None] | None = None,
+) -> dict:
+    """Accept one signal (the caller checked namespace and queue scope). Returns the stored row.
+    ``on_accepted`` runs right after the signal row exists (the caller's acceptance audit comes before
+    the engine's audit of its consumption)."""
     inst = lock_instance(conn, instance_id)
     if inst["state"] in TERMINAL or inst["stop_requested_at"] is not None:
         raise StateConflict(f"the workflow is {inst['state']}: it accepts no more signals")
@@ -185,6 +194,8 @@ VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb)
             "expires": expires,
         },
     )
+    if on_accepted is not None:
+        on_accepted(conn, read_signal(conn, sig_id))
     if state == "PENDING" and current and seq == current:
         if consume(conn, inst, step, read_signal(conn, sig_id)):
             from app.engine import steps
@@ -204,16 +215,39 @@ VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb)
     return read_signal(conn, sig_id)
 
 
+_SETTLED = "RETURNING id, namespace_id, instance_id, state, disposition, consumed_wait_id, revision"
+
+
+def _audit_settled(conn: Connection, rows: Any) -> None:
+    """Signal-resource audit (X-HIST): one engine row per state change of a signal."""
+    for r in rows:
+        after = {"state": r.state, "revision": str(r.revision)}
+        if r.disposition:
+            after["disposition"] = r.disposition
+        if r.consumed_wait_id:
+            after["consumed_wait_id"] = r.consumed_wait_id
+        oplog.advance(
+            conn,
+            {"id": r.instance_id, "namespace_id": r.namespace_id},
+            f"signal.{r.state.lower()}",
+            target_type="signal",
+            target_id=r.id,
+            before={"state": "PENDING"},
+            after=after,
+        )
+
+
 def _settle_signal(
     conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None
 ) -> None:
-    conn.execute(
+    rows = conn.execute(
         text(
             "UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, resolved_at = now(), "
-            "revision = revision + 1, updated_at = now() WHERE id = :id AND state = 'PENDING'"
+            f"revision = revision + 1, updated_at = now() WHERE id = :id AND state = 'PENDING' {_SETTLED}"
         ),
         {"id": sig_id, "s": state, "d": disposition, "w": wait_id},
-    )
+    ).all()
+    _audit_settled(conn, rows)
 
 
 def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
@@ -309,25 +343,27 @@ def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
 
 def expire(conn: Connection, sig_id: str) -> bool:
     """The ``signal_expiry`` wake: still PENDING at expires_at → EXPIRED."""
-    row = conn.execute(
+    rows = conn.execute(
         text(
             "UPDATE workflow_signals SET state = 'EXPIRED', resolved_at = now(), revision = revision + 1, "
-            "updated_at = now() WHERE id = :id AND state = 'PENDING' AND expires_at <= now() RETURNING id"
+            f"updated_at = now() WHERE id = :id AND state = 'PENDING' AND expires_at <= now() {_SETTLED}"
         ),
         {"id": sig_id},
-    ).first()
-    return row is not None
+    ).all()
+    _audit_settled(conn, rows)
+    return bool(rows)
 
 
 def close_pending(conn: Connection, instance_id: str) -> None:
     """The instance finished: signals still pending can never be consumed."""
-    conn.execute(
+    rows = conn.execute(
         text(
             "UPDATE workflow_signals SET state = 'REJECTED', disposition = 'WORKFLOW_ENDED', resolved_at = now(), "
-            "revision = revision + 1, updated_at = now() WHERE instance_id = :id AND state = 'PENDING'"
+            f"revision = revision + 1, updated_at = now() WHERE instance_id = :id AND state = 'PENDING' {_SETTLED}"
         ),
         {"id": instance_id},
-    )
+    ).all()
+    _audit_settled(conn, rows)
 
 
 # --------------------------------------------------------------------------- reads

@@ -162,3 +162,59 @@ def test_expired_signal_and_limit(ops, spawn_worker, monkeypatch):  # noqa: F811
     assert e.value.code == "WORKFLOW_SIGNAL_LIMIT" and e.value.status == 409
     replay = _signal(c, wid, idempotency_key="lim-1")  # a stored receipt comes before the limit check
     assert replay.deduplicated and replay.signal.id == first.id
+
+
+def test_signal_resource_audit_has_its_own_paginated_route(ops):  # noqa: F811
+    """X-HIST: the signal-resource audit (acceptance by the sender with reason / evidence_ref, then
+    consumption / rejection by the engine) is read through its own route, cursor-bound like W-AUDIT;
+    the workflow operations list does not carry it (W-AUDIT-3)."""
+    from ledgerflow.client import NotFound
+
+    c = ops.client
+    wid = ops.start(ops.define(DOC_MORE), {"order": "A-1 "})
+    other = ops.start(ops.define(DOC_MORE), {"order": "A-1 "})
+    _prep_done(ops, wid)
+    wrong = _signal(c, wid, corr="A-1", evidence_ref="evidence:w").signal
+    right = _signal(c, wid, evidence_ref="evidence:r", reason="receipt checked").signal
+    page = c.list_signal_operations_page(wid, limit=3)
+    assert len(page.items) == 3 and page.next_cursor and len(page.next_cursor) <= 1024
+    rest = c.list_signal_operations_page(wid, limit=3, cursor=page.next_cursor)
+    items = page.items + rest.items
+    assert rest.next_cursor is None
+    assert [(o.action, o.signal_id) for o in items] == [
+        ("signal.consumed", right.id),
+        ("signal.accepted", right.id),
+        ("signal.rejected", wrong.id),
+        ("signal.accepted", wrong.id),
+    ]
+    assert items[1].actor_id == ops.actor_id and items[0].actor_id == "system:engine"
+    accepted = c.get_signal_operation(wid, items[1].id)
+    assert accepted.reason == "receipt checked" and accepted.evidence_ref == "evidence:r"
+    assert accepted.after["state"] == "PENDING" and accepted.after["id"] == right.id
+    consumed = c.get_signal_operation(wid, items[0].id)
+    assert consumed.before == {"state": "PENDING"} and consumed.after["consumed_wait_id"]
+    rejected = c.get_signal_operation(wid, items[2].id)
+    assert rejected.after["disposition"] == "CORRELATION_MISMATCH"
+    only = list(c.list_signal_operations(wid, signal_id=wrong.id, page_size=1))
+    assert [o.action for o in only] == ["signal.rejected", "signal.accepted"]
+    # cursor binding: another workflow, another query kind, another filter → 400
+    with pytest.raises(InvalidArgument):
+        c.list_signal_operations_page(other, cursor=page.next_cursor)
+    with pytest.raises(InvalidArgument):
+        c.list_workflow_operations_page(wid, cursor=page.next_cursor)
+    with pytest.raises(InvalidArgument):
+        c.list_signal_operations_page(wid, signal_id=right.id, cursor=page.next_cursor)
+    with pytest.raises(InvalidArgument):
+        c.list_signal_operations_page(wid, signal_id="not-hex")
+    # the workflow resource's audit does not list signal rows, nor read them
+    assert not [o for o in c.list_workflow_operations(wid) if o.action.startswith("signal.")]
+    with pytest.raises(NotFound):
+        c.get_workflow_operation(wid, items[1].id)
+    step_op = next(o for o in c.list_workflow_operations(wid) if o.action == "workflow.step.succeeded")
+    with pytest.raises(NotFound):
+        c.get_signal_operation(wid, step_op.id)
+    reader = ops.ns.client("start_only")  # workflows:read only: no audit read
+    from ledgerflow.client import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        reader.list_signal_operations_page(wid)
