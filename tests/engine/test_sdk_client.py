@@ -58,3 +58,60 @@ def test_typed_errors_carry_codes():
         c.request("POST", "/b", body={})
     with pytest.raises(Unavailable):
         c.request("GET", "/c")
+
+
+SIGNAL = (
+    '{"id":"' + "b" * 32 + '","namespace_id":"n","workflow_id":"' + "a" * 32 + '","revision":"1",'
+    '"name":"done","payload_version":"v1","target_step_key":"k","target_activation_sequence":1,'
+    '"correlation_key":"c ","payload":{"n":9007199254740993},"actor_id":"a","state":"PENDING",'
+    '"accepted_at":"2026-09-18T08:00:00Z","expires_at":"2026-09-18T08:01:00Z"}'
+)
+
+
+@pytest.mark.parametrize(
+    ("call", "data"),
+    [
+        (
+            lambda c: c.control_workflow("a" * 32, "PAUSE", 1, "r"),
+            '{"instance":' + INSTANCE + ',"deduplicated":false}',
+        ),
+        (
+            lambda c: c.send_workflow_signal(
+                "a" * 32,
+                name="done",
+                payload_version="v1",
+                target_step_key="k",
+                target_activation_sequence=1,
+                correlation_key="c ",
+                payload={"n": 9007199254740993},
+                reason="r",
+            ),
+            '{"signal":' + SIGNAL + ',"deduplicated":false}',
+        ),
+        (
+            lambda c: c.recover_workflow_step("a" * 32, "SUCCEED_STEP", "k", "r", output=None),
+            '{"instance":' + INSTANCE + ',"step":{},"operation_id":"o","deduplicated":false}',
+        ),
+        (
+            lambda c: c.resolve_workflow_instance("a" * 32, "CONTINUE", "r", evidence_ref="t:1"),
+            '{"instance":'
+            + INSTANCE
+            + ',"resolution":{"resolution":"CONTINUE"},"operation_id":"o","deduplicated":false}',
+        ),
+    ],
+)
+def test_control_signal_recovery_calls_retry_with_the_same_key(call, data):
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("Idempotency-Key"), request.content))
+        if len(seen) == 1:
+            return httpx.Response(
+                503, headers={"Retry-After": "0"}, json={"code": "UNAVAILABLE", "status": 503}
+            )
+        return httpx.Response(200, content=('{"request_id":"r","data":' + data + "}").encode())
+
+    c = Client("http://x", "t", transport=httpx.MockTransport(handler), backoff=0.001)
+    res = call(c)
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0][0]  # same key, same body
+    assert not res.deduplicated

@@ -45,6 +45,18 @@ def _sig(c, wid, seq, key):  # noqa: ANN001, ANN202
 def test_pause_with_unknown_outcome_then_retry_step_as_new_activation(ops):  # noqa: F811
     c = ops.client
     wid = ops.start(ops.define(DOC), {"order": "A-1"})
+    before_retry = c.send_workflow_signal(  # for activation 1 (its correlation does not match)
+        wid,
+        name="done",
+        payload_version="v1",
+        target_step_key="receipt",
+        target_activation_sequence=1,
+        correlation_key="B-2",
+        payload={},
+        reason="wrong order",
+        idempotency_key="s-before",
+    ).signal
+    assert before_retry.state == "REJECTED" and before_retry.disposition == "CORRELATION_MISMATCH"
     unknown_outcome_job(wid, "receipt")
     inst = c.control_workflow(wid, "PAUSE", 1, "freeze").instance
     assert inst.state == "NEEDS_REVIEW" and inst.paused
@@ -86,6 +98,19 @@ def test_pause_with_unknown_outcome_then_retry_step_as_new_activation(ops):  # n
     stale = _sig(c, wid, 1, "s-old").signal
     assert stale.state == "REJECTED" and stale.disposition == "STALE_ACTIVATION"
     assert _sig(c, wid, 1, "s-old").signal.id == stale.id  # the old key replays the old receipt
+    replay = c.send_workflow_signal(  # a receipt from before the new activation replays unchanged
+        wid,
+        name="done",
+        payload_version="v1",
+        target_step_key="receipt",
+        target_activation_sequence=1,
+        correlation_key="B-2",
+        payload={},
+        reason="wrong order",
+        idempotency_key="s-before",
+    )
+    assert replay.deduplicated and replay.signal.id == before_retry.id
+    assert replay.signal.target_activation_sequence == 1 and replay.signal.state == "REJECTED"
     with pytest.raises(StateConflict):
         _sig(c, wid, 3, "s-future")
     assert _sig(c, wid, 2, "s-new").signal.state == "CONSUMED"
