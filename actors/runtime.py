@@ -51,9 +51,7 @@ def run_worker(pool_name: str) -> None:
     node_id = new_id()
     pool = LedgerPool(pool_enum, settings=settings, engine=engine, worker_id=node_id)
     with transaction(engine) as conn:
-        nodes.register_node(
-            conn, node_id, roles=["worker"], pools=[pool.queue], slot_capacity=pool.slots
-        )
+        nodes.register_node(conn, node_id, roles=["worker"], pools=[pool.queue], slot_capacity=pool.slots)
     hint_actors.LOCAL_NUDGERS[pool.queue] = pool.nudge
     stop = _stop_event()
     pool.start()

@@ -65,8 +65,17 @@ def drain() -> None:
 
     hints.install_publisher()
     report = run_drain()
-    click.echo(json.dumps({"ran": report.ran, "reclaimed": report.reclaimed, "hinted": report.hinted_queues,
-                           "swept": report.swept}, default=str))
+    click.echo(
+        json.dumps(
+            {
+                "ran": report.ran,
+                "reclaimed": report.reclaimed,
+                "hinted": report.hinted_queues,
+                "swept": report.swept,
+            },
+            default=str,
+        )
+    )
 
 
 @main.command()

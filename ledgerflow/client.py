@@ -23,6 +23,16 @@ import httpx
 log = logging.getLogger("ledgerflow.client")
 
 
+from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, signals, audit, recovery
+    ControlResult,
+    InstanceRecoveryResult,
+    Operation,
+    Page,
+    RecoveryResult,
+    SignalResult,
+    WorkflowControlMixin,
+    WorkflowSignal,
+)
 from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public names
     _BY_CODE,
     ABSENT,
@@ -48,18 +58,6 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     _dumps,
     _loads,
     _time,
-)
-
-
-from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, signals, audit, recovery
-    ControlResult,
-    InstanceRecoveryResult,
-    Operation,
-    Page,
-    RecoveryResult,
-    SignalResult,
-    WorkflowControlMixin,
-    WorkflowSignal,
 )
 
 

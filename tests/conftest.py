@@ -132,7 +132,9 @@ def spawn_worker(tmp_path) -> Iterator:  # noqa: ANN001
     """Start real `ledgerflow worker` processes against the test database."""
     started: list[WorkerProcess] = []
 
-    def _spawn(pool: str = "advance", env: dict[str, str] | None = None, wait_ready: bool = True) -> WorkerProcess:
+    def _spawn(
+        pool: str = "advance", env: dict[str, str] | None = None, wait_ready: bool = True
+    ) -> WorkerProcess:
         full_env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),

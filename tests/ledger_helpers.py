@@ -93,25 +93,7 @@ def settle(engine: Engine, items: list[transitions.Settlement], *, base: float =
 
 def context_for(row: dict[str, Any], engine: Engine) -> JobContext:
     """The JobContext an executor would get for a claimed row (as LedgerPool._start builds it)."""
-    return JobContext(
-        job_id=row["id"],
-        type=row["type"],
-        queue=row["queue"],
-        payload=row["payload"],
-        generation=row["generation"],
-        lease_token=str(row["lease_token"]),
-        attempt=row["attempts"],
-        max_attempts=row["max_attempts"],
-        attempt_id=row["attempt_id"],
-        operation_key=row["operation_key"],
-        trace_id=row["trace_id"],
-        instance_id=row["instance_id"],
-        task_id=row["task_id"],
-        step_key=row["step_key"],
-        execution_deadline=row["execution_deadline"],
-        engine=engine,
-        deadline_monotonic=time.monotonic() + (row["execution_deadline"] - row["db_now"]).total_seconds(),
-    )
+    return JobContext.from_claim(row, engine)
 
 
 class RecordingPublisher:

@@ -65,6 +65,30 @@ class JobContext:
     # Locks the owning instance before the job row (instance -> job lock order); set by the engine.
     lock_first: LockFirst | None = None
 
+    @classmethod
+    def from_claim(cls, row: dict[str, Any], engine: Engine) -> JobContext:
+        """The context of a freshly claimed row (as ``transitions.claim`` returns it). The deadline
+        is turned into local monotonic time using the database clock read by the claim."""
+        return cls(
+            job_id=row["id"],
+            type=row["type"],
+            queue=row["queue"],
+            payload=row["payload"],
+            generation=row["generation"],
+            lease_token=str(row["lease_token"]),
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            attempt_id=row["attempt_id"],
+            operation_key=row["operation_key"],
+            trace_id=row["trace_id"],
+            instance_id=row["instance_id"],
+            task_id=row["task_id"],
+            step_key=row["step_key"],
+            execution_deadline=row["execution_deadline"],
+            engine=engine,
+            deadline_monotonic=time.monotonic() + (row["execution_deadline"] - row["db_now"]).total_seconds(),
+        )
+
     # -- abort signal -----------------------------------------------------------------------
     def abort(self, reason: str) -> None:
         if not self.abort_event.is_set():

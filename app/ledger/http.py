@@ -65,7 +65,9 @@ class SafeHttp:
         if unsafe:
             found, stored = ctx.receipt(receipt_key)
             if found:
-                return HttpResult(stored["status_code"], stored.get("headers", {}), stored.get("text", ""), True)
+                return HttpResult(
+                    stored["status_code"], stored.get("headers", {}), stored.get("text", ""), True
+                )
             marker = {"method": method, "url": url, "step_key": step_key, "attempt_id": ctx.attempt_id}
             with ctx.transaction() as conn:
                 transitions.set_effect_marker(conn, ctx.job_id, ctx.generation, ctx.lease_token, marker)
@@ -74,7 +76,9 @@ class SafeHttp:
         remaining = max(0.1, ctx.deadline_monotonic - time.monotonic())
         transport = httpx.HTTPTransport(retries=0)
         try:
-            with httpx.Client(transport=transport, follow_redirects=False, timeout=min(timeout or self.timeout, remaining)) as client:
+            with httpx.Client(
+                transport=transport, follow_redirects=False, timeout=min(timeout or self.timeout, remaining)
+            ) as client:
                 resp = client.request(method, url, json=json, content=content, headers=all_headers)
         except httpx.HTTPError as exc:
             if unsafe:
@@ -84,7 +88,9 @@ class SafeHttp:
         if not unsafe:
             return result
         if resp.status_code in UNKNOWN_STATUSES or resp.status_code >= 500:
-            raise ExternalOutcomeUnknown(f"{method} {url}: HTTP {resp.status_code}, outcome needs confirmation")
+            raise ExternalOutcomeUnknown(
+                f"{method} {url}: HTTP {resp.status_code}, outcome needs confirmation"
+            )
         # A definite answer: close the marker; store a receipt for a success.
         try:
             with ctx.transaction() as conn:

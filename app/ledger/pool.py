@@ -193,26 +193,7 @@ class LedgerPool:
         return claimed
 
     def _start(self, job: dict) -> None:
-        now_mono = time.monotonic()
-        ctx = JobContext(
-            job_id=job["id"],
-            type=job["type"],
-            queue=job["queue"],
-            payload=job["payload"],
-            generation=job["generation"],
-            lease_token=str(job["lease_token"]),
-            attempt=job["attempts"],
-            max_attempts=job["max_attempts"],
-            attempt_id=job["attempt_id"],
-            operation_key=job["operation_key"],
-            trace_id=job["trace_id"],
-            instance_id=job["instance_id"],
-            task_id=job["task_id"],
-            step_key=job["step_key"],
-            execution_deadline=job["execution_deadline"],
-            engine=self.engine,
-            deadline_monotonic=now_mono + (job["execution_deadline"] - job["db_now"]).total_seconds(),
-        )
+        ctx = JobContext.from_claim(job, self.engine)
         with self._lock:
             self._inflight[ctx.job_id] = ctx
             self._running += 1

@@ -30,4 +30,6 @@ def clear_jobs(
 ) -> list[dict[str, Any]]:
     """Cancel the clear-scope jobs of a terminated / returned / withdrawn / canceled instance
     (``keep_unknown``: jobs with an unknown external outcome stay for the operator)."""
-    return transitions.clear_instance(conn, instance_id, sorted(CLEAR_SCOPE), reason, keep_unknown=keep_unknown)
+    return transitions.clear_instance(
+        conn, instance_id, sorted(CLEAR_SCOPE), reason, keep_unknown=keep_unknown
+    )

@@ -400,9 +400,7 @@ SELECT id, status, error_code, queue FROM reclaimed
 def reclaim_expired(
     conn: Connection, *, limit: int, backoff_base: float, backoff_cap: float
 ) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        _RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap}
-    )
+    rows = conn.execute(_RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap})
     return [dict(r._mapping) for r in rows]
 
 
@@ -445,7 +443,9 @@ SELECT id, status FROM moved
 
 def suspend_instance(conn: Connection, instance_id: str, types: Sequence[str]) -> list[dict[str, Any]]:
     """pending|running -> paused (remaining ms saved), or running with an open marker -> dead."""
-    return [dict(r._mapping) for r in conn.execute(_SUSPEND, {"instance_id": instance_id, "types": list(types)})]
+    return [
+        dict(r._mapping) for r in conn.execute(_SUSPEND, {"instance_id": instance_id, "types": list(types)})
+    ]
 
 
 _RESUME = text(
@@ -497,7 +497,8 @@ def clear_instance(
     """Cancel the instance's jobs of the clear scope; running executors lose ownership.
     ``keep_unknown``: leave jobs whose external outcome is (or may be) unknown untouched."""
     rows = conn.execute(
-        _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR, {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason}
+        _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR,
+        {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
     )
     return [dict(r._mapping) for r in rows]
 

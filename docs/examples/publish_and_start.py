@@ -1,6 +1,6 @@
 """Publish the example definitions, start one order workflow and follow it to the end.
 
-    LEDGERFLOW_TOKEN=lf_... .venv/bin/python docs/examples/publish_and_start.py
+LEDGERFLOW_TOKEN=lf_... .venv/bin/python docs/examples/publish_and_start.py
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ def _behave(ctx):  # noqa: ANN001, ANN202
             time.sleep(3600)
         return {"done": True}
     if mode == "record":
+
         def write(conn):  # noqa: ANN001, ANN202
             conn.execute(
                 text("INSERT INTO test_effects (operation_key, note) VALUES (:k, :n)"),
