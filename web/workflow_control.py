@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from flask import Blueprint
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response
 from marshmallow import Schema, fields
 
 from app.auth import Scope
@@ -61,6 +64,15 @@ def load_instance(conn, instance_id: str) -> dict:  # noqa: ANN001
     inst = read_instance(conn, instance_id, principal.namespace_id)
     check_queue_scope(principal, list(inst["queues"]))
     return inst
+
+
+def paged_read(instance_id: str, query: dict, read: Callable[..., Any], *args: Any) -> Response:
+    """One page of an instance's history: ``read(conn, inst, *args, limit, cursor)``, after the
+    instance's namespace and queue scope were checked (W-API-1)."""
+    limit, cursor = page_args(query)
+    with get_engine().connect() as conn:
+        inst = load_instance(conn, instance_id)
+        return ok(read(conn, inst, *args, limit, cursor))
 
 
 @bp.post("/v1/workflows/<instance_id>/control")
@@ -159,7 +171,4 @@ def get_signal(instance_id: str, signal_id: str):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
 def list_signals(instance_id: str, query: dict):  # noqa: ANN201
-    limit, cursor = page_args(query)
-    with get_engine().connect() as conn:
-        inst = load_instance(conn, instance_id)
-        return ok(signals.list_signals(conn, inst, limit, cursor))
+    return paged_read(instance_id, query, signals.list_signals)

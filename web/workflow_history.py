@@ -14,7 +14,7 @@ from web.http import request_id
 from web.meta import doc
 from web.mutation import mutation
 from web.strict import body, query
-from web.workflow_control import HEX32, PageQuery, load_instance, page_args
+from web.workflow_control import HEX32, PageQuery, load_instance, page_args, paged_read
 
 bp = Blueprint("workflow_history", __name__)
 STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
@@ -39,10 +39,7 @@ class RecoverySchema(Schema):
 @requires(Scope.WORKFLOWS_AUDIT_READ)
 @query(PageQuery)
 def list_operations(instance_id: str, query: dict):  # noqa: ANN201
-    limit, cursor = page_args(query)
-    with get_engine().connect() as conn:
-        inst = load_instance(conn, instance_id)
-        return ok(history.operations(conn, inst, limit, cursor))
+    return paged_read(instance_id, query, history.operations)
 
 
 @bp.get("/v1/workflows/<instance_id>/operations/<operation_id>")
@@ -162,10 +159,7 @@ def resolve_instance(conn, instance_id: str, req: dict, principal):  # noqa: ANN
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
 def list_activations(instance_id: str, key: str, query: dict):  # noqa: ANN201
-    limit, cursor = page_args(query)
-    with get_engine().connect() as conn:
-        inst = load_instance(conn, instance_id)
-        return ok(history.activations(conn, inst, key, limit, cursor))
+    return paged_read(instance_id, query, history.activations, key)
 
 
 @bp.get("/v1/workflows/<instance_id>/steps/<key>/rounds")
@@ -178,7 +172,4 @@ def list_activations(instance_id: str, key: str, query: dict):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
 def list_rounds(instance_id: str, key: str, query: dict):  # noqa: ANN201
-    limit, cursor = page_args(query)
-    with get_engine().connect() as conn:
-        inst = load_instance(conn, instance_id)
-        return ok(history.rounds(conn, inst, key, limit, cursor))
+    return paged_read(instance_id, query, history.rounds, key)
