@@ -34,7 +34,7 @@ INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key,
 VALUES (:type, :queue, CAST(:payload AS jsonb), :instance_id, :task_id, :step_key, :priority,
     COALESCE(CAST(:run_at AS timestamptz), now() + CAST(:delay_ms AS double precision) * interval '1 millisecond'),
     :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id)
-ON CONFLICT (idempotency_key) DO NOTHING
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
 """
 )

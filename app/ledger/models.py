@@ -73,7 +73,13 @@ jobs = Table(
         "(status = 'running') = (lease_token IS NOT NULL)", name="ck_workflow_jobs_running_has_lease"
     ),
     CheckConstraint("(status = 'paused') = (remaining_ms IS NOT NULL)", name="ck_workflow_jobs_paused"),
-    UniqueConstraint("idempotency_key", name="uq_workflow_jobs_idempotency_key"),
+)
+# L-EFFECT-2: one parent job per business event; jobs without a key cost no index entry.
+Index(
+    "uq_workflow_jobs_idempotency_key",
+    jobs.c.idempotency_key,
+    unique=True,
+    postgresql_where=text("idempotency_key IS NOT NULL"),
 )
 
 # The claim path: due pending jobs of one queue in priority order, and in due order (fairness).
@@ -119,14 +125,11 @@ executions = Table(
     Column("duration_ms", Integer),
     CheckConstraint(_in("status", ATTEMPT_STATUSES), name="ck_workflow_job_executions_status"),
     UniqueConstraint("job_id", "generation", "attempt", name="uq_workflow_job_executions_attempt"),
+    postgresql_with={"fillfactor": 80},
 )
-Index("ix_workflow_job_executions_job", executions.c.job_id)
+# Lookups by job go through uq_workflow_job_executions_attempt (job_id leads). No index names
+# ``status``, so closing an attempt can be a HOT update (fillfactor leaves room on the page).
 Index("ix_workflow_job_executions_started", executions.c.started_at)
-Index(
-    "ix_workflow_job_executions_running",
-    executions.c.job_id,
-    postgresql_where=text("status = 'running'"),
-)
 
 effects = Table(
     "workflow_job_effects",
