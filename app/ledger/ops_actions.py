@@ -1,6 +1,6 @@
 """Operator mutations of the job ledger (SPEC L-OPS, L-OPS-2, L-OPS-3): retry one, skip one, batch
 retry / skip, conditional replay. Every status change goes through the guarded statements of
-``transitions.py`` (``retry_job``, ``cancel_job``); every change writes an audit row in the caller's
+``app.ledger.transitions`` (``retry_job``, ``cancel_job``); every change writes an audit row in the caller's
 transaction; retried jobs wake their pools after commit."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Job types, pools and states (SPEC L-TYPE, L-STATE).
 
-Who moves a parent job between statuses (every move is a guarded UPDATE in ``transitions.py``):
+Who moves a parent job between statuses (every move is a guarded UPDATE in ``app/ledger/transitions/``):
 
 - ``pending``   in: enqueue, automatic retry (settle / drain reclaim), manual retry, instance resume.
                 out: claim (-> running), suspend (-> paused), clear/skip (-> canceled).

@@ -1,0 +1,52 @@
+"""Every change of a parent job's status, as named guarded SQL — one place, like River's
+``JobSetState*``. Each statement names the status(es) it may leave.
+
+- ``executor``: the moves an executor makes on its own job (claim, settle, renew, marker), each
+  guarded by generation + lease token + ``status = 'running'``;
+- ``interventions``: the moves others make to a job (drain reclaim; suspend, resume, clear,
+  operator cancel and manual retry, which bump ``generation`` and so fence out the executor).
+
+All time decisions use database time (``now()`` / ``clock_timestamp()``), never the app clock.
+"""
+
+from app.ledger.transitions.executor import (
+    BACKOFF_SQL,
+    CLAIM_BY_DUE,
+    CLAIM_BY_PRIORITY,
+    PG_SESSION_OPTIONS,
+    Settlement,
+    claim,
+    lock_owned,
+    renew_leases,
+    set_effect_marker,
+    settle,
+    settle_and_claim,
+)
+from app.ledger.transitions.interventions import (
+    cancel_job,
+    clear_instance,
+    reclaim_expired,
+    resume_instance,
+    retry_job,
+    suspend_instance,
+)
+
+__all__ = [
+    "BACKOFF_SQL",
+    "CLAIM_BY_DUE",
+    "CLAIM_BY_PRIORITY",
+    "PG_SESSION_OPTIONS",
+    "Settlement",
+    "cancel_job",
+    "claim",
+    "clear_instance",
+    "lock_owned",
+    "reclaim_expired",
+    "renew_leases",
+    "resume_instance",
+    "retry_job",
+    "set_effect_marker",
+    "settle",
+    "settle_and_claim",
+    "suspend_instance",
+]

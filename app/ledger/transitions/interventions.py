@@ -1,0 +1,206 @@
+"""Moves made *to* a job by someone other than its executor: the drain's reclaim of expired leases
+(running -> pending | dead) and the fencing moves that bump ``generation`` (suspend, resume, clear,
+operator cancel, manual retry). A fenced executor's later writes match no row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import jsonx
+from app.ledger.states import (
+    CANCELED_BY_OPERATOR,
+    DEADLINE_EXCEEDED,
+    EXTERNAL_OUTCOME_UNKNOWN,
+    LEASE_EXPIRED,
+)
+from app.ledger.transitions.executor import BACKOFF_SQL
+
+# --------------------------------------------------------------------------- drain reclaim: running -> pending | dead
+_RECLAIM = text(
+    f"""
+WITH stale AS (
+    SELECT id FROM workflow_jobs
+    WHERE status = 'running'
+      AND (lease_until IS NULL OR lease_until <= now() OR execution_deadline <= now())
+    ORDER BY lease_until NULLS FIRST
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE workflow_jobs j
+    SET status = CASE WHEN j.effect_marker IS NOT NULL THEN 'dead'
+                      WHEN j.attempts >= j.max_attempts THEN 'dead'
+                      ELSE 'pending' END,
+        error_code = CASE WHEN j.effect_marker IS NOT NULL THEN '{EXTERNAL_OUTCOME_UNKNOWN}'
+                          WHEN j.execution_deadline <= now() THEN '{DEADLINE_EXCEEDED}'
+                          ELSE '{LEASE_EXPIRED}' END,
+        last_error = CASE WHEN j.effect_marker IS NOT NULL
+                          THEN 'executor lost during an unsafe external call: outcome needs confirmation'
+                          WHEN j.execution_deadline <= now() THEN 'execution deadline passed'
+                          ELSE 'lease expired: executor lost' END,
+        run_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
+                      THEN now() + {BACKOFF_SQL} ELSE j.run_at END,
+        finished_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
+                           THEN NULL ELSE now() END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
+    FROM stale WHERE j.id = stale.id
+    RETURNING j.id, j.status, j.error_code, j.last_error, j.queue
+), closed AS (
+    UPDATE workflow_job_executions e
+    SET status = 'failed', error = r.last_error, error_code = r.error_code,
+        finished_at = clock_timestamp(),
+        duration_ms = (extract(epoch FROM clock_timestamp() - e.started_at) * 1000)::int
+    FROM reclaimed r WHERE e.job_id = r.id AND e.status = 'running'
+)
+SELECT id, status, error_code, queue FROM reclaimed
+"""
+)
+
+
+def reclaim_expired(
+    conn: Connection, *, limit: int, backoff_base: float, backoff_cap: float
+) -> list[dict[str, Any]]:
+    rows = conn.execute(_RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap})
+    return [dict(r._mapping) for r in rows]
+
+
+# --------------------------------------------------------------------------- fencing moves (generation + 1)
+def _close_running_attempts(ids_cte: str, status: str, error: str) -> str:
+    return f"""
+, closed AS (
+    UPDATE workflow_job_executions e
+    SET status = '{status}', error = '{error}', finished_at = clock_timestamp(),
+        duration_ms = (extract(epoch FROM clock_timestamp() - e.started_at) * 1000)::int
+    FROM {ids_cte} m WHERE e.job_id = m.id AND e.status = 'running'
+)"""
+
+
+_SUSPEND = text(
+    f"""
+WITH moved AS (
+    UPDATE workflow_jobs j
+    SET status = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN 'dead' ELSE 'paused' END,
+        remaining_ms = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN NULL
+                            WHEN j.status = 'running' THEN 0
+                            ELSE GREATEST(0, (extract(epoch FROM j.run_at - now()) * 1000))::bigint END,
+        error_code = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL
+                          THEN '{EXTERNAL_OUTCOME_UNKNOWN}' ELSE j.error_code END,
+        last_error = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL
+                          THEN 'instance suspended during an unsafe external call: outcome needs confirmation'
+                          ELSE j.last_error END,
+        finished_at = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN now()
+                           ELSE j.finished_at END,
+        generation = j.generation + 1,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
+    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))
+      AND j.status IN ('pending', 'running')
+    RETURNING j.id, j.status
+){_close_running_attempts("moved", "canceled", "instance suspended")}
+SELECT id, status FROM moved
+"""
+)
+
+
+def suspend_instance(conn: Connection, instance_id: str, types: Sequence[str]) -> list[dict[str, Any]]:
+    """pending|running -> paused (remaining ms saved), or running with an open marker -> dead."""
+    return [
+        dict(r._mapping) for r in conn.execute(_SUSPEND, {"instance_id": instance_id, "types": list(types)})
+    ]
+
+
+_RESUME = text(
+    """
+UPDATE workflow_jobs j
+SET status = 'pending', run_at = now() + j.remaining_ms * interval '1 millisecond',
+    remaining_ms = NULL, generation = j.generation + 1, updated_at = now()
+WHERE j.instance_id = :instance_id AND j.status = 'paused'
+RETURNING j.id, j.queue, j.run_at
+"""
+)
+
+
+def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
+    """paused -> pending with exactly the saved remaining time."""
+    return [dict(r._mapping) for r in conn.execute(_RESUME, {"instance_id": instance_id})]
+
+
+def _cancel_sql(where: str) -> str:
+    return f"""
+WITH moved AS (
+    UPDATE workflow_jobs j
+    SET status = 'canceled', generation = j.generation + 1, error_code = :code, last_error = :reason,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, remaining_ms = NULL,
+        finished_at = now(), updated_at = now()
+    WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead')
+    RETURNING j.id, j.generation
+){_close_running_attempts("moved", "canceled", "canceled")}
+SELECT id, generation FROM moved
+"""
+
+
+_CLEAR = text(_cancel_sql("j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))"))
+# W-CTL-3: an unsafe call with an unknown outcome stays where it is (running with its marker, or the
+# "needs confirmation" dead letter) for the operator; canceling cannot recall it (L-EFFECT-5).
+_CLEAR_KEEP_UNKNOWN = text(
+    _cancel_sql(
+        "j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[])) "
+        f"AND NOT (j.status = 'running' AND j.effect_marker IS NOT NULL) "
+        f"AND NOT (j.status = 'dead' AND j.error_code = '{EXTERNAL_OUTCOME_UNKNOWN}')"
+    )
+)
+_CANCEL_ONE = text(_cancel_sql("j.id = :id"))
+
+
+def clear_instance(
+    conn: Connection, instance_id: str, types: Sequence[str], reason: str, *, keep_unknown: bool = False
+) -> list[dict[str, Any]]:
+    """Cancel the instance's jobs of the clear scope; running executors lose ownership.
+    ``keep_unknown``: leave jobs whose external outcome is (or may be) unknown untouched."""
+    rows = conn.execute(
+        _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR,
+        {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def cancel_job(conn: Connection, job_id: int, reason: str) -> dict[str, Any] | None:
+    """Operator skip: pending|running|paused|failed|dead -> canceled (generation + 1)."""
+    row = conn.execute(_CANCEL_ONE, {"id": job_id, "code": CANCELED_BY_OPERATOR, "reason": reason}).first()
+    return dict(row._mapping) if row else None
+
+
+_RETRY_ONE = text(
+    """
+UPDATE workflow_jobs j
+SET status = 'pending', generation = j.generation + 1, attempts = 0,
+    run_at = now() + CAST(:delay_ms AS double precision) * interval '1 millisecond',
+    payload = COALESCE(CAST(:payload AS jsonb), j.payload),
+    operation_key = COALESCE(:operation_key, j.operation_key),
+    effect_marker = NULL, error_code = NULL, finished_at = NULL, result = NULL, updated_at = now()
+WHERE j.id = :id AND j.status IN ('failed', 'dead', 'canceled')
+RETURNING j.id, j.queue, j.generation, j.run_at
+"""
+)
+
+
+def retry_job(
+    conn: Connection,
+    job_id: int,
+    *,
+    payload: Any = None,
+    operation_key: str | None = None,
+    delay_ms: float = 0,
+) -> dict[str, Any] | None:
+    """Manual retry: failed|dead|canceled -> pending, generation + 1, attempts reset (L-STATE-4)."""
+    row = conn.execute(
+        _RETRY_ONE,
+        {
+            "id": job_id,
+            "payload": None if payload is None else jsonx.dumps(payload),
+            "operation_key": operation_key,
+            "delay_ms": delay_ms,
+        },
+    ).first()
+    return dict(row._mapping) if row else None
