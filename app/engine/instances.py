@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app import cursor as cursors
 from app import jsonx
 from app.engine import settings, steps
 from app.engine.definitions import load_version
@@ -300,8 +301,6 @@ def list_instances(
     cursor: str | None,
     allowed_queues: tuple[str, ...] | None,
 ) -> dict:
-    from app.engine.cursor import decode_cursor, encode_cursor
-
     where = ["namespace_id = :ns"]
     params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
     for k in ("state", "paused", "definition_id", "version", "business_key"):
@@ -320,7 +319,8 @@ def list_instances(
         params["allowed"] = list(allowed_queues)
     binding = {"ns": namespace_id, "filters": {k: str(v) for k, v in sorted(filters.items())}}
     if cursor is not None:
-        created, last_id = decode_cursor(cursor, binding)
+        pos = cursors.decode(cursor, binding)
+        created, last_id = cursors.parse_time(pos.get("c")), str(pos.get("i"))
         where.append("(created_at, id) < (:c_created, :c_id)")
         params.update(c_created=created, c_id=last_id)
     rows = conn.execute(
@@ -336,5 +336,5 @@ def list_instances(
     out: dict[str, Any] = {"items": [instance_view(i) for i in items]}
     if len(rows) > limit:
         last = items[-1]
-        out["next_cursor"] = encode_cursor(binding, last["created_at"], last["id"])
+        out["next_cursor"] = cursors.encode({"c": last["created_at"].isoformat(), "i": last["id"]}, binding)
     return out
