@@ -4,7 +4,7 @@ idempotent retries (network errors and 503 resend the same Idempotency-Key) and 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -129,6 +129,17 @@ def _page_params(limit: int | None, cursor: str | None) -> dict[str, str]:
     return params
 
 
+def _every_item(fetch_page: Callable[[str | None], Page]) -> Iterator[Any]:
+    """Follow ``next_cursor`` page by page, yielding every item."""
+    cursor = None
+    while True:
+        page = fetch_page(cursor)
+        yield from page.items
+        if not page.next_cursor:
+            return
+        cursor = page.next_cursor
+
+
 class WorkflowControlMixin:
     request: Any  # provided by Client
 
@@ -208,13 +219,9 @@ class WorkflowControlMixin:
 
     def list_workflow_operations(self, workflow_id: str, *, page_size: int = 20) -> Iterator[Operation]:
         """Every audited operation, newest first, following next_cursor page by page."""
-        cursor = None
-        while True:
-            page = self.list_workflow_operations_page(workflow_id, limit=page_size, cursor=cursor)
-            yield from page.items
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        return _every_item(
+            lambda cursor: self.list_workflow_operations_page(workflow_id, limit=page_size, cursor=cursor)
+        )
 
     def get_workflow_operation(self, workflow_id: str, operation_id: str) -> Operation:
         return Operation.from_api(
@@ -239,15 +246,11 @@ class WorkflowControlMixin:
         self, workflow_id: str, *, signal_id: str | None = None, page_size: int = 20
     ) -> Iterator[Operation]:
         """The signal-resource audit of a workflow (or of one signal), newest first, page by page."""
-        cursor = None
-        while True:
-            page = self.list_signal_operations_page(
+        return _every_item(
+            lambda cursor: self.list_signal_operations_page(
                 workflow_id, signal_id=signal_id, limit=page_size, cursor=cursor
             )
-            yield from page.items
-            if not page.next_cursor:
-                return
-            cursor = page.next_cursor
+        )
 
     def get_signal_operation(self, workflow_id: str, operation_id: str) -> Operation:
         return Operation.from_api(

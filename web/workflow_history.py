@@ -14,7 +14,7 @@ from web.http import request_id
 from web.meta import doc
 from web.mutation import mutation
 from web.strict import body, query
-from web.workflow_control import HEX32, PageQuery, load_instance, page_args, paged_read
+from web.workflow_control import HEX32, PageQuery, load_instance, paged_read
 
 bp = Blueprint("workflow_history", __name__)
 STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
@@ -71,10 +71,7 @@ class SignalAuditQuery(PageQuery):
 @requires(Scope.WORKFLOWS_AUDIT_READ)
 @query(SignalAuditQuery)
 def list_signal_operations(instance_id: str, query: dict):  # noqa: ANN201
-    limit, cursor = page_args(query)
-    with get_engine().connect() as conn:
-        inst = load_instance(conn, instance_id)
-        return ok(history.signal_operations(conn, inst, limit, cursor, query.get("signal_id")))
+    return paged_read(instance_id, query, history.signal_operations, query.get("signal_id"))
 
 
 @bp.get("/v1/workflows/<instance_id>/signal-operations/<operation_id>")

@@ -172,7 +172,7 @@ def operation(conn: Connection, inst: dict, audit_id: str, *, signal: bool = Fal
 
 # --------------------------------------------------------------------------- signal-resource audit (X-HIST)
 def signal_operations(
-    conn: Connection, inst: dict, limit: int, cursor: str | None, signal_id: str | None
+    conn: Connection, inst: dict, signal_id: str | None, limit: int, cursor: str | None
 ) -> dict:
     """Audit of the signal resources of a workflow (acceptance by the sender with reason and
     evidence_ref; consumption, rejection, expiry by the engine), newest first; ``signal_id`` narrows
