@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 
-def _int(name: str, default: int) -> int:
+def env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     return int(raw) if raw not in (None, "") else default
 
 
-def _float(name: str, default: float) -> float:
+def env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     return float(raw) if raw not in (None, "") else default
 
@@ -65,19 +65,19 @@ def load_settings() -> Settings:
     return Settings(
         database_url=_normalize_db_url(database_url),
         redis_url=os.environ.get("REDIS_URL") or None,
-        port=_int("PORT", 5000),
-        slots_per_pool=_int("LEDGERFLOW_SLOTS", 4),
-        poll_seconds=_float("LEDGERFLOW_POLL_SECONDS", 2.0),
-        lease_seconds=_float("LEDGERFLOW_LEASE_SECONDS", 60.0),
-        renew_seconds=_float("LEDGERFLOW_RENEW_SECONDS", 15.0),
-        execution_timeout_ms=_int("LEDGERFLOW_EXECUTION_TIMEOUT_MS", 600_000),
-        backoff_base_seconds=_float("LEDGERFLOW_BACKOFF_BASE_SECONDS", 30.0),
-        backoff_cap_seconds=_float("LEDGERFLOW_BACKOFF_CAP_SECONDS", 900.0),
-        drain_interval_seconds=_float("LEDGERFLOW_DRAIN_INTERVAL_SECONDS", 60.0),
-        drain_batch=_int("LEDGERFLOW_DRAIN_BATCH", 1000),
-        heartbeat_seconds=_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),
-        hint_flag_ttl_ms=_int("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000),
-        hint_consumer_timeout_ms=_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000),
+        port=env_int("PORT", 5000),
+        slots_per_pool=env_int("LEDGERFLOW_SLOTS", 4),
+        poll_seconds=env_float("LEDGERFLOW_POLL_SECONDS", 2.0),
+        lease_seconds=env_float("LEDGERFLOW_LEASE_SECONDS", 60.0),
+        renew_seconds=env_float("LEDGERFLOW_RENEW_SECONDS", 15.0),
+        execution_timeout_ms=env_int("LEDGERFLOW_EXECUTION_TIMEOUT_MS", 600_000),
+        backoff_base_seconds=env_float("LEDGERFLOW_BACKOFF_BASE_SECONDS", 30.0),
+        backoff_cap_seconds=env_float("LEDGERFLOW_BACKOFF_CAP_SECONDS", 900.0),
+        drain_interval_seconds=env_float("LEDGERFLOW_DRAIN_INTERVAL_SECONDS", 60.0),
+        drain_batch=env_int("LEDGERFLOW_DRAIN_BATCH", 1000),
+        heartbeat_seconds=env_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),
+        hint_flag_ttl_ms=env_int("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000),
+        hint_consumer_timeout_ms=env_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000),
         handler_modules=modules,
         redis_namespace=os.environ.get("LEDGERFLOW_REDIS_NAMESPACE", "ledgerflow"),
     )

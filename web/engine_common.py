@@ -11,7 +11,9 @@ from sqlalchemy import Connection
 
 from app import idempotency, jsonx
 from app.auth import Principal
+from app.engine.store import read_instance
 from app.errors import NotFound
+from app.ids import is_hex32
 from web.auth import current_principal
 from web.http import json_response, raw_json_response, request_id
 from web.strict import read_json_body
@@ -44,3 +46,14 @@ def check_queue_scope(principal: Principal, queues: list[str]) -> None:
     """W-API-1 / W-ERR: a resource on a queue outside the credential's scope is not found."""
     if any(not principal.can_use_queue(q) for q in queues):
         raise NotFound("not found")
+
+
+def load_instance(conn: Connection, instance_id: str) -> dict:
+    """W-API-1: an instance of the caller's namespace whose pinned definition's queues are all in
+    the credential's scope; anything else is 404."""
+    principal = current_principal()
+    if not is_hex32(instance_id):
+        raise NotFound("workflow not found")
+    inst = read_instance(conn, instance_id, principal.namespace_id)
+    check_queue_scope(principal, list(inst["queues"]))
+    return inst

@@ -11,11 +11,9 @@ from marshmallow import Schema, fields
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import control, instances, oplog, signals
-from app.engine.store import read_instance
-from app.errors import FieldError, InvalidArgument, NotFound
-from app.ids import is_hex32
+from app.errors import FieldError, InvalidArgument
 from web.auth import current_principal, requires
-from web.engine_common import check_queue_scope, idempotent, ok
+from web.engine_common import idempotent, load_instance, ok
 from web.http import request_id
 from web.meta import doc
 from web.mutation import mutation
@@ -54,16 +52,6 @@ def page_args(q: dict) -> tuple[int, str | None]:
             raise InvalidArgument(errors=[FieldError("limit", "an integer from 1 to 100")])
         limit = int(q["limit"])
     return limit, q.get("cursor")
-
-
-def load_instance(conn, instance_id: str) -> dict:  # noqa: ANN001
-    """W-API-1: the caller's namespace, and every queue of the pinned definition in its scope."""
-    principal = current_principal()
-    if not is_hex32(instance_id):
-        raise NotFound("workflow not found")
-    inst = read_instance(conn, instance_id, principal.namespace_id)
-    check_queue_scope(principal, list(inst["queues"]))
-    return inst
 
 
 def paged_read(instance_id: str, query: dict, read: Callable[..., Any], *args: Any) -> Response:

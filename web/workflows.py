@@ -9,11 +9,9 @@ from app import audit
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import instances, views
-from app.engine.store import read_instance
-from app.errors import NotFound, PermissionDenied
-from app.ids import is_hex32
+from app.errors import PermissionDenied
 from web.auth import current_principal, requires
-from web.engine_common import check_queue_scope, idempotent, ok
+from web.engine_common import check_queue_scope, idempotent, load_instance, ok
 from web.http import request_id
 from web.meta import doc
 from web.mutation import mutation
@@ -86,21 +84,12 @@ def start_workflow(body: dict):  # noqa: ANN201
     return idempotent(work)
 
 
-def _instance_for_read(conn, instance_id: str) -> dict:  # noqa: ANN001
-    principal = current_principal()
-    if not is_hex32(instance_id):
-        raise NotFound("workflow not found")
-    inst = read_instance(conn, instance_id, principal.namespace_id)
-    check_queue_scope(principal, list(inst["queues"]))
-    return inst
-
-
 @bp.get("/v1/workflows/<instance_id>")
 @doc(summary="Read a workflow instance", tags=["workflows"], errors=(401, 403, 404))
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow(instance_id: str):  # noqa: ANN201
     with get_engine().connect() as conn:
-        return ok(instances.instance_view(_instance_for_read(conn, instance_id)))
+        return ok(instances.instance_view(load_instance(conn, instance_id)))
 
 
 @bp.get("/v1/workflows")
@@ -124,7 +113,7 @@ def list_workflows(query: dict):  # noqa: ANN201
 def get_workflow_steps(instance_id: str):  # noqa: ANN201
     with get_engine().connect() as conn, conn.begin():
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        _instance_for_read(conn, instance_id)
+        load_instance(conn, instance_id)
         return ok(views.steps_view(conn, instance_id, current_principal().namespace_id))
 
 
@@ -134,5 +123,5 @@ def get_workflow_steps(instance_id: str):  # noqa: ANN201
 def get_workflow_step(instance_id: str, key: str):  # noqa: ANN201
     with get_engine().connect() as conn, conn.begin():
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        _instance_for_read(conn, instance_id)
+        load_instance(conn, instance_id)
         return ok(views.step_view(conn, instance_id, current_principal().namespace_id, key))

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
-
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
-
-
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw not in (None, "") else default
+from app.config import env_float as _float
+from app.config import env_int as _int
 
 
 def instance_limit() -> int:
