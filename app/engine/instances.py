@@ -10,10 +10,12 @@ from sqlalchemy import Connection, text
 
 from app import cursor as cursors
 from app import jsonx
-from app.engine import settings, steps
+from app.engine import advance, settings, work
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE, input_errors
 from app.engine.store import MISSING, read_instance
+from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import steps as step_moves
 from app.errors import FieldError, InvalidArgument, LimitExceeded, QuotaExceeded
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
@@ -100,15 +102,8 @@ def start_workflow(
         )
     check_work_quotas(conn, namespace_id, ver["queues"], unfinished)
     iid = new_id()
-    conn.execute(
-        text(
-            """
-INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
-    business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key)
-VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, CAST(:queues AS text[]),
-    now() + make_interval(secs => :deadline), :trace, :parent, :parent_step)
-"""
-        ),
+    inst_moves.create(
+        conn,
         {
             "id": iid,
             "ns": namespace_id,
@@ -124,34 +119,12 @@ VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, C
             "parent_step": parent[1] if parent else None,
         },
     )
-    conn.execute(
-        text(
-            "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
-            "VALUES (:id, :inst, '$root', 'ROOT', 'SUCCEEDED', '{}')"
-        ),
-        {"id": new_id(), "inst": iid},
-    )
-    for st in doc["steps"]:
-        conn.execute(
-            text(
-                "INSERT INTO workflow_steps (id, instance_id, key, kind, after) "
-                "VALUES (:id, :inst, :key, :kind, CAST(:after AS text[]))"
-            ),
-            {"id": new_id(), "inst": iid, "key": st["key"], "kind": st["kind"], "after": st.get("after", [])},
-        )
+    step_moves.insert_all(conn, iid, doc["steps"])
     inst = read_instance(conn, iid)
     if on_created is not None:
         on_created(conn, inst)
-    steps._job(  # noqa: SLF001
-        conn,
-        inst,
-        "delay_wake",
-        {"wake": "deadline"},
-        step_key=None,
-        key=f"deadline:{iid}",
-        run_at=inst["deadline_at"],
-    )
-    return steps.after_change(conn, iid)
+    work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
+    return advance.settle_progress(conn, iid)
 
 
 def check_work_quotas(conn: Connection, namespace_id: str, queues: list[str], unfinished: int) -> None:

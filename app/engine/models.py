@@ -1,4 +1,5 @@
-"""Tables of the workflow engine (SPEC W-*, X-DEF, X-TASK). Migration ``0003`` creates exactly these.
+"""Tables of the workflow engine (SPEC W-*, X-DEF, X-TASK, W-SIG, X-AUTO): today's schema, which the
+migrations ``0003``-``0005`` build (``tests/db/test_schema.py`` compares them).
 
 JSON documents (inputs, outputs, definition documents) are ``jsonb``: PostgreSQL keeps numeric
 precision, and the engine reads them back as text and parses them with ``Decimal`` for non-integers
@@ -7,6 +8,8 @@ the JSON value ``null`` is stored as ``'null'::jsonb`` (explicit null kept).
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from sqlalchemy import (
     BigInteger,
@@ -25,18 +28,22 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+from app.engine.states import (
+    InstanceState,
+    SignalState,
+    StepKind,
+    StepState,
+    TaskPurpose,
+    TaskState,
+    WaitState,
+    values,
+)
 from app.metadata import metadata
 
 
-def _in(column: str, values: list[str]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+def _in(column: str, enum: type[StrEnum]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values(enum))})"
 
-
-INSTANCE_STATES = ["RUNNING", "WAITING", "CANCELLING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED"]
-STEP_STATES = ["BLOCKED", "ACTIVE", "WAITING", "SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW", "SKIPPED"]
-STEP_KINDS = ["ROOT", "TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW"]
-TASK_STATES = ["PENDING", "CLAIMED", "COMPLETED", "FAILED", "TIMED_OUT", "CANCELLED"]
-WAIT_STATES = ["WAITING", "RESOLVED", "EXPIRED", "CANCELLED"]
 
 definitions = Table(
     "workflow_definitions",
@@ -86,11 +93,14 @@ instances = Table(
     Column("completed_at", DateTime(timezone=True)),
     Column("error", JSONB),
     Column("trace_id", Text, nullable=False),
+    # saga progress (X-AUTO, app.engine.stopping): {"plan": [{step_key, activation_id, queue}], "index": k,
+    # "task_id", "state": RUNNING | FAILED | DONE | ABANDONED, "final": CANCELLED | FAILED}; NULL otherwise
+    Column("compensation", JSONB),
     Column("parent_instance_id", Text),
     Column("parent_step_key", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    CheckConstraint(_in("state", INSTANCE_STATES), name="ck_workflow_instances_state"),
+    CheckConstraint(_in("state", InstanceState), name="ck_workflow_instances_state"),
     CheckConstraint(
         "stop_kind IS NULL OR stop_kind IN ('CANCEL', 'FAILURE')", name="ck_workflow_instances_stop"
     ),
@@ -123,8 +133,8 @@ steps = Table(
     Column("task_id", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    CheckConstraint(_in("state", STEP_STATES), name="ck_workflow_steps_state"),
-    CheckConstraint(_in("kind", STEP_KINDS), name="ck_workflow_steps_kind"),
+    CheckConstraint(_in("state", StepState), name="ck_workflow_steps_state"),
+    CheckConstraint(_in("kind", StepKind), name="ck_workflow_steps_kind"),
     UniqueConstraint("instance_id", "key", name="uq_workflow_steps_key"),
 )
 
@@ -153,7 +163,7 @@ activations = Table(
     Column("poll_resolved_at", DateTime(timezone=True)),
     Column("activated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("completed_at", DateTime(timezone=True)),
-    CheckConstraint(_in("state", STEP_STATES), name="ck_workflow_activations_state"),
+    CheckConstraint(_in("state", StepState), name="ck_workflow_activations_state"),
     UniqueConstraint("step_id", "sequence", name="uq_workflow_activations_sequence"),
 )
 Index("ix_workflow_activations_instance", activations.c.instance_id)
@@ -173,7 +183,7 @@ waits = Table(
     Column("winner_signal_id", Text),
     Column("resolved_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    CheckConstraint(_in("state", WAIT_STATES), name="ck_workflow_waits_state"),
+    CheckConstraint(_in("state", WaitState), name="ck_workflow_waits_state"),
     CheckConstraint("kind IN ('SIGNAL', 'TIMER')", name="ck_workflow_waits_kind"),
     UniqueConstraint("activation_id", name="uq_workflow_waits_activation"),
 )
@@ -200,7 +210,10 @@ tasks = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("completed_at", DateTime(timezone=True)),
-    CheckConstraint(_in("state", TASK_STATES), name="ck_workflow_tasks_state"),
+    # a step's own task (STEP) or a compensation task created by a compensation_action job (COMPENSATION)
+    Column("purpose", Text, nullable=False, server_default=text("'STEP'")),
+    CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
+    CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )
 # The claim path: open tasks of a queue in creation order (CLAIMED ones come back once their lease expired).
 Index(
@@ -211,3 +224,37 @@ Index(
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
 )
 Index("ix_workflow_tasks_instance", tasks.c.instance_id)
+
+signals = Table(
+    "workflow_signals",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("namespace_id", Text, nullable=False),
+    Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
+    Column("revision", BigInteger, nullable=False, server_default=text("1")),
+    Column("name", Text, nullable=False),
+    Column("payload_version", Text, nullable=False),
+    Column("target_step_key", Text, nullable=False),
+    Column("target_activation_sequence", BigInteger, nullable=False),
+    Column("correlation_key", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("actor_id", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("evidence_ref", Text),
+    Column("state", Text, nullable=False),
+    Column("disposition", Text),
+    Column("consumed_wait_id", Text),
+    Column("accepted_at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("resolved_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(_in("state", SignalState), name="ck_workflow_signals_state"),
+)
+Index("ix_workflow_signals_instance", signals.c.instance_id, signals.c.accepted_at, signals.c.id)
+Index(
+    "ix_workflow_signals_pending",
+    signals.c.instance_id,
+    signals.c.target_step_key,
+    signals.c.target_activation_sequence,
+    postgresql_where=text("state = 'PENDING'"),
+)

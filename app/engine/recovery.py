@@ -20,12 +20,12 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import control, saga, steps
+from app.engine import activation, advance, fields, snapshot, stopping
+from app.engine.decide.stopping import chain_running
 from app.engine.documents import KEY_RE
+from app.engine.states import TERMINAL, InstanceState, StepState
 from app.engine.store import (
     MISSING,
-    TERMINAL,
-    jdump,
     lock_instance,
     read_instance,
     read_step,
@@ -33,17 +33,19 @@ from app.engine.store import (
     step_specs,
     version_document,
 )
+from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import steps as step_moves
+from app.engine.transitions import tasks as task_moves
+from app.engine.transitions import waits as wait_moves
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 
 ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP", "RESOLVE_INSTANCE")
 RESOLUTIONS = ("CONTINUE", "CANCEL", "FAIL")
 RECOVERY_FIELDS = {"action", "step_key", "resolution", "output", "reason", "evidence_ref"}
-RESOLVABLE = ("ACTIVE", "WAITING", "FAILED", "CANCELLED", "NEEDS_REVIEW")
+RESOLVABLE = step_moves.RESOLVABLE
 
 
 def validate_recovery(body: Any) -> dict:
-    from app.engine import fields
-
     if not isinstance(body, dict):
         raise InvalidArgument("the request body must be a JSON object", field="$")
     errors: list[FieldError] = fields.unknown(body, RECOVERY_FIELDS)
@@ -93,7 +95,7 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
         raise NotFound("step not found")
     if inst["state"] in TERMINAL:
         raise StateConflict(f"the workflow is {inst['state']}")
-    if saga.running(inst):
+    if chain_running(inst["compensation"]):
         raise StateConflict(
             "the workflow is stopping and its compensations are under way: steps are no longer "
             "recovered; resolve the instance (RESOLVE_INSTANCE) when it is in review"
@@ -113,10 +115,10 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
             raise StateConflict("a cancel is pending: the step cannot be retried")
         _retry(conn, inst, step)
     elif action == "SUCCEED_STEP":
-        _close(conn, step, "SUCCEEDED", output=req["output"])
+        _close(conn, step, StepState.SUCCEEDED, output=req["output"])
     else:
-        _close(conn, step, "FAILED", error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]})
-    _bump(conn, instance_id)
+        _close(conn, step, StepState.FAILED, error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]})
+    inst_moves.touch(conn, instance_id)
     _leave_review(
         conn, instance_id, failed_step=step if action == "FAIL_STEP" else None, reason=req["reason"]
     )
@@ -130,56 +132,24 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
     return inst, read_instance(conn, instance_id), summary
 
 
-def _bump(conn: Connection, iid: str) -> None:
-    conn.execute(
-        text("UPDATE workflow_instances SET revision = revision + 1, updated_at = now() WHERE id = :id"),
-        {"id": iid},
-    )
-
-
 def _stop_activation_work(conn: Connection, activation_id: str) -> None:
-    conn.execute(
-        text(
-            "UPDATE workflow_tasks SET state = 'CANCELLED', updated_at = now(), completed_at = now(), "
-            "lease_expires_at = NULL WHERE activation_id = :a AND purpose = 'STEP' AND state IN ('PENDING', 'CLAIMED')"
-        ),
-        {"a": activation_id},
-    )
-    conn.execute(
-        text("UPDATE workflow_waits SET state = 'CANCELLED' WHERE activation_id = :a AND state = 'WAITING'"),
-        {"a": activation_id},
-    )
+    task_moves.cancel_open(conn, activation_id=activation_id, step_only=True)
+    wait_moves.cancel_open(conn, activation_id=activation_id)
 
 
 def _close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
     _stop_activation_work(conn, step["activation_id"])
-    conn.execute(
-        text(
-            "UPDATE workflow_activations SET state = :s, completed_at = now(), "
-            "output = COALESCE(CAST(:o AS jsonb), output), error = COALESCE(CAST(:e AS jsonb), error) WHERE id = :a"
-        ),
-        {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error)},
-    )
-    conn.execute(
-        text(
-            "UPDATE workflow_steps SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"
-        ),
-        {"id": step["id"], "s": state},
-    )
+    step_moves.close(conn, step, state, output=output, error=error)
 
 
 def _retry(conn: Connection, inst: dict, step: dict) -> None:
     old_wait = read_wait(conn, step["activation_id"])
     _stop_activation_work(conn, step["activation_id"])
-    conn.execute(
-        text(
-            "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
-            "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a"
-        ),
-        {"a": step["activation_id"]},
-    )
+    step_moves.end_activation_for_retry(conn, step)
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
-    steps.activate(conn, inst, step, spec, steps.mapping_context(conn, inst))
+    activation.activate(
+        conn, inst, step, spec, snapshot.mapping_context(conn, inst), allowed=step_moves.RESOLVABLE
+    )
     new = read_step(conn, inst["id"], step["key"])
     act = new["activation_id"]
     if old_wait is not None and old_wait["deadline_at"] is not None:
@@ -215,20 +185,19 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
     ).scalar_one()
     cancelling = inst["cancel_requested_at"] is not None
     if failed_step is not None and not cancelling:
-        saga.stop(
+        stopping.stop(
             conn,
             inst,
             "FAILED",
             error={"step_key": failed_step["key"], "code": "FAILED_BY_OPERATOR", "message": reason},
         )
         return
-    if left or inst["state"] not in ("NEEDS_REVIEW", "RUNNING", "WAITING", "CANCELLING"):
+    if left or inst["state"] not in inst_moves.REVIEWABLE:
         return
-    conn.execute(
-        text("UPDATE workflow_instances SET state = :s WHERE id = :id"),
-        {"id": iid, "s": "CANCELLING" if cancelling else "RUNNING"},
+    inst_moves.leave_review(
+        conn, iid, InstanceState.CANCELLING if cancelling else InstanceState.RUNNING, bump=False
     )
     if cancelling:
-        control.try_finish_cancel(conn, iid)
+        stopping.settle_cancel(conn, iid)
     else:
-        steps.after_change(conn, iid)
+        advance.settle_progress(conn, iid)

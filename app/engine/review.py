@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from app.engine import control, saga, steps
-from app.engine.store import TERMINAL, lock_instance, read_instance
+from app.engine import advance, stopping
+from app.engine.states import TERMINAL, InstanceState
+from app.engine.store import lock_instance, read_instance
+from app.engine.transitions import instances as inst_moves
 from app.errors import StateConflict
 
 
@@ -61,30 +63,30 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
             },
         )
         if resolution == "CONTINUE":
-            saga.advance(conn, inst, comp)
+            stopping.compensation_continue(conn, inst)
         else:
             summary["abandoned"] = [p["step_key"] for p in comp["plan"][comp["index"] + 1 :]]
-            saga.abandon(conn, inst, "CANCELLED" if resolution == "CANCEL" else "FAILED")
+            stopping.abandon(
+                conn, inst, InstanceState.CANCELLED if resolution == "CANCEL" else InstanceState.FAILED
+            )
         return inst, read_instance(conn, instance_id), summary
     summary.update(
         review="UNKNOWN_OUTCOME",
-        unknown_outcome_jobs=[str(j["id"]) for j in control.unknown_outcome_jobs(conn, instance_id)],
+        unknown_outcome_jobs=[str(j["id"]) for j in stopping.unknown_outcome_jobs(conn, instance_id)],
     )
     cancelling = inst["cancel_requested_at"] is not None
     if resolution == "FAIL":
-        saga.stop(conn, inst, "FAILED", error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]})
+        stopping.stop(
+            conn, inst, InstanceState.FAILED, error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]}
+        )
         return inst, read_instance(conn, instance_id), summary
-    back = "CANCELLING" if cancelling else "RUNNING"
-    conn.execute(
-        text(
-            "UPDATE workflow_instances SET state = :s, revision = revision + 1, updated_at = now() WHERE id = :id"
-        ),
-        {"id": instance_id, "s": back},
+    inst_moves.leave_review(
+        conn, instance_id, InstanceState.CANCELLING if cancelling else InstanceState.RUNNING
     )
     if cancelling:
-        control.try_finish_cancel(conn, instance_id)
+        stopping.settle_cancel(conn, instance_id)
     elif resolution == "CANCEL":
-        control.cancel(conn, read_instance(conn, instance_id), reason=req["reason"], reviewed=True)
+        stopping.request_cancel(conn, read_instance(conn, instance_id), reason=req["reason"], reviewed=True)
     else:
-        steps.after_change(conn, instance_id)
+        advance.settle_progress(conn, instance_id)
     return inst, read_instance(conn, instance_id), summary

@@ -13,7 +13,6 @@ from app import jsonx
 from app.errors import NotFound
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def jparse(raw: str | None) -> Any:
@@ -111,14 +110,21 @@ def read_wait(conn: Connection, activation_id: str) -> dict[str, Any] | None:
     return dict(row._mapping) if row else None
 
 
-def bump_instance(conn: Connection, instance_id: str, **sets: Any) -> dict[str, Any]:
-    """revision + 1 and updated_at = now() together with ``sets`` (plain columns only)."""
-    assign = "".join(f", {k} = :{k}" for k in sets)
-    conn.execute(
-        text(
-            f"UPDATE workflow_instances SET revision = revision + 1, updated_at = now(){assign} WHERE id = "
-            f":id"
-        ),
-        {"id": instance_id, **sets},
-    )
-    return read_instance(conn, instance_id)
+_SIGNAL_COLS = """id, namespace_id, instance_id, revision, name, payload_version, target_step_key,
+    target_activation_sequence, correlation_key, payload::text AS payload, actor_id, reason, evidence_ref, state,
+    disposition, consumed_wait_id, accepted_at, expires_at, resolved_at"""
+
+
+def signal_row(r: Any) -> dict[str, Any]:
+    d = dict(r._mapping)
+    d["payload"] = jparse(d["payload"])
+    return d
+
+
+def read_signal(conn: Connection, sig_id: str) -> dict[str, Any]:
+    r = conn.execute(
+        text(f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id"), {"id": sig_id}
+    ).first()
+    if r is None:
+        raise NotFound("signal not found")
+    return signal_row(r)

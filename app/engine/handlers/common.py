@@ -1,4 +1,5 @@
-"""Shared plumbing of the engine's job handlers: lock the instance first, write through receipts."""
+"""Shared plumbing of the engine's job handlers: lock the instance first, write through receipts, and
+bind every row a job's payload names (activation, task, signal, child) to the job's own instance."""
 
 from __future__ import annotations
 
@@ -7,12 +8,19 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine.store import TERMINAL, lock_instance
+from app.engine.states import TERMINAL
+from app.engine.store import lock_instance, read_step
 from app.ledger.context import JobContext
-from app.ledger.outcome import Skip
+from app.ledger.outcome import PermanentError, Skip
 
 
-def run_advance(ctx: JobContext, write: Callable[[Connection, dict], Any]) -> Any:
+class ForeignReference(PermanentError):
+    """A job's payload names a row of another workflow instance: the job is dead and changes nothing."""
+
+    code = "FOREIGN_REFERENCE"
+
+
+def run_advance(ctx: JobContext, write: Callable[[Connection, dict], Any], *, step: str = "advance") -> Any:
     """Lock the instance row before the job row (``ctx.lock_first``) and run ``write`` once per
     operation through an effect receipt, so a retried job never advances a step twice."""
     instance_id = ctx.instance_id
@@ -26,22 +34,29 @@ def run_advance(ctx: JobContext, write: Callable[[Connection, dict], Any]) -> An
             return {"skipped": f"workflow is {inst['state']}"}
         return write(conn, inst)
 
-    result = ctx.effect("advance", _write)
+    result = ctx.effect(step, _write)
     if isinstance(result, dict) and "skipped" in result:
         return Skip(str(result["skipped"]))
     return result
 
 
-def step_of_activation(conn: Connection, activation_id: str) -> dict | None:
-    """The step whose *current* activation is ``activation_id`` (None for an older activation)."""
-    from app.engine.store import read_step
+def bind(kind: str, row_id: str, owner: str | None, instance_id: str) -> None:
+    """Refuse a payload that names ``kind`` ``row_id`` of another instance (or none that exists)."""
+    if owner is None:
+        raise ForeignReference(f"{kind} {row_id} does not exist")
+    if owner != instance_id:
+        raise ForeignReference(f"{kind} {row_id} belongs to another workflow, not to {instance_id}")
 
+
+def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -> dict | None:
+    """The step whose *current* activation is ``activation_id`` (None for an older activation); the
+    activation must belong to ``instance_id``."""
     row = conn.execute(
         text(
-            "SELECT s.instance_id, s.key FROM workflow_steps s JOIN workflow_activations a ON a.step_id = "
-            "s.id "
-            "WHERE a.id = :a AND s.activation_id = a.id"
+            "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_activations a "
+            "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a"
         ),
-        {"a": activation_id},
+        {"a": str(activation_id)},
     ).first()
-    return read_step(conn, row.instance_id, row.key) if row else None
+    bind("activation", activation_id, row.instance_id if row else None, instance_id)
+    return read_step(conn, instance_id, row.key) if row.current else None  # type: ignore[union-attr]

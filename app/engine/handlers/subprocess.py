@@ -1,13 +1,19 @@
 """``subprocess_spawn`` starts a SUBWORKFLOW step's child (pinned version, same trace id);
-``subprocess_join`` completes the parent step from the child's outcome."""
+``subprocess_join`` completes or fails the parent step from the child's outcome (``decide.wakes``)."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
-from app.engine import instances, oplog, steps
-from app.engine.handlers.common import run_advance, step_of_activation
+from app.engine import advance, instances, oplog
+from app.engine.decide import wakes as decide
+from app.engine.decide.model import CompleteStep, Ignore
+from app.engine.handlers.common import bind, run_advance, step_of_activation
+from app.engine.snapshot import step_model
+from app.engine.states import StepState
 from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
+from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import steps as step_moves
 from app.errors import InvalidArgument, NotFound
 from app.ledger import handlers
 from app.ledger.context import JobContext
@@ -15,11 +21,11 @@ from app.ledger.context import JobContext
 
 @handlers.register("subprocess_spawn")
 def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
-    activation_id = (ctx.payload or {})["activation_id"]
+    activation_id = str((ctx.payload or {})["activation_id"])
 
     def write(conn: Connection, inst: dict) -> dict:
-        step = step_of_activation(conn, activation_id)
-        if step is None or step["state"] != "ACTIVE" or step["child_instance_id"]:
+        step = step_of_activation(conn, activation_id, inst["id"])
+        if step is None or step["state"] != StepState.ACTIVE or step["child_instance_id"]:
             return {"skipped": "the step no longer waits for a child"}
         spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
         body = {
@@ -43,20 +49,12 @@ def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
                     ),
                 )
         except (InvalidArgument, NotFound) as exc:
-            steps.fail_step(conn, inst["id"], step, {"code": "CHILD_START_REJECTED", "message": exc.message})
+            advance.fail_step(
+                conn, inst["id"], step, {"code": "CHILD_START_REJECTED", "message": exc.message}
+            )
             return {"rejected": exc.message}
-        conn.execute(
-            text("UPDATE workflow_activations SET child_instance_id = :c WHERE id = :a"),
-            {"c": child["id"], "a": activation_id},
-        )
-        conn.execute(
-            text("UPDATE workflow_steps SET revision = revision + 1, updated_at = now() WHERE id = :id"),
-            {"id": step["id"]},
-        )
-        conn.execute(
-            text("UPDATE workflow_instances SET revision = revision + 1, updated_at = now() WHERE id = :id"),
-            {"id": inst["id"]},
-        )
+        step_moves.set_child(conn, step, child["id"])
+        inst_moves.touch(conn, inst["id"])
         return {"child_id": child["id"]}
 
     return run_advance(ctx, write)
@@ -64,26 +62,22 @@ def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
 
 @handlers.register("subprocess_join")
 def subprocess_join(ctx: JobContext):  # noqa: ANN201
-    child_id = (ctx.payload or {})["child_id"]
+    child_id = str((ctx.payload or {})["child_id"])
 
     def write(conn: Connection, inst: dict) -> dict:
         child = read_instance(conn, child_id)
-        step = read_step(conn, inst["id"], ctx.step_key or child["parent_step_key"])
-        if step is None or step["state"] != "ACTIVE" or step["child_instance_id"] != child_id:
-            return {"skipped": "the parent step no longer waits for this child"}
-        if child["state"] == "SUCCEEDED":
-            steps.complete_step(
-                conn, inst["id"], step, child["output"] if child["output"] is not MISSING else None
-            )
-            return {"joined": child_id, "state": "SUCCEEDED"}
-        if child["state"] in ("FAILED", "CANCELLED"):
-            steps.fail_step(
-                conn,
-                inst["id"],
-                step,
-                {"code": "CHILD_FAILED", "child_workflow_id": child_id, "child_state": child["state"]},
-            )
-            return {"joined": child_id, "state": child["state"]}
-        return {"skipped": "the child has not finished"}
+        bind("child workflow", child_id, child["parent_instance_id"] or "", inst["id"])
+        step = read_step(conn, inst["id"], child["parent_step_key"])
+        output = child["output"] if child["output"] is not MISSING else None
+        verdict = decide.child_ended(
+            step_model(step), child_id, step and step["child_instance_id"], child["state"], output
+        )
+        if isinstance(verdict, Ignore):
+            return {"skipped": verdict.reason}
+        if isinstance(verdict, CompleteStep):
+            advance.complete_step(conn, inst["id"], step, verdict.output)  # type: ignore[arg-type]
+        else:
+            advance.fail_step(conn, inst["id"], step, verdict.error)  # type: ignore[arg-type]
+        return {"joined": child_id, "state": child["state"]}
 
     return run_advance(ctx, write)

@@ -1,114 +1,125 @@
-"""``delay_wake`` jobs: a TIMER step is due, a SIGNAL wait timed out, a POLL round is due, a TASK step's
-retry backoff passed, or an instance's overall deadline passed (then it FAILS with stop_kind FAILURE)."""
+"""``delay_wake`` jobs, one table of wakes: a TIMER step is due, a SIGNAL wait timed out, a POLL round
+is due, a TASK step's retry backoff passed, an instance's deadline passed (then it FAILS, stop_kind
+FAILURE), an early signal expired, a cancel's in-flight leases ran out. Each wake asks its decision in
+``app.engine.decide`` and applies it through ``app.engine.advance`` / ``stopping``. An unknown wake
+is a permanent failure (the job is dead), never a silent success."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import Connection, text
 
-from app.engine import poll, steps
-from app.engine.handlers.common import run_advance, step_of_activation
+from app.engine import activation, advance, signal_match, snapshot, stopping
+from app.engine.decide import stopping as decide_stopping
+from app.engine.decide import wakes as decide
+from app.engine.decide.model import FailStep, Ignore
+from app.engine.handlers.common import bind, run_advance, step_of_activation
+from app.engine.snapshot import inst_model, step_model
 from app.engine.store import MISSING, step_specs, version_document
+from app.engine.transitions import waits as wait_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
+from app.ledger.outcome import PermanentError
 
 
-def _timer(conn: Connection, inst: dict, activation_id: str) -> dict:
-    step = step_of_activation(conn, activation_id)
-    if step is None or step["state"] != "WAITING":
-        return {"skipped": "the timer's activation is no longer current"}
-    due = conn.execute(
-        text(
-            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
-            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id"
-        ),
-        {"a": activation_id},
-    ).first()
-    if due is None:
+def _timer(conn: Connection, inst: dict, p: dict) -> dict:
+    step = step_of_activation(conn, p["activation_id"], inst["id"])
+    if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
+        return {"skipped": skip.reason}
+    if not wait_moves.try_resolve_due(conn, p["activation_id"]):
         return {"skipped": "the timer is not due or already resolved"}
-    steps.complete_step(conn, inst["id"], step, MISSING)
-    return {"fired": step["key"]}
+    advance.complete_step(conn, inst["id"], step, MISSING)  # type: ignore[arg-type]
+    return {"fired": step["key"]}  # type: ignore[index]
 
 
-def _signal_timeout(conn: Connection, inst: dict, activation_id: str) -> dict:
-    step = step_of_activation(conn, activation_id)
-    if step is None or step["state"] != "WAITING":
-        return {"skipped": "the wait's activation is no longer current"}
-    expired = conn.execute(
-        text(
-            "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now() "
-            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id"
-        ),
-        {"a": activation_id},
-    ).first()
-    if expired is None:
+def _signal_timeout(conn: Connection, inst: dict, p: dict) -> dict:
+    step = step_of_activation(conn, p["activation_id"], inst["id"])
+    if isinstance(skip := decide.signal_timeout(step_model(step)), Ignore):
+        return {"skipped": skip.reason}
+    if not wait_moves.try_expire_due(conn, p["activation_id"]):
         return {"skipped": "the wait was resolved or is not due"}
-    steps.fail_step(
-        conn, inst["id"], step, {"code": "SIGNAL_TIMEOUT", "message": "no signal before the deadline"}
+    advance.fail_step(conn, inst["id"], step, dict(decide.SIGNAL_TIMEOUT))  # type: ignore[arg-type]
+    return {"expired": step["key"]}  # type: ignore[index]
+
+
+def _poll(conn: Connection, inst: dict, p: dict) -> dict:
+    round_no = int(p["round"])
+    step = step_of_activation(conn, p["activation_id"], inst["id"])
+    poll = snapshot.poll(conn, p["activation_id"])[0] if step is not None else None
+    verdict = decide.poll_wake(step_model(step), poll, round_no)
+    if isinstance(verdict, Ignore):
+        return {"skipped": verdict.reason}
+    if isinstance(verdict, FailStep):
+        advance.fail_step(conn, inst["id"], step, verdict.error)  # type: ignore[arg-type]
+        return {"round": round_no}
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]  # type: ignore[index]
+    activation.start_poll_round(
+        conn,
+        inst,
+        step,
+        spec,
+        used_rounds=poll.used_rounds,
+        round_attempts=poll.round_attempts,  # type: ignore[arg-type, union-attr]
     )
-    return {"expired": step["key"]}
-
-
-def _poll(conn: Connection, inst: dict, activation_id: str, round_no: int) -> dict:
-    step = step_of_activation(conn, activation_id)
-    if step is None:
-        return {"skipped": "the poll's activation is no longer current"}
-    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
-    if not poll.wake(conn, inst, step, spec, round_no):
-        return {"skipped": f"round {round_no} is not due"}
+    advance.settle_progress(conn, inst["id"])
     return {"round": round_no}
 
 
-def _task_retry(conn: Connection, inst: dict, activation_id: str, attempt: int) -> dict:
-    """A TASK step's retry backoff passed: create attempt ``attempt`` if the step still waits for it."""
-    from app.engine import tasks
-
-    step = step_of_activation(conn, activation_id)
-    if (
-        step is None
-        or step["kind"] != "TASK"
-        or step["state"] != "WAITING"
-        or step["task_attempts"] + 1 != attempt
-    ):
-        return {"skipped": f"attempt {attempt} is no longer awaited"}
-    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
-    task_id = tasks.start_next_attempt(conn, inst, step, spec)
-    steps.after_change(conn, inst["id"])
+def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
+    attempt = int(p["attempt"])
+    step = step_of_activation(conn, p["activation_id"], inst["id"])
+    if isinstance(skip := decide.task_retry(step_model(step), attempt), Ignore):
+        return {"skipped": skip.reason}
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]  # type: ignore[index]
+    task_id = advance.start_next_attempt(conn, inst, step, spec)  # type: ignore[arg-type]
+    advance.settle_progress(conn, inst["id"])
     return {"attempt": attempt, "task_id": task_id}
 
 
-def _deadline(conn: Connection, inst: dict) -> dict:
-    if not conn.execute(text("SELECT :d <= now()"), {"d": inst["deadline_at"]}).scalar():
-        return {"skipped": "deadline not reached"}
-    from app.engine import saga
-
-    if inst["stop_requested_at"] is not None:
-        return {"skipped": "the workflow is already stopping"}
-    saga.stop(
-        conn, inst, "FAILED", error={"code": "DEADLINE_EXCEEDED", "message": "the workflow deadline passed"}
+def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
+    due = bool(
+        conn.execute(text("SELECT CAST(:d AS timestamptz) <= now()"), {"d": inst["deadline_at"]}).scalar()
     )
+    verdict = decide_stopping.deadline_passed(inst_model(inst), due)
+    if isinstance(verdict, Ignore):
+        return {"skipped": verdict.reason}
+    stopping.apply_stop(conn, inst, verdict)
     return {"failed": "DEADLINE_EXCEEDED"}
+
+
+def _signal_expiry(conn: Connection, inst: dict, p: dict) -> dict:
+    sig_id = str(p["signal_id"])
+    owner = conn.execute(
+        text("SELECT instance_id FROM workflow_signals WHERE id = :id"), {"id": sig_id}
+    ).scalar()
+    bind("signal", sig_id, owner, inst["id"])
+    if not signal_match.expire(conn, sig_id, inst["id"]):
+        return {"skipped": "the signal was settled or is not due"}
+    return {"expired_signal": sig_id}
+
+
+def _cancel_settle(conn: Connection, inst: dict, p: dict) -> dict:
+    if inst["state"] != "CANCELLING":
+        return {"skipped": f"the workflow is {inst['state']}"}
+    return {"state": stopping.settle_cancel(conn, inst["id"])["state"]}
+
+
+WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
+    "timer": _timer,
+    "signal_timeout": _signal_timeout,
+    "poll": _poll,
+    "task_retry": _task_retry,
+    "deadline": _deadline,
+    "signal_expiry": _signal_expiry,
+    "cancel_settle": _cancel_settle,
+}
 
 
 @handlers.register("delay_wake")
 def delay_wake(ctx: JobContext):  # noqa: ANN201
     p = ctx.payload or {}
-    wake = p.get("wake")
-
-    def write(conn: Connection, inst: dict) -> dict:
-        if wake == "timer":
-            return _timer(conn, inst, p["activation_id"])
-        if wake == "poll":
-            return _poll(conn, inst, p["activation_id"], int(p["round"]))
-        if wake == "signal_timeout":
-            return _signal_timeout(conn, inst, p["activation_id"])
-        if wake == "deadline":
-            return _deadline(conn, inst)
-        if wake == "task_retry":
-            return _task_retry(conn, inst, p["activation_id"], int(p["attempt"]))
-        from app.engine import wakes  # control / signal wakes (signal_expiry, cancel_settle)
-
-        if wake in wakes.WAKES:
-            return wakes.WAKES[wake](conn, inst, p)
-        return {"skipped": f"unknown wake {wake!r}"}
-
-    return run_advance(ctx, write)
+    wake = WAKES.get(p.get("wake"))  # type: ignore[arg-type]
+    if wake is None:
+        raise PermanentError(f"unknown wake {p.get('wake')!r}: one of {', '.join(sorted(WAKES))}")
+    return run_advance(ctx, lambda conn, inst: wake(conn, inst, p))

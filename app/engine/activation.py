@@ -1,0 +1,146 @@
+"""Activating a step: a numbered activation with its input mapped from ``$.input`` / ``$.steps``, and
+the work it waits for — a task (TASK), a timer wait + ``delay_wake`` (TIMER), a signal wait with an
+optional timeout (SIGNAL), a ``subprocess_spawn`` job (SUBWORKFLOW), the first round's task and an
+optional final-signal wait (POLL). Inside the caller's transaction, instance row locked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.engine import mapping, oplog, work
+from app.engine.states import StepKind, StepState
+from app.engine.transitions import steps as step_moves
+from app.engine.transitions import waits as wait_moves
+from app.ledger.states import JobType
+
+K = StepKind
+
+
+def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
+    if kind == K.TIMER:
+        return {"delay_seconds": spec["delay_seconds"]}
+    if kind == K.SIGNAL:
+        corr = mapping.resolve(spec["correlation"], mctx)
+        corr = corr if isinstance(corr, str) else ("" if corr is None else str(corr))
+        return {"name": spec["signal"], "payload_version": spec["payload_version"], "correlation": corr}
+    return mapping.resolve(spec.get("input", {}), mctx)
+
+
+def activate(
+    conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict, *, allowed: list[str] | None = None
+) -> str:
+    """Activation ``sequence + 1`` of ``step``; returns its id. ``allowed``: the step states it may
+    leave (BLOCKED by default; the operator's RETRY_STEP passes the resolvable ones)."""
+    kind = step["kind"]
+    act_input = activation_input(kind, spec, mctx)
+    state = StepState.WAITING if kind in (K.TIMER, K.SIGNAL) else StepState.ACTIVE
+    act_id, seq = step_moves.insert_activation(
+        conn,
+        inst["id"],
+        step,
+        state,
+        act_input,
+        task_attempts=1 if kind == K.TASK else 0,
+        poll_deadline=inst["deadline_at"] if kind == K.POLL else None,
+    )
+    task_id = None
+    if kind == K.TASK:
+        task_id = work.create_task(
+            conn,
+            inst,
+            step["id"],
+            step["key"],
+            act_id,
+            spec["queue"],
+            act_input,
+            timeout_seconds=spec.get("timeout_seconds", work.DEFAULT_TASK_TIMEOUT_SECONDS),
+        )
+    elif kind == K.TIMER:
+        due = wait_moves.insert(
+            conn,
+            inst["id"],
+            act_id,
+            "TIMER",
+            "now() + make_interval(secs => :secs)",
+            secs=spec["delay_seconds"],
+        )
+        work.wake(
+            conn, inst, "timer", key=f"timer:{act_id}", run_at=due, step_key=step["key"], activation_id=act_id
+        )
+    elif kind == K.SIGNAL:
+        timeout = "timeout_seconds" in spec
+        deadline_sql = (
+            "LEAST(now() + make_interval(secs => :secs), :inst_deadline)" if timeout else ":inst_deadline"
+        )
+        params = {"secs": spec["timeout_seconds"]} if timeout else {}
+        due = wait_moves.insert(
+            conn,
+            inst["id"],
+            act_id,
+            "SIGNAL",
+            deadline_sql,
+            name=spec["signal"],
+            payload_version=spec["payload_version"],
+            correlation_key=act_input["correlation"],
+            inst_deadline=inst["deadline_at"],
+            **params,
+        )
+        if timeout:  # without one, the instance deadline ends the wait
+            work.wake(conn, inst, "signal_timeout", key=f"signal_timeout:{act_id}", run_at=due,
+                      step_key=step["key"], activation_id=act_id)  # fmt: skip
+    elif kind == K.SUBWORKFLOW:
+        work.job(
+            conn, inst, JobType.SUBPROCESS_SPAWN, {"activation_id": act_id}, key=act_id, step_key=step["key"]
+        )
+    elif kind == K.POLL:
+        fs = spec.get("final_signal")
+        if fs:
+            wait_moves.insert(
+                conn,
+                inst["id"],
+                act_id,
+                "SIGNAL",
+                ":inst_deadline",
+                name=fs["signal"],
+                payload_version=fs["payload_version"],
+                correlation_key=None,
+                inst_deadline=inst["deadline_at"],
+            )
+    step_moves.activate(conn, step, state, act_id, seq, task_id=task_id, allowed=allowed)
+    if kind == K.POLL:
+        start_poll_round(conn, inst, {**step, "activation_id": act_id}, spec, used_rounds=0, round_attempts=0)
+    oplog.advance(
+        conn,
+        inst,
+        "workflow.step.activated",
+        target_type="step",
+        target_id=step["key"],
+        after={"step_key": step["key"], "kind": kind, "activation_id": act_id, "activation_sequence": seq},
+    )
+    return act_id
+
+
+def start_poll_round(
+    conn: Connection, inst: dict, step: dict, spec: dict, *, used_rounds: int, round_attempts: int
+) -> str:
+    """The next attempt task of the current POLL round (round = used_rounds + 1); the step is ACTIVE."""
+    rnd = used_rounds + 1
+    attempts = round_attempts + 1
+    act_input = step_moves.activation_input_of(conn, step["activation_id"])
+    task_id = work.create_task(
+        conn,
+        inst,
+        step["id"],
+        step["key"],
+        step["activation_id"],
+        spec["queue"],
+        act_input,
+        attempt=attempts,
+        timeout_seconds=spec.get("timeout_seconds", work.DEFAULT_TASK_TIMEOUT_SECONDS),
+        poll_round=rnd,
+    )
+    step_moves.poll_round_started(conn, step["activation_id"], rnd, attempts, task_id)
+    step_moves.set_active(conn, step, task_id)
+    return task_id

@@ -1,0 +1,196 @@
+"""The one driver of the engine: under the instance lock, load a snapshot, ask a pure decision
+(``app.engine.decide``), apply its effect through the transitions and the ledger, and repeat until
+nothing changes (``settle_progress``). Every event that moves a step comes through here:
+
+- ``settle_progress``  after any change: activate ready steps (and offer them early signals), finish
+                       a succeeded instance, settle a pending cancel, or recompute RUNNING / WAITING;
+- ``complete_step`` / ``fail_step``  a step's current activation ended (task, timer, signal, child, poll);
+- ``task_ended``       a task's result or time-out: the retry policy, the POLL rounds, a cancel's
+                       collection, a compensation task.
+
+Callers (``tasks``, ``control``, ``signals``, ``recovery``, ``review``, ``instances`` and the job handlers
+in ``handlers/``) hold the instance lock; nothing here calls back into them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine import activation, mapping, oplog, signal_match, snapshot, stopping, work
+from app.engine.decide import progress as decide_progress
+from app.engine.decide import tasks as decide_tasks
+from app.engine.decide.model import (
+    Activate,
+    Collect,
+    CompleteStep,
+    FailStep,
+    Finish,
+    Ignore,
+    PollFail,
+    PollNextRound,
+    PollRetry,
+    RetryTask,
+    SetProgress,
+    SettleCancel,
+)
+from app.engine.states import InstanceState, StepKind
+from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
+from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import steps as step_moves
+from app.engine.transitions import waits as wait_moves
+
+# a generous bound: every iteration activates at least one step or ends the loop
+MAX_ROUNDS = 10_000
+
+
+def settle_progress(conn: Connection, instance_id: str) -> dict:
+    """Activate every step whose dependencies succeeded, then recompute the instance state."""
+    doc: dict | None = None
+    for _ in range(MAX_ROUNDS):
+        inst, snap = snapshot.load(conn, instance_id)
+        effect = decide_progress.progress(snap)
+        if effect is None:
+            return inst
+        if doc is None:
+            doc = version_document(conn, inst["definition_version_id"])
+        if isinstance(effect, Activate):
+            specs = step_specs(doc)
+            mctx = snapshot.mapping_context(conn, inst)
+            for key in effect.keys:
+                activation.activate(conn, inst, read_step(conn, instance_id, key), specs[key], mctx)  # type: ignore[arg-type]
+            waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
+            signal_match.consume_early(conn, inst, waiting)
+            continue
+        if isinstance(effect, SettleCancel):
+            return stopping.settle_cancel(conn, instance_id)
+        if isinstance(effect, Finish):
+            output = (
+                mapping.resolve(doc["output"], snapshot.mapping_context(conn, inst))
+                if "output" in doc
+                else None
+            )
+            return stopping.finish(conn, inst, InstanceState.SUCCEEDED, output=output)
+        assert isinstance(effect, SetProgress)
+        if effect.state is None:
+            inst_moves.touch(conn, instance_id)
+        else:
+            inst_moves.set_progress(conn, instance_id, effect.state)
+        return read_instance(conn, instance_id)
+    raise RuntimeError(f"workflow {instance_id}: progress did not settle")  # pragma: no cover
+
+
+def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error: Any = None) -> None:
+    after = {"step_key": step["key"], "activation_id": step["activation_id"]}
+    if error is not None:
+        after["error"] = error
+    oplog.advance(
+        conn, read_instance(conn, instance_id), f"workflow.step.{what}", target_type="step", target_id=step["key"],
+        after=after,
+    )  # fmt: skip
+
+
+def complete_step(conn: Connection, instance_id: str, step: dict, output: Any) -> dict:
+    """The current activation succeeded with ``output`` (MISSING = no output); successors start."""
+    step_moves.succeed(conn, step, output)
+    _audit_step(conn, instance_id, step, "succeeded")
+    return settle_progress(conn, instance_id)
+
+
+def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> dict:
+    """The current activation failed without recovery: the instance fails (stop_kind FAILURE) after
+    its compensations; with a cancel settling, the cancel decides the end state."""
+    step_moves.fail(conn, step, error)
+    _audit_step(conn, instance_id, step, "failed", error)
+    inst = read_instance(conn, instance_id)
+    if inst["cancel_requested_at"] is not None:
+        return stopping.settle_cancel(conn, instance_id)
+    return stopping.stop(conn, inst, InstanceState.FAILED, error={"step_key": step["key"], **error})
+
+
+def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:
+    """Apply a task outcome (``kind`` completed / failed; ``value`` output / error) to its step when
+    the task belongs to the step's current activation; a compensation task moves the saga instead."""
+    if task.get("purpose") == "COMPENSATION":
+        stopping.compensation_task_ended(conn, inst, task, kind, value)
+        return
+    step, step_view = snapshot.step(conn, inst["id"], task["step_key"])
+    spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+    verdict = decide_tasks.task_ended(snapshot.inst_model(inst), step_view, task, spec, kind, value)
+    if isinstance(verdict, Ignore):
+        return
+    if isinstance(verdict, Collect):
+        stopping.collect(conn, inst, task, verdict)
+        return
+    assert step is not None
+    if verdict == "POLL":
+        _poll_task_ended(conn, inst, step, spec, kind, value)
+        return
+    if isinstance(verdict, CompleteStep):
+        complete_step(conn, inst["id"], step, verdict.output if verdict.output is not MISSING else None)
+    elif isinstance(verdict, RetryTask):
+        if verdict.delay <= 0:
+            start_next_attempt(conn, inst, step, spec)
+        else:  # the step WAITS for its next attempt; a delay_wake job starts it
+            step_moves.set_waiting(conn, step)
+            work.wake(conn, inst, "task_retry", key=f"task_retry:{step['activation_id']}:{verdict.attempt}",
+                      run_at=_db_in(conn, verdict.delay), step_key=step["key"],
+                      activation_id=step["activation_id"], attempt=verdict.attempt)  # fmt: skip
+        settle_progress(conn, inst["id"])
+    else:
+        assert isinstance(verdict, FailStep)
+        fail_step(conn, inst["id"], step, verdict.error)
+
+
+def _db_in(conn: Connection, seconds: float) -> Any:
+    return conn.execute(text("SELECT now() + make_interval(secs => :d)"), {"d": seconds}).scalar_one()
+
+
+def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind: str, value: Any) -> None:
+    act = step["activation_id"]
+    poll, late = snapshot.poll(conn, act, spec["interval_ms"] / 1000.0)
+    verdict = decide_tasks.poll_round(poll, spec, kind, value, next_round_late=late)
+    if isinstance(verdict, CompleteStep):
+        step_moves.poll_task_ended(conn, act, resolved=True)
+        wait_moves.resolve_open(conn, act)
+        complete_step(conn, inst["id"], step, verdict.output)
+    elif isinstance(verdict, FailStep):
+        step_moves.poll_task_ended(conn, act)
+        fail_step(conn, inst["id"], step, verdict.error)
+    elif isinstance(verdict, PollRetry):
+        step_moves.poll_task_ended(conn, act)
+        activation.start_poll_round(
+            conn, inst, step, spec, used_rounds=poll.used_rounds, round_attempts=poll.round_attempts
+        )
+        settle_progress(conn, inst["id"])
+    elif isinstance(verdict, PollFail):
+        step_moves.poll_task_ended(conn, act, used=verdict.used)
+        fail_step(conn, inst["id"], step, verdict.error)
+    else:
+        assert isinstance(verdict, PollNextRound)
+        step_moves.poll_task_ended(conn, act, used=verdict.used)
+        due = step_moves.poll_schedule(conn, act, spec["interval_ms"] / 1000.0)
+        work.wake(conn, inst, "poll", key=f"poll:{act}:{verdict.round}", run_at=due, step_key=step["key"],
+                  activation_id=act, round=verdict.round)  # fmt: skip
+        step_moves.set_waiting(conn, step)
+        settle_progress(conn, inst["id"])
+
+
+def start_next_attempt(conn: Connection, inst: dict, step: dict, spec: dict) -> str:
+    """A new task for the next attempt of the step's current activation (own deadline and
+    ``task_timeout`` job); the step is ACTIVE again and points at it. The caller settles progress."""
+    attempts = step["task_attempts"] + 1
+    new_task = work.create_task(
+        conn,
+        inst,
+        step["id"],
+        step["key"],
+        step["activation_id"],
+        spec["queue"],
+        step["act_input"] if step["act_input"] is not MISSING else {},
+        attempt=attempts,
+        timeout_seconds=spec.get("timeout_seconds", work.DEFAULT_TASK_TIMEOUT_SECONDS),
+    )
+    step_moves.set_task_attempts(conn, step["activation_id"], attempts)
+    step_moves.set_active(conn, step, new_task)
+    return new_task

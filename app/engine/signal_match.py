@@ -1,0 +1,97 @@
+"""Offering PENDING signals to their waits (W-SIG-4/5), expiry and closing, with the signal-resource
+audit (X-HIST: one engine row per state change of a signal). The decision is ``decide.signals.offer``;
+the caller runs the driver afterwards when a step succeeded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine import oplog
+from app.engine.decide import signals as decide
+from app.engine.decide.model import Consume
+from app.engine.snapshot import step_model
+from app.engine.states import StepKind
+from app.engine.store import read_signal, read_step, read_wait
+from app.engine.transitions import signals as signal_moves
+from app.engine.transitions import steps as step_moves
+from app.engine.transitions import tasks as task_moves
+from app.engine.transitions import waits as wait_moves
+
+
+def audit_settled(conn: Connection, rows: Any) -> None:
+    for r in rows:
+        after = {"state": r.state, "revision": str(r.revision)}
+        if r.disposition:
+            after["disposition"] = r.disposition
+        if r.consumed_wait_id:
+            after["consumed_wait_id"] = r.consumed_wait_id
+        oplog.advance(
+            conn,
+            {"id": r.instance_id, "namespace_id": r.namespace_id},
+            f"signal.{r.state.lower()}",
+            target_type="signal",
+            target_id=r.id,
+            before={"state": "PENDING"},
+            after=after,
+        )
+
+
+def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
+    """Offer a PENDING signal to the wait of its (current) activation. True when it won and the step
+    succeeded with the payload; the caller then runs ``advance.settle_progress``."""
+    wait = read_wait(conn, step["activation_id"]) if step["activation_id"] else None
+    verdict = decide.offer(step_model(step), wait, sig)  # type: ignore[arg-type]
+    if not isinstance(verdict, Consume):
+        audit_settled(conn, signal_moves.settle(conn, sig["id"], "REJECTED", verdict.disposition, None))
+        return False
+    wait_moves.resolve_by_signal(conn, wait["id"], sig["id"])  # type: ignore[index]
+    audit_settled(conn, signal_moves.settle(conn, sig["id"], "CONSUMED", None, wait["id"]))  # type: ignore[index]
+    act = step["activation_id"]
+    if step["kind"] == StepKind.POLL:  # the signal wins: queued rounds stop, an in-flight one may still end
+        task_moves.cancel_open(conn, activation_id=act, pending_only=True)
+        step_moves.poll_resolved_by_signal(conn, act)
+    step_moves.succeed(conn, step, sig["payload"])
+    oplog.advance(
+        conn,
+        inst,
+        "workflow.step.succeeded",
+        target_type="step",
+        target_id=step["key"],
+        after={"step_key": step["key"], "signal_id": sig["id"], "wait_id": wait["id"]},  # type: ignore[index]
+    )
+    return True
+
+
+def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
+    """Steps that just activated take their earliest matching PENDING signal (W-SIG-4)."""
+    won = False
+    for key in keys:
+        step = read_step(conn, inst["id"], key)
+        if step is None or not step["activation_id"]:
+            continue
+        pending = conn.execute(
+            text(
+                "SELECT id FROM workflow_signals WHERE instance_id = :i AND target_step_key = :k "
+                "AND target_activation_sequence = :s AND state = 'PENDING' ORDER BY accepted_at, id"
+            ),
+            {"i": inst["id"], "k": key, "s": step["activation_sequence"]},
+        ).all()
+        for (sig_id,) in pending:
+            if consume(conn, inst, step, read_signal(conn, sig_id)):
+                won = True
+                step = read_step(conn, inst["id"], key)
+    return won
+
+
+def expire(conn: Connection, sig_id: str, instance_id: str) -> bool:
+    """The ``signal_expiry`` wake: still PENDING at expires_at -> EXPIRED."""
+    rows = signal_moves.try_expire(conn, sig_id, instance_id)
+    audit_settled(conn, rows)
+    return bool(rows)
+
+
+def close_pending(conn: Connection, instance_id: str) -> None:
+    """The instance finished: signals still pending can never be consumed."""
+    audit_settled(conn, signal_moves.close_pending(conn, instance_id))

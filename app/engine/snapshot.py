@@ -1,0 +1,84 @@
+"""Load what the decisions read, once per decision, under the instance lock: the instance and its
+steps as ``decide.model`` values (database-time comparisons are made here, in SQL), and the mapping
+context (input, business key, outputs of succeeded steps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine.decide.model import Inst, Poll, Snapshot, Step
+from app.engine.store import MISSING, jparse, read_instance, read_step, read_steps
+
+
+def inst_model(inst: dict) -> Inst:
+    return Inst(
+        id=inst["id"],
+        state=inst["state"],
+        paused=inst["paused"],
+        cancel_requested=inst["cancel_requested_at"] is not None,
+        stop_requested=inst["stop_requested_at"] is not None,
+        stop_kind=inst["stop_kind"],
+        compensation=inst.get("compensation"),
+        control_revision=inst["control_revision"],
+    )
+
+
+def step_model(step: dict | None) -> Step | None:
+    if step is None:
+        return None
+    return Step(
+        key=step["key"],
+        kind=step["kind"],
+        state=step["state"],
+        after=tuple(step["after"]),
+        activation_id=step["activation_id"],
+        activation_sequence=step["activation_sequence"] or 0,
+        task_attempts=step.get("task_attempts") or 0,
+    )
+
+
+def load(conn: Connection, instance_id: str) -> tuple[dict, Snapshot]:
+    """The instance row and the decision snapshot of it and its steps (the row is locked by the caller)."""
+    inst = read_instance(conn, instance_id)
+    steps = tuple(step_model(s) for s in read_steps(conn, instance_id))
+    return inst, Snapshot(inst=inst_model(inst), steps=steps)  # type: ignore[arg-type]
+
+
+def step(conn: Connection, instance_id: str, key: str) -> tuple[dict | None, Step | None]:
+    row = read_step(conn, instance_id, key)
+    return row, step_model(row)
+
+
+_POLL = """
+SELECT poll_used_rounds, poll_round_attempts, poll_current_task_id, poll_deadline_at <= now() AS past_deadline,
+       now() + make_interval(secs => :interval) > poll_deadline_at AS next_round_late
+FROM workflow_activations WHERE id = :id
+"""
+
+
+def poll(conn: Connection, activation_id: str, interval_seconds: float = 0) -> tuple[Poll, bool]:
+    """A POLL activation's bookkeeping and whether a round started ``interval_seconds`` from now
+    would start after the poll deadline."""
+    r = conn.execute(text(_POLL), {"id": activation_id, "interval": interval_seconds}).first()
+    return Poll(r.poll_used_rounds, r.poll_round_attempts, r.poll_current_task_id, r.past_deadline), bool(
+        r.next_round_late
+    )
+
+
+def mapping_context(conn: Connection, inst: dict) -> dict[str, Any]:
+    rows = conn.execute(
+        text(
+            "SELECT s.key, a.output::text AS output FROM workflow_steps s "
+            "JOIN workflow_activations a ON a.id = s.activation_id "
+            "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'"
+        ),
+        {"id": inst["id"]},
+    )
+    outputs = {r.key: jparse(r.output) for r in rows}
+    return {
+        "input": inst["input"],
+        "business_key": inst["business_key"],
+        "steps": {k: v for k, v in outputs.items() if v is not MISSING},
+    }

@@ -1,0 +1,209 @@
+"""Every write of ``workflow_instances.state`` (and of the flags that gate it: ``paused``,
+``cancel_requested_at``, ``stop_kind``, ``compensation``), each guarded by the states it may leave.
+A move bumps ``revision``; an operator's decision (pause, resume, cancel) also ``control_revision``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
+from app.engine.store import MISSING, jdump
+from app.engine.transitions._guard import many, one, states
+
+S = InstanceState
+OPEN = [s for s in values(InstanceState) if s not in TERMINAL]
+_BUMP = "revision = revision + 1, updated_at = now()"
+_CONTROL = "control_revision = control_revision + 1, " + _BUMP
+
+
+def create(conn: Connection, row: dict[str, Any]) -> None:
+    """A new instance, RUNNING (W-START-6)."""
+    one(
+        conn,
+        "instance create",
+        row["id"],
+        [],
+        """
+INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
+    business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key)
+VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, CAST(:queues AS text[]),
+    now() + make_interval(secs => :deadline), :trace, :parent, :parent_step)
+RETURNING id
+""",
+        row,
+    )
+
+
+def set_progress(conn: Connection, iid: str, state: str) -> None:
+    """RUNNING <-> WAITING as the steps move (``decide.progress``)."""
+    one(
+        conn,
+        f"instance -> {state}",
+        iid,
+        ADVANCING,
+        f"UPDATE workflow_instances SET state = :s, {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+        {"id": iid, "s": state, "from": states(ADVANCING)},
+    )
+
+
+def touch(conn: Connection, iid: str) -> None:
+    """Background progress without a state change (a step moved): ``revision`` + 1."""
+    one(
+        conn,
+        "instance revision",
+        iid,
+        OPEN,
+        f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+        {"id": iid, "from": OPEN},
+    )
+
+
+def end(conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
+    """The terminal state, once: SUCCEEDED (with output), FAILED (stop_kind FAILURE unless a stop was
+    already recorded), CANCELLED. An error recorded when the stop began is kept."""
+    one(
+        conn,
+        f"instance -> {state}",
+        iid,
+        OPEN,
+        f"""
+UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
+    error = COALESCE(CAST(:error AS jsonb), error),
+    stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
+    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
+                             ELSE stop_requested_at END
+WHERE id = :id AND state = ANY(:from) RETURNING id
+""",
+        {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
+    )
+
+
+def pause(conn: Connection, iid: str) -> None:
+    one(
+        conn,
+        "pause",
+        iid,
+        OPEN,
+        f"UPDATE workflow_instances SET paused = true, {_CONTROL} "
+        "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
+        {"id": iid, "from": OPEN},
+    )
+
+
+def resume(conn: Connection, iid: str) -> None:
+    one(
+        conn,
+        "resume",
+        iid,
+        OPEN,
+        f"UPDATE workflow_instances SET paused = false, {_CONTROL} "
+        "WHERE id = :id AND paused AND state = ANY(:from) RETURNING id",
+        {"id": iid, "from": OPEN},
+    )
+
+
+CANCELLABLE = [S.RUNNING, S.WAITING, S.NEEDS_REVIEW]
+
+
+def request_cancel(conn: Connection, iid: str) -> None:
+    """W-CTL CANCEL: CANCELLING with cancel_requested_at; a first stop target is kept."""
+    one(
+        conn,
+        "cancel",
+        iid,
+        CANCELLABLE,
+        f"""
+UPDATE workflow_instances SET state = 'CANCELLING', {_CONTROL}, cancel_requested_at = now(),
+    stop_kind = COALESCE(stop_kind, 'CANCEL'), stop_requested_at = COALESCE(stop_requested_at, now())
+WHERE id = :id AND cancel_requested_at IS NULL AND state = ANY(:from) RETURNING id
+""",
+        {"id": iid, "from": states(CANCELLABLE)},
+    )
+
+
+def start_compensation(conn: Connection, iid: str, comp: dict, *, stop_kind: str, error: Any) -> None:
+    """A stop with compensations to run: CANCELLING (stop_kind says where it is going) with the plan."""
+    one(
+        conn,
+        "start compensation",
+        iid,
+        OPEN,
+        f"""
+UPDATE workflow_instances SET state = 'CANCELLING', {_BUMP}, compensation = CAST(:c AS jsonb),
+    error = COALESCE(CAST(:e AS jsonb), error), stop_kind = COALESCE(stop_kind, :k),
+    stop_requested_at = COALESCE(stop_requested_at, now())
+WHERE id = :id AND state = ANY(:from) RETURNING id
+""",
+        {"id": iid, "c": jdump(comp), "e": jdump(error), "k": stop_kind, "from": OPEN},
+    )
+
+
+def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None = None) -> None:
+    """The saga's progress; ``state`` CANCELLING (next compensation), NEEDS_REVIEW (one failed) or
+    None (unchanged: the chain is done or abandoned and ``end`` follows)."""
+    one(
+        conn,
+        f"compensation -> {comp.get('state')}",
+        iid,
+        OPEN,
+        f"UPDATE workflow_instances SET compensation = CAST(:c AS jsonb), state = COALESCE(:s, state), {_BUMP} "
+        "WHERE id = :id AND state = ANY(:from) RETURNING id",
+        {"id": iid, "c": jdump(comp), "s": state, "from": OPEN},
+    )
+
+
+def set_compensation_task(conn: Connection, iid: str, task_id: str) -> None:
+    one(
+        conn,
+        "compensation task",
+        iid,
+        [S.CANCELLING],
+        "UPDATE workflow_instances SET compensation = compensation || jsonb_build_object('task_id', "
+        f"CAST(:t AS text)), {_BUMP} WHERE id = :id AND state = 'CANCELLING' RETURNING id",
+        {"id": iid, "t": task_id},
+    )
+
+
+def to_review(conn: Connection, iid: str) -> None:
+    """An unknown external outcome: NEEDS_REVIEW until an operator resolves it (X-RECOVER)."""
+    one(
+        conn,
+        "instance -> NEEDS_REVIEW",
+        iid,
+        OPEN,
+        f"UPDATE workflow_instances SET state = 'NEEDS_REVIEW', {_BUMP} WHERE id = :id AND state = ANY(:from) "
+        "RETURNING id",
+        {"id": iid, "from": OPEN},
+    )
+
+
+REVIEWABLE = [S.NEEDS_REVIEW, S.RUNNING, S.WAITING, S.CANCELLING]
+
+
+def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -> None:
+    """Operator recovery: back to RUNNING (progress recomputes it) or CANCELLING (a cancel settles).
+    ``bump`` False: the step recovery already counted this decision in ``revision``."""
+    one(
+        conn,
+        f"instance -> {state}",
+        iid,
+        REVIEWABLE,
+        f"UPDATE workflow_instances SET state = :s{', ' + _BUMP if bump else ''} WHERE id = :id "
+        "AND state = ANY(:from) RETURNING id",
+        {"id": iid, "s": state, "from": states(REVIEWABLE)},
+    )
+
+
+def unfinished_children(conn: Connection, iid: str) -> list[str]:
+    """Children of ``iid`` that are not ending yet (read; the caller locks each before moving it)."""
+    return [
+        r[0]
+        for r in many(
+            conn,
+            "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND stop_requested_at IS NULL "
+            "AND state = ANY(:open) ORDER BY id",
+            {"id": iid, "open": OPEN},
+        )
+    ]

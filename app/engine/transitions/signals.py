@@ -1,0 +1,64 @@
+"""Every write of ``workflow_signals.state`` (W-SIG): a signal is inserted PENDING (or REJECTED as
+STALE_ACTIVATION) and leaves PENDING exactly once: CONSUMED / REJECTED by ``settle``, EXPIRED, or
+REJECTED (WORKFLOW_ENDED) when its instance ends. Each move returns the rows it moved (for the audit)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine.states import SignalState
+from app.engine.store import jdump
+from app.engine.transitions._guard import many
+
+S = SignalState
+_SETTLED = "RETURNING id, namespace_id, instance_id, state, disposition, consumed_wait_id, revision"
+_BUMP = "resolved_at = now(), revision = revision + 1, updated_at = now()"
+
+
+def insert(conn: Connection, row: dict[str, Any]) -> None:
+    conn.execute(
+        text(
+            """
+INSERT INTO workflow_signals (id, namespace_id, instance_id, name, payload_version, target_step_key,
+    target_activation_sequence, correlation_key, payload, actor_id, reason, evidence_ref, state, disposition,
+    expires_at, resolved_at)
+VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb), :actor, :reason, :evidence,
+    :state, :disp, :expires, CASE WHEN :state = 'PENDING' THEN NULL ELSE now() END)
+"""
+        ),
+        {**row, "payload": jdump(row["payload"])},
+    )
+
+
+def settle(
+    conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None
+) -> list[Any]:
+    """PENDING -> CONSUMED (by ``wait_id``) or REJECTED (``disposition``)."""
+    return many(
+        conn,
+        f"UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, {_BUMP} "
+        f"WHERE id = :id AND state = 'PENDING' {_SETTLED}",
+        {"id": sig_id, "s": state, "d": disposition, "w": wait_id},
+    )
+
+
+def try_expire(conn: Connection, sig_id: str, instance_id: str) -> list[Any]:
+    """PENDING at ``expires_at`` -> EXPIRED."""
+    return many(
+        conn,
+        f"UPDATE workflow_signals SET state = 'EXPIRED', {_BUMP} "
+        f"WHERE id = :id AND instance_id = :inst AND state = 'PENDING' AND expires_at <= now() {_SETTLED}",
+        {"id": sig_id, "inst": instance_id},
+    )
+
+
+def close_pending(conn: Connection, instance_id: str) -> list[Any]:
+    """The instance ended: PENDING signals can never be consumed -> REJECTED (WORKFLOW_ENDED)."""
+    return many(
+        conn,
+        f"UPDATE workflow_signals SET state = 'REJECTED', disposition = 'WORKFLOW_ENDED', {_BUMP} "
+        f"WHERE instance_id = :id AND state = 'PENDING' {_SETTLED}",
+        {"id": instance_id},
+    )

@@ -1,0 +1,308 @@
+"""Every write of ``workflow_steps.state`` and ``workflow_activations.state``. A step and its current
+activation move together; each move is guarded by the states it may leave and bumps the step's
+``revision``. Set moves (every open step of an instance) return the keys they moved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine.states import STEP_OPEN, StepState
+from app.engine.store import MISSING, jdump, jparse
+from app.engine.transitions._guard import many, one, states
+from app.ids import new_id
+
+S = StepState
+OPEN = states(STEP_OPEN)
+# operator recovery (X-RECOVER) may resolve these
+RESOLVABLE = states([S.ACTIVE, S.WAITING, S.FAILED, S.CANCELLED, S.NEEDS_REVIEW])
+_BUMP = "revision = revision + 1, updated_at = now()"
+
+
+def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
+    """The steps of a new instance: the ``$root`` (SUCCEEDED) and every declared step BLOCKED."""
+    conn.execute(
+        text(
+            "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
+            "VALUES (:id, :inst, '$root', 'ROOT', 'SUCCEEDED', '{}')"
+        ),
+        {"id": new_id(), "inst": iid},
+    )
+    for st in specs:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_steps (id, instance_id, key, kind, after) "
+                "VALUES (:id, :inst, :key, :kind, CAST(:after AS text[]))"
+            ),
+            {"id": new_id(), "inst": iid, "key": st["key"], "kind": st["kind"], "after": st.get("after", [])},
+        )
+
+
+def insert_activation(
+    conn: Connection,
+    iid: str,
+    step: dict,
+    state: str,
+    act_input: Any,
+    *,
+    task_attempts: int = 0,
+    poll_deadline: Any = None,
+) -> tuple[str, int]:
+    """The next activation row (sequence + 1) of ``step`` in ``state`` (ACTIVE / WAITING); the step
+    points at it once ``activate`` ran (its task or wait is created in between)."""
+    seq = (step["activation_sequence"] or 0) + 1
+    act_id = new_id()
+    poll = poll_deadline is not None
+    conn.execute(
+        text(
+            "INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, task_attempts, "
+            "poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, "
+            "poll_deadline_at) VALUES (:id, :inst, :step, :seq, :state, CAST(:input AS jsonb), :attempts, :z, "
+            ":one, :z, :z, :pd)"
+        ),
+        {
+            "id": act_id,
+            "inst": iid,
+            "step": step["id"],
+            "seq": seq,
+            "state": state,
+            "input": jdump(act_input),
+            "attempts": task_attempts,
+            "z": 0 if poll else None,
+            "one": 1 if poll else None,
+            "pd": poll_deadline,
+        },
+    )
+    return act_id, seq
+
+
+def activate(
+    conn: Connection,
+    step: dict,
+    state: str,
+    act_id: str,
+    seq: int,
+    *,
+    task_id: str | None = None,
+    allowed: list[str] | None = None,
+) -> None:
+    """The step runs activation ``act_id``: from BLOCKED (dependencies succeeded) or, for an
+    operator's RETRY_STEP, from ``RESOLVABLE``."""
+    allowed = allowed or [S.BLOCKED]
+    one(
+        conn,
+        f"step {step['key']} -> {state}",
+        step["id"],
+        allowed,
+        f"UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq, "
+        f"task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END), {_BUMP} "
+        "WHERE id = :id AND state = ANY(:from) RETURNING id",
+        {"id": step["id"], "s": state, "a": act_id, "seq": seq, "t": task_id, "from": states(allowed)},
+    )
+
+
+def set_active(conn: Connection, step: dict, task_id: str) -> None:
+    """The next task attempt / poll round runs: ACTIVE and pointing at its task."""
+    one(
+        conn,
+        f"step {step['key']} -> ACTIVE",
+        step["id"],
+        OPEN,
+        f"UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, {_BUMP} WHERE id = :id AND state = ANY(:from) "
+        "RETURNING id",
+        {"id": step["id"], "t": task_id, "from": OPEN},
+    )
+
+
+def set_waiting(conn: Connection, step: dict) -> None:
+    """Between attempts (retry backoff) or rounds (poll interval)."""
+    one(
+        conn,
+        f"step {step['key']} -> WAITING",
+        step["id"],
+        OPEN,
+        f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+        {"id": step["id"], "from": OPEN},
+    )
+
+
+def touch(conn: Connection, step: dict) -> None:
+    one(
+        conn,
+        f"step {step['key']} revision",
+        step["id"],
+        OPEN,
+        f"UPDATE workflow_steps SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+        {"id": step["id"], "from": OPEN},
+    )
+
+
+def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
+    one(
+        conn,
+        f"step {step['key']} -> {state}",
+        step["id"],
+        allowed,
+        f"UPDATE workflow_steps SET state = :s, {_BUMP} WHERE id = :id AND activation_id = :a "
+        "AND state = ANY(:from) RETURNING id",
+        {"id": step["id"], "a": step["activation_id"], "s": state, "from": allowed},
+    )
+    one(
+        conn,
+        f"activation of {step['key']} -> {state}",
+        step["activation_id"],
+        allowed,
+        "UPDATE workflow_activations SET state = :s, completed_at = now(), "
+        "output = COALESCE(CAST(:o AS jsonb), output), error = COALESCE(CAST(:e AS jsonb), error) "
+        "WHERE id = :a AND state = ANY(:from) RETURNING id",
+        {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error), "from": allowed},
+    )
+
+
+def succeed(conn: Connection, step: dict, output: Any) -> None:
+    """The current activation succeeded with ``output`` (MISSING = no output)."""
+    _settle(conn, step, S.SUCCEEDED, OPEN, output=output, error=MISSING)
+
+
+def fail(conn: Connection, step: dict, error: Any) -> None:
+    _settle(conn, step, S.FAILED, OPEN, output=MISSING, error=error)
+
+
+def cancel(conn: Connection, step: dict) -> None:
+    _settle(conn, step, S.CANCELLED, OPEN, output=MISSING, error=MISSING)
+
+
+def close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
+    """Operator recovery: SUCCEED_STEP / FAIL_STEP from any resolvable state."""
+    _settle(conn, step, state, RESOLVABLE, output=output, error=error)
+
+
+def end_activation_for_retry(conn: Connection, step: dict) -> None:
+    """Operator RETRY_STEP: the current activation ends (CANCELLED unless it already settled)."""
+    conn.execute(
+        text(
+            "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
+            "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a"
+        ),
+        {"a": step["activation_id"]},
+    )
+
+
+def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[str]:
+    """Every ACTIVE / WAITING step of the instance (and its activation) -> CANCELLED. ``idle_only``:
+    only those with no in-flight STEP task (a claimed task keeps its permit during a cancel)."""
+    idle = (
+        " AND NOT EXISTS (SELECT 1 FROM workflow_tasks t WHERE t.activation_id = s.activation_id "
+        "AND t.purpose = 'STEP' AND t.state = 'CLAIMED' AND t.lease_expires_at > now())"
+        if idle_only
+        else ""
+    )
+    rows = many(
+        conn,
+        f"UPDATE workflow_steps s SET state = 'CANCELLED', revision = s.revision + 1, updated_at = now() "
+        f"WHERE s.instance_id = :id AND s.state = ANY(:from){idle} RETURNING s.key, s.activation_id",
+        {"id": iid, "from": OPEN},
+    )
+    acts = [r.activation_id for r in rows if r.activation_id]
+    if acts:
+        many(
+            conn,
+            "UPDATE workflow_activations SET state = 'CANCELLED', completed_at = now() "
+            "WHERE id = ANY(:a) AND state = ANY(:from) RETURNING id",
+            {"a": acts, "from": OPEN},
+        )
+    return [r.key for r in rows]
+
+
+def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
+    """Steps whose external outcome is unknown -> NEEDS_REVIEW (with their activations)."""
+    rows = many(
+        conn,
+        f"UPDATE workflow_steps SET state = 'NEEDS_REVIEW', {_BUMP} WHERE instance_id = :id AND key = ANY(:keys) "
+        "AND state = ANY(:from) RETURNING key, activation_id",
+        {"id": iid, "keys": keys, "from": OPEN},
+    )
+    acts = [r.activation_id for r in rows if r.activation_id]
+    if acts:
+        many(
+            conn,
+            "UPDATE workflow_activations SET state = 'NEEDS_REVIEW' WHERE id = ANY(:a) AND state = ANY(:from) "
+            "RETURNING id",
+            {"a": acts, "from": OPEN},
+        )
+    return [r.key for r in rows]
+
+
+# ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
+def activation_input_of(conn: Connection, act_id: str) -> Any:
+    return jparse(
+        conn.execute(
+            text("SELECT input::text FROM workflow_activations WHERE id = :id"), {"id": act_id}
+        ).scalar_one()
+    )
+
+
+def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
+    conn.execute(
+        text(
+            """
+UPDATE workflow_activations SET poll_round_attempts = :att, poll_current_task_id = :task,
+    poll_last_task_id = :task, poll_next_at = NULL,
+    poll_first_round_attempts_used = CASE WHEN :rnd = poll_first_round THEN :att
+                                          ELSE poll_first_round_attempts_used END
+WHERE id = :id
+"""
+        ),
+        {"id": act_id, "att": attempts, "task": task_id, "rnd": rnd},
+    )
+
+
+def poll_task_ended(
+    conn: Connection, act_id: str, *, resolved: bool = False, used: int | None = None
+) -> None:
+    """The round's task ended: ``resolved`` (done: the round counts as used), or the round is used up
+    (``used`` rounds), or neither (another attempt of the same round follows)."""
+    sets = "poll_current_task_id = NULL"
+    if resolved:
+        sets += ", poll_used_rounds = poll_used_rounds + 1, poll_round_attempts = 0, poll_resolved_at = now()"
+    elif used is not None:
+        sets += ", poll_used_rounds = :u, poll_round_attempts = 0"
+    conn.execute(text(f"UPDATE workflow_activations SET {sets} WHERE id = :id"), {"id": act_id, "u": used})
+
+
+def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
+    conn.execute(
+        text(
+            "UPDATE workflow_activations SET poll_resolved_at = now(), poll_next_at = NULL, "
+            "poll_current_task_id = NULL WHERE id = :a"
+        ),
+        {"a": act_id},
+    )
+
+
+def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
+    """The next round is due ``seconds`` from now; returns that time."""
+    return conn.execute(
+        text(
+            "UPDATE workflow_activations SET poll_next_at = now() + make_interval(secs => :s) WHERE id = :id "
+            "RETURNING poll_next_at"
+        ),
+        {"id": act_id, "s": seconds},
+    ).scalar_one()
+
+
+def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
+    conn.execute(
+        text("UPDATE workflow_activations SET task_attempts = :n WHERE id = :id"),
+        {"id": act_id, "n": attempts},
+    )
+
+
+def set_child(conn: Connection, step: dict, child_id: str) -> None:
+    """A SUBWORKFLOW activation records its child (step and instance revisions follow)."""
+    conn.execute(
+        text("UPDATE workflow_activations SET child_instance_id = :c WHERE id = :a"),
+        {"c": child_id, "a": step["activation_id"]},
+    )
+    touch(conn, step)

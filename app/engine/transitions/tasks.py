@@ -1,0 +1,176 @@
+"""Every write of ``workflow_tasks.state`` (X-TASK): insert, claim (epoch + 1), the results of a claim
+(fenced by epoch + ``CLAIMED`` + an unexpired lease), time-out, the lease sweep and the cancels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine.states import TASK_OPEN, TaskState
+from app.engine.store import jdump
+from app.engine.transitions._guard import many, maybe, one, states
+
+S = TaskState
+OPEN = states(TASK_OPEN)
+TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
+    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
+    t.poll_round,
+    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
+    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired"""
+_DONE = "completed_at = now(), updated_at = now(), lease_expires_at = NULL"
+
+
+def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> Any:
+    """A PENDING task; returns its ``deadline_at`` (now + ``timeout`` seconds)."""
+    return conn.execute(
+        text(
+            f"""
+INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+    attempt, poll_round, deadline_at, purpose)
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
+    now() + make_interval(secs => :timeout), :purpose)
+RETURNING deadline_at
+"""
+        ),
+        {"round": None, "purpose": "STEP", "output": None, **row},
+    ).scalar_one()
+
+
+_CLAIM = text(
+    f"""
+WITH picked AS (
+    SELECT t.id FROM workflow_tasks t
+    WHERE t.namespace_id = :ns AND t.queue = ANY(CAST(:queues AS text[]))
+      AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))
+      AND t.deadline_at > now()
+      -- W-CTL: a paused, cancelling or stopping instance grants no new execution, not even a task
+      -- whose lease expired (the cancel's settlement decides it); L-PAUSE-3: compensation is not held
+      AND (t.purpose = 'COMPENSATION'
+           OR NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id
+                          AND (i.paused OR i.cancel_requested_at IS NOT NULL OR i.state = 'CANCELLING')))
+    ORDER BY t.created_at, t.id
+    LIMIT :n
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE workflow_tasks t SET state = 'CLAIMED', epoch = t.epoch + 1, updated_at = now(),
+    lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at)
+FROM picked WHERE t.id = picked.id
+RETURNING {TASK_COLS}
+"""
+)
+
+
+def claim(conn: Connection, namespace_id: str, queues: list[str], n: int, lease_seconds: float) -> list[Any]:
+    """PENDING (or CLAIMED with an expired lease) -> CLAIMED, epoch + 1, oldest first."""
+    return list(conn.execute(_CLAIM, {"ns": namespace_id, "queues": queues, "n": n, "lease": lease_seconds}))
+
+
+def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:
+    """The lease of the current claim moves on (never past the task deadline); None when the claim
+    is no longer current (fenced)."""
+    return maybe(
+        conn,
+        f"""
+UPDATE workflow_tasks t SET lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at),
+    updated_at = now()
+WHERE t.id = :id AND t.epoch = :epoch AND t.state = 'CLAIMED' AND t.deadline_at > now()
+  AND t.lease_expires_at > now()
+RETURNING {TASK_COLS}
+""",
+        {"id": task_id, "epoch": epoch, "lease": lease_seconds},
+    )
+
+
+def complete(conn: Connection, task_id: str, epoch: int, output: Any) -> None:
+    one(
+        conn,
+        "task complete",
+        task_id,
+        [S.CLAIMED],
+        f"UPDATE workflow_tasks SET state = 'COMPLETED', output = CAST(:o AS jsonb), {_DONE} "
+        "WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING id",
+        {"id": task_id, "epoch": epoch, "o": jdump(output)},
+    )
+
+
+def fail(conn: Connection, task_id: str, epoch: int, error: Any) -> None:
+    one(
+        conn,
+        "task fail",
+        task_id,
+        [S.CLAIMED],
+        f"UPDATE workflow_tasks SET state = 'FAILED', error = CAST(:e AS jsonb), {_DONE} "
+        "WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING id",
+        {"id": task_id, "epoch": epoch, "e": jdump(error)},
+    )
+
+
+def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -> bool:
+    """An open task of ``instance_id`` past its deadline -> TIMED_OUT (False: settled or not due)."""
+    return (
+        maybe(
+            conn,
+            f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
+            "WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() RETURNING id",
+            {"id": task_id, "inst": instance_id, "e": jdump(error), "from": OPEN},
+        )
+        is not None
+    )
+
+
+def return_expired(conn: Connection, limit: int) -> int:
+    """The sweep: CLAIMED tasks whose lease passed -> PENDING (epoch kept; the next claim bumps it).
+    SKIP LOCKED: a task being settled is left for the next pass; tasks of an instance with a cancel
+    requested are left to the cancel's settlement (W-CTL-3: they must not be claimed again)."""
+    return len(
+        many(
+            conn,
+            """
+UPDATE workflow_tasks t SET state = 'PENDING', lease_expires_at = NULL, updated_at = now()
+FROM (SELECT id FROM workflow_tasks w WHERE w.state = 'CLAIMED' AND w.lease_expires_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM workflow_instances i
+                        WHERE i.id = w.instance_id AND i.cancel_requested_at IS NOT NULL)
+      ORDER BY w.lease_expires_at, w.id LIMIT :n FOR UPDATE OF w SKIP LOCKED) picked
+WHERE t.id = picked.id AND t.state = 'CLAIMED'
+RETURNING t.id
+""",
+            {"n": limit},
+        )
+    )
+
+
+def cancel_open(
+    conn: Connection,
+    *,
+    instance_id: str | None = None,
+    activation_id: str | None = None,
+    step_only: bool = False,
+    pending_only: bool = False,
+    expired_claims_only: bool = False,
+    unclaimed_or_expired: bool = False,
+) -> list[str]:
+    """Open tasks of an instance or of one activation -> CANCELLED; returns their ids. Filters:
+    ``step_only`` (not compensation tasks), ``pending_only`` (PENDING), ``expired_claims_only``
+    (CLAIMED with a passed lease), ``unclaimed_or_expired`` (PENDING, or CLAIMED with a passed lease)."""
+    where = ["state = ANY(:from)"]
+    if instance_id is not None:
+        where.append("instance_id = :inst")
+    if activation_id is not None:
+        where.append("activation_id = :act")
+    if step_only:
+        where.append("purpose = 'STEP'")
+    if pending_only:
+        where.append("state = 'PENDING'")
+    if expired_claims_only:
+        where.append("state = 'CLAIMED' AND lease_expires_at <= now()")
+    if unclaimed_or_expired:
+        where.append("(state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))")
+    if instance_id is None and activation_id is None:
+        raise ValueError("cancel_open needs an instance or an activation")
+    rows = many(
+        conn,
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE {' AND '.join(where)} RETURNING id",
+        {"inst": instance_id, "act": activation_id, "from": OPEN},
+    )
+    return [r.id for r in rows]

@@ -1,0 +1,110 @@
+"""Every write of ``workflow_waits.state``: a TIMER or SIGNAL wait of one activation is WAITING until it
+is resolved (timer due, signal consumed, poll resolved), expires, or is canceled with its work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app.engine.states import WaitState
+from app.engine.transitions._guard import many, maybe
+from app.ids import new_id
+
+S = WaitState
+
+
+def insert(
+    conn: Connection,
+    iid: str,
+    act_id: str,
+    kind: str,
+    deadline_sql: str,
+    *,
+    name: str | None = None,
+    payload_version: str | None = None,
+    correlation_key: str | None = None,
+    **params: Any,
+) -> Any:
+    """A WAITING wait; returns its ``deadline_at`` (``deadline_sql`` over ``params``)."""
+    return conn.execute(
+        text(
+            "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, "
+            f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, {deadline_sql}) "
+            "RETURNING deadline_at"
+        ),
+        {
+            "id": new_id(),
+            "inst": iid,
+            "act": act_id,
+            "kind": kind,
+            "name": name,
+            "pv": payload_version,
+            "corr": correlation_key,
+            **params,
+        },
+    ).scalar_one()
+
+
+def try_resolve_due(conn: Connection, act_id: str) -> bool:
+    """A timer fired: WAITING and due -> RESOLVED (False: not due, or settled first)."""
+    return (
+        maybe(
+            conn,
+            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
+            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+            {"a": act_id},
+        )
+        is not None
+    )
+
+
+def try_expire_due(conn: Connection, act_id: str) -> bool:
+    """A signal wait's timeout passed: WAITING and due -> EXPIRED."""
+    return (
+        maybe(
+            conn,
+            "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now() "
+            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+            {"a": act_id},
+        )
+        is not None
+    )
+
+
+def resolve_by_signal(conn: Connection, wait_id: str, signal_id: str) -> bool:
+    return (
+        maybe(
+            conn,
+            "UPDATE workflow_waits SET state = 'RESOLVED', winner_signal_id = :s, resolved_at = now() "
+            "WHERE id = :w AND state = 'WAITING' RETURNING id",
+            {"w": wait_id, "s": signal_id},
+        )
+        is not None
+    )
+
+
+def resolve_open(conn: Connection, act_id: str) -> int:
+    """A POLL resolved by its task: its final-signal wait (if any) is RESOLVED too."""
+    return len(
+        many(
+            conn,
+            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
+            "WHERE activation_id = :a AND state = 'WAITING' RETURNING id",
+            {"a": act_id},
+        )
+    )
+
+
+def cancel_open(conn: Connection, *, instance_id: str | None = None, activation_id: str | None = None) -> int:
+    """WAITING waits of an instance or of one activation -> CANCELLED."""
+    if instance_id is None and activation_id is None:
+        raise ValueError("cancel_open needs an instance or an activation")
+    col, val = ("instance_id", instance_id) if instance_id is not None else ("activation_id", activation_id)
+    return len(
+        many(
+            conn,
+            f"UPDATE workflow_waits SET state = 'CANCELLED' WHERE {col} = :v AND state = 'WAITING' RETURNING id",
+            {"v": val},
+        )
+    )
