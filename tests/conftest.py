@@ -33,7 +33,17 @@ def _server_url() -> str:
     return _normalize_db_url(url)
 
 
-def pytest_configure(config: pytest.Config) -> None:
+UNIT_DIR = ROOT / "tests" / "unit"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Create the test database only when a collected test needs one: ``tests/unit`` (pure logic,
+    no I/O) runs without PostgreSQL."""
+    if any(not Path(str(item.fspath)).is_relative_to(UNIT_DIR) for item in items):
+        _create_test_database()
+
+
+def _create_test_database() -> None:
     server = make_url(_server_url())
     admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:

@@ -23,7 +23,7 @@ class TransitionRefused(StateConflict):
 
 
 def states(values: Iterable[str]) -> list[str]:
-    return [str(v) for v in values]
+    return sorted(str(v) for v in values)
 
 
 def one(conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: str, params: dict) -> Row:

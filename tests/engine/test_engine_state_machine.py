@@ -1,0 +1,152 @@
+"""Behaviour fixed with the engine state machine (issue 8): each test failed before.
+
+- a ``delay_wake`` job with an unknown wake is dead (PERMANENT_ERROR), never a silent success;
+- completing or failing a task cancels its pending ``task_timeout`` job;
+- every engine job binds the row its payload names to the job's own instance: a payload naming
+  another instance's activation / task / signal / child is dead with a clear reason and changes nothing;
+- a guarded transition refuses a move from a state it may not leave."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from app.db import transaction
+from app.engine import tasks
+from app.engine.store import read_step
+from app.engine.transitions import TransitionRefused
+from app.engine.transitions import steps as step_moves
+from app.ids import new_id
+from app.ledger.enqueue import enqueue
+from tests.engine.helpers import claim_task, instance, make_due, publish, run_jobs, start, step
+
+NS = "ns-" + new_id()[:8]
+
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [
+        {"key": "t", "kind": "TASK", "queue": "q", "timeout_seconds": 60},
+        {"key": "wait", "kind": "TIMER", "delay_seconds": 30, "after": ["t"]},
+    ],
+}
+
+
+def _job(eng, job_id: int) -> dict:  # noqa: ANN001
+    with eng.connect() as conn:
+        return dict(
+            conn.execute(
+                text("SELECT type, status, error_code, last_error FROM workflow_jobs WHERE id = :id"),
+                {"id": job_id},
+            )
+            .first()
+            ._mapping
+        )
+
+
+def _enqueue(eng, type_: str, payload: dict, instance_id: str) -> int:  # noqa: ANN001
+    with transaction(eng) as conn:
+        return enqueue(conn, type_, payload, instance_id=instance_id).id
+
+
+def _snapshot(eng, iid: str) -> tuple:  # noqa: ANN001
+    """The states of every row of the instance (and its revision)."""
+    with eng.connect() as conn:
+        rows = tuple(
+            conn.execute(
+                text(f"SELECT array_agg(state ORDER BY id) FROM workflow_{t} WHERE instance_id = :i"),
+                {"i": iid},
+            ).scalar()
+            for t in ("steps", "activations", "tasks", "waits", "signals")
+        )
+        return rows + tuple(
+            conn.execute(
+                text("SELECT state, revision FROM workflow_instances WHERE id = :i"), {"i": iid}
+            ).first()
+        )
+
+
+def test_unknown_delay_wake_is_dead(eng):
+    iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
+    job_id = _enqueue(eng, "delay_wake", {"wake": "bogus"}, iid)
+    run_jobs(eng)
+    job = _job(eng, job_id)
+    assert job["status"] == "dead" and job["error_code"] == "PERMANENT_ERROR"
+    assert "unknown wake 'bogus'" in job["last_error"]
+
+
+def test_task_settlement_cancels_its_timeout_job(eng):
+    iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
+    task = claim_task(eng, NS, "q")
+    with transaction(eng) as conn:
+        tasks.complete(conn, NS, task["id"], task["epoch"], {"ok": True})
+    with eng.connect() as conn:
+        status = conn.execute(
+            text("SELECT status FROM workflow_jobs WHERE type = 'task_timeout' AND task_id = :t"),
+            {"t": task["id"]},
+        ).scalar_one()
+    assert status == "canceled"
+    assert step(eng, NS, iid, "wait")["step"]["state"] == "WAITING"
+
+
+def test_failed_task_cancels_its_timeout_job(eng):
+    retrying = {**DOC, "steps": [{**DOC["steps"][0], "retry": {"max_attempts": 3}}, DOC["steps"][1]]}
+    iid = start(eng, NS, publish(eng, NS, retrying), {})["id"]
+    task = claim_task(eng, NS, "q")
+    with transaction(eng) as conn:
+        tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "try again", "retryable": True})
+    assert step(eng, NS, iid, "t")["step"]["state"] == "WAITING"  # the retry backoff
+    with eng.connect() as conn:
+        status = conn.execute(
+            text("SELECT status FROM workflow_jobs WHERE type = 'task_timeout' AND task_id = :t"),
+            {"t": task["id"]},
+        ).scalar_one()
+    assert status == "canceled"
+
+
+@pytest.mark.parametrize("kind", ["timer", "task_timeout", "signal_expiry", "subprocess_join"])
+def test_a_job_naming_another_instances_row_is_dead_and_changes_nothing(eng, kind):
+    def_id = publish(eng, NS, DOC)
+    victim = start(eng, NS, def_id, {})["id"]
+    attacker = start(eng, NS, def_id, {})["id"]
+    # the victim reaches its TIMER; its task and activation are what the forged payloads name
+    task = claim_task(eng, NS, "q")
+    if task["instance_id"] != victim:
+        victim, attacker = attacker, victim
+    with transaction(eng) as conn:
+        tasks.complete(conn, NS, task["id"], task["epoch"], {})
+        timer = read_step(conn, victim, "wait")
+        victim_task = conn.execute(
+            text("SELECT id FROM workflow_tasks WHERE instance_id = :i AND state = 'PENDING'"), {"i": victim}
+        ).scalar()
+    make_due(eng)
+    before = _snapshot(eng, victim)
+    payloads = {
+        "timer": ("delay_wake", {"wake": "timer", "activation_id": timer["activation_id"]}),
+        "task_timeout": ("task_timeout", {"task_id": victim_task or task["id"]}),
+        "signal_expiry": ("delay_wake", {"wake": "signal_expiry", "signal_id": new_id()}),
+        "subprocess_join": ("subprocess_join", {"child_id": victim}),
+    }
+    type_, payload = payloads[kind]
+    job_id = _enqueue(eng, type_, payload, attacker)
+    with eng.begin() as conn:  # only the forged job is due
+        conn.execute(
+            text("UPDATE workflow_jobs SET run_at = now() + interval '1 hour' WHERE id <> :id"),
+            {"id": job_id},
+        )
+    run_jobs(eng)
+    job = _job(eng, job_id)
+    assert job["status"] == "dead" and job["error_code"] == "FOREIGN_REFERENCE", job
+    assert "another workflow" in job["last_error"] or "does not exist" in job["last_error"]
+    assert _snapshot(eng, victim) == before
+    assert instance(eng, victim)["state"] == "WAITING"
+
+
+def test_guarded_transition_refuses_a_move_from_a_terminal_state(eng):
+    iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
+    with transaction(eng) as conn:
+        st = read_step(conn, iid, "t")
+        step_moves.succeed(conn, st, {"x": 1})
+    with pytest.raises(TransitionRefused, match="not one of ACTIVE, WAITING"), transaction(eng) as conn:
+        step_moves.fail(conn, read_step(conn, iid, "t"), {"code": "X"})

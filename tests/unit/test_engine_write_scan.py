@@ -1,0 +1,48 @@
+"""Every write of an engine state column lives in ``app/engine/transitions/`` (``app/engine/states.py``).
+This scan reads the source of every module outside it and fails on an ``INSERT INTO`` one of the
+engine's state tables or an ``UPDATE`` of one whose ``SET`` names ``state`` (or the flags that gate
+it: ``paused``, ``cancel_requested_at``, ``stop_kind``, ``compensation``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSITIONS = ROOT / "app" / "engine" / "transitions"
+TABLES = "instances|steps|activations|tasks|waits|signals"
+_JOIN = re.compile(r'"\s*\n\s*f?"')  # adjacent string literals over lines
+_INSERT = re.compile(rf"INSERT\s+INTO\s+workflow_({TABLES})\b", re.I)
+_UPDATE = re.compile(
+    rf"UPDATE\s+workflow_({TABLES})\b(?:\s+\w+)?\s+SET\s+(.*?)(?:\bWHERE\b|\bFROM\b|$)", re.I | re.S
+)
+_STATE_COL = re.compile(r"(?:^|[\s,.])(state|paused|cancel_requested_at|stop_kind|compensation)\s*=", re.I)
+
+
+def offending_writes(source: str) -> list[str]:
+    text = _JOIN.sub("", source)
+    found = [f"INSERT INTO workflow_{m.group(1)}" for m in _INSERT.finditer(text)]
+    for m in _UPDATE.finditer(text):
+        if _STATE_COL.search(m.group(2)):
+            found.append(f"UPDATE workflow_{m.group(1)} SET {m.group(2).strip()[:60]}")
+    return found
+
+
+def test_the_scan_sees_a_state_write() -> None:
+    assert offending_writes(
+        'x = "UPDATE workflow_steps SET revision = 1, "\n    "state = \'FAILED\' WHERE id = 1"'
+    )
+    assert offending_writes("INSERT INTO workflow_tasks (id) VALUES (1)")
+    assert not offending_writes("UPDATE workflow_tasks SET deadline_at = now() WHERE state = 'PENDING'")
+
+
+def test_no_engine_state_write_outside_the_transitions() -> None:
+    offenders = {}
+    for folder in ("app", "web", "actors", "ledgerflow"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.is_relative_to(TRANSITIONS):
+                continue
+            found = offending_writes(path.read_text())
+            if found:
+                offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}, f"engine state written outside app/engine/transitions: {offenders}"
