@@ -36,6 +36,11 @@ def _server_url() -> str:
 UNIT_DIR = ROOT / "tests" / "unit"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["LEDGERFLOW_REDIS_NAMESPACE"] = f"lf-test-{_SESSION}"
+    os.environ.setdefault("PYTHONPATH", str(ROOT))
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Create the test database only when a collected test needs one: ``tests/unit`` (pure logic,
     no I/O) runs without PostgreSQL."""
@@ -52,8 +57,6 @@ def _create_test_database() -> None:
     test_url = server.set(database=TEST_DB).render_as_string(hide_password=False)
     os.environ["LEDGERFLOW_SERVER_DATABASE_URL"] = _server_url()
     os.environ["DATABASE_URL"] = test_url
-    os.environ["LEDGERFLOW_REDIS_NAMESPACE"] = f"lf-test-{_SESSION}"
-    os.environ.setdefault("PYTHONPATH", str(ROOT))
     from app.config import get_settings
     from app.migrate import upgrade
 
