@@ -27,6 +27,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports --no-logo
 
 format: $(STAMP)
 	$(BIN)/ruff format .

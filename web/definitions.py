@@ -3,54 +3,56 @@
 from __future__ import annotations
 
 from flask import Blueprint
-from marshmallow import Schema, fields
 
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import definitions
 from web.auth import current_principal, requires
-from web.engine_common import idempotent, ok
+from web.definitions_schemas import (
+    ContractResponse,
+    CreateDefinitionRequest,
+    DefinitionResponse,
+    DefinitionResultResponse,
+    VersionDocument,
+    VersionResponse,
+    VersionResultResponse,
+)
+from web.http import ok, success
 from web.meta import doc
-from web.mutation import mutation
+from web.mutation import idempotent, mutation
 from web.strict import body
 
 bp = Blueprint("definitions", __name__)
 
 
-class CreateDefinitionSchema(Schema):
-    name = fields.Raw(required=True)
-    description = fields.Raw()
-
-
-class VersionDocumentSchema(Schema):
-    """The X-DEF version document; the engine validates the whole graph with precise field paths."""
-
-    version = fields.Raw(required=True)
-    description = fields.Raw()
-    input_schema = fields.Raw(required=True)
-    deadline_seconds = fields.Raw(required=True)
-    signals = fields.Raw()
-    steps = fields.Raw(required=True)
-    output = fields.Raw(allow_none=True)
-
-
 @bp.post("/v1/workflow-definitions")
-@doc(summary="Create a workflow definition", status=201, tags=["definitions"], errors=(400, 401, 403, 409))
+@doc(
+    summary="Create a workflow definition",
+    status=201,
+    response=DefinitionResultResponse,
+    tags=["definitions"],
+    errors=(400, 401, 403, 409),
+)
 @requires(Scope.DEFINITIONS_PUBLISH)
 @mutation
-@body(CreateDefinitionSchema)
+@body(CreateDefinitionRequest)
 def create_definition(body: dict):  # noqa: ANN201
     ns = current_principal().namespace_id
 
     def work(conn):  # noqa: ANN001, ANN202
-        d = definitions.create_definition(conn, ns, body.get("name"), body.get("description"))
-        return 201, {"request_id": _rid(), "data": {"definition": d, "deduplicated": False}}
+        d = definitions.create_definition(conn, ns, body["name"], body["description"])
+        return 201, success({"definition": d, "deduplicated": False})
 
     return idempotent(work)
 
 
 @bp.get("/v1/workflow-definitions/<definition_id>")
-@doc(summary="Read a workflow definition and its versions", tags=["definitions"], errors=(401, 403, 404))
+@doc(
+    summary="Read a workflow definition and its versions",
+    response=DefinitionResponse,
+    tags=["definitions"],
+    errors=(401, 403, 404),
+)
 @requires(Scope.DEFINITIONS_READ)
 def get_definition(definition_id: str):  # noqa: ANN201
     with get_engine().connect() as conn:
@@ -59,23 +61,32 @@ def get_definition(definition_id: str):  # noqa: ANN201
 
 @bp.post("/v1/workflow-definitions/<definition_id>/versions")
 @doc(
-    summary="Publish an immutable version", status=201, tags=["definitions"], errors=(400, 401, 403, 404, 409)
+    summary="Publish an immutable version",
+    status=201,
+    response=VersionResultResponse,
+    tags=["definitions"],
+    errors=(400, 401, 403, 404, 409),
 )
 @requires(Scope.DEFINITIONS_PUBLISH)
 @mutation
-@body(VersionDocumentSchema)
+@body(VersionDocument)
 def publish_version(definition_id: str, body: dict):  # noqa: ANN201
     ns = current_principal().namespace_id
 
     def work(conn):  # noqa: ANN001, ANN202
         v = definitions.publish_version(conn, ns, definition_id, body)
-        return 201, {"request_id": _rid(), "data": {"version": v, "deduplicated": False}}
+        return 201, success({"version": v, "deduplicated": False})
 
     return idempotent(work)
 
 
 @bp.get("/v1/workflow-definitions/<definition_id>/versions/<version>")
-@doc(summary="Read a published version document", tags=["definitions"], errors=(401, 403, 404))
+@doc(
+    summary="Read a published version document",
+    response=VersionResponse,
+    tags=["definitions"],
+    errors=(401, 403, 404),
+)
 @requires(Scope.DEFINITIONS_READ)
 def get_version(definition_id: str, version: str):  # noqa: ANN201
     with get_engine().connect() as conn:
@@ -85,6 +96,7 @@ def get_version(definition_id: str, version: str):  # noqa: ANN201
 @bp.get("/v1/workflow-definitions/<definition_id>/versions/<version>/contract")
 @doc(
     summary="The input and signal payload contracts of a version",
+    response=ContractResponse,
     tags=["definitions"],
     errors=(401, 403, 404),
 )
@@ -92,9 +104,3 @@ def get_version(definition_id: str, version: str):  # noqa: ANN201
 def get_contract(definition_id: str, version: str):  # noqa: ANN201
     with get_engine().connect() as conn:
         return ok(definitions.get_contract(conn, current_principal().namespace_id, definition_id, version))
-
-
-def _rid() -> str:
-    from web.http import request_id
-
-    return request_id()

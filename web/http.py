@@ -30,3 +30,13 @@ def raw_json_response(text: str, status: int = 200, headers: dict[str, str] | No
     for k, v in (headers or {}).items():
         resp.headers[k] = v
     return resp
+
+
+def success(data: Any) -> dict[str, Any]:
+    """The success body of every API: ``{"request_id", "data"}``."""
+    return {"request_id": request_id(), "data": data}
+
+
+def ok(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """The one success response helper."""
+    return json_response(success(data), status, headers)

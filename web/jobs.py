@@ -18,9 +18,8 @@ from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
 from web.auth import current_principal, requires
-from web.http import json_response, request_id
+from web.http import json_response, ok, request_id, success
 from web.jobs_schemas import (
-    ANY,
     JOB_ID_PATTERN,
     BatchRetryBody,
     BatchSkipBody,
@@ -33,10 +32,10 @@ from web.jobs_schemas import (
     ReplayPreviewBody,
     RetryBody,
     SkipBody,
-    envelope,
 )
 from web.meta import doc
-from web.mutation import mutation, run_once
+from web.mutation import Replay, idempotent, mutation
+from web.schemas import ANY, envelope
 from web.strict import body, query
 
 bp = Blueprint("jobs", __name__)
@@ -66,10 +65,6 @@ def _read(fn: Callable[[Connection], Any]) -> Any:
         return fn(conn)
 
 
-def _ok(data: Any, status_code: int = 200) -> Response:
-    return json_response({"request_id": request_id(), "data": data}, status_code)
-
-
 def _actor(b: dict[str, Any]) -> ops_actions.Actor:
     return ops_actions.Actor(
         principal=current_principal(), request_id=request_id(), reason=b.get("reason"), operation_id=new_id()
@@ -77,7 +72,7 @@ def _actor(b: dict[str, Any]) -> ops_actions.Actor:
 
 
 def _mutate(work: Callable[[Connection], Any]) -> Response:
-    return run_once(lambda conn: (200, {"request_id": request_id(), "data": work(conn)}))
+    return idempotent(lambda conn: (200, success(work(conn))), replay=Replay.STORED)
 
 
 def _ids(raw: list[str]) -> list[int]:
@@ -125,14 +120,14 @@ def list_jobs(query: dict[str, Any]) -> Response:
     data: dict[str, Any] = {"items": page.items}
     if page.next_cursor:
         data["next_cursor"] = page.next_cursor
-    return _ok(data)
+    return ok(data)
 
 
 @bp.get("/jobs/summary")
 @requires(MONITOR)
 @doc(summary="Job counts by type and status", tags=TAGS, response=envelope(ANY, "JobSummaryResponse"))
 def jobs_summary() -> Response:
-    return _ok(_read(ops.summary))
+    return ok(_read(ops.summary))
 
 
 @bp.get("/jobs/runtime-status")
@@ -140,7 +135,7 @@ def jobs_summary() -> Response:
 @doc(summary="Runtime status of the ledger and pools (L-STATUS)", tags=TAGS,
      response=envelope(ANY, "RuntimeStatusResponse"))  # fmt: skip
 def runtime_status() -> Response:
-    return _ok(_read(status.runtime_status))
+    return ok(_read(status.runtime_status))
 
 
 @bp.get("/jobs/failure-clusters")
@@ -160,7 +155,7 @@ def failure_clusters(query: dict[str, Any]) -> Response:
             limit=query["limit"],
         )
     )
-    return _ok(data)
+    return ok(data)
 
 
 @bp.get("/jobs/<id>")
@@ -169,7 +164,7 @@ def failure_clusters(query: dict[str, Any]) -> Response:
      tags=TAGS, response=envelope(JobDetailSchema, "JobDetailResponse"), path_params=JOB_ID)  # fmt: skip
 def job_detail(id: str) -> Response:  # noqa: A002
     job_id = _job_id(id)
-    return _ok(_read(lambda c: ops.job_detail(c, job_id)))
+    return ok(_read(lambda c: ops.job_detail(c, job_id)))
 
 
 @bp.get("/jobs/chain/<traceId>")
@@ -178,7 +173,7 @@ def job_detail(id: str) -> Response:  # noqa: A002
      response=envelope(ANY, "JobChainResponse"), path_params=TRACE_ID)  # fmt: skip
 def job_chain(traceId: str) -> Response:  # noqa: N803
     trace_id = _trace_id(traceId)
-    return _ok(_read(lambda c: ops.chain(c, trace_id)))
+    return ok(_read(lambda c: ops.chain(c, trace_id)))
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -203,7 +198,7 @@ def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
 @body(ReplayPreviewBody)
 def replay_preview(body: dict[str, Any]) -> Response:
     f = _replay_filter(body)
-    return _ok(_read(lambda c: replay.preview(c, f, sample_size=body["sample_size"])))
+    return ok(_read(lambda c: replay.preview(c, f, sample_size=body["sample_size"])))
 
 
 # --------------------------------------------------------------------------- mutations

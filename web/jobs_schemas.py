@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate
+from marshmallow import ValidationError, fields, validate
 
 from app.ledger.models import JOB_STATUSES, JOB_TYPES
 from app.ledger.replay import CLUSTER_DIMENSIONS, REPLAYABLE
+from web.schemas import Loose, Strict
 
 JOB_ID_PATTERN = r"^[1-9][0-9]{0,18}$"
 RATE = validate.Range(min=1, max=200)
@@ -35,15 +36,6 @@ class CommaList(fields.String):
         if bad or not items:
             raise ValidationError(f"allowed values: {', '.join(self.choices)}")
         return tuple(dict.fromkeys(items))
-
-
-class Strict(Schema):
-    """Request schemas: unknown fields are refused (additionalProperties: false)."""
-
-
-class Loose(Schema):
-    class Meta:
-        unknown = EXCLUDE
 
 
 Reason = fields.String(validate=[validate.Length(min=1, max=1024), _reason], metadata={"description": "why"})
@@ -198,15 +190,6 @@ class JobDetailSchema(JobSchema):
 class JobPageSchema(Loose):
     items = fields.List(fields.Nested(JobSchema), required=True)
     next_cursor = fields.String()
-
-
-def envelope(data: Any, name: str) -> type[Schema]:
-    """``{"request_id", "data"}`` around ``data`` (a Schema class or a field)."""
-    field = fields.Nested(data, required=True) if isinstance(data, type) else data
-    return Loose.from_dict({"request_id": fields.String(required=True), "data": field}, name=name)
-
-
-ANY = fields.Dict(required=True)
 
 
 class DiagnosticBundleSchema(Loose):

@@ -1,23 +1,41 @@
 """Idempotent mutations (SPEC W-API-2): ``@mutation`` declares the required ``Idempotency-Key`` header;
-``run_once(work)`` runs ``work(conn)`` in one transaction with the receipt and replays stored
-responses. Audit rows written by ``work`` share that transaction."""
+``idempotent(work)`` — the one idempotency wrapper of every route — runs ``work(conn)`` once per
+(namespace, method + path, Idempotency-Key) in one transaction with the receipt, and replays the
+stored response. Audit rows written by ``work`` share that transaction."""
 
 from __future__ import annotations
 
+import enum
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
 from flask import Response, request
 from sqlalchemy import Connection
 
-from app import idempotency
+from app import idempotency, jsonx
 from web.auth import current_principal
-from web.http import raw_json_response
+from web.http import json_response, raw_json_response, request_id
 from web.meta import meta
 from web.strict import read_json_body
 
 REPLAYED_HEADER = "Idempotent-Replayed"
+
+
+class Replay(enum.Enum):
+    """How a replay of the stored response answers.
+
+    STORED: the stored status and body byte for byte (the job ledger API, L-API).
+    RECEIPT: the stored body with this request's id and ``deduplicated: true``; a stored 201 answers
+    200 (the workflow API, W-API-3)."""
+
+    STORED = "stored"
+    RECEIPT = "receipt"
+
+
+class NothingYet(Exception):
+    """Raised by ``work`` to roll its transaction back (no receipt kept) and try again later."""
 
 
 def mutation(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,26 +50,39 @@ def mutation(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def run_once(
+def idempotent(
     work: Callable[[Connection], tuple[int, Any]],
     *,
-    replay_status: Callable[[int], int] | None = None,
+    replay: Replay = Replay.RECEIPT,
+    wait_until: float | None = None,
+    poll_seconds: float = 1.0,
 ) -> Response:
-    """Execute ``work`` once for (namespace, method + path, Idempotency-Key).
+    """Execute ``work`` once; same key + same body → the stored response (``Idempotent-Replayed:
+    true``, see ``Replay``); same key + other body → 409 IDEMPOTENCY_CONFLICT.
 
-    Same key + same body → the stored response (``Idempotent-Replayed: true``; ``replay_status`` may
-    map the stored status, e.g. 201 → 200 per W-API-3); same key + other body → 409
-    IDEMPOTENCY_CONFLICT."""
+    With ``wait_until`` (a ``time.monotonic()`` deadline) ``work`` may raise ``NothingYet``: each try
+    is one short transaction, retried every ``poll_seconds`` (a long poll)."""
     principal = current_principal()
     key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
-    raw = read_json_body()
     route = f"{request.method} {request.path}"
-    fp = idempotency.fingerprint(request.method, request.path, raw)
-    stored = idempotency.execute_once(scope=principal.namespace_id, route=route, key=key, fp=fp, work=work)
-    status = stored.status
-    headers = {}
-    if stored.replayed:
-        headers[REPLAYED_HEADER] = "true"
-        if replay_status is not None:
-            status = replay_status(status)
-    return raw_json_response(stored.body, status, headers)
+    fp = idempotency.fingerprint(request.method, request.path, read_json_body())
+    while True:
+        try:
+            stored = idempotency.execute_once(
+                scope=principal.namespace_id, route=route, key=key, fp=fp, work=work
+            )
+            break
+        except NothingYet:
+            if wait_until is None:
+                raise
+            time.sleep(min(poll_seconds, max(0.0, wait_until - time.monotonic())))
+    if not stored.replayed:
+        return raw_json_response(stored.body, stored.status)
+    headers = {REPLAYED_HEADER: "true"}
+    if replay is Replay.STORED:
+        return raw_json_response(stored.body, stored.status, headers)
+    body = jsonx.loads(stored.body)
+    body["request_id"] = request_id()
+    if isinstance(body.get("data"), dict) and "deduplicated" in body["data"]:
+        body["data"]["deduplicated"] = True
+    return json_response(body, 200 if stored.status == 201 else stored.status, headers)

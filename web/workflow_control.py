@@ -6,76 +6,52 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response
-from marshmallow import Schema, fields
 
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import control, instances, oplog, signals
-from app.errors import FieldError, InvalidArgument
 from web.auth import current_principal, requires
-from web.engine_common import idempotent, load_instance, ok
-from web.http import request_id
+from web.engine_common import load_instance
+from web.http import ok, request_id, success
 from web.meta import doc
-from web.mutation import mutation
+from web.mutation import idempotent, mutation
 from web.strict import body, query
+from web.workflow_control_schemas import (
+    ControlRequest,
+    ControlResponse,
+    PageQuery,
+    SignalPageResponse,
+    SignalRequest,
+    SignalResponse,
+    SignalResultResponse,
+)
 
 bp = Blueprint("workflow_control", __name__)
 HEX32 = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 
 
-class ControlSchema(Schema):
-    operation = fields.Raw(required=True)
-    expected_control_revision = fields.Raw(required=True)
-    reason = fields.Raw(required=True)
-
-
-class SignalSchema(Schema):
-    name = fields.Raw(required=True)
-    payload_version = fields.Raw(required=True)
-    target_step_key = fields.Raw(required=True)
-    target_activation_sequence = fields.Raw(required=True)
-    correlation_key = fields.Raw(required=True)
-    payload = fields.Raw(required=True, allow_none=True)
-    reason = fields.Raw(required=True)
-    evidence_ref = fields.Raw()
-
-
-class PageQuery(Schema):
-    limit = fields.String()
-    cursor = fields.String()
-
-
-def page_args(q: dict) -> tuple[int, str | None]:
-    limit = 20
-    if "limit" in q:
-        if not q["limit"].isdigit() or not 1 <= int(q["limit"]) <= 100:
-            raise InvalidArgument(errors=[FieldError("limit", "an integer from 1 to 100")])
-        limit = int(q["limit"])
-    return limit, q.get("cursor")
-
-
 def paged_read(instance_id: str, query: dict, read: Callable[..., Any], *args: Any) -> Response:
     """One page of an instance's history: ``read(conn, inst, *args, limit, cursor)``, after the
     instance's namespace and queue scope were checked (W-API-1)."""
-    limit, cursor = page_args(query)
     with get_engine().connect() as conn:
         inst = load_instance(conn, instance_id)
-        return ok(read(conn, inst, *args, limit, cursor))
+        return ok(read(conn, inst, *args, query["limit"], query.get("cursor")))
 
 
 @bp.post("/v1/workflows/<instance_id>/control")
 @doc(
     summary="Pause, resume or cancel a workflow (expected_control_revision, reason)",
+    response=ControlResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404, 409, 413, 415, 503),
     path_params={"instance_id": HEX32},
 )
 @requires(Scope.WORKFLOWS_CONTROL)
 @mutation
-@body(ControlSchema)
+@body(ControlRequest)
 def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
-    req = control.validate_control(body)
+    req = body
 
     def work(conn):  # noqa: ANN001, ANN202
         load_instance(conn, instance_id)
@@ -91,25 +67,26 @@ def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
             before=instances.instance_view(before),
             after=view,
         )
-        return 200, {"request_id": request_id(), "data": {"instance": view, "deduplicated": False}}
+        return 200, success({"instance": view, "deduplicated": False})
 
-    return idempotent(work, created=False)
+    return idempotent(work)
 
 
 @bp.post("/v1/workflows/<instance_id>/signals")
 @doc(
     summary="Send a signal to a step's activation (accepted as PENDING, consumed by its wait)",
     status=201,
+    response=SignalResultResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404, 409, 413, 415, 503),
     path_params={"instance_id": HEX32},
 )
 @requires(Scope.WORKFLOWS_SIGNAL)
 @mutation
-@body(SignalSchema)
+@body(SignalRequest)
 def send_signal(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
-    req = signals.validate_signal(body)
+    req = body
 
     def audit_accepted(conn, sig: dict) -> None:  # noqa: ANN001
         # the signal resource's own audit (X-HIST), not the workflow operations list (W-AUDIT-3)
@@ -129,8 +106,7 @@ def send_signal(instance_id: str, body: dict):  # noqa: ANN201
     def work(conn):  # noqa: ANN001, ANN202
         load_instance(conn, instance_id)
         sig = signals.send(conn, instance_id, principal.actor_id, req, on_accepted=audit_accepted)
-        data = {"signal": signals.signal_view(sig), "deduplicated": False}
-        return 201, {"request_id": request_id(), "data": data}
+        return 201, success({"signal": signals.signal_view(sig), "deduplicated": False})
 
     return idempotent(work)
 
@@ -138,6 +114,7 @@ def send_signal(instance_id: str, body: dict):  # noqa: ANN201
 @bp.get("/v1/workflows/<instance_id>/signals/<signal_id>")
 @doc(
     summary="Read one signal (its current state)",
+    response=SignalResponse,
     tags=["workflows"],
     errors=(401, 403, 404),
     path_params={"instance_id": HEX32, "signal_id": HEX32},
@@ -152,6 +129,7 @@ def get_signal(instance_id: str, signal_id: str):  # noqa: ANN201
 @bp.get("/v1/workflows/<instance_id>/signals")
 @doc(
     summary="The signals of a workflow, newest first (history, paginated)",
+    response=SignalPageResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404),
     path_params={"instance_id": HEX32},

@@ -3,35 +3,36 @@
 from __future__ import annotations
 
 from flask import Blueprint
-from marshmallow import Schema, fields
 
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import history, instances, oplog, recovery, review
 from web.auth import current_principal, requires
-from web.engine_common import idempotent, ok
-from web.http import request_id
+from web.engine_common import load_instance
+from web.http import ok, request_id, success
 from web.meta import doc
-from web.mutation import mutation
+from web.mutation import idempotent, mutation
 from web.strict import body, query
-from web.workflow_control import HEX32, PageQuery, load_instance, paged_read
+from web.workflow_control import HEX32, paged_read
+from web.workflow_control_schemas import PageQuery
+from web.workflow_history_schemas import (
+    ActivationPageResponse,
+    OperationPageResponse,
+    OperationResponse,
+    RecoveryRequest,
+    RecoveryResponse,
+    RoundPageResponse,
+    SignalAuditQuery,
+)
 
 bp = Blueprint("workflow_history", __name__)
 STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
 
 
-class RecoverySchema(Schema):
-    action = fields.Raw(required=True)
-    step_key = fields.Raw()
-    resolution = fields.Raw()
-    output = fields.Raw(allow_none=True)
-    reason = fields.Raw(required=True)
-    evidence_ref = fields.Raw()
-
-
 @bp.get("/v1/workflows/<instance_id>/operations")
 @doc(
     summary="Operation audit of a workflow, newest first (limit 1-100, bound cursor)",
+    response=OperationPageResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404),
     path_params={"instance_id": HEX32},
@@ -45,6 +46,7 @@ def list_operations(instance_id: str, query: dict):  # noqa: ANN201
 @bp.get("/v1/workflows/<instance_id>/operations/<operation_id>")
 @doc(
     summary="One audited operation with reason, evidence_ref, before and after",
+    response=OperationResponse,
     tags=["workflows"],
     errors=(401, 403, 404),
     path_params={"instance_id": HEX32, "operation_id": HEX32},
@@ -56,14 +58,11 @@ def get_operation(instance_id: str, operation_id: str):  # noqa: ANN201
         return ok(history.operation(conn, inst, operation_id))
 
 
-class SignalAuditQuery(PageQuery):
-    signal_id = fields.String()
-
-
 @bp.get("/v1/workflows/<instance_id>/signal-operations")
 @doc(
     summary="Signal-resource audit of a workflow, newest first (acceptance, consumption, rejection, expiry; "
     "limit 1-100, bound cursor, optional signal_id)",
+    response=OperationPageResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404),
     path_params={"instance_id": HEX32},
@@ -77,6 +76,7 @@ def list_signal_operations(instance_id: str, query: dict):  # noqa: ANN201
 @bp.get("/v1/workflows/<instance_id>/signal-operations/<operation_id>")
 @doc(
     summary="One signal-resource audit entry with reason, evidence_ref, before and after",
+    response=OperationResponse,
     tags=["workflows"],
     errors=(401, 403, 404),
     path_params={"instance_id": HEX32, "operation_id": HEX32},
@@ -92,16 +92,17 @@ def get_signal_operation(instance_id: str, operation_id: str):  # noqa: ANN201
 @doc(
     summary="Resolve a NEEDS_REVIEW step (RETRY_STEP, SUCCEED_STEP with output, FAIL_STEP) or instance "
     "(RESOLVE_INSTANCE with resolution CONTINUE, CANCEL or FAIL)",
+    response=RecoveryResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404, 409, 413, 415, 503),
     path_params={"instance_id": HEX32},
 )
 @requires(Scope.WORKFLOWS_RECOVERY)
 @mutation
-@body(RecoverySchema)
+@body(RecoveryRequest)
 def recover(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
-    req = recovery.validate_recovery(body)
+    req = body
 
     def work(conn):  # noqa: ANN001, ANN202
         load_instance(conn, instance_id)
@@ -122,10 +123,9 @@ def recover(instance_id: str, body: dict):  # noqa: ANN201
             target_type="step",
             target_id=req["step_key"],
         )
-        data = {"instance": view, "step": step, "operation_id": audit_id, "deduplicated": False}
-        return 200, {"request_id": request_id(), "data": data}
+        return 200, success({"instance": view, "step": step, "operation_id": audit_id, "deduplicated": False})
 
-    return idempotent(work, created=False)
+    return idempotent(work)
 
 
 def resolve_instance(conn, instance_id: str, req: dict, principal):  # noqa: ANN001, ANN201
@@ -142,13 +142,15 @@ def resolve_instance(conn, instance_id: str, req: dict, principal):  # noqa: ANN
         before=instances.instance_view(before),
         after={"instance": view, "resolution": summary},
     )
-    data = {"instance": view, "resolution": summary, "operation_id": audit_id, "deduplicated": False}
-    return 200, {"request_id": request_id(), "data": data}
+    return 200, success(
+        {"instance": view, "resolution": summary, "operation_id": audit_id, "deduplicated": False}
+    )
 
 
 @bp.get("/v1/workflows/<instance_id>/steps/<key>/activations")
 @doc(
     summary="Every activation of a step, newest first (history)",
+    response=ActivationPageResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404),
     path_params={"instance_id": HEX32, "key": STEP_KEY},
@@ -162,6 +164,7 @@ def list_activations(instance_id: str, key: str, query: dict):  # noqa: ANN201
 @bp.get("/v1/workflows/<instance_id>/steps/<key>/rounds")
 @doc(
     summary="Every task attempt / poll round of a step over all its activations, newest first",
+    response=RoundPageResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404),
     path_params={"instance_id": HEX32, "key": STEP_KEY},

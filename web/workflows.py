@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from flask import Blueprint
-from marshmallow import Schema, fields
 
 from app import audit
 from app.auth import Scope
@@ -11,48 +10,35 @@ from app.db import get_engine
 from app.engine import instances, views
 from app.errors import PermissionDenied
 from web.auth import current_principal, requires
-from web.engine_common import check_queue_scope, idempotent, load_instance, ok
-from web.http import request_id
+from web.engine_common import check_queue_scope, load_instance
+from web.http import ok, request_id, success
 from web.meta import doc
-from web.mutation import mutation
+from web.mutation import idempotent, mutation
 from web.strict import body, query
+from web.workflows_schemas import (
+    InstancePageResponse,
+    InstanceResponse,
+    InstanceResultResponse,
+    ListQuery,
+    StartRequest,
+    StepDetailResponse,
+    StepsResponse,
+)
 
 bp = Blueprint("workflows", __name__)
-
-
-class StartSchema(Schema):
-    definition_id = fields.Raw(required=True)
-    version = fields.Raw(required=True)
-    input = fields.Raw(required=True, allow_none=True)
-    business_key = fields.Raw()
-
-
-class ListQuery(Schema):
-    state = fields.String()
-    paused = fields.String()
-    definition_id = fields.String()
-    version = fields.String()
-    business_key = fields.String()
-    business_key_prefix = fields.String()
-    created_after = fields.String()
-    created_before = fields.String()
-    updated_after = fields.String()
-    updated_before = fields.String()
-    deadline_before = fields.String()
-    limit = fields.String()
-    cursor = fields.String()
 
 
 @bp.post("/v1/workflows")
 @doc(
     summary="Start a workflow on a pinned definition version",
     status=201,
+    response=InstanceResultResponse,
     tags=["workflows"],
     errors=(400, 401, 403, 404, 409, 413, 415, 429, 503),
 )
 @requires(Scope.WORKFLOWS_START)
 @mutation
-@body(StartSchema)
+@body(StartRequest)
 def start_workflow(body: dict):  # noqa: ANN201
     principal = current_principal()
 
@@ -79,13 +65,15 @@ def start_workflow(body: dict):  # noqa: ANN201
             conn, principal.namespace_id, body, check_queues=check_queues, on_created=audit_start
         )
         view = instances.instance_view(inst)
-        return 201, {"request_id": request_id(), "data": {"instance": view, "deduplicated": False}}
+        return 201, success({"instance": view, "deduplicated": False})
 
     return idempotent(work)
 
 
 @bp.get("/v1/workflows/<instance_id>")
-@doc(summary="Read a workflow instance", tags=["workflows"], errors=(401, 403, 404))
+@doc(
+    summary="Read a workflow instance", response=InstanceResponse, tags=["workflows"], errors=(401, 403, 404)
+)
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow(instance_id: str):  # noqa: ANN201
     with get_engine().connect() as conn:
@@ -94,21 +82,29 @@ def get_workflow(instance_id: str):  # noqa: ANN201
 
 @bp.get("/v1/workflows")
 @doc(
-    summary="List workflow instances (filters, cursor pagination)", tags=["workflows"], errors=(400, 401, 403)
+    summary="List workflow instances (filters, cursor pagination)",
+    response=InstancePageResponse,
+    tags=["workflows"],
+    errors=(400, 401, 403),
 )
 @requires(Scope.WORKFLOWS_READ)
 @query(ListQuery)
 def list_workflows(query: dict):  # noqa: ANN201
     principal = current_principal()
-    filters, limit, cursor = instances.parse_list_filters(query)
     with get_engine().connect() as conn:
-        return ok(
-            instances.list_instances(conn, principal.namespace_id, filters, limit, cursor, principal.queues)
+        page = instances.list_instances(
+            conn, principal.namespace_id, query["filters"], query["limit"], query["cursor"], principal.queues
         )
+        return ok(page)
 
 
 @bp.get("/v1/workflows/<instance_id>/steps")
-@doc(summary="The steps of a workflow (current activations)", tags=["workflows"], errors=(401, 403, 404))
+@doc(
+    summary="The steps of a workflow (current activations)",
+    response=StepsResponse,
+    tags=["workflows"],
+    errors=(401, 403, 404),
+)
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow_steps(instance_id: str):  # noqa: ANN201
     with get_engine().connect() as conn, conn.begin():
@@ -118,7 +114,12 @@ def get_workflow_steps(instance_id: str):  # noqa: ANN201
 
 
 @bp.get("/v1/workflows/<instance_id>/steps/<key>")
-@doc(summary="One step and its current activation", tags=["workflows"], errors=(401, 403, 404))
+@doc(
+    summary="One step and its current activation",
+    response=StepDetailResponse,
+    tags=["workflows"],
+    errors=(401, 403, 404),
+)
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow_step(instance_id: str, key: str):  # noqa: ANN201
     with get_engine().connect() as conn, conn.begin():

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, text
 
 from app.db import transaction
 from app.ledger import transitions
+from app.ledger.http import SafeHttp
 from app.ledger.outcome import JobAborted
 
 _READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
@@ -184,7 +185,5 @@ class JobContext:
         )
 
     @property
-    def http(self):  # noqa: ANN201 - returns SafeHttp
-        from app.ledger.http import SafeHttp
-
+    def http(self) -> SafeHttp:
         return SafeHttp(self)

@@ -11,16 +11,15 @@
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
+from sqlalchemy import Connection
 
 from app.ledger import transitions
 from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError
-
-if TYPE_CHECKING:
-    from app.ledger.context import JobContext
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 UNKNOWN_STATUSES = frozenset({408, 429})
@@ -39,8 +38,29 @@ class HttpResult:
         return json.loads(self.text)
 
 
+class FencedContext(Protocol):
+    """What SafeHttp needs of a running job (``app.ledger.context.JobContext`` provides it): the
+    fencing triple, the effect receipts and the abort check. Declared here so that ``context`` may
+    import ``http`` and not the other way round."""
+
+    job_id: int
+    generation: int
+    lease_token: str
+    attempt_id: int
+    operation_key: str
+    deadline_monotonic: float
+
+    def check(self) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Connection]: ...
+
+    def receipt(self, step_key: str) -> tuple[bool, Any]: ...
+
+    def store_receipt(self, conn: Connection, step_key: str, result: Any) -> None: ...
+
+
 class SafeHttp:
-    def __init__(self, ctx: JobContext, timeout: float = 10.0) -> None:
+    def __init__(self, ctx: FencedContext, timeout: float = 10.0) -> None:
         self.ctx = ctx
         self.timeout = timeout
 

@@ -56,6 +56,11 @@ def test_openapi_document_shape():
     derandomize=True,
 )
 def test_no_server_errors(case):
+    body = case.body if isinstance(case.body, dict) else {}
+    wait = body.get("wait_seconds")
+    if case.operation.path == "/v1/tasks/claim" and type(wait) is int and wait > 1:
+        # the typed claim schema makes valid long polls (up to 30 s by design) common: keep them short
+        body["wait_seconds"] = 1
     started = time.monotonic()
     response = case.call(headers=_auth())
     case.validate_response(response, checks=[not_a_server_error])

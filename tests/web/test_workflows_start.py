@@ -238,3 +238,14 @@ def test_publish_errors_name_the_field(wf_ns):  # noqa: F811
     assert v["version"] == "v1"
     r = _raw(wf_ns, "POST", f"/v1/workflow-definitions/{d['id']}/versions", SIMPLE, key=uuid.uuid4().hex)
     assert r.status_code == 409 and r.json()["code"] == "STATE_CONFLICT"  # versions are immutable
+
+
+def test_start_input_with_a_lone_surrogate_is_refused_not_a_server_error(wf_ns):  # noqa: F811
+    """Issue 8: ``"\\ud800"`` in the input made the size check raise UnicodeEncodeError (500)."""
+    def_id = _definition(wf_ns.client(), {**SIMPLE, "input_schema": {}})
+    body = '{"definition_id": "' + def_id + '", "version": "v1", "input": {"s": "\\ud800"}}'
+    r = _raw(wf_ns, "POST", "/v1/workflows", body, key=uuid.uuid4().hex)
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"] == [
+        {"field": "input", "message": "NUL characters and lone surrogates cannot be stored"}
+    ]

@@ -1,0 +1,122 @@
+"""marshmallow schemas of the task protocol (X-TASK): claim, heartbeat, complete, fail, and the task
+object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import fields, validate
+
+from app.engine.documents import QUEUE_RE
+from app.engine.instances import MAX_INPUT_BYTES
+from web.schemas import Boolean, Loose, Strict, envelope, integer, json_bytes, json_value, text
+
+QUEUE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+EPOCH_MAX = 2**31 - 1
+OUTPUT_RULE = "output: at most 256 KiB of JSON without NUL characters"
+
+
+def epoch() -> fields.Integer:
+    return integer(
+        1, EPOCH_MAX, f"an integer from 1 to {EPOCH_MAX}", missing=f"an integer from 1 to {EPOCH_MAX}"
+    )
+
+
+class ClaimRequest(Strict):
+    queues = fields.List(
+        text(
+            "a queue name",
+            lambda v: None if QUEUE_RE.match(v) else "a queue name",
+            metadata={"pattern": QUEUE},
+        ),
+        required=True,
+        validate=validate.Length(min=1, max=16, error="an array of 1 to 16 queue names"),
+        error_messages={
+            "invalid": "an array of 1 to 16 queue names",
+            "null": "an array of 1 to 16 queue names",
+        },
+    )
+    wait_seconds = integer(0, 30, "an integer from 0 to 30", load_default=0)
+    max_tasks = integer(1, 16, "an integer from 1 to 16", load_default=1)
+
+
+class EpochRequest(Strict):
+    epoch = epoch()
+
+
+def _output(value: Any) -> str | None:
+    size, storable = json_bytes(value)
+    return None if size <= MAX_INPUT_BYTES and storable else OUTPUT_RULE
+
+
+class CompleteRequest(Strict):
+    epoch = epoch()
+    output = json_value(_output)
+
+
+def _message(v: str) -> str | None:
+    return None if len(v) <= 4096 and "\x00" not in v else "a string of at most 4096 characters"
+
+
+class TaskError(Strict):
+    message = text("a string of at most 4096 characters", _message, missing="a string of at most 4096 characters",
+                   metadata={"maxLength": 4096})  # fmt: skip
+    retryable = Boolean(
+        required=True,
+        error_messages={
+            "required": "true or false (never defaulted)",
+            "invalid": "true or false (never defaulted)",
+            "null": "true or false (never defaulted)",
+        },
+    )
+
+
+class FailRequest(Strict):
+    epoch = epoch()
+    error = fields.Nested(TaskError, required=True)
+
+
+# --------------------------------------------------------------------------- responses
+class Task(Loose):
+    id = fields.String(required=True)
+    queue = fields.String(required=True)
+    state = fields.String(required=True)
+    workflow_id = fields.String(required=True)
+    step_key = fields.String(required=True)
+    epoch = fields.Integer(required=True)
+    attempt = fields.Integer(required=True)
+    deadline_at = fields.DateTime(required=True)
+    created_at = fields.DateTime(required=True)
+    updated_at = fields.DateTime(required=True)
+    input = fields.Raw(allow_none=True)
+    poll_round = fields.Integer()
+    lease_expires_at = fields.DateTime()
+    output = fields.Raw(allow_none=True)
+    error = fields.Raw(allow_none=True)
+    completed_at = fields.DateTime()
+
+
+class ClaimedTask(Loose):
+    id = fields.String(required=True)
+    queue = fields.String(required=True)
+    input = fields.Raw(allow_none=True)
+    epoch = fields.Integer(required=True)
+    lease_expires_at = fields.DateTime()
+    workflow_id = fields.String(required=True)
+    step_key = fields.String(required=True)
+    attempt = fields.Integer(required=True)
+    deadline_at = fields.DateTime(required=True)
+    poll_round = fields.Integer()
+
+
+class Claimed(Loose):
+    tasks = fields.List(fields.Nested(ClaimedTask), required=True)
+
+
+class TaskResult(Loose):
+    task = fields.Nested(Task, required=True)
+
+
+ClaimResponse = envelope(Claimed, "ClaimResponse")
+TaskResponse = envelope(Task, "TaskResponse")
+TaskResultResponse = envelope(TaskResult, "TaskResultResponse")
