@@ -7,14 +7,13 @@ import dramatiq
 import actors.broker  # noqa: F401 - binds the actor to the configured broker
 from app.config import get_settings
 from app.db import get_engine
+from app.engine.tasks import return_expired_leases
 from app.ledger.drain import DrainReport, drain
 from app.ledger.states import QUEUE_OF_POOL, Pool
 
 
 def run_drain() -> DrainReport:
     """The ledger drain plus the engine's sweeps (X-TASK: expired task leases go back to their queue)."""
-    from app.engine.tasks import return_expired_leases
-
     return drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
 
 

@@ -3,7 +3,7 @@ as the change, read newest first with an opaque cursor bound to the query."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,22 +27,6 @@ RETURNING created_at
 COLUMNS = """id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
     operation_id, reason, evidence_ref, request_id, before::text AS before, after::text AS after,
     created_at"""
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """What to record; ``before``/``after`` are small JSON summaries of the target."""
-
-    action: str
-    target_type: str
-    target_id: str
-    reason: str | None = None
-    evidence_ref: str | None = None
-    workflow_id: str | None = None
-    operation_id: str | None = None
-    before: Any = None
-    after: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def record(

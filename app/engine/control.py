@@ -18,37 +18,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Connection, text
 
-from app.engine import advance, fields, stopping
+from app.engine import advance, stopping
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import Pause, Refuse, Resume
 from app.engine.snapshot import inst_model
 from app.engine.store import lock_instance, read_instance
 from app.engine.transitions import instances as inst_moves
-from app.errors import FieldError, InvalidArgument, StateConflict
+from app.errors import StateConflict
 from app.ledger.suspend import resume_jobs, suspend_jobs
 
 OPERATIONS = ("PAUSE", "RESUME", "CANCEL")
-CONTROL_FIELDS = {"operation", "expected_control_revision", "reason"}
-
-
-def validate_control(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object", field="$")
-    errors: list[FieldError] = fields.unknown(body, CONTROL_FIELDS)
-    op = body.get("operation")
-    if "operation" not in body:
-        errors.append(FieldError("operation", "required: PAUSE, RESUME or CANCEL"))
-    elif op not in OPERATIONS:
-        errors.append(FieldError("operation", "one of PAUSE, RESUME, CANCEL"))
-    rev = fields.revision(errors, body, "expected_control_revision")
-    reason = fields.reason(errors, body)
-    if errors:
-        raise InvalidArgument(errors=errors)
-    return {"operation": op, "expected_control_revision": rev, "reason": reason}
 
 
 def control(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict]:

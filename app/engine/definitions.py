@@ -9,7 +9,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
 from app import jsonx
-from app.engine.documents import validate_document
+from app.engine.documents import VERSION_RE, validate_document
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
@@ -131,8 +131,6 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
 
 
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
-    from app.engine.documents import VERSION_RE
-
     if not VERSION_RE.match(version):
         raise NotFound("definition version not found")
     row = conn.execute(

@@ -13,7 +13,7 @@ from app import cursor as cursors
 from app.engine.documents import KEY_RE
 from app.engine.store import MISSING, jparse
 from app.engine.tasks import task_view
-from app.errors import NotFound
+from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
 from app.jsonx import rfc3339
 
@@ -178,8 +178,6 @@ def signal_operations(
     evidence_ref; consumption, rejection, expiry by the engine), newest first; ``signal_id`` narrows
     it to one signal. The cursor is bound to namespace + workflow + this query kind (+ the filter)."""
     if signal_id is not None and not is_hex32(signal_id):
-        from app.errors import FieldError, InvalidArgument
-
         raise InvalidArgument(errors=[FieldError("signal_id", "a 32-character lowercase hex signal id")])
     page = audit.list_entries(
         conn,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -194,7 +193,6 @@ def instance_view(inst: dict) -> dict:
 
 # -- list -----------------------------------------------------------------------------------------
 STATES = ("RUNNING", "WAITING", "CANCELLING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
-_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 TIME_FILTERS = {
     "created_after": "created_at >= :created_after",
     "created_before": "created_at < :created_before",
@@ -202,68 +200,6 @@ TIME_FILTERS = {
     "updated_before": "updated_at < :updated_before",
     "deadline_before": "deadline_at < :deadline_before",
 }
-LIST_PARAMS = {
-    "state",
-    "paused",
-    "definition_id",
-    "version",
-    "business_key",
-    "business_key_prefix",
-    "limit",
-    "cursor",
-    *TIME_FILTERS,
-}
-
-
-def parse_list_filters(args: dict[str, str]) -> tuple[dict[str, Any], int, str | None]:
-    from datetime import datetime
-
-    errors: list[FieldError] = [
-        FieldError(k, "unknown query parameter") for k in args if k not in LIST_PARAMS
-    ]
-    f: dict[str, Any] = {}
-    if "state" in args:
-        if args["state"] not in STATES:
-            errors.append(FieldError("state", f"one of {', '.join(STATES)}"))
-        f["state"] = args["state"]
-    if "paused" in args:
-        if args["paused"] not in ("true", "false"):
-            errors.append(FieldError("paused", "true or false"))
-        f["paused"] = args["paused"] == "true"
-    if "definition_id" in args:
-        if not is_hex32(args["definition_id"]):
-            errors.append(FieldError("definition_id", "a 32-char lowercase hex id"))
-        f["definition_id"] = args["definition_id"]
-    if "version" in args:
-        if not VERSION_RE.match(args["version"]):
-            errors.append(FieldError("version", "invalid version"))
-        f["version"] = args["version"]
-    if "business_key" in args and "business_key_prefix" in args:
-        errors.append(
-            FieldError("business_key_prefix", "use business_key (exact) or business_key_prefix, not both")
-        )
-    for k in ("business_key", "business_key_prefix"):
-        if k in args:
-            if len(args[k]) > MAX_BUSINESS_KEY or "\x00" in args[k]:
-                errors.append(FieldError(k, f"at most {MAX_BUSINESS_KEY} characters, no NUL"))
-            f[k] = args[k]
-    for k in TIME_FILTERS:
-        if k in args:
-            try:
-                if not _TIME_RE.match(args[k]):
-                    raise ValueError
-                f[k] = datetime.fromisoformat(args[k].replace("Z", "+00:00"))
-            except ValueError:
-                errors.append(FieldError(k, "an RFC 3339 time with offset, e.g. 2026-01-31T08:00:00Z"))
-    limit = 20
-    if "limit" in args:
-        if not args["limit"].isdigit() or not 1 <= int(args["limit"]) <= 100:
-            errors.append(FieldError("limit", "an integer from 1 to 100"))
-        else:
-            limit = int(args["limit"])
-    if errors:
-        raise InvalidArgument(errors=errors)
-    return f, limit, args.get("cursor")
 
 
 def list_instances(

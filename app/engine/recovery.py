@@ -20,9 +20,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import activation, advance, fields, snapshot, stopping
+from app.engine import activation, advance, snapshot, stopping
 from app.engine.decide.stopping import chain_running
-from app.engine.documents import KEY_RE
 from app.engine.states import TERMINAL, InstanceState, StepState
 from app.engine.store import (
     MISSING,
@@ -37,54 +36,11 @@ from app.engine.transitions import instances as inst_moves
 from app.engine.transitions import steps as step_moves
 from app.engine.transitions import tasks as task_moves
 from app.engine.transitions import waits as wait_moves
-from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
+from app.errors import NotFound, StateConflict
 
 ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP", "RESOLVE_INSTANCE")
 RESOLUTIONS = ("CONTINUE", "CANCEL", "FAIL")
-RECOVERY_FIELDS = {"action", "step_key", "resolution", "output", "reason", "evidence_ref"}
 RESOLVABLE = step_moves.RESOLVABLE
-
-
-def validate_recovery(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object", field="$")
-    errors: list[FieldError] = fields.unknown(body, RECOVERY_FIELDS)
-    action = body.get("action")
-    if action not in ACTIONS:
-        errors.append(
-            FieldError("action", "required: RETRY_STEP, SUCCEED_STEP, FAIL_STEP or RESOLVE_INSTANCE")
-        )
-    key = body.get("step_key")
-    resolution = body.get("resolution")
-    if action == "RESOLVE_INSTANCE":
-        if "step_key" in body:
-            errors.append(FieldError("step_key", "RESOLVE_INSTANCE resolves the instance: no step_key"))
-        if resolution not in RESOLUTIONS:
-            errors.append(
-                FieldError("resolution", "required with RESOLVE_INSTANCE: CONTINUE, CANCEL or FAIL")
-            )
-    else:
-        if not isinstance(key, str) or not KEY_RE.match(key):
-            errors.append(FieldError("step_key", "required: a step key (1-64 ASCII name characters)"))
-        if "resolution" in body:
-            errors.append(FieldError("resolution", "only RESOLVE_INSTANCE takes a resolution"))
-    output: Any = MISSING
-    if action == "SUCCEED_STEP":
-        output = fields.json_value(errors, body, "output")
-    elif "output" in body:
-        errors.append(FieldError("output", "only SUCCEED_STEP takes an output"))
-    reason = fields.reason(errors, body)
-    evidence = fields.evidence_ref(errors, body)
-    if errors:
-        raise InvalidArgument(errors=errors)
-    return {
-        "action": action,
-        "step_key": key if action != "RESOLVE_INSTANCE" else None,
-        "resolution": resolution if action == "RESOLVE_INSTANCE" else None,
-        "output": output,
-        "reason": reason,
-        "evidence_ref": evidence,
-    }
 
 
 def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, dict]:

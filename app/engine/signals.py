@@ -26,10 +26,10 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import cursor as cursors
-from app.engine import advance, fields, signal_match, work
+from app.engine import advance, signal_match, work
 from app.engine.decide import signals as decide
 from app.engine.decide.model import Refuse
-from app.engine.documents import KEY_RE, NAME_RE, PAYLOAD_VERSION_RE, input_errors
+from app.engine.documents import input_errors
 from app.engine.states import TERMINAL
 from app.engine.store import _SIGNAL_COLS as _COLS
 from app.engine.store import (
@@ -43,20 +43,10 @@ from app.engine.store import (
     version_document,
 )
 from app.engine.transitions import signals as signal_moves
-from app.errors import FieldError, InvalidArgument, LimitExceeded, NotFound, StateConflict
+from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
 
-SIGNAL_FIELDS = {
-    "name",
-    "payload_version",
-    "target_step_key",
-    "target_activation_sequence",
-    "correlation_key",
-    "payload",
-    "reason",
-    "evidence_ref",
-}
 MAX_CORRELATION_BYTES = 512
 
 
@@ -64,51 +54,6 @@ def signal_limit() -> int:
     """W-SIG-3: accepted signals per instance over its whole life (lowered by tests)."""
     raw = os.environ.get("LEDGERFLOW_SIGNAL_LIMIT")
     return int(raw) if raw else 1024
-
-
-def validate_signal(body: Any) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidArgument("the request body must be a JSON object", field="$")
-    errors: list[FieldError] = fields.unknown(body, SIGNAL_FIELDS)
-    for name, rx, rule in (
-        ("name", NAME_RE, "1-128 ASCII name characters"),
-        ("payload_version", PAYLOAD_VERSION_RE, "1-32 ASCII name characters"),
-        ("target_step_key", KEY_RE, "1-64 ASCII name characters"),
-    ):
-        v = body.get(name)
-        if name not in body:
-            errors.append(FieldError(name, f"required: {rule}"))
-        elif not isinstance(v, str) or not rx.match(v):
-            errors.append(FieldError(name, rule))
-    seq = body.get("target_activation_sequence")
-    if "target_activation_sequence" not in body:
-        errors.append(FieldError("target_activation_sequence", "required: a non-zero uint32"))
-    elif not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= fields.UINT32_MAX:
-        errors.append(FieldError("target_activation_sequence", "a non-zero uint32 integer"))
-    corr = body.get("correlation_key")
-    if "correlation_key" not in body:
-        errors.append(FieldError("correlation_key", "required: 1-512 bytes of UTF-8"))
-    elif (
-        not isinstance(corr, str)
-        or not fields.encodable(corr)
-        or not 1 <= len(corr.encode("utf-8")) <= MAX_CORRELATION_BYTES
-    ):
-        errors.append(FieldError("correlation_key", "1-512 bytes of UTF-8, no NUL"))
-    payload = fields.json_value(errors, body, "payload")
-    reason = fields.reason(errors, body)
-    evidence = fields.evidence_ref(errors, body)
-    if errors:
-        raise InvalidArgument(errors=errors)
-    return {
-        "name": body["name"],
-        "payload_version": body["payload_version"],
-        "target_step_key": body["target_step_key"],
-        "target_activation_sequence": seq,
-        "correlation_key": corr,
-        "payload": payload,
-        "reason": reason,
-        "evidence_ref": evidence,
-    }
 
 
 def send(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
+from app.engine.documents import KEY_RE
 from app.engine.store import (
     MISSING,
     read_instance,
@@ -49,8 +50,6 @@ def _t(v: Any) -> str | None:
 
 
 def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -> dict:
-    from app.engine.documents import KEY_RE
-
     inst = read_instance(conn, instance_id, namespace_id)
     s = read_step(conn, instance_id, key) if KEY_RE.match(key) else None
     if s is None:
@@ -70,8 +69,6 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
     if s["kind"] == "SUBWORKFLOW" and s["child_instance_id"]:
         out["child_workflow_id"] = s["child_instance_id"]
     if s["kind"] == "TASK" and s["state"] == "WAITING":  # retry backoff: when the next attempt starts
-        from sqlalchemy import text
-
         nxt = conn.execute(
             text(
                 "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app.config import get_settings
 from app.ids import new_id
 from app.ledger.hints import publish_after_commit
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
@@ -91,6 +92,4 @@ def enqueue(
 
 
 def _default_timeout_ms() -> int:
-    from app.config import get_settings
-
     return get_settings().execution_timeout_ms

@@ -43,10 +43,6 @@ def registered() -> dict[str, Handler]:
     return dict(_handlers)
 
 
-def unregister(job_type: str) -> None:
-    _handlers.pop(JobType(job_type).value, None)
-
-
 def load_modules(modules: Iterable[str]) -> None:
     """Import modules that register handlers (built-in families, then LEDGERFLOW_HANDLERS).
 

@@ -15,6 +15,7 @@ from app import cursor as cursors
 from app import jsonx
 from app.errors import InvalidArgument, NotFound
 from app.ledger.models import effects, executions, jobs
+from app.ledger.status import runtime_status
 
 MAX_JOB_ID = 2**63 - 1
 
@@ -273,8 +274,6 @@ def chain(conn: Connection, trace_id: str, *, with_attempts: bool = False) -> di
 def diagnostic_bundle(conn: Connection, trace_id: str, *, request_id: str | None) -> dict[str, Any]:
     """One self-contained document for someone without database access: the chain with every attempt
     and receipt, linked instance summaries, per-status counts and the runtime status at export."""
-    from app.ledger.status import runtime_status
-
     doc = chain(conn, trace_id, with_attempts=True)
     counts: dict[str, int] = {}
     for j in doc["jobs"]:

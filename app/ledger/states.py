@@ -47,7 +47,6 @@ class Pool(StrEnum):
 
 
 QUEUE_OF_POOL = {Pool.ADVANCE: "workflow-ledger", Pool.OUTBOUND: "workflow-ledger-outbound"}
-POOL_OF_QUEUE = {q: p for p, q in QUEUE_OF_POOL.items()}
 
 
 class JobType(StrEnum):
