@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, text
 from app.db import transaction
 from app.ledger import transitions
 from app.ledger.outcome import JobAborted
+from app.observability import metrics
 
 _READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
 _WRITE_RECEIPT = text(
@@ -64,6 +65,8 @@ class JobContext:
     abort_reason: str | None = None
     # Locks the owning instance before the job row (instance -> job lock order); set by the engine.
     lock_first: LockFirst | None = None
+    # W3C traceparent of the span that enqueued the job (None while tracing was off)
+    traceparent: str | None = None
 
     @classmethod
     def from_claim(cls, row: dict[str, Any], engine: Engine) -> JobContext:
@@ -87,6 +90,7 @@ class JobContext:
             execution_deadline=row["execution_deadline"],
             engine=engine,
             deadline_monotonic=time.monotonic() + (row["execution_deadline"] - row["db_now"]).total_seconds(),
+            traceparent=row.get("traceparent"),
         )
 
     # -- abort signal -----------------------------------------------------------------------
@@ -124,6 +128,7 @@ class JobContext:
             if self.lock_first is not None:
                 self.lock_first(conn)
             if not transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token):
+                metrics.fenced_write("transaction")
                 self.abort("ownership lost")
                 raise JobAborted("ownership lost")
             yield conn
