@@ -164,3 +164,19 @@ def test_all_processes_reach_the_web_scrape(client, monitor, fresh, spawn_worker
     failures = [line for line in lines if line.get("job_id") and "bad input" in line["message"]]
     assert len(failures) == 2
     assert all({"attempt", "trace_id", "time", "level", "logger"} <= set(line) for line in failures)
+
+
+def test_the_grafana_dashboard_queries_only_exposed_metrics(client, monitor, fresh):  # noqa: ANN001
+    import json
+    import re
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    LedgerCollector.shared().invalidate()
+    body = client.get("/metrics", headers=monitor).get_data(as_text=True)
+    families = {f.name for f in text_string_to_metric_families(body)}
+    doc = json.loads((ROOT / "docs" / "grafana" / "ledgerflow-dashboard.json").read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 25
+    used = {re.sub(r"_(bucket|total|count|sum)$", "", m) for e in exprs for m in re.findall(r"ledgerflow_[a-z_]+", e)}
+    assert used <= families, used - families
