@@ -181,7 +181,7 @@ def _parent_context(traceparent: str | None, trace_id: str | None, attempt_id: i
 @contextmanager
 def attempt_span(ctx: JobContext) -> Iterator[Any]:
     """The span of one attempt (kind CONSUMER), current while the handler runs."""
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace import SpanKind, use_span
 
     attributes = {
         "ledgerflow.job.id": ctx.job_id,
@@ -190,16 +190,14 @@ def attempt_span(ctx: JobContext) -> Iterator[Any]:
         "ledgerflow.job.attempt": ctx.attempt,
         "ledgerflow.job.generation": ctx.generation,
         "ledgerflow.trace_id": ctx.trace_id,
-        "messaging.system": "ledgerflow",
-        "messaging.destination.name": ctx.queue,
     }
     if ctx.instance_id:
         attributes["ledgerflow.instance_id"] = ctx.instance_id
     parent = _parent_context(getattr(ctx, "traceparent", None), ctx.trace_id, ctx.attempt_id)
-    with _tracer.start_as_current_span(
-        f"job {ctx.type}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes,
-        record_exception=False, set_status_on_exception=False,
-    ) as span:  # fmt: skip
+    span = _tracer.start_span(
+        f"job {ctx.type}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+    )
+    with use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
         yield span
 
 

@@ -178,5 +178,9 @@ def test_the_grafana_dashboard_queries_only_exposed_metrics(client, monitor, fre
     doc = json.loads((ROOT / "docs" / "grafana" / "ledgerflow-dashboard.json").read_text())
     exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 25
-    used = {re.sub(r"_(bucket|total|count|sum)$", "", m) for e in exprs for m in re.findall(r"ledgerflow_[a-z_]+", e)}
+    used = {
+        re.sub(r"_(bucket|total|count|sum)$", "", m)
+        for e in exprs
+        for m in re.findall(r"ledgerflow_[a-z_]+", e)
+    }
     assert used <= families, used - families
