@@ -70,4 +70,5 @@ def install(app: Flask) -> None:
         return resp
 
     app.register_blueprint(bp)
+    tracing.setup("web")  # a no-op unless OTEL_* asks for tracing (each gunicorn worker sets up its own)
     tracing.instrument_flask(app)
