@@ -10,6 +10,7 @@ from actors.broker import HintBroker, broker, has_redis
 from app.config import get_settings
 from app.ledger import hints
 from app.ledger.states import QUEUE_OF_POOL, Pool
+from app.observability import metrics
 
 # Pools running in this process, by queue; a hint nudges the local pool.
 LOCAL_NUDGERS: dict[str, Callable[[], None]] = {}
@@ -20,6 +21,7 @@ def _flag(queue: str) -> str:
 
 
 def _on_hint(queue: str) -> None:
+    metrics.hint_wakeup(queue)
     # Clear the coalescing flag *before* the claim, so a later enqueue publishes a fresh hint.
     try:
         broker.client.delete(_flag(queue))
@@ -42,15 +44,18 @@ def wake_outbound(queue: str) -> None:
 _ACTOR_OF_QUEUE = {QUEUE_OF_POOL[Pool.ADVANCE]: wake_advance, QUEUE_OF_POOL[Pool.OUTBOUND]: wake_outbound}
 
 
-def publish(queue: str) -> None:
+def publish(queue: str) -> bool:
     """Send a hint unless one is already outstanding for ``queue`` (coalescing): the flag check and
-    the enqueue of the Dramatiq message are one Redis round trip (actors/broker.py)."""
+    the enqueue of the Dramatiq message are one Redis round trip (actors/broker.py). Returns whether
+    a message was sent (False: coalesced)."""
     settings = get_settings()
     actor = _ACTOR_OF_QUEUE[queue]
     if isinstance(broker, HintBroker):
-        broker.enqueue_unless_flagged(actor.message(queue), _flag(queue), settings.hint_flag_ttl_ms)
-    elif broker.client.set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
+        return broker.enqueue_unless_flagged(actor.message(queue), _flag(queue), settings.hint_flag_ttl_ms)
+    if broker.client.set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
         actor.send(queue)
+        return True
+    return False
 
 
 def install_publisher() -> None:

@@ -18,6 +18,7 @@ from app.ids import new_id
 from app.ledger import handlers, nodes
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
+from app.observability import logs, metrics, tracing
 
 log = logging.getLogger("ledgerflow.worker")
 
@@ -44,11 +45,14 @@ def run_worker(pool_name: str) -> None:
     """Run one pool (4 slots) until SIGTERM/SIGINT: claim on hints or every 2 s, renew leases,
     heartbeat in the worker registry, consume wake hints from Redis when it is configured."""
     settings = get_settings()
-    engine = get_engine()
     pool_enum = Pool(pool_name)
+    tracing.setup(f"worker-{pool_enum}")  # before the engine exists, so its queries are traced too
+    engine = get_engine()
     handlers.load_modules(BUILTIN_HANDLER_MODULES + settings.handler_modules)
     hint_actors.install_publisher()
     node_id = new_id()
+    logs.set_process_context(node_id=node_id)
+    metrics.serve_process_metrics()
     pool = LedgerPool(pool_enum, settings=settings, engine=engine, worker_id=node_id)
     with transaction(engine) as conn:
         nodes.register_node(conn, node_id, roles=["worker"], pools=[pool.queue], slot_capacity=pool.slots)
@@ -88,6 +92,8 @@ def _beat(engine, node_id: str, in_use: int, status: str) -> None:  # noqa: ANN0
 def run_scheduler() -> None:
     """Every drain interval enqueue the drain actor; run it inline when Redis is unavailable."""
     settings = get_settings()
+    tracing.setup("scheduler")
+    metrics.serve_process_metrics()
     hint_actors.install_publisher()
     stop = _stop_event()
     print("ledgerflow scheduler ready", flush=True)

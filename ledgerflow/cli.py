@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -12,10 +11,9 @@ import click
 
 
 def _setup_logging() -> None:
-    level = os.environ.get("LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("dramatiq").setLevel(logging.WARNING)
-    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    from app.observability.logs import setup_logging  # JSON lines unless a terminal / LOG_FORMAT
+
+    setup_logging()
 
 
 @click.group()
@@ -119,6 +117,7 @@ def dev(port: int | None) -> None:
     from ledgerflow.devenv import ROOT, ensure_environment
 
     ensure_environment()
+    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     os.environ.setdefault("PORT", str(port or os.environ.get("PORT") or 5000))
     if port:
         os.environ["PORT"] = str(port)
@@ -144,9 +143,13 @@ def services_stop() -> None:
     stop_embedded()
 
 
+from ledgerflow import ops_cli  # noqa: E402
 from ledgerflow.credentials_cli import credentials  # noqa: E402
+from ledgerflow.doctor import doctor  # noqa: E402
 
 main.add_command(credentials)
+for _command in (ops_cli.jobs, ops_cli.workflows, doctor):
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

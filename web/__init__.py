@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask, Response, g, request
 
 from app.ids import new_request_id
-from web import errors
+from web import errors, observability
 from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
 from web.jobs import bp as jobs_bp
@@ -36,6 +36,7 @@ def create_app() -> Flask:
         return resp
 
     errors.register(app)
+    observability.install(app)  # /metrics, request metrics and access log, tracing (issue 13)
     app.register_blueprint(health_bp)
     app.register_blueprint(openapi_bp)
     app.register_blueprint(jobs_bp, url_prefix="/api/workflows/engine")

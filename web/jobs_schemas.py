@@ -39,7 +39,14 @@ class CommaList(fields.String):
 
 
 Reason = fields.String(validate=[validate.Length(min=1, max=1024), _reason], metadata={"description": "why"})
-Text256 = fields.String(validate=validate.Length(min=1, max=256))
+
+
+def _no_nul(value: str) -> None:
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL: a 400, not a 500 from the driver
+        raise ValidationError("must not contain NUL")
+
+
+Text256 = fields.String(validate=[validate.Length(min=1, max=256), _no_nul])
 AgeSeconds = fields.Integer(validate=validate.Range(min=0, max=10 * 365 * 86400))
 
 

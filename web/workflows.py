@@ -9,6 +9,7 @@ from app.auth import Scope
 from app.db import get_engine
 from app.engine import instances, views
 from app.errors import PermissionDenied
+from app.observability import tracing
 from web.auth import current_principal, requires
 from web.engine_common import check_queue_scope, load_instance
 from web.http import ok, request_id, success
@@ -62,7 +63,12 @@ def start_workflow(body: dict):  # noqa: ANN201
 
     def work(conn):  # noqa: ANN001, ANN202
         inst = instances.start_workflow(
-            conn, principal.namespace_id, body, check_queues=check_queues, on_created=audit_start
+            conn,
+            principal.namespace_id,
+            body,
+            check_queues=check_queues,
+            on_created=audit_start,
+            trace_id=tracing.current_trace_id(),  # tracing on: the ledger trace id = the OTel trace id
         )
         view = instances.instance_view(inst)
         return 201, success({"instance": view, "deduplicated": False})

@@ -17,6 +17,7 @@ from app.db import transaction
 from app.ledger import transitions
 from app.ledger.http import SafeHttp
 from app.ledger.outcome import JobAborted
+from app.observability import metrics
 
 _READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
 _WRITE_RECEIPT = text(
@@ -65,6 +66,8 @@ class JobContext:
     abort_reason: str | None = None
     # Locks the owning instance before the job row (instance -> job lock order); set by the engine.
     lock_first: LockFirst | None = None
+    # W3C traceparent of the span that enqueued the job (None while tracing was off)
+    traceparent: str | None = None
 
     @classmethod
     def from_claim(cls, row: dict[str, Any], engine: Engine) -> JobContext:
@@ -88,6 +91,7 @@ class JobContext:
             execution_deadline=row["execution_deadline"],
             engine=engine,
             deadline_monotonic=time.monotonic() + (row["execution_deadline"] - row["db_now"]).total_seconds(),
+            traceparent=row.get("traceparent"),
         )
 
     # -- abort signal -----------------------------------------------------------------------
@@ -125,6 +129,7 @@ class JobContext:
             if self.lock_first is not None:
                 self.lock_first(conn)
             if not transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token):
+                metrics.fenced_write("transaction")
                 self.abort("ownership lost")
                 raise JobAborted("ownership lost")
             yield conn

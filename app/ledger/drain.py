@@ -4,6 +4,7 @@ re-publish wake hints for due jobs. Never runs handlers. One runner at a time (a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from app.config import Settings
 from app.db import transaction
 from app.ledger import transitions
 from app.ledger.hints import publish_now
+from app.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,15 @@ def drain(
 ) -> DrainReport:
     """One drain run: bounded passes of ``settings.drain_batch`` reclaims, then the extra
     ``sweeps`` (bounded the same way), then hints."""
+    started = time.monotonic()
+    report = _drain(engine, settings, max_passes=max_passes, sweeps=sweeps)
+    metrics.drain_run(report.ran, time.monotonic() - started)
+    metrics.lease_reclaimed("pending", report.to_pending)
+    metrics.lease_reclaimed("dead", report.to_dead)
+    return report
+
+
+def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Sequence[Sweep]) -> DrainReport:
     report = DrainReport(ran=False)
     for _ in range(max_passes):
         with transaction(engine) as conn:

@@ -11,9 +11,11 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app.config import get_settings
+from app.db import after_commit, transaction_state
 from app.ids import new_id
 from app.ledger.hints import publish_after_commit
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
+from app.observability import metrics, tracing
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,10 @@ def operation_key_for(job_type: str, payload: Any, links: tuple[Any, ...] = ()) 
 _INSERT = text(
     """
 INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
-    max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id)
+    max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
 VALUES (:type, :queue, CAST(:payload AS jsonb), :instance_id, :task_id, :step_key, :priority,
     COALESCE(CAST(:run_at AS timestamptz), now() + CAST(:delay_ms AS double precision) * interval '1 millisecond'),
-    :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id)
+    :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id, :traceparent)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id
 """
@@ -58,11 +60,15 @@ def enqueue(
     idempotency_key: str | None = None,
     operation_key: str | None = None,
     trace_id: str | None = None,
+    traceparent: str | None = None,
 ) -> EnqueuedJob:
     """Insert a pending job in ``conn``'s transaction; its wake hint goes out after commit.
 
     A second enqueue with the same ``idempotency_key`` returns the existing job (the unique index
-    arbitrates; if the first inserter rolls back, the waiting second insert proceeds)."""
+    arbitrates; if the first inserter rolls back, the waiting second insert proceeds).
+
+    ``traceparent`` (W3C) defaults to the current span when tracing is on, so the job's attempts
+    join the trace of whatever enqueued it (app/observability/tracing.py)."""
     jt = JobType(job_type)
     if priority < -32768 or priority > 32767:
         raise ValueError("priority must fit in a smallint range")
@@ -82,13 +88,28 @@ def enqueue(
         "operation_key": operation_key or operation_key_for(jt.value, body, (instance_id, task_id, step_key)),
         "idempotency_key": idempotency_key,
         "trace_id": trace_id or new_id(),
+        "traceparent": traceparent or (tracing.current_traceparent() if tracing.ENABLED else None),
     }
     row = conn.execute(_INSERT, params).first()
     if row is None:  # the key exists (its inserter committed)
         existing = conn.execute(_BY_KEY, {"key": idempotency_key}).scalar_one()
         return EnqueuedJob(id=existing, created=False)
     publish_after_commit(conn, [jt.pool.queue])
+    if metrics.ENABLED:
+        _count_after_commit(conn, jt.value, jt.pool.value)
     return EnqueuedJob(id=row.id, created=True)
+
+
+def _count_after_commit(conn: Connection, job_type: str, pool: str) -> None:
+    """Count the job in ``ledgerflow_jobs_enqueued_total`` once its transaction commits (one hook per
+    transaction however many jobs it enqueues; a rollback counts nothing)."""
+    state = transaction_state(conn)
+    counts: dict[tuple[str, str], int] | None = state.get("enqueued_counts")
+    if counts is None:
+        counts = state["enqueued_counts"] = {}
+        after_commit(conn, lambda: metrics.jobs_enqueued(counts))
+    key = (job_type, pool)
+    counts[key] = counts.get(key, 0) + 1
 
 
 def _default_timeout_ms() -> int:

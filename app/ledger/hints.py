@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterable
 from sqlalchemy import Connection
 
 from app.db import after_commit, transaction_state
+from app.observability import metrics
 
 log = logging.getLogger(__name__)
 
-Publisher = Callable[[str], None]
+# A publisher may return False when it coalesced the hint (one was already outstanding).
+Publisher = Callable[[str], bool | None]
 _publisher: Publisher | None = None
 _last_error_log = 0.0
 _suspended_until = 0.0
@@ -35,12 +37,17 @@ def set_publisher(publisher: Publisher | None) -> None:
 def publish_now(queue: str) -> bool:
     """Send one hint for ``queue``; never raises (a failed publish only costs latency)."""
     global _last_error_log, _suspended_until
-    if _publisher is None or time.monotonic() < _suspended_until:
+    if _publisher is None:
+        return False
+    if time.monotonic() < _suspended_until:
+        metrics.hint_published(queue, "suppressed")
         return False
     try:
-        _publisher(queue)
+        sent = _publisher(queue)
+        metrics.hint_published(queue, "coalesced" if sent is False else "sent")
         return True
     except Exception as exc:  # Redis down: the 2 s poll covers it
+        metrics.hint_published(queue, "failed")
         now = time.monotonic()
         _suspended_until = now + BREAKER_SECONDS
         if now - _last_error_log > 30:

@@ -1,6 +1,7 @@
 """Outbound HTTP in a job context (L-EFFECT-3, -4, -5).
 
-- every request carries a stable ``X-Idempotency-Key`` (operation key + step key);
+- every request carries a stable ``X-Idempotency-Key`` (operation key + step key) and a W3C
+  ``traceparent`` (app/observability/tracing.py);
 - transport retries are off and redirects are not followed: recovery belongs to the ledger;
 - before an unsafe request a side-effect marker is committed on the job; no response, a timeout,
   408, 429 or 5xx leave it open and the job goes ``dead`` with EXTERNAL_OUTCOME_UNKNOWN (never
@@ -20,6 +21,7 @@ from sqlalchemy import Connection
 
 from app.ledger import transitions
 from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError
+from app.observability import tracing
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 UNKNOWN_STATUSES = frozenset({408, 429})
@@ -93,6 +95,11 @@ class SafeHttp:
                 transitions.set_effect_marker(conn, ctx.job_id, ctx.generation, ctx.lease_token, marker)
         ctx.check()
         all_headers = {"X-Idempotency-Key": self.idempotency_key(step_key), **(headers or {})}
+        if not tracing.ENABLED and "traceparent" not in {k.lower() for k in all_headers}:
+            # tracing on: the httpx instrumentation sends the client span's traceparent instead
+            parent = tracing.outbound_traceparent(ctx.trace_id, ctx.attempt_id)
+            if parent:
+                all_headers["traceparent"] = parent
         remaining = max(0.1, ctx.deadline_monotonic - time.monotonic())
         transport = httpx.HTTPTransport(retries=0)
         try:

@@ -64,6 +64,8 @@ jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
+    # W3C traceparent of the span that enqueued the job (NULL while tracing is off; migration 0007)
+    Column("traceparent", Text),
     CheckConstraint(_in("status", JOB_STATUSES), name="ck_workflow_jobs_status"),
     CheckConstraint(_in("type", JOB_TYPES), name="ck_workflow_jobs_type"),
     CheckConstraint(_in("queue", QUEUES), name="ck_workflow_jobs_queue"),
@@ -157,6 +159,8 @@ worker_nodes = Table(
     Column("status", Text, nullable=False, server_default=text("'active'")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the node's own clock when it sent its last heartbeat: node_clock_at - heartbeat_at = its skew
+    Column("node_clock_at", DateTime(timezone=True)),
     CheckConstraint(_in("status", ["active", "stopping", "stopped"]), name="ck_workflow_worker_nodes_status"),
 )
 Index("ix_workflow_worker_nodes_heartbeat", worker_nodes.c.heartbeat_at)

@@ -5,22 +5,25 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy import Connection, text
 
 _UPSERT = text(
     """
 INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use,
-    status, started_at, heartbeat_at)
+    status, started_at, heartbeat_at, node_clock_at)
 VALUES (:node_id, :hostname, :pid, CAST(:roles AS text[]), CAST(:pools AS text[]), :capacity, 0, 'active',
-    now(), now())
+    now(), now(), :clock)
 ON CONFLICT (node_id) DO UPDATE SET roles = EXCLUDED.roles, pools = EXCLUDED.pools,
-    slot_capacity = EXCLUDED.slot_capacity, status = 'active', heartbeat_at = now()
+    slot_capacity = EXCLUDED.slot_capacity, status = 'active', heartbeat_at = now(),
+    node_clock_at = EXCLUDED.node_clock_at
 """
 )
 _BEAT = text(
     """
-UPDATE workflow_worker_nodes SET heartbeat_at = now(), slots_in_use = :in_use, status = :status
+UPDATE workflow_worker_nodes SET heartbeat_at = now(), slots_in_use = :in_use, status = :status,
+    node_clock_at = :clock
 WHERE node_id = :node_id
 """
 )
@@ -38,9 +41,17 @@ def register_node(
             "roles": list(roles),
             "pools": list(pools),
             "capacity": slot_capacity,
+            "clock": _node_clock(),
         },
     )
 
 
 def heartbeat(conn: Connection, node_id: str, *, slots_in_use: int, status: str = "active") -> None:
-    conn.execute(_BEAT, {"node_id": node_id, "in_use": slots_in_use, "status": status})
+    conn.execute(
+        _BEAT, {"node_id": node_id, "in_use": slots_in_use, "status": status, "clock": _node_clock()}
+    )
+
+
+def _node_clock() -> datetime:
+    """This node's wall clock; the database stamps heartbeat_at with its own (doctor: clock skew)."""
+    return datetime.now(UTC)

@@ -158,7 +158,9 @@ def _stagger_ms(index: int, rate: int) -> float:
     return index * 1000.0 / rate
 
 
-def _batch(conn: Connection, ids: list[int], actor: Actor, *, retry: bool, rate: int) -> dict[str, Any]:
+def _batch(
+    conn: Connection, ids: list[int], actor: Actor, *, retry: bool, rate: int, start_index: int = 0
+) -> dict[str, Any]:
     submitted: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     state_skips = 0
@@ -170,7 +172,8 @@ def _batch(conn: Connection, ids: list[int], actor: Actor, *, retry: bool, rate:
         if retry:
             refusal = retry_refusal(row.status, row.attempts)
             done = None if refusal else _retry_locked(
-                conn, row, actor, action="job.batch_retry", delay_ms=_stagger_ms(len(submitted), rate)
+                conn, row, actor, action="job.batch_retry",
+                delay_ms=_stagger_ms(start_index + len(submitted), rate),
             )  # fmt: skip
         else:
             refusal = skip_refusal(row.status)
@@ -200,9 +203,11 @@ def _batch(conn: Connection, ids: list[int], actor: Actor, *, retry: bool, rate:
 
 
 def batch_retry(
-    conn: Connection, ids: list[int], actor: Actor, *, rate: int = DEFAULT_RATE
+    conn: Connection, ids: list[int], actor: Actor, *, rate: int = DEFAULT_RATE, start_index: int = 0
 ) -> dict[str, Any]:
-    return _batch(conn, ids, actor, retry=True, rate=rate)
+    """``start_index``: items already submitted by earlier calls of the same operation (the CLI sends
+    a large batch in chunks), so the stagger continues where the previous chunk ended."""
+    return _batch(conn, ids, actor, retry=True, rate=rate, start_index=start_index)
 
 
 def batch_skip(conn: Connection, ids: list[int], actor: Actor) -> dict[str, Any]:
@@ -210,8 +215,9 @@ def batch_skip(conn: Connection, ids: list[int], actor: Actor) -> dict[str, Any]
 
 
 def replay(
-    conn: Connection, f: ReplayFilter, actor: Actor, *, limit: int = MAX_REPLAY, rate: int = DEFAULT_RATE
-) -> dict[str, Any]:
+    conn: Connection, f: ReplayFilter, actor: Actor, *, limit: int = MAX_REPLAY, rate: int = DEFAULT_RATE,
+    start_index: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     """Retry up to ``limit`` (≤ 500) matching dead/failed jobs, oldest first, staggered by ``rate``.
     ``success`` counts submitted operations; business outcomes are read from the ledger later."""
     limit = max(1, min(limit, MAX_REPLAY))
@@ -220,7 +226,7 @@ def replay(
     for job_id in ids:
         row = conn.execute(_LOCK, {"id": job_id}).first()
         done = row and _retry_locked(
-            conn, row, actor, action="job.replay", delay_ms=_stagger_ms(len(submitted), rate)
+            conn, row, actor, action="job.replay", delay_ms=_stagger_ms(start_index + len(submitted), rate)
         )
         if done:
             submitted.append(done["id"])

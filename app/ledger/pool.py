@@ -28,6 +28,7 @@ from app.ledger.context import JobContext
 from app.ledger.hints import publish_now
 from app.ledger.outcome import outcome_of
 from app.ledger.states import Pool
+from app.observability import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,10 @@ class LedgerPool:
 
     def _run_loop(self) -> None:
         failures = 0
+        queue = self.queue
         while True:
-            self._wake.wait(self.settings.poll_seconds)
+            if not self._wake.wait(self.settings.poll_seconds):
+                metrics.poll_wakeup(queue)
             self._wake.clear()
             with self._lock:
                 finished, self._finished = self._finished, []
@@ -183,13 +186,22 @@ class LedgerPool:
         )
         if free > 0:
             self.stats.claim_queries += 1
+        pool = self.pool.value
         if finished:
             self.stats.settled += len(done)
             self.stats.stale_settlements += len(finished) - len(done)
             for item in finished:
-                if item.job_id not in done:
-                    log.info("job %s: settlement of a stale executor ignored", item.job_id)
+                status = done.get(item.job_id)
+                if status is None:
+                    metrics.fenced_write("settle")
+                    log.info("job %s: settlement of a stale executor ignored", item.job_id,
+                             extra={"job_id": item.job_id})  # fmt: skip
+                else:
+                    metrics.job_settled(item.job_type, pool, status)
         self.stats.claimed += len(claimed)
+        if metrics.ENABLED:
+            for job in claimed:
+                metrics.job_claimed(job["type"], pool, (job["db_now"] - job["run_at"]).total_seconds())
         return claimed
 
     def _start(self, job: dict) -> None:
@@ -200,6 +212,20 @@ class LedgerPool:
         self._executor.submit(self._execute, ctx)
 
     def _execute(self, ctx: JobContext) -> None:
+        with logs.bind_job(ctx):
+            if tracing.ENABLED:
+                with tracing.attempt_span(ctx) as span:
+                    item = self._run_handler(ctx)
+                    tracing.end_attempt(span, item.kind, item.error)
+            else:
+                item = self._run_handler(ctx)
+        with self._lock:
+            self._inflight.pop(ctx.job_id, None)
+            self._finished.append(item)
+            self._running -= 1
+        self._wake.set()
+
+    def _run_handler(self, ctx: JobContext) -> transitions.Settlement:
         started = time.monotonic()
         result, error = None, None
         try:
@@ -209,10 +235,12 @@ class LedgerPool:
             error = exc
             if not isinstance(exc, Exception):
                 log.error("job %s: handler raised %s", ctx.job_id, type(exc).__name__)
+        seconds = time.monotonic() - started
+        metrics.attempt_finished(ctx.type, seconds)
         outcome = outcome_of(result, error)
         if error is not None and outcome.kind != "succeeded":
             log.info("job %s (%s) attempt %s: %s", ctx.job_id, ctx.type, ctx.attempt, outcome.error)
-        item = transitions.Settlement(
+        return transitions.Settlement(
             job_id=ctx.job_id,
             generation=ctx.generation,
             lease_token=ctx.lease_token,
@@ -220,13 +248,9 @@ class LedgerPool:
             result=outcome.result,
             error=outcome.error,
             error_code=outcome.error_code,
-            duration_ms=int((time.monotonic() - started) * 1000),
+            duration_ms=int(seconds * 1000),
+            job_type=ctx.type,
         )
-        with self._lock:
-            self._inflight.pop(ctx.job_id, None)
-            self._finished.append(item)
-            self._running -= 1
-        self._wake.set()
 
     # -- leases -------------------------------------------------------------------------------
     def _renewer(self) -> None:
@@ -251,4 +275,5 @@ class LedgerPool:
                 continue
             for ctx in contexts:
                 if ctx.job_id not in renewed and not ctx.abort_event.is_set():
+                    metrics.fenced_write("renew")
                     ctx.abort("ownership lost (lease not renewed)")

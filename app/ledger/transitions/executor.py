@@ -22,7 +22,7 @@ from app.ledger.states import (
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
     max_attempts, generation, lease_token, lease_until, execution_deadline, operation_key, trace_id,
-    effect_marker"""
+    effect_marker, traceparent"""
 
 # L-STATE-3 backoff: base * 2^(attempts-1), one delay capped.
 BACKOFF_SQL = (
@@ -142,6 +142,7 @@ class Settlement:
     error: str | None = None
     error_code: str | None = None
     duration_ms: int = 0
+    job_type: str = ""  # for the settled-jobs metric only; never written
 
 
 _SETTLE_CTES = f"""input AS (
