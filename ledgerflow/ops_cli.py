@@ -608,13 +608,17 @@ def workflows_list(principal: Any, as_json: bool, state: str | None, paused: str
                    business_key: str | None, business_key_prefix: str | None, limit: int, cursor: str | None) -> None:  # fmt: skip
     """List the namespace's workflow instances, newest first (GET /v1/workflows)."""
     from app.engine import instances
+    from web.strict import load
+    from web.workflows_schemas import ListQuery
 
     args = {k: v for k, v in (("state", state), ("paused", paused), ("definition_id", definition_id),
                               ("business_key", business_key), ("business_key_prefix", business_key_prefix),
                               ("limit", str(limit)), ("cursor", cursor)) if v is not None}  # fmt: skip
-    filters, lim, cur = instances.parse_list_filters(args)
+    query = load(ListQuery(), args)  # the API's own query schema: same rules, same messages
     data = _read(
-        lambda c: instances.list_instances(c, principal.namespace_id, filters, lim, cur, principal.queues)
+        lambda c: instances.list_instances(
+            c, principal.namespace_id, query["filters"], query["limit"], query["cursor"], principal.queues
+        )
     )
     if as_json:
         _emit_json(data)
@@ -660,11 +664,14 @@ def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
 def _control(principal: Any, as_json: bool, instance_id: str, operation: str, reason: str,
              expected: int | None, yes: bool) -> None:  # fmt: skip
     from app.engine import control, instances, oplog
+    from web.strict import load
+    from web.workflow_control_schemas import ControlRequest
 
     current = _read(lambda c: _load_instance(c, principal, instance_id))
     revision = expected if expected is not None else current["control_revision"]
-    req = control.validate_control(
-        {"operation": operation, "expected_control_revision": str(revision), "reason": reason}
+    req = load(
+        ControlRequest(),
+        {"operation": operation, "expected_control_revision": str(revision), "reason": reason},
     )
     _confirm(f"{operation} workflow {instance_id} ({current['state']}, control revision {revision})?", yes)
     request_id = cli_request_id()
@@ -726,6 +733,8 @@ def workflows_signal(principal: Any, as_json: bool, instance_id: str, name: str,
     """Send a signal to a step's activation (POST /v1/workflows/{id}/signals)."""
     from app import jsonx
     from app.engine import oplog, signals
+    from web.strict import load
+    from web.workflow_control_schemas import SignalRequest
 
     try:
         payload = jsonx.loads(payload_json)
@@ -738,7 +747,7 @@ def workflows_signal(principal: Any, as_json: bool, instance_id: str, name: str,
     }  # fmt: skip
     if evidence_ref is not None:
         body["evidence_ref"] = evidence_ref
-    req = signals.validate_signal(body)
+    req = load(SignalRequest(), body)
     _read(lambda c: _load_instance(c, principal, instance_id))
     _confirm(f"Send signal {name} to {target_step_key}#{target_activation_sequence} of {instance_id}?", yes)
     request_id = cli_request_id()
