@@ -47,16 +47,7 @@ def activate(
     )
     task_id = None
     if kind == K.TASK:
-        task_id = work.create_task(
-            conn,
-            inst,
-            step["id"],
-            step["key"],
-            act_id,
-            spec["queue"],
-            act_input,
-            timeout_seconds=spec.get("timeout_seconds", work.DEFAULT_TASK_TIMEOUT_SECONDS),
-        )
+        task_id = work.step_task(conn, inst, {**step, "activation_id": act_id}, spec, act_input, attempt=1)
     elif kind == K.TIMER:
         due = wait_moves.insert(
             conn,
@@ -129,18 +120,7 @@ def start_poll_round(
     rnd = used_rounds + 1
     attempts = round_attempts + 1
     act_input = step_moves.activation_input_of(conn, step["activation_id"])
-    task_id = work.create_task(
-        conn,
-        inst,
-        step["id"],
-        step["key"],
-        step["activation_id"],
-        spec["queue"],
-        act_input,
-        attempt=attempts,
-        timeout_seconds=spec.get("timeout_seconds", work.DEFAULT_TASK_TIMEOUT_SECONDS),
-        poll_round=rnd,
-    )
+    task_id = work.step_task(conn, inst, step, spec, act_input, attempt=attempts, poll_round=rnd)
     step_moves.poll_round_started(conn, step["activation_id"], rnd, attempts, task_id)
     step_moves.set_active(conn, step, task_id)
     return task_id

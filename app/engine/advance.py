@@ -180,17 +180,8 @@ def start_next_attempt(conn: Connection, inst: dict, step: dict, spec: dict) -> 
     """A new task for the next attempt of the step's current activation (own deadline and
     ``task_timeout`` job); the step is ACTIVE again and points at it. The caller settles progress."""
     attempts = step["task_attempts"] + 1
-    new_task = work.create_task(
-        conn,
-        inst,
-        step["id"],
-        step["key"],
-        step["activation_id"],
-        spec["queue"],
-        step["act_input"] if step["act_input"] is not MISSING else {},
-        attempt=attempts,
-        timeout_seconds=spec.get("timeout_seconds", work.DEFAULT_TASK_TIMEOUT_SECONDS),
-    )
+    task_input = step["act_input"] if step["act_input"] is not MISSING else {}
+    new_task = work.step_task(conn, inst, step, spec, task_input, attempt=attempts)
     step_moves.set_task_attempts(conn, step["activation_id"], attempts)
     step_moves.set_active(conn, step, new_task)
     return new_task

@@ -104,6 +104,24 @@ def create_task(
     return task_id
 
 
+def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: Any, *, attempt: int,
+              poll_round: int | None = None) -> str:  # fmt: skip
+    """The task of attempt ``attempt`` (and POLL round ``poll_round``) of the step's current activation,
+    on the step's queue with the step's timeout."""
+    return create_task(
+        conn,
+        inst,
+        step["id"],
+        step["key"],
+        step["activation_id"],
+        spec["queue"],
+        task_input,
+        attempt=attempt,
+        timeout_seconds=spec.get("timeout_seconds", DEFAULT_TASK_TIMEOUT_SECONDS),
+        poll_round=poll_round,
+    )
+
+
 def cancel_task_timeout(conn: Connection, task_id: str) -> None:
     """A task settled before its deadline: its ``task_timeout`` job has nothing left to do."""
     rows = conn.execute(

@@ -189,6 +189,27 @@ def end_activation_for_retry(conn: Connection, step: dict) -> None:
     )
 
 
+def _move_open(
+    conn: Connection, iid: str, state: str, where: str, params: dict, *, completed: bool
+) -> list[str]:
+    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation) -> ``state``."""
+    rows = many(
+        conn,
+        f"UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now() "
+        f"WHERE s.instance_id = :id AND s.state = ANY(:from){where} RETURNING s.key, s.activation_id",
+        {"id": iid, "s": state, "from": OPEN, **params},
+    )
+    acts = [r.activation_id for r in rows if r.activation_id]
+    if acts:
+        done = ", completed_at = now()" if completed else ""
+        many(
+            conn,
+            f"UPDATE workflow_activations SET state = :s{done} WHERE id = ANY(:a) AND state = ANY(:from) RETURNING id",
+            {"a": acts, "s": state, "from": OPEN},
+        )
+    return [r.key for r in rows]
+
+
 def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[str]:
     """Every ACTIVE / WAITING step of the instance (and its activation) -> CANCELLED. ``idle_only``:
     only those with no in-flight STEP task (a claimed task keeps its permit during a cancel)."""
@@ -198,40 +219,12 @@ def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[
         if idle_only
         else ""
     )
-    rows = many(
-        conn,
-        f"UPDATE workflow_steps s SET state = 'CANCELLED', revision = s.revision + 1, updated_at = now() "
-        f"WHERE s.instance_id = :id AND s.state = ANY(:from){idle} RETURNING s.key, s.activation_id",
-        {"id": iid, "from": OPEN},
-    )
-    acts = [r.activation_id for r in rows if r.activation_id]
-    if acts:
-        many(
-            conn,
-            "UPDATE workflow_activations SET state = 'CANCELLED', completed_at = now() "
-            "WHERE id = ANY(:a) AND state = ANY(:from) RETURNING id",
-            {"a": acts, "from": OPEN},
-        )
-    return [r.key for r in rows]
+    return _move_open(conn, iid, S.CANCELLED, idle, {}, completed=True)
 
 
 def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
     """Steps whose external outcome is unknown -> NEEDS_REVIEW (with their activations)."""
-    rows = many(
-        conn,
-        f"UPDATE workflow_steps SET state = 'NEEDS_REVIEW', {_BUMP} WHERE instance_id = :id AND key = ANY(:keys) "
-        "AND state = ANY(:from) RETURNING key, activation_id",
-        {"id": iid, "keys": keys, "from": OPEN},
-    )
-    acts = [r.activation_id for r in rows if r.activation_id]
-    if acts:
-        many(
-            conn,
-            "UPDATE workflow_activations SET state = 'NEEDS_REVIEW' WHERE id = ANY(:a) AND state = ANY(:from) "
-            "RETURNING id",
-            {"a": acts, "from": OPEN},
-        )
-    return [r.key for r in rows]
+    return _move_open(conn, iid, S.NEEDS_REVIEW, " AND s.key = ANY(:keys)", {"keys": keys}, completed=False)
 
 
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
