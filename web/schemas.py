@@ -34,6 +34,13 @@ def envelope(data: Any, name: str) -> type[Schema]:
     return Loose.from_dict({"request_id": fields.String(required=True), "data": field}, name=name)
 
 
+def page(item: type[Schema], name: str) -> type[Schema]:
+    """One page of a cursor-paginated list: ``{"items": [item], "next_cursor"?}``."""
+    return Loose.from_dict(
+        {"items": fields.List(fields.Nested(item), required=True), "next_cursor": fields.String()}, name=name
+    )
+
+
 ANY = fields.Dict(required=True)
 
 

@@ -19,6 +19,7 @@ from web.schemas import (
     evidence_ref,
     integer,
     json_value,
+    page,
     reason,
     text,
 )
@@ -107,9 +108,7 @@ class SignalResult(Loose):
     deduplicated = fields.Boolean(required=True)
 
 
-class SignalPage(Loose):
-    items = fields.List(fields.Nested(Signal), required=True)
-    next_cursor = fields.String()
+SignalPage = page(Signal, "SignalPage")
 
 
 ControlResponse = envelope(InstanceResult, "ControlResponse")

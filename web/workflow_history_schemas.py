@@ -11,7 +11,7 @@ from marshmallow import ValidationError, fields, post_load, validates_schema
 from app.engine.documents import KEY_RE
 from app.engine.recovery import ACTIONS, RESOLUTIONS
 from app.engine.store import MISSING
-from web.schemas import Loose, Strict, envelope, evidence_ref, json_value, reason, storable_document
+from web.schemas import Loose, Strict, envelope, evidence_ref, json_value, page, reason, storable_document
 from web.tasks_schemas import Task
 from web.workflow_control_schemas import PageQuery
 from web.workflows_schemas import HEX32, KEY, Instance, StepSummary, Wait
@@ -100,9 +100,7 @@ class OperationDetail(Operation):
     after = fields.Raw(allow_none=True, metadata={"type": ["object", "null"]})
 
 
-class OperationPage(Loose):
-    items = fields.List(fields.Nested(Operation), required=True)
-    next_cursor = fields.String()
+OperationPage = page(Operation, "OperationPage")
 
 
 class RecoveryResult(Loose):
@@ -127,9 +125,7 @@ class Activation(Loose):
     wait = fields.Nested(Wait)
 
 
-class ActivationPage(Loose):
-    items = fields.List(fields.Nested(Activation), required=True)
-    next_cursor = fields.String()
+ActivationPage = page(Activation, "ActivationPage")
 
 
 class Round(Task):
@@ -137,9 +133,7 @@ class Round(Task):
     activation_sequence = fields.Integer(required=True)
 
 
-class RoundPage(Loose):
-    items = fields.List(fields.Nested(Round), required=True)
-    next_cursor = fields.String()
+RoundPage = page(Round, "RoundPage")
 
 
 OperationResponse = envelope(OperationDetail, "AuditOperationResponse")

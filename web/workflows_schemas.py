@@ -20,6 +20,7 @@ from web.schemas import (
     envelope,
     json_bytes,
     json_value,
+    page,
     text,
 )
 
@@ -174,9 +175,7 @@ class InstanceResult(Loose):
     deduplicated = fields.Boolean(required=True)
 
 
-class InstancePage(Loose):
-    items = fields.List(fields.Nested(Instance), required=True)
-    next_cursor = fields.String()
+InstancePage = page(Instance, "InstancePage")
 
 
 class StepSummary(Loose):
