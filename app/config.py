@@ -35,6 +35,9 @@ class Settings:
     # L-PAUSE-5: drain every minute, bounded per pass.
     drain_interval_seconds: float = 60.0
     drain_batch: int = 1000
+    # Each pool also reclaims its own queue's expired leases this often, so a job held by a killed
+    # worker runs again within lease + this, not lease + the next drain + a backoff.
+    reclaim_seconds: float = 5.0
     heartbeat_seconds: float = 10.0
     # Coalescing window of a wake hint flag (ms); the consumer clears it on receipt.
     hint_flag_ttl_ms: int = 5000
@@ -75,6 +78,7 @@ def load_settings() -> Settings:
         backoff_cap_seconds=env_float("LEDGERFLOW_BACKOFF_CAP_SECONDS", 900.0),
         drain_interval_seconds=env_float("LEDGERFLOW_DRAIN_INTERVAL_SECONDS", 60.0),
         drain_batch=env_int("LEDGERFLOW_DRAIN_BATCH", 1000),
+        reclaim_seconds=env_float("LEDGERFLOW_RECLAIM_SECONDS", 5.0),
         heartbeat_seconds=env_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),
         hint_flag_ttl_ms=env_int("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000),
         hint_consumer_timeout_ms=env_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000),

@@ -545,10 +545,13 @@ def jobs_clusters(principal: Any, as_json: bool, group_by: str, types: tuple[str
 @jobs.command("status")
 @operator_command(MONITOR)
 def jobs_status(principal: Any, as_json: bool) -> None:
-    """Runtime status (live workers, slots, backlog, stuck, queue wait, failure rate) and counts."""
-    from app.ledger import ops, status
+    """Runtime status (live workers, slots, backlog, stuck, queue wait, failure rate), counts and the
+    worker registry (a node whose heartbeat stopped without a clean exit shows as lost)."""
+    from app.ledger import nodes, ops, status
 
-    data = _read(lambda c: {"runtime": status.runtime_status(c), "summary": ops.summary(c)})
+    data = _read(
+        lambda c: {"runtime": status.runtime_status(c), "summary": ops.summary(c), "nodes": nodes.registry(c)}
+    )
     if as_json:
         _emit_json(data)
         return
@@ -556,6 +559,9 @@ def jobs_status(principal: Any, as_json: bool) -> None:
     console.print(_kv("runtime status", list(data["runtime"].items())))
     by_status = data["summary"]["by_status"]
     console.print(_table("jobs by status", ["status", "count"], sorted(by_status.items())))
+    console.print(_table(f"{len(data['nodes'])} worker node(s)", ["node", "status", "pools", "slots", "heartbeat age s"],
+                         [(n["node_id"], n["status"], ",".join(n["pools"]), f"{n['slots_in_use']}/{n['slot_capacity']}",
+                           n["heartbeat_age_seconds"]) for n in data["nodes"]]))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------- workflows

@@ -29,6 +29,32 @@ WHERE node_id = :node_id
 )
 
 
+LIVE_SECONDS = 90  # a node is live while its heartbeat is younger than this (L-STATUS)
+
+# the registry as an operator reads it: a node whose heartbeat stopped without a clean exit is lost
+_REGISTRY = text(
+    f"""
+SELECT node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use, started_at, heartbeat_at,
+       CASE WHEN status = 'active' AND heartbeat_at < now() - interval '{LIVE_SECONDS} seconds' THEN 'lost'
+            ELSE status END AS status,
+       extract(epoch FROM now() - heartbeat_at) AS heartbeat_age_seconds
+FROM workflow_worker_nodes
+ORDER BY (status = 'active' AND heartbeat_at >= now() - interval '{LIVE_SECONDS} seconds') DESC,
+         heartbeat_at DESC, node_id
+LIMIT :limit
+"""
+)
+
+
+def registry(conn: Connection, limit: int = 200) -> list[dict]:
+    """The worker nodes, live first: ``status`` is active / stopping / stopped, or ``lost`` for an
+    active node whose heartbeat is older than ``LIVE_SECONDS`` (killed, frozen or cut off)."""
+    rows = conn.execute(_REGISTRY, {"limit": limit})
+    return [
+        {**dict(r._mapping), "heartbeat_age_seconds": round(float(r.heartbeat_age_seconds), 3)} for r in rows
+    ]
+
+
 def register_node(
     conn: Connection, node_id: str, *, roles: Sequence[str], pools: Sequence[str], slot_capacity: int
 ) -> None:

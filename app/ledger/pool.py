@@ -253,11 +253,37 @@ class LedgerPool:
         )
 
     # -- leases -------------------------------------------------------------------------------
+    def _reclaim(self) -> None:
+        """This pool's queue: expired leases (an executor was lost) go back to pending through the
+        drain's guarded transition, due at once; then claim them (L-PAUSE-5's drain stays the backstop)."""
+        s = self.settings
+        try:
+            with transaction(self.engine) as conn:
+                rows = transitions.reclaim_expired(
+                    conn, limit=s.drain_batch, backoff_base=s.backoff_base_seconds,
+                    backoff_cap=s.backoff_cap_seconds, queue=self.queue,
+                )  # fmt: skip
+        except DBAPIError as exc:
+            log.warning("pool %s: lease reclaim failed (%s)", self.pool, exc.__class__.__name__)
+            return
+        if rows:
+            back = sum(1 for r in rows if r["status"] == "pending")
+            metrics.lease_reclaimed("pending", back)
+            metrics.lease_reclaimed("dead", len(rows) - back)
+            log.warning(
+                "pool %s: reclaimed %d expired lease(s): %d back to pending", self.pool, len(rows), back
+            )
+            self._wake.set()
+
     def _renewer(self) -> None:
         next_renew = time.monotonic() + self.settings.renew_seconds
+        next_reclaim = time.monotonic() + self.settings.reclaim_seconds
         while not (self._stopping.is_set() and self._running == 0):
             time.sleep(min(0.25, self.settings.renew_seconds))
             now = time.monotonic()
+            if now >= next_reclaim and not self._stopping.is_set():
+                next_reclaim = now + self.settings.reclaim_seconds
+                self._reclaim()
             with self._lock:
                 contexts = list(self._inflight.values())
             for ctx in contexts:

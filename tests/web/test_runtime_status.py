@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from app.ledger import nodes
 from tests.web.conftest import PREFIX
 
 
@@ -122,3 +123,24 @@ def test_status_ignores_list_filters(client, monitor, make_job):
     r = client.get(f"{PREFIX}/jobs/runtime-status?status=pending", headers=monitor)
     assert r.status_code == 400  # the panel takes no filters at all
     assert _status(client, monitor)["dead"] == 1
+
+
+def test_worker_registry_shows_a_stopped_heartbeat_as_lost(client, monitor, clean):
+    """Issue 14: a node whose heartbeat stopped without a clean exit reads as ``lost`` (it was
+    ``active`` before), a clean exit as ``stopped``; live nodes come first; the status counts only
+    live nodes' slots."""
+    with clean.begin() as conn:
+        _node(conn, "killed", beat_ago=300, capacity=4, in_use=4)
+        _node(conn, "live", beat_ago=3, capacity=4, in_use=1)
+        _node(conn, "exited", beat_ago=20, status="stopped", capacity=4, in_use=0)
+    with clean.connect() as conn:
+        listed = nodes.registry(conn)
+    items = {n["node_id"]: n for n in listed}
+    assert listed[0]["node_id"] == "live"
+    assert (items["killed"]["status"], items["live"]["status"], items["exited"]["status"]) == (
+        "lost",
+        "active",
+        "stopped",
+    )
+    assert items["killed"]["heartbeat_age_seconds"] >= 300
+    assert _status(client, monitor)["slots"] == {"in_use": 1, "capacity": 4}

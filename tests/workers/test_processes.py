@@ -147,7 +147,8 @@ def test_three_worker_processes_race_on_300_jobs(db, spawn):
 def test_kill_9_mid_job_drain_reclaims_and_the_receipt_is_reused(
     db, spawn, scratch_tables, tmp_path, settings
 ):
-    env = {**FAST_ENV, "LEDGERFLOW_POLL_SECONDS": "0.2"}
+    # the pools' own reclaim is pushed out of the way: this test is about the drain's
+    env = {**FAST_ENV, "LEDGERFLOW_POLL_SECONDS": "0.2", "LEDGERFLOW_RECLAIM_SECONDS": "3600"}
     workers = spawn(2, env)
     marker = tmp_path / "in-handler"
     j = add_job(db, "delay_wake", {"mode": "receipt_then_sleep", "marker_file": str(marker)})
@@ -179,6 +180,38 @@ def test_kill_9_mid_job_drain_reclaims_and_the_receipt_is_reused(
     # the business write happened exactly once: 0 duplicate effects
     assert scalar(db, "SELECT count(*) FROM test_effects") == 1
     assert scalar(db, "SELECT count(*) FROM workflow_job_effects") == 1
+
+
+def test_kill_9_mid_job_runs_again_within_lease_plus_5_s_without_the_drain(
+    db, spawn, scratch_tables, tmp_path
+):
+    """Issue 14: a surviving worker's pool reclaims the lost lease itself (every
+    LEDGERFLOW_RECLAIM_SECONDS, default 5) and the job is due at once (no failure backoff): it runs
+    again within lease + 5 s of the kill, with no drain run at all. Before, it waited for the next
+    minute's drain and a 30 s backoff."""
+    lease = 3.0
+    env = {"LEDGERFLOW_LEASE_SECONDS": str(lease), "LEDGERFLOW_RENEW_SECONDS": "0.5",
+           "LEDGERFLOW_POLL_SECONDS": "0.5", "LEDGERFLOW_BACKOFF_BASE_SECONDS": "30"}  # fmt: skip
+    workers = spawn(2, env)
+    marker = tmp_path / "in-handler"
+    j = add_job(db, "delay_wake", {"mode": "receipt_then_sleep", "marker_file": str(marker)})
+    wait_for(marker.exists, timeout=20)
+    (first,) = attempts(db, j)
+    victim = next(w for w in workers if _node_id(w) == first["worker_id"])
+    survivor = next(w for w in workers if w is not victim)
+    victim.kill9()
+    killed = time.monotonic()
+    wait_for(lambda: len(attempts(db, j)) == 2, timeout=lease + 5 + 10)
+    rerun_after = time.monotonic() - killed
+    wait_for(lambda: job(db, j)["status"] == "succeeded", timeout=20)
+    rows = attempts(db, j)
+    assert [(a["attempt"], a["status"], a["error_code"]) for a in rows] == [
+        (1, "failed", "LEASE_EXPIRED"),
+        (2, "succeeded", None),
+    ]
+    assert rows[1]["worker_id"] == _node_id(survivor)
+    assert rerun_after < lease + 5 + 1.5, rerun_after  # 1.5 s of slack for a loaded machine
+    assert scalar(db, "SELECT count(*) FROM test_effects") == 1  # the receipt was reused
 
 
 # --------------------------------------------------------------------------- Redis down / hints

@@ -25,6 +25,7 @@ WITH stale AS (
     SELECT id FROM workflow_jobs
     WHERE status = 'running'
       AND (lease_until IS NULL OR lease_until <= now() OR execution_deadline <= now())
+      AND (CAST(:queue AS text) IS NULL OR queue = CAST(:queue AS text))
     ORDER BY lease_until NULLS FIRST
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -40,8 +41,11 @@ WITH stale AS (
                           THEN 'executor lost during an unsafe external call: outcome needs confirmation'
                           WHEN j.execution_deadline <= now() THEN 'execution deadline passed'
                           ELSE 'lease expired: executor lost' END,
-        run_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
-                      THEN now() + {BACKOFF_SQL} ELSE j.run_at END,
+        -- a lost lease is not the handler's failure: due again at once (the attempt still counts);
+        -- a passed execution deadline is, and waits for the backoff (L-STATE-3)
+        run_at = CASE WHEN j.effect_marker IS NOT NULL OR j.attempts >= j.max_attempts THEN j.run_at
+                      WHEN j.execution_deadline <= now() THEN now() + {BACKOFF_SQL}
+                      ELSE now() END,
         finished_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
                            THEN NULL ELSE now() END,
         lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
@@ -60,9 +64,14 @@ SELECT id, status, error_code, queue FROM reclaimed
 
 
 def reclaim_expired(
-    conn: Connection, *, limit: int, backoff_base: float, backoff_cap: float
+    conn: Connection, *, limit: int, backoff_base: float, backoff_cap: float, queue: str | None = None
 ) -> list[dict[str, Any]]:
-    rows = conn.execute(_RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap})
+    """running with a lost lease or a passed execution deadline -> pending (or dead: budget used up,
+    or an open side-effect marker). Run by the drain for every queue and by each pool for its own
+    queue (``queue``) every few seconds; SKIP LOCKED, so the two never wait on each other."""
+    rows = conn.execute(
+        _RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "queue": queue}
+    )
     return [dict(r._mapping) for r in rows]
 
 
