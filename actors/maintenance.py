@@ -7,14 +7,26 @@ import dramatiq
 import actors.broker  # noqa: F401 - binds the actor to the configured broker
 from app.config import get_settings
 from app.db import get_engine
+from app.engine import retention as engine_retention
 from app.engine.tasks import return_expired_leases
+from app.ledger import retention
 from app.ledger.drain import DrainReport, drain
 from app.ledger.states import QUEUE_OF_POOL, Pool
 
 
 def run_drain() -> DrainReport:
-    """The ledger drain plus the engine's sweeps (X-TASK: expired task leases go back to their queue)."""
-    return drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
+    """The ledger drain plus the sweeps: expired task leases go back to their queue (X-TASK), and the
+    retention sweeps remove finished history past its retention (issue 14)."""
+    policy = retention.policy_from_env()
+    return drain(
+        get_engine(),
+        get_settings(),
+        sweeps=[
+            ("task_leases", return_expired_leases),
+            *retention.sweeps(policy),
+            *engine_retention.sweeps(policy),
+        ],
+    )
 
 
 @dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.ADVANCE], max_retries=0, max_age=120_000, time_limit=300_000)

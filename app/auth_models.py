@@ -88,6 +88,7 @@ Index(
     postgresql_where=text("workflow_id IS NOT NULL"),
 )
 Index("ix_operation_audit_target", operation_audit.c.target_type, operation_audit.c.target_id)
+Index("ix_operation_audit_created", operation_audit.c.created_at)  # retention
 
 idempotency_receipts = Table(
     "idempotency_receipts",

@@ -258,3 +258,4 @@ Index(
     signals.c.target_activation_sequence,
     postgresql_where=text("state = 'PENDING'"),
 )
+Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=text("state <> 'PENDING'"))

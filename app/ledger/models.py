@@ -106,6 +106,13 @@ Index("ix_workflow_jobs_instance", jobs.c.instance_id, postgresql_where=text("in
 Index("ix_workflow_jobs_trace", jobs.c.trace_id)
 Index("ix_workflow_jobs_status_type", jobs.c.status, jobs.c.type)
 Index("ix_workflow_jobs_created", jobs.c.created_at, jobs.c.id)
+# retention (app/ledger/retention.py): finished jobs and dead letters by age
+Index(
+    "ix_workflow_jobs_finished",
+    jobs.c.status,
+    jobs.c.finished_at,
+    postgresql_where=text("finished_at IS NOT NULL"),
+)
 
 executions = Table(
     "workflow_job_executions",
@@ -145,6 +152,7 @@ effects = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     UniqueConstraint("operation_key", "step_key", name="uq_workflow_job_effects_step"),
 )
+Index("ix_workflow_job_effects_orphaned", effects.c.created_at, postgresql_where=text("job_id IS NULL"))
 
 worker_nodes = Table(
     "workflow_worker_nodes",

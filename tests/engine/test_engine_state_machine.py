@@ -12,12 +12,14 @@ import pytest
 from sqlalchemy import text
 
 from app.db import transaction
+from app.engine import retention as engine_retention
 from app.engine import tasks
 from app.engine.store import read_step
 from app.engine.transitions import TransitionRefused
 from app.engine.transitions import steps as step_moves
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
+from app.ledger.retention import RetentionPolicy
 from tests.engine.helpers import claim_task, instance, make_due, publish, run_jobs, start, step
 
 NS = "ns-" + new_id()[:8]
@@ -150,3 +152,26 @@ def test_guarded_transition_refuses_a_move_from_a_terminal_state(eng):
         step_moves.succeed(conn, st, {"x": 1})
     with pytest.raises(TransitionRefused, match="not one of ACTIVE, WAITING"), transaction(eng) as conn:
         step_moves.fail(conn, read_step(conn, iid, "t"), {"code": "X"})
+
+
+def test_retention_removes_settled_signals_of_finished_instances_only(eng):
+    def_id = publish(eng, NS, DOC)
+    done, live = start(eng, NS, def_id, {})["id"], start(eng, NS, def_id, {})["id"]
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE workflow_instances SET state = 'SUCCEEDED' WHERE id = :i"), {"i": done})
+        for iid in (done, live):
+            for state in ("CONSUMED", "PENDING"):
+                conn.execute(
+                    text(
+                        "INSERT INTO workflow_signals (id, namespace_id, instance_id, name, payload_version, "
+                        "target_step_key, target_activation_sequence, correlation_key, payload, actor_id, reason, "
+                        "state, expires_at, resolved_at) VALUES (md5(random()::text), :ns, :i, 'n', 'v1', 't', 1, "
+                        "'k', '{}', 'a', 'r', :s, now(), CASE WHEN :s = 'PENDING' THEN NULL "
+                        "ELSE now() - interval '8 days' END)"
+                    ),
+                    {"ns": NS, "i": iid, "s": state},
+                )
+    with eng.begin() as conn:
+        assert engine_retention.prune_signals(conn, 100, policy=RetentionPolicy(jobs_days=7)) == 1
+        left = conn.execute(text("SELECT instance_id, state FROM workflow_signals ORDER BY 1, 2")).all()
+    assert sorted(map(tuple, left)) == sorted([(done, "PENDING"), (live, "CONSUMED"), (live, "PENDING")])

@@ -1,0 +1,161 @@
+"""Retention (issue 14): what the ledger keeps, and the drain sweeps that remove the rest in small
+batches so the tables stay the size of the live work, not of history.
+
+- finished jobs (``succeeded`` / ``canceled``) and their attempts (``ON DELETE CASCADE``) after
+  ``jobs_days`` (default 7; per-namespace override through the job's instance);
+- dead letters (``dead`` / ``failed``: an operator's decision is pending) after ``dead_days`` (30);
+- effect receipts whose job is gone (``job_id`` set NULL by the delete) after ``jobs_days``;
+- the operation audit after ``audit_days`` (400).
+
+Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
+LIMIT n FOR UPDATE SKIP LOCKED)`` in its own short transaction, over finished rows only, so a sweep
+never waits on (or holds up) a claim, a settle or a running executor. Batched deletes were chosen over
+partitions: claims, the job list and the indexes stay as they are (see ``docs/decisions.md``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from sqlalchemy import Connection, text
+
+from app.config import env_float, env_int
+
+FINISHED = ("succeeded", "canceled")
+DEAD_LETTERS = ("dead", "failed")
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    jobs_days: float = 7.0
+    dead_days: float = 30.0
+    audit_days: float = 400.0
+    # rows per DELETE (the drain runs up to 10 of them per sweep each minute: 50k rows/min by default)
+    batch: int = 5000
+    # namespace id -> days for finished jobs of that namespace's instances (and its audit, if longer
+    # than audit_days it wins there too)
+    by_namespace: dict[str, float] = field(default_factory=dict)
+
+
+def parse_overrides(raw: str) -> dict[str, float]:
+    """``"ns-a=30,ns-b=1.5"`` -> ``{"ns-a": 30.0, "ns-b": 1.5}``; a bad item is a clear error."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in raw.split(","))):
+        name, sep, days = item.partition("=")
+        try:
+            value = float(days)
+        except ValueError:
+            value = -1.0
+        if not sep or not name.strip() or not 0 < value <= 36500:
+            raise ValueError(
+                f"LEDGERFLOW_RETENTION_BY_NAMESPACE: {item!r} is not namespace_id=days (0 < days <= 36500)"
+            )
+        out[name.strip()] = value
+    return out
+
+
+def policy_from_env() -> RetentionPolicy:
+    return RetentionPolicy(
+        jobs_days=env_float("LEDGERFLOW_RETENTION_DAYS", 7.0),
+        dead_days=env_float("LEDGERFLOW_DEAD_LETTER_RETENTION_DAYS", 30.0),
+        audit_days=env_float("LEDGERFLOW_AUDIT_RETENTION_DAYS", 400.0),
+        batch=env_int("LEDGERFLOW_RETENTION_BATCH", 5000),
+        by_namespace=parse_overrides(os.environ.get("LEDGERFLOW_RETENTION_BY_NAMESPACE", "")),
+    )
+
+
+def _days_case(policy: RetentionPolicy, default: float, params: dict) -> str:
+    """SQL for the retention (days) of a job, by its instance's namespace when overrides exist."""
+    if not policy.by_namespace:
+        params["days"] = default
+        return ":days"
+    params.update(ns_ids=list(policy.by_namespace), ns_days=list(policy.by_namespace.values()), days=default)
+    return (
+        "COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST(:ns_ids AS text[]), "
+        "CAST(:ns_days AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), :days)"
+    )
+
+
+def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: bool = False) -> int:
+    """Finished jobs (or dead letters) older than their retention; attempts go with them."""
+    params: dict = {"limit": max(limit, policy.batch), "statuses": list(DEAD_LETTERS if dead else FINISHED)}
+    default = policy.dead_days if dead else policy.jobs_days
+    days = _days_case(policy, default, params)
+    # the index range uses the smallest retention that applies; the per-row check the exact one
+    params["min_days"] = min([default, *policy.by_namespace.values()]) if not dead else default
+    rows = conn.execute(
+        text(
+            f"""
+DELETE FROM workflow_jobs WHERE id IN (
+    SELECT j.id FROM workflow_jobs j
+    WHERE j.status = ANY(CAST(:statuses AS text[]))
+      AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
+      AND j.finished_at < now() - make_interval(secs => {days} * 86400)
+    ORDER BY j.finished_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+        ),
+        params,
+    ).all()
+    return len(rows)
+
+
+def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+    """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
+    rows = conn.execute(
+        text(
+            """
+DELETE FROM workflow_job_effects WHERE id IN (
+    SELECT id FROM workflow_job_effects
+    WHERE job_id IS NULL AND created_at < now() - make_interval(secs => :days * 86400)
+    ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+        ),
+        {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
+    ).all()
+    return len(rows)
+
+
+def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+    """Operation audit rows older than ``audit_days`` (a namespace override longer than that wins)."""
+    params: dict = {"days": policy.audit_days, "limit": max(limit, policy.batch)}
+    keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
+    extra = ""
+    if keep_longer:
+        params.update(ns_ids=list(keep_longer), ns_days=list(keep_longer.values()))
+        extra = (
+            " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) "
+            "AS o(ns, days) WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400))"
+        )
+    rows = conn.execute(
+        text(
+            f"""
+DELETE FROM operation_audit WHERE id IN (
+    SELECT a.id FROM operation_audit a
+    WHERE a.created_at < now() - make_interval(secs => :days * 86400){extra}
+    ORDER BY a.created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+        ),
+        params,
+    ).all()
+    return len(rows)
+
+
+Sweep = tuple[str, Callable[[Connection, int], int]]
+
+
+def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
+    """The ledger's retention sweeps for ``drain(..., sweeps=...)``."""
+    p = policy or policy_from_env()
+    return [
+        ("retention_jobs", partial(prune_jobs, policy=p)),
+        ("retention_dead_letters", partial(prune_jobs, policy=p, dead=True)),
+        ("retention_receipts", partial(prune_receipts, policy=p)),
+        ("retention_audit", partial(prune_audit, policy=p)),
+    ]

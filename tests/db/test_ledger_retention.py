@@ -1,0 +1,163 @@
+"""Retention (issue 14): the drain's sweeps remove finished history past its retention in small
+batches, never touch live work, and never wait on a locked row."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import text
+
+from actors.maintenance import run_drain
+from app.db import transaction
+from app.ledger import retention, transitions
+from app.ledger.drain import drain
+from app.ledger.retention import RetentionPolicy
+from tests.engine.helpers import publish, start
+from tests.ledger_helpers import add_job, attempts, claim, scalar, settle, settlement
+
+POLICY = RetentionPolicy(jobs_days=7, dead_days=30, audit_days=400, batch=1)
+
+
+def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:  # noqa: ANN001
+    """``n`` jobs that ran one attempt and ended ``status`` ``days_ago`` days ago."""
+    ids = [add_job(db, "delay_wake", {"i": i, "s": status, "d": days_ago}) for i in range(n)]
+    rows = [r for r in claim(db, limit=len(ids)) if r["id"] in ids]
+    kind = {"succeeded": "succeeded", "dead": "dead", "canceled": "canceled"}[status]
+    if kind == "canceled":
+        with transaction(db) as conn:
+            for j in ids:
+                transitions.cancel_job(conn, j, "operator skip")
+    else:
+        settle(db, [settlement(r, kind, error="x" if kind == "dead" else None) for r in rows])
+    with transaction(db) as conn:
+        conn.execute(
+            text(
+                "UPDATE workflow_jobs SET finished_at = now() - make_interval(days => :d) WHERE id = ANY(:ids)"
+            ),
+            {"ids": ids, "d": days_ago},
+        )
+    return ids
+
+
+def _exists(db, job_id: int) -> bool:  # noqa: ANN001
+    return bool(scalar(db, "SELECT count(*) FROM workflow_jobs WHERE id = :id", id=job_id))
+
+
+def test_policy_from_env_and_bad_overrides(monkeypatch):
+    monkeypatch.setenv("LEDGERFLOW_RETENTION_DAYS", "3")
+    monkeypatch.setenv("LEDGERFLOW_RETENTION_BY_NAMESPACE", "ns-a=30, ns-b=0.5")
+    p = retention.policy_from_env()
+    assert (p.jobs_days, p.dead_days, p.audit_days, p.by_namespace) == (3, 30, 400, {"ns-a": 30, "ns-b": 0.5})
+    with pytest.raises(ValueError, match="not namespace_id=days"):
+        retention.parse_overrides("ns-a")
+    with pytest.raises(ValueError, match="'ns=-1'"):
+        retention.parse_overrides("ns=-1")
+
+
+def test_finished_jobs_and_attempts_go_after_their_retention_live_work_stays(db):
+    old_ok = _finished(db, "succeeded", 8, n=3)
+    old_canceled = _finished(db, "canceled", 8)
+    young = _finished(db, "succeeded", 6)
+    dead_recent = _finished(db, "dead", 8)
+    dead_old = _finished(db, "dead", 31)
+    pending = add_job(db, "delay_wake", {"live": "pending"})
+    (running,) = [r["id"] for r in claim(db, limit=1)] or [None]
+    assert running is not None
+    with db.begin() as conn:  # one row per DELETE: every sweep removes what is due over several passes
+        removed = [retention.prune_jobs(conn, 1, policy=POLICY) for _ in range(6)]
+        removed_dead = [retention.prune_jobs(conn, 1, policy=POLICY, dead=True) for _ in range(3)]
+    assert removed == [1, 1, 1, 1, 0, 0] and removed_dead == [1, 0, 0]
+    for j in old_ok + old_canceled + dead_old:
+        assert not _exists(db, j) and attempts(db, j) == []
+    for j in young + dead_recent + [pending, running]:
+        assert _exists(db, j)
+    assert attempts(db, young[0]) != []
+
+
+def test_orphaned_receipts_and_old_audit_go(db):
+    with transaction(db) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_job_effects (operation_key, step_key, job_id, created_at) VALUES "
+                "('op-old', 's', NULL, now() - interval '8 days'), ('op-new', 's', NULL, now()),"
+                "('op-owned', 's', NULL, now() - interval '8 days')"
+            )
+        )
+        conn.execute(text("UPDATE workflow_job_effects SET job_id = :j WHERE operation_key = 'op-owned'"),
+                     {"j": _finished(db, "succeeded", 1)[0]})  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO operation_audit (id, namespace_id, actor_id, action, target_type, target_id, created_at) "
+                "VALUES (md5('a1'), 'ns-keep', 'x', 'a', 't', '1', now() - interval '401 days'),"
+                "(md5('a2'), 'ns-other', 'x', 'a', 't', '1', now() - interval '401 days'),"
+                "(md5('a3'), 'ns-other', 'x', 'a', 't', '1', now() - interval '399 days')"
+            )
+        )
+    keep_longer = replace(POLICY, batch=100, by_namespace={"ns-keep": 800})
+    with db.begin() as conn:
+        assert retention.prune_receipts(conn, 100, policy=keep_longer) == 1
+        assert retention.prune_audit(conn, 100, policy=keep_longer) == 1
+    keys = {r[0] for r in db.connect().execute(text("SELECT operation_key FROM workflow_job_effects"))}
+    assert keys == {"op-new", "op-owned"}
+    left = {r[0] for r in db.connect().execute(text("SELECT namespace_id || ':' || id FROM operation_audit"))}
+    assert left == {"ns-keep:" + scalar(db, "SELECT md5('a1')"), "ns-other:" + scalar(db, "SELECT md5('a3')")}
+    with transaction(db) as conn:
+        conn.execute(text("DELETE FROM operation_audit"))
+
+
+def test_a_sweep_never_waits_for_a_locked_row(db):
+    """SKIP LOCKED: a finished row held by another transaction is passed over, not waited for."""
+    (held,) = _finished(db, "succeeded", 8)
+    (free,) = _finished(db, "succeeded", 9)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.begin() as conn:
+            conn.execute(text("SELECT id FROM workflow_jobs WHERE id = :id FOR UPDATE"), {"id": held})
+            locked.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert locked.wait(5)
+        with db.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '1s'"))
+            assert retention.prune_jobs(conn, 10, policy=replace(POLICY, batch=10)) == 1
+    finally:
+        release.set()
+        t.join()
+    assert _exists(db, held) and not _exists(db, free)
+
+
+def test_namespace_override_keeps_a_namespaces_jobs_longer(db):
+    """The override is read through the job's instance: a job of an instance in ``ns-long`` (30 days)
+    outlives the default 7 days; a job without an instance does not."""
+    (plain,) = _finished(db, "succeeded", 10)
+    (kept,) = _finished(db, "succeeded", 10)
+    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 60,
+           "steps": [{"key": "w", "kind": "TIMER", "delay_seconds": 1}]}  # fmt: skip
+    iid = start(db, "ns-long", publish(db, "ns-long", doc), {})["id"]
+    with transaction(db) as conn:
+        conn.execute(text("DELETE FROM workflow_jobs WHERE instance_id = :i"), {"i": iid})
+        conn.execute(text("UPDATE workflow_jobs SET instance_id = :i WHERE id = :id"), {"i": iid, "id": kept})
+    with db.begin() as conn:
+        assert (
+            retention.prune_jobs(conn, 10, policy=replace(POLICY, batch=10, by_namespace={"ns-long": 30}))
+            == 1
+        )
+    assert not _exists(db, plain) and _exists(db, kept)
+
+
+def test_the_drain_runs_the_retention_sweeps(db, settings, monkeypatch):
+    old = _finished(db, "succeeded", 8, n=4)
+    monkeypatch.setenv("LEDGERFLOW_RETENTION_BATCH", "3")
+    report = run_drain()
+    assert report.swept["retention_jobs"] == 4
+    assert not any(_exists(db, j) for j in old)
+    # the plain ledger drain (no sweeps) removes nothing
+    more = _finished(db, "succeeded", 8)
+    drain(db, settings)
+    assert _exists(db, more[0])
