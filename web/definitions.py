@@ -12,7 +12,8 @@ from web.auth import current_principal, requires
 from web.engine_common import idempotent, ok
 from web.meta import doc
 from web.mutation import mutation
-from web.strict import body
+from web.strict import body, query
+from web.workflow_control import HEX32, page_args
 
 bp = Blueprint("definitions", __name__)
 
@@ -92,6 +93,52 @@ def get_version(definition_id: str, version: str):  # noqa: ANN201
 def get_contract(definition_id: str, version: str):  # noqa: ANN201
     with get_engine().connect() as conn:
         return ok(definitions.get_contract(conn, current_principal().namespace_id, definition_id, version))
+
+
+class DefinitionListQuery(Schema):
+    name = fields.String()
+    limit = fields.String()
+    cursor = fields.String()
+
+
+class VersionListQuery(Schema):
+    limit = fields.String()
+    cursor = fields.String()
+
+
+@bp.get("/v1/workflow-definitions")
+@doc(
+    summary="List workflow definitions (filter by exact name, newest first, cursor pagination)",
+    tags=["definitions"],
+    errors=(400, 401, 403),
+)
+@requires(Scope.DEFINITIONS_READ)
+@query(DefinitionListQuery)
+def list_definitions(query: dict):  # noqa: ANN201
+    limit, cursor = page_args(query)
+    with get_engine().connect() as conn:
+        return ok(
+            definitions.list_definitions(
+                conn, current_principal().namespace_id, query.get("name"), limit, cursor
+            )
+        )
+
+
+@bp.get("/v1/workflow-definitions/<definition_id>/versions")
+@doc(
+    summary="List the published versions of a definition (newest first, cursor pagination)",
+    tags=["definitions"],
+    errors=(400, 401, 403, 404),
+    path_params={"definition_id": HEX32},
+)
+@requires(Scope.DEFINITIONS_READ)
+@query(VersionListQuery)
+def list_versions(definition_id: str, query: dict):  # noqa: ANN201
+    limit, cursor = page_args(query)
+    with get_engine().connect() as conn:
+        return ok(
+            definitions.list_versions(conn, current_principal().namespace_id, definition_id, limit, cursor)
+        )
 
 
 def _rid() -> str:
