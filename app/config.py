@@ -72,8 +72,8 @@ def load_settings() -> Settings:
     database_url = os.environ.get("DATABASE_URL")
     if not database_url:
         raise RuntimeError(
-            "DATABASE_URL is not set. Run through `make run` / `make test` (which start an embedded "
-            "PostgreSQL) or export DATABASE_URL=postgresql://user@host:5432/db"
+            "DATABASE_URL is not set: export DATABASE_URL=postgresql://user@host:5432/db, or run the "
+            "program as `ledgerflow env -- <command>` to use the embedded PostgreSQL of `make run`"
         )
     modules = tuple(m.strip() for m in os.environ.get("LEDGERFLOW_HANDLERS", "").split(",") if m.strip())
     return Settings(

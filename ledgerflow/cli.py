@@ -137,7 +137,7 @@ _ENQUEUE_HELP = (
 )
 
 
-@main.command(help=_ENQUEUE_HELP)
+@main.command(help=_ENQUEUE_HELP, short_help="Enqueue one ledger job (--help lists the job types).")
 @click.argument("job_type", metavar="TYPE")
 @click.option("--payload", default="{}", show_default=True, help="a JSON object")
 @click.option("--delay-ms", default=0.0, type=float, help="run no earlier than this many ms from now")
