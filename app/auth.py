@@ -55,6 +55,25 @@ SWITCHES: dict[str, tuple[str, ...]] = {
     "task_worker": (Scope.TASKS_WORK,),
 }
 
+
+def switches_granting(scope: str) -> list[str]:
+    """The ``ledgerflow credentials create`` switches that grant ``scope`` (e.g. ``--task-worker``)."""
+    return ["--" + name.replace("_", "-") for name, scopes in SWITCHES.items() if scope in scopes]
+
+
+def missing_permission_message(missing: Sequence[str]) -> str:
+    """A 403 detail naming each missing scope and the credential switch(es) that grant it."""
+    parts = []
+    for scope in missing:
+        switches = switches_granting(scope)
+        grant = " or ".join(switches) if switches else "no switch"
+        parts.append(f"{scope} (granted by {grant})")
+    return (
+        f"this credential lacks the permission {'; '.join(parts)}: issue a credential with "
+        "`ledgerflow credentials create` and that switch"
+    )
+
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 TOKEN_PREFIX = "lf_"

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+# Called before the settings are read while DATABASE_URL or REDIS_URL is unset: the `ledgerflow`
+# command installs one that finds (or starts) the embedded development services under .data/.
+_environment_hooks: list[Callable[[], object]] = []
+
+
+def on_missing_environment(hook: Callable[[], object]) -> None:
+    """Register ``hook`` to fill DATABASE_URL / REDIS_URL when they are unset (idempotent)."""
+    if hook not in _environment_hooks:
+        _environment_hooks.append(hook)
 
 
 def env_int(name: str, default: int) -> int:
@@ -58,11 +69,14 @@ def _normalize_db_url(url: str) -> str:
 
 
 def load_settings() -> Settings:
+    if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+        for hook in _environment_hooks:
+            hook()
     database_url = os.environ.get("DATABASE_URL")
     if not database_url:
         raise RuntimeError(
-            "DATABASE_URL is not set. Run through `make run` / `make test` (which start an embedded "
-            "PostgreSQL) or export DATABASE_URL=postgresql://user@host:5432/db"
+            "DATABASE_URL is not set: export DATABASE_URL=postgresql://user@host:5432/db, or run the "
+            "program as `ledgerflow env -- <command>` to use the embedded PostgreSQL of `make run`"
         )
     modules = tuple(m.strip() for m in os.environ.get("LEDGERFLOW_HANDLERS", "").split(",") if m.strip())
     return Settings(

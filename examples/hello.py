@@ -1,8 +1,8 @@
-"""A tiny handler module for trying the ledger after `make run`.
+"""A tiny ledger handler module: the job ledger running *your* handler (most user code runs in task
+workers instead; see examples/first_workflow.py).
 
-    LEDGERFLOW_HANDLERS=examples.hello make run
-    # in another shell:
-    .venv/bin/ledgerflow env -- .venv/bin/python -m examples.hello
+    LEDGERFLOW_HANDLERS=examples.hello make run      # shell 1: the workers load this module
+    .venv/bin/python -m examples.hello                # shell 2: enqueue one job, wait, print
 
 It registers an ``automation_action`` handler that records an effect receipt and returns a result.
 """
@@ -26,9 +26,12 @@ def main() -> None:
     from sqlalchemy import text
 
     from actors.hints import install_publisher
+    from app import config
     from app.db import get_engine, transaction
     from app.ledger.enqueue import enqueue
+    from ledgerflow.devenv import discover_environment
 
+    config.on_missing_environment(discover_environment)  # the embedded services, like `ledgerflow`
     install_publisher()
     with transaction() as conn:
         job = enqueue(conn, "automation_action", {"name": "ledgerflow"})
@@ -40,10 +43,22 @@ def main() -> None:
             ).one()
         if row.status not in ("pending", "running"):
             print(f"job {job.id}: {row.status} {row.result or ''} {row.error_code or ''}")
+            if row.status != "succeeded":
+                raise SystemExit(1)
             return
         time.sleep(0.1)
-    print(f"job {job.id} is still {row.status}: is `make run` (worker-outbound) running?")
+    print(f"job {job.id} is still {row.status}: is `LEDGERFLOW_HANDLERS=examples.hello make run` running?")
+    raise SystemExit(1)
 
 
 if __name__ == "__main__":
-    main()
+    from ledgerflow.cli_common import expected_failure
+
+    try:
+        main()
+    except Exception as exc:
+        failure = expected_failure(exc)
+        if failure is None:
+            raise
+        failure.show()
+        raise SystemExit(failure.exit_code) from None

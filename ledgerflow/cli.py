@@ -1,25 +1,76 @@
-"""The ``ledgerflow`` command."""
+"""The ``ledgerflow`` command.
+
+With DATABASE_URL / REDIS_URL unset every command uses the embedded services under ``.data/``
+(found when running, started when not), so nothing needs a prefix. Expected errors are one line
+(``Error: ...``) and a non-zero exit, never a traceback. A command group from another module is
+registered with one ``main.add_command(...)`` line at the end of this file.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import subprocess
 import sys
 
 import click
+
+from ledgerflow.cli_common import Failure, expected_failure
+
+# The job types of the ledger (L-TYPE). They are the engine's own work: user code runs in task
+# workers (ledgerflow.client.TaskWorker), not in ledger handlers.
+JOB_TYPES: dict[str, str] = {
+    "delay_wake": "advance: timers, retry backoffs, signal waits, deadlines (built in)",
+    "task_timeout": "advance: a task that ran past its timeout (built in)",
+    "subprocess_spawn": "advance: starts a SUBWORKFLOW child (built in)",
+    "subprocess_join": "advance: completes a SUBWORKFLOW step (built in)",
+    "schedule_launch": "advance: a scheduled launch (needs a handler module)",
+    "trigger_dispatch": "outbound: a trigger call (needs a handler module)",
+    "external_dispatch": "outbound: an external call (needs a handler module)",
+    "event_dispatch": "outbound: an event delivery (needs a handler module)",
+    "webhook_delivery": "outbound: a webhook delivery (needs a handler module)",
+    "compensation_action": "outbound: issues a compensation task (built in)",
+    "automation_action": "outbound: an automation step (needs a handler module)",
+}
+BUILTIN_HANDLERS = {t for t, d in JOB_TYPES.items() if d.endswith("(built in)")}
 
 
 def _setup_logging() -> None:
     from app.observability.logs import setup_logging  # JSON lines unless a terminal / LOG_FORMAT
 
     setup_logging()
+    for noisy in ("dramatiq", "pgserver", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-@click.group()
+class LedgerflowGroup(click.Group):
+    """Turns expected errors of any subcommand (nested groups included) into one line."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            failure = expected_failure(exc)
+            if failure is None:
+                raise
+            raise failure from None
+
+
+@click.group(cls=LedgerflowGroup)
+@click.version_option(package_name="ledgerflow", prog_name="ledgerflow")
 def main() -> None:
-    """Ledgerflow: a durable workflow engine on a PostgreSQL job ledger."""
+    """Ledgerflow: a durable workflow engine on a PostgreSQL job ledger.
+
+    With DATABASE_URL / REDIS_URL unset, commands use the embedded PostgreSQL and Redis under
+    .data/ (started when needed; `ledgerflow services-stop` stops them).
+    """
+    from app import config
+    from ledgerflow.devenv import discover_environment
+
     _setup_logging()
+    config.on_missing_environment(discover_environment)
 
 
 @main.group()
@@ -41,7 +92,7 @@ def db_upgrade(revision: str) -> None:
 @main.command()
 @click.option("--pool", type=click.Choice(["advance", "outbound"]), required=True)
 def worker(pool: str) -> None:
-    """Run one worker pool (4 slots) until SIGTERM/SIGINT."""
+    """Run one ledger worker pool (4 slots) until SIGTERM/SIGINT."""
     from actors.runtime import run_worker
 
     run_worker(pool)
@@ -76,28 +127,55 @@ def drain() -> None:
     )
 
 
-@main.command()
-@click.argument("job_type")
-@click.option("--payload", default="{}", help="JSON payload")
-@click.option("--delay-ms", default=0.0, type=float)
-@click.option("--priority", default=0, type=int)
-@click.option("--idempotency-key", default=None)
+_ENQUEUE_HELP = (
+    "Enqueue one ledger job of TYPE (the same as app.ledger.enqueue.enqueue from Python).\n\n"
+    "Ledger jobs are the engine's own work (timers, timeouts, child workflows, compensation) and\n"
+    "your handler modules' (LEDGERFLOW_HANDLERS); your workflow code runs in task workers\n"
+    "(ledgerflow.client.TaskWorker) instead. A type whose handler no worker loaded ends dead\n"
+    "with HANDLER_MISSING.\n\n"
+    "\b\nTYPE is one of:\n" + "\n".join(f"  {t:<20} {d}" for t, d in JOB_TYPES.items())
+)
+
+
+@main.command(help=_ENQUEUE_HELP, short_help="Enqueue one ledger job (--help lists the job types).")
+@click.argument("job_type", metavar="TYPE")
+@click.option("--payload", default="{}", show_default=True, help="a JSON object")
+@click.option("--delay-ms", default=0.0, type=float, help="run no earlier than this many ms from now")
+@click.option("--priority", default=0, type=click.IntRange(-32768, 32767), help="higher runs first")
+@click.option(
+    "--idempotency-key", default=None, help="a second enqueue with the same key returns the first job"
+)
 def enqueue(job_type: str, payload: str, delay_ms: float, priority: int, idempotency_key: str | None) -> None:
-    """Enqueue one job (the same as ``app.ledger.enqueue.enqueue`` from Python)."""
+    if job_type not in JOB_TYPES:
+        raise Failure(f"unknown job type {job_type!r}; valid types: {', '.join(JOB_TYPES)}", exit_code=2)
+    try:
+        body = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise Failure(
+            f'--payload is not JSON ({exc}); give a JSON object, e.g. \'{{"name": "x"}}\'', 2
+        ) from None
+    if not isinstance(body, dict):
+        raise Failure(
+            f'--payload must be a JSON object, not {type(body).__name__}; e.g. \'{{"name": "x"}}\'', 2
+        )
+    if delay_ms < 0:
+        raise Failure("--delay-ms must be 0 or more", exit_code=2)
     from actors import hints
     from app.db import transaction
     from app.ledger.enqueue import enqueue as do_enqueue
 
     hints.install_publisher()
-    try:
-        body = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"--payload is not JSON: {exc}") from None
     with transaction() as conn:
         job = do_enqueue(
             conn, job_type, body, delay_ms=delay_ms, priority=priority, idempotency_key=idempotency_key
         )
     click.echo(json.dumps({"id": job.id, "created": job.created}))
+    if job_type not in BUILTIN_HANDLERS:
+        click.echo(
+            f"note: {job_type} has no built-in handler; a worker must load one (LEDGERFLOW_HANDLERS), "
+            "else the job ends dead with HANDLER_MISSING",
+            err=True,
+        )
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -107,32 +185,58 @@ def env(command: tuple[str, ...]) -> None:
     from ledgerflow.devenv import ensure_environment
 
     ensure_environment()
-    os.execvp(command[0], list(command))
+    try:
+        os.execvp(command[0], list(command))
+    except OSError as exc:
+        raise Failure(f"cannot run {command[0]!r}: {exc.strerror}", exit_code=127) from None
+
+
+def _die_with_parent() -> None:
+    """Linux: the process gets SIGTERM when its parent (e.g. `make`) dies, so stopping `make run`
+    in any way also stops everything it started. Kept across exec; a no-op elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except (OSError, AttributeError):
+        pass
 
 
 @main.command()
 @click.option("--port", default=None, type=int, help="web port (default $PORT or 5000)")
-def dev(port: int | None) -> None:
-    """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C."""
+@click.option("--host", default=None, help="address the web server binds (default $HOST or 127.0.0.1)")
+def dev(port: int | None, host: str | None) -> None:
+    """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C or SIGTERM."""
     from ledgerflow.devenv import ROOT, ensure_environment
 
     ensure_environment()
     ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
-    os.environ.setdefault("PORT", str(port or os.environ.get("PORT") or 5000))
-    if port:
-        os.environ["PORT"] = str(port)
+    os.environ["PORT"] = str(port or os.environ.get("PORT") or 5000)
+    os.environ["HOST"] = host or os.environ.get("HOST") or "127.0.0.1"
     from app.config import get_settings
     from app.migrate import upgrade
 
     upgrade(get_settings().database_url)
-    click.echo(f"[ledgerflow] database migrated; web server on http://127.0.0.1:{os.environ['PORT']}")
-    click.echo("[ledgerflow] Ctrl-C stops all processes")
+    bound, web_port = os.environ["HOST"], os.environ["PORT"]
+    if bound in ("0.0.0.0", "::"):
+        where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
+    else:
+        where = f"http://{bound}:{web_port}"
+    click.echo(f"[ledgerflow] database migrated; web server on {where}")
+    url = os.environ.get("LEDGERFLOW_URL") or "http://127.0.0.1:5000"
+    if url.rstrip("/") != f"http://127.0.0.1:{web_port}":
+        click.echo(f"[ledgerflow] SDK scripts use LEDGERFLOW_URL ({url}); export LEDGERFLOW_URL to match")
+    click.echo("[ledgerflow] Ctrl-C (or SIGTERM) stops all processes")
     bin_dir = os.path.dirname(sys.executable)
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    proc = subprocess.run(
-        [os.path.join(bin_dir, "honcho"), "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "start"], check=False
-    )
-    sys.exit(proc.returncode)
+    honcho = os.path.join(bin_dir, "honcho")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _die_with_parent()
+    # honcho replaces this process: SIGTERM / SIGINT reach it directly and it stops every process
+    # group it started (gunicorn and its workers included), so the port is free afterwards.
+    os.execv(honcho, [honcho, "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "start"])
 
 
 @main.command("services-stop")

@@ -1,9 +1,12 @@
 """Python SDK for the Ledgerflow public API: workflows, definitions and the task protocol.
 
     from ledgerflow.client import Client, TaskWorker
-    client = Client("http://127.0.0.1:5000", token="lf_...")
+    client = Client()      # LEDGERFLOW_URL (default http://127.0.0.1:5000) and LEDGERFLOW_TOKEN
     started = client.start_workflow(definition_id, "v1", {"order_id": "A-1"}, business_key="A-1")
 
+- The server address is one setting, ``LEDGERFLOW_URL``; every connection error names it.
+- Every error the SDK raises on purpose is a ``ClientError`` whose text is one line;
+  ``run_script(main)`` prints that line instead of a traceback and exits non-zero.
 - Numbers stay exact both ways (integers of any size, fractions as ``Decimal``).
 - Mutations carry an ``Idempotency-Key`` (generated when you pass none); retries after network
   errors and 503 resend the **same** key and request, never a new one.
@@ -13,17 +16,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
 
-log = logging.getLogger("ledgerflow.client")
-
-
-from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, signals, audit, recovery
+from ledgerflow.control_client import (  # re-exported: control, signals, audit, recovery
     ControlResult,
     InstanceRecoveryResult,
     Operation,
@@ -33,17 +35,21 @@ from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, si
     WorkflowControlMixin,
     WorkflowSignal,
 )
-from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public names
+from ledgerflow.sdk_types import (  # re-exported: the SDK's public names
     _BY_CODE,
     ABSENT,
+    DEFAULT_URL,
     ApiError,
     BodyTooLarge,
+    ClientError,
+    ConfigurationError,
     IdempotencyConflict,
     InvalidArgument,
     LimitExceeded,
     NotFound,
     PermissionDenied,
     QuotaExceeded,
+    ServerUnreachable,
     StartResult,
     StateConflict,
     Step,
@@ -53,28 +59,78 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     Unauthenticated,
     Unavailable,
     UnsupportedMediaType,
+    WaitTimeout,
     WorkflowInstance,
     WorkflowPage,
     _dumps,
     _loads,
     _time,
 )
+from ledgerflow.worker import NonRetryableError, TaskWorker
+
+log = logging.getLogger("ledgerflow.client")
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+def server_url() -> str:
+    """The server address: ``LEDGERFLOW_URL``, default ``http://127.0.0.1:5000``."""
+    return (os.environ.get("LEDGERFLOW_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    return text
+
+
+def run_script(main: Callable[[], Any]) -> None:
+    """Run a script's ``main``; an SDK error ends it with its one-line message and exit code 1
+    (Ctrl-C: 130) instead of a traceback."""
+    try:
+        main()
+    except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 # --------------------------------------------------------------------------- client
 class Client(WorkflowControlMixin):
+    """``Client()`` reads LEDGERFLOW_URL (default http://127.0.0.1:5000) and LEDGERFLOW_TOKEN;
+    ``Client(url, token)`` takes them directly."""
+
     def __init__(
         self,
-        base_url: str,
-        token: str,
+        base_url: str | None = None,
+        token: str | None = None,
         *,
         timeout: float = 40.0,
         retries: int = 4,
         backoff: float = 0.2,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        self.base_url = (base_url or server_url()).rstrip("/")
+        self.token_source = "the token given to Client" if token else "LEDGERFLOW_TOKEN"
+        token = token or os.environ.get("LEDGERFLOW_TOKEN", "").strip()
+        # a bad setting is reported by the first call (inside your error handling, e.g. run_script)
+        self._config_problem: str | None = None
+        if not self.base_url.startswith(("http://", "https://")):
+            self._config_problem = (
+                f"LEDGERFLOW_URL must be an http:// or https:// address like {DEFAULT_URL}, "
+                f"not {self.base_url!r}"
+            )
+        elif not token:
+            self._config_problem = (
+                "LEDGERFLOW_TOKEN is not set: issue a credential with `ledgerflow credentials create "
+                "--namespace NS --name NAME <switches> --token-only` and export LEDGERFLOW_TOKEN=<token>"
+            )
         self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
+            base_url=self.base_url if self._config_problem is None else DEFAULT_URL,
             timeout=timeout,
             transport=transport,
             headers={"Authorization": f"Bearer {token}"},
@@ -100,6 +156,8 @@ class Client(WorkflowControlMixin):
         idempotency_key: str | None = None,
     ) -> Any:
         """One API call; network errors and 503 are retried with the same Idempotency-Key."""
+        if self._config_problem is not None:
+            raise ConfigurationError(self._config_problem)
         headers = {}
         content = None
         if method != "GET":
@@ -110,9 +168,9 @@ class Client(WorkflowControlMixin):
         for attempt in range(self.retries + 1):
             try:
                 resp = self._http.request(method, path, content=content, params=params, headers=headers)
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 if attempt >= self.retries:
-                    raise
+                    raise ServerUnreachable(self.base_url, _reason(exc)) from exc
                 time.sleep(self.backoff * 2**attempt)
                 continue
             if resp.status_code == 503 and attempt < self.retries:
@@ -123,20 +181,34 @@ class Client(WorkflowControlMixin):
             return self._result(resp)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    @staticmethod
-    def _result(resp: httpx.Response) -> Any:
+    def _result(self, resp: httpx.Response) -> Any:
         if resp.status_code < 400:
-            return _loads(resp.content)
+            try:
+                return _loads(resp.content)
+            except ValueError:
+                raise ApiError(
+                    resp.status_code,
+                    "INTERNAL",
+                    f"the server at {self.base_url} (LEDGERFLOW_URL) answered with something that is not "
+                    "JSON: is that address a Ledgerflow server?",
+                ) from None
         try:
             p = _loads(resp.content)
         except ValueError:
             p = {}
+        if not isinstance(p, dict):
+            p = {}
         code = p.get("code") or ("UNAVAILABLE" if resp.status_code == 503 else "INTERNAL")
+        message = p.get("message", resp.reason_phrase)
+        if code == "UNAUTHENTICATED":
+            message = f"{message} (check {self.token_source})"
+        elif not p and resp.status_code == 404:
+            message = f"{resp.request.url.path} is not a Ledgerflow API at {self.base_url} (LEDGERFLOW_URL)"
         ra = resp.headers.get("Retry-After")
         raise _BY_CODE.get(code, ApiError)(
             resp.status_code,
             code,
-            p.get("message", resp.reason_phrase),
+            message,
             request_id=p.get("request_id"),
             errors=p.get("errors"),
             retry_after=float(ra) if ra else None,
@@ -175,6 +247,38 @@ class Client(WorkflowControlMixin):
             params["cursor"] = cursor
         data = self.request("GET", "/v1/workflows", params=params)["data"]
         return WorkflowPage([WorkflowInstance.from_api(i) for i in data["items"]], data.get("next_cursor"))
+
+    def wait_for_workflow(
+        self,
+        workflow_id: str,
+        *,
+        states: Iterable[str] = TERMINAL_STATES,
+        timeout: float = 60.0,
+        interval: float = 0.25,
+        progress: Callable[[str], Any] | None = None,
+    ) -> WorkflowInstance:
+        """Poll until the workflow is in one of ``states`` (default: finished) and return it.
+        ``progress`` (e.g. ``print``) gets one line whenever a step changes state:
+        ``revision 4: approve=SUCCEEDED, ship=ACTIVE``. Raises ``WaitTimeout`` after ``timeout`` s."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        seen = None
+        while True:
+            if progress is not None:
+                steps = self.get_workflow_steps(workflow_id)
+                line = ", ".join(f"{s.key}={s.state}" for s in steps.steps)
+                if line != seen:
+                    progress(f"revision {steps.revision}: {line}")
+                    seen = line
+            inst = self.get_workflow(workflow_id)
+            if inst.state in wanted:
+                return inst
+            if time.monotonic() > deadline:
+                raise WaitTimeout(
+                    f"workflow {workflow_id} is still {inst.state} after {timeout:g} s "
+                    f"(waiting for {', '.join(sorted(wanted))}); is a task worker running for its queues?"
+                )
+            time.sleep(interval)
 
     def get_workflow_steps(self, workflow_id: str) -> StepList:
         d = self.request("GET", f"/v1/workflows/{workflow_id}/steps")["data"]
@@ -219,6 +323,61 @@ class Client(WorkflowControlMixin):
     def get_definition(self, definition_id: str) -> dict:
         return self.request("GET", f"/v1/workflow-definitions/{definition_id}")["data"]
 
+    def list_definitions(
+        self, *, name: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page:
+        """One page of the namespace's definitions, newest first; ``name`` filters by exact name."""
+        params: dict[str, str] = {}
+        if name is not None:
+            params["name"] = name
+        if limit is not None:
+            params["limit"] = str(limit)
+        if cursor is not None:
+            params["cursor"] = cursor
+        d = self.request("GET", "/v1/workflow-definitions", params=params)["data"]
+        return Page(d["items"], d.get("next_cursor"))
+
+    def find_definition(self, name: str) -> dict | None:
+        """The definition called ``name`` (with its versions), or None."""
+        items = self.list_definitions(name=name, limit=1).items
+        return items[0] if items else None
+
+    def list_definition_versions(
+        self, definition_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page:
+        """One page of a definition's published versions (without their documents), newest first."""
+        params: dict[str, str] = {}
+        if limit is not None:
+            params["limit"] = str(limit)
+        if cursor is not None:
+            params["cursor"] = cursor
+        d = self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions", params=params)["data"]
+        return Page(d["items"], d.get("next_cursor"))
+
+    def get_version(self, definition_id: str, version: str) -> dict:
+        return self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions/{version}")["data"]
+
+    def ensure_definition(self, name: str, document: dict, *, description: str | None = None) -> dict:
+        """Create the definition ``name`` unless it exists, and publish ``document`` unless its
+        ``version`` is already published (versions are immutable: change ``version`` to change the
+        document). Returns the definition with its versions. Safe to run again and again."""
+        definition = self.find_definition(name)
+        if definition is None:
+            try:
+                self.create_definition(name, description)
+            except StateConflict:  # created meanwhile by someone else
+                pass
+            definition = self.find_definition(name)
+            if definition is None:  # pragma: no cover - deleted in between; definitions are never deleted
+                raise NotFound(404, "NOT_FOUND", f"definition {name!r} not found")
+        if document.get("version") not in {v["version"] for v in definition["versions"]}:
+            try:
+                self.publish_version(definition["id"], document)
+            except StateConflict:  # published meanwhile
+                pass
+            definition = self.get_definition(definition["id"])
+        return definition
+
     def get_contract(self, definition_id: str, version: str) -> dict:
         return self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions/{version}/contract")[
             "data"
@@ -247,13 +406,19 @@ class Client(WorkflowControlMixin):
         return Task.from_api(self.request("GET", f"/v1/tasks/{task_id}")["data"])
 
 
-from ledgerflow.worker import NonRetryableError, TaskWorker  # noqa: E402
-
 __all__ = [
     "ABSENT",
+    "DEFAULT_URL",
+    "TERMINAL_STATES",
     "ApiError",
     "BodyTooLarge",
     "Client",
+    "ClientError",
+    "ConfigurationError",
+    "ServerUnreachable",
+    "WaitTimeout",
+    "run_script",
+    "server_url",
     "ControlResult",
     "InstanceRecoveryResult",
     "Operation",

@@ -7,6 +7,7 @@ import json
 import click
 
 from app.auth import SWITCHES
+from ledgerflow.cli_common import Failure
 
 _HELP = {
     "workflow_access": "definitions:read + definitions:publish",
@@ -38,7 +39,10 @@ def _switches(fn):  # noqa: ANN001, ANN202
 @_switches
 @click.option("--queue", "queues", multiple=True, help="restrict --task-worker to this queue (repeatable)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def create(namespace: str, name: str, queues: tuple[str, ...], as_json: bool, **flags: bool) -> None:
+@click.option("--token-only", is_flag=True, help="print only the token (for TOKEN=$(...) in a shell)")
+def create(
+    namespace: str, name: str, queues: tuple[str, ...], as_json: bool, token_only: bool, **flags: bool
+) -> None:
     """Issue a credential with explicit permission switches; the token is printed once."""
     from app.auth import create_credential, scopes_from_switches, validate_permission_set
     from app.db import transaction
@@ -52,7 +56,10 @@ def create(namespace: str, name: str, queues: tuple[str, ...], as_json: bool, **
                 conn, namespace=namespace, name=name, scopes=scopes, queues=list(queues) if queues else None
             )
     except InvalidArgument as exc:
-        raise click.UsageError(exc.message) from None
+        raise Failure(exc.message, exit_code=2) from None
+    if token_only:
+        click.echo(issued.token)
+        return
     doc = {
         "token": issued.token,
         "credential_id": issued.credential_id,
@@ -111,5 +118,5 @@ def revoke(credential_id: str) -> None:
         with transaction() as conn:
             row = revoke_credential(conn, credential_id)
     except NotFound as exc:
-        raise click.UsageError(exc.message) from None
+        raise Failure(exc.message, exit_code=2) from None
     click.echo(f"revoked {row['id']} ({row['name']}) at {row['revoked_at'].isoformat()}")

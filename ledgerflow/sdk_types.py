@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+DEFAULT_URL = "http://127.0.0.1:5000"
 ABSENT: Any = type("Absent", (), {"__repr__": lambda s: "ABSENT", "__bool__": lambda s: False})()
 
 
@@ -55,8 +56,32 @@ def _time(v: str | None) -> datetime | None:
 
 
 # --------------------------------------------------------------------------- errors
-class ApiError(Exception):
-    """An API error (problem+json). ``code`` is the stable W-ERR code."""
+class ClientError(Exception):
+    """Base of every error the SDK raises on purpose; ``str()`` is one line saying what went wrong
+    (``ledgerflow.client.run_script`` prints exactly that, without a traceback)."""
+
+
+class ConfigurationError(ClientError):
+    """A setting the SDK needs is missing or invalid (e.g. LEDGERFLOW_TOKEN)."""
+
+
+class ServerUnreachable(ClientError):
+    """No answer from the server at ``url`` after the retries (connection refused, timeout, DNS)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url, self.reason = url, reason
+        super().__init__(
+            f"cannot reach the Ledgerflow server at {url} ({reason}); is it running (`make run`)? "
+            f"The SDK reads the address from LEDGERFLOW_URL (default {DEFAULT_URL})"
+        )
+
+
+class WaitTimeout(ClientError):
+    """``wait_for_workflow`` gave up before the workflow reached one of the awaited states."""
+
+
+class ApiError(ClientError):
+    """An API error (problem+json). ``code`` is the stable error code (see /docs/problems)."""
 
     def __init__(
         self,

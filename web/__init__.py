@@ -10,6 +10,7 @@ from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
 from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
+from web.problems import bp as problems_bp
 from web.strict import MAX_BODY_BYTES
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
@@ -39,6 +40,7 @@ def create_app() -> Flask:
     observability.install(app)  # /metrics, request metrics and access log, tracing (issue 13)
     app.register_blueprint(health_bp)
     app.register_blueprint(openapi_bp)
+    app.register_blueprint(problems_bp)
     app.register_blueprint(jobs_bp, url_prefix="/api/workflows/engine")
     app.register_blueprint(definitions_bp)
     app.register_blueprint(workflows_bp)

@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import g, request
 
-from app.auth import Principal, authenticate
+from app.auth import Principal, authenticate, missing_permission_message
 from app.db import get_engine
 from app.errors import PermissionDenied, Unauthenticated
 from web.meta import meta
@@ -48,7 +48,7 @@ def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
                 raise Unauthenticated("the bearer token is unknown or revoked")
             missing = [s for s in scopes if s not in principal.scopes]
             if missing:
-                raise PermissionDenied(f"this credential lacks the permission(s): {', '.join(missing)}")
+                raise PermissionDenied(missing_permission_message(missing))
             g.principal = principal
             reject_undeclared_query(meta(wrapper))
             return fn(*args, **kwargs)

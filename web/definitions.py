@@ -11,16 +11,21 @@ from web.auth import current_principal, requires
 from web.definitions_schemas import (
     ContractResponse,
     CreateDefinitionRequest,
+    DefinitionListQuery,
+    DefinitionPageResponse,
     DefinitionResponse,
     DefinitionResultResponse,
     VersionDocument,
+    VersionListQuery,
+    VersionPageResponse,
     VersionResponse,
     VersionResultResponse,
 )
 from web.http import ok, success
 from web.meta import doc
 from web.mutation import idempotent, mutation
-from web.strict import body
+from web.strict import body, query
+from web.workflow_control import HEX32
 
 bp = Blueprint("definitions", __name__)
 
@@ -104,3 +109,46 @@ def get_version(definition_id: str, version: str):  # noqa: ANN201
 def get_contract(definition_id: str, version: str):  # noqa: ANN201
     with get_engine().connect() as conn:
         return ok(definitions.get_contract(conn, current_principal().namespace_id, definition_id, version))
+
+
+@bp.get("/v1/workflow-definitions")
+@doc(
+    summary="List workflow definitions (filter by exact name, newest first, cursor pagination)",
+    tags=["definitions"],
+    response=DefinitionPageResponse,
+    errors=(400, 401, 403),
+)
+@requires(Scope.DEFINITIONS_READ)
+@query(DefinitionListQuery)
+def list_definitions(query: dict):  # noqa: ANN201
+    limit, cursor = query["limit"], query.get("cursor")
+    with get_engine().connect() as conn:
+        return ok(
+            definitions.list_definitions(
+                conn, current_principal().namespace_id, query.get("name"), limit, cursor
+            )
+        )
+
+
+@bp.get("/v1/workflow-definitions/<definition_id>/versions")
+@doc(
+    summary="List the published versions of a definition (newest first, cursor pagination)",
+    tags=["definitions"],
+    response=VersionPageResponse,
+    errors=(400, 401, 403, 404),
+    path_params={"definition_id": HEX32},
+)
+@requires(Scope.DEFINITIONS_READ)
+@query(VersionListQuery)
+def list_versions(definition_id: str, query: dict):  # noqa: ANN201
+    limit, cursor = query["limit"], query.get("cursor")
+    with get_engine().connect() as conn:
+        return ok(
+            definitions.list_versions(conn, current_principal().namespace_id, definition_id, limit, cursor)
+        )
+
+
+def _rid() -> str:
+    from web.http import request_id
+
+    return request_id()

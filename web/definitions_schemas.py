@@ -10,8 +10,8 @@ from marshmallow import ValidationError, fields
 
 from app.engine.definitions import NAME_RE
 from app.engine.documents import MAX_DEADLINE_SECONDS, MAX_STEPS, VERSION_RE
-from web.schemas import IntegralNumber, Loose, Strict, envelope, text
-from web.workflows_schemas import VERSION
+from web.schemas import IntegralNumber, Loose, Strict, envelope, page, text
+from web.workflows_schemas import VERSION, limit
 
 NAME_RULE = "required: 1-128 characters (letters, digits, space _ . : -)"
 VERSION_RULE = "required: 1-64 ASCII characters, first a letter or digit, then also _ . -"
@@ -137,6 +137,19 @@ class VersionResult(Loose):
     deduplicated = fields.Boolean(required=True)
 
 
+class DefinitionListQuery(Strict):
+    name = fields.String(metadata={"description": "exact definition name"})
+    limit = limit()
+    cursor = fields.String()
+
+
+class VersionListQuery(Strict):
+    limit = limit()
+    cursor = fields.String()
+
+
+DefinitionPageResponse = envelope(page(Definition, "DefinitionPage"), "DefinitionPageResponse")
+VersionPageResponse = envelope(page(Version, "VersionPage"), "VersionPageResponse")
 DefinitionResponse = envelope(Definition, "DefinitionResponse")
 DefinitionResultResponse = envelope(DefinitionResult, "DefinitionResultResponse")
 VersionResponse = envelope(Version, "VersionResponse")

@@ -23,14 +23,14 @@ from app.errors import (
     UnsupportedMediaType,
 )
 from web.http import PROBLEM_JSON, request_id
+from web.problems import type_url
 
 log = logging.getLogger(__name__)
-TYPE_BASE = "https://ledgerflow.dev/problems/"
 
 
 def problem(err: LedgerflowError) -> Response:
     body = {
-        "type": TYPE_BASE + err.code.lower().replace("_", "-"),
+        "type": type_url(err.code),  # a section of GET /docs/problems
         "title": err.title,
         "status": err.status,
         "code": err.code,

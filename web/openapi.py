@@ -82,6 +82,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
             continue
         view = app.view_functions[rule.endpoint]
         m = getattr(view, ATTR, {})
+        if m.get("openapi") is False:  # pages for people (e.g. /docs/problems), not API operations
+            continue
         path, path_params = _path(rule.rule)
         for p in path_params:
             p["schema"] = m.get("path_params", {}).get(p["name"], p["schema"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from app import audit
-from app.auth import Scope
+from app.auth import Scope, missing_permission_message
 from app.db import get_engine
 from app.engine import instances, views
 from app.errors import PermissionDenied
@@ -45,7 +45,9 @@ def start_workflow(body: dict):  # noqa: ANN201
 
     def check_queues(queues: list[str]) -> None:
         if queues and not principal.has(Scope.TASKS_SUBMIT):
-            raise PermissionDenied("this definition uses task queues: tasks:submit is also required")
+            raise PermissionDenied(
+                "this definition uses task queues: " + missing_permission_message([Scope.TASKS_SUBMIT])
+            )
         check_queue_scope(principal, queues)
 
     def audit_start(conn, created: dict) -> None:  # noqa: ANN001

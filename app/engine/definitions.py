@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
+from app import cursor as cursors
 from app import jsonx
 from app.engine.documents import VERSION_RE, validate_document
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
@@ -42,15 +43,26 @@ def create_definition(conn: Connection, namespace_id: str, name: Any, descriptio
     return get_definition(conn, namespace_id, def_id)
 
 
+def _asked(value: str) -> str:
+    return repr(value if len(value) <= 64 else value[:64] + "…")
+
+
+def definition_not_found(definition_id: str) -> NotFound:
+    return NotFound(
+        f"definition {_asked(definition_id)} not found in this namespace "
+        "(GET /v1/workflow-definitions?name=... finds a definition by name)"
+    )
+
+
 def get_definition(conn: Connection, namespace_id: str, definition_id: str) -> dict:
     if not is_hex32(definition_id):
-        raise NotFound("definition not found")
+        raise definition_not_found(definition_id)
     row = conn.execute(
         text("SELECT * FROM workflow_definitions WHERE id = :id AND namespace_id = :ns"),
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if row is None:
-        raise NotFound("definition not found")
+        raise definition_not_found(definition_id)
     versions = conn.execute(
         text(
             "SELECT id, version, queues, created_at FROM workflow_definition_versions "
@@ -130,9 +142,38 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     return get_version(conn, namespace_id, definition_id, doc["version"])
 
 
+def version_not_found(conn: Connection, namespace_id: str, definition_id: str, version: str) -> NotFound:
+    """Names the version asked for and the versions that exist (or that the definition does not)."""
+    if not is_hex32(definition_id):
+        return definition_not_found(definition_id)
+    exists = conn.execute(
+        text("SELECT 1 FROM workflow_definitions WHERE id = :id AND namespace_id = :ns"),
+        {"id": definition_id, "ns": namespace_id},
+    ).first()
+    if exists is None:
+        return definition_not_found(definition_id)
+    published = (
+        conn.execute(
+            text(
+                "SELECT version FROM workflow_definition_versions WHERE definition_id = :d "
+                "ORDER BY created_at, id"
+            ),
+            {"d": definition_id},
+        )
+        .scalars()
+        .all()
+    )
+    listed = ", ".join(published[-20:]) if published else "none yet"
+    if len(published) > 20:
+        listed = "…, " + listed
+    return NotFound(
+        f"definition {definition_id} has no version {_asked(version)}; published versions: {listed}"
+    )
+
+
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
     if not VERSION_RE.match(version):
-        raise NotFound("definition version not found")
+        raise version_not_found(conn, namespace_id, definition_id, version)
     row = conn.execute(
         text(
             "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
@@ -142,7 +183,7 @@ def load_version(conn: Connection, namespace_id: str, definition_id: str, versio
         {"d": definition_id, "ns": namespace_id, "v": version},
     ).first()
     if row is None:
-        raise NotFound("definition version not found")
+        raise version_not_found(conn, namespace_id, definition_id, version)
     return {
         "id": row.id,
         "definition_id": row.definition_id,
@@ -155,7 +196,7 @@ def load_version(conn: Connection, namespace_id: str, definition_id: str, versio
 
 def get_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
     if not is_hex32(definition_id):
-        raise NotFound("definition not found")
+        raise definition_not_found(definition_id)
     v = load_version(conn, namespace_id, definition_id, version)
     return {
         "id": v["id"],
@@ -180,3 +221,75 @@ def get_contract(conn: Connection, namespace_id: str, definition_id: str, versio
             for s in doc.get("signals", [])
         ],
     }
+
+
+def list_definitions(
+    conn: Connection, namespace_id: str, name: str | None, limit: int, cursor: str | None
+) -> dict:
+    """The namespace's definitions (each with its versions), newest first; ``name`` = exact name.
+    ``next_cursor`` is bound to the namespace, this list and the filter."""
+    if name is not None and (not NAME_RE.match(name) or name != name.strip()):
+        raise InvalidArgument("1-128 characters (letters, digits, space _ . : -)", field="name")
+    where = ["namespace_id = :ns"]
+    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
+    if name is not None:
+        where.append("name = :name")
+        params["name"] = name
+    binding = {"ns": namespace_id, "list": "definitions", "name": name}
+    if cursor is not None:
+        pos = cursors.decode(cursor, binding)
+        where.append("(created_at, id) < (:c_created, :c_id)")
+        params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
+    rows = conn.execute(
+        text(
+            "SELECT id, created_at FROM workflow_definitions WHERE "
+            + " AND ".join(where)
+            + " ORDER BY created_at DESC, id DESC LIMIT :limit"
+        ),
+        params,
+    ).all()
+    out: dict[str, Any] = {"items": [get_definition(conn, namespace_id, r.id) for r in rows[:limit]]}
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        out["next_cursor"] = cursors.encode({"c": last.created_at.isoformat(), "i": last.id}, binding)
+    return out
+
+
+def list_versions(
+    conn: Connection, namespace_id: str, definition_id: str, limit: int, cursor: str | None
+) -> dict:
+    """A definition's published versions (without their documents), newest first."""
+    get_definition(conn, namespace_id, definition_id)  # 404 naming the id
+    where = ["definition_id = :d"]
+    params: dict[str, Any] = {"d": definition_id, "limit": limit + 1}
+    binding = {"ns": namespace_id, "list": "definition_versions", "definition": definition_id}
+    if cursor is not None:
+        pos = cursors.decode(cursor, binding)
+        where.append("(created_at, id) < (:c_created, :c_id)")
+        params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
+    rows = conn.execute(
+        text(
+            "SELECT id, version, queues, created_at, document->>'description' AS description "
+            "FROM workflow_definition_versions WHERE "
+            + " AND ".join(where)
+            + " ORDER BY created_at DESC, id DESC LIMIT :limit"
+        ),
+        params,
+    ).all()
+    items = []
+    for v in rows[:limit]:
+        item = {
+            "id": v.id,
+            "definition_id": definition_id,
+            "version": v.version,
+            "queues": list(v.queues),
+            "created_at": rfc3339(v.created_at),
+        }
+        if v.description is not None:
+            item["description"] = v.description
+        items.append(item)
+    out: dict[str, Any] = {"items": items}
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        out["next_cursor"] = cursors.encode({"c": last.created_at.isoformat(), "i": last.id}, binding)
+    return out

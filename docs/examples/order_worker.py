@@ -1,17 +1,16 @@
 """A task worker for the order example: run it next to `make run`.
 
-LEDGERFLOW_URL=http://127.0.0.1:5000 LEDGERFLOW_TOKEN=lf_... .venv/bin/python docs/examples/order_worker.py
+LEDGERFLOW_TOKEN=lf_... .venv/bin/python docs/examples/order_worker.py    (LEDGERFLOW_URL: the server)
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 
-from ledgerflow.client import Client, Task, TaskWorker
+from ledgerflow.client import Client, Task, TaskWorker, run_script
 
-client = Client(os.environ.get("LEDGERFLOW_URL", "http://127.0.0.1:5000"), os.environ["LEDGERFLOW_TOKEN"])
+client = Client()
 worker = TaskWorker(client, wait_seconds=int(os.environ.get("LEDGERFLOW_WAIT_SECONDS", "10")))
 
 
@@ -35,10 +34,6 @@ def shipped(task: Task) -> dict:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     print("order worker ready", flush=True)
-    try:
-        worker.run()
-    except KeyboardInterrupt:
-        pass
+    run_script(worker.run)

@@ -6,12 +6,11 @@ LEDGERFLOW_TOKEN=lf_... .venv/bin/python docs/examples/publish_and_start.py
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
 
-from ledgerflow.client import Client
+from ledgerflow.client import Client, run_script
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,7 +27,7 @@ def publish(client: Client, suffix: str | None = None) -> tuple[str, str]:
 
 
 def main() -> None:
-    client = Client(os.environ.get("LEDGERFLOW_URL", "http://127.0.0.1:5000"), os.environ["LEDGERFLOW_TOKEN"])
+    client = Client()  # LEDGERFLOW_URL and LEDGERFLOW_TOKEN
     order_def, _ = publish(client)
     started = client.start_workflow(
         order_def,
@@ -53,4 +52,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -13,7 +13,7 @@ from app.auth import ALL_SCOPES, Scope
 from tests.web.conftest import PREFIX, mutate
 from web.meta import ATTR
 
-PUBLIC = {"/healthz", "/readyz", "/openapi.json"}
+PUBLIC = {"/healthz", "/readyz", "/openapi.json", "/docs/problems"}
 MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 LEDGER_ROUTES = [
     ("GET", "/jobs", MONITOR),

@@ -22,7 +22,7 @@ ENGINE_WORKER_ENV = {"LEDGERFLOW_HANDLERS": "", "LEDGERFLOW_POLL_SECONDS": "0.2"
 
 
 def _publish_example(client) -> tuple[str, str]:  # noqa: ANN001
-    """The documented example (docs/workflows.md) publishes exactly what this test runs."""
+    """The documented example (docs/tutorial.md, docs/reference.md) publishes exactly what this test runs."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("publish_and_start", EXAMPLES / "publish_and_start.py")

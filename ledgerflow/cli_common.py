@@ -1,0 +1,47 @@
+"""What every ``ledgerflow`` command shares: one-line failures instead of tracebacks for the errors a
+user can cause or fix (bad arguments, services not found, database unreachable)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import click
+
+
+class Failure(click.ClickException):
+    """Printed as one line ``Error: <message>``; exit code 1 (environment) or 2 (bad input)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _redacted_database_url() -> str:
+    url = os.environ.get("DATABASE_URL", "")
+    try:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url) if url else "DATABASE_URL"
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as "DATABASE_URL"
+        return "DATABASE_URL"
+
+
+def expected_failure(exc: BaseException) -> Failure | None:
+    """The one-line Failure for an expected error, or None for a bug (which keeps its traceback)."""
+    from ledgerflow.devenv import ServicesUnavailable
+
+    if isinstance(exc, ServicesUnavailable):
+        return Failure(str(exc))
+    module = type(exc).__module__ or ""
+    if module.startswith("sqlalchemy") and type(exc).__name__ in ("OperationalError", "InterfaceError"):
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        return Failure(f"cannot reach PostgreSQL at {_redacted_database_url()} (DATABASE_URL): {first}")
+    if module.startswith("sqlalchemy") and getattr(getattr(exc, "orig", None), "sqlstate", None) == "42P01":
+        return Failure(
+            f"the database at {_redacted_database_url()} has no Ledgerflow tables yet: "
+            "run `ledgerflow db upgrade` (`make run` does it)"
+        )
+    if module.startswith("sqlalchemy") and type(exc).__name__ == "ArgumentError":
+        return Failure(f"DATABASE_URL is not a database URL: {exc}")
+    if module == "app.errors":
+        return Failure(getattr(exc, "message", str(exc)), exit_code=2)
+    return None

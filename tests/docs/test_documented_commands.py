@@ -1,0 +1,120 @@
+"""Every command block (```sh) of README.md and docs/tutorial.md, run in order against a live
+server started by `make run` itself, in a shell whose only extra setting is LEDGERFLOW_URL (the
+suite's server is not on port 5000, so `127.0.0.1:5000` in the blocks becomes its port too).
+
+`make ...` lines are what started that server: their `VAR=value` prefixes are given to it (e.g.
+LEDGERFLOW_HANDLERS=examples.hello), and they are not run again. Exported variables carry from one
+block to the next, as in one terminal. A block fails the test when it exits non-zero, prints a
+traceback or a warning, or (for the examples) does not print its documented outcome."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.docs.live import ROOT, port_open, start_make_run
+
+DOCS = ["README.md", "docs/tutorial.md"]
+MAKE_LINE = re.compile(r"^\s*((?:[A-Z_]+=\S+\s+)*)make\s+\w+")
+# what each documented script must print (besides exiting 0)
+OUTCOMES = {
+    "examples/first_workflow.py": ["SUCCEEDED: {", "hello.greet: task", "completed in"],
+    "examples.hello": ["succeeded"],
+    "ledgerflow enqueue automation_action": ['"created": true'],
+    "examples/start_orders.py": ["order A-1: SUCCEEDED {'charged': 42, 'attempts': 2}", "order A-2: FAILED"],
+    "examples/task_worker.py": ["failed in", "(retryable): ConnectionError", "attempt 2) completed in"],
+    "examples/signals.py": ["is now CONSUMED", "SUCCEEDED: {"],
+    "examples/pause_cancel.py": ["still ACTIVE (not claimed)", "SUCCEEDED: {'pages': 3}", "CANCELLED"],
+    "examples/compensation.py": ["FAILED (stop_kind FAILURE); undone in this order: payment, hotel"],
+    "examples/recovery.py": ["NEEDS_REVIEW", "resolved: COMPENSATION_FAILED", "FAILED (stop_kind FAILURE)"],
+    "/jobs/runtime-status": ['"live_workers"'],
+}
+
+
+def blocks(doc: str) -> list[str]:
+    text = (ROOT / doc).read_text()
+    return [m.group(1) for m in re.finditer(r"^```sh\n(.*?)^```", text, re.S | re.M)]
+
+
+def server_env(docs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for doc in docs:
+        for block in blocks(doc):
+            for line in block.splitlines():
+                m = MAKE_LINE.match(line)
+                if m:
+                    env.update(kv.split("=", 1) for kv in shlex.split(m.group(1)))
+    return env
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):  # noqa: ANN001, ANN201
+    run = start_make_run(tmp_path_factory.mktemp("docs"), server_env(DOCS))
+    yield run
+    assert run.stop(signal.SIGTERM) == [], run.log()
+
+
+def run_blocks(doc: str, server, tmp_path: Path) -> str:  # noqa: ANN001
+    state = tmp_path / "exports.sh"
+    state.write_text("")
+    env = {**os.environ, "LEDGERFLOW_URL": server.url}
+    env.pop("LEDGERFLOW_TOKEN", None)
+    transcript = []
+    ran = 0
+    for i, block in enumerate(blocks(doc), 1):
+        lines = [line for line in block.splitlines() if not MAKE_LINE.match(line)]
+        script = "\n".join(lines).replace("127.0.0.1:5000", f"127.0.0.1:{server.port}").strip()
+        if not script:
+            continue
+        ran += 1
+        proc = subprocess.run(
+            ["bash", "-c", f"set -eo pipefail\nsource {state}\n{script}\nexport -p > {state}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        output = proc.stdout + proc.stderr
+        transcript.append(f"--- {doc} block {i}:\n{script}\n--- output:\n{output}")
+        assert proc.returncode == 0, "\n".join(transcript) + "\n--- server log:\n" + server.log()[-4000:]
+        assert "Traceback" not in output and "Warning" not in output, transcript[-1]
+        for needle, wanted in OUTCOMES.items():
+            if needle in script:
+                for w in wanted:
+                    assert w in output, f"{needle}: {w!r} not printed\n{transcript[-1]}"
+    assert ran >= 3, f"{doc}: no command block found"
+    return "\n".join(transcript)
+
+
+def test_readme_commands_work_as_written(server, tmp_path):  # noqa: ANN001
+    assert server.url.endswith(str(server.port)) and "examples.hello" in server_env(["README.md"]).values()
+    run_blocks("README.md", server, tmp_path)
+    # the banner names the address gunicorn really bound
+    log = server.log()
+    assert f"web server on http://127.0.0.1:{server.port}" in log
+    assert f"Listening at: http://127.0.0.1:{server.port}" in log
+    assert "Warning" not in log
+
+
+def test_tutorial_commands_work_as_written(server, tmp_path):  # noqa: ANN001
+    run_blocks("docs/tutorial.md", server, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to make", "SIGINT to the process group (Ctrl-C)"])
+def test_make_run_stops_every_process_and_frees_the_port(how, tmp_path):  # noqa: ANN001
+    run = start_make_run(tmp_path)
+    started = run.processes()
+    assert len(started) >= 8, [p.cmdline() for p in started]  # make, honcho, gunicorn + 2, 3 ledger processes
+    if how.startswith("SIGTERM"):
+        left = run.stop(signal.SIGTERM)  # an IDE stop button, `kill`
+    else:
+        left = run.stop(signal.SIGINT, group=True)  # Ctrl-C in the terminal
+    assert left == [], f"still running after {how}: {left}\n{run.log()}"
+    assert not port_open(run.port)
