@@ -21,6 +21,8 @@ _TX_STATE = "ledgerflow_tx_state"
 
 
 def _drop_transaction_state(conn: Connection) -> None:
+    if conn.invalidated:  # the connection died (database restart, terminated backend): nothing to drop,
+        return  # and touching ``conn.info`` now would raise PendingRollbackError over the real error
     conn.info.pop(_AFTER_COMMIT, None)
     conn.info.pop(_TX_STATE, None)
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import make_url, text
+from sqlalchemy.exc import OperationalError
 
 from app.db import _engine_for, db_now, transaction
 from app.ledger import hints
@@ -215,3 +216,11 @@ def test_idempotent_enqueue_under_a_concurrent_first_inserter(db, recorder, firs
         assert second_job.created is False and second_job.id == result["first"].id
         assert rows[0]["payload"] == {"who": "first"}
     assert recorder.sent == [OUTBOUND]  # exactly one hint: from the transaction that created it
+
+
+def test_a_connection_lost_inside_a_transaction_surfaces_as_the_database_error(db):
+    """Issue 14 (found by the fault suite): a backend terminated mid-transaction used to surface as
+    PendingRollbackError (the cleanup touched the dead connection), which the API answered with 500
+    instead of 503. The original OperationalError now reaches the caller."""
+    with pytest.raises(OperationalError, match="terminating connection"), transaction(db) as conn:
+        conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))

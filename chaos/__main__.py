@@ -1,0 +1,73 @@
+"""``python -m chaos`` (``make chaos``): run the fault scenarios against fresh databases on the
+configured PostgreSQL server and print one table (faults injected, jobs, workflows, invariants
+checked, violations, recovery time). ``--quick`` is the short version ``make test`` also runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from chaos.scenarios import FULL, QUICK, SCENARIOS, Result, run
+
+
+def table(results: list[Result]) -> str:
+    head = ("scenario", "faults", "jobs", "workflows", "invariants", "violations", "recovery s")
+    rows = [
+        (r.scenario, str(r.faults), str(r.jobs), str(r.workflows), str(len(r.invariants)), str(r.violations),
+         "-" if r.recovery_seconds is None else f"{r.recovery_seconds:.1f}")
+        for r in results
+    ]  # fmt: skip
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
+    out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+    for r in results:
+        for n in r.notes:
+            out.append(f"- {r.scenario}: {n}")
+        for name, v in r.invariants.items():
+            if v:
+                out.append(f"- {r.scenario}: VIOLATED {name} ({v})")
+        if r.error:
+            out.append(f"- {r.scenario}: ERROR {r.error}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="a few faults of each kind (about a minute each)"
+    )
+    parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the database of a scenario that failed")
+    args = parser.parse_args(argv)
+    server = os.environ.get("DATABASE_URL")
+    if not server:
+        print("error: DATABASE_URL is not set (run through `make chaos`)", file=sys.stderr)
+        return 2
+    names = args.only.split(",") if args.only else list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(
+            f"error: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
+            file=sys.stderr,
+        )
+        return 2
+    results = []
+    for name in names:
+        started = time.monotonic()
+        print(f"running {name} ...", flush=True)
+        results.append(run(name, QUICK if args.quick else FULL, server, keep_failed=args.keep))
+        print(f"  done in {time.monotonic() - started:.0f} s", flush=True)
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 1 if any(r.violations for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

