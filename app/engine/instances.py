@@ -84,22 +84,6 @@ def start_workflow(
     errors = input_errors(doc["input_schema"], req["input"])
     if errors:
         raise InvalidArgument("input does not satisfy the pinned version's input contract", errors=errors)
-    conn.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "lf-ns:" + namespace_id}
-    )
-    unfinished = conn.execute(
-        text(
-            "SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns "
-            "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
-        ),
-        {"ns": namespace_id},
-    ).scalar_one()
-    if unfinished >= settings.instance_limit():
-        raise LimitExceeded(
-            "WORKFLOW_INSTANCE_LIMIT",
-            f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
-        )
-    check_work_quotas(conn, namespace_id, ver["queues"], unfinished)
     iid = new_id()
     inst_moves.create(
         conn,
@@ -123,22 +107,50 @@ def start_workflow(
     if on_created is not None:
         on_created(conn, inst)
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
-    return advance.settle_progress(conn, iid)
+    started = advance.settle_progress(conn, iid)
+    check_quotas(conn, namespace_id, ver["queues"], iid)
+    return started
 
 
-def check_work_quotas(conn: Connection, namespace_id: str, queues: list[str], unfinished: int) -> None:
+def check_quotas(conn: Connection, namespace_id: str, queues: list[str], iid: str) -> None:
+    """The namespace's quotas, checked LAST in the start's transaction: the namespace's start lock is
+    taken only now, so concurrent starts do their work in parallel and serialize only for these counts
+    and their commit. Under the lock every start committed before is counted (READ COMMITTED: each
+    statement sees what committed before it began) and this start's own rows are left out, so the
+    answer is exactly what a check before the work would give: never above the caps."""
+    conn.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "lf-ns:" + namespace_id}
+    )
+    unfinished = conn.execute(
+        text(
+            "SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns AND id <> :iid "
+            "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+        ),
+        {"ns": namespace_id, "iid": iid},
+    ).scalar_one()
+    if unfinished >= settings.instance_limit():
+        raise LimitExceeded(
+            "WORKFLOW_INSTANCE_LIMIT",
+            f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
+        )
+    check_work_quotas(conn, namespace_id, queues, unfinished, exclude_instance=iid)
+
+
+def check_work_quotas(
+    conn: Connection, namespace_id: str, queues: list[str], unfinished: int, *, exclude_instance: str = ""
+) -> None:
     """W-ERR quotas for new work (429 with Retry-After), checked under the namespace's start lock:
     pending tasks per queue (QUEUE_FULL; a CLAIMED task whose lease expired is pending again), then
     unfinished work of the application = the credential's namespace (APPLICATION_FULL): unfinished
-    instances plus open (PENDING or CLAIMED) tasks."""
+    instances plus open (PENDING or CLAIMED) tasks. ``exclude_instance``: the start being checked."""
     retry_after = settings.quota_retry_after_seconds()
     for q in queues:
         pending = conn.execute(
             text(
                 "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND "
-                "(state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))"
+                "instance_id <> :iid AND (state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))"
             ),
-            {"ns": namespace_id, "q": q},
+            {"ns": namespace_id, "q": q, "iid": exclude_instance},
         ).scalar_one()
         if pending >= settings.queue_pending_limit():
             raise QuotaExceeded(
@@ -149,9 +161,10 @@ def check_work_quotas(conn: Connection, namespace_id: str, queues: list[str], un
             )
     open_tasks = conn.execute(
         text(
-            "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')"
+            "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND instance_id <> :iid "
+            "AND state IN ('PENDING', 'CLAIMED')"
         ),
-        {"ns": namespace_id},
+        {"ns": namespace_id, "iid": exclude_instance},
     ).scalar_one()
     if unfinished + open_tasks >= settings.application_work_limit():
         raise QuotaExceeded(
