@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import text
 
+from app.ledger.status import runtime_status
 from chaos.harness import ROOT, Cluster, retry_db, wait_until
 from chaos.workload import Workload, check_invariants
 from ledgerflow.client import Client
@@ -253,6 +254,23 @@ def kill_web(cluster: Cluster, load: Workload, size: Size, result: Result) -> No
     )
 
 
+def sixteen_workers(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
+    """16 worker processes (distinct node ids, as if on several hosts) on one PostgreSQL and Redis:
+    they claim without errors and the runtime status counts exactly their slots."""
+    for pool in ["advance", "outbound"] * 7:  # 2 already run: 16 in all
+        cluster.start_worker(pool)
+    with cluster.engine.connect() as conn:  # type: ignore[union-attr]
+        status = runtime_status(conn)
+    result.notes.append(f"runtime status: live workers {status['live_workers']}, slots {status['slots']}")
+    result.invariants["runtime status counts the 16 live workers and their 64 slots"] = int(
+        status["live_workers"]["live"] != 16 or status["slots"]["capacity"] != 64
+    )
+    _feed(load, size, spread_seconds=3).join()
+    wait_until(lambda: load.unfinished() == {"jobs": 0, "workflows": 0}, 180)
+    errors = sum(cluster.logs("worker").count(s) for s in ("Traceback", "database error"))
+    result.invariants["no claim error in 16 workers"] = errors
+
+
 def mixed(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
     """The short version ``make test`` runs: a few SIGKILLs, one SIGSTOP past the lease, one Redis stop."""
     kill_workers(cluster, load, Size(size.workflows // 2, size.jobs // 2, kills=3, stops=0, backend_kills=0,
@@ -280,6 +298,7 @@ SCENARIOS: dict[str, tuple[Fault, dict[str, int]]] = {
     "redis-stop-and-flush": (stop_redis, {"advance": 1, "outbound": 1}),
     "8-workers-2-drains": (contention, {"advance": 1, "outbound": 1}),
     "web-kill-idempotent-starts": (kill_web, {"advance": 1, "outbound": 1}),
+    "16-workers": (sixteen_workers, {"advance": 1, "outbound": 1}),
 }
 # not in the full table: the short version of make test (one cluster, several kinds of fault)
 QUICK_MIX: tuple[Fault, dict[str, int]] = (mixed, {"advance": 2, "outbound": 2})

@@ -1,0 +1,144 @@
+"""Workflow starts per second through the real web process (issue 16), beside a bare Flask JSON
+endpoint on the same gunicorn settings (the Procfile's: 2 workers x 4 threads) and the same client.
+
+    PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.starts [--seconds 8] [--clients 1,2,8]
+
+Prints, per concurrency: starts/s, p50 / p99 latency, and the bare endpoint's requests/s. Numbers,
+not assertions; run it on a quiet machine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, make_url, text
+
+from app.auth import Scope, create_credential
+from app.db import transaction
+from app.migrate import upgrade
+from bench.run import closed_port, loadavg
+
+ROOT = Path(__file__).resolve().parent.parent
+BARE_APP = """
+from flask import Flask, jsonify, request
+app = Flask(__name__)
+@app.post("/v1/workflows")
+def start():
+    body = request.get_json()
+    return jsonify({"request_id": "r", "data": {"instance": {"id": "x", "input": body}}}), 201
+"""
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 3600,
+    "steps": [{"key": "t", "kind": "TASK", "queue": "bench.q"}],
+}
+
+
+def gunicorn(app: str, port: int, env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "4",
+            "--no-control-socket", "--log-level", "warning", app]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=0.5)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{app} did not start")
+
+
+def load(
+    url: str, headers: dict[str, str], body: dict, clients: int, seconds: float
+) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def run() -> None:
+        with httpx.Client(timeout=30) as c:
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                r = c.post(url, json=body, headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+                took = time.perf_counter() - t0
+                if r.status_code not in (200, 201):
+                    raise RuntimeError(f"{r.status_code} {r.text[:200]}")
+                with lock:
+                    latencies.append(took)
+
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(latencies) / (time.monotonic() - started), sorted(latencies)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.starts")
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--clients", default="1,2,8")
+    args = p.parse_args()
+    server = os.environ["DATABASE_URL"]
+    db = f"lf_bench_starts_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database="postgres"),
+                          isolation_level="AUTOCOMMIT")  # fmt: skip
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{db}"'))
+    url = make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database=db)
+    url_s = url.render_as_string(hide_password=False)
+    upgrade(url_s)
+    engine = create_engine(url_s)
+    ns = "bench-" + uuid.uuid4().hex[:6]
+    with transaction(engine) as conn:
+        token = create_credential(conn, namespace=ns, name="bench",
+                                  scopes=[Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT,
+                                          Scope.WORKFLOWS_READ, Scope.DEFINITIONS_READ]).token  # fmt: skip
+    env = {**os.environ, "DATABASE_URL": url_s.replace("+psycopg", ""), "PYTHONPATH": str(ROOT),
+           "LOG_LEVEL": "WARNING", "LEDGERFLOW_METRICS": "0", "PROMETHEUS_MULTIPROC_DIR": ""}  # fmt: skip
+    env.pop("REDIS_URL", None)  # hints are not what is measured here
+    port, bare_port = closed_port(), closed_port()
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "bare.py").write_text(BARE_APP)
+    procs = [gunicorn("web:create_app()", port, env, ROOT), gunicorn("bare:app", bare_port, env, tmp)]
+    try:
+        h = {"Authorization": f"Bearer {token}"}
+        base = f"http://127.0.0.1:{port}"
+        d = httpx.post(f"{base}/v1/workflow-definitions", json={"name": "bench"},
+                       headers={**h, "Idempotency-Key": uuid.uuid4().hex}).json()["data"]  # fmt: skip
+        def_id = d["definition"]["id"] if "definition" in d else d["id"]
+        httpx.post(f"{base}/v1/workflow-definitions/{def_id}/versions", json=DOC,
+                   headers={**h, "Idempotency-Key": uuid.uuid4().hex}).raise_for_status()  # fmt: skip
+        body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
+        print(f"load average at start: {loadavg()}")
+        print("| clients | starts/s | p50 ms | p99 ms | bare Flask req/s | ratio |")
+        print("|---|---|---|---|---|---|")
+        for c in (int(x) for x in args.clients.split(",")):
+            rate, lat = load(f"{base}/v1/workflows", h, body, c, args.seconds)
+            bare, _ = load(f"http://127.0.0.1:{bare_port}/v1/workflows", {}, body, c, args.seconds)
+            p99 = statistics.quantiles(lat, n=100)[98] if len(lat) > 1 else lat[0]
+            print(f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {bare:.0f} | "
+                  f"{rate / bare:.0%} |")  # fmt: skip
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+
+
+if __name__ == "__main__":
+    main()
