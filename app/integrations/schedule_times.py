@@ -189,3 +189,24 @@ def due(rule: Rule, next_fire: datetime, now: datetime) -> Due | None:
         latest, skipped = following, skipped + 1
     last = latest_at_or_before(rule, now) or latest
     return Due(last, skipped, True, next_after(rule, now))
+
+
+# --------------------------------------------------------------------------- what a fire does
+LAUNCH = "LAUNCH"
+CANCEL_THEN_LAUNCH = "CANCEL_THEN_LAUNCH"
+SKIP_PAUSED = "PAUSED"
+SKIP_OVERLAP = "OVERLAP"
+
+
+def fire_decision(kind: str, paused: bool, overlap: str, unfinished: int) -> str:
+    """What one ``schedule_launch`` does: a scheduled fire of a paused schedule is skipped; a manual
+    launch ("launch now") always launches; otherwise the overlap policy with ``unfinished`` earlier
+    instances of the schedule still running: ``skip`` skips, ``cancel_previous`` cancels them first,
+    ``allow`` launches."""
+    if kind == "MANUAL":
+        return LAUNCH
+    if paused:
+        return SKIP_PAUSED
+    if unfinished == 0 or overlap == "allow":
+        return LAUNCH
+    return CANCEL_THEN_LAUNCH if overlap == "cancel_previous" else SKIP_OVERLAP

@@ -160,3 +160,15 @@ def test_interval_due_matches_counting(interval: int, anchor: datetime, later: d
     assert d.fire_at == anchor + timedelta(seconds=interval * k)
     assert d.skipped == k - 1
     assert d.following == d.fire_at + timedelta(seconds=interval) and d.following > later >= d.fire_at
+
+
+def test_fire_decision_table() -> None:
+    from app.integrations.schedule_times import fire_decision
+
+    assert fire_decision("MANUAL", True, "skip", 3) == "LAUNCH"
+    assert fire_decision("SCHEDULED", True, "allow", 0) == "PAUSED"
+    assert fire_decision("SCHEDULED", False, "skip", 0) == "LAUNCH"
+    assert fire_decision("SCHEDULED", False, "skip", 1) == "OVERLAP"
+    assert fire_decision("SCHEDULED", False, "allow", 5) == "LAUNCH"
+    assert fire_decision("SCHEDULED", False, "cancel_previous", 2) == "CANCEL_THEN_LAUNCH"
+    assert fire_decision("SCHEDULED", False, "cancel_previous", 0) == "LAUNCH"
