@@ -248,3 +248,43 @@ def _t(values: list[str]) -> list:
     from datetime import datetime
 
     return [datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values]
+
+
+def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
+    import json
+
+    from click.testing import CliRunner
+
+    from app.auth import Scope, create_credential, ensure_namespace
+    from ledgerflow.cli import main
+
+    ns = "cli-" + new_id()[:8]
+    with transaction(sched) as conn:
+        ns_id = ensure_namespace(conn, ns)
+    def_id = publish(sched, ns_id, DOC)
+    with transaction(sched) as conn:
+        token = create_credential(conn, namespace=ns, name="op", scopes=[Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
+                                                                         Scope.TASKS_SUBMIT]).token  # fmt: skip
+    env = {"LEDGERFLOW_TOKEN": token}
+    run = CliRunner().invoke
+    bad = run(main, ["schedules", "create", "--name", "x", "--definition-id", def_id, "--version", "v1",
+                     "--input", '{"region": "eu"}', "--cron", "0 8 * * *", "--timezone", "Nowhere/X"], env=env)  # fmt: skip
+    assert bad.exit_code == 1 and "timezone" in bad.output
+    out = run(main, ["schedules", "create", "--json", "--name", "nightly", "--definition-id", def_id, "--version", "v1",
+                     "--input", '{"region": "eu"}', "--cron", "@daily", "--timezone", "Europe/Berlin"], env=env)  # fmt: skip
+    assert out.exit_code == 0, out.output
+    sid = json.loads(out.output)["id"]
+    shown = run(main, ["schedules", "show", sid], env=env)
+    assert shown.exit_code == 0 and "0 0 * * *" in shown.output and "Europe/Berlin" in shown.output
+    assert run(main, ["schedules", "pause", sid], env=env).exit_code == 0
+    resumed = run(main, ["schedules", "resume", "--json", sid], env=env)
+    assert json.loads(resumed.output)["schedule"]["paused"] is False
+    assert "launch queued" in run(main, ["schedules", "launch", sid], env=env).output
+    run_jobs(sched, queue="workflow-ledger")
+    fires_out = json.loads(run(main, ["schedules", "fires", "--json", sid], env=env).output)
+    assert [f["kind"] for f in fires_out["items"]] == ["MANUAL"] and fires_out["items"][0][
+        "status"
+    ] == "LAUNCHED"
+    listed = run(main, ["schedules", "list"], env=env)
+    assert "nightly" in listed.output
+    assert run(main, ["schedules", "delete", "-y", sid], env=env).exit_code == 0
