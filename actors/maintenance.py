@@ -7,14 +7,21 @@ import dramatiq
 import actors.broker  # noqa: F401 - binds the actor to the configured broker
 from app.config import get_settings
 from app.db import get_engine
+from app.engine.handlers import outbound
 from app.engine.tasks import return_expired_leases
 from app.ledger.drain import DrainReport, drain
 from app.ledger.states import QUEUE_OF_POOL, Pool
 
 
 def run_drain() -> DrainReport:
-    """The ledger drain plus the engine's sweeps (X-TASK: expired task leases go back to their queue)."""
-    return drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
+    """The ledger drain plus the engine's sweeps (X-TASK: expired task leases go back to their queue;
+    L-EFFECT-4: a trigger / dispatch job the drain sent to the dead letter with an unknown outcome
+    sends its step and instance to NEEDS_REVIEW)."""
+    return drain(
+        get_engine(),
+        get_settings(),
+        sweeps=[("task_leases", return_expired_leases), ("unknown_outcomes", outbound.review_dead_unknown)],
+    )
 
 
 @dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.ADVANCE], max_retries=0, max_age=120_000, time_limit=300_000)

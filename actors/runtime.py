@@ -28,6 +28,7 @@ BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.tasks",
     "app.engine.handlers.subprocess",
     "app.engine.handlers.compensation",
+    "app.engine.handlers.triggers",
     "app.integrations.schedule_jobs",
 )
 

@@ -1,4 +1,4 @@
-"""Schedules (issue 11, X-SCHED): the schedule rules, their fires, and the schedule that launched an
+"""Schedules and TRIGGER steps (issue 11, X-SCHED): the TRIGGER step kind, the schedule rules, their fires, and the schedule that launched an
 instance (``workflow_instances.schedule_id`` / ``schedule_fire_at``, nullable: adding them rewrites
 nothing).
 
@@ -17,7 +17,13 @@ branch_labels = None
 depends_on = None
 
 
+KINDS_BEFORE = "'ROOT', 'TASK', 'SIGNAL', 'TIMER', 'POLL', 'SUBWORKFLOW'"
+
+
 def upgrade() -> None:
+    # TRIGGER steps (issue 11): one more step kind
+    op.drop_constraint("ck_workflow_steps_kind", "workflow_steps", type_="check")
+    op.create_check_constraint("ck_workflow_steps_kind", "workflow_steps", f"kind IN ({KINDS_BEFORE}, 'TRIGGER')")
     op.add_column("workflow_instances", sa.Column("schedule_id", sa.Text(), nullable=True))
     op.add_column(
         "workflow_instances", sa.Column("schedule_fire_at", sa.DateTime(timezone=True), nullable=True)
@@ -92,3 +98,5 @@ def downgrade() -> None:
     op.drop_index("ix_workflow_instances_schedule", table_name="workflow_instances")
     op.drop_column("workflow_instances", "schedule_fire_at")
     op.drop_column("workflow_instances", "schedule_id")
+    op.drop_constraint("ck_workflow_steps_kind", "workflow_steps", type_="check")
+    op.create_check_constraint("ck_workflow_steps_kind", "workflow_steps", f"kind IN ({KINDS_BEFORE})")

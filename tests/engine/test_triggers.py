@@ -1,0 +1,171 @@
+"""TRIGGER steps against real PostgreSQL and a local HTTP receiver on 127.0.0.1: the response becomes
+the step output; a refusal fails the step; an unknown outcome (5xx) sends the job to the dead letter
+and the step and instance to NEEDS_REVIEW, also when the drain finds it (executor lost mid-call)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sqlalchemy import text
+
+from app.config import get_settings
+from app.db import transaction
+from app.engine.handlers import outbound, triggers
+from app.ids import new_id
+from app.ledger import handlers
+from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN
+from tests.engine.helpers import instance, make_due, publish, run_jobs, start
+
+NS = "ns-" + new_id()[:8]
+OUTBOUND = "workflow-ledger-outbound"
+
+
+@dataclass
+class Receiver:
+    url: str
+    calls: list[dict] = field(default_factory=list)
+    status: int = 200
+    reply: str = '{"accepted": true, "ticket": 12345678901234567890}'
+
+
+def _serve(port: int) -> tuple[ThreadingHTTPServer, Receiver]:
+    rec = Receiver(f"http://127.0.0.1:{port}")
+
+    class H(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            rec.calls.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
+                              "body": self.rfile.read(n).decode()})  # fmt: skip
+            raw = rec.reply.encode()
+            self.send_response(rec.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_POST = do_PUT = do_GET = _any  # noqa: N815
+
+        def log_message(self, *a) -> None:  # noqa: ANN002
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", port), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, rec
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    for port in range(5510, 5530):
+        try:
+            srv, rec = _serve(port)
+            break
+        except OSError:
+            continue
+    else:  # pragma: no cover
+        pytest.skip("no free port in 5510-5529")
+    yield rec
+    srv.shutdown()
+
+
+@pytest.fixture
+def trig(eng, monkeypatch):  # noqa: ANN001, ANN201
+    handlers.register("trigger_dispatch", triggers.trigger_dispatch, replace=True)
+    monkeypatch.setattr(outbound, "get_settings", lambda: replace(get_settings(), signing_secret="s3cret"))
+    return eng
+
+
+def trigger_doc(url: str, **kw) -> dict:  # noqa: ANN003
+    return {
+        "version": "v1",
+        "input_schema": {"type": "object"},
+        "deadline_seconds": 600,
+        "steps": [
+            {
+                "key": "notify",
+                "kind": "TRIGGER",
+                "url": url + "/hook",
+                "body": {"order": "$.input.order"},
+                "headers": {"X-Tenant": "acme"},
+                **kw,
+            },  # fmt: skip
+        ],
+        "output": {"answer": "$.steps.notify.output"},
+    }
+
+
+def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:  # noqa: ANN001
+    def_id = publish(trig, NS, trigger_doc(receiver.url))
+    iid = start(trig, NS, def_id, {"order": 42})["id"]
+    assert run_jobs(trig, queue=OUTBOUND) == [("trigger_dispatch", "succeeded")]
+    [call] = receiver.calls
+    assert json.loads(call["body"]) == {"order": 42} and call["headers"]["X-Tenant"] == "acme"
+    assert call["headers"]["X-Idempotency-Key"].endswith(":trigger:" + _activation(trig, iid))
+    ts = call["headers"]["X-Ledgerflow-Timestamp"]
+    mac = hmac.new(b"s3cret", f"{ts}.{call['body']}".encode(), hashlib.sha256).hexdigest()
+    assert call["headers"]["X-Ledgerflow-Signature"] == f"v1={mac}"
+    view = instance(trig, iid)
+    assert view["state"] == "SUCCEEDED"
+    assert view["output"] == {
+        "answer": {"status": 200, "body": {"accepted": True, "ticket": 12345678901234567890}}
+    }
+    # a retry of the settled job would reuse the receipt: the receiver is never called again
+    assert run_jobs(trig, queue=OUTBOUND) == [] and len(receiver.calls) == 1
+
+
+def _activation(eng, iid: str) -> str:  # noqa: ANN001
+    with eng.connect() as conn:
+        return conn.execute(text("SELECT activation_id FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
+                            {"i": iid}).scalar()  # fmt: skip
+
+
+def test_a_refusal_fails_the_step(trig, receiver) -> None:  # noqa: ANN001
+    receiver.status, receiver.reply = 422, '{"error": "bad order"}'
+    def_id = publish(trig, NS, trigger_doc(receiver.url))
+    iid = start(trig, NS, def_id, {"order": 1})["id"]
+    run_jobs(trig, queue=OUTBOUND)
+    run_jobs(trig)  # the instance's end (no compensation)
+    view = instance(trig, iid)
+    assert view["state"] == "FAILED" and len(receiver.calls) == 1
+    with trig.connect() as conn:
+        err = conn.execute(text("SELECT a.error FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
+                                "WHERE s.instance_id = :i"), {"i": iid}).scalar()  # fmt: skip
+    assert err["code"] == "TRIGGER_REJECTED" and err["status"] == 422
+
+
+def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -> None:  # noqa: ANN001
+    receiver.status = 503
+    def_id = publish(trig, NS, trigger_doc(receiver.url))
+    iid = start(trig, NS, def_id, {"order": 7})["id"]
+    [(_, kind)] = run_jobs(trig, queue=OUTBOUND)
+    assert kind.startswith("dead")
+    with trig.connect() as conn:
+        job = conn.execute(
+            text("SELECT status, error_code FROM workflow_jobs WHERE type = 'trigger_dispatch'")
+        ).one()
+        step_state = conn.execute(text("SELECT state FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
+                                  {"i": iid}).scalar()  # fmt: skip
+    assert (job.status, job.error_code) == ("dead", EXTERNAL_OUTCOME_UNKNOWN)
+    assert step_state == "NEEDS_REVIEW" and instance(trig, iid)["state"] == "NEEDS_REVIEW"
+    make_due(trig)
+    assert run_jobs(trig, queue=OUTBOUND) == [] and len(receiver.calls) == 1  # never re-sent
+
+
+def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:  # noqa: ANN001
+    def_id = publish(trig, NS, trigger_doc(receiver.url))
+    iid = start(trig, NS, def_id, {"order": 9})["id"]
+    # as the drain leaves a job whose executor was lost after its marker: dead, outcome unknown
+    with trig.begin() as conn:
+        conn.execute(text("UPDATE workflow_jobs SET status = 'dead', error_code = :u WHERE type = 'trigger_dispatch'"),
+                     {"u": EXTERNAL_OUTCOME_UNKNOWN})  # fmt: skip
+    with transaction(trig) as conn:
+        assert outbound.review_dead_unknown(conn, 100) == 1
+    with transaction(trig) as conn:
+        assert outbound.review_dead_unknown(conn, 100) == 0  # once
+    assert instance(trig, iid)["state"] == "NEEDS_REVIEW"
