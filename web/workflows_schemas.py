@@ -185,7 +185,9 @@ InstancePage = page(Instance, "InstancePage")
 class StepSummary(Loose):
     id = fields.String(required=True)
     key = fields.String(required=True)
-    kind = fields.String(required=True, metadata={"enum": ["TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER"]})
+    kind = fields.String(
+        required=True, metadata={"enum": ["TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER"]}
+    )
     state = fields.String(required=True)
     revision = fields.String(required=True)
     activation_id = fields.String()

@@ -23,7 +23,9 @@ KINDS_BEFORE = "'ROOT', 'TASK', 'SIGNAL', 'TIMER', 'POLL', 'SUBWORKFLOW'"
 def upgrade() -> None:
     # TRIGGER steps (issue 11): one more step kind
     op.drop_constraint("ck_workflow_steps_kind", "workflow_steps", type_="check")
-    op.create_check_constraint("ck_workflow_steps_kind", "workflow_steps", f"kind IN ({KINDS_BEFORE}, 'TRIGGER')")
+    op.create_check_constraint(
+        "ck_workflow_steps_kind", "workflow_steps", f"kind IN ({KINDS_BEFORE}, 'TRIGGER')"
+    )
     op.add_column("workflow_instances", sa.Column("schedule_id", sa.Text(), nullable=True))
     op.add_column(
         "workflow_instances", sa.Column("schedule_fire_at", sa.DateTime(timezone=True), nullable=True)
