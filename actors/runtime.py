@@ -29,6 +29,7 @@ BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.subprocess",
     "app.engine.handlers.compensation",
     "app.engine.handlers.triggers",
+    "app.engine.handlers.dispatch",
     "app.integrations.schedule_jobs",
 )
 

@@ -25,6 +25,7 @@ from web.schedules_schemas import (
     LaunchResponse,
     ListSchedulesQuery,
     PauseResponse,
+    ScheduleActionRequest,
     SchedulePageResponse,
     ScheduleResponse,
     UpdateScheduleRequest,
@@ -110,12 +111,12 @@ def update_schedule(schedule_id: str, body: dict):  # noqa: ANN201
     return idempotent(work)
 
 
-def _pause_or_resume(schedule_id: str, paused: bool):  # noqa: ANN202
+def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noqa: ANN202
     principal = current_principal()
 
     def work(conn):  # noqa: ANN001, ANN202
         return 200, success(
-            schedules.set_paused(conn, principal, schedule_id, paused, request_id=request_id())
+            schedules.set_paused(conn, principal, schedule_id, paused, request_id=request_id(), reason=reason)
         )
 
     return idempotent(work)
@@ -125,8 +126,9 @@ def _pause_or_resume(schedule_id: str, paused: bool):  # noqa: ANN202
 @doc(summary="Pause a schedule", response=PauseResponse, tags=["schedules"], errors=ERRORS_WRITE)
 @requires(Scope.WORKFLOWS_START)
 @mutation
-def pause_schedule(schedule_id: str):  # noqa: ANN201
-    return _pause_or_resume(schedule_id, True)
+@body(ScheduleActionRequest)
+def pause_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+    return _pause_or_resume(schedule_id, True, body.get("reason"))
 
 
 @bp.post("/v1/schedules/<schedule_id>/resume")
@@ -134,8 +136,9 @@ def pause_schedule(schedule_id: str):  # noqa: ANN201
      response=PauseResponse, tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
 @requires(Scope.WORKFLOWS_START)
 @mutation
-def resume_schedule(schedule_id: str):  # noqa: ANN201
-    return _pause_or_resume(schedule_id, False)
+@body(ScheduleActionRequest)
+def resume_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+    return _pause_or_resume(schedule_id, False, body.get("reason"))
 
 
 @bp.post("/v1/schedules/<schedule_id>/launch")
@@ -143,11 +146,16 @@ def resume_schedule(schedule_id: str):  # noqa: ANN201
      tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
 @requires(Scope.WORKFLOWS_START)
 @mutation
-def launch_schedule(schedule_id: str):  # noqa: ANN201
+@body(ScheduleActionRequest)
+def launch_schedule(schedule_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
 
     def work(conn):  # noqa: ANN001, ANN202
-        return 202, success(schedules.launch_now(conn, principal, schedule_id, request_id=request_id()))
+        return 202, success(
+            schedules.launch_now(
+                conn, principal, schedule_id, request_id=request_id(), reason=body.get("reason")
+            )
+        )
 
     return idempotent(work)
 

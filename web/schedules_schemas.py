@@ -74,6 +74,14 @@ CreateScheduleRequest = Strict.from_dict(
 UpdateScheduleRequest = Strict.from_dict(_fields(False), name="UpdateScheduleRequest")
 
 
+class ScheduleActionRequest(Strict):
+    """Body of pause / resume / launch: an optional reason for the audit (``{}`` is fine)."""
+
+    reason = text("at most 1024 characters", lambda v: None if len(v) <= 1024 and "\x00" not in v
+                  else "at most 1024 characters", load_default=None, allow_none=True,
+                  metadata={"maxLength": 1024, "description": "why (written to the audit)"})  # fmt: skip
+
+
 class FiresQuery(Strict):
     limit = limit()
 

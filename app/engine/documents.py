@@ -32,7 +32,7 @@ KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER")
 TOP_FIELDS = {"version", "description", "input_schema", "deadline_seconds", "signals", "steps", "output"}
 COMMON_STEP = {"key", "kind", "after", "description"}
 STEP_FIELDS = {
-    "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation"},
+    "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation", "dispatch"},
     "TIMER": COMMON_STEP | {"delay_seconds"},
     "SIGNAL": COMMON_STEP | {"signal", "payload_version", "correlation", "timeout_seconds"},
     "SUBWORKFLOW": COMMON_STEP | {"definition_id", "version", "input"},
@@ -393,6 +393,8 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
                 errs.add(f + ".compensation.queue", "required: a queue name")
             else:
                 _fields(errs, f + ".compensation.", comp, {"queue"})
+        if "dispatch" in st:
+            _check_dispatch(errs, f + ".dispatch", st["dispatch"])
     elif kind == "TIMER" and "delay_seconds" in st:
         _int_in(errs, f + ".delay_seconds", st["delay_seconds"], 0, MAX_DEADLINE_SECONDS)
     elif kind == "SIGNAL":
@@ -427,11 +429,27 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
                 )
 
 
+def _check_dispatch(errs: _Errors, f: str, d: Any) -> None:
+    """A TASK's external dispatch target: ``{"url", "headers"?, "timeout_seconds"?}``."""
+    if not isinstance(d, dict):
+        errs.add(f, "an object {url, headers?, timeout_seconds?}")
+        return
+    _fields(errs, f + ".", d, {"url", "headers", "timeout_seconds"})
+    if "url" not in d:
+        errs.add(f + ".url", "required")
+    _check_outbound(errs, f, d)
+
+
 def _check_trigger(errs: _Errors, f: str, st: dict) -> None:
-    if "url" in st and (msg := url_error(st["url"])):
-        errs.add(f + ".url", msg)
     if "method" in st and st["method"] not in TRIGGER_METHODS:
         errs.add(f + ".method", f"one of {', '.join(TRIGGER_METHODS)}")
+    _check_outbound(errs, f, st)
+
+
+def _check_outbound(errs: _Errors, f: str, st: dict) -> None:
+    """url, headers and timeout_seconds of an outbound call (a TRIGGER step or a TASK's dispatch)."""
+    if "url" in st and (msg := url_error(st["url"])):
+        errs.add(f + ".url", msg)
     if "timeout_seconds" in st:
         _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_TRIGGER_TIMEOUT_SECONDS)
     headers = st.get("headers", {})

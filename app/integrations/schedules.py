@@ -331,7 +331,7 @@ def update_schedule(conn: Connection, principal: Principal, schedule_id: str, ch
 
 
 def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused: bool, *,
-               request_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+               request_id: str | None = None, reason: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Pause or resume. Resuming keeps ``next_fire_at``: the fire times missed while paused are
     coalesced into ONE launch at the next tick; the response says how many (``missed``)."""
     ns = principal.namespace_id
@@ -354,7 +354,7 @@ def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused:
     view = get_schedule(conn, ns, schedule_id)
     action = "schedule.pause" if paused else "schedule.resume"
     _audit(conn, principal, request_id, action, schedule_id, before={"paused": s["paused"]},
-           after={"paused": paused, "missed": missed})  # fmt: skip
+           after={"paused": paused, "missed": missed}, reason=reason)  # fmt: skip
     return {"schedule": view, "missed": missed}
 
 
@@ -370,14 +370,14 @@ def delete_schedule(conn: Connection, principal: Principal, schedule_id: str, *,
 
 
 def launch_now(conn: Connection, principal: Principal, schedule_id: str, *,
-               request_id: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """ "Launch now": a MANUAL fire at the database's now, through a ``schedule_launch`` job (the
+               request_id: str | None = None, reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Launch now: a MANUAL fire at the database's now, through a ``schedule_launch`` job (the
     overlap policy and a pause do not apply to it; quotas do)."""
     s = read_schedule(conn, principal.namespace_id, schedule_id, lock=True)
     fire_at = db_now(conn)
     job = _enqueue_launch(conn, s, fire_at, "MANUAL", 0, False)
     _audit(conn, principal, request_id, "schedule.launch_now", schedule_id,
-           after={"fire_at": rfc3339(fire_at), "job_id": job.id})  # fmt: skip
+           after={"fire_at": rfc3339(fire_at), "job_id": job.id}, reason=reason)  # fmt: skip
     return {"schedule_id": schedule_id, "fire_at": rfc3339(fire_at), "job_id": str(job.id)}
 
 

@@ -169,3 +169,88 @@ def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:  # 
     with transaction(trig) as conn:
         assert outbound.review_dead_unknown(conn, 100) == 0  # once
     assert instance(trig, iid)["state"] == "NEEDS_REVIEW"
+
+
+def dispatch_doc(url: str) -> dict:
+    return {
+        "version": "v1",
+        "input_schema": {"type": "object"},
+        "deadline_seconds": 600,
+        "steps": [
+            {
+                "key": "approve",
+                "kind": "TASK",
+                "queue": "ext-approvals",
+                "input": {"amount": "$.input.amount"},
+                "dispatch": {"url": url + "/approvals", "headers": {"X-System": "erp"}},
+            }
+        ],  # fmt: skip
+        "output": {"decision": "$.steps.approve.output"},
+    }
+
+
+@pytest.fixture
+def disp(trig):  # noqa: ANN001, ANN201
+    from app.engine.handlers import dispatch
+
+    handlers.register("external_dispatch", dispatch.external_dispatch, replace=True)
+    return trig
+
+
+def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, receiver) -> None:  # noqa: ANN001
+    from tests.engine.helpers import claim_task, complete_task
+
+    def_id = publish(disp, NS, dispatch_doc(receiver.url))
+    iid = start(disp, NS, def_id, {"amount": 250})["id"]
+    assert run_jobs(disp, queue=OUTBOUND) == [("external_dispatch", "succeeded")]
+    [call] = receiver.calls
+    sent = json.loads(call["body"])
+    assert sent["task"]["workflow_id"] == iid and sent["task"]["input"] == {"amount": 250}
+    assert sent["task"]["state"] == "PENDING" and sent["callback"]["complete"]["path"].endswith("/complete")
+    assert call["headers"]["X-Idempotency-Key"].endswith(":dispatch:" + sent["task"]["id"])
+    assert call["headers"]["X-System"] == "erp" and call["headers"]["X-Ledgerflow-Signature"].startswith(
+        "v1="
+    )
+    # the external system claims the task it was sent and completes it through the task API
+    task = claim_task(disp, NS, "ext-approvals")
+    assert task["id"] == sent["task"]["id"]
+    complete_task(disp, NS, task, {"approved": True})
+    assert instance(disp, iid)["output"] == {"decision": {"approved": True}}
+
+
+def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, receiver) -> None:  # noqa: ANN001
+    from tests.engine.helpers import claim_task, complete_task
+
+    receiver.status = 502
+    def_id = publish(disp, NS, dispatch_doc(receiver.url))
+    iid = start(disp, NS, def_id, {"amount": 5})["id"]
+    [(_, kind)] = run_jobs(disp, queue=OUTBOUND)
+    assert kind.startswith("dead")
+    with disp.connect() as conn:
+        assert conn.execute(
+            text("SELECT error_code FROM workflow_jobs WHERE type = 'external_dispatch'")
+        ).scalar() == (EXTERNAL_OUTCOME_UNKNOWN)
+    assert instance(disp, iid)["state"] == "RUNNING"
+    task = claim_task(disp, NS, "ext-approvals")  # a person acts instead
+    complete_task(disp, NS, task, {"approved": False})
+    assert instance(disp, iid)["state"] == "SUCCEEDED" and len(receiver.calls) == 1
+    # a refusal (4xx) is a permanent failure of the job, never re-sent
+    receiver.status = 400
+    iid2 = start(disp, NS, def_id, {"amount": 6})["id"]
+    [(_, kind)] = run_jobs(disp, queue=OUTBOUND)
+    assert kind.startswith("dead") and instance(disp, iid2)["state"] == "RUNNING"
+
+
+def test_dispatch_target_is_checked_at_publish() -> None:
+    from app.engine.documents import validate_document
+    from app.errors import InvalidArgument
+
+    doc = dispatch_doc("http://127.0.0.1:5510")
+    validate_document(doc)
+    for bad, name in (({"url": "gopher://x"}, "steps[0].dispatch.url"), ({}, "steps[0].dispatch.url"),
+                       ({"url": "https://x.example", "extra": 1}, "steps[0].dispatch.extra"),
+                       ({"url": "https://x.example", "headers": {"Host": "h"}}, "steps[0].dispatch.headers.Host")):  # fmt: skip
+        doc["steps"][0]["dispatch"] = bad
+        with pytest.raises(InvalidArgument) as err:
+            validate_document(doc)
+        assert name in [e.field for e in err.value.field_errors], (bad, err.value.field_errors)

@@ -1,8 +1,8 @@
 """What the engine's outbound jobs (``trigger_dispatch``, ``external_dispatch``) share: one signed call
 through the ledger's safe HTTP client (``app.ledger.http.SafeHttp``: stable ``X-Idempotency-Key``, no
 transport retries, no redirects, a side-effect marker before an unsafe call, a receipt after a clear
-success), and the L-EFFECT-4 rule that an unknown outcome sends the step and the instance to
-NEEDS_REVIEW while the job goes to the dead letter ("external outcome needs confirmation").
+success), and, for a TRIGGER, the L-EFFECT-4 rule that an unknown outcome sends the step and the
+instance to NEEDS_REVIEW while the job goes to the dead letter ("external outcome needs confirmation").
 
 Destination policy: every URL goes out through ``SafeHttp`` only, so the policy of issue 10 (resolve
 once, refuse private / loopback / metadata addresses, connect to the checked address) applies here
@@ -82,15 +82,16 @@ def review_unknown(ctx: JobContext) -> None:
 
 
 def review_dead_unknown(conn: Connection, limit: int) -> int:
-    """Drain sweep: a ``trigger_dispatch`` / ``external_dispatch`` job the drain sent to the dead letter
-    with an unknown outcome (its executor was lost mid-call) while its step is still ACTIVE -> the step
-    and the instance to NEEDS_REVIEW. Bounded by ``limit`` instances per pass."""
+    """Drain sweep: a ``trigger_dispatch`` job the drain sent to the dead letter with an unknown outcome
+    (its executor was lost mid-call) while its step is still ACTIVE -> the step and the instance to
+    NEEDS_REVIEW. (An ``external_dispatch`` job stays a dead letter only: its task stays claimable.)
+    Bounded by ``limit`` instances per pass."""
     rows = conn.execute(
         text(
             "SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j "
             "JOIN workflow_steps s ON s.instance_id = j.instance_id AND s.key = j.step_key "
             "JOIN workflow_instances i ON i.id = j.instance_id "
-            "WHERE j.type IN ('trigger_dispatch', 'external_dispatch') AND j.status = 'dead' AND j.error_code = :u "
+            "WHERE j.type = 'trigger_dispatch' AND j.status = 'dead' AND j.error_code = :u "
             "AND s.state IN ('ACTIVE', 'WAITING') AND i.state IN ('RUNNING', 'WAITING', 'CANCELLING') "
             "GROUP BY j.instance_id ORDER BY j.instance_id LIMIT :n"
         ),
