@@ -123,4 +123,6 @@ def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(ops, spawn_work
                "AND error_code = 'EXTERNAL_OUTCOME_UNKNOWN' AND instance_id = ANY(:ids)", ids=ids)  # fmt: skip
     assert sorted(r.instance_id for r in dead) == sorted(reviewed)
     assert reviewed, "the calls in flight when the worker died must be in review (never re-sent)"
-    print(f"killed mid-call: {len(reviewed)} in review, {len(ids) - len(reviewed)} succeeded; keys {len(counts)}")
+    print(
+        f"killed mid-call: {len(reviewed)} in review, {len(ids) - len(reviewed)} succeeded; keys {len(counts)}"
+    )
