@@ -72,10 +72,7 @@ def trigger_dispatch(ctx: JobContext) -> Any:
         verdict = decide.answered(inst_model(inst), step_model(step), activation_id, status, output)
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
-        if isinstance(verdict, CompleteStep):
-            advance.complete_step(conn, inst["id"], step, verdict.output)  # type: ignore[arg-type]
-        else:
-            advance.fail_step(conn, inst["id"], step, verdict.error)  # type: ignore[arg-type]
+        advance.follow(conn, inst["id"], step, verdict)  # type: ignore[arg-type]
         return {"status": status, "step": "succeeded" if isinstance(verdict, CompleteStep) else "failed"}
 
     return run_advance(ctx, write, step="trigger")
