@@ -43,6 +43,7 @@ from app.ledger.states import JobType
 MAX_SCHEDULES_PER_NAMESPACE = 1000
 TICK_BATCH = 100  # schedules handled per tick transaction
 MAX_CANCEL_PREVIOUS = 20  # earlier instances a cancel_previous launch cancels, at most
+FIRES_KEPT = 1000  # fire rows kept per schedule (older ones are pruned by the launch, 100 at a time)
 _US = timedelta(microseconds=1)
 _COLUMNS = (
     "id, namespace_id, name, definition_id, version, input::text AS input, fire_time_field, cron, timezone, "
@@ -478,6 +479,15 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
     conn.execute(
         text("UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id"),
         {"id": fire_id, "st": status, "r": reason, "i": instance_id},
+    )
+    # bounded history: the tick never hands out a fire time at or before next_fire_at again, so pruned
+    # rows are not needed for "exactly once"
+    conn.execute(
+        text(
+            "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
+            "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)"
+        ),  # fmt: skip
+        {"s": sid, "keep": FIRES_KEPT},
     )
     result = {"fire_at": rfc3339(fire_at), "kind": kind, "status": status, "skipped_missed": skipped,
               "instance_id": instance_id, "reason": reason}  # fmt: skip

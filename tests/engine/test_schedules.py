@@ -288,3 +288,18 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
     listed = run(main, ["schedules", "list"], env=env)
     assert "nightly" in listed.output
     assert run(main, ["schedules", "delete", "-y", sid], env=env).exit_code == 0
+
+
+def test_fire_history_is_bounded(sched, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(schedules, "FIRES_KEPT", 2)
+    def_id = publish(sched, NS, DOC)
+    s = create(sched, def_id, overlap="allow")
+    for _ in range(4):
+        _fire_once(sched, s["id"])
+    kept = fires(sched, s["id"])
+    assert len(kept) == 2 and all(f.status == "LAUNCHED" for f in kept)
+    with sched.connect() as conn:
+        n = conn.execute(
+            text("SELECT count(*) FROM workflow_instances WHERE schedule_id = :s"), {"s": s["id"]}
+        )
+        assert n.scalar() == 4
