@@ -8,6 +8,7 @@ import actors.broker  # noqa: F401 - binds the actor to the configured broker
 from app.config import get_settings
 from app.db import get_engine
 from app.engine import retention as engine_retention
+from app.engine.handlers import outbound
 from app.engine.tasks import return_expired_leases
 from app.ledger import retention
 from app.ledger.drain import DrainReport, drain
@@ -15,17 +16,18 @@ from app.ledger.states import QUEUE_OF_POOL, Pool
 
 
 def run_drain() -> DrainReport:
-    """The ledger drain plus the sweeps: expired task leases go back to their queue (X-TASK), and the
-    retention sweeps remove finished history past its retention (issue 14)."""
+    """The ledger drain plus the sweeps: expired task leases go back to their queue; a trigger /
+    dispatch job the drain sent to the dead letter with an unknown outcome sends its step and
+    instance to NEEDS_REVIEW; the retention sweeps remove finished history past its retention."""
     policy = retention.policy_from_env()
     return drain(
         get_engine(),
         get_settings(),
         sweeps=[
             ("task_leases", return_expired_leases),
+            ("unknown_outcomes", outbound.review_dead_unknown),
             *retention.sweeps(policy),
             *engine_retention.sweeps(policy),
-        ],
     )
 
 

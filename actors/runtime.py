@@ -15,6 +15,7 @@ from actors.broker import broker, has_redis
 from app.config import get_settings
 from app.db import get_engine, transaction
 from app.ids import new_id
+from app.integrations import schedules
 from app.ledger import handlers, nodes
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
@@ -27,6 +28,9 @@ BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.tasks",
     "app.engine.handlers.subprocess",
     "app.engine.handlers.compensation",
+    "app.engine.handlers.triggers",
+    "app.engine.handlers.dispatch",
+    "app.integrations.schedule_jobs",
 )
 
 
@@ -90,19 +94,40 @@ def _beat(engine, node_id: str, in_use: int, status: str) -> None:  # noqa: ANN0
 
 
 def run_scheduler() -> None:
-    """Every drain interval enqueue the drain actor; run it inline when Redis is unavailable."""
+    """Every drain interval enqueue the drain actor (run it inline when Redis is unavailable); every
+    schedule tick hand due schedules their ``schedule_launch`` jobs (X-SCHED)."""
     settings = get_settings()
     tracing.setup("scheduler")
     metrics.serve_process_metrics()
     hint_actors.install_publisher()
+    engine = get_engine()
     stop = _stop_event()
     print("ledgerflow scheduler ready", flush=True)
-    next_tick = time.monotonic()
+    next_drain = next_schedules = time.monotonic()
     while not stop.is_set():
-        if time.monotonic() >= next_tick:
-            next_tick = time.monotonic() + settings.drain_interval_seconds
+        now = time.monotonic()
+        if now >= next_drain:
+            next_drain = now + settings.drain_interval_seconds
             _tick_drain()
-        stop.wait(max(0.0, min(1.0, next_tick - time.monotonic())))
+        if now >= next_schedules:
+            next_schedules = now + settings.schedule_tick_seconds
+            _tick_schedules(engine)
+        stop.wait(max(0.0, min(1.0, next_drain - time.monotonic(), next_schedules - time.monotonic())))
+
+
+def _tick_schedules(engine) -> None:  # noqa: ANN001
+    """Due schedules, a batch per transaction, until none is due (bounded: 10 batches per tick)."""
+    try:
+        for _ in range(10):
+            with transaction(engine) as conn:
+                handed = schedules.tick(conn)
+            for h in handed:
+                log.info("schedule %s: fire %s handed out (%d missed coalesced)", h["schedule_id"],
+                         h["fire_at"].isoformat(), h["skipped"])  # fmt: skip
+            if len(handed) < schedules.TICK_BATCH:
+                return
+    except Exception:  # noqa: BLE001 - the next tick tries again
+        log.exception("schedule tick failed")
 
 
 def _tick_drain() -> None:

@@ -45,6 +45,9 @@ class Settings:
     backoff_cap_seconds: float = 900.0
     # L-PAUSE-5: drain every minute, bounded per pass.
     drain_interval_seconds: float = 60.0
+    schedule_tick_seconds: float = 1.0
+    # HMAC-SHA256 key of outbound TRIGGER / dispatch calls (X-Ledgerflow-Signature); unset = unsigned
+    signing_secret: str | None = None  # X-SCHED: how often the scheduler looks for due schedules
     drain_batch: int = 1000
     # Each pool also reclaims its own queue's expired leases this often, so a job held by a killed
     # worker runs again within lease + this, not lease + the next drain + a backoff.
@@ -91,6 +94,8 @@ def load_settings() -> Settings:
         backoff_base_seconds=env_float("LEDGERFLOW_BACKOFF_BASE_SECONDS", 30.0),
         backoff_cap_seconds=env_float("LEDGERFLOW_BACKOFF_CAP_SECONDS", 900.0),
         drain_interval_seconds=env_float("LEDGERFLOW_DRAIN_INTERVAL_SECONDS", 60.0),
+        schedule_tick_seconds=env_float("LEDGERFLOW_SCHEDULE_TICK_SECONDS", 1.0),
+        signing_secret=os.environ.get("LEDGERFLOW_SIGNING_SECRET") or None,
         drain_batch=env_int("LEDGERFLOW_DRAIN_BATCH", 1000),
         reclaim_seconds=env_float("LEDGERFLOW_RECLAIM_SECONDS", 5.0),
         heartbeat_seconds=env_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),

@@ -167,15 +167,15 @@ class Cluster:
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
         return {
-            **os.environ,
+            **base,
             "PYTHONPATH": str(ROOT),
             "DATABASE_URL": self.db_url,
             "REDIS_URL": self.redis_url,
             "LEDGERFLOW_HANDLERS": "chaos.handlers",
             "LOG_FORMAT": "console",
             "LOG_LEVEL": "INFO",
-            "PROMETHEUS_MULTIPROC_DIR": "",
             "LEDGERFLOW_METRICS": "0",
             "PORT": str(self.web_port),
             **self.settings,

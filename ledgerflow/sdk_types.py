@@ -170,6 +170,8 @@ class WorkflowInstance:
     stop_kind: str | None = None
     stop_requested_at: datetime | None = None
     completed_at: datetime | None = None
+    schedule_id: str | None = None  # the schedule that launched it (X-SCHED)
+    schedule_fire_at: datetime | None = None
 
     @classmethod
     def from_api(cls, d: dict) -> WorkflowInstance:
@@ -193,6 +195,8 @@ class WorkflowInstance:
             stop_kind=d.get("stop_kind"),
             stop_requested_at=_time(d.get("stop_requested_at")),
             completed_at=_time(d.get("completed_at")),
+            schedule_id=d.get("schedule_id"),
+            schedule_fire_at=_time(d.get("schedule_fire_at")),
         )
 
 

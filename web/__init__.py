@@ -11,6 +11,7 @@ from web.health import bp as health_bp
 from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.problems import bp as problems_bp
+from web.schedules import bp as schedules_bp
 from web.strict import MAX_BODY_BYTES
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
@@ -47,4 +48,5 @@ def create_app() -> Flask:
     app.register_blueprint(tasks_bp)
     app.register_blueprint(workflow_control_bp)
     app.register_blueprint(workflow_history_bp)
+    app.register_blueprint(schedules_bp)
     return app

@@ -79,7 +79,7 @@ class VersionDocument(Strict):
         validate=_steps,
         error_messages={m: "required: a non-empty array" for m in ("invalid", "null", "required")},
         metadata={"minItems": 1, "maxItems": MAX_STEPS,
-                  "description": "steps: {key, kind (TASK, SIGNAL, TIMER, POLL, SUBWORKFLOW), after, ...}"},
+                  "description": "steps: {key, kind (TASK, SIGNAL, TIMER, POLL, SUBWORKFLOW, TRIGGER), after, ...}"},
     )  # fmt: skip
     output = fields.Raw(
         allow_none=True, metadata={"description": "an output mapping ($.steps.<key>.output ...)"}

@@ -126,6 +126,8 @@ class ListQuery(Strict):
                    metadata={"pattern": VERSION})  # fmt: skip
     business_key = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
     business_key_prefix = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
+    schedule_id = text("a 32-char lowercase hex id", lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",
+                       metadata={"pattern": HEX32, "description": "instances launched by this schedule"})  # fmt: skip
     created_after = RFC3339()
     created_before = RFC3339()
     updated_after = RFC3339()
@@ -168,6 +170,8 @@ class Instance(Loose):
     stop_requested_at = fields.DateTime()
     completed_at = fields.DateTime()
     stop_kind = fields.String()
+    schedule_id = fields.String(metadata={"description": "the schedule that launched the instance"})
+    schedule_fire_at = fields.DateTime(metadata={"description": "the fire time it was launched for"})
 
 
 class InstanceResult(Loose):
@@ -181,7 +185,9 @@ InstancePage = page(Instance, "InstancePage")
 class StepSummary(Loose):
     id = fields.String(required=True)
     key = fields.String(required=True)
-    kind = fields.String(required=True, metadata={"enum": ["TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW"]})
+    kind = fields.String(
+        required=True, metadata={"enum": ["TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER"]}
+    )
     state = fields.String(required=True)
     revision = fields.String(required=True)
     activation_id = fields.String()

@@ -1,7 +1,7 @@
 """Activating a step: a numbered activation with its input mapped from ``$.input`` / ``$.steps``, and
 the work it waits for — a task (TASK), a timer wait + ``delay_wake`` (TIMER), a signal wait with an
 optional timeout (SIGNAL), a ``subprocess_spawn`` job (SUBWORKFLOW), the first round's task and an
-optional final-signal wait (POLL). Inside the caller's transaction, instance row locked."""
+optional final-signal wait (POLL), a ``trigger_dispatch`` job (TRIGGER). Inside the caller's transaction, instance row locked."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ K = StepKind
 def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
     if kind == K.TIMER:
         return {"delay_seconds": spec["delay_seconds"]}
+    if kind == K.TRIGGER:  # the body to send, mapped once at activation (what a retry resends)
+        return {"body": mapping.resolve(spec.get("body"), mctx) if "body" in spec else None}
     if kind == K.SIGNAL:
         corr = mapping.resolve(spec["correlation"], mctx)
         corr = corr if isinstance(corr, str) else ("" if corr is None else str(corr))
@@ -84,6 +86,10 @@ def activate(
     elif kind == K.SUBWORKFLOW:
         work.job(
             conn, inst, JobType.SUBPROCESS_SPAWN, {"activation_id": act_id}, key=act_id, step_key=step["key"]
+        )
+    elif kind == K.TRIGGER:
+        work.job(
+            conn, inst, JobType.TRIGGER_DISPATCH, {"activation_id": act_id}, key=act_id, step_key=step["key"]
         )
     elif kind == K.POLL:
         fs = spec.get("final_signal")

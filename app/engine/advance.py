@@ -108,6 +108,14 @@ def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> di
     return stopping.stop(conn, inst, InstanceState.FAILED, error={"step_key": step["key"], **error})
 
 
+def follow(conn: Connection, instance_id: str, step: dict, verdict: CompleteStep | FailStep) -> None:
+    """Apply a step verdict of an outside event (a child ended, a trigger answered)."""
+    if isinstance(verdict, CompleteStep):
+        complete_step(conn, instance_id, step, verdict.output)
+    else:
+        fail_step(conn, instance_id, step, verdict.error)
+
+
 def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:
     """Apply a task outcome (``kind`` completed / failed; ``value`` output / error) to its step when
     the task belongs to the step's current activation; a compensation task moves the saga instead."""

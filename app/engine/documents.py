@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -26,15 +27,16 @@ REF_RE = re.compile(
     r"^\$\.(?:input|business_key|steps\.(?P<step>[A-Za-z0-9][A-Za-z0-9_-]{0,63})\.output)"
     r"(?P<rest>(?:\.[A-Za-z0-9_-]+|\[\d+\])*)$"
 )
-KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW")
+KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER")
 
 TOP_FIELDS = {"version", "description", "input_schema", "deadline_seconds", "signals", "steps", "output"}
 COMMON_STEP = {"key", "kind", "after", "description"}
 STEP_FIELDS = {
-    "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation"},
+    "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation", "dispatch"},
     "TIMER": COMMON_STEP | {"delay_seconds"},
     "SIGNAL": COMMON_STEP | {"signal", "payload_version", "correlation", "timeout_seconds"},
     "SUBWORKFLOW": COMMON_STEP | {"definition_id", "version", "input"},
+    "TRIGGER": COMMON_STEP | {"url", "method", "headers", "body", "timeout_seconds"},
     "POLL": COMMON_STEP
     | {
         "queue",
@@ -51,9 +53,44 @@ REQUIRED = {
     "TIMER": ("delay_seconds",),
     "SIGNAL": ("signal", "payload_version", "correlation"),
     "SUBWORKFLOW": ("definition_id", "version"),
+    "TRIGGER": ("url",),
     "POLL": ("queue", "interval_ms", "max_rounds", "max_attempts_per_round"),
 }
 DEFAULT_TASK_TIMEOUT_SECONDS = 300
+# TRIGGER steps: one outbound call (app/engine/handlers/triggers.py)
+TRIGGER_METHODS = ("POST", "PUT", "PATCH", "DELETE", "GET")
+MAX_URL_CHARS = 2048
+MAX_TRIGGER_HEADERS = 20
+MAX_TRIGGER_TIMEOUT_SECONDS = 30
+DEFAULT_TRIGGER_TIMEOUT_SECONDS = 10
+HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+# set by the engine on every call; a definition may not override them
+RESERVED_HEADERS = frozenset(
+    {"host", "content-length", "content-type", "transfer-encoding", "connection", "x-idempotency-key",
+     "traceparent", "tracestate", "x-ledgerflow-signature", "x-ledgerflow-timestamp"}
+)  # fmt: skip
+
+
+def url_error(url: Any) -> str | None:
+    """Why ``url`` cannot be an outbound destination (syntax only: http/https, a host, no credentials).
+    The destination policy (private / loopback / metadata addresses) belongs to the safe HTTP client
+    (``app.ledger.http``) and is checked by its callers at publish time and at delivery."""
+    if not isinstance(url, str) or not 1 <= len(url) <= MAX_URL_CHARS:
+        return f"an http(s) URL of at most {MAX_URL_CHARS} characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "an absolute http:// or https:// URL with a host"
+    if parts.username is not None or parts.password is not None:
+        return "credentials in the URL are not allowed (use headers)"
+    if port == 0 or any(c.isspace() or ord(c) < 32 for c in url):
+        return "not a valid URL"
+    return None
+
+
 MAX_DEADLINE_SECONDS = 366 * 86400
 
 
@@ -286,6 +323,8 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         st = steps[i]
         if isinstance(st, dict):
             _check_refs(errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key))
+            if st.get("kind") == "TRIGGER":
+                _check_refs(errs, f"steps[{i}].body", st.get("body"), set(keys), ancestors(after, key))
             if st.get("kind") == "SIGNAL" and isinstance(st.get("correlation"), str):
                 _check_refs(
                     errs, f"steps[{i}].correlation", st["correlation"], set(keys), ancestors(after, key)
@@ -331,7 +370,7 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
     if kind in ("TASK", "POLL") and "queue" in st:
         if not isinstance(st["queue"], str) or not QUEUE_RE.match(st["queue"]):
             errs.add(f + ".queue", "must be 1-128 characters: letters, digits, _ . : -")
-    if "timeout_seconds" in st:
+    if "timeout_seconds" in st and kind != "TRIGGER":  # a TRIGGER's own bound: _check_trigger
         _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_DEADLINE_SECONDS)
     if kind == "TASK":
         retry = st.get("retry", {})
@@ -354,6 +393,8 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
                 errs.add(f + ".compensation.queue", "required: a queue name")
             else:
                 _fields(errs, f + ".compensation.", comp, {"queue"})
+        if "dispatch" in st:
+            _check_dispatch(errs, f + ".dispatch", st["dispatch"])
     elif kind == "TIMER" and "delay_seconds" in st:
         _int_in(errs, f + ".delay_seconds", st["delay_seconds"], 0, MAX_DEADLINE_SECONDS)
     elif kind == "SIGNAL":
@@ -368,6 +409,8 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
         v = st.get("version")
         if "version" in st and (not isinstance(v, str) or not VERSION_RE.match(v) or v.lower() == "latest"):
             errs.add(f + ".version", 'must be a pinned version (never "latest")')
+    elif kind == "TRIGGER":
+        _check_trigger(errs, f, st)
     elif kind == "POLL":
         if "interval_ms" in st:
             _int_in(errs, f + ".interval_ms", st["interval_ms"], 10, 86_400_000)
@@ -384,6 +427,46 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
                 _contract(
                     errs, f, fs.get("signal"), fs.get("payload_version"), contracts, f + ".final_signal"
                 )
+
+
+def _check_dispatch(errs: _Errors, f: str, d: Any) -> None:
+    """A TASK's external dispatch target: ``{"url", "headers"?, "timeout_seconds"?}``."""
+    if not isinstance(d, dict):
+        errs.add(f, "an object {url, headers?, timeout_seconds?}")
+        return
+    _fields(errs, f + ".", d, {"url", "headers", "timeout_seconds"})
+    if "url" not in d:
+        errs.add(f + ".url", "required")
+    _check_outbound(errs, f, d)
+
+
+def _check_trigger(errs: _Errors, f: str, st: dict) -> None:
+    if "method" in st and st["method"] not in TRIGGER_METHODS:
+        errs.add(f + ".method", f"one of {', '.join(TRIGGER_METHODS)}")
+    _check_outbound(errs, f, st)
+
+
+def _check_outbound(errs: _Errors, f: str, st: dict) -> None:
+    """url, headers and timeout_seconds of an outbound call (a TRIGGER step or a TASK's dispatch)."""
+    if "url" in st and (msg := url_error(st["url"])):
+        errs.add(f + ".url", msg)
+    if "timeout_seconds" in st:
+        _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_TRIGGER_TIMEOUT_SECONDS)
+    headers = st.get("headers", {})
+    if not isinstance(headers, dict) or len(headers) > MAX_TRIGGER_HEADERS:
+        errs.add(f + ".headers", f"an object of at most {MAX_TRIGGER_HEADERS} string headers")
+        return
+    for name, value in headers.items():
+        if not HEADER_NAME_RE.match(name) or name.lower() in RESERVED_HEADERS:
+            errs.add(
+                f"{f}.headers.{name}", "a header name (letters, digits, -) the engine does not set itself"
+            )
+        elif (
+            not isinstance(value, str)
+            or len(value) > 1024
+            or any(ord(c) < 32 or ord(c) == 127 for c in value)
+        ):
+            errs.add(f"{f}.headers.{name}", "a string of at most 1024 printable characters")
 
 
 def _contract(errs: _Errors, f: str, name: Any, pv: Any, contracts: set[tuple[str, str]], field: str) -> None:

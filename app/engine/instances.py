@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -72,10 +73,12 @@ def start_workflow(
     trace_id: str | None = None,
     parent: tuple[str, str] | None = None,
     on_created: Callable[[Connection, dict], None] | None = None,
+    schedule: tuple[str, datetime] | None = None,
 ) -> dict:
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
     the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
-    once the instance row exists, before its first activations (the start audit row comes first)."""
+    once the instance row exists, before its first activations (the start audit row comes first).
+    ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
     if check_queues is not None:
@@ -100,6 +103,8 @@ def start_workflow(
             "trace": trace_id or new_id(),
             "parent": parent[0] if parent else None,
             "parent_step": parent[1] if parent else None,
+            "schedule": schedule[0] if schedule else None,
+            "schedule_fire_at": schedule[1] if schedule else None,
         },
     )
     step_moves.insert_all(conn, iid, doc["steps"])
@@ -201,6 +206,9 @@ def instance_view(inst: dict) -> dict:
             out[k] = rfc3339(inst[k])
     if inst["stop_kind"]:
         out["stop_kind"] = inst["stop_kind"]
+    if inst.get("schedule_id"):
+        out["schedule_id"] = inst["schedule_id"]
+        out["schedule_fire_at"] = rfc3339(inst["schedule_fire_at"])
     return out
 
 
@@ -225,7 +233,7 @@ def list_instances(
 ) -> dict:
     where = ["namespace_id = :ns"]
     params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
-    for k in ("state", "paused", "definition_id", "version", "business_key"):
+    for k in ("state", "paused", "definition_id", "version", "business_key", "schedule_id"):
         if k in filters:
             where.append(f"{k} = :{k}")
             params[k] = filters[k]

@@ -98,6 +98,10 @@ instances = Table(
     Column("compensation", JSONB),
     Column("parent_instance_id", Text),
     Column("parent_step_key", Text),
+    # X-SCHED: the schedule (app.integrations) and the fire time that launched the instance; no foreign
+    # key: an instance outlives a deleted schedule
+    Column("schedule_id", Text),
+    Column("schedule_fire_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint(_in("state", InstanceState), name="ck_workflow_instances_state"),
@@ -112,6 +116,12 @@ Index(
     postgresql_where=text("state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
 )
 Index("ix_workflow_instances_business_key", instances.c.namespace_id, instances.c.business_key)
+Index(
+    "ix_workflow_instances_schedule",
+    instances.c.schedule_id,
+    instances.c.created_at,
+    postgresql_where=text("schedule_id IS NOT NULL"),
+)
 Index(
     "ix_workflow_instances_parent",
     instances.c.parent_instance_id,

@@ -22,12 +22,12 @@ Instance (``workflow_instances.state``; ``paused`` is a flag beside it, not a st
 Step (``workflow_steps.state``) and its current activation (``workflow_activations.state``, same values):
 
 - ``BLOCKED``      in: ``instances.create`` (``steps.insert_all``).  out: ``steps.activate`` -> ACTIVE / WAITING.
-- ``ACTIVE``       in: ``steps.activate`` (TASK, POLL, SUBWORKFLOW), ``steps.set_active`` (next task attempt,
+- ``ACTIVE``       in: ``steps.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``steps.set_active`` (next task attempt,
                    next poll round).  out: ``set_waiting``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
 - ``WAITING``      in: ``steps.activate`` (TIMER, SIGNAL), ``steps.set_waiting`` (retry backoff, poll interval).
                    out: ``set_active``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
-- ``NEEDS_REVIEW`` in: ``steps.to_review``.  out: ``steps.close`` / ``steps.activate`` (operator recovery).
-- ``SUCCEEDED``    in: ``steps.succeed`` (task result, timer, signal, child), ``steps.close`` (operator).
+- ``NEEDS_REVIEW`` in: ``steps.to_review`` (also a TRIGGER whose call has an unknown outcome).  out: ``steps.close`` / ``steps.activate`` (operator recovery).
+- ``SUCCEEDED``    in: ``steps.succeed`` (task result, timer, signal, child, trigger answer), ``steps.close`` (operator).
                    out: ``steps.activate`` (operator RETRY_STEP only).
 - ``FAILED`` / ``CANCELLED``  in: ``steps.fail`` / ``steps.cancel_*`` / ``steps.close``.
                    out: ``steps.activate`` (operator RETRY_STEP only).
@@ -88,6 +88,7 @@ class StepKind(StrEnum):
     TIMER = "TIMER"
     POLL = "POLL"
     SUBWORKFLOW = "SUBWORKFLOW"
+    TRIGGER = "TRIGGER"  # one outbound call (``trigger_dispatch`` job, outbound pool; ``decide/triggers``)
 
 
 class TaskState(StrEnum):

@@ -28,7 +28,7 @@ _INSTANCE = """
 SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
-       parent_instance_id, parent_step_key, created_at, updated_at, compensation::text AS compensation
+       parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation
 FROM workflow_instances WHERE id = :id
 """
 

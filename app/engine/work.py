@@ -107,8 +107,8 @@ def create_task(
 def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: Any, *, attempt: int,
               poll_round: int | None = None) -> str:  # fmt: skip
     """The task of attempt ``attempt`` (and POLL round ``poll_round``) of the step's current activation,
-    on the step's queue with the step's timeout."""
-    return create_task(
+    on the step's queue with the step's timeout; with a ``dispatch`` target, its ``external_dispatch`` job."""
+    task_id = create_task(
         conn,
         inst,
         step["id"],
@@ -120,6 +120,10 @@ def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: 
         timeout_seconds=spec.get("timeout_seconds", DEFAULT_TASK_TIMEOUT_SECONDS),
         poll_round=poll_round,
     )
+    if spec.get("dispatch"):  # an external approval system hears of every attempt's task
+        job(conn, inst, JobType.EXTERNAL_DISPATCH, {"task_id": task_id}, key=task_id, step_key=step["key"],
+            task_id=task_id)  # fmt: skip
+    return task_id
 
 
 def cancel_task_timeout(conn: Connection, task_id: str) -> None:

@@ -40,6 +40,16 @@ class HttpResult:
         return json.loads(self.text)
 
 
+class HttpRejected(PermanentError):
+    """A definite refusal of an unsafe call (3xx: redirects are not followed, or 4xx other than 408
+    and 429): nothing took effect; the caller may read the answer."""
+
+    def __init__(self, message: str, status_code: int, text: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.text = text
+
+
 class FencedContext(Protocol):
     """What SafeHttp needs of a running job (``app.ledger.context.JobContext`` provides it): the
     fencing triple, the effect receipts and the abort check. Declared here so that ``context`` may
@@ -134,5 +144,9 @@ class SafeHttp:
         if 200 <= resp.status_code < 300:
             return result
         if 300 <= resp.status_code < 400:
-            raise PermanentError(f"{method} {url}: redirect {resp.status_code} not followed")
-        raise PermanentError(f"{method} {url}: HTTP {resp.status_code} rejected")
+            raise HttpRejected(
+                f"{method} {url}: redirect {resp.status_code} not followed", resp.status_code, ""
+            )
+        raise HttpRejected(
+            f"{method} {url}: HTTP {resp.status_code} rejected", resp.status_code, resp.text[:4096]
+        )

@@ -7,7 +7,7 @@ from sqlalchemy import Connection
 
 from app.engine import advance, instances, oplog
 from app.engine.decide import wakes as decide
-from app.engine.decide.model import CompleteStep, Ignore
+from app.engine.decide.model import Ignore
 from app.engine.handlers.common import bind, run_advance, step_of_activation
 from app.engine.snapshot import step_model
 from app.engine.states import StepState
@@ -74,10 +74,7 @@ def subprocess_join(ctx: JobContext):  # noqa: ANN201
         )
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
-        if isinstance(verdict, CompleteStep):
-            advance.complete_step(conn, inst["id"], step, verdict.output)  # type: ignore[arg-type]
-        else:
-            advance.fail_step(conn, inst["id"], step, verdict.error)  # type: ignore[arg-type]
+        advance.follow(conn, inst["id"], step, verdict)  # type: ignore[arg-type]
         return {"joined": child_id, "state": child["state"]}
 
     return run_advance(ctx, write)

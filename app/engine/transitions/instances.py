@@ -27,9 +27,9 @@ def create(conn: Connection, row: dict[str, Any]) -> None:
         [],
         """
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
-    business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key)
+    business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id, schedule_fire_at)
 VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, CAST(:queues AS text[]),
-    now() + make_interval(secs => :deadline), :trace, :parent, :parent_step)
+    now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :schedule, :schedule_fire_at)
 RETURNING id
 """,
         row,

@@ -1,0 +1,1 @@
+"""Integrations above the workflow engine (ARCHITECTURE.md): today the schedules (X-SCHED)."""
