@@ -28,6 +28,7 @@ def run_drain() -> DrainReport:
             ("unknown_outcomes", outbound.review_dead_unknown),
             *retention.sweeps(policy),
             *engine_retention.sweeps(policy),
+        ],
     )
 
 
