@@ -101,11 +101,13 @@ def kill_workers(cluster: Cluster, load: Workload, size: Size, result: Result) -
 
 def stop_workers(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
     """SIGSTOP a busy worker past its lease, then SIGCONT: its late writes must be refused."""
-    feed = _feed(load, size, spread_seconds=size.stops * LEASE * 2)
+    feed = _feed(load, size, spread_seconds=size.stops * (LEASE * 3.5 + 1))
     refused = 0
     for _ in range(size.stops):
-        wait_until(lambda: _running_on(cluster, load), 20)
-        worker_id = _running_on(cluster, load)
+        try:
+            worker_id = wait_until(lambda: _running_on(cluster, load), 20)
+        except TimeoutError:  # nothing running right now: stop any worker (it must still be fenced)
+            worker_id = None
         victim = next(
             (p for p in cluster.workers() if worker_id and worker_id in p.log()), cluster.random_worker()
         )
