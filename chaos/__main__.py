@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from chaos.scenarios import FULL, QUICK, SCENARIOS, Result, run
+from chaos.scenarios import FULL, OPT_IN, QUICK, SCENARIOS, Result, run
 
 
 def table(results: list[Result]) -> str:
@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a few faults of each kind (about a minute each)"
     )
-    parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS))
+    parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS)
+                        + "; opt-in (restarts the PostgreSQL server): " + ", ".join(OPT_IN))  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the database of a scenario that failed")
     args = parser.parse_args(argv)
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: DATABASE_URL is not set (run through `make chaos`)", file=sys.stderr)
         return 2
     names = args.only.split(",") if args.only else list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
+    unknown = [n for n in names if n not in SCENARIOS and n not in OPT_IN]
     if unknown:
         print(
             f"error: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",

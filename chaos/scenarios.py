@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 from sqlalchemy import text
 
 from app.ledger.status import runtime_status
@@ -153,6 +154,60 @@ def kill_backends(cluster: Cluster, load: Workload, size: Size, result: Result) 
         result.faults += 1
     feed.join()
     result.notes.append(f"backends terminated: {killed}")
+
+
+def restart_postgres(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
+    """The PostgreSQL server restarted mid-run (``pg_ctlcluster ... restart``; opt-in: it drops every
+    session on the server). While it is away the API answers 503, never 500; afterwards the processes
+    resume by themselves within 15 s."""
+    feed = _feed(load, size, spread_seconds=4)
+    time.sleep(2)
+    answers: list[int] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(timeout=2) as c:
+            while not stop.is_set():
+                try:
+                    r = c.get(f"{load.web_url}/v1/workflows", params={"limit": "1"},
+                              headers={"Authorization": f"Bearer {load.token}"})  # fmt: skip
+                    answers.append(r.status_code)
+                except httpx.HTTPError:
+                    answers.append(0)
+                time.sleep(0.1)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    back = time.monotonic()
+    result.faults += 1
+    feed.join()
+    before = _settled_count(cluster)
+    wait_until(
+        lambda: _settled_count(cluster) > before or load.unfinished() == {"jobs": 0, "workflows": 0}, 60
+    )
+    result.notes.append(f"first job settled {time.monotonic() - back:.1f} s after PostgreSQL was back")
+    stop.set()
+    prober.join(5)
+    result.invariants["the API answered 503, never 500, while PostgreSQL was away"] = answers.count(500)
+    result.invariants["work resumed within 15 s of PostgreSQL's return"] = int(time.monotonic() - back > 15 and
+                                                                             load.unfinished()["jobs"] > 0)  # fmt: skip
+    result.notes.append(f"API answers while restarting: {sorted(set(answers))}")
+
+
+def _settled_count(cluster: Cluster) -> int:
+    return retry_db(lambda: _settled_once(cluster))
+
+
+def _settled_once(cluster: Cluster) -> int:
+    with cluster.engine.connect() as conn:  # type: ignore[union-attr]
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM workflow_job_executions WHERE status = 'succeeded'")
+            ).scalar_one()
+        )
 
 
 def stop_redis(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
@@ -302,12 +357,16 @@ SCENARIOS: dict[str, tuple[Fault, dict[str, int]]] = {
     "web-kill-idempotent-starts": (kill_web, {"advance": 1, "outbound": 1}),
     "16-workers": (sixteen_workers, {"advance": 1, "outbound": 1}),
 }
+# opt-in (`--only postgres-restart`): it restarts the whole PostgreSQL server
+OPT_IN: dict[str, tuple[Fault, dict[str, int]]] = {
+    "postgres-restart": (restart_postgres, {"advance": 2, "outbound": 2})
+}
 # not in the full table: the short version of make test (one cluster, several kinds of fault)
 QUICK_MIX: tuple[Fault, dict[str, int]] = (mixed, {"advance": 2, "outbound": 2})
 
 
 def run(name: str, size: Size, server_url: str, *, timeout: float = 240, keep_failed: bool = False) -> Result:
-    fault, workers = QUICK_MIX if name == "mixed" else SCENARIOS[name]
+    fault, workers = QUICK_MIX if name == "mixed" else {**SCENARIOS, **OPT_IN}[name]
     result = Result(name)
     cluster = Cluster(server_url, settings=dict(FAST))
     load: Workload | None = None
