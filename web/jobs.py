@@ -85,7 +85,7 @@ def _ids(raw: list[str]) -> list[int]:
     return out
 
 
-def _replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
+def replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
     return replay.ReplayFilter(
         statuses=tuple(b.get("statuses") or replay.REPLAYABLE),
         types=tuple(dict.fromkeys(b.get("types") or ())),
@@ -184,7 +184,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 @doc(summary="Diagnostic bundle of a trace (downloadable JSON attachment)", tags=TAGS,
      response=DiagnosticBundleSchema, path_params=TRACE_ID)  # fmt: skip
 def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
-    trace_id = _trace_id(traceId)
+    return bundle_download(_trace_id(traceId))
+
+
+def bundle_download(trace_id: str) -> Response:
+    """The diagnostic bundle of a trace as a JSON attachment (the API route and the console)."""
     bundle = _read(lambda c: ops.diagnostic_bundle(c, trace_id, request_id=request_id()))
     stamp = bundle["exported_at"].strftime("%Y%m%dT%H%M%SZ")
     name = f"ledgerflow-trace-{_UNSAFE.sub('_', trace_id)[:80]}-{stamp}.json"
@@ -197,7 +201,7 @@ def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
      tags=TAGS, response=envelope(ANY, "ReplayPreviewResponse"))  # fmt: skip
 @body(ReplayPreviewBody)
 def replay_preview(body: dict[str, Any]) -> Response:
-    f = _replay_filter(body)
+    f = replay_filter(body)
     return ok(_read(lambda c: replay.preview(c, f, sample_size=body["sample_size"])))
 
 
@@ -261,6 +265,6 @@ def batch_skip(body: dict[str, Any]) -> Response:
      response=Result)  # fmt: skip
 @body(ReplayBody)
 def replay_dead(body: dict[str, Any]) -> Response:
-    f = _replay_filter(body)
+    f = replay_filter(body)
     actor = _actor(body)
     return _mutate(lambda c: ops_actions.replay(c, f, actor, limit=body["limit"], rate=body["rate"]))

@@ -55,3 +55,21 @@ def heartbeat(conn: Connection, node_id: str, *, slots_in_use: int, status: str 
 def _node_clock() -> datetime:
     """This node's wall clock; the database stamps heartbeat_at with its own (doctor: clock skew)."""
     return datetime.now(UTC)
+
+
+_NODES = text(
+    """
+SELECT node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use, status, started_at, heartbeat_at,
+       (status = 'active' AND heartbeat_at >= now() - interval '90 seconds') AS live
+FROM workflow_worker_nodes
+WHERE heartbeat_at >= now() - interval '1 day'
+ORDER BY live DESC, heartbeat_at DESC, node_id
+LIMIT :limit
+"""
+)
+
+
+def list_nodes(conn: Connection, *, limit: int = 100) -> list[dict]:
+    """Worker nodes seen in the last day, live first ("live" as in the runtime status: active with a
+    heartbeat within 90 s); at most ``limit``."""
+    return [dict(r._mapping) for r in conn.execute(_NODES, {"limit": limit})]

@@ -1,0 +1,113 @@
+"""Engine health (the seed's engine diagnostics, SPEC L-STATUS / L-PAUSE-5) and the charts page.
+
+Directed recovery: each action's page shows what it would change (a read) and applies only with a
+reason and a confirmation; the application writes an audit row (``engine.*``) with the preview it was
+shown and what it did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, render_template, request
+
+from app import audit
+from app.auth import Scope
+from app.config import get_settings
+from app.db import get_engine, transaction
+from app.engine.tasks import return_expired_leases
+from app.ledger import drain, hints, nodes, status
+from web import strict
+from web.console.charts import line_chart
+from web.console.common import bp, done, page, principal, read, require_confirmation
+from web.http import request_id
+from web.jobs_schemas import SkipBody
+
+MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
+
+
+def _health(conn: Any) -> dict[str, Any]:
+    return {
+        "panel": status.runtime_status(conn),
+        "nodes": nodes.list_nodes(conn, limit=100),
+        "preview": status.drain_preview(conn),
+    }
+
+
+@bp.get("/health")
+@page(MONITOR)
+def health() -> str:
+    return render_template("console/health.html", **read(_health))
+
+
+def _reason() -> str:
+    # the ledger API's reason rule (SkipBody carries only a reason)
+    return strict.load(SkipBody(), {"reason": request.form.get("reason", "")})["reason"]
+
+
+def _audit(action: str, reason: str, before: Any, after: Any) -> None:
+    with transaction() as conn:
+        audit.record(conn, principal=principal(), request_id=request_id(), action=action, target_type="engine",
+                     target_id=action.split(".", 1)[1], reason=reason, before=before, after=after)  # fmt: skip
+
+
+def _preview_summary(p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "stuck": p["stuck"],
+        "stuck_ids": [r["id"] for r in p["stuck_sample"]],
+        "due_by_queue": p["due_by_queue"],
+    }
+
+
+@bp.post("/health/drain")
+@page(OPERATE)
+def run_drain() -> Response:
+    reason = _reason()
+    require_confirmation(request.form)
+    before = read(status.drain_preview)
+    report = drain.drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
+    after = {
+        "ran": report.ran,
+        "reclaimed_to_pending": report.to_pending,
+        "reclaimed_to_dead": report.to_dead,
+        "reclaimed_ids": [str(r["id"]) for r in report.reclaimed[:100]],
+        "swept": report.swept,
+        "hinted_queues": report.hinted_queues,
+    }
+    _audit("engine.drain", reason, _preview_summary(before), after)
+    if not report.ran:
+        return done(
+            "The drain is running elsewhere right now (its lock is held); nothing done here.",
+            "console.health",
+        )
+    return done(f"Drain ran: {report.to_pending} job(s) back to pending, {report.to_dead} dead, "
+                f"hints for {', '.join(report.hinted_queues) or 'no queue'}.", "console.health")  # fmt: skip
+
+
+@bp.post("/health/hints")
+@page(OPERATE)
+def publish_hints() -> Response:
+    reason = _reason()
+    require_confirmation(request.form)
+    before = read(status.drain_preview)
+    queues = sorted(before["due_by_queue"])
+    sent = {q: hints.publish_now(q) for q in queues}
+    _audit("engine.republish_hints", reason, {"due_by_queue": before["due_by_queue"]}, {"published": sent})
+    return done(
+        f"Wake hints re-published for {', '.join(queues) or 'no queue (nothing is due)'}.", "console.health"
+    )
+
+
+@bp.get("/charts")
+@page(MONITOR)
+def charts() -> str:
+    data = read(status.hour_series)
+    charts_: list[dict[str, Any]] = []
+    for pool, series in data["pools"].items():
+        wait = line_chart({"P95": [b["p95"] for b in series], "P99": [b["p99"] for b in series]}, unit="s")
+        throughput = line_chart({"attempts": [b["attempts"] for b in series]}, unit="/5 min")
+        failure = line_chart(
+            {"failure rate": [(b["failed"] / b["attempts"]) if b["attempts"] else None for b in series]},
+            unit="", percent=True,
+        )  # fmt: skip
+        charts_.append({"pool": pool, "wait": wait, "throughput": throughput, "failure": failure})
+    return render_template("console/charts.html", charts=charts_, bucket=data["bucket_seconds"])
