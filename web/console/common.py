@@ -48,7 +48,7 @@ NAV = (
     ("console.jobs", "Job ledger", Scope.ENGINE_MONITOR),
     ("console.charts", "Charts", Scope.ENGINE_MONITOR),
     ("console.workflows", "Workflows", Scope.WORKFLOWS_READ),
-    ("console.tasks", "Human tasks", Scope.TASKS_WORK),
+    ("console.tasks_page", "Human tasks", Scope.TASKS_WORK),
     ("console.health", "Engine health", Scope.ENGINE_MONITOR),
 )
 OPEN_ENDPOINTS = {"console.login", "console.static"}

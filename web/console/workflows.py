@@ -48,7 +48,7 @@ LIST_FIELDS = ("state", "paused", "definition_id", "version", "business_key", "b
 @page(READ)
 def workflows() -> str:
     raw = {k: v for k, v in clean_args(request.args).items() if k in (*LIST_FIELDS, "cursor")}
-    q = strict.load(ListQuery(), {"limit": 50, **raw})
+    q = strict.load(ListQuery(), {"limit": "50", **raw})  # a query string, as the API reads it
     p = principal()
     data = read(
         lambda c: instances.list_instances(c, p.namespace_id, q["filters"], q["limit"], q["cursor"], p.queues)
@@ -159,11 +159,11 @@ def task_claim() -> Response:
     with transaction() as conn:
         got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.task_lease_seconds())
     if not got:
-        return done(f"No open task on {body['queues'][0]} right now.", "console.tasks")
+        return done(f"No open task on {body['queues'][0]} right now.", "console.tasks_page")
     mine = _claimed()
     mine[got[0]["id"]] = got[0]["epoch"]
     session[CLAIMED_KEY] = dict(list(mine.items())[-MAX_CLAIMED:])
-    return done(f"Claimed task {got[0]['id']} (step {got[0]['step_key']}).", "console.tasks")
+    return done(f"Claimed task {got[0]['id']} (step {got[0]['step_key']}).", "console.tasks_page")
 
 
 def _epoch(task_id: str) -> int:
@@ -191,7 +191,7 @@ def task_complete(task_id: str) -> Response:
         task_in_scope(conn, task_id)
         t = tasks.complete(conn, p.namespace_id, task_id, body["epoch"], body["output"])
     _forget(task_id)
-    return done(f"Task {task_id} completed ({t['state']}).", "console.tasks")
+    return done(f"Task {task_id} completed ({t['state']}).", "console.tasks_page")
 
 
 @bp.post("/tasks/<task_id>/fail")
@@ -204,4 +204,4 @@ def task_fail(task_id: str) -> Response:
         task_in_scope(conn, task_id)
         t = tasks.fail(conn, p.namespace_id, task_id, body["epoch"], dict(body["error"]))
     _forget(task_id)
-    return done(f"Task {task_id} failed ({t['state']}).", "console.tasks")
+    return done(f"Task {task_id} failed ({t['state']}).", "console.tasks_page")
