@@ -201,7 +201,7 @@ def read(fn: Callable[[Connection], Any]) -> Any:
 @bp.app_template_filter("dt")
 def _dt(value: Any) -> str:
     """A timestamp as ``YYYY-MM-DD HH:MM:SS`` UTC (datetimes or RFC 3339 strings)."""
-    if value is None or value == "":
+    if not value:  # None, "" or a missing (undefined) field
         return "—"
     if isinstance(value, datetime):
         return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -104,7 +104,7 @@ def charts() -> str:
     charts_: list[dict[str, Any]] = []
     for pool, series in data["pools"].items():
         wait = line_chart({"P95": [b["p95"] for b in series], "P99": [b["p99"] for b in series]}, unit="s")
-        throughput = line_chart({"attempts": [b["attempts"] for b in series]}, unit="/5 min")
+        throughput = line_chart({"attempts": [b["attempts"] for b in series]}, unit="")
         failure = line_chart(
             {"failure rate": [(b["failed"] / b["attempts"]) if b["attempts"] else None for b in series]},
             unit="", percent=True,
