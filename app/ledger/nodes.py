@@ -73,3 +73,35 @@ def list_nodes(conn: Connection, *, limit: int = 100) -> list[dict]:
     """Worker nodes seen in the last day, live first ("live" as in the runtime status: active with a
     heartbeat within 90 s); at most ``limit``."""
     return [dict(r._mapping) for r in conn.execute(_NODES, {"limit": limit})]
+
+
+_NODE = text(
+    """
+SELECT node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use, status, started_at, heartbeat_at,
+       (status = 'active' AND heartbeat_at >= now() - interval '90 seconds') AS live
+FROM workflow_worker_nodes WHERE node_id = :node_id
+"""
+)
+_NODE_JOBS = text(
+    """
+SELECT j.id, j.type, j.attempts, j.max_attempts, j.lease_until, j.execution_deadline,
+       j.effect_marker IS NOT NULL AS has_effect_marker, e.started_at
+FROM workflow_jobs j
+JOIN workflow_job_executions e ON e.job_id = j.id AND e.generation = j.generation AND e.status = 'running'
+WHERE j.status = 'running' AND e.worker_id = :node_id
+ORDER BY j.id
+LIMIT :limit
+"""
+)
+
+
+def node_detail(conn: Connection, node_id: str, *, limit: int = 100) -> dict | None:
+    """One node and the running jobs its open attempts name (at most ``limit``), or None."""
+    row = conn.execute(_NODE, {"node_id": node_id}).first()
+    if row is None:
+        return None
+    jobs = [
+        {**dict(r._mapping), "id": str(r.id)}
+        for r in conn.execute(_NODE_JOBS, {"node_id": node_id, "limit": limit})
+    ]
+    return {**dict(row._mapping), "running_jobs": jobs}

@@ -5,6 +5,7 @@ The same flows in a real browser are in tests/browser/."""
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from sqlalchemy import text
@@ -174,3 +175,47 @@ def test_logout_ends_the_session(console, token):
     r = console.post("/console/logout", data={"csrf_token": _csrf(page.data)})
     assert r.status_code == 302
     assert console.get("/console/jobs").status_code == 302
+
+
+def _node_with_job(clean, make_job, *, heartbeat_age: int) -> tuple[str, int]:  # noqa: ANN001
+    node = "node-" + uuid.uuid4().hex[:8]
+    job = make_job("running", attempts=1, lease_in=50)
+    with clean.begin() as conn:
+        conn.execute(
+            text("INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, "
+                 "slots_in_use, status, heartbeat_at) VALUES (:n, 'h', 1, '{worker}', '{workflow-ledger}', 4, 1, "
+                 "'active', now() - make_interval(secs => :age))"),
+            {"n": node, "age": heartbeat_age},
+        )  # fmt: skip
+        conn.execute(
+            text("INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, worker_id, "
+                 "due_at) SELECT id, generation, 1, 'running', lease_token, :n, run_at FROM workflow_jobs "
+                 "WHERE id = :j"),
+            {"n": node, "j": job},
+        )  # fmt: skip
+    return node, job
+
+
+def test_reclaim_a_lost_nodes_jobs_is_previewed_audited_and_refused_for_a_live_node(
+    console, token, make_job, clean
+):
+    login(console, token(MONITOR, OPERATE))
+    lost, job = _node_with_job(clean, make_job, heartbeat_age=600)
+    page = console.get(f"/console/health/nodes/{lost}")
+    assert (
+        page.status_code == 200 and f">{job}</a>".encode() in page.data and b"Reclaim this node" in page.data
+    )
+    r = console.post(f"/console/health/nodes/{lost}/reclaim",
+                     data={"reason": "host died", "confirm": "yes", "csrf_token": _csrf(page.data)})  # fmt: skip
+    assert r.status_code == 302
+    assert row(clean, job)["status"] == "pending" and row(clean, job)["lease_token"] is None
+    with clean.connect() as conn:
+        a = conn.execute(text("SELECT action, target_id, after FROM operation_audit")).one()
+    assert a.action == "engine.reclaim_node" and a.target_id == lost
+    assert a.after["reclaimed"] == [{"id": str(job), "status": "pending"}]
+    live, live_job = _node_with_job(clean, make_job, heartbeat_age=5)
+    page = console.get(f"/console/health/nodes/{live}")
+    assert b"Reclaim this node" not in page.data
+    r = console.post(f"/console/health/nodes/{live}/reclaim",
+                     data={"reason": "oops", "confirm": "yes", "csrf_token": _csrf(page.data)})  # fmt: skip
+    assert r.status_code == 409 and row(clean, live_job)["status"] == "running"

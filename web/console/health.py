@@ -15,7 +15,8 @@ from app.auth import Scope
 from app.config import get_settings
 from app.db import get_engine, transaction
 from app.engine.tasks import return_expired_leases
-from app.ledger import drain, hints, nodes, status
+from app.errors import NotFound, StateConflict
+from app.ledger import drain, hints, nodes, status, transitions
 from web import strict
 from web.console.charts import line_chart
 from web.console.common import bp, done, page, principal, read, require_confirmation
@@ -95,6 +96,38 @@ def publish_hints() -> Response:
     return done(
         f"Wake hints re-published for {', '.join(queues) or 'no queue (nothing is due)'}.", "console.health"
     )
+
+
+@bp.get("/health/nodes/<node_id>")
+@page(MONITOR)
+def node(node_id: str) -> str:
+    detail = read(lambda c: nodes.node_detail(c, node_id[:64]))
+    if detail is None:
+        raise NotFound("no such worker node")
+    return render_template("console/node.html", node=detail)
+
+
+@bp.post("/health/nodes/<node_id>/reclaim")
+@page(OPERATE)
+def reclaim_node(node_id: str) -> Response:
+    reason = _reason()
+    require_confirmation(request.form)
+    settings = get_settings()
+    with transaction() as conn:
+        before = nodes.node_detail(conn, node_id[:64])
+        if before is None:
+            raise NotFound("no such worker node")
+        if before["live"]:
+            raise StateConflict("this node is live (a heartbeat within 90 s): its jobs are not reclaimed")
+        moved = transitions.reclaim_lost_node(
+            conn, node_id, limit=settings.drain_batch, backoff_base=settings.backoff_base_seconds,
+            backoff_cap=settings.backoff_cap_seconds,
+        )  # fmt: skip
+        audit.record(conn, principal=principal(), request_id=request_id(), action="engine.reclaim_node",
+                     target_type="worker_node", target_id=node_id, reason=reason,
+                     before={"running_jobs": [j["id"] for j in before["running_jobs"]]},
+                     after={"reclaimed": [{"id": str(m["id"]), "status": m["status"]} for m in moved]})  # fmt: skip
+    return done(f"Reclaimed {len(moved)} job(s) of node {node_id}.", "console.node", node_id=node_id)
 
 
 @bp.get("/charts")
