@@ -40,9 +40,12 @@ def health() -> str:
     return render_template("console/health.html", **read(_health))
 
 
-def _reason() -> str:
-    # the ledger API's reason rule (SkipBody carries only a reason)
-    return strict.load(SkipBody(), {"reason": request.form.get("reason", "")})["reason"]
+def _confirmed() -> tuple[str, dict[str, Any]]:
+    """The reason (the ledger API's rule: SkipBody carries only a reason) and the confirmation of a
+    health action, and the preview it is applied against."""
+    reason = strict.load(SkipBody(), {"reason": request.form.get("reason", "")})["reason"]
+    require_confirmation(request.form)
+    return reason, read(status.drain_preview)
 
 
 def _audit(action: str, reason: str, before: Any, after: Any) -> None:
@@ -62,9 +65,7 @@ def _preview_summary(p: dict[str, Any]) -> dict[str, Any]:
 @bp.post("/health/drain")
 @page(OPERATE)
 def run_drain() -> Response:
-    reason = _reason()
-    require_confirmation(request.form)
-    before = read(status.drain_preview)
+    reason, before = _confirmed()
     report = drain.drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
     after = {
         "ran": report.ran,
@@ -87,9 +88,7 @@ def run_drain() -> Response:
 @bp.post("/health/hints")
 @page(OPERATE)
 def publish_hints() -> Response:
-    reason = _reason()
-    require_confirmation(request.form)
-    before = read(status.drain_preview)
+    reason, before = _confirmed()
     queues = sorted(before["due_by_queue"])
     sent = {q: hints.publish_now(q) for q in queues}
     _audit("engine.republish_hints", reason, {"due_by_queue": before["due_by_queue"]}, {"published": sent})
@@ -110,8 +109,7 @@ def node(node_id: str) -> str:
 @bp.post("/health/nodes/<node_id>/reclaim")
 @page(OPERATE)
 def reclaim_node(node_id: str) -> Response:
-    reason = _reason()
-    require_confirmation(request.form)
+    reason, _ = _confirmed()
     settings = get_settings()
     with transaction() as conn:
         before = nodes.node_detail(conn, node_id[:64])

@@ -5,10 +5,12 @@ functions (which write the audit rows) inside one transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from flask import Response, render_template, request
+from marshmallow import Schema
 from werkzeug.datastructures import MultiDict
 
 from app.auth import Scope
@@ -19,7 +21,7 @@ from app.ledger import ops, ops_actions, replay, status
 from web import strict
 from web.console.common import bp, clean_args, done, page, principal, read, require_confirmation
 from web.http import request_id
-from web.jobs import bundle_download, replay_filter
+from web.jobs import bundle_download, clusters_of, job_filter, job_id_arg, replay_filter, trace_id_arg
 from web.jobs_schemas import (
     BatchRetryBody,
     BatchSkipBody,
@@ -45,24 +47,12 @@ def _aware(value: str) -> str:
     return value if value.endswith("Z") or "+" in value[10:] or value[10:].count("-") else value + "Z"
 
 
-def job_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
+def parse_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
     raw = {k: v for k, v in clean_args(args).items() if k in FILTER_FIELDS}
     for k in ("created_from", "created_to"):
         if k in raw:
             raw[k] = _aware(raw[k])
-    q = strict.load(JobListQuery(), raw)
-    f = ops.JobFilter(
-        types=q.get("type", ()),
-        statuses=q.get("status", ()),
-        instance_id=q.get("instance_id"),
-        trace_id=q.get("trace_id"),
-        keyword=q.get("keyword"),
-        created_from=q.get("created_from"),
-        created_to=q.get("created_to"),
-        min_age_seconds=q.get("min_age_seconds"),
-        max_age_seconds=q.get("max_age_seconds"),
-    )
-    return f, raw
+    return job_filter(strict.load(JobListQuery(), raw)), raw
 
 
 def _actor(reason: str | None) -> ops_actions.Actor:
@@ -75,7 +65,7 @@ def _actor(reason: str | None) -> ops_actions.Actor:
 @bp.get("/jobs")
 @page(MONITOR)
 def jobs() -> str:
-    f, raw = job_filter(request.args)
+    f, raw = parse_filter(request.args)
     cursor = request.args.get("cursor") or None
     q = strict.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
     data = read(
@@ -105,17 +95,10 @@ def status_panel() -> str:
     return render_template("console/_status_panel.html", panel=read(status.runtime_status))
 
 
-def _job_id(raw: str) -> int:
-    job_id = ops.parse_job_id(raw)
-    if job_id is None:
-        raise InvalidArgument("job id must be a positive decimal integer", field="id")
-    return job_id
-
-
 @bp.get("/jobs/<id>")
 @page(MONITOR)
 def job(id: str) -> str:  # noqa: A002
-    job_id = _job_id(id)
+    job_id = job_id_arg(id)
     detail = read(lambda c: ops.job_detail(c, job_id))
     return render_template(
         "console/job.html",
@@ -125,40 +108,24 @@ def job(id: str) -> str:  # noqa: A002
     )
 
 
-def _trace(raw: str) -> str:
-    if not raw or len(raw) > 256:
-        raise InvalidArgument("trace id must be 1-256 characters", field="trace_id")
-    return raw
-
-
 @bp.get("/chain/<trace_id>")
 @page(MONITOR)
 def chain(trace_id: str) -> str:
-    tid = _trace(trace_id)
+    tid = trace_id_arg(trace_id)
     return render_template("console/chain.html", chain=read(lambda c: ops.chain(c, tid)), trace_id=tid)
 
 
 @bp.get("/chain/<trace_id>/bundle")
 @page(MONITOR)
 def bundle(trace_id: str) -> Response:
-    return bundle_download(_trace(trace_id))
+    return bundle_download(trace_id_arg(trace_id))
 
 
 @bp.get("/jobs/clusters")
 @page(MONITOR)
 def clusters() -> str:
     q = strict.load(ClusterQuery(), clean_args(request.args))
-    data = read(
-        lambda c: replay.failure_clusters(
-            c,
-            group_by=q.get("group_by", ("reason", "type")),
-            types=q.get("type", ()),
-            statuses=q.get("status", replay.REPLAYABLE),
-            instance_id=q.get("instance_id"),
-            trace_id=q.get("trace_id"),
-            limit=q["limit"],
-        )
-    )
+    data = read(lambda c: clusters_of(c, q))
     for c in data["clusters"]:
         cond = c["replay_conditions"]
         c["replay_qs"] = urlencode(
@@ -190,32 +157,33 @@ def replay_page() -> str:
 
 
 # --------------------------------------------------------------------------- actions
+def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], verb: str) -> Response:
+    """Retry or skip one job: the API's body schema, a confirmation, one transaction (audited)."""
+    job_id = job_id_arg(raw_id)
+    b = strict.load(schema(), {"reason": request.form.get("reason", "")})
+    require_confirmation(request.form)
+    with transaction() as conn:
+        job = act(conn, job_id, _actor(b.get("reason")))["job"]
+    return done(
+        f"Job {job_id} {verb}: now {job['status']}, generation {job['generation']}.", "console.job", id=job_id
+    )
+
+
 @bp.post("/jobs/<id>/retry")
 @page(OPERATE)
 def retry(id: str) -> Response:  # noqa: A002
-    job_id = _job_id(id)
-    b = strict.load(RetryBody(), {"reason": request.form.get("reason", "")})
-    require_confirmation(request.form)
-    with transaction() as conn:
-        out = ops_actions.retry_one(conn, job_id, _actor(b.get("reason")))
-    return done(f"Job {job_id} retried: now {out['job']['status']}, generation {out['job']['generation']}.",
-                "console.job", id=job_id)  # fmt: skip
+    return _one(id, RetryBody, ops_actions.retry_one, "retried")
 
 
 @bp.post("/jobs/<id>/skip")
 @page(OPERATE)
 def skip(id: str) -> Response:  # noqa: A002
-    job_id = _job_id(id)
-    b = strict.load(SkipBody(), {"reason": request.form.get("reason", "")})
-    require_confirmation(request.form)
-    with transaction() as conn:
-        out = ops_actions.skip_one(conn, job_id, _actor(b.get("reason")))
-    return done(f"Job {job_id} skipped: now {out['job']['status']}.", "console.job", id=job_id)
+    return _one(id, SkipBody, ops_actions.skip_one, "skipped")
 
 
 def _matching_ids(filter_qs: str) -> list[str]:
     """Every job id the list filter matches, newest first, at most ALL_MATCHING_MAX (bounded pages)."""
-    f, _ = job_filter(MultiDict(parse_qsl(filter_qs)))
+    f, _ = parse_filter(MultiDict(parse_qsl(filter_qs)))
     ids: list[str] = []
     cursor = None
     while len(ids) < ALL_MATCHING_MAX:
