@@ -167,6 +167,9 @@ def test_engine_health_drain_is_previewed_and_audited(console, token, make_job, 
         a = conn.execute(text("SELECT action, reason, before, after FROM operation_audit")).one()
     assert a.action == "engine.drain" and a.reason == "node died"
     assert a.before["stuck_ids"] == [str(stuck)] and a.after["reclaimed_ids"] == [str(stuck)]
+    page = console.get("/console/health")  # the run shows up in the drain counters
+    last = re.search(r'id="last-drain">([^<]+)<', page.data.decode()).group(1)
+    assert last.startswith("ended ") and "reclaimed 1 to pending and 0 dead" in last
 
 
 def test_logout_ends_the_session(console, token):

@@ -208,6 +208,11 @@ def _dt(value: Any) -> str:
     return str(value).replace("T", " ").removesuffix("Z")[:19]
 
 
+@bp.app_template_filter("epoch")
+def _epoch(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
 @bp.app_template_filter("pretty")
 def _pretty(value: Any) -> str:
     """JSON for a <pre> block, exact numbers (``jsonx``); bounded so one huge payload cannot bloat a page."""

@@ -17,6 +17,7 @@ from app.db import get_engine, transaction
 from app.engine.tasks import return_expired_leases
 from app.errors import NotFound, StateConflict
 from app.ledger import drain, hints, nodes, status, transitions
+from app.observability import metrics
 from web import strict
 from web.console.charts import line_chart
 from web.console.common import bp, done, page, principal, read, require_confirmation
@@ -28,6 +29,7 @@ MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 
 def _health(conn: Any) -> dict[str, Any]:
     return {
+        "activity": metrics.engine_activity(),
         "panel": status.runtime_status(conn),
         "nodes": nodes.list_nodes(conn, limit=100),
         "preview": status.drain_preview(conn),
