@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 INSTALL = "apt-get update && apt-get install -y chromium (as root; .ci/run does it)"
-CHROMIUM = next(
-    (
-        p
-        for p in (os.environ.get("CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium")
-        if p and Path(p).exists()
-    ),
-    None,
+# CHROMIUM=/path/to/chromium picks the browser, and only it (CHROMIUM=/nonexistent shows the skip).
+_CANDIDATES = (
+    (os.environ["CHROMIUM"],)
+    if os.environ.get("CHROMIUM")
+    else (shutil.which("chromium"), "/usr/bin/chromium")
 )
+CHROMIUM = next((p for p in _CANDIDATES if p and Path(p).exists()), None)
 
 try:
     from playwright.sync_api import Browser, Playwright, sync_playwright

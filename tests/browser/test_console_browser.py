@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlalchemy import text
 
 from app.auth import ALL_SCOPES, Scope, create_credential
@@ -25,6 +24,15 @@ from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
 from ledgerflow.client import Client
 
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is missing: make install"
+)
+Browser, BrowserContext, Page, expect = (
+    sync_api.Browser,
+    sync_api.BrowserContext,
+    sync_api.Page,
+    sync_api.expect,
+)
 WIDE, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
 
 
