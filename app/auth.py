@@ -239,7 +239,13 @@ def authenticate(conn: Connection, token: str) -> Principal | None:
     """The principal of a live token, or None (unknown or revoked: the caller answers 401)."""
     if not token or len(token) > 256:
         return None
-    row = conn.execute(_AUTH, {"hash": hash_token(token)}).first()
+    return authenticate_hash(conn, hash_token(token))
+
+
+def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
+    """The principal of the live token whose SHA-256 is ``token_hash`` (the console session keeps the
+    hash, never the token), or None when it is unknown or revoked."""
+    row = conn.execute(_AUTH, {"hash": token_hash}).first()
     if row is None:
         return None
     return Principal(

@@ -550,7 +550,11 @@ def jobs_status(principal: Any, as_json: bool) -> None:
     from app.ledger import nodes, ops, status
 
     data = _read(
-        lambda c: {"runtime": status.runtime_status(c), "summary": ops.summary(c), "nodes": nodes.registry(c)}
+        lambda c: {
+            "runtime": status.runtime_status(c),
+            "summary": ops.summary(c),
+            "nodes": nodes.list_nodes(c),
+        }
     )
     if as_json:
         _emit_json(data)
@@ -560,7 +564,7 @@ def jobs_status(principal: Any, as_json: bool) -> None:
     by_status = data["summary"]["by_status"]
     console.print(_table("jobs by status", ["status", "count"], sorted(by_status.items())))
     console.print(_table(f"{len(data['nodes'])} worker node(s)", ["node", "status", "pools", "slots", "heartbeat age s"],
-                         [(n["node_id"], n["status"], ",".join(n["pools"]), f"{n['slots_in_use']}/{n['slot_capacity']}",
+                         [(n["node_id"], n["state"], ",".join(n["pools"]), f"{n['slots_in_use']}/{n['slot_capacity']}",
                            n["heartbeat_age_seconds"]) for n in data["nodes"]]))  # fmt: skip
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask, Response, g, request
 
 from app.ids import new_request_id
-from web import errors, observability
+from web import console, errors, observability
 from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
 from web.jobs import bp as jobs_bp
@@ -49,4 +49,5 @@ def create_app() -> Flask:
     app.register_blueprint(workflow_control_bp)
     app.register_blueprint(workflow_history_bp)
     app.register_blueprint(schedules_bp)
+    console.install(app)  # the operator console under /console (issue 12)
     return app

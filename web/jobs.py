@@ -47,14 +47,14 @@ TRACE_ID = {"traceId": {"type": "string", "minLength": 1, "maxLength": 256}}
 Result = envelope(ANY, "OperationResponse")
 
 
-def _job_id(raw: str) -> int:
+def job_id_arg(raw: str) -> int:
     job_id = ops.parse_job_id(raw)
     if job_id is None:
         raise InvalidArgument("job id must be a positive decimal integer", field="id")
     return job_id
 
 
-def _trace_id(raw: str) -> str:
+def trace_id_arg(raw: str) -> str:
     if not raw or len(raw) > 256:
         raise InvalidArgument("trace id must be 1-256 characters", field="traceId")
     return raw
@@ -85,7 +85,22 @@ def _ids(raw: list[str]) -> list[int]:
     return out
 
 
-def _replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
+def job_filter(query: dict[str, Any]) -> ops.JobFilter:
+    """The list filter of a loaded ``JobListQuery`` (the API route and the console)."""
+    return ops.JobFilter(
+        types=query.get("type", ()),
+        statuses=query.get("status", ()),
+        instance_id=query.get("instance_id"),
+        trace_id=query.get("trace_id"),
+        keyword=query.get("keyword"),
+        created_from=query.get("created_from"),
+        created_to=query.get("created_to"),
+        min_age_seconds=query.get("min_age_seconds"),
+        max_age_seconds=query.get("max_age_seconds"),
+    )
+
+
+def replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
     return replay.ReplayFilter(
         statuses=tuple(b.get("statuses") or replay.REPLAYABLE),
         types=tuple(dict.fromkeys(b.get("types") or ())),
@@ -105,17 +120,7 @@ def _replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
      response=envelope(JobPageSchema, "JobListResponse"))  # fmt: skip
 @query(JobListQuery)
 def list_jobs(query: dict[str, Any]) -> Response:
-    f = ops.JobFilter(
-        types=query.get("type", ()),
-        statuses=query.get("status", ()),
-        instance_id=query.get("instance_id"),
-        trace_id=query.get("trace_id"),
-        keyword=query.get("keyword"),
-        created_from=query.get("created_from"),
-        created_to=query.get("created_to"),
-        min_age_seconds=query.get("min_age_seconds"),
-        max_age_seconds=query.get("max_age_seconds"),
-    )
+    f = job_filter(query)
     page = _read(lambda c: ops.list_jobs(c, f, limit=query["limit"], cursor=query.get("cursor")))
     data: dict[str, Any] = {"items": page.items}
     if page.next_cursor:
@@ -144,18 +149,20 @@ def runtime_status() -> Response:
      response=envelope(ANY, "FailureClustersResponse"))  # fmt: skip
 @query(ClusterQuery)
 def failure_clusters(query: dict[str, Any]) -> Response:
-    data = _read(
-        lambda c: replay.failure_clusters(
-            c,
-            group_by=query.get("group_by", ("reason", "type")),
-            types=query.get("type", ()),
-            statuses=query.get("status", replay.REPLAYABLE),
-            instance_id=query.get("instance_id"),
-            trace_id=query.get("trace_id"),
-            limit=query["limit"],
-        )
+    return ok(_read(lambda c: clusters_of(c, query)))
+
+
+def clusters_of(conn: Connection, query: dict[str, Any]) -> dict[str, Any]:
+    """The failure clusters of a loaded ``ClusterQuery`` (the API route and the console)."""
+    return replay.failure_clusters(
+        conn,
+        group_by=query.get("group_by", ("reason", "type")),
+        types=query.get("type", ()),
+        statuses=query.get("status", replay.REPLAYABLE),
+        instance_id=query.get("instance_id"),
+        trace_id=query.get("trace_id"),
+        limit=query["limit"],
     )
-    return ok(data)
 
 
 @bp.get("/jobs/<id>")
@@ -163,7 +170,7 @@ def failure_clusters(query: dict[str, Any]) -> Response:
 @doc(summary="One job with every attempt of every generation, receipts and side-effect marker",
      tags=TAGS, response=envelope(JobDetailSchema, "JobDetailResponse"), path_params=JOB_ID)  # fmt: skip
 def job_detail(id: str) -> Response:  # noqa: A002
-    job_id = _job_id(id)
+    job_id = job_id_arg(id)
     return ok(_read(lambda c: ops.job_detail(c, job_id)))
 
 
@@ -172,7 +179,7 @@ def job_detail(id: str) -> Response:  # noqa: A002
 @doc(summary="Every job of a trace id in causal/time order, with linked instances", tags=TAGS,
      response=envelope(ANY, "JobChainResponse"), path_params=TRACE_ID)  # fmt: skip
 def job_chain(traceId: str) -> Response:  # noqa: N803
-    trace_id = _trace_id(traceId)
+    trace_id = trace_id_arg(traceId)
     return ok(_read(lambda c: ops.chain(c, trace_id)))
 
 
@@ -184,7 +191,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 @doc(summary="Diagnostic bundle of a trace (downloadable JSON attachment)", tags=TAGS,
      response=DiagnosticBundleSchema, path_params=TRACE_ID)  # fmt: skip
 def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
-    trace_id = _trace_id(traceId)
+    return bundle_download(trace_id_arg(traceId))
+
+
+def bundle_download(trace_id: str) -> Response:
+    """The diagnostic bundle of a trace as a JSON attachment (the API route and the console)."""
     bundle = _read(lambda c: ops.diagnostic_bundle(c, trace_id, request_id=request_id()))
     stamp = bundle["exported_at"].strftime("%Y%m%dT%H%M%SZ")
     name = f"ledgerflow-trace-{_UNSAFE.sub('_', trace_id)[:80]}-{stamp}.json"
@@ -197,7 +208,7 @@ def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
      tags=TAGS, response=envelope(ANY, "ReplayPreviewResponse"))  # fmt: skip
 @body(ReplayPreviewBody)
 def replay_preview(body: dict[str, Any]) -> Response:
-    f = _replay_filter(body)
+    f = replay_filter(body)
     return ok(_read(lambda c: replay.preview(c, f, sample_size=body["sample_size"])))
 
 
@@ -209,7 +220,7 @@ def replay_preview(body: dict[str, Any]) -> Response:
      response=Result, errors=(409,), path_params=JOB_ID)  # fmt: skip
 @body(RetryBody)
 def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
-    job_id = _job_id(id)
+    job_id = job_id_arg(id)
     actor = _actor(body)
     has_payload = "payload" in body
     return _mutate(
@@ -226,7 +237,7 @@ def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
      errors=(409,), path_params=JOB_ID)  # fmt: skip
 @body(SkipBody)
 def skip_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
-    job_id = _job_id(id)
+    job_id = job_id_arg(id)
     actor = _actor(body)
     return _mutate(lambda c: ops_actions.skip_one(c, job_id, actor))
 
@@ -261,6 +272,6 @@ def batch_skip(body: dict[str, Any]) -> Response:
      response=Result)  # fmt: skip
 @body(ReplayBody)
 def replay_dead(body: dict[str, Any]) -> Response:
-    f = _replay_filter(body)
+    f = replay_filter(body)
     actor = _actor(body)
     return _mutate(lambda c: ops_actions.replay(c, f, actor, limit=body["limit"], rate=body["rate"]))

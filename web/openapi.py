@@ -78,8 +78,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
     problem_content = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     paths: dict[str, dict[str, Any]] = {}
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
-        if rule.endpoint == "static":
-            continue
+        if rule.endpoint == "static" or rule.endpoint.startswith("console."):
+            continue  # the console's HTML pages are not part of the API
         view = app.view_functions[rule.endpoint]
         m = getattr(view, ATTR, {})
         if m.get("openapi") is False:  # pages for people (e.g. /docs/problems), not API operations

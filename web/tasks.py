@@ -74,7 +74,7 @@ def _claimed(t: dict) -> dict:
     }
 
 
-def _task_in_scope(conn, task_id: str) -> dict:  # noqa: ANN001
+def task_in_scope(conn, task_id: str) -> dict:  # noqa: ANN001
     principal = current_principal()
     task = tasks.read_task(conn, task_id, principal.namespace_id)
     check_queue_scope(principal, [task["queue"]])
@@ -95,7 +95,7 @@ def heartbeat(task_id: str, body: dict):  # noqa: ANN201
     epoch = body["epoch"]
 
     def work(conn):  # noqa: ANN001, ANN202
-        _task_in_scope(conn, task_id)
+        task_in_scope(conn, task_id)
         t = tasks.heartbeat(
             conn, current_principal().namespace_id, task_id, epoch, settings.task_lease_seconds()
         )
@@ -118,7 +118,7 @@ def complete(task_id: str, body: dict):  # noqa: ANN201
     epoch = body["epoch"]
 
     def work(conn):  # noqa: ANN001, ANN202
-        _task_in_scope(conn, task_id)
+        task_in_scope(conn, task_id)
         t = tasks.complete(conn, current_principal().namespace_id, task_id, epoch, body["output"])
         return 200, success({"task": tasks.task_view(t)})
 
@@ -140,7 +140,7 @@ def fail(task_id: str, body: dict):  # noqa: ANN201
     err = body["error"]
 
     def work(conn):  # noqa: ANN001, ANN202
-        _task_in_scope(conn, task_id)
+        task_in_scope(conn, task_id)
         t = tasks.fail(
             conn,
             current_principal().namespace_id,
@@ -158,4 +158,4 @@ def fail(task_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.TASKS_WORK)
 def get_task(task_id: str):  # noqa: ANN201
     with get_engine().connect() as conn:
-        return ok(tasks.task_view(_task_in_scope(conn, task_id)))
+        return ok(tasks.task_view(task_in_scope(conn, task_id)))

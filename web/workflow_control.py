@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response
+from sqlalchemy import Connection
 
-from app.auth import Scope
+from app.auth import Principal, Scope
 from app.db import get_engine
 from app.engine import control, instances, oplog, signals
 from web.auth import current_principal, requires
@@ -51,25 +52,30 @@ def paged_read(instance_id: str, query: dict, read: Callable[..., Any], *args: A
 @body(ControlRequest)
 def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
-    req = body
 
     def work(conn):  # noqa: ANN001, ANN202
-        load_instance(conn, instance_id)
-        before, after = control.control(conn, instance_id, req)
-        view = instances.instance_view(after)
-        oplog.operation(
-            conn,
-            principal,
-            instance_id,
-            f"workflow.control.{req['operation'].lower()}",
-            request_id=request_id(),
-            reason=req["reason"],
-            before=instances.instance_view(before),
-            after=view,
-        )
+        view = apply_control(conn, principal, instance_id, body)
         return 200, success({"instance": view, "deduplicated": False})
 
     return idempotent(work)
+
+
+def apply_control(conn: Connection, principal: Principal, instance_id: str, req: dict) -> dict:
+    """W-CTL with its audit row, in the caller's transaction (the API route and the console)."""
+    load_instance(conn, instance_id)
+    before, after = control.control(conn, instance_id, req)
+    view = instances.instance_view(after)
+    oplog.operation(
+        conn,
+        principal,
+        instance_id,
+        f"workflow.control.{req['operation'].lower()}",
+        request_id=request_id(),
+        reason=req["reason"],
+        before=instances.instance_view(before),
+        after=view,
+    )
+    return view
 
 
 @bp.post("/v1/workflows/<instance_id>/signals")

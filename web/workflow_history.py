@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from flask import Blueprint
+from sqlalchemy import Connection
 
-from app.auth import Scope
+from app.auth import Principal, Scope
 from app.db import get_engine
 from app.engine import history, instances, oplog, recovery, review
 from web.auth import current_principal, requires
@@ -102,33 +103,37 @@ def get_signal_operation(instance_id: str, operation_id: str):  # noqa: ANN201
 @body(RecoveryRequest)
 def recover(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
-    req = body
 
     def work(conn):  # noqa: ANN001, ANN202
-        load_instance(conn, instance_id)
-        if req["action"] == "RESOLVE_INSTANCE":
-            return resolve_instance(conn, instance_id, req, principal)
-        before, after, step = recovery.recover(conn, instance_id, req)
-        view = instances.instance_view(after)
-        audit_id = oplog.operation(
-            conn,
-            principal,
-            instance_id,
-            f"workflow.recovery.{req['action'].lower()}",
-            request_id=request_id(),
-            reason=req["reason"],
-            evidence_ref=req["evidence_ref"],
-            before=instances.instance_view(before),
-            after={"instance": view, "step": step},
-            target_type="step",
-            target_id=req["step_key"],
-        )
-        return 200, success({"instance": view, "step": step, "operation_id": audit_id, "deduplicated": False})
+        return 200, success({**apply_recovery(conn, principal, instance_id, body), "deduplicated": False})
 
     return idempotent(work)
 
 
-def resolve_instance(conn, instance_id: str, req: dict, principal):  # noqa: ANN001, ANN201
+def apply_recovery(conn: Connection, principal: Principal, instance_id: str, req: dict) -> dict:
+    """X-RECOVER with its audit row, in the caller's transaction (the API route and the console)."""
+    load_instance(conn, instance_id)
+    if req["action"] == "RESOLVE_INSTANCE":
+        return resolve_instance(conn, instance_id, req, principal)
+    before, after, step = recovery.recover(conn, instance_id, req)
+    view = instances.instance_view(after)
+    audit_id = oplog.operation(
+        conn,
+        principal,
+        instance_id,
+        f"workflow.recovery.{req['action'].lower()}",
+        request_id=request_id(),
+        reason=req["reason"],
+        evidence_ref=req["evidence_ref"],
+        before=instances.instance_view(before),
+        after={"instance": view, "step": step},
+        target_type="step",
+        target_id=req["step_key"],
+    )
+    return {"instance": view, "step": step, "operation_id": audit_id}
+
+
+def resolve_instance(conn: Connection, instance_id: str, req: dict, principal: Principal) -> dict:
     before, after, summary = review.resolve_instance(conn, instance_id, req)
     view = instances.instance_view(after)
     audit_id = oplog.operation(
@@ -142,9 +147,7 @@ def resolve_instance(conn, instance_id: str, req: dict, principal):  # noqa: ANN
         before=instances.instance_view(before),
         after={"instance": view, "resolution": summary},
     )
-    return 200, success(
-        {"instance": view, "resolution": summary, "operation_id": audit_id, "deduplicated": False}
-    )
+    return {"instance": view, "resolution": summary, "operation_id": audit_id}
 
 
 @bp.get("/v1/workflows/<instance_id>/steps/<key>/activations")

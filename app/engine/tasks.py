@@ -40,6 +40,18 @@ def read_task(conn: Connection, task_id: str, namespace_id: str, *, lock: bool =
     return task
 
 
+def open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | None, limit: int) -> list[dict]:
+    """Open (PENDING or CLAIMED) tasks of a namespace, oldest first, on ``queues`` (None = every queue);
+    at most ``limit`` rows (the claim index serves it)."""
+    where = "t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')"
+    params: dict[str, Any] = {"ns": namespace_id, "limit": limit}
+    if queues is not None:
+        where += " AND t.queue = ANY(CAST(:queues AS text[]))"
+        params["queues"] = list(queues)
+    sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE {where} ORDER BY t.created_at, t.id LIMIT :limit"
+    return [t for t in (_task(r) for r in conn.execute(text(sql), params)) if t is not None]
+
+
 def claim(
     conn: Connection, namespace_id: str, queues: list[str], max_tasks: int, lease_seconds: float
 ) -> list[dict]:

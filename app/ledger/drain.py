@@ -57,7 +57,7 @@ def drain(
     ``sweeps`` (bounded the same way), then hints."""
     started = time.monotonic()
     report = _drain(engine, settings, max_passes=max_passes, sweeps=sweeps)
-    metrics.drain_run(report.ran, time.monotonic() - started)
+    metrics.drain_run(report.ran, time.monotonic() - started, report.to_pending, report.to_dead)
     metrics.lease_reclaimed("pending", report.to_pending)
     metrics.lease_reclaimed("dead", report.to_dead)
     return report

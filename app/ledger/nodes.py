@@ -29,32 +29,6 @@ WHERE node_id = :node_id
 )
 
 
-LIVE_SECONDS = 90  # a node is live while its heartbeat is younger than this (L-STATUS)
-
-# the registry as an operator reads it: a node whose heartbeat stopped without a clean exit is lost
-_REGISTRY = text(
-    f"""
-SELECT node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use, started_at, heartbeat_at,
-       CASE WHEN status = 'active' AND heartbeat_at < now() - interval '{LIVE_SECONDS} seconds' THEN 'lost'
-            ELSE status END AS status,
-       extract(epoch FROM now() - heartbeat_at) AS heartbeat_age_seconds
-FROM workflow_worker_nodes
-ORDER BY (status = 'active' AND heartbeat_at >= now() - interval '{LIVE_SECONDS} seconds') DESC,
-         heartbeat_at DESC, node_id
-LIMIT :limit
-"""
-)
-
-
-def registry(conn: Connection, limit: int = 200) -> list[dict]:
-    """The worker nodes, live first: ``status`` is active / stopping / stopped, or ``lost`` for an
-    active node whose heartbeat is older than ``LIVE_SECONDS`` (killed, frozen or cut off)."""
-    rows = conn.execute(_REGISTRY, {"limit": limit})
-    return [
-        {**dict(r._mapping), "heartbeat_age_seconds": round(float(r.heartbeat_age_seconds), 3)} for r in rows
-    ]
-
-
 def register_node(
     conn: Connection, node_id: str, *, roles: Sequence[str], pools: Sequence[str], slot_capacity: int
 ) -> None:
@@ -81,3 +55,58 @@ def heartbeat(conn: Connection, node_id: str, *, slots_in_use: int, status: str 
 def _node_clock() -> datetime:
     """This node's wall clock; the database stamps heartbeat_at with its own (doctor: clock skew)."""
     return datetime.now(UTC)
+
+
+_NODES = text(
+    """
+SELECT node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use, status, started_at, heartbeat_at,
+       (status = 'active' AND heartbeat_at >= now() - interval '90 seconds') AS live,
+       -- the registry as an operator reads it: an active node whose heartbeat stopped is lost
+       CASE WHEN status = 'active' AND heartbeat_at < now() - interval '90 seconds' THEN 'lost'
+            ELSE status END AS state,
+       round(extract(epoch FROM now() - heartbeat_at)::numeric, 3)::float8 AS heartbeat_age_seconds
+FROM workflow_worker_nodes
+WHERE heartbeat_at >= now() - interval '1 day'
+ORDER BY live DESC, heartbeat_at DESC, node_id
+LIMIT :limit
+"""
+)
+
+
+def list_nodes(conn: Connection, *, limit: int = 100) -> list[dict]:
+    """Worker nodes seen in the last day, live first ("live" as in the runtime status: active with a
+    heartbeat within 90 s; ``state`` is ``lost`` for an active node whose heartbeat stopped without a
+    clean exit, else its status); at most ``limit``."""
+    return [dict(r._mapping) for r in conn.execute(_NODES, {"limit": limit})]
+
+
+_NODE = text(
+    """
+SELECT node_id, hostname, pid, roles, pools, slot_capacity, slots_in_use, status, started_at, heartbeat_at,
+       (status = 'active' AND heartbeat_at >= now() - interval '90 seconds') AS live
+FROM workflow_worker_nodes WHERE node_id = :node_id
+"""
+)
+_NODE_JOBS = text(
+    """
+SELECT j.id, j.type, j.attempts, j.max_attempts, j.lease_until, j.execution_deadline,
+       j.effect_marker IS NOT NULL AS has_effect_marker, e.started_at
+FROM workflow_jobs j
+JOIN workflow_job_executions e ON e.job_id = j.id AND e.generation = j.generation AND e.status = 'running'
+WHERE j.status = 'running' AND e.worker_id = :node_id
+ORDER BY j.id
+LIMIT :limit
+"""
+)
+
+
+def node_detail(conn: Connection, node_id: str, *, limit: int = 100) -> dict | None:
+    """One node and the running jobs its open attempts name (at most ``limit``), or None."""
+    row = conn.execute(_NODE, {"node_id": node_id}).first()
+    if row is None:
+        return None
+    jobs = [
+        {**dict(r._mapping), "id": str(r.id)}
+        for r in conn.execute(_NODE_JOBS, {"node_id": node_id, "limit": limit})
+    ]
+    return {**dict(row._mapping), "running_jobs": jobs}

@@ -91,3 +91,75 @@ def runtime_status(conn: Connection) -> dict[str, Any]:
         "avg_duration_ms_1h": _num(a.avg_duration_ms),
         "duration_samples_1h": int(a.duration_samples_1h),
     }
+
+
+# --------------------------------------------------------------------------- the last hour per pool
+SERIES_BUCKET_SECONDS = 300
+_SERIES = text(
+    """
+SELECT j.queue,
+       floor(extract(epoch FROM e.started_at - (now() - interval '1 hour')) / :bucket)::int AS slot,
+       count(*) AS attempts,
+       count(*) FILTER (WHERE e.status = 'failed') AS failed,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM e.started_at - e.due_at)) AS p95,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM e.started_at - e.due_at)) AS p99
+FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id
+WHERE e.started_at >= now() - interval '1 hour'
+GROUP BY 1, 2
+"""
+)
+
+
+def hour_series(conn: Connection) -> dict[str, Any]:
+    """Attempts, failures and queue-wait P95/P99 of the last hour per pool, in 5-minute buckets
+    (oldest first; a bucket without attempts has zeros and no percentiles)."""
+    slots = 3600 // SERIES_BUCKET_SECONDS
+    pools: dict[str, list[dict[str, Any]]] = {
+        q: [{"attempts": 0, "failed": 0, "p95": None, "p99": None} for _ in range(slots)]
+        for q in LEDGER_QUEUES
+    }
+    for r in conn.execute(_SERIES, {"bucket": SERIES_BUCKET_SECONDS}):
+        series = pools.setdefault(
+            r.queue, [{"attempts": 0, "failed": 0, "p95": None, "p99": None} for _ in range(slots)]
+        )
+        slot = min(max(int(r.slot), 0), slots - 1)
+        series[slot] = {
+            "attempts": int(r.attempts),
+            "failed": int(r.failed),
+            "p95": _num(r.p95),
+            "p99": _num(r.p99),
+        }
+    return {"bucket_seconds": SERIES_BUCKET_SECONDS, "pools": pools}
+
+
+# --------------------------------------------------------------------------- what a drain would do
+_STUCK = text(
+    """
+SELECT id, type, queue, generation, attempts, max_attempts, lease_until, execution_deadline,
+       (execution_deadline IS NOT NULL AND execution_deadline <= now()) AS past_deadline
+FROM workflow_jobs
+WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= now()
+      OR (execution_deadline IS NOT NULL AND execution_deadline <= now()))
+ORDER BY id
+LIMIT :limit
+"""
+)
+_DUE = text(
+    """
+SELECT queue, count(*) AS due FROM workflow_jobs
+WHERE status = 'pending' AND run_at <= now() AND queue = ANY(CAST(:queues AS text[]))
+GROUP BY queue
+"""
+)
+
+
+def drain_preview(conn: Connection, *, sample: int = 50) -> dict[str, Any]:
+    """What running the drain now would change (read only): the running jobs whose lease expired or
+    whose deadline passed (a sample of ``sample`` and the counts), and the due jobs per pool whose
+    queues would get a wake hint."""
+    j = conn.execute(_JOBS).one()
+    rows = [dict(r._mapping) for r in conn.execute(_STUCK, {"limit": sample})]
+    for r in rows:
+        r["id"] = str(r["id"])
+    due = {r.queue: int(r.due) for r in conn.execute(_DUE, {"queues": LEDGER_QUEUES})}
+    return {"stuck": int(j.stuck), "stuck_sample": rows, "due_by_queue": due, "db_time": j.db_now}

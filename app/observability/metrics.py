@@ -18,6 +18,7 @@ Two sources, chosen per metric (docs/decisions.md, "Observability"):
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from prometheus_client import (
@@ -25,6 +26,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -76,6 +78,22 @@ DRAIN_RUNS = Counter("ledgerflow_drain_runs", "Drain runs (ran, or skipped: lock
 DRAIN_DURATION = Histogram(
     "ledgerflow_drain_duration_seconds", "Wall time of one drain run", buckets=HTTP_BUCKETS + (30, 60, 120)
 )
+# The last drain run that ran (the console's engine health page; in multiprocess mode the most recent
+# value of any process wins).
+DRAIN_LAST_AT = Gauge(
+    "ledgerflow_drain_last_run_timestamp_seconds",
+    "Unix time the last drain run ended",
+    multiprocess_mode="max",
+)
+DRAIN_LAST_DURATION = Gauge(
+    "ledgerflow_drain_last_duration_seconds",
+    "Wall time of the last drain run",
+    multiprocess_mode="mostrecent",
+)
+DRAIN_LAST_RECLAIMED = Gauge(
+    "ledgerflow_drain_last_reclaimed", "Jobs the last drain run reclaimed, by new state", ["outcome"],
+    multiprocess_mode="mostrecent",
+)  # fmt: skip
 API_REQUESTS = Counter(
     "ledgerflow_api_requests", "HTTP requests served, by route template", ["route", "method", "status"]
 )
@@ -156,11 +174,15 @@ def fenced_write(kind: str, n: int = 1) -> None:
         _fenced[(kind,)].inc(n)
 
 
-def drain_run(ran: bool, seconds: float) -> None:
+def drain_run(ran: bool, seconds: float, to_pending: int = 0, to_dead: int = 0) -> None:
     if ENABLED:
         _drains[("ran" if ran else "skipped",)].inc()
         if ran:
             DRAIN_DURATION.observe(seconds)
+            DRAIN_LAST_AT.set(time.time())
+            DRAIN_LAST_DURATION.set(seconds)
+            DRAIN_LAST_RECLAIMED.labels("pending").set(to_pending)
+            DRAIN_LAST_RECLAIMED.labels("dead").set(to_dead)
 
 
 def api_request(route: str, method: str, status: int, seconds: float) -> None:
@@ -193,6 +215,38 @@ def process_registry() -> CollectorRegistry:
     else:
         registry.register(_ThisProcess())
     return registry
+
+
+def engine_activity() -> dict[str, Any]:
+    """What the pools and the drain did since their processes started, summed over every process
+    sharing PROMETHEUS_MULTIPROC_DIR (this process alone without it): wake-ups by hint vs by poll per
+    queue, drain runs (ran / skipped, total time), the last run (end time, duration, reclaimed), lease
+    reclaims by new state."""
+    wakeups: dict[str, dict[str, float]] = {}
+    drain: dict[str, Any] = {"ran": 0.0, "skipped": 0.0, "seconds": 0.0, "last_at": None,
+                             "last_duration": None, "last_reclaimed": {}}  # fmt: skip
+    reclaims: dict[str, float] = {}
+    for family in process_registry().collect():
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if name in ("ledgerflow_hint_wakeups_total", "ledgerflow_poll_wakeups_total"):
+                kind = "hint" if "hint" in name else "poll"
+                q = wakeups.setdefault(labels.get("queue", "?"), {"hint": 0.0, "poll": 0.0})
+                q[kind] += value
+            elif name == "ledgerflow_drain_runs_total":
+                drain[labels.get("result", "ran")] = drain.get(labels.get("result", "ran"), 0.0) + value
+            elif name == "ledgerflow_drain_duration_seconds_sum":
+                drain["seconds"] += value
+            elif name == "ledgerflow_drain_last_run_timestamp_seconds" and value:
+                drain["last_at"] = max(drain["last_at"] or 0.0, value)
+            elif name == "ledgerflow_drain_last_duration_seconds":
+                drain["last_duration"] = value
+            elif name == "ledgerflow_drain_last_reclaimed":
+                drain["last_reclaimed"][labels.get("outcome", "?")] = value
+            elif name == "ledgerflow_lease_reclaims_total":
+                reclaims[labels.get("outcome", "?")] = reclaims.get(labels.get("outcome", "?"), 0.0) + value
+    return {"multiprocess": multiprocess_dir() is not None, "wakeups": wakeups, "drain": drain,
+            "lease_reclaims": reclaims}  # fmt: skip
 
 
 def render(*, with_ledger: bool = True) -> tuple[bytes, str]:

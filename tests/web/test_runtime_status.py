@@ -134,10 +134,10 @@ def test_worker_registry_shows_a_stopped_heartbeat_as_lost(client, monitor, clea
         _node(conn, "live", beat_ago=3, capacity=4, in_use=1)
         _node(conn, "exited", beat_ago=20, status="stopped", capacity=4, in_use=0)
     with clean.connect() as conn:
-        listed = nodes.registry(conn)
+        listed = nodes.list_nodes(conn)
     items = {n["node_id"]: n for n in listed}
     assert listed[0]["node_id"] == "live"
-    assert (items["killed"]["status"], items["live"]["status"], items["exited"]["status"]) == (
+    assert (items["killed"]["state"], items["live"]["state"], items["exited"]["state"]) == (
         "lost",
         "active",
         "stopped",

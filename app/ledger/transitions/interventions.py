@@ -19,16 +19,8 @@ from app.ledger.states import (
 from app.ledger.transitions.executor import BACKOFF_SQL
 
 # --------------------------------------------------------------------------- drain reclaim: running -> pending | dead
-_RECLAIM = text(
-    f"""
-WITH stale AS (
-    SELECT id FROM workflow_jobs
-    WHERE status = 'running'
-      AND (lease_until IS NULL OR lease_until <= now() OR execution_deadline <= now())
-      AND (CAST(:queue AS text) IS NULL OR queue = CAST(:queue AS text))
-    ORDER BY lease_until NULLS FIRST
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+# The move itself, after a CTE ``stale`` that picked and locked the jobs (running -> pending | dead).
+_RECLAIM_MOVE = f"""
 ), reclaimed AS (
     UPDATE workflow_jobs j
     SET status = CASE WHEN j.effect_marker IS NOT NULL THEN 'dead'
@@ -60,6 +52,34 @@ WITH stale AS (
 )
 SELECT id, status, error_code, queue FROM reclaimed
 """
+_RECLAIM = text(
+    """
+WITH stale AS (
+    SELECT id FROM workflow_jobs
+    WHERE status = 'running'
+      AND (lease_until IS NULL OR lease_until <= now() OR execution_deadline <= now())
+      AND (CAST(:queue AS text) IS NULL OR queue = CAST(:queue AS text))
+    ORDER BY lease_until NULLS FIRST
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+"""
+    + _RECLAIM_MOVE
+)
+# A lost node's running jobs (its open attempt names it), whatever their lease says; refused while
+# the node is live (an active heartbeat within 90 s, as the runtime status counts it).
+_RECLAIM_NODE = text(
+    """
+WITH stale AS (
+    SELECT j.id FROM workflow_jobs j
+    JOIN workflow_job_executions e ON e.job_id = j.id AND e.generation = j.generation AND e.status = 'running'
+    WHERE j.status = 'running' AND e.worker_id = :node_id
+      AND NOT EXISTS (SELECT 1 FROM workflow_worker_nodes n WHERE n.node_id = :node_id AND n.status = 'active'
+                      AND n.heartbeat_at >= now() - interval '90 seconds')
+    ORDER BY j.id
+    LIMIT :limit
+    FOR UPDATE OF j SKIP LOCKED
+"""
+    + _RECLAIM_MOVE
 )
 
 
@@ -71,6 +91,19 @@ def reclaim_expired(
     queue (``queue``) every few seconds; SKIP LOCKED, so the two never wait on each other."""
     rows = conn.execute(
         _RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "queue": queue}
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def reclaim_lost_node(
+    conn: Connection, node_id: str, *, limit: int, backoff_base: float, backoff_cap: float
+) -> list[dict[str, Any]]:
+    """Directed recovery: the running jobs of a lost worker node, moved like an expired lease (pending
+    and due at once, or dead when out of attempts or an unsafe external call was open), before their
+    leases run out. Nothing moves while the node is live."""
+    rows = conn.execute(
+        _RECLAIM_NODE,
+        {"node_id": node_id, "limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap},
     )
     return [dict(r._mapping) for r in rows]
 

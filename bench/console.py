@@ -1,0 +1,128 @@
+"""``python -m bench.console``: server time of the console's job list page with 100,000 jobs.
+
+Creates and drops its own database (``lf_bench_<random>``) on the server of ``DATABASE_URL``, fills
+``workflow_jobs`` with ``--jobs`` rows (a mix of statuses, types and errors over the last day) and
+``--attempts`` attempt rows in the last hour (so the runtime status panel on top of the page has real
+work), logs in to ``/console`` with an operator credential through the Flask test client (no network:
+what is timed is the server's work, from request to rendered HTML) and prints the median / p95 / max
+of ``--repeat`` loads of each page variant. Printed, never asserted (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import time
+import uuid
+
+import psycopg
+
+from bench.run import libpq, loadavg, log, percentile, with_database
+
+FILL = """
+INSERT INTO workflow_jobs (type, queue, status, payload, attempts, max_attempts, generation, last_error,
+                           operation_key, trace_id, created_at, updated_at, finished_at, run_at)
+SELECT (ARRAY['delay_wake', 'task_timeout', 'event_dispatch', 'webhook_delivery'])[1 + g %% 4],
+       CASE WHEN g %% 4 < 2 THEN 'workflow-ledger' ELSE 'workflow-ledger-outbound' END,
+       (ARRAY['succeeded', 'succeeded', 'succeeded', 'dead', 'failed', 'pending', 'canceled'])[1 + g %% 7],
+       jsonb_build_object('n', g), 1, 5, 1,
+       CASE WHEN g %% 7 IN (3, 4) THEN 'connect timeout after ' || (g %% 50) || ' ms to receiver ' || (g %% 9) END,
+       md5('op' || g), md5('tr' || (g / 5)),
+       now() - (g %% 86400) * interval '1 second', now(), now(), now()
+FROM generate_series(1, %s) g
+"""
+ATTEMPTS = """
+INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at, started_at,
+                                     finished_at, duration_ms)
+SELECT g, 1, 1, CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END, gen_random_uuid(),
+       now() - (g %% 3600) * interval '1 second' - interval '40 ms', now() - (g %% 3600) * interval '1 second',
+       now() - (g %% 3600) * interval '1 second' + interval '5 ms', 5
+FROM generate_series(1, %s) g
+"""
+VARIANTS = {
+    "first page (no filter)": "/console/jobs",
+    "status=dead,failed": "/console/jobs?status=dead,failed",
+    "type + keyword": "/console/jobs?type=webhook_delivery&keyword=receiver+3",
+    "older than 1 h": "/console/jobs?min_age_seconds=3600",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--attempts", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args()
+    server = libpq(os.environ["DATABASE_URL"])
+    db = f"lf_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    try:
+        run(with_database(server, db), args)
+    finally:
+        from app.db import get_engine
+
+        get_engine().dispose()
+        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def run(dsn: str, args: argparse.Namespace) -> None:
+    os.environ["DATABASE_URL"] = dsn
+    from app.auth import Scope, create_credential
+    from app.config import get_settings
+    from app.db import transaction
+    from app.migrate import upgrade
+    from web import create_app
+
+    get_settings.cache_clear()
+    upgrade(get_settings().database_url)
+    log(f"filling {args.jobs} jobs and {args.attempts} attempts")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(FILL, (args.jobs,))
+        conn.execute(ATTEMPTS, (min(args.attempts, args.jobs),))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE workflow_jobs, workflow_job_executions")
+    with transaction() as conn:
+        token = create_credential(
+            conn, namespace="bench", name="monitor", scopes=[Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE]
+        ).token
+    app = create_app()
+    client = app.test_client()
+    page = client.get("/console/login").get_data(as_text=True)
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    assert client.post("/console/login", data={"token": token, "csrf_token": csrf}).status_code == 302
+    print(f"\nconsole job list, {args.jobs:,} jobs, {args.attempts:,} attempts in the last hour; "
+          f"server time per page load (ms), {args.repeat} loads each; load {loadavg()}")  # fmt: skip
+    print(f"{'page':<28} {'median':>8} {'p95':>8} {'max':>8} {'rows':>5}")
+    for name, url in VARIANTS.items():
+        for _ in range(3):  # warm the connection pool and the caches
+            client.get(url)
+        times = []
+        rows = 0
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            r = client.get(url)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert r.status_code == 200, r.status_code
+            rows = r.get_data(as_text=True).count('name="job_ids"')
+        print(
+            f"{name:<28} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} {max(times):8.1f} {rows:>5}"
+        )
+    cursor_page = client.get("/console/jobs").get_data(as_text=True)
+    nxt = re.search(r'rel="next" href="([^"]+)"', cursor_page)
+    if nxt:
+        url = "/console/jobs" + nxt.group(1).replace("&amp;", "&")
+        times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            client.get(url)
+            times.append((time.perf_counter() - t0) * 1000)
+        print(f"{'second page (cursor)':<28} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
+              f"{max(times):8.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
