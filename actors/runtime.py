@@ -27,6 +27,8 @@ BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.tasks",
     "app.engine.handlers.subprocess",
     "app.engine.handlers.compensation",
+    "app.integrations.webhooks",
+    "app.integrations.actions",
 )
 
 

@@ -8,6 +8,7 @@ from app.ids import new_request_id
 from web import errors, observability
 from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
+from web.integrations import bp as integrations_bp
 from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.strict import MAX_BODY_BYTES
@@ -45,4 +46,5 @@ def create_app() -> Flask:
     app.register_blueprint(tasks_bp)
     app.register_blueprint(workflow_control_bp)
     app.register_blueprint(workflow_history_bp)
+    app.register_blueprint(integrations_bp)
     return app
