@@ -33,6 +33,13 @@ from ledgerflow.control_client import (  # noqa: E402 - re-exported: control, si
     WorkflowControlMixin,
     WorkflowSignal,
 )
+from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: events, subscriptions, rules
+    IntegrationsMixin,
+)
+from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: the webhook receiver's verifier
+    WebhookVerificationError as WebhookVerificationError,
+)
+from ledgerflow.integrations_client import verify_webhook as verify_webhook  # noqa: E402
 from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public names
     _BY_CODE,
     ABSENT,
@@ -62,7 +69,7 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
 
 
 # --------------------------------------------------------------------------- client
-class Client(WorkflowControlMixin):
+class Client(WorkflowControlMixin, IntegrationsMixin):
     def __init__(
         self,
         base_url: str,

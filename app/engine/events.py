@@ -93,12 +93,14 @@ def _dispatch_job(conn: Connection, iid: str) -> int | None:
         row = conn.execute(_INTEREST, {"iid": iid}).first()
         job_id = None
         if row is not None and row[2]:
+            op = new_id()  # one operation per transaction: its fan-out receipt is its own
             job_id = enqueue(
                 conn,
                 "event_dispatch",
                 {"instance_id": iid},
                 instance_id=iid,
-                idempotency_key=f"event_dispatch:{new_id()}",
+                idempotency_key=f"event_dispatch:{op}",
+                operation_key=op,
                 trace_id=row.trace_id,
             ).id
         jobs[iid] = job_id

@@ -254,7 +254,11 @@ def rotate(
 
 
 # ------------------------------------------------------------------ the delivery log and redelivery
-_DELIVERY_COLS = """d.id, d.event_id, d.event_type, d.status, d.attempts, d.redeliveries, d.response_code,
+# The job is the truth when its executor died without recording (killed mid-delivery, then reclaimed).
+STATUS_SQL = """CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying')
+    THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END
+    ELSE d.status END"""
+_DELIVERY_COLS = f"""d.id, d.event_id, d.event_type, {STATUS_SQL} AS status, d.attempts, d.redeliveries, d.response_code,
     d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status"""
 
 
@@ -387,7 +391,7 @@ def redeliver_since(
     rows = conn.execute(
         text(
             f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-            "WHERE d.subscription_id = :sid AND d.created_at >= :since AND d.status = ANY(:st) "
+            f"WHERE d.subscription_id = :sid AND d.created_at >= :since AND {STATUS_SQL} = ANY(:st) "
             "ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED"
         ),
         {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER},
