@@ -1,0 +1,149 @@
+"""Fan-out, skips and automation with the outbound jobs run inline (claim -> handler -> settle, as the
+pool does): one delivery per (event, subscription) however often the dispatch runs; a subscription
+disabled or deleted at delivery time gives a ``skipped`` attempt; auto-disable after consecutive
+failures; an automation rule starts exactly one workflow per event under retries and replays."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+import app.integrations.actions  # noqa: F401 - registers automation_action
+import app.integrations.webhooks  # noqa: F401 - registers event_dispatch, webhook_delivery
+from app.auth import Principal
+from app.db import transaction
+from app.ids import new_id
+from app.integrations import automation, subscriptions
+from app.integrations.patterns import conditions_hold, type_matches
+from app.ledger import handlers
+from tests.engine.helpers import claim_task, complete_task, publish, run_jobs, start
+
+NS = "ns-" + new_id()[:8]
+OUT = "workflow-ledger-outbound"
+DOC = {"version": "v1", "input_schema": {"type": "object"}, "deadline_seconds": 3600,
+       "steps": [{"key": "work", "kind": "TASK", "queue": "int-q"}]}  # fmt: skip
+
+
+@pytest.fixture
+def out(eng, monkeypatch):  # noqa: ANN001, ANN201
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
+    from app.integrations import actions, webhooks
+
+    for name, fn in (("event_dispatch", webhooks.event_dispatch), ("webhook_delivery", webhooks.webhook_delivery),
+                     ("automation_action", actions.automation_action)):  # fmt: skip
+        handlers.register(name, fn, replace=True)
+    return eng
+
+
+def _principal() -> Principal:
+    return Principal("cred", "tester", NS, NS, frozenset(), None)
+
+
+def _sub(eng, url: str, types: list[str]) -> dict:  # noqa: ANN001
+    with transaction(eng) as conn:
+        return subscriptions.create(conn, _principal(), None, {"url": url, "event_types": types})
+
+
+def _q(eng, sql: str, **kw):  # noqa: ANN001, ANN003, ANN202
+    with eng.begin() as conn:
+        res = conn.execute(text(sql), kw)
+        return res.all() if res.returns_rows else []
+
+
+def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(out) -> None:  # noqa: ANN001
+    # a closed port: deliveries fail before sending and stay retryable (nothing listens on 127.0.0.1:1)
+    sub = _sub(out, "http://127.0.0.1:1/hook", ["workflow.*", "task.*"])
+    iid = start(out, NS, publish(out, NS, DOC), {})["id"]
+    complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
+    ran = run_jobs(out, queue=OUT, limit=2)
+    assert [t for t, _ in ran] == ["event_dispatch", "event_dispatch"]
+    wanted = _q(out, "SELECT id FROM workflow_events WHERE instance_id = :i AND (type LIKE 'workflow.%' "
+                "OR type LIKE 'task.%')", i=iid)  # fmt: skip
+    pairs = _q(out, "SELECT event_id FROM webhook_deliveries WHERE subscription_id = :s", s=sub["id"])
+    assert sorted(p[0] for p in pairs) == sorted(w[0] for w in wanted)
+    # the dispatch jobs run again (a replay, or a worker killed before settling): nothing new
+    _q(out, "UPDATE workflow_jobs SET status = 'pending', run_at = now() WHERE type = 'event_dispatch'")
+    with transaction(out) as conn:  # even without the stored receipt, the unique pair decides
+        conn.execute(text("DELETE FROM workflow_job_effects"))
+    run_jobs(out, queue=OUT, limit=2)
+    assert len(_q(out, "SELECT 1 FROM webhook_deliveries")) == len(wanted)
+    assert len(_q(out, "SELECT 1 FROM workflow_jobs WHERE type = 'webhook_delivery'")) == len(wanted)
+
+
+def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> None:  # noqa: ANN001
+    kept = _sub(out, "http://127.0.0.1:1/a", ["workflow.started"])
+    gone = _sub(out, "http://127.0.0.1:1/b", ["workflow.started"])
+    start(out, NS, publish(out, NS, DOC), {})
+    run_jobs(out, queue=OUT, limit=1)  # the dispatch only
+    with transaction(out) as conn:
+        subscriptions.set_enabled(conn, _principal(), None, kept["id"], False)
+        subscriptions.delete(conn, _principal(), None, gone["id"])
+    ran = run_jobs(out, queue=OUT, limit=5)
+    assert sorted(k for _, k in ran) == ["skipped", "skipped"]
+    attempts = _q(out, "SELECT e.status FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id "
+                  "WHERE j.type = 'webhook_delivery'")  # fmt: skip
+    assert [a[0] for a in attempts] == ["skipped", "skipped"]
+    [(status,)] = _q(out, "SELECT status FROM webhook_deliveries WHERE subscription_id = :s", s=kept["id"])
+    assert status == "skipped"
+
+
+def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv("LEDGERFLOW_WEBHOOK_DISABLE_AFTER", "3")
+    sub = _sub(out, "http://127.0.0.1:1/down", ["workflow.*", "task.*", "step.*"])
+    start(out, NS, publish(out, NS, DOC), {})
+    run_jobs(out, queue=OUT, limit=1)
+    run_jobs(out, queue=OUT, limit=3)  # three failed attempts (connection refused before sending)
+    with out.connect() as conn:
+        view = subscriptions.get(conn, NS, sub["id"])
+    assert view["enabled"] is False and "3 consecutive failed deliveries" in view["disabled_reason"]
+    assert "127.0.0.1:1" in view["disabled_reason"]
+    with transaction(out) as conn:
+        again = subscriptions.set_enabled(conn, _principal(), None, sub["id"], True)
+    assert again["enabled"] and again["consecutive_failures"] == 0 and again["disabled_reason"] is None
+
+
+def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None:  # noqa: ANN001
+    parent_def, child_def = publish(out, NS, DOC), publish(out, NS, DOC)
+    with transaction(out) as conn:
+        rule = automation.create_rule(conn, _principal(), None, {
+            "name": "follow-up", "event_type": "workflow.succeeded", "definition_id": parent_def,
+            "conditions": [{"path": "data.instance.state", "op": "eq", "value": "SUCCEEDED"}],
+            "action": {"kind": "start_workflow", "definition_id": child_def, "version": "v1",
+                       "input": {"parent": "$.event.workflow_id", "missing": "$.event.data.nope"},
+                       "business_key": "$.event.id"},
+        })  # fmt: skip
+    parent = start(out, NS, parent_def, {})["id"]
+    complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
+    run_jobs(out, queue=OUT, limit=10)
+    children = lambda: _q(
+        out, "SELECT id, input FROM workflow_instances WHERE definition_id = :d", d=child_def
+    )  # noqa: E731
+    [(child_id, child_input)] = children()
+    assert child_input == {"parent": parent}
+    # every retry / replay of the action and of the dispatch: still one child
+    for _ in range(2):
+        _q(out, "UPDATE workflow_jobs SET status = 'pending', run_at = now() "
+           "WHERE type IN ('automation_action', 'event_dispatch')")  # fmt: skip
+        run_jobs(out, queue=OUT, limit=20)
+    assert len(children()) == 1
+    [(status, result)] = _q(
+        out, "SELECT status, result FROM automation_executions WHERE rule_id = :r", r=rule["id"]
+    )
+    assert status == "succeeded" and result == {"workflow_id": child_id}
+    with out.connect() as conn:
+        log = automation.executions(conn, NS, rule["id"], 10, None)
+    assert [x["status"] for x in log["items"]] == ["succeeded"]
+
+
+def test_patterns_and_conditions() -> None:
+    assert type_matches(["workflow.*"], "workflow.succeeded") and not type_matches(
+        ["workflow.*"], "step.failed"
+    )
+    assert type_matches(["*"], "signal.consumed") and type_matches(["task.created"], "task.created")
+    doc = {"data": {"instance": {"state": "FAILED", "n": 2}}}
+    assert conditions_hold([{"path": "data.instance.n", "op": "eq", "value": 2.0}], doc)
+    assert conditions_hold(
+        [{"path": "data.instance.state", "op": "in", "value": ["FAILED", "CANCELLED"]}], doc
+    )
+    assert not conditions_hold([{"path": "data.nope", "op": "eq", "value": 1}], doc)
+    assert conditions_hold([{"path": "data.nope", "op": "exists", "value": False}], doc)
