@@ -4,7 +4,7 @@
     # in another shell:
     .venv/bin/ledgerflow env -- .venv/bin/python -m examples.hello
 
-It registers an ``automation_action`` handler that records an effect receipt and returns a result.
+It registers an ``external_dispatch`` handler (a type with no built-in handler) that records an effect receipt and returns a result.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from app.ledger import handlers
 from app.ledger.context import JobContext
 
 
-@handlers.register("automation_action", replace=True)
+@handlers.register("external_dispatch", replace=True)
 def hello(ctx: JobContext) -> dict:
     greeting = ctx.effect("greet", lambda conn: {"greeting": f"hello, {ctx.payload.get('name', 'world')}"})
     print(f"job {ctx.job_id} attempt {ctx.attempt}: {greeting['greeting']}", flush=True)
@@ -31,7 +31,7 @@ def main() -> None:
 
     install_publisher()
     with transaction() as conn:
-        job = enqueue(conn, "automation_action", {"name": "ledgerflow"})
+        job = enqueue(conn, "external_dispatch", {"name": "ledgerflow"})
     print(f"enqueued job {job.id}; waiting for a worker-outbound process to run it ...")
     for _ in range(100):
         with get_engine().connect() as conn:

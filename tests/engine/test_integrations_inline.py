@@ -115,9 +115,10 @@ def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None
     parent = start(out, NS, parent_def, {})["id"]
     complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
     run_jobs(out, queue=OUT, limit=10)
-    children = lambda: _q(
-        out, "SELECT id, input FROM workflow_instances WHERE definition_id = :d", d=child_def
-    )  # noqa: E731
+
+    def children() -> list:
+        return _q(out, "SELECT id, input FROM workflow_instances WHERE definition_id = :d", d=child_def)
+
     [(child_id, child_input)] = children()
     assert child_input == {"parent": parent}
     # every retry / replay of the action and of the dispatch: still one child

@@ -93,7 +93,10 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     report = drain(get_engine(), settings)
     assert report.to_dead >= 1  # the calls that had left: needs confirmation, never re-sent
     spawn_worker("outbound", env=env)
-    deliveries = lambda: c.list_deliveries(sub["id"])["items"]  # noqa: E731
+
+    def deliveries() -> list[dict]:
+        return c.list_deliveries(sub["id"])["items"]
+
     until(lambda: all(d["status"] in ("succeeded", "unknown") for d in deliveries()) and len(deliveries()) == 8,
           timeout=60)  # fmt: skip
     counts = receiver.ids("/slow")
