@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test bench lint format clean services-stop
+.PHONY: install run test bench bench-webhooks lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test,bench]"
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench $(BENCH_ARGS)
+
+bench-webhooks: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench.webhooks $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
