@@ -22,11 +22,11 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import audit
-from app import cursor as cursors
 from app.auth import Principal
 from app.engine import instances, oplog, signals
 from app.errors import InvalidArgument, LimitExceeded, NotFound
 from app.ids import is_hex32, new_id
+from app.integrations.paging import page
 from app.integrations.patterns import (
     ABSENT,
     conditions_hold,
@@ -176,21 +176,10 @@ def get_rule(conn: Connection, ns: str, rule_id: str) -> dict[str, Any]:
 
 
 def list_rules(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
-    binding = {"ns": ns, "k": "automation_rules"}
-    pos = cursors.decode(cursor, binding) if cursor else None
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLS} FROM automation_rules WHERE namespace_id = :ns "
-            f"{'AND (created_at, id) > (:t, :i)' if pos else ''} ORDER BY created_at, id LIMIT :n"
-        ),
-        {"ns": ns, "n": limit + 1, "t": cursors.parse_time(pos["t"]) if pos else None, "i": pos and pos["i"]},
-    ).all()
-    out: dict[str, Any] = {"items": [rule_view(r) for r in rows[:limit]]}
-    if len(rows) > limit:
-        out["next_cursor"] = cursors.encode(
-            {"t": rfc3339(rows[limit - 1].created_at), "i": rows[limit - 1].id}, binding
-        )
-    return out
+    return page(
+        conn, f"SELECT {_COLS} FROM automation_rules WHERE namespace_id = :ns {{after}} {{order}}", {"ns": ns},
+        binding={"ns": ns, "k": "automation_rules"}, limit=limit, cursor=cursor, view=rule_view,
+    )  # fmt: skip
 
 
 def set_rule_enabled(
@@ -208,37 +197,23 @@ def set_rule_enabled(
     return after
 
 
+def _execution_view(r: Any) -> dict[str, Any]:
+    return {"id": r.id, "event_id": r.event_id, "status": r.status, "result": r.result, "last_error": r.last_error,
+            "job_id": None if r.job_id is None else str(r.job_id), "job_status": r.job_status,
+            "attempts": r.attempts or 0, "created_at": rfc3339(r.created_at), "updated_at": rfc3339(r.updated_at)}  # fmt: skip
+
+
 def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
     """The rule's execution log, newest first."""
     _rule(conn, ns, rule_id)
-    binding = {"ns": ns, "rule": rule_id, "k": "automation_executions"}
-    pos = cursors.decode(cursor, binding) if cursor else None
-    rows = conn.execute(
-        text(
-            "SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, "
-            "j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id "
-            f"WHERE x.rule_id = :r {'AND (x.created_at, x.id) < (:t, :i)' if pos else ''} "
-            "ORDER BY x.created_at DESC, x.id DESC LIMIT :n"
-        ),
-        {
-            "r": rule_id,
-            "n": limit + 1,
-            "t": cursors.parse_time(pos["t"]) if pos else None,
-            "i": pos and pos["i"],
-        },
-    ).all()
-    items = [
-        {"id": r.id, "event_id": r.event_id, "status": r.status, "result": r.result, "last_error": r.last_error,
-         "job_id": None if r.job_id is None else str(r.job_id), "job_status": r.job_status,
-         "attempts": r.attempts or 0, "created_at": rfc3339(r.created_at), "updated_at": rfc3339(r.updated_at)}
-        for r in rows[:limit]
-    ]  # fmt: skip
-    out: dict[str, Any] = {"items": items}
-    if len(rows) > limit:
-        out["next_cursor"] = cursors.encode(
-            {"t": rfc3339(rows[limit - 1].created_at), "i": rows[limit - 1].id}, binding
-        )
-    return out
+    return page(
+        conn,
+        "SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, "
+        "j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id "
+        "WHERE x.rule_id = :r {after} {order}",
+        {"r": rule_id}, binding={"ns": ns, "rule": rule_id, "k": "automation_executions"}, limit=limit,
+        cursor=cursor, view=_execution_view, alias="x.", newest_first=True,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- fan-out (event_dispatch)

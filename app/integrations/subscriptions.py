@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import audit
-from app import cursor as cursors
 from app.auth import Principal
 from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
+from app.integrations.paging import page
 from app.integrations.patterns import validate_patterns
 from app.jsonx import rfc3339
 from app.ledger import ops_actions
@@ -126,51 +126,34 @@ VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret) RETURNING 
     return {**out, "secret": secret}
 
 
-def _lock(conn: Connection, ns: str, sid: str) -> Any:
+def _row(conn: Connection, ns: str, sid: str, *, lock: bool = False) -> Any:
     row = (
         conn.execute(
-            text(f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns FOR UPDATE"),
+            text(f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
+                 + (" FOR UPDATE" if lock else "")),
             {"id": sid, "ns": ns},
         ).first()
         if is_hex32(sid)
         else None
-    )
+    )  # fmt: skip
     if row is None:
         raise NotFound("subscription not found")
     return row
 
 
+def _lock(conn: Connection, ns: str, sid: str) -> Any:
+    return _row(conn, ns, sid, lock=True)
+
+
 def get(conn: Connection, ns: str, sid: str) -> dict[str, Any]:
-    row = (
-        conn.execute(
-            text(f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"),
-            {"id": sid, "ns": ns},
-        ).first()
-        if is_hex32(sid)
-        else None
-    )
-    if row is None:
-        raise NotFound("subscription not found")
-    return view(row)
+    return view(_row(conn, ns, sid))
 
 
 def list_page(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
-    binding = {"ns": ns, "k": "event_subscriptions"}
-    pos = cursors.decode(cursor, binding) if cursor else None
-    after = "AND (created_at, id) > (:t, :i)" if pos else ""
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {after} "
-            "ORDER BY created_at, id LIMIT :n"
-        ),
-        {"ns": ns, "n": limit + 1, "t": cursors.parse_time(pos["t"]) if pos else None, "i": pos and pos["i"]},
-    ).all()
-    items = [view(r) for r in rows[:limit]]
-    out: dict[str, Any] = {"items": items}
-    if len(rows) > limit:
-        last = rows[limit - 1]
-        out["next_cursor"] = cursors.encode({"t": rfc3339(last.created_at), "i": last.id}, binding)
-    return out
+    return page(
+        conn, f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}", {"ns": ns},
+        binding={"ns": ns, "k": "event_subscriptions"}, limit=limit, cursor=cursor, view=view,
+    )  # fmt: skip
 
 
 _UPDATE = (
@@ -284,27 +267,13 @@ def delivery_view(row: Any) -> dict[str, Any]:
 def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | None) -> dict[str, Any]:
     """The delivery log, newest first."""
     get(conn, ns, sid)
-    binding = {"ns": ns, "sub": sid, "k": "webhook_deliveries"}
-    pos = cursors.decode(cursor, binding) if cursor else None
-    before = "AND (d.created_at, d.id) < (:t, :i)" if pos else ""
-    rows = conn.execute(
-        text(
-            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-            f"WHERE d.subscription_id = :sid {before} ORDER BY d.created_at DESC, d.id DESC LIMIT :n"
-        ),
-        {
-            "sid": sid,
-            "n": limit + 1,
-            "t": cursors.parse_time(pos["t"]) if pos else None,
-            "i": pos and pos["i"],
-        },
-    ).all()
-    items = [delivery_view(r) for r in rows[:limit]]
-    out: dict[str, Any] = {"items": items}
-    if len(rows) > limit:
-        last = rows[limit - 1]
-        out["next_cursor"] = cursors.encode({"t": rfc3339(last.created_at), "i": last.id}, binding)
-    return out
+    return page(
+        conn,
+        f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+        "WHERE d.subscription_id = :sid {after} {order}",
+        {"sid": sid}, binding={"ns": ns, "sub": sid, "k": "webhook_deliveries"}, limit=limit, cursor=cursor,
+        view=delivery_view, alias="d.", newest_first=True,
+    )  # fmt: skip
 
 
 def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:

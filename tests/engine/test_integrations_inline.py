@@ -148,3 +148,18 @@ def test_patterns_and_conditions() -> None:
     )
     assert not conditions_hold([{"path": "data.nope", "op": "eq", "value": 1}], doc)
     assert conditions_hold([{"path": "data.nope", "op": "exists", "value": False}], doc)
+
+
+def test_pages_of_subscriptions_and_deliveries(out) -> None:  # noqa: ANN001
+    subs = [_sub(out, f"http://127.0.0.1:1/{i}", ["workflow.started", "task.created"]) for i in range(3)]
+    start(out, NS, publish(out, NS, DOC), {})
+    run_jobs(out, queue=OUT, limit=1)
+    with out.connect() as conn:
+        first = subscriptions.list_page(conn, NS, 2, None)
+        second = subscriptions.list_page(conn, NS, 2, first["next_cursor"])
+        log1 = subscriptions.deliveries(conn, NS, subs[0]["id"], 1, None)
+        log2 = subscriptions.deliveries(conn, NS, subs[0]["id"], 1, log1["next_cursor"])
+    assert [s["id"] for s in first["items"] + second["items"]] == [s["id"] for s in subs]
+    assert "next_cursor" not in second
+    assert {d["event_type"] for d in log1["items"] + log2["items"]} == {"workflow.started", "task.created"}
+    assert "next_cursor" not in log2
