@@ -163,3 +163,31 @@ def test_pages_of_subscriptions_and_deliveries(out) -> None:  # noqa: ANN001
     assert "next_cursor" not in second
     assert {d["event_type"] for d in log1["items"] + log2["items"]} == {"workflow.started", "task.created"}
     assert "next_cursor" not in log2
+
+
+def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa: ANN001
+    from ledgerflow.client import verify_webhook
+    from tests.web.webhook_receiver import start_receiver
+
+    receiver = start_receiver()
+    try:
+        with transaction(out) as conn:
+            rule = automation.create_rule(conn, _principal(), None, {
+                "name": "notify", "event_type": "workflow.started",
+                "action": {"kind": "http", "url": receiver.url("/ok")},
+            })  # fmt: skip
+        start(out, NS, publish(out, NS, DOC), {})
+        run_jobs(out, queue=OUT, limit=5)
+        [got] = receiver.received("/ok")
+        event = verify_webhook(rule["secret"], got.body, got.headers)
+        assert event["type"] == "workflow.started"
+        [(status,)] = _q(out, "SELECT status FROM automation_executions WHERE rule_id = :r", r=rule["id"])
+        assert status == "succeeded"
+    finally:
+        receiver.close()
+    sub = _sub(out, "http://127.0.0.1:1/x", ["*"])
+    with pytest.raises(Exception, match="private|loopback|resolves"), transaction(out) as conn:
+        subscriptions.update(conn, _principal(), None, sub["id"], {"url": "http://10.0.0.5/h"})
+    with transaction(out) as conn:
+        changed = subscriptions.update(conn, _principal(), None, sub["id"], {"event_types": ["step.*"]})
+    assert changed["event_types"] == ["step.*"] and changed["revision"] == 2
