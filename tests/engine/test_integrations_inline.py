@@ -191,3 +191,30 @@ def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa
     with transaction(out) as conn:
         changed = subscriptions.update(conn, _principal(), None, sub["id"], {"event_types": ["step.*"]})
     assert changed["event_types"] == ["step.*"] and changed["revision"] == 2
+
+
+SIGNAL_DOC = {
+    "version": "v1", "input_schema": {}, "deadline_seconds": 600,
+    "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
+    "steps": [{"key": "receipt", "kind": "SIGNAL", "after": [], "signal": "done", "payload_version": "v1",
+               "correlation": "$.input.order", "timeout_seconds": 300}],
+}  # fmt: skip
+
+
+def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: ANN001
+    waiter = start(out, NS, publish(out, NS, SIGNAL_DOC), {"order": "o-1"})["id"]
+    source_def = publish(out, NS, DOC)
+    with transaction(out) as conn:
+        automation.create_rule(conn, _principal(), None, {
+            "name": "tell", "event_type": "workflow.succeeded", "definition_id": source_def,
+            "action": {"kind": "signal", "workflow_id": waiter, "name": "done", "payload_version": "v1",
+                       "target_step_key": "receipt", "correlation_key": "o-1",
+                       "payload": {"from": "$.event.workflow_id"}},
+        })  # fmt: skip
+    source = start(out, NS, source_def, {})["id"]
+    complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
+    run_jobs(out, queue=OUT, limit=10)
+    _q(out, "UPDATE workflow_jobs SET status = 'pending', run_at = now() WHERE type = 'automation_action'")
+    run_jobs(out, queue=OUT, limit=10)
+    sigs = _q(out, "SELECT state, payload FROM workflow_signals WHERE instance_id = :i", i=waiter)
+    assert sigs == [("CONSUMED", {"from": source})]
