@@ -5,12 +5,13 @@
    configurations, interleaved: events off (``app.engine.events.emit`` replaced by a no-op: the cost
    before issue 10), events written with nobody listening (no dispatch job), and events written with a
    subscription in the namespace (one ``event_dispatch`` job per transaction).
-2. **Fan-out and delivery**: ``--procs`` real ``ledgerflow worker --pool outbound`` processes, 5
-   subscriptions to ``workflow.started`` on a local receiver (127.0.0.1, opened through
-   ``LEDGERFLOW_OUTBOUND_ALLOW``); ``--events`` workflow starts issued back to back by one client
-   (1 event each = events x 5 deliveries). deliveries/s = deliveries / (first event's created_at to
-   the last delivery's arrival); event->delivery latency = arrival at the receiver - the event's
-   created_at (database and receiver share the machine's clock).
+2. **Fan-out and delivery**: 5 subscriptions to ``workflow.started`` on a local receiver (127.0.0.1,
+   opened through ``LEDGERFLOW_OUTBOUND_ALLOW``). Backlog: ``--events`` workflow starts (1 matching
+   event each = events x 5 deliveries) are written first, then ``--procs`` real ``ledgerflow worker
+   --pool outbound`` processes start; deliveries/s = deliveries / (first to last arrival at the
+   receiver). Live: with the workers running, ``--latency-events`` more starts, one every ~50 ms;
+   event->delivery latency = arrival at the receiver - the event's ``created_at`` (the database and
+   the receiver share the machine's clock).
 
 Creates and drops its own database (``lf_bench_<random>``) on the server of ``DATABASE_URL``.
 """
@@ -125,7 +126,31 @@ def hot_path(n: int, rounds: int, receiver_url: str) -> list[str]:
     return out
 
 
-def delivery(bench: Bench, n_events: int, n_subs: int, procs: int, receiver_url: str) -> list[str]:
+def _wait(want: int, path_prefix: str) -> dict[tuple[str, str], float]:
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        with _Receiver.lock:
+            got = {k: v for k, v in _Receiver.arrivals.items() if k[0].startswith(path_prefix)}
+        if len(got) >= want:
+            return got
+        time.sleep(0.2)
+    return got
+
+
+def _created(def_id: str) -> dict[str, float]:
+    from sqlalchemy import text
+
+    from app.db import get_engine
+
+    with get_engine().connect() as conn:
+        return {r[0]: float(r[1]) for r in conn.execute(text(
+            "SELECT id, extract(epoch FROM created_at) FROM workflow_events WHERE type = 'workflow.started' "
+            "AND definition_id = :d"), {"d": def_id}).all()}  # fmt: skip
+
+
+def delivery(
+    bench: Bench, n_events: int, n_subs: int, procs: int, receiver_url: str, lat_events: int
+) -> list[str]:
     from sqlalchemy import text
 
     from actors.hints import install_publisher
@@ -134,12 +159,14 @@ def delivery(bench: Bench, n_events: int, n_subs: int, procs: int, receiver_url:
 
     install_publisher()
     client = create_app().test_client()
-    h, def_id = _setup_namespace(client, receiver_url + "/d", n_subs)
     with get_engine().begin() as conn:  # the hot path's subscription and its pending fan-out are not measured
-        conn.execute(
-            text("DELETE FROM event_subscriptions WHERE url NOT LIKE :u"), {"u": f"{receiver_url}/d%"}
-        )
+        conn.execute(text("DELETE FROM event_subscriptions"))
         conn.execute(text("DELETE FROM workflow_jobs WHERE type IN ('event_dispatch', 'webhook_delivery')"))
+    h, def_id = _setup_namespace(client, receiver_url + "/backlog", n_subs)
+    t0 = time.monotonic()
+    for _ in range(n_events):  # the backlog: no worker runs yet
+        _start(client, h, def_id)
+    produce = time.monotonic() - t0
     env = {
         **bench.lf_env(bench.redis_url),
         "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32",
@@ -147,29 +174,27 @@ def delivery(bench: Bench, n_events: int, n_subs: int, procs: int, receiver_url:
     }
     for _ in range(procs):
         bench.spawn([str(bench.bin / "ledgerflow"), "worker", "--pool", "outbound"], env, "outbound")
-    time.sleep(3)  # the workers start
-    _Receiver.arrivals.clear()
-    for _ in range(n_events):
-        _start(client, h, def_id)
-    want = n_events * n_subs
-    deadline = time.monotonic() + 600
-    while len(_Receiver.arrivals) < want and time.monotonic() < deadline:
-        time.sleep(0.2)
-    with get_engine().connect() as conn:
-        created = dict(conn.execute(text(
-            "SELECT id, extract(epoch FROM created_at) FROM workflow_events WHERE type = 'workflow.started' "
-            "AND definition_id = :d"
-        ), {"d": def_id}).all())  # fmt: skip
-    lat = [(t - float(created[wid])) * 1000 for (_, wid), t in _Receiver.arrivals.items() if wid in created]
-    got = len(lat)
-    first = min(float(v) for v in created.values())
-    span = max(_Receiver.arrivals.values()) - first
-    return [
-        f"{n_events} events x {n_subs} subscriptions, {procs} outbound proc(s) x 4 slots, local receiver",
-        f"deliveries received: {got} of {want}; {got / span:,.0f} deliveries/s (first event -> last delivery, "
-        f"{span:.1f} s)",
-        f"event -> delivery latency: p50 {percentile(lat, 50):,.0f} ms, p99 {percentile(lat, 99):,.0f} ms",
+    got = _wait(n_events * n_subs, "/backlog")
+    span = max(got.values()) - min(got.values())
+    out = [
+        f"{n_events} events x {n_subs} subscriptions (workflow.started), {procs} outbound proc(s) x 4 slots, "
+        "local receiver",
+        f"backlog (events written first, {n_events / produce:,.0f} starts/s): {len(got)} of {n_events * n_subs} "
+        f"delivered, {len(got) / span:,.0f} deliveries/s (first to last arrival, {span:.1f} s)",
     ]
+    # latency: workers running, events arriving one start at a time
+    h2, def2 = _setup_namespace(client, receiver_url + "/live", n_subs)
+    for _ in range(lat_events):
+        _start(client, h2, def2)
+        time.sleep(0.05)
+    live = _wait(lat_events * n_subs, "/live")
+    created = _created(def2)
+    lat = [(t - created[wid]) * 1000 for (_, wid), t in live.items() if wid in created]
+    out.append(
+        f"live ({lat_events} events, one start every ~50 ms + its own time): event -> delivery latency "
+        f"p50 {percentile(lat, 50):,.0f} ms, p99 {percentile(lat, 99):,.0f} ms ({len(lat)} deliveries)"
+    )
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--events", type=int, default=1000)
     p.add_argument("--subs", type=int, default=5)
     p.add_argument("--procs", type=int, default=2)
+    p.add_argument("--latency-events", type=int, default=200)
     p.add_argument("--starts", type=int, default=200, help="POST /v1/workflows per configuration and round")
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
@@ -195,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         log("hot path: POST /v1/workflows")
         lines += hot_path(a.starts, a.rounds, url) + [""]
         log(f"delivery: {a.events} events x {a.subs} subscriptions")
-        lines += delivery(bench, a.events, a.subs, a.procs, url)
+        lines += delivery(bench, a.events, a.subs, a.procs, url, a.latency_events)
     finally:
         bench.teardown()
         server.shutdown()

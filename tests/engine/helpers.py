@@ -64,7 +64,17 @@ def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[
             result, exc = None, e
         out = outcome_of(result, exc)
         settle(
-            engine, [settlement(row, out.kind, result=out.result, error=out.error, error_code=out.error_code)]
+            engine,
+            [
+                settlement(
+                    row,
+                    out.kind,
+                    result=out.result,
+                    error=out.error,
+                    error_code=out.error_code,
+                    retry_after_s=out.retry_after,
+                )
+            ],  # fmt: skip
         )
         ran.append((row["type"], out.kind if exc is None else f"{out.kind}: {exc}"))
     return ran

@@ -218,3 +218,33 @@ def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: A
     run_jobs(out, queue=OUT, limit=10)
     sigs = _q(out, "SELECT state, payload FROM workflow_signals WHERE instance_id = :i", i=waiter)
     assert sigs == [("CONSUMED", {"from": source})]
+
+
+def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(out) -> None:  # noqa: ANN001
+    from datetime import timedelta
+
+    from app.db import db_now
+    from app.ledger.ops_actions import Actor
+    from tests.web.webhook_receiver import start_receiver
+
+    receiver = start_receiver()
+    try:
+        busy = _sub(out, receiver.url("/busy"), ["workflow.started"])
+        gone = _sub(out, receiver.url("/gone"), ["workflow.started"])
+        start(out, NS, publish(out, NS, DOC), {})
+        run_jobs(out, queue=OUT, limit=3)  # dispatch, then one attempt each
+        [(wait_s,)] = _q(out, "SELECT extract(epoch FROM j.run_at - now()) FROM webhook_deliveries d "
+                         "JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :s", s=busy["id"])  # fmt: skip
+        assert 100 < float(wait_s) <= 120  # Retry-After: 120 wins over the 30 s backoff
+        with out.connect() as conn:
+            [dead] = subscriptions.deliveries(conn, NS, gone["id"], 10, None)["items"]
+        assert (dead["status"], dead["response_code"], dead["job_status"]) == ("dead", 410, "dead")
+        with transaction(out) as conn:
+            since = db_now(conn) - timedelta(minutes=5)
+            done = subscriptions.redeliver_since(conn, Actor(_principal(), None), gone["id"], since)
+        assert done["submitted"] == 1
+        [(job_status,)] = _q(out, "SELECT j.status FROM webhook_deliveries d JOIN workflow_jobs j ON j.id = d.job_id "
+                             "WHERE d.subscription_id = :s", s=gone["id"])  # fmt: skip
+        assert job_status == "pending"
+    finally:
+        receiver.close()

@@ -4,7 +4,8 @@
 - ``/ok``: 200;
 - ``/flaky``: 500 to the first two requests of each ``webhook-id``, then 200;
 - ``/slow``: 200 after ``slow_seconds``;
-- ``/gone``: 410.
+- ``/gone``: 410;
+- ``/busy``: 429 with ``Retry-After: 120``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def start_receiver(slow_seconds: float = 1.5) -> Receiver:
                 code = 500
             elif self.path == "/gone":
                 code = 410
+            elif self.path == "/busy":
+                code = 429
             elif self.path == "/slow":
                 time.sleep(rec.slow_seconds)
             if 200 <= code < 300:
@@ -81,6 +84,8 @@ def start_receiver(slow_seconds: float = 1.5) -> Receiver:
                     rec.acked[wid] += 1
             try:
                 self.send_response(code)
+                if code == 429:
+                    self.send_header("Retry-After", "120")
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")
