@@ -67,7 +67,7 @@ def try_expire(conn: Connection, sig_id: str, instance_id: str) -> list[Any]:
         conn,
         many(
             conn,
-            f"UPDATE workflow_signals SET state = 'EXPIRED'', {_BUMP} "
+            f"UPDATE workflow_signals SET state = 'EXPIRED', {_BUMP} "
             f"WHERE id = :id AND instance_id = :inst AND state = 'PENDING' AND expires_at <= now() {_SETTLED}",
             {"id": sig_id, "inst": instance_id},
         ),
