@@ -89,3 +89,27 @@ def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> Non
     with eng.connect() as conn:
         n = conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE type = 'event_dispatch'")).scalar()
     assert n == 2
+
+
+def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> None:  # noqa: ANN001
+    """Regression: the per-transaction dispatch job was cached in connection state that a commit made
+    outside ``app.db.transaction`` (``engine.begin()``) left behind, so the next transaction's events
+    joined an already finished job and were never fanned out."""
+    from app.engine import events
+
+    def_id = publish(eng, NS, DOC)
+    iid = start(eng, NS, def_id, {})["id"]
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
+                "VALUES (:id, :ns, 'https://example.com/h', '{*}', 'c2VjcmV0')"
+            ),
+            {"id": new_id(), "ns": NS},
+        )
+    with eng.connect() as conn:
+        for _ in range(2):
+            with conn.begin():
+                events.emit(conn, iid, "workflow.paused")
+    jobs = [r.dispatch_job_id for r in _events(eng, iid) if r.type == "workflow.paused"]
+    assert len(jobs) == 2 and None not in jobs and jobs[0] != jobs[1]
