@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test bench chaos lint format clean services-stop
+.PHONY: install run test bench bench-webhooks chaos lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ bench: $(STAMP)
 # "--only worker-sigkill,redis-stop-and-flush"
 chaos: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m chaos $(CHAOS_ARGS)
+
+bench-webhooks: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench.webhooks $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -31,6 +31,8 @@ BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.triggers",
     "app.engine.handlers.dispatch",
     "app.integrations.schedule_jobs",
+    "app.integrations.webhooks",
+    "app.integrations.actions",
 )
 
 

@@ -36,6 +36,8 @@ class Scope:
     DEFINITIONS_READ = "definitions:read"
     DEFINITIONS_PUBLISH = "definitions:publish"
     TASKS_WORK = "tasks:work"
+    # Event subscriptions and automation rules (X-EVENT, X-AUTO)
+    INTEGRATIONS_MANAGE = "integrations:manage"
 
 
 ALL_SCOPES: frozenset[str] = frozenset(v for k, v in vars(Scope).items() if k.isupper())
@@ -53,6 +55,7 @@ SWITCHES: dict[str, tuple[str, ...]] = {
     "engine_monitor": (Scope.ENGINE_MONITOR,),
     "engine_operate": (Scope.ENGINE_OPERATE,),
     "task_worker": (Scope.TASKS_WORK,),
+    "integration_access": (Scope.INTEGRATIONS_MANAGE,),
 }
 
 

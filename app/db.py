@@ -42,6 +42,12 @@ def _engine_for(url: str) -> Engine:
     def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)
         _drop_transaction_state(conn)
 
+    @event.listens_for(engine, "commit")
+    def _drop_state(conn: Connection) -> None:
+        # the scratch state ends with its transaction however it was committed (``engine.begin()``
+        # too); the after-commit hooks stay for ``transaction()`` to run
+        conn.info.pop(_TX_STATE, None)
+
     return engine
 
 

@@ -4,7 +4,8 @@ workers instead; see examples/first_workflow.py).
     LEDGERFLOW_HANDLERS=examples.hello make run      # shell 1: the workers load this module
     .venv/bin/python -m examples.hello                # shell 2: enqueue one job, wait, print
 
-It registers an ``automation_action`` handler that records an effect receipt and returns a result.
+It replaces the built-in ``automation_action`` handler (for this demo only) with one that records an
+effect receipt and returns a greeting.
 """
 
 from __future__ import annotations

@@ -247,13 +247,13 @@ def services_stop() -> None:
     stop_embedded()
 
 
-from ledgerflow import ops_cli  # noqa: E402
+from ledgerflow import ops_cli, subscriptions_cli  # noqa: E402
 from ledgerflow.credentials_cli import credentials  # noqa: E402
 from ledgerflow.doctor import doctor  # noqa: E402
 from ledgerflow.schedules_cli import schedules  # noqa: E402
 
 main.add_command(credentials)
-for _command in (ops_cli.jobs, ops_cli.workflows, schedules, doctor):
+for _command in (ops_cli.jobs, ops_cli.workflows, schedules, subscriptions_cli.subscriptions, doctor):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -35,7 +35,14 @@ from ledgerflow.control_client import (  # re-exported: control, signals, audit,
     WorkflowControlMixin,
     WorkflowSignal,
 )
-from ledgerflow.sdk_types import (  # re-exported: the SDK's public names
+from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: events, subscriptions, rules
+    IntegrationsMixin,
+)
+from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: the webhook receiver's verifier
+    WebhookVerificationError as WebhookVerificationError,
+)
+from ledgerflow.integrations_client import verify_webhook as verify_webhook  # noqa: E402
+from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public names
     _BY_CODE,
     ABSENT,
     DEFAULT_URL,
@@ -100,7 +107,7 @@ def run_script(main: Callable[[], Any]) -> None:
 
 
 # --------------------------------------------------------------------------- client
-class Client(WorkflowControlMixin):
+class Client(WorkflowControlMixin, IntegrationsMixin):
     """``Client()`` reads LEDGERFLOW_URL (default http://127.0.0.1:5000) and LEDGERFLOW_TOKEN;
     ``Client(url, token)`` takes them directly."""
 

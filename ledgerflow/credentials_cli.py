@@ -19,6 +19,7 @@ _HELP = {
     "engine_monitor": "workflow:instance:monitor (job ledger reads and previews)",
     "engine_operate": "workflow:engine:operate (job ledger retry / skip / replay)",
     "task_worker": "tasks:work (claim and settle tasks; --queue restricts it)",
+    "integration_access": "integrations:manage (event subscriptions, webhook deliveries, automation rules)",
 }
 
 

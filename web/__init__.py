@@ -8,6 +8,7 @@ from app.ids import new_request_id
 from web import console, errors, observability
 from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
+from web.integrations import bp as integrations_bp
 from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.problems import bp as problems_bp
@@ -50,4 +51,5 @@ def create_app() -> Flask:
     app.register_blueprint(workflow_history_bp)
     app.register_blueprint(schedules_bp)
     console.install(app)  # the operator console under /console (issue 12)
+    app.register_blueprint(integrations_bp)
     return app

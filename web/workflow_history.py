@@ -24,6 +24,7 @@ from web.workflow_history_schemas import (
     RecoveryResponse,
     RoundPageResponse,
     SignalAuditQuery,
+    WorkflowEventPageResponse,
 )
 
 bp = Blueprint("workflow_history", __name__)
@@ -42,6 +43,21 @@ STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
 @query(PageQuery)
 def list_operations(instance_id: str, query: dict):  # noqa: ANN201
     return paged_read(instance_id, query, history.operations)
+
+
+@bp.get("/v1/workflows/<instance_id>/events")
+@doc(
+    summary="Events of a workflow in sequence order (state changes of the instance, its steps, tasks and "
+    "signals; limit 1-100, bound cursor)",
+    response=WorkflowEventPageResponse,
+    tags=["workflows"],
+    errors=(400, 401, 403, 404),
+    path_params={"instance_id": HEX32},
+)
+@requires(Scope.WORKFLOWS_READ)
+@query(PageQuery)
+def list_events(instance_id: str, query: dict):  # noqa: ANN201
+    return paged_read(instance_id, query, history.events)
 
 
 @bp.get("/v1/workflows/<instance_id>/operations/<operation_id>")

@@ -141,3 +141,25 @@ OperationPageResponse = envelope(OperationPage, "OperationPageResponse")
 RecoveryResponse = envelope(RecoveryResult, "RecoveryResponse")
 ActivationPageResponse = envelope(ActivationPage, "ActivationPageResponse")
 RoundPageResponse = envelope(RoundPage, "RoundPageResponse")
+
+
+class WorkflowEvent(Loose):
+    id = fields.String(required=True, metadata={"pattern": HEX32})
+    seq = fields.Integer(required=True, metadata={"description": "per-instance sequence number, from 1"})
+    type = fields.String(
+        required=True, metadata={"description": "workflow.*, step.*, task.*, signal.* (docs/integrations.md)"}
+    )
+    workflow_id = fields.String(required=True)
+    created_at = fields.String(required=True)
+    body = fields.Dict(
+        required=True,
+        metadata={"description": "instance summary, trace_id, step_key, activation / task / signal id"},
+    )
+
+
+class WorkflowEventPage(Loose):
+    items = fields.List(fields.Nested(WorkflowEvent), required=True)
+    next_cursor = fields.String()
+
+
+WorkflowEventPageResponse = envelope(WorkflowEventPage, "WorkflowEventPageResponse")

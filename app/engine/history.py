@@ -193,3 +193,33 @@ def signal_operations(
     if page.next_cursor:
         out["next_cursor"] = page.next_cursor
     return out
+
+
+# --------------------------------------------------------------------------- events (X-EVENT)
+def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict:
+    """The instance's events in sequence order (oldest first, ``app.engine.events``); the cursor is
+    bound to namespace + workflow + this query kind."""
+    binding = {"ns": inst["namespace_id"], "wf": inst["id"], "k": "workflow_events"}
+    after = int(cursors.decode(cursor, binding)["s"]) if cursor else 0
+    rows = conn.execute(
+        text(
+            "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "
+            "WHERE instance_id = :i AND seq > :after ORDER BY seq LIMIT :n"
+        ),
+        {"i": inst["id"], "after": after, "n": limit + 1},
+    ).all()
+    items = [
+        {
+            "id": r.id,
+            "seq": r.seq,
+            "type": r.type,
+            "workflow_id": inst["id"],
+            "created_at": rfc3339(r.created_at),
+            "body": jparse(r.body),
+        }
+        for r in rows[:limit]
+    ]
+    out: dict[str, Any] = {"items": items}
+    if len(rows) > limit:
+        out["next_cursor"] = cursors.encode({"s": items[-1]["seq"]}, binding)
+    return out

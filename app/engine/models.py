@@ -93,6 +93,8 @@ instances = Table(
     Column("completed_at", DateTime(timezone=True)),
     Column("error", JSONB),
     Column("trace_id", Text, nullable=False),
+    # the last event sequence number of the instance (app.engine.events)
+    Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
     # saga progress (X-AUTO, app.engine.stopping): {"plan": [{step_key, activation_id, queue}], "index": k,
     # "task_id", "state": RUNNING | FAILED | DONE | ABANDONED, "final": CANCELLED | FAILED}; NULL otherwise
     Column("compensation", JSONB),
@@ -269,3 +271,27 @@ Index(
     postgresql_where=text("state = 'PENDING'"),
 )
 Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=text("state <> 'PENDING'"))
+
+# The events outbox (X-EVENT, issue 10): one row per state change, written in the transaction of the
+# change (``app.engine.events.emit``, called by ``app.engine.transitions``). ``seq`` counts per instance
+# (``workflow_instances.event_seq``); ``dispatch_job_id`` names the ``event_dispatch`` job that fans the
+# rows of one transaction out (NULL when the namespace had no subscription or rule at that moment).
+events = Table(
+    "workflow_events",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("namespace_id", Text, nullable=False),
+    Column("instance_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("definition_id", Text, nullable=False),
+    Column("body", JSONB, nullable=False),
+    Column("dispatch_job_id", BigInteger),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("instance_id", "seq", name="uq_workflow_events_instance_seq"),
+)
+Index(
+    "ix_workflow_events_dispatch",
+    events.c.dispatch_job_id,
+    postgresql_where=text("dispatch_job_id IS NOT NULL"),
+)

@@ -6,21 +6,36 @@
 - before an unsafe request a side-effect marker is committed on the job; no response, a timeout,
   408, 429 or 5xx leave it open and the job goes ``dead`` with EXTERNAL_OUTCOME_UNKNOWN (never
   re-sent automatically); a drain that finds the marker open after an executor loss does the same;
-- a clearly successful unsafe call stores a receipt, so a later retry of the settlement reuses it.
+- a clearly successful unsafe call stores a receipt, so a later retry of the settlement reuses it;
+- the destination policy (``app.ledger.destinations``: resolve once, refuse private / loopback /
+  metadata addresses, connect to the checked address), a body byte cap and a total deadline apply
+  to every request; URLs appear only redacted.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from functools import lru_cache
 from typing import Any, Protocol
 
 import httpx
 from sqlalchemy import Connection
 
 from app.ledger import transitions
-from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError
+from app.ledger.destinations import (
+    DESTINATION_FORBIDDEN,
+    Destination,
+    DestinationForbidden,
+    Resolver,
+    check,
+    redact_url,
+)
+from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError, RetryableError
 from app.observability import tracing
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -71,10 +86,48 @@ class FencedContext(Protocol):
     def store_receipt(self, conn: Connection, step_key: str, result: Any) -> None: ...
 
 
+class DestinationRefused(PermanentError):
+    """The destination policy (``app.ledger.destinations``) refused the URL: dead, never retried."""
+
+    code = DESTINATION_FORBIDDEN
+
+
+MAX_BODY_BYTES = 65536  # kept of a response body; the rest is never read
+_BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+def retry_after_seconds(value: str | None, cap: float = 3600.0) -> float | None:
+    """A ``Retry-After`` header (delta seconds or an HTTP date) as seconds, capped; None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), cap)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, min((when - datetime.now(UTC)).total_seconds(), cap))
+
+
+@lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process: building one (the CA bundle) costs ~25 ms, which every
+    request paid when each made its own client."""
+    return httpx.create_ssl_context()
+
+
 class SafeHttp:
-    def __init__(self, ctx: FencedContext, timeout: float = 10.0) -> None:
+    """Outbound HTTP of a job. Every request goes through the destination policy, connects to the
+    checked address (Host and TLS SNI keep the name), reads at most ``MAX_BODY_BYTES`` of the answer
+    within the job's deadline, and names the URL only redacted (markers, errors, logs)."""
+
+    def __init__(self, ctx: FencedContext, timeout: float = 10.0, resolver: Resolver | None = None) -> None:
         self.ctx = ctx
         self.timeout = timeout
+        self.resolver = resolver
 
     def idempotency_key(self, step_key: str) -> str:
         return f"{self.ctx.operation_key}:{step_key}"
@@ -89,10 +142,20 @@ class SafeHttp:
         content: bytes | str | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
+        receiver_dedups: bool = False,
     ) -> HttpResult:
+        """``receiver_dedups``: the receiver deduplicates by the idempotency key (a signed webhook), so a
+        definite 408, 429 (after its Retry-After) or 5xx answer, and a connection that failed before the
+        request was sent, are retried with backoff; an unknown outcome (no answer after sending) still
+        goes to the L-EFFECT-4 dead letter."""
         ctx = self.ctx
         method = method.upper()
         unsafe = method not in SAFE_METHODS
+        shown = redact_url(url)
+        try:
+            dest = check(url, resolver=self.resolver)
+        except DestinationForbidden as exc:
+            raise DestinationRefused(f"{method} {shown}: {exc}") from None
         receipt_key = f"http:{step_key}"
         if unsafe:
             found, stored = ctx.receipt(receipt_key)
@@ -100,53 +163,91 @@ class SafeHttp:
                 return HttpResult(
                     stored["status_code"], stored.get("headers", {}), stored.get("text", ""), True
                 )
-            marker = {"method": method, "url": url, "step_key": step_key, "attempt_id": ctx.attempt_id}
+            marker = {"method": method, "url": shown, "step_key": step_key, "attempt_id": ctx.attempt_id}
             with ctx.transaction() as conn:
                 transitions.set_effect_marker(conn, ctx.job_id, ctx.generation, ctx.lease_token, marker)
         ctx.check()
         all_headers = {"X-Idempotency-Key": self.idempotency_key(step_key), **(headers or {})}
+        all_headers["Host"] = dest.host_header
         if not tracing.ENABLED and "traceparent" not in {k.lower() for k in all_headers}:
             # tracing on: the httpx instrumentation sends the client span's traceparent instead
             parent = tracing.outbound_traceparent(ctx.trace_id, ctx.attempt_id)
             if parent:
                 all_headers["traceparent"] = parent
-        remaining = max(0.1, ctx.deadline_monotonic - time.monotonic())
-        transport = httpx.HTTPTransport(retries=0)
         try:
-            with httpx.Client(
-                transport=transport, follow_redirects=False, timeout=min(timeout or self.timeout, remaining)
-            ) as client:
-                resp = client.request(method, url, json=json, content=content, headers=all_headers)
+            resp = self._send(method, dest, all_headers, json, content, timeout)
         except httpx.HTTPError as exc:
+            before = isinstance(exc, _BEFORE_SENDING)
+            what = f"{method} {shown}: no response ({type(exc).__name__})"
+            if unsafe and not (before and receiver_dedups):
+                raise ExternalOutcomeUnknown(what) from None
             if unsafe:
-                raise ExternalOutcomeUnknown(f"{method} {url}: no response ({type(exc).__name__})") from exc
-            raise
-        result = HttpResult(resp.status_code, dict(resp.headers), resp.text)
+                self._close_marker(None, receipt_key)
+            raise RetryableError(what, code="NETWORK_ERROR") from None
         if not unsafe:
-            return result
-        if resp.status_code in UNKNOWN_STATUSES or resp.status_code >= 500:
-            raise ExternalOutcomeUnknown(
-                f"{method} {url}: HTTP {resp.status_code}, outcome needs confirmation"
-            )
+            return resp
+        code = resp.status_code
+        if code in UNKNOWN_STATUSES or code >= 500:
+            if not receiver_dedups:
+                raise ExternalOutcomeUnknown(f"{method} {shown}: HTTP {code}, outcome needs confirmation")
+            self._close_marker(None, receipt_key)
+            wait = retry_after_seconds(resp.headers.get("retry-after")) if code == 429 else None
+            raise RetryableError(f"{method} {shown}: HTTP {code}", retry_after=wait, code=f"HTTP_{code}")
         # A definite answer: close the marker; store a receipt for a success.
+        self._close_marker(resp if 200 <= code < 300 else None, receipt_key, shown=f"{method} {shown}")
+        if 200 <= code < 300:
+            return resp
+        if 300 <= code < 400:
+            raise HttpRejected(f"{method} {shown}: redirect {code} not followed", code, "")
+        raise HttpRejected(f"{method} {shown}: HTTP {code} rejected", code, resp.text[:4096])
+
+    def _close_marker(self, success: HttpResult | None, receipt_key: str, shown: str = "") -> None:
+        ctx = self.ctx
         try:
             with ctx.transaction() as conn:
-                if 200 <= resp.status_code < 300:
+                if success is not None:
                     ctx.store_receipt(
                         conn,
                         receipt_key,
-                        {"status_code": resp.status_code, "headers": {}, "text": resp.text[:65536]},
+                        {"status_code": success.status_code, "headers": {}, "text": success.text},
                     )
                 transitions.set_effect_marker(conn, ctx.job_id, ctx.generation, ctx.lease_token, None)
         except JobAborted:
             # lost ownership right after the call: the marker stays open and the drain marks it
-            raise ExternalOutcomeUnknown(f"{method} {url}: executor lost after the call") from None
-        if 200 <= resp.status_code < 300:
-            return result
-        if 300 <= resp.status_code < 400:
-            raise HttpRejected(
-                f"{method} {url}: redirect {resp.status_code} not followed", resp.status_code, ""
+            raise ExternalOutcomeUnknown(f"{shown}: executor lost after the call") from None
+
+    def _send(
+        self,
+        method: str,
+        dest: Destination,
+        headers: dict[str, str],
+        json: Any,
+        content: Any,
+        timeout: float | None,
+    ) -> HttpResult:
+        """One request to the checked address; at most ``MAX_BODY_BYTES`` of the body are read, and
+        the whole exchange ends by the job's deadline (a slow or endless answer cannot hold the slot)."""
+        ctx = self.ctx
+        started = time.monotonic()
+        total = max(0.1, min(timeout or self.timeout, ctx.deadline_monotonic - started))
+        ext = {"sni_hostname": dest.host} if dest.scheme == "https" else {}
+        tls = _tls_context()
+        transport = httpx.HTTPTransport(retries=0, verify=tls)
+        with httpx.Client(
+            transport=transport, follow_redirects=False, timeout=total, trust_env=False, verify=tls
+        ) as client:
+            req = client.build_request(
+                method, dest.connect_url(), json=json, content=content, headers=headers, extensions=ext
             )
-        raise HttpRejected(
-            f"{method} {url}: HTTP {resp.status_code} rejected", resp.status_code, resp.text[:4096]
-        )
+            resp = client.send(req, stream=True)
+            try:
+                kept = bytearray()
+                for chunk in resp.iter_raw():
+                    if len(kept) < MAX_BODY_BYTES:
+                        kept += chunk[: MAX_BODY_BYTES - len(kept)]
+                    if len(kept) >= MAX_BODY_BYTES or time.monotonic() - started > total:
+                        break  # the rest is discarded (the connection is closed, not drained)
+            finally:
+                resp.close()
+        body = bytes(kept).decode(resp.encoding or "utf-8", errors="replace")
+        return HttpResult(resp.status_code, dict(resp.headers), body)

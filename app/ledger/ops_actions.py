@@ -153,7 +153,7 @@ def skip_one(conn: Connection, job_id: int, actor: Actor) -> dict:
     return {"job": done}
 
 
-def _stagger_ms(index: int, rate: int) -> float:
+def stagger_ms(index: int, rate: int) -> float:
     """Item ``index`` (0-based among submitted items) runs at now + index / rate seconds (L-OPS-3)."""
     return index * 1000.0 / rate
 
@@ -173,7 +173,7 @@ def _batch(
             refusal = retry_refusal(row.status, row.attempts)
             done = None if refusal else _retry_locked(
                 conn, row, actor, action="job.batch_retry",
-                delay_ms=_stagger_ms(start_index + len(submitted), rate),
+                delay_ms=stagger_ms(start_index + len(submitted), rate),
             )  # fmt: skip
         else:
             refusal = skip_refusal(row.status)
@@ -226,7 +226,7 @@ def replay(
     for job_id in ids:
         row = conn.execute(_LOCK, {"id": job_id}).first()
         done = row and _retry_locked(
-            conn, row, actor, action="job.replay", delay_ms=_stagger_ms(start_index + len(submitted), rate)
+            conn, row, actor, action="job.replay", delay_ms=stagger_ms(start_index + len(submitted), rate)
         )
         if done:
             submitted.append(done["id"])

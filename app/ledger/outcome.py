@@ -24,9 +24,18 @@ class Skip:
 
 
 class RetryableError(Exception):
-    """A failure worth retrying with backoff (any unexpected exception is treated the same)."""
+    """A failure worth retrying with backoff (any unexpected exception is treated the same).
+    ``retry_after`` (seconds): the next attempt waits at least this long (a receiver's Retry-After)."""
 
     code = HANDLER_ERROR
+
+    def __init__(
+        self, message: str = "", *, retry_after: float | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        if code is not None:
+            self.code = code
 
 
 class PermanentError(Exception):
@@ -63,6 +72,7 @@ class Outcome:
     result: Any = None
     error: str | None = None
     error_code: str | None = None
+    retry_after: float | None = None
 
 
 def _jsonable(value: Any) -> Any:
@@ -96,4 +106,9 @@ def outcome_of(result: Any = None, exc: BaseException | None = None) -> Outcome:
         return Outcome("failed", error=_describe(exc), error_code=code)
     if isinstance(exc, JobAborted):
         return Outcome("retry", error=_describe(exc), error_code=DEADLINE_EXCEEDED)
-    return Outcome("retry", error=_describe(exc), error_code=code if isinstance(code, str) else HANDLER_ERROR)
+    return Outcome(
+        "retry",
+        error=_describe(exc),
+        error_code=code if isinstance(code, str) else HANDLER_ERROR,
+        retry_after=getattr(exc, "retry_after", None) if isinstance(exc, RetryableError) else None,
+    )

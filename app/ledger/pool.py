@@ -250,6 +250,7 @@ class LedgerPool:
             error_code=outcome.error_code,
             duration_ms=int(seconds * 1000),
             job_type=ctx.type,
+            retry_after_s=outcome.retry_after,
         )
 
     # -- leases -------------------------------------------------------------------------------

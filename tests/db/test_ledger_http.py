@@ -87,7 +87,9 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
+def receiver(monkeypatch) -> Iterator[Receiver]:  # noqa: ANN001
+    # the receiver is local: the destination policy opens loopback through its allow-list only
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     r = Receiver()
     r.thread.start()
     yield r

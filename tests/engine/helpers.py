@@ -14,7 +14,8 @@ from tests.ledger_helpers import claim, context_for, settle, settlement
 
 ENGINE_TABLES = (
     "workflow_tasks, workflow_waits, workflow_activations, workflow_steps, workflow_instances, "
-    "workflow_definition_versions, workflow_definitions"
+    "workflow_definition_versions, workflow_definitions, workflow_events, event_subscriptions, "
+    "webhook_deliveries, automation_rules, automation_executions"
 )
 
 
@@ -63,7 +64,17 @@ def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[
             result, exc = None, e
         out = outcome_of(result, exc)
         settle(
-            engine, [settlement(row, out.kind, result=out.result, error=out.error, error_code=out.error_code)]
+            engine,
+            [
+                settlement(
+                    row,
+                    out.kind,
+                    result=out.result,
+                    error=out.error,
+                    error_code=out.error_code,
+                    retry_after_s=out.retry_after,
+                )
+            ],  # fmt: skip
         )
         ran.append((row["type"], out.kind if exc is None else f"{out.kind}: {exc}"))
     return ran

@@ -36,8 +36,10 @@ def spans() -> Iterator:
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[dict]]]:
-    """A local HTTP receiver (a port of 5200-5299) recording the headers of each request."""
+def receiver(monkeypatch) -> Iterator[tuple[str, list[dict]]]:  # noqa: ANN001
+    """A local HTTP receiver (a port of 5200-5299) recording the headers of each request; the
+    destination policy opens loopback for it through its allow-list."""
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     seen: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):

@@ -46,3 +46,35 @@ def test_no_engine_state_write_outside_the_transitions() -> None:
             if found:
                 offenders[str(path.relative_to(ROOT))] = found
     assert offenders == {}, f"engine state written outside app/engine/transitions: {offenders}"
+
+
+# Transitions that write a state column without an event, and why (docs/integrations.md lists them):
+NO_EVENT = {
+    "steps.insert_all": "the steps of a new instance start BLOCKED; workflow.started covers them",
+    "steps.insert_activation": "the activation row; step.activated follows in steps.activate",
+    "steps.end_activation_for_retry": "an operator RETRY_STEP; step.activated of the new activation follows",
+    "tasks.claim": "delivery of work to a task worker (lock-free, many instances at once)",
+    "tasks.return_expired": "the lease sweep returns a claim; no business state changes",
+    "instances.set_compensation_task": "bookkeeping of the saga's current task (task.created follows)",
+}
+
+
+def test_every_state_writing_transition_writes_an_event() -> None:
+    """No state change can forget its event: every function of the transitions (waits aside: a wait's
+    end is reported by its step) that writes a state column calls the events outbox."""
+    import ast
+
+    missing = []
+    for module in ("instances", "steps", "tasks", "signals"):
+        path = TRANSITIONS / f"{module}.py"
+        source = path.read_text()
+        tree = ast.parse(source)
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            body = ast.get_source_segment(source, node) or ""
+            if not offending_writes(body) or f"{module}.{node.name}" in NO_EVENT:
+                continue
+            if not re.search(r"events\.emit|_task_event\(|_events\(", body):
+                missing.append(f"{module}.{node.name}")
+    assert missing == [], f"state-writing transitions without an event: {missing}"

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine import events
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
 from app.engine.store import MISSING, jdump
 from app.engine.transitions._guard import many, one, states
@@ -34,18 +35,22 @@ RETURNING id
 """,
         row,
     )
+    events.emit(conn, row["id"], "workflow.started")
 
 
 def set_progress(conn: Connection, iid: str, state: str) -> None:
-    """RUNNING <-> WAITING as the steps move (``decide.progress``)."""
-    one(
+    """RUNNING <-> WAITING as the steps move (``decide.progress``); an event when the state changed."""
+    row = one(
         conn,
         f"instance -> {state}",
         iid,
         ADVANCING,
-        f"UPDATE workflow_instances SET state = :s, {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+        f"UPDATE workflow_instances w SET state = :s, {_BUMP} FROM (SELECT state AS old FROM workflow_instances "
+        "WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old",
         {"id": iid, "s": state, "from": states(ADVANCING)},
     )
+    if row.old != state:
+        events.emit(conn, iid, "workflow.running" if state == S.RUNNING else "workflow.waiting")
 
 
 def touch(conn: Connection, iid: str) -> None:
@@ -78,6 +83,7 @@ WHERE id = :id AND state = ANY(:from) RETURNING id
 """,
         {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
     )
+    events.emit(conn, iid, f"workflow.{state.lower()}")
 
 
 def pause(conn: Connection, iid: str) -> None:
@@ -90,6 +96,7 @@ def pause(conn: Connection, iid: str) -> None:
         "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
         {"id": iid, "from": OPEN},
     )
+    events.emit(conn, iid, "workflow.paused")
 
 
 def resume(conn: Connection, iid: str) -> None:
@@ -102,6 +109,7 @@ def resume(conn: Connection, iid: str) -> None:
         "WHERE id = :id AND paused AND state = ANY(:from) RETURNING id",
         {"id": iid, "from": OPEN},
     )
+    events.emit(conn, iid, "workflow.resumed")
 
 
 CANCELLABLE = [S.RUNNING, S.WAITING, S.NEEDS_REVIEW]
@@ -121,6 +129,7 @@ WHERE id = :id AND cancel_requested_at IS NULL AND state = ANY(:from) RETURNING 
 """,
         {"id": iid, "from": states(CANCELLABLE)},
     )
+    events.emit(conn, iid, "workflow.cancelling")
 
 
 def start_compensation(conn: Connection, iid: str, comp: dict, *, stop_kind: str, error: Any) -> None:
@@ -138,6 +147,7 @@ WHERE id = :id AND state = ANY(:from) RETURNING id
 """,
         {"id": iid, "c": jdump(comp), "e": jdump(error), "k": stop_kind, "from": OPEN},
     )
+    events.emit(conn, iid, "workflow.compensating", stop_kind=stop_kind)
 
 
 def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None = None) -> None:
@@ -152,6 +162,8 @@ def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None 
         "WHERE id = :id AND state = ANY(:from) RETURNING id",
         {"id": iid, "c": jdump(comp), "s": state, "from": OPEN},
     )
+    if state == S.NEEDS_REVIEW:
+        events.emit(conn, iid, "workflow.needs_review", reason="compensation failed")
 
 
 def set_compensation_task(conn: Connection, iid: str, task_id: str) -> None:
@@ -177,6 +189,7 @@ def to_review(conn: Connection, iid: str) -> None:
         "RETURNING id",
         {"id": iid, "from": OPEN},
     )
+    events.emit(conn, iid, "workflow.needs_review", reason="external outcome unknown")
 
 
 REVIEWABLE = [S.NEEDS_REVIEW, S.RUNNING, S.WAITING, S.CANCELLING]
@@ -194,6 +207,7 @@ def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -
         "AND state = ANY(:from) RETURNING id",
         {"id": iid, "s": state, "from": states(REVIEWABLE)},
     )
+    events.emit(conn, iid, "workflow.recovered", state=state)
 
 
 def unfinished_children(conn: Connection, iid: str) -> list[str]:

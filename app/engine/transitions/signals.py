@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app.engine import events
 from app.engine.states import SignalState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many
@@ -30,35 +31,57 @@ VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb)
         ),
         {**row, "payload": jdump(row["payload"])},
     )
+    events.emit(
+        conn, row["inst"], "signal.accepted" if row["state"] == S.PENDING else "signal.rejected",
+        signal_id=row["id"], name=row["name"], disposition=row["disp"], step_key=row["step"],
+    )  # fmt: skip
+
+
+def _events(conn: Connection, rows: list[Any]) -> list[Any]:
+    for r in rows:
+        events.emit(
+            conn, r.instance_id, f"signal.{str(r.state).lower()}", signal_id=r.id, disposition=r.disposition,
+            wait_id=r.consumed_wait_id,
+        )  # fmt: skip
+    return rows
 
 
 def settle(
     conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None
 ) -> list[Any]:
     """PENDING -> CONSUMED (by ``wait_id``) or REJECTED (``disposition``)."""
-    return many(
+    return _events(
         conn,
-        f"UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, {_BUMP} "
-        f"WHERE id = :id AND state = 'PENDING' {_SETTLED}",
-        {"id": sig_id, "s": state, "d": disposition, "w": wait_id},
+        many(
+            conn,
+            f"UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, {_BUMP} "
+            f"WHERE id = :id AND state = 'PENDING' {_SETTLED}",
+            {"id": sig_id, "s": state, "d": disposition, "w": wait_id},
+        ),
     )
 
 
 def try_expire(conn: Connection, sig_id: str, instance_id: str) -> list[Any]:
     """PENDING at ``expires_at`` -> EXPIRED."""
-    return many(
+    return _events(
         conn,
-        f"UPDATE workflow_signals SET state = 'EXPIRED', {_BUMP} "
-        f"WHERE id = :id AND instance_id = :inst AND state = 'PENDING' AND expires_at <= now() {_SETTLED}",
-        {"id": sig_id, "inst": instance_id},
+        many(
+            conn,
+            f"UPDATE workflow_signals SET state = 'EXPIRED', {_BUMP} "
+            f"WHERE id = :id AND instance_id = :inst AND state = 'PENDING' AND expires_at <= now() {_SETTLED}",
+            {"id": sig_id, "inst": instance_id},
+        ),
     )
 
 
 def close_pending(conn: Connection, instance_id: str) -> list[Any]:
     """The instance ended: PENDING signals can never be consumed -> REJECTED (WORKFLOW_ENDED)."""
-    return many(
+    return _events(
         conn,
-        f"UPDATE workflow_signals SET state = 'REJECTED', disposition = 'WORKFLOW_ENDED', {_BUMP} "
-        f"WHERE instance_id = :id AND state = 'PENDING' {_SETTLED}",
-        {"id": instance_id},
+        many(
+            conn,
+            f"UPDATE workflow_signals SET state = 'REJECTED', disposition = 'WORKFLOW_ENDED', {_BUMP} "
+            f"WHERE instance_id = :id AND state = 'PENDING' {_SETTLED}",
+            {"id": instance_id},
+        ),
     )

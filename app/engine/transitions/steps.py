@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, jdump, jparse
 from app.engine.transitions._guard import many, one, states
@@ -90,41 +91,55 @@ def activate(
     """The step runs activation ``act_id``: from BLOCKED (dependencies succeeded) or, for an
     operator's RETRY_STEP, from ``RESOLVABLE``."""
     allowed = allowed or [S.BLOCKED]
-    one(
+    row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
         f"UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq, "
         f"task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END), {_BUMP} "
-        "WHERE id = :id AND state = ANY(:from) RETURNING id",
+        "WHERE id = :id AND state = ANY(:from) RETURNING instance_id",
         {"id": step["id"], "s": state, "a": act_id, "seq": seq, "t": task_id, "from": states(allowed)},
     )
+    events.emit(
+        conn, row.instance_id, "step.activated", step_key=step["key"], activation_id=act_id, sequence=seq,
+        state=state,
+    )  # fmt: skip
 
 
 def set_active(conn: Connection, step: dict, task_id: str) -> None:
     """The next task attempt / poll round runs: ACTIVE and pointing at its task."""
-    one(
+    row = one(
         conn,
         f"step {step['key']} -> ACTIVE",
         step["id"],
         OPEN,
         f"UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING id",
+        "RETURNING instance_id, activation_id",
         {"id": step["id"], "t": task_id, "from": OPEN},
+    )
+    events.emit(
+        conn,
+        row.instance_id,
+        "step.active",
+        step_key=step["key"],
+        activation_id=row.activation_id,
+        task_id=task_id,
     )
 
 
 def set_waiting(conn: Connection, step: dict) -> None:
     """Between attempts (retry backoff) or rounds (poll interval)."""
-    one(
+    row = one(
         conn,
         f"step {step['key']} -> WAITING",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+        f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) "
+        "RETURNING instance_id, activation_id",
         {"id": step["id"], "from": OPEN},
     )
+    events.emit(conn, row.instance_id, "step.waiting", step_key=step["key"], activation_id=row.activation_id)
 
 
 def touch(conn: Connection, step: dict) -> None:
@@ -139,13 +154,13 @@ def touch(conn: Connection, step: dict) -> None:
 
 
 def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
-    one(
+    row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
         f"UPDATE workflow_steps SET state = :s, {_BUMP} WHERE id = :id AND activation_id = :a "
-        "AND state = ANY(:from) RETURNING id",
+        "AND state = ANY(:from) RETURNING instance_id",
         {"id": step["id"], "a": step["activation_id"], "s": state, "from": allowed},
     )
     one(
@@ -158,6 +173,8 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
         "WHERE id = :a AND state = ANY(:from) RETURNING id",
         {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error), "from": allowed},
     )
+    events.emit(conn, row.instance_id, f"step.{state.lower()}", step_key=step["key"],
+                activation_id=step["activation_id"])  # fmt: skip
 
 
 def succeed(conn: Connection, step: dict, output: Any) -> None:
@@ -191,8 +208,9 @@ def end_activation_for_retry(conn: Connection, step: dict) -> None:
 
 def _move_open(
     conn: Connection, iid: str, state: str, where: str, params: dict, *, completed: bool
-) -> list[str]:
-    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation) -> ``state``."""
+) -> list[tuple[str, str | None]]:
+    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation) -> ``state``;
+    returns (key, activation id) of each step moved."""
     rows = many(
         conn,
         f"UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now() "
@@ -207,7 +225,7 @@ def _move_open(
             f"UPDATE workflow_activations SET state = :s{done} WHERE id = ANY(:a) AND state = ANY(:from) RETURNING id",
             {"a": acts, "s": state, "from": OPEN},
         )
-    return [r.key for r in rows]
+    return [(r.key, r.activation_id) for r in rows]
 
 
 def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[str]:
@@ -219,12 +237,18 @@ def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[
         if idle_only
         else ""
     )
-    return _move_open(conn, iid, S.CANCELLED, idle, {}, completed=True)
+    moved = _move_open(conn, iid, S.CANCELLED, idle, {}, completed=True)
+    for key, act in moved:
+        events.emit(conn, iid, "step.cancelled", step_key=key, activation_id=act)
+    return [k for k, _ in moved]
 
 
 def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
     """Steps whose external outcome is unknown -> NEEDS_REVIEW (with their activations)."""
-    return _move_open(conn, iid, S.NEEDS_REVIEW, " AND s.key = ANY(:keys)", {"keys": keys}, completed=False)
+    moved = _move_open(conn, iid, S.NEEDS_REVIEW, " AND s.key = ANY(:keys)", {"keys": keys}, completed=False)
+    for key, act in moved:
+        events.emit(conn, iid, "step.needs_review", step_key=key, activation_id=act)
+    return [k for k, _ in moved]
 
 
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)

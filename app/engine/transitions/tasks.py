@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many, maybe, one, states
@@ -19,11 +20,19 @@ TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.act
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired"""
 _DONE = "completed_at = now(), updated_at = now(), lease_expires_at = NULL"
+_EVENT_COLS = "RETURNING id, instance_id, step_key, activation_id, purpose"
+
+
+def _task_event(conn: Connection, event_type: str, row: Any) -> None:
+    events.emit(
+        conn, row.instance_id, event_type, task_id=row.id, step_key=row.step_key, activation_id=row.activation_id,
+        purpose=row.purpose,
+    )  # fmt: skip
 
 
 def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> Any:
     """A PENDING task; returns its ``deadline_at`` (now + ``timeout`` seconds)."""
-    return conn.execute(
+    deadline = conn.execute(
         text(
             f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
@@ -35,6 +44,11 @@ RETURNING deadline_at
         ),
         {"round": None, "purpose": "STEP", "output": None, **row},
     ).scalar_one()
+    events.emit(
+        conn, row["inst"], "task.created", task_id=row["id"], step_key=row["key"], activation_id=row["act"],
+        queue=row["queue"], purpose=row.get("purpose", "STEP"),
+    )  # fmt: skip
+    return deadline
 
 
 _CLAIM = text(
@@ -83,40 +97,43 @@ RETURNING {TASK_COLS}
 
 
 def complete(conn: Connection, task_id: str, epoch: int, output: Any) -> None:
-    one(
+    row = one(
         conn,
         "task complete",
         task_id,
         [S.CLAIMED],
         f"UPDATE workflow_tasks SET state = 'COMPLETED', output = CAST(:o AS jsonb), {_DONE} "
-        "WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING id",
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' {_EVENT_COLS}",
         {"id": task_id, "epoch": epoch, "o": jdump(output)},
     )
+    _task_event(conn, "task.completed", row)
 
 
 def fail(conn: Connection, task_id: str, epoch: int, error: Any) -> None:
-    one(
+    row = one(
         conn,
         "task fail",
         task_id,
         [S.CLAIMED],
         f"UPDATE workflow_tasks SET state = 'FAILED', error = CAST(:e AS jsonb), {_DONE} "
-        "WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING id",
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' {_EVENT_COLS}",
         {"id": task_id, "epoch": epoch, "e": jdump(error)},
     )
+    _task_event(conn, "task.failed", row)
 
 
 def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -> bool:
     """An open task of ``instance_id`` past its deadline -> TIMED_OUT (False: settled or not due)."""
-    return (
-        maybe(
-            conn,
-            f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
-            "WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() RETURNING id",
-            {"id": task_id, "inst": instance_id, "e": jdump(error), "from": OPEN},
-        )
-        is not None
+    row = maybe(
+        conn,
+        f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
+        f"WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() {_EVENT_COLS}",
+        {"id": task_id, "inst": instance_id, "e": jdump(error), "from": OPEN},
     )
+    if row is None:
+        return False
+    _task_event(conn, "task.timed_out", row)
+    return True
 
 
 def return_expired(conn: Connection, limit: int) -> int:
@@ -170,7 +187,9 @@ def cancel_open(
         raise ValueError("cancel_open needs an instance or an activation")
     rows = many(
         conn,
-        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE {' AND '.join(where)} RETURNING id",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE {' AND '.join(where)} {_EVENT_COLS}",
         {"inst": instance_id, "act": activation_id, "from": OPEN},
     )
+    for r in rows:
+        _task_event(conn, "task.cancelled", r)
     return [r.id for r in rows]

@@ -143,13 +143,15 @@ class Settlement:
     error_code: str | None = None
     duration_ms: int = 0
     job_type: str = ""  # for the settled-jobs metric only; never written
+    retry_after_s: float | None = None  # a retry waits at least this long (a receiver's Retry-After)
 
 
 _SETTLE_CTES = f"""input AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[]),
                          CAST(:kinds AS text[]), CAST(:results AS jsonb[]), CAST(:errors AS text[]),
-                         CAST(:codes AS text[]), CAST(:durations AS int[]))
-        AS u(id, gen, token, kind, result, error, code, duration_ms)
+                         CAST(:codes AS text[]), CAST(:durations AS int[]),
+                         CAST(:retry_afters AS double precision[]))
+        AS u(id, gen, token, kind, result, error, code, duration_ms, retry_after)
 ), settled AS (
     UPDATE workflow_jobs j
     -- A failure while a side-effect marker is open is an unknown external outcome whatever the
@@ -161,7 +163,8 @@ _SETTLE_CTES = f"""input AS (
             WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
             ELSE 'dead' END,
         run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
-                      THEN now() + {BACKOFF_SQL} ELSE j.run_at END,
+                      THEN now() + GREATEST({BACKOFF_SQL}, COALESCE(u.retry_after, 0) * interval '1 second')
+                      ELSE j.run_at END,
         result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
         last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
                           WHEN j.effect_marker IS NOT NULL
@@ -216,6 +219,7 @@ def _settle_params(items: Sequence[Settlement], backoff_base: float, backoff_cap
         "errors": [i.error for i in items],
         "codes": [i.error_code for i in items],
         "durations": [i.duration_ms for i in items],
+        "retry_afters": [i.retry_after_s for i in items],
         "backoff_base": backoff_base,
         "backoff_cap": backoff_cap,
     }

@@ -1,0 +1,374 @@
+"""Event subscriptions (SPEC X-EVENT; issue 10): create, list, read, update, enable / disable, delete,
+rotate the signing secret, the delivery log and redelivery. Every mutation writes an audit row in the
+caller's transaction. A secret is returned by ``create`` and ``rotate`` only; no read selects it."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import audit
+from app.auth import Principal
+from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
+from app.ids import is_hex32, new_id
+from app.integrations.paging import page
+from app.integrations.patterns import validate_patterns
+from app.jsonx import rfc3339
+from app.ledger import ops_actions
+from app.ledger.destinations import DestinationForbidden, check, redact_url
+from app.ledger.enqueue import enqueue
+
+MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
+DEFAULT_GRACE_SECONDS = 24 * 3600
+MAX_GRACE_SECONDS = 7 * 24 * 3600
+MAX_REDELIVER = ops_actions.MAX_REPLAY
+RETRYABLE = ("dead", "failed", "canceled")
+
+
+def disable_threshold() -> int:
+    """Consecutive failed attempts after which a subscription disables itself."""
+    return int(os.environ.get("LEDGERFLOW_WEBHOOK_DISABLE_AFTER") or 20)
+
+
+def new_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+_COLS = """id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason,
+    consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at,
+    (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating"""
+
+
+def view(row: Any) -> dict[str, Any]:
+    m = row._mapping
+    out = {
+        "id": m["id"],
+        "url": redact_url(m["url"]),
+        "event_types": list(m["event_types"]),
+        "definition_id": m["definition_id"],
+        "description": m["description"],
+        "enabled": m["enabled"],
+        "disabled_reason": m["disabled_reason"],
+        "consecutive_failures": m["consecutive_failures"],
+        "revision": m["revision"],
+        "created_at": rfc3339(m["created_at"]),
+        "updated_at": rfc3339(m["updated_at"]),
+    }
+    if m["rotating"]:
+        out["previous_secret_expires_at"] = rfc3339(m["previous_secret_expires_at"])
+    return out
+
+
+def check_url(url: Any, field: str = "url") -> str:
+    """The destination policy at create / update time: a 400 naming the field."""
+    try:
+        check(url)
+    except DestinationForbidden as exc:
+        raise InvalidArgument(str(exc), field=field) from None
+    return url
+
+
+def _definition(conn: Connection, ns: str, definition_id: str | None) -> str | None:
+    if definition_id is None:
+        return None
+    found = conn.execute(
+        text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
+        {"d": definition_id, "ns": ns},
+    ).first()
+    if found is None:
+        raise InvalidArgument("no such workflow definition in this namespace", field="definition_id")
+    return definition_id
+
+
+def _audit(
+    conn: Connection, p: Principal, rid: str | None, action: str, sid: str, before: Any, after: Any
+) -> None:
+    audit.record(
+        conn, principal=p, request_id=rid, action=action, target_type="event_subscription", target_id=sid,
+        before=before, after=after,
+    )  # fmt: skip
+
+
+def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
+    ns = p.namespace_id
+    count = conn.execute(
+        text("SELECT count(*) FROM event_subscriptions WHERE namespace_id = :ns"), {"ns": ns}
+    ).scalar_one()
+    if count >= MAX_SUBSCRIPTIONS:
+        raise LimitExceeded(
+            "SUBSCRIPTION_LIMIT", f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions"
+        )
+    sid, secret = new_id(), new_secret()
+    row = conn.execute(
+        text(
+            f"""
+INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret)
+VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret) RETURNING {_COLS}"""
+        ),
+        {
+            "id": sid,
+            "ns": ns,
+            "url": check_url(req["url"]),
+            "types": validate_patterns(req["event_types"]),
+            "def": _definition(conn, ns, req.get("definition_id")),
+            "desc": req.get("description") or "",
+            "secret": secret,
+        },
+    ).one()
+    out = view(row)
+    _audit(conn, p, rid, "event_subscription.create", sid, None, out)
+    return {**out, "secret": secret}
+
+
+def _row(conn: Connection, ns: str, sid: str, *, lock: bool = False) -> Any:
+    row = (
+        conn.execute(
+            text(f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
+                 + (" FOR UPDATE" if lock else "")),
+            {"id": sid, "ns": ns},
+        ).first()
+        if is_hex32(sid)
+        else None
+    )  # fmt: skip
+    if row is None:
+        raise NotFound("subscription not found")
+    return row
+
+
+def _lock(conn: Connection, ns: str, sid: str) -> Any:
+    return _row(conn, ns, sid, lock=True)
+
+
+def get(conn: Connection, ns: str, sid: str) -> dict[str, Any]:
+    return view(_row(conn, ns, sid))
+
+
+def list_page(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
+    return page(
+        conn, f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}", {"ns": ns},
+        binding={"ns": ns, "k": "event_subscriptions"}, limit=limit, cursor=cursor, view=view,
+    )  # fmt: skip
+
+
+_UPDATE = (
+    """UPDATE event_subscriptions SET {sets}, revision = revision + 1, updated_at = now()
+WHERE id = :id RETURNING """
+    + _COLS
+)
+
+
+def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict) -> dict[str, Any]:
+    before = view(_lock(conn, p.namespace_id, sid))
+    sets, params = [], {"id": sid}
+    if "url" in req:
+        sets.append("url = :url")
+        params["url"] = check_url(req["url"])
+    if "event_types" in req:
+        sets.append("event_types = CAST(:types AS text[])")
+        params["types"] = validate_patterns(req["event_types"])
+    if "definition_id" in req:
+        sets.append("definition_id = :def")
+        params["def"] = _definition(conn, p.namespace_id, req["definition_id"])
+    if "description" in req:
+        sets.append("description = :desc")
+        params["desc"] = req["description"] or ""
+    if not sets:
+        raise InvalidArgument("nothing to update: give url, event_types, definition_id or description")
+    after = view(conn.execute(text(_UPDATE.format(sets=", ".join(sets))), params).one())
+    _audit(conn, p, rid, "event_subscription.update", sid, before, after)
+    return after
+
+
+def set_enabled(conn: Connection, p: Principal, rid: str | None, sid: str, enabled: bool) -> dict[str, Any]:
+    """Enable (clears the failure count and the reason) or disable (by a person) a subscription."""
+    before = view(_lock(conn, p.namespace_id, sid))
+    if before["enabled"] == enabled:
+        return before
+    sets = (
+        "enabled = true, disabled_reason = NULL, consecutive_failures = 0"
+        if enabled
+        else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
+    )
+    after = view(conn.execute(text(_UPDATE.format(sets=sets)), {"id": sid, "who": p.name}).one())
+    _audit(conn, p, rid, f"event_subscription.{'enable' if enabled else 'disable'}", sid, before, after)
+    return after
+
+
+def delete(conn: Connection, p: Principal, rid: str | None, sid: str) -> dict[str, Any]:
+    """Deleted: its pending deliveries are skipped when they run; its delivery log goes with it."""
+    before = view(_lock(conn, p.namespace_id, sid))
+    conn.execute(text("DELETE FROM event_subscriptions WHERE id = :id"), {"id": sid})
+    conn.execute(
+        text("DELETE FROM webhook_deliveries WHERE subscription_id = :id AND status <> 'pending'"),
+        {"id": sid},
+    )
+    _audit(conn, p, rid, "event_subscription.delete", sid, before, None)
+    return {"id": sid, "deleted": True}
+
+
+def rotate(
+    conn: Connection, p: Principal, rid: str | None, sid: str, grace_seconds: int | None
+) -> dict[str, Any]:
+    """A new secret; the previous one keeps signing (a second signature) for ``grace_seconds``."""
+    grace = DEFAULT_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    if not 0 <= grace <= MAX_GRACE_SECONDS:
+        raise InvalidArgument(f"grace_seconds must be 0-{MAX_GRACE_SECONDS}", field="grace_seconds")
+    before = view(_lock(conn, p.namespace_id, sid))
+    secret = new_secret()
+    after = view(
+        conn.execute(
+            text(
+                _UPDATE.format(
+                    sets="previous_secret = secret, secret = :secret, "
+                    "previous_secret_expires_at = now() + make_interval(secs => :grace)"
+                )
+            ),
+            {"id": sid, "secret": secret, "grace": grace},
+        ).one()
+    )
+    _audit(conn, p, rid, "event_subscription.rotate_secret", sid, before, after)
+    return {**after, "secret": secret}
+
+
+# ------------------------------------------------------------------ the delivery log and redelivery
+# The job is the truth when its executor died without recording (killed mid-delivery, then reclaimed).
+STATUS_SQL = """CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying')
+    THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END
+    ELSE d.status END"""
+_DELIVERY_COLS = f"""d.id, d.event_id, d.event_type, {STATUS_SQL} AS status, d.attempts, d.redeliveries, d.response_code,
+    d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status"""
+
+
+def delivery_view(row: Any) -> dict[str, Any]:
+    m = row._mapping
+    return {
+        "id": m["id"],
+        "event_id": m["event_id"],
+        "event_type": m["event_type"],
+        "status": m["status"],
+        "attempts": m["attempts"],
+        "redeliveries": m["redeliveries"],
+        "response_code": m["response_code"],
+        "latency_ms": m["latency_ms"],
+        "last_error": m["last_error"],
+        "job_id": None if m["job_id"] is None else str(m["job_id"]),
+        "job_status": m["job_status"],
+        "created_at": rfc3339(m["created_at"]),
+        "updated_at": rfc3339(m["updated_at"]),
+    }
+
+
+def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | None) -> dict[str, Any]:
+    """The delivery log, newest first."""
+    get(conn, ns, sid)
+    return page(
+        conn,
+        f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+        "WHERE d.subscription_id = :sid {after} {order}",
+        {"sid": sid}, binding={"ns": ns, "sub": sid, "k": "webhook_deliveries"}, limit=limit, cursor=cursor,
+        view=delivery_view, alias="d.", newest_first=True,
+    )  # fmt: skip
+
+
+def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:
+    """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key)."""
+    job = enqueue(
+        conn, "webhook_delivery", {"delivery_id": delivery_id}, idempotency_key=key,
+        operation_key=key[:64], delay_ms=delay_ms,
+    )  # fmt: skip
+    conn.execute(
+        text(
+            "UPDATE webhook_deliveries SET job_id = :j, status = 'pending', updated_at = now() WHERE id = :id"
+        ),
+        {"j": job.id, "id": delivery_id},
+    )
+    return job.id
+
+
+def _redeliver_locked(
+    conn: Connection, row: Any, actor: ops_actions.Actor, index: int, rate: int
+) -> str | None:
+    """A failed / dead / canceled delivery job: the ledger's manual retry (staggered); a delivery that
+    succeeded or was skipped: a new job (the same ``webhook-id``, so the receiver can deduplicate)."""
+    if row.job_status in RETRYABLE:
+        done = ops_actions.batch_retry(conn, [row.job_id], actor, rate=rate, start_index=index)
+        if done["submitted"]:
+            conn.execute(
+                text("UPDATE webhook_deliveries SET status = 'pending', updated_at = now() WHERE id = :id"),
+                {"id": row.id},
+            )
+            return row.id
+        return None
+    if row.job_status in ("pending", "running", "paused"):
+        return None  # already on its way
+    n = conn.execute(
+        text(
+            "UPDATE webhook_deliveries SET redeliveries = redeliveries + 1 WHERE id = :id RETURNING redeliveries"
+        ),
+        {"id": row.id},
+    ).scalar_one()
+    enqueue_delivery(
+        conn, row.id, f"webhook_delivery:{row.id}:r{n}", delay_ms=ops_actions.stagger_ms(index, rate)
+    )
+    return row.id
+
+
+def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery_id: str) -> dict[str, Any]:
+    p = actor.principal
+    _lock(conn, p.namespace_id, sid)
+    row = conn.execute(
+        text(
+            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+            "WHERE d.id = :id AND d.subscription_id = :sid FOR UPDATE OF d"
+        ),
+        {"id": delivery_id, "sid": sid},
+    ).first()
+    if row is None:
+        raise NotFound("delivery not found")
+    if _redeliver_locked(conn, row, actor, 0, ops_actions.DEFAULT_RATE) is None:
+        raise StateConflict("the delivery is already pending or running")
+    _audit(
+        conn,
+        p,
+        actor.request_id,
+        "webhook_delivery.redeliver",
+        sid,
+        delivery_view(row),
+        {"delivery_id": row.id},
+    )
+    return {"delivery_id": row.id, "submitted": True}
+
+
+def redeliver_since(
+    conn: Connection, actor: ops_actions.Actor, sid: str, since: datetime, *, include_succeeded: bool = False,
+    rate: int = ops_actions.DEFAULT_RATE,
+) -> dict[str, Any]:  # fmt: skip
+    """Every failed / dead / canceled / skipped delivery (and with ``include_succeeded`` every one)
+    created since ``since``, oldest first, at most ``MAX_REDELIVER``, staggered at ``rate`` per second
+    (the ledger's replay rate)."""
+    p = actor.principal
+    _lock(conn, p.namespace_id, sid)
+    statuses = ["failed", "dead", "skipped", "unknown", "retrying"] + (
+        ["succeeded"] if include_succeeded else []
+    )
+    rows = conn.execute(
+        text(
+            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+            f"WHERE d.subscription_id = :sid AND d.created_at >= :since AND {STATUS_SQL} = ANY(:st) "
+            "ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED"
+        ),
+        {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER},
+    ).all()
+    submitted = []
+    for row in rows:
+        if _redeliver_locked(conn, row, actor, len(submitted), rate):
+            submitted.append(row.id)
+    _audit(conn, p, actor.request_id, "webhook_delivery.redeliver_since", sid,
+           {"since": rfc3339(since), "matched": len(rows)}, {"submitted": submitted})  # fmt: skip
+    return {"matched": len(rows), "submitted": len(submitted), "delivery_ids": submitted, "rate": rate}

@@ -1,0 +1,231 @@
+"""The outbound jobs of events (SPEC X-EVENT, L-TYPE): ``event_dispatch`` fans the events of one
+transaction out to the matching subscriptions and automation rules, ``webhook_delivery`` POSTs one
+event to one subscription, signed the Standard Webhooks way.
+
+Exactly one delivery per (event, subscription): the delivery row is unique per pair and its job's
+idempotency key is ``webhook_delivery:<event>:<subscription>``, so a retried dispatch, or one whose
+worker was killed mid-way (its transaction never committed), creates nothing twice. The same holds
+for rules (``automation_action:<event>:<rule>``).
+
+Delivery outcomes (``app.ledger.http`` with ``receiver_dedups``): 2xx succeeded with a stored
+receipt; a connection refused before sending, 408, 429 (after its Retry-After) and 5xx retry with
+backoff; other 4xx dead (PERMANENT_ERROR); no answer after the request left: dead, EXTERNAL_OUTCOME_UNKNOWN
+(never re-sent automatically); a destination the policy refuses: dead, DESTINATION_FORBIDDEN; a
+subscription disabled or deleted by then: the attempt is ``skipped``. Consecutive failed attempts past
+``disable_threshold()`` disable the subscription and record why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+from standardwebhooks.webhooks import Webhook
+
+from app.engine.events import MAX_EVENTS_PER_DISPATCH
+from app.ids import new_id
+from app.integrations import automation
+from app.integrations.patterns import type_matches
+from app.integrations.subscriptions import MAX_SUBSCRIPTIONS, disable_threshold, enqueue_delivery
+from app.ledger import handlers
+from app.ledger.context import JobContext
+from app.ledger.destinations import redact_url
+from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError, RetryableError, Skip
+
+USER_AGENT = "Ledgerflow-Webhooks/1"
+
+
+# --------------------------------------------------------------------------- event_dispatch
+def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
+    """Deliveries and rule executions of the events of dispatch job ``job_id`` (idempotent)."""
+    events = conn.execute(
+        text(
+            "SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body FROM workflow_events "
+            "WHERE dispatch_job_id = :j ORDER BY seq LIMIT :n"
+        ),
+        {"j": job_id, "n": MAX_EVENTS_PER_DISPATCH},
+    ).all()
+    if not events:
+        return {"events": 0, "deliveries": 0, "actions": 0}
+    ns = events[0].namespace_id
+    subs = conn.execute(
+        text(
+            "SELECT id, event_types, definition_id FROM event_subscriptions WHERE namespace_id = :ns AND enabled "
+            "ORDER BY created_at, id LIMIT :n"
+        ),
+        {"ns": ns, "n": MAX_SUBSCRIPTIONS},
+    ).all()
+    rules = automation.enabled_rules(conn, ns)
+    deliveries = actions = 0
+    for ev in events:
+        for s in subs:
+            if (s.definition_id and s.definition_id != ev.definition_id) or not type_matches(
+                s.event_types, ev.type
+            ):
+                continue
+            did = conn.execute(
+                text(
+                    "INSERT INTO webhook_deliveries (id, namespace_id, subscription_id, event_id, event_type) "
+                    "VALUES (:id, :ns, :s, :e, :t) ON CONFLICT (event_id, subscription_id) DO NOTHING RETURNING id"
+                ),
+                {"id": new_id(), "ns": ns, "s": s.id, "e": ev.id, "t": ev.type},
+            ).scalar()
+            if did is not None:
+                enqueue_delivery(conn, did, f"webhook_delivery:{ev.id}:{s.id}")
+                deliveries += 1
+        actions += automation.fan_out_event(conn, ev, rules)
+    return {"events": len(events), "deliveries": deliveries, "actions": actions}
+
+
+@handlers.register("event_dispatch")
+def event_dispatch(ctx: JobContext) -> Any:
+    return ctx.effect("fan_out", lambda conn: fan_out(conn, ctx.job_id))
+
+
+# --------------------------------------------------------------------------- webhook_delivery
+def payload_of(ev: Any) -> str:
+    """The delivered body: the event as the API shows it (compact, deterministic)."""
+    return json.dumps(
+        {
+            "id": ev.event_id,
+            "type": ev.event_type,
+            "seq": ev.seq,
+            "workflow_id": ev.instance_id,
+            "created_at": ev.event_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "data": json.loads(ev.body),
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def signature(secrets_: list[str], msg_id: str, at: datetime, body: str) -> str:
+    """``v1,<sig>`` per secret (two during a rotation's grace period), space separated."""
+    return " ".join(Webhook(s).sign(msg_id, at, body) for s in secrets_)
+
+
+_LOAD = text(
+    """
+SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, e.body::text AS body,
+       e.created_at AS event_at, s.url, s.secret, s.enabled,
+       CASE WHEN s.previous_secret_expires_at > now() THEN s.previous_secret END AS previous_secret
+FROM webhook_deliveries d
+JOIN workflow_events e ON e.id = d.event_id
+LEFT JOIN event_subscriptions s ON s.id = d.subscription_id
+WHERE d.id = :id
+"""
+)
+
+_RECORD = text(
+    """
+UPDATE webhook_deliveries SET status = :st, attempts = attempts + 1, response_code = :code,
+    latency_ms = :ms, last_error = :err, receipt = COALESCE(CAST(:receipt AS jsonb), receipt), updated_at = now()
+WHERE id = :id
+"""
+)
+
+
+def _record(ctx: JobContext, row: Any, status: str, *, code: int | None, ms: int | None, err: str | None,
+            receipt: Any = None, failed: bool = False) -> None:  # fmt: skip
+    """The attempt's result on the delivery row and the subscription's failure count (auto-disable)."""
+    try:
+        _write_record(ctx, row, status, code=code, ms=ms, err=err, receipt=receipt, failed=failed)
+    except JobAborted:
+        pass  # ownership lost: the next owner records its own attempt
+
+
+def _write_record(ctx: JobContext, row: Any, status: str, *, code: int | None, ms: int | None, err: str | None,
+                  receipt: Any, failed: bool) -> None:  # fmt: skip
+    with ctx.transaction() as conn:
+        conn.execute(
+            _RECORD,
+            {"id": row.id, "st": status, "code": code, "ms": ms, "err": err and err[:2000],
+             "receipt": None if receipt is None else json.dumps(receipt)},
+        )  # fmt: skip
+        if failed:
+            conn.execute(
+                text(
+                    """
+UPDATE event_subscriptions SET consecutive_failures = consecutive_failures + 1,
+    enabled = CASE WHEN consecutive_failures + 1 >= :limit THEN false ELSE enabled END,
+    disabled_reason = CASE WHEN enabled AND consecutive_failures + 1 >= :limit
+        THEN 'disabled automatically after ' || (consecutive_failures + 1) || ' consecutive failed deliveries; last: '
+             || CAST(:err AS text) ELSE disabled_reason END,
+    revision = revision + CASE WHEN enabled AND consecutive_failures + 1 >= :limit THEN 1 ELSE 0 END,
+    updated_at = now()
+WHERE id = :s
+"""
+                ),
+                {"s": row.subscription_id, "limit": disable_threshold(), "err": (err or "")[:500]},
+            )
+        elif status == "succeeded":
+            conn.execute(
+                text(
+                    "UPDATE event_subscriptions SET consecutive_failures = 0 WHERE id = :s AND consecutive_failures > 0"
+                ),
+                {"s": row.subscription_id},
+            )
+
+
+@handlers.register("webhook_delivery")
+def webhook_delivery(ctx: JobContext) -> Any:
+    delivery_id = (ctx.payload or {}).get("delivery_id")
+    with ctx.engine.connect() as conn:
+        row = conn.execute(_LOAD, {"id": delivery_id}).first()
+    if row is None:
+        return Skip("the delivery no longer exists (its subscription was deleted)")
+    if row.url is None or not row.enabled:
+        reason = "the subscription was deleted" if row.url is None else "the subscription is disabled"
+        with ctx.transaction() as conn:
+            conn.execute(
+                text(
+                    "UPDATE webhook_deliveries SET status = 'skipped', last_error = :r, updated_at = now() WHERE id = :id"
+                ),
+                {"id": row.id, "r": reason},
+            )
+        return Skip(reason)
+    body = payload_of(row)
+    at = datetime.now(UTC)
+    secrets_ = [row.secret] + ([row.previous_secret] if row.previous_secret else [])
+    headers = {
+        "webhook-id": row.event_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": signature(secrets_, row.event_id, at, body),
+        "X-Idempotency-Key": f"{row.event_id}.{row.subscription_id}",
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+    }
+    started = time.monotonic()
+    try:
+        res = ctx.http.request(
+            "POST", row.url, step_key="deliver", content=body, headers=headers, receiver_dedups=True
+        )
+    except RetryableError as exc:
+        final = ctx.attempt >= ctx.max_attempts
+        _record(ctx, row, "dead" if final else "retrying", code=_status_of(exc), ms=_ms(started), err=str(exc),
+                failed=True)  # fmt: skip
+        raise
+    except ExternalOutcomeUnknown as exc:
+        _record(ctx, row, "unknown", code=_status_of(exc), ms=_ms(started), err=str(exc), failed=True)
+        raise
+    except PermanentError as exc:
+        _record(ctx, row, "dead", code=_status_of(exc), ms=_ms(started), err=str(exc), failed=True)
+        raise
+    receipt = {"status_code": res.status_code, "body": res.text[:1024], "reused": res.reused}
+    _record(ctx, row, "succeeded", code=res.status_code, ms=_ms(started), err=None, receipt=receipt)
+    return {"delivery_id": row.id, "status_code": res.status_code, "url": redact_url(row.url)}
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status named in a failure message (``HTTP 503``), if any."""
+    words = str(exc).split("HTTP ")
+    if len(words) > 1 and words[1][:3].isdigit():
+        return int(words[1][:3])
+    return None

@@ -1,0 +1,115 @@
+"""The events outbox (X-EVENT): every state change writes its event in the same transaction, with a
+gap-free per-instance sequence; a rollback writes none; fan-out is one ``event_dispatch`` job per
+transaction and instance, and only when the namespace listens."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from app.db import transaction
+from app.engine import instances
+from app.ids import new_id
+from tests.engine.helpers import claim_task, complete_task, instance, publish, start
+
+NS = "ns-" + new_id()[:8]
+DOC = {
+    "version": "v1",
+    "input_schema": {"type": "object"},
+    "deadline_seconds": 3600,
+    "steps": [{"key": "work", "kind": "TASK", "queue": "ev-q"}, {"key": "two", "kind": "TASK", "queue": "ev-q",
+                                                                 "after": ["work"]}],
+}  # fmt: skip
+
+
+def _events(engine, iid: str) -> list:  # noqa: ANN001
+    with engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT seq, type, body, dispatch_job_id FROM workflow_events WHERE instance_id = :i ORDER BY seq"
+            ),
+            {"i": iid},
+        ).all()
+
+
+def test_every_change_writes_its_event_in_sequence(eng) -> None:  # noqa: ANN001
+    def_id = publish(eng, NS, DOC)
+    iid = start(eng, NS, def_id, {})["id"]
+    for _ in range(2):
+        complete_task(eng, NS, claim_task(eng, NS, "ev-q"), {"ok": True})
+    assert instance(eng, iid)["state"] == "SUCCEEDED"
+    rows = _events(eng, iid)
+    assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+    types = [r.type for r in rows]
+    assert types[0] == "workflow.started" and types[-1] == "workflow.succeeded"
+    for t in ("step.activated", "task.created", "task.completed", "step.succeeded"):
+        assert types.count(t) == 2, (t, types)
+    body = rows[0].body
+    assert body["instance"]["id"] == iid and body["instance"]["definition_id"] == def_id and body["trace_id"]
+    done = next(r.body for r in rows if r.type == "step.succeeded")
+    assert done["step_key"] == "work" and done["activation_id"]
+    # nobody listens in this namespace: no fan-out job at all
+    assert all(r.dispatch_job_id is None for r in rows)
+    with eng.connect() as conn:
+        assert (
+            conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE type = 'event_dispatch'")).scalar()
+            == 0
+        )
+
+
+def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
+    def_id = publish(eng, NS, DOC)
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction(eng) as conn:
+        instances.start_workflow(conn, NS, {"definition_id": def_id, "version": "v1", "input": {}})
+        assert conn.execute(text("SELECT count(*) FROM workflow_events")).scalar() > 0
+        raise Boom
+    with eng.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM workflow_events")).scalar() == 0
+
+
+def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> None:  # noqa: ANN001
+    def_id = publish(eng, NS, DOC)
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
+                "VALUES (:id, :ns, 'https://example.com/h', '{*}', 'c2VjcmV0')"
+            ),
+            {"id": new_id(), "ns": NS},
+        )
+    iid = start(eng, NS, def_id, {})["id"]
+    complete_task(eng, NS, claim_task(eng, NS, "ev-q"), {"ok": True})
+    rows = _events(eng, iid)
+    jobs = {r.dispatch_job_id for r in rows}
+    assert None not in jobs and len(jobs) == 2  # the start's transaction and the completion's
+    with eng.connect() as conn:
+        n = conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE type = 'event_dispatch'")).scalar()
+    assert n == 2
+
+
+def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> None:  # noqa: ANN001
+    """Regression: the per-transaction dispatch job was cached in connection state that a commit made
+    outside ``app.db.transaction`` (``engine.begin()``) left behind, so the next transaction's events
+    joined an already finished job and were never fanned out."""
+    from app.engine import events
+
+    def_id = publish(eng, NS, DOC)
+    iid = start(eng, NS, def_id, {})["id"]
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
+                "VALUES (:id, :ns, 'https://example.com/h', '{*}', 'c2VjcmV0')"
+            ),
+            {"id": new_id(), "ns": NS},
+        )
+    with eng.connect() as conn:
+        for _ in range(2):
+            with conn.begin():
+                events.emit(conn, iid, "workflow.paused")
+    jobs = [r.dispatch_job_id for r in _events(eng, iid) if r.type == "workflow.paused"]
+    assert len(jobs) == 2 and None not in jobs and jobs[0] != jobs[1]
