@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from app.errors import FieldError, InvalidArgument
+from app.ledger import destinations
 
 MAX_STEPS = 128
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -73,8 +74,8 @@ RESERVED_HEADERS = frozenset(
 
 def url_error(url: Any) -> str | None:
     """Why ``url`` cannot be an outbound destination (syntax only: http/https, a host, no credentials).
-    The destination policy (private / loopback / metadata addresses) belongs to the safe HTTP client
-    (``app.ledger.http``) and is checked by its callers at publish time and at delivery."""
+    The destination policy (private / loopback / metadata addresses) is ``_check_outbound``'s next step
+    and the safe HTTP client's (``app.ledger.http``) at delivery."""
     if not isinstance(url, str) or not 1 <= len(url) <= MAX_URL_CHARS:
         return f"an http(s) URL of at most {MAX_URL_CHARS} characters"
     try:
@@ -447,9 +448,16 @@ def _check_trigger(errs: _Errors, f: str, st: dict) -> None:
 
 
 def _check_outbound(errs: _Errors, f: str, st: dict) -> None:
-    """url, headers and timeout_seconds of an outbound call (a TRIGGER step or a TASK's dispatch)."""
+    """url, headers and timeout_seconds of an outbound call (a TRIGGER step or a TASK's dispatch). A
+    URL the destination policy refuses (loopback, private, metadata addresses, numeric host tricks;
+    ``app.ledger.destinations``) is refused at publish as well as at delivery."""
     if "url" in st and (msg := url_error(st["url"])):
         errs.add(f + ".url", msg)
+    elif "url" in st:
+        try:
+            destinations.check(st["url"])
+        except destinations.DestinationForbidden as exc:
+            errs.add(f + ".url", str(exc))
     if "timeout_seconds" in st:
         _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_TRIGGER_TIMEOUT_SECONDS)
     headers = st.get("headers", {})

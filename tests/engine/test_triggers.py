@@ -18,6 +18,7 @@ from sqlalchemy import text
 from app.config import get_settings
 from app.db import transaction
 from app.engine.handlers import outbound, triggers
+from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import handlers
 from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN
@@ -76,6 +77,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def trig(eng, monkeypatch):  # noqa: ANN001, ANN201
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the local receivers
     handlers.register("trigger_dispatch", triggers.trigger_dispatch, replace=True)
     monkeypatch.setattr(outbound, "get_settings", lambda: replace(get_settings(), signing_secret="s3cret"))
     return eng
@@ -241,10 +243,10 @@ def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, r
     assert kind.startswith("dead") and instance(disp, iid2)["state"] == "RUNNING"
 
 
-def test_dispatch_target_is_checked_at_publish() -> None:
+def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:  # noqa: ANN001
     from app.engine.documents import validate_document
-    from app.errors import InvalidArgument
 
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     doc = dispatch_doc("http://127.0.0.1:5510")
     validate_document(doc)
     for bad, name in (({"url": "gopher://x"}, "steps[0].dispatch.url"), ({}, "steps[0].dispatch.url"),
@@ -254,3 +256,21 @@ def test_dispatch_target_is_checked_at_publish() -> None:
         with pytest.raises(InvalidArgument) as err:
             validate_document(doc)
         assert name in [e.field for e in err.value.field_errors], (bad, err.value.field_errors)
+
+
+def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, receiver, monkeypatch) -> None:  # noqa: ANN001
+    """The destination policy of the safe HTTP client (issue 10) guards TRIGGER and dispatch URLs:
+    a cloud metadata address is a 400 naming the field at publish; a URL that became forbidden after
+    publishing (the allow-list narrowed) is dead with DESTINATION_FORBIDDEN at delivery."""
+    with pytest.raises(InvalidArgument) as refused:
+        publish(trig, NS, trigger_doc("http://169.254.169.254/latest/meta-data"))
+    assert any(e.field == "steps[0].url" and "link-local" in e.message for e in refused.value.field_errors)
+    with pytest.raises(InvalidArgument) as hex_host:
+        publish(trig, NS, {**trigger_doc("http://0x7f000001/hook")})
+    assert any(e.field == "steps[0].url" for e in hex_host.value.field_errors)
+    def_id = publish(trig, NS, trigger_doc(receiver.url))
+    start(trig, NS, def_id, {"order": 1})
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "")
+    ((kind, outcome),) = run_jobs(trig, queue=OUTBOUND)
+    assert kind == "trigger_dispatch" and outcome.startswith("dead") and "loopback" in outcome
+    assert receiver.calls == []

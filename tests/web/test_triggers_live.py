@@ -19,7 +19,8 @@ from actors.maintenance import run_drain
 from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ENGINE_WORKER_ENV, ops, sql, until  # noqa: F401
 
-WORKER_ENV = {**ENGINE_WORKER_ENV, "LEDGERFLOW_LEASE_SECONDS": "3", "LEDGERFLOW_RENEW_SECONDS": "1"}
+WORKER_ENV = {**ENGINE_WORKER_ENV, "LEDGERFLOW_LEASE_SECONDS": "3", "LEDGERFLOW_RENEW_SECONDS": "1",
+              "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32"}  # fmt: skip
 
 
 class Receiver:
@@ -71,7 +72,13 @@ def _states(ids: list[str]) -> dict[str, str]:
     }
 
 
-def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(ops, spawn_worker, receiver) -> None:  # noqa: ANN001, F811
+def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(  # noqa: F811
+    ops,  # noqa: F811
+    spawn_worker,
+    receiver,
+    monkeypatch,
+) -> None:  # noqa: ANN001
+    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the API checks URLs at publish
     url, rec = receiver
     c = ops.client
     spawn_worker("advance", env=WORKER_ENV)
