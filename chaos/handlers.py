@@ -13,8 +13,6 @@ from sqlalchemy import Connection, text
 from app.ledger import handlers
 from app.ledger.context import JobContext
 
-EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS chaos_effects (operation_key text NOT NULL, job_id bigint NOT NULL)"
-
 
 def deliver(ctx: JobContext) -> dict:
     def write(conn: Connection) -> dict:

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import DBAPIError
 
 from app.migrate import upgrade
-from chaos.handlers import EFFECTS_DDL
+from chaos.schema import EFFECTS_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
 
