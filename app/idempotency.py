@@ -39,7 +39,7 @@ class StoredResponse:
     replayed: bool
 
     def json(self) -> Any:
-        return jsonx.loads(self.body)
+        return jsonx.loads_exact_db(self.body)  # our own stored response
 
 
 def validate_key(key: str | None) -> str:

@@ -64,8 +64,11 @@ def idempotent(
     is one short transaction, retried every ``poll_seconds`` (a long poll)."""
     principal = current_principal()
     key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
-    route = f"{request.method} {request.path}"
-    fp = idempotency.fingerprint(request.method, request.path, read_json_body())
+    # one scope per resource: ``/v1/workflows`` and ``/v1/workflows/`` are the same route (a trailing
+    # slash must not let one key start two instances)
+    path = request.path.rstrip("/") or "/"
+    route = f"{request.method} {path}"
+    fp = idempotency.fingerprint(request.method, path, read_json_body())
     while True:
         try:
             stored = idempotency.execute_once(
@@ -81,7 +84,7 @@ def idempotent(
     headers = {REPLAYED_HEADER: "true"}
     if replay is Replay.STORED:
         return raw_json_response(stored.body, stored.status, headers)
-    body = jsonx.loads(stored.body)
+    body = jsonx.loads_exact_db(stored.body)  # our own stored response, not tenant input
     body["request_id"] = request_id()
     if isinstance(body.get("data"), dict) and "deduplicated" in body["data"]:
         body["data"]["deduplicated"] = True

@@ -10,9 +10,11 @@ import re
 from decimal import Decimal
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from app import jsonx
 from app.errors import FieldError, InvalidArgument
 
 MAX_STEPS = 128
@@ -55,6 +57,12 @@ REQUIRED = {
 }
 DEFAULT_TASK_TIMEOUT_SECONDS = 300
 MAX_DEADLINE_SECONDS = 366 * 86400
+# Tenant JSON Schemas (input and signal contracts) are evaluated by jsonschema-rs with the linear-time
+# ``regex`` engine (no backtracking: look-around and back-references are refused at publish), never
+# fetching anything, and are capped in size and depth before they are compiled.
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
+MAX_INPUT_ERRORS = 20
 
 
 class _Errors:
@@ -82,9 +90,38 @@ def _fields(errs: _Errors, prefix: str, obj: dict, allowed: set[str]) -> None:
             errs.add(f"{prefix}{name}", "unknown field")
 
 
+def _depth(node: Any) -> int:
+    """Nesting depth of a JSON value (iterative; the parser already capped it at ``jsonx.MAX_DEPTH``)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
+def compile_contract(schema: Any) -> jsonschema_rs.Validator:
+    """The linear-time validator of a tenant contract; raises ``ValueError`` when it cannot be one
+    (a non-linear ``pattern``, an unresolvable ``$ref``, ...)."""
+    try:
+        return jsonschema_rs.Draft202012Validator(
+            schema, pattern_options=jsonschema_rs.RegexOptions(), offline=True, validate_formats=False
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
+        raise ValueError(str(exc).split("\n", 1)[0][:300]) from None
+
+
 def check_schema(errs: _Errors, field: str, schema: Any) -> None:
     if not isinstance(schema, dict | bool):
         errs.add(field, "must be a JSON Schema (an object or a boolean)")
+        return
+    size = len(jsonx.dumps(schema).encode("utf-8"))
+    if size > MAX_SCHEMA_BYTES:
+        errs.add(field, f"a contract is at most {MAX_SCHEMA_BYTES} bytes of JSON (got {size})")
+        return
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        errs.add(field, f"a contract nests at most {MAX_SCHEMA_DEPTH} levels")
         return
     try:
         Draft202012Validator.check_schema(schema)
@@ -92,9 +129,21 @@ def check_schema(errs: _Errors, field: str, schema: Any) -> None:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
         errs.add(field + path, f"invalid JSON Schema: {exc.message}")
         return
+    bad_refs = False
     for path, ref in _refs(schema, field):
         if not ref.startswith("#"):
+            bad_refs = True
             errs.add(path, "only local references (#...) are allowed in a contract; nothing is fetched")
+    if bad_refs:
+        return
+    try:
+        compile_contract(schema)
+    except ValueError as exc:
+        errs.add(
+            field,
+            "this contract cannot be evaluated in linear time (patterns use the RE2-style `regex` "
+            f"syntax: no look-around, no back-references): {exc}",
+        )
 
 
 def _refs(node: Any, path: str) -> list[tuple[str, str]]:
@@ -396,16 +445,19 @@ def _contract(errs: _Errors, f: str, name: Any, pv: Any, contracts: set[tuple[st
 
 
 def input_errors(schema: Any, value: Any, prefix: str = "input") -> list[FieldError]:
-    """Validate ``value`` against a stored JSON Schema; errors name the field path."""
-    validator = Draft202012Validator(schema)
-    out: list[FieldError] = []
+    """Validate ``value`` against a stored contract in time linear in the value (jsonschema-rs, linear
+    regexes); errors name the field path. Call it before taking any instance lock."""
     try:
-        found = sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
-    except Exception:  # noqa: BLE001 - e.g. an unresolvable local $ref: the contract cannot judge
+        validator = compile_contract(schema)
+        found = []
+        for err in validator.iter_errors(value):
+            found.append(err)
+            if len(found) >= MAX_INPUT_ERRORS:
+                break
+    except (ValueError, OverflowError):  # e.g. a contract published before the linear-time rule
         return [FieldError(prefix, "the pinned contract cannot be evaluated for this value")]
-    for err in found:
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+    out: list[FieldError] = []
+    for err in sorted(found, key=lambda e: list(map(str, e.instance_path))):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.instance_path)
         out.append(FieldError(prefix + path, err.message[:300]))
-        if len(out) >= 20:
-            break
     return out

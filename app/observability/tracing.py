@@ -33,6 +33,7 @@ class Attempt(Protocol):
     instance_id: str | None
     attempt_id: Any
 
+
 log = logging.getLogger(__name__)
 
 ENABLED = False
