@@ -63,6 +63,8 @@ MAX_DEADLINE_SECONDS = 366 * 86400
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
 MAX_INPUT_ERRORS = 20
+# references in one mapping (a step's input, a correlation, the output): resolution is bounded too
+MAX_REFERENCES = 64
 
 
 class _Errors:
@@ -174,8 +176,12 @@ def references(value: Any) -> list[str]:
 def _check_refs(
     errs: _Errors, field: str, value: Any, keys: set[str], allowed_steps: set[str] | None
 ) -> None:
-    for ref in references(value):
-        m = REF_RE.match(ref)
+    refs = references(value)
+    if len(refs) > MAX_REFERENCES:
+        errs.add(field, f"a mapping holds at most {MAX_REFERENCES} references (got {len(refs)})")
+        return
+    for ref in refs:
+        m = REF_RE.fullmatch(ref)
         if not m:
             errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
             continue

@@ -133,3 +133,31 @@ def test_contracts_that_cannot_run_in_linear_time_or_are_too_big_are_refused_at_
         )
         assert r.status_code == 400, (label, r.text)
         assert _fields(r)[0] == "input_schema", (label, r.text)
+
+
+def test_a_mapping_that_amplifies_its_input_fails_the_step_with_a_reason(ops):  # noqa: F811
+    def_id = ops.define(
+        {"steps": [{"key": "t", "kind": "TASK", "queue": "q", "input": {"a": "$.input", "b": "$.input"}}]}
+    )
+    wid, took = _timed(lambda: ops.start(def_id, {"blob": "x" * 150_000}))
+    assert took < 5.0
+    assert ops.client.get_workflow(wid).state == "FAILED"
+    step = ops.client.get_workflow_step(wid, "t")
+    assert step.step.state == "FAILED"
+    assert step.error["code"] == "MAPPED_INPUT_TOO_LARGE" and "262144 bytes" in step.error["message"]
+
+
+def test_a_mapping_with_too_many_references_is_refused_at_publish(ops):  # noqa: F811
+    d = ops.client.create_definition("d-" + uuid.uuid4().hex[:8])
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [{"key": "t", "kind": "TASK", "queue": "q", "input": ["$.input"] * 65}],
+    }
+    r = httpx.post(
+        f"{ops.ns.url}/v1/workflow-definitions/{d['id']}/versions",
+        json=doc,
+        headers={"Authorization": f"Bearer {ops.ns.tokens['all']}", "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert r.status_code == 400 and _fields(r) == ["steps[0].input"], r.text
