@@ -112,7 +112,7 @@ def validate_permission_set(scopes: Iterable[str], queues: Sequence[str] | None 
     if queues is not None:
         if not queues:
             raise InvalidArgument("an explicit queue list cannot be empty", field="queues")
-        bad = [q for q in queues if not QUEUE_RE.match(q)]
+        bad = [q for q in queues if not QUEUE_RE.fullmatch(q)]
         if bad:
             raise InvalidArgument(f"invalid queue name(s): {', '.join(bad)}", field="queues")
         if Scope.TASKS_WORK not in wanted:
@@ -139,7 +139,7 @@ def scopes_from_switches(**switches: bool) -> tuple[str, ...]:
 
 def ensure_namespace(conn: Connection, name: str) -> str:
     """Return the id of namespace ``name``, creating it if missing (race-safe)."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise InvalidArgument(
             "namespace: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="namespace"
         )
@@ -164,7 +164,7 @@ def create_credential(
 ) -> IssuedCredential:
     """Validate the permission set, create the namespace if needed, issue a token (returned once)."""
     wanted = validate_permission_set(scopes, queues)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise InvalidArgument(
             "name: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="name"
         )

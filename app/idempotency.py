@@ -45,7 +45,7 @@ class StoredResponse:
 def validate_key(key: str | None) -> str:
     if key is None or key == "":
         raise InvalidArgument("Idempotency-Key header is required for this request", field="Idempotency-Key")
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES or not KEY_RE.match(key):
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES or not KEY_RE.fullmatch(key):
         raise InvalidArgument(
             "Idempotency-Key: 1-128 bytes of printable ASCII token characters", field="Idempotency-Key"
         )

@@ -243,7 +243,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         raise InvalidArgument("the version document must be a JSON object", field="$")
     _fields(errs, "", doc, TOP_FIELDS)
     version = doc.get("version")
-    if not isinstance(version, str) or not VERSION_RE.match(version):
+    if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         errs.add("version", "required: 1-64 ASCII characters, first a letter or digit, then also _ . -")
     elif version.lower() == "latest":
         errs.add("version", '"latest" is reserved and never resolved')
@@ -270,9 +270,9 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
             continue
         _fields(errs, f + ".", sig, {"name", "payload_version", "schema"})
         name, pv = sig.get("name"), sig.get("payload_version")
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             errs.add(f + ".name", "required: 1-128 ASCII name characters")
-        if not isinstance(pv, str) or not PAYLOAD_VERSION_RE.match(pv):
+        if not isinstance(pv, str) or not PAYLOAD_VERSION_RE.fullmatch(pv):
             errs.add(f + ".payload_version", "required: 1-32 ASCII name characters")
         if "schema" not in sig:
             errs.add(f + ".schema", "required")
@@ -293,7 +293,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         steps = []
     keys: dict[str, int] = {}
     for i, st in enumerate(steps):
-        if isinstance(st, dict) and isinstance(st.get("key"), str) and KEY_RE.match(st["key"]):
+        if isinstance(st, dict) and isinstance(st.get("key"), str) and KEY_RE.fullmatch(st["key"]):
             if st["key"] in keys:
                 errs.add(f"steps[{i}].key", f"duplicate step key {st['key']!r}")
             else:
@@ -310,7 +310,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
             continue
         _fields(errs, f + ".", st, STEP_FIELDS[kind])
         key = st.get("key")
-        if not isinstance(key, str) or not KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             errs.add(f + ".key", "required: 1-64 characters, letters, digits, _ and -")
             continue
         for name in REQUIRED[kind]:
@@ -384,7 +384,7 @@ def _normalize_ints(doc: dict) -> None:
 
 def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
     if kind in ("TASK", "POLL") and "queue" in st:
-        if not isinstance(st["queue"], str) or not QUEUE_RE.match(st["queue"]):
+        if not isinstance(st["queue"], str) or not QUEUE_RE.fullmatch(st["queue"]):
             errs.add(f + ".queue", "must be 1-128 characters: letters, digits, _ . : -")
     if "timeout_seconds" in st:
         _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_DEADLINE_SECONDS)
@@ -404,7 +404,7 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
             if (
                 not isinstance(comp, dict)
                 or not isinstance(comp.get("queue"), str)
-                or not QUEUE_RE.match(comp["queue"])
+                or not QUEUE_RE.fullmatch(comp["queue"])
             ):
                 errs.add(f + ".compensation.queue", "required: a queue name")
             else:
@@ -417,11 +417,13 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
             errs.add(f + ".correlation", "must be a string (a reference or a literal correlation key)")
     elif kind == "SUBWORKFLOW":
         if "definition_id" in st and (
-            not isinstance(st["definition_id"], str) or not HEX32_RE.match(st["definition_id"])
+            not isinstance(st["definition_id"], str) or not HEX32_RE.fullmatch(st["definition_id"])
         ):
             errs.add(f + ".definition_id", "must be a 32-char lowercase hex definition id")
         v = st.get("version")
-        if "version" in st and (not isinstance(v, str) or not VERSION_RE.match(v) or v.lower() == "latest"):
+        if "version" in st and (
+            not isinstance(v, str) or not VERSION_RE.fullmatch(v) or v.lower() == "latest"
+        ):
             errs.add(f + ".version", 'must be a pinned version (never "latest")')
     elif kind == "POLL":
         if "interval_ms" in st:
