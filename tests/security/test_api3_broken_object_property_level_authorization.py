@@ -8,7 +8,7 @@ import uuid
 
 import httpx
 
-from tests.security.test_api1_broken_object_level_authorization import OPERATOR, PREFIX, _operator
+from tests.security.test_api1_broken_object_level_authorization import PREFIX, _operator
 from tests.web.wf_ops import sql
 
 
@@ -44,12 +44,9 @@ def test_integration_payload_keeps_its_identity_fields(ops):  # noqa: F811
         "INSERT INTO workflow_jobs (type, queue, status, instance_id, max_attempts, operation_key, trace_id, "
         "payload, finished_at) VALUES ('external_dispatch', 'workflow-ledger-outbound', 'dead', :i, 3, :op, 't', "
         "CAST(:p AS jsonb), now()) RETURNING id",
-        i=wid, op=uuid.uuid4().hex, p='{"instance_id": "%s", "amount": 1}' % wid,
+        i=wid, op=uuid.uuid4().hex, p='{"instance_id": "' + wid + '", "amount": 1}',
     )[0][0]  # fmt: skip
     headers = _operator(ops.ns.name, platform=False)
     r = _retry(ops, headers, job_id, {"instance_id": "f" * 32, "amount": 1})
     assert r.status_code == 400 and "instance_id" in r.json()["errors"][0]["message"]
     assert _retry(ops, headers, job_id, {"instance_id": wid, "amount": 2}).status_code == 200
-
-
-assert OPERATOR  # the operator switches these probes use
