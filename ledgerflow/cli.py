@@ -121,6 +121,9 @@ def dev(port: int | None) -> None:
     os.environ.setdefault("PORT", str(port or os.environ.get("PORT") or 5000))
     if port:
         os.environ["PORT"] = str(port)
+    # `make run` serves this machine only; the Procfile binds every interface for Heroku-style hosts
+    # (set LEDGERFLOW_BIND_HOST=0.0.0.0 to share a dev server deliberately)
+    os.environ.setdefault("LEDGERFLOW_BIND_HOST", "127.0.0.1")
     from app.config import get_settings
     from app.migrate import upgrade
 
