@@ -8,7 +8,7 @@ tests' werkzeug, ``ledgerflow dev``) the same code waits on a ``threading.Event`
 - **Wake-ups**: the database NOTIFYs ``lf_task_ready`` (payload ``namespace_id:queue``) when a task
   becomes PENDING (a trigger, sent at commit). One listener per process (a dedicated connection,
   ``LISTEN``) sets the events of the claims waiting on that queue, which then try to claim at once.
-  A waiting claim also looks again every ``LEDGERFLOW_CLAIM_POLL_SECONDS`` (default 1 s) without a
+  A waiting claim also looks again every ``LEDGERFLOW_CLAIM_POLL_SECONDS`` (default 5 s) without a
   notification: a task whose lease expired is claimable again without a state change, and a lost
   listener connection must cost latency only.
 - **Cap**: at most ``LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL`` (default 8) long polls (``wait_seconds``
