@@ -32,6 +32,9 @@ def _engine_for(url: str) -> Engine:
         pool_size=10,
         max_overflow=20,
         pool_pre_ping=True,
+        # a database error never carries the statement's parameters (tenant data, tokens) into an
+        # exception message, a log line or a job's last_error (issue 9)
+        hide_parameters=True,
         # A worker never holds a transaction across a handler or an HTTP call; this is the safety net.
         connect_args={"options": "-c idle_in_transaction_session_timeout=60000 -c timezone=UTC"},
     )
