@@ -15,8 +15,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -57,11 +59,31 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     WorkflowPage,
     _dumps,
     _loads,
+    _seg,
     _time,
 )
 
 
 # --------------------------------------------------------------------------- client
+class InsecureTransportWarning(UserWarning):
+    """The base URL is plain http to another machine: the bearer token would cross the network in
+    clear text."""
+
+
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def _warn_if_plain_http(base_url: str) -> None:
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "http" and host not in _LOCAL_HOSTS and not host.endswith(".localhost"):
+        warnings.warn(
+            f"{base_url} is plain http to another machine: the bearer token is sent unencrypted; use https",
+            InsecureTransportWarning,
+            stacklevel=3,
+        )
+
+
 class Client(WorkflowControlMixin):
     def __init__(
         self,
@@ -73,6 +95,7 @@ class Client(WorkflowControlMixin):
         backoff: float = 0.2,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        _warn_if_plain_http(base_url)
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             timeout=timeout,
@@ -159,7 +182,7 @@ class Client(WorkflowControlMixin):
         return StartResult(WorkflowInstance.from_api(data["instance"]), data["deduplicated"])
 
     def get_workflow(self, workflow_id: str) -> WorkflowInstance:
-        return WorkflowInstance.from_api(self.request("GET", f"/v1/workflows/{workflow_id}")["data"])
+        return WorkflowInstance.from_api(self.request("GET", f"/v1/workflows/{_seg(workflow_id)}")["data"])
 
     def list_workflows(
         self, *, limit: int | None = None, cursor: str | None = None, **filters: Any
@@ -177,11 +200,11 @@ class Client(WorkflowControlMixin):
         return WorkflowPage([WorkflowInstance.from_api(i) for i in data["items"]], data.get("next_cursor"))
 
     def get_workflow_steps(self, workflow_id: str) -> StepList:
-        d = self.request("GET", f"/v1/workflows/{workflow_id}/steps")["data"]
+        d = self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps")["data"]
         return StepList(d["instance_id"], int(d["revision"]), [Step.from_api(s) for s in d["steps"]])
 
     def get_workflow_step(self, workflow_id: str, key: str) -> StepDetail:
-        d = self.request("GET", f"/v1/workflows/{workflow_id}/steps/{key}")["data"]
+        d = self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps/{_seg(key)}")["data"]
         return StepDetail(
             instance_id=d["instance_id"],
             revision=int(d["revision"]),
@@ -211,18 +234,18 @@ class Client(WorkflowControlMixin):
     ) -> dict:
         return self.request(
             "POST",
-            f"/v1/workflow-definitions/{definition_id}/versions",
+            f"/v1/workflow-definitions/{_seg(definition_id)}/versions",
             body=document,
             idempotency_key=idempotency_key,
         )["data"]["version"]
 
     def get_definition(self, definition_id: str) -> dict:
-        return self.request("GET", f"/v1/workflow-definitions/{definition_id}")["data"]
+        return self.request("GET", f"/v1/workflow-definitions/{_seg(definition_id)}")["data"]
 
     def get_contract(self, definition_id: str, version: str) -> dict:
-        return self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions/{version}/contract")[
-            "data"
-        ]
+        return self.request(
+            "GET", f"/v1/workflow-definitions/{_seg(definition_id)}/versions/{_seg(version)}/contract"
+        )["data"]
 
     # -- tasks -----------------------------------------------------------------------------
     def claim_tasks(self, queues: Iterable[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]:
@@ -232,19 +255,25 @@ class Client(WorkflowControlMixin):
 
     def heartbeat_task(self, task_id: str, epoch: int) -> Task:
         return Task.from_api(
-            self.request("POST", f"/v1/tasks/{task_id}/heartbeat", body={"epoch": epoch})["data"]["task"]
+            self.request("POST", f"/v1/tasks/{_seg(task_id)}/heartbeat", body={"epoch": epoch})["data"][
+                "task"
+            ]
         )
 
     def complete_task(self, task_id: str, epoch: int, output: Any) -> Task:
-        d = self.request("POST", f"/v1/tasks/{task_id}/complete", body={"epoch": epoch, "output": output})
+        d = self.request(
+            "POST", f"/v1/tasks/{_seg(task_id)}/complete", body={"epoch": epoch, "output": output}
+        )
         return Task.from_api(d["data"]["task"])
 
     def fail_task(self, task_id: str, epoch: int, message: str, *, retryable: bool) -> Task:
         body = {"epoch": epoch, "error": {"message": message, "retryable": retryable}}
-        return Task.from_api(self.request("POST", f"/v1/tasks/{task_id}/fail", body=body)["data"]["task"])
+        return Task.from_api(
+            self.request("POST", f"/v1/tasks/{_seg(task_id)}/fail", body=body)["data"]["task"]
+        )
 
     def get_task(self, task_id: str) -> Task:
-        return Task.from_api(self.request("GET", f"/v1/tasks/{task_id}")["data"])
+        return Task.from_api(self.request("GET", f"/v1/tasks/{_seg(task_id)}")["data"])
 
 
 from ledgerflow.worker import NonRetryableError, TaskWorker  # noqa: E402
