@@ -161,3 +161,26 @@ def test_a_mapping_with_too_many_references_is_refused_at_publish(ops):  # noqa:
         headers={"Authorization": f"Bearer {ops.ns.tokens['all']}", "Idempotency-Key": uuid.uuid4().hex},
     )
     assert r.status_code == 400 and _fields(r) == ["steps[0].input"], r.text
+
+
+def test_api_database_sessions_have_a_statement_timeout(wf_ns):  # noqa: F811
+    with get_engine().connect() as conn:
+        assert conn.execute(text("SHOW statement_timeout")).scalar_one() == "30s"
+
+
+def test_the_trace_chain_is_capped(ops):  # noqa: F811
+    """An operator read that grew with the trace (every job of it, with attempts) stops at 500 jobs."""
+    from tests.security.test_api1_broken_object_level_authorization import _operator
+    from tests.web.wf_ops import sql
+
+    trace = "t-" + uuid.uuid4().hex
+    sql(
+        "INSERT INTO workflow_jobs (type, queue, status, max_attempts, operation_key, trace_id) "
+        "SELECT 'delay_wake', 'workflow-ledger', 'canceled', 1, md5(random()::text || g::text), :t "
+        "FROM generate_series(1, 501) g",
+        t=trace,
+    )
+    headers = _operator("platform-" + uuid.uuid4().hex[:6], platform=True)
+    r = httpx.get(f"{ops.ns.url}/api/workflows/engine/jobs/chain/{trace}", headers=headers, timeout=30)
+    assert r.status_code == 200
+    assert len(r.json()["data"]["jobs"]) == 500 and r.json()["data"]["truncated"] is True
