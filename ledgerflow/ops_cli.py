@@ -19,6 +19,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -469,6 +470,7 @@ def jobs_replay(principal: Any, as_json: bool, statuses: tuple[str, ...], types:
     from app.ledger import ops_actions, replay
 
     f = _replay_filter(statuses, types, instance_id, trace_id, error_keyword, error_pattern, min_age, max_age)
+    f = replace(f, namespace_id=principal.job_namespace)  # a namespace operator previews its own jobs
     preview = _read(lambda c: replay.preview(c, f, sample_size=10))
     target = min(limit, preview["count"])
     if dry_run or target == 0:

@@ -84,3 +84,24 @@ def test_a_platform_operator_acts_everywhere_and_is_audited_in_the_jobs_namespac
 def test_platform_needs_an_operator_switch():
     with pytest.raises(Exception, match="--platform"), transaction() as conn:
         create_credential(conn, namespace="x", name="w", scopes=[Scope.WORKFLOWS_READ], platform=True)
+
+
+def test_the_operator_cli_applies_the_same_scope(ops):  # noqa: F811
+    import json
+
+    from click.testing import CliRunner
+
+    from ledgerflow.ops_cli import jobs
+
+    wid, job_id = _timer_job(ops)
+
+    def listed(headers: dict[str, str]) -> list[str]:
+        token = headers["Authorization"].split()[1]
+        r = CliRunner().invoke(
+            jobs, ["list", "--json", "--instance-id", wid], env={"LEDGERFLOW_TOKEN": token}
+        )
+        assert r.exit_code == 0, r.output
+        return [j["id"] for j in json.loads(r.stdout)["items"]]
+
+    assert listed(_operator("other-" + uuid.uuid4().hex[:6], platform=False)) == []
+    assert str(job_id) in listed(_operator(ops.ns.name, platform=False))
