@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from app import auth, jsonx
 from app import cursor as cursors
-from app import jsonx
-from app.auth import Principal
+from app.auth import IssuedCredential, Principal
 from app.ids import new_id
 
 _INSERT = text(
@@ -43,14 +43,17 @@ def record(
     operation_id: str | None = None,
     before: Any = None,
     after: Any = None,
+    namespace_id: str | None = None,
 ) -> str:
-    """Insert one audit row in ``conn``'s transaction; returns its id."""
+    """Insert one audit row in ``conn``'s transaction; returns its id. ``namespace_id``: the audit the
+    row belongs to (default: the principal's; an operator acting on another namespace's job writes a
+    second row there)."""
     audit_id = new_id()
     conn.execute(
         _INSERT,
         {
             "id": audit_id,
-            "ns": principal.namespace_id,
+            "ns": namespace_id or principal.namespace_id,
             "actor": principal.actor_id,
             "actor_name": principal.name,
             "action": action,
@@ -66,6 +69,41 @@ def record(
         },
     )
     return audit_id
+
+
+def _system(namespace_id: str, actor_name: str) -> Principal:
+    """The actor of an administrative change made outside the API (the ``ledgerflow`` CLI)."""
+    return Principal(
+        credential_id="cli", name=actor_name, namespace_id=namespace_id, namespace="", scopes=frozenset(),
+        queues=None,
+    )  # fmt: skip
+
+
+def issue_credential(conn: Connection, *, actor_name: str, **kwargs: Any) -> IssuedCredential:
+    """``auth.create_credential`` plus its audit row (``credential.issue``) in the credential's
+    namespace; the row never holds the token, only its id, name, scopes and expiry."""
+    issued = auth.create_credential(conn, **kwargs)
+    after = {
+        "name": issued.name, "scopes": list(issued.scopes),
+        "queues": None if issued.queues is None else list(issued.queues), "platform": issued.platform,
+        "expires_at": None if issued.expires_at is None else jsonx.rfc3339(issued.expires_at),
+    }  # fmt: skip
+    record(
+        conn, principal=_system(issued.namespace_id, actor_name), request_id=None, action="credential.issue",
+        target_type="credential", target_id=issued.credential_id, after=after,
+    )  # fmt: skip
+    return issued
+
+
+def revoke_credential(conn: Connection, credential_id: str, *, actor_name: str) -> dict[str, Any]:
+    """``auth.revoke_credential`` plus its audit row (``credential.revoke``)."""
+    row = auth.revoke_credential(conn, credential_id)
+    record(
+        conn, principal=_system(row["namespace_id"], actor_name), request_id=None, action="credential.revoke",
+        target_type="credential", target_id=credential_id, after={"name": row["name"],
+        "revoked_at": jsonx.rfc3339(row["revoked_at"])},
+    )  # fmt: skip
+    return row
 
 
 def _row(r: Any) -> dict[str, Any]:

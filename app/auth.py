@@ -92,6 +92,9 @@ class Principal:
     namespace: str
     scopes: frozenset[str]
     queues: tuple[str, ...] | None  # None = every queue
+    # issue 9: a platform-wide operator credential reads and acts on every namespace's jobs; any
+    # other credential's ledger operator rights reach only the jobs of its own namespace's instances
+    platform: bool = False
 
     @property
     def actor_id(self) -> str:
@@ -102,6 +105,11 @@ class Principal:
 
     def can_use_queue(self, queue: str) -> bool:
         return self.queues is None or queue in self.queues
+
+    @property
+    def job_namespace(self) -> str | None:
+        """The namespace whose jobs the ledger operator API shows this principal (None = every one)."""
+        return None if self.platform else self.namespace_id
 
 
 @dataclass(frozen=True)
@@ -114,13 +122,21 @@ class IssuedCredential:
     scopes: tuple[str, ...]
     queues: tuple[str, ...] | None
     created_at: datetime
+    platform: bool = False
+    expires_at: datetime | None = None
 
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def validate_permission_set(scopes: Iterable[str], queues: Sequence[str] | None = None) -> tuple[str, ...]:
+ENGINE_SCOPES = frozenset({Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE})
+MAX_EXPIRES_IN_SECONDS = 10 * 366 * 86400
+
+
+def validate_permission_set(
+    scopes: Iterable[str], queues: Sequence[str] | None = None, *, platform: bool = False
+) -> tuple[str, ...]:
     """Refuse an empty or contradictory permission set before any token exists (W-API-4).
 
     Contradictions: an unknown scope; a queue restriction without ``tasks:work``; a queue-restricted
@@ -131,10 +147,16 @@ def validate_permission_set(scopes: Iterable[str], queues: Sequence[str] | None 
     unknown = [s for s in wanted if s not in ALL_SCOPES]
     if unknown:
         raise InvalidArgument(f"unknown scope(s): {', '.join(unknown)}", field="scopes")
+    if platform and not ENGINE_SCOPES & set(wanted):
+        raise InvalidArgument(
+            "--platform widens the job ledger operator switches (--engine-monitor / --engine-operate) "
+            "to every namespace; it needs at least one of them",
+            field="platform",
+        )
     if queues is not None:
         if not queues:
             raise InvalidArgument("an explicit queue list cannot be empty", field="queues")
-        bad = [q for q in queues if not QUEUE_RE.match(q)]
+        bad = [q for q in queues if not QUEUE_RE.fullmatch(q)]
         if bad:
             raise InvalidArgument(f"invalid queue name(s): {', '.join(bad)}", field="queues")
         if Scope.TASKS_WORK not in wanted:
@@ -161,7 +183,7 @@ def scopes_from_switches(**switches: bool) -> tuple[str, ...]:
 
 def ensure_namespace(conn: Connection, name: str) -> str:
     """Return the id of namespace ``name``, creating it if missing (race-safe)."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise InvalidArgument(
             "namespace: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="namespace"
         )
@@ -183,10 +205,18 @@ def create_credential(
     name: str,
     scopes: Iterable[str],
     queues: Sequence[str] | None = None,
+    platform: bool = False,
+    expires_in_seconds: int | None = None,
 ) -> IssuedCredential:
-    """Validate the permission set, create the namespace if needed, issue a token (returned once)."""
-    wanted = validate_permission_set(scopes, queues)
-    if not NAME_RE.match(name):
+    """Validate the permission set, create the namespace if needed, issue a token (returned once).
+    ``platform``: the ledger operator switches reach every namespace; ``expires_in_seconds``: the
+    token stops authenticating after that long (database time)."""
+    wanted = validate_permission_set(scopes, queues, platform=platform)
+    if expires_in_seconds is not None and not 1 <= expires_in_seconds <= MAX_EXPIRES_IN_SECONDS:
+        raise InvalidArgument(
+            f"expiry must be from 1 second to {MAX_EXPIRES_IN_SECONDS} seconds", field="expires_in"
+        )
+    if not NAME_RE.fullmatch(name):
         raise InvalidArgument(
             "name: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="name"
         )
@@ -196,10 +226,11 @@ def create_credential(
     row = conn.execute(
         text(
             """
-INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues)
-VALUES (:id, :ns, :name, :hash, :prefix, CAST(:scopes AS text[]), CAST(:queues AS text[]))
+INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues, platform, expires_at)
+VALUES (:id, :ns, :name, :hash, :prefix, CAST(:scopes AS text[]), CAST(:queues AS text[]), :platform,
+        now() + make_interval(secs => CAST(:expires_in AS double precision)))
 ON CONFLICT (namespace_id, name) WHERE revoked_at IS NULL DO NOTHING
-RETURNING created_at
+RETURNING created_at, expires_at
 """
         ),
         {
@@ -210,6 +241,8 @@ RETURNING created_at
             "prefix": token[:10],
             "scopes": list(wanted),
             "queues": None if queues is None else sorted(set(queues)),
+            "platform": platform,
+            "expires_in": expires_in_seconds,
         },
     ).first()
     if row is None:
@@ -226,14 +259,16 @@ RETURNING created_at
         scopes=wanted,
         queues=None if queues is None else tuple(sorted(set(queues))),
         created_at=row.created_at,
+        platform=platform,
+        expires_at=row.expires_at,
     )
 
 
 _AUTH = text(
     """
-SELECT c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues
+SELECT c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues, c.platform
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
-WHERE c.token_hash = :hash AND c.revoked_at IS NULL
+WHERE c.token_hash = :hash AND c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now())
 """
 )
 
@@ -258,6 +293,7 @@ def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
         namespace=row.namespace,
         scopes=frozenset(row.scopes),
         queues=None if row.queues is None else tuple(row.queues),
+        platform=row.platform,
     )
 
 
@@ -266,7 +302,7 @@ def list_credentials(conn: Connection, namespace: str | None = None) -> list[dic
         text(
             """
 SELECT c.id, c.name, n.name AS namespace, c.namespace_id, c.token_prefix, c.scopes, c.queues,
-       c.created_at, c.revoked_at
+       c.created_at, c.revoked_at, c.platform, c.expires_at
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
 WHERE (CAST(:ns AS text) IS NULL OR n.name = :ns)
 ORDER BY n.name, c.created_at, c.id

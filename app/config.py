@@ -106,6 +106,33 @@ def load_settings() -> Settings:
     )
 
 
+MIN_SECRET_CHARS = 32
+
+
+def production_problems() -> list[str]:
+    """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``):
+    today, the cursor signing key left at its built-in default (anyone could forge cursors).
+    Development (the default) needs no setting."""
+    if os.environ.get("LEDGERFLOW_ENV", "development").strip().lower() != "production":
+        return []
+    problems = []
+    if len(os.environ.get("LEDGERFLOW_CURSOR_SECRET") or "") < MIN_SECRET_CHARS:
+        problems.append(
+            "LEDGERFLOW_CURSOR_SECRET is unset or shorter than 32 characters: in production the "
+            "pagination cursors must be signed with your own random key (the built-in development "
+            "key is public). Set one, e.g. "
+            "LEDGERFLOW_CURSOR_SECRET=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    return problems
+
+
+def refuse_unsafe_production() -> None:
+    """Raise ``RuntimeError`` with every ``production_problems()`` (the web process calls it at start)."""
+    problems = production_problems()
+    if problems:
+        raise RuntimeError("refusing to start (LEDGERFLOW_ENV=production):\n- " + "\n- ".join(problems))
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return load_settings()

@@ -18,7 +18,10 @@ from app import jsonx
 from app.errors import InvalidArgument
 
 MAX_CURSOR_BYTES = 1024
-_SECRET = (os.environ.get("LEDGERFLOW_CURSOR_SECRET") or "ledgerflow-cursor-v1").encode()
+# The signing key comes from configuration; the built-in key is for development only (a production
+# web process refuses to start without its own: ``app.config.refuse_unsafe_production``).
+DEVELOPMENT_SECRET = "ledgerflow-cursor-v1"
+_SECRET = (os.environ.get("LEDGERFLOW_CURSOR_SECRET") or DEVELOPMENT_SECRET).encode()
 
 
 def _mac(payload: str, binding: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -27,6 +28,13 @@ def _drop_transaction_state(conn: Connection) -> None:
     conn.info.pop(_TX_STATE, None)
 
 
+def statement_timeout_ms() -> int:
+    """``LEDGERFLOW_STATEMENT_TIMEOUT_MS`` (default 30 000; 0 = none): the longest one SQL statement
+    of the API or a worker may run before PostgreSQL cancels it."""
+    raw = os.environ.get("LEDGERFLOW_STATEMENT_TIMEOUT_MS")
+    return int(raw) if raw else 30_000
+
+
 @lru_cache(maxsize=8)
 def _engine_for(url: str) -> Engine:
     engine = create_engine(
@@ -34,8 +42,15 @@ def _engine_for(url: str) -> Engine:
         pool_size=10,
         max_overflow=20,
         pool_pre_ping=True,
+        # a database error never carries the statement's parameters (tenant data, tokens) into an
+        # exception message, a log line or a job's last_error (issue 9)
+        hide_parameters=True,
         # A worker never holds a transaction across a handler or an HTTP call; this is the safety net.
-        connect_args={"options": "-c idle_in_transaction_session_timeout=60000 -c timezone=UTC"},
+        # statement_timeout (issue 9): no single statement of a request or a job runs unbounded
+        connect_args={
+            "options": "-c idle_in_transaction_session_timeout=60000 -c timezone=UTC "
+            f"-c statement_timeout={statement_timeout_ms()}"
+        },
     )
 
     @event.listens_for(engine, "rollback")

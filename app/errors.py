@@ -136,6 +136,18 @@ class QuotaExceeded(LedgerflowError):
         super().__init__(message, headers={"Retry-After": str(int(retry_after))})
 
 
+class RateLimited(LedgerflowError):
+    """429 RATE_LIMITED with Retry-After: a per-credential rate limit or long-poll cap (issue 9)."""
+
+    code = "RATE_LIMITED"
+    status = 429
+    title = "Rate limited"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, headers={"Retry-After": str(int(retry_after))})
+
+
 class BodyTooLarge(LedgerflowError):
     code = "BODY_TOO_LARGE"
     status = 413

@@ -39,13 +39,13 @@ class StoredResponse:
     replayed: bool
 
     def json(self) -> Any:
-        return jsonx.loads(self.body)
+        return jsonx.loads_exact_db(self.body)  # our own stored response
 
 
 def validate_key(key: str | None) -> str:
     if key is None or key == "":
         raise InvalidArgument("Idempotency-Key header is required for this request", field="Idempotency-Key")
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES or not KEY_RE.match(key):
+    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES or not KEY_RE.fullmatch(key):
         raise InvalidArgument(
             "Idempotency-Key: 1-128 bytes of printable ASCII token characters", field="Idempotency-Key"
         )
@@ -138,10 +138,19 @@ def execute_once(
     return StoredResponse(status=status, body=body_text, replayed=False)
 
 
-def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS) -> int:
-    """Delete receipts older than the retention window (a key may be reused after it)."""
+def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:
+    """Delete up to ``limit`` receipts older than the retention window (a key may be reused after
+    it); the drain calls it every run (issue 9: receipts expire and the table stays bounded)."""
     res = conn.execute(
-        text("DELETE FROM idempotency_receipts WHERE created_at < now() - make_interval(hours => :h)"),
-        {"h": older_than_hours},
+        text(
+            "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "
+            "WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)"
+        ),
+        {"h": older_than_hours, "n": limit},
     )
     return res.rowcount or 0
+
+
+def prune_sweep(conn: Connection, limit: int) -> int:
+    """The drain's sweep (``app.ledger.drain.Sweep`` shape)."""
+    return prune(conn, limit=limit)

@@ -13,7 +13,7 @@ def new_id() -> str:
 
 
 def is_hex32(value: str) -> bool:
-    return bool(HEX32.match(value))
+    return bool(HEX32.fullmatch(value))
 
 
 def new_request_id() -> str:

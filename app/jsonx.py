@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
+
+# Limits of the strict parser (documented in docs/operations.md, "Request limits"). Every number is
+# range-checked on its literal *before* any conversion that could take time (``1e999999999`` would pin
+# a CPU in ``Decimal.to_integral_value`` or ``int()``, and fail in PostgreSQL's numeric).
+MAX_DEPTH = 64  # nested objects / arrays, the body itself is depth 1
+MAX_INT_DIGITS = 4300  # the interpreter's default safe digit limit (sys.get_int_max_str_digits)
+MAX_EXPONENT = 4300  # |adjusted decimal exponent| of a fraction or exponent literal
+_EXP = re.compile(r"[eE]([+-]?)(\d+)$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class DuplicateKey(ValueError):
@@ -22,7 +32,20 @@ class DuplicateKey(ValueError):
 
 
 class BadJSON(ValueError):
-    pass
+    """Refused JSON; ``field`` names where (a dotted path such as ``input.items[0]``, or ``body``)."""
+
+    def __init__(self, message: str, field: str = "body") -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class _BadNumber:
+    """A number literal refused by the range check; reported with its path once parsing ends."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -38,23 +61,72 @@ def _no_constant(name: str) -> Any:
     raise BadJSON(f"{name} is not valid JSON")
 
 
+def _int(literal: str) -> int | _BadNumber:
+    digits = len(literal) - (literal[0] == "-")
+    if digits > MAX_INT_DIGITS:
+        return _BadNumber(f"integer has {digits} digits; at most {MAX_INT_DIGITS} are accepted")
+    return int(literal)
+
+
+def _fraction(literal: str) -> Decimal | _BadNumber:
+    m = _EXP.search(literal)
+    if m is not None and len(m.group(2).lstrip("0")) > 6:
+        return _BadNumber(f"number exponent out of range (at most {MAX_EXPONENT} in magnitude)")
+    mantissa = literal[: m.start()] if m is not None else literal
+    if sum(c.isdigit() for c in mantissa) > MAX_INT_DIGITS:
+        return _BadNumber(f"number has more than {MAX_INT_DIGITS} digits")
+    value = Decimal(literal)
+    if abs(value.adjusted()) > MAX_EXPONENT:
+        return _BadNumber(f"number out of range (decimal exponent at most {MAX_EXPONENT} in magnitude)")
+    return value
+
+
+def _where(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path or 'body'}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _check_tree(root: Any) -> None:
+    """One pass over the parsed value: refused numbers, lone surrogates and depth, each with its path."""
+    stack: list[tuple[Any, str, int]] = [(root, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, _BadNumber):
+            raise BadJSON(value.reason, path or "body")
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise BadJSON("string contains a lone UTF-16 surrogate", path or "body")
+        elif isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise BadJSON(f"JSON nested deeper than {MAX_DEPTH} levels", path or "body")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    raise BadJSON("field name contains a lone UTF-16 surrogate", path or "body")
+                stack.append((v, _where(path, k), depth + 1))
+
+
 def loads(text: str | bytes) -> Any:
-    """Strict parse: duplicate keys raise DuplicateKey; NaN/Infinity, bad UTF-8 and too-deep
-    nesting raise BadJSON; fractions become Decimal."""
+    """Strict parse: duplicate keys raise DuplicateKey; NaN/Infinity, bad UTF-8, too-deep nesting,
+    lone surrogates and out-of-range numbers raise BadJSON (naming the field); fractions become
+    Decimal."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(
-            text, object_pairs_hook=_pairs, parse_float=Decimal, parse_int=int, parse_constant=_no_constant
+        value = json.loads(
+            text, object_pairs_hook=_pairs, parse_float=_fraction, parse_int=_int, parse_constant=_no_constant
         )
-    except DuplicateKey:
+    except (DuplicateKey, BadJSON):
         raise
     except UnicodeDecodeError:
         raise BadJSON("body is not valid UTF-8") from None
     except RecursionError:
-        raise BadJSON("JSON nested too deeply") from None
+        raise BadJSON(f"JSON nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise BadJSON(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    _check_tree(value)
+    return value
 
 
 def rfc3339(value: datetime) -> str:

@@ -205,7 +205,9 @@ def _die_with_parent() -> None:
 
 @main.command()
 @click.option("--port", default=None, type=int, help="web port (default $PORT or 5000)")
-@click.option("--host", default=None, help="address the web server binds (default $HOST or 127.0.0.1)")
+@click.option(
+    "--host", default=None, help="address the web server binds (default $LEDGERFLOW_BIND_HOST or 127.0.0.1)"
+)
 def dev(port: int | None, host: str | None) -> None:
     """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C or SIGTERM."""
     from ledgerflow.devenv import ROOT, ensure_environment
@@ -213,12 +215,16 @@ def dev(port: int | None, host: str | None) -> None:
     ensure_environment()
     ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     os.environ["PORT"] = str(port or os.environ.get("PORT") or 5000)
-    os.environ["HOST"] = host or os.environ.get("HOST") or "127.0.0.1"
+    if host:
+        os.environ["LEDGERFLOW_BIND_HOST"] = host
+    # `make run` serves this machine only; the Procfile binds every interface for Heroku-style hosts
+    # (set LEDGERFLOW_BIND_HOST=0.0.0.0 to share a dev server deliberately)
+    os.environ.setdefault("LEDGERFLOW_BIND_HOST", "127.0.0.1")
     from app.config import get_settings
     from app.migrate import upgrade
 
     upgrade(get_settings().database_url)
-    bound, web_port = os.environ["HOST"], os.environ["PORT"]
+    bound, web_port = os.environ["LEDGERFLOW_BIND_HOST"], os.environ["PORT"]
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
     else:

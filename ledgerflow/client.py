@@ -20,8 +20,10 @@ import os
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -71,6 +73,7 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     WorkflowPage,
     _dumps,
     _loads,
+    _seg,
     _time,
 )
 from ledgerflow.worker import NonRetryableError, TaskWorker
@@ -107,6 +110,25 @@ def run_script(main: Callable[[], Any]) -> None:
 
 
 # --------------------------------------------------------------------------- client
+class InsecureTransportWarning(UserWarning):
+    """The base URL is plain http to another machine: the bearer token would cross the network in
+    clear text."""
+
+
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+def _warn_if_plain_http(base_url: str) -> None:
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "http" and host not in _LOCAL_HOSTS and not host.endswith(".localhost"):
+        warnings.warn(
+            f"{base_url} is plain http to another machine: the bearer token is sent unencrypted; use https",
+            InsecureTransportWarning,
+            stacklevel=3,
+        )
+
+
 class Client(WorkflowControlMixin, IntegrationsMixin):
     """``Client()`` reads LEDGERFLOW_URL (default http://127.0.0.1:5000) and LEDGERFLOW_TOKEN;
     ``Client(url, token)`` takes them directly."""
@@ -136,6 +158,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
                 "LEDGERFLOW_TOKEN is not set: issue a credential with `ledgerflow credentials create "
                 "--namespace NS --name NAME <switches> --token-only` and export LEDGERFLOW_TOKEN=<token>"
             )
+        _warn_if_plain_http(self.base_url)
         self._http = httpx.Client(
             base_url=self.base_url if self._config_problem is None else DEFAULT_URL,
             timeout=timeout,
@@ -238,7 +261,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         return StartResult(WorkflowInstance.from_api(data["instance"]), data["deduplicated"])
 
     def get_workflow(self, workflow_id: str) -> WorkflowInstance:
-        return WorkflowInstance.from_api(self.request("GET", f"/v1/workflows/{workflow_id}")["data"])
+        return WorkflowInstance.from_api(self.request("GET", f"/v1/workflows/{_seg(workflow_id)}")["data"])
 
     def list_workflows(
         self, *, limit: int | None = None, cursor: str | None = None, **filters: Any
@@ -288,11 +311,11 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
             time.sleep(interval)
 
     def get_workflow_steps(self, workflow_id: str) -> StepList:
-        d = self.request("GET", f"/v1/workflows/{workflow_id}/steps")["data"]
+        d = self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps")["data"]
         return StepList(d["instance_id"], int(d["revision"]), [Step.from_api(s) for s in d["steps"]])
 
     def get_workflow_step(self, workflow_id: str, key: str) -> StepDetail:
-        d = self.request("GET", f"/v1/workflows/{workflow_id}/steps/{key}")["data"]
+        d = self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps/{_seg(key)}")["data"]
         return StepDetail(
             instance_id=d["instance_id"],
             revision=int(d["revision"]),
@@ -378,13 +401,13 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
     ) -> dict:
         return self.request(
             "POST",
-            f"/v1/workflow-definitions/{definition_id}/versions",
+            f"/v1/workflow-definitions/{_seg(definition_id)}/versions",
             body=document,
             idempotency_key=idempotency_key,
         )["data"]["version"]
 
     def get_definition(self, definition_id: str) -> dict:
-        return self.request("GET", f"/v1/workflow-definitions/{definition_id}")["data"]
+        return self.request("GET", f"/v1/workflow-definitions/{_seg(definition_id)}")["data"]
 
     def list_definitions(
         self, *, name: str | None = None, limit: int | None = None, cursor: str | None = None
@@ -442,9 +465,9 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         return definition
 
     def get_contract(self, definition_id: str, version: str) -> dict:
-        return self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions/{version}/contract")[
-            "data"
-        ]
+        return self.request(
+            "GET", f"/v1/workflow-definitions/{_seg(definition_id)}/versions/{_seg(version)}/contract"
+        )["data"]
 
     # -- tasks -----------------------------------------------------------------------------
     def claim_tasks(self, queues: Iterable[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]:
@@ -454,19 +477,25 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
 
     def heartbeat_task(self, task_id: str, epoch: int) -> Task:
         return Task.from_api(
-            self.request("POST", f"/v1/tasks/{task_id}/heartbeat", body={"epoch": epoch})["data"]["task"]
+            self.request("POST", f"/v1/tasks/{_seg(task_id)}/heartbeat", body={"epoch": epoch})["data"][
+                "task"
+            ]
         )
 
     def complete_task(self, task_id: str, epoch: int, output: Any) -> Task:
-        d = self.request("POST", f"/v1/tasks/{task_id}/complete", body={"epoch": epoch, "output": output})
+        d = self.request(
+            "POST", f"/v1/tasks/{_seg(task_id)}/complete", body={"epoch": epoch, "output": output}
+        )
         return Task.from_api(d["data"]["task"])
 
     def fail_task(self, task_id: str, epoch: int, message: str, *, retryable: bool) -> Task:
         body = {"epoch": epoch, "error": {"message": message, "retryable": retryable}}
-        return Task.from_api(self.request("POST", f"/v1/tasks/{task_id}/fail", body=body)["data"]["task"])
+        return Task.from_api(
+            self.request("POST", f"/v1/tasks/{_seg(task_id)}/fail", body=body)["data"]["task"]
+        )
 
     def get_task(self, task_id: str) -> Task:
-        return Task.from_api(self.request("GET", f"/v1/tasks/{task_id}")["data"])
+        return Task.from_api(self.request("GET", f"/v1/tasks/{_seg(task_id)}")["data"])
 
 
 __all__ = [

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledgerflow.sdk_types import ABSENT, WorkflowInstance, _time
+from ledgerflow.sdk_types import ABSENT, WorkflowInstance, _seg, _time
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class WorkflowControlMixin:
             "reason": reason,
         }
         d = self.request(
-            "POST", f"/v1/workflows/{workflow_id}/control", body=body, idempotency_key=idempotency_key
+            "POST", f"/v1/workflows/{_seg(workflow_id)}/control", body=body, idempotency_key=idempotency_key
         )["data"]
         return ControlResult(WorkflowInstance.from_api(d["instance"]), d["deduplicated"])
 
@@ -191,21 +191,21 @@ class WorkflowControlMixin:
         if evidence_ref is not None:
             body["evidence_ref"] = evidence_ref
         d = self.request(
-            "POST", f"/v1/workflows/{workflow_id}/signals", body=body, idempotency_key=idempotency_key
+            "POST", f"/v1/workflows/{_seg(workflow_id)}/signals", body=body, idempotency_key=idempotency_key
         )["data"]
         return SignalResult(WorkflowSignal.from_api(d["signal"]), d["deduplicated"])
 
     def get_workflow_signal(self, workflow_id: str, signal_id: str) -> WorkflowSignal:
         return WorkflowSignal.from_api(
-            self.request("GET", f"/v1/workflows/{workflow_id}/signals/{signal_id}")["data"]
+            self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/signals/{_seg(signal_id)}")["data"]
         )
 
     def list_workflow_signals(
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> Page:
-        d = self.request("GET", f"/v1/workflows/{workflow_id}/signals", params=_page_params(limit, cursor))[
-            "data"
-        ]
+        d = self.request(
+            "GET", f"/v1/workflows/{_seg(workflow_id)}/signals", params=_page_params(limit, cursor)
+        )["data"]
         return Page([WorkflowSignal.from_api(s) for s in d["items"]], d.get("next_cursor"))
 
     # -- operation audit -------------------------------------------------------------------
@@ -213,7 +213,7 @@ class WorkflowControlMixin:
         self, workflow_id: str, *, limit: int | None = None, cursor: str | None = None
     ) -> Page:
         d = self.request(
-            "GET", f"/v1/workflows/{workflow_id}/operations", params=_page_params(limit, cursor)
+            "GET", f"/v1/workflows/{_seg(workflow_id)}/operations", params=_page_params(limit, cursor)
         )["data"]
         return Page([Operation.from_api(o) for o in d["items"]], d.get("next_cursor"))
 
@@ -225,7 +225,7 @@ class WorkflowControlMixin:
 
     def get_workflow_operation(self, workflow_id: str, operation_id: str) -> Operation:
         return Operation.from_api(
-            self.request("GET", f"/v1/workflows/{workflow_id}/operations/{operation_id}")["data"]
+            self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/operations/{_seg(operation_id)}")["data"]
         )
 
     def list_signal_operations_page(
@@ -239,7 +239,7 @@ class WorkflowControlMixin:
         params = _page_params(limit, cursor)
         if signal_id is not None:
             params["signal_id"] = signal_id
-        d = self.request("GET", f"/v1/workflows/{workflow_id}/signal-operations", params=params)["data"]
+        d = self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/signal-operations", params=params)["data"]
         return Page([Operation.from_api(o) for o in d["items"]], d.get("next_cursor"))
 
     def list_signal_operations(
@@ -254,7 +254,9 @@ class WorkflowControlMixin:
 
     def get_signal_operation(self, workflow_id: str, operation_id: str) -> Operation:
         return Operation.from_api(
-            self.request("GET", f"/v1/workflows/{workflow_id}/signal-operations/{operation_id}")["data"]
+            self.request("GET", f"/v1/workflows/{_seg(workflow_id)}/signal-operations/{_seg(operation_id)}")[
+                "data"
+            ]
         )
 
     # -- recovery and history --------------------------------------------------------------
@@ -276,7 +278,7 @@ class WorkflowControlMixin:
         if evidence_ref is not None:
             body["evidence_ref"] = evidence_ref
         d = self.request(
-            "POST", f"/v1/workflows/{workflow_id}/recovery", body=body, idempotency_key=idempotency_key
+            "POST", f"/v1/workflows/{_seg(workflow_id)}/recovery", body=body, idempotency_key=idempotency_key
         )["data"]
         return RecoveryResult(
             WorkflowInstance.from_api(d["instance"]), d["step"], d["operation_id"], d["deduplicated"]
@@ -296,7 +298,7 @@ class WorkflowControlMixin:
         if evidence_ref is not None:
             body["evidence_ref"] = evidence_ref
         d = self.request(
-            "POST", f"/v1/workflows/{workflow_id}/recovery", body=body, idempotency_key=idempotency_key
+            "POST", f"/v1/workflows/{_seg(workflow_id)}/recovery", body=body, idempotency_key=idempotency_key
         )["data"]
         return InstanceRecoveryResult(
             WorkflowInstance.from_api(d["instance"]), d["resolution"], d["operation_id"], d["deduplicated"]
@@ -307,7 +309,7 @@ class WorkflowControlMixin:
     ) -> Page:
         d = self.request(
             "GET",
-            f"/v1/workflows/{workflow_id}/steps/{step_key}/activations",
+            f"/v1/workflows/{_seg(workflow_id)}/steps/{_seg(step_key)}/activations",
             params=_page_params(limit, cursor),
         )["data"]
         return Page(d["items"], d.get("next_cursor"))
@@ -316,6 +318,8 @@ class WorkflowControlMixin:
         self, workflow_id: str, step_key: str, *, limit: int | None = None, cursor: str | None = None
     ) -> Page:
         d = self.request(
-            "GET", f"/v1/workflows/{workflow_id}/steps/{step_key}/rounds", params=_page_params(limit, cursor)
+            "GET",
+            f"/v1/workflows/{_seg(workflow_id)}/steps/{_seg(step_key)}/rounds",
+            params=_page_params(limit, cursor),
         )["data"]
         return Page(d["items"], d.get("next_cursor"))

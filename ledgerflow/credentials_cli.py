@@ -39,23 +39,42 @@ def _switches(fn):  # noqa: ANN001, ANN202
 @click.option("--name", required=True, help="credential name, unique among live credentials of the namespace")
 @_switches
 @click.option("--queue", "queues", multiple=True, help="restrict --task-worker to this queue (repeatable)")
+@click.option(
+    "--platform",
+    is_flag=True,
+    help="platform-wide operator: --engine-monitor / --engine-operate reach every namespace's jobs "
+    "(without it they reach only this namespace's)",
+)
+@click.option("--expires-in", "expires_in", default=None, help="token lifetime, e.g. 3600, 90m, 12h, 30d")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--token-only", is_flag=True, help="print only the token (for TOKEN=$(...) in a shell)")
 def create(
-    namespace: str, name: str, queues: tuple[str, ...], as_json: bool, token_only: bool, **flags: bool
+    namespace: str,
+    name: str,
+    queues: tuple[str, ...],
+    platform: bool,
+    expires_in: str | None,
+    as_json: bool,
+    token_only: bool,
+    **flags: bool,
 ) -> None:
-    """Issue a credential with explicit permission switches; the token is printed once."""
-    from app.auth import create_credential, scopes_from_switches, validate_permission_set
+    """Issue a credential with explicit permission switches; the token is printed once. Issuing is
+    written to the namespace's operation audit."""
+    from app.audit import issue_credential
+    from app.auth import scopes_from_switches, validate_permission_set
     from app.db import transaction
     from app.errors import InvalidArgument
 
     scopes = scopes_from_switches(**flags)
     try:
-        validate_permission_set(scopes, list(queues) if queues else None)  # before anything is written
+        seconds = None if expires_in is None else _duration(expires_in)
+        # before anything is written
+        validate_permission_set(scopes, list(queues) if queues else None, platform=platform)
         with transaction() as conn:
-            issued = create_credential(
-                conn, namespace=namespace, name=name, scopes=scopes, queues=list(queues) if queues else None
-            )
+            issued = issue_credential(
+                conn, actor_name=_actor(), namespace=namespace, name=name, scopes=scopes,
+                queues=list(queues) if queues else None, platform=platform, expires_in_seconds=seconds,
+            )  # fmt: skip
     except InvalidArgument as exc:
         raise Failure(exc.message, exit_code=2) from None
     if token_only:
@@ -70,6 +89,8 @@ def create(
         "scopes": list(issued.scopes),
         "queues": None if issued.queues is None else list(issued.queues),
         "created_at": issued.created_at.isoformat(),
+        "platform": issued.platform,
+        "expires_at": None if issued.expires_at is None else issued.expires_at.isoformat(),
     }
     if as_json:
         click.echo(json.dumps(doc))
@@ -78,7 +99,11 @@ def create(
         f"credential {issued.credential_id} ({issued.name}) in namespace {issued.namespace} "
         f"[{issued.namespace_id}]"
     )
-    click.echo(f"scopes: {', '.join(issued.scopes)}")
+    click.echo(
+        f"scopes: {', '.join(issued.scopes)}" + ("  [PLATFORM-WIDE operator]" if issued.platform else "")
+    )
+    if issued.expires_at is not None:
+        click.echo(f"expires: {issued.expires_at.isoformat()}")
     if issued.queues is not None:
         click.echo(f"queues: {', '.join(issued.queues)}")
     click.echo("token (shown once, store it now):")
@@ -101,23 +126,52 @@ def list_cmd(namespace: str | None, as_json: bool) -> None:
     for r in rows:
         state = f"revoked {r['revoked_at']:%Y-%m-%d %H:%M}" if r["revoked_at"] else "live"
         queues = f" queues={','.join(r['queues'])}" if r["queues"] else ""
+        reach = "  PLATFORM-WIDE" if r["platform"] else ""
+        expiry = f"  expires {r['expires_at']:%Y-%m-%d %H:%M}" if r["expires_at"] else ""
         click.echo(
             f"{r['id']}  {r['namespace']}/{r['name']}  {r['token_prefix']}…  {state}  "
-            f"{','.join(r['scopes'])}{queues}"
+            f"{','.join(r['scopes'])}{queues}{reach}{expiry}"
         )
 
 
 @credentials.command("revoke")
 @click.argument("credential_id")
 def revoke(credential_id: str) -> None:
-    """Revoke a credential by id; requests with its token answer 401 from now on."""
-    from app.auth import revoke_credential
+    """Revoke a credential by id; requests with its token answer 401 from now on (audited)."""
+    from app.audit import revoke_credential
     from app.db import transaction
     from app.errors import NotFound
 
     try:
         with transaction() as conn:
-            row = revoke_credential(conn, credential_id)
+            row = revoke_credential(conn, credential_id, actor_name=_actor())
     except NotFound as exc:
         raise Failure(exc.message, exit_code=2) from None
     click.echo(f"revoked {row['id']} ({row['name']}) at {row['revoked_at'].isoformat()}")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(raw: str) -> int:
+    """``3600``, ``90m``, ``12h``, ``30d`` -> seconds (issue 9: ``--expires-in``)."""
+    from app.errors import InvalidArgument
+
+    value = raw.strip().lower()
+    unit = _UNITS.get(value[-1:], None)
+    number = value[:-1] if unit is not None else value
+    if not number.isdigit() or len(number) > 9:
+        raise InvalidArgument(
+            "--expires-in: a whole number of seconds, or with s / m / h / d", field="expires_in"
+        )
+    return int(number) * (unit or 1)
+
+
+def _actor() -> str:
+    """Who ran the CLI, for the audit (the operating-system user)."""
+    import getpass
+
+    try:
+        return "cli:" + getpass.getuser()
+    except (KeyError, OSError):
+        return "cli"

@@ -19,6 +19,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -268,7 +269,7 @@ def jobs_list(principal: Any, as_json: bool, types: tuple[str, ...], statuses: t
         types=_choices(types, [t.value for t in JobType], "--type"),
         statuses=_choices(statuses, [s.value for s in JobStatus], "--status"),
         instance_id=instance_id, trace_id=trace_id, keyword=keyword,
-        min_age_seconds=min_age, max_age_seconds=max_age,
+        min_age_seconds=min_age, max_age_seconds=max_age, namespace_id=principal.job_namespace,
     )  # fmt: skip
     page = _read(lambda c: ops.list_jobs(c, f, limit=limit, cursor=cursor))
     if as_json:
@@ -295,7 +296,7 @@ def jobs_show(principal: Any, as_json: bool, job_id: str) -> None:
     from app.ledger import ops
 
     jid = _job_ids((job_id,), None)[0]
-    job = _read(lambda c: ops.job_detail(c, jid))
+    job = _read(lambda c: ops.job_detail(c, jid, principal.job_namespace))
     if as_json:
         _emit_json(job)
         return
@@ -469,6 +470,7 @@ def jobs_replay(principal: Any, as_json: bool, statuses: tuple[str, ...], types:
     from app.ledger import ops_actions, replay
 
     f = _replay_filter(statuses, types, instance_id, trace_id, error_keyword, error_pattern, min_age, max_age)
+    f = replace(f, namespace_id=principal.job_namespace)  # a namespace operator previews its own jobs
     preview = _read(lambda c: replay.preview(c, f, sample_size=10))
     target = min(limit, preview["count"])
     if dry_run or target == 0:
@@ -530,7 +532,8 @@ def jobs_clusters(principal: Any, as_json: bool, group_by: str, types: tuple[str
     data = _read(lambda c: replay.failure_clusters(
         c, group_by=dims, types=_choices(types, [t.value for t in JobType], "--type"),
         statuses=_choices(statuses, replay.REPLAYABLE, "--status") or tuple(replay.REPLAYABLE),
-        instance_id=instance_id, trace_id=trace_id, limit=limit))  # fmt: skip
+        instance_id=instance_id, trace_id=trace_id, limit=limit,
+        namespace_id=principal.job_namespace))  # fmt: skip
     if as_json:
         _emit_json(data)
         return
@@ -552,7 +555,7 @@ def jobs_status(principal: Any, as_json: bool) -> None:
     data = _read(
         lambda c: {
             "runtime": status.runtime_status(c),
-            "summary": ops.summary(c),
+            "summary": ops.summary(c, principal.job_namespace),
             "nodes": nodes.list_nodes(c),
         }
     )

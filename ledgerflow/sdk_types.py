@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 DEFAULT_URL = "http://127.0.0.1:5000"
 ABSENT: Any = type("Absent", (), {"__repr__": lambda s: "ABSENT", "__bool__": lambda s: False})()
@@ -293,3 +294,9 @@ class Task:
             output=d.get("output", ABSENT),
             error=d.get("error", ABSENT),
         )
+
+
+def _seg(value: object) -> str:
+    """One URL path segment, percent-encoded (issue 9): an id or key holding ``/``, ``?``, ``#`` or
+    ``..`` can never address another resource."""
+    return quote(str(value), safe="")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask, Response, g, request
 
+from app.config import refuse_unsafe_production
 from app.ids import new_request_id
 from web import console, errors, observability
 from web.definitions import bp as definitions_bp
@@ -19,8 +20,19 @@ from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
 from web.workflows import bp as workflows_bp
 
+# Every response (issue 9): JSON is never sniffed as something else, never framed, never cached
+# (responses carry tenant data), and the API's own CSP allows nothing to load.
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+
 
 def create_app() -> Flask:
+    refuse_unsafe_production()  # e.g. the development cursor key in production: a clear message, no start
     app = Flask("ledgerflow")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.url_map.strict_slashes = False
@@ -35,7 +47,8 @@ def create_app() -> Flask:
             resp.status_code = 204  # automatic OPTIONS: Allow header only, no body
             del resp.headers["Content-Type"]
         resp.headers["X-Request-Id"] = g.get("request_id") or new_request_id()
-        resp.headers.setdefault("Cache-Control", "no-store")
+        for name, value in SECURITY_HEADERS.items():  # a page that needs its own (a console) sets it first
+            resp.headers.setdefault(name, value)
         return resp
 
     errors.register(app)

@@ -14,6 +14,7 @@ from flask import g, request
 from app.auth import Principal, authenticate, missing_permission_message
 from app.db import get_engine
 from app.errors import PermissionDenied, Unauthenticated
+from web import ratelimit
 from web.meta import meta
 from web.strict import reject_undeclared_query
 
@@ -50,6 +51,7 @@ def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
             if missing:
                 raise PermissionDenied(missing_permission_message(missing))
             g.principal = principal
+            ratelimit.check(principal)  # 429 + Retry-After past the credential's limits (issue 9)
             reject_undeclared_query(meta(wrapper))
             return fn(*args, **kwargs)
 

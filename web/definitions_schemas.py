@@ -18,7 +18,7 @@ VERSION_RULE = "required: 1-64 ASCII characters, first a letter or digit, then a
 
 
 def _name(v: str) -> str | None:
-    return None if NAME_RE.match(v) and v == v.strip() else NAME_RULE
+    return None if NAME_RE.fullmatch(v) and v == v.strip() else NAME_RULE
 
 
 def _description(v: str) -> str | None:
@@ -33,7 +33,7 @@ class CreateDefinitionRequest(Strict):
 
 
 def _version(v: str) -> str | None:
-    if not VERSION_RE.match(v):
+    if not VERSION_RE.fullmatch(v):
         return VERSION_RULE
     return '"latest" is reserved and never resolved' if v.lower() == "latest" else None
 

@@ -1,6 +1,7 @@
-"""gunicorn settings of the ``web`` process (Procfile: ``--config python:web.gunicorn_conf``): its own
-logs in the same JSON / console format as every other process (the app logs one access line per
-request itself, with the request id), and the Prometheus multiprocess clean-up of exited workers."""
+"""gunicorn hooks of the ``web`` process, loaded by ``gunicorn.conf.py`` (the serving model, gevent,
+is set there): its own logs in the same JSON / console format as every other process (the app logs
+one access line per request itself, with the request id), and the Prometheus multiprocess clean-up
+of exited workers."""
 
 from app.observability import logs, metrics
 

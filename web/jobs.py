@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from app.auth import Scope
 from app.db import get_engine
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, PermissionDenied
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
 from web.auth import current_principal, requires
@@ -97,6 +97,7 @@ def job_filter(query: dict[str, Any]) -> ops.JobFilter:
         created_to=query.get("created_to"),
         min_age_seconds=query.get("min_age_seconds"),
         max_age_seconds=query.get("max_age_seconds"),
+        namespace_id=_scope(),
     )
 
 
@@ -110,7 +111,13 @@ def replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
         error_pattern=b.get("error_pattern"),
         min_age_seconds=b.get("min_age_seconds"),
         max_age_seconds=b.get("max_age_seconds"),
+        namespace_id=_scope(),
     )
+
+
+def _scope() -> str | None:
+    """The namespace whose jobs the caller reaches (None: a platform-wide operator credential)."""
+    return current_principal().job_namespace
 
 
 # --------------------------------------------------------------------------- reads
@@ -132,7 +139,8 @@ def list_jobs(query: dict[str, Any]) -> Response:
 @requires(MONITOR)
 @doc(summary="Job counts by type and status", tags=TAGS, response=envelope(ANY, "JobSummaryResponse"))
 def jobs_summary() -> Response:
-    return ok(_read(ops.summary))
+    ns = _scope()
+    return ok(_read(lambda c: ops.summary(c, ns)))
 
 
 @bp.get("/jobs/runtime-status")
@@ -140,6 +148,11 @@ def jobs_summary() -> Response:
 @doc(summary="Runtime status of the ledger and pools (L-STATUS)", tags=TAGS,
      response=envelope(ANY, "RuntimeStatusResponse"))  # fmt: skip
 def runtime_status() -> Response:
+    if _scope() is not None:
+        raise PermissionDenied(
+            "the runtime status is a platform-wide view: it needs a platform-wide operator credential "
+            "(ledgerflow credentials create --platform)"
+        )
     return ok(_read(status.runtime_status))
 
 
@@ -162,6 +175,7 @@ def clusters_of(conn: Connection, query: dict[str, Any]) -> dict[str, Any]:
         instance_id=query.get("instance_id"),
         trace_id=query.get("trace_id"),
         limit=query["limit"],
+        namespace_id=_scope(),
     )
 
 
@@ -171,7 +185,8 @@ def clusters_of(conn: Connection, query: dict[str, Any]) -> dict[str, Any]:
      tags=TAGS, response=envelope(JobDetailSchema, "JobDetailResponse"), path_params=JOB_ID)  # fmt: skip
 def job_detail(id: str) -> Response:  # noqa: A002
     job_id = job_id_arg(id)
-    return ok(_read(lambda c: ops.job_detail(c, job_id)))
+    ns = _scope()
+    return ok(_read(lambda c: ops.job_detail(c, job_id, ns)))
 
 
 @bp.get("/jobs/chain/<traceId>")
@@ -180,7 +195,8 @@ def job_detail(id: str) -> Response:  # noqa: A002
      response=envelope(ANY, "JobChainResponse"), path_params=TRACE_ID)  # fmt: skip
 def job_chain(traceId: str) -> Response:  # noqa: N803
     trace_id = trace_id_arg(traceId)
-    return ok(_read(lambda c: ops.chain(c, trace_id)))
+    ns = _scope()
+    return ok(_read(lambda c: ops.chain(c, trace_id, namespace_id=ns)))
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -196,7 +212,8 @@ def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
 
 def bundle_download(trace_id: str) -> Response:
     """The diagnostic bundle of a trace as a JSON attachment (the API route and the console)."""
-    bundle = _read(lambda c: ops.diagnostic_bundle(c, trace_id, request_id=request_id()))
+    ns = _scope()
+    bundle = _read(lambda c: ops.diagnostic_bundle(c, trace_id, request_id=request_id(), namespace_id=ns))
     stamp = bundle["exported_at"].strftime("%Y%m%dT%H%M%SZ")
     name = f"ledgerflow-trace-{_UNSAFE.sub('_', trace_id)[:80]}-{stamp}.json"
     return json_response(bundle, 200, {"Content-Disposition": f'attachment; filename="{name}"'})

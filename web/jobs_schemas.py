@@ -208,4 +208,5 @@ class DiagnosticBundleSchema(Loose):
     jobs = fields.List(fields.Nested(JobDetailSchema), required=True)
     instance_ids = fields.List(fields.String())
     instances = fields.List(fields.Dict())
-    runtime_status = fields.Dict(required=True)
+    truncated = fields.Boolean()
+    runtime_status = fields.Dict(required=True, allow_none=True)  # null for a namespace-scoped operator

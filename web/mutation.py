@@ -55,17 +55,21 @@ def idempotent(
     *,
     replay: Replay = Replay.RECEIPT,
     wait_until: float | None = None,
-    poll_seconds: float = 1.0,
+    wait: Callable[[float], None] | None = None,
 ) -> Response:
     """Execute ``work`` once; same key + same body → the stored response (``Idempotent-Replayed:
     true``, see ``Replay``); same key + other body → 409 IDEMPOTENCY_CONFLICT.
 
     With ``wait_until`` (a ``time.monotonic()`` deadline) ``work`` may raise ``NothingYet``: each try
-    is one short transaction, retried every ``poll_seconds`` (a long poll)."""
+    is one short transaction, retried after ``wait(seconds_left)`` returns (a long poll: see
+    ``web.long_poll``; without ``wait`` it sleeps 1 s between tries)."""
     principal = current_principal()
     key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
-    route = f"{request.method} {request.path}"
-    fp = idempotency.fingerprint(request.method, request.path, read_json_body())
+    # one scope per resource: ``/v1/workflows`` and ``/v1/workflows/`` are the same route (a trailing
+    # slash must not let one key start two instances)
+    path = request.path.rstrip("/") or "/"
+    route = f"{request.method} {path}"
+    fp = idempotency.fingerprint(request.method, path, read_json_body())
     while True:
         try:
             stored = idempotency.execute_once(
@@ -75,13 +79,17 @@ def idempotent(
         except NothingYet:
             if wait_until is None:
                 raise
-            time.sleep(min(poll_seconds, max(0.0, wait_until - time.monotonic())))
+            left = max(0.0, wait_until - time.monotonic())
+            if wait is not None:
+                wait(left)
+            else:
+                time.sleep(min(1.0, left))
     if not stored.replayed:
         return raw_json_response(stored.body, stored.status)
     headers = {REPLAYED_HEADER: "true"}
     if replay is Replay.STORED:
         return raw_json_response(stored.body, stored.status, headers)
-    body = jsonx.loads(stored.body)
+    body = jsonx.loads_exact_db(stored.body)  # our own stored response, not tenant input
     body["request_id"] = request_id()
     if isinstance(body.get("data"), dict) and "deduplicated" in body["data"]:
         body["data"]["deduplicated"] = True

@@ -2,7 +2,8 @@
 
 - ``@body(Schema)``: ``Content-Type: application/json`` (else 415), at most 512 KiB (else 413), duplicate
   fields, case-variant aliases of declared fields and undeclared fields → 400 INVALID_ARGUMENT naming the
-  field; numbers never pass through float (ints stay ``int``, fractions become ``Decimal``).
+  field; numbers never pass through float (ints stay ``int``, fractions become ``Decimal``); numbers out
+  of range, lone surrogates and nesting deeper than 64 → 400 naming the field (``app.jsonx``).
   The view receives ``body=<loaded dict>``.
 - ``@query(Schema)``: undeclared, case-variant or repeated query parameters → 400; ``query=<dict>``.
   An endpoint without ``@query`` accepts no query parameter at all (checked by ``web.auth``).
@@ -116,7 +117,7 @@ def read_json_body() -> Any:
     except jsonx.DuplicateKey as exc:
         raise InvalidArgument(errors=[FieldError(exc.key, "duplicate field")]) from None
     except jsonx.BadJSON as exc:
-        raise InvalidArgument(errors=[FieldError("body", str(exc))]) from None
+        raise InvalidArgument(errors=[FieldError(exc.field, str(exc))]) from None
 
 
 def parse_body(schema: Schema) -> dict[str, Any]:

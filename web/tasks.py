@@ -9,6 +9,7 @@ from flask import Blueprint
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import settings, tasks
+from web import long_poll
 from web.auth import current_principal, requires
 from web.engine_common import check_queue_scope
 from web.http import ok, success
@@ -53,9 +54,10 @@ def claim(body: dict):  # noqa: ANN201
             raise NothingYet  # an empty try rolls back (no receipt kept)
         return 200, success({"tasks": [_claimed(t) for t in got]})
 
-    return idempotent(
-        work, replay=Replay.STORED, wait_until=deadline, poll_seconds=settings.claim_poll_seconds()
-    )
+    if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups
+        return idempotent(work, replay=Replay.STORED)
+    with long_poll.waiting_claim(principal, queues, settings.claim_poll_seconds()) as wait:
+        return idempotent(work, replay=Replay.STORED, wait_until=deadline, wait=wait)
 
 
 def _claimed(t: dict) -> dict:

@@ -26,7 +26,7 @@ class ClaimRequest(Strict):
     queues = fields.List(
         text(
             "a queue name",
-            lambda v: None if QUEUE_RE.match(v) else "a queue name",
+            lambda v: None if QUEUE_RE.fullmatch(v) else "a queue name",
             metadata={"pattern": QUEUE},
         ),
         required=True,

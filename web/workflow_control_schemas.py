@@ -48,7 +48,7 @@ class ControlRequest(Strict):
 
 
 def _name(rx: Any, rule: str, pattern: str) -> fields.String:
-    return text(rule, lambda v: None if rx.match(v) else rule, missing=f"required: {rule}",
+    return text(rule, lambda v: None if rx.fullmatch(v) else rule, missing=f"required: {rule}",
                 metadata={"pattern": pattern})  # fmt: skip
 
 

@@ -49,7 +49,7 @@ class RecoveryRequest(Strict):
                 errors["resolution"] = RESOLUTION_RULE
         else:
             key = original.get("step_key")
-            if not isinstance(key, str) or not KEY_RE.match(key):
+            if not isinstance(key, str) or not KEY_RE.fullmatch(key):
                 errors["step_key"] = STEP_KEY_RULE
             if "resolution" in original:
                 errors["resolution"] = "only RESOLVE_INSTANCE takes a resolution"

@@ -32,7 +32,7 @@ TIME_FILTERS = ("created_after", "created_before", "updated_after", "updated_bef
 
 
 def _pinned_version(v: str) -> str | None:
-    if not VERSION_RE.match(v):
+    if not VERSION_RE.fullmatch(v):
         return "1-64 ASCII characters: a letter or digit first, then also _ . -"
     if v.lower() == "latest":
         return 'a pinned version is required; "latest" is never resolved'
@@ -89,7 +89,7 @@ class RFC3339(fields.DateTime):
     """An RFC 3339 time with an offset (``2026-01-31T08:00:00Z``)."""
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kw: Any) -> datetime:
-        if not isinstance(value, str) or not _TIME_RE.match(value):
+        if not isinstance(value, str) or not _TIME_RE.fullmatch(value):
             raise ValidationError("an RFC 3339 time with offset, e.g. 2026-01-31T08:00:00Z")
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -122,7 +122,7 @@ class ListQuery(Strict):
     paused = TrueFalse()
     definition_id = text("a 32-char lowercase hex id", lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",
                          metadata={"pattern": HEX32})  # fmt: skip
-    version = text("invalid version", lambda v: None if VERSION_RE.match(v) else "invalid version",
+    version = text("invalid version", lambda v: None if VERSION_RE.fullmatch(v) else "invalid version",
                    metadata={"pattern": VERSION})  # fmt: skip
     business_key = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
     business_key_prefix = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})

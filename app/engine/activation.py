@@ -119,6 +119,14 @@ def activate(
     return act_id
 
 
+def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:
+    """An activation whose input mapping was refused (``mapping.MappingTooLarge``): the activation row
+    exists (no input, no work) so the step can fail through ``advance.fail_step`` with the reason."""
+    act_id, seq = step_moves.insert_activation(conn, inst["id"], step, StepState.ACTIVE, None)
+    step_moves.activate(conn, step, StepState.ACTIVE, act_id, seq)
+    return {**step, "activation_id": act_id, "activation_sequence": seq, "state": StepState.ACTIVE}
+
+
 def start_poll_round(
     conn: Connection, inst: dict, step: dict, spec: dict, *, used_rounds: int, round_attempts: int
 ) -> str:

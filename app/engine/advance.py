@@ -58,18 +58,28 @@ def settle_progress(conn: Connection, instance_id: str) -> dict:
             specs = step_specs(doc)
             mctx = snapshot.mapping_context(conn, inst)
             for key in effect.keys:
-                activation.activate(conn, inst, read_step(conn, instance_id, key), specs[key], mctx)  # type: ignore[arg-type]
+                step = read_step(conn, instance_id, key)
+                try:
+                    activation.activate(conn, inst, step, specs[key], mctx)  # type: ignore[arg-type]
+                except mapping.MappingTooLarge as exc:  # the step fails with the reason, once
+                    refused = activation.activate_refused(conn, inst, step)  # type: ignore[arg-type]
+                    return fail_step(conn, instance_id, refused, exc.error())
             waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
             signal_match.consume_early(conn, inst, waiting)
             continue
         if isinstance(effect, SettleCancel):
             return stopping.settle_cancel(conn, instance_id)
         if isinstance(effect, Finish):
-            output = (
-                mapping.resolve(doc["output"], snapshot.mapping_context(conn, inst))
-                if "output" in doc
-                else None
-            )
+            try:
+                output = (
+                    mapping.resolve(doc["output"], snapshot.mapping_context(conn, inst))
+                    if "output" in doc
+                    else None
+                )
+            except mapping.MappingTooLarge as exc:
+                return stopping.stop(
+                    conn, inst, InstanceState.FAILED, error={"step_key": None, **exc.error()}
+                )
             return stopping.finish(conn, inst, InstanceState.SUCCEEDED, output=output)
         assert isinstance(effect, SetProgress)
         if effect.state is None:

@@ -20,7 +20,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$")
 
 def create_definition(conn: Connection, namespace_id: str, name: Any, description: Any = None) -> dict:
     errors = []
-    if not isinstance(name, str) or not NAME_RE.match(name) or name != name.strip():
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name != name.strip():
         errors.append(FieldError("name", "required: 1-128 characters (letters, digits, space _ . : -)"))
     if description is not None and (
         not isinstance(description, str) or len(description) > 2000 or "\x00" in description
@@ -172,7 +172,7 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
 
 
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
-    if not VERSION_RE.match(version):
+    if not VERSION_RE.fullmatch(version):
         raise version_not_found(conn, namespace_id, definition_id, version)
     row = conn.execute(
         text(

@@ -11,9 +11,11 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from app import jsonx
 from app.errors import FieldError, InvalidArgument
 from app.ledger import destinations
 
@@ -93,6 +95,14 @@ def url_error(url: Any) -> str | None:
 
 
 MAX_DEADLINE_SECONDS = 366 * 86400
+# Tenant JSON Schemas (input and signal contracts) are evaluated by jsonschema-rs with the linear-time
+# ``regex`` engine (no backtracking: look-around and back-references are refused at publish), never
+# fetching anything, and are capped in size and depth before they are compiled.
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
+MAX_INPUT_ERRORS = 20
+# references in one mapping (a step's input, a correlation, the output): resolution is bounded too
+MAX_REFERENCES = 64
 
 
 class _Errors:
@@ -120,9 +130,38 @@ def _fields(errs: _Errors, prefix: str, obj: dict, allowed: set[str]) -> None:
             errs.add(f"{prefix}{name}", "unknown field")
 
 
+def _depth(node: Any) -> int:
+    """Nesting depth of a JSON value (iterative; the parser already capped it at ``jsonx.MAX_DEPTH``)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
+def compile_contract(schema: Any) -> jsonschema_rs.Validator:
+    """The linear-time validator of a tenant contract; raises ``ValueError`` when it cannot be one
+    (a non-linear ``pattern``, an unresolvable ``$ref``, ...)."""
+    try:
+        return jsonschema_rs.Draft202012Validator(
+            schema, pattern_options=jsonschema_rs.RegexOptions(), offline=True, validate_formats=False
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
+        raise ValueError(str(exc).split("\n", 1)[0][:300]) from None
+
+
 def check_schema(errs: _Errors, field: str, schema: Any) -> None:
     if not isinstance(schema, dict | bool):
         errs.add(field, "must be a JSON Schema (an object or a boolean)")
+        return
+    size = len(jsonx.dumps(schema).encode("utf-8"))
+    if size > MAX_SCHEMA_BYTES:
+        errs.add(field, f"a contract is at most {MAX_SCHEMA_BYTES} bytes of JSON (got {size})")
+        return
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        errs.add(field, f"a contract nests at most {MAX_SCHEMA_DEPTH} levels")
         return
     try:
         Draft202012Validator.check_schema(schema)
@@ -130,9 +169,21 @@ def check_schema(errs: _Errors, field: str, schema: Any) -> None:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
         errs.add(field + path, f"invalid JSON Schema: {exc.message}")
         return
+    bad_refs = False
     for path, ref in _refs(schema, field):
         if not ref.startswith("#"):
+            bad_refs = True
             errs.add(path, "only local references (#...) are allowed in a contract; nothing is fetched")
+    if bad_refs:
+        return
+    try:
+        compile_contract(schema)
+    except ValueError as exc:
+        errs.add(
+            field,
+            "this contract cannot be evaluated in linear time (patterns use the RE2-style `regex` "
+            f"syntax: no look-around, no back-references): {exc}",
+        )
 
 
 def _refs(node: Any, path: str) -> list[tuple[str, str]]:
@@ -163,8 +214,12 @@ def references(value: Any) -> list[str]:
 def _check_refs(
     errs: _Errors, field: str, value: Any, keys: set[str], allowed_steps: set[str] | None
 ) -> None:
-    for ref in references(value):
-        m = REF_RE.match(ref)
+    refs = references(value)
+    if len(refs) > MAX_REFERENCES:
+        errs.add(field, f"a mapping holds at most {MAX_REFERENCES} references (got {len(refs)})")
+        return
+    for ref in refs:
+        m = REF_RE.fullmatch(ref)
         if not m:
             errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
             continue
@@ -226,7 +281,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         raise InvalidArgument("the version document must be a JSON object", field="$")
     _fields(errs, "", doc, TOP_FIELDS)
     version = doc.get("version")
-    if not isinstance(version, str) or not VERSION_RE.match(version):
+    if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         errs.add("version", "required: 1-64 ASCII characters, first a letter or digit, then also _ . -")
     elif version.lower() == "latest":
         errs.add("version", '"latest" is reserved and never resolved')
@@ -253,9 +308,9 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
             continue
         _fields(errs, f + ".", sig, {"name", "payload_version", "schema"})
         name, pv = sig.get("name"), sig.get("payload_version")
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             errs.add(f + ".name", "required: 1-128 ASCII name characters")
-        if not isinstance(pv, str) or not PAYLOAD_VERSION_RE.match(pv):
+        if not isinstance(pv, str) or not PAYLOAD_VERSION_RE.fullmatch(pv):
             errs.add(f + ".payload_version", "required: 1-32 ASCII name characters")
         if "schema" not in sig:
             errs.add(f + ".schema", "required")
@@ -276,7 +331,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         steps = []
     keys: dict[str, int] = {}
     for i, st in enumerate(steps):
-        if isinstance(st, dict) and isinstance(st.get("key"), str) and KEY_RE.match(st["key"]):
+        if isinstance(st, dict) and isinstance(st.get("key"), str) and KEY_RE.fullmatch(st["key"]):
             if st["key"] in keys:
                 errs.add(f"steps[{i}].key", f"duplicate step key {st['key']!r}")
             else:
@@ -293,7 +348,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
             continue
         _fields(errs, f + ".", st, STEP_FIELDS[kind])
         key = st.get("key")
-        if not isinstance(key, str) or not KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             errs.add(f + ".key", "required: 1-64 characters, letters, digits, _ and -")
             continue
         for name in REQUIRED[kind]:
@@ -369,7 +424,7 @@ def _normalize_ints(doc: dict) -> None:
 
 def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
     if kind in ("TASK", "POLL") and "queue" in st:
-        if not isinstance(st["queue"], str) or not QUEUE_RE.match(st["queue"]):
+        if not isinstance(st["queue"], str) or not QUEUE_RE.fullmatch(st["queue"]):
             errs.add(f + ".queue", "must be 1-128 characters: letters, digits, _ . : -")
     if "timeout_seconds" in st and kind != "TRIGGER":  # a TRIGGER's own bound: _check_trigger
         _int_in(errs, f + ".timeout_seconds", st["timeout_seconds"], 1, MAX_DEADLINE_SECONDS)
@@ -389,7 +444,7 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
             if (
                 not isinstance(comp, dict)
                 or not isinstance(comp.get("queue"), str)
-                or not QUEUE_RE.match(comp["queue"])
+                or not QUEUE_RE.fullmatch(comp["queue"])
             ):
                 errs.add(f + ".compensation.queue", "required: a queue name")
             else:
@@ -404,11 +459,13 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
             errs.add(f + ".correlation", "must be a string (a reference or a literal correlation key)")
     elif kind == "SUBWORKFLOW":
         if "definition_id" in st and (
-            not isinstance(st["definition_id"], str) or not HEX32_RE.match(st["definition_id"])
+            not isinstance(st["definition_id"], str) or not HEX32_RE.fullmatch(st["definition_id"])
         ):
             errs.add(f + ".definition_id", "must be a 32-char lowercase hex definition id")
         v = st.get("version")
-        if "version" in st and (not isinstance(v, str) or not VERSION_RE.match(v) or v.lower() == "latest"):
+        if "version" in st and (
+            not isinstance(v, str) or not VERSION_RE.fullmatch(v) or v.lower() == "latest"
+        ):
             errs.add(f + ".version", 'must be a pinned version (never "latest")')
     elif kind == "TRIGGER":
         _check_trigger(errs, f, st)
@@ -449,13 +506,14 @@ def _check_trigger(errs: _Errors, f: str, st: dict) -> None:
 
 def _check_outbound(errs: _Errors, f: str, st: dict) -> None:
     """url, headers and timeout_seconds of an outbound call (a TRIGGER step or a TASK's dispatch). A
-    URL the destination policy refuses (loopback, private, metadata addresses, numeric host tricks;
-    ``app.ledger.destinations``) is refused at publish as well as at delivery."""
+    URL the destination policy refuses without a DNS lookup (a literal loopback / private / metadata
+    address in any numeric spelling, ``localhost``; ``app.ledger.destinations.check_static``) is
+    refused at publish; every URL is resolved and checked again at delivery."""
     if "url" in st and (msg := url_error(st["url"])):
         errs.add(f + ".url", msg)
     elif "url" in st:
         try:
-            destinations.check(st["url"])
+            destinations.check_static(st["url"])  # names are resolved and checked again at delivery
         except destinations.DestinationForbidden as exc:
             errs.add(f + ".url", str(exc))
     if "timeout_seconds" in st:
@@ -487,16 +545,19 @@ def _contract(errs: _Errors, f: str, name: Any, pv: Any, contracts: set[tuple[st
 
 
 def input_errors(schema: Any, value: Any, prefix: str = "input") -> list[FieldError]:
-    """Validate ``value`` against a stored JSON Schema; errors name the field path."""
-    validator = Draft202012Validator(schema)
-    out: list[FieldError] = []
+    """Validate ``value`` against a stored contract in time linear in the value (jsonschema-rs, linear
+    regexes); errors name the field path. Call it before taking any instance lock."""
     try:
-        found = sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
-    except Exception:  # noqa: BLE001 - e.g. an unresolvable local $ref: the contract cannot judge
+        validator = compile_contract(schema)
+        found = []
+        for err in validator.iter_errors(value):
+            found.append(err)
+            if len(found) >= MAX_INPUT_ERRORS:
+                break
+    except (ValueError, OverflowError):  # e.g. a contract published before the linear-time rule
         return [FieldError(prefix, "the pinned contract cannot be evaluated for this value")]
-    for err in found:
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.path)
+    out: list[FieldError] = []
+    for err in sorted(found, key=lambda e: list(map(str, e.instance_path))):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.instance_path)
         out.append(FieldError(prefix + path, err.message[:300]))
-        if len(out) >= 20:
-            break
     return out

@@ -20,7 +20,7 @@ from app.jsonx import rfc3339
 
 def _step_id(conn: Connection, inst: dict, key: str) -> str:
     row = None
-    if KEY_RE.match(key):
+    if KEY_RE.fullmatch(key):
         row = conn.execute(
             text("SELECT id FROM workflow_steps WHERE instance_id = :i AND key = :k AND kind <> 'ROOT'"),
             {"i": inst["id"], "k": key},

@@ -38,7 +38,7 @@ def validate_start(body: Any) -> dict:
     version = body.get("version")
     if "version" not in body:
         errors.append(FieldError("version", "required"))
-    elif not isinstance(version, str) or not VERSION_RE.match(version):
+    elif not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         errors.append(
             FieldError("version", "1-64 ASCII characters: a letter or digit first, then also _ . -")
         )

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import activation, advance, snapshot, stopping
+from app.engine import activation, advance, mapping, snapshot, stopping
 from app.engine.decide.stopping import chain_running
 from app.engine.states import TERMINAL, InstanceState, StepState
 from app.engine.store import (
@@ -103,9 +103,12 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
     _stop_activation_work(conn, step["activation_id"])
     step_moves.end_activation_for_retry(conn, step)
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
-    activation.activate(
-        conn, inst, step, spec, snapshot.mapping_context(conn, inst), allowed=step_moves.RESOLVABLE
-    )
+    try:
+        activation.activate(
+            conn, inst, step, spec, snapshot.mapping_context(conn, inst), allowed=step_moves.RESOLVABLE
+        )
+    except mapping.MappingTooLarge as exc:  # nothing was written: the retry is refused as a whole
+        raise StateConflict(f"the step cannot be retried: {exc.reason}") from None
     new = read_step(conn, inst["id"], step["key"])
     act = new["activation_id"]
     if old_wait is not None and old_wait["deadline_at"] is not None:

@@ -33,5 +33,7 @@ def task_lease_seconds() -> float:
 
 
 def claim_poll_seconds() -> float:
-    """How often a long-polling claim looks at the queue again."""
-    return _float("LEDGERFLOW_CLAIM_POLL_SECONDS", 0.2)
+    """How often a waiting long-poll claim looks at its queues again without a wake-up (a NOTIFY
+    wakes it at once when a task becomes PENDING; this bounds the wait for a task whose lease
+    expired, or after a lost listener connection)."""
+    return _float("LEDGERFLOW_CLAIM_POLL_SECONDS", 5.0)

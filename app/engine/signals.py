@@ -35,6 +35,7 @@ from app.engine.store import _SIGNAL_COLS as _COLS
 from app.engine.store import (
     MISSING,
     lock_instance,
+    read_instance,
     read_signal,
     read_step,
     read_wait,
@@ -66,10 +67,9 @@ def send(
     """Accept one signal (the caller checked namespace and queue scope). Returns the stored row.
     ``on_accepted`` runs right after the signal row exists (the caller's acceptance audit comes before
     the engine's audit of its consumption)."""
-    inst = lock_instance(conn, instance_id)
-    if inst["state"] in TERMINAL or inst["stop_requested_at"] is not None:
-        raise StateConflict(f"the workflow is {inst['state']}: it accepts no more signals")
-    doc = version_document(conn, inst["definition_version_id"])
+    # The pinned version never changes: the tenant's contract is evaluated *before* the instance lock,
+    # so a slow contract can never hold up the instance's other work.
+    doc = version_document(conn, read_instance(conn, instance_id)["definition_version_id"])
     contracts = {(s["name"], s["payload_version"]): s.get("schema", {}) for s in doc.get("signals", [])}
     key = (req["name"], req["payload_version"])
     if key not in contracts:
@@ -79,6 +79,9 @@ def send(
     errors = input_errors(contracts[key], req["payload"], prefix="payload")
     if errors:
         raise InvalidArgument("payload does not satisfy the pinned signal contract", errors=errors)
+    inst = lock_instance(conn, instance_id)
+    if inst["state"] in TERMINAL or inst["stop_requested_at"] is not None:
+        raise StateConflict(f"the workflow is {inst['state']}: it accepts no more signals")
     spec = step_specs(doc).get(req["target_step_key"])
     if spec is None or not decide.accepts(spec, *key):
         raise InvalidArgument(

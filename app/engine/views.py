@@ -51,7 +51,7 @@ def _t(v: Any) -> str | None:
 
 def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -> dict:
     inst = read_instance(conn, instance_id, namespace_id)
-    s = read_step(conn, instance_id, key) if KEY_RE.match(key) else None
+    s = read_step(conn, instance_id, key) if KEY_RE.fullmatch(key) else None
     if s is None:
         raise NotFound("step not found")
     out: dict[str, Any] = {"instance_id": inst["id"], "revision": str(inst["revision"]), "step": _summary(s)}

@@ -184,6 +184,24 @@ def check(url: str, *, policy: Policy | None = None, resolver: Resolver | None =
     return Destination(parts.scheme, host, port, str(addresses[0]), url)
 
 
+def check_static(url: str, *, policy: Policy | None = None) -> None:
+    """The checks that need no DNS lookup (publish time, when a name may not resolve from where the
+    definition is published): the URL's shape, literal addresses in every numeric spelling, and
+    ``localhost``. A host name is resolved and checked again by ``check`` at delivery."""
+    policy = policy or current_policy()
+    parts = _split(url)
+    host = parts.hostname.lower().rstrip(".")  # type: ignore[union-attr]
+    if host in policy.allow_hosts:
+        return
+    literal = _literal(host)
+    if literal is not None:
+        why = forbidden_reason(literal)
+        if why and not policy.address_allowed(literal):
+            raise DestinationForbidden(f"the host {host!r} is {why}; refused")
+    elif host == "localhost" or host.endswith(".localhost"):
+        raise DestinationForbidden(f"the host {host!r} is this machine; refused")
+
+
 def redact_url(url: str) -> str:
     """The URL with user info and every query value replaced by ``***`` (for logs, errors, markers)."""
     try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
 
+from app import idempotency
 from app.config import Settings
 from app.db import transaction
 from app.ledger import transitions
@@ -56,6 +57,8 @@ def drain(
     """One drain run: bounded passes of ``settings.drain_batch`` reclaims, then the extra
     ``sweeps`` (bounded the same way), then hints."""
     started = time.monotonic()
+    # expired Idempotency-Key receipts are pruned on every run (W-API-2: their documented lifetime)
+    sweeps = (*sweeps, ("idempotency_receipts", idempotency.prune_sweep))
     report = _drain(engine, settings, max_passes=max_passes, sweeps=sweeps)
     metrics.drain_run(report.ran, time.monotonic() - started, report.to_pending, report.to_dead)
     metrics.lease_reclaimed("pending", report.to_pending)

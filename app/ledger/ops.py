@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, cast, func, or_, select, text, tuple_
+from sqlalchemy import Connection, Text, cast, column, func, or_, select, table, text, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from app import cursor as cursors
@@ -64,6 +64,7 @@ class JobFilter:
     created_to: datetime | None = None
     min_age_seconds: int | None = None
     max_age_seconds: int | None = None
+    namespace_id: str | None = None  # a namespace-scoped operator: only its namespace's instances' jobs
 
     def binding(self) -> dict[str, Any]:
         d = asdict(self)
@@ -77,8 +78,20 @@ def _like(value: str) -> str:
     return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+_instances_t = table("workflow_instances", column("id"), column("namespace_id"))
+
+
+def in_namespace(namespace_id: str | None) -> list[ColumnElement[bool]]:
+    """Jobs a principal may see: every job (``None``: a platform-wide operator) or the jobs of one
+    namespace's instances (a job without an instance belongs to the platform)."""
+    if namespace_id is None:
+        return []
+    mine = select(_instances_t.c.id).where(_instances_t.c.namespace_id == namespace_id)
+    return [jobs.c.instance_id.in_(mine)]
+
+
 def filter_clauses(f: JobFilter) -> list[ColumnElement[bool]]:
-    where: list[ColumnElement[bool]] = []
+    where: list[ColumnElement[bool]] = in_namespace(f.namespace_id)
     if f.types:
         where.append(jobs.c.type.in_(f.types))
     if f.statuses:
@@ -144,10 +157,11 @@ def list_jobs(conn: Connection, f: JobFilter, *, limit: int = 20, cursor: str | 
     return JobPage(items=items, next_cursor=nxt)
 
 
-def summary(conn: Connection) -> dict[str, Any]:
-    """Counts by type × status over the whole ledger."""
+def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]:
+    """Counts by type × status over the whole ledger (or one namespace's jobs)."""
     rows = conn.execute(
         select(jobs.c.type, jobs.c.status, func.count().label("count"))
+        .where(*in_namespace(namespace_id))
         .group_by(jobs.c.type, jobs.c.status)
         .order_by(jobs.c.type, jobs.c.status)
     ).all()
@@ -216,9 +230,11 @@ def _receipts(conn: Connection, job_id: int, operation_key: str) -> list[dict[st
     return out
 
 
-def job_detail(conn: Connection, job_id: int) -> dict[str, Any]:
+def job_detail(conn: Connection, job_id: int, namespace_id: str | None = None) -> dict[str, Any]:
     """The parent job with every attempt of every generation, its receipts and side-effect marker."""
-    row = conn.execute(select(*DETAIL_COLUMNS).where(jobs.c.id == job_id)).first()
+    row = conn.execute(
+        select(*DETAIL_COLUMNS).where(jobs.c.id == job_id, *in_namespace(namespace_id))
+    ).first()
     if row is None:
         raise NotFound(f"job {job_id} not found")
     job = job_view(row)
@@ -248,15 +264,25 @@ FROM workflow_instances WHERE id = ANY(CAST(:ids AS text[]))
     return [found.get(i, {"id": i, "found": False}) for i in instance_ids]
 
 
-def chain(conn: Connection, trace_id: str, *, with_attempts: bool = False) -> dict[str, Any]:
-    """Every job of ``trace_id`` in causal/time order (created_at, id), with linked instances."""
+MAX_CHAIN_JOBS = 500
+
+
+def chain(
+    conn: Connection, trace_id: str, *, with_attempts: bool = False, namespace_id: str | None = None
+) -> dict[str, Any]:
+    """Jobs of ``trace_id`` in causal/time order (created_at, id), with linked instances: at most
+    ``MAX_CHAIN_JOBS`` (``truncated`` says when more exist)."""
     columns = DETAIL_COLUMNS if with_attempts else LIST_COLUMNS
     rows = conn.execute(
-        select(*columns).where(jobs.c.trace_id == trace_id).order_by(jobs.c.created_at, jobs.c.id)
+        select(*columns)
+        .where(jobs.c.trace_id == trace_id, *in_namespace(namespace_id))
+        .order_by(jobs.c.created_at, jobs.c.id)
+        .limit(MAX_CHAIN_JOBS + 1)
     ).all()
     if not rows:
         raise NotFound(f"no jobs with trace id {trace_id!r}")
-    items = [job_view(r) for r in rows]
+    truncated = len(rows) > MAX_CHAIN_JOBS
+    items = [job_view(r) for r in rows[:MAX_CHAIN_JOBS]]
     if with_attempts:
         attempts = _attempts(conn, [int(j["id"]) for j in items])
         for j in items:
@@ -266,15 +292,18 @@ def chain(conn: Connection, trace_id: str, *, with_attempts: bool = False) -> di
     return {
         "trace_id": trace_id,
         "jobs": items,
+        "truncated": truncated,
         "instance_ids": instance_ids,
         "instances": _instances(conn, instance_ids),
     }
 
 
-def diagnostic_bundle(conn: Connection, trace_id: str, *, request_id: str | None) -> dict[str, Any]:
+def diagnostic_bundle(
+    conn: Connection, trace_id: str, *, request_id: str | None, namespace_id: str | None = None
+) -> dict[str, Any]:
     """One self-contained document for someone without database access: the chain with every attempt
     and receipt, linked instance summaries, per-status counts and the runtime status at export."""
-    doc = chain(conn, trace_id, with_attempts=True)
+    doc = chain(conn, trace_id, with_attempts=True, namespace_id=namespace_id)
     counts: dict[str, int] = {}
     for j in doc["jobs"]:
         counts[j["status"]] = counts.get(j["status"], 0) + 1
@@ -285,7 +314,9 @@ def diagnostic_bundle(conn: Connection, trace_id: str, *, request_id: str | None
         "trace_id": trace_id,
         "status_counts": counts,
         "jobs": doc["jobs"],
+        "truncated": doc["truncated"],
         "instance_ids": doc["instance_ids"],
         "instances": doc["instances"],
-        "runtime_status": runtime_status(conn),
+        # the runtime status is a platform-wide view (L-API-2): only a platform-wide operator's bundle has it
+        "runtime_status": runtime_status(conn) if namespace_id is None else None,
     }

@@ -5,18 +5,19 @@ transaction; retried jobs wake their pools after commit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from app import audit, jsonx
 from app.auth import Principal
-from app.errors import NotFound, StateConflict
+from app.errors import InvalidArgument, NotFound, StateConflict
 from app.ids import new_id
 from app.ledger.enqueue import operation_key_for
 from app.ledger.hints import publish_after_commit
 from app.ledger.replay import ReplayFilter, select_for_replay
+from app.ledger.states import JobType
 from app.ledger.transitions import cancel_job, retry_job
 
 RETRYABLE = ("failed", "dead", "canceled")
@@ -28,10 +29,55 @@ DEFAULT_SKIP_REASON = "skipped by operator"
 _LOCK = text(
     """
 SELECT id, type, queue, status, attempts, max_attempts, generation, operation_key, instance_id,
-       task_id, step_key, payload::text AS payload, last_error, error_code, run_at
+       task_id, step_key, payload::text AS payload, last_error, error_code, run_at,
+       (SELECT wi.namespace_id FROM workflow_instances wi WHERE wi.id = workflow_jobs.instance_id)
+           AS namespace_id
 FROM workflow_jobs WHERE id = :id FOR UPDATE
 """
 )
+
+# Retrying with a replaced payload (issue 9). The engine's own job types carry ids the engine wrote
+# (instance, activation, task, step): a replacement could point them at another instance, so it is
+# refused. Integration types may get a new payload, but the fields that name what the job belongs
+# to (every ``*_id`` key and ``step_key``) must stay as they are.
+ENGINE_OWNED_PAYLOAD = frozenset(
+    {
+        JobType.DELAY_WAKE, JobType.TASK_TIMEOUT, JobType.SUBPROCESS_SPAWN, JobType.SUBPROCESS_JOIN,
+        JobType.COMPENSATION_ACTION, JobType.SCHEDULE_LAUNCH,
+    }
+)  # fmt: skip
+
+
+def payload_refusal(job_type: str, current: Any, replacement: Any) -> str | None:
+    """Why ``replacement`` may not replace the payload of a job of ``job_type`` (None = allowed)."""
+    if job_type in ENGINE_OWNED_PAYLOAD:
+        return f"the payload of a {job_type} job is the engine's own; retry it without a payload"
+    if not isinstance(replacement, dict):
+        return "a replacement payload must be a JSON object"
+    current = current if isinstance(current, dict) else {}
+    for key in sorted(set(current) | set(replacement)):
+        if (key.endswith("_id") or key == "step_key") and current.get(key) != replacement.get(key):
+            return f"payload field {key!r} names what the job belongs to and cannot be changed"
+    return None
+
+
+def visible(row: Any, principal: Principal) -> bool:
+    """A namespace-scoped operator reaches only its namespace's instances' jobs."""
+    return principal.job_namespace is None or row.namespace_id == principal.job_namespace
+
+
+def _audit_job(conn: Connection, row: Any, actor: Actor, action: str, after: dict[str, Any]) -> None:
+    """The audit row in the operator's namespace and, when the job belongs to another namespace's
+    instance, the same row in that namespace's audit too (its owners see who touched their work)."""
+    spaces = [None]
+    if row.namespace_id is not None and row.namespace_id != actor.principal.namespace_id:
+        spaces.append(row.namespace_id)
+    for ns in spaces:
+        audit.record(
+            conn, principal=actor.principal, request_id=actor.request_id, action=action, target_type="job",
+            target_id=str(row.id), workflow_id=row.instance_id, operation_id=actor.operation_id,
+            reason=actor.reason, before=_summary(row), after=after, namespace_id=ns,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -79,6 +125,9 @@ def _retry_locked(
     if has_payload:
         current = jsonx.dumps(_sorted(jsonx.loads_exact_db(row.payload)))
         if jsonx.dumps(_sorted(payload)) != current:  # a changed input is a new operation (L-CLAIM table)
+            refusal = payload_refusal(row.type, jsonx.loads_exact_db(row.payload), payload)
+            if refusal is not None:
+                raise InvalidArgument(refusal, field="payload")
             op_key = operation_key_for(
                 row.type, payload, (row.instance_id, row.task_id, row.step_key, new_id())
             )
@@ -91,11 +140,7 @@ def _retry_locked(
     after = {"status": "pending", "generation": moved["generation"], "attempts": 0, "run_at": moved["run_at"]}
     if op_key:
         after["operation_key"] = op_key
-    audit.record(
-        conn, principal=actor.principal, request_id=actor.request_id, action=action, target_type="job",
-        target_id=str(row.id), workflow_id=row.instance_id, operation_id=actor.operation_id,
-        reason=actor.reason, before=_summary(row), after=after,
-    )  # fmt: skip
+    _audit_job(conn, row, actor, action, after)
     return {"id": str(row.id), **after, "operation_key": op_key or row.operation_key}
 
 
@@ -114,17 +159,13 @@ def _skip_locked(conn: Connection, row: Any, actor: Actor, *, action: str) -> di
     if moved is None:
         return None
     after = {"status": "canceled", "generation": moved["generation"]}
-    audit.record(
-        conn, principal=actor.principal, request_id=actor.request_id, action=action, target_type="job",
-        target_id=str(row.id), workflow_id=row.instance_id, operation_id=actor.operation_id,
-        reason=actor.reason, before=_summary(row), after=after,
-    )  # fmt: skip
+    _audit_job(conn, row, actor, action, after)
     return {"id": str(row.id), **after}
 
 
-def _lock(conn: Connection, job_id: int) -> Any:
+def _lock(conn: Connection, job_id: int, principal: Principal) -> Any:
     row = conn.execute(_LOCK, {"id": job_id}).first()
-    if row is None:
+    if row is None or not visible(row, principal):
         raise NotFound(f"job {job_id} not found")
     return row
 
@@ -132,7 +173,7 @@ def _lock(conn: Connection, job_id: int) -> Any:
 def retry_one(
     conn: Connection, job_id: int, actor: Actor, *, payload: Any = None, has_payload: bool = False
 ) -> dict:
-    row = _lock(conn, job_id)
+    row = _lock(conn, job_id, actor.principal)
     refusal = retry_refusal(row.status, row.attempts)
     if refusal:
         raise StateConflict(refusal)
@@ -143,7 +184,7 @@ def retry_one(
 
 
 def skip_one(conn: Connection, job_id: int, actor: Actor) -> dict:
-    row = _lock(conn, job_id)
+    row = _lock(conn, job_id, actor.principal)
     refusal = skip_refusal(row.status)
     if refusal:
         raise StateConflict(refusal)
@@ -166,7 +207,7 @@ def _batch(
     state_skips = 0
     for job_id in dict.fromkeys(ids):
         row = conn.execute(_LOCK, {"id": job_id}).first()
-        if row is None:
+        if row is None or not visible(row, actor.principal):
             skipped.append({"id": str(job_id), "status": None, "reason": "not found"})
             continue
         if retry:
@@ -221,6 +262,7 @@ def replay(
     """Retry up to ``limit`` (≤ 500) matching dead/failed jobs, oldest first, staggered by ``rate``.
     ``success`` counts submitted operations; business outcomes are read from the ledger later."""
     limit = max(1, min(limit, MAX_REPLAY))
+    f = replace(f, namespace_id=actor.principal.job_namespace)
     ids, matched = select_for_replay(conn, f, limit=limit)
     submitted: list[str] = []
     for job_id in ids:

@@ -14,6 +14,7 @@ from app.ledger.states import (
     HANDLER_MISSING,
     PERMANENT_ERROR,
 )
+from app.observability import logs
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def _describe(exc: BaseException) -> str:
+    """``last_error`` text: credentials in URLs and tokens are masked (issue 9; operators and the
+    diagnostic bundle read it)."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text.replace("\x00", "\\x00")[:4000]  # PostgreSQL text cannot hold NUL
+    return logs.redact(text.replace("\x00", "\\x00"))[:4000]  # PostgreSQL text cannot hold NUL
 
 
 def outcome_of(result: Any = None, exc: BaseException | None = None) -> Outcome:

@@ -53,11 +53,17 @@ class ReplayFilter:
     error_pattern: str | None = None
     min_age_seconds: int | None = None
     max_age_seconds: int | None = None
+    namespace_id: str | None = None  # a namespace-scoped operator: only its namespace's instances' jobs
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("namespace_id")
         d["statuses"], d["types"] = list(self.statuses), list(self.types)
         return {k: v for k, v in d.items() if v not in (None, [])}
+
+
+# the instances of one namespace (bound ``:job_ns``); a job without an instance belongs to the platform
+NAMESPACE_INSTANCES = "SELECT wi.id FROM workflow_instances wi WHERE wi.namespace_id = :job_ns"
 
 
 def _like(value: str) -> str:
@@ -72,6 +78,9 @@ def where_sql(f: ReplayFilter) -> tuple[str, dict[str, Any]]:
     if f.types:
         parts.append("j.type = ANY(CAST(:types AS text[]))")
         params["types"] = list(f.types)
+    if f.namespace_id is not None:
+        parts.append(f"j.instance_id IN ({NAMESPACE_INSTANCES})")
+        params["job_ns"] = f.namespace_id
     if f.instance_id:
         parts.append("j.instance_id = :instance_id")
         params["instance_id"] = f.instance_id
@@ -134,13 +143,16 @@ def failure_clusters(
     trace_id: str | None = None,
     limit: int = 20,
     samples: int = 3,
+    namespace_id: str | None = None,
 ) -> dict[str, Any]:
     """Failed/dead jobs grouped by the chosen dimensions (always including the normalized reason),
     largest first; each with count, first/last seen, sample member errors and job ids, and the
     replay conditions that select it."""
     dims = tuple(d for d in CLUSTER_DIMENSIONS if d in set(group_by) | {"reason"})
     col = {"reason": "reason", "type": "type", "instance": "instance_id", "trace": "trace_id"}
-    f = ReplayFilter(statuses=statuses, types=types, instance_id=instance_id, trace_id=trace_id)
+    f = ReplayFilter(
+        statuses=statuses, types=types, instance_id=instance_id, trace_id=trace_id, namespace_id=namespace_id
+    )
     where, params = where_sql(f)
     keys = ", ".join(col[d] for d in dims)
     rows = conn.execute(

@@ -122,7 +122,10 @@ RETURNING id
 
 
 def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
-    """Operation audit rows older than ``audit_days`` (a namespace override longer than that wins)."""
+    """Operation audit rows older than ``audit_days`` (a namespace override longer than that wins).
+    The audit is append-only in the database (a trigger); the sweep marks its transaction as the
+    retention path, which the trigger lets delete rows older than 30 days and nothing else."""
+    conn.execute(text("SET LOCAL ledgerflow.retention = 'on'"))
     params: dict = {"days": policy.audit_days, "limit": max(limit, policy.batch)}
     keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
     extra = ""

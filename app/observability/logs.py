@@ -38,6 +38,13 @@ _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\blf_[A-Za-z0-9_\-]{8,}"), "lf_" + MASK),
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]+"), r"\1 " + MASK),
     (re.compile(r"(?i)([a-z][a-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]+@"), r"\1" + MASK + "@"),
+    # query parameters that carry credentials: ?access_token=, &api_key=, &X-Amz-Signature=, &sig=
+    (
+        re.compile(
+            r"(?i)([?&][^=&\s#]*(?:token|key|secret|sig|signature|password|auth)[^=&\s#]*=)[^&\s#\"']+"
+        ),
+        r"\1" + MASK,
+    ),
     (
         re.compile(
             r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|authorization)"

@@ -171,3 +171,20 @@ def test_concurrent_drains_reclaim_each_job_once(db, settings, engine):
     assert sorted(reclaimed) == ids  # every job exactly once, in batches of at most 4
     assert all(len(attempts(db, i)) == 1 and attempts(db, i)[0]["status"] == "failed" for i in ids)
     assert scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'pending'") == 30
+
+
+def test_the_drain_prunes_expired_idempotency_receipts(db, settings):
+    """Issue 9: ``idempotency.prune`` existed and was never called; replays never expired."""
+    with transaction(db) as conn:
+        conn.execute(text("DELETE FROM idempotency_receipts"))
+        conn.execute(
+            text(
+                "INSERT INTO idempotency_receipts (scope, route, key, fingerprint, created_at) VALUES "
+                "('ns', 'POST /x', 'old', 'f', now() - interval '25 hours'), ('ns', 'POST /x', 'new', 'f', now())"
+            )
+        )
+    report = drain(db, settings)
+    assert report.swept["idempotency_receipts"] == 1
+    with db.connect() as conn:
+        keys = conn.execute(text("SELECT key FROM idempotency_receipts")).scalars().all()
+    assert keys == ["new"]

@@ -4,10 +4,12 @@ batches, never touch live work, and never wait on a locked row."""
 from __future__ import annotations
 
 import threading
+import uuid
 from dataclasses import replace
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
 from actors.maintenance import run_drain
 from app.db import transaction
@@ -77,6 +79,8 @@ def test_finished_jobs_and_attempts_go_after_their_retention_live_work_stays(db)
 
 
 def test_orphaned_receipts_and_old_audit_go(db):
+    sfx = uuid.uuid4().hex[:8]
+    keep_ns, other_ns = f"ns-keep-{sfx}", f"ns-other-{sfx}"
     with transaction(db) as conn:
         conn.execute(
             text(
@@ -90,21 +94,43 @@ def test_orphaned_receipts_and_old_audit_go(db):
         conn.execute(
             text(
                 "INSERT INTO operation_audit (id, namespace_id, actor_id, action, target_type, target_id, created_at) "
-                "VALUES (md5('a1'), 'ns-keep', 'x', 'a', 't', '1', now() - interval '401 days'),"
-                "(md5('a2'), 'ns-other', 'x', 'a', 't', '1', now() - interval '401 days'),"
-                "(md5('a3'), 'ns-other', 'x', 'a', 't', '1', now() - interval '399 days')"
-            )
+                "VALUES (md5('a1' || :s), :keep, 'x', 'a', 't', '1', now() - interval '401 days'),"
+                "(md5('a2' || :s), :other, 'x', 'a', 't', '1', now() - interval '401 days'),"
+                "(md5('a3' || :s), :other, 'x', 'a', 't', '1', now() - interval '399 days')"
+            ),
+            {"s": sfx, "keep": keep_ns, "other": other_ns},
         )
-    keep_longer = replace(POLICY, batch=100, by_namespace={"ns-keep": 800})
+    keep_longer = replace(POLICY, batch=100, by_namespace={keep_ns: 800})
     with db.begin() as conn:
         assert retention.prune_receipts(conn, 100, policy=keep_longer) == 1
         assert retention.prune_audit(conn, 100, policy=keep_longer) == 1
     keys = {r[0] for r in db.connect().execute(text("SELECT operation_key FROM workflow_job_effects"))}
     assert keys == {"op-new", "op-owned"}
-    left = {r[0] for r in db.connect().execute(text("SELECT namespace_id || ':' || id FROM operation_audit"))}
-    assert left == {"ns-keep:" + scalar(db, "SELECT md5('a1')"), "ns-other:" + scalar(db, "SELECT md5('a3')")}
+    with db.connect() as conn:
+        left = {
+            r[0]
+            for r in conn.execute(
+                text("SELECT id FROM operation_audit WHERE namespace_id IN (:a, :b)"),
+                {"a": keep_ns, "b": other_ns},
+            )
+        }
+        expected = {conn.execute(text("SELECT md5(:v)"), {"v": v + sfx}).scalar() for v in ("a1", "a3")}
+    assert left == expected
+    # the audit stays append-only for everyone but the retention path, and even that path cannot
+    # delete a recent row
+    with pytest.raises(IntegrityError, match="append-only"), transaction(db) as conn:
+        conn.execute(text("DELETE FROM operation_audit WHERE namespace_id = :ns"), {"ns": other_ns})
     with transaction(db) as conn:
-        conn.execute(text("DELETE FROM operation_audit"))
+        conn.execute(
+            text(
+                "INSERT INTO operation_audit (id, namespace_id, actor_id, action, target_type, target_id) "
+                "VALUES (md5('recent' || :s), :ns, 'x', 'a', 't', '1')"
+            ),
+            {"s": sfx, "ns": other_ns},
+        )
+    with pytest.raises(IntegrityError, match="append-only"), transaction(db) as conn:
+        conn.execute(text("SET LOCAL ledgerflow.retention = 'on'"))
+        conn.execute(text("DELETE FROM operation_audit WHERE id = md5('recent' || :s)"), {"s": sfx})
 
 
 def test_a_sweep_never_waits_for_a_locked_row(db):

@@ -268,6 +268,9 @@ def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, rec
     with pytest.raises(InvalidArgument) as hex_host:
         publish(trig, NS, {**trigger_doc("http://0x7f000001/hook")})
     assert any(e.field == "steps[0].url" for e in hex_host.value.field_errors)
+    with pytest.raises(InvalidArgument) as local:
+        publish(trig, NS, trigger_doc("http://localhost:8080/hook"))
+    assert any(e.field == "steps[0].url" and "this machine" in e.message for e in local.value.field_errors)
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     start(trig, NS, def_id, {"order": 1})
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "")

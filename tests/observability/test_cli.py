@@ -25,8 +25,9 @@ def issue(fresh):  # noqa: ANN001, ANN201
     def _issue(*scopes: str, namespace: str = "ops", name: str | None = None) -> tuple[str, str]:
         with transaction(fresh) as conn:
             c = create_credential(
-                conn, namespace=namespace, name=name or "op-" + uuid.uuid4().hex[:6], scopes=scopes
-            )
+                conn, namespace=namespace, name=name or "op-" + uuid.uuid4().hex[:6], scopes=scopes,
+                platform=bool({MONITOR, OPERATE} & set(scopes)),  # the crafted jobs belong to no instance
+            )  # fmt: skip
         return c.token, c.credential_id
 
     return _issue

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from app.auth import create_credential
+from app.auth import ENGINE_SCOPES, create_credential
 from app.db import transaction
 from tests.conftest import LEDGER_TABLES
 
@@ -42,13 +42,20 @@ def client(app, clean):  # noqa: ANN001, ANN201
 
 @pytest.fixture
 def token(clean: Engine) -> Callable[..., str]:
-    """``token(scope, ..., namespace="ops")`` issues a credential and returns its bearer token."""
+    """``token(scope, ..., namespace="ops")`` issues a credential and returns its bearer token. A
+    credential with a ledger operator scope is platform-wide unless ``platform=False`` (the crafted
+    jobs of these tests belong to no instance, so only a platform-wide operator reaches them)."""
 
-    def _issue(*scopes: str, namespace: str = "ops", queues: list[str] | None = None) -> str:
+    def _issue(
+        *scopes: str, namespace: str = "ops", queues: list[str] | None = None, platform: bool | None = None
+    ) -> str:
+        if platform is None:
+            platform = bool(ENGINE_SCOPES & set(scopes))
         with transaction(clean) as conn:
             issued = create_credential(
-                conn, namespace=namespace, name="t-" + uuid.uuid4().hex[:8], scopes=scopes, queues=queues
-            )
+                conn, namespace=namespace, name="t-" + uuid.uuid4().hex[:8], scopes=scopes, queues=queues,
+                platform=platform,
+            )  # fmt: skip
         return issued.token
 
     return _issue

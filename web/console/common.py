@@ -51,6 +51,8 @@ NAV = (
     ("console.tasks_page", "Human tasks", Scope.TASKS_WORK),
     ("console.health", "Engine health", Scope.ENGINE_MONITOR),
 )
+# engine-wide pages: shown to (and allowed for) platform-wide operator credentials only
+PLATFORM_PAGES = {"console.charts", "console.health"}
 OPEN_ENDPOINTS = {"console.login", "console.static"}
 
 
@@ -59,6 +61,21 @@ def principal() -> Principal:
     if p is None:
         raise Unauthenticated()
     return p
+
+
+def job_scope() -> str | None:
+    """The namespace whose ledger jobs this operator reaches (None: a platform-wide credential), as
+    in the API (``principal.job_namespace``)."""
+    return principal().job_namespace
+
+
+def platform_view() -> None:
+    """Engine-wide pages (runtime status, engine health, charts) need a platform-wide operator."""
+    if job_scope() is not None:
+        raise PermissionDenied(
+            "this page is a platform-wide view: it needs a platform-wide operator credential "
+            "(ledgerflow credentials create --platform)"
+        )
 
 
 def can(*scopes: str) -> bool:
@@ -124,7 +141,11 @@ def _headers(resp: Response) -> Response:
 
 @bp.app_context_processor
 def _template_globals() -> dict[str, Any]:
-    return {"can": can, "NAV": NAV, "HTMX_VERSION": HTMX_VERSION, "Scope": Scope}
+    def shown(endpoint: str, scope: str) -> bool:
+        p = g.get("principal")
+        return can(scope) and (endpoint not in PLATFORM_PAGES or (p is not None and p.job_namespace is None))
+
+    return {"can": can, "shown": shown, "NAV": NAV, "HTMX_VERSION": HTMX_VERSION, "Scope": Scope}
 
 
 def _error_page(status: int, title: str, message: str, fields: Iterable[FieldError] = ()) -> Response:

@@ -20,7 +20,7 @@ from app.ledger import drain, hints, nodes, status, transitions
 from app.observability import metrics
 from web import strict
 from web.console.charts import line_chart
-from web.console.common import bp, done, page, principal, read, require_confirmation
+from web.console.common import bp, done, page, platform_view, principal, read, require_confirmation
 from web.http import request_id
 from web.jobs_schemas import SkipBody
 
@@ -39,6 +39,7 @@ def _health(conn: Any) -> dict[str, Any]:
 @bp.get("/health")
 @page(MONITOR)
 def health() -> str:
+    platform_view()
     return render_template("console/health.html", **read(_health))
 
 
@@ -67,6 +68,7 @@ def _preview_summary(p: dict[str, Any]) -> dict[str, Any]:
 @bp.post("/health/drain")
 @page(OPERATE)
 def run_drain() -> Response:
+    platform_view()
     reason, before = _confirmed()
     report = drain.drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
     after = {
@@ -90,6 +92,7 @@ def run_drain() -> Response:
 @bp.post("/health/hints")
 @page(OPERATE)
 def publish_hints() -> Response:
+    platform_view()
     reason, before = _confirmed()
     queues = sorted(before["due_by_queue"])
     sent = {q: hints.publish_now(q) for q in queues}
@@ -102,6 +105,7 @@ def publish_hints() -> Response:
 @bp.get("/health/nodes/<node_id>")
 @page(MONITOR)
 def node(node_id: str) -> str:
+    platform_view()
     detail = read(lambda c: nodes.node_detail(c, node_id[:64]))
     if detail is None:
         raise NotFound("no such worker node")
@@ -111,6 +115,7 @@ def node(node_id: str) -> str:
 @bp.post("/health/nodes/<node_id>/reclaim")
 @page(OPERATE)
 def reclaim_node(node_id: str) -> Response:
+    platform_view()
     reason, _ = _confirmed()
     settings = get_settings()
     with transaction() as conn:
@@ -133,6 +138,7 @@ def reclaim_node(node_id: str) -> Response:
 @bp.get("/charts")
 @page(MONITOR)
 def charts() -> str:
+    platform_view()
     data = read(status.hour_series)
     charts_: list[dict[str, Any]] = []
     for pool, series in data["pools"].items():

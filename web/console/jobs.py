@@ -19,7 +19,17 @@ from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
 from web import strict
-from web.console.common import bp, clean_args, done, page, principal, read, require_confirmation
+from web.console.common import (
+    bp,
+    clean_args,
+    done,
+    job_scope,
+    page,
+    platform_view,
+    principal,
+    read,
+    require_confirmation,
+)
 from web.http import request_id
 from web.jobs import bundle_download, clusters_of, job_filter, job_id_arg, replay_filter, trace_id_arg
 from web.jobs_schemas import (
@@ -68,8 +78,12 @@ def jobs() -> str:
     f, raw = parse_filter(request.args)
     cursor = request.args.get("cursor") or None
     q = strict.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
+    platform = job_scope() is None  # the runtime status is a platform-wide view
     data = read(
-        lambda c: (status.runtime_status(c), ops.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor")))
+        lambda c: (
+            status.runtime_status(c) if platform else None,
+            ops.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor")),
+        )
     )
     panel, listing = data
     next_url = None
@@ -92,6 +106,7 @@ def jobs() -> str:
 @bp.get("/jobs/status-panel")
 @page(MONITOR)
 def status_panel() -> str:
+    platform_view()
     return render_template("console/_status_panel.html", panel=read(status.runtime_status))
 
 
@@ -99,7 +114,8 @@ def status_panel() -> str:
 @page(MONITOR)
 def job(id: str) -> str:  # noqa: A002
     job_id = job_id_arg(id)
-    detail = read(lambda c: ops.job_detail(c, job_id))
+    ns = job_scope()
+    detail = read(lambda c: ops.job_detail(c, job_id, ns))
     return render_template(
         "console/job.html",
         job=detail,
@@ -112,7 +128,10 @@ def job(id: str) -> str:  # noqa: A002
 @page(MONITOR)
 def chain(trace_id: str) -> str:
     tid = trace_id_arg(trace_id)
-    return render_template("console/chain.html", chain=read(lambda c: ops.chain(c, tid)), trace_id=tid)
+    ns = job_scope()
+    return render_template(
+        "console/chain.html", chain=read(lambda c: ops.chain(c, tid, namespace_id=ns)), trace_id=tid
+    )
 
 
 @bp.get("/chain/<trace_id>/bundle")

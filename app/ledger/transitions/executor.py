@@ -18,6 +18,7 @@ from sqlalchemy import Connection, text
 from app.ledger.states import (
     EXTERNAL_OUTCOME_UNKNOWN,
 )
+from app.observability import logs
 
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
@@ -338,6 +339,11 @@ RETURNING id
 )
 
 
+def _redacted(marker: dict[str, Any]) -> dict[str, Any]:
+    """A marker never stores credentials (a URL's user:password, ``?token=``): issue 9."""
+    return {k: logs.redact(v) if isinstance(v, str) else v for k, v in marker.items()}
+
+
 def set_effect_marker(
     conn: Connection, job_id: int, generation: int, lease_token: str, marker: dict[str, Any] | None
 ) -> bool:
@@ -348,7 +354,7 @@ def set_effect_marker(
             "id": job_id,
             "gen": generation,
             "token": lease_token,
-            "marker": None if marker is None else json.dumps(marker),
+            "marker": None if marker is None else json.dumps(_redacted(marker)),
         },
     ).first()
     return row is not None

@@ -1,0 +1,129 @@
+"""OWASP API4:2023 Unrestricted Resource Consumption, the serving side: long-poll claims hold no
+request thread (the Procfile's gevent worker) and wake on a database NOTIFY; one credential may keep
+only so many waiting at once; every credential has rate limits answered with 429 + Retry-After."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK_DOC = {"steps": [{"key": "t", "kind": "TASK", "queue": "q"}]}
+
+
+def _claim(ns, who: str, wait: int, queue: str = "q", url: str | None = None) -> httpx.Response:  # noqa: ANN001
+    return httpx.post(
+        (url or ns.url) + "/v1/tasks/claim",
+        json={"queues": [queue], "wait_seconds": wait, "max_tasks": 1},
+        headers={"Authorization": f"Bearer {ns.tokens[who]}", "Idempotency-Key": uuid.uuid4().hex},
+        timeout=60,
+    )
+
+
+def test_a_waiting_claim_wakes_on_notify_not_on_polling(ops, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("LEDGERFLOW_CLAIM_POLL_SECONDS", "30")  # no timed look within the test
+    def_id = ops.define(TASK_DOC)
+    out: dict = {}
+
+    def claim() -> None:
+        started = time.monotonic()
+        out["r"] = _claim(ops.ns, "worker", 20)
+        out["took"] = time.monotonic() - started
+
+    t = threading.Thread(target=claim)
+    t.start()
+    time.sleep(0.5)
+    ops.start(def_id)
+    t.join(timeout=25)
+    assert out["r"].status_code == 200 and len(out["r"].json()["data"]["tasks"]) == 1
+    assert out["took"] < 10  # woken by the NOTIFY at commit, not by the 20 s deadline
+
+
+def test_concurrent_long_polls_per_credential_are_capped(wf_ns, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL", "2")
+    with ThreadPoolExecutor(2) as pool:
+        waiting = [pool.submit(_claim, wf_ns, "worker", 3, f"empty-{i}") for i in range(2)]
+        time.sleep(0.7)
+        r = _claim(wf_ns, "worker", 3, "empty-3")
+        assert r.status_code == 429 and r.json()["code"] == "RATE_LIMITED"
+        assert int(r.headers["Retry-After"]) >= 1
+        assert _claim(wf_ns, "worker", 0).status_code == 200  # a claim that does not wait is not capped
+        assert [f.result().status_code for f in waiting] == [200, 200]
+    assert _claim(wf_ns, "worker", 1).status_code == 200  # the slots were given back
+
+
+def test_per_credential_rate_limit_answers_429_with_retry_after(wf_ns, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("LEDGERFLOW_RATE_LIMIT", "5/minute")
+    headers = {"Authorization": f"Bearer {wf_ns.tokens['start_only']}"}
+    codes = [httpx.get(wf_ns.url + "/v1/workflows", headers=headers).status_code for _ in range(6)]
+    assert codes == [200] * 5 + [429]
+    r = httpx.get(wf_ns.url + "/v1/workflows", headers=headers)
+    assert r.json()["code"] == "RATE_LIMITED" and 1 <= int(r.headers["Retry-After"]) <= 60
+    other = {"Authorization": f"Bearer {wf_ns.tokens['all']}"}  # another credential is not affected
+    assert httpx.get(wf_ns.url + "/v1/workflows", headers=other).status_code == 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def procfile_web(tmp_path):  # noqa: ANN001, ANN201
+    """The Procfile's ``web`` command (its gunicorn config: the serving model), one worker, on a free
+    local port."""
+    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
+    assert "--config gunicorn.conf.py" in line
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL": "64",
+    }
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    proc = subprocess.Popen(
+        [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+         "--no-control-socket", "web:create_app()"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_long_polls_do_not_starve_the_api(ops, procfile_web):  # noqa: F811
+    """16 waiting claims on one ``web`` worker (the old gthread setting had 4 threads) and a read
+    still answers at once."""
+    wid = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
+    with ThreadPoolExecutor(17) as pool:
+        waiting = [pool.submit(_claim, ops.ns, "worker", 6, f"idle-{i}", procfile_web) for i in range(16)]
+        time.sleep(1.0)
+        started = time.monotonic()
+        r = httpx.get(
+            f"{procfile_web}/v1/workflows/{wid}",
+            headers={"Authorization": f"Bearer {ops.ns.tokens['all']}"},
+            timeout=30,
+        )
+        took = time.monotonic() - started
+        assert r.status_code == 200 and r.json()["data"]["id"] == wid
+        assert took < 3.0, took
+        assert all(f.result().status_code == 200 for f in waiting)

@@ -1,0 +1,106 @@
+"""The strict JSON parser (``app.jsonx.loads``): hostile numbers, nesting and strings are refused with
+the field named, before any expensive conversion; arbitrary bytes never escape as another exception."""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app import jsonx
+
+
+def _refused(raw: str | bytes) -> jsonx.BadJSON:
+    with pytest.raises(jsonx.BadJSON) as info:
+        jsonx.loads(raw)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "literal", ["1e999999999", "-1E+999999999", "1.5e-999999999", "1e4301", "1e" + "9" * 50]
+)
+def test_huge_exponents_are_refused_quickly_naming_the_field(literal):
+    started = time.monotonic()
+    err = _refused('{"input": {"amount": ' + literal + "}}")
+    assert err.field == "input.amount"
+    assert "range" in str(err)
+    assert time.monotonic() - started < 0.5
+
+
+def test_integers_past_the_digit_limit_are_refused_not_a_valueerror():
+    err = _refused('{"items": [1, ' + ("9" * 5000) + "]}")
+    assert err.field == "items[1]" and "digits" in str(err)
+    big = "9" * jsonx.MAX_INT_DIGITS
+    assert jsonx.loads('{"n": ' + big + "}")["n"] == int(big)
+
+
+def test_fraction_with_too_many_digits_is_refused():
+    assert _refused('{"x": 0.' + ("1" * 5000) + "}").field == "x"
+
+
+def test_in_range_numbers_stay_exact():
+    doc = jsonx.loads('{"a": 9007199254740993, "b": 0.1000, "c": 1e300, "d": -2.5E-7}')
+    assert doc == {
+        "a": 9007199254740993,
+        "b": Decimal("0.1000"),
+        "c": Decimal("1e300"),
+        "d": Decimal("-2.5E-7"),
+    }
+
+
+def test_lone_surrogates_are_refused_in_values_and_keys():
+    assert _refused('{"name": "a\\ud800b"}').field == "name"
+    assert _refused('{"x": [{"\\udfff": 1}]}').field == "x[0]"
+    assert jsonx.loads('{"ok": "\\ud83d\\ude00"}') == {"ok": "\U0001f600"}  # a valid pair
+
+
+def test_nesting_limit_names_the_field():
+    ok = "[" * (jsonx.MAX_DEPTH - 1) + "1" + "]" * (jsonx.MAX_DEPTH - 1)
+    jsonx.loads('{"a": ' + ok + "}")
+    deep = "[" * jsonx.MAX_DEPTH + "]" * jsonx.MAX_DEPTH
+    assert _refused('{"a": ' + deep + "}").field.startswith("a[0]")
+    very_deep = "[" * 200_000 + "]" * 200_000
+    assert "nested" in str(_refused(very_deep))
+
+
+@settings(max_examples=300, deadline=500)
+@given(st.binary(max_size=2048))
+def test_arbitrary_bytes_parse_or_raise_badjson(raw):
+    try:
+        jsonx.loads(raw)
+    except (jsonx.BadJSON, jsonx.DuplicateKey):
+        pass
+
+
+_json_like = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=500)
+@given(_json_like)
+def test_valid_documents_round_trip_exactly(value):
+    text = json.dumps(value)
+    try:
+        parsed = jsonx.loads(text)
+    except jsonx.BadJSON as exc:  # only a lone surrogate from st.text() may be refused
+        assert "surrogate" in str(exc)
+        return
+    assert parsed == value and jsonx.dumps(parsed) == json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+@settings(max_examples=200, deadline=500)
+@given(st.text(alphabet="0123456789eE+-.", min_size=1, max_size=40))
+def test_number_like_text_never_escapes(literal):
+    try:
+        jsonx.loads('{"n": ' + literal + "}")
+    except (jsonx.BadJSON, jsonx.DuplicateKey):
+        pass

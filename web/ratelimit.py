@@ -1,0 +1,80 @@
+"""Per-credential rate limits (issue 9): every authenticated request counts against its credential's
+limits in Redis (the ``limits`` library, moving window), shared by every ``web`` process; past a
+limit the API answers ``429 RATE_LIMITED`` with ``Retry-After``. Stripe and GitHub do the same.
+
+``LEDGERFLOW_RATE_LIMIT`` sets the limits (``limits`` notation, ``;``-separated, default
+``100/second;3000/minute``; ``off`` disables them). Without ``REDIS_URL`` the windows live in each
+process's memory. A Redis outage never refuses a request: the limiter fails open and logs."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from functools import lru_cache
+
+import redis
+from limits import RateLimitItem, parse_many
+from limits.storage import MemoryStorage, RedisStorage, Storage
+from limits.strategies import MovingWindowRateLimiter
+
+from app.auth import Principal
+from app.config import get_settings
+from app.errors import RateLimited
+
+log = logging.getLogger(__name__)
+DEFAULT_LIMITS = "100/second;3000/minute"
+_last_warning = 0.0
+
+
+def _storage_uri(url: str) -> str:
+    return "redis+unix://" + url[len("unix://") :] if url.startswith("unix://") else url
+
+
+@lru_cache(maxsize=4)
+def _limiter(redis_url: str | None) -> MovingWindowRateLimiter:
+    storage: Storage = MemoryStorage() if not redis_url else RedisStorage(_storage_uri(redis_url))
+    return MovingWindowRateLimiter(storage)
+
+
+@lru_cache(maxsize=4)
+def _limits(raw: str) -> tuple[RateLimitItem, ...]:
+    return tuple(parse_many(raw))
+
+
+@lru_cache(maxsize=4)
+def _client(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, socket_connect_timeout=1, socket_timeout=1)
+
+
+def redis_client() -> redis.Redis | None:
+    """The web process's Redis client (None when Redis is not configured)."""
+    url = get_settings().redis_url
+    return _client(url) if url else None
+
+
+def check(principal: Principal) -> None:
+    """Count one request of ``principal``; raise ``RateLimited`` when a limit is exhausted."""
+    global _last_warning
+    raw = os.environ.get("LEDGERFLOW_RATE_LIMIT", DEFAULT_LIMITS).strip()
+    if raw.lower() == "off":
+        return
+    settings = get_settings()
+    limiter = _limiter(settings.redis_url)
+    who = (settings.redis_namespace, principal.credential_id)
+    try:
+        for item in _limits(raw):
+            if not limiter.hit(item, *who):
+                reset = limiter.get_window_stats(item, *who).reset_time
+                retry_after = max(1, math.ceil(reset - time.time()))
+                raise RateLimited(
+                    f"rate limit of this credential exceeded ({item}); retry after {retry_after} s",
+                    retry_after=retry_after,
+                )
+    except RateLimited:
+        raise
+    except Exception as exc:  # noqa: BLE001 - fail open: Redis may be down, the API must not be
+        if time.monotonic() - _last_warning > 30:
+            _last_warning = time.monotonic()
+            log.warning("rate limiter unavailable (%s): requests are not limited", type(exc).__name__)
