@@ -76,6 +76,11 @@ PROBLEMS: tuple[ProblemType, ...] = (
         "The namespace has LEDGERFLOW_APPLICATION_WORK_LIMIT unfinished workflows and tasks; "
         "`Retry-After` says when to try again.",
         "Let work finish; resend the same request with the same Idempotency-Key."),
+    ProblemType("RATE_LIMITED", 429, "Rate limited",
+        "The credential sent more requests than LEDGERFLOW_RATE_LIMIT allows, or has "
+        "LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL claims waiting already; `Retry-After` says when to try again.",
+        "Slow down (or spread the work over more credentials); resend the same request with the same "
+        "Idempotency-Key after Retry-After."),
     ProblemType("UNAVAILABLE", 503, "Unavailable",
         "The database could not be reached; the request may or may not have taken effect.",
         "Resend the same request with the same Idempotency-Key (the SDK does this by itself)."),

