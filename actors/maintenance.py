@@ -10,6 +10,7 @@ from app.db import get_engine
 from app.engine import retention as engine_retention
 from app.engine.handlers import outbound
 from app.engine.tasks import return_expired_leases
+from app.integrations import retention as integrations_retention
 from app.ledger import retention
 from app.ledger.drain import DrainReport, drain
 from app.ledger.states import QUEUE_OF_POOL, Pool
@@ -28,6 +29,7 @@ def run_drain() -> DrainReport:
             ("unknown_outcomes", outbound.review_dead_unknown),
             *retention.sweeps(policy),
             *engine_retention.sweeps(policy),
+            *integrations_retention.sweeps(policy),
         ],
     )
 

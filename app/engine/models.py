@@ -295,3 +295,5 @@ Index(
     events.c.dispatch_job_id,
     postgresql_where=text("dispatch_job_id IS NOT NULL"),
 )
+
+Index("ix_workflow_events_created", events.c.created_at)  # retention

@@ -103,3 +103,6 @@ executions = Table(
     UniqueConstraint("rule_id", "event_id", name="uq_automation_executions_pair"),
 )
 Index("ix_automation_executions_rule", executions.c.rule_id, executions.c.created_at, executions.c.id)
+
+Index("ix_webhook_deliveries_created", deliveries.c.created_at)  # retention
+Index("ix_automation_executions_created", executions.c.created_at)  # retention

@@ -187,3 +187,45 @@ def test_the_drain_runs_the_retention_sweeps(db, settings, monkeypatch):
     more = _finished(db, "succeeded", 8)
     drain(db, settings)
     assert _exists(db, more[0])
+
+
+def test_outbox_events_and_integration_logs_go_after_the_retention(db):
+    """Events of finished instances, and webhook deliveries / automation executions whose job is
+    finished or gone, older than the job retention; a running instance's events and a delivery whose
+    job is still pending stay."""
+    from app.engine import retention as engine_retention
+    from app.integrations import retention as integrations_retention
+
+    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 60,
+           "steps": [{"key": "w", "kind": "TIMER", "delay_seconds": 1}]}  # fmt: skip
+    ns = "ns-" + uuid.uuid4().hex[:8]
+    def_id = publish(db, ns, doc)
+    done, live = start(db, ns, def_id, {})["id"], start(db, ns, def_id, {})["id"]
+    pending_job = add_job(db, "webhook_delivery", {"d": 1})
+    with transaction(db) as conn:
+        conn.execute(text("UPDATE workflow_instances SET state = 'SUCCEEDED' WHERE id = :i"), {"i": done})
+        conn.execute(text("UPDATE workflow_events SET created_at = now() - interval '8 days' WHERE instance_id IN (:a, :b)"),
+                     {"a": done, "b": live})  # fmt: skip
+        for i, job in enumerate((None, pending_job)):
+            conn.execute(
+                text(
+                    "INSERT INTO webhook_deliveries (id, namespace_id, subscription_id, event_id, event_type, job_id, "
+                    "created_at) VALUES (md5(:k), :ns, 's', md5(:k), 'workflow.started', :j, now() - interval '8 days')"
+                ),
+                {"k": f"{ns}-{i}", "ns": ns, "j": job},
+            )
+    policy = replace(POLICY, batch=100)
+    with db.begin() as conn:
+        assert engine_retention.prune_events(conn, 100, policy=policy) >= 1
+        assert integrations_retention.prune_deliveries(conn, 100, policy=policy) == 1
+        left = conn.execute(
+            text(
+                "SELECT instance_id, count(*) FROM workflow_events WHERE instance_id IN (:a, :b) GROUP BY 1"
+            ),
+            {"a": done, "b": live},
+        ).all()
+        kept = conn.execute(
+            text("SELECT job_id FROM webhook_deliveries WHERE namespace_id = :ns"), {"ns": ns}
+        ).all()
+    assert [r[0] for r in left] == [live]
+    assert [r[0] for r in kept] == [pending_job]
