@@ -104,7 +104,8 @@ def test_orphaned_receipts_and_old_audit_go(db):
     with db.begin() as conn:
         assert retention.prune_receipts(conn, 100, policy=keep_longer) == 1
         assert retention.prune_audit(conn, 100, policy=keep_longer) == 1
-    keys = {r[0] for r in db.connect().execute(text("SELECT operation_key FROM workflow_job_effects"))}
+    with db.connect() as conn:
+        keys = {r[0] for r in conn.execute(text("SELECT operation_key FROM workflow_job_effects"))}
     assert keys == {"op-new", "op-owned"}
     with db.connect() as conn:
         left = {
