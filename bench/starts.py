@@ -1,5 +1,5 @@
 """Workflow starts per second through the real web process (issue 16), beside a bare Flask JSON
-endpoint on the same gunicorn settings (the Procfile's: 2 workers x 4 threads) and the same client.
+endpoint on the same gunicorn settings (the Procfile's: ``gunicorn.conf.py``, gevent, 2 workers) and the same client.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.starts [--seconds 8] [--clients 1,2,8]
 
@@ -45,8 +45,9 @@ DOC = {
 
 
 def gunicorn(app: str, port: int, env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "4",
-            "--no-control-socket", "--log-level", "warning", app]  # fmt: skip
+    # the Procfile's settings: gunicorn.conf.py (gevent), 2 workers
+    argv = [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"), "--bind",
+            f"127.0.0.1:{port}", "--workers", "2", "--no-control-socket", "--log-level", "warning", app]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
