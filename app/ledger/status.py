@@ -34,12 +34,13 @@ SELECT count(*) FILTER (WHERE status = 'running') AS in_flight,
        count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS backlog,
        extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now()))
            AS oldest_queued_seconds,
-       count(*) FILTER (WHERE status = 'dead') AS dead,
+       -- dead letters: an index-only count of (status, type) (no heap visit for visible pages)
+       (SELECT count(*) FROM workflow_jobs d WHERE d.status = 'dead') AS dead,
        now() AS db_now
 FROM workflow_jobs
--- only the live and dead statuses are counted: finished history (the bulk of a long-running ledger)
--- is never read, so the panel costs the same at 10 k and at 10 M rows
-WHERE status IN ('running', 'pending', 'dead')
+-- only the live statuses are read row by row: finished history (the bulk of a long-running ledger)
+-- is never read, so the panel's cost follows the live work and the dead letters, not the history
+WHERE status IN ('running', 'pending')
 """
 )
 
