@@ -1,6 +1,6 @@
 """Retention of the engine's history (issue 14): settled signals and outbox events of finished
-instances are removed by the drain after the ledger's job retention (``app.ledger.retention``), in small batches, never
-touching a PENDING signal or an unfinished instance."""
+instances are removed by the drain after the ledger's job retention (``app.ledger.retention``), in
+small ``SKIP LOCKED`` batches, never touching a PENDING signal or an unfinished instance."""
 
 from __future__ import annotations
 
@@ -11,21 +11,36 @@ from sqlalchemy import Connection, text
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
 
 
-def prune_signals(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+def _prune_of_finished(
+    conn: Connection, table: str, age_column: str, where: str, limit: int, policy: RetentionPolicy
+) -> int:
+    """Rows of ``table`` (``where`` holds) of finished instances, ``age_column`` past the retention."""
     rows = conn.execute(
         text(
-            """
-DELETE FROM workflow_signals WHERE id IN (
-    SELECT s.id FROM workflow_signals s JOIN workflow_instances i ON i.id = s.instance_id
-    WHERE s.state <> 'PENDING' AND s.resolved_at < now() - make_interval(secs => :days * 86400)
+            f"""
+DELETE FROM {table} WHERE id IN (
+    SELECT x.id FROM {table} x JOIN workflow_instances i ON i.id = x.instance_id
+    WHERE {where} x.{age_column} < now() - make_interval(secs => :days * 86400)
       AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-    ORDER BY s.resolved_at LIMIT :limit FOR UPDATE OF s SKIP LOCKED)
+    ORDER BY x.{age_column} LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING id
 """
         ),
         {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
     ).all()
     return len(rows)
+
+
+def prune_signals(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+    """Settled (not PENDING) signals of finished instances."""
+    return _prune_of_finished(
+        conn, "workflow_signals", "resolved_at", "x.state <> 'PENDING' AND", limit, policy
+    )
+
+
+def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+    """Outbox events of finished instances."""
+    return _prune_of_finished(conn, "workflow_events", "created_at", "", limit, policy)
 
 
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
@@ -34,21 +49,3 @@ def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
         ("retention_signals", partial(prune_signals, policy=p)),
         ("retention_events", partial(prune_events, policy=p)),
     ]
-
-
-def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
-    """Outbox events of finished instances, older than the job retention."""
-    rows = conn.execute(
-        text(
-            """
-DELETE FROM workflow_events WHERE id IN (
-    SELECT e.id FROM workflow_events e JOIN workflow_instances i ON i.id = e.instance_id
-    WHERE e.created_at < now() - make_interval(secs => :days * 86400)
-      AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-    ORDER BY e.created_at LIMIT :limit FOR UPDATE OF e SKIP LOCKED)
-RETURNING id
-"""
-        ),
-        {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
-    ).all()
-    return len(rows)
