@@ -11,10 +11,10 @@ from typing import Any
 
 from flask import g, request
 
+import web.ratelimit as ratelimit
 from app.auth import Principal, authenticate, missing_permission_message
 from app.db import get_engine
 from app.errors import PermissionDenied, Unauthenticated
-from web import ratelimit
 from web.meta import meta
 from web.strict import reject_undeclared_query
 

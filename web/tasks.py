@@ -6,10 +6,10 @@ import time
 
 from flask import Blueprint
 
+import web.long_poll as long_poll
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import settings, tasks
-from web import long_poll
 from web.auth import current_principal, requires
 from web.engine_common import check_queue_scope
 from web.http import ok, success

@@ -11,11 +11,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-import jsonschema_rs
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
-from app import jsonx
+from app.engine.contracts import schema_errors
 from app.errors import FieldError, InvalidArgument
 from app.ledger import destinations
 
@@ -95,12 +91,6 @@ def url_error(url: Any) -> str | None:
 
 
 MAX_DEADLINE_SECONDS = 366 * 86400
-# Tenant JSON Schemas (input and signal contracts) are evaluated by jsonschema-rs with the linear-time
-# ``regex`` engine (no backtracking: look-around and back-references are refused at publish), never
-# fetching anything, and are capped in size and depth before they are compiled.
-MAX_SCHEMA_BYTES = 64 * 1024
-MAX_SCHEMA_DEPTH = 32
-MAX_INPUT_ERRORS = 20
 # references in one mapping (a step's input, a correlation, the output): resolution is bounded too
 MAX_REFERENCES = 64
 
@@ -128,76 +118,6 @@ def _fields(errs: _Errors, prefix: str, obj: dict, allowed: set[str]) -> None:
     for name in obj:
         if name not in allowed:
             errs.add(f"{prefix}{name}", "unknown field")
-
-
-def _depth(node: Any) -> int:
-    """Nesting depth of a JSON value (iterative; the parser already capped it at ``jsonx.MAX_DEPTH``)."""
-    deepest, stack = 0, [(node, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            deepest = max(deepest, depth)
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return deepest
-
-
-def compile_contract(schema: Any) -> jsonschema_rs.Validator:
-    """The linear-time validator of a tenant contract; raises ``ValueError`` when it cannot be one
-    (a non-linear ``pattern``, an unresolvable ``$ref``, ...)."""
-    try:
-        return jsonschema_rs.Draft202012Validator(
-            schema, pattern_options=jsonschema_rs.RegexOptions(), offline=True, validate_formats=False
-        )
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
-        raise ValueError(str(exc).split("\n", 1)[0][:300]) from None
-
-
-def check_schema(errs: _Errors, field: str, schema: Any) -> None:
-    if not isinstance(schema, dict | bool):
-        errs.add(field, "must be a JSON Schema (an object or a boolean)")
-        return
-    size = len(jsonx.dumps(schema).encode("utf-8"))
-    if size > MAX_SCHEMA_BYTES:
-        errs.add(field, f"a contract is at most {MAX_SCHEMA_BYTES} bytes of JSON (got {size})")
-        return
-    if _depth(schema) > MAX_SCHEMA_DEPTH:
-        errs.add(field, f"a contract nests at most {MAX_SCHEMA_DEPTH} levels")
-        return
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
-        errs.add(field + path, f"invalid JSON Schema: {exc.message}")
-        return
-    bad_refs = False
-    for path, ref in _refs(schema, field):
-        if not ref.startswith("#"):
-            bad_refs = True
-            errs.add(path, "only local references (#...) are allowed in a contract; nothing is fetched")
-    if bad_refs:
-        return
-    try:
-        compile_contract(schema)
-    except ValueError as exc:
-        errs.add(
-            field,
-            "this contract cannot be evaluated in linear time (patterns use the RE2-style `regex` "
-            f"syntax: no look-around, no back-references): {exc}",
-        )
-
-
-def _refs(node: Any, path: str) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k in ("$ref", "$dynamicRef") and isinstance(v, str):
-                out.append((f"{path}.{k}", v))
-            else:
-                out += _refs(v, f"{path}.{k}")
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            out += _refs(v, f"{path}[{i}]")
-    return out
 
 
 def references(value: Any) -> list[str]:
@@ -290,7 +210,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
     if "input_schema" not in doc:
         errs.add("input_schema", "required")
     else:
-        check_schema(errs, "input_schema", doc["input_schema"])
+        errs.items += schema_errors("input_schema", doc["input_schema"])
     if "deadline_seconds" not in doc:
         errs.add("deadline_seconds", "required")
     else:
@@ -315,7 +235,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         if "schema" not in sig:
             errs.add(f + ".schema", "required")
         else:
-            check_schema(errs, f + ".schema", sig["schema"])
+            errs.items += schema_errors(f + ".schema", sig["schema"])
         if not isinstance(name, str) or not isinstance(pv, str):
             continue
         if (name, pv) in contracts:
@@ -542,22 +462,3 @@ def _contract(errs: _Errors, f: str, name: Any, pv: Any, contracts: set[tuple[st
         return
     if (name, pv) not in contracts:
         errs.add(field, f"no signal contract ({name}, {pv}) is declared in signals")
-
-
-def input_errors(schema: Any, value: Any, prefix: str = "input") -> list[FieldError]:
-    """Validate ``value`` against a stored contract in time linear in the value (jsonschema-rs, linear
-    regexes); errors name the field path. Call it before taking any instance lock."""
-    try:
-        validator = compile_contract(schema)
-        found = []
-        for err in validator.iter_errors(value):
-            found.append(err)
-            if len(found) >= MAX_INPUT_ERRORS:
-                break
-    except (ValueError, OverflowError):  # e.g. a contract published before the linear-time rule
-        return [FieldError(prefix, "the pinned contract cannot be evaluated for this value")]
-    out: list[FieldError] = []
-    for err in sorted(found, key=lambda e: list(map(str, e.instance_path))):
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.instance_path)
-        out.append(FieldError(prefix + path, err.message[:300]))
-    return out

@@ -11,8 +11,9 @@ from sqlalchemy import Connection, text
 from app import cursor as cursors
 from app import jsonx
 from app.engine import advance, settings, work
+from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
-from app.engine.documents import VERSION_RE, input_errors
+from app.engine.documents import VERSION_RE
 from app.engine.store import MISSING, read_instance
 from app.engine.transitions import instances as inst_moves
 from app.engine.transitions import steps as step_moves

@@ -27,9 +27,9 @@ from sqlalchemy import Connection, text
 
 from app import cursor as cursors
 from app.engine import advance, signal_match, work
+from app.engine.contracts import input_errors
 from app.engine.decide import signals as decide
 from app.engine.decide.model import Refuse
-from app.engine.documents import input_errors
 from app.engine.states import TERMINAL
 from app.engine.store import _SIGNAL_COLS as _COLS
 from app.engine.store import (

@@ -28,8 +28,8 @@ from app import cursor as cursors
 from app.auth import Principal
 from app.db import db_now
 from app.engine import instances, oplog, stopping
+from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
-from app.engine.documents import input_errors
 from app.engine.states import TERMINAL
 from app.engine.store import jparse, lock_instance
 from app.errors import FieldError, InvalidArgument, LedgerflowError, LimitExceeded, NotFound, StateConflict

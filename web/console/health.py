@@ -10,6 +10,7 @@ from typing import Any
 
 from flask import Response, render_template, request
 
+import web.strict as strict
 from app import audit
 from app.auth import Scope
 from app.config import get_settings
@@ -18,7 +19,6 @@ from app.engine.tasks import return_expired_leases
 from app.errors import NotFound, StateConflict
 from app.ledger import drain, hints, nodes, status, transitions
 from app.observability import metrics
-from web import strict
 from web.console.charts import line_chart
 from web.console.common import bp, done, page, platform_view, principal, read, require_confirmation
 from web.http import request_id

@@ -13,12 +13,12 @@ from flask import Response, render_template, request
 from marshmallow import Schema
 from werkzeug.datastructures import MultiDict
 
+import web.strict as strict
 from app.auth import Scope
 from app.db import transaction
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
-from web import strict
 from web.console.common import (
     bp,
     clean_args,

@@ -9,13 +9,13 @@ from urllib.parse import urlencode
 
 from flask import Response, render_template, request, session
 
+import web.strict as strict
 from app.auth import Scope
 from app.db import transaction
 from app.engine import history, instances, settings, signals, tasks, views
 from app.engine.control import OPERATIONS
 from app.engine.recovery import ACTIONS, RESOLUTIONS
 from app.errors import NotFound
-from web import strict
 from web.console.common import (
     CLAIMED_KEY,
     MAX_CLAIMED,
