@@ -1,9 +1,10 @@
-"""``python -m bench``: ledgerflow against procrastinate on the same PostgreSQL server.
+"""``python -m bench``: ledgerflow against procrastinate and pgqueuer on the same PostgreSQL server.
 
-Creates its own databases (``lf_bench_<random>`` for ledgerflow, ``lf_bench_<random>_pq`` for the
-peer) on the server named by ``DATABASE_URL`` and a private Redis namespace, runs real worker
-processes, prints one table, writes the raw numbers to ``bench/results/``, and drops everything it
-created. Numbers only: nothing here asserts a timing. See ``bench/README.md``.
+Creates its own databases (``lf_bench_<random>`` for ledgerflow, ``lf_bench_<random>_pq`` and
+``lf_bench_<random>_pgq`` for the peers) on the server named by ``DATABASE_URL`` and a private Redis
+namespace, runs real worker processes, prints one table, writes the raw numbers to
+``bench/results/``, and drops everything it created. Numbers only: nothing here asserts a timing.
+See ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "workflow-ledger"
 LEDGER_TABLES = "workflow_job_effects, workflow_job_executions, workflow_jobs, workflow_worker_nodes"
 PEER_TABLES = "procrastinate_events, procrastinate_periodic_defers, procrastinate_jobs, procrastinate_workers"
+PEERS = ("procrastinate", "pgqueuer")
 # Autovacuum may be off on the server (it is off on this machine's PostgreSQL): during throughput
-# runs both systems' job tables are vacuumed this often, as a default autovacuum would roughly do.
+# runs every system's job tables are vacuumed this often, as a default autovacuum would roughly do.
 VACUUM_EVERY = 5.0
-SLOTS = 4  # L-CLAIM-1: 4 slots per pool per process; the peer gets --concurrency 4 per process
+SLOTS = 4  # L-CLAIM-1: 4 slots per pool per process; procrastinate gets --concurrency 4 per process
+# pgqueuer: dequeue batches of 10; its per-process cap (--max-concurrent-tasks) must be at least twice
+# the batch, so it cannot be held to 4. 0 = no cap (its best configuration here, see README).
+PGQ_BATCH = 10
+PGQ_MAX_TASKS = 0
+ROW = "{:<46} {:>12} {:>14} {:>12} {:>10} {:>10}"  # workload, ledgerflow, the peers, ledgerflow / peer
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -97,9 +104,10 @@ class Config:
     lat_rate: float
     claim_sizes: list[int]
     claim_samples: int
-    peer: bool
+    peers: list[str]
     workloads: set[str]
     vacuum: bool = True
+    pgq_max_tasks: int = PGQ_MAX_TASKS
 
 
 @dataclass
@@ -123,6 +131,8 @@ class Bench:
         self.pq_db = f"lf_bench_{self.uid}_pq"
         self.lf_dsn = with_database(self.server, self.lf_db)
         self.pq_dsn = with_database(self.server, self.pq_db)
+        self.pgq_db = f"lf_bench_{self.uid}_pgq"
+        self.pgq_dsn = with_database(self.server, self.pgq_db)
         self.ns = f"lf-bench-{self.uid}"
         self.tmp = Path(tempfile.mkdtemp(prefix="lf-bench-"))
         self.procs: list[Proc] = []
@@ -135,7 +145,8 @@ class Bench:
             conn.execute(sql)
 
     def setup(self) -> None:
-        log(f"creating databases {self.lf_db}, {self.pq_db}; redis namespace {self.ns}")
+        dbs = [self.lf_db] + [db for peer, db in self.peer_dbs() if peer in self.cfg.peers]
+        log(f"creating databases {', '.join(dbs)}; redis namespace {self.ns}")
         self.admin(f'CREATE DATABASE "{self.lf_db}"')
         # This process enqueues and publishes hints as an application would: point it at the bench.
         os.environ["DATABASE_URL"] = self.lf_dsn
@@ -145,13 +156,21 @@ class Bench:
 
         get_settings.cache_clear()
         upgrade(get_settings().database_url)
-        if self.cfg.peer:
+        if "procrastinate" in self.cfg.peers:
             self.admin(f'CREATE DATABASE "{self.pq_db}"')
             os.environ["BENCH_PQ_DSN"] = self.pq_dsn
             from bench.peer import app
 
             with app.open():
                 app.schema_manager.apply_schema()
+        if "pgqueuer" in self.cfg.peers:
+            self.admin(f'CREATE DATABASE "{self.pgq_db}"')
+            from bench import peer_pgq
+
+            peer_pgq.install(self.pgq_dsn)
+
+    def peer_dbs(self) -> list[tuple[str, str]]:
+        return [("procrastinate", self.pq_db), ("pgqueuer", self.pgq_db)]
 
     def teardown(self) -> None:
         for p in self.procs:
@@ -162,7 +181,7 @@ class Bench:
             get_engine().dispose()
         except Exception:  # noqa: BLE001
             pass
-        for db in (self.lf_db, self.pq_db):
+        for db in (self.lf_db, self.pq_db, self.pgq_db):  # all named with this run's uid
             try:
                 self.admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
             except Exception as exc:  # noqa: BLE001
@@ -254,6 +273,22 @@ class Bench:
                     raise RuntimeError(f"procrastinate worker did not start:\n{p.output()}")
             time.sleep(0.05)
         time.sleep(1.0)  # registered first, LISTEN right after: give it a moment
+        return procs
+
+    def pgq_workers(self, n: int) -> list[Proc]:
+        """N pgqueuer worker processes (``python -m bench.peer_pgq``, i.e. ``pgq run``'s code path); each
+        prints ``ready`` once its LISTEN answers a health probe."""
+        env = self.base_env()
+        env["BENCH_PGQ_DSN"] = self.pgq_dsn
+        argv = [sys.executable, "-m", "bench.peer_pgq", "--batch-size", str(PGQ_BATCH)]
+        argv += ["--max-concurrent-tasks", str(self.cfg.pgq_max_tasks)]
+        procs = [self.spawn(argv, env, "pgq-worker") for _ in range(n)]
+        deadline = time.monotonic() + 60
+        for p in procs:
+            while "ready" not in p.output():
+                if p.popen.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"pgqueuer worker did not start:\n{p.output()}")
+                time.sleep(0.05)
         return procs
 
     # -- sql -------------------------------------------------------------------------------------
@@ -375,10 +410,40 @@ class Bench:
             self.stop(p)
         return count / float(secs)
 
+    def pgq_throughput(self, n_procs: int) -> float:
+        """pgqueuer: jobs/s from its first ``picked`` log row to its last ``successful`` one (DB time)."""
+        from bench import peer_pgq
+
+        n = self.cfg.jobs
+        self.execute(self.pgq_dsn, f"TRUNCATE {peer_pgq.TABLES} RESTART IDENTITY")
+        procs = self.pgq_workers(n_procs)
+        peer_pgq.enqueue_batch(self.pgq_dsn, n)  # one transaction: Queries.enqueue with lists
+        self.execute(self.pgq_dsn, f"ANALYZE {peer_pgq.QUEUE_TABLE}")  # see README: autovacuum may be off
+        self.wait_count(
+            self.pgq_dsn,
+            f"SELECT count(*) FROM {peer_pgq.LOG_TABLE} WHERE status = 'successful'",
+            n,
+            60 + n / 20,
+            procs,
+            vacuum=f"{peer_pgq.QUEUE_TABLE}, {peer_pgq.LOG_TABLE}",
+        )
+        count, secs = self.rows(
+            self.pgq_dsn,
+            f"""SELECT count(*) FILTER (WHERE status = 'successful'),
+                       extract(epoch FROM max(created) FILTER (WHERE status = 'successful')
+                                        - min(created) FILTER (WHERE status = 'picked'))
+                FROM {peer_pgq.LOG_TABLE}""",
+        )[0]
+        for p in procs:
+            self.stop(p)
+        return count / float(secs)
+
     def throughput(self) -> None:
         systems: list[tuple[str, Callable[[int], float]]] = [("ledgerflow", self.lf_throughput)]
-        if self.cfg.peer:
+        if "procrastinate" in self.cfg.peers:
             systems.append(("procrastinate", self.pq_throughput))
+        if "pgqueuer" in self.cfg.peers:
+            systems.append(("pgqueuer", self.pgq_throughput))
         for rep in range(self.cfg.repeat):
             for name, fn in systems:
                 for n_procs in self.cfg.procs:
@@ -460,6 +525,41 @@ class Bench:
             self.stop(p)
         return [float(x) for x in ms]
 
+    def pgq_latency(self) -> list[float]:
+        """pgqueuer: its ``picked`` log row minus its ``queued`` log row per job (both DB time)."""
+        from bench import peer_pgq
+
+        warmup = 5
+        total = self.cfg.lat_n + warmup
+        self.execute(self.pgq_dsn, f"TRUNCATE {peer_pgq.TABLES} RESTART IDENTITY")
+        procs = self.pgq_workers(1)
+        env = self.base_env()
+        env["BENCH_PGQ_DSN"] = self.pgq_dsn
+        self._client("pgq", env)
+        log_table = peer_pgq.LOG_TABLE
+        self.wait_count(
+            self.pgq_dsn,
+            f"SELECT count(*) FROM {log_table} WHERE status = 'successful'",
+            total,
+            30,
+            procs,
+        )
+        ms = [
+            r[0]
+            for r in self.rows(
+                self.pgq_dsn,
+                f"""SELECT extract(epoch FROM p.created - q.created) * 1000
+                FROM {log_table} q JOIN {log_table} p ON p.job_id = q.job_id AND p.status = 'picked'
+                WHERE q.status = 'queued'
+                  AND q.job_id NOT IN (SELECT job_id FROM {log_table} WHERE status = 'queued'
+                                       ORDER BY job_id LIMIT %s)""",
+                (warmup,),
+            )
+        ]
+        for p in procs:
+            self.stop(p)
+        return [float(x) for x in ms]
+
     def latency(self) -> None:
         def record(key: str, ms: list[float]) -> None:
             self.res.latency[key] = {
@@ -481,9 +581,12 @@ class Bench:
         port = closed_port()
         log(f"latency ledgerflow with Redis down (REDIS_URL -> closed port {port}): {n} jobs at ~{rate:g}/s")
         record("ledgerflow_redis_down", self.lf_latency(f"redis://127.0.0.1:{port}/0"))
-        if self.cfg.peer:
+        if "procrastinate" in self.cfg.peers:
             log(f"latency procrastinate (LISTEN/NOTIFY): {n} jobs at ~{rate:g}/s, 1 worker process")
             record("procrastinate", self.pq_latency())
+        if "pgqueuer" in self.cfg.peers:
+            log(f"latency pgqueuer (LISTEN/NOTIFY): {n} jobs at ~{rate:g}/s, 1 worker process")
+            record("pgqueuer", self.pgq_latency())
 
     # -- workload 3: claim latency vs pending backlog --------------------------------------------
     def claim(self) -> None:
@@ -522,6 +625,13 @@ class Bench:
         self.plans = plans
 
     # -- report ----------------------------------------------------------------------------------
+    @staticmethod
+    def _row(label: str, lf: float, peers: dict[str, float | None], fmt: str) -> str:
+        """One table row: ledgerflow, one cell per peer (in PEERS order), then ledgerflow / peer each."""
+        cells = [fmt.format(v) if v is not None else "-" for v in peers.values()]
+        ratios = [f"{lf / v:.2f}x" if v else "-" for v in peers.values()]
+        return ROW.format(label, fmt.format(lf), *cells, *ratios)
+
     def report(self) -> str:
         r, cfg = self.res, self.cfg
         lines: list[str] = []
@@ -530,63 +640,56 @@ class Bench:
             f"Ledgerflow benchmark  ({'--quick' if cfg.quick else 'full'}; {r.started}; "
             f"{os.cpu_count()} CPUs; load at start {r.load[0][1] if r.load else loadavg()})"
         )
-        row = "{:<46} {:>14} {:>14} {:>12}"
-        lines.append(row.format("workload", "ledgerflow", "procrastinate", "ratio"))
-        lines.append("-" * 89)
-        lf_t, pq_t = r.throughput.get("ledgerflow", {}), r.throughput.get("procrastinate", {})
+        lines.append(ROW.format("workload", "ledgerflow", *PEERS, "vs procr.", "vs pgq"))
+        lines.append("-" * len(lines[-1]))
+        peers = [p for p in PEERS if p in cfg.peers]
+        lf_t = r.throughput.get("ledgerflow", {})
         for n_procs in cfg.procs if r.throughput else []:
             a = max(lf_t.get(n_procs, [float("nan")]))
-            b = max(pq_t.get(n_procs, [float("nan")]))
-            lines.append(
-                row.format(
-                    f"no-op throughput, {n_procs} proc x {SLOTS} slots (jobs/s)",
-                    f"{a:,.0f}",
-                    f"{b:,.0f}" if b == b else "-",
-                    f"{a / b:.2f}x" if b == b else "-",
-                )
-            )
+            rates: dict[str, float | None] = {
+                p: max(r.throughput[p][n_procs]) if n_procs in r.throughput.get(p, {}) else None
+                for p in PEERS
+            }
+            lines.append(self._row(f"no-op throughput, {n_procs} proc (jobs/s)", a, rates, "{:,.0f}"))
         if r.throughput:
             lines.append(
-                f"  ({cfg.jobs:,} jobs; first claim -> last settle by DB timestamps; {best}; "
-                "ratio = ledgerflow / procrastinate, higher is better)"
+                f"  ({cfg.jobs:,} jobs inserted in one transaction; first pick-up -> last completion by DB "
+                f"timestamps; {best}; vs = ledgerflow / peer, higher is better;\n"
+                f"   ledgerflow and procrastinate {SLOTS} slots per process; pgqueuer dequeue batch {PGQ_BATCH}, "
+                f"{f'at most {cfg.pgq_max_tasks} tasks' if cfg.pgq_max_tasks else 'no task cap'} per process)"
             )
         lat = r.latency
-        pq = lat.get("procrastinate")
         for key, label in (("ledgerflow_hints", "with Redis hints"), ("ledgerflow_redis_down", "Redis down")):
             if key not in lat:
                 continue
             for q in ("p50", "p99"):
                 a = lat[key][q]
-                b = pq[q] if pq and key == "ledgerflow_hints" else None
-                lines.append(
-                    row.format(
-                        f"idle enqueue->start {q}, {label} (ms)",
-                        f"{a:,.1f}",
-                        f"{b:,.1f}" if b is not None else "-",
-                        f"{a / b:.2f}x" if b else "-",
-                    )
-                )
+                vals = {p: lat[p][q] if p in lat and key == "ledgerflow_hints" else None for p in PEERS}
+                lines.append(self._row(f"idle enqueue->start {q}, {label} (ms)", a, vals, "{:,.1f}"))
         if lat:
             lines.append(
                 f"  ({cfg.lat_n} single jobs at ~{cfg.lat_rate:g}/s (not 1/s, to keep the run short), "
-                "1 worker process; attempt start - job creation by DB time; peer = LISTEN/NOTIFY; "
-                "ratio = ledgerflow / procrastinate, lower is better)"
+                "1 worker process; start - creation by DB time; peers wake by LISTEN/NOTIFY; "
+                "vs = ledgerflow / peer, lower is better)"
             )
         if r.claim:
             base = r.claim[min(r.claim)]["p50"]
             for size, c in sorted(r.claim.items()):
                 lines.append(
-                    row.format(
+                    ROW.format(
                         f"claim 4 jobs p50, {size:,} pending (ms)",
                         f"{c['p50']:.3f}",
-                        "-",
+                        *("-" for _ in PEERS),
                         f"{c['p50'] / base:.2f}x",
-                    )
+                        "",
+                    ).rstrip()
                 )
             lines.append(
-                f"  (transitions.claim in a rolled-back transaction, {cfg.claim_samples} samples; "
-                f"ratio = p50 / p50 at {min(r.claim):,})"
+                f"  (ledgerflow only: transitions.claim in a rolled-back transaction, {cfg.claim_samples} "
+                f"samples; the ratio here = p50 / p50 at {min(r.claim):,})"
             )
+        if not peers:
+            lines.append("  (no peer was run: --no-peer or an empty --peers)")
         lines.append(
             "load average (1/5/15 min) during the runs: " + "; ".join(f"{k}: {v}" for k, v in r.load)
         )
@@ -625,7 +728,18 @@ def parse(argv: list[str] | None) -> Config:
         choices=["throughput", "latency", "claim"],
         help="run only these workloads (repeatable)",
     )
-    p.add_argument("--no-peer", action="store_true", help="skip procrastinate")
+    p.add_argument("--no-peer", action="store_true", help="skip both peers (procrastinate and pgqueuer)")
+    p.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="comma-separated peers to run (default: procrastinate,pgqueuer)",
+    )
+    p.add_argument(
+        "--pgq-max-tasks",
+        type=int,
+        default=PGQ_MAX_TASKS,
+        help=f"pgqueuer --max-concurrent-tasks per process (0 = no cap; >= {2 * PGQ_BATCH} otherwise)",
+    )
     p.add_argument("--repeat", type=int, default=None, help="throughput runs per point (best is reported)")
     p.add_argument("--jobs", type=int, default=None, help="jobs per throughput run")
     p.add_argument("--procs", default=None, help="comma-separated worker process counts, e.g. 1,2,4")
@@ -638,6 +752,11 @@ def parse(argv: list[str] | None) -> Config:
     )
     a = p.parse_args(argv)
     q = a.quick
+    peers = [x.strip() for x in a.peers.split(",") if x.strip()]
+    if unknown := set(peers) - set(PEERS):
+        p.error(f"unknown peer(s) {', '.join(sorted(unknown))}; choose from {', '.join(PEERS)}")
+    if a.pgq_max_tasks and a.pgq_max_tasks < 2 * PGQ_BATCH:
+        p.error(f"--pgq-max-tasks must be 0 or at least {2 * PGQ_BATCH} (pgqueuer: twice the batch size)")
     return Config(
         quick=q,
         jobs=a.jobs or (2_000 if q else 20_000),
@@ -649,9 +768,10 @@ def parse(argv: list[str] | None) -> Config:
         if a.claim_sizes
         else ([10_000, 100_000] if q else [10_000, 100_000, 1_000_000]),
         claim_samples=a.claim_samples or (100 if q else 400),
-        peer=not a.no_peer,
+        peers=[] if a.no_peer else peers,
         workloads=set(a.only or ["throughput", "latency", "claim"]),
         vacuum=not a.no_vacuum,
+        pgq_max_tasks=a.pgq_max_tasks,
     )
 
 
