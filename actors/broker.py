@@ -13,6 +13,7 @@ usual wait until the next fetch, never a message.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from uuid import uuid4
 
 import dramatiq
@@ -61,6 +62,9 @@ class HintBroker(RedisBroker):
     def __init__(self, **kwargs) -> None:  # noqa: ANN003
         super().__init__(**kwargs)
         self._hint_script = self.client.register_script(_HINT_SCRIPT)
+        # Called with no argument by a consumer of that Dramatiq queue when its doorbell rings, before
+        # it fetches the message (see _DoorbellConsumer): the early wake-up of a local pool.
+        self.doorbell_listeners: dict[str, Callable[[], None]] = {}
 
     @property
     def consumer_class(self):  # noqa: ANN201
@@ -118,10 +122,17 @@ class _DoorbellConsumer(_RedisConsumer):
                     return self._cached()
                 # Nothing queued: block until an enqueue rings (or the idle timeout passes).
                 # Returning None afterwards lets the consumer thread check for shutdown.
-                self.broker.client.blpop(
+                rang = self.broker.client.blpop(
                     [doorbell_key(self.broker.namespace, self.queue_name)],
                     timeout=min(self.timeout / 1000, MAX_BLOCK_SECONDS),
                 )
+                listener = self.broker.doorbell_listeners.get(self.queue_name) if rang else None
+                if listener is not None:
+                    # Early wake-up: the local pool claims now, without waiting for the message's
+                    # fetch, dispatch to a worker thread and the flag's clearing (~1 ms). The message
+                    # still follows and nudges again after clearing the coalescing flag, so a job
+                    # committed while the flag was still set is claimed then: nothing is lost.
+                    listener()
             else:
                 time.sleep(BUSY_RECHECK_SECONDS)
             return None

@@ -44,6 +44,15 @@ def wake_outbound(queue: str) -> None:
 _ACTOR_OF_QUEUE = {QUEUE_OF_POOL[Pool.ADVANCE]: wake_advance, QUEUE_OF_POOL[Pool.OUTBOUND]: wake_outbound}
 
 
+def register_local_pool(queue: str, nudge: Callable[[], None]) -> None:
+    """Route ``queue``'s hints to a pool of this process: the hint actor nudges it after clearing the
+    coalescing flag, and (with the doorbell broker) the idle consumer nudges it as soon as the
+    doorbell rings, before the message is fetched."""
+    LOCAL_NUDGERS[queue] = nudge
+    if isinstance(broker, HintBroker):
+        broker.doorbell_listeners[queue] = nudge
+
+
 def publish(queue: str) -> bool:
     """Send a hint unless one is already outstanding for ``queue`` (coalescing): the flag check and
     the enqueue of the Dramatiq message are one Redis round trip (actors/broker.py). Returns whether

@@ -62,7 +62,7 @@ def run_worker(pool_name: str) -> None:
     pool = LedgerPool(pool_enum, settings=settings, engine=engine, worker_id=node_id)
     with transaction(engine) as conn:
         nodes.register_node(conn, node_id, roles=["worker"], pools=[pool.queue], slot_capacity=pool.slots)
-    hint_actors.LOCAL_NUDGERS[pool.queue] = pool.nudge
+    hint_actors.register_local_pool(pool.queue, pool.nudge)
     stop = _stop_event()
     pool.start()
     worker = None

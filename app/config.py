@@ -28,6 +28,17 @@ def env_float(name: str, default: float) -> float:
     return float(raw) if raw not in (None, "") else default
 
 
+def env_flag(name: str, default: bool) -> bool:
+    raw = (os.environ.get(name) or "").strip().lower()
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    if raw:
+        raise ValueError(f"{name}={raw!r}: expected on/off (1/0, true/false)")
+    return default
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str
@@ -52,6 +63,10 @@ class Settings:
     # Each pool also reclaims its own queue's expired leases this often, so a job held by a killed
     # worker runs again within lease + this, not lease + the next drain + a backoff.
     reclaim_seconds: float = 5.0
+    # The pool's own pass (settle + claim) commits without waiting for its WAL flush: a PostgreSQL
+    # crash can lose the last passes, which recovers exactly like a worker killed before it settled
+    # (docs/decisions.md, "Pool passes commit asynchronously"). Handlers' transactions always wait.
+    pool_synchronous_commit: bool = False
     heartbeat_seconds: float = 10.0
     # Coalescing window of a wake hint flag (ms); the consumer clears it on receipt.
     hint_flag_ttl_ms: int = 5000
@@ -98,6 +113,7 @@ def load_settings() -> Settings:
         signing_secret=os.environ.get("LEDGERFLOW_SIGNING_SECRET") or None,
         drain_batch=env_int("LEDGERFLOW_DRAIN_BATCH", 1000),
         reclaim_seconds=env_float("LEDGERFLOW_RECLAIM_SECONDS", 5.0),
+        pool_synchronous_commit=env_flag("LEDGERFLOW_POOL_SYNCHRONOUS_COMMIT", False),
         heartbeat_seconds=env_float("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0),
         hint_flag_ttl_ms=env_int("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000),
         hint_consumer_timeout_ms=env_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000),

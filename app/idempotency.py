@@ -74,6 +74,10 @@ ON CONFLICT (scope, route, key) DO NOTHING
 RETURNING id
 """
 )
+_WAIT_FOR_DUPLICATE = text(
+    "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old) "
+    "SELECT o.old, set_config('lock_timeout', :v, true) FROM o"
+)
 _READ = text(
     "SELECT fingerprint, status_code, response FROM idempotency_receipts "
     "WHERE scope = :scope AND route = :route AND key = :key"
@@ -89,11 +93,12 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
     ``complete``. A StoredResponse: replay it (same request). Raises IdempotencyConflict when the
     key was used with another request, or when a duplicate is still in flight after WAIT_SECONDS."""
     params = {"scope": scope, "route": route, "key": key, "fp": fp}
-    old = conn.execute(text("SELECT current_setting('lock_timeout')")).scalar_one()
-    conn.execute(text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{WAIT_SECONDS}s"})
+    # Wait at most WAIT_SECONDS for a duplicate in flight (its uncommitted receipt row), then restore
+    # the transaction's lock timeout. A timeout aborts the transaction, which the caller rolls back
+    # on the IdempotencyConflict: nothing else of it can have happened yet (no savepoint needed).
+    old = conn.execute(_WAIT_FOR_DUPLICATE, {"v": f"{WAIT_SECONDS}s"}).scalar_one()
     try:
-        with conn.begin_nested():
-            row = conn.execute(_CLAIM, params).first()
+        row = conn.execute(_CLAIM, params).first()
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: first still in flight
             raise IdempotencyConflict(

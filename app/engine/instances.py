@@ -118,60 +118,57 @@ def start_workflow(
     return started
 
 
+# The quota counts of one start in one statement (one round trip), run right after the namespace's start
+# lock is granted (a separate statement: READ COMMITTED takes the snapshot at a statement's start, so
+# only a statement that begins after the lock sees every start committed before it). One row per
+# queue of the definition (queue NULL when it has none), each with the namespace-wide counts.
+_QUOTA_COUNTS = text(
+    """
+SELECT q.queue,
+       (SELECT count(*) FROM workflow_tasks t
+        WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.instance_id <> :iid
+          AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))) AS pending,
+       u.unfinished, o.open_tasks
+FROM (SELECT count(*) AS unfinished FROM workflow_instances
+      WHERE namespace_id = :ns AND id <> :iid AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) u
+CROSS JOIN (SELECT count(*) AS open_tasks FROM workflow_tasks
+            WHERE namespace_id = :ns AND instance_id <> :iid AND state IN ('PENDING', 'CLAIMED')) o
+LEFT JOIN unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n) ON true
+ORDER BY q.n
+"""
+)
+
+
 def check_quotas(conn: Connection, namespace_id: str, queues: list[str], iid: str) -> None:
     """The namespace's quotas, checked LAST in the start's transaction: the namespace's start lock is
     taken only now, so concurrent starts do their work in parallel and serialize only for these counts
     and their commit. Under the lock every start committed before is counted (READ COMMITTED: each
     statement sees what committed before it began) and this start's own rows are left out, so the
-    answer is exactly what a check before the work would give: never above the caps."""
+    answer is exactly what a check before the work would give: never above the caps.
+
+    In order: unfinished instances (WORKFLOW_INSTANCE_LIMIT), then W-ERR quotas for new work (429 with
+    Retry-After): pending tasks per queue (QUEUE_FULL; a CLAIMED task whose lease expired is pending
+    again), then unfinished work of the application = the credential's namespace (APPLICATION_FULL):
+    unfinished instances plus open (PENDING or CLAIMED) tasks."""
     conn.execute(
         text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "lf-ns:" + namespace_id}
     )
-    unfinished = conn.execute(
-        text(
-            "SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns AND id <> :iid "
-            "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
-        ),
-        {"ns": namespace_id, "iid": iid},
-    ).scalar_one()
+    rows = conn.execute(_QUOTA_COUNTS, {"ns": namespace_id, "iid": iid, "queues": list(queues)}).all()
+    unfinished, open_tasks = rows[0].unfinished, rows[0].open_tasks
     if unfinished >= settings.instance_limit():
         raise LimitExceeded(
             "WORKFLOW_INSTANCE_LIMIT",
             f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
         )
-    check_work_quotas(conn, namespace_id, queues, unfinished, exclude_instance=iid)
-
-
-def check_work_quotas(
-    conn: Connection, namespace_id: str, queues: list[str], unfinished: int, *, exclude_instance: str = ""
-) -> None:
-    """W-ERR quotas for new work (429 with Retry-After), checked under the namespace's start lock:
-    pending tasks per queue (QUEUE_FULL; a CLAIMED task whose lease expired is pending again), then
-    unfinished work of the application = the credential's namespace (APPLICATION_FULL): unfinished
-    instances plus open (PENDING or CLAIMED) tasks. ``exclude_instance``: the start being checked."""
     retry_after = settings.quota_retry_after_seconds()
-    for q in queues:
-        pending = conn.execute(
-            text(
-                "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND queue = :q AND "
-                "instance_id <> :iid AND (state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))"
-            ),
-            {"ns": namespace_id, "q": q, "iid": exclude_instance},
-        ).scalar_one()
-        if pending >= settings.queue_pending_limit():
+    for r in rows:
+        if r.queue is not None and r.pending >= settings.queue_pending_limit():
             raise QuotaExceeded(
                 "QUEUE_FULL",
                 retry_after=retry_after,
-                message=f"queue {q!r} has {pending} pending tasks (the quota is "
+                message=f"queue {r.queue!r} has {r.pending} pending tasks (the quota is "
                 f"{settings.queue_pending_limit()}); retry later with the same Idempotency-Key",
             )
-    open_tasks = conn.execute(
-        text(
-            "SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND instance_id <> :iid "
-            "AND state IN ('PENDING', 'CLAIMED')"
-        ),
-        {"ns": namespace_id, "iid": exclude_instance},
-    ).scalar_one()
     if unfinished + open_tasks >= settings.application_work_limit():
         raise QuotaExceeded(
             "APPLICATION_FULL",

@@ -155,7 +155,8 @@ class LedgerPool:
                 **params,
                 autocommit=True,  # each pass is one statement, hence one transaction
                 options="-c timezone=UTC -c idle_in_transaction_session_timeout=60000 "
-                + transitions.PG_SESSION_OPTIONS,
+                + transitions.PG_SESSION_OPTIONS
+                + ("" if self.settings.pool_synchronous_commit else " -c synchronous_commit=off"),
                 application_name=f"ledgerflow-{self.pool}-pool",
             )
         return self._pg

@@ -3,6 +3,7 @@ consumer clears the flag before it nudges the pool, and a failing publisher neve
 
 from __future__ import annotations
 
+import threading
 import time
 
 import fakeredis
@@ -138,3 +139,38 @@ def test_a_failing_publisher_never_raises_and_backs_off(monkeypatch):
     finally:
         hints.set_publisher(None)
         hints._suspended_until = 0.0
+
+
+def test_a_ringing_doorbell_wakes_the_local_pool_before_the_message_is_fetched(redis_client, monkeypatch):
+    """The early wake-up: an idle consumer blocked on the doorbell nudges the registered pool as soon
+    as a hint is published, then returns to Dramatiq, which fetches and runs the message (its actor
+    clears the flag and nudges again). Without a listener the consumer behaves as before."""
+    from actors.broker import HintBroker, broker
+
+    if not isinstance(broker, HintBroker):
+        pytest.skip("no Redis broker configured")
+    monkeypatch.setattr(hint_actors, "LOCAL_NUDGERS", {})
+    monkeypatch.setattr(broker, "doorbell_listeners", {})
+    broker.flush(ADVANCE)
+    redis_client.delete(hint_actors._flag(ADVANCE), f"{get_settings().redis_namespace}:{ADVANCE}.doorbell")
+    early: list[int] = []  # the queue length seen by the early nudge: the message is not fetched yet
+    queue_key = f"{get_settings().redis_namespace}:{ADVANCE}"
+    hint_actors.register_local_pool(ADVANCE, lambda: early.append(redis_client.llen(queue_key)))
+    consumer = broker.consume(ADVANCE, prefetch=1, timeout=2000)
+    try:
+        assert next(consumer) is None  # nothing queued: it blocked on the doorbell and timed out
+        assert early == []  # a timeout is not a ring
+        returned: list[object] = []
+        blocked = threading.Thread(target=lambda: returned.append(next(consumer)))
+        blocked.start()
+        time.sleep(0.3)  # the consumer found nothing and blocks on the doorbell
+        hint_actors.publish(ADVANCE)
+        blocked.join(5)
+        assert returned == [None]  # woken by the bell: the pool was nudged, the message waits
+        assert early == [1]
+        message = next(consumer)  # Dramatiq fetches it on the next call, as before
+        assert message is not None and message.actor_name == "wake_advance"
+        consumer.ack(message)
+    finally:
+        consumer.close()
+        broker.flush(ADVANCE)

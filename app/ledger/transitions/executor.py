@@ -182,7 +182,11 @@ _SETTLE_CTES = f"""input AS (
                            THEN NULL ELSE now() END,
         updated_at = now()
     FROM input u
-    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.status = 'running'
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
     RETURNING j.id, j.status, u.token
 ), closed AS (
     UPDATE workflow_job_executions e

@@ -1,0 +1,331 @@
+"""Dead tuples and table size under a steady load, with autovacuum at its defaults (issue 14).
+
+    PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.bloat [--minutes 30] [--rate 200]
+
+The machine's PostgreSQL may run with autovacuum off (this one does), so the run starts its own
+PostgreSQL cluster (pgserver's binaries, a fresh ``initdb`` in a temporary folder: every setting at
+its default, autovacuum on) and removes it at the end. Both systems run side by side on that one
+cluster, in two databases, for the same minutes and at the same rate:
+
+- ledgerflow: one ``ledgerflow worker --pool advance`` process (4 slots, the no-op handler of
+  ``bench/handlers.py``); a producer process calls ``app.ledger.enqueue.enqueue`` ``rate / 10`` times
+  in one transaction every 100 ms (wake hints through Redis, as in production);
+- procrastinate: one ``procrastinate worker --concurrency 4`` process (the no-op ``async`` task of
+  ``bench/peer.py``); a producer process calls ``noop.batch_defer`` with ``rate / 10`` jobs every 100 ms.
+
+Neither deletes finished jobs during the run (ledgerflow's retention keeps 7 days by default;
+procrastinate keeps its jobs unless told to delete them), so live rows grow alike; what differs is
+how many *dead* tuples each leaves for vacuum and how large its tables and indexes get. Every 30 s
+and at the end the run samples, per table of each system, ``n_live_tup``, ``n_dead_tup`` and
+``pg_total_relation_size`` (heap + indexes + TOAST) and the autovacuum count. Numbers only, never
+assertions; the samples go to ``bench/results/bloat-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.run import ROOT, loadavg, log, with_database
+
+LEDGER_TABLES = ("workflow_jobs", "workflow_job_executions", "workflow_worker_nodes")
+PEER_TABLES = ("procrastinate_jobs", "procrastinate_events", "procrastinate_workers")
+SAMPLE_EVERY = 30.0
+TICK = 0.1  # producers enqueue rate * TICK jobs per transaction, every TICK seconds
+
+_STATS = """
+SELECT c.relname, coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),
+       pg_total_relation_size(c.oid), coalesce(s.autovacuum_count, 0), coalesce(s.n_tup_hot_upd, 0),
+       coalesce(s.n_tup_upd, 0)
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.relname = ANY(%s) AND c.relkind = 'r'
+ORDER BY c.relname
+"""
+
+
+# ------------------------------------------------------------------------------------- producers
+def _paced(rate: float, seconds: float, batch: Any) -> int:
+    """Call ``batch(n)`` every TICK seconds on a fixed schedule (no drift) for ``seconds``."""
+    per_tick = max(1, round(rate * TICK))
+    start = time.monotonic()
+    ticks = int(seconds / TICK)
+    for i in range(ticks):
+        batch(per_tick)
+        delay = start + (i + 1) * TICK - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    return ticks * per_tick
+
+
+def produce_ledger(rate: float, seconds: float) -> None:
+    from actors import hints as hint_actors
+    from app.db import transaction
+    from app.ledger.enqueue import enqueue
+
+    hint_actors.install_publisher()
+
+    def batch(n: int) -> None:
+        with transaction() as conn:
+            for _ in range(n):
+                enqueue(conn, "delay_wake", {})
+
+    _paced(rate, seconds, batch)
+
+
+def produce_peer(rate: float, seconds: float) -> None:
+    from bench.peer import app, noop
+
+    with app.open():
+        _paced(rate, seconds, lambda n: noop.batch_defer(*({} for _ in range(n))))
+
+
+# ------------------------------------------------------------------------------------- the run
+def _import_pgserver():  # noqa: ANN202
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    return pgserver
+
+
+def sample(dsn: str, tables: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(_STATS, (list(tables),)).fetchall()
+    return {
+        r[0]: {
+            "live": r[1],
+            "dead": r[2],
+            "bytes": r[3],
+            "autovacuums": r[4],
+            "hot_updates": r[5],
+            "updates": r[6],
+        }
+        for r in rows
+    }
+
+
+def totals(snapshot: dict[str, dict[str, int]]) -> dict[str, int]:
+    return {k: sum(t[k] for t in snapshot.values()) for k in ("live", "dead", "bytes", "autovacuums")}
+
+
+def spawn(argv: list[str], env: dict[str, str], logdir: Path, name: str) -> subprocess.Popen:
+    out = open(logdir / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def wait_ready(proc: subprocess.Popen, log_path: Path, word: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while word not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{log_path.name} did not start:\n{log_path.read_text(errors='replace')[-3000:]}"
+            )
+        time.sleep(0.1)
+
+
+def run(minutes: float, rate: float) -> dict[str, Any]:
+    pgserver = _import_pgserver()
+    tmp = Path(tempfile.mkdtemp(prefix="lf-bloat-"))
+    os.chmod(tmp, 0o755)  # pgserver's own user (when run as root) must reach its data folder
+    server = pgserver.get_server(tmp / "pg", cleanup_mode="delete")
+    uid = uuid.uuid4().hex[:8]
+    base = server.get_uri("postgres")
+    lf_dsn, pq_dsn = with_database(base, "lf_bloat"), with_database(base, "lf_bloat_pq")
+    with psycopg.connect(base, autocommit=True) as conn:
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name LIKE 'autovacuum%%' OR name = 'server_version'"
+            ).fetchall()
+        )
+        conn.execute("CREATE DATABASE lf_bloat")
+        conn.execute("CREATE DATABASE lf_bloat_pq")
+    log(
+        f"private PostgreSQL {settings.get('server_version')} under {tmp}: autovacuum={settings['autovacuum']}"
+    )
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env["LOG_LEVEL"] = "WARNING"
+    lf_env = env | {
+        "DATABASE_URL": lf_dsn,
+        "LEDGERFLOW_REDIS_NAMESPACE": f"lf-bloat-{uid}",
+        "LEDGERFLOW_HANDLERS": "bench.handlers",
+        "LEDGERFLOW_METRICS": "0",
+    }
+    pq_env = env | {"BENCH_PQ_DSN": pq_dsn}
+    from app.migrate import upgrade
+
+    upgrade(lf_dsn)
+    os.environ["BENCH_PQ_DSN"] = pq_dsn
+    from bench.peer import app
+
+    with app.open():
+        app.schema_manager.apply_schema()
+
+    bin_dir = Path(sys.executable).parent
+    seconds = minutes * 60
+    procs: list[subprocess.Popen] = []
+    samples: list[dict[str, Any]] = []
+    try:
+        procs.append(
+            spawn([str(bin_dir / "ledgerflow"), "worker", "--pool", "advance"], lf_env, tmp, "lf-worker")
+        )
+        wait_ready(procs[-1], tmp / "lf-worker.log", "ready")
+        procs.append(
+            spawn(
+                [
+                    str(bin_dir / "procrastinate"),
+                    "--log-level",
+                    "warning",
+                    "--app",
+                    "bench.peer.app",
+                    "worker",
+                    "--concurrency",
+                    "4",
+                    "--queues",
+                    "bench",
+                ],
+                pq_env,
+                tmp,
+                "pq-worker",
+            )  # fmt: skip
+        )
+        time.sleep(2.0)
+        common = ["--rate", str(rate), "--seconds", str(seconds)]
+        me = [sys.executable, "-m", "bench.bloat"]
+        producers = [
+            spawn([*me, "produce", "ledger", *common], lf_env, tmp, "lf-producer"),
+            spawn([*me, "produce", "peer", *common], pq_env, tmp, "pq-producer"),
+        ]
+        procs.extend(producers)
+        t0 = time.monotonic()
+        log(f"steady load: {rate:g} jobs/s into each system for {minutes:g} min")
+        while True:
+            elapsed = time.monotonic() - t0
+            done = all(p.poll() is not None for p in producers)
+            snap = {
+                "t": round(elapsed),
+                "load": loadavg(),
+                "ledgerflow": sample(lf_dsn, LEDGER_TABLES),
+                "procrastinate": sample(pq_dsn, PEER_TABLES),
+            }
+            samples.append(snap)
+            a, b = totals(snap["ledgerflow"]), totals(snap["procrastinate"])
+            log(
+                f"t={elapsed:5.0f}s ledgerflow live {a['live']:,} dead {a['dead']:,} {a['bytes'] / 2**20:.1f} MiB"
+                f" | procrastinate live {b['live']:,} dead {b['dead']:,} {b['bytes'] / 2**20:.1f} MiB"
+            )
+            if done:
+                break
+            time.sleep(min(SAMPLE_EVERY, max(1.0, seconds + 1 - elapsed)))
+        for p in producers:
+            if p.returncode:
+                raise RuntimeError(f"a producer failed: see {tmp}")
+        with psycopg.connect(lf_dsn, autocommit=True) as conn:
+            lf_done = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM workflow_jobs"
+            ).fetchone()
+        with psycopg.connect(pq_dsn, autocommit=True) as conn:
+            pq_done = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM procrastinate_jobs"
+            ).fetchone()
+    finally:
+        stop(procs)
+        server.cleanup()
+    return {
+        "minutes": minutes,
+        "rate": rate,
+        "postgres": settings,
+        "jobs": {"ledgerflow": list(lf_done), "procrastinate": list(pq_done)},
+        "samples": samples,
+    }
+
+
+def report(doc: dict[str, Any]) -> str:
+    samples = doc["samples"]
+    last = samples[-1]
+    peak = {name: max(totals(s[name])["dead"] for s in samples) for name in ("ledgerflow", "procrastinate")}
+    lines = [
+        f"Steady {doc['rate']:g} jobs/s for {doc['minutes']:g} min into each system, one worker process each, "
+        f"PostgreSQL {doc['postgres'].get('server_version')} with autovacuum at its defaults",
+        "{:<34} {:>14} {:>14} {:>8}".format("after the run", "ledgerflow", "procrastinate", "ratio"),
+        "-" * 73,
+    ]
+    a, b = totals(last["ledgerflow"]), totals(last["procrastinate"])
+    rows = [
+        ("jobs succeeded / enqueued", f"{doc['jobs']['ledgerflow'][0]:,}/{doc['jobs']['ledgerflow'][1]:,}",
+         f"{doc['jobs']['procrastinate'][0]:,}/{doc['jobs']['procrastinate'][1]:,}", ""),
+        ("dead tuples at the end", f"{a['dead']:,}", f"{b['dead']:,}", _ratio(a["dead"], b["dead"])),
+        ("dead tuples, peak of the samples", f"{peak['ledgerflow']:,}", f"{peak['procrastinate']:,}",
+         _ratio(peak["ledgerflow"], peak["procrastinate"])),
+        ("live tuples at the end", f"{a['live']:,}", f"{b['live']:,}", _ratio(a["live"], b["live"])),
+        ("tables + indexes (MiB)", f"{a['bytes'] / 2**20:,.1f}", f"{b['bytes'] / 2**20:,.1f}",
+         _ratio(a["bytes"], b["bytes"])),
+        ("autovacuum runs", f"{a['autovacuums']}", f"{b['autovacuums']}", ""),
+    ]  # fmt: skip
+    lines += ["{:<34} {:>14} {:>14} {:>8}".format(*r) for r in rows]
+    lines.append("per table (live / dead / MiB / HOT updates of all updates):")
+    for name in ("ledgerflow", "procrastinate"):
+        for table, t in last[name].items():
+            lines.append(
+                f"  {table:<30} {t['live']:>10,} {t['dead']:>9,} {t['bytes'] / 2**20:>8.1f}"
+                f"   HOT {t['hot_updates']:,}/{t['updates']:,}"
+            )
+    lines.append("(ratio = ledgerflow / procrastinate, lower is better)")
+    return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.bloat", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    sub = p.add_subparsers(dest="cmd")
+    prod = sub.add_parser("produce", help="(internal) one system's steady producer")
+    prod.add_argument("system", choices=["ledger", "peer"])
+    prod.add_argument("--rate", type=float, required=True)
+    prod.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--rate", type=float, default=200.0, help="jobs per second into each system")
+    a = p.parse_args(argv)
+    if a.cmd == "produce":
+        (produce_ledger if a.system == "ledger" else produce_peer)(a.rate, a.seconds)
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    doc = run(a.minutes, a.rate)
+    table = report(doc)
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"bloat-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(doc | {"table": table}, indent=2, default=str))
+    print(table)
+    print(f"(samples in {path.relative_to(ROOT)})")
+
+
+if __name__ == "__main__":
+    main()
