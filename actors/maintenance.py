@@ -11,7 +11,7 @@ from app.engine import retention as engine_retention
 from app.engine.handlers import outbound
 from app.engine.tasks import return_expired_leases
 from app.integrations import retention as integrations_retention
-from app.ledger import retention
+from app.ledger import retention, rollup
 from app.ledger.drain import DrainReport, drain
 from app.ledger.states import QUEUE_OF_POOL, Pool
 
@@ -19,14 +19,17 @@ from app.ledger.states import QUEUE_OF_POOL, Pool
 def run_drain() -> DrainReport:
     """The ledger drain plus the sweeps: expired task leases go back to their queue; a trigger /
     dispatch job the drain sent to the dead letter with an unknown outcome sends its step and
-    instance to NEEDS_REVIEW; the retention sweeps remove finished history past its retention."""
+    instance to NEEDS_REVIEW; the status rollup rolls the runtime status's final minutes; the
+    retention sweeps remove finished history past its retention."""
     policy = retention.policy_from_env()
+    settings = get_settings()
     return drain(
         get_engine(),
-        get_settings(),
+        settings,
         sweeps=[
             ("task_leases", return_expired_leases),
             ("unknown_outcomes", outbound.review_dead_unknown),
+            *rollup.sweeps(settings),
             *retention.sweeps(policy),
             *engine_retention.sweeps(policy),
             *integrations_retention.sweeps(policy),

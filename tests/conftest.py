@@ -21,7 +21,10 @@ from sqlalchemy import create_engine, make_url, text
 ROOT = Path(__file__).resolve().parent.parent
 _SESSION = uuid.uuid4().hex[:10]
 TEST_DB = f"lf_test_{_SESSION}"
-LEDGER_TABLES = "workflow_job_effects, workflow_job_executions, workflow_jobs, workflow_worker_nodes"
+LEDGER_TABLES = (
+    "workflow_job_effects, workflow_job_executions, workflow_jobs, workflow_worker_nodes, "
+    "workflow_attempt_minutes"
+)
 
 
 def _server_url() -> str:

@@ -140,6 +140,21 @@ executions = Table(
 # ``status``, so closing an attempt can be a HOT update (fillfactor leaves room on the page).
 Index("ix_workflow_job_executions_started", executions.c.started_at)
 
+# The runtime status rollup (app/ledger/rollup.py): per minute and queue, the attempts started in that
+# minute once they are final (count, failed, duration sum and samples, queue-wait histogram with the
+# buckets of app/ledger/histogram.py). Kept about two hours; the status reads the last hour from it.
+attempt_minutes = Table(
+    "workflow_attempt_minutes",
+    metadata,
+    Column("minute", DateTime(timezone=True), primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("attempts", Integer, nullable=False),
+    Column("failed", Integer, nullable=False),
+    Column("duration_sum_ms", BigInteger, nullable=False),
+    Column("duration_n", Integer, nullable=False),
+    Column("wait_hist", ARRAY(Integer), nullable=False),
+)
+
 effects = Table(
     "workflow_job_effects",
     metadata,
