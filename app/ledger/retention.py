@@ -15,13 +15,13 @@ partitions: claims, the job list and the indexes stay as they are (see ``docs/de
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy import Connection, text
 
 from app.config import env_float, env_int
+from app.ledger.drain import Sweep
 
 FINISHED = ("succeeded", "canceled")
 DEAD_LETTERS = ("dead", "failed")
@@ -148,9 +148,6 @@ RETURNING id
         params,
     ).all()
     return len(rows)
-
-
-Sweep = tuple[str, Callable[[Connection, int], int]]
 
 
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:

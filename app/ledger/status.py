@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app.ledger import histogram, rollup
+from app.ledger.models import QUEUES
 
-LEDGER_QUEUES = ["workflow-ledger", "workflow-ledger-outbound"]
+LEDGER_QUEUES = QUEUES
 
 # Nodes considered: heartbeat in the last 10 min, worker role, registered ledger pools.
 # "live" = active with a heartbeat within 90 s; slots count only live nodes.
