@@ -43,7 +43,8 @@ def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             token = _bearer()
-            with get_engine().connect() as conn:
+            # one read in autocommit: no BEGIN / ROLLBACK round trips around it
+            with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 principal = authenticate(conn, token)
             if principal is None:
                 raise Unauthenticated("the bearer token is unknown or revoked")
