@@ -78,6 +78,7 @@ _WAIT_FOR_DUPLICATE = text(
     "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old) "
     "SELECT o.old, set_config('lock_timeout', :v, true) FROM o"
 )
+_SET_LOCK_TIMEOUT = text("SELECT set_config('lock_timeout', :v, true)")
 _READ = text(
     "SELECT fingerprint, status_code, response FROM idempotency_receipts "
     "WHERE scope = :scope AND route = :route AND key = :key"
@@ -105,7 +106,7 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
                 "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
             ) from None
         raise
-    conn.execute(text("SELECT set_config('lock_timeout', :v, true)"), {"v": old})
+    conn.execute(_SET_LOCK_TIMEOUT, {"v": old})
     if row is not None:
         return None
     stored = conn.execute(_READ, params).first()

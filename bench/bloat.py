@@ -27,18 +27,29 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.run import ROOT, loadavg, log, with_database
+from app.migrate import upgrade
+from bench.run import (
+    ROOT,
+    Proc,
+    base_env,
+    loadavg,
+    log,
+    procrastinate_argv,
+    spawn_logged,
+    terminate,
+    wait_ready,
+    with_database,
+)
+from ledgerflow.devenv import import_pgserver
 
 LEDGER_TABLES = ("workflow_jobs", "workflow_job_executions", "workflow_worker_nodes")
 PEER_TABLES = ("procrastinate_jobs", "procrastinate_events", "procrastinate_workers")
@@ -92,14 +103,6 @@ def produce_peer(rate: float, seconds: float) -> None:
 
 
 # ------------------------------------------------------------------------------------- the run
-def _import_pgserver():  # noqa: ANN202
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver
-
-    return pgserver
-
-
 def sample(dsn: str, tables: tuple[str, ...]) -> dict[str, dict[str, int]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(_STATS, (list(tables),)).fetchall()
@@ -120,34 +123,8 @@ def totals(snapshot: dict[str, dict[str, int]]) -> dict[str, int]:
     return {k: sum(t[k] for t in snapshot.values()) for k in ("live", "dead", "bytes", "autovacuums")}
 
 
-def spawn(argv: list[str], env: dict[str, str], logdir: Path, name: str) -> subprocess.Popen:
-    out = open(logdir / f"{name}.log", "w")  # noqa: SIM115 - lives as long as the process
-    return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
-def wait_ready(proc: subprocess.Popen, log_path: Path, word: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while word not in log_path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(
-                f"{log_path.name} did not start:\n{log_path.read_text(errors='replace')[-3000:]}"
-            )
-        time.sleep(0.1)
-
-
 def run(minutes: float, rate: float) -> dict[str, Any]:
-    pgserver = _import_pgserver()
+    pgserver = import_pgserver()
     tmp = Path(tempfile.mkdtemp(prefix="lf-bloat-"))
     os.chmod(tmp, 0o755)  # pgserver's own user (when run as root) must reach its data folder
     server = pgserver.get_server(tmp / "pg", cleanup_mode="delete")
@@ -166,9 +143,7 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
         f"private PostgreSQL {settings.get('server_version')} under {tmp}: autovacuum={settings['autovacuum']}"
     )
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env["LOG_LEVEL"] = "WARNING"
+    env = base_env()
     lf_env = env | {
         "DATABASE_URL": lf_dsn,
         "LEDGERFLOW_REDIS_NAMESPACE": f"lf-bloat-{uid}",
@@ -176,8 +151,6 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
         "LEDGERFLOW_METRICS": "0",
     }
     pq_env = env | {"BENCH_PQ_DSN": pq_dsn}
-    from app.migrate import upgrade
-
     upgrade(lf_dsn)
     os.environ["BENCH_PQ_DSN"] = pq_dsn
     from bench.peer import app
@@ -187,45 +160,29 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
 
     bin_dir = Path(sys.executable).parent
     seconds = minutes * 60
-    procs: list[subprocess.Popen] = []
+    procs: list[Proc] = []
     samples: list[dict[str, Any]] = []
+
+    def spawn(argv: list[str], env: dict[str, str], name: str) -> Proc:
+        procs.append(spawn_logged(argv, env, tmp / f"{name}.log"))
+        return procs[-1]
+
     try:
-        procs.append(
-            spawn([str(bin_dir / "ledgerflow"), "worker", "--pool", "advance"], lf_env, tmp, "lf-worker")
-        )
-        wait_ready(procs[-1], tmp / "lf-worker.log", "ready")
-        procs.append(
-            spawn(
-                [
-                    str(bin_dir / "procrastinate"),
-                    "--log-level",
-                    "warning",
-                    "--app",
-                    "bench.peer.app",
-                    "worker",
-                    "--concurrency",
-                    "4",
-                    "--queues",
-                    "bench",
-                ],
-                pq_env,
-                tmp,
-                "pq-worker",
-            )  # fmt: skip
-        )
+        wait_ready([spawn([str(bin_dir / "ledgerflow"), "worker", "--pool", "advance"], lf_env, "lf-worker")],
+                   "ledgerflow worker")  # fmt: skip
+        spawn(procrastinate_argv(bin_dir), pq_env, "pq-worker")
         time.sleep(2.0)
         common = ["--rate", str(rate), "--seconds", str(seconds)]
         me = [sys.executable, "-m", "bench.bloat"]
         producers = [
-            spawn([*me, "produce", "ledger", *common], lf_env, tmp, "lf-producer"),
-            spawn([*me, "produce", "peer", *common], pq_env, tmp, "pq-producer"),
+            spawn([*me, "produce", "ledger", *common], lf_env, "lf-producer"),
+            spawn([*me, "produce", "peer", *common], pq_env, "pq-producer"),
         ]
-        procs.extend(producers)
         t0 = time.monotonic()
         log(f"steady load: {rate:g} jobs/s into each system for {minutes:g} min")
         while True:
             elapsed = time.monotonic() - t0
-            done = all(p.poll() is not None for p in producers)
+            done = all(p.popen.poll() is not None for p in producers)
             snap = {
                 "t": round(elapsed),
                 "load": loadavg(),
@@ -242,7 +199,7 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
                 break
             time.sleep(min(SAMPLE_EVERY, max(1.0, seconds + 1 - elapsed)))
         for p in producers:
-            if p.returncode:
+            if p.popen.returncode:
                 raise RuntimeError(f"a producer failed: see {tmp}")
         with psycopg.connect(lf_dsn, autocommit=True) as conn:
             lf_done = conn.execute(
@@ -253,7 +210,8 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
                 "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM procrastinate_jobs"
             ).fetchone()
     finally:
-        stop(procs)
+        for p in procs:
+            terminate(p)
         server.cleanup()
     return {
         "minutes": minutes,

@@ -11,17 +11,14 @@ runtime status's median time. Numbers, not assertions."""
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
-import uuid
 
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 
 from app.ledger import status
-from app.migrate import upgrade
 from bench.claim import time_claims
-from bench.run import loadavg
+from bench.run import loadavg, scratch_database
 
 PENDING = 10_000
 CHUNK = 1_000_000
@@ -37,7 +34,7 @@ SELECT 'webhook_delivery', 'workflow-ledger-outbound', CASE WHEN g % 100 = 0 THE
     '{}', now() - make_interval(secs => g % 604800), 10, 1, now() - make_interval(secs => g % 604800),
     now() - make_interval(secs => g % 604800), now(), md5(g::text), md5('f' || g::text),
     CASE WHEN g % 100 = 0 THEN 'HANDLER_ERROR' END
-FROM generate_series(:a, :b) g
+FROM generate_series(CAST(:a AS bigint), CAST(:b AS bigint)) g
 """
         ),
         {"a": start, "b": start + n - 1},
@@ -70,13 +67,11 @@ def main() -> None:
     )
     p.add_argument("--samples", type=int, default=300)
     args = p.parse_args()
-    server = make_url(os.environ["DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://", 1))
-    db = f"lf_bench_growth_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    url = server.set(database=db).render_as_string(hide_password=False)
-    upgrade(url)
+    with scratch_database("lf_bench_growth") as url:
+        _run(url, [int(s) for s in args.sizes.split(",")], args.attempts, args.samples)
+
+
+def _run(url: str, sizes: list[int], max_attempts: int, samples: int) -> None:
     engine = create_engine(url)
     vacuum = create_engine(url, isolation_level="AUTOCOMMIT")
     dsn = url.replace("+psycopg", "")
@@ -97,13 +92,13 @@ def main() -> None:
                 {"n": PENDING},
             )
         have, attempts = PENDING, 0
-        for size in (int(s) for s in args.sizes.split(",")):
+        for size in sizes:
             while have < size:
                 n = min(CHUNK, size - have)
                 with engine.begin() as conn:
                     _insert_finished(conn, have, n)
                 have += n
-            want = min(args.attempts, have - PENDING) - attempts
+            want = min(max_attempts, have - PENDING) - attempts
             if want > 0:
                 with engine.begin() as conn:
                     _insert_attempts(conn, want)
@@ -111,7 +106,7 @@ def main() -> None:
             with vacuum.connect() as conn:
                 conn.execute(text("VACUUM ANALYZE workflow_jobs"))
                 conn.execute(text("VACUUM ANALYZE workflow_job_executions"))
-            ms = time_claims(engine, dsn, args.samples)
+            ms = time_claims(engine, dsn, samples)
             ms.sort()
             st = []
             with engine.connect() as conn:
@@ -124,8 +119,6 @@ def main() -> None:
     finally:
         engine.dispose()
         vacuum.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
 
 
 if __name__ == "__main__":

@@ -12,17 +12,14 @@ without the threads and the handler. Prints ms per pass and the implied jobs/s. 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
-import uuid
 
 import psycopg
 
 from app.ledger import transitions
 from app.ledger.transitions import Settlement
-from app.migrate import upgrade
-from bench.run import QUEUE, libpq, loadavg, with_database
+from bench.run import QUEUE, libpq, loadavg, scratch_database
 
 
 def _passes(conn: psycopg.Connection, n: int) -> float:
@@ -57,13 +54,8 @@ def main() -> None:
     a = p.parse_args()
     if a.passes * 4 * 4 > a.jobs:
         a.jobs = a.passes * 4 * 4
-    server = libpq(os.environ["DATABASE_URL"])
-    db = f"lf_bench_pass_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{db}"')
-    dsn = with_database(server, db)
-    try:
-        upgrade(dsn)
+    with scratch_database("lf_bench_pass") as url:
+        dsn = libpq(url)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 """INSERT INTO workflow_jobs (type, queue, payload, max_attempts, execution_timeout_ms,
@@ -86,9 +78,6 @@ def main() -> None:
             best = min(ms)
             print(f"{name:<36} {best:6.3f} ms per pass (median {statistics.median(ms):.3f})"
                   f"  -> {4 / best * 1000:7,.0f} jobs/s")  # fmt: skip
-    finally:
-        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

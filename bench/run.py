@@ -21,12 +21,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from sqlalchemy import create_engine, make_url
+
+from app.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "workflow-ledger"
@@ -53,8 +57,6 @@ def libpq(url: str) -> str:
 
 
 def with_database(url: str, database: str) -> str:
-    from sqlalchemy import make_url
-
     return libpq(make_url(libpq(url)).set(database=database).render_as_string(hide_password=False))
 
 
@@ -92,6 +94,66 @@ class Proc:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def spawn_logged(argv: list[str], env: dict[str, str], log_path: Path) -> Proc:
+    """Start ``argv`` from the project root with its output in ``log_path``."""
+    out = open(log_path, "w")  # noqa: SIM115 - lives as long as the process
+    return Proc(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT), log_path)
+
+
+def terminate(proc: Proc, timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``."""
+    if proc.popen.poll() is None:
+        proc.popen.send_signal(signal.SIGTERM)
+        try:
+            proc.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            proc.popen.wait()
+
+
+def wait_ready(procs: Sequence[Proc], what: str, word: str = "ready", timeout: float = 60) -> None:
+    """Wait until every process has printed ``word``; raise with its output if one exits or is late."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while word not in p.output():
+            if p.popen.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start:\n{p.output()[-3000:]}")
+            time.sleep(0.05)
+
+
+def base_env() -> dict[str, str]:
+    """This environment with the project on PYTHONPATH and quiet logs, for spawned processes."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env["LOG_LEVEL"] = "WARNING"
+    return env
+
+
+def procrastinate_argv(bin_dir: Path, concurrency: int = SLOTS) -> list[str]:
+    """A procrastinate worker of the peer app (``bench.peer``) on its queue."""
+    return [str(bin_dir / "procrastinate"), "--log-level", "warning", "--app", "bench.peer.app", "worker",
+            "--concurrency", str(concurrency), "--queues", "bench"]  # fmt: skip
+
+
+@contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A fresh database on the server named by DATABASE_URL, migrated to head; yields its SQLAlchemy
+    URL (``postgresql+psycopg://``) and drops it at the end."""
+    server = make_url(libpq(os.environ["DATABASE_URL"]).replace("postgresql://", "postgresql+psycopg://", 1))
+    db = f"{prefix}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{db}"')
+    try:
+        url = server.set(database=db).render_as_string(hide_password=False)
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        admin.dispose()
 
 
 @dataclass
@@ -152,7 +214,6 @@ class Bench:
         os.environ["DATABASE_URL"] = self.lf_dsn
         os.environ["LEDGERFLOW_REDIS_NAMESPACE"] = self.ns
         from app.config import get_settings
-        from app.migrate import upgrade
 
         get_settings.cache_clear()
         upgrade(get_settings().database_url)
@@ -198,29 +259,17 @@ class Bench:
 
     # -- processes -------------------------------------------------------------------------------
     def spawn(self, argv: list[str], env: dict[str, str], name: str) -> Proc:
-        path = self.tmp / f"{name}-{len(self.procs)}.log"
-        out = open(path, "w")  # noqa: SIM115 - closed with the process
-        popen = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        proc = Proc(popen, path)
+        proc = spawn_logged(argv, env, self.tmp / f"{name}-{len(self.procs)}.log")
         self.procs.append(proc)
         return proc
 
     def stop(self, proc: Proc, timeout: float = 20.0) -> None:
-        if proc.popen.poll() is None:
-            proc.popen.send_signal(signal.SIGTERM)
-            try:
-                proc.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.popen.kill()
-                proc.popen.wait()
+        terminate(proc, timeout)
         if proc in self.procs:
             self.procs.remove(proc)
 
     def base_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        env["LOG_LEVEL"] = "WARNING"
-        return env
+        return base_env()
 
     def lf_env(self, redis_url: str | None) -> dict[str, str]:
         env = self.base_env()
@@ -242,30 +291,13 @@ class Bench:
             self.spawn([*argv, "worker", "--pool", "advance"], self.lf_env(redis_url), "lf-worker")
             for _ in range(n)
         ]
-        deadline = time.monotonic() + 60
-        for p in procs:
-            while "ready" not in p.output():
-                if p.popen.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"ledgerflow worker did not start:\n{p.output()}")
-                time.sleep(0.05)
+        wait_ready(procs, "ledgerflow worker")
         return procs
 
     def pq_workers(self, n: int) -> list[Proc]:
         env = self.base_env()
         env["BENCH_PQ_DSN"] = self.pq_dsn
-        argv = [
-            str(self.bin / "procrastinate"),
-            "--log-level",
-            "warning",
-            "--app",
-            "bench.peer.app",
-            "worker",
-            "--concurrency",
-            str(SLOTS),
-            "--queues",
-            "bench",
-        ]
-        procs = [self.spawn(argv, env, "pq-worker") for _ in range(n)]
+        procs = [self.spawn(procrastinate_argv(self.bin), env, "pq-worker") for _ in range(n)]
         deadline = time.monotonic() + 60
         while self.scalar(self.pq_dsn, "SELECT count(*) FROM procrastinate_workers") < n:
             for p in procs:
@@ -283,12 +315,7 @@ class Bench:
         argv = [sys.executable, "-m", "bench.peer_pgq", "--batch-size", str(PGQ_BATCH)]
         argv += ["--max-concurrent-tasks", str(self.cfg.pgq_max_tasks)]
         procs = [self.spawn(argv, env, "pgq-worker") for _ in range(n)]
-        deadline = time.monotonic() + 60
-        for p in procs:
-            while "ready" not in p.output():
-                if p.popen.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"pgqueuer worker did not start:\n{p.output()}")
-                time.sleep(0.05)
+        wait_ready(procs, "pgqueuer worker")
         return procs
 
     # -- sql -------------------------------------------------------------------------------------

@@ -12,19 +12,16 @@ of figures. Numbers, not assertions."""
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, make_url, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from app.db import transaction
 from app.ledger import rollup, status
-from app.migrate import upgrade
-from bench.run import loadavg
+from bench.run import loadavg, scratch_database
 
 JOBS = 10_000
 FIGURES = (
@@ -77,21 +74,19 @@ def main() -> None:
     p.add_argument("--attempts", type=int, default=1_000_000)
     p.add_argument("--calls", type=int, default=7)
     args = p.parse_args()
-    server = make_url(os.environ["DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://", 1))
-    db = f"lf_bench_rollup_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    url = server.set(database=db).render_as_string(hide_password=False)
-    upgrade(url)
+    with scratch_database("lf_bench_rollup") as url:
+        _run(url, args.attempts, args.calls)
+
+
+def _run(url: str, attempts: int, calls: int) -> None:
     engine = create_engine(url)
     print(f"load average at start: {loadavg()}")
     try:
-        _load(engine, args.attempts)
+        _load(engine, attempts)
         with create_engine(url, isolation_level="AUTOCOMMIT").connect() as conn:
             conn.execute(text("VACUUM ANALYZE"))
-        live_ms, live = _median_ms(engine, status.runtime_status, args.calls)
-        live_series_ms, _ = _median_ms(engine, status.hour_series, args.calls)
+        live_ms, live = _median_ms(engine, status.runtime_status, calls)
+        live_series_ms, _ = _median_ms(engine, status.hour_series, calls)
         sweeps = []
         while True:
             t0 = time.perf_counter()
@@ -100,9 +95,9 @@ def main() -> None:
             sweeps.append((time.perf_counter() - t0) * 1000)
             if n == 0:
                 break
-        rolled_ms, rolled = _median_ms(engine, status.runtime_status, args.calls)
-        rolled_series_ms, _ = _median_ms(engine, status.hour_series, args.calls)
-        print(f"attempts in the last hour: {args.attempts:,}; load average now: {loadavg()}")
+        rolled_ms, rolled = _median_ms(engine, status.runtime_status, calls)
+        rolled_series_ms, _ = _median_ms(engine, status.hour_series, calls)
+        print(f"attempts in the last hour: {attempts:,}; load average now: {loadavg()}")
         print("| | runtime_status ms | hour_series ms |")
         print("|---|---|---|")
         print(f"| whole hour live (no rollup) | {live_ms:.1f} | {live_series_ms:.1f} |")
@@ -112,8 +107,6 @@ def main() -> None:
             print(f"{key}: live {live[key]} / rolled {rolled[key]}")
     finally:
         engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def running_postgres_url(database: str = DB_NAME) -> str | None:
     return f"postgresql://postgres:@/{database}?host={socket_dir}"
 
 
-def _import_pgserver():  # noqa: ANN202
+def import_pgserver():  # noqa: ANN202
     # pgserver asks platformdirs for a runtime folder at import time; without XDG_RUNTIME_DIR
     # platformdirs warns about its fallback, which is harmless here.
     with warnings.catch_warnings():
@@ -87,7 +87,7 @@ def ensure_postgres() -> str:
     pgdata = data_dir() / "pg"
     _log(f"starting the embedded PostgreSQL under {pgdata} (the first start takes a few seconds)")
     try:
-        pgserver = _import_pgserver()
+        pgserver = import_pgserver()
         server = pgserver.get_server(pgdata, cleanup_mode=None)  # keep running between commands
         exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")
         if "(1 row)" not in exists:
@@ -213,7 +213,7 @@ def stop_embedded() -> None:
     """Stop the embedded services (data is kept)."""
     pgdata = data_dir() / "pg"
     if (pgdata / "postmaster.pid").exists():
-        _commands = _import_pgserver()._commands
+        _commands = import_pgserver()._commands
         user = "pgserver" if os.geteuid() == 0 else None
         try:
             _commands.pg_ctl(["-w", "stop"], pgdata=pgdata, user=user)
