@@ -119,6 +119,22 @@ def sample(dsn: str, tables: tuple[str, ...]) -> dict[str, dict[str, int]]:
     }
 
 
+_RELATIONS = """
+SELECT t.relname, c.relname, c.relkind::text, pg_relation_size(c.oid)
+FROM pg_class t
+JOIN pg_class c ON c.oid = t.oid OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = t.oid)
+    OR c.oid = t.reltoastrelid
+WHERE t.relname = ANY(%s) AND t.relkind = 'r'
+ORDER BY t.relname, pg_relation_size(c.oid) DESC
+"""
+
+
+def relations(dsn: str, tables: tuple[str, ...]) -> list[list[Any]]:
+    """Where the bytes are: each table's heap, TOAST and every index, largest first."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [list(r) for r in conn.execute(_RELATIONS, (list(tables),)).fetchall()]
+
+
 def totals(snapshot: dict[str, dict[str, int]]) -> dict[str, int]:
     return {k: sum(t[k] for t in snapshot.values()) for k in ("live", "dead", "bytes", "autovacuums")}
 
@@ -209,6 +225,10 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
             pq_done = conn.execute(
                 "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM procrastinate_jobs"
             ).fetchone()
+        rels = {
+            "ledgerflow": relations(lf_dsn, LEDGER_TABLES),
+            "procrastinate": relations(pq_dsn, PEER_TABLES),
+        }
     finally:
         for p in procs:
             terminate(p)
@@ -219,6 +239,7 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
         "postgres": settings,
         "jobs": {"ledgerflow": list(lf_done), "procrastinate": list(pq_done)},
         "samples": samples,
+        "relations": rels,
     }
 
 
@@ -252,6 +273,12 @@ def report(doc: dict[str, Any]) -> str:
                 f"  {table:<30} {t['live']:>10,} {t['dead']:>9,} {t['bytes'] / 2**20:>8.1f}"
                 f"   HOT {t['hot_updates']:,}/{t['updates']:,}"
             )
+    lines.append("per relation at the end (bytes per enqueued job):")
+    for name in ("ledgerflow", "procrastinate"):
+        n = max(1, doc["jobs"][name][1])
+        for table, rel, kind, size in doc.get("relations", {}).get(name, []):
+            what = {"r": "heap", "i": "index", "t": "toast"}.get(kind, kind)
+            lines.append(f"  {table:<26} {what:<5} {rel:<44} {size / 2**20:>8.1f} MiB {size / n:>7.1f} B")
     lines.append("(ratio = ledgerflow / procrastinate, lower is better)")
     return "\n".join(lines)
 

@@ -34,9 +34,9 @@ SELECT (ARRAY['delay_wake', 'task_timeout', 'event_dispatch', 'webhook_delivery'
 FROM generate_series(1, %s) g
 """
 ATTEMPTS = """
-INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at, started_at,
+INSERT INTO workflow_job_executions (job_id, generation, attempt, status, due_at, started_at,
                                      finished_at, duration_ms)
-SELECT g, 1, 1, CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END, gen_random_uuid(),
+SELECT g, 1, 1, CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END,
        now() - (g %% 3600) * interval '1 second' - interval '40 ms', now() - (g %% 3600) * interval '1 second',
        now() - (g %% 3600) * interval '1 second' + interval '5 ms', 5
 FROM generate_series(1, %s) g

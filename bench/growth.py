@@ -45,9 +45,9 @@ def _insert_attempts(conn, n: int) -> None:  # noqa: ANN001
     conn.execute(
         text(
             """
-INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at, started_at,
+INSERT INTO workflow_job_executions (job_id, generation, attempt, status, due_at, started_at,
     finished_at, duration_ms)
-SELECT j.id, 1, 1, CASE WHEN j.status = 'dead' THEN 'failed' ELSE 'succeeded' END, gen_random_uuid(),
+SELECT j.id, 1, 1, CASE WHEN j.status = 'dead' THEN 'failed' ELSE 'succeeded' END,
     j.finished_at - interval '2 seconds', j.finished_at - interval '1 second', j.finished_at, 1000
 FROM workflow_jobs j
 WHERE j.status IN ('succeeded', 'dead')

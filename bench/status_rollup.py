@@ -47,10 +47,10 @@ def _load(engine: Engine, attempts: int) -> None:
         conn.execute(
             text(
                 """
-INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at, started_at,
+INSERT INTO workflow_job_executions (job_id, generation, attempt, status, due_at, started_at,
     finished_at, duration_ms)
 SELECT (g % :jobs) + 1, 1, (g / :jobs) + 1, CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'succeeded' END,
-       gen_random_uuid(), s.at - make_interval(secs => (g % 997) * 0.01), s.at, s.at, g % 300
+       s.at - make_interval(secs => (g % 997) * 0.01), s.at, s.at, g % 300
 FROM generate_series(0, :n - 1) g,
      LATERAL (SELECT now() - make_interval(secs => 5 + 3590 * g::float8 / :n)) AS s(at)
 """

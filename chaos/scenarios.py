@@ -130,9 +130,7 @@ def _running_on(cluster: Cluster, load: Workload) -> str | None:
 def _running_on_once(cluster: Cluster) -> str | None:
     with cluster.engine.connect() as conn:  # type: ignore[union-attr]
         return conn.execute(
-            text(
-                "SELECT e.worker_id FROM workflow_job_executions e WHERE e.status = 'running' ORDER BY random() LIMIT 1"
-            )
+            text("SELECT worker_id FROM workflow_jobs WHERE status = 'running' ORDER BY random() LIMIT 1")
         ).scalar()
 
 

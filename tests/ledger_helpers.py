@@ -58,12 +58,25 @@ def status_attempts(engine: Engine, job_id: int) -> tuple[str, int]:
     return jr["status"], jr["attempts"]
 
 
+_ATTEMPTS = text(
+    """
+SELECT id, job_id, generation, attempt, status, lease_token, worker_id, request, response, error, error_code,
+       due_at, started_at, finished_at, duration_ms
+FROM workflow_job_executions WHERE job_id = :id
+UNION ALL
+-- the open attempt of a running job lives on its job row until the move that ends it writes its row
+SELECT attempt_id, id, generation, attempts, 'running', lease_token, worker_id, payload, NULL, NULL, NULL,
+       run_at, attempt_started_at, NULL, NULL
+FROM workflow_jobs WHERE id = :id AND status = 'running'
+ORDER BY id
+"""
+)
+
+
 def attempts(engine: Engine, job_id: int) -> list[dict[str, Any]]:
+    """Every attempt of the job, final rows and the open one (status ``running``), by attempt id."""
     with engine.connect() as conn:
-        rows = conn.execute(
-            text("SELECT * FROM workflow_job_executions WHERE job_id = :id ORDER BY id"), {"id": job_id}
-        )
-        return [dict(r._mapping) for r in rows]
+        return [dict(r._mapping) for r in conn.execute(_ATTEMPTS, {"id": job_id})]
 
 
 def scalar(engine: Engine, sql: str, **params: Any) -> Any:

@@ -12,13 +12,17 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
+    and_,
     func,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.ledger.states import AttemptStatus, JobStatus, JobType
 from app.metadata import metadata  # noqa: E402
@@ -66,6 +70,12 @@ jobs = Table(
     Column("finished_at", DateTime(timezone=True)),
     # W3C traceparent of the span that enqueued the job (NULL while tracing is off; migration 0007)
     Column("traceparent", Text),
+    # The open attempt while the job runs (migration 0013): its id (drawn from the attempts' sequence),
+    # the claiming node and the claim time. The move that ends the attempt writes its row in
+    # workflow_job_executions from these and clears them (app/ledger/transitions/executor.py).
+    Column("attempt_id", BigInteger),
+    Column("worker_id", Text),
+    Column("attempt_started_at", DateTime(timezone=True)),
     CheckConstraint(_in("status", JOB_STATUSES), name="ck_workflow_jobs_status"),
     CheckConstraint(_in("type", JOB_TYPES), name="ck_workflow_jobs_type"),
     CheckConstraint(_in("queue", QUEUES), name="ck_workflow_jobs_queue"),
@@ -75,6 +85,7 @@ jobs = Table(
         "(status = 'running') = (lease_token IS NOT NULL)", name="ck_workflow_jobs_running_has_lease"
     ),
     CheckConstraint("(status = 'paused') = (remaining_ms IS NOT NULL)", name="ck_workflow_jobs_paused"),
+    CheckConstraint("(status = 'running') = (attempt_id IS NOT NULL)", name="ck_workflow_jobs_open_attempt"),
 )
 # L-EFFECT-2: one parent job per business event; jobs without a key cost no index entry.
 Index(
@@ -103,7 +114,20 @@ Index(
 # The drain: running jobs by lease expiry.
 Index("ix_workflow_jobs_running_lease", jobs.c.lease_until, postgresql_where=text("status = 'running'"))
 Index("ix_workflow_jobs_instance", jobs.c.instance_id, postgresql_where=text("instance_id IS NOT NULL"))
-Index("ix_workflow_jobs_trace", jobs.c.trace_id)
+# Lookups by trace id go through its first TRACE_PREFIX characters (trace ids are random hex): a 24-byte
+# index entry instead of 48 for the whole id (migration 0014). Every lookup states both the prefix and
+# the whole id: ``trace_is`` (or ``left(trace_id, 15) = :prefix AND trace_id = :id`` in SQL text).
+TRACE_PREFIX = 15
+Index("ix_workflow_jobs_trace", func.left(jobs.c.trace_id, literal_column(str(TRACE_PREFIX))))
+
+
+def trace_is(trace_id: str) -> ColumnElement[bool]:
+    """``workflow_jobs.trace_id = trace_id``, in the form the trace index serves."""
+    return and_(
+        func.left(jobs.c.trace_id, TRACE_PREFIX) == trace_id[:TRACE_PREFIX], jobs.c.trace_id == trace_id
+    )
+
+
 Index("ix_workflow_jobs_status_type", jobs.c.status, jobs.c.type)
 Index("ix_workflow_jobs_created", jobs.c.created_at, jobs.c.id)
 # retention (app/ledger/retention.py): finished jobs and dead letters by age
@@ -114,15 +138,19 @@ Index(
     postgresql_where=text("finished_at IS NOT NULL"),
 )
 
+# One row per *final* attempt, written once by the move that ends it (settle, reclaim, suspend, cancel);
+# the running attempt lives on its job row until then. Keyed by (job, generation, attempt); ``id`` is
+# the attempt's id (a span id, shown by the API), drawn at claim from its sequence and never looked up.
 executions = Table(
     "workflow_job_executions",
     metadata,
-    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
     Column("job_id", BigInteger, ForeignKey("workflow_jobs.id", ondelete="CASCADE"), nullable=False),
     Column("generation", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("status", Text, nullable=False, server_default=text("'running'")),
-    Column("lease_token", UUID(as_uuid=False), nullable=False),
+    # written by rows from before migration 0013 only; the job row holds the running attempt's token
+    Column("lease_token", UUID(as_uuid=False)),
     Column("worker_id", Text),
     Column("request", JSONB),
     Column("response", JSONB),
@@ -133,11 +161,9 @@ executions = Table(
     Column("finished_at", DateTime(timezone=True)),
     Column("duration_ms", Integer),
     CheckConstraint(_in("status", ATTEMPT_STATUSES), name="ck_workflow_job_executions_status"),
-    UniqueConstraint("job_id", "generation", "attempt", name="uq_workflow_job_executions_attempt"),
-    postgresql_with={"fillfactor": 80},
+    PrimaryKeyConstraint("job_id", "generation", "attempt", name="workflow_job_executions_pkey"),
 )
-# Lookups by job go through uq_workflow_job_executions_attempt (job_id leads). No index names
-# ``status``, so closing an attempt can be a HOT update (fillfactor leaves room on the page).
+# Lookups by job go through the primary key (job_id leads). Rows are never updated, so pages fill.
 Index("ix_workflow_job_executions_started", executions.c.started_at)
 
 # The runtime status rollup (app/ledger/rollup.py): per minute and queue, the attempts started in that

@@ -90,10 +90,9 @@ FROM workflow_worker_nodes WHERE node_id = :node_id
 _NODE_JOBS = text(
     """
 SELECT j.id, j.type, j.attempts, j.max_attempts, j.lease_until, j.execution_deadline,
-       j.effect_marker IS NOT NULL AS has_effect_marker, e.started_at
+       j.effect_marker IS NOT NULL AS has_effect_marker, j.attempt_started_at AS started_at
 FROM workflow_jobs j
-JOIN workflow_job_executions e ON e.job_id = j.id AND e.generation = j.generation AND e.status = 'running'
-WHERE j.status = 'running' AND e.worker_id = :node_id
+WHERE j.status = 'running' AND j.worker_id = :node_id
 ORDER BY j.id
 LIMIT :limit
 """

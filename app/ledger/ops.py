@@ -8,13 +8,27 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Text, cast, column, func, or_, select, table, text, tuple_
+from sqlalchemy import (
+    Connection,
+    Text,
+    cast,
+    column,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    table,
+    text,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from app import cursor as cursors
 from app import jsonx
 from app.errors import InvalidArgument, NotFound
-from app.ledger.models import effects, executions, jobs
+from app.ledger.models import effects, executions, jobs, trace_is
 from app.ledger.status import runtime_status
 
 MAX_JOB_ID = 2**63 - 1
@@ -99,7 +113,7 @@ def filter_clauses(f: JobFilter) -> list[ColumnElement[bool]]:
     if f.instance_id:
         where.append(jobs.c.instance_id == f.instance_id)
     if f.trace_id:
-        where.append(jobs.c.trace_id == f.trace_id)
+        where.append(trace_is(f.trace_id))
     if f.keyword:
         pattern = _like(f.keyword)
         alts: list[ColumnElement[bool]] = [
@@ -187,15 +201,27 @@ ATTEMPT_COLUMNS = [
 ]  # fmt: skip
 
 
+# the open attempt of a running job, from its job row, in the shape of ATTEMPT_COLUMNS
+OPEN_ATTEMPT_COLUMNS = [
+    jobs.c.attempt_id.label("id"), jobs.c.generation, jobs.c.attempts.label("attempt"),
+    literal("running").label("status"), jobs.c.worker_id, cast(jobs.c.payload, Text).label("request"),
+    null().label("response"), null().label("error"), null().label("error_code"),
+    jobs.c.run_at.label("due_at"), jobs.c.attempt_started_at.label("started_at"),
+    null().label("finished_at"), null().label("duration_ms"),
+]  # fmt: skip
+
+
 def _attempts(conn: Connection, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Every attempt of the jobs, oldest first: the final ones, then a running job's open attempt."""
     out: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
     if not job_ids:
         return out
-    rows = conn.execute(
-        select(executions.c.job_id, *ATTEMPT_COLUMNS)
-        .where(executions.c.job_id.in_(job_ids))
-        .order_by(executions.c.job_id, executions.c.generation, executions.c.attempt)
-    ).all()
+    final = select(executions.c.job_id, *ATTEMPT_COLUMNS).where(executions.c.job_id.in_(job_ids))
+    running = select(jobs.c.id.label("job_id"), *OPEN_ATTEMPT_COLUMNS).where(
+        jobs.c.id.in_(job_ids), jobs.c.status == "running"
+    )
+    both = union_all(final, running).subquery()
+    rows = conn.execute(select(both).order_by(both.c.job_id, both.c.generation, both.c.attempt)).all()
     for r in rows:
         d = dict(r._mapping)
         job_id = d.pop("job_id")
@@ -275,7 +301,7 @@ def chain(
     columns = DETAIL_COLUMNS if with_attempts else LIST_COLUMNS
     rows = conn.execute(
         select(*columns)
-        .where(jobs.c.trace_id == trace_id, *in_namespace(namespace_id))
+        .where(trace_is(trace_id), *in_namespace(namespace_id))
         .order_by(jobs.c.created_at, jobs.c.id)
         .limit(MAX_CHAIN_JOBS + 1)
     ).all()

@@ -52,6 +52,19 @@ SETTLE_SECONDS = 60
 WAIT_MS = "(extract(epoch FROM e.started_at - e.due_at) * 1000)::float8"
 WAIT_BUCKET = histogram.bucket_sql(WAIT_MS)
 
+
+def attempts_started(where: str) -> str:
+    """A query of the attempts ``(job_id, status, due_at, started_at, duration_ms)`` matching ``where``
+    (over those column names, as ``e.``): the final rows of the attempt table, and the open attempts
+    of running jobs (on their job rows, read through the partial running index)."""
+    open_where = where.replace("e.started_at", "j.attempt_started_at")
+    return f"""SELECT e.job_id, e.status, e.due_at, e.started_at, e.duration_ms FROM workflow_job_executions e
+WHERE {where}
+UNION ALL
+SELECT j.id, 'running', j.run_at, j.attempt_started_at, NULL FROM workflow_jobs j
+WHERE j.status = 'running' AND {open_where}"""
+
+
 # the minutes to roll now, [since, until): after the watermark (or LOOKBACK_MINUTES back); ended
 # SETTLE_SECONDS ago and before the oldest running attempt started, or ended lag ago
 _SPAN = text(
@@ -61,10 +74,7 @@ SELECT greatest((SELECT max(minute) FROM workflow_attempt_minutes) + interval '1
        greatest(date_trunc('minute', now() - make_interval(secs => :lag_seconds)),
                 least(date_trunc('minute', now() - make_interval(secs => :settle_seconds)),
                       date_trunc('minute', (
-                          SELECT min(e.started_at) FROM workflow_jobs j
-                          JOIN workflow_job_executions e
-                            ON e.job_id = j.id AND e.generation = j.generation AND e.status = 'running'
-                          WHERE j.status = 'running')))) AS until
+                          SELECT min(attempt_started_at) FROM workflow_jobs WHERE status = 'running')))) AS until
 """
 )
 _ROLL = text(
@@ -75,8 +85,8 @@ WITH by_bucket AS (
            count(*) FILTER (WHERE e.status = 'failed') AS failed,
            COALESCE(sum(e.duration_ms), 0) AS duration_sum_ms,
            count(e.duration_ms) AS duration_n
-    FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id
-    WHERE e.started_at >= :since AND e.started_at < :until
+    FROM ({attempts_started("e.started_at >= :since AND e.started_at < :until")}) e
+    JOIN workflow_jobs j ON j.id = e.job_id
     GROUP BY 1, 2, 3
 ), by_minute AS (
     SELECT minute, queue, sum(n) AS attempts, sum(failed) AS failed, sum(duration_sum_ms) AS duration_sum_ms,
@@ -157,14 +167,12 @@ WHERE minute >= :since AND minute <= :last_minute
 )
 
 # The attempts of the last hour that are not rolled: the head and the tail of the window, two ranges
-# of the started_at index. Without a rolled minute in the hour the head is empty and the tail is the
+# of the started_at index (plus the open attempts of running jobs in them). Without a rolled minute in the hour the head is empty and the tail is the
 # whole hour.
-LIVE_ATTEMPTS = """
-SELECT job_id, status, due_at, started_at, duration_ms FROM workflow_job_executions
-WHERE started_at >= :since AND started_at < :head_end
+LIVE_ATTEMPTS = f"""
+{attempts_started("e.started_at >= :since AND e.started_at < :head_end")}
 UNION ALL
-SELECT job_id, status, due_at, started_at, duration_ms FROM workflow_job_executions
-WHERE started_at >= :tail_start
+{attempts_started("e.started_at >= :tail_start")}
 """
 
 

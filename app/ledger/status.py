@@ -75,8 +75,12 @@ FROM ({rollup.LIVE_ATTEMPTS}) e
 GROUP BY 1
 """
 )
-# max(started_at) is one step of a backward scan of the started_at index
-_LAST_CLAIM = text("SELECT max(started_at) FROM workflow_job_executions")
+# max(started_at) is one step of a backward scan of the started_at index; the open attempts are on the
+# running jobs' rows
+_LAST_CLAIM = text(
+    "SELECT greatest((SELECT max(started_at) FROM workflow_job_executions), "
+    "(SELECT max(attempt_started_at) FROM workflow_jobs WHERE status = 'running'))"
+)
 
 
 def _num(value: Any) -> float | None:

@@ -147,6 +147,61 @@ def test_each_claim_opens_one_attempt_row(db):
     assert row2["attempts"] == 2 and str(row2["lease_token"]) != str(row["lease_token"])
 
 
+def _written(engine, job_id: int) -> list[dict]:
+    """The attempt rows actually stored (not the open attempt on the job row)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT * FROM workflow_job_executions WHERE job_id = :j ORDER BY attempt"), {"j": job_id}
+        )
+        return [dict(r._mapping) for r in rows]
+
+
+def test_an_attempt_row_is_written_once_by_the_move_that_ends_it(db):
+    """Issue 16: the claim writes no attempt row (the open attempt is on the job row); settle,
+    reclaim, suspend and cancel each insert the final row from the open attempt's facts and clear
+    them, so an attempt row is never updated."""
+    j = add_job(db, "delay_wake", {"a": 1}, max_attempts=5, instance_id="inst-1")
+    _set_run_at(db, j, 3)
+    due = job(db, j)["run_at"]
+    row = claim_one(db, worker_id="w-9")
+    jr = job(db, j)
+    assert _written(db, j) == []
+    assert (jr["attempt_id"], jr["worker_id"], jr["attempt_started_at"]) == (
+        row["attempt_id"], "w-9", row["db_now"],
+    )  # fmt: skip
+    assert settle(db, [settlement(row, "retry", error="again")], base=0.0) == {j: "pending"}
+    (a,) = _written(db, j)
+    assert (a["id"], a["attempt"], a["status"], a["worker_id"], a["error"]) == (
+        row["attempt_id"], 1, "failed", "w-9", "again",
+    )  # fmt: skip
+    assert a["due_at"] == due and a["started_at"] == row["db_now"] and a["request"] == {"a": 1}
+    assert a["finished_at"] >= a["started_at"] and a["lease_token"] is None
+    jr = job(db, j)
+    assert (jr["attempt_id"], jr["worker_id"], jr["attempt_started_at"]) == (None, None, None)
+
+    # reclaim of a lost lease writes the attempt as failed with the lease error
+    claim_one(db, worker_id="w-lost", lease_seconds=0.01)
+    time.sleep(0.05)
+    with transaction(db) as conn:
+        (moved,) = transitions.reclaim_expired(conn, limit=10, backoff_base=0, backoff_cap=0)
+    assert moved["status"] == "pending"
+    assert [(r["attempt"], r["status"], r["worker_id"], r["error_code"]) for r in _written(db, j)][-1] == (
+        2, "failed", "w-lost", "LEASE_EXPIRED",
+    )  # fmt: skip
+
+    # a fencing move (suspend) of a running job closes its attempt as canceled
+    claim_one(db, worker_id="w-3")
+    with transaction(db) as conn:
+        assert transitions.suspend_instance(conn, "inst-1", ["delay_wake"]) == [{"id": j, "status": "paused"}]
+    last = _written(db, j)[-1]
+    assert (last["attempt"], last["status"], last["worker_id"], last["error"]) == (3, "canceled", "w-3",
+                                                                                   "instance suspended")  # fmt: skip
+    # cancel of a paused job has no open attempt: nothing written
+    with transaction(db) as conn:
+        assert transitions.cancel_job(conn, j, "skip")["id"] == j
+    assert len(_written(db, j)) == 3 and job(db, j)["attempt_id"] is None
+
+
 def test_a_lease_never_outlives_a_short_execution_deadline(db):
     add_job(db, "delay_wake", {}, execution_timeout_ms=1500)
     row = claim_one(db, lease_seconds=60)
@@ -208,11 +263,13 @@ def test_concurrent_claimers_never_claim_the_same_job_twice(db, engine):
                     rows = transitions.claim(
                         conn, queue=ADVANCE, limit=5, worker_id=f"c{i}", lease_seconds=60, by_due=i % 2 == 0
                     )
+                    # an attempt is open on its job row or final in the attempt table, never both
                     max_running_seen.append(
                         conn.execute(
                             text(
-                                "SELECT coalesce(max(c), 0) FROM (SELECT count(*) c "
-                                "FROM workflow_job_executions WHERE status = 'running' GROUP BY job_id) s"
+                                "SELECT count(*) FROM workflow_jobs j JOIN workflow_job_executions e "
+                                "ON e.job_id = j.id AND e.generation = j.generation AND e.attempt = j.attempts "
+                                "WHERE j.status = 'running'"
                             )
                         ).scalar()
                     )
@@ -232,7 +289,7 @@ def test_concurrent_claimers_never_claim_the_same_job_twice(db, engine):
     every = [j for c in claimed for j in c]
     assert len(every) == total and len(set(every)) == total
     assert sum(1 for c in claimed if c) >= 2, "the claimers did not actually overlap"
-    assert max(max_running_seen) == 1  # never two running attempts of one job
+    assert max(max_running_seen) == 0  # never an attempt both open and written
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM workflow_job_executions")).scalar() == total
         assert (

@@ -84,3 +84,92 @@ def test_the_churning_ledger_tables_declare_their_own_vacuum_thresholds(engine):
         assert options["autovacuum_vacuum_scale_factor"] == "0.01", table
         assert options["autovacuum_vacuum_threshold"] == "1000", table
         assert options["autovacuum_vacuum_insert_scale_factor"] == "0.05", table
+
+
+def test_migration_0013_moves_running_attempts_onto_their_job_rows():
+    """Upgrading with a job in flight: its running attempt row becomes the open attempt on the job
+    row (id, worker, start kept), finished attempt rows stay, and the attempt table is keyed by
+    (job, generation, attempt)."""
+    import os
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from app.migrate import upgrade
+
+    server = make_url(os.environ["LEDGERFLOW_SERVER_DATABASE_URL"])
+    name = f"lf_mig13_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = server.set(database=name).render_as_string(hide_password=False)
+    eng = create_engine(url)
+    try:
+        upgrade(url, "0012_i14")
+        with eng.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO workflow_jobs (id, type, queue, status, attempts, max_attempts, operation_key, "
+                    "trace_id, lease_token, lease_until, execution_deadline) VALUES (7, 'delay_wake', "
+                    "'workflow-ledger', 'running', 2, 3, 'op', 't', gen_random_uuid(), now() + interval '1 minute', "
+                    "now() + interval '1 minute')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, lease_token, "
+                    "worker_id, due_at, started_at, finished_at) VALUES "
+                    "(41, 7, 1, 1, 'failed', gen_random_uuid(), 'w-old', now(), now() - interval '1 minute', now()),"
+                    "(42, 7, 1, 2, 'running', gen_random_uuid(), 'w-now', now(), now() - interval '5 seconds', NULL)"
+                )
+            )
+        upgrade(url)
+        with eng.connect() as conn:
+            j = conn.execute(text("SELECT attempt_id, worker_id, attempt_started_at IS NOT NULL AS s FROM "
+                                  "workflow_jobs WHERE id = 7")).one()  # fmt: skip
+            assert (j.attempt_id, j.worker_id, j.s) == (42, "w-now", True)
+            rows = conn.execute(text("SELECT id, status FROM workflow_job_executions ORDER BY id")).all()
+            assert [tuple(r) for r in rows] == [(41, "failed")]
+            pk = conn.execute(
+                text(
+                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                    "WHERE conname = 'workflow_job_executions_pkey'"
+                )
+            ).scalar()
+            assert pk == "PRIMARY KEY (job_id, generation, attempt)"
+    finally:
+        eng.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_trace_lookups_go_through_the_trace_prefix_index(db):
+    """``trace_is`` (used by the trace chain, the job list filter and replay) is served by the prefix
+    index, and matches the whole id only (two ids sharing the prefix are told apart)."""
+    from sqlalchemy import select, text
+
+    from app.ledger.models import jobs, trace_is
+
+    shared = "abcdef0123456789"  # 16 characters: longer than the indexed prefix
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (type, queue, max_attempts, operation_key, trace_id) "
+                "SELECT 'delay_wake', 'workflow-ledger', 3, 'op', md5(g::text) FROM generate_series(1, 5000) g"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (type, queue, max_attempts, operation_key, trace_id) VALUES "
+                "('delay_wake', 'workflow-ledger', 3, 'op', :a), ('delay_wake', 'workflow-ledger', 3, 'op', :b)"
+            ),
+            {"a": shared + "a", "b": shared + "b"},
+        )
+        conn.execute(text("ANALYZE workflow_jobs"))
+        query = select(jobs.c.trace_id).where(trace_is(shared + "b"))
+        assert conn.execute(query).scalars().all() == [shared + "b"]
+        compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
+        plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {compiled}")))
+    assert "ix_workflow_jobs_trace" in plan, plan

@@ -253,19 +253,20 @@ def test_a_running_attempt_holds_its_minute_back(db):
     job = add_job(db, "delay_wake")
     running = claim_one(db)  # attempt 1 of the job, running
     _attempts(db, job, 100, oldest=9 * 60, newest=90, first=10)
-    with transaction(db) as conn:  # the running attempt started 5 minutes ago
+    with transaction(db) as conn:  # the running attempt (open on its job row) started 5 minutes ago
         conn.execute(
             text(
-                "UPDATE workflow_job_executions SET started_at = now() - interval '5 minutes',"
-                " due_at = now() - interval '5 minutes 2 seconds' WHERE job_id = :j AND attempt = 1"
+                "UPDATE workflow_jobs SET attempt_started_at = now() - interval '5 minutes',"
+                " run_at = now() - interval '5 minutes 2 seconds' WHERE id = :j"
             ),
             {"j": job},
         )
     _roll_all(db)
     held = scalar(
         db,
-        "SELECT (SELECT date_trunc('minute', started_at) FROM workflow_job_executions WHERE attempt = 1)"
+        "SELECT (SELECT date_trunc('minute', attempt_started_at) FROM workflow_jobs WHERE id = :j)"
         " - max(minute) FROM workflow_attempt_minutes",
+        j=job,
     )
     assert held == timedelta(minutes=1)  # rolled up to the minute before the running attempt's
     assert _status(db)["attempts_1h"] == 101  # the rest is live
@@ -291,7 +292,7 @@ def test_an_attempt_running_past_the_lag_is_rolled_as_it_stands(db):
     add_job(db, "delay_wake", execution_timeout_ms=3_600_000)
     claim_one(db)
     with transaction(db) as conn:
-        conn.execute(text("UPDATE workflow_job_executions SET started_at = now() - interval '20 minutes'"))
+        conn.execute(text("UPDATE workflow_jobs SET attempt_started_at = now() - interval '20 minutes'"))
     _roll_all(db)
     assert scalar(db, "SELECT sum(attempts) FROM workflow_attempt_minutes") == 1
     assert scalar(db, "SELECT sum(duration_n) + sum(failed) FROM workflow_attempt_minutes") == 0

@@ -190,12 +190,9 @@ def _node_with_job(clean, make_job, *, heartbeat_age: int) -> tuple[str, int]:  
                  "'active', now() - make_interval(secs => :age))"),
             {"n": node, "age": heartbeat_age},
         )  # fmt: skip
-        conn.execute(
-            text("INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, worker_id, "
-                 "due_at) SELECT id, generation, 1, 'running', lease_token, :n, run_at FROM workflow_jobs "
-                 "WHERE id = :j"),
-            {"n": node, "j": job},
-        )  # fmt: skip
+        conn.execute(  # the job's open attempt names the node
+            text("UPDATE workflow_jobs SET worker_id = :n WHERE id = :j"), {"n": node, "j": job}
+        )
     return node, job
 
 

@@ -58,19 +58,11 @@ def test_skip_eligibility_matrix(client, operator, make_job, clean, status):
 
 
 def test_skip_running_closes_attempt_and_fences_executor(client, operator, make_job, clean):
-    job_id = make_job("running", attempts=1)
+    job_id = make_job("running", attempts=1)  # its attempt 1 is open on the job row
     with clean.begin() as conn:
         token = conn.execute(
             text("SELECT lease_token FROM workflow_jobs WHERE id = :i"), {"i": job_id}
         ).scalar()
-        conn.execute(
-            text(
-                "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token,"
-                " due_at)"
-                " VALUES (:i, 1, 1, 'running', :t, now())"
-            ),
-            {"i": job_id, "t": token},
-        )
     assert mutate(client, f"/jobs/{job_id}/skip", operator, {}).status_code == 200
     from app.ledger.transitions import lock_owned
 

@@ -65,9 +65,11 @@ def unknown_outcome_job(instance_id: str, step_key: str) -> int:
     """A running external call with an open side-effect marker (its outcome is unknown)."""
     return sql(
         "INSERT INTO workflow_jobs (type, queue, status, instance_id, step_key, max_attempts, operation_key, "
-        "trace_id, lease_token, lease_until, execution_deadline, effect_marker, attempts) VALUES ('external_dispatch', "
+        "trace_id, lease_token, lease_until, execution_deadline, effect_marker, attempts, attempt_id, "
+        "attempt_started_at) VALUES ('external_dispatch', "
         "'workflow-ledger-outbound', 'running', :i, :k, 3, :op, 't', gen_random_uuid(), now() + interval '1 hour', "
-        "now() + interval '1 hour', '{\"sent\": true}', 1) RETURNING id",
+        "now() + interval '1 hour', '{\"sent\": true}', 1, nextval('workflow_job_executions_id_seq'), now()) "
+        "RETURNING id",
         i=instance_id,
         k=step_key,
         op=uuid.uuid4().hex,

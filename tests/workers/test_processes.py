@@ -78,7 +78,8 @@ def scratch_tables(db):
 
 
 class DoubleRunWatch:
-    """Samples the ledger while workers run: a job must never have two running attempts."""
+    """Samples the ledger while workers run: a running job's open attempt (on its row) must never also
+    be written as final, and a (job, generation) never has two succeeded attempts."""
 
     def __init__(self, engine):
         self.engine = engine
@@ -92,8 +93,10 @@ class DoubleRunWatch:
             with self.engine.connect() as conn:
                 rows = conn.execute(
                     text(
-                        "SELECT job_id FROM workflow_job_executions WHERE status = 'running' "
-                        "GROUP BY job_id HAVING count(*) > 1"
+                        "SELECT j.id FROM workflow_jobs j JOIN workflow_job_executions e ON e.job_id = j.id "
+                        "AND e.generation = j.generation AND e.attempt = j.attempts WHERE j.status = 'running' "
+                        "UNION ALL SELECT job_id FROM workflow_job_executions WHERE status = 'succeeded' "
+                        "GROUP BY job_id, generation HAVING count(*) > 1"
                     )
                 ).all()
             self.samples += 1

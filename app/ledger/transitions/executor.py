@@ -1,6 +1,13 @@
 """The executor's transitions: claim (pending -> running), settle (running -> *), the pool's
 combined pass, lease renewal, the ownership lock and the side-effect marker. Every write is guarded
-by generation + lease token + ``status = 'running'``, so a stale executor's write changes nothing."""
+by generation + lease token + ``status = 'running'``, so a stale executor's write changes nothing.
+
+An attempt row is written once (issue 16): while a job runs, its open attempt lives on the job row
+(``attempt_id`` drawn from the attempts' sequence at claim, ``worker_id``, ``attempt_started_at``;
+the due time is the job's ``run_at``, which no move changes while the job runs). Whatever ends the
+attempt (settle here, reclaim or a fencing move in ``interventions``) inserts the finished attempt
+row and clears those columns in the same statement, so at every moment an attempt is either on the
+job row (running) or in ``workflow_job_executions`` (final), never both and never neither."""
 
 from __future__ import annotations
 
@@ -23,7 +30,16 @@ from app.observability import logs
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
     max_attempts, generation, lease_token, lease_until, execution_deadline, operation_key, trace_id,
-    effect_marker, traceparent"""
+    effect_marker, traceparent, attempt_id"""
+
+# The open attempt's columns on the job row (see the module docstring): cleared by every move that ends
+# the attempt, which inserts the attempt row with these columns.
+ATTEMPT_ID_SEQUENCE = "workflow_job_executions_id_seq"
+CLEAR_OPEN_ATTEMPT = "attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL"
+ATTEMPT_INSERT_COLUMNS = (
+    "id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, "
+    "started_at, finished_at, duration_ms"
+)
 
 # L-STATE-3 backoff: base * 2^(attempts-1), one delay capped.
 BACKOFF_SQL = (
@@ -56,7 +72,8 @@ def _picked_sql(order: str, limit: int | None = None) -> str:
 
 
 def _claimed_sql() -> str:
-    """pending -> running for the picked rows, and one attempt row for each (CTEs after ``picked``)."""
+    """pending -> running for the picked rows, with their open attempt on the job row (a CTE after
+    ``picked``)."""
     return f"""claimed AS (
     UPDATE workflow_jobs j
     SET status = 'running',
@@ -65,23 +82,18 @@ def _claimed_sql() -> str:
         execution_deadline = now() + j.execution_timeout_ms * interval '1 millisecond',
         lease_until = LEAST(now() + CAST(:lease_seconds AS double precision) * interval '1 second',
                             now() + j.execution_timeout_ms * interval '1 millisecond'),
+        attempt_id = nextval('{ATTEMPT_ID_SEQUENCE}'), worker_id = :worker_id, attempt_started_at = now(),
         updated_at = now()
     FROM picked WHERE j.id = picked.id
     RETURNING {", ".join("j." + c.strip() for c in _JOB_COLUMNS.split(","))}
-), attempt AS (
-    INSERT INTO workflow_job_executions
-        (job_id, generation, attempt, status, lease_token, worker_id, request, due_at, started_at)
-    SELECT id, generation, attempts, 'running', lease_token, :worker_id, payload, run_at, now()
-    FROM claimed
-    RETURNING id AS attempt_id, job_id
 )"""
 
 
 def _claim_sql(order: str, limit: int | None = None) -> str:
     return f"""
 WITH {_picked_sql(order, limit)}, {_claimed_sql()}
-SELECT claimed.*, attempt.attempt_id, now() AS db_now
-FROM claimed JOIN attempt ON attempt.job_id = claimed.id
+SELECT claimed.*, now() AS db_now
+FROM claimed
 ORDER BY claimed.priority, claimed.run_at, claimed.id
 """
 
@@ -115,7 +127,8 @@ def claim(
     lease_seconds: float,
     by_due: bool,
 ) -> list[dict[str, Any]]:
-    """pending -> running for up to ``limit`` due jobs of ``queue`` (SKIP LOCKED), one attempt row each.
+    """pending -> running for up to ``limit`` due jobs of ``queue`` (SKIP LOCKED), each with its open
+    attempt on the job row.
 
     ``conn`` is a SQLAlchemy connection, or a raw psycopg connection (then the statement is sent as a
     prepared statement; the caller owns the transaction either way)."""
@@ -153,6 +166,12 @@ _SETTLE_CTES = f"""input AS (
                          CAST(:codes AS text[]), CAST(:durations AS int[]),
                          CAST(:retry_afters AS double precision[]))
         AS u(id, gen, token, kind, result, error, code, duration_ms, retry_after)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at,
+           j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
 ), settled AS (
     UPDATE workflow_jobs j
     -- A failure while a side-effect marker is open is an unknown external outcome whatever the
@@ -178,6 +197,7 @@ _SETTLE_CTES = f"""input AS (
                           ELSE u.code END,
         effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
         lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        {CLEAR_OPEN_ATTEMPT},
         finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
                            THEN NULL ELSE now() END,
         updated_at = now()
@@ -189,13 +209,12 @@ _SETTLE_CTES = f"""input AS (
     WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
     RETURNING j.id, j.status, u.token
 ), closed AS (
-    UPDATE workflow_job_executions e
-    SET status = CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped'
-                 ELSE 'failed' END,
-        response = u.result, error = u.error, error_code = u.code,
-        finished_at = clock_timestamp(), duration_ms = u.duration_ms
-    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token
-    WHERE e.job_id = s.id AND e.lease_token = s.token AND e.status = 'running'
+    INSERT INTO workflow_job_executions ({ATTEMPT_INSERT_COLUMNS})
+    SELECT p.attempt_id, p.id, p.generation, p.attempts,
+           CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END,
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
 )"""
 
 _SETTLE = text(f"WITH {_SETTLE_CTES}\nSELECT id, status FROM settled")
@@ -240,8 +259,7 @@ def _settle_and_claim_sql(order: str, limit: int) -> str:
 WITH {_SETTLE_CTES}, {_picked_sql(order, limit)}, {_claimed_sql()}
 SELECT s.settled_ids, s.settled_statuses, c.*
 FROM (SELECT array_agg(id) AS settled_ids, array_agg(status) AS settled_statuses FROM settled) s
-LEFT JOIN (SELECT claimed.*, attempt.attempt_id, now() AS db_now
-           FROM claimed JOIN attempt ON attempt.job_id = claimed.id) c ON true
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
 ORDER BY c.priority, c.run_at, c.id
 """
 

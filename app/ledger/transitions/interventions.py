@@ -16,7 +16,28 @@ from app.ledger.states import (
     EXTERNAL_OUTCOME_UNKNOWN,
     LEASE_EXPIRED,
 )
-from app.ledger.transitions.executor import BACKOFF_SQL
+from app.ledger.transitions.executor import ATTEMPT_INSERT_COLUMNS, BACKOFF_SQL, CLEAR_OPEN_ATTEMPT
+
+# The open attempt's facts on the job row, read (under the row lock) by every move below that can end
+# it: ``prior`` CTEs select these, and ``_close_open_attempts`` writes the attempt row from them.
+_OPEN_ATTEMPT = (
+    "j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload"
+)
+
+
+def _close_open_attempts(prior_cte: str, moved_cte: str, status: str, error: str, error_code: str) -> str:
+    """A CTE ``closed`` inserting the final attempt row of each moved job that had an open attempt,
+    from the facts ``prior_cte`` read under the row lock before ``moved_cte`` cleared them."""
+    return f"""
+, closed AS (
+    INSERT INTO workflow_job_executions ({ATTEMPT_INSERT_COLUMNS})
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, '{status}', p.worker_id, p.payload, NULL, {error},
+           {error_code}, p.run_at, p.attempt_started_at, clock_timestamp(),
+           (extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int
+    FROM {prior_cte} p JOIN {moved_cte} m ON m.id = p.id
+    WHERE p.attempt_id IS NOT NULL
+)"""
+
 
 # --------------------------------------------------------------------------- drain reclaim: running -> pending | dead
 # The move itself, after a CTE ``stale`` that picked and locked the jobs (running -> pending | dead).
@@ -40,26 +61,21 @@ _RECLAIM_MOVE = f"""
                       ELSE now() END,
         finished_at = CASE WHEN j.effect_marker IS NULL AND j.attempts < j.max_attempts
                            THEN NULL ELSE now() END,
-        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, {CLEAR_OPEN_ATTEMPT},
+        updated_at = now()
     FROM stale WHERE j.id = stale.id
     RETURNING j.id, j.status, j.error_code, j.last_error, j.queue
-), closed AS (
-    UPDATE workflow_job_executions e
-    SET status = 'failed', error = r.last_error, error_code = r.error_code,
-        finished_at = clock_timestamp(),
-        duration_ms = (extract(epoch FROM clock_timestamp() - e.started_at) * 1000)::int
-    FROM reclaimed r WHERE e.job_id = r.id AND e.status = 'running'
-)
+){_close_open_attempts("stale", "reclaimed", "failed", "m.last_error", "m.error_code")}
 SELECT id, status, error_code, queue FROM reclaimed
 """
 _RECLAIM = text(
-    """
+    f"""
 WITH stale AS (
-    SELECT id FROM workflow_jobs
-    WHERE status = 'running'
-      AND (lease_until IS NULL OR lease_until <= now() OR execution_deadline <= now())
-      AND (CAST(:queue AS text) IS NULL OR queue = CAST(:queue AS text))
-    ORDER BY lease_until NULLS FIRST
+    SELECT {_OPEN_ATTEMPT} FROM workflow_jobs j
+    WHERE j.status = 'running'
+      AND (j.lease_until IS NULL OR j.lease_until <= now() OR j.execution_deadline <= now())
+      AND (CAST(:queue AS text) IS NULL OR j.queue = CAST(:queue AS text))
+    ORDER BY j.lease_until NULLS FIRST
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 """
@@ -68,16 +84,15 @@ WITH stale AS (
 # A lost node's running jobs (its open attempt names it), whatever their lease says; refused while
 # the node is live (an active heartbeat within 90 s, as the runtime status counts it).
 _RECLAIM_NODE = text(
-    """
+    f"""
 WITH stale AS (
-    SELECT j.id FROM workflow_jobs j
-    JOIN workflow_job_executions e ON e.job_id = j.id AND e.generation = j.generation AND e.status = 'running'
-    WHERE j.status = 'running' AND e.worker_id = :node_id
+    SELECT {_OPEN_ATTEMPT} FROM workflow_jobs j
+    WHERE j.status = 'running' AND j.worker_id = :node_id
       AND NOT EXISTS (SELECT 1 FROM workflow_worker_nodes n WHERE n.node_id = :node_id AND n.status = 'active'
                       AND n.heartbeat_at >= now() - interval '90 seconds')
     ORDER BY j.id
     LIMIT :limit
-    FOR UPDATE OF j SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 """
     + _RECLAIM_MOVE
 )
@@ -109,19 +124,14 @@ def reclaim_lost_node(
 
 
 # --------------------------------------------------------------------------- fencing moves (generation + 1)
-def _close_running_attempts(ids_cte: str, status: str, error: str) -> str:
-    return f"""
-, closed AS (
-    UPDATE workflow_job_executions e
-    SET status = '{status}', error = '{error}', finished_at = clock_timestamp(),
-        duration_ms = (extract(epoch FROM clock_timestamp() - e.started_at) * 1000)::int
-    FROM {ids_cte} m WHERE e.job_id = m.id AND e.status = 'running'
-)"""
-
-
 _SUSPEND = text(
     f"""
-WITH moved AS (
+WITH prior AS (
+    SELECT {_OPEN_ATTEMPT}, j.status FROM workflow_jobs j
+    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))
+      AND j.status IN ('pending', 'running')
+    FOR UPDATE
+), moved AS (
     UPDATE workflow_jobs j
     SET status = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN 'dead' ELSE 'paused' END,
         remaining_ms = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN NULL
@@ -135,11 +145,11 @@ WITH moved AS (
         finished_at = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN now()
                            ELSE j.finished_at END,
         generation = j.generation + 1,
-        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, updated_at = now()
-    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))
-      AND j.status IN ('pending', 'running')
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, {CLEAR_OPEN_ATTEMPT},
+        updated_at = now()
+    FROM prior WHERE j.id = prior.id
     RETURNING j.id, j.status
-){_close_running_attempts("moved", "canceled", "instance suspended")}
+){_close_open_attempts("prior", "moved", "canceled", "'instance suspended'", "NULL")}
 SELECT id, status FROM moved
 """
 )
@@ -170,14 +180,18 @@ def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
 
 def _cancel_sql(where: str) -> str:
     return f"""
-WITH moved AS (
+WITH prior AS (
+    SELECT {_OPEN_ATTEMPT} FROM workflow_jobs j
+    WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead')
+    FOR UPDATE
+), moved AS (
     UPDATE workflow_jobs j
     SET status = 'canceled', generation = j.generation + 1, error_code = :code, last_error = :reason,
         lease_token = NULL, lease_until = NULL, execution_deadline = NULL, remaining_ms = NULL,
-        finished_at = now(), updated_at = now()
-    WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead')
+        {CLEAR_OPEN_ATTEMPT}, finished_at = now(), updated_at = now()
+    FROM prior WHERE j.id = prior.id
     RETURNING j.id, j.generation
-){_close_running_attempts("moved", "canceled", "canceled")}
+){_close_open_attempts("prior", "moved", "canceled", "'canceled'", "NULL")}
 SELECT id, generation FROM moved
 """
 
