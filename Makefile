@@ -5,28 +5,34 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test bench bench-webhooks chaos lint format clean services-stop
+.PHONY: install bytecode run test bench bench-webhooks chaos lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test]"
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) bytecode
 
-run: $(STAMP)
+# The project's modules compiled ahead (only changed files are compiled again), so that every process
+# started later reads bytecode instead of compiling ~100 modules at import: a worker process is then
+# ready in about half the CPU time (bench/startup.py), also where PYTHONDONTWRITEBYTECODE is set.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 app actors ledgerflow web bench chaos examples
+
+run: $(STAMP) bytecode
 	$(BIN)/ledgerflow dev
 
-test: $(STAMP)
+test: $(STAMP) bytecode
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test,bench]"
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench $(BENCH_ARGS)
 
 # the fault suite (not part of `make test`, which runs its short version): CHAOS_ARGS="--quick" or
 # "--only worker-sigkill,redis-stop-and-flush"
-chaos: $(STAMP)
+chaos: $(STAMP) bytecode
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m chaos $(CHAOS_ARGS)
 
 bench-webhooks: $(STAMP)
