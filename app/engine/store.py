@@ -5,8 +5,10 @@ JSON columns are selected ``::text`` and parsed with ``app.jsonx`` so numbers st
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import Connection, text
 
 from app import jsonx
@@ -59,10 +61,25 @@ def read_instance(conn: Connection, instance_id: str, namespace_id: str | None =
     return row
 
 
+# A published version is immutable (X-DEF: inserted once, never updated or deleted), so each process
+# keeps the documents it has read, by version id: every advance, start and handler that needs the step
+# specs saves a statement (issue 16). The cache holds the JSON text (each call parses a fresh object, so
+# no caller can change another's) and is bounded by its characters, whatever the tenants publish.
+DOCUMENT_CACHE_CHARS = 8 * 1024 * 1024
+_documents: LRUCache[str, str] = LRUCache(maxsize=DOCUMENT_CACHE_CHARS, getsizeof=len)
+_documents_lock = threading.Lock()  # cachetools' caches are not thread-safe
+
+
 def version_document(conn: Connection, version_id: str) -> dict[str, Any]:
-    raw = conn.execute(
-        text("SELECT document::text FROM workflow_definition_versions WHERE id = :id"), {"id": version_id}
-    ).scalar_one()
+    with _documents_lock:
+        raw = _documents.get(version_id)
+    if raw is None:
+        raw = conn.execute(
+            text("SELECT document::text FROM workflow_definition_versions WHERE id = :id"), {"id": version_id}
+        ).scalar_one()
+        if len(raw) <= DOCUMENT_CACHE_CHARS // 16:  # one document never evicts most of the others
+            with _documents_lock:
+                _documents[version_id] = raw
     return jsonx.loads_exact_db(raw)
 
 
