@@ -36,10 +36,23 @@ _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, prio
 # the attempt, which inserts the attempt row with these columns.
 ATTEMPT_ID_SEQUENCE = "workflow_job_executions_id_seq"
 CLEAR_OPEN_ATTEMPT = "attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL"
-ATTEMPT_INSERT_COLUMNS = (
-    "id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, "
-    "started_at, finished_at, duration_ms"
+# What a move that ends an attempt reads of the job row (as ``j``) before it clears it.
+OPEN_ATTEMPT = (
+    "j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload"
 )
+
+
+def insert_final_attempts(
+    source: str, *, status: str, response: str, error: str, error_code: str, duration_ms: str
+) -> str:
+    """INSERT of the final attempt rows from ``source``, a FROM clause in which ``p`` holds the
+    OPEN_ATTEMPT facts of each job whose attempt ends; the other arguments are SQL expressions."""
+    return f"""INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, {status}, p.worker_id, p.payload, {response}, {error},
+           {error_code}, p.run_at, p.attempt_started_at, clock_timestamp(), {duration_ms}
+    FROM {source}"""
+
 
 # L-STATE-3 backoff: base * 2^(attempts-1), one delay capped.
 BACKOFF_SQL = (
@@ -201,8 +214,7 @@ _SETTLE_CTES = f"""input AS (
 ), prior AS (
     -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
     -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
-    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at,
-           j.payload
+    SELECT {OPEN_ATTEMPT}
     FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
 ), settled AS (
     UPDATE workflow_jobs j
@@ -241,12 +253,16 @@ _SETTLE_CTES = f"""input AS (
     WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
     RETURNING j.id, j.status, u.token
 ), closed AS (
-    INSERT INTO workflow_job_executions ({ATTEMPT_INSERT_COLUMNS})
-    SELECT p.attempt_id, p.id, p.generation, p.attempts,
-           CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END,
-           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
-           clock_timestamp(), u.duration_ms
-    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+    {
+    insert_final_attempts(
+        "settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id",
+        status="CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END",
+        response="u.result",
+        error="u.error",
+        error_code="u.code",
+        duration_ms="u.duration_ms",
+    )
+}
 )"""
 
 _SETTLE = text(f"WITH {_SETTLE_CTES}\nSELECT id, status FROM settled")

@@ -16,27 +16,23 @@ from app.ledger.states import (
     EXTERNAL_OUTCOME_UNKNOWN,
     LEASE_EXPIRED,
 )
-from app.ledger.transitions.executor import ATTEMPT_INSERT_COLUMNS, BACKOFF_SQL, CLEAR_OPEN_ATTEMPT
-
-# The open attempt's facts on the job row, read (under the row lock) by every move below that can end
-# it: ``prior`` CTEs select these, and ``_close_open_attempts`` writes the attempt row from them.
-_OPEN_ATTEMPT = (
-    "j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload"
+from app.ledger.transitions.executor import (
+    BACKOFF_SQL,
+    CLEAR_OPEN_ATTEMPT,
+    OPEN_ATTEMPT,
+    insert_final_attempts,
 )
 
 
 def _close_open_attempts(prior_cte: str, moved_cte: str, status: str, error: str, error_code: str) -> str:
     """A CTE ``closed`` inserting the final attempt row of each moved job that had an open attempt,
-    from the facts ``prior_cte`` read under the row lock before ``moved_cte`` cleared them."""
-    return f"""
-, closed AS (
-    INSERT INTO workflow_job_executions ({ATTEMPT_INSERT_COLUMNS})
-    SELECT p.attempt_id, p.id, p.generation, p.attempts, '{status}', p.worker_id, p.payload, NULL, {error},
-           {error_code}, p.run_at, p.attempt_started_at, clock_timestamp(),
-           (extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int
-    FROM {prior_cte} p JOIN {moved_cte} m ON m.id = p.id
-    WHERE p.attempt_id IS NOT NULL
-)"""
+    from the OPEN_ATTEMPT facts ``prior_cte`` read under the row lock before ``moved_cte`` cleared them."""
+    insert = insert_final_attempts(
+        f"{prior_cte} p JOIN {moved_cte} m ON m.id = p.id WHERE p.attempt_id IS NOT NULL",
+        status=f"'{status}'", response="NULL", error=error, error_code=error_code,
+        duration_ms="(extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int",
+    )  # fmt: skip
+    return f"\n, closed AS (\n    {insert}\n)"
 
 
 # --------------------------------------------------------------------------- drain reclaim: running -> pending | dead
@@ -71,7 +67,7 @@ SELECT id, status, error_code, queue FROM reclaimed
 _RECLAIM = text(
     f"""
 WITH stale AS (
-    SELECT {_OPEN_ATTEMPT} FROM workflow_jobs j
+    SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
     WHERE j.status = 'running'
       AND (j.lease_until IS NULL OR j.lease_until <= now() OR j.execution_deadline <= now())
       AND (CAST(:queue AS text) IS NULL OR j.queue = CAST(:queue AS text))
@@ -86,7 +82,7 @@ WITH stale AS (
 _RECLAIM_NODE = text(
     f"""
 WITH stale AS (
-    SELECT {_OPEN_ATTEMPT} FROM workflow_jobs j
+    SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
     WHERE j.status = 'running' AND j.worker_id = :node_id
       AND NOT EXISTS (SELECT 1 FROM workflow_worker_nodes n WHERE n.node_id = :node_id AND n.status = 'active'
                       AND n.heartbeat_at >= now() - interval '90 seconds')
@@ -127,7 +123,7 @@ def reclaim_lost_node(
 _SUSPEND = text(
     f"""
 WITH prior AS (
-    SELECT {_OPEN_ATTEMPT}, j.status FROM workflow_jobs j
+    SELECT {OPEN_ATTEMPT}, j.status FROM workflow_jobs j
     WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))
       AND j.status IN ('pending', 'running')
     FOR UPDATE
@@ -181,7 +177,7 @@ def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
 def _cancel_sql(where: str) -> str:
     return f"""
 WITH prior AS (
-    SELECT {_OPEN_ATTEMPT} FROM workflow_jobs j
+    SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
     WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead')
     FOR UPDATE
 ), moved AS (
