@@ -114,22 +114,35 @@ Index(
 # The drain: running jobs by lease expiry.
 Index("ix_workflow_jobs_running_lease", jobs.c.lease_until, postgresql_where=text("status = 'running'"))
 Index("ix_workflow_jobs_instance", jobs.c.instance_id, postgresql_where=text("instance_id IS NOT NULL"))
-# Lookups by trace id go through its first TRACE_PREFIX characters (trace ids are random hex): a 24-byte
-# index entry instead of 48 for the whole id (migration 0014). Every lookup states both the prefix and
-# the whole id: ``trace_is`` (or ``left(trace_id, 15) = :prefix AND trace_id = :id`` in SQL text).
-TRACE_PREFIX = 15
-Index("ix_workflow_jobs_trace", func.left(jobs.c.trace_id, literal_column(str(TRACE_PREFIX))))
+# Lookups by trace id go through a 64-bit hash of it (migration 0015): a 16-byte index entry per job
+# version, against 24 for a 15-character prefix and 48 for the whole id. Every lookup states both the
+# hash and the whole id, so a collision costs a heap read, never a wrong row: ``trace_is`` (SQLAlchemy)
+# or ``trace_match_sql`` (SQL text).
+Index("ix_workflow_jobs_trace", func.hashtextextended(jobs.c.trace_id, literal_column("0")))
 
 
 def trace_is(trace_id: str) -> ColumnElement[bool]:
     """``workflow_jobs.trace_id = trace_id``, in the form the trace index serves."""
+    zero = literal_column("0")
     return and_(
-        func.left(jobs.c.trace_id, TRACE_PREFIX) == trace_id[:TRACE_PREFIX], jobs.c.trace_id == trace_id
+        func.hashtextextended(jobs.c.trace_id, zero) == func.hashtextextended(trace_id, zero),
+        jobs.c.trace_id == trace_id,
+    )
+
+
+def trace_match_sql(column: str, param: str) -> str:
+    """SQL text of ``column = :param`` for a trace id column of workflow_jobs, in the form the trace
+    index serves (``param`` names the bound trace id)."""
+    return (
+        f"hashtextextended({column}, 0) = hashtextextended(CAST(:{param} AS text), 0) AND {column} = :{param}"
     )
 
 
 Index("ix_workflow_jobs_status_type", jobs.c.status, jobs.c.type)
-Index("ix_workflow_jobs_created", jobs.c.created_at, jobs.c.id)
+# The newest-first job list: ``created_at`` only (migration 0015); ``ORDER BY created_at, id`` adds an
+# incremental sort of each group of equal ``created_at``, and the versions of a job and the jobs of one
+# transaction share one deduplicated entry.
+Index("ix_workflow_jobs_created", jobs.c.created_at)
 # retention (app/ledger/retention.py): finished jobs and dead letters by age
 Index(
     "ix_workflow_jobs_finished",

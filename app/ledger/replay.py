@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.ledger.models import TRACE_PREFIX
+from app.ledger.models import trace_match_sql
 
 REPLAYABLE = ("dead", "failed")
 CLUSTER_DIMENSIONS = ("reason", "type", "instance", "trace")
@@ -87,8 +87,8 @@ def where_sql(f: ReplayFilter) -> tuple[str, dict[str, Any]]:
         parts.append("j.instance_id = :instance_id")
         params["instance_id"] = f.instance_id
     if f.trace_id:
-        parts.append(f"left(j.trace_id, {TRACE_PREFIX}) = :trace_prefix AND j.trace_id = :trace_id")
-        params.update(trace_id=f.trace_id, trace_prefix=f.trace_id[:TRACE_PREFIX])
+        parts.append(trace_match_sql("j.trace_id", "trace_id"))
+        params["trace_id"] = f.trace_id
     if f.error_keyword:
         parts.append("j.last_error ILIKE :kw ESCAPE '\\'")
         params["kw"] = _like(f.error_keyword)

@@ -145,14 +145,14 @@ def test_migration_0013_moves_running_attempts_onto_their_job_rows():
         admin.dispose()
 
 
-def test_trace_lookups_go_through_the_trace_prefix_index(db):
-    """``trace_is`` (used by the trace chain, the job list filter and replay) is served by the prefix
-    index, and matches the whole id only (two ids sharing the prefix are told apart)."""
+def test_trace_lookups_go_through_the_trace_hash_index(db):
+    """``trace_is`` (the trace chain and the job list filter) and ``trace_match_sql`` (replay) are
+    served by the trace index on the id's 64-bit hash, and match the whole id only."""
     from sqlalchemy import select, text
 
-    from app.ledger.models import jobs, trace_is
+    from app.ledger.models import jobs, trace_is, trace_match_sql
 
-    shared = "abcdef0123456789"  # 16 characters: longer than the indexed prefix
+    shared = "abcdef0123456789abcdef012345678"  # two ids that differ in their last character
     with db.begin() as conn:
         conn.execute(
             text(
@@ -172,4 +172,50 @@ def test_trace_lookups_go_through_the_trace_prefix_index(db):
         assert conn.execute(query).scalars().all() == [shared + "b"]
         compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
         plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {compiled}")))
+        raw = f"SELECT trace_id FROM workflow_jobs WHERE {trace_match_sql('trace_id', 't')}"
+        assert conn.execute(text(raw), {"t": shared + "a"}).scalars().all() == [shared + "a"]
+        raw_plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {raw}"), {"t": shared + "a"}))
     assert "ix_workflow_jobs_trace" in plan, plan
+    assert "ix_workflow_jobs_trace" in raw_plan, raw_plan
+
+
+def test_the_newest_first_list_is_an_index_scan_with_its_cursor_as_index_condition(db):
+    """``ix_workflow_jobs_created`` holds ``created_at`` only (migration 0015): the list's order
+    (created_at, id descending) is an index scan plus an incremental sort of equal ``created_at``, its
+    keyset cursor an index condition, and jobs sharing ``created_at`` (one transaction's) are paged
+    through in id order without a gap or a repeat."""
+    from sqlalchemy import text
+
+    from app.ledger import ops
+
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (type, queue, max_attempts, operation_key, trace_id, created_at) "
+                "SELECT 'delay_wake', 'workflow-ledger', 3, 'op', md5(g::text), "
+                "       now() - (g / 7) * interval '1 second' FROM generate_series(1, 20000) g"
+            )
+        )
+        conn.execute(text("ANALYZE workflow_jobs"))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                text(
+                    "EXPLAIN SELECT id FROM workflow_jobs WHERE (created_at, id) < (now(), 9999999) "
+                    "ORDER BY created_at DESC, id DESC LIMIT 21"
+                )
+            )
+        )
+        assert "ix_workflow_jobs_created" in plan and "Index Cond" in plan, plan
+        expected = (
+            conn.execute(text("SELECT id FROM workflow_jobs ORDER BY created_at DESC, id DESC LIMIT 60"))
+            .scalars()
+            .all()
+        )
+        seen: list[int] = []
+        cursor = None
+        for _ in range(6):
+            page = ops.list_jobs(conn, ops.JobFilter(), limit=10, cursor=cursor)
+            seen += [int(j["id"]) for j in page.items]
+            cursor = page.next_cursor
+    assert seen == expected
