@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -114,20 +116,23 @@ Index(
 # The drain: running jobs by lease expiry.
 Index("ix_workflow_jobs_running_lease", jobs.c.lease_until, postgresql_where=text("status = 'running'"))
 Index("ix_workflow_jobs_instance", jobs.c.instance_id, postgresql_where=text("instance_id IS NOT NULL"))
+
+
 # Lookups by trace id go through a 64-bit hash of it (migration 0015): a 16-byte index entry per job
 # version, against 24 for a 15-character prefix and 48 for the whole id. Every lookup states both the
 # hash and the whole id, so a collision costs a heap read, never a wrong row: ``trace_is`` (SQLAlchemy)
 # or ``trace_match_sql`` (SQL text).
-Index("ix_workflow_jobs_trace", func.hashtextextended(jobs.c.trace_id, literal_column("0")))
+def _trace_hash(value: Any) -> ColumnElement[int]:
+    """The trace index's key of ``value`` (a column or a trace id), as the index states it."""
+    return func.hashtextextended(value, literal_column("0"))
+
+
+Index("ix_workflow_jobs_trace", _trace_hash(jobs.c.trace_id))
 
 
 def trace_is(trace_id: str) -> ColumnElement[bool]:
     """``workflow_jobs.trace_id = trace_id``, in the form the trace index serves."""
-    zero = literal_column("0")
-    return and_(
-        func.hashtextextended(jobs.c.trace_id, zero) == func.hashtextextended(trace_id, zero),
-        jobs.c.trace_id == trace_id,
-    )
+    return and_(_trace_hash(jobs.c.trace_id) == _trace_hash(trace_id), jobs.c.trace_id == trace_id)
 
 
 def trace_match_sql(column: str, param: str) -> str:
