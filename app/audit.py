@@ -13,6 +13,7 @@ from app import auth, jsonx
 from app import cursor as cursors
 from app.auth import IssuedCredential, Principal
 from app.ids import new_id
+from app.sql import run
 
 _INSERT = text(
     """
@@ -49,7 +50,8 @@ def record(
     row belongs to (default: the principal's; an operator acting on another namespace's job writes a
     second row there)."""
     audit_id = new_id()
-    conn.execute(
+    run(
+        conn,
         _INSERT,
         {
             "id": audit_id,
@@ -114,7 +116,8 @@ def _row(r: Any) -> dict[str, Any]:
 
 
 def get(conn: Connection, namespace_id: str, audit_id: str) -> dict[str, Any] | None:
-    r = conn.execute(
+    r = run(
+        conn,
         text(f"SELECT {COLUMNS} FROM operation_audit WHERE namespace_id = :ns AND id = :id"),
         {"ns": namespace_id, "id": audit_id},
     ).first()
@@ -156,7 +159,8 @@ def list_entries(
     if cursor:
         pos = cursors.decode(cursor, binding)
         after = (cursors.parse_time(pos["t"]), str(pos["i"]))
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             f"""
 SELECT {COLUMNS} FROM operation_audit

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 
 from app.errors import InvalidArgument, NotFound
 from app.ids import new_id
+from app.sql import run
 
 
 class Scope:
@@ -187,7 +188,8 @@ def ensure_namespace(conn: Connection, name: str) -> str:
         raise InvalidArgument(
             "namespace: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", field="namespace"
         )
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             "INSERT INTO namespaces (id, name) VALUES (:id, :name) ON CONFLICT (name) DO NOTHING RETURNING id"
         ),
@@ -195,7 +197,7 @@ def ensure_namespace(conn: Connection, name: str) -> str:
     ).first()
     if row:
         return row.id
-    return conn.execute(text("SELECT id FROM namespaces WHERE name = :name"), {"name": name}).scalar_one()
+    return run(conn, "SELECT id FROM namespaces WHERE name = :name", {"name": name}).scalar_one()
 
 
 def create_credential(
@@ -223,7 +225,8 @@ def create_credential(
     namespace_id = ensure_namespace(conn, namespace)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     cred_id = new_id()
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             """
 INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues, platform, expires_at)
@@ -283,7 +286,7 @@ def authenticate(conn: Connection, token: str) -> Principal | None:
 def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
     """The principal of the live token whose SHA-256 is ``token_hash`` (the console session keeps the
     hash, never the token), or None when it is unknown or revoked."""
-    row = conn.execute(_AUTH, {"hash": token_hash}).first()
+    row = run(conn, _AUTH, {"hash": token_hash}).first()
     if row is None:
         return None
     return Principal(
@@ -298,7 +301,8 @@ def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
 
 
 def list_credentials(conn: Connection, namespace: str | None = None) -> list[dict]:
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             """
 SELECT c.id, c.name, n.name AS namespace, c.namespace_id, c.token_prefix, c.scopes, c.queues,
@@ -315,7 +319,8 @@ ORDER BY n.name, c.created_at, c.id
 
 def revoke_credential(conn: Connection, credential_id: str) -> dict:
     """Revoke by id; idempotent (an already revoked credential keeps its first revocation time)."""
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             """
 UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = :id

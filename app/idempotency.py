@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 from app import jsonx
 from app.db import transaction
 from app.errors import IdempotencyConflict, InvalidArgument
+from app.sql import run
 
 WAIT_SECONDS = 10
 RETENTION_HOURS = 24
@@ -97,19 +98,19 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
     # Wait at most WAIT_SECONDS for a duplicate in flight (its uncommitted receipt row), then restore
     # the transaction's lock timeout. A timeout aborts the transaction, which the caller rolls back
     # on the IdempotencyConflict: nothing else of it can have happened yet (no savepoint needed).
-    old = conn.execute(_WAIT_FOR_DUPLICATE, {"v": f"{WAIT_SECONDS}s"}).scalar_one()
+    old = run(conn, _WAIT_FOR_DUPLICATE, {"v": f"{WAIT_SECONDS}s"}).scalar_one()
     try:
-        row = conn.execute(_CLAIM, params).first()
+        row = run(conn, _CLAIM, params).first()
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: first still in flight
             raise IdempotencyConflict(
                 "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
             ) from None
         raise
-    conn.execute(_SET_LOCK_TIMEOUT, {"v": old})
+    run(conn, _SET_LOCK_TIMEOUT, {"v": old})
     if row is not None:
         return None
-    stored = conn.execute(_READ, params).first()
+    stored = run(conn, _READ, params).first()
     if stored is None or stored.status_code is None:  # pragma: no cover - the owner always completes
         raise IdempotencyConflict("a request with this Idempotency-Key is still in progress", retry_after=1)
     if stored.fingerprint != fp:
@@ -118,7 +119,7 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
 
 
 def complete(conn: Connection, *, scope: str, route: str, key: str, status: int, body: str) -> None:
-    conn.execute(_COMPLETE, {"scope": scope, "route": route, "key": key, "status": status, "body": body})
+    run(conn, _COMPLETE, {"scope": scope, "route": route, "key": key, "status": status, "body": body})
 
 
 def execute_once(
@@ -147,7 +148,8 @@ def execute_once(
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:
     """Delete up to ``limit`` receipts older than the retention window (a key may be reused after
     it); the drain calls it every run (issue 9: receipts expire and the table stays bounded)."""
-    res = conn.execute(
+    res = run(
+        conn,
         text(
             "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "
             "WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)"

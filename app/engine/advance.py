@@ -39,6 +39,7 @@ from app.engine.store import MISSING, read_instance, read_step, step_specs, vers
 from app.engine.transitions import instances as inst_moves
 from app.engine.transitions import steps as step_moves
 from app.engine.transitions import waits as wait_moves
+from app.sql import run
 
 # a generous bound: every iteration activates at least one step or ends the loop
 MAX_ROUNDS = 10_000
@@ -161,7 +162,7 @@ def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) 
 
 
 def _db_in(conn: Connection, seconds: float) -> Any:
-    return conn.execute(text("SELECT now() + make_interval(secs => :d)"), {"d": seconds}).scalar_one()
+    return run(conn, text("SELECT now() + make_interval(secs => :d)"), {"d": seconds}).scalar_one()
 
 
 def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind: str, value: Any) -> None:

@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import advance, stopping
 from app.engine.decide import stopping as decide
@@ -28,6 +28,7 @@ from app.engine.store import lock_instance, read_instance
 from app.engine.transitions import instances as inst_moves
 from app.errors import StateConflict
 from app.ledger.suspend import resume_jobs, suspend_jobs
+from app.sql import run
 
 OPERATIONS = ("PAUSE", "RESUME", "CANCEL")
 
@@ -91,4 +92,4 @@ def sync_resumed(conn: Connection, job_ids: list[int]) -> None:
     """The domain deadlines follow the resumed jobs that enforce them (W-CTL-2)."""
     if job_ids:
         for sql in _SYNC:
-            conn.execute(text(sql), {"ids": job_ids})
+            run(conn, sql, {"ids": job_ids})

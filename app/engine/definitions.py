@@ -14,6 +14,7 @@ from app.engine.documents import VERSION_RE, validate_document
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
+from app.sql import run
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$")
 
@@ -31,7 +32,8 @@ def create_definition(conn: Connection, namespace_id: str, name: Any, descriptio
     def_id = new_id()
     with conn.begin_nested():
         try:
-            conn.execute(
+            run(
+                conn,
                 text(
                     "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, "
                     ":ns, :n, :d)"
@@ -57,13 +59,15 @@ def definition_not_found(definition_id: str) -> NotFound:
 def get_definition(conn: Connection, namespace_id: str, definition_id: str) -> dict:
     if not is_hex32(definition_id):
         raise definition_not_found(definition_id)
-    row = conn.execute(
+    row = run(
+        conn,
         text("SELECT * FROM workflow_definitions WHERE id = :id AND namespace_id = :ns"),
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if row is None:
         raise definition_not_found(definition_id)
-    versions = conn.execute(
+    versions = run(
+        conn,
         text(
             "SELECT id, version, queues, created_at FROM workflow_definition_versions "
             "WHERE definition_id = :id ORDER BY created_at, id"
@@ -88,7 +92,8 @@ def get_definition(conn: Connection, namespace_id: str, definition_id: str) -> d
 
 def publish_version(conn: Connection, namespace_id: str, definition_id: str, document: Any) -> dict:
     """Validate the whole graph, check SUBWORKFLOW targets exist, store an immutable version."""
-    conn.execute(
+    run(
+        conn,
         text("SELECT id FROM workflow_definitions WHERE id = :id AND namespace_id = :ns FOR UPDATE"),
         {"id": definition_id, "ns": namespace_id},
     )
@@ -100,7 +105,8 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     for i, st in enumerate(doc["steps"]):
         if st["kind"] != "SUBWORKFLOW":
             continue
-        target = conn.execute(
+        target = run(
+            conn,
             text(
                 "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = "
                 "v.definition_id "
@@ -114,14 +120,16 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             )
     if errors:
         raise InvalidArgument(errors=errors)
-    exists = conn.execute(
+    exists = run(
+        conn,
         text("SELECT 1 FROM workflow_definition_versions WHERE definition_id = :d AND version = :v"),
         {"d": definition_id, "v": doc["version"]},
     ).first()
     if exists:
         raise StateConflict(f"version {doc['version']!r} is already published; versions are immutable")
     vid = new_id()
-    conn.execute(
+    run(
+        conn,
         text(
             "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, "
             "queues) "
@@ -136,8 +144,8 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             "q": queues,
         },
     )
-    conn.execute(
-        text("UPDATE workflow_definitions SET updated_at = now() WHERE id = :id"), {"id": definition_id}
+    run(
+        conn, text("UPDATE workflow_definitions SET updated_at = now() WHERE id = :id"), {"id": definition_id}
     )
     return get_version(conn, namespace_id, definition_id, doc["version"])
 
@@ -146,14 +154,16 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
     """Names the version asked for and the versions that exist (or that the definition does not)."""
     if not is_hex32(definition_id):
         return definition_not_found(definition_id)
-    exists = conn.execute(
+    exists = run(
+        conn,
         text("SELECT 1 FROM workflow_definitions WHERE id = :id AND namespace_id = :ns"),
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if exists is None:
         return definition_not_found(definition_id)
     published = (
-        conn.execute(
+        run(
+            conn,
             text(
                 "SELECT version FROM workflow_definition_versions WHERE definition_id = :d "
                 "ORDER BY created_at, id"
@@ -174,7 +184,8 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
     if not VERSION_RE.fullmatch(version):
         raise version_not_found(conn, namespace_id, definition_id, version)
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
             "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
@@ -240,7 +251,8 @@ def list_definitions(
         pos = cursors.decode(cursor, binding)
         where.append("(created_at, id) < (:c_created, :c_id)")
         params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT id, created_at FROM workflow_definitions WHERE "
             + " AND ".join(where)
@@ -267,7 +279,8 @@ def list_versions(
         pos = cursors.decode(cursor, binding)
         where.append("(created_at, id) < (:c_created, :c_id)")
         params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT id, version, queues, created_at, document->>'description' AS description "
             "FROM workflow_definition_versions WHERE "

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, text
 from app.db import transaction_state
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
+from app.sql import run
 
 # Every event type, with what moves it (docs/integrations.md lists them for users).
 EVENT_TYPES: dict[str, str] = {
@@ -90,7 +91,7 @@ def _dispatch_job(conn: Connection, iid: str) -> int | None:
     """The ``event_dispatch`` job of this transaction for ``iid`` (created with its first event)."""
     jobs: dict[str, int | None] = transaction_state(conn).setdefault("event_dispatch_jobs", {})
     if iid not in jobs:
-        row = conn.execute(_INTEREST, {"iid": iid}).first()
+        row = run(conn, _INTEREST, {"iid": iid}).first()
         job_id = None
         if row is not None and row[2]:
             op = new_id()  # one operation per transaction: its fan-out receipt is its own
@@ -113,7 +114,8 @@ def emit(conn: Connection, instance_id: str, event_type: str, **fields: Any) -> 
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type}")
     extra = {k: v for k, v in fields.items() if v is not None}
-    conn.execute(
+    run(
+        conn,
         _INSERT,
         {
             "id": new_id(),

@@ -16,12 +16,14 @@ from app.engine.tasks import task_view
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
 from app.jsonx import rfc3339
+from app.sql import run
 
 
 def _step_id(conn: Connection, inst: dict, key: str) -> str:
     row = None
     if KEY_RE.fullmatch(key):
-        row = conn.execute(
+        row = run(
+            conn,
             text("SELECT id FROM workflow_steps WHERE instance_id = :i AND key = :k AND kind <> 'ROOT'"),
             {"i": inst["id"], "k": key},
         ).first()
@@ -34,7 +36,8 @@ def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str 
     step_id = _step_id(conn, inst, key)
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_activations"}
     before = int(cursors.decode(cursor, binding)["s"]) if cursor else None
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             """
 SELECT a.id, a.sequence, a.state, a.input::text AS input, a.output::text AS output, a.error::text AS error,
@@ -97,7 +100,8 @@ def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | Non
     if cursor:
         pos = cursors.decode(cursor, binding)
         at, aid = cursors.parse_time(pos["t"]), str(pos["i"])
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             f"""
 SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_activations a ON a.id = t.activation_id
@@ -201,7 +205,8 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     bound to namespace + workflow + this query kind."""
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "k": "workflow_events"}
     after = int(cursors.decode(cursor, binding)["s"]) if cursor else 0
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "
             "WHERE instance_id = :i AND seq > :after ORDER BY seq LIMIT :n"

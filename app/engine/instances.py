@@ -20,6 +20,7 @@ from app.engine.transitions import steps as step_moves
 from app.errors import FieldError, InvalidArgument, LimitExceeded, QuotaExceeded
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
+from app.sql import run
 
 MAX_INPUT_BYTES = 256 * 1024
 MAX_BUSINESS_KEY = 191
@@ -114,46 +115,47 @@ def start_workflow(
         on_created(conn, inst)
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
     started = advance.settle_progress(conn, iid)
-    check_quotas(conn, namespace_id, ver["queues"], iid)
+    check_quotas(conn, namespace_id, ver["queues"])
     return started
 
 
-# The quota counts of one start in one statement (one round trip), run right after the namespace's start
-# lock is granted (a separate statement: READ COMMITTED takes the snapshot at a statement's start, so
-# only a statement that begins after the lock sees every start committed before it). One row per
-# queue of the definition (queue NULL when it has none), each with the namespace-wide counts.
+# The quota figures of one start in one statement, run right after the namespace's start lock is granted
+# (a separate statement: READ COMMITTED takes the snapshot at a statement's start, so only a statement that
+# begins after the lock sees every start committed before it). The counts are the committed sums of
+# ``workflow_quota_counts`` (migration 0016: kept by deferred triggers at each commit, so this start's own
+# instance and tasks are not in them yet), plus, per queue, the CLAIMED tasks whose lease expired (pending
+# again; an index of claimed tasks only). One row per queue of the definition (queue NULL when it has none).
 _QUOTA_COUNTS = text(
     """
 SELECT q.queue,
-       (SELECT count(*) FROM workflow_tasks t
-        WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.instance_id <> :iid
-          AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))) AS pending,
-       u.unfinished, o.open_tasks
-FROM (SELECT count(*) AS unfinished FROM workflow_instances
-      WHERE namespace_id = :ns AND id <> :iid AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) u
-CROSS JOIN (SELECT count(*) AS open_tasks FROM workflow_tasks
-            WHERE namespace_id = :ns AND instance_id <> :iid AND state IN ('PENDING', 'CLAIMED')) o
+       COALESCE((SELECT sum((c.pending ->> q.queue)::bigint) FROM workflow_quota_counts c
+                 WHERE c.namespace_id = :ns), 0)
+       + (SELECT count(*) FROM workflow_tasks t
+          WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED'
+            AND t.lease_expires_at <= now()) AS pending,
+       u.unfinished, u.open_tasks
+FROM (SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks
+      FROM workflow_quota_counts WHERE namespace_id = :ns) u
 LEFT JOIN unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n) ON true
 ORDER BY q.n
 """
 )
 
 
-def check_quotas(conn: Connection, namespace_id: str, queues: list[str], iid: str) -> None:
+def check_quotas(conn: Connection, namespace_id: str, queues: list[str]) -> None:
     """The namespace's quotas, checked LAST in the start's transaction: the namespace's start lock is
-    taken only now, so concurrent starts do their work in parallel and serialize only for these counts
-    and their commit. Under the lock every start committed before is counted (READ COMMITTED: each
-    statement sees what committed before it began) and this start's own rows are left out, so the
-    answer is exactly what a check before the work would give: never above the caps.
+    taken only now, so concurrent starts do their work in parallel and serialize only for this one
+    statement over a few counter rows and their commit. Under the lock every start committed before is
+    counted and this start's own rows are not (their counts are added when it commits), so the answer is
+    exactly what a check before the work would give: never above the caps. A finishing instance or task
+    whose transaction has not committed yet still counts: the check errs on the safe side.
 
     In order: unfinished instances (WORKFLOW_INSTANCE_LIMIT), then W-ERR quotas for new work (429 with
     Retry-After): pending tasks per queue (QUEUE_FULL; a CLAIMED task whose lease expired is pending
     again), then unfinished work of the application = the credential's namespace (APPLICATION_FULL):
     unfinished instances plus open (PENDING or CLAIMED) tasks."""
-    conn.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": "lf-ns:" + namespace_id}
-    )
-    rows = conn.execute(_QUOTA_COUNTS, {"ns": namespace_id, "iid": iid, "queues": list(queues)}).all()
+    run(conn, "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", {"k": "lf-ns:" + namespace_id})
+    rows = run(conn, _QUOTA_COUNTS, {"ns": namespace_id, "queues": list(queues)}).all()
     unfinished, open_tasks = rows[0].unfinished, rows[0].open_tasks
     if unfinished >= settings.instance_limit():
         raise LimitExceeded(
@@ -251,7 +253,8 @@ def list_instances(
         created, last_id = cursors.parse_time(pos.get("c")), str(pos.get("i"))
         where.append("(created_at, id) < (:c_created, :c_id)")
         params.update(c_created=created, c_id=last_id)
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT id FROM workflow_instances WHERE "
             + " AND ".join(where)

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -236,6 +237,29 @@ Index(
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
 )
 Index("ix_workflow_tasks_instance", tasks.c.instance_id)
+# The quota check's claims whose lease expired (pending again): only claimed tasks, the work in flight.
+Index(
+    "ix_workflow_tasks_claimed_lease",
+    tasks.c.namespace_id,
+    tasks.c.queue,
+    tasks.c.lease_expires_at,
+    postgresql_where=text("state = 'CLAIMED'"),
+)
+
+# W-START-8 / W-ERR quotas without counting rows at every start (issue 16, migration 0016): per namespace
+# and stripe (the committing backend's pid modulo 16), the unfinished instances, the open (PENDING or
+# CLAIMED) tasks and each queue's PENDING tasks (``{"queue": n}``). Deferred constraint triggers on
+# ``workflow_instances`` and ``workflow_tasks`` (function ``workflow_quota_count``) add each row's change
+# when its transaction commits; ``app.engine.instances.check_quotas`` sums the stripes.
+quota_counts = Table(
+    "workflow_quota_counts",
+    metadata,
+    Column("namespace_id", Text, primary_key=True),
+    Column("stripe", SmallInteger, primary_key=True),
+    Column("unfinished", BigInteger, nullable=False, server_default=text("0")),
+    Column("open_tasks", BigInteger, nullable=False, server_default=text("0")),
+    Column("pending", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+)
 
 signals = Table(
     "workflow_signals",

@@ -37,6 +37,7 @@ from app.engine.transitions import steps as step_moves
 from app.engine.transitions import tasks as task_moves
 from app.engine.transitions import waits as wait_moves
 from app.errors import NotFound, StateConflict
+from app.sql import run
 
 ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP", "RESOLVE_INSTANCE")
 RESOLUTIONS = ("CONTINUE", "CANCEL", "FAIL")
@@ -112,22 +113,26 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
     new = read_step(conn, inst["id"], step["key"])
     act = new["activation_id"]
     if old_wait is not None and old_wait["deadline_at"] is not None:
-        conn.execute(
+        run(
+            conn,
             text("UPDATE workflow_waits SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a"),
             {"a": act, "d": old_wait["deadline_at"]},
         )
-    cap = conn.execute(
+    cap = run(
+        conn,
         text("SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = :a"),
         {"a": act, "d": inst["deadline_at"]},
     ).scalar_one()
-    conn.execute(
+    run(
+        conn,
         text(
             "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
             "AND state IN ('PENDING', 'CLAIMED')"
         ),
         {"a": act, "d": inst["deadline_at"]},
     )
-    conn.execute(
+    run(
+        conn,
         text(
             "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
             "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))"
@@ -138,7 +143,8 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
 
 def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reason: str) -> None:
     inst = read_instance(conn, iid)
-    left = conn.execute(
+    left = run(
+        conn,
         text("SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'"),
         {"id": iid},
     ).scalar_one()

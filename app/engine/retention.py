@@ -9,13 +9,15 @@ from functools import partial
 from sqlalchemy import Connection, text
 
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
+from app.sql import run
 
 
 def _prune_of_finished(
     conn: Connection, table: str, age_column: str, where: str, limit: int, policy: RetentionPolicy
 ) -> int:
     """Rows of ``table`` (``where`` holds) of finished instances, ``age_column`` past the retention."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             f"""
 DELETE FROM {table} WHERE id IN (

@@ -25,6 +25,7 @@ from app.engine.states import TERMINAL, InstanceState
 from app.engine.store import lock_instance, read_instance
 from app.engine.transitions import instances as inst_moves
 from app.errors import StateConflict
+from app.sql import run
 
 
 def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, dict]:
@@ -38,7 +39,8 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
         )
     in_review = [
         r[0]
-        for r in conn.execute(
+        for r in run(
+            conn,
             text(
                 "SELECT key FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW' ORDER BY key"
             ),

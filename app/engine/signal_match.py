@@ -18,6 +18,7 @@ from app.engine.transitions import signals as signal_moves
 from app.engine.transitions import steps as step_moves
 from app.engine.transitions import tasks as task_moves
 from app.engine.transitions import waits as wait_moves
+from app.sql import run
 
 
 def audit_settled(conn: Connection, rows: Any) -> None:
@@ -71,7 +72,8 @@ def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
         step = read_step(conn, inst["id"], key)
         if step is None or not step["activation_id"]:
             continue
-        pending = conn.execute(
+        pending = run(
+            conn,
             text(
                 "SELECT id FROM workflow_signals WHERE instance_id = :i AND target_step_key = :k "
                 "AND target_activation_sequence = :s AND state = 'PENDING' ORDER BY accepted_at, id"

@@ -47,6 +47,7 @@ from app.engine.transitions import signals as signal_moves
 from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
+from app.sql import run
 
 MAX_CORRELATION_BYTES = 512
 
@@ -94,8 +95,8 @@ def send(
     where = decide.target(req["target_step_key"], seq, current)
     if isinstance(where, Refuse):
         raise StateConflict(where.message)
-    count = conn.execute(
-        text("SELECT count(*) FROM workflow_signals WHERE instance_id = :id"), {"id": instance_id}
+    count = run(
+        conn, text("SELECT count(*) FROM workflow_signals WHERE instance_id = :id"), {"id": instance_id}
     ).scalar_one()
     if count >= signal_limit():
         raise LimitExceeded(
@@ -177,7 +178,8 @@ def list_signals(conn: Connection, inst: dict, limit: int, cursor: str | None) -
     if cursor:
         pos = cursors.decode(cursor, binding)
         params.update(at=cursors.parse_time(pos["t"]), aid=str(pos["i"]))
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             f"SELECT {_COLS} FROM workflow_signals WHERE instance_id = :id "
             "AND (CAST(:at AS timestamptz) IS NULL OR (accepted_at, id) < (CAST(:at AS timestamptz), :aid)) "

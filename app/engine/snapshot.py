@@ -10,6 +10,7 @@ from sqlalchemy import Connection, text
 
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
 from app.engine.store import MISSING, jparse, read_instance, read_step, read_steps
+from app.sql import run
 
 
 def inst_model(inst: dict) -> Inst:
@@ -61,14 +62,15 @@ FROM workflow_activations WHERE id = :id
 def poll(conn: Connection, activation_id: str, interval_seconds: float = 0) -> tuple[Poll, bool]:
     """A POLL activation's bookkeeping and whether a round started ``interval_seconds`` from now
     would start after the poll deadline."""
-    r = conn.execute(text(_POLL), {"id": activation_id, "interval": interval_seconds}).first()
+    r = run(conn, _POLL, {"id": activation_id, "interval": interval_seconds}).first()
     return Poll(r.poll_used_rounds, r.poll_round_attempts, r.poll_current_task_id, r.past_deadline), bool(
         r.next_round_late
     )
 
 
 def mapping_context(conn: Connection, inst: dict) -> dict[str, Any]:
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT s.key, a.output::text AS output FROM workflow_steps s "
             "JOIN workflow_activations a ON a.id = s.activation_id "

@@ -43,6 +43,7 @@ from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
 from app.ledger.states import CLEAR_SCOPE, EXTERNAL_OUTCOME_UNKNOWN, JobType
 from app.ledger.suspend import clear_jobs
+from app.sql import run
 
 
 # --------------------------------------------------------------------------- the end
@@ -55,7 +56,8 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
     wait_moves.cancel_open(conn, instance_id=iid)
     if state != InstanceState.SUCCEEDED:
         step_moves.cancel_open(conn, iid)
-    jobs = conn.execute(
+    jobs = run(
+        conn,
         text(
             "SELECT id FROM workflow_jobs WHERE instance_id = :id AND status IN ('pending', 'paused') "
             "AND type = ANY(CAST(:types AS text[])) ORDER BY id"
@@ -118,7 +120,8 @@ def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING
 
 # --------------------------------------------------------------------------- review
 def unknown_outcome_jobs(conn: Connection, iid: str) -> list[dict]:
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT id, step_key FROM workflow_jobs WHERE instance_id = :id AND "
             "((status = 'running' AND effect_marker IS NOT NULL) OR (status = 'dead' AND error_code = :u)) "
@@ -133,7 +136,8 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
     """An unknown external outcome: its step (if any) and the instance go to NEEDS_REVIEW."""
     keys = [
         r[0]
-        for r in conn.execute(
+        for r in run(
+            conn,
             text("SELECT DISTINCT step_key FROM workflow_jobs WHERE id = ANY(:ids) AND step_key IS NOT NULL"),
             {"ids": job_ids},
         )
@@ -165,7 +169,8 @@ def request_cancel(
     # waiting work stops: unclaimed (or lease-expired) tasks, open waits, children
     task_moves.cancel_open(conn, instance_id=iid, step_only=True, unclaimed_or_expired=True)
     wait_moves.cancel_open(conn, instance_id=iid)
-    for (child_id,) in conn.execute(
+    for (child_id,) in run(
+        conn,
         text(
             "SELECT a.child_instance_id FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
             "JOIN workflow_instances c ON c.id = a.child_instance_id "
@@ -194,7 +199,8 @@ def settle_cancel(conn: Connection, iid: str) -> dict:
         return inst
     task_moves.cancel_open(conn, instance_id=iid, step_only=True, expired_claims_only=True)
     step_moves.cancel_open(conn, iid, idle_only=True)
-    flight = conn.execute(
+    flight = run(
+        conn,
         text(
             "SELECT count(*) AS n, max(lease_expires_at) AS until FROM workflow_tasks WHERE instance_id = :id "
             "AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at > now()"
@@ -238,7 +244,8 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
 # --------------------------------------------------------------------------- saga (X-AUTO)
 def compensation_plan(conn: Connection, inst: dict) -> list[dict]:
     specs = step_specs(version_document(conn, inst["definition_version_id"]))
-    done = conn.execute(
+    done = run(
+        conn,
         text(
             "SELECT s.key, a.id AS activation_id, row_number() OVER (ORDER BY a.completed_at, a.id) AS ord "
             "FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "

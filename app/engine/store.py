@@ -13,6 +13,7 @@ from sqlalchemy import Connection, text
 
 from app import jsonx
 from app.errors import NotFound
+from app.sql import run
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
 
@@ -48,14 +49,14 @@ def _inst(row: Any) -> dict[str, Any] | None:
 
 def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
     """Lock order: the instance row first, then tasks / jobs (ARCHITECTURE, L-CLAIM-5)."""
-    row = _inst(conn.execute(text(_INSTANCE + " FOR UPDATE"), {"id": instance_id}).first())
+    row = _inst(run(conn, _INSTANCE + " FOR UPDATE", {"id": instance_id}).first())
     if row is None:
         raise NotFound("workflow not found")
     return row
 
 
 def read_instance(conn: Connection, instance_id: str, namespace_id: str | None = None) -> dict[str, Any]:
-    row = _inst(conn.execute(text(_INSTANCE), {"id": instance_id}).first())
+    row = _inst(run(conn, _INSTANCE, {"id": instance_id}).first())
     if row is None or (namespace_id is not None and row["namespace_id"] != namespace_id):
         raise NotFound("workflow not found")
     return row
@@ -74,8 +75,10 @@ def version_document(conn: Connection, version_id: str) -> dict[str, Any]:
     with _documents_lock:
         raw = _documents.get(version_id)
     if raw is None:
-        raw = conn.execute(
-            text("SELECT document::text FROM workflow_definition_versions WHERE id = :id"), {"id": version_id}
+        raw = run(
+            conn,
+            text("SELECT document::text FROM workflow_definition_versions WHERE id = :id"),
+            {"id": version_id},
         ).scalar_one()
         if len(raw) <= DOCUMENT_CACHE_CHARS // 16:  # one document never evicts most of the others
             with _documents_lock:
@@ -108,7 +111,7 @@ def _step(row: Any) -> dict[str, Any]:
 
 def read_steps(conn: Connection, instance_id: str, key: str | None = None) -> list[dict[str, Any]]:
     sql = _STEPS + (" AND s.key = :key" if key is not None else "") + " ORDER BY s.key"
-    return [_step(r) for r in conn.execute(text(sql), {"id": instance_id, "key": key})]
+    return [_step(r) for r in run(conn, sql, {"id": instance_id, "key": key})]
 
 
 def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | None:
@@ -117,7 +120,8 @@ def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | 
 
 
 def read_wait(conn: Connection, activation_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             "SELECT id, kind, state, name, payload_version, correlation_key, deadline_at, winner_signal_id, "
             "resolved_at FROM workflow_waits WHERE activation_id = :a"
@@ -139,9 +143,7 @@ def signal_row(r: Any) -> dict[str, Any]:
 
 
 def read_signal(conn: Connection, sig_id: str) -> dict[str, Any]:
-    r = conn.execute(
-        text(f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id"), {"id": sig_id}
-    ).first()
+    r = run(conn, text(f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id"), {"id": sig_id}).first()
     if r is None:
         raise NotFound("signal not found")
     return signal_row(r)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
@@ -17,6 +17,7 @@ from app.engine.transitions.tasks import TASK_COLS as _TASK_COLS
 from app.errors import NotFound, StateConflict
 from app.ids import is_hex32
 from app.jsonx import rfc3339
+from app.sql import run
 
 __all__ = ["retry_delay_seconds"]
 
@@ -34,7 +35,7 @@ def read_task(conn: Connection, task_id: str, namespace_id: str, *, lock: bool =
     if not is_hex32(task_id):
         raise NotFound("task not found")
     sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE t.id = :id" + (" FOR UPDATE" if lock else "")
-    task = _task(conn.execute(text(sql), {"id": task_id}).first())
+    task = _task(run(conn, sql, {"id": task_id}).first())
     if task is None or task["namespace_id"] != namespace_id:
         raise NotFound("task not found")
     return task
@@ -49,7 +50,7 @@ def open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | No
         where += " AND t.queue = ANY(CAST(:queues AS text[]))"
         params["queues"] = list(queues)
     sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE {where} ORDER BY t.created_at, t.id LIMIT :limit"
-    return [t for t in (_task(r) for r in conn.execute(text(sql), params)) if t is not None]
+    return [t for t in (_task(r) for r in run(conn, sql, params)) if t is not None]
 
 
 def claim(

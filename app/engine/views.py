@@ -18,6 +18,7 @@ from app.engine.store import (
 )
 from app.errors import NotFound
 from app.jsonx import rfc3339
+from app.sql import run
 
 
 def _summary(s: dict) -> dict[str, Any]:
@@ -69,7 +70,8 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
     if s["kind"] == "SUBWORKFLOW" and s["child_instance_id"]:
         out["child_workflow_id"] = s["child_instance_id"]
     if s["kind"] == "TASK" and s["state"] == "WAITING":  # retry backoff: when the next attempt starts
-        nxt = conn.execute(
+        nxt = run(
+            conn,
             text(
                 "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
                 "AND status IN ('pending', 'paused') AND payload->>'wake' = 'task_retry' "

@@ -14,6 +14,7 @@ from app.ids import new_id
 from app.ledger import transitions as ledger_moves
 from app.ledger.enqueue import enqueue
 from app.ledger.states import JobType
+from app.sql import run
 
 DEFAULT_TASK_TIMEOUT_SECONDS = 300
 COMPENSATION_TASK_SECONDS = 7 * 24 * 3600
@@ -128,7 +129,8 @@ def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: 
 
 def cancel_task_timeout(conn: Connection, task_id: str) -> None:
     """A task settled before its deadline: its ``task_timeout`` job has nothing left to do."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT id FROM workflow_jobs WHERE task_id = :t AND type = 'task_timeout' "
             "AND status IN ('pending', 'paused') ORDER BY id"

@@ -18,6 +18,7 @@ from app.ledger import transitions
 from app.ledger.http import SafeHttp
 from app.ledger.outcome import JobAborted
 from app.observability import metrics
+from app.sql import run
 
 _READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
 _WRITE_RECEIPT = text(
@@ -134,7 +135,7 @@ class JobContext:
                 raise JobAborted("ownership lost")
             yield conn
             # the row lock is held, so nobody can fence us meanwhile; the deadline may pass
-            if conn.execute(text("SELECT clock_timestamp() < :d"), {"d": self.execution_deadline}).scalar():
+            if run(conn, "SELECT clock_timestamp() < :d", {"d": self.execution_deadline}).scalar():
                 return
             self.abort("execution deadline passed")
             raise JobAborted("execution deadline passed")
@@ -142,7 +143,7 @@ class JobContext:
     def receipt(self, step_key: str) -> tuple[bool, Any]:
         """(found, result) of a committed receipt of this operation's step."""
         with self.engine.connect() as conn:
-            row = conn.execute(_READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
+            row = run(conn, _READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
         return (row is not None, row.result if row else None)
 
     def effect(self, step_key: str, write: Callable[[Connection], Any]) -> Any:
@@ -155,11 +156,12 @@ class JobContext:
             return stored
         try:
             with self.transaction() as conn:
-                row = conn.execute(_READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
+                row = run(conn, _READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
                 if row is not None:
                     return row.result
                 result = write(conn)
-                inserted = conn.execute(
+                inserted = run(
+                    conn,
                     _WRITE_RECEIPT_IF_FIRST,
                     {
                         "op": self.operation_key,
@@ -178,7 +180,8 @@ class JobContext:
         return result
 
     def store_receipt(self, conn: Connection, step_key: str, result: Any) -> None:
-        conn.execute(
+        run(
+            conn,
             _WRITE_RECEIPT,
             {
                 "op": self.operation_key,

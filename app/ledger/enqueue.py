@@ -16,6 +16,7 @@ from app.ids import new_id
 from app.ledger.hints import publish_after_commit
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
 from app.observability import metrics, tracing
+from app.sql import run
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,9 @@ def enqueue(
         "trace_id": trace_id or new_id(),
         "traceparent": traceparent or (tracing.current_traceparent() if tracing.ENABLED else None),
     }
-    row = conn.execute(_INSERT, params).first()
+    row = run(conn, _INSERT, params).first()
     if row is None:  # the key exists (its inserter committed)
-        existing = conn.execute(_BY_KEY, {"key": idempotency_key}).scalar_one()
+        existing = run(conn, _BY_KEY, {"key": idempotency_key}).scalar_one()
         return EnqueuedJob(id=existing, created=False)
     publish_after_commit(conn, [jt.pool.queue])
     if metrics.ENABLED:

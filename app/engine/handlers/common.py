@@ -12,6 +12,7 @@ from app.engine.states import TERMINAL
 from app.engine.store import lock_instance, read_step
 from app.ledger.context import JobContext
 from app.ledger.outcome import PermanentError, Skip
+from app.sql import run
 
 
 class ForeignReference(PermanentError):
@@ -51,7 +52,8 @@ def bind(kind: str, row_id: str, owner: str | None, instance_id: str) -> None:
 def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -> dict | None:
     """The step whose *current* activation is ``activation_id`` (None for an older activation); the
     activation must belong to ``instance_id``."""
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_activations a "
             "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a"

@@ -16,10 +16,12 @@ from app.engine.snapshot import inst_model
 from app.engine.transitions import instances as inst_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
+from app.sql import run
 
 
 def create_compensation_task(conn: Connection, inst: dict, item: dict, index: int) -> str:
-    row = conn.execute(
+    row = run(
+        conn,
         text(
             "SELECT s.id AS step_id, a.output::text AS output FROM workflow_steps s "
             "JOIN workflow_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a"

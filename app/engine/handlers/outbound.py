@@ -25,6 +25,7 @@ from app.engine.store import lock_instance
 from app.ledger.context import JobContext
 from app.ledger.http import HttpResult, SafeHttp
 from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN
+from app.sql import run
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a response body larger than this is not kept in the step output
 MAX_TEXT_CHARS = 4096
@@ -86,7 +87,8 @@ def review_dead_unknown(conn: Connection, limit: int) -> int:
     (its executor was lost mid-call) while its step is still ACTIVE -> the step and the instance to
     NEEDS_REVIEW. (An ``external_dispatch`` job stays a dead letter only: its task stays claimable.)
     Bounded by ``limit`` instances per pass."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         text(
             "SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j "
             "JOIN workflow_steps s ON s.instance_id = j.instance_id AND s.key = j.step_key "

@@ -9,6 +9,7 @@ from app.engine import tasks
 from app.engine.handlers.common import bind, run_advance
 from app.ledger import handlers
 from app.ledger.context import JobContext
+from app.sql import run
 
 
 @handlers.register("task_timeout")
@@ -16,8 +17,8 @@ def task_timeout(ctx: JobContext):  # noqa: ANN201
     task_id = str((ctx.payload or {}).get("task_id") or ctx.task_id)
 
     def write(conn: Connection, inst: dict) -> dict:
-        owner = conn.execute(
-            text("SELECT instance_id FROM workflow_tasks WHERE id = :id"), {"id": task_id}
+        owner = run(
+            conn, text("SELECT instance_id FROM workflow_tasks WHERE id = :id"), {"id": task_id}
         ).scalar()
         bind("task", task_id, owner, inst["id"])
         if not tasks.time_out(conn, inst, task_id):

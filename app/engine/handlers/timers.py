@@ -21,6 +21,7 @@ from app.engine.transitions import waits as wait_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import PermanentError
+from app.sql import run
 
 
 def _timer(conn: Connection, inst: dict, p: dict) -> dict:
@@ -79,7 +80,7 @@ def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
 
 def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
     due = bool(
-        conn.execute(text("SELECT CAST(:d AS timestamptz) <= now()"), {"d": inst["deadline_at"]}).scalar()
+        run(conn, text("SELECT CAST(:d AS timestamptz) <= now()"), {"d": inst["deadline_at"]}).scalar()
     )
     verdict = decide_stopping.deadline_passed(inst_model(inst), due)
     if isinstance(verdict, Ignore):
@@ -90,8 +91,8 @@ def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
 
 def _signal_expiry(conn: Connection, inst: dict, p: dict) -> dict:
     sig_id = str(p["signal_id"])
-    owner = conn.execute(
-        text("SELECT instance_id FROM workflow_signals WHERE id = :id"), {"id": sig_id}
+    owner = run(
+        conn, text("SELECT instance_id FROM workflow_signals WHERE id = :id"), {"id": sig_id}
     ).scalar()
     bind("signal", sig_id, owner, inst["id"])
     if not signal_match.expire(conn, sig_id, inst["id"]):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Row, text
+from sqlalchemy import Connection, Row
 
 from app.errors import StateConflict
+from app.sql import run
 
 
 class TransitionRefused(StateConflict):
@@ -28,7 +29,7 @@ def states(values: Iterable[str]) -> list[str]:
 
 def one(conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: str, params: dict) -> Row:
     """Execute ``sql`` (which must end in ``RETURNING``) and return its single row, or raise."""
-    row = conn.execute(text(sql), params).first()
+    row = run(conn, sql, params).first()
     if row is None:
         raise TransitionRefused(what, row_id, states(allowed))
     return row
@@ -36,9 +37,9 @@ def one(conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: s
 
 def maybe(conn: Connection, sql: str, params: dict) -> Row | None:
     """A conditional move (``try_*``): no row is a normal answer (not due, already settled)."""
-    return conn.execute(text(sql), params).first()
+    return run(conn, sql, params).first()
 
 
 def many(conn: Connection, sql: str, params: dict) -> list[Any]:
     """A set move (every matching row of an instance / activation): zero rows is a normal answer."""
-    return list(conn.execute(text(sql), params).all())
+    return list(run(conn, sql, params).all())

@@ -12,6 +12,7 @@ from app.engine import events
 from app.engine.states import SignalState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many
+from app.sql import run
 
 S = SignalState
 _SETTLED = "RETURNING id, namespace_id, instance_id, state, disposition, consumed_wait_id, revision"
@@ -19,7 +20,8 @@ _BUMP = "resolved_at = now(), revision = revision + 1, updated_at = now()"
 
 
 def insert(conn: Connection, row: dict[str, Any]) -> None:
-    conn.execute(
+    run(
+        conn,
         text(
             """
 INSERT INTO workflow_signals (id, namespace_id, instance_id, name, payload_version, target_step_key,

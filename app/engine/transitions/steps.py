@@ -13,6 +13,7 @@ from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, jdump, jparse
 from app.engine.transitions._guard import many, one, states
 from app.ids import new_id
+from app.sql import run
 
 S = StepState
 OPEN = states(STEP_OPEN)
@@ -23,7 +24,8 @@ _BUMP = "revision = revision + 1, updated_at = now()"
 
 def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
     """The steps of a new instance: the ``$root`` (SUCCEEDED) and every declared step BLOCKED."""
-    conn.execute(
+    run(
+        conn,
         text(
             "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
             "VALUES (:id, :inst, '$root', 'ROOT', 'SUCCEEDED', '{}')"
@@ -31,7 +33,8 @@ def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
         {"id": new_id(), "inst": iid},
     )
     for st in specs:
-        conn.execute(
+        run(
+            conn,
             text(
                 "INSERT INTO workflow_steps (id, instance_id, key, kind, after) "
                 "VALUES (:id, :inst, :key, :kind, CAST(:after AS text[]))"
@@ -55,7 +58,8 @@ def insert_activation(
     seq = (step["activation_sequence"] or 0) + 1
     act_id = new_id()
     poll = poll_deadline is not None
-    conn.execute(
+    run(
+        conn,
         text(
             "INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, task_attempts, "
             "poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, "
@@ -197,7 +201,8 @@ def close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, er
 
 def end_activation_for_retry(conn: Connection, step: dict) -> None:
     """Operator RETRY_STEP: the current activation ends (CANCELLED unless it already settled)."""
-    conn.execute(
+    run(
+        conn,
         text(
             "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
             "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a"
@@ -254,14 +259,15 @@ def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
 def activation_input_of(conn: Connection, act_id: str) -> Any:
     return jparse(
-        conn.execute(
-            text("SELECT input::text FROM workflow_activations WHERE id = :id"), {"id": act_id}
+        run(
+            conn, text("SELECT input::text FROM workflow_activations WHERE id = :id"), {"id": act_id}
         ).scalar_one()
     )
 
 
 def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
-    conn.execute(
+    run(
+        conn,
         text(
             """
 UPDATE workflow_activations SET poll_round_attempts = :att, poll_current_task_id = :task,
@@ -285,11 +291,12 @@ def poll_task_ended(
         sets += ", poll_used_rounds = poll_used_rounds + 1, poll_round_attempts = 0, poll_resolved_at = now()"
     elif used is not None:
         sets += ", poll_used_rounds = :u, poll_round_attempts = 0"
-    conn.execute(text(f"UPDATE workflow_activations SET {sets} WHERE id = :id"), {"id": act_id, "u": used})
+    run(conn, f"UPDATE workflow_activations SET {sets} WHERE id = :id", {"id": act_id, "u": used})
 
 
 def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
-    conn.execute(
+    run(
+        conn,
         text(
             "UPDATE workflow_activations SET poll_resolved_at = now(), poll_next_at = NULL, "
             "poll_current_task_id = NULL WHERE id = :a"
@@ -300,7 +307,8 @@ def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
 
 def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
     """The next round is due ``seconds`` from now; returns that time."""
-    return conn.execute(
+    return run(
+        conn,
         text(
             "UPDATE workflow_activations SET poll_next_at = now() + make_interval(secs => :s) WHERE id = :id "
             "RETURNING poll_next_at"
@@ -310,7 +318,8 @@ def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
 
 
 def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
-    conn.execute(
+    run(
+        conn,
         text("UPDATE workflow_activations SET task_attempts = :n WHERE id = :id"),
         {"id": act_id, "n": attempts},
     )
@@ -318,7 +327,8 @@ def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
 
 def set_child(conn: Connection, step: dict, child_id: str) -> None:
     """A SUBWORKFLOW activation records its child (step and instance revisions follow)."""
-    conn.execute(
+    run(
+        conn,
         text("UPDATE workflow_activations SET child_instance_id = :c WHERE id = :a"),
         {"c": child_id, "a": step["activation_id"]},
     )

@@ -11,6 +11,7 @@ from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many, maybe, one, states
+from app.sql import run
 
 S = TaskState
 OPEN = states(TASK_OPEN)
@@ -32,7 +33,8 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
 
 def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> Any:
     """A PENDING task; returns its ``deadline_at`` (now + ``timeout`` seconds)."""
-    deadline = conn.execute(
+    deadline = run(
+        conn,
         text(
             f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
@@ -77,7 +79,7 @@ RETURNING {TASK_COLS}
 
 def claim(conn: Connection, namespace_id: str, queues: list[str], n: int, lease_seconds: float) -> list[Any]:
     """PENDING (or CLAIMED with an expired lease) -> CLAIMED, epoch + 1, oldest first."""
-    return list(conn.execute(_CLAIM, {"ns": namespace_id, "queues": queues, "n": n, "lease": lease_seconds}))
+    return list(run(conn, _CLAIM, {"ns": namespace_id, "queues": queues, "n": n, "lease": lease_seconds}))
 
 
 def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:

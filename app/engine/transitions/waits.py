@@ -10,6 +10,7 @@ from sqlalchemy import Connection, text
 from app.engine.states import WaitState
 from app.engine.transitions._guard import many, maybe
 from app.ids import new_id
+from app.sql import run
 
 S = WaitState
 
@@ -27,7 +28,8 @@ def insert(
     **params: Any,
 ) -> Any:
     """A WAITING wait; returns its ``deadline_at`` (``deadline_sql`` over ``params``)."""
-    return conn.execute(
+    return run(
+        conn,
         text(
             "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, "
             f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, {deadline_sql}) "

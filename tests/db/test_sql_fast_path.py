@@ -1,0 +1,90 @@
+"""``app.sql.run`` answers like ``conn.execute(text(...))`` (issue 16): same transaction, same parameters,
+rows read by attribute, index and ``_mapping``, SQLAlchemy's exception classes, and SQLAlchemy's own
+path whenever something listens to its cursor events."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound, OperationalError
+
+from app.db import transaction
+from app.sql import Result, pyformat, run
+
+
+def test_placeholders_casts_and_percent_signs():
+    assert pyformat("SELECT CAST(:b AS int), x::text, 'x%' LIKE :c") == (
+        "SELECT CAST(%(b)s AS int), x::text, 'x%%' LIKE %(c)s"
+    )
+    # as in SQLAlchemy's text(): a name followed by a colon is no parameter (write CAST(:a AS text))
+    assert pyformat("SELECT :a::text") == "SELECT :a::text"
+    assert pyformat(r"SELECT '12:30', \:literal") == "SELECT '12:30', :literal"
+
+
+def test_rows_read_like_sqlalchemy_rows(db):  # noqa: ANN001
+    with transaction(db) as conn:
+        res = run(conn, "SELECT 1 AS one, 'x' AS two, CAST(:p AS int) AS three, 'a%' AS pct", {"p": 3})
+        assert isinstance(res, Result)
+        row = res.one()
+        assert (row.one, row[1], row._mapping["three"], row.pct) == (1, "x", 3, "a%")
+        assert dict(row._mapping) == {"one": 1, "two": "x", "three": 3, "pct": "a%"}
+        one, two, three, _ = row
+        assert (one, two, three) == (1, "x", 3)
+        assert run(conn, "SELECT 5").scalar_one() == 5
+        assert run(conn, "SELECT 1 WHERE false").first() is None
+        assert run(conn, "SELECT 1 WHERE false").scalar() is None
+        assert [r.n for r in run(conn, "SELECT generate_series(1, 3) AS n")] == [1, 2, 3]
+        assert run(conn, "SELECT generate_series(1, 3)").scalars().all() == [1, 2, 3]
+        assert run(conn, "SELECT 7 AS n").mappings().first() == {"n": 7}
+        with pytest.raises(NoResultFound):
+            run(conn, "SELECT 1 WHERE false").one()
+        with pytest.raises(MultipleResultsFound):
+            run(conn, "SELECT generate_series(1, 2)").one()
+
+
+def test_same_transaction_and_rowcount(db):  # noqa: ANN001
+    with transaction(db) as conn:
+        run(conn, "CREATE TEMP TABLE fast_t (k text PRIMARY KEY, v int) ON COMMIT DROP")
+        assert run(conn, "INSERT INTO fast_t VALUES ('a', 1), ('b', 2)").rowcount == 2
+        # SQLAlchemy's path sees the fast path's writes: one transaction
+        assert conn.execute(text("SELECT count(*) FROM fast_t")).scalar_one() == 2
+        assert run(conn, "UPDATE fast_t SET v = v + 1 WHERE k = :k", {"k": "a"}).rowcount == 1
+
+
+def test_errors_are_sqlalchemys_and_the_connection_stays_usable(db):  # noqa: ANN001
+    with pytest.raises(IntegrityError) as e, transaction(db) as conn:
+        run(conn, "CREATE TEMP TABLE fast_u (k text PRIMARY KEY)")
+        run(conn, "INSERT INTO fast_u VALUES (:k), (:k)", {"k": "same"})
+    assert e.value.orig.sqlstate == "23505"
+    assert "parameters hidden" in str(e.value)  # as on SQLAlchemy's path (hide_parameters)
+    with pytest.raises(OperationalError) as e2, transaction(db) as conn:
+        run(conn, "SET LOCAL statement_timeout = 10")
+        run(conn, "SELECT pg_sleep(1)")
+    assert e2.value.orig.sqlstate == "57014"
+    with transaction(db) as conn:  # the pooled connection is clean again
+        assert run(conn, "SELECT 1").scalar_one() == 1
+
+
+def test_a_first_statement_begins_the_transaction_as_sqlalchemy_would(db):  # noqa: ANN001
+    with db.connect() as conn:
+        run(conn, "CREATE TEMP TABLE fast_v (k int)")
+        assert conn.in_transaction()
+        run(conn, "INSERT INTO fast_v VALUES (1)")
+        conn.rollback()
+        with pytest.raises(Exception, match="fast_v"):
+            run(conn, "SELECT * FROM fast_v")
+
+
+def test_cursor_event_listeners_see_every_statement(db):  # noqa: ANN001
+    seen: list[str] = []
+
+    def listen(conn, cursor, statement, *args):  # noqa: ANN001, ANN002
+        seen.append(statement)
+
+    event.listen(db, "before_cursor_execute", listen)
+    try:
+        with transaction(db) as conn:
+            assert run(conn, "SELECT CAST(:x AS int) AS x", {"x": 4}).first().x == 4
+    finally:
+        event.remove(db, "before_cursor_execute", listen)
+    assert any("SELECT" in s and "AS x" in s for s in seen)

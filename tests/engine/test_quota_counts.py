@@ -1,0 +1,118 @@
+"""The quota counts kept by deferred triggers (issue 16, migration 0016) always equal what a recount of
+the rows gives, whatever moves the instances and tasks went through; a rolled back transaction leaves
+them untouched; and a start's check reads counter rows, not the namespace's rows."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import text
+
+from app.db import transaction
+from app.engine import control, instances
+from app.errors import LimitExceeded
+from app.ids import new_id
+from tests.engine.helpers import claim_task, complete_task, publish, start
+
+TWO_QUEUES = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [
+        {"key": "a", "kind": "TASK", "queue": "qc.a"},
+        {"key": "b", "kind": "TASK", "queue": "qc.b", "after": ["a"]},
+    ],
+}
+
+_RECOUNT = """
+SELECT (SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns
+          AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) AS unfinished,
+       (SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')) AS open_tasks,
+       (SELECT COALESCE(jsonb_object_agg(queue, c), '{}'::jsonb) FROM (
+            SELECT queue, count(*) AS c FROM workflow_tasks WHERE namespace_id = :ns AND state = 'PENDING'
+            GROUP BY queue) x) AS pending
+"""
+_COUNTERS = """
+SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks,
+       COALESCE((SELECT jsonb_object_agg(k, s) FROM (
+            SELECT k, sum(v::bigint) AS s FROM workflow_quota_counts, jsonb_each_text(pending) AS e(k, v)
+            WHERE namespace_id = :ns GROUP BY k HAVING sum(v::bigint) <> 0) y), '{}'::jsonb) AS pending
+FROM workflow_quota_counts WHERE namespace_id = :ns
+"""
+
+
+def _assert_counts_match(eng, ns: str) -> dict:  # noqa: ANN001
+    with eng.connect() as conn:
+        truth = dict(conn.execute(text(_RECOUNT), {"ns": ns}).one()._mapping)
+        kept = dict(conn.execute(text(_COUNTERS), {"ns": ns}).one()._mapping)
+    assert {
+        k: int(v) if k != "pending" else {q: int(n) for q, n in v.items()} for k, v in kept.items()
+    } == truth
+    return truth
+
+
+def test_counts_follow_every_move_of_instances_and_tasks(eng):  # noqa: ANN001
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)
+    rng = random.Random(16)
+    live: list[str] = []
+    for _ in range(40):
+        move = rng.choice(["start", "start", "claim_a", "complete_a", "claim_b", "complete_b", "cancel"])
+        try:
+            if move == "start":
+                live.append(start(eng, ns, def_id, {})["id"])
+            elif move.startswith("claim"):
+                claim_task(eng, ns, "qc." + move[-1])
+            elif move.startswith("complete"):
+                task = claim_task(eng, ns, "qc." + move[-1])
+                complete_task(eng, ns, task, {"ok": True})
+            elif live:
+                iid = live.pop(rng.randrange(len(live)))
+                with transaction(eng) as conn:
+                    rev = conn.execute(
+                        text("SELECT control_revision FROM workflow_instances WHERE id = :i"), {"i": iid}
+                    ).scalar_one()
+                    control.control(
+                        conn, iid, {"operation": "CANCEL", "expected_control_revision": rev, "reason": "test"}
+                    )
+        except AssertionError:  # nothing to claim on that queue right now
+            pass
+        _assert_counts_match(eng, ns)
+    truth = _assert_counts_match(eng, ns)
+    assert truth["unfinished"] > 0 and truth["open_tasks"] > 0  # the walk left work open
+
+
+def test_a_rolled_back_start_adds_nothing(eng):  # noqa: ANN001
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)
+    start(eng, ns, def_id, {})
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction(eng) as conn:
+        instances.start_workflow(conn, ns, {"definition_id": def_id, "version": "v1", "input": {}})
+        raise Boom
+    assert _assert_counts_match(eng, ns)["unfinished"] == 1
+
+
+def test_the_check_reads_the_counters_not_the_rows(eng, monkeypatch):  # noqa: ANN001
+    """The instance cap is enforced from the counters: a namespace whose counters say it is full is
+    refused even with no instance rows, and rows the counters do not know about are not counted."""
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)
+    monkeypatch.setenv("LEDGERFLOW_INSTANCE_LIMIT", "3")
+    with eng.begin() as conn:
+        conn.execute(
+            text("INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) VALUES (:ns, 99, 3)"),
+            {"ns": ns},
+        )
+    with pytest.raises(LimitExceeded):
+        start(eng, ns, def_id, {})
+    with eng.begin() as conn:
+        conn.execute(text("DELETE FROM workflow_quota_counts WHERE stripe = 99"))
+    for _ in range(3):
+        start(eng, ns, def_id, {})
+    with pytest.raises(LimitExceeded):
+        start(eng, ns, def_id, {})
