@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.exc import DisconnectionError
 
 from app.config import get_settings
 
@@ -35,13 +38,39 @@ def statement_timeout_ms() -> int:
     return int(raw) if raw else 30_000
 
 
+# A pooled connection that sat idle longer than this is pinged before it is handed out (the database may
+# have restarted meanwhile); one in steady use is not: SQLAlchemy's ``pool_pre_ping`` would cost every
+# checkout a round trip, and a request makes two (authentication, then its own work). A connection that
+# breaks in use fails its statement (the API answers 503, a job is retried) and SQLAlchemy then replaces
+# every connection of the pool made before the failure (issue 16).
+PING_AFTER_IDLE_SECONDS = 2.0
+_IDLE_SINCE = "ledgerflow_idle_since"
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _checked_in(dbapi_conn: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        since = record.info.pop(_IDLE_SINCE, None)
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            if engine.dialect.is_disconnect(exc, dbapi_conn, None):
+                raise DisconnectionError(str(exc)) from exc  # the pool connects anew and tries again
+            raise
+
+
 @lru_cache(maxsize=8)
 def _engine_for(url: str) -> Engine:
     engine = create_engine(
         url,
         pool_size=10,
         max_overflow=20,
-        pool_pre_ping=True,
         # a database error never carries the statement's parameters (tenant data, tokens) into an
         # exception message, a log line or a job's last_error (issue 9)
         hide_parameters=True,
@@ -52,6 +81,8 @@ def _engine_for(url: str) -> Engine:
             f"-c statement_timeout={statement_timeout_ms()}"
         },
     )
+
+    _ping_after_idle(engine)
 
     @event.listens_for(engine, "rollback")
     def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)

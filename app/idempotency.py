@@ -67,17 +67,20 @@ def _sorted(o: Any) -> Any:
     return o
 
 
+# The claim sets the transaction's lock timeout to WAIT_SECONDS in the same statement (the CTE ``o`` runs
+# before the insert can wait on a duplicate's uncommitted row) and answers the timeout it replaced, which
+# ``_SET_LOCK_TIMEOUT`` then gives back to the rest of the transaction; ``id`` is NULL when the key exists.
 _CLAIM = text(
     """
-INSERT INTO idempotency_receipts (scope, route, key, fingerprint)
-VALUES (:scope, :route, :key, :fp)
-ON CONFLICT (scope, route, key) DO NOTHING
-RETURNING id
-"""
+WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)),
+ins AS (
+    INSERT INTO idempotency_receipts (scope, route, key, fingerprint)
+    SELECT :scope, :route, :key, :fp FROM o
+    ON CONFLICT (scope, route, key) DO NOTHING
+    RETURNING id
 )
-_WAIT_FOR_DUPLICATE = text(
-    "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old) "
-    "SELECT o.old, set_config('lock_timeout', :v, true) FROM o"
+SELECT o.old, (SELECT id FROM ins) AS id FROM o
+"""
 )
 _SET_LOCK_TIMEOUT = text("SELECT set_config('lock_timeout', :v, true)")
 _READ = text(
@@ -98,17 +101,16 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
     # Wait at most WAIT_SECONDS for a duplicate in flight (its uncommitted receipt row), then restore
     # the transaction's lock timeout. A timeout aborts the transaction, which the caller rolls back
     # on the IdempotencyConflict: nothing else of it can have happened yet (no savepoint needed).
-    old = run(conn, _WAIT_FOR_DUPLICATE, {"v": f"{WAIT_SECONDS}s"}).scalar_one()
     try:
-        row = run(conn, _CLAIM, params).first()
+        claimed = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: first still in flight
             raise IdempotencyConflict(
                 "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
             ) from None
         raise
-    run(conn, _SET_LOCK_TIMEOUT, {"v": old})
-    if row is not None:
+    run(conn, _SET_LOCK_TIMEOUT, {"v": claimed.old})
+    if claimed.id is not None:
         return None
     stored = run(conn, _READ, params).first()
     if stored is None or stored.status_code is None:  # pragma: no cover - the owner always completes

@@ -35,7 +35,7 @@ from app.engine.decide.model import (
     SettleCancel,
 )
 from app.engine.states import InstanceState, StepKind
-from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
+from app.engine.store import MISSING, read_instance, step_specs, version_document
 from app.engine.transitions import instances as inst_moves
 from app.engine.transitions import steps as step_moves
 from app.engine.transitions import waits as wait_moves
@@ -45,11 +45,13 @@ from app.sql import run
 MAX_ROUNDS = 10_000
 
 
-def settle_progress(conn: Connection, instance_id: str) -> dict:
-    """Activate every step whose dependencies succeeded, then recompute the instance state."""
+def settle_progress(conn: Connection, instance_id: str, inst: dict | None = None) -> dict:
+    """Activate every step whose dependencies succeeded, then recompute the instance state. ``inst``:
+    the instance row, when the caller has just read or written it (a new instance) and nothing wrote it
+    since; an Activate round writes no column of the instance row either, so the next round reuses it."""
     doc: dict | None = None
     for _ in range(MAX_ROUNDS):
-        inst, snap = snapshot.load(conn, instance_id)
+        inst, snap, rows = snapshot.load(conn, instance_id, inst)
         effect = decide_progress.progress(snap)
         if effect is None:
             return inst
@@ -57,9 +59,9 @@ def settle_progress(conn: Connection, instance_id: str) -> dict:
             doc = version_document(conn, inst["definition_version_id"])
         if isinstance(effect, Activate):
             specs = step_specs(doc)
-            mctx = snapshot.mapping_context(conn, inst)
-            for key in effect.keys:
-                step = read_step(conn, instance_id, key)
+            mctx = snapshot.mapping_context(conn, inst, rows.values())
+            for key in effect.keys:  # activating one step does not move another: the loaded rows hold
+                step = rows[key]
                 try:
                     activation.activate(conn, inst, step, specs[key], mctx)  # type: ignore[arg-type]
                 except mapping.MappingTooLarge as exc:  # the step fails with the reason, once
@@ -67,7 +69,7 @@ def settle_progress(conn: Connection, instance_id: str) -> dict:
                     return fail_step(conn, instance_id, refused, exc.error())
             waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
             signal_match.consume_early(conn, inst, waiting)
-            continue
+            continue  # with ``inst``: activations, tasks, waits, jobs and events leave the instance row as it was
         if isinstance(effect, SettleCancel):
             return stopping.settle_cancel(conn, instance_id)
         if isinstance(effect, Finish):
@@ -84,10 +86,8 @@ def settle_progress(conn: Connection, instance_id: str) -> dict:
             return stopping.finish(conn, inst, InstanceState.SUCCEEDED, output=output)
         assert isinstance(effect, SetProgress)
         if effect.state is None:
-            inst_moves.touch(conn, instance_id)
-        else:
-            inst_moves.set_progress(conn, instance_id, effect.state)
-        return read_instance(conn, instance_id)
+            return inst_moves.touch(conn, instance_id)
+        return inst_moves.set_progress(conn, instance_id, effect.state)
     raise RuntimeError(f"workflow {instance_id}: progress did not settle")  # pragma: no cover
 
 

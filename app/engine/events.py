@@ -75,16 +75,42 @@ RETURNING seq
 """
 )
 
-# Does the instance's namespace have anyone listening (an enabled subscription or rule)? One query
-# per transaction and instance; without listeners the events are written but not fanned out.
+
+# Does a namespace have anyone listening (an enabled subscription or rule)? Asked once per transaction and
+# instance (a new instance's INSERT asks it in its RETURNING: ``listened_sql``); without listeners the
+# events are written but not fanned out.
+def listened_sql(namespace_id: str) -> str:
+    """SQL: is anyone listening to the events of the namespace ``namespace_id`` (an SQL expression)?"""
+    return (
+        f"(EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = {namespace_id} AND s.enabled) "
+        f"OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = {namespace_id} AND r.enabled))"
+    )
+
+
 _INTEREST = text(
-    """
-SELECT i.namespace_id, i.trace_id,
-    EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled)
-    OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)
-FROM workflow_instances i WHERE i.id = :iid
-"""
+    f"SELECT i.trace_id, {listened_sql('i.namespace_id')} AS listened FROM workflow_instances i WHERE i.id = :iid"
 )
+
+
+def known_listeners(conn: Connection, iid: str, listened: bool, trace_id: str) -> None:
+    """Record what this transaction already knows of ``iid``'s listeners (a new instance's INSERT read
+    it), so that its first event asks nothing more."""
+    jobs: dict[str, int | None] = transaction_state(conn).setdefault("event_dispatch_jobs", {})
+    if iid not in jobs:
+        jobs[iid] = _new_dispatch_job(conn, iid, trace_id) if listened else None
+
+
+def _new_dispatch_job(conn: Connection, iid: str, trace_id: str) -> int:
+    op = new_id()  # one operation per transaction: its fan-out receipt is its own
+    return enqueue(
+        conn,
+        "event_dispatch",
+        {"instance_id": iid},
+        instance_id=iid,
+        idempotency_key=f"event_dispatch:{op}",
+        operation_key=op,
+        trace_id=trace_id,
+    ).id
 
 
 def _dispatch_job(conn: Connection, iid: str) -> int | None:
@@ -92,19 +118,7 @@ def _dispatch_job(conn: Connection, iid: str) -> int | None:
     jobs: dict[str, int | None] = transaction_state(conn).setdefault("event_dispatch_jobs", {})
     if iid not in jobs:
         row = run(conn, _INTEREST, {"iid": iid}).first()
-        job_id = None
-        if row is not None and row[2]:
-            op = new_id()  # one operation per transaction: its fan-out receipt is its own
-            job_id = enqueue(
-                conn,
-                "event_dispatch",
-                {"instance_id": iid},
-                instance_id=iid,
-                idempotency_key=f"event_dispatch:{op}",
-                operation_key=op,
-                trace_id=row.trace_id,
-            ).id
-        jobs[iid] = job_id
+        jobs[iid] = _new_dispatch_job(conn, iid, row.trace_id) if row is not None and row.listened else None
     return jobs[iid]
 
 

@@ -90,7 +90,7 @@ def start_workflow(
     if errors:
         raise InvalidArgument("input does not satisfy the pinned version's input contract", errors=errors)
     iid = new_id()
-    inst_moves.create(
+    inst = inst_moves.create(
         conn,
         {
             "id": iid,
@@ -110,11 +110,12 @@ def start_workflow(
         },
     )
     step_moves.insert_all(conn, iid, doc["steps"])
-    inst = read_instance(conn, iid)
     if on_created is not None:
         on_created(conn, inst)
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
-    started = advance.settle_progress(conn, iid)
+    started = advance.settle_progress(
+        conn, iid, inst
+    )  # the audit and the deadline job left the row as it was
     check_quotas(conn, namespace_id, ver["queues"])
     return started
 

@@ -4,11 +4,13 @@ context (input, business key, outputs of succeeded steps)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
+from app.engine.states import StepState
 from app.engine.store import MISSING, jparse, read_instance, read_step, read_steps
 from app.sql import run
 
@@ -40,11 +42,16 @@ def step_model(step: dict | None) -> Step | None:
     )
 
 
-def load(conn: Connection, instance_id: str) -> tuple[dict, Snapshot]:
-    """The instance row and the decision snapshot of it and its steps (the row is locked by the caller)."""
-    inst = read_instance(conn, instance_id)
-    steps = tuple(step_model(s) for s in read_steps(conn, instance_id))
-    return inst, Snapshot(inst=inst_model(inst), steps=steps)  # type: ignore[arg-type]
+def load(
+    conn: Connection, instance_id: str, inst: dict | None = None
+) -> tuple[dict, Snapshot, dict[str, dict]]:
+    """The instance row, the decision snapshot of it and its steps, and the step rows by key (the
+    instance row is locked by the caller). ``inst``: the instance row as read before, when the caller
+    knows that nothing wrote it since (only the steps are read then)."""
+    inst = inst if inst is not None else read_instance(conn, instance_id)
+    rows = read_steps(conn, instance_id)
+    steps = tuple(step_model(s) for s in rows)
+    return inst, Snapshot(inst=inst_model(inst), steps=steps), {r["key"]: r for r in rows}  # type: ignore[arg-type]
 
 
 def step(conn: Connection, instance_id: str, key: str) -> tuple[dict | None, Step | None]:
@@ -68,7 +75,11 @@ def poll(conn: Connection, activation_id: str, interval_seconds: float = 0) -> t
     )
 
 
-def mapping_context(conn: Connection, inst: dict) -> dict[str, Any]:
+def mapping_context(conn: Connection, inst: dict, steps: Iterable[dict] | None = None) -> dict[str, Any]:
+    """What mappings read: the input, the business key and the outputs of the succeeded steps. With the
+    instance's step rows at hand (``steps``) and none of them succeeded, nothing is read."""
+    if steps is not None and not any(s["state"] == StepState.SUCCEEDED for s in steps):
+        return {"input": inst["input"], "business_key": inst["business_key"], "steps": {}}
     rows = run(
         conn,
         text(

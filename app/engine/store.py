@@ -27,16 +27,17 @@ def jdump(value: Any) -> str | None:
     return None if value is MISSING else jsonx.dumps(value)
 
 
-_INSTANCE = """
-SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
+# The instance row as the engine reads it (JSON as text, parsed by ``instance_row``); also what the moves
+# that write the row return (``RETURNING``), so that they need no read after the write.
+INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
-       parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation
-FROM workflow_instances WHERE id = :id
-"""
+       parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation"""
+_INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
 
 
-def _inst(row: Any) -> dict[str, Any] | None:
+def instance_row(row: Any) -> dict[str, Any] | None:
+    """The instance dict of a row with ``INSTANCE_COLUMNS`` (extra columns are kept as they are)."""
     if row is None:
         return None
     d = dict(row._mapping)
@@ -49,14 +50,14 @@ def _inst(row: Any) -> dict[str, Any] | None:
 
 def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
     """Lock order: the instance row first, then tasks / jobs (ARCHITECTURE, L-CLAIM-5)."""
-    row = _inst(run(conn, _INSTANCE + " FOR UPDATE", {"id": instance_id}).first())
+    row = instance_row(run(conn, _INSTANCE + " FOR UPDATE", {"id": instance_id}).first())
     if row is None:
         raise NotFound("workflow not found")
     return row
 
 
 def read_instance(conn: Connection, instance_id: str, namespace_id: str | None = None) -> dict[str, Any]:
-    row = _inst(run(conn, _INSTANCE, {"id": instance_id}).first())
+    row = instance_row(run(conn, _INSTANCE, {"id": instance_id}).first())
     if row is None or (namespace_id is not None and row["namespace_id"] != namespace_id):
         raise NotFound("workflow not found")
     return row

@@ -113,3 +113,23 @@ def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> N
                 events.emit(conn, iid, "workflow.paused")
     jobs = [r.dispatch_job_id for r in _events(eng, iid) if r.type == "workflow.paused"]
     assert len(jobs) == 2 and None not in jobs and jobs[0] != jobs[1]
+
+
+def test_a_listener_in_another_namespace_fans_out_nothing_here(eng) -> None:  # noqa: ANN001
+    """Regression: a new instance's INSERT asks whether its namespace has listeners; an unqualified
+    ``namespace_id`` inside that question named the subscription's own column, so any enabled
+    subscription anywhere gave every start an ``event_dispatch`` job."""
+    def_id = publish(eng, NS, DOC)
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
+                "VALUES (:id, 'another-namespace', 'https://example.com/h', '{*}', 'c2VjcmV0')"
+            ),
+            {"id": new_id()},
+        )
+    iid = start(eng, NS, def_id, {})["id"]
+    assert {r.dispatch_job_id for r in _events(eng, iid)} == {None}
+    with eng.connect() as conn:
+        n = conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE type = 'event_dispatch'")).scalar()
+    assert n == 0

@@ -10,58 +10,69 @@ from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
-from app.engine.store import MISSING, jdump
+from app.engine.store import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.transitions._guard import many, one, states
 
 S = InstanceState
 OPEN = [s for s in values(InstanceState) if s not in TERMINAL]
 _BUMP = "revision = revision + 1, updated_at = now()"
+# the instance columns of an UPDATE ... FROM whose other relation has column names of its own
+_W_COLUMNS = ", ".join("w." + c.strip() for c in INSTANCE_COLUMNS.split(","))
 _CONTROL = "control_revision = control_revision + 1, " + _BUMP
 
 
-def create(conn: Connection, row: dict[str, Any]) -> None:
-    """A new instance, RUNNING (W-START-6)."""
-    one(
+def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """A new instance, RUNNING (W-START-6); returns it as ``store.read_instance`` would."""
+    created = one(
         conn,
         "instance create",
         row["id"],
         [],
-        """
+        f"""
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
     business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id, schedule_fire_at)
 VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, CAST(:queues AS text[]),
     now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :schedule, :schedule_fire_at)
-RETURNING id
+RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace_id")} AS listened
 """,
         row,
     )
+    inst = instance_row(created)
+    events.known_listeners(conn, row["id"], inst.pop("listened"), inst["trace_id"])
     events.emit(conn, row["id"], "workflow.started")
+    return inst
 
 
-def set_progress(conn: Connection, iid: str, state: str) -> None:
-    """RUNNING <-> WAITING as the steps move (``decide.progress``); an event when the state changed."""
+def set_progress(conn: Connection, iid: str, state: str) -> dict[str, Any]:
+    """RUNNING <-> WAITING as the steps move (``decide.progress``); an event when the state changed.
+    Returns the instance as ``store.read_instance`` would."""
     row = one(
         conn,
         f"instance -> {state}",
         iid,
         ADVANCING,
         f"UPDATE workflow_instances w SET state = :s, {_BUMP} FROM (SELECT state AS old FROM workflow_instances "
-        "WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old",
+        f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
         {"id": iid, "s": state, "from": states(ADVANCING)},
     )
-    if row.old != state:
+    inst = instance_row(row)
+    if inst.pop("old") != state:
         events.emit(conn, iid, "workflow.running" if state == S.RUNNING else "workflow.waiting")
+    return inst
 
 
-def touch(conn: Connection, iid: str) -> None:
-    """Background progress without a state change (a step moved): ``revision`` + 1."""
-    one(
-        conn,
-        "instance revision",
-        iid,
-        OPEN,
-        f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
-        {"id": iid, "from": OPEN},
+def touch(conn: Connection, iid: str) -> dict[str, Any]:
+    """Background progress without a state change (a step moved): ``revision`` + 1. Returns the
+    instance as ``store.read_instance`` would."""
+    return instance_row(
+        one(
+            conn,
+            "instance revision",
+            iid,
+            OPEN,
+            f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}",
+            {"id": iid, "from": OPEN},
+        )
     )
 
 

@@ -4,6 +4,7 @@ activation move together; each move is guarded by the states it may leave and bu
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -23,24 +24,26 @@ _BUMP = "revision = revision + 1, updated_at = now()"
 
 
 def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
-    """The steps of a new instance: the ``$root`` (SUCCEEDED) and every declared step BLOCKED."""
+    """The steps of a new instance, in one statement: the ``$root`` (SUCCEEDED) and every declared step
+    BLOCKED."""
+    rows = [{"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}]
+    rows += [
+        {
+            "id": new_id(),
+            "key": st["key"],
+            "kind": st["kind"],
+            "state": S.BLOCKED,
+            "after": st.get("after", []),
+        }
+        for st in specs
+    ]
     run(
         conn,
-        text(
-            "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
-            "VALUES (:id, :inst, '$root', 'ROOT', 'SUCCEEDED', '{}')"
-        ),
-        {"id": new_id(), "inst": iid},
+        "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
+        "SELECT r.id, :inst, r.key, r.kind, r.state, r.after "
+        "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id text, key text, kind text, state text, after text[])",
+        {"inst": iid, "rows": json.dumps(rows)},
     )
-    for st in specs:
-        run(
-            conn,
-            text(
-                "INSERT INTO workflow_steps (id, instance_id, key, kind, after) "
-                "VALUES (:id, :inst, :key, :kind, CAST(:after AS text[]))"
-            ),
-            {"id": new_id(), "inst": iid, "key": st["key"], "kind": st["kind"], "after": st.get("after", [])},
-        )
 
 
 def insert_activation(
