@@ -118,7 +118,7 @@ def _row(r: Any) -> dict[str, Any]:
 def get(conn: Connection, namespace_id: str, audit_id: str) -> dict[str, Any] | None:
     r = run(
         conn,
-        text(f"SELECT {COLUMNS} FROM operation_audit WHERE namespace_id = :ns AND id = :id"),
+        f"SELECT {COLUMNS} FROM operation_audit WHERE namespace_id = :ns AND id = :id",
         {"ns": namespace_id, "id": audit_id},
     ).first()
     return _row(r) if r else None
@@ -161,8 +161,7 @@ def list_entries(
         after = (cursors.parse_time(pos["t"]), str(pos["i"]))
     rows = run(
         conn,
-        text(
-            f"""
+        f"""
 SELECT {COLUMNS} FROM operation_audit
 WHERE namespace_id = :ns
   AND (CAST(:wf AS text) IS NULL OR workflow_id = :wf)
@@ -173,8 +172,7 @@ WHERE namespace_id = :ns
   AND (CAST(:at AS timestamptz) IS NULL OR (created_at, id) < (CAST(:at AS timestamptz), :aid))
 ORDER BY created_at DESC, id DESC
 LIMIT :lim
-"""
-        ),
+""",
         {
             "ns": namespace_id,
             "wf": workflow_id,

@@ -190,9 +190,7 @@ def ensure_namespace(conn: Connection, name: str) -> str:
         )
     row = run(
         conn,
-        text(
-            "INSERT INTO namespaces (id, name) VALUES (:id, :name) ON CONFLICT (name) DO NOTHING RETURNING id"
-        ),
+        "INSERT INTO namespaces (id, name) VALUES (:id, :name) ON CONFLICT (name) DO NOTHING RETURNING id",
         {"id": new_id(), "name": name},
     ).first()
     if row:
@@ -227,15 +225,13 @@ def create_credential(
     cred_id = new_id()
     row = run(
         conn,
-        text(
-            """
+        """
 INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues, platform, expires_at)
 VALUES (:id, :ns, :name, :hash, :prefix, CAST(:scopes AS text[]), CAST(:queues AS text[]), :platform,
         now() + make_interval(secs => CAST(:expires_in AS double precision)))
 ON CONFLICT (namespace_id, name) WHERE revoked_at IS NULL DO NOTHING
 RETURNING created_at, expires_at
-"""
-        ),
+""",
         {
             "id": cred_id,
             "ns": namespace_id,
@@ -303,15 +299,13 @@ def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
 def list_credentials(conn: Connection, namespace: str | None = None) -> list[dict]:
     rows = run(
         conn,
-        text(
-            """
+        """
 SELECT c.id, c.name, n.name AS namespace, c.namespace_id, c.token_prefix, c.scopes, c.queues,
        c.created_at, c.revoked_at, c.platform, c.expires_at
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
 WHERE (CAST(:ns AS text) IS NULL OR n.name = :ns)
 ORDER BY n.name, c.created_at, c.id
-"""
-        ),
+""",
         {"ns": namespace},
     )
     return [dict(r._mapping) for r in rows]
@@ -321,12 +315,10 @@ def revoke_credential(conn: Connection, credential_id: str) -> dict:
     """Revoke by id; idempotent (an already revoked credential keeps its first revocation time)."""
     row = run(
         conn,
-        text(
-            """
+        """
 UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = :id
 RETURNING id, name, namespace_id, revoked_at
-"""
-        ),
+""",
         {"id": credential_id},
     ).first()
     if row is None:

@@ -152,10 +152,8 @@ def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: i
     it); the drain calls it every run (issue 9: receipts expire and the table stays bounded)."""
     res = run(
         conn,
-        text(
-            "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "
-            "WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)"
-        ),
+        "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "
+        "WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)",
         {"h": older_than_hours, "n": limit},
     )
     return res.rowcount or 0

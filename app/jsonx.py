@@ -136,6 +136,10 @@ def rfc3339(value: datetime) -> str:
     return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+# what ``json.dumps(s, ensure_ascii=False)`` writes for a string, without building an encoder per call
+_quote = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 def _enc(o: Any, out: list[str]) -> None:
     if o is None:
         out.append("null")
@@ -144,7 +148,7 @@ def _enc(o: Any, out: list[str]) -> None:
     elif o is False:
         out.append("false")
     elif isinstance(o, str):
-        out.append(json.dumps(o, ensure_ascii=False))
+        out.append(_quote(o))
     elif isinstance(o, int):
         out.append(int.__repr__(o))
     elif isinstance(o, Decimal):
@@ -162,7 +166,7 @@ def _enc(o: Any, out: list[str]) -> None:
             if not first:
                 out.append(",")
             first = False
-            out.append(json.dumps(str(k), ensure_ascii=False))
+            out.append(_quote(str(k)))
             out.append(":")
             _enc(v, out)
         out.append("}")

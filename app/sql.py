@@ -45,12 +45,21 @@ def _row_class(names: tuple[str, ...]) -> type:
     return type("Row", (base,), {"__slots__": (), "_mapping": property(_mapping)})
 
 
-def _row_factory(cursor: psycopg.Cursor) -> Any:
-    res = cursor.pgresult
-    if res is None or not res.nfields:
-        return tuple
-    names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]
-    return _row_class(names)._make
+# The row class of each statement (its columns never change while the process runs: a migration that
+# changes them comes with a new release), so that the column names are decoded once, not per execution.
+_ROW_MAKERS: dict[tuple[str, int], Any] = {}
+
+
+def _row_maker(sql: str, cur: psycopg.Cursor) -> Any:
+    res = cur.pgresult
+    key = (sql, res.nfields)  # type: ignore[union-attr]
+    maker = _ROW_MAKERS.get(key)
+    if maker is None:
+        names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]
+        maker = _row_class(names)._make
+        if len(_ROW_MAKERS) < 4096:  # bounded: statements are the program's, but f-strings vary
+            _ROW_MAKERS[key] = maker
+    return maker
 
 
 class Result:
@@ -122,11 +131,15 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     driver: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
     cur = pooled.info.get(_CURSOR)  # one cursor per DBAPI connection, made at its first statement here
     if cur is None or cur.closed or cur.connection is not driver:
-        cur = pooled.info[_CURSOR] = driver.cursor(row_factory=_row_factory)
+        cur = pooled.info[_CURSOR] = driver.cursor()  # tuples; ``_row_maker`` makes them rows
     args = dict(params or {})
     try:
         cur.execute(pyformat(sql), args)
-        rows = cur.fetchall() if cur.pgresult is not None and cur.pgresult.nfields else []
+        if cur.pgresult is not None and cur.pgresult.nfields:
+            make = _row_maker(sql, cur)
+            rows = [make(t) for t in cur.fetchall()]
+        else:
+            rows = []
     except psycopg.Error as exc:
         # SQLAlchemy's rules: wrap in its exception classes, invalidate a broken connection (the cursor is
         # ours to keep: it stays open for the connection's next statement)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import activation, mapping, oplog, signal_match, snapshot, stopping, work
 from app.engine.decide import progress as decide_progress
@@ -162,7 +162,7 @@ def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) 
 
 
 def _db_in(conn: Connection, seconds: float) -> Any:
-    return run(conn, text("SELECT now() + make_interval(secs => :d)"), {"d": seconds}).scalar_one()
+    return run(conn, "SELECT now() + make_interval(secs => :d)", {"d": seconds}).scalar_one()
 
 
 def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind: str, value: Any) -> None:

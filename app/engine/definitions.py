@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from app import cursor as cursors
@@ -34,10 +34,8 @@ def create_definition(conn: Connection, namespace_id: str, name: Any, descriptio
         try:
             run(
                 conn,
-                text(
-                    "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, "
-                    ":ns, :n, :d)"
-                ),
+                "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, "
+                ":ns, :n, :d)",
                 {"id": def_id, "ns": namespace_id, "n": name, "d": description},
             )
         except IntegrityError:
@@ -61,17 +59,15 @@ def get_definition(conn: Connection, namespace_id: str, definition_id: str) -> d
         raise definition_not_found(definition_id)
     row = run(
         conn,
-        text("SELECT * FROM workflow_definitions WHERE id = :id AND namespace_id = :ns"),
+        "SELECT * FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if row is None:
         raise definition_not_found(definition_id)
     versions = run(
         conn,
-        text(
-            "SELECT id, version, queues, created_at FROM workflow_definition_versions "
-            "WHERE definition_id = :id ORDER BY created_at, id"
-        ),
+        "SELECT id, version, queues, created_at FROM workflow_definition_versions "
+        "WHERE definition_id = :id ORDER BY created_at, id",
         {"id": definition_id},
     ).all()
     out = {
@@ -94,7 +90,7 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     """Validate the whole graph, check SUBWORKFLOW targets exist, store an immutable version."""
     run(
         conn,
-        text("SELECT id FROM workflow_definitions WHERE id = :id AND namespace_id = :ns FOR UPDATE"),
+        "SELECT id FROM workflow_definitions WHERE id = :id AND namespace_id = :ns FOR UPDATE",
         {"id": definition_id, "ns": namespace_id},
     )
     get_definition(conn, namespace_id, definition_id)
@@ -107,11 +103,9 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             continue
         target = run(
             conn,
-            text(
-                "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = "
-                "v.definition_id "
-                "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v"
-            ),
+            "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = "
+            "v.definition_id "
+            "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
             {"d": st["definition_id"], "ns": namespace_id, "v": st["version"]},
         ).first()
         if target is None:
@@ -122,7 +116,7 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
         raise InvalidArgument(errors=errors)
     exists = run(
         conn,
-        text("SELECT 1 FROM workflow_definition_versions WHERE definition_id = :d AND version = :v"),
+        "SELECT 1 FROM workflow_definition_versions WHERE definition_id = :d AND version = :v",
         {"d": definition_id, "v": doc["version"]},
     ).first()
     if exists:
@@ -130,11 +124,9 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     vid = new_id()
     run(
         conn,
-        text(
-            "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, "
-            "queues) "
-            "VALUES (:id, :d, :ns, :v, CAST(:doc AS jsonb), CAST(:q AS text[]))"
-        ),
+        "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, "
+        "queues) "
+        "VALUES (:id, :d, :ns, :v, CAST(:doc AS jsonb), CAST(:q AS text[]))",
         {
             "id": vid,
             "d": definition_id,
@@ -144,9 +136,7 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             "q": queues,
         },
     )
-    run(
-        conn, text("UPDATE workflow_definitions SET updated_at = now() WHERE id = :id"), {"id": definition_id}
-    )
+    run(conn, "UPDATE workflow_definitions SET updated_at = now() WHERE id = :id", {"id": definition_id})
     return get_version(conn, namespace_id, definition_id, doc["version"])
 
 
@@ -156,7 +146,7 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
         return definition_not_found(definition_id)
     exists = run(
         conn,
-        text("SELECT 1 FROM workflow_definitions WHERE id = :id AND namespace_id = :ns"),
+        "SELECT 1 FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if exists is None:
@@ -164,10 +154,8 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
     published = (
         run(
             conn,
-            text(
-                "SELECT version FROM workflow_definition_versions WHERE definition_id = :d "
-                "ORDER BY created_at, id"
-            ),
+            "SELECT version FROM workflow_definition_versions WHERE definition_id = :d "
+            "ORDER BY created_at, id",
             {"d": definition_id},
         )
         .scalars()
@@ -186,11 +174,9 @@ def load_version(conn: Connection, namespace_id: str, definition_id: str, versio
         raise version_not_found(conn, namespace_id, definition_id, version)
     row = run(
         conn,
-        text(
-            "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
-            "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
-            "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v"
-        ),
+        "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
+        "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
+        "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
         {"d": definition_id, "ns": namespace_id, "v": version},
     ).first()
     if row is None:
@@ -253,11 +239,9 @@ def list_definitions(
         params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
     rows = run(
         conn,
-        text(
-            "SELECT id, created_at FROM workflow_definitions WHERE "
-            + " AND ".join(where)
-            + " ORDER BY created_at DESC, id DESC LIMIT :limit"
-        ),
+        "SELECT id, created_at FROM workflow_definitions WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, id DESC LIMIT :limit",
         params,
     ).all()
     out: dict[str, Any] = {"items": [get_definition(conn, namespace_id, r.id) for r in rows[:limit]]}
@@ -281,12 +265,10 @@ def list_versions(
         params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
     rows = run(
         conn,
-        text(
-            "SELECT id, version, queues, created_at, document->>'description' AS description "
-            "FROM workflow_definition_versions WHERE "
-            + " AND ".join(where)
-            + " ORDER BY created_at DESC, id DESC LIMIT :limit"
-        ),
+        "SELECT id, version, queues, created_at, document->>'description' AS description "
+        "FROM workflow_definition_versions WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, id DESC LIMIT :limit",
         params,
     ).all()
     items = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit
 from app import cursor as cursors
@@ -24,7 +24,7 @@ def _step_id(conn: Connection, inst: dict, key: str) -> str:
     if KEY_RE.fullmatch(key):
         row = run(
             conn,
-            text("SELECT id FROM workflow_steps WHERE instance_id = :i AND key = :k AND kind <> 'ROOT'"),
+            "SELECT id FROM workflow_steps WHERE instance_id = :i AND key = :k AND kind <> 'ROOT'",
             {"i": inst["id"], "k": key},
         ).first()
     if row is None:
@@ -38,8 +38,7 @@ def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str 
     before = int(cursors.decode(cursor, binding)["s"]) if cursor else None
     rows = run(
         conn,
-        text(
-            """
+        """
 SELECT a.id, a.sequence, a.state, a.input::text AS input, a.output::text AS output, a.error::text AS error,
        a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
        w.id AS wait_id, w.kind AS wait_kind, w.state AS wait_state, w.deadline_at AS wait_deadline_at,
@@ -47,8 +46,7 @@ SELECT a.id, a.sequence, a.state, a.input::text AS input, a.output::text AS outp
 FROM workflow_activations a LEFT JOIN workflow_waits w ON w.activation_id = a.id
 WHERE a.step_id = :s AND (CAST(:before AS integer) IS NULL OR a.sequence < :before)
 ORDER BY a.sequence DESC LIMIT :lim
-"""
-        ),
+""",
         {"s": step_id, "before": before, "lim": limit + 1},
     ).all()
     items = []
@@ -102,14 +100,12 @@ def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | Non
         at, aid = cursors.parse_time(pos["t"]), str(pos["i"])
     rows = run(
         conn,
-        text(
-            f"""
+        f"""
 SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_activations a ON a.id = t.activation_id
 WHERE t.step_id = :s AND t.purpose = 'STEP'
   AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
 ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
-"""
-        ),
+""",
         {"s": step_id, "at": at, "aid": aid, "lim": limit + 1},
     ).all()
     items = []
@@ -207,10 +203,8 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     after = int(cursors.decode(cursor, binding)["s"]) if cursor else 0
     rows = run(
         conn,
-        text(
-            "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "
-            "WHERE instance_id = :i AND seq > :after ORDER BY seq LIMIT :n"
-        ),
+        "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "
+        "WHERE instance_id = :i AND seq > :after ORDER BY seq LIMIT :n",
         {"i": inst["id"], "after": after, "n": limit + 1},
     ).all()
     items = [

@@ -256,12 +256,10 @@ def list_instances(
         params.update(c_created=created, c_id=last_id)
     rows = run(
         conn,
-        text(
-            "SELECT id FROM workflow_instances WHERE "
-            + " AND ".join(where)
-            + " ORDER BY created_at DESC, id DESC "
-            "LIMIT :limit"
-        ),
+        "SELECT id FROM workflow_instances WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, id DESC "
+        "LIMIT :limit",
         params,
     ).all()
     items = [read_instance(conn, r.id) for r in rows[:limit]]

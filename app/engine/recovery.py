@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import activation, advance, mapping, snapshot, stopping
 from app.engine.decide.stopping import chain_running
@@ -115,28 +115,24 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
     if old_wait is not None and old_wait["deadline_at"] is not None:
         run(
             conn,
-            text("UPDATE workflow_waits SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a"),
+            "UPDATE workflow_waits SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a",
             {"a": act, "d": old_wait["deadline_at"]},
         )
     cap = run(
         conn,
-        text("SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = :a"),
+        "SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = :a",
         {"a": act, "d": inst["deadline_at"]},
     ).scalar_one()
     run(
         conn,
-        text(
-            "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
-            "AND state IN ('PENDING', 'CLAIMED')"
-        ),
+        "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
+        "AND state IN ('PENDING', 'CLAIMED')",
         {"a": act, "d": inst["deadline_at"]},
     )
     run(
         conn,
-        text(
-            "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
-            "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))"
-        ),
+        "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
+        "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))",
         {"i": inst["id"], "a": act, "cap": min(cap, inst["deadline_at"])},
     )
 
@@ -145,7 +141,7 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
     inst = read_instance(conn, iid)
     left = run(
         conn,
-        text("SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'"),
+        "SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'",
         {"id": iid},
     ).scalar_one()
     cancelling = inst["cancel_requested_at"] is not None

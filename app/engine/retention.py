@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
 from app.sql import run
@@ -18,16 +18,14 @@ def _prune_of_finished(
     """Rows of ``table`` (``where`` holds) of finished instances, ``age_column`` past the retention."""
     rows = run(
         conn,
-        text(
-            f"""
+        f"""
 DELETE FROM {table} WHERE id IN (
     SELECT x.id FROM {table} x JOIN workflow_instances i ON i.id = x.instance_id
     WHERE {where} x.{age_column} < now() - make_interval(secs => :days * 86400)
       AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
     ORDER BY x.{age_column} LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING id
-"""
-        ),
+""",
         {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
     ).all()
     return len(rows)

@@ -18,7 +18,7 @@ confirmation"); retrying or skipping them is the ledger operator's call (L-EFFEC
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import advance, stopping
 from app.engine.states import TERMINAL, InstanceState
@@ -41,9 +41,7 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
         r[0]
         for r in run(
             conn,
-            text(
-                "SELECT key FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW' ORDER BY key"
-            ),
+            "SELECT key FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW' ORDER BY key",
             {"id": instance_id},
         )
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import oplog
 from app.engine.decide import signals as decide
@@ -74,10 +74,8 @@ def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
             continue
         pending = run(
             conn,
-            text(
-                "SELECT id FROM workflow_signals WHERE instance_id = :i AND target_step_key = :k "
-                "AND target_activation_sequence = :s AND state = 'PENDING' ORDER BY accepted_at, id"
-            ),
+            "SELECT id FROM workflow_signals WHERE instance_id = :i AND target_step_key = :k "
+            "AND target_activation_sequence = :s AND state = 'PENDING' ORDER BY accepted_at, id",
             {"i": inst["id"], "k": key, "s": step["activation_sequence"]},
         ).all()
         for (sig_id,) in pending:

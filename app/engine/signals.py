@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app.engine import advance, signal_match, work
@@ -96,7 +96,7 @@ def send(
     if isinstance(where, Refuse):
         raise StateConflict(where.message)
     count = run(
-        conn, text("SELECT count(*) FROM workflow_signals WHERE instance_id = :id"), {"id": instance_id}
+        conn, "SELECT count(*) FROM workflow_signals WHERE instance_id = :id", {"id": instance_id}
     ).scalar_one()
     if count >= signal_limit():
         raise LimitExceeded(
@@ -180,11 +180,9 @@ def list_signals(conn: Connection, inst: dict, limit: int, cursor: str | None) -
         params.update(at=cursors.parse_time(pos["t"]), aid=str(pos["i"]))
     rows = run(
         conn,
-        text(
-            f"SELECT {_COLS} FROM workflow_signals WHERE instance_id = :id "
-            "AND (CAST(:at AS timestamptz) IS NULL OR (accepted_at, id) < (CAST(:at AS timestamptz), :aid)) "
-            "ORDER BY accepted_at DESC, id DESC LIMIT :lim"
-        ),
+        f"SELECT {_COLS} FROM workflow_signals WHERE instance_id = :id "
+        "AND (CAST(:at AS timestamptz) IS NULL OR (accepted_at, id) < (CAST(:at AS timestamptz), :aid)) "
+        "ORDER BY accepted_at DESC, id DESC LIMIT :lim",
         params,
     ).all()
     items = [signal_row(r) for r in rows[:limit]]

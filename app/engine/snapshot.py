@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
 from app.engine.states import StepState
@@ -82,11 +82,9 @@ def mapping_context(conn: Connection, inst: dict, steps: Iterable[dict] | None =
         return {"input": inst["input"], "business_key": inst["business_key"], "steps": {}}
     rows = run(
         conn,
-        text(
-            "SELECT s.key, a.output::text AS output FROM workflow_steps s "
-            "JOIN workflow_activations a ON a.id = s.activation_id "
-            "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'"
-        ),
+        "SELECT s.key, a.output::text AS output FROM workflow_steps s "
+        "JOIN workflow_activations a ON a.id = s.activation_id "
+        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
         {"id": inst["id"]},
     )
     outputs = {r.key: jparse(r.output) for r in rows}

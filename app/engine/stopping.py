@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import oplog, signal_match, work
 from app.engine.decide import stopping as decide
@@ -58,10 +58,8 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
         step_moves.cancel_open(conn, iid)
     jobs = run(
         conn,
-        text(
-            "SELECT id FROM workflow_jobs WHERE instance_id = :id AND status IN ('pending', 'paused') "
-            "AND type = ANY(CAST(:types AS text[])) ORDER BY id"
-        ),
+        "SELECT id FROM workflow_jobs WHERE instance_id = :id AND status IN ('pending', 'paused') "
+        "AND type = ANY(CAST(:types AS text[])) ORDER BY id",
         {"id": iid, "types": sorted(t.value for t in CLEAR_SCOPE)},
     )
     for (job_id,) in jobs.all():
@@ -122,11 +120,9 @@ def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING
 def unknown_outcome_jobs(conn: Connection, iid: str) -> list[dict]:
     rows = run(
         conn,
-        text(
-            "SELECT id, step_key FROM workflow_jobs WHERE instance_id = :id AND "
-            "((status = 'running' AND effect_marker IS NOT NULL) OR (status = 'dead' AND error_code = :u)) "
-            "ORDER BY id"
-        ),
+        "SELECT id, step_key FROM workflow_jobs WHERE instance_id = :id AND "
+        "((status = 'running' AND effect_marker IS NOT NULL) OR (status = 'dead' AND error_code = :u)) "
+        "ORDER BY id",
         {"id": iid, "u": EXTERNAL_OUTCOME_UNKNOWN},
     )
     return [dict(r._mapping) for r in rows]
@@ -138,7 +134,7 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
         r[0]
         for r in run(
             conn,
-            text("SELECT DISTINCT step_key FROM workflow_jobs WHERE id = ANY(:ids) AND step_key IS NOT NULL"),
+            "SELECT DISTINCT step_key FROM workflow_jobs WHERE id = ANY(:ids) AND step_key IS NOT NULL",
             {"ids": job_ids},
         )
     ]
@@ -171,12 +167,10 @@ def request_cancel(
     wait_moves.cancel_open(conn, instance_id=iid)
     for (child_id,) in run(
         conn,
-        text(
-            "SELECT a.child_instance_id FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
-            "JOIN workflow_instances c ON c.id = a.child_instance_id "
-            "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-            "AND c.cancel_requested_at IS NULL ORDER BY 1"
-        ),
+        "SELECT a.child_instance_id FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
+        "JOIN workflow_instances c ON c.id = a.child_instance_id "
+        "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+        "AND c.cancel_requested_at IS NULL ORDER BY 1",
         {"id": iid},
     ).all():
         child = lock_instance(conn, child_id)
@@ -201,10 +195,8 @@ def settle_cancel(conn: Connection, iid: str) -> dict:
     step_moves.cancel_open(conn, iid, idle_only=True)
     flight = run(
         conn,
-        text(
-            "SELECT count(*) AS n, max(lease_expires_at) AS until FROM workflow_tasks WHERE instance_id = :id "
-            "AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at > now()"
-        ),
+        "SELECT count(*) AS n, max(lease_expires_at) AS until FROM workflow_tasks WHERE instance_id = :id "
+        "AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at > now()",
         {"id": iid},
     ).first()
     verdict = decide.cancel_settle(inst_model(inst), in_flight=flight.n)
@@ -246,11 +238,9 @@ def compensation_plan(conn: Connection, inst: dict) -> list[dict]:
     specs = step_specs(version_document(conn, inst["definition_version_id"]))
     done = run(
         conn,
-        text(
-            "SELECT s.key, a.id AS activation_id, row_number() OVER (ORDER BY a.completed_at, a.id) AS ord "
-            "FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
-            "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'"
-        ),
+        "SELECT s.key, a.id AS activation_id, row_number() OVER (ORDER BY a.completed_at, a.id) AS ord "
+        "FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
+        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
         {"id": inst["id"]},
     ).all()
     return decide.compensation_plan(

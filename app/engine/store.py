@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from cachetools import LRUCache
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import jsonx
 from app.errors import NotFound
@@ -78,7 +78,7 @@ def version_document(conn: Connection, version_id: str) -> dict[str, Any]:
     if raw is None:
         raw = run(
             conn,
-            text("SELECT document::text FROM workflow_definition_versions WHERE id = :id"),
+            "SELECT document::text FROM workflow_definition_versions WHERE id = :id",
             {"id": version_id},
         ).scalar_one()
         if len(raw) <= DOCUMENT_CACHE_CHARS // 16:  # one document never evicts most of the others
@@ -123,10 +123,8 @@ def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | 
 def read_wait(conn: Connection, activation_id: str) -> dict[str, Any] | None:
     row = run(
         conn,
-        text(
-            "SELECT id, kind, state, name, payload_version, correlation_key, deadline_at, winner_signal_id, "
-            "resolved_at FROM workflow_waits WHERE activation_id = :a"
-        ),
+        "SELECT id, kind, state, name, payload_version, correlation_key, deadline_at, winner_signal_id, "
+        "resolved_at FROM workflow_waits WHERE activation_id = :a",
         {"a": activation_id},
     ).first()
     return dict(row._mapping) if row else None
@@ -144,7 +142,7 @@ def signal_row(r: Any) -> dict[str, Any]:
 
 
 def read_signal(conn: Connection, sig_id: str) -> dict[str, Any]:
-    r = run(conn, text(f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id"), {"id": sig_id}).first()
+    r = run(conn, f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id", {"id": sig_id}).first()
     if r is None:
         raise NotFound("signal not found")
     return signal_row(r)

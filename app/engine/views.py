@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine.documents import KEY_RE
 from app.engine.store import (
@@ -72,11 +72,9 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
     if s["kind"] == "TASK" and s["state"] == "WAITING":  # retry backoff: when the next attempt starts
         nxt = run(
             conn,
-            text(
-                "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
-                "AND status IN ('pending', 'paused') AND payload->>'wake' = 'task_retry' "
-                "AND payload->>'activation_id' = :a ORDER BY id DESC LIMIT 1"
-            ),
+            "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
+            "AND status IN ('pending', 'paused') AND payload->>'wake' = 'task_retry' "
+            "AND payload->>'activation_id' = :a ORDER BY id DESC LIMIT 1",
             {"i": instance_id, "a": s["activation_id"]},
         ).scalar()
         if nxt is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine.store import jdump
 from app.engine.transitions import tasks as task_moves
@@ -131,10 +131,8 @@ def cancel_task_timeout(conn: Connection, task_id: str) -> None:
     """A task settled before its deadline: its ``task_timeout`` job has nothing left to do."""
     rows = run(
         conn,
-        text(
-            "SELECT id FROM workflow_jobs WHERE task_id = :t AND type = 'task_timeout' "
-            "AND status IN ('pending', 'paused') ORDER BY id"
-        ),
+        "SELECT id FROM workflow_jobs WHERE task_id = :t AND type = 'task_timeout' "
+        "AND status IN ('pending', 'paused') ORDER BY id",
         {"t": task_id},
     ).all()
     for (job_id,) in rows:

@@ -104,3 +104,11 @@ def test_number_like_text_never_escapes(literal):
         jsonx.loads('{"n": ' + literal + "}")
     except (jsonx.BadJSON, jsonx.DuplicateKey):
         pass
+
+
+@settings(max_examples=300, deadline=500)
+@given(st.dictionaries(st.text(max_size=12), st.text(max_size=40), max_size=4))
+def test_strings_and_keys_are_written_as_the_json_module_writes_them(value):
+    """``jsonx.dumps`` quotes strings with the json module's C quoting function instead of calling
+    ``json.dumps`` per string (issue 16): the text must be the same, lone surrogates included."""
+    assert jsonx.dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)

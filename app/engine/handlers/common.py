@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine.states import TERMINAL
 from app.engine.store import lock_instance, read_step
@@ -54,10 +54,8 @@ def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -
     activation must belong to ``instance_id``."""
     row = run(
         conn,
-        text(
-            "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_activations a "
-            "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a"
-        ),
+        "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_activations a "
+        "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a",
         {"a": str(activation_id)},
     ).first()
     bind("activation", activation_id, row.instance_id if row else None, instance_id)

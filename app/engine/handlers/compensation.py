@@ -6,7 +6,7 @@ The write goes through an effect receipt: a retried job never creates a second t
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import oplog, work
 from app.engine.decide import stopping as decide
@@ -22,10 +22,8 @@ from app.sql import run
 def create_compensation_task(conn: Connection, inst: dict, item: dict, index: int) -> str:
     row = run(
         conn,
-        text(
-            "SELECT s.id AS step_id, a.output::text AS output FROM workflow_steps s "
-            "JOIN workflow_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a"
-        ),
+        "SELECT s.id AS step_id, a.output::text AS output FROM workflow_steps s "
+        "JOIN workflow_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a",
         {"i": inst["id"], "k": item["step_key"], "a": item["activation_id"]},
     ).first()
     task_input = {

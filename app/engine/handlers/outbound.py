@@ -15,7 +15,7 @@ import hmac
 import time
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import jsonx
 from app.config import get_settings
@@ -89,14 +89,12 @@ def review_dead_unknown(conn: Connection, limit: int) -> int:
     Bounded by ``limit`` instances per pass."""
     rows = run(
         conn,
-        text(
-            "SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j "
-            "JOIN workflow_steps s ON s.instance_id = j.instance_id AND s.key = j.step_key "
-            "JOIN workflow_instances i ON i.id = j.instance_id "
-            "WHERE j.type = 'trigger_dispatch' AND j.status = 'dead' AND j.error_code = :u "
-            "AND s.state IN ('ACTIVE', 'WAITING') AND i.state IN ('RUNNING', 'WAITING', 'CANCELLING') "
-            "GROUP BY j.instance_id ORDER BY j.instance_id LIMIT :n"
-        ),
+        "SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j "
+        "JOIN workflow_steps s ON s.instance_id = j.instance_id AND s.key = j.step_key "
+        "JOIN workflow_instances i ON i.id = j.instance_id "
+        "WHERE j.type = 'trigger_dispatch' AND j.status = 'dead' AND j.error_code = :u "
+        "AND s.state IN ('ACTIVE', 'WAITING') AND i.state IN ('RUNNING', 'WAITING', 'CANCELLING') "
+        "GROUP BY j.instance_id ORDER BY j.instance_id LIMIT :n",
         {"u": EXTERNAL_OUTCOME_UNKNOWN, "n": limit},
     ).all()
     for r in rows:

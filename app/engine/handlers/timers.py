@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import activation, advance, signal_match, snapshot, stopping
 from app.engine.decide import stopping as decide_stopping
@@ -79,9 +79,7 @@ def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
 
 
 def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
-    due = bool(
-        run(conn, text("SELECT CAST(:d AS timestamptz) <= now()"), {"d": inst["deadline_at"]}).scalar()
-    )
+    due = bool(run(conn, "SELECT CAST(:d AS timestamptz) <= now()", {"d": inst["deadline_at"]}).scalar())
     verdict = decide_stopping.deadline_passed(inst_model(inst), due)
     if isinstance(verdict, Ignore):
         return {"skipped": verdict.reason}
@@ -91,9 +89,7 @@ def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
 
 def _signal_expiry(conn: Connection, inst: dict, p: dict) -> dict:
     sig_id = str(p["signal_id"])
-    owner = run(
-        conn, text("SELECT instance_id FROM workflow_signals WHERE id = :id"), {"id": sig_id}
-    ).scalar()
+    owner = run(conn, "SELECT instance_id FROM workflow_signals WHERE id = :id", {"id": sig_id}).scalar()
     bind("signal", sig_id, owner, inst["id"])
     if not signal_match.expire(conn, sig_id, inst["id"]):
         return {"skipped": "the signal was settled or is not due"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import SignalState
@@ -22,15 +22,13 @@ _BUMP = "resolved_at = now(), revision = revision + 1, updated_at = now()"
 def insert(conn: Connection, row: dict[str, Any]) -> None:
     run(
         conn,
-        text(
-            """
+        """
 INSERT INTO workflow_signals (id, namespace_id, instance_id, name, payload_version, target_step_key,
     target_activation_sequence, correlation_key, payload, actor_id, reason, evidence_ref, state, disposition,
     expires_at, resolved_at)
 VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb), :actor, :reason, :evidence,
     :state, :disp, :expires, CASE WHEN :state = 'PENDING' THEN NULL ELSE now() END)
-"""
-        ),
+""",
         {**row, "payload": jdump(row["payload"])},
     )
     events.emit(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
@@ -63,12 +63,10 @@ def insert_activation(
     poll = poll_deadline is not None
     run(
         conn,
-        text(
-            "INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, task_attempts, "
-            "poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, "
-            "poll_deadline_at) VALUES (:id, :inst, :step, :seq, :state, CAST(:input AS jsonb), :attempts, :z, "
-            ":one, :z, :z, :pd)"
-        ),
+        "INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, task_attempts, "
+        "poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, "
+        "poll_deadline_at) VALUES (:id, :inst, :step, :seq, :state, CAST(:input AS jsonb), :attempts, :z, "
+        ":one, :z, :z, :pd)",
         {
             "id": act_id,
             "inst": iid,
@@ -206,10 +204,8 @@ def end_activation_for_retry(conn: Connection, step: dict) -> None:
     """Operator RETRY_STEP: the current activation ends (CANCELLED unless it already settled)."""
     run(
         conn,
-        text(
-            "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
-            "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a"
-        ),
+        "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
+        "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a",
         {"a": step["activation_id"]},
     )
 
@@ -262,24 +258,20 @@ def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
 def activation_input_of(conn: Connection, act_id: str) -> Any:
     return jparse(
-        run(
-            conn, text("SELECT input::text FROM workflow_activations WHERE id = :id"), {"id": act_id}
-        ).scalar_one()
+        run(conn, "SELECT input::text FROM workflow_activations WHERE id = :id", {"id": act_id}).scalar_one()
     )
 
 
 def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
     run(
         conn,
-        text(
-            """
+        """
 UPDATE workflow_activations SET poll_round_attempts = :att, poll_current_task_id = :task,
     poll_last_task_id = :task, poll_next_at = NULL,
     poll_first_round_attempts_used = CASE WHEN :rnd = poll_first_round THEN :att
                                           ELSE poll_first_round_attempts_used END
 WHERE id = :id
-"""
-        ),
+""",
         {"id": act_id, "att": attempts, "task": task_id, "rnd": rnd},
     )
 
@@ -300,10 +292,8 @@ def poll_task_ended(
 def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
     run(
         conn,
-        text(
-            "UPDATE workflow_activations SET poll_resolved_at = now(), poll_next_at = NULL, "
-            "poll_current_task_id = NULL WHERE id = :a"
-        ),
+        "UPDATE workflow_activations SET poll_resolved_at = now(), poll_next_at = NULL, "
+        "poll_current_task_id = NULL WHERE id = :a",
         {"a": act_id},
     )
 
@@ -312,10 +302,8 @@ def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
     """The next round is due ``seconds`` from now; returns that time."""
     return run(
         conn,
-        text(
-            "UPDATE workflow_activations SET poll_next_at = now() + make_interval(secs => :s) WHERE id = :id "
-            "RETURNING poll_next_at"
-        ),
+        "UPDATE workflow_activations SET poll_next_at = now() + make_interval(secs => :s) WHERE id = :id "
+        "RETURNING poll_next_at",
         {"id": act_id, "s": seconds},
     ).scalar_one()
 
@@ -323,7 +311,7 @@ def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
 def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
     run(
         conn,
-        text("UPDATE workflow_activations SET task_attempts = :n WHERE id = :id"),
+        "UPDATE workflow_activations SET task_attempts = :n WHERE id = :id",
         {"id": act_id, "n": attempts},
     )
 
@@ -332,7 +320,7 @@ def set_child(conn: Connection, step: dict, child_id: str) -> None:
     """A SUBWORKFLOW activation records its child (step and instance revisions follow)."""
     run(
         conn,
-        text("UPDATE workflow_activations SET child_instance_id = :c WHERE id = :a"),
+        "UPDATE workflow_activations SET child_instance_id = :c WHERE id = :a",
         {"c": child_id, "a": step["activation_id"]},
     )
     touch(conn, step)

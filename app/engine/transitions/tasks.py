@@ -35,15 +35,13 @@ def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:inp
     """A PENDING task; returns its ``deadline_at`` (now + ``timeout`` seconds)."""
     deadline = run(
         conn,
-        text(
-            f"""
+        f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, poll_round, deadline_at, purpose)
 VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
     now() + make_interval(secs => :timeout), :purpose)
 RETURNING deadline_at
-"""
-        ),
+""",
         {"round": None, "purpose": "STEP", "output": None, **row},
     ).scalar_one()
     events.emit(

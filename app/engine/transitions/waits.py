@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.engine.states import WaitState
 from app.engine.transitions._guard import many, maybe
@@ -30,11 +30,9 @@ def insert(
     """A WAITING wait; returns its ``deadline_at`` (``deadline_sql`` over ``params``)."""
     return run(
         conn,
-        text(
-            "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, "
-            f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, {deadline_sql}) "
-            "RETURNING deadline_at"
-        ),
+        "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, "
+        f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, {deadline_sql}) "
+        "RETURNING deadline_at",
         {
             "id": new_id(),
             "inst": iid,
