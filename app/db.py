@@ -38,16 +38,25 @@ def statement_timeout_ms() -> int:
     return int(raw) if raw else 30_000
 
 
-# A pooled connection that sat idle longer than this is pinged before it is handed out (the database may
-# have restarted meanwhile); one in steady use is not: SQLAlchemy's ``pool_pre_ping`` would cost every
-# checkout a round trip, and a request makes two (authentication, then its own work). A connection that
-# breaks in use fails its statement (the API answers 503, a job is retried) and SQLAlchemy then replaces
-# every connection of the pool made before the failure (issue 16).
-PING_AFTER_IDLE_SECONDS = 2.0
+# How long a pooled connection may sit idle and still be handed out without a ping (the database may have
+# restarted meanwhile). 0 (the default, every process but the web server) pings at every checkout, as
+# SQLAlchemy's ``pool_pre_ping``: a worker's handler that met a dead connection would fail its job's
+# attempt. The web server (``web.create_app``) pings only after 2 s idle: an API request checks out twice
+# (authentication, then its work), and a ping each time was two of the eight round trips of an
+# authenticated read. A connection that breaks while in steady use fails its statement instead (503:
+# resend with the same key), and SQLAlchemy then replaces every connection of the pool made before the
+# failure (issue 16).
+_ping_after_idle_seconds = 0.0
 _IDLE_SINCE = "ledgerflow_idle_since"
 
 
-def _ping_after_idle(engine: Engine) -> None:
+def ping_after_idle(seconds: float) -> None:
+    """Ping a pooled connection at checkout only when it sat idle for ``seconds`` or more."""
+    global _ping_after_idle_seconds
+    _ping_after_idle_seconds = seconds
+
+
+def _ping_on_checkout(engine: Engine) -> None:
     @event.listens_for(engine, "checkin")
     def _checked_in(dbapi_conn: Any, record: Any) -> None:
         record.info[_IDLE_SINCE] = time.monotonic()
@@ -55,8 +64,8 @@ def _ping_after_idle(engine: Engine) -> None:
     @event.listens_for(engine, "checkout")
     def _checked_out(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         since = record.info.pop(_IDLE_SINCE, None)
-        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
-            return
+        if since is None or time.monotonic() - since < _ping_after_idle_seconds:
+            return  # a new connection, or one in steady use
         try:
             engine.dialect.do_ping(dbapi_conn)
         except engine.dialect.loaded_dbapi.Error as exc:
@@ -82,7 +91,7 @@ def _engine_for(url: str) -> Engine:
         },
     )
 
-    _ping_after_idle(engine)
+    _ping_on_checkout(engine)
 
     @event.listens_for(engine, "rollback")
     def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)

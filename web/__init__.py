@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask, Response, g, request
 
+from app import db
 from app.config import refuse_unsafe_production
 from app.ids import new_request_id
 from web import console, errors, observability
@@ -33,6 +34,7 @@ SECURITY_HEADERS = {
 
 def create_app() -> Flask:
     refuse_unsafe_production()  # e.g. the development cursor key in production: a clear message, no start
+    db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db, issue 16)
     app = Flask("ledgerflow")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.url_map.strict_slashes = False
