@@ -89,6 +89,18 @@ def db_upgrade(revision: str) -> None:
     click.echo(f"database upgraded to {revision}")
 
 
+@db.command("repair-quota-counts")
+def db_repair_quota_counts() -> None:
+    """Recount the quota counters from the instances and tasks (when `ledgerflow doctor` says they
+    differ). Holds writers of those two tables for the recount."""
+    from app.db import transaction
+    from app.engine.instances import repair_quota_counts
+
+    with transaction() as conn:
+        n = repair_quota_counts(conn)
+    click.echo(f"quota counters recounted for {n} namespace(s)")
+
+
 @main.command()
 @click.option("--pool", type=click.Choice(["advance", "outbound"]), required=True)
 def worker(pool: str) -> None:

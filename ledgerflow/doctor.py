@@ -1,7 +1,7 @@
 """``ledgerflow doctor``: is this deployment healthy, and if not, what to fix.
 
 Checks PostgreSQL (reachable, migrations current, autovacuum on and not disabled per table, every
-index valid, dead-row bloat of the job tables), Redis (configured and answering), the worker
+index valid, dead-row bloat of the job tables, the quota counters against the rows), Redis (configured and answering), the worker
 registry (live workers per pool, stale heartbeats), clocks (this machine and each live node against
 the database clock: every lease and deadline decision uses database time, so a skewed node's local
 timeouts drift), the drain (expired leases left unreclaimed) and the due backlog. Prints one line per
@@ -246,6 +246,22 @@ FROM workflow_jobs WHERE status IN ('running', 'pending')
     return out
 
 
+def check_quota_counts() -> list[Check]:
+    from app.engine.instances import quota_count_drift
+
+    with _engine().connect() as conn:
+        conn.exec_driver_sql("SET LOCAL statement_timeout = '30s'")  # a recount of the open work
+        drift = quota_count_drift(conn, limit=5)
+    if not drift:
+        return [Check("quota counts", OK, "the quota counters agree with the instances and tasks")]
+    sample = "; ".join(
+        f"{d['namespace_id']} {d['what']}: kept {d['kept']}, counted {d['counted']}" for d in drift
+    )
+    return [Check("quota counts", FAIL, f"the quota counters differ from the rows ({sample})",
+                  "something wrote the instance or task tables without their triggers (TRUNCATE, replication "
+                  "role, triggers disabled): run `ledgerflow db repair-quota-counts`")]  # fmt: skip
+
+
 CHECKS: tuple[tuple[str, Callable[[], list[Check]]], ...] = (
     ("database", check_database),
     ("migrations", check_migrations),
@@ -255,6 +271,7 @@ CHECKS: tuple[tuple[str, Callable[[], list[Check]]], ...] = (
     ("workers", check_workers),
     ("clock", check_clocks),
     ("ledger", check_ledger),
+    ("quota counts", check_quota_counts),
 )
 
 

@@ -182,6 +182,67 @@ def check_quotas(conn: Connection, namespace_id: str, queues: list[str]) -> None
         )
 
 
+# The counters against the rows, per namespace (one statement, so one snapshot: a transaction's rows and
+# its counter changes commit together, and any difference is drift, not a race). Drift comes only from
+# writes that bypass row triggers: TRUNCATE, ``session_replication_role = replica``, triggers disabled.
+_QUOTA_TRUTH = """
+truth AS (
+    SELECT namespace_id, 'unfinished' AS what, count(*) AS n FROM workflow_instances
+    WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id
+    UNION ALL
+    SELECT namespace_id, 'open_tasks', count(*) FROM workflow_tasks
+    WHERE state IN ('PENDING', 'CLAIMED') GROUP BY namespace_id
+    UNION ALL
+    SELECT namespace_id, 'pending:' || queue, count(*) FROM workflow_tasks
+    WHERE state = 'PENDING' GROUP BY namespace_id, queue
+)"""
+_QUOTA_DRIFT = text(
+    f"""
+WITH {_QUOTA_TRUTH},
+kept AS (
+    SELECT namespace_id, 'unfinished' AS what, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id
+    UNION ALL
+    SELECT namespace_id, 'open_tasks', sum(open_tasks) FROM workflow_quota_counts GROUP BY namespace_id
+    UNION ALL
+    SELECT c.namespace_id, 'pending:' || e.key, sum(e.value::bigint)
+    FROM workflow_quota_counts c, jsonb_each_text(c.pending) AS e GROUP BY c.namespace_id, e.key
+)
+SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, COALESCE(t.what, k.what) AS what,
+       COALESCE(k.n, 0) AS kept, COALESCE(t.n, 0) AS counted
+FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id AND k.what = t.what
+WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0)
+ORDER BY 1, 2
+LIMIT :limit
+"""
+)
+
+
+def quota_count_drift(conn: Connection, limit: int = 20) -> list[dict[str, Any]]:
+    """Where ``workflow_quota_counts`` differs from the rows (``ledgerflow doctor``): at most ``limit``
+    (namespace, figure, kept, counted) rows; none when the counters are right."""
+    return [dict(r._mapping) for r in run(conn, _QUOTA_DRIFT, {"limit": limit})]
+
+
+def repair_quota_counts(conn: Connection) -> int:
+    """Recount every namespace's quota figures from the rows (``ledgerflow db repair-quota-counts``).
+    Locks the instance and task tables against writers until ``conn``'s transaction ends (readers go
+    on), so that no change commits between the recount and its counters. Returns the namespaces kept."""
+    run(conn, "LOCK TABLE workflow_instances, workflow_tasks IN SHARE MODE")
+    run(conn, "DELETE FROM workflow_quota_counts")
+    return run(
+        conn,
+        f"""
+WITH {_QUOTA_TRUTH}
+INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished, open_tasks, pending)
+SELECT namespace_id, 0,
+       COALESCE(sum(n) FILTER (WHERE what = 'unfinished'), 0),
+       COALESCE(sum(n) FILTER (WHERE what = 'open_tasks'), 0),
+       COALESCE(jsonb_object_agg(substr(what, 9), n) FILTER (WHERE what LIKE 'pending:%'), '{{}}'::jsonb)
+FROM truth GROUP BY namespace_id
+""",
+    ).rowcount
+
+
 def instance_view(inst: dict) -> dict:
     """The W-START-4 instance object: optional fields only when they have values."""
     out: dict[str, Any] = {

@@ -116,3 +116,34 @@ def test_the_check_reads_the_counters_not_the_rows(eng, monkeypatch):  # noqa: A
         start(eng, ns, def_id, {})
     with pytest.raises(LimitExceeded):
         start(eng, ns, def_id, {})
+
+
+def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
+    """A write that bypasses the triggers (here a TRUNCATE of the counters) is what ``ledgerflow doctor``
+    reports, and ``ledgerflow db repair-quota-counts`` recounts from the rows."""
+    from click.testing import CliRunner
+
+    from ledgerflow.cli import main
+    from ledgerflow.doctor import check_quota_counts
+
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)
+    for _ in range(3):
+        start(eng, ns, def_id, {})
+    claim_task(eng, ns, "qc.a")
+    with eng.connect() as conn:
+        assert instances.quota_count_drift(conn) == []
+    assert check_quota_counts()[0].status == "ok"
+    with eng.begin() as conn:
+        conn.execute(text("TRUNCATE workflow_quota_counts"))
+    with eng.connect() as conn:
+        drift = {d["what"]: (d["kept"], d["counted"]) for d in instances.quota_count_drift(conn)}
+    assert drift == {"unfinished": (0, 3), "open_tasks": (0, 3), "pending:qc.a": (0, 2)}
+    check = check_quota_counts()[0]
+    assert check.status == "fail" and "repair-quota-counts" in check.fix
+    r = CliRunner().invoke(main, ["db", "repair-quota-counts"])
+    assert r.exit_code == 0, r.output
+    assert "recounted" in r.output
+    _assert_counts_match(eng, ns)
+    with eng.connect() as conn:
+        assert instances.quota_count_drift(conn) == []
