@@ -87,6 +87,38 @@ def load(
     return len(latencies) / (time.monotonic() - started), sorted(latencies)
 
 
+def statements_per_start(url: str, token: str, body: dict) -> int:
+    """SQL statements of one start in steady state (authentication included; the definition document
+    already cached), counted in-process with SQLAlchemy's cursor events (which also make ``app.sql.run``
+    take SQLAlchemy's path, so none is missed)."""
+    from sqlalchemy import event
+
+    os.environ["DATABASE_URL"] = url
+    from app.config import get_settings
+    from app.db import get_engine
+    from web import create_app
+
+    get_settings.cache_clear()
+    client = create_app().test_client()
+    seen: list[str] = []
+
+    def count(*args: object) -> None:
+        seen.append("x")
+
+    warm = client.post("/v1/workflows", json=body,
+                       headers={"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+    assert warm.status_code == 201, warm.get_data(as_text=True)  # the version document is cached from now on
+    eng = get_engine()
+    event.listen(eng, "before_cursor_execute", count)
+    try:
+        h = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex}
+        r = client.post("/v1/workflows", json=body, headers=h)
+        assert r.status_code == 201, r.get_data(as_text=True)
+    finally:
+        event.remove(eng, "before_cursor_execute", count)
+    return len(seen)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.starts")
     p.add_argument("--seconds", type=float, default=8.0)
@@ -127,6 +159,9 @@ def main() -> None:
                    headers={**h, "Idempotency-Key": uuid.uuid4().hex}).raise_for_status()  # fmt: skip
         body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
         print(f"load average at start: {loadavg()}")
+        print(
+            f"SQL statements per start (authentication included): {statements_per_start(env['DATABASE_URL'], token, body)}"
+        )
         print("| clients | starts/s | p50 ms | p99 ms | bare Flask req/s | ratio |")
         print("|---|---|---|---|---|---|")
         for c in (int(x) for x in args.clients.split(",")):
