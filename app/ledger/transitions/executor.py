@@ -12,7 +12,6 @@ job row (running) or in ``workflow_job_executions`` (final), never both and neve
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,6 +25,7 @@ from app.ledger.states import (
     EXTERNAL_OUTCOME_UNKNOWN,
 )
 from app.observability import logs
+from app.sql import pyformat
 
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
@@ -62,7 +62,6 @@ BACKOFF_SQL = (
 
 
 # --------------------------------------------------------------------------- claim: pending -> running
-_BIND = re.compile(r"(?<![:\w]):(\w+)")
 
 
 # psycopg converts a statement's placeholders once and caches the result only for statements shorter
@@ -100,7 +99,7 @@ def compact_sql(sql: str) -> str:
 def _pyformat(sql: str) -> str:
     """The same statement, compacted, with psycopg placeholders (``:name`` -> ``%(name)s``), for the
     raw connection of the pool loop, which sends it as a prepared statement."""
-    return _BIND.sub(r"%(\1)s", compact_sql(sql))
+    return pyformat(compact_sql(sql))
 
 
 def _picked_sql(order: str, limit: int | None = None) -> str:
