@@ -71,16 +71,21 @@ def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
         assert conn.execute(text("SELECT count(*) FROM workflow_events")).scalar() == 0
 
 
-def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> None:  # noqa: ANN001
-    def_id = publish(eng, NS, DOC)
+def _subscribe(eng, ns: str) -> None:  # noqa: ANN001
+    """An enabled subscription of every event type in ``ns``."""
     with eng.begin() as conn:
         conn.execute(
             text(
                 "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
                 "VALUES (:id, :ns, 'https://example.com/h', '{*}', 'c2VjcmV0')"
             ),
-            {"id": new_id(), "ns": NS},
+            {"id": new_id(), "ns": ns},
         )
+
+
+def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> None:  # noqa: ANN001
+    def_id = publish(eng, NS, DOC)
+    _subscribe(eng, NS)
     iid = start(eng, NS, def_id, {})["id"]
     complete_task(eng, NS, claim_task(eng, NS, "ev-q"), {"ok": True})
     rows = _events(eng, iid)
@@ -99,14 +104,7 @@ def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> N
 
     def_id = publish(eng, NS, DOC)
     iid = start(eng, NS, def_id, {})["id"]
-    with eng.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
-                "VALUES (:id, :ns, 'https://example.com/h', '{*}', 'c2VjcmV0')"
-            ),
-            {"id": new_id(), "ns": NS},
-        )
+    _subscribe(eng, NS)
     with eng.connect() as conn:
         for _ in range(2):
             with conn.begin():
@@ -120,14 +118,7 @@ def test_a_listener_in_another_namespace_fans_out_nothing_here(eng) -> None:  # 
     ``namespace_id`` inside that question named the subscription's own column, so any enabled
     subscription anywhere gave every start an ``event_dispatch`` job."""
     def_id = publish(eng, NS, DOC)
-    with eng.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
-                "VALUES (:id, 'another-namespace', 'https://example.com/h', '{*}', 'c2VjcmV0')"
-            ),
-            {"id": new_id()},
-        )
+    _subscribe(eng, "another-namespace")
     iid = start(eng, NS, def_id, {})["id"]
     assert {r.dispatch_job_id for r in _events(eng, iid)} == {None}
     with eng.connect() as conn:
