@@ -13,7 +13,7 @@ from app import auth, jsonx
 from app import cursor as cursors
 from app.auth import IssuedCredential, Principal
 from app.ids import new_id
-from app.sql import run
+from app.sql import defer, run
 
 _INSERT = text(
     """
@@ -50,7 +50,7 @@ def record(
     row belongs to (default: the principal's; an operator acting on another namespace's job writes a
     second row there)."""
     audit_id = new_id()
-    run(
+    defer(
         conn,
         _INSERT,
         {

@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 from app import jsonx
 from app.db import transaction
 from app.errors import IdempotencyConflict, InvalidArgument
-from app.sql import run
+from app.sql import defer, run
 
 WAIT_SECONDS = 10
 RETENTION_HOURS = 24
@@ -109,7 +109,7 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
                 "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
             ) from None
         raise
-    run(conn, _SET_LOCK_TIMEOUT, {"v": claimed.old})
+    defer(conn, _SET_LOCK_TIMEOUT, {"v": claimed.old})  # sent with the next statement, before it
     if claimed.id is not None:
         return None
     stored = run(conn, _READ, params).first()

@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, TextClause, text
+from sqlalchemy import Connection, Engine, TextClause, event, text
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 
 # SQLAlchemy's own rule for a text statement's bind names (sqlalchemy.sql.elements.TextClause): a
@@ -117,24 +117,72 @@ def _listened(conn: Connection) -> bool:
 
 
 _CURSOR = "ledgerflow_sql_cursor"
+_DEFERRED_CURSOR = "ledgerflow_sql_deferred_cursor"
+_DEFERRED = "ledgerflow_sql_deferred"  # (the root transaction, [(sql, params), ...])
+
+
+def _cursor(conn: Connection, key: str) -> psycopg.Cursor:
+    pooled = conn.connection
+    driver: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
+    cur = pooled.info.get(key)  # one cursor per DBAPI connection and use, made at its first statement here
+    if cur is None or cur.closed or cur.connection is not driver:
+        cur = pooled.info[key] = driver.cursor()  # tuples; ``_row_maker`` makes them rows
+    return cur
+
+
+def _take_deferred(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
+    """The statements ``defer`` queued in this transaction (and none of a transaction that ended
+    without running them: the queue names its transaction)."""
+    entry = conn.info.pop(_DEFERRED, None)
+    if entry is None or entry[0] is not conn.get_transaction():
+        return []
+    return entry[1]
+
+
+def defer(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> None:
+    """Queue a statement whose result nobody reads (an insert of a row nothing reads back in this
+    transaction, a setting): it is sent with the transaction's next statement, or before its commit, in
+    one round trip (psycopg's pipeline mode), in the order of the calls. Its error, if any, is raised
+    there. Taken at once, as ``run``, when SQLAlchemy's cursor events are listened to."""
+    sql = statement.text if isinstance(statement, TextClause) else statement
+    if _listened(conn):
+        run(conn, sql, params)
+        return
+    if not conn.in_transaction():
+        conn.begin()
+    txn = conn.get_transaction()
+    entry = conn.info.get(_DEFERRED)
+    if entry is None or entry[0] is not txn:
+        entry = conn.info[_DEFERRED] = (txn, [])
+    entry[1].append((sql, dict(params or {})))
+
+
+def _send_deferred(conn: Connection, deferred: list[tuple[str, dict[str, Any]]]) -> None:
+    """Inside an open pipeline: queue the deferred statements (their results are dropped)."""
+    dcur = _cursor(conn, _DEFERRED_CURSOR)
+    for sql, args in deferred:
+        dcur.execute(pyformat(sql), args)
 
 
 def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:
-    """Execute one text statement in ``conn``'s transaction (beginning it as SQLAlchemy would);
-    returns a ``Result`` (or SQLAlchemy's own result when cursor events are listened to)."""
+    """Execute one text statement in ``conn``'s transaction (beginning it as SQLAlchemy would), after
+    the statements ``defer`` queued, in the same round trip; returns a ``Result`` (or SQLAlchemy's own
+    result when cursor events are listened to)."""
     sql = statement.text if isinstance(statement, TextClause) else statement
     if _listened(conn):
         return conn.execute(text(sql), dict(params or {}))
     if not conn.in_transaction():
         conn.begin()  # what SQLAlchemy's autobegin does at a connection's first statement
-    pooled = conn.connection
-    driver: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
-    cur = pooled.info.get(_CURSOR)  # one cursor per DBAPI connection, made at its first statement here
-    if cur is None or cur.closed or cur.connection is not driver:
-        cur = pooled.info[_CURSOR] = driver.cursor()  # tuples; ``_row_maker`` makes them rows
+    cur = _cursor(conn, _CURSOR)
     args = dict(params or {})
+    deferred = _take_deferred(conn)
     try:
-        cur.execute(pyformat(sql), args)
+        if deferred:
+            with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+                _send_deferred(conn, deferred)
+                cur.execute(pyformat(sql), args)
+        else:
+            cur.execute(pyformat(sql), args)
         if cur.pgresult is not None and cur.pgresult.nfields:
             make = _row_maker(sql, cur)
             rows = [make(t) for t in cur.fetchall()]
@@ -143,5 +191,43 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     except psycopg.Error as exc:
         # SQLAlchemy's rules: wrap in its exception classes, invalidate a broken connection (the cursor is
         # ours to keep: it stays open for the connection's next statement)
-        conn._handle_dbapi_exception(exc, sql, args, None, None)
+        failed = "; ".join([d[0] for d in deferred] + [sql])
+        conn._handle_dbapi_exception(exc, failed, args, None, None)
     return Result(rows, cur.rowcount)
+
+
+def _flush(conn: Connection) -> None:
+    deferred = _take_deferred(conn)
+    if not deferred:
+        return
+    try:
+        with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+            _send_deferred(conn, deferred)
+    except psycopg.Error as exc:
+        conn._handle_dbapi_exception(exc, "; ".join(d[0] for d in deferred), {}, None, None)
+
+
+# Every engine (class listeners): the deferred statements of a transaction run before SQLAlchemy executes
+# a statement of its own on the connection (so that it sees them), before the transaction commits and
+# before a savepoint is set (so that a rollback to the savepoint undoes exactly what followed it); a
+# rollback, to the savepoint or of the whole transaction, drops those not sent yet.
+@event.listens_for(Engine, "before_execute")
+def _flush_before_execute(conn: Connection, *args: Any) -> None:
+    _flush(conn)
+
+
+@event.listens_for(Engine, "commit")
+def _flush_before_commit(conn: Connection) -> None:
+    _flush(conn)
+
+
+@event.listens_for(Engine, "savepoint")
+def _flush_before_savepoint(conn: Connection, name: str) -> None:
+    _flush(conn)
+
+
+@event.listens_for(Engine, "rollback")
+@event.listens_for(Engine, "rollback_savepoint")
+def _drop_deferred(conn: Connection, *args: Any) -> None:
+    if not conn.invalidated:
+        conn.info.pop(_DEFERRED, None)

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, text
 from app.db import transaction_state
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
-from app.sql import run
+from app.sql import defer, run
 
 # Every event type, with what moves it (docs/integrations.md lists them for users).
 EVENT_TYPES: dict[str, str] = {
@@ -128,7 +128,7 @@ def emit(conn: Connection, instance_id: str, event_type: str, **fields: Any) -> 
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type}")
     extra = {k: v for k, v in fields.items() if v is not None}
-    run(
+    defer(
         conn,
         _INSERT,
         {

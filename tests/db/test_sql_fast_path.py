@@ -9,7 +9,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound, OperationalError
 
 from app.db import transaction
-from app.sql import Result, pyformat, run
+from app.sql import Result, defer, pyformat, run
 
 
 def test_placeholders_casts_and_percent_signs():
@@ -88,3 +88,57 @@ def test_cursor_event_listeners_see_every_statement(db):  # noqa: ANN001
     finally:
         event.remove(db, "before_cursor_execute", listen)
     assert any("SELECT" in s and "AS x" in s for s in seen)
+
+
+# --------------------------------------------------------------------------- defer: fewer round trips
+def _table(conn) -> None:  # noqa: ANN001
+    run(conn, "CREATE TEMP TABLE IF NOT EXISTS fast_d (k text PRIMARY KEY) ON COMMIT DELETE ROWS")
+
+
+def _keys(conn) -> list[str]:  # noqa: ANN001
+    return [r.k for r in run(conn, "SELECT k FROM fast_d ORDER BY k")]
+
+
+def test_deferred_statements_run_in_order_before_the_next_statement(db):  # noqa: ANN001
+    with transaction(db) as conn:
+        _table(conn)
+        defer(conn, "INSERT INTO fast_d VALUES (:k)", {"k": "a"})
+        defer(conn, "INSERT INTO fast_d VALUES (:k || 'b')", {"k": "a"})
+        assert _keys(conn) == ["a", "ab"]  # sent with this read, in one round trip, before it
+        defer(conn, "INSERT INTO fast_d VALUES ('c')")
+        # a statement of SQLAlchemy's own sees them too
+        assert conn.execute(text("SELECT count(*) FROM fast_d")).scalar_one() == 3
+
+
+def test_deferred_statements_run_before_commit_and_vanish_with_a_rollback(db):  # noqa: ANN001
+    with db.connect() as conn:
+        with conn.begin():
+            run(conn, "CREATE TEMP TABLE fast_e (k text PRIMARY KEY)")
+        with conn.begin():
+            defer(conn, "INSERT INTO fast_e VALUES ('committed')")  # nothing follows: the commit sends it
+        with pytest.raises(RuntimeError), conn.begin():
+            defer(conn, "INSERT INTO fast_e VALUES ('rolled back')")
+            raise RuntimeError
+        with conn.begin():  # the rolled back transaction's statement is not carried into this one
+            assert [r.k for r in run(conn, "SELECT k FROM fast_e")] == ["committed"]
+
+
+def test_a_rollback_to_a_savepoint_drops_what_followed_it(db):  # noqa: ANN001
+    with transaction(db) as conn:
+        _table(conn)
+        defer(conn, "INSERT INTO fast_d VALUES ('before')")
+        with pytest.raises(RuntimeError), conn.begin_nested():
+            defer(conn, "INSERT INTO fast_d VALUES ('inside')")
+            raise RuntimeError
+        assert _keys(conn) == ["before"]
+
+
+def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):  # noqa: ANN001
+    with pytest.raises(IntegrityError) as e, transaction(db) as conn:
+        _table(conn)
+        defer(conn, "INSERT INTO fast_d VALUES ('x')")
+        defer(conn, "INSERT INTO fast_d VALUES ('x')")
+        run(conn, "SELECT 1")
+    assert e.value.orig.sqlstate == "23505" and "INSERT INTO fast_d" in str(e.value)
+    with transaction(db) as conn:  # the connection is usable again
+        assert run(conn, "SELECT 1").scalar_one() == 1

@@ -14,7 +14,7 @@ from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, jdump, jparse
 from app.engine.transitions._guard import many, one, states
 from app.ids import new_id
-from app.sql import run
+from app.sql import defer, run
 
 S = StepState
 OPEN = states(STEP_OPEN)
@@ -37,7 +37,7 @@ def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
         }
         for st in specs
     ]
-    run(
+    defer(
         conn,
         "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
         "SELECT r.id, :inst, r.key, r.kind, r.state, r.after "
@@ -61,7 +61,7 @@ def insert_activation(
     seq = (step["activation_sequence"] or 0) + 1
     act_id = new_id()
     poll = poll_deadline is not None
-    run(
+    defer(
         conn,
         "INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, task_attempts, "
         "poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, "
