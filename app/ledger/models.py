@@ -163,14 +163,25 @@ Index("ix_workflow_jobs_status_type", jobs.c.status, jobs.c.type)
 # The newest-first job list: ``created_at`` only (migration 0015); ``ORDER BY created_at, id`` adds an
 # incremental sort of each group of equal ``created_at``, and the versions of a job and the jobs of one
 # transaction share one deduplicated entry.
-Index("ix_workflow_jobs_created", jobs.c.created_at)
+# fillfactor 100 here and on the retention indexes (migration 0016): their keys grow at the right edge.
+Index("ix_workflow_jobs_created", jobs.c.created_at, postgresql_with={"fillfactor": 100})
 # Retention (app/ledger/retention.py): finished jobs and dead letters by age, one partial index per
 # retention (migration 0016), so an entry is ``finished_at`` alone. A sweep states its statuses as these
 # literals (``FINISHED`` / ``DEAD_LETTERS``), or the planner cannot use the index.
 FINISHED = ("succeeded", "canceled")
 DEAD_LETTERS = ("dead", "failed")
-Index("ix_workflow_jobs_finished", jobs.c.finished_at, postgresql_where=text(_in("status", FINISHED)))
-Index("ix_workflow_jobs_dead_letters", jobs.c.finished_at, postgresql_where=text(_in("status", DEAD_LETTERS)))
+Index(
+    "ix_workflow_jobs_finished",
+    jobs.c.finished_at,
+    postgresql_where=text(_in("status", FINISHED)),
+    postgresql_with={"fillfactor": 100},
+)
+Index(
+    "ix_workflow_jobs_dead_letters",
+    jobs.c.finished_at,
+    postgresql_where=text(_in("status", DEAD_LETTERS)),
+    postgresql_with={"fillfactor": 100},
+)
 
 # One row per *final* attempt, written once by the move that ends it (settle, reclaim, suspend, cancel);
 # the running attempt lives on its job row until then. Keyed by (job, generation, attempt); ``id`` is

@@ -23,9 +23,12 @@ variable-length and mostly-NULL columns last (a NULL takes no space at all, only
   ``succeeded`` / ``canceled``, kept 7 days) and ``ix_workflow_jobs_dead_letters`` (``dead`` /
   ``failed``, 30 days). Each sweep states its statuses as literals, so the planner proves the
   predicate (``app/ledger/retention.py``).
-- The attempts' primary key and ``ix_workflow_job_executions_started`` are built with
-  ``fillfactor = 100``: attempt rows are never updated, and both keys grow at the right edge, where a
-  B-tree split already leaves its left page full.
+- Indexes whose keys grow at the right edge are built with ``fillfactor = 100`` (a split of the
+  rightmost page then leaves the left page full, not 90 %): the attempts' primary key and
+  ``ix_workflow_job_executions_started`` (attempt rows are never updated), ``ix_workflow_jobs_created``
+  and the two retention indexes (a job's versions share its ``created_at``; ``finished_at`` is the
+  settle's time). Not the job's primary key: a job's later versions land on pages left full, which
+  then split in two (measured larger, bench/README.md).
 
 The rewrite holds ACCESS EXCLUSIVE locks on the three tables for its whole duration (measured: see
 docs/operations.md, "Upgrading"); run it, like every migration, in the release phase with the workers
@@ -126,9 +129,11 @@ EXECUTIONS = """
     request jsonb,
     response jsonb"""
 JOB_INDEXES_NEW = [
-    "CREATE INDEX ix_workflow_jobs_finished ON workflow_jobs (finished_at) "
+    "CREATE INDEX ix_workflow_jobs_created ON workflow_jobs (created_at) WITH (fillfactor = 100)",
+    "CREATE INDEX ix_workflow_jobs_finished ON workflow_jobs (finished_at) WITH (fillfactor = 100) "
     "WHERE status IN ('succeeded', 'canceled')",
-    "CREATE INDEX ix_workflow_jobs_dead_letters ON workflow_jobs (finished_at) WHERE status IN ('dead', 'failed')",
+    "CREATE INDEX ix_workflow_jobs_dead_letters ON workflow_jobs (finished_at) WITH (fillfactor = 100) "
+    "WHERE status IN ('dead', 'failed')",
 ]
 EXECUTION_INDEXES_NEW = [
     "ALTER TABLE workflow_job_executions ADD CONSTRAINT workflow_job_executions_pkey "
@@ -188,7 +193,8 @@ EXECUTIONS_OLD = """
     finished_at timestamptz,
     duration_ms integer"""
 JOB_INDEXES_OLD = [
-    "CREATE INDEX ix_workflow_jobs_finished ON workflow_jobs (status, finished_at) WHERE finished_at IS NOT NULL"
+    "CREATE INDEX ix_workflow_jobs_created ON workflow_jobs (created_at)",
+    "CREATE INDEX ix_workflow_jobs_finished ON workflow_jobs (status, finished_at) WHERE finished_at IS NOT NULL",
 ]
 EXECUTION_INDEXES_OLD = [
     "ALTER TABLE workflow_job_executions ADD CONSTRAINT workflow_job_executions_pkey "
@@ -207,7 +213,6 @@ JOB_INDEXES = [
     "CREATE INDEX ix_workflow_jobs_instance ON workflow_jobs (instance_id) WHERE instance_id IS NOT NULL",
     "CREATE INDEX ix_workflow_jobs_trace ON workflow_jobs (hashtextextended(trace_id, 0))",
     "CREATE INDEX ix_workflow_jobs_status_type ON workflow_jobs (status, type)",
-    "CREATE INDEX ix_workflow_jobs_created ON workflow_jobs (created_at)",
 ]
 FOREIGN_KEYS = {  # (table, constraint) -> definition; both reference workflow_jobs
     ("workflow_job_executions", "workflow_job_executions_job_id_fkey"):
