@@ -51,9 +51,9 @@ def insert_final_attempts(
     (``status`` is cast to the attempts' enum type: a CASE of literals is text, which no enum takes)."""
     return f"""INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
         response, error, error_code, due_at, started_at, finished_at, duration_ms)
-    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST({status} AS {ATTEMPT_STATUS_TYPE}), p.worker_id,
-           p.payload, {response}, {error},
-           {error_code}, p.run_at, p.attempt_started_at, clock_timestamp(), {duration_ms}
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST({status} AS {ATTEMPT_STATUS_TYPE}),
+           p.worker_id, p.payload, {response}, {error}, {error_code}, p.run_at, p.attempt_started_at,
+           clock_timestamp(), {duration_ms}
     FROM {source}"""
 
 
