@@ -14,7 +14,7 @@ from actors import maintenance
 from actors.broker import broker, has_redis
 from app.config import get_settings
 from app.db import get_engine, transaction
-from app.ids import new_id
+from app.ids import new_node_id
 from app.integrations import schedules
 from app.ledger import handlers, nodes
 from app.ledger.pool import LedgerPool
@@ -56,7 +56,7 @@ def run_worker(pool_name: str) -> None:
     engine = get_engine()
     handlers.load_modules(BUILTIN_HANDLER_MODULES + settings.handler_modules)
     hint_actors.install_publisher()
-    node_id = new_id()
+    node_id = new_node_id()
     logs.set_process_context(node_id=node_id)
     metrics.serve_process_metrics()
     pool = LedgerPool(pool_enum, settings=settings, engine=engine, worker_id=node_id)

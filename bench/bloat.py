@@ -19,6 +19,11 @@ how many *dead* tuples each leaves for vacuum and how large its tables and index
 and at the end the run samples, per table of each system, ``n_live_tup``, ``n_dead_tup`` and
 ``pg_total_relation_size`` (heap + indexes + TOAST) and the autovacuum count. Numbers only, never
 assertions; the samples go to ``bench/results/bloat-<time>.json``.
+
+``--candidate "CREATE INDEX cand_x ON workflow_jobs (...)"`` (repeatable) builds an index that is not
+part of the schema beside the real ones before the load starts, so a candidate is measured under the
+very same churn (its size is in the per-relation table; it is counted in the totals too, so leave it
+out of a run whose totals are quoted).
 """
 
 from __future__ import annotations
@@ -139,7 +144,7 @@ def totals(snapshot: dict[str, dict[str, int]]) -> dict[str, int]:
     return {k: sum(t[k] for t in snapshot.values()) for k in ("live", "dead", "bytes", "autovacuums")}
 
 
-def run(minutes: float, rate: float) -> dict[str, Any]:
+def run(minutes: float, rate: float, candidates: tuple[str, ...] = ()) -> dict[str, Any]:
     pgserver = import_pgserver()
     tmp = Path(tempfile.mkdtemp(prefix="lf-bloat-"))
     os.chmod(tmp, 0o755)  # pgserver's own user (when run as root) must reach its data folder
@@ -168,6 +173,9 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
     }
     pq_env = env | {"BENCH_PQ_DSN": pq_dsn}
     upgrade(lf_dsn)
+    with psycopg.connect(lf_dsn, autocommit=True) as conn:
+        for statement in candidates:
+            conn.execute(statement)
     os.environ["BENCH_PQ_DSN"] = pq_dsn
     from bench.peer import app
 
@@ -236,6 +244,7 @@ def run(minutes: float, rate: float) -> dict[str, Any]:
     return {
         "minutes": minutes,
         "rate": rate,
+        "candidates": list(candidates),
         "postgres": settings,
         "jobs": {"ledgerflow": list(lf_done), "procrastinate": list(pq_done)},
         "samples": samples,
@@ -297,12 +306,13 @@ def main(argv: list[str] | None = None) -> None:
     prod.add_argument("--seconds", type=float, required=True)
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=200.0, help="jobs per second into each system")
+    p.add_argument("--candidate", action="append", default=[], help="an extra CREATE INDEX to measure")
     a = p.parse_args(argv)
     if a.cmd == "produce":
         (produce_ledger if a.system == "ledger" else produce_peer)(a.rate, a.seconds)
         return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    doc = run(a.minutes, a.rate)
+    doc = run(a.minutes, a.rate, tuple(a.candidate))
     table = report(doc)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)

@@ -24,9 +24,11 @@ from bench.run import libpq, loadavg, log, percentile, with_database
 FILL = """
 INSERT INTO workflow_jobs (type, queue, status, payload, attempts, max_attempts, generation, last_error,
                            operation_key, trace_id, created_at, updated_at, finished_at, run_at)
-SELECT (ARRAY['delay_wake', 'task_timeout', 'event_dispatch', 'webhook_delivery'])[1 + g %% 4],
-       CASE WHEN g %% 4 < 2 THEN 'workflow-ledger' ELSE 'workflow-ledger-outbound' END,
-       (ARRAY['succeeded', 'succeeded', 'succeeded', 'dead', 'failed', 'pending', 'canceled'])[1 + g %% 7],
+SELECT CAST((ARRAY['delay_wake', 'task_timeout', 'event_dispatch', 'webhook_delivery'])[1 + g %% 4]
+            AS workflow_job_type),
+       CAST(CASE WHEN g %% 4 < 2 THEN 'workflow-ledger' ELSE 'workflow-ledger-outbound' END AS workflow_job_queue),
+       CAST((ARRAY['succeeded', 'succeeded', 'succeeded', 'dead', 'failed', 'pending', 'canceled'])[1 + g %% 7]
+            AS workflow_job_status),
        jsonb_build_object('n', g), 1, 5, 1,
        CASE WHEN g %% 7 IN (3, 4) THEN 'connect timeout after ' || (g %% 50) || ' ms to receiver ' || (g %% 9) END,
        md5('op' || g), md5('tr' || (g / 5)),
@@ -36,7 +38,7 @@ FROM generate_series(1, %s) g
 ATTEMPTS = """
 INSERT INTO workflow_job_executions (job_id, generation, attempt, status, due_at, started_at,
                                      finished_at, duration_ms)
-SELECT g, 1, 1, CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END,
+SELECT g, 1, 1, CAST(CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END AS workflow_attempt_status),
        now() - (g %% 3600) * interval '1 second' - interval '40 ms', now() - (g %% 3600) * interval '1 second',
        now() - (g %% 3600) * interval '1 second' + interval '5 ms', 5
 FROM generate_series(1, %s) g

@@ -30,7 +30,8 @@ def _insert_finished(conn, start: int, n: int) -> None:  # noqa: ANN001
             """
 INSERT INTO workflow_jobs (type, queue, status, payload, run_at, max_attempts, attempts, finished_at,
     created_at, updated_at, trace_id, operation_key, error_code)
-SELECT 'webhook_delivery', 'workflow-ledger-outbound', CASE WHEN g % 100 = 0 THEN 'dead' ELSE 'succeeded' END,
+SELECT 'webhook_delivery', 'workflow-ledger-outbound',
+    CAST(CASE WHEN g % 100 = 0 THEN 'dead' ELSE 'succeeded' END AS workflow_job_status),
     '{}', now() - make_interval(secs => g % 604800), 10, 1, now() - make_interval(secs => g % 604800),
     now() - make_interval(secs => g % 604800), now(), md5(g::text), md5('f' || g::text),
     CASE WHEN g % 100 = 0 THEN 'HANDLER_ERROR' END
@@ -47,7 +48,7 @@ def _insert_attempts(conn, n: int) -> None:  # noqa: ANN001
             """
 INSERT INTO workflow_job_executions (job_id, generation, attempt, status, due_at, started_at,
     finished_at, duration_ms)
-SELECT j.id, 1, 1, CASE WHEN j.status = 'dead' THEN 'failed' ELSE 'succeeded' END,
+SELECT j.id, 1, 1, CAST(CASE WHEN j.status = 'dead' THEN 'failed' ELSE 'succeeded' END AS workflow_attempt_status),
     j.finished_at - interval '2 seconds', j.finished_at - interval '1 second', j.finished_at, 1000
 FROM workflow_jobs j
 WHERE j.status IN ('succeeded', 'dead')

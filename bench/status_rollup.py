@@ -38,8 +38,8 @@ def _load(engine: Engine, attempts: int) -> None:
         conn.execute(
             text(
                 "INSERT INTO workflow_jobs (type, queue, status, payload, max_attempts, attempts, finished_at,"
-                " trace_id, operation_key) SELECT 'webhook_delivery', CASE WHEN g % 2 = 0 THEN 'workflow-ledger'"
-                " ELSE 'workflow-ledger-outbound' END, 'succeeded', '{}', 1000, 1, now(), md5(g::text),"
+                " trace_id, operation_key) SELECT 'webhook_delivery', CAST(CASE WHEN g % 2 = 0 THEN 'workflow-ledger'"
+                " ELSE 'workflow-ledger-outbound' END AS workflow_job_queue), 'succeeded', '{}', 1000, 1, now(), md5(g::text),"
                 " md5('o' || g::text) FROM generate_series(1, :n) g"
             ),
             {"n": JOBS},
@@ -49,7 +49,8 @@ def _load(engine: Engine, attempts: int) -> None:
                 """
 INSERT INTO workflow_job_executions (job_id, generation, attempt, status, due_at, started_at,
     finished_at, duration_ms)
-SELECT (g % :jobs) + 1, 1, (g / :jobs) + 1, CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'succeeded' END,
+SELECT (g % :jobs) + 1, 1, (g / :jobs) + 1,
+       CAST(CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'succeeded' END AS workflow_attempt_status),
        s.at - make_interval(secs => (g % 997) * 0.01), s.at, s.at, g % 300
 FROM generate_series(0, :n - 1) g,
      LATERAL (SELECT now() - make_interval(secs => 5 + 3590 * g::float8 / :n)) AS s(at)

@@ -123,7 +123,7 @@ def start_workflow(
 # The quota figures of one start in one statement, run right after the namespace's start lock is granted
 # (a separate statement: READ COMMITTED takes the snapshot at a statement's start, so only a statement that
 # begins after the lock sees every start committed before it). The counts are the committed sums of
-# ``workflow_quota_counts`` (migration 0016: kept by deferred triggers at each commit, so this start's own
+# ``workflow_quota_counts`` (migration 0017: kept by deferred triggers at each commit, so this start's own
 # instance and tasks are not in them yet), plus, per queue, the CLAIMED tasks whose lease expired (pending
 # again; an index of claimed tasks only). One row per queue of the definition (queue NULL when it has none).
 _QUOTA_COUNTS = text(

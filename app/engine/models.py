@@ -246,7 +246,7 @@ Index(
     postgresql_where=text("state = 'CLAIMED'"),
 )
 
-# W-START-8 / W-ERR quotas without counting rows at every start (issue 16, migration 0016): per namespace
+# W-START-8 / W-ERR quotas without counting rows at every start (issue 16, migration 0017): per namespace
 # and stripe (the committing backend's pid modulo 16), the unfinished instances, the open (PENDING or
 # CLAIMED) tasks and each queue's PENDING tasks (``{"queue": n}``). Deferred constraint triggers on
 # ``workflow_instances`` and ``workflow_tasks`` (function ``workflow_quota_count``) add each row's change

@@ -41,6 +41,7 @@ from app.engine.transitions import tasks as task_moves
 from app.engine.transitions import waits as wait_moves
 from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
+from app.ledger.models import JOB_TYPE_TYPE
 from app.ledger.states import CLEAR_SCOPE, EXTERNAL_OUTCOME_UNKNOWN, JobType
 from app.ledger.suspend import clear_jobs
 from app.sql import run
@@ -59,7 +60,7 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
     jobs = run(
         conn,
         "SELECT id FROM workflow_jobs WHERE instance_id = :id AND status IN ('pending', 'paused') "
-        "AND type = ANY(CAST(:types AS text[])) ORDER BY id",
+        f"AND type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) ORDER BY id",
         {"id": iid, "types": sorted(t.value for t in CLEAR_SCOPE)},
     )
     for (job_id,) in jobs.all():

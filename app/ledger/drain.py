@@ -15,14 +15,15 @@ from app.config import Settings
 from app.db import transaction
 from app.ledger import transitions
 from app.ledger.hints import publish_now
+from app.ledger.models import JOB_QUEUE_TYPE
 from app.observability import metrics
 
 log = logging.getLogger(__name__)
 
 DRAIN_LOCK_KEY = 7426002
 _DUE_QUEUES = text(
-    """
-SELECT q.queue FROM (VALUES ('workflow-ledger'), ('workflow-ledger-outbound')) AS q(queue)
+    f"""
+SELECT CAST(q.queue AS text) AS queue FROM unnest(enum_range(NULL::{JOB_QUEUE_TYPE})) AS q(queue)
 WHERE EXISTS (SELECT 1 FROM workflow_jobs j
               WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= now())
 """

@@ -23,14 +23,14 @@ from sqlalchemy import (
     literal_column,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, ENUM, JSONB, UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.ledger.states import AttemptStatus, JobStatus, JobType
 from app.metadata import metadata  # noqa: E402
 
 
-def _in(column: str, values: list[str]) -> str:
+def _in(column: str, values: list[str] | tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
@@ -39,48 +39,64 @@ ATTEMPT_STATUSES = [s.value for s in AttemptStatus]
 JOB_TYPES = [t.value for t in JobType]
 QUEUES = ["workflow-ledger", "workflow-ledger-outbound"]
 
+# ``status``, ``type`` and ``queue`` are PostgreSQL enum types (migration 0016): 4 bytes in every row
+# version and index entry instead of 10-25 bytes of text, and the types allow exactly the values above
+# (they replaced the CHECK constraints). SQLAlchemy binds a value compared with these columns untyped,
+# so PostgreSQL reads it as the enum; hand-written SQL states the type where it casts (``CAST(:x AS
+# workflow_job_type[])``, never ``text[]``: an enum has no ``=`` with text), and a CASE or a literal
+# that is *assigned* to one of these columns is cast to its type (``JOB_STATUS_TYPE``...).
+JOB_STATUS_TYPE = "workflow_job_status"
+JOB_TYPE_TYPE = "workflow_job_type"
+JOB_QUEUE_TYPE = "workflow_job_queue"
+ATTEMPT_STATUS_TYPE = "workflow_attempt_status"
+
+
+def _enum(values: list[str], name: str) -> ENUM:
+    return ENUM(*values, name=name, create_type=False)
+
+
+# Columns are in order of width (migration 0016): 8-byte ones, then 4-byte ones (integers and enums),
+# the uuid, then the variable-length and mostly NULL ones. No alignment padding falls between them,
+# and a NULL costs one bit of the row's null bitmap.
 jobs = Table(
     "workflow_jobs",
     metadata,
     Column("id", BigInteger, Identity(always=False), primary_key=True),
-    Column("type", Text, nullable=False),
-    Column("queue", Text, nullable=False),
-    Column("status", Text, nullable=False, server_default=text("'pending'")),
-    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
-    Column("instance_id", Text),
-    Column("task_id", Text),
-    Column("step_key", Text),
-    Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("attempts", Integer, nullable=False, server_default=text("0")),
-    Column("max_attempts", Integer, nullable=False),
-    Column("generation", Integer, nullable=False, server_default=text("1")),
-    Column("lease_token", UUID(as_uuid=False)),
-    Column("lease_until", DateTime(timezone=True)),
-    Column("execution_timeout_ms", Integer, nullable=False, server_default=text("600000")),
-    Column("execution_deadline", DateTime(timezone=True)),
-    Column("remaining_ms", BigInteger),
-    Column("effect_marker", JSONB),
-    Column("result", JSONB),
-    Column("last_error", Text),
-    Column("error_code", Text),
-    Column("operation_key", Text, nullable=False),
-    Column("idempotency_key", Text),
-    Column("trace_id", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
+    Column("lease_until", DateTime(timezone=True)),
+    Column("execution_deadline", DateTime(timezone=True)),
+    # The open attempt while the job runs (migration 0013): its start, its id (drawn from the attempts'
+    # sequence) and, below, the claiming node. The move that ends the attempt writes its row in
+    # workflow_job_executions from these and clears them (app/ledger/transitions/executor.py).
+    Column("attempt_started_at", DateTime(timezone=True)),
+    Column("attempt_id", BigInteger),
+    Column("remaining_ms", BigInteger),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("generation", Integer, nullable=False, server_default=text("1")),
+    Column("execution_timeout_ms", Integer, nullable=False, server_default=text("600000")),
+    Column("type", _enum(JOB_TYPES, JOB_TYPE_TYPE), nullable=False),
+    Column("queue", _enum(QUEUES, JOB_QUEUE_TYPE), nullable=False),
+    Column("status", _enum(JOB_STATUSES, JOB_STATUS_TYPE), nullable=False, server_default=text("'pending'")),
+    Column("lease_token", UUID(as_uuid=False)),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("operation_key", Text, nullable=False),
+    Column("trace_id", Text, nullable=False),
+    Column("instance_id", Text),
+    Column("task_id", Text),
+    Column("step_key", Text),
+    Column("idempotency_key", Text),
+    Column("worker_id", Text),
+    Column("error_code", Text),
+    Column("last_error", Text),
+    Column("result", JSONB),
+    Column("effect_marker", JSONB),
     # W3C traceparent of the span that enqueued the job (NULL while tracing is off; migration 0007)
     Column("traceparent", Text),
-    # The open attempt while the job runs (migration 0013): its id (drawn from the attempts' sequence),
-    # the claiming node and the claim time. The move that ends the attempt writes its row in
-    # workflow_job_executions from these and clears them (app/ledger/transitions/executor.py).
-    Column("attempt_id", BigInteger),
-    Column("worker_id", Text),
-    Column("attempt_started_at", DateTime(timezone=True)),
-    CheckConstraint(_in("status", JOB_STATUSES), name="ck_workflow_jobs_status"),
-    CheckConstraint(_in("type", JOB_TYPES), name="ck_workflow_jobs_type"),
-    CheckConstraint(_in("queue", QUEUES), name="ck_workflow_jobs_queue"),
     CheckConstraint("max_attempts >= 1", name="ck_workflow_jobs_max_attempts"),
     CheckConstraint("execution_timeout_ms > 0", name="ck_workflow_jobs_timeout"),
     CheckConstraint(
@@ -147,13 +163,24 @@ Index("ix_workflow_jobs_status_type", jobs.c.status, jobs.c.type)
 # The newest-first job list: ``created_at`` only (migration 0015); ``ORDER BY created_at, id`` adds an
 # incremental sort of each group of equal ``created_at``, and the versions of a job and the jobs of one
 # transaction share one deduplicated entry.
-Index("ix_workflow_jobs_created", jobs.c.created_at)
-# retention (app/ledger/retention.py): finished jobs and dead letters by age
+# fillfactor 100 here and on the retention indexes (migration 0016): their keys grow at the right edge.
+Index("ix_workflow_jobs_created", jobs.c.created_at, postgresql_with={"fillfactor": 100})
+# Retention (app/ledger/retention.py): finished jobs and dead letters by age, one partial index per
+# retention (migration 0016), so an entry is ``finished_at`` alone. A sweep states its statuses as these
+# literals (``FINISHED`` / ``DEAD_LETTERS``), or the planner cannot use the index.
+FINISHED = ("succeeded", "canceled")
+DEAD_LETTERS = ("dead", "failed")
 Index(
     "ix_workflow_jobs_finished",
-    jobs.c.status,
     jobs.c.finished_at,
-    postgresql_where=text("finished_at IS NOT NULL"),
+    postgresql_where=text(_in("status", FINISHED)),
+    postgresql_with={"fillfactor": 100},
+)
+Index(
+    "ix_workflow_jobs_dead_letters",
+    jobs.c.finished_at,
+    postgresql_where=text(_in("status", DEAD_LETTERS)),
+    postgresql_with={"fillfactor": 100},
 )
 
 # One row per *final* attempt, written once by the move that ends it (settle, reclaim, suspend, cancel);
@@ -164,25 +191,30 @@ executions = Table(
     metadata,
     Column("id", BigInteger, Identity(always=False), nullable=False),
     Column("job_id", BigInteger, ForeignKey("workflow_jobs.id", ondelete="CASCADE"), nullable=False),
-    Column("generation", Integer, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("status", Text, nullable=False, server_default=text("'running'")),
-    # written by rows from before migration 0013 only; the job row holds the running attempt's token
-    Column("lease_token", UUID(as_uuid=False)),
-    Column("worker_id", Text),
-    Column("request", JSONB),
-    Column("response", JSONB),
-    Column("error", Text),
-    Column("error_code", Text),
     Column("due_at", DateTime(timezone=True), nullable=False),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
+    Column("generation", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
     Column("duration_ms", Integer),
-    CheckConstraint(_in("status", ATTEMPT_STATUSES), name="ck_workflow_job_executions_status"),
+    Column(
+        "status",
+        _enum(ATTEMPT_STATUSES, ATTEMPT_STATUS_TYPE),
+        nullable=False,
+        server_default=text("'running'"),
+    ),
+    # written by rows from before migration 0013 only; the job row holds the running attempt's token
+    Column("lease_token", UUID(as_uuid=False)),
+    Column("worker_id", Text),
+    Column("error_code", Text),
+    Column("error", Text),
+    Column("request", JSONB),
+    Column("response", JSONB),
+    # fillfactor 100 (migration 0016): rows are never updated and the key grows at the right edge
     PrimaryKeyConstraint("job_id", "generation", "attempt", name="workflow_job_executions_pkey"),
 )
 # Lookups by job go through the primary key (job_id leads). Rows are never updated, so pages fill.
-Index("ix_workflow_job_executions_started", executions.c.started_at)
+Index("ix_workflow_job_executions_started", executions.c.started_at, postgresql_with={"fillfactor": 100})
 
 # The runtime status rollup (app/ledger/rollup.py): per minute and queue, the attempts started in that
 # minute once they are final (count, failed, duration sum and samples, queue-wait histogram with the

@@ -28,7 +28,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from app import cursor as cursors
 from app import jsonx
 from app.errors import InvalidArgument, NotFound
-from app.ledger.models import effects, executions, jobs, trace_is
+from app.ledger.models import JOB_STATUSES, JOB_TYPES, effects, executions, jobs, trace_is
 from app.ledger.status import runtime_status
 
 MAX_JOB_ID = 2**63 - 1
@@ -106,10 +106,11 @@ def in_namespace(namespace_id: str | None) -> list[ColumnElement[bool]]:
 
 def filter_clauses(f: JobFilter) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = in_namespace(f.namespace_id)
+    # a value outside the enum types matches no job (PostgreSQL would refuse to read it as the enum)
     if f.types:
-        where.append(jobs.c.type.in_(f.types))
+        where.append(jobs.c.type.in_([t for t in f.types if t in JOB_TYPES]))
     if f.statuses:
-        where.append(jobs.c.status.in_(f.statuses))
+        where.append(jobs.c.status.in_([s for s in f.statuses if s in JOB_STATUSES]))
     if f.instance_id:
         where.append(jobs.c.instance_id == f.instance_id)
     if f.trace_id:
@@ -177,7 +178,8 @@ def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]
         select(jobs.c.type, jobs.c.status, func.count().label("count"))
         .where(*in_namespace(namespace_id))
         .group_by(jobs.c.type, jobs.c.status)
-        .order_by(jobs.c.type, jobs.c.status)
+        # by name, as before the columns were enums (an enum sorts in its declared order)
+        .order_by(cast(jobs.c.type, Text), cast(jobs.c.status, Text))
     ).all()
     by_type: dict[str, dict[str, int]] = {}
     by_status: dict[str, int] = {}
@@ -204,7 +206,8 @@ ATTEMPT_COLUMNS = [
 # the open attempt of a running job, from its job row, in the shape of ATTEMPT_COLUMNS
 OPEN_ATTEMPT_COLUMNS = [
     jobs.c.attempt_id.label("id"), jobs.c.generation, jobs.c.attempts.label("attempt"),
-    literal("running").label("status"), jobs.c.worker_id, cast(jobs.c.payload, Text).label("request"),
+    literal("running", executions.c.status.type).label("status"), jobs.c.worker_id,
+    cast(jobs.c.payload, Text).label("request"),
     null().label("response"), null().label("error"), null().label("error_code"),
     jobs.c.run_at.label("due_at"), jobs.c.attempt_started_at.label("started_at"),
     null().label("finished_at"), null().label("duration_ms"),

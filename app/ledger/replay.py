@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.ledger.models import trace_match_sql
+from app.ledger.models import JOB_STATUS_TYPE, JOB_TYPE_TYPE, JOB_TYPES, trace_match_sql
 
 REPLAYABLE = ("dead", "failed")
 CLUSTER_DIMENSIONS = ("reason", "type", "instance", "trace")
@@ -75,11 +75,12 @@ def _like(value: str) -> str:
 def where_sql(f: ReplayFilter) -> tuple[str, dict[str, Any]]:
     """WHERE clause (alias ``j``) selecting replayable jobs by the filter; age = time in the ledger."""
     statuses = [s for s in f.statuses if s in REPLAYABLE] or list(REPLAYABLE)
-    parts = ["j.status = ANY(CAST(:statuses AS text[]))"]
+    parts = [f"j.status = ANY(CAST(:statuses AS {JOB_STATUS_TYPE}[]))"]
     params: dict[str, Any] = {"statuses": statuses}
     if f.types:
-        parts.append("j.type = ANY(CAST(:types AS text[]))")
-        params["types"] = list(f.types)
+        # a type outside the enum type matches no job (PostgreSQL would refuse to read it as the enum)
+        parts.append(f"j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[]))")
+        params["types"] = [t for t in f.types if t in JOB_TYPES]
     if f.namespace_id is not None:
         parts.append(f"j.instance_id IN ({NAMESPACE_INSTANCES})")
         params["job_ns"] = f.namespace_id

@@ -22,9 +22,7 @@ from sqlalchemy import Connection, text
 
 from app.config import env_float, env_int
 from app.ledger.drain import Sweep
-
-FINISHED = ("succeeded", "canceled")
-DEAD_LETTERS = ("dead", "failed")
+from app.ledger.models import DEAD_LETTERS, FINISHED
 
 
 @dataclass(frozen=True)
@@ -78,19 +76,21 @@ def _days_case(policy: RetentionPolicy, default: float, params: dict) -> str:
     )
 
 
-def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: bool = False) -> int:
-    """Finished jobs (or dead letters) older than their retention; attempts go with them."""
-    params: dict = {"limit": max(limit, policy.batch), "statuses": list(DEAD_LETTERS if dead else FINISHED)}
+def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[str, dict]:
+    """The DELETE of one batch (``:limit`` rows) of finished jobs (or dead letters) past their
+    retention, and its parameters but ``limit``."""
+    params: dict = {}
+    # the statuses as literals, exactly those of this retention's partial index (ix_workflow_jobs_finished
+    # / ix_workflow_jobs_dead_letters): with a bound list the planner could not prove its predicate
+    statuses = ", ".join(f"'{s}'" for s in (DEAD_LETTERS if dead else FINISHED))
     default = policy.dead_days if dead else policy.jobs_days
     days = _days_case(policy, default, params)
     # the index range uses the smallest retention that applies; the per-row check the exact one
     params["min_days"] = min([default, *policy.by_namespace.values()]) if not dead else default
-    rows = conn.execute(
-        text(
-            f"""
+    sql = f"""
 DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
-    WHERE j.status = ANY(CAST(:statuses AS text[]))
+    WHERE j.status IN ({statuses})
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
       AND j.finished_at < now() - make_interval(secs => {days} * 86400)
     ORDER BY j.finished_at
@@ -98,10 +98,13 @@ DELETE FROM workflow_jobs WHERE id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
-        ),
-        params,
-    ).all()
-    return len(rows)
+    return sql, params
+
+
+def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: bool = False) -> int:
+    """Finished jobs (or dead letters) older than their retention; attempts go with them."""
+    sql, params = prune_jobs_sql(policy, dead=dead)
+    return len(conn.execute(text(sql), {**params, "limit": max(limit, policy.batch)}).all())
 
 
 def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:

@@ -38,7 +38,7 @@ from sqlalchemy import Connection, Row, text
 from app.config import Settings
 from app.ledger import histogram
 from app.ledger.drain import Sweep
-from app.ledger.models import QUEUES
+from app.ledger.models import JOB_QUEUE_TYPE, QUEUES
 
 MINUTES_PER_CALL = 10
 # the status reads the last 60 minutes; an hour more is kept so a late reader or a stalled drain
@@ -104,7 +104,7 @@ SELECT g.minute, q.queue, COALESCE(m.attempts, 0), COALESCE(m.failed, 0), COALES
 -- over idle minutes, and a minute at or before it is rolled, full stop
 FROM generate_series(CAST(:since AS timestamptz), CAST(:until AS timestamptz) - interval '1 minute',
                      interval '1 minute') AS g(minute)
-CROSS JOIN unnest(CAST(:queues AS text[])) AS q(queue)
+CROSS JOIN unnest(CAST(:queues AS {JOB_QUEUE_TYPE}[])) AS q(queue)
 LEFT JOIN by_minute m ON m.minute = g.minute AND m.queue = q.queue
 ON CONFLICT (minute, queue) DO NOTHING
 RETURNING minute

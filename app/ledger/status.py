@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app.ledger import histogram, rollup
-from app.ledger.models import QUEUES
+from app.ledger.models import JOB_QUEUE_TYPE, QUEUES
 
 LEDGER_QUEUES = QUEUES
 
@@ -245,9 +245,9 @@ LIMIT :limit
 """
 )
 _DUE = text(
-    """
+    f"""
 SELECT queue, count(*) AS due FROM workflow_jobs
-WHERE status = 'pending' AND run_at <= now() AND queue = ANY(CAST(:queues AS text[]))
+WHERE status = 'pending' AND run_at <= now() AND queue = ANY(CAST(:queues AS {JOB_QUEUE_TYPE}[]))
 GROUP BY queue
 """
 )

@@ -3,17 +3,21 @@ SKIP LOCKED under concurrent claimers."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import replace
 from datetime import timedelta
 
+import psycopg
+from psycopg import sql as pg_sql
 from sqlalchemy import text
 
 from app.db import transaction
 from app.ledger import handlers, transitions
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
+from app.ledger.transitions import executor
 from tests.ledger_helpers import (
     ADVANCE,
     OUTBOUND,
@@ -305,3 +309,67 @@ def test_concurrent_claimers_never_claim_the_same_job_twice(db, engine):
             conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE status = 'succeeded'")).scalar()
             == total
         )
+
+
+def _raw(db):  # noqa: ANN001, ANN202
+    """A raw psycopg connection set up as the pool's (autocommit, forced generic plans)."""
+    _, params = db.dialect.create_connect_args(db.url)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True, options=transitions.PG_SESSION_OPTIONS)
+
+
+def test_the_pools_pass_reads_and_writes_the_enum_columns_as_text(db):
+    """The pool's one-statement pass (settle + claim, a prepared statement) with the enum types of
+    migration 0016: the queue parameter is read as the queue enum, the claimed rows' type and queue
+    and the settled statuses come back as plain strings (an ``array_agg`` of an enum would come back as
+    one unparsed string), and the attempt rows get their enum status."""
+    ids = [add_job(db, "delay_wake", {"i": i}) for i in range(3)]
+    with _raw(db) as pg:
+        kw = {"queue": ADVANCE, "worker_id": "w-enum", "lease_seconds": 30, "by_due": False,
+              "backoff_base": 30.0, "backoff_cap": 900.0}  # fmt: skip
+        settled, claimed = transitions.settle_and_claim(pg, [], limit=3, **kw)
+        assert settled == {} and sorted(r["id"] for r in claimed) == ids
+        assert {(r["type"], r["queue"]) for r in claimed} == {("delay_wake", ADVANCE)}
+        kinds = ["succeeded", "dead", "retry"]
+        items = [
+            settlement(r, k, error=None if k == "succeeded" else "boom")
+            for r, k in zip(claimed, kinds, strict=True)
+        ]
+        settled, again = transitions.settle_and_claim(pg, items, limit=0, **kw)
+        types = pg.execute("SELECT parameter_types::text FROM pg_prepared_statements").fetchall()
+    assert again == []
+    by_kind = {k: settled[r["id"]] for r, k in zip(claimed, kinds, strict=True)}
+    assert by_kind == {"succeeded": "succeeded", "dead": "dead", "retry": "pending"}
+    assert any("workflow_job_queue" in t for (t,) in types), types
+    rows = scalar(db, "SELECT string_agg(status::text, ',' ORDER BY job_id) FROM workflow_job_executions")
+    assert rows == "succeeded,failed,failed"
+
+
+def _numbered(sql: str) -> tuple[str, list[str]]:
+    """A psycopg statement (``%(name)s``) with numbered parameters for PREPARE, and their names."""
+    names: list[str] = []
+    for name in re.findall(r"%\((\w+)\)s", sql):
+        if name not in names:
+            names.append(name)
+    return re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql), names
+
+
+def test_the_pools_claim_plans_read_the_claim_indexes_by_queue(db):
+    """The claim's generic plan (the pool prepares it once) is a range scan of its partial claim
+    index with the queue, an enum since migration 0016, as its index condition."""
+    for i in range(200):
+        add_job(db, "delay_wake" if i % 2 else "webhook_delivery", {"i": i})
+    with transaction(db) as conn:
+        conn.execute(text("ANALYZE workflow_jobs"))
+    args = {"queue": ADVANCE, "worker_id": "w", "lease_seconds": 30}
+    with _raw(db) as pg:
+        for by_due, index in ((False, "ix_workflow_jobs_claim"), (True, "ix_workflow_jobs_claim_due")):
+            sql, names = _numbered(executor._pg_claim_sql(by_due, 4))
+            pg.execute(f"PREPARE lf_claim_{int(by_due)} AS {sql}")
+            values = pg_sql.SQL(", ").join(pg_sql.Literal(args[n]) for n in names)
+            explain = pg_sql.SQL("EXPLAIN EXECUTE {}({})").format(
+                pg_sql.Identifier(f"lf_claim_{int(by_due)}"), values
+            )
+            plan = "\n".join(r[0] for r in pg.execute(explain))
+            assert f"Index Scan using {index} on workflow_jobs" in plan, plan
+            assert re.search(r"Index Cond: \(+queue = \$1\)", plan), plan

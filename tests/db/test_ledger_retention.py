@@ -230,3 +230,40 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
         ).all()
     assert [r[0] for r in left] == [live]
     assert [r[0] for r in kept] == [pending_job]
+
+
+@pytest.mark.parametrize("overrides", [{}, {"ns-long": 90.0, "ns-short": 1.0}])
+def test_each_sweep_reads_its_own_partial_index(db, overrides):  # noqa: ANN001
+    """Finished jobs and dead letters have a partial index each on ``finished_at`` (migration 0016):
+    the 7-day sweep walks ``ix_workflow_jobs_finished`` and never past the dead letters kept for 30
+    days, the 30-day sweep ``ix_workflow_jobs_dead_letters``, because each states its statuses as
+    literals that prove the index's predicate."""
+    n, statuses = 20000, ["succeeded", "canceled", "dead", "failed"]
+    with transaction(db) as conn:  # job g: statuses[g % 4], finished (g % 960) hours + 30 min ago
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (type, queue, status, max_attempts, operation_key, trace_id, finished_at) "
+                "SELECT 'delay_wake', 'workflow-ledger', "
+                "       CAST((CAST(:statuses AS text[]))[1 + g % 4] AS workflow_job_status), 3, 'op', md5(g::text), "
+                "       now() - (g % 960) * interval '1 hour' - interval '30 minutes' "
+                "FROM generate_series(1, :n) g"
+            ),
+            {"statuses": statuses, "n": n},
+        )
+        conn.execute(text("ANALYZE workflow_jobs"))
+    policy = replace(POLICY, by_namespace=overrides, batch=100)
+    for dead, index, other in ((False, "ix_workflow_jobs_finished", "ix_workflow_jobs_dead_letters"),
+                               (True, "ix_workflow_jobs_dead_letters", "ix_workflow_jobs_finished")):  # fmt: skip
+        sql, params = retention.prune_jobs_sql(policy, dead=dead)
+        with db.connect() as conn:
+            plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {sql}"), {**params, "limit": 100}))
+        assert index in plan and other not in plan and "Seq Scan" not in plan, plan
+    # and each removes exactly its own: finished jobs past 7 days, dead letters past 30
+    whole = replace(POLICY, batch=n)
+    with transaction(db) as conn:
+        removed = retention.prune_jobs(conn, n, policy=whole)
+    with transaction(db) as conn:
+        removed_dead = retention.prune_jobs(conn, n, policy=whole, dead=True)
+    hours = [(statuses[g % 4], g % 960) for g in range(1, n + 1)]
+    assert removed == sum(1 for s, h in hours if s in ("succeeded", "canceled") and h >= 7 * 24)
+    assert removed_dead == sum(1 for s, h in hours if s in ("dead", "failed") and h >= 30 * 24)

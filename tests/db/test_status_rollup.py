@@ -27,7 +27,8 @@ _ATTEMPTS = text(
     """
 INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at, started_at,
     finished_at, duration_ms)
-SELECT :job, 1, :first + g, CASE WHEN g % 7 = 0 THEN 'failed' ELSE 'succeeded' END, gen_random_uuid(),
+SELECT :job, 1, :first + g, CAST(CASE WHEN g % 7 = 0 THEN 'failed' ELSE 'succeeded' END AS workflow_attempt_status),
+       gen_random_uuid(),
        s.at - make_interval(secs => power(10, ((g * 37) % 1000) / 200.0) / 1000),
        s.at, s.at, CASE WHEN g % 10 <> 0 THEN (g * 13) % 5000 END
 FROM generate_series(0, :n - 1) g,
@@ -97,7 +98,7 @@ def test_the_sweep_rolls_final_minutes_once(db):
         """SELECT count(*) FROM workflow_attempt_minutes m WHERE (m.attempts, m.failed, m.duration_n) <> (
                SELECT count(*), count(*) FILTER (WHERE e.status = 'failed'), count(e.duration_ms)
                FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id
-               WHERE j.queue = m.queue AND e.started_at >= m.minute
+               WHERE CAST(j.queue AS text) = m.queue AND e.started_at >= m.minute
                  AND e.started_at < m.minute + interval '1 minute')
              OR m.attempts <> (SELECT sum(h) FROM unnest(m.wait_hist) h)
              OR cardinality(m.wait_hist) <> :buckets""",

@@ -1,4 +1,4 @@
-"""The quota counts kept by deferred triggers (issue 16, migration 0016) always equal what a recount of
+"""The quota counts kept by deferred triggers (issue 16, migration 0017) always equal what a recount of
 the rows gives, whatever moves the instances and tasks went through; a rolled back transaction leaves
 them untouched; and a start's check reads counter rows, not the namespace's rows."""
 

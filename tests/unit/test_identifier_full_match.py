@@ -32,3 +32,8 @@ def test_validators_refuse_trailing_newlines():
     assert {e.field for e in info.value.field_errors} >= {"version", "steps[0].key"}
     with pytest.raises(idempotency.InvalidArgument):
         idempotency.validate_key("key-1\n")
+
+
+def test_node_ids_are_16_hex_and_distinct():
+    made = {ids.new_node_id() for _ in range(1000)}
+    assert len(made) == 1000 and all(len(n) == 16 and int(n, 16) >= 0 and n == n.lower() for n in made)

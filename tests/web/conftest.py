@@ -81,15 +81,15 @@ _INSERT = text(
 INSERT INTO workflow_jobs (type, queue, status, payload, instance_id, run_at, attempts, max_attempts,
     generation, lease_token, lease_until, execution_deadline, remaining_ms, last_error, operation_key,
     trace_id, created_at, effect_marker, attempt_id, attempt_started_at)
-VALUES (:type, :queue, :status, CAST(:payload AS jsonb), :instance_id,
+VALUES (:type, :queue, CAST(:status AS workflow_job_status), CAST(:payload AS jsonb), :instance_id,
     now() + make_interval(secs => :run_in), :attempts, :max_attempts, :generation,
-    CASE WHEN :status = 'running' THEN gen_random_uuid() END,
-    CASE WHEN :status = 'running' THEN now() + make_interval(secs => :lease_in) END,
-    CASE WHEN :status = 'running' THEN now() + make_interval(secs => :deadline_in) END,
-    CASE WHEN :status = 'paused' THEN 5000 END, :last_error, :operation_key, :trace_id,
+    CASE WHEN CAST(:status AS workflow_job_status) = 'running' THEN gen_random_uuid() END,
+    CASE WHEN CAST(:status AS workflow_job_status) = 'running' THEN now() + make_interval(secs => :lease_in) END,
+    CASE WHEN CAST(:status AS workflow_job_status) = 'running' THEN now() + make_interval(secs => :deadline_in) END,
+    CASE WHEN CAST(:status AS workflow_job_status) = 'paused' THEN 5000 END, :last_error, :operation_key, :trace_id,
     now() - make_interval(secs => :age), CAST(:marker AS jsonb),
-    CASE WHEN :status = 'running' THEN nextval('workflow_job_executions_id_seq') END,
-    CASE WHEN :status = 'running' THEN now() END)
+    CASE WHEN CAST(:status AS workflow_job_status) = 'running' THEN nextval('workflow_job_executions_id_seq') END,
+    CASE WHEN CAST(:status AS workflow_job_status) = 'running' THEN now() END)
 RETURNING id
 """
 )

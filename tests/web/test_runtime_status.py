@@ -34,9 +34,10 @@ def _attempt(conn, job_id, n, *, status="succeeded", started_ago=0, wait=0.0, du
     conn.execute(
         text(
             "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at,"
-            " started_at, finished_at, duration_ms) VALUES (:j, 1, :n, :s, gen_random_uuid(),"
+            " started_at, finished_at, duration_ms) VALUES (:j, 1, :n, CAST(:s AS workflow_attempt_status),"
+            " gen_random_uuid(),"
             " now() - make_interval(secs => :ago + :wait), now() - make_interval(secs => :ago),"
-            " CASE WHEN :s <> 'running' THEN now() END, :d)"
+            " CASE WHEN CAST(:s AS workflow_attempt_status) <> 'running' THEN now() END, :d)"
         ),
         {"j": job_id, "n": n, "s": status, "ago": started_ago, "wait": wait, "d": duration},
     )

@@ -144,6 +144,8 @@ def test_three_worker_processes_race_on_300_jobs(db, spawn):
         )
     assert set(by_worker) <= {_node_id(w) for w in workers}
     assert len(by_worker) >= 2, f"the workers did not race: {by_worker}"
+    # a node id is 16 hex (64 random bits): 17 bytes in every attempt row instead of 33 (issue 14)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", node) for node in by_worker), by_worker
     assert all(w.proc.poll() is None for w in workers)
 
 

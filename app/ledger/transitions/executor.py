@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 from sqlalchemy import Connection, text
 
+from app.ledger.models import ATTEMPT_STATUS_TYPE, JOB_STATUS_TYPE
 from app.ledger.states import (
     EXTERNAL_OUTCOME_UNKNOWN,
 )
@@ -46,11 +47,13 @@ def insert_final_attempts(
     source: str, *, status: str, response: str, error: str, error_code: str, duration_ms: str
 ) -> str:
     """INSERT of the final attempt rows from ``source``, a FROM clause in which ``p`` holds the
-    OPEN_ATTEMPT facts of each job whose attempt ends; the other arguments are SQL expressions."""
+    OPEN_ATTEMPT facts of each job whose attempt ends; the other arguments are SQL expressions
+    (``status`` is cast to the attempts' enum type: a CASE of literals is text, which no enum takes)."""
     return f"""INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
         response, error, error_code, due_at, started_at, finished_at, duration_ms)
-    SELECT p.attempt_id, p.id, p.generation, p.attempts, {status}, p.worker_id, p.payload, {response}, {error},
-           {error_code}, p.run_at, p.attempt_started_at, clock_timestamp(), {duration_ms}
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST({status} AS {ATTEMPT_STATUS_TYPE}),
+           p.worker_id, p.payload, {response}, {error}, {error_code}, p.run_at, p.attempt_started_at,
+           clock_timestamp(), {duration_ms}
     FROM {source}"""
 
 
@@ -218,9 +221,10 @@ _SETTLE_CTES = f"""input AS (
 ), settled AS (
     UPDATE workflow_jobs j
     -- A failure while a side-effect marker is open is an unknown external outcome whatever the
-    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically.
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
     SET status = CASE
-            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::{JOB_STATUS_TYPE}
             WHEN j.effect_marker IS NOT NULL THEN 'dead'
             WHEN u.kind = 'failed' THEN 'failed'
             WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
@@ -305,7 +309,7 @@ def _settle_and_claim_sql(order: str, limit: int) -> str:
     return f"""
 WITH {_SETTLE_CTES}, {_picked_sql(order, limit)}, {_claimed_sql()}
 SELECT s.settled_ids, s.settled_statuses, c.*
-FROM (SELECT array_agg(id) AS settled_ids, array_agg(status) AS settled_statuses FROM settled) s
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses FROM settled) s
 LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
 ORDER BY c.priority, c.run_at, c.id
 """

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import jsonx
+from app.ledger.models import JOB_QUEUE_TYPE, JOB_STATUS_TYPE, JOB_TYPE_TYPE
 from app.ledger.states import (
     CANCELED_BY_OPERATOR,
     DEADLINE_EXCEEDED,
@@ -40,9 +41,9 @@ def _close_open_attempts(prior_cte: str, moved_cte: str, status: str, error: str
 _RECLAIM_MOVE = f"""
 ), reclaimed AS (
     UPDATE workflow_jobs j
-    SET status = CASE WHEN j.effect_marker IS NOT NULL THEN 'dead'
-                      WHEN j.attempts >= j.max_attempts THEN 'dead'
-                      ELSE 'pending' END,
+    SET status = CAST(CASE WHEN j.effect_marker IS NOT NULL THEN 'dead'
+                           WHEN j.attempts >= j.max_attempts THEN 'dead'
+                           ELSE 'pending' END AS {JOB_STATUS_TYPE}),
         error_code = CASE WHEN j.effect_marker IS NOT NULL THEN '{EXTERNAL_OUTCOME_UNKNOWN}'
                           WHEN j.execution_deadline <= now() THEN '{DEADLINE_EXCEEDED}'
                           ELSE '{LEASE_EXPIRED}' END,
@@ -70,7 +71,7 @@ WITH stale AS (
     SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
     WHERE j.status = 'running'
       AND (j.lease_until IS NULL OR j.lease_until <= now() OR j.execution_deadline <= now())
-      AND (CAST(:queue AS text) IS NULL OR j.queue = CAST(:queue AS text))
+      AND (CAST(:queue AS {JOB_QUEUE_TYPE}) IS NULL OR j.queue = CAST(:queue AS {JOB_QUEUE_TYPE}))
     ORDER BY j.lease_until NULLS FIRST
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -124,12 +125,13 @@ _SUSPEND = text(
     f"""
 WITH prior AS (
     SELECT {OPEN_ATTEMPT}, j.status FROM workflow_jobs j
-    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))
+    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[]))
       AND j.status IN ('pending', 'running')
     FOR UPDATE
 ), moved AS (
     UPDATE workflow_jobs j
-    SET status = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN 'dead' ELSE 'paused' END,
+    SET status = CAST(CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN 'dead' ELSE 'paused' END
+                      AS {JOB_STATUS_TYPE}),
         remaining_ms = CASE WHEN j.status = 'running' AND j.effect_marker IS NOT NULL THEN NULL
                             WHEN j.status = 'running' THEN 0
                             ELSE GREATEST(0, (extract(epoch FROM j.run_at - now()) * 1000))::bigint END,
@@ -192,12 +194,14 @@ SELECT id, generation FROM moved
 """
 
 
-_CLEAR = text(_cancel_sql("j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[]))"))
+_CLEAR = text(
+    _cancel_sql(f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[]))")
+)
 # W-CTL-3: an unsafe call with an unknown outcome stays where it is (running with its marker, or the
 # "needs confirmation" dead letter) for the operator; canceling cannot recall it (L-EFFECT-5).
 _CLEAR_KEEP_UNKNOWN = text(
     _cancel_sql(
-        "j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS text[])) "
+        f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) "
         f"AND NOT (j.status = 'running' AND j.effect_marker IS NOT NULL) "
         f"AND NOT (j.status = 'dead' AND j.error_code = '{EXTERNAL_OUTCOME_UNKNOWN}')"
     )

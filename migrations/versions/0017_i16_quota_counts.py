@@ -20,15 +20,15 @@ A CLAIMED task whose lease expired counts as pending again (it is back in its qu
 from the rows through ``ix_workflow_tasks_claimed_lease`` (only claimed tasks, so bounded by the work
 in flight). The upgrade locks both tables while it fills the counts from the existing rows.
 
-Revision ID: 0016_i16
-Revises: 0015_i14
+Revision ID: 0017_i16
+Revises: 0016_i14
 Create Date: 2026-12-02
 """
 
 from alembic import op
 
-revision = "0016_i16"
-down_revision = "0015_i14"
+revision = "0017_i16"
+down_revision = "0016_i14"
 branch_labels = None
 depends_on = None
 
