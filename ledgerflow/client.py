@@ -9,7 +9,8 @@
   ``run_script(main)`` prints that line instead of a traceback and exits non-zero.
 - Numbers stay exact both ways (integers of any size, fractions as ``Decimal``).
 - Mutations carry an ``Idempotency-Key`` (generated when you pass none); retries after network
-  errors and 503 resend the **same** key and request, never a new one.
+  errors, 503 and 429 ``RATE_LIMITED`` resend the **same** key and request, never a new one. A quota
+  refusal (429 ``QUEUE_FULL`` / ``APPLICATION_FULL``) is raised, not retried.
 - Revisions are ints; errors are ``ApiError`` subclasses carrying the API ``code``.
 """
 
@@ -58,6 +59,7 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     NotFound,
     PermissionDenied,
     QuotaExceeded,
+    RateLimited,
     ServerUnreachable,
     StartResult,
     StateConflict,
@@ -86,6 +88,19 @@ TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 def server_url() -> str:
     """The server address: ``LEDGERFLOW_URL``, default ``http://127.0.0.1:5000``."""
     return (os.environ.get("LEDGERFLOW_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _transient(resp: httpx.Response) -> bool:
+    """503 (the server or its database is away) and 429 RATE_LIMITED (a per-credential window or
+    long-poll cap: the request did nothing) clear by themselves; a quota's 429 does not."""
+    if resp.status_code == 503:
+        return True
+    if resp.status_code != 429:
+        return False
+    try:
+        return _loads(resp.content).get("code") == "RATE_LIMITED"
+    except (ValueError, AttributeError):
+        return False
 
 
 def _reason(exc: httpx.TransportError) -> str:
@@ -185,7 +200,8 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         params: dict | None = None,
         idempotency_key: str | None = None,
     ) -> Any:
-        """One API call; network errors and 503 are retried with the same Idempotency-Key."""
+        """One API call; network errors, 503 and 429 RATE_LIMITED are retried with the same
+        Idempotency-Key (after the answer's ``Retry-After``, at most 5 s)."""
         if self._config_problem is not None:
             raise ConfigurationError(self._config_problem)
         headers = {}
@@ -203,7 +219,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
                     raise ServerUnreachable(self.base_url, _reason(exc)) from exc
                 time.sleep(self.backoff * 2**attempt)
                 continue
-            if resp.status_code == 503 and attempt < self.retries:
+            if attempt < self.retries and _transient(resp):
                 time.sleep(
                     min(float(resp.headers.get("Retry-After", "0") or 0), 5.0) or self.backoff * 2**attempt
                 )
@@ -525,6 +541,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "QuotaExceeded",
+    "RateLimited",
     "StartResult",
     "StateConflict",
     "Step",

@@ -123,6 +123,9 @@ class LimitExceeded(ApiError): ...
 class QuotaExceeded(ApiError): ...
 
 
+class RateLimited(ApiError): ...
+
+
 class BodyTooLarge(ApiError): ...
 
 
@@ -143,6 +146,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "WORKFLOW_SIGNAL_LIMIT": LimitExceeded,
     "QUEUE_FULL": QuotaExceeded,
     "APPLICATION_FULL": QuotaExceeded,
+    "RATE_LIMITED": RateLimited,
     "BODY_TOO_LARGE": BodyTooLarge,
     "UNSUPPORTED_MEDIA_TYPE": UnsupportedMediaType,
     "UNAVAILABLE": Unavailable,

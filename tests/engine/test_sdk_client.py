@@ -6,7 +6,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ledgerflow.client import ABSENT, Client, IdempotencyConflict, LimitExceeded, Unavailable
+from ledgerflow.client import (
+    ABSENT,
+    Client,
+    IdempotencyConflict,
+    LimitExceeded,
+    QuotaExceeded,
+    RateLimited,
+    Unavailable,
+)
 
 INSTANCE = (
     '{"id":"%s","namespace_id":"n","definition_id":"d","definition_version_id":"v","version":"v1",'
@@ -58,6 +66,31 @@ def test_typed_errors_carry_codes():
         c.request("POST", "/b", body={})
     with pytest.raises(Unavailable):
         c.request("GET", "/c")
+
+
+def test_rate_limited_is_retried_after_retry_after_and_a_quota_refusal_is_not():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.headers.get("Idempotency-Key")))
+        if request.url.path == "/full":
+            return httpx.Response(429, headers={"Retry-After": "30"}, json={"code": "APPLICATION_FULL"})
+        if len(seen) <= 2:
+            return httpx.Response(429, headers={"Retry-After": "0"}, json={"code": "RATE_LIMITED"})
+        return httpx.Response(200, json={"request_id": "r", "data": {}})
+
+    c = Client("http://x", "t", transport=httpx.MockTransport(handler), retries=2, backoff=0.001)
+    assert c.request("POST", "/a", body={}) == {"request_id": "r", "data": {}}
+    assert len(seen) == 3 and len({k for _, k in seen}) == 1  # the same Idempotency-Key each time
+    seen.clear()
+    with pytest.raises(QuotaExceeded) as e:
+        c.request("POST", "/full", body={})
+    assert len(seen) == 1 and e.value.retry_after == 30  # raised at once: a quota does not clear in seconds
+    seen.clear()
+    c = Client("http://x", "t", transport=httpx.MockTransport(handler), retries=1, backoff=0.001)
+    with pytest.raises(RateLimited) as r:
+        c.request("GET", "/b")
+    assert len(seen) == 2 and r.value.code == "RATE_LIMITED"  # raised once the retries run out
 
 
 SIGNAL = (

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ledgerflow.client import Client
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DOC = {"steps": [{"key": "t", "kind": "TASK", "queue": "q"}]}
 
@@ -71,6 +73,16 @@ def test_per_credential_rate_limit_answers_429_with_retry_after(wf_ns, monkeypat
     assert r.json()["code"] == "RATE_LIMITED" and 1 <= int(r.headers["Retry-After"]) <= 60
     other = {"Authorization": f"Bearer {wf_ns.tokens['all']}"}  # another credential is not affected
     assert httpx.get(wf_ns.url + "/v1/workflows", headers=other).status_code == 200
+
+
+def test_the_sdk_waits_out_a_rate_limit_with_the_same_key(wf_ns, monkeypatch):  # noqa: F811
+    """A client faster than its credential's limit (the fault suite's burst of idempotent starts hit
+    100/second once starts got faster) is slowed down by the SDK, not failed."""
+    monkeypatch.setenv("LEDGERFLOW_RATE_LIMIT", "3/second")
+    client = Client(wf_ns.url, wf_ns.tokens["start_only"], retries=4)
+    started = time.monotonic()
+    pages = [client.list_workflows(limit=1) for _ in range(5)]
+    assert len(pages) == 5 and time.monotonic() - started >= 0.5  # at least one Retry-After waited out
 
 
 def _free_port() -> int:
