@@ -4,14 +4,9 @@ foreign key, trigger and autovacuum setting, and the downgrade gives back the sc
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
-
 import pytest
 from alembic import command
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from app.migrate import alembic_config, upgrade
@@ -40,25 +35,6 @@ SELECT 'options', relname || ' ' || array_to_string(reloptions, ',') FROM pg_cla
 WHERE relname IN ('workflow_jobs', 'workflow_job_executions')
 ORDER BY 1, 2
 """
-
-
-@pytest.fixture
-def scratch() -> Iterator[tuple[str, Engine]]:
-    """A database of its own (this test migrates it up and down)."""
-    server = make_url(os.environ["LEDGERFLOW_SERVER_DATABASE_URL"])
-    name = f"lf_mig16_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = server.set(database=name).render_as_string(hide_password=False)
-    eng = create_engine(url)
-    try:
-        yield url, eng
-    finally:
-        eng.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _fill(eng: Engine) -> None:

@@ -1,8 +1,16 @@
 """The migrated schema matches the models (procrastinate-style migration test)."""
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 
+from app.db import transaction
+from app.ledger import hints, ops
+from app.ledger.enqueue import enqueue
+from app.ledger.models import jobs, trace_is, trace_match_sql
+from app.migrate import upgrade
 from app.schema import metadata
 
 
@@ -14,9 +22,6 @@ def test_migrated_schema_matches_models(engine):
 
 
 def test_finished_attempts_are_immutable(db):
-    import pytest
-    from sqlalchemy import text
-    from sqlalchemy.exc import DBAPIError
 
     with db.begin() as conn:
         conn.execute(
@@ -38,9 +43,6 @@ def test_finished_attempts_are_immutable(db):
 def test_rolled_back_transaction_leaves_no_hint_state_behind(db):
     """Regression: a rollback used to leave the per-connection hint set behind, so the next
     transaction on the same pooled connection published nothing."""
-    from app.db import transaction
-    from app.ledger import hints
-    from app.ledger.enqueue import enqueue
 
     sent: list[str] = []
     hints.set_publisher(sent.append)
@@ -68,7 +70,6 @@ def test_the_churning_ledger_tables_declare_their_own_vacuum_thresholds(engine):
     """Autovacuum stays at the server's defaults; the job and attempt tables ask for a vacuum after
     1,000 + 1 % dead rows instead of 20 % (migration 0012_i14), so a week of history does not hold
     a fifth of its size in dead versions between two vacuums."""
-    from sqlalchemy import text
 
     with engine.connect() as conn:
         rows = dict(
@@ -86,71 +87,48 @@ def test_the_churning_ledger_tables_declare_their_own_vacuum_thresholds(engine):
         assert options["autovacuum_vacuum_insert_scale_factor"] == "0.05", table
 
 
-def test_migration_0013_moves_running_attempts_onto_their_job_rows():
+def test_migration_0013_moves_running_attempts_onto_their_job_rows(scratch):
     """Upgrading with a job in flight: its running attempt row becomes the open attempt on the job
     row (id, worker, start kept), finished attempt rows stay, and the attempt table is keyed by
     (job, generation, attempt)."""
-    import os
-    import uuid
-
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    from app.migrate import upgrade
-
-    server = make_url(os.environ["LEDGERFLOW_SERVER_DATABASE_URL"])
-    name = f"lf_mig13_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = server.set(database=name).render_as_string(hide_password=False)
-    eng = create_engine(url)
-    try:
-        upgrade(url, "0012_i14")
-        with eng.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO workflow_jobs (id, type, queue, status, attempts, max_attempts, operation_key, "
-                    "trace_id, lease_token, lease_until, execution_deadline) VALUES (7, 'delay_wake', "
-                    "'workflow-ledger', 'running', 2, 3, 'op', 't', gen_random_uuid(), now() + interval '1 minute', "
-                    "now() + interval '1 minute')"
-                )
+    url, eng = scratch
+    upgrade(url, "0012_i14")
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (id, type, queue, status, attempts, max_attempts, operation_key, "
+                "trace_id, lease_token, lease_until, execution_deadline) VALUES (7, 'delay_wake', "
+                "'workflow-ledger', 'running', 2, 3, 'op', 't', gen_random_uuid(), now() + interval '1 minute', "
+                "now() + interval '1 minute')"
             )
-            conn.execute(
-                text(
-                    "INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, lease_token, "
-                    "worker_id, due_at, started_at, finished_at) VALUES "
-                    "(41, 7, 1, 1, 'failed', gen_random_uuid(), 'w-old', now(), now() - interval '1 minute', now()),"
-                    "(42, 7, 1, 2, 'running', gen_random_uuid(), 'w-now', now(), now() - interval '5 seconds', NULL)"
-                )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, lease_token, "
+                "worker_id, due_at, started_at, finished_at) VALUES "
+                "(41, 7, 1, 1, 'failed', gen_random_uuid(), 'w-old', now(), now() - interval '1 minute', now()),"
+                "(42, 7, 1, 2, 'running', gen_random_uuid(), 'w-now', now(), now() - interval '5 seconds', NULL)"
             )
-        upgrade(url)
-        with eng.connect() as conn:
-            j = conn.execute(text("SELECT attempt_id, worker_id, attempt_started_at IS NOT NULL AS s FROM "
-                                  "workflow_jobs WHERE id = 7")).one()  # fmt: skip
-            assert (j.attempt_id, j.worker_id, j.s) == (42, "w-now", True)
-            rows = conn.execute(text("SELECT id, status FROM workflow_job_executions ORDER BY id")).all()
-            assert [tuple(r) for r in rows] == [(41, "failed")]
-            pk = conn.execute(
-                text(
-                    "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
-                    "WHERE conname = 'workflow_job_executions_pkey'"
-                )
-            ).scalar()
-            assert pk == "PRIMARY KEY (job_id, generation, attempt)"
-    finally:
-        eng.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        )
+    upgrade(url)
+    with eng.connect() as conn:
+        j = conn.execute(text("SELECT attempt_id, worker_id, attempt_started_at IS NOT NULL AS s FROM "
+                              "workflow_jobs WHERE id = 7")).one()  # fmt: skip
+        assert (j.attempt_id, j.worker_id, j.s) == (42, "w-now", True)
+        rows = conn.execute(text("SELECT id, status FROM workflow_job_executions ORDER BY id")).all()
+        assert [tuple(r) for r in rows] == [(41, "failed")]
+        pk = conn.execute(
+            text(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conname = 'workflow_job_executions_pkey'"
+            )
+        ).scalar()
+        assert pk == "PRIMARY KEY (job_id, generation, attempt)"
 
 
 def test_trace_lookups_go_through_the_trace_hash_index(db):
     """``trace_is`` (the trace chain and the job list filter) and ``trace_match_sql`` (replay) are
     served by the trace index on the id's 64-bit hash, and match the whole id only."""
-    from sqlalchemy import select, text
-
-    from app.ledger.models import jobs, trace_is, trace_match_sql
 
     shared = "abcdef0123456789abcdef012345678"  # two ids that differ in their last character
     with db.begin() as conn:
@@ -184,9 +162,6 @@ def test_the_newest_first_list_is_an_index_scan_with_its_cursor_as_index_conditi
     (created_at, id descending) is an index scan plus an incremental sort of equal ``created_at``, its
     keyset cursor an index condition, and jobs sharing ``created_at`` (one transaction's) are paged
     through in id order without a gap or a repeat."""
-    from sqlalchemy import text
-
-    from app.ledger import ops
 
     with db.begin() as conn:
         conn.execute(
