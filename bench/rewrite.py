@@ -12,15 +12,13 @@ and the upgrade again, and prints the tables' sizes under both layouts as the mi
 from __future__ import annotations
 
 import argparse
-import os
 import time
-import uuid
 
 import psycopg
 from alembic import command
 
 from app.migrate import alembic_config, upgrade
-from bench.run import libpq, loadavg, with_database
+from bench.run import libpq, loadavg, scratch_database
 
 FILL_JOBS = """
 INSERT INTO workflow_jobs (type, queue, status, payload, run_at, max_attempts, attempts, finished_at,
@@ -70,14 +68,8 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.rewrite", description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=1_000_000)
     a = p.parse_args()
-    server = libpq(os.environ["DATABASE_URL"])
-    name = f"lf_bench_rewrite_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    dsn = with_database(server, name)
-    url = dsn.replace("postgresql://", "postgresql+psycopg://", 1)
-    try:
-        upgrade(url, "0015_i14")
+    with scratch_database("lf_bench_rewrite", "0015_i14") as url:
+        dsn = libpq(url)
         t0 = time.monotonic()
         with psycopg.connect(dsn, autocommit=True) as conn:
             for start in range(1, a.jobs + 1, CHUNK):
@@ -99,9 +91,6 @@ def main() -> None:
             (h0, i0, n0), (h1, i1, n1) = before[table], after[table]
             print(f"{table:<26} {h0 / a.jobs:10.1f} {h1 / a.jobs:10.1f} {i0 / a.jobs:9.1f} ({n0:>2}) "
                   f"{i1 / a.jobs:9.1f} ({n1:>2})")  # fmt: skip
-    finally:
-        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

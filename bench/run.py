@@ -138,9 +138,9 @@ def procrastinate_argv(bin_dir: Path, concurrency: int = SLOTS) -> list[str]:
 
 
 @contextmanager
-def scratch_database(prefix: str) -> Iterator[str]:
-    """A fresh database on the server named by DATABASE_URL, migrated to head; yields its SQLAlchemy
-    URL (``postgresql+psycopg://``) and drops it at the end."""
+def scratch_database(prefix: str, revision: str = "heads") -> Iterator[str]:
+    """A fresh database on the server named by DATABASE_URL, migrated to ``revision``; yields its
+    SQLAlchemy URL (``postgresql+psycopg://``) and drops it at the end."""
     server = make_url(libpq(os.environ["DATABASE_URL"]).replace("postgresql://", "postgresql+psycopg://", 1))
     db = f"{prefix}_{uuid.uuid4().hex[:6]}"
     admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
@@ -148,7 +148,7 @@ def scratch_database(prefix: str) -> Iterator[str]:
         conn.exec_driver_sql(f'CREATE DATABASE "{db}"')
     try:
         url = server.set(database=db).render_as_string(hide_password=False)
-        upgrade(url)
+        upgrade(url, revision)
         yield url
     finally:
         with admin.connect() as conn:

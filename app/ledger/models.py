@@ -30,7 +30,9 @@ from app.ledger.states import AttemptStatus, JobStatus, JobType
 from app.metadata import metadata  # noqa: E402
 
 
-def _in(column: str, values: list[str] | tuple[str, ...]) -> str:
+def sql_in(column: str, values: list[str] | tuple[str, ...]) -> str:
+    """``column IN ('a', 'b')`` with the values as literals (a constraint, an index predicate, or a
+    query that must match a partial index's predicate: a bound list cannot prove it)."""
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
@@ -173,13 +175,13 @@ DEAD_LETTERS = ("dead", "failed")
 Index(
     "ix_workflow_jobs_finished",
     jobs.c.finished_at,
-    postgresql_where=text(_in("status", FINISHED)),
+    postgresql_where=text(sql_in("status", FINISHED)),
     postgresql_with={"fillfactor": 100},
 )
 Index(
     "ix_workflow_jobs_dead_letters",
     jobs.c.finished_at,
-    postgresql_where=text(_in("status", DEAD_LETTERS)),
+    postgresql_where=text(sql_in("status", DEAD_LETTERS)),
     postgresql_with={"fillfactor": 100},
 )
 
@@ -260,6 +262,8 @@ worker_nodes = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # the node's own clock when it sent its last heartbeat: node_clock_at - heartbeat_at = its skew
     Column("node_clock_at", DateTime(timezone=True)),
-    CheckConstraint(_in("status", ["active", "stopping", "stopped"]), name="ck_workflow_worker_nodes_status"),
+    CheckConstraint(
+        sql_in("status", ["active", "stopping", "stopped"]), name="ck_workflow_worker_nodes_status"
+    ),
 )
 Index("ix_workflow_worker_nodes_heartbeat", worker_nodes.c.heartbeat_at)

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, text
 
 from app.config import env_float, env_int
 from app.ledger.drain import Sweep
-from app.ledger.models import DEAD_LETTERS, FINISHED
+from app.ledger.models import DEAD_LETTERS, FINISHED, sql_in
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,8 @@ def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[str,
     """The DELETE of one batch (``:limit`` rows) of finished jobs (or dead letters) past their
     retention, and its parameters but ``limit``."""
     params: dict = {}
-    # the statuses as literals, exactly those of this retention's partial index (ix_workflow_jobs_finished
-    # / ix_workflow_jobs_dead_letters): with a bound list the planner could not prove its predicate
-    statuses = ", ".join(f"'{s}'" for s in (DEAD_LETTERS if dead else FINISHED))
+    # the predicate of this retention's partial index (ix_workflow_jobs_finished / _dead_letters)
+    statuses = sql_in("j.status", DEAD_LETTERS if dead else FINISHED)
     default = policy.dead_days if dead else policy.jobs_days
     days = _days_case(policy, default, params)
     # the index range uses the smallest retention that applies; the per-row check the exact one
@@ -90,7 +89,7 @@ def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[str,
     sql = f"""
 DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
-    WHERE j.status IN ({statuses})
+    WHERE {statuses}
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
       AND j.finished_at < now() - make_interval(secs => {days} * 86400)
     ORDER BY j.finished_at
