@@ -15,6 +15,7 @@ import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,37 @@ def loadavg() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (``/proc/<pid>/stat``); 0.0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pids_named(name: str) -> list[int]:
+    """Every process of this machine whose command name is ``name`` (e.g. every PostgreSQL backend)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() == name:
+                    out.append(int(d.name))
+            except OSError:
+                continue
+    return out
+
+
+def children(pid: int) -> list[int]:
+    """The process and its direct children (a gunicorn master and its workers)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return [pid, *(int(k) for k in kids)]
 
 
 def closed_port() -> int:
@@ -179,6 +211,8 @@ class Results:
     throughput: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     latency: dict[str, dict[str, float]] = field(default_factory=dict)
     claim: dict[int, dict[str, float]] = field(default_factory=dict)
+    # per system and process count, one (PostgreSQL, workers) CPU ms per job per throughput run
+    cpu_per_job: dict[str, dict[int, list[tuple[float, float]]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -334,11 +368,20 @@ class Bench:
         with psycopg.connect(dsn, autocommit=True) as conn:
             return conn.execute(sql, params).fetchall()
 
+    @staticmethod
+    def _cpu(procs: list[Proc]) -> tuple[float, float]:
+        """CPU seconds used so far by every PostgreSQL process of the machine and by ``procs``."""
+        pg = sum(cpu_seconds(p) for p in pids_named("postgres"))
+        return pg, sum(cpu_seconds(p.popen.pid) for p in procs)
+
     def wait_count(
         self, dsn: str, sql: str, target: int, timeout: float, procs: list[Proc], vacuum: str | None = None
     ) -> None:
         """Wait until ``sql`` counts ``target``. With ``vacuum`` (tables), VACUUM them every
-        VACUUM_EVERY seconds meanwhile, as autovacuum would (it may be off on the server)."""
+        VACUUM_EVERY seconds meanwhile, as autovacuum would (it may be off on the server).
+        ``self.waited_cpu`` is then the CPU seconds (every PostgreSQL process of the machine, ``procs``)
+        used while it waited: the vacuums and this loop's count queries are in the PostgreSQL figure."""
+        pg0, w0 = self._cpu(procs)
         deadline = time.monotonic() + timeout
         stop = threading.Event()
         vacuumer = None
@@ -350,6 +393,8 @@ class Bench:
                 while True:
                     n = conn.execute(sql).fetchone()[0]
                     if n >= target:
+                        pg1, w1 = self._cpu(procs)
+                        self.waited_cpu = (pg1 - pg0, w1 - w0)
                         return
                     if time.monotonic() > deadline:
                         tails = "\n".join(p.output()[-3000:] for p in procs)
@@ -398,11 +443,13 @@ class Bench:
             procs,
             vacuum="workflow_jobs, workflow_job_executions",
         )
-        count, secs = self.rows(
+        count, secs, claims = self.rows(
             self.lf_dsn,
-            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
-            " FROM workflow_job_executions",
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)),"
+            # the jobs of one claim share their attempt's start (the claiming statement's now())
+            " count(DISTINCT (worker_id, started_at)) FROM workflow_job_executions",
         )[0]
+        log(f"  ledgerflow: {count / max(claims, 1):.2f} jobs per claiming pass")
         for p in procs:
             self.stop(p)
         return count / float(secs)
@@ -479,9 +526,15 @@ class Bench:
                         f" (run {rep + 1})"
                     )
                     rate = fn(n_procs)
+                    pg_ms, workers_ms = (s * 1000 / self.cfg.jobs for s in self.waited_cpu)
                     self.res.throughput.setdefault(name, {}).setdefault(n_procs, []).append(rate)
+                    self.res.cpu_per_job.setdefault(name, {}).setdefault(n_procs, []).append(
+                        (pg_ms, workers_ms)
+                    )
                     self.res.load.append((f"throughput {name} x{n_procs}", loadavg()))
-                    log(f"  -> {rate:,.0f} jobs/s")
+                    log(
+                        f"  -> {rate:,.0f} jobs/s; CPU per job: PostgreSQL {pg_ms:.3f} ms, workers {workers_ms:.3f} ms"
+                    )
 
     # -- workload 2: idle enqueue -> start latency -----------------------------------------------
     def _client(self, system: str, env: dict[str, str]) -> None:
@@ -659,6 +712,10 @@ class Bench:
         ratios = [f"{lf / v:.2f}x" if v else "-" for v in peers.values()]
         return ROW.format(label, fmt.format(lf), *cells, *ratios)
 
+    def _median_cpu(self, system: str, n_procs: int, i: int) -> float | None:
+        runs = self.res.cpu_per_job.get(system, {}).get(n_procs)
+        return statistics.median(r[i] for r in runs) if runs else None
+
     def report(self) -> str:
         r, cfg = self.res, self.cfg
         lines: list[str] = []
@@ -678,12 +735,21 @@ class Bench:
                 for p in PEERS
             }
             lines.append(self._row(f"no-op throughput, {n_procs} proc (jobs/s)", a, rates, "{:,.0f}"))
+            for i, what in ((0, "PostgreSQL"), (1, "worker")):
+                lf_cpu = self._median_cpu("ledgerflow", n_procs, i)
+                cpu = {p: self._median_cpu(p, n_procs, i) for p in PEERS}
+                if lf_cpu is not None:
+                    lines.append(
+                        self._row(f"  {what} CPU per job, {n_procs} proc (ms)", lf_cpu, cpu, "{:.3f}")
+                    )
         if r.throughput:
             lines.append(
                 f"  ({cfg.jobs:,} jobs inserted in one transaction; first pick-up -> last completion by DB "
                 f"timestamps; {best}; vs = ledgerflow / peer, higher is better;\n"
                 f"   ledgerflow and procrastinate {SLOTS} slots per process; pgqueuer dequeue batch {PGQ_BATCH}, "
-                f"{f'at most {cfg.pgq_max_tasks} tasks' if cfg.pgq_max_tasks else 'no task cap'} per process)"
+                f"{f'at most {cfg.pgq_max_tasks} tasks' if cfg.pgq_max_tasks else 'no task cap'} per process;\n"
+                "   CPU per job: median of the runs, from the insert to the last completion, every PostgreSQL "
+                "process of the machine (the 5 s vacuums included) and the worker processes; lower is better)"
             )
         lat = r.latency
         for key, label in (("ledgerflow_hints", "with Redis hints"), ("ledgerflow_redis_down", "Redis down")):
@@ -735,6 +801,7 @@ class Bench:
                 "throughput": self.res.throughput,
                 "latency": self.res.latency,
                 "claim": self.res.claim,
+                "cpu_per_job": self.res.cpu_per_job,
                 "notes": self.res.notes,
             },
             "claim_plans": getattr(self, "plans", {}),

@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, make_url, text
 from app.auth import Scope, create_credential
 from app.db import transaction
 from app.migrate import upgrade
-from bench.run import closed_port, loadavg
+from bench.run import children, closed_port, cpu_seconds, loadavg, pids_named
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE_APP = """
@@ -85,6 +85,28 @@ def load(
     for t in threads:
         t.join()
     return len(latencies) / (time.monotonic() - started), sorted(latencies)
+
+
+class CpuSplit:
+    """CPU seconds used between ``start()`` and ``stop()`` by the web server (gunicorn's master and
+    workers), by PostgreSQL (every ``postgres`` process of the machine: run it quiet) and by this
+    load client."""
+
+    def __init__(self, server: subprocess.Popen) -> None:
+        self.server = server
+
+    def _now(self) -> tuple[float, float, float]:
+        web = sum(cpu_seconds(p) for p in children(self.server.pid))
+        pg = sum(cpu_seconds(p) for p in pids_named("postgres"))
+        return web, pg, cpu_seconds(os.getpid())
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def stop(self, requests: int) -> str:
+        after = self._now()
+        web, pg, client = ((a - b) * 1000 / max(requests, 1) for a, b in zip(after, self.before, strict=True))
+        return f"{web:.2f} / {pg:.2f} / {client:.2f}"
 
 
 def statements_per_start(url: str, token: str, body: dict) -> int:
@@ -162,14 +184,22 @@ def main() -> None:
         print(
             f"SQL statements per start (authentication included): {statements_per_start(env['DATABASE_URL'], token, body)}"
         )
-        print("| clients | starts/s | p50 ms | p99 ms | bare Flask req/s | ratio |")
-        print("|---|---|---|---|---|---|")
+        print("CPU ms per request: web (gunicorn) / PostgreSQL / load client")
+        print(
+            "| clients | starts/s | p50 ms | p99 ms | CPU ms per start | bare Flask req/s | CPU ms per bare request | ratio |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        split, bare_split = CpuSplit(procs[0]), CpuSplit(procs[1])
         for c in (int(x) for x in args.clients.split(",")):
+            split.start()
             rate, lat = load(f"{base}/v1/workflows", h, body, c, args.seconds)
-            bare, _ = load(f"http://127.0.0.1:{bare_port}/v1/workflows", {}, body, c, args.seconds)
+            cpu = split.stop(len(lat))
+            bare_split.start()
+            bare, bare_lat = load(f"http://127.0.0.1:{bare_port}/v1/workflows", {}, body, c, args.seconds)
+            bare_cpu = bare_split.stop(len(bare_lat))
             p99 = statistics.quantiles(lat, n=100)[98] if len(lat) > 1 else lat[0]
-            print(f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {bare:.0f} | "
-                  f"{rate / bare:.0%} |")  # fmt: skip
+            print(f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {cpu} | {bare:.0f} | "
+                  f"{bare_cpu} | {rate / bare:.0%} |")  # fmt: skip
     finally:
         for proc in procs:
             proc.terminate()

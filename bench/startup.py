@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import os
 import shutil
 import statistics
 import subprocess
@@ -30,14 +29,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.run import ROOT, base_env, libpq, loadavg, scratch_database
+from bench.run import ROOT, base_env, cpu_seconds, libpq, loadavg, scratch_database
 
 PROJECT_PACKAGES = ("app", "actors", "ledgerflow", "web")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_once(env: dict[str, str], pool: str, timeout: float = 60.0) -> tuple[float, float]:
@@ -51,7 +45,7 @@ def start_once(env: dict[str, str], pool: str, timeout: float = 60.0) -> tuple[f
         assert proc.stdout is not None
         for line in proc.stdout:
             if " ready: " in line:
-                return _cpu_seconds(proc.pid), time.monotonic() - began
+                return cpu_seconds(proc.pid), time.monotonic() - began
             if time.monotonic() - began > timeout:
                 break
         raise RuntimeError(f"the worker did not print its ready line (exit code {proc.poll()})")

@@ -35,7 +35,13 @@ from app.ledger.destinations import (
     check,
     redact_url,
 )
-from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError, RetryableError
+from app.ledger.outcome import (
+    RETRY_AFTER_CAP_SECONDS,
+    ExternalOutcomeUnknown,
+    JobAborted,
+    PermanentError,
+    RetryableError,
+)
 from app.observability import tracing
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -96,7 +102,7 @@ MAX_BODY_BYTES = 65536  # kept of a response body; the rest is never read
 _BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
-def retry_after_seconds(value: str | None, cap: float = 3600.0) -> float | None:
+def retry_after_seconds(value: str | None, cap: float = RETRY_AFTER_CAP_SECONDS) -> float | None:
     """A ``Retry-After`` header (delta seconds or an HTTP date) as seconds, capped; None if absent/bad."""
     if not value:
         return None

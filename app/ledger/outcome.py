@@ -4,6 +4,7 @@ executor does). Handlers signal intent with these return values and exceptions."
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,28 @@ def _describe(exc: BaseException) -> str:
     return logs.redact(text.replace("\x00", "\\x00"))[:4000]  # PostgreSQL text cannot hold NUL
 
 
+# The longest wait a retry's ``retry_after`` can ask for (a receiver's Retry-After is capped the same way,
+# app.ledger.http); longer, or not a finite number, and it is clamped / ignored.
+RETRY_AFTER_CAP_SECONDS = 3600.0
+MAX_ERROR_CODE = 100  # characters of a handler's own error code that are kept
+
+
+def _retry_after(value: Any) -> float | None:
+    """A handler's ``retry_after`` the settlement can use: finite, 0..RETRY_AFTER_CAP_SECONDS, else None
+    (``inf`` or ``1e300`` seconds once made every settlement of the pool's batch fail: interval out of range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return min(max(float(value), 0.0), RETRY_AFTER_CAP_SECONDS)
+
+
+def _code(value: Any, default: str = HANDLER_ERROR) -> str:
+    """A handler's own error code as the ledger stores it: text without NUL (PostgreSQL refuses it, and
+    the refusal failed the pool's whole batch), at most MAX_ERROR_CODE characters; not text: the default."""
+    if not isinstance(value, str) or not value:
+        return default
+    return value.replace("\x00", "\\x00")[:MAX_ERROR_CODE]
+
+
 def outcome_of(result: Any = None, exc: BaseException | None = None) -> Outcome:
     if exc is None:
         if isinstance(result, Skip):
@@ -104,14 +127,16 @@ def outcome_of(result: Any = None, exc: BaseException | None = None) -> Outcome:
     if isinstance(exc, ExternalOutcomeUnknown):
         return Outcome("dead", error=_describe(exc), error_code=EXTERNAL_OUTCOME_UNKNOWN)
     if isinstance(exc, PermanentError):
-        return Outcome("dead", error=_describe(exc), error_code=code or PERMANENT_ERROR)
+        return Outcome("dead", error=_describe(exc), error_code=_code(code or PERMANENT_ERROR))
     if isinstance(exc, ManualRetryError):
-        return Outcome("failed", error=_describe(exc), error_code=code)
+        return Outcome("failed", error=_describe(exc), error_code=_code(code, ManualRetryError.code))
     if isinstance(exc, JobAborted):
         return Outcome("retry", error=_describe(exc), error_code=DEADLINE_EXCEEDED)
     return Outcome(
         "retry",
         error=_describe(exc),
-        error_code=code if isinstance(code, str) else HANDLER_ERROR,
-        retry_after=getattr(exc, "retry_after", None) if isinstance(exc, RetryableError) else None,
+        error_code=_code(code),
+        retry_after=_retry_after(getattr(exc, "retry_after", None))
+        if isinstance(exc, RetryableError)
+        else None,
     )

@@ -15,6 +15,7 @@ from app.ledger.outcome import (
     ExternalOutcomeUnknown,
     ManualRetryError,
     PermanentError,
+    RetryableError,
     Skip,
     outcome_of,
 )
@@ -266,3 +267,37 @@ def test_a_result_jsonb_refuses_does_not_wedge_the_pool(db, run_pool, bad):
     assert job(db, poison)["status"] == "succeeded" and "repr" in job(db, poison)["result"]
     assert job(db, nul_error)["status"] == "dead" and "nul" in job(db, nul_error)["last_error"]
     assert job(db, later)["result"] == {"ok": True}
+
+
+class _Coded(Exception):
+    def __init__(self, code):
+        super().__init__("coded")
+        self.code = code
+
+
+@pytest.mark.parametrize(
+    ("raise_", "delay"),
+    [(RetryableError("busy", retry_after=float("inf")), 30), (RetryableError("busy", retry_after=1e300), 3600),
+     (_Coded("NUL\x00CODE"), 30)],
+    ids=["retry-after-inf", "retry-after-1e300", "nul-in-code"],
+)  # fmt: skip
+def test_an_unwritable_retry_after_or_error_code_does_not_wedge_the_pool(db, run_pool, raise_, delay):
+    """Regression (issue 16): an infinite or huge ``retry_after`` put ``now() + inf * interval '1 second'``
+    (out of range) into the settle statement, and a NUL in an error code made psycopg refuse the batch:
+    either failed every pass of the pool, so nothing it held ever settled and it claimed nothing more."""
+
+    def behave(ctx):
+        if ctx.payload.get("bad"):
+            raise raise_
+        return {"ok": True}
+
+    handlers.register("delay_wake", behave, replace=True)
+    poison = add_job(db, "delay_wake", {"bad": True}, max_attempts=5)
+    run_pool()
+    wait_for(lambda: status_attempts(db, poison) == ("pending", 1), timeout=10)
+    later = add_job(db, "delay_wake", {})
+    _wait_settled(db, [later])
+    jr = job(db, poison)
+    assert jr["error_code"] in ("HANDLER_ERROR", "NUL\\x00CODE")
+    # not a number a wait can be: the backoff alone (30 s); a huge one: the 1 h cap
+    assert seconds_until_run_at(db, poison) == pytest.approx(delay, abs=5)

@@ -87,3 +87,33 @@ def test_error_text_never_carries_nul_characters():
     """PostgreSQL text cannot hold NUL: an exception message with one must still be storable."""
     out = outcome_of(None, RuntimeError("bad\x00input"))
     assert "\x00" not in out.error and out.error.startswith("RuntimeError: bad")
+
+
+@pytest.mark.parametrize(
+    ("asked", "kept"),
+    [(30, 30.0), (2.5, 2.5), (-5, 0.0), (10**9, 3600.0), (float("inf"), None), (float("nan"), None),
+     (1e300, 3600.0), ("60", None), (True, None), (None, None)],
+)  # fmt: skip
+def test_a_handlers_retry_after_is_clamped_to_what_a_settlement_can_write(asked, kept):
+    """Regression (issue 16): ``RetryableError(retry_after=inf)`` (or 1e300) reached the settle statement,
+    whose ``now() + retry_after * interval '1 second'`` is out of range: the pool's whole batch failed on
+    every pass. A retry waits at most RETRY_AFTER_CAP_SECONDS, as after a receiver's Retry-After."""
+    out = outcome_of(None, RetryableError("busy", retry_after=asked))
+    assert out.kind == "retry" and out.retry_after == kept
+
+
+def test_a_handlers_own_error_code_is_storable_text():
+    """Regression (issue 16): a NUL in an exception's ``code`` made psycopg refuse the batch's parameters;
+    a code that is not text, or empty, gives the default."""
+
+    class Odd(Exception):
+        def __init__(self, code):
+            super().__init__("odd")
+            self.code = code
+
+    assert outcome_of(None, Odd("A\x00B")).error_code == "A\\x00B"
+    assert outcome_of(None, Odd("C" * 500)).error_code == "C" * 100
+    assert outcome_of(None, Odd(42)).error_code == "HANDLER_ERROR"
+    assert outcome_of(None, Odd("")).error_code == "HANDLER_ERROR"
+    assert outcome_of(None, PermanentError("p")).error_code == "PERMANENT_ERROR"
+    assert outcome_of(None, ManualRetryError("m")).error_code == "NEEDS_OPERATOR"
