@@ -213,6 +213,7 @@ class Results:
     claim: dict[int, dict[str, float]] = field(default_factory=dict)
     # per system and process count, one (PostgreSQL, workers) CPU ms per job per throughput run
     cpu_per_job: dict[str, dict[int, list[tuple[float, float]]]] = field(default_factory=dict)
+    starts: list[str] = field(default_factory=list)  # the table bench.starts printed
     notes: list[str] = field(default_factory=list)
 
 
@@ -704,6 +705,23 @@ class Bench:
             log(f"  -> p50 {percentile(samples, 50):.3f} ms, p99 {percentile(samples, 99):.3f} ms")
         self.plans = plans
 
+    # -- workload 4: workflow starts through the web process ---------------------------------------
+    def starts(self) -> None:
+        """``python -m bench.starts`` (its own database and gunicorn servers, beside a bare Flask endpoint on
+        the same settings); its table joins the report."""
+        argv = [sys.executable, "-m", "bench.starts", "--seconds", "4" if self.cfg.quick else "8",
+                "--clients", "1,8" if self.cfg.quick else "1,2,8"]  # fmt: skip
+        log(f"workflow starts: {' '.join(argv[1:])}")
+        env = base_env() | {"DATABASE_URL": self.server}
+        out = subprocess.run(
+            argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+        )
+        if out.returncode != 0:
+            self.res.notes.append(f"bench.starts failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+            return
+        self.res.starts = [line for line in out.stdout.splitlines() if line.strip()]
+        self.res.load.append(("starts", loadavg()))
+
     # -- report ----------------------------------------------------------------------------------
     @staticmethod
     def _row(label: str, lf: float, peers: dict[str, float | None], fmt: str) -> str:
@@ -781,6 +799,11 @@ class Bench:
                 f"  (ledgerflow only: transitions.claim in a rolled-back transaction, {cfg.claim_samples} "
                 f"samples; the ratio here = p50 / p50 at {min(r.claim):,})"
             )
+        if r.starts:
+            lines.append(
+                "workflow starts, POST /v1/workflows on the Procfile's gunicorn settings (bench.starts):"
+            )
+            lines.extend("  " + line for line in r.starts)
         if not peers:
             lines.append("  (no peer was run: --no-peer or an empty --peers)")
         lines.append(
@@ -802,6 +825,7 @@ class Bench:
                 "latency": self.res.latency,
                 "claim": self.res.claim,
                 "cpu_per_job": self.res.cpu_per_job,
+                "starts": self.res.starts,
                 "notes": self.res.notes,
             },
             "claim_plans": getattr(self, "plans", {}),
@@ -819,7 +843,7 @@ def parse(argv: list[str] | None) -> Config:
     p.add_argument(
         "--only",
         action="append",
-        choices=["throughput", "latency", "claim"],
+        choices=["throughput", "latency", "claim", "starts"],
         help="run only these workloads (repeatable)",
     )
     p.add_argument("--no-peer", action="store_true", help="skip both peers (procrastinate and pgqueuer)")
@@ -863,7 +887,7 @@ def parse(argv: list[str] | None) -> Config:
         else ([10_000, 100_000] if q else [10_000, 100_000, 1_000_000]),
         claim_samples=a.claim_samples or (100 if q else 400),
         peers=[] if a.no_peer else peers,
-        workloads=set(a.only or ["throughput", "latency", "claim"]),
+        workloads=set(a.only or ["throughput", "latency", "claim", "starts"]),
         vacuum=not a.no_vacuum,
         pgq_max_tasks=a.pgq_max_tasks,
     )
@@ -891,6 +915,8 @@ def main(argv: list[str] | None = None) -> None:
             bench.latency()
         if "claim" in cfg.workloads:
             bench.claim()
+        if "starts" in cfg.workloads:
+            bench.starts()
     finally:
         bench.teardown()
     table = bench.report()
