@@ -102,6 +102,19 @@ def test_retry_backoff_is_30s_doubling_capped_at_15min_then_dead(db):
     assert [a["duration_ms"] for a in rows[:7]] == list(range(1, 8))
 
 
+@pytest.mark.parametrize(("retry_after", "delay"), [(None, 30), (10, 30), (120, 120), (3000, 900)])
+def test_a_retry_after_never_stretches_one_delay_past_the_backoff_cap(db, retry_after, delay):
+    """L-STATE-3 (and the source: 单次退避封顶 15 分钟): a single delay is capped at 15 min. A receiver's
+    Retry-After (or a handler's ``retry_after``) lengthens the backoff up to that cap, never past it;
+    before, a Retry-After of up to an hour was waited out in full."""
+    j = add_job(db, "delay_wake", {}, max_attempts=3)
+    row = claim_one(db)
+    item = settlement(row, "retry", error="busy", error_code="HTTP_429", retry_after_s=retry_after)
+    assert settle(db, [item]) == {j: "pending"}
+    jr = job(db, j)
+    assert jr["run_at"] - jr["updated_at"] == timedelta(seconds=delay)
+
+
 def _claimable(engine) -> bool:
     with transaction(engine) as conn:
         return bool(
@@ -277,7 +290,7 @@ class _Coded(Exception):
 
 @pytest.mark.parametrize(
     ("raise_", "delay"),
-    [(RetryableError("busy", retry_after=float("inf")), 30), (RetryableError("busy", retry_after=1e300), 3600),
+    [(RetryableError("busy", retry_after=float("inf")), 30), (RetryableError("busy", retry_after=1e300), 900),
      (_Coded("NUL\x00CODE"), 30)],
     ids=["retry-after-inf", "retry-after-1e300", "nul-in-code"],
 )  # fmt: skip
@@ -299,5 +312,5 @@ def test_an_unwritable_retry_after_or_error_code_does_not_wedge_the_pool(db, run
     _wait_settled(db, [later])
     jr = job(db, poison)
     assert jr["error_code"] in ("HANDLER_ERROR", "NUL\\x00CODE")
-    # not a number a wait can be: the backoff alone (30 s); a huge one: the 1 h cap
+    # not a number a wait can be: the backoff alone (30 s); a huge one: L-STATE-3's cap of one delay (15 min)
     assert seconds_until_run_at(db, poison) == pytest.approx(delay, abs=5)

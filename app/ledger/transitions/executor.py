@@ -205,7 +205,9 @@ class Settlement:
     error_code: str | None = None
     duration_ms: int = 0
     job_type: str = ""  # for the settled-jobs metric only; never written
-    retry_after_s: float | None = None  # a retry waits at least this long (a receiver's Retry-After)
+    # a retry waits at least this long (a receiver's Retry-After), but never past the backoff cap: L-STATE-3
+    # caps a single delay (15 min by default)
+    retry_after_s: float | None = None
 
 
 # The settlements arrive as ONE json parameter (an array of objects, see ``_settle_params``), not as nine
@@ -232,7 +234,8 @@ _SETTLE_CTES = f"""input AS (
             WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
             ELSE 'dead' END,
         run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
-                      THEN now() + GREATEST({BACKOFF_SQL}, COALESCE(u.retry_after, 0) * interval '1 second')
+                      THEN now() + GREATEST({BACKOFF_SQL}, LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS double precision)) * interval '1 second')
                       ELSE j.run_at END,
         result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
         last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
