@@ -2,9 +2,11 @@
 endpoint on the same gunicorn settings (the Procfile's: ``gunicorn.conf.py``, gevent, 2 workers) and the same client.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.starts [--seconds 8] [--clients 1,2,8]
+        [--workers 2]
 
-Prints, per concurrency: starts/s, p50 / p99 latency, and the bare endpoint's requests/s. Numbers,
-not assertions; run it on a quiet machine."""
+Prints, per concurrency: starts/s, p50 / p99 latency, the CPU per start of gunicorn, PostgreSQL and the
+load client, and the bare endpoint's requests/s and CPU per request. ``--workers`` sets both servers'
+gunicorn workers (the Procfile's 2 by default). Numbers, not assertions; run it on a quiet machine."""
 
 from __future__ import annotations
 
@@ -44,10 +46,10 @@ DOC = {
 }
 
 
-def gunicorn(app: str, port: int, env: dict[str, str], cwd: Path) -> subprocess.Popen:
+def gunicorn(app: str, port: int, env: dict[str, str], cwd: Path, workers: int = 2) -> subprocess.Popen:
     # the Procfile's settings: gunicorn.conf.py (gevent), 2 workers
     argv = [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"), "--bind",
-            f"127.0.0.1:{port}", "--workers", "2", "--no-control-socket", "--log-level", "warning", app]  # fmt: skip
+            f"127.0.0.1:{port}", "--workers", str(workers), "--no-control-socket", "--log-level", "warning", app]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -145,6 +147,8 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.starts")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--clients", default="1,2,8")
+    p.add_argument("--workers", type=int, default=2,
+                   help="gunicorn workers of both servers (the Procfile's: 2); vary it to see starts grow with web processes")  # fmt: skip
     args = p.parse_args()
     server = os.environ["DATABASE_URL"]
     db = f"lf_bench_starts_{uuid.uuid4().hex[:6]}"
@@ -170,7 +174,8 @@ def main() -> None:
     port, bare_port = closed_port(), closed_port()
     tmp = Path(tempfile.mkdtemp())
     (tmp / "bare.py").write_text(BARE_APP)
-    procs = [gunicorn("web:create_app()", port, env, ROOT), gunicorn("bare:app", bare_port, env, tmp)]
+    procs = [gunicorn("web:create_app()", port, env, ROOT, args.workers),
+             gunicorn("bare:app", bare_port, env, tmp, args.workers)]  # fmt: skip
     try:
         h = {"Authorization": f"Bearer {token}"}
         base = f"http://127.0.0.1:{port}"
