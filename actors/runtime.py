@@ -50,7 +50,8 @@ def _stop_event() -> threading.Event:
 
 def run_worker(pool_name: str) -> None:
     """Run one pool (4 slots) until SIGTERM/SIGINT: claim on hints or every 2 s, renew leases,
-    heartbeat in the worker registry, consume wake hints from Redis when it is configured."""
+    heartbeat in the worker registry, consume wake hints from Redis when it is configured. Exits with
+    status 1 when a thread of the pool has died (checked at every heartbeat)."""
     settings = get_settings()
     pool_enum = Pool(pool_name)
     tracing.setup(f"worker-{pool_enum}")  # before the engine exists, so its queries are traced too
@@ -80,6 +81,12 @@ def run_worker(pool_name: str) -> None:
     print(f"ledgerflow worker {node_id} ready: pool={pool_enum} queue={pool.queue}", flush=True)
     pool.nudge()
     while not stop.wait(settings.heartbeat_seconds):
+        if not pool.alive:
+            # a thread of the pool died of a bug: exit, so that the process manager starts a new worker;
+            # this one's leases expire and are reclaimed (L-PAUSE-5), as after a crash
+            log.error("worker %s: a thread of pool %s stopped unexpectedly; exiting", node_id, pool_enum)
+            _beat(engine, node_id, 0, "stopped")
+            raise SystemExit(1)
         _beat(engine, node_id, pool.slots_in_use, "active")
     log.info("worker %s: stopping", node_id)
     _beat(engine, node_id, pool.slots_in_use, "stopping")

@@ -79,6 +79,12 @@ class LedgerPool:
     def slots_in_use(self) -> int:
         return self._running
 
+    @property
+    def alive(self) -> bool:
+        """Are the loop and renewer threads running? Before ``stop()`` only a bug ends one, and a pool
+        without its loop claims and settles nothing while its process still looks healthy."""
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
     def nudge(self) -> None:
         """A wake hint arrived (or work finished): claim now instead of at the next poll."""
         self._wake.set()
@@ -109,6 +115,9 @@ class LedgerPool:
     def _loop(self) -> None:
         try:
             self._run_loop()
+        except Exception:
+            log.exception("pool %s: the loop stopped on an unexpected error", self.pool)
+            raise
         finally:
             self._close_connection()
 

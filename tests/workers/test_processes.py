@@ -396,3 +396,24 @@ def test_hinted_idle_enqueue_to_start_is_well_under_the_poll(db, spawn, redis_cl
         hints.set_publisher(None)
     assert max(latencies) < 0.5, latencies
     assert worker.proc.poll() is None
+
+
+def test_a_worker_whose_pool_loop_dies_exits_and_its_job_is_reclaimed(db, spawn_worker):
+    """A bug that ends the pool's loop thread left a process that heartbeats as healthy and never claims
+    again. The worker now checks its pool's threads at every heartbeat and exits with status 1 (the process
+    manager starts another); the job it held comes back through lease reclaim, as after a crash."""
+    broken = spawn_worker(
+        "advance",
+        env={"LEDGERFLOW_HANDLERS": "tests.workers.handlers,tests.workers.broken_pool",
+             "LEDGERFLOW_HEARTBEAT_SECONDS": "0.3", "LEDGERFLOW_LEASE_SECONDS": "1"},
+    )  # fmt: skip
+    j = add_job(db, "delay_wake", {"mode": "noop", "break_pool": True})
+    assert broken.proc.wait(timeout=20) == 1
+    out = broken.log()
+    assert "the loop stopped on an unexpected error" in out and "stopped unexpectedly; exiting" in out
+    node = re.search(r"ledgerflow worker (\w+) ready", out).group(1)
+    assert scalar(db, "SELECT status FROM workflow_worker_nodes WHERE node_id = :n", n=node) == "stopped"
+    assert job(db, j)["status"] == "running"  # claimed by the dead pool, its lease running out
+    spawn_worker("advance", env={"LEDGERFLOW_RECLAIM_SECONDS": "0.5", "LEDGERFLOW_POLL_SECONDS": "0.2"})
+    wait_for(lambda: job(db, j)["status"] == "succeeded", timeout=20)
+    assert [a["status"] for a in attempts(db, j)] == ["failed", "succeeded"]
