@@ -19,8 +19,10 @@ def test_the_start_up_heap_leaves_the_full_collections():
     def check() -> None:
         tracked = len(gc.get_objects())
         frozen = settle_startup_heap()
-        # what was tracked (less start-up garbage) is frozen; a full collection scans what is made after
-        assert frozen >= tracked // 2 and frozen == gc.get_freeze_count()
+        # what was tracked (less start-up garbage) is frozen; a full collection scans what is made after.
+        # (gc.get_freeze_count() is not compared with ``frozen``: a frozen object that another thread
+        # frees meanwhile leaves the permanent generation, as in a full test run.)
+        assert frozen >= tracked // 2
         assert len(gc.get_objects()) < frozen // 10
         made_after = [[i] for i in range(1000)]
         assert len(gc.get_objects()) >= len(made_after)  # new objects are tracked (and collected) as before
