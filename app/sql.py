@@ -50,14 +50,28 @@ def _row_class(names: tuple[str, ...]) -> type:
 _ROW_MAKERS: dict[tuple[str, int], Any] = {}
 
 
-def _row_maker(sql: str, cur: psycopg.Cursor) -> Any:
+_COLUMN_NAMES: dict[tuple[str, int], tuple[str, ...]] = {}
+
+
+def column_names(sql: str, cur: psycopg.Cursor) -> tuple[str, ...]:
+    """The result columns of ``sql`` just executed on ``cur``, decoded once per statement (psycopg's
+    ``dict_row`` decodes them at every execution)."""
     res = cur.pgresult
     key = (sql, res.nfields)  # type: ignore[union-attr]
+    names = _COLUMN_NAMES.get(key)
+    if names is None:
+        names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]
+        if len(_COLUMN_NAMES) < 4096:  # bounded: statements are the program's, but f-strings vary
+            _COLUMN_NAMES[key] = names
+    return names
+
+
+def _row_maker(sql: str, cur: psycopg.Cursor) -> Any:
+    key = (sql, cur.pgresult.nfields)  # type: ignore[union-attr]
     maker = _ROW_MAKERS.get(key)
     if maker is None:
-        names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]
-        maker = _row_class(names)._make
-        if len(_ROW_MAKERS) < 4096:  # bounded: statements are the program's, but f-strings vary
+        maker = _row_class(column_names(sql, cur))._make
+        if len(_ROW_MAKERS) < 4096:
             _ROW_MAKERS[key] = maker
     return maker
 

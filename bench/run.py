@@ -90,6 +90,11 @@ def pids_named(name: str) -> list[int]:
     return out
 
 
+def postgres_cpu_seconds() -> float:
+    """CPU seconds used so far by every PostgreSQL process of the machine (run benchmarks on a quiet one)."""
+    return sum(cpu_seconds(p) for p in pids_named("postgres"))
+
+
 def children(pid: int) -> list[int]:
     """The process and its direct children (a gunicorn master and its workers)."""
     try:
@@ -372,8 +377,7 @@ class Bench:
     @staticmethod
     def _cpu(procs: list[Proc]) -> tuple[float, float]:
         """CPU seconds used so far by every PostgreSQL process of the machine and by ``procs``."""
-        pg = sum(cpu_seconds(p) for p in pids_named("postgres"))
-        return pg, sum(cpu_seconds(p.popen.pid) for p in procs)
+        return postgres_cpu_seconds(), sum(cpu_seconds(p.popen.pid) for p in procs)
 
     def wait_count(
         self, dsn: str, sql: str, target: int, timeout: float, procs: list[Proc], vacuum: str | None = None

@@ -27,7 +27,7 @@ from sqlalchemy import create_engine, make_url, text
 from app.auth import Scope, create_credential
 from app.db import transaction
 from app.migrate import upgrade
-from bench.run import children, closed_port, cpu_seconds, loadavg, pids_named
+from bench.run import children, closed_port, cpu_seconds, loadavg, postgres_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE_APP = """
@@ -99,8 +99,7 @@ class CpuSplit:
 
     def _now(self) -> tuple[float, float, float]:
         web = sum(cpu_seconds(p) for p in children(self.server.pid))
-        pg = sum(cpu_seconds(p) for p in pids_named("postgres"))
-        return web, pg, cpu_seconds(os.getpid())
+        return web, postgres_cpu_seconds(), cpu_seconds(os.getpid())
 
     def start(self) -> None:
         self.before = self._now()

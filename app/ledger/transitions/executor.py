@@ -12,7 +12,6 @@ job row (running) or in ``workflow_job_executions`` (final), never both and neve
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,7 +26,7 @@ from app.ledger.states import (
     EXTERNAL_OUTCOME_UNKNOWN,
 )
 from app.observability import logs
-from app.sql import pyformat
+from app.sql import column_names, pyformat
 
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
@@ -291,7 +290,7 @@ def settle(
 
 def _settle_params(items: Sequence[Settlement], backoff_base: float, backoff_cap: float) -> dict[str, Any]:
     """The statement's parameters: the batch as one JSON array (a JSON ``null`` result is SQL NULL, as
-    a None result always was). A non-finite Retry-After cannot be written in JSON: it counts as none."""
+    a None result always was)."""
     batch = [
         {
             "id": i.job_id,
@@ -302,15 +301,13 @@ def _settle_params(items: Sequence[Settlement], backoff_base: float, backoff_cap
             "error": i.error,
             "code": i.error_code,
             "duration_ms": i.duration_ms,
-            "retry_after": i.retry_after_s
-            if i.retry_after_s is None or math.isfinite(i.retry_after_s)
-            else None,
+            "retry_after": i.retry_after_s,
         }
         for i in items
     ]
     return {
-        # as before, a result is JSON (outcome_of sees to it, NaN and NUL included): what PostgreSQL would
-        # still refuse fails the statement, which the pool retries, never the loop thread itself
+        # outcome_of makes a result JSON PostgreSQL takes (no NaN, no NUL) and a retry_after finite; what
+        # PostgreSQL would still refuse fails the statement, which the pool retries, never the loop thread
         "items": json.dumps(batch),
         "backoff_base": backoff_base,
         "backoff_cap": backoff_cap,
@@ -330,10 +327,6 @@ FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_st
 LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
 ORDER BY c.priority, c.run_at, c.id
 """
-
-
-# The result columns of each pass statement (at most the 64 of ``_pg_settle_and_claim_sql``'s cache).
-_COLUMN_NAMES: dict[str, tuple[str, ...]] = {}
 
 
 @lru_cache(maxsize=64)
@@ -363,9 +356,7 @@ def settle_and_claim(
     sql = _pg_settle_and_claim_sql(by_due, max(0, limit))
     with conn.cursor() as cur:
         tuples = cur.execute(sql, params, prepare=True).fetchall()
-        names = _COLUMN_NAMES.get(sql)
-        if names is None:  # decoded once per statement, not at every pass as psycopg's dict_row does
-            names = _COLUMN_NAMES[sql] = tuple(c.name for c in cur.description or ())
+        names = column_names(sql, cur)
     rows = [dict(zip(names, t, strict=True)) for t in tuples]
     first = rows[0]
     ids, statuses = first.pop("settled_ids"), first.pop("settled_statuses")
