@@ -93,11 +93,8 @@ def test_every_fourth_claim_of_a_pool_is_by_due_time(db, settings):
     for i in range(20):
         j = add_job(db, "delay_wake", {"n": f"urgent-{i}"}, priority=-5)
         _set_run_at(db, j, 1)
-    pool = LedgerPool(Pool.ADVANCE, settings=settings, engine=db, worker_id="fair", slots=1)
-    try:
-        picked = [pool._settle_and_claim([], 1)[0]["payload"]["n"] for _ in range(8)]
-    finally:
-        pool._executor.shutdown(wait=False)
+    pool = LedgerPool(Pool.ADVANCE, settings=settings, engine=db, worker_id="fair", slots=1)  # not started
+    picked = [pool._settle_and_claim([], 1)[0]["payload"]["n"] for _ in range(8)]
     assert picked[3] == "normal-0" and picked[7] == "normal-1"
     assert all(p.startswith("urgent") for i, p in enumerate(picked) if i not in (3, 7))
     assert pool.stats.claim_queries == 8 and pool.stats.claimed == 8
