@@ -6,6 +6,7 @@ size and depth before they are compiled. Pure functions (no I/O)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import jsonschema_rs
@@ -90,11 +91,22 @@ def _refs(node: Any, path: str) -> list[tuple[str, str]]:
     return out
 
 
+# Compiled contracts per process, by their JSON text: every start, signal and schedule launch
+# evaluates its version's contract, and compiling one (regexes included) costs far more than the
+# evaluation (issue 16). A contract is at most MAX_SCHEMA_BYTES, so the cache holds at most ~8 MiB.
+CONTRACT_CACHE_SIZE = 128
+
+
+@lru_cache(maxsize=CONTRACT_CACHE_SIZE)
+def _compiled(text: str) -> jsonschema_rs.Validator:
+    return compile_contract(jsonx.loads(text))
+
+
 def input_errors(schema: Any, value: Any, prefix: str = "input") -> list[FieldError]:
     """Validate ``value`` against a stored contract in time linear in the value (jsonschema-rs, linear
     regexes); errors name the field path. Call it before taking any instance lock."""
     try:
-        validator = compile_contract(schema)
+        validator = _compiled(jsonx.dumps(schema))
         found = []
         for err in validator.iter_errors(value):
             found.append(err)
