@@ -21,7 +21,7 @@ from web.definitions_schemas import (
     VersionResponse,
     VersionResultResponse,
 )
-from web.http import ok, success
+from web.http import ok, request_id, success
 from web.meta import doc
 from web.mutation import idempotent, mutation
 from web.strict import body, query
@@ -149,6 +149,4 @@ def list_versions(definition_id: str, query: dict):  # noqa: ANN201
 
 
 def _rid() -> str:
-    from web.http import request_id
-
     return request_id()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import redis
 from flask import Blueprint, jsonify
 from sqlalchemy import text
 
+from app.config import get_settings
+from app.db import get_engine
 from web.auth import public
 from web.meta import doc
 
@@ -22,9 +25,6 @@ def healthz():  # noqa: ANN201
 @public
 @doc(summary="PostgreSQL reachable (Redis reported)", tags=["health"], errors=(503,))
 def readyz():  # noqa: ANN201
-    from app.config import get_settings
-    from app.db import get_engine
-
     body: dict[str, object] = {}
     try:
         with get_engine().connect() as conn:
@@ -36,8 +36,6 @@ def readyz():  # noqa: ANN201
     if not redis_url:
         body["redis"] = "not configured (pools poll every 2 s)"
     else:
-        import redis
-
         try:
             redis.Redis.from_url(redis_url, socket_connect_timeout=1, socket_timeout=1).ping()
             body["redis"] = "ok"

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 import time
 from contextlib import AbstractContextManager
@@ -56,8 +57,6 @@ class HttpResult:
     reused: bool = False  # True when the result came from a stored receipt
 
     def json(self) -> Any:
-        import json
-
         return json.loads(self.text)
 
 

@@ -18,6 +18,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Connection, text
 
+from app.db import get_engine
+
 log = logging.getLogger(__name__)
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -142,8 +144,6 @@ class LedgerCollector:
             return iter(list(self._cached[1]))
 
     def _read(self) -> list[Metric]:
-        from app.db import get_engine
-
         started = time.perf_counter()
         engine = self._engine or get_engine()
         out: list[Metric] = []

@@ -23,6 +23,8 @@ from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
 
+from app.observability import tracing
+
 CONTEXT_FIELDS = (
     "request_id", "trace_id", "namespace", "instance_id", "job_id", "attempt", "node_id", "otel_trace_id",
     "span_id",
@@ -117,8 +119,6 @@ def current_fields() -> dict[str, Any]:
     ctx = _context.get()
     if ctx:
         out.update({k: v for k, v in ctx.items() if v is not None})
-    from app.observability import tracing
-
     if tracing.ENABLED:
         ids = tracing.span_ids()
         if ids:

@@ -31,6 +31,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from app.observability.ledger_metrics import LedgerCollector
+
 ENABLED = os.environ.get("LEDGERFLOW_METRICS", "1").lower() not in ("0", "false", "off", "no")
 
 # Seconds. Attempts of no-op handlers take ~1 ms, outbound calls up to the 10 min deadline.
@@ -253,8 +255,6 @@ def render(*, with_ledger: bool = True) -> tuple[bytes, str]:
     """The Prometheus text exposition of every process's instruments plus the ledger's facts."""
     registry = process_registry()
     if with_ledger:
-        from app.observability.ledger_metrics import LedgerCollector
-
         registry.register(LedgerCollector.shared())
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
