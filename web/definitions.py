@@ -21,7 +21,7 @@ from web.definitions_schemas import (
     VersionResponse,
     VersionResultResponse,
 )
-from web.http import ok, request_id, success
+from web.http import ok, success
 from web.meta import doc
 from web.mutation import idempotent, mutation
 from web.strict import body, query
@@ -146,7 +146,3 @@ def list_versions(definition_id: str, query: dict):  # noqa: ANN201
         return ok(
             definitions.list_versions(conn, current_principal().namespace_id, definition_id, limit, cursor)
         )
-
-
-def _rid() -> str:
-    return request_id()

@@ -6,10 +6,10 @@ import redis
 from flask import Blueprint, jsonify
 from sqlalchemy import text
 
-from app.config import get_settings
 from app.db import get_engine
 from web.auth import public
 from web.meta import doc
+from web.ratelimit import redis_client
 
 bp = Blueprint("health", __name__)
 
@@ -32,12 +32,12 @@ def readyz():  # noqa: ANN201
         body["postgres"] = "ok"
     except Exception:  # noqa: BLE001
         body["postgres"] = "unreachable"
-    redis_url = get_settings().redis_url
-    if not redis_url:
+    client = redis_client()  # the process's client (1 s timeouts), not a new connection per probe
+    if client is None:
         body["redis"] = "not configured (pools poll every 2 s)"
     else:
         try:
-            redis.Redis.from_url(redis_url, socket_connect_timeout=1, socket_timeout=1).ping()
+            client.ping()
             body["redis"] = "ok"
         except redis.RedisError:
             body["redis"] = "unreachable (pools poll every 2 s)"

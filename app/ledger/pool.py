@@ -83,8 +83,9 @@ class LedgerPool:
 
     @property
     def alive(self) -> bool:
-        """Are the loop and renewer threads running? Before ``stop()`` only a bug ends one, and a pool
-        without its loop claims and settles nothing while its process still looks healthy."""
+        """Are all of the pool's threads (loop, renewer, hinter, slots) running? Before ``stop()`` only a
+        bug ends one, and a pool without its loop claims and settles nothing while its process still looks
+        healthy."""
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
     def nudge(self) -> None:
