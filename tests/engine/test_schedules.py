@@ -15,7 +15,7 @@ from app.db import transaction
 from app.engine import settings as engine_settings
 from app.errors import InvalidArgument
 from app.ids import new_id
-from app.integrations import schedule_jobs, schedules
+from app.integrations import schedule_fires, schedule_jobs, schedules
 from app.ledger import handlers
 from tests.engine.helpers import publish, run_jobs
 
@@ -291,7 +291,7 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
 
 
 def test_fire_history_is_bounded(sched, monkeypatch) -> None:  # noqa: ANN001
-    monkeypatch.setattr(schedules, "FIRES_KEPT", 2)
+    monkeypatch.setattr(schedule_fires, "FIRES_KEPT", 2)
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id, overlap="allow")
     for _ in range(4):

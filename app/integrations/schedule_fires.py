@@ -1,0 +1,134 @@
+"""The ``schedule_launch`` job's work (X-SCHED): one row in ``workflow_schedule_fires`` per (schedule,
+fire time) — unique, so a fire time starts at most one instance whatever happens — then the overlap
+policy, then ``start_workflow`` in a savepoint: a quota (429) or limit refusal is recorded as a SKIPPED
+fire with its reason, never retried. The schedules themselves, their commands and the tick that hands
+out fire times are ``schedules``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from app import audit
+from app.engine import instances, oplog, stopping
+from app.engine.states import TERMINAL
+from app.engine.store import lock_instance
+from app.errors import LedgerflowError, NotFound, StateConflict
+from app.ids import new_id
+from app.integrations import schedule_times as times
+from app.integrations.schedules import launch_input, read_schedule
+from app.jsonx import rfc3339
+
+MAX_CANCEL_PREVIOUS = 20  # earlier instances a cancel_previous launch cancels, at most
+FIRES_KEPT = 1000  # fire rows kept per schedule (older ones are pruned by the launch, 100 at a time)
+
+
+def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, Any]:
+    """The ``schedule_launch`` job's one write (run once through an effect receipt): record the fire,
+    apply the overlap policy, start the instance; a refusal of the start is a SKIPPED fire."""
+    sid, ns = str(payload["schedule_id"]), str(payload["namespace_id"])
+    fire_at = datetime.fromisoformat(str(payload["fire_at"]).replace("Z", "+00:00"))
+    kind = payload.get("kind", "SCHEDULED")
+    skipped = int(payload.get("skipped", 0))
+    try:
+        s = read_schedule(conn, ns, sid, lock=True)
+    except NotFound:
+        return {"skipped": "the schedule was deleted"}
+    fire_id = conn.execute(
+        text(
+            "INSERT INTO workflow_schedule_fires (id, schedule_id, namespace_id, fire_at, kind, status, "
+            "skipped_count, skipped_capped, job_id) VALUES (:id, :s, :ns, :at, :kind, 'SKIPPED', :sk, :cap, :job) "
+            "ON CONFLICT (schedule_id, fire_at) DO NOTHING RETURNING id"
+        ),
+        {
+            "id": new_id(),
+            "s": sid,
+            "ns": ns,
+            "at": fire_at,
+            "kind": kind,
+            "sk": skipped,
+            "cap": bool(payload.get("skipped_capped")),
+            "job": job_id,
+        },  # fmt: skip
+    ).scalar()
+    if fire_id is None:
+        return {"skipped": f"fire time {rfc3339(fire_at)} was already handled"}
+    unfinished = [
+        r.id
+        for r in conn.execute(
+            text(
+                "SELECT id FROM workflow_instances WHERE schedule_id = :s AND state <> ALL(:t) "
+                "ORDER BY created_at LIMIT :n"
+            ),  # fmt: skip
+            {"s": sid, "t": sorted(TERMINAL), "n": MAX_CANCEL_PREVIOUS},
+        )
+    ]
+    verdict = times.fire_decision(kind, s["paused"], s["overlap"], len(unfinished))
+    instance_id, reason = None, None
+    if verdict in (times.SKIP_PAUSED, times.SKIP_OVERLAP):
+        reason = (
+            "the schedule is paused"
+            if verdict == times.SKIP_PAUSED
+            else f"overlap policy skip: {len(unfinished)} earlier instance(s) unfinished ({unfinished[0]})"
+        )
+        reason = f"{verdict}: {reason}"
+    else:
+        if verdict == times.CANCEL_THEN_LAUNCH:
+            _cancel_previous(conn, unfinished, sid)
+        instance_id, reason = _start(conn, s, fire_at)
+    status = "LAUNCHED" if instance_id else "SKIPPED"
+    conn.execute(
+        text("UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id"),
+        {"id": fire_id, "st": status, "r": reason, "i": instance_id},
+    )
+    # bounded history: the tick never hands out a fire time at or before next_fire_at again, so pruned
+    # rows are not needed for "exactly once"
+    conn.execute(
+        text(
+            "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
+            "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)"
+        ),  # fmt: skip
+        {"s": sid, "keep": FIRES_KEPT},
+    )
+    result = {"fire_at": rfc3339(fire_at), "kind": kind, "status": status, "skipped_missed": skipped,
+              "instance_id": instance_id, "reason": reason}  # fmt: skip
+    audit.record(conn, principal=oplog.system_principal(ns), request_id=None, action="schedule.fire",
+                 target_type="schedule", target_id=sid, workflow_id=instance_id, operation_id=new_id(),
+                 after=result, reason=reason)  # fmt: skip
+    return result
+
+
+def _cancel_previous(conn: Connection, instance_ids: list[str], schedule_id: str) -> None:
+    for iid in instance_ids:
+        inst = lock_instance(conn, iid)
+        if inst["state"] in TERMINAL or inst["cancel_requested_at"] is not None:
+            continue
+        try:
+            with conn.begin_nested():
+                stopping.request_cancel(conn, inst, reason="canceled by the schedule's overlap policy")
+                oplog.advance(conn, inst, "workflow.control.cancel",
+                              after={"cause": "schedule overlap policy cancel_previous", "schedule_id": schedule_id})  # fmt: skip
+        except StateConflict:
+            continue  # e.g. NEEDS_REVIEW: a person decides; the launch goes ahead
+
+
+def _start(conn: Connection, s: dict[str, Any], fire_at: datetime) -> tuple[str | None, str | None]:
+    """Start the instance in a savepoint; a refusal (quota 429, limit, a version or input that no
+    longer fits) rolls the savepoint back and becomes the skip reason."""
+    body = {"definition_id": s["definition_id"], "version": s["version"], "input": launch_input(s, fire_at),
+            "business_key": ""}  # fmt: skip
+
+    def audit_start(c: Connection, created: dict) -> None:
+        audit.record(c, principal=oplog.system_principal(s["namespace_id"]), request_id=None,
+                     action="workflow.start", target_type="workflow", target_id=created["id"],
+                     workflow_id=created["id"], after=instances.instance_view(created))  # fmt: skip
+
+    try:
+        with conn.begin_nested():
+            inst = instances.start_workflow(conn, s["namespace_id"], body, on_created=audit_start,
+                                            schedule=(s["id"], fire_at))  # fmt: skip
+    except LedgerflowError as exc:
+        return None, f"{exc.code}: {exc.message}"
+    return inst["id"], None
