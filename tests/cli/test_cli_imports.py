@@ -19,10 +19,8 @@ FORBIDDEN = ("flask", "werkzeug", "flask_wtf", "web")
 
 def reachable_from_the_cli() -> list[str]:
     graph = grimp.build_graph(*PACKAGES, include_external_packages=True)
-    cli = graph.find_children("ledgerflow") | {"ledgerflow"}
-    reached = set(cli)
-    for module in cli:
-        reached |= graph.find_downstream_modules(module)
+    reached = graph.find_upstream_modules("ledgerflow", as_package=True)
+    reached |= {m for m in graph.modules if m.split(".")[0] == "ledgerflow"}
     return sorted(m for m in reached if m.split(".")[0] in PACKAGES)
 
 
