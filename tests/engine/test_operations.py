@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 import schemas
 from app.auth import Principal
@@ -45,7 +45,7 @@ def _principal(namespace_id: str = NS, queues: tuple[str, ...] | None = None) ->
     return Principal("cred-ops", "operator", namespace_id, "shop", frozenset(), queues)
 
 
-def _audit(eng, request_id: str) -> list[Any]:  # noqa: ANN001
+def _audit(eng: Engine, request_id: str) -> list[Any]:
     with eng.connect() as conn:
         return conn.execute(
             text(
@@ -57,8 +57,8 @@ def _audit(eng, request_id: str) -> list[Any]:  # noqa: ANN001
 
 
 def _control(
-    eng, iid: str, operation: str, revision: int, rid: str, principal: Principal | None = None
-) -> dict:  # noqa: ANN001
+    eng: Engine, iid: str, operation: str, revision: int, rid: str, principal: Principal | None = None
+) -> dict:
     req = schemas.load(
         ControlRequest(),
         {
@@ -71,7 +71,7 @@ def _control(
         return operations.control_workflow(conn, principal or _principal(), iid, req, request_id=rid)
 
 
-def test_control_runs_audits_and_answers_the_instance_view(eng) -> None:  # noqa: ANN001
+def test_control_runs_audits_and_answers_the_instance_view(eng: Engine) -> None:
     iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
     view = _control(eng, iid, "PAUSE", 1, "req-pause")
     assert view["id"] == iid and view["paused"] is True and view["control_revision"] == "2"
@@ -90,7 +90,7 @@ def test_control_runs_audits_and_answers_the_instance_view(eng) -> None:  # noqa
     assert _audit(eng, "req-stale") == []  # nothing written for a refused command
 
 
-def test_an_instance_outside_the_principals_scope_is_not_found(eng) -> None:  # noqa: ANN001
+def test_an_instance_outside_the_principals_scope_is_not_found(eng: Engine) -> None:
     iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
     with pytest.raises(NotFound):
         _control(eng, iid, "PAUSE", 1, "req-other-ns", _principal("ns-elsewhere"))
@@ -101,7 +101,7 @@ def test_an_instance_outside_the_principals_scope_is_not_found(eng) -> None:  # 
     assert _audit(eng, "req-other-ns") == [] and _audit(eng, "req-bad-id") == []
 
 
-def test_send_signal_audits_the_acceptance_on_the_signal(eng) -> None:  # noqa: ANN001
+def test_send_signal_audits_the_acceptance_on_the_signal(eng: Engine) -> None:
     iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
     req = schemas.load(
         SignalRequest(),
@@ -126,13 +126,13 @@ def test_send_signal_audits_the_acceptance_on_the_signal(eng) -> None:  # noqa: 
     assert accepted[0].after["id"] == sig["id"] and accepted[0].after["state"] == "PENDING"
 
 
-def _recover(eng, iid: str, body: dict, rid: str) -> dict:  # noqa: ANN001
+def _recover(eng: Engine, iid: str, body: dict, rid: str) -> dict:
     req = schemas.load(RecoveryRequest(), body)
     with transaction(eng) as conn:
         return operations.recover_workflow(conn, _principal(), iid, req, request_id=rid)
 
 
-def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng) -> None:  # noqa: ANN001
+def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng: Engine) -> None:
     iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
     unknown_outcome_job(iid, "receipt")
     assert _control(eng, iid, "PAUSE", 1, "req-p1")["state"] == "NEEDS_REVIEW"
@@ -172,7 +172,7 @@ def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng) -> None
     assert a.before["state"] == "NEEDS_REVIEW" and a.after["resolution"] == out["resolution"]
 
 
-def test_engine_health_actions_are_audited_with_their_request_id(eng) -> None:  # noqa: ANN001
+def test_engine_health_actions_are_audited_with_their_request_id(eng: Engine) -> None:
     platform = Principal("cred-ops", "operator", NS, "shop", frozenset(), None, platform=True)
     ran = operations.drain_now(platform, "routine check", request_id="req-drain")
     assert ran["ran"] is True and ran["reclaimed_to_pending"] == 0 and ran["reclaimed_ids"] == []
