@@ -18,27 +18,10 @@ from app.errors import NotFound, StateConflict
 from app.ids import new_id
 from schemas.workflow_control import ControlRequest, SignalRequest
 from schemas.workflow_history import RecoveryRequest
-from tests.engine.helpers import publish, start
+from tests.engine.helpers import SIGNAL_DOC, publish, start
 from tests.web.wf_ops import unknown_outcome_job
 
 NS = "ns-" + new_id()[:8]
-DOC = {
-    "version": "v1",
-    "input_schema": {},
-    "deadline_seconds": 600,
-    "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
-    "steps": [
-        {
-            "key": "receipt",
-            "kind": "SIGNAL",
-            "after": [],
-            "signal": "done",
-            "payload_version": "v1",
-            "correlation": "$.input.order",
-            "timeout_seconds": 300,
-        }
-    ],
-}
 
 
 def _principal(namespace_id: str = NS, queues: tuple[str, ...] | None = None) -> Principal:
@@ -72,7 +55,7 @@ def _control(
 
 
 def test_control_runs_audits_and_answers_the_instance_view(eng: Engine) -> None:
-    iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
+    iid = start(eng, NS, publish(eng, NS, SIGNAL_DOC), {"order": "A-1"})["id"]
     view = _control(eng, iid, "PAUSE", 1, "req-pause")
     assert view["id"] == iid and view["paused"] is True and view["control_revision"] == "2"
     [a] = _audit(eng, "req-pause")
@@ -91,7 +74,7 @@ def test_control_runs_audits_and_answers_the_instance_view(eng: Engine) -> None:
 
 
 def test_an_instance_outside_the_principals_scope_is_not_found(eng: Engine) -> None:
-    iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
+    iid = start(eng, NS, publish(eng, NS, SIGNAL_DOC), {"order": "A-1"})["id"]
     with pytest.raises(NotFound):
         _control(eng, iid, "PAUSE", 1, "req-other-ns", _principal("ns-elsewhere"))
     with pytest.raises(NotFound):
@@ -102,7 +85,7 @@ def test_an_instance_outside_the_principals_scope_is_not_found(eng: Engine) -> N
 
 
 def test_send_signal_audits_the_acceptance_on_the_signal(eng: Engine) -> None:
-    iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
+    iid = start(eng, NS, publish(eng, NS, SIGNAL_DOC), {"order": "A-1"})["id"]
     req = schemas.load(
         SignalRequest(),
         {
@@ -133,7 +116,7 @@ def _recover(eng: Engine, iid: str, body: dict, rid: str) -> dict:
 
 
 def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng: Engine) -> None:
-    iid = start(eng, NS, publish(eng, NS, DOC), {"order": "A-1"})["id"]
+    iid = start(eng, NS, publish(eng, NS, SIGNAL_DOC), {"order": "A-1"})["id"]
     unknown_outcome_job(iid, "receipt")
     assert _control(eng, iid, "PAUSE", 1, "req-p1")["state"] == "NEEDS_REVIEW"
     out = _recover(
@@ -150,7 +133,7 @@ def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng: Engine)
     )
     assert a.after == {"instance": out["instance"], "step": out["step"]}
 
-    other = start(eng, NS, publish(eng, NS, DOC), {"order": "B-2"})["id"]
+    other = start(eng, NS, publish(eng, NS, SIGNAL_DOC), {"order": "B-2"})["id"]
     unknown_outcome_job(other, None)  # an unknown outcome without a step: the instance is in review
     _control(eng, other, "PAUSE", 1, "req-p2")
     body = {
