@@ -388,7 +388,9 @@ def test_a_pass_reports_when_the_queues_next_delayed_job_falls_due(db):
         assert 30 < done.next_due_in <= 40
         with transaction(db) as conn:  # a retry's backoff is a delayed job too: 30 s from its settlement
             conn.execute(text("DELETE FROM workflow_jobs WHERE payload->>'n' = 'sooner'"))
-        retried = transitions.settle_and_claim(pg, [settlement(done.claimed[0], "retry", error="x")], limit=0, **kw)
+        retried = transitions.settle_and_claim(
+            pg, [settlement(done.claimed[0], "retry", error="x")], limit=0, **kw
+        )
         assert retried.settled == {done.claimed[0]["id"]: "pending"}
         assert 20 < retried.next_due_in <= 30
     assert job(db, later)["status"] == "pending"

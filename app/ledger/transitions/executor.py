@@ -386,7 +386,6 @@ def settle_and_claim(
     return Pass(settled, rows, next_due_in)
 
 
-
 # --------------------------------------------------------------------------- lease renewal (no status change)
 _RENEW = text(
     """
