@@ -155,7 +155,11 @@ def _take_deferred(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
 
 
 def defer(
-    conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None, *, now: bool = True
+    conn: Connection,
+    statement: str | TextClause,
+    params: Mapping[str, Any] | None = None,
+    *,
+    now: bool = True,
 ) -> None:
     """Queue a statement whose result nobody reads (an insert of a row nothing reads back in this
     transaction, a setting): it is sent with the transaction's next statement, or before its commit, in

@@ -208,7 +208,12 @@ def audit_advance(
 ) -> None:
     """One audit entry of an engine advance of ``instance_id`` (actor ``system:engine``), written with
     the transaction's batch; listed with the operation audit (the view ``workflow_operations``)."""
-    entry = {"action": action, "target_type": target_type, "target_id": str(target_id), "operation_id": operation_id}
+    entry = {
+        "action": action,
+        "target_type": target_type,
+        "target_id": str(target_id),
+        "operation_id": operation_id,
+    }
     if before is not None:
         entry["before"] = before
     if after is not None:

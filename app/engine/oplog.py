@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app import audit
-from app.engine import events
 from app.auth import Principal
+from app.engine import events
 from app.ids import new_id
 
 SYSTEM_ACTOR = "system:engine"

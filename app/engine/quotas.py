@@ -159,11 +159,15 @@ def check(conn: Connection, namespace_id: str, queues: list[str]) -> None:
     work_limit = settings.application_work_limit()
     near = in_flight and (
         unfinished + in_flight >= instance_limit
-        or any(r.queue is not None and r.pending + in_flight * TASKS_PER_TRANSACTION >= queue_limit for r in rows)
+        or any(
+            r.queue is not None and r.pending + in_flight * TASKS_PER_TRANSACTION >= queue_limit for r in rows
+        )
         or unfinished + open_tasks + in_flight * (1 + TASKS_PER_TRANSACTION) >= work_limit
     )
     if near:
-        raise Unavailable("the namespace reached its quota check's exact path; resend with the same Idempotency-Key")
+        raise Unavailable(
+            "the namespace reached its quota check's exact path; resend with the same Idempotency-Key"
+        )
     if unfinished >= instance_limit:
         raise LimitExceeded(
             "WORKFLOW_INSTANCE_LIMIT",

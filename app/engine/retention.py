@@ -41,7 +41,11 @@ def prune_signals(conn: Connection, limit: int, *, policy: RetentionPolicy) -> i
 def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
     """Event batches of finished instances: after the job retention, or, when a batch also holds audit
     entries of the engine's advances, after the audit retention (a namespace's longer one wins)."""
-    params: dict = {"days": policy.jobs_days, "audit_days": policy.audit_days, "limit": max(limit, policy.batch)}
+    params: dict = {
+        "days": policy.jobs_days,
+        "audit_days": policy.audit_days,
+        "limit": max(limit, policy.batch),
+    }
     keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
     extra = ""
     if keep_longer:

@@ -135,7 +135,9 @@ ON CONFLICT (namespace_id, stripe) DO NOTHING
 
 
 def _migration_0017():  # noqa: ANN202 - the module of 0017 (its trigger function and triggers)
-    spec = importlib.util.spec_from_file_location("m0017", Path(__file__).with_name("0017_i16_quota_counts.py"))
+    spec = importlib.util.spec_from_file_location(
+        "m0017", Path(__file__).with_name("0017_i16_quota_counts.py")
+    )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
