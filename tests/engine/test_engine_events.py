@@ -64,7 +64,9 @@ def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
         pass
 
     with pytest.raises(Boom), transaction(eng) as conn:
-        iid = instances.start_workflow(conn, NS, {"definition_id": def_id, "version": "v1", "input": {}})["id"]
+        iid = instances.start_workflow(conn, NS, {"definition_id": def_id, "version": "v1", "input": {}})[
+            "id"
+        ]
         # written with the transaction's batch at its commit: here they wait in the buffer
         assert len(events._batches(conn).by_instance[iid].events) > 0
         raise Boom
@@ -84,7 +86,8 @@ def test_one_batch_row_per_transaction_and_instance(eng) -> None:  # noqa: ANN00
                  "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"), {"i": iid}
         ).all()  # fmt: skip
         rows = conn.execute(
-            text("SELECT id, batch_id, seq FROM workflow_events WHERE instance_id = :i ORDER BY seq"), {"i": iid}
+            text("SELECT id, batch_id, seq FROM workflow_events WHERE instance_id = :i ORDER BY seq"),
+            {"i": iid},
         ).all()
     assert len(batches) == 2  # the start, the completion
     assert batches[0].first_seq == 1 and batches[1].first_seq == batches[0].last_seq + 1
