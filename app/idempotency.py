@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app import jsonx
 from app.db import transaction
@@ -68,25 +68,24 @@ def _sorted(o: Any) -> Any:
     return o
 
 
-# The claim is three statements sent in one round trip (``app.sql.defer`` pipelines the first two): the
-# transaction's lock timeout is set to WAIT_SECONDS (the one it replaces is kept in a transaction-local
-# setting), the key's advisory lock is taken, then, in a statement of its own so that its snapshot
-# follows the wait and shows a duplicate's receipt once that one committed, the receipt is read and the
-# lock timeout given back to the rest of the transaction.
-_SET_WAIT = text(
-    "SELECT set_config('ledgerflow.lock_timeout_was', current_setting('lock_timeout'), true), "
-    "set_config('lock_timeout', :wait, true)"
-)
-_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0))")
-_READ = text(
-    "SELECT set_config('lock_timeout', current_setting('ledgerflow.lock_timeout_was'), true) AS restored, "
-    "r.fingerprint, r.status_code, r.response FROM (SELECT 1) AS one LEFT JOIN idempotency_receipts r "
-    "ON r.scope = :scope AND r.route = :route AND r.key = :key"
+# The claim is ONE statement: the transaction's lock timeout becomes WAIT_SECONDS, the key's advisory lock
+# is taken, the lock timeout it replaced is given back to the rest of the transaction, and the receipt is
+# read. The read has the statement's snapshot, taken before a wait for a duplicate in flight: when that
+# duplicate commits its receipt meanwhile, this request goes on as if it owned the key, and its own receipt
+# then fails its commit on the unique key (``execute_once`` runs it again, which replays the first).
+_CLAIM = text(
+    "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), "
+    "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
+    "SELECT set_config('lock_timeout', o.old, true) AS restored, r.fingerprint, r.status_code, r.response "
+    "FROM o CROSS JOIN l LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key"
 )
 _INSERT = text(
     "INSERT INTO idempotency_receipts (scope, route, key, fingerprint, status_code, response) "
     "VALUES (:scope, :route, :key, :fp, :status, :body)"
 )
+
+
+_UNIQUE = "uq_idempotency_receipts_key"
 
 
 def _lock_key(scope: str, route: str, key: str) -> str:
@@ -97,14 +96,12 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
     """Claim ``key`` inside ``conn``'s transaction. None: this request owns the key, go on and call
     ``complete``. A StoredResponse: replay it (same request). Raises IdempotencyConflict when the
     key was used with another request, or when a duplicate is still in flight after WAIT_SECONDS."""
-    params = {"scope": scope, "route": route, "key": key}
-    # Wait at most WAIT_SECONDS for a duplicate in flight (it holds the key's lock), then restore the
-    # transaction's lock timeout. A timeout aborts the transaction, which the caller rolls back on the
-    # IdempotencyConflict: nothing else of it can have happened yet (no savepoint needed).
-    defer(conn, _SET_WAIT, {"wait": f"{WAIT_SECONDS}s"})
-    defer(conn, _LOCK, {"lock_key": _lock_key(scope, route, key)})
+    params = {"scope": scope, "route": route, "key": key, "lock_key": _lock_key(scope, route, key)}
+    # Wait at most WAIT_SECONDS for a duplicate in flight (it holds the key's lock). A timeout aborts the
+    # transaction, which the caller rolls back on the IdempotencyConflict: nothing else of it can have
+    # happened yet (no savepoint needed).
     try:
-        found = run(conn, _READ, params).one()
+        found = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: first still in flight
             raise IdempotencyConflict(
@@ -138,14 +135,23 @@ def execute_once(
 
     ``work`` returns ``(status, body)``; the body is serialised exactly (``jsonx.dumps``) and stored.
     A replay returns the stored status and body with ``replayed=True``."""
-    with transaction(engine) as conn:
-        stored = claim(conn, scope=scope, route=route, key=key, fp=fp)
-        if stored is not None:
-            return stored
-        status, body = work(conn)
-        body_text = jsonx.dumps(body)
-        complete(conn, scope=scope, route=route, key=key, status=status, body=body_text, fp=fp)
-    return StoredResponse(status=status, body=body_text, replayed=False)
+    for attempt in (1, 2):
+        try:
+            with transaction(engine) as conn:
+                stored = claim(conn, scope=scope, route=route, key=key, fp=fp)
+                if stored is not None:
+                    return stored
+                status, body = work(conn)
+                body_text = jsonx.dumps(body)
+                complete(conn, scope=scope, route=route, key=key, status=status, body=body_text, fp=fp)
+        except IntegrityError as exc:
+            # a duplicate committed its receipt while this one waited for the key (see _CLAIM): this
+            # transaction rolled back; the next try replays the duplicate's receipt
+            if attempt == 2 or getattr(getattr(exc.orig, "diag", None), "constraint_name", None) != _UNIQUE:
+                raise
+            continue
+        return StoredResponse(status=status, body=body_text, replayed=False)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:

@@ -180,10 +180,45 @@ def defer(
 
 
 def _send_deferred(conn: Connection, deferred: list[tuple[str, dict[str, Any]]]) -> None:
-    """Inside an open pipeline: queue the deferred statements (their results are dropped)."""
+    """Inside an open pipeline: queue the deferred statements (their results are dropped), each run of
+    consecutive writes as ONE statement (``combine``)."""
     dcur = _cursor(conn, _DEFERRED_CURSOR)
-    for sql, args in deferred:
+    for sql, args in combine(deferred):
         dcur.execute(pyformat(sql), args)
+
+
+_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
+
+
+def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Consecutive INSERT / UPDATE / DELETE statements as one statement of data-modifying CTEs (issue 27:
+    a workflow start's inserts are one statement instead of six), their parameters renamed apart; any
+    other statement (a SELECT of a setting or a lock) stays as it is, in its place. The writes of one
+    combined statement share its snapshot, so none may read what another of them writes: ``defer`` is for
+    writes nobody reads back in the transaction, and the rows a foreign key names exist before (or are
+    inserted by the same statement: PostgreSQL checks foreign keys at the statement's end)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    group: list[tuple[str, dict[str, Any]]] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            out.append(group[0])
+        elif group:
+            parts, merged = [], {}
+            for i, (sql, args) in enumerate(group):
+                parts.append(f"w{i} AS ({_BIND.sub(lambda m, i=i: f':w{i}_{m.group(1)}', sql)})")
+                merged.update({f"w{i}_{k}": v for k, v in args.items()})
+            out.append(("WITH " + ", ".join(parts) + " SELECT 1", merged))
+        group.clear()
+
+    for sql, args in statements:
+        if _WRITE.match(sql):
+            group.append((sql, args))
+        else:
+            close()
+            out.append((sql, args))
+    close()
+    return out
 
 
 def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:

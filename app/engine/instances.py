@@ -89,7 +89,6 @@ def start_workflow(
     errors = input_errors(doc["input_schema"], req["input"])
     if errors:
         raise InvalidArgument("input does not satisfy the pinned version's input contract", errors=errors)
-    quotas.admit(conn, namespace_id)
     iid = new_id()
     inst = inst_moves.create(
         conn,
@@ -110,13 +109,12 @@ def start_workflow(
             "schedule_fire_at": schedule[1] if schedule else None,
         },
     )
-    step_moves.insert_all(conn, iid, doc["steps"])
+    rows = step_moves.insert_all(conn, iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
-    started = advance.settle_progress(
-        conn, iid, inst
-    )  # the audit and the deadline job left the row as it was
+    # the audit and the deadline job left the instance and its steps as they were inserted
+    started = advance.settle_progress(conn, iid, inst, rows)
     quotas.check(conn, namespace_id, ver["queues"])
     return started
 

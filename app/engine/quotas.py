@@ -10,13 +10,12 @@ they cancel out (a task step that completes and opens the next task on the same 
 A claim changes no count: the PENDING tasks of a queue are its open tasks minus its live claims, which
 are read from ``ix_workflow_tasks_claimed_lease`` (claimed tasks only: the work in flight).
 
-**The check** (``admit`` at the start of a start's transaction, ``check`` last). Far from every cap, a
-start takes the namespace's start lock in SHARE mode: starts run and commit in parallel. Near a cap it
-takes it EXCLUSIVE, which waits for the starts in flight and keeps new ones out until it commits, so its
-count is exact. "Far" leaves room for every start that may be in flight: at most one per server
-connection (``max_connections``), each with at most ``TASKS_PER_TRANSACTION`` tasks; a start that finds
-itself near a cap only at its end (others committed meanwhile) answers 503 so that its resend, with the
-same Idempotency-Key, takes the exact path. Under either lock a start never ends above a cap."""
+**The check** (``check``, last in a start's transaction). Far from every cap, a start takes the
+namespace's start lock in SHARE mode, in the statement that reads its figures: starts run and commit in
+parallel. Near a cap it takes it EXCLUSIVE, which waits for the starts in flight and keeps new ones out
+until it commits, and reads the figures again: exact. "Far" leaves room for every start that may be in
+flight: at most one per server connection (``max_connections``), each with at most
+``TASKS_PER_TRANSACTION`` tasks. Under either lock a start never ends above a cap."""
 
 from __future__ import annotations
 
@@ -25,10 +24,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.db import transaction_state
 from app.engine import settings
-from app.errors import LimitExceeded, QuotaExceeded, Unavailable
-from app.sql import CommitBuffer, buffer, run
+from app.errors import LimitExceeded, QuotaExceeded
+from app.sql import CommitBuffer, buffer, defer, run
 
 STRIPES = 16
 # the most tasks one engine transaction opens: every step of a definition (128) activated at once, and as
@@ -88,106 +86,82 @@ def task(conn: Connection, namespace_id: str, queue: str, change: int) -> None:
 
 # --------------------------------------------------------------------------- the check
 _KEY = "lf-ns:"
-# The committed sums (this transaction's own changes are not written before its commit).
-_SUMS = """
-SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks,
-       COALESCE(max((SELECT max(v::bigint) FROM jsonb_each_text(open_by_queue) AS e(k, v))), 0) AS busiest_queue
-FROM workflow_quota_counts WHERE namespace_id = :ns
-"""
-_ADMIT = text(
-    f"""
-WITH s AS MATERIALIZED ({_SUMS}), m AS MATERIALIZED (SELECT current_setting('max_connections')::int AS n),
-far AS MATERIALIZED (
-    SELECT s.unfinished + m.n < :instance_limit
-       AND s.busiest_queue + m.n * {TASKS_PER_TRANSACTION} < :queue_limit
-       AND s.unfinished + s.open_tasks + m.n * (1 + {TASKS_PER_TRANSACTION}) < :work_limit AS far FROM s, m)
-SELECT far.far, CASE WHEN far.far THEN pg_advisory_xact_lock_shared(hashtextextended(:k, 0))::text
-                     ELSE pg_advisory_xact_lock(hashtextextended(:k, 0))::text END AS locked
-FROM far
-"""
-)
-# After the lock (a statement of its own: READ COMMITTED takes its snapshot at its start): the sums, and
-# per queue of the definition its open tasks minus its live claims (queue NULL when it has none).
-_CHECK = text(
-    """
-SELECT q.queue,
-       COALESCE((SELECT sum((c.open_by_queue ->> q.queue)::bigint) FROM workflow_quota_counts c
-                 WHERE c.namespace_id = :ns), 0)
-       - (SELECT count(*) FROM workflow_tasks t
-          WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED'
-            AND t.lease_expires_at > now()) AS pending,
-       u.unfinished, u.open_tasks, current_setting('max_connections')::int AS connections
-FROM (SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks
-      FROM workflow_quota_counts WHERE namespace_id = :ns) u
-LEFT JOIN unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n) ON true
+# The figures of one start: the committed sums of the namespace (this transaction's own changes are not
+# written before its commit) and, per queue of the definition, its open tasks minus its live claims (queue
+# NULL when it has none); ``far``: every cap leaves room for every start that may be in flight, and then
+# the namespace's start lock is taken in SHARE mode by the same statement.
+_FIGURES = """
+WITH u AS MATERIALIZED (
+    SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks,
+           current_setting('max_connections')::int AS flight
+    FROM workflow_quota_counts WHERE namespace_id = :ns),
+q AS MATERIALIZED (
+    SELECT q.queue, q.n,
+           COALESCE((SELECT sum((c.open_by_queue ->> q.queue)::bigint) FROM workflow_quota_counts c
+                     WHERE c.namespace_id = :ns), 0)
+           - (SELECT count(*) FROM workflow_tasks t
+              WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED'
+                AND t.lease_expires_at > now()) AS pending
+    FROM unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n)),
+f AS MATERIALIZED (
+    SELECT u.unfinished + u.flight < :instance_limit
+       AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * {tasks} >= :queue_limit)
+       AND u.unfinished + u.open_tasks + u.flight * (1 + {tasks}) < :work_limit AS far
+    FROM u)
+SELECT q.queue, q.pending, u.unfinished, u.open_tasks, f.far,
+       CASE WHEN f.far AND {lock} THEN pg_advisory_xact_lock_shared(hashtextextended(:k, 0))::text END AS locked
+FROM u CROSS JOIN f LEFT JOIN q ON true
 ORDER BY q.n
 """
-)
-
-
-def admit(conn: Connection, namespace_id: str) -> None:
-    """The start lock of ``namespace_id``, first thing in a start's transaction (see the module)."""
-    row = run(
-        conn,
-        _ADMIT,
-        {
-            "ns": namespace_id,
-            "k": _KEY + namespace_id,
-            "instance_limit": settings.instance_limit(),
-            "queue_limit": settings.queue_pending_limit(),
-            "work_limit": settings.application_work_limit(),
-        },
-    ).one()
-    transaction_state(conn).setdefault("quota_locks", {})[namespace_id] = "shared" if row.far else "exclusive"
+_SHARED = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, lock="true"))
+_EXACT = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, lock="false"))
+_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 
 
 def check(conn: Connection, namespace_id: str, queues: list[str]) -> None:
-    """The caps, checked LAST in the start's transaction (after ``admit``), in order: unfinished
-    instances (409 WORKFLOW_INSTANCE_LIMIT), PENDING tasks per queue (429 QUEUE_FULL), unfinished work of
-    the application = the credential's namespace (429 APPLICATION_FULL): unfinished instances plus open
-    tasks. The start's own instance and tasks are not counted: the question is whether one more fits."""
-    mode = transaction_state(conn).get("quota_locks", {}).get(namespace_id)
-    if mode is None:  # a start that did not ask first (tests, tools): the exact path
-        run(conn, "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", {"k": _KEY + namespace_id})
-        mode = "exclusive"
-    rows = run(conn, _CHECK, {"ns": namespace_id, "queues": list(queues)}).all()
+    """The caps, checked LAST in the start's transaction, in order: unfinished instances (409
+    WORKFLOW_INSTANCE_LIMIT), PENDING tasks per queue (429 QUEUE_FULL), unfinished work of the application =
+    the credential's namespace (429 APPLICATION_FULL): unfinished instances plus open tasks. The start's
+    own instance and tasks are not counted: the question is whether one more fits.
+
+    Far from every cap: one statement reads the figures and takes the start lock in SHARE mode (starts go
+    on in parallel; a start in flight is one the margin counted). Near a cap: the lock EXCLUSIVE (it waits
+    for the starts in flight, which hold it SHARED until they commit), then the figures again in a statement
+    of its own, whose snapshot shows every start committed before: exact."""
+    params = {
+        "ns": namespace_id,
+        "queues": list(queues),
+        "k": _KEY + namespace_id,
+        "instance_limit": settings.instance_limit(),
+        "queue_limit": settings.queue_pending_limit(),
+        "work_limit": settings.application_work_limit(),
+    }
+    rows = run(conn, _SHARED, params).all()
+    if not rows[0].far:
+        defer(conn, _LOCK, {"k": params["k"]})
+        rows = run(conn, _EXACT, params).all()
     unfinished, open_tasks = rows[0].unfinished, rows[0].open_tasks
-    # in SHARE mode other starts may be in flight: each counts as if it were committed
-    in_flight = 0 if mode == "exclusive" else rows[0].connections
-    instance_limit = settings.instance_limit()
-    queue_limit = settings.queue_pending_limit()
-    work_limit = settings.application_work_limit()
-    near = in_flight and (
-        unfinished + in_flight >= instance_limit
-        or any(
-            r.queue is not None and r.pending + in_flight * TASKS_PER_TRANSACTION >= queue_limit for r in rows
-        )
-        or unfinished + open_tasks + in_flight * (1 + TASKS_PER_TRANSACTION) >= work_limit
-    )
-    if near:
-        raise Unavailable(
-            "the namespace reached its quota check's exact path; resend with the same Idempotency-Key"
-        )
-    if unfinished >= instance_limit:
+    if unfinished >= params["instance_limit"]:
         raise LimitExceeded(
             "WORKFLOW_INSTANCE_LIMIT",
-            f"the namespace has {instance_limit} unfinished workflow instances (the limit)",
+            f"the namespace has {params['instance_limit']} unfinished workflow instances (the limit)",
         )
     retry_after = settings.quota_retry_after_seconds()
     for r in rows:
-        if r.queue is not None and r.pending >= queue_limit:
+        if r.queue is not None and r.pending >= params["queue_limit"]:
             raise QuotaExceeded(
                 "QUEUE_FULL",
                 retry_after=retry_after,
                 message=f"queue {r.queue!r} has {r.pending} pending tasks (the quota is "
-                f"{queue_limit}); retry later with the same Idempotency-Key",
+                f"{params['queue_limit']}); retry later with the same Idempotency-Key",
             )
-    if unfinished + open_tasks >= work_limit:
+    if unfinished + open_tasks >= params["work_limit"]:
         raise QuotaExceeded(
             "APPLICATION_FULL",
             retry_after=retry_after,
             message=f"the application has {unfinished + open_tasks} units of unfinished work (unfinished "
-            f"workflows plus open tasks; the quota is {work_limit}); retry later with the same Idempotency-Key",
+            f"workflows plus open tasks; the quota is {params['work_limit']}); retry later with the same "
+            "Idempotency-Key",
         )
 
 

@@ -30,20 +30,25 @@ def test_claim_restores_the_transactions_lock_timeout_and_replays(engine):
 
 
 def test_a_duplicate_in_flight_waits_for_the_first_and_replays_it_or_owns_the_key_after_a_rollback(engine):
-    """Two transactions claim one key at once: the second waits on the key's lock and then replays the
-    first's committed receipt; after a first that rolled back, it owns the key itself. The receipt is one
-    row written once (issue 27: no insert-then-update)."""
+    """Two requests with one key at once: the second waits on the key's lock and then replays the first's
+    committed receipt (its own try, which read before the first committed, fails on the receipt's unique
+    key and is run again); after a first that rolled back, it owns the key itself. The receipt is one row
+    written once (issue 27: no insert-then-update)."""
     for outcome in ("commit", "rollback"):
         key = uuid.uuid4().hex
         args = {"scope": "ns-test", "route": "POST /v1/test", "key": key, "fp": "f1"}
-        first_has_key, answers = threading.Event(), []
+        first_has_key, answers, worked = threading.Event(), [], []
 
-        def second(first_has_key: threading.Event, answers: list, args: dict) -> None:
+        def second(first_has_key: threading.Event, answers: list, worked: list, args: dict) -> None:
             first_has_key.wait(10)
-            with transaction(engine) as conn:
-                answers.append(idempotency.claim(conn, **args))
 
-        t = threading.Thread(target=second, args=(first_has_key, answers, args))
+            def work(conn) -> tuple[int, str]:  # noqa: ANN001
+                worked.append(1)
+                return 201, "second"
+
+            answers.append(idempotency.execute_once(work=work, engine=engine, **args))
+
+        t = threading.Thread(target=second, args=(first_has_key, answers, worked, args))
         t.start()
         try:
             with transaction(engine) as conn:
@@ -59,11 +64,11 @@ def test_a_duplicate_in_flight_waits_for_the_first_and_replays_it_or_owns_the_ke
             pass
         t.join(20)
         if outcome == "commit":
-            assert answers[0] is not None and answers[0].replayed and answers[0].body == '{"a":1}'
-        else:
-            assert answers == [None]  # the key is the second's now
+            assert answers[0].replayed and answers[0].body == '{"a":1}'
+        else:  # the key is the second's now
+            assert not answers[0].replayed and answers[0].body == '"second"' and worked == [1]
         with engine.connect() as conn:
             n = conn.execute(
                 text("SELECT count(*) FROM idempotency_receipts WHERE key = :k"), {"k": key}
             ).scalar_one()
-        assert n == (1 if outcome == "commit" else 0)
+        assert n == 1

@@ -152,5 +152,5 @@ def row(engine: Engine, job_id: int) -> dict[str, Any]:
 
 def audit_rows(engine: Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT * FROM workflow_operations ORDER BY created_at, id"))
+        rows = conn.execute(text("SELECT * FROM operation_audit ORDER BY created_at, id"))
         return [dict(r._mapping) for r in rows]
