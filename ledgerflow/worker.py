@@ -57,6 +57,7 @@ MAX_CLAIM = 16  # the protocol's max_tasks per claim (X-TASK)
 MAX_BATCH = 16  # completions per POST /v1/tasks/complete
 MAX_OUTPUT_BYTES = 256 * 1024  # a task's output (X-TASK, like a workflow input)
 BATCH_BYTES = 448 * 1024  # a completion request stays under the API's 512 KiB body limit
+FLUSH_SECONDS = 5.0  # after the grace, how long results still waiting may take to go out
 _PASSING = (ServerUnreachable, Unavailable, RateLimited)  # clears by itself: try again
 
 
@@ -653,7 +654,7 @@ class TaskWorker:
         for f in running:
             self._release(f)
         with self._cond:  # the results of finished tasks still go out (bounded: the server may be away)
-            self._cond.wait_for(lambda: self._unreported == 0, timeout=10.0)
+            self._cond.wait_for(lambda: self._unreported == 0, timeout=FLUSH_SECONDS)
         self._helpers_stop.set()
         self._outcomes.put(None)
         for _ in range(self.concurrency):
@@ -662,7 +663,7 @@ class TaskWorker:
             self._cond.notify_all()
         for t in self._threads:  # a slot still running a handed-back function is left behind (a daemon)
             if not t.name.startswith(("ledgerflow-task-slot", "ledgerflow-task-loop")):
-                t.join(15)
+                t.join(2)
         if self._own_loop and self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             for t in self._threads:
