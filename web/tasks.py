@@ -100,13 +100,15 @@ def task_in_scope(conn, task_id: str) -> dict:  # noqa: ANN001
 @mutation
 @body(EpochRequest)
 def heartbeat(task_id: str, body: dict):  # noqa: ANN201
-    epoch = body["epoch"]
+    return _lease(task_id, body["epoch"], settings.task_lease_seconds())
+
+
+def _lease(task_id: str, epoch: int, seconds: float):  # noqa: ANN202
+    """The current claim's lease ends ``seconds`` from now (0: now, a release)."""
 
     def work(conn):  # noqa: ANN001, ANN202
         task_in_scope(conn, task_id)
-        t = tasks.heartbeat(
-            conn, current_principal().namespace_id, task_id, epoch, settings.task_lease_seconds()
-        )
+        t = tasks.heartbeat(conn, current_principal().namespace_id, task_id, epoch, seconds)
         return 200, success({"task": tasks.task_view(t)})
 
     return idempotent(work)
@@ -209,15 +211,8 @@ def _same_json(a: Any, b: Any) -> bool:
 @mutation
 @body(EpochRequest)
 def release(task_id: str, body: dict):  # noqa: ANN201
-    epoch = body["epoch"]
-
-    def work(conn):  # noqa: ANN001, ANN202
-        task_in_scope(conn, task_id)
-        # a lease of 0 seconds: the claim is over now, exactly like a lease that ran out (X-TASK)
-        t = tasks.heartbeat(conn, current_principal().namespace_id, task_id, epoch, 0)
-        return 200, success({"task": tasks.task_view(t)})
-
-    return idempotent(work)
+    # a lease of 0 seconds: the claim is over now, exactly like a lease that ran out (X-TASK)
+    return _lease(task_id, body["epoch"], 0)
 
 
 @bp.post("/v1/tasks/<task_id>/fail")

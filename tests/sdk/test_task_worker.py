@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from ledgerflow.client import Client, NonRetryableError, StateConflict, Task, TaskWorker
+from tests.web.wf_ops import until
 
 DEADLINE = 60.0  # generous: the machine is shared
 
@@ -34,17 +33,6 @@ def _one_task_definition(c: Client, queue: str, *, retry: dict | None = None) ->
 
 def _start(c: Client, def_id: str, n: int) -> list[str]:
     return [c.start_workflow(def_id, "v1", {"i": i}).instance.id for i in range(n)]
-
-
-def _until(fn: Callable[[], Any], timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 class Recording(Client):
@@ -217,7 +205,7 @@ def test_long_tasks_are_heartbeaten_from_one_thread(wf_ns, monkeypatch):
 def _steal(c: Client, task_id: str, epoch: int, queue: str) -> Task:
     """End the worker's claim (as a lapsed lease would) and claim the task again: epoch + 1."""
     c.release_task(task_id, epoch)
-    got = _until(lambda: c.claim_tasks([queue], wait_seconds=1))
+    got = until(lambda: c.claim_tasks([queue], wait_seconds=1), DEADLINE)
     assert got[0].id == task_id and got[0].epoch == epoch + 1
     return got[0]
 
@@ -257,12 +245,12 @@ def test_lease_loss_drops_the_result_and_cancels_an_async_function(wf_ns, caplog
         assert started.wait(DEADLINE)
         mine = seen["task"]
         other = _steal(c, mine.id, mine.epoch, queue)
-        _until(lambda: "lease lost" in caplog.text)
+        until(lambda: "lease lost" in caplog.text, DEADLINE)
         c.complete_task(other.id, other.epoch, {"by": "other"})
         release_plain.set()
         if kind == "async":
-            _until(lambda: seen.get("cancelled"))
-        _until(lambda: "its result is not sent" in caplog.text)
+            until(lambda: seen.get("cancelled"), DEADLINE)
+        until(lambda: "its result is not sent" in caplog.text, DEADLINE)
     assert c.wait_for_workflow(wid, timeout=DEADLINE).output == {"r": {"by": "other"}}
     assert rec.batches == []  # the worker never sent the result of the claim it lost
 
