@@ -23,7 +23,7 @@ for m in ("ledgerflow.client", "ledgerflow.worker", "ledgerflow.sdk_types", "led
     importlib.import_module(m)
 from ledgerflow.client import Client, Task, TaskWorker, verify_webhook
 missing = []
-for m in ("flask", "sqlalchemy", "gunicorn", "gevent", "app", "web", "actors", "ledgerflow.cli"):
+for m in ("flask", "sqlalchemy", "gunicorn", "gevent", "app", "web", "schemas", "actors", "ledgerflow.cli"):
     try:
         importlib.import_module(m)
     except ModuleNotFoundError:
@@ -61,7 +61,7 @@ def test_the_light_sdk_installs_alone_and_its_worker_runs_a_workflow(wf_ns, tmp_
     seen = json.loads(check.stdout)
     assert seen["file"].startswith(str(venv))
     assert sorted(seen["missing"]) == sorted(["flask", "sqlalchemy", "gunicorn", "gevent", "app", "web",
-                                              "actors", "ledgerflow.cli"])  # fmt: skip
+                                              "schemas", "actors", "ledgerflow.cli"])  # fmt: skip
 
     log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(
