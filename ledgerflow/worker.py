@@ -7,8 +7,9 @@ One worker is a few threads around your functions:
 - **slots**: ``concurrency`` threads for plain functions; ``async def`` functions run as tasks of one
   asyncio event loop (the worker's own thread, or the caller's loop with ``run_async()``), limited by
   the same ``concurrency``;
-- the **reporter** sends results as they come: completions in batches (``POST /v1/tasks/complete``,
-  up to 16 per request, each item answered on its own), failures one by one. A slot is free again as
+- **reporters** (one, and up to 4 side by side at higher ``concurrency``) send results as they come:
+  completions in batches (``POST /v1/tasks/complete``, up to 16 per request, each item answered on
+  its own), failures one by one. A slot is free again as
   soon as its function returns; it does not wait for the server's answer;
 - the **heartbeater** keeps the lease of every task in flight alive, all from this one thread; a
   heartbeat refused with 409 means the lease is lost (the task expired, was re-claimed, cancelled or
@@ -57,6 +58,7 @@ MAX_CLAIM = 16  # the protocol's max_tasks per claim (X-TASK)
 MAX_BATCH = 16  # completions per POST /v1/tasks/complete
 MAX_OUTPUT_BYTES = 256 * 1024  # a task's output (X-TASK, like a workflow input)
 BATCH_BYTES = 448 * 1024  # a completion request stays under the API's 512 KiB body limit
+MAX_REPORTERS = 4  # result requests in flight at once
 FLUSH_SECONDS = 5.0  # after the grace, how long results still waiting may take to go out
 _PASSING = (ServerUnreachable, Unavailable, RateLimited)  # clears by itself: try again
 
@@ -120,6 +122,9 @@ class _Flight:
     lost: bool = False  # a heartbeat was refused: the result will be refused too
     released: bool = False  # handed back at shutdown
     future: concurrent.futures.Future | None = None  # an async function's run on the loop
+    # held during a heartbeat: a release waits for it (a heartbeat that started before the release
+    # committed would otherwise renew the lease the release just ended: both use the transaction's now())
+    beating: threading.Lock = field(default_factory=threading.Lock)
 
     def took(self) -> str:
         return f"{((self.ended or time.monotonic()) - self.started) * 1000:.0f} ms"
@@ -512,6 +517,11 @@ class TaskWorker:
                 self._fatal = self._fatal or exc
                 self.stop()
 
+    def _reporters(self) -> int:
+        """Result requests in flight at once: the server completes the items of one request one after
+        the other, so a busy worker sends a few requests side by side (one at concurrency 1)."""
+        return min(MAX_REPORTERS, self.concurrency)
+
     def _next_outcomes(self) -> list[_Outcome] | None:
         """Whatever results are waiting now (at least one), at most one request's worth."""
         first = self._outcomes.get()
@@ -595,12 +605,15 @@ class TaskWorker:
 
     def _beat(self, f: _Flight) -> None:
         f.next_beat = time.monotonic() + f.interval
-        try:
-            self.client.heartbeat_task(f.task.id, f.task.epoch)
-        except (StateConflict, NotFound):
-            self._lease_lost(f)
-        except Exception as exc:  # noqa: BLE001 - keep beating: the lease has two more intervals
-            log.warning("%s: heartbeat failed: %s", f.label, exc)
+        with f.beating:
+            if f.released:
+                return
+            try:
+                self.client.heartbeat_task(f.task.id, f.task.epoch)
+            except (StateConflict, NotFound):
+                self._lease_lost(f)
+            except Exception as exc:  # noqa: BLE001 - keep beating: the lease has two more intervals
+                log.warning("%s: heartbeat failed: %s", f.label, exc)
 
     def _lease_lost(self, f: _Flight) -> None:
         if (f.task.id, f.task.epoch) not in self._flights:
@@ -623,8 +636,11 @@ class TaskWorker:
         self._slot_queue = queue.Queue()
         self._flights.clear()
         self._busy = self._unreported = 0
-        threads = [threading.Thread(target=self._reporter, name="ledgerflow-task-reporter", daemon=True),
-                   threading.Thread(target=self._heartbeater, name="ledgerflow-task-heartbeat", daemon=True)]  # fmt: skip
+        threads = [threading.Thread(target=self._heartbeater, name="ledgerflow-task-heartbeat", daemon=True)]
+        threads += [
+            threading.Thread(target=self._reporter, name=f"ledgerflow-task-reporter-{i}", daemon=True)
+            for i in range(self._reporters())
+        ]
         if any(not is_async(fn) for fn in self.functions.values()):
             threads += [
                 threading.Thread(target=self._slot, name=f"ledgerflow-task-slot-{i}", daemon=True)
@@ -656,7 +672,8 @@ class TaskWorker:
         with self._cond:  # the results of finished tasks still go out (bounded: the server may be away)
             self._cond.wait_for(lambda: self._unreported == 0, timeout=FLUSH_SECONDS)
         self._helpers_stop.set()
-        self._outcomes.put(None)
+        for _ in range(self._reporters()):
+            self._outcomes.put(None)
         for _ in range(self.concurrency):
             self._slot_queue.put(None)
         with self._cond:
@@ -679,7 +696,8 @@ class TaskWorker:
         if f.future is not None:
             f.future.cancel()
         try:
-            self.client.release_task(f.task.id, f.task.epoch)
+            with f.beating:  # after a heartbeat in progress, never before it
+                self.client.release_task(f.task.id, f.task.epoch)
             log.info("%s handed back to its queue (the worker is stopping)", f.label)
         except (StateConflict, NotFound):
             pass  # its lease had ended anyway

@@ -203,9 +203,17 @@ def test_long_tasks_are_heartbeaten_from_one_thread(wf_ns, monkeypatch):
 
 
 def _steal(c: Client, task_id: str, epoch: int, queue: str) -> Task:
-    """End the worker's claim (as a lapsed lease would) and claim the task again: epoch + 1."""
-    c.release_task(task_id, epoch)
-    got = until(lambda: c.claim_tasks([queue], wait_seconds=1), DEADLINE)
+    """End the worker's claim (as a lapsed lease would) and claim the task again: epoch + 1. A
+    heartbeat that began before the release committed may renew the lease once: release again."""
+
+    def once() -> list[Task]:
+        try:
+            c.release_task(task_id, epoch)
+        except StateConflict:  # already ended
+            pass
+        return c.claim_tasks([queue], wait_seconds=0)
+
+    got = until(once, DEADLINE)
     assert got[0].id == task_id and got[0].epoch == epoch + 1
     return got[0]
 
