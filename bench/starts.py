@@ -117,8 +117,8 @@ def statements_per_start(url: str, token: str, body: dict) -> int:
     from sqlalchemy import event
 
     os.environ["DATABASE_URL"] = url
-    from app.config import get_settings
     from app.db import get_engine
+    from app.settings import get_settings
     from web import create_app
 
     get_settings.cache_clear()

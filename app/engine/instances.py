@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import cursor as cursors
-from app import jsonx
-from app.engine import advance, settings, work
+from app import jsonx, settings
+from app.engine import advance, work
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE
@@ -158,26 +158,26 @@ def check_quotas(conn: Connection, namespace_id: str, queues: list[str]) -> None
     run(conn, "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", {"k": "lf-ns:" + namespace_id})
     rows = run(conn, _QUOTA_COUNTS, {"ns": namespace_id, "queues": list(queues)}).all()
     unfinished, open_tasks = rows[0].unfinished, rows[0].open_tasks
-    if unfinished >= settings.instance_limit():
+    if unfinished >= settings.INSTANCE_LIMIT.get():
         raise LimitExceeded(
             "WORKFLOW_INSTANCE_LIMIT",
-            f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
+            f"the namespace has {settings.INSTANCE_LIMIT.get()} unfinished workflow instances (the limit)",
         )
-    retry_after = settings.quota_retry_after_seconds()
+    retry_after = settings.QUOTA_RETRY_AFTER_SECONDS.get()
     for r in rows:
-        if r.queue is not None and r.pending >= settings.queue_pending_limit():
+        if r.queue is not None and r.pending >= settings.QUEUE_PENDING_LIMIT.get():
             raise QuotaExceeded(
                 "QUEUE_FULL",
                 retry_after=retry_after,
                 message=f"queue {r.queue!r} has {r.pending} pending tasks (the quota is "
-                f"{settings.queue_pending_limit()}); retry later with the same Idempotency-Key",
+                f"{settings.QUEUE_PENDING_LIMIT.get()}); retry later with the same Idempotency-Key",
             )
-    if unfinished + open_tasks >= settings.application_work_limit():
+    if unfinished + open_tasks >= settings.APPLICATION_WORK_LIMIT.get():
         raise QuotaExceeded(
             "APPLICATION_FULL",
             retry_after=retry_after,
             message=f"the application has {unfinished + open_tasks} units of unfinished work (unfinished "
-            f"workflows plus open tasks; the quota is {settings.application_work_limit()}); retry later "
+            f"workflows plus open tasks; the quota is {settings.APPLICATION_WORK_LIMIT.get()}); retry later "
             "with the same Idempotency-Key",
         )
 
