@@ -30,7 +30,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -421,6 +421,11 @@ def on_missing_environment(hook: Callable[[], object]) -> None:
         _environment_hooks.append(hook)
 
 
+def _taken_from(setting: Setting[T]) -> T:
+    """A field of ``Settings`` that ``load_settings()`` takes from ``setting`` (default: the same)."""
+    return field(default=setting.default, metadata={"setting": setting})
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a worker or scheduler process reads once at start (``get_settings()``); the defaults are
@@ -429,38 +434,38 @@ class Settings:
     database_url: str
     redis_url: str | None
     # L-CLAIM-1: 4 slots per pool, 2 s short poll.
-    slots_per_pool: int = SLOTS.default
-    poll_seconds: float = POLL_SECONDS.default
+    slots_per_pool: int = _taken_from(SLOTS)
+    poll_seconds: float = _taken_from(POLL_SECONDS)
     # L-CLAIM-4 table: lease 60 s renewed every 15 s; execution timeout default 10 min.
-    lease_seconds: float = LEASE_SECONDS.default
-    renew_seconds: float = RENEW_SECONDS.default
-    execution_timeout_ms: int = EXECUTION_TIMEOUT_MS.default
+    lease_seconds: float = _taken_from(LEASE_SECONDS)
+    renew_seconds: float = _taken_from(RENEW_SECONDS)
+    execution_timeout_ms: int = _taken_from(EXECUTION_TIMEOUT_MS)
     # L-STATE-3: backoff from 30 s, a single delay capped at 15 min.
-    backoff_base_seconds: float = BACKOFF_BASE_SECONDS.default
-    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS.default
+    backoff_base_seconds: float = _taken_from(BACKOFF_BASE_SECONDS)
+    backoff_cap_seconds: float = _taken_from(BACKOFF_CAP_SECONDS)
     # L-PAUSE-5: drain every minute, bounded per pass.
-    drain_interval_seconds: float = DRAIN_INTERVAL_SECONDS.default
+    drain_interval_seconds: float = _taken_from(DRAIN_INTERVAL_SECONDS)
     # X-SCHED: how often the scheduler looks for due schedules
-    schedule_tick_seconds: float = SCHEDULE_TICK_SECONDS.default
+    schedule_tick_seconds: float = _taken_from(SCHEDULE_TICK_SECONDS)
     # HMAC-SHA256 key of outbound TRIGGER / dispatch calls (X-Ledgerflow-Signature); unset = unsigned
-    signing_secret: str | None = SIGNING_SECRET.default
-    drain_batch: int = DRAIN_BATCH.default
+    signing_secret: str | None = _taken_from(SIGNING_SECRET)
+    drain_batch: int = _taken_from(DRAIN_BATCH)
     # Each pool also reclaims its own queue's expired leases this often, so a job held by a killed
     # worker runs again within lease + this, not lease + the next drain + a backoff.
-    reclaim_seconds: float = RECLAIM_SECONDS.default
+    reclaim_seconds: float = _taken_from(RECLAIM_SECONDS)
     # The pool's own pass (settle + claim) commits without waiting for its WAL flush: a PostgreSQL
     # crash can lose the last passes, which recovers exactly like a worker killed before it settled
     # (docs/decisions.md, "Pool passes commit asynchronously"). Handlers' transactions always wait.
-    pool_synchronous_commit: bool = POOL_SYNCHRONOUS_COMMIT.default
-    heartbeat_seconds: float = HEARTBEAT_SECONDS.default
+    pool_synchronous_commit: bool = _taken_from(POOL_SYNCHRONOUS_COMMIT)
+    heartbeat_seconds: float = _taken_from(HEARTBEAT_SECONDS)
     # Coalescing window of a wake hint flag (ms); the consumer clears it on receipt.
-    hint_flag_ttl_ms: int = HINT_FLAG_TTL_MS.default
+    hint_flag_ttl_ms: int = _taken_from(HINT_FLAG_TTL_MS)
     # Longest an idle hint consumer blocks on its queue's doorbell (BLPOP) before fetching again (ms).
     # Hints wake it at once whatever this is; it bounds only shutdown time and the wait after a lost
     # doorbell token (actors/broker.py).
-    hint_consumer_timeout_ms: int = HINT_CONSUMER_TIMEOUT_MS.default
-    handler_modules: tuple[str, ...] = HANDLERS.default
-    redis_namespace: str = REDIS_NAMESPACE.default
+    hint_consumer_timeout_ms: int = _taken_from(HINT_CONSUMER_TIMEOUT_MS)
+    handler_modules: tuple[str, ...] = _taken_from(HANDLERS)
+    redis_namespace: str = _taken_from(REDIS_NAMESPACE)
 
 
 def load_settings() -> Settings:
@@ -475,28 +480,8 @@ def load_settings() -> Settings:
             "is not set: export DATABASE_URL=postgresql://user@host:5432/db, or run the program as "
             "`ledgerflow env -- <command>` to use the embedded PostgreSQL of `make run`",
         )
-    return Settings(
-        database_url=normalize_database_url(database_url),
-        redis_url=REDIS_URL.get(),
-        slots_per_pool=SLOTS.get(),
-        poll_seconds=POLL_SECONDS.get(),
-        lease_seconds=LEASE_SECONDS.get(),
-        renew_seconds=RENEW_SECONDS.get(),
-        execution_timeout_ms=EXECUTION_TIMEOUT_MS.get(),
-        backoff_base_seconds=BACKOFF_BASE_SECONDS.get(),
-        backoff_cap_seconds=BACKOFF_CAP_SECONDS.get(),
-        drain_interval_seconds=DRAIN_INTERVAL_SECONDS.get(),
-        schedule_tick_seconds=SCHEDULE_TICK_SECONDS.get(),
-        signing_secret=SIGNING_SECRET.get(),
-        drain_batch=DRAIN_BATCH.get(),
-        reclaim_seconds=RECLAIM_SECONDS.get(),
-        pool_synchronous_commit=POOL_SYNCHRONOUS_COMMIT.get(),
-        heartbeat_seconds=HEARTBEAT_SECONDS.get(),
-        hint_flag_ttl_ms=HINT_FLAG_TTL_MS.get(),
-        hint_consumer_timeout_ms=HINT_CONSUMER_TIMEOUT_MS.get(),
-        handler_modules=HANDLERS.get(),
-        redis_namespace=REDIS_NAMESPACE.get(),
-    )
+    taken = {f.name: f.metadata["setting"].get() for f in fields(Settings) if "setting" in f.metadata}
+    return Settings(database_url=normalize_database_url(database_url), redis_url=REDIS_URL.get(), **taken)
 
 
 @lru_cache(maxsize=1)
