@@ -134,9 +134,8 @@ def url(*schemes: str) -> Parse[str]:
         return raw.strip()
 
     names = [f"{s}://" for s in schemes]
-    return Parse(
-        parse, "a " + (", ".join(names[:-1]) + " or " if len(names) > 1 else "") + names[-1] + " URL"
-    )
+    listed = ", ".join(names[:-1]) + " or " + names[-1] if names[1:] else names[0]
+    return Parse(parse, f"{'an' if schemes[0].startswith('http') else 'a'} {listed} URL")
 
 
 def normalize_database_url(url: str) -> str:
@@ -363,7 +362,7 @@ METRICS_ADDR = _observability.declare("LEDGERFLOW_METRICS_ADDR", "127.0.0.1", Pa
 OTEL_EXPORTER_OTLP_ENDPOINT = _observability.declare("OTEL_EXPORTER_OTLP_ENDPOINT", None, url("http", "https"), "turns tracing on: the OTLP/HTTP collector", shown="— (tracing off)")
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _observability.declare("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None, url("http", "https"), "turns tracing on: the collector's URL for traces", shown="— (tracing off)")
 OTEL_TRACES_EXPORTER = _observability.declare("OTEL_TRACES_EXPORTER", frozenset(), Parse(_exporters, "comma-separated otlp, console, none"), "`console` or `otlp` turns tracing on; `none` keeps it off", shown="otlp when an endpoint is set")
-OTEL_SERVICE_NAME = _observability.declare("OTEL_SERVICE_NAME", None, TEXT, "the service name of the traces", shown="ledgerflow-<process>")
+OTEL_SERVICE_NAME = _observability.declare("OTEL_SERVICE_NAME", None, TEXT, "the service name of the traces", shown="`ledgerflow-<process>`")
 OTEL_SDK_DISABLED = _observability.declare("OTEL_SDK_DISABLED", False, FLAG, "on keeps tracing off whatever else is set")
 OTEL_DB_SPANS = _observability.declare("LEDGERFLOW_OTEL_DB_SPANS", True, FLAG, "off drops the SQL query spans")
 

@@ -298,3 +298,13 @@ def test_the_procfile_defaults_are_the_declared_ones():
     procfile = (ROOT / "Procfile").read_text()
     assert f"${{PORT:-{settings.PORT.default}}}" in procfile
     assert f"${{LEDGERFLOW_BIND_HOST:-{settings.BIND_HOST.default}}}" in procfile
+
+
+def test_the_command_prints_the_tables_and_checks_the_environment(monkeypatch, capsys):
+    assert settings.main(["--markdown"]) == 0
+    assert capsys.readouterr().out == "\n".join(settings.markdown()).rstrip("\n") + "\n"
+    monkeypatch.setenv("LEDGERFLOW_SLOTS", "65")
+    with pytest.raises(SystemExit) as ended:
+        settings.main(["--check"])
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == "Error: LEDGERFLOW_SLOTS: must be an integer from 1 to 64\n"
