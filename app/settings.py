@@ -343,8 +343,8 @@ OUTBOUND_ALLOW = _outbound.declare("LEDGERFLOW_OUTBOUND_ALLOW", "", Parse(_netwo
 WEBHOOK_DISABLE_AFTER = _outbound.declare("LEDGERFLOW_WEBHOOK_DISABLE_AFTER", 20, integer(1, 10_000), "consecutive failed delivery attempts that disable a subscription (with the reason)")
 
 _web = Section("API and console", "the `web` process")
-DEFAULT_RATE_LIMIT = "100/second;3000/minute"
-RATE_LIMIT = _web.declare("LEDGERFLOW_RATE_LIMIT", DEFAULT_RATE_LIMIT, Parse(_rate_limits, "off, or limits like 100/second;3000/minute"), "per-credential request limits (`limits` notation); `off` disables them", shown=f"`{DEFAULT_RATE_LIMIT}`")
+DEFAULT_RATE_LIMIT = "1000/second"
+RATE_LIMIT = _web.declare("LEDGERFLOW_RATE_LIMIT", DEFAULT_RATE_LIMIT, Parse(_rate_limits, "off, or limits like 1000/second;30000/minute"), "per-credential request limits (`limits` notation); `off` disables them", shown=f"`{DEFAULT_RATE_LIMIT}`")
 LONG_POLLS_PER_CREDENTIAL = _web.declare("LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL", 8, integer(1, 1000), "task claims of one credential that may wait at once")
 STATEMENT_TIMEOUT_MS = _web.declare("LEDGERFLOW_STATEMENT_TIMEOUT_MS", 30_000, integer(0, 86_400_000), "PostgreSQL `statement_timeout` of every session of the product (0 = none)")
 DEVELOPMENT_CURSOR_SECRET = "ledgerflow-cursor-v1"  # public: refused in production (production_problems)
