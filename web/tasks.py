@@ -10,9 +10,10 @@ from typing import Any
 from flask import Blueprint
 
 import web.long_poll as long_poll
+from app import settings
 from app.auth import Scope
 from app.db import get_engine, transaction
-from app.engine import settings, tasks
+from app.engine import tasks
 from app.engine.operations import check_queue_scope
 from app.errors import LedgerflowError
 from schemas.tasks import (
@@ -54,7 +55,7 @@ def claim(body: dict):  # noqa: ANN201
     def work(conn):  # noqa: ANN001, ANN202
         final = time.monotonic() >= deadline
         got = tasks.claim(
-            conn, principal.namespace_id, queues, body["max_tasks"], settings.task_lease_seconds()
+            conn, principal.namespace_id, queues, body["max_tasks"], settings.TASK_LEASE_SECONDS.get()
         )
         if not got and not final:
             raise NothingYet  # an empty try rolls back (no receipt kept)
@@ -62,7 +63,7 @@ def claim(body: dict):  # noqa: ANN201
 
     if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups
         return idempotent(work, replay=Replay.STORED)
-    with long_poll.waiting_claim(principal, queues, settings.claim_poll_seconds()) as wait:
+    with long_poll.waiting_claim(principal, queues, settings.CLAIM_POLL_SECONDS.get()) as wait:
         return idempotent(work, replay=Replay.STORED, wait_until=deadline, wait=wait)
 
 
@@ -100,7 +101,7 @@ def task_in_scope(conn, task_id: str) -> dict:  # noqa: ANN001
 @mutation
 @body(EpochRequest)
 def heartbeat(task_id: str, body: dict):  # noqa: ANN201
-    return _lease(task_id, body["epoch"], settings.task_lease_seconds())
+    return _lease(task_id, body["epoch"], settings.TASK_LEASE_SECONDS.get())
 
 
 def _lease(task_id: str, epoch: int, seconds: float):  # noqa: ANN202
