@@ -10,12 +10,12 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.config import get_settings
 from app.db import after_commit, transaction_state
 from app.ids import new_id
 from app.ledger.hints import publish_after_commit
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
 from app.observability import metrics, tracing
+from app.settings import get_settings
 from app.sql import defer, run
 
 
