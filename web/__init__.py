@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask, Response, g, request
 
+from actors import hints as hint_actors
 from app import db, settings
 from app.ids import new_request_id
 from web import console, errors, observability
@@ -35,6 +36,9 @@ def create_app() -> Flask:
     settings.validate()  # a bad value of any setting: SettingError, one line naming the variable
     settings.refuse_unsafe_production()  # e.g. the development cursor key in production: no start
     db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db, issue 16)
+    # L-CLAIM-4: the jobs a request creates (timers, task deadlines, event fan-out, children...) publish
+    # their wake hints after its commit, as a worker's do; without this they waited for a pool's 2 s poll
+    hint_actors.install_publisher()
     app = Flask("ledgerflow")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.url_map.strict_slashes = False

@@ -160,6 +160,9 @@ def test_relations_between_settings_are_checked(monkeypatch):
 
 
 def test_the_process_snapshot_takes_the_declared_defaults(monkeypatch):
+    # no embedded-services lookup registered by another test of the session (ledgerflow.devenv) may fill in
+    # DATABASE_URL below
+    monkeypatch.setattr(settings, "_environment_hooks", [])
     for name in SETTINGS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DATABASE_URL", "postgres://u@h/db")
