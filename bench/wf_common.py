@@ -1,0 +1,327 @@
+"""What the workflow benchmark's engines share (``bench/workflows.py``): the shapes, one run's result,
+and the counting of an engine's database work from PostgreSQL's statistics.
+
+**Counting.** Row writes are the ``n_tup_ins`` / ``n_tup_upd`` / ``n_tup_del`` of ``pg_stat_user_tables``
+and transactions the ``xact_commit + xact_rollback`` of ``pg_stat_database``, both read in the engine's
+own scratch database before and after the measured workflows. PostgreSQL (15+) keeps a backend's
+counts in its own memory and flushes them to shared statistics lazily: at the end of a transaction at
+most once a second, and a backend that went idle with counts pending flushes them 10 s later
+(``PGSTAT_IDLE_INTERVAL``); a backend that exits flushes at exit. Hence the protocol of a run:
+
+1. the engine is up, warmed up (a few workflows of the same shape, not measured), then left idle for
+   ``SETTLE_SECONDS`` (> 10 s): every count of the warm-up and of start-up has reached shared memory;
+2. the *before* snapshot; the measured workflows; the engine's processes and connections are stopped
+   (each backend flushes at exit), and once no backend of that database is left the *after* snapshot
+   is read (again until two reads agree).
+
+The monitor's own transactions (the snapshots and the "are they done yet" polls) run on one connection
+that calls ``pg_stat_force_next_flush()`` in each of them, so each is counted as soon as it ends; their
+number is subtracted. What stays in the counts besides the workflows: what the engine does while
+idle during the run (polls, heartbeats), and at shutdown. Both are small next to 20+ workflows and are
+visible per table."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+
+from bench.run import percentile, with_database
+
+SETTLE_SECONDS = 10.5  # > PGSTAT_IDLE_INTERVAL (10 s): an idle backend has flushed its counts by then
+TIMER_SECONDS = 1.0
+QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of every shape
+
+
+# ------------------------------------------------------------------------------------------- shapes
+@dataclass(frozen=True)
+class Shape:
+    """A workflow of ``tasks`` TASK steps in a chain, with a TIMER of ``TIMER_SECONDS`` after the first
+    one when ``timer``."""
+
+    name: str
+    tasks: int
+    timer: bool = False
+
+    def plan(self) -> list[tuple[str, str]]:
+        """The steps in order: ``("task", key)`` or ``("timer", key)``."""
+        out: list[tuple[str, str]] = []
+        for i in range(1, self.tasks + 1):
+            out.append(("task", f"s{i}"))
+            if i == 1 and self.timer:
+                out.append(("timer", "wait"))
+        return out
+
+
+SHAPES: dict[str, Shape] = {
+    s.name: s for s in (Shape("task-task", 2), Shape("task-timer-task", 2, timer=True), Shape("chain10", 10))
+}
+
+
+def parse_shapes(arg: str) -> list[Shape]:
+    """``all`` or a comma-separated list of shape names."""
+    names = list(SHAPES) if arg.strip() == "all" else [x.strip() for x in arg.split(",") if x.strip()]
+    if unknown := [n for n in names if n not in SHAPES]:
+        raise ValueError(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)} or all")
+    return [SHAPES[n] for n in names]
+
+
+# ------------------------------------------------------------------------------------------- counts
+@dataclass
+class Snapshot:
+    """Cumulative counters of one database: per table ``(inserts, updates, deletes)``, and transactions."""
+
+    tables: dict[str, tuple[int, int, int]]
+    xacts: int
+
+
+@dataclass
+class Counts:
+    """The database work of a window: per table ``(inserts, updates, deletes)`` and transactions."""
+
+    tables: dict[str, tuple[int, int, int]]
+    xacts: int
+
+    @property
+    def inserts(self) -> int:
+        return sum(t[0] for t in self.tables.values())
+
+    @property
+    def updates(self) -> int:
+        return sum(t[1] for t in self.tables.values())
+
+    @property
+    def deletes(self) -> int:
+        return sum(t[2] for t in self.tables.values())
+
+    @property
+    def writes(self) -> int:
+        """Row writes as the issue counts them: inserts + updates (deletes are shown apart)."""
+        return self.inserts + self.updates
+
+
+def delta(before: Snapshot, after: Snapshot, own_xacts: int = 0) -> Counts:
+    """``after - before`` per table (tables that appeared count from 0; tables with no change are left
+    out), and the transactions less ``own_xacts`` (the monitor's own)."""
+    tables: dict[str, tuple[int, int, int]] = {}
+    for name, now in after.tables.items():
+        was = before.tables.get(name, (0, 0, 0))
+        d = (now[0] - was[0], now[1] - was[1], now[2] - was[2])
+        if any(d):
+            tables[name] = d
+    return Counts(tables, after.xacts - before.xacts - own_xacts)
+
+
+@dataclass
+class PerWorkflow:
+    """Counts divided by the number of workflows."""
+
+    inserts: float
+    updates: float
+    deletes: float
+    xacts: float
+    tables: dict[str, tuple[float, float, float]]
+
+    @property
+    def writes(self) -> float:
+        return self.inserts + self.updates
+
+
+def per_workflow(c: Counts, n: int) -> PerWorkflow:
+    n = max(n, 1)
+    return PerWorkflow(
+        c.inserts / n,
+        c.updates / n,
+        c.deletes / n,
+        c.xacts / n,
+        {k: (v[0] / n, v[1] / n, v[2] / n) for k, v in c.tables.items()},
+    )
+
+
+def further_step(long: PerWorkflow, short: PerWorkflow, extra_steps: int) -> PerWorkflow:
+    """What each further TASK step costs: ``(long - short) / extra_steps`` (e.g. ten-task chain against
+    TASK -> TASK: 8 more steps)."""
+    k = max(extra_steps, 1)
+    names = sorted(set(long.tables) | set(short.tables))
+    zero = (0.0, 0.0, 0.0)
+    return PerWorkflow(
+        (long.inserts - short.inserts) / k,
+        (long.updates - short.updates) / k,
+        (long.deletes - short.deletes) / k,
+        (long.xacts - short.xacts) / k,
+        {
+            t: tuple(
+                (a - b) / k for a, b in zip(long.tables.get(t, zero), short.tables.get(t, zero), strict=True)
+            )  # type: ignore[misc]
+            for t in names
+        },
+    )
+
+
+def counts_table(columns: Mapping[str, PerWorkflow], title: str = "per workflow") -> list[str]:
+    """Rows: each table's inserts + updates (deletes when any), then the totals and transactions; one
+    column per entry of ``columns`` (e.g. a shape, or "each further TASK step")."""
+    names = sorted({t for pw in columns.values() for t in pw.tables})
+    width = max([len(n) for n in names] + [28])
+    head = f"  {title:<{width}}" + "".join(f" {c:>18}" for c in columns)
+    lines = [head, "  " + "-" * (len(head) - 2)]
+
+    def cell(ins: float, upd: float, dele: float) -> str:
+        s = f"{ins:.1f} + {upd:.1f}"
+        return s + (f" - {dele:.1f}" if abs(dele) >= 0.05 else "")
+
+    for t in names:
+        row = [pw.tables.get(t, (0.0, 0.0, 0.0)) for pw in columns.values()]
+        if all(abs(x) < 0.05 for r in row for x in r):
+            continue
+        lines.append(f"  {t:<{width}}" + "".join(f" {cell(*r):>18}" for r in row))
+    lines.append("  " + "-" * (len(head) - 2))
+    lines.append(
+        f"  {'row writes (inserts + updates)':<{width}}"
+        + "".join(f" {f'{pw.writes:.1f} ({pw.inserts:.1f}+{pw.updates:.1f})':>18}" for pw in columns.values())
+    )
+    if any(abs(pw.deletes) >= 0.05 for pw in columns.values()):
+        lines.append(
+            f"  {'row deletes':<{width}}" + "".join(f" {pw.deletes:>18.1f}" for pw in columns.values())
+        )
+    lines.append(f"  {'transactions':<{width}}" + "".join(f" {pw.xacts:>18.1f}" for pw in columns.values()))
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ monitor
+TABLES_SQL = """SELECT CASE WHEN schemaname = 'public' THEN relname ELSE schemaname || '.' || relname END,
+                       n_tup_ins, n_tup_upd, n_tup_del
+                FROM pg_stat_user_tables"""
+XACTS_SQL = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+
+
+class Monitor:
+    """One connection to the engine's database for snapshots and polls; every transaction it runs
+    forces its own statistics flush, and is counted (``own``) so that it can be subtracted."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute("SELECT pg_stat_force_next_flush()")  # flushes the connection's start-up too
+        self.pid = self.conn.info.backend_pid
+        self.own = 0
+        self.admin = psycopg.connect(with_database(dsn, "postgres"), autocommit=True)
+
+    def close(self) -> None:
+        self.conn.close()
+        self.admin.close()
+
+    def scalar(self, sql: str, params: Sequence | None = None) -> object:
+        return self.rows(sql, params)[0][0]
+
+    def rows(self, sql: str, params: Sequence | None = None) -> list[tuple]:
+        """One read in its own transaction, counted and flushed at its end."""
+        with self.conn.transaction():
+            out = self.conn.execute(sql, params).fetchall()
+            self.conn.execute("SELECT pg_stat_force_next_flush()")
+        self.own += 1
+        return out
+
+    def snapshot(self) -> Snapshot:
+        with self.conn.transaction():
+            tables = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in self.conn.execute(TABLES_SQL)}
+            xacts = int(self.conn.execute(XACTS_SQL).fetchone()[0])  # type: ignore[index]
+            self.conn.execute("SELECT pg_stat_force_next_flush()")
+        self.own += 1
+        return Snapshot(tables, xacts)
+
+    def others(self) -> int:
+        """Backends of the engine's database other than this monitor (read from ``postgres``: not counted)."""
+        db = self.conn.info.dbname
+        return int(
+            self.admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> %s", (db, self.pid)
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    def final_snapshot(self, timeout: float = 60.0) -> Snapshot:
+        """Once every other backend of the database has exited (each flushed its counts at exit), read
+        until two snapshots 0.3 s apart agree (the exit flush runs just after a backend leaves
+        ``pg_stat_activity``). The snapshots are not counted: they end the window."""
+        deadline = time.monotonic() + timeout
+        while self.others() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if left := self.others():
+            raise RuntimeError(f"{left} backend(s) still connected to {self.conn.info.dbname}")
+        own, reads = self.own, 1
+        prev = self.snapshot()
+        while True:
+            time.sleep(0.3)
+            cur = self.snapshot()
+            cur.xacts -= reads  # this loop's earlier reads, each counted once it ended
+            reads += 1
+            if cur == prev or time.monotonic() > deadline:
+                self.own = own
+                return cur
+            prev = cur
+
+
+@contextmanager
+def counting_window(mon: Monitor) -> Iterator[dict[str, Counts]]:
+    """``with counting_window(mon) as out: <run, then stop every engine process>`` -> ``out["counts"]``.
+    The caller must have settled the engine (see the module docstring) before entering."""
+    before = mon.snapshot()
+    mark = mon.own  # the before-snapshot's own transaction is counted in the window: mark after it
+    out: dict[str, Counts] = {}
+    yield out
+    polls = mon.own - mark + 1  # + the before snapshot itself
+    after = mon.final_snapshot()
+    out["counts"] = delta(before, after, own_xacts=polls)
+
+
+# -------------------------------------------------------------------------------------------- result
+@dataclass
+class RunResult:
+    """One engine on one shape. Times in ms; ``wall`` in s (first start call -> last workflow done)."""
+
+    engine: str
+    shape: str
+    n: int
+    wall: float = 0.0
+    start_ms: list[float] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)
+    timer_late_ms: list[float] = field(default_factory=list)
+    counts: Counts | None = None
+    # Ledgerflow only: 429 answers seen by the SDK (it retries them), and the idle probe
+    http_429: int | None = None
+    probe_n: int = 0
+    probe_hop_ms: list[float] = field(default_factory=list)
+    probe_timer_late_ms: list[float] = field(default_factory=list)
+    probe_latency_ms: list[float] = field(default_factory=list)
+    failed: int = 0
+    load: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.wall if self.wall > 0 else float("nan")
+
+    def per_workflow(self) -> PerWorkflow | None:
+        return per_workflow(self.counts, self.n) if self.counts is not None else None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        if self.counts is not None:
+            d["counts"] = {"tables": self.counts.tables, "xacts": self.counts.xacts}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> RunResult:
+        d = dict(d)
+        c = d.pop("counts", None)
+        r = cls(**d)
+        if c is not None:
+            r.counts = Counts({k: tuple(v) for k, v in c["tables"].items()}, int(c["xacts"]))  # type: ignore[misc]
+        return r
+
+
+def p(values: Sequence[float], q: float) -> float:
+    return percentile(values, q)
