@@ -22,14 +22,15 @@ visible per table."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from bench.run import percentile, with_database
+from bench.run import cpu_seconds, percentile, with_database
 
 SETTLE_SECONDS = 10.5  # > PGSTAT_IDLE_INTERVAL (10 s): an idle backend has flushed its counts by then
 TIMER_SECONDS = 1.0
@@ -242,6 +243,14 @@ class Monitor:
             ).fetchone()[0]  # type: ignore[index]
         )
 
+    def backends(self) -> list[int]:
+        """The pids of the engine's backends (every backend of its database but this monitor's)."""
+        db = self.conn.info.dbname
+        rows = self.admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> %s", (db, self.pid)
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
     def final_snapshot(self, timeout: float = 60.0) -> Snapshot:
         """Once every other backend of the database has exited (each flushed its counts at exit), read
         until two snapshots 0.3 s apart agree (the exit flush runs just after a backend leaves
@@ -277,6 +286,32 @@ def counting_window(mon: Monitor) -> Iterator[dict[str, Counts]]:
     out["counts"] = delta(before, after, own_xacts=polls)
 
 
+class CpuMeter:
+    """CPU seconds (``/proc/<pid>/stat``) used between ``start()`` and ``stop()`` by the engine's
+    PostgreSQL backends (those of its database, as listed at both ends: a backend that came and went in
+    between is missed), by its own processes (``engine_pids()``, e.g. gunicorn and its workers) and by
+    this process (the client threads, and whatever of the engine runs in it: task workers, DBOS)."""
+
+    def __init__(self, mon: Monitor, engine_pids: Callable[[], list[int]] = list) -> None:
+        self.mon, self.engine_pids = mon, engine_pids
+
+    def _now(self) -> tuple[dict[int, float], float, float]:
+        pg = {pid: cpu_seconds(pid) for pid in self.mon.backends()}
+        t = os.times()
+        return pg, sum(cpu_seconds(pid) for pid in self.engine_pids()), t.user + t.system
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def stop(self, n: int) -> dict[str, float]:
+        """CPU ms per workflow: ``postgres``, ``engine``, ``client`` (this process)."""
+        pg0, eng0, me0 = self.before
+        pg1, eng1, me1 = self._now()
+        pg = sum(v - pg0.get(pid, 0.0) for pid, v in pg1.items())
+        k = 1000 / max(n, 1)
+        return {"postgres": pg * k, "engine": (eng1 - eng0) * k, "client": (me1 - me0) * k}
+
+
 # -------------------------------------------------------------------------------------------- result
 @dataclass
 class RunResult:
@@ -290,6 +325,7 @@ class RunResult:
     latency_ms: list[float] = field(default_factory=list)
     timer_late_ms: list[float] = field(default_factory=list)
     counts: Counts | None = None
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # per workflow: postgres, engine, client
     # Ledgerflow only: 429 answers seen by the SDK (it retries them), and the idle probe
     http_429: int | None = None
     probe_n: int = 0

@@ -36,6 +36,7 @@ from app.db import transaction
 from bench.run import (
     Proc,
     base_env,
+    children,
     closed_port,
     libpq,
     loadavg,
@@ -49,6 +50,7 @@ from bench.wf_common import (
     QUEUE,
     SETTLE_SECONDS,
     TIMER_SECONDS,
+    CpuMeter,
     Monitor,
     RunResult,
     Shape,
@@ -373,9 +375,12 @@ def run_ledgerflow(
             f"rate limit {'default' if rate_limit else 'off'})")  # fmt: skip
         with counting_window(mon) as window:
             res.load = loadavg()
+            meter = CpuMeter(mon, lambda: [pid for p in procs for pid in children(p.popen.pid)])
+            meter.start()
             started = start_all(base, client_token, def_id, n, starts_t)
             ids = [s[0] for s in started]
             wait_done(mon, ids, timeout)
+            res.cpu_ms = meter.stop(n)
             stop_all()
         res.counts = window["counts"]
         res.http_429 = starts_t.status.get(429, 0) + workers_t.status.get(429, 0)

@@ -38,6 +38,7 @@ from bench.wf_common import (
     SETTLE_SECONDS,
     SHAPES,
     TIMER_SECONDS,
+    CpuMeter,
     Monitor,
     RunResult,
     Shape,
@@ -198,9 +199,12 @@ def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool) -> RunResult:
         log(f"{res.engine} {shape.name}: {n} workflows from {CLIENT_THREADS} client threads")
         with counting_window(mon) as window:
             res.load = loadavg()
+            meter = CpuMeter(mon, lambda: [worker.popen.pid] if worker is not None else [])
+            meter.start()
             started = start_all(n, start, make, close)
             ids = [s[0] for s in started]
             wait_count(mon, DBOS_DONE, ids, timeout)
+            res.cpu_ms = meter.stop(n)
             if worker is not None:
                 terminate(worker)
             else:
@@ -310,9 +314,12 @@ def run_absurd(shape: Shape, n: int, *, warmup: int) -> RunResult:
         )
         with counting_window(mon) as window:
             res.load = loadavg()
+            meter = CpuMeter(mon)
+            meter.start()
             started = start_all(n, start, make, close)
             ids = [s[0] for s in started]
             wait_count(mon, done_sql, ids, timeout)
+            res.cpu_ms = meter.stop(n)
             stop_workers()
         res.counts = window["counts"]
         rows = mon.rows(

@@ -92,6 +92,14 @@ def _lat(values: Sequence[float]) -> str:
     return _q(values, fmt)
 
 
+def _cpu(r: RunResult) -> str:
+    """PostgreSQL (the engine database's backends) + the engine's own processes + this bench process."""
+    c = r.cpu_ms
+    if not c:
+        return "-"
+    return f"{c['postgres']:.1f}+{c['engine']:.1f}+{c['client']:.1f}"
+
+
 def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     cols = [v for v in VARIANTS if v in results]
     row = "  {:<38}" + " {:>15}" * len(cols)
@@ -120,6 +128,7 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     if any((w := per(r)) and w.deletes >= 0.05 for r in results.values()):
         add("row deletes / workflow", lambda r: f"{w.deletes:.1f}" if (w := per(r)) else "-")
     add("transactions / workflow", lambda r: f"{w.xacts:.1f}" if (w := per(r)) else "-")
+    add("CPU ms / workflow: PG+engine+client", _cpu)
     if any(r.http_429 is not None for r in results.values()):
         add(
             "429 answers (retried by the SDK)", lambda r: f"{r.http_429:,}" if r.http_429 is not None else "-"

@@ -66,8 +66,10 @@ def test_counts_table_lists_tables_and_totals() -> None:
 
 def test_result_json_round_trip_keeps_counts() -> None:
     r = RunResult(engine="ledgerflow", shape="task-task", n=2, wall=1.0, counts=Counts({"t": (1, 2, 0)}, 3))
+    r.cpu_ms = {"postgres": 1.25, "engine": 2.0, "client": 0.5}
     back = RunResult.from_json(r.to_json())
     assert back.counts == r.counts and back.rate == 2.0
+    assert workflows._cpu(back) == "1.2+2.0+0.5"
 
 
 def test_counts_only_arguments_and_report() -> None:
