@@ -23,17 +23,20 @@ visible per table."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import psycopg
 
-from bench.run import cpu_seconds, percentile, with_database
+from bench.run import cpu_seconds, loadavg, log, percentile, with_database
 
 SETTLE_SECONDS = 10.5  # > PGSTAT_IDLE_INTERVAL (10 s): an idle backend has flushed its counts by then
 TIMER_SECONDS = 1.0
+CLIENT_THREADS = 4  # the threads that start workflows, each with its own client
 QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of every shape
 
 
@@ -170,9 +173,12 @@ def counts_table(columns: Mapping[str, PerWorkflow], title: str = "per workflow"
     head = f"  {title:<{width}}" + "".join(f" {c:>18}" for c in columns)
     lines = [head, "  " + "-" * (len(head) - 2)]
 
+    def num(x: float) -> str:
+        return f"{x:.1f}".replace("-0.0", "0.0")
+
     def cell(ins: float, upd: float, dele: float) -> str:
-        s = f"{ins:.1f} + {upd:.1f}"
-        return s + (f" - {dele:.1f}" if abs(dele) >= 0.05 else "")
+        s = f"{num(ins)} + {num(upd)}"
+        return s + (f" - {num(dele)}" if abs(dele) >= 0.05 else "")
 
     for t in names:
         row = [pw.tables.get(t, (0.0, 0.0, 0.0)) for pw in columns.values()]
@@ -312,6 +318,98 @@ class CpuMeter:
         return {"postgres": pg * k, "engine": (eng1 - eng0) * k, "client": (me1 - me0) * k}
 
 
+# ------------------------------------------------------------------------------------------- driving
+Started = list[tuple[str, float, float]]  # (workflow id, wall time before the start call, its duration ms)
+
+
+def start_all(
+    n: int, make: Callable[[], Any], start: Callable[[Any, int], str], close: Callable[[Any], None]
+) -> Started:
+    """``n`` workflows started from CLIENT_THREADS threads as fast as they go, each thread with its
+    own client (``make()``, ``close(client)``); ``start(client, i)`` returns the workflow's id."""
+    out: Started = []
+    lock = threading.Lock()
+    counter = iter(range(n))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        client = make()
+        try:
+            while True:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                t0, p0 = time.time(), time.perf_counter()
+                wid = start(client, i)
+                ms = (time.perf_counter() - p0) * 1000
+                with lock:
+                    out.append((wid, t0, ms))
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+            errors.append(exc)
+        finally:
+            close(client)
+
+    threads = [threading.Thread(target=run, name="bench-client") for _ in range(CLIENT_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"a start failed: {errors[0]!r}")
+    return out
+
+
+def wait_count(mon: Monitor, sql: str, ids: list[str], timeout: float, every: float = 0.2) -> None:
+    """Until ``sql`` (one parameter: the ids) counts every workflow of ``ids`` finished."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = int(mon.scalar(sql, (ids,)))  # type: ignore[call-overload]
+        if done >= len(ids):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out: {done}/{len(ids)} workflows finished")
+        time.sleep(every)
+
+
+def measure(
+    res: RunResult,
+    mon: Monitor,
+    *,
+    start: Callable[[int], Started],
+    done_sql: str,
+    timeout: float,
+    stop: Callable[[], None],
+    engine_pids: Callable[[], list[int]] = list,
+    warmup: int = 0,
+    before_settle: Callable[[], None] | None = None,
+    what: str = "",
+) -> Started:
+    """The protocol of every run (module docstring): ``warmup`` workflows, ``before_settle()`` (e.g. an
+    idle probe), the idle wait, then ``res.n`` workflows in the counting window (``start(n)`` starts
+    them, ``done_sql`` counts those of a list of ids finished, ``stop()`` stops every process and
+    connection of the engine); fills ``res.load``, ``res.cpu_ms`` and ``res.counts``."""
+    label = f"{res.engine} {res.shape}"
+    if warmup:
+        log(f"{label}: warm-up, {warmup} workflows")
+        wait_count(mon, done_sql, [s[0] for s in start(warmup)], timeout)
+    if before_settle is not None:
+        before_settle()
+    log(f"{label}: settling {SETTLE_SECONDS:g} s (statistics flush)")
+    time.sleep(SETTLE_SECONDS)
+    log(f"{label}: {res.n} workflows from {CLIENT_THREADS} client threads{what}")
+    with counting_window(mon) as window:
+        res.load = loadavg()
+        meter = CpuMeter(mon, engine_pids)
+        meter.start()
+        started = start(res.n)
+        wait_count(mon, done_sql, [s[0] for s in started], timeout)
+        res.cpu_ms = meter.stop(res.n)
+        stop()
+    res.counts = window["counts"]
+    return started
+
+
 # -------------------------------------------------------------------------------------------- result
 @dataclass
 class RunResult:
@@ -339,6 +437,13 @@ class RunResult:
     @property
     def rate(self) -> float:
         return self.n / self.wall if self.wall > 0 else float("nan")
+
+    def record(self, started: Started, done: Mapping[str, tuple[float, str]], ok: str) -> None:
+        """The times of the run from the start calls and each workflow's ``(done time, state)``."""
+        self.failed = sum(1 for _, state in done.values() if state != ok)
+        self.wall = max(t for t, _ in done.values()) - min(s[1] for s in started)
+        self.start_ms = [s[2] for s in started]
+        self.latency_ms = [(done[i][0] - t0) * 1000 for i, t0, _ in started]
 
     def per_workflow(self) -> PerWorkflow | None:
         return per_workflow(self.counts, self.n) if self.counts is not None else None

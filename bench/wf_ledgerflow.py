@@ -39,7 +39,6 @@ from bench.run import (
     children,
     closed_port,
     libpq,
-    loadavg,
     log,
     scratch_database,
     spawn_logged,
@@ -48,20 +47,19 @@ from bench.run import (
 )
 from bench.wf_common import (
     QUEUE,
-    SETTLE_SECONDS,
     TIMER_SECONDS,
-    CpuMeter,
     Monitor,
     RunResult,
     Shape,
-    counting_window,
+    Started,
+    measure,
+    start_all,
+    wait_count,
 )
 from ledgerflow.client import Client, Task, TaskWorker
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT_THREADS = 4
 WORKER_SLOTS = 4
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def definition(shape: Shape) -> dict:
@@ -146,55 +144,17 @@ class Workers:
             raise RuntimeError(f"a task worker stopped: {self.failure[0]!r}")
 
 
-def start_all(
-    base: str, token: str, def_id: str, n: int, transport: CountingTransport
-) -> list[tuple[str, float, float]]:
-    """Start ``n`` workflows from CLIENT_THREADS threads as fast as they go; returns, per workflow,
-    ``(instance id, wall time before the call, call duration ms)``."""
-    out: list[tuple[str, float, float]] = []
-    lock = threading.Lock()
-    counter = iter(range(n))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        with Client(base, token, transport=transport) as c:
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                t0, p0 = time.time(), time.perf_counter()
-                try:
-                    r = c.start_workflow(def_id, "v1", {"i": i})
-                except BaseException as exc:  # noqa: BLE001
-                    errors.append(exc)
-                    return
-                ms = (time.perf_counter() - p0) * 1000
-                with lock:
-                    out.append((r.instance.id, t0, ms))
-
-    threads = [threading.Thread(target=run, name="bench-client") for _ in range(CLIENT_THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"a start failed: {errors[0]!r}")
-    return out
+def starts(base: str, token: str, def_id: str, n: int, transport: CountingTransport) -> Started:
+    """``n`` workflows started through the SDK's Client (see wf_common.start_all)."""
+    return start_all(
+        n,
+        lambda: Client(base, token, transport=transport),
+        lambda c, i: c.start_workflow(def_id, "v1", {"i": i}).instance.id,
+        lambda c: c.close(),
+    )
 
 
-def wait_done(mon: Monitor, ids: list[str], timeout: float, every: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        done = mon.scalar(
-            "SELECT count(*) FROM workflow_instances WHERE id = ANY(%s) AND state = ANY(%s)",
-            (ids, list(TERMINAL)),
-        )
-        if done >= len(ids):
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out: {done}/{len(ids)} workflows finished")
-        time.sleep(every)
+DONE_SQL = "SELECT count(*) FROM workflow_instances WHERE id = ANY(%s) AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
 
 
 def done_times(mon: Monitor, ids: list[str]) -> dict[str, tuple[float, str]]:
@@ -359,42 +319,35 @@ def run_ledgerflow(
 
         stack.callback(stop_all)
         timeout = 120 + n * (len(shape.plan()) * 0.5)
-        if warmup:
-            log(f"ledgerflow {shape.name}: warm-up, {warmup} workflows")
-            ids = [x[0] for x in start_all(base, client_token, def_id, warmup, starts_t)]
-            wait_done(mon, ids, timeout)
-        if probe and not counts_only:
-            log(f"ledgerflow {shape.name}: idle probe, {probe} workflows one at a time")
-            idle_probe(res, mon, base, client_token, def_id, shape, probe, workers, starts_t)
-        log(f"ledgerflow {shape.name}: settling {SETTLE_SECONDS:g} s (statistics flush)")
-        time.sleep(SETTLE_SECONDS)
-        starts_t.status.clear()
-        workers_t.status.clear()
-        log(f"ledgerflow {shape.name}: {n} workflows from {CLIENT_THREADS} client threads "
-            f"(task workers: {'TaskWorker(concurrency=4)' if workers.concurrency else '4 threads x TaskWorker'}; "
-            f"rate limit {'default' if rate_limit else 'off'})")  # fmt: skip
-        with counting_window(mon) as window:
-            res.load = loadavg()
-            meter = CpuMeter(mon, lambda: [pid for p in procs for pid in children(p.popen.pid)])
-            meter.start()
-            started = start_all(base, client_token, def_id, n, starts_t)
-            ids = [s[0] for s in started]
-            wait_done(mon, ids, timeout)
-            res.cpu_ms = meter.stop(n)
-            stop_all()
-        res.counts = window["counts"]
+
+        def probe_then_reset() -> None:
+            if probe and not counts_only:
+                log(f"{label} {shape.name}: idle probe, {probe} workflows one at a time")
+                idle_probe(res, mon, base, client_token, def_id, shape, probe, workers, starts_t)
+            starts_t.status.clear()
+            workers_t.status.clear()
+
+        started = measure(
+            res,
+            mon,
+            start=lambda k: starts(base, client_token, def_id, k, starts_t),
+            done_sql=DONE_SQL,
+            timeout=timeout,
+            stop=stop_all,
+            engine_pids=lambda: [pid for p in procs for pid in children(p.popen.pid)],
+            warmup=warmup,
+            before_settle=probe_then_reset,
+            what=f" (task workers: {'TaskWorker(concurrency=4)' if workers.concurrency else '4 threads x TaskWorker'}; "
+            f"rate limit {'default' if rate_limit else 'off'})",
+        )
+        ids = [s[0] for s in started]
         res.http_429 = starts_t.status.get(429, 0) + workers_t.status.get(429, 0)
         if res.http_429:
             res.notes.append(
                 f"429 answers (retried by the SDK): {starts_t.status.get(429, 0)} to starts, "
                 f"{workers_t.status.get(429, 0)} to the task workers"
             )
-        done = done_times(mon, ids)
-        res.failed = sum(1 for _, st in done.values() if st != "SUCCEEDED")
-        first = min(s[1] for s in started)
-        res.wall = max(t for t, _ in done.values()) - first
-        res.start_ms = [s[2] for s in started]
-        res.latency_ms = [(done[i][0] - t0) * 1000 for i, t0, _ in started]
+        res.record(started, done_times(mon, ids), ok="SUCCEEDED")
         if shape.timer:
             res.timer_late_ms = timer_lateness(mon, ids)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -414,7 +367,7 @@ def idle_probe(
             time.sleep(0.3)  # idle: the workers are back in their long polls
             t0 = time.time()
             wid = c.start_workflow(def_id, "v1", {"probe": i}).instance.id
-            wait_done(mon, [wid], 60 + 10 * len(shape.plan()), every=0.005)
+            wait_count(mon, DONE_SQL, [wid], 60 + 10 * len(shape.plan()), every=0.005)
             ids.append(wid)
             latency.append((done_times(mon, [wid])[wid][0] - t0) * 1000)
     res.probe_n = k

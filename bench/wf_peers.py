@@ -22,9 +22,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -32,21 +31,19 @@ import psycopg
 from absurd_sdk import Absurd
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
-from bench.run import Proc, base_env, libpq, loadavg, log, spawn_logged, terminate, wait_ready, with_database
+from bench.run import Proc, base_env, libpq, spawn_logged, terminate, wait_ready, with_database
 from bench.wf_common import (
     QUEUE,
-    SETTLE_SECONDS,
     SHAPES,
     TIMER_SECONDS,
-    CpuMeter,
     Monitor,
     RunResult,
     Shape,
-    counting_window,
+    measure,
+    start_all,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT_THREADS = 4
 WORKER_THREADS = 4
 TASK_NAME = "bench_wf"
 
@@ -63,54 +60,6 @@ def plain_database(prefix: str) -> Iterator[str]:
     finally:
         with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def start_all(n: int, start: Callable[[object, int], str], make: Callable[[], object],
-              close: Callable[[object], None]) -> list[tuple[str, float, float]]:  # fmt: skip
-    """``n`` starts from CLIENT_THREADS threads, each with its own client (``make()``); returns
-    ``(workflow id, wall time before the call, call duration ms)`` per workflow."""
-    out: list[tuple[str, float, float]] = []
-    lock = threading.Lock()
-    counter = iter(range(n))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        client = make()
-        try:
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                t0, p0 = time.time(), time.perf_counter()
-                wid = start(client, i)
-                ms = (time.perf_counter() - p0) * 1000
-                with lock:
-                    out.append((wid, t0, ms))
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-        finally:
-            close(client)
-
-    threads = [threading.Thread(target=run, name="bench-client") for _ in range(CLIENT_THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"a start failed: {errors[0]!r}")
-    return out
-
-
-def wait_count(mon: Monitor, sql: str, ids: list[str], timeout: float, every: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        done = int(mon.scalar(sql, (ids,)))  # type: ignore[call-overload]
-        if done >= len(ids):
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out: {done}/{len(ids)} workflows finished")
-        time.sleep(every)
 
 
 # ---------------------------------------------------------------------------------------------- DBOS
@@ -191,35 +140,30 @@ def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool) -> RunResult:
 
         mon = Monitor(dsn)
         stack.callback(mon.close)
-        if warmup:
-            log(f"{res.engine} {shape.name}: warm-up, {warmup} workflows")
-            wait_count(mon, DBOS_DONE, [s[0] for s in start_all(warmup, start, make, close)], timeout)
-        log(f"{res.engine} {shape.name}: settling {SETTLE_SECONDS:g} s (statistics flush)")
-        time.sleep(SETTLE_SECONDS)
-        log(f"{res.engine} {shape.name}: {n} workflows from {CLIENT_THREADS} client threads")
-        with counting_window(mon) as window:
-            res.load = loadavg()
-            meter = CpuMeter(mon, lambda: [worker.popen.pid] if worker is not None else [])
-            meter.start()
-            started = start_all(n, start, make, close)
-            ids = [s[0] for s in started]
-            wait_count(mon, DBOS_DONE, ids, timeout)
-            res.cpu_ms = meter.stop(n)
+
+        def stop() -> None:
             if worker is not None:
                 terminate(worker)
             else:
                 DBOS.destroy()
-        res.counts = window["counts"]
+
+        started = measure(
+            res,
+            mon,
+            start=lambda k: start_all(k, make, start, close),
+            done_sql=DBOS_DONE,
+            timeout=timeout,
+            stop=stop,
+            engine_pids=lambda: [worker.popen.pid] if worker is not None else [],
+            warmup=warmup,
+        )
+        ids = [s[0] for s in started]
         rows = mon.rows(
             "SELECT workflow_uuid, status, completed_at, updated_at FROM dbos.workflow_status "
             "WHERE workflow_uuid = ANY(%s)",
             (ids,),
         )
-        done = {r[0]: ((r[2] or r[3]) / 1000.0, r[1]) for r in rows}
-        res.failed = sum(1 for _, st in done.values() if st != "SUCCESS")
-        res.wall = max(t for t, _ in done.values()) - min(s[1] for s in started)
-        res.start_ms = [s[2] for s in started]
-        res.latency_ms = [(done[i][0] - t0) * 1000 for i, t0, _ in started]
+        res.record(started, {r[0]: ((r[2] or r[3]) / 1000.0, r[1]) for r in rows}, ok="SUCCESS")
         if shape.timer:
             # the sleep's row holds its wake-up time as completion (record_sleep); the next step's row its start
             res.timer_late_ms = [
@@ -304,34 +248,27 @@ def run_absurd(shape: Shape, n: int, *, warmup: int) -> RunResult:
 
         mon = Monitor(dsn)
         stack.callback(mon.close)
-        if warmup:
-            log(f"absurd {shape.name}: warm-up, {warmup} workflows")
-            wait_count(mon, done_sql, [s[0] for s in start_all(warmup, start, make, close)], timeout)
-        log(f"absurd {shape.name}: settling {SETTLE_SECONDS:g} s (statistics flush)")
-        time.sleep(SETTLE_SECONDS)
-        log(
-            f"absurd {shape.name}: {n} workflows from {CLIENT_THREADS} client threads, {WORKER_THREADS} worker threads"
+        started = measure(
+            res,
+            mon,
+            start=lambda k: start_all(k, make, start, close),
+            done_sql=done_sql,
+            timeout=timeout,
+            stop=stop_workers,
+            warmup=warmup,
+            what=f", {WORKER_THREADS} worker threads",
         )
-        with counting_window(mon) as window:
-            res.load = loadavg()
-            meter = CpuMeter(mon)
-            meter.start()
-            started = start_all(n, start, make, close)
-            ids = [s[0] for s in started]
-            wait_count(mon, done_sql, ids, timeout)
-            res.cpu_ms = meter.stop(n)
-            stop_workers()
-        res.counts = window["counts"]
+        ids = [s[0] for s in started]
         rows = mon.rows(
             f"""SELECT tk.task_id::text, tk.state, extract(epoch FROM rn.completed_at)
                 FROM {t} tk LEFT JOIN {r} rn ON rn.run_id = tk.last_attempt_run WHERE tk.task_id::text = ANY(%s)""",
             (ids,),
         )
-        done = {x[0]: (float(x[2]) if x[2] is not None else float("nan"), x[1]) for x in rows}
-        res.failed = sum(1 for _, st in done.values() if st != "completed")
-        res.wall = max(t_ for t_, _ in done.values()) - min(s[1] for s in started)
-        res.start_ms = [s[2] for s in started]
-        res.latency_ms = [(done[i][0] - t0) * 1000 for i, t0, _ in started]
+        res.record(
+            started,
+            {x[0]: (float(x[2]) if x[2] is not None else float("nan"), x[1]) for x in rows},
+            ok="completed",
+        )
         if shape.timer:
             # the sleep's checkpoint holds its wake-up time; the run's last claim (started_at) is the resume
             res.timer_late_ms = [
