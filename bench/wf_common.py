@@ -106,6 +106,17 @@ class Counts:
         """Row writes as the issue counts them: inserts + updates (deletes are shown apart)."""
         return self.inserts + self.updates
 
+    def minus(self, other: Counts) -> Counts:
+        """These counts less ``other`` (e.g. an empty window's), per table and in transactions."""
+        names = set(self.tables) | set(other.tables)
+        zero = (0, 0, 0)
+        tables = {
+            t: (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+            for t in names
+            if (a := self.tables.get(t, zero)) != (b := other.tables.get(t, zero))
+        }
+        return Counts(tables, self.xacts - other.xacts)
+
 
 def delta(before: Snapshot, after: Snapshot, own_xacts: int = 0) -> Counts:
     """``after - before`` per table (tables that appeared count from 0; tables with no change are left
@@ -384,11 +395,13 @@ def measure(
     warmup: int = 0,
     before_settle: Callable[[], None] | None = None,
     what: str = "",
+    idle: float = 0.0,
 ) -> Started:
     """The protocol of every run (module docstring): ``warmup`` workflows, ``before_settle()`` (e.g. an
     idle probe), the idle wait, then ``res.n`` workflows in the counting window (``start(n)`` starts
     them, ``done_sql`` counts those of a list of ids finished, ``stop()`` stops every process and
-    connection of the engine); fills ``res.load``, ``res.cpu_ms`` and ``res.counts``."""
+    connection of the engine); fills ``res.load``, ``res.cpu_ms``, ``res.active_s`` and ``res.counts``.
+    ``idle`` seconds of nothing are added before the stop (``n = 0`` and ``idle``: an empty window)."""
     label = f"{res.engine} {res.shape}"
     if warmup:
         log(f"{label}: warm-up, {warmup} workflows")
@@ -402,8 +415,11 @@ def measure(
         res.load = loadavg()
         meter = CpuMeter(mon, engine_pids)
         meter.start()
+        t0 = time.monotonic()
         started = start(res.n)
         wait_count(mon, done_sql, [s[0] for s in started], timeout)
+        time.sleep(idle)
+        res.active_s = time.monotonic() - t0
         res.cpu_ms = meter.stop(res.n)
         stop()
     res.counts = window["counts"]
@@ -424,6 +440,7 @@ class RunResult:
     timer_late_ms: list[float] = field(default_factory=list)
     counts: Counts | None = None
     cpu_ms: dict[str, float] = field(default_factory=dict)  # per workflow: postgres, engine, client
+    active_s: float = 0.0  # the counting window from the first start to the last workflow done (s)
     # Ledgerflow only: 429 answers seen by the SDK (it retries them), and the idle probe
     http_429: int | None = None
     probe_n: int = 0

@@ -245,9 +245,10 @@ def serve(env: dict[str, str], logs: Path) -> tuple[list[Proc], str]:
 
 def run_ledgerflow(
     shape: Shape, n: int, *, warmup: int, probe: int, rate_limit: bool, counts_only: bool = False,
-    label: str = "ledgerflow",
+    label: str = "ledgerflow", idle: float = 0.0,
 ) -> RunResult:  # fmt: skip
-    """One Ledgerflow run of ``n`` workflows of ``shape`` (see the module docstring and wf_common)."""
+    """One Ledgerflow run of ``n`` workflows of ``shape`` (see the module docstring and wf_common);
+    ``n = 0`` with ``idle`` seconds: an empty window, what the engine writes with no workflow."""
     res = RunResult(engine=label, shape=shape.name, n=n)
     uid = uuid.uuid4().hex[:6]
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"lf-bench-wf-{uid}"
@@ -258,6 +259,7 @@ def run_ledgerflow(
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING)
     with ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         url = stack.enter_context(scratch_database("lf_bench_wf"))
         dsn = libpq(url)
         engine = create_engine(url)
@@ -337,6 +339,7 @@ def run_ledgerflow(
             engine_pids=lambda: [pid for p in procs for pid in children(p.popen.pid)],
             warmup=warmup,
             before_settle=probe_then_reset,
+            idle=idle,
             what=f" (task workers: {'TaskWorker(concurrency=4)' if workers.concurrency else '4 threads x TaskWorker'}; "
             f"rate limit {'default' if rate_limit else 'off'})",
         )
@@ -347,10 +350,10 @@ def run_ledgerflow(
                 f"429 answers (retried by the SDK): {starts_t.status.get(429, 0)} to starts, "
                 f"{workers_t.status.get(429, 0)} to the task workers"
             )
-        res.record(started, done_times(mon, ids), ok="SUCCEEDED")
-        if shape.timer:
-            res.timer_late_ms = timer_lateness(mon, ids)
-    shutil.rmtree(tmp, ignore_errors=True)
+        if ids:
+            res.record(started, done_times(mon, ids), ok="SUCCEEDED")
+            if shape.timer:
+                res.timer_late_ms = timer_lateness(mon, ids)
     return res
 
 

@@ -229,6 +229,7 @@ def counts_report(results: dict[str, RunResult], n: int) -> str:
     ]
     lines += counts_table(cols)
     for name, r in results.items():
+        lines.extend(f"note ({name}): {n}" for n in r.notes)
         if r.failed:
             lines.append(f"note: {r.failed} {name} workflows did not succeed")
         if r.wall:
@@ -273,6 +274,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="Ledgerflow only: row writes per table and transactions per workflow",
     )
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="with --counts-only: also run an empty window (no workflow, as long as the run) and subtract it",
+    )
     ap.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -309,10 +315,22 @@ def main(argv: list[str] | None = None) -> None:
     if a.counts_only:
         from bench.wf_ledgerflow import run_ledgerflow
 
-        counted = {
-            s.name: run_ledgerflow(s, a.n, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True)
-            for s in a.shapes
-        }
+        counted: dict[str, RunResult] = {}
+        for s in a.shapes:
+            r = run_ledgerflow(s, a.n, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True)
+            if a.baseline and r.counts is not None:
+                log(f"ledgerflow {s.name}: the empty window, {r.active_s:.1f} s without a workflow")
+                empty = run_ledgerflow(
+                    s, 0, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True, idle=r.active_s
+                )
+                if empty.counts is not None:
+                    r.notes.append(
+                        f"less an empty window of {r.active_s:.1f} s + the stop: {empty.counts.writes} row writes "
+                        f"({', '.join(f'{t} {v[0]}+{v[1]}' for t, v in sorted(empty.counts.tables.items()))}), "
+                        f"{empty.counts.xacts} transactions"
+                    )
+                    r.counts = r.counts.minus(empty.counts)
+            counted[s.name] = r
         print(counts_report(counted, a.n))
         print(f"(total {time.monotonic() - t0:.0f} s)")
         return

@@ -47,6 +47,13 @@ def test_delta_subtracts_per_table_and_own_transactions() -> None:
     assert (c.inserts, c.updates, c.deletes, c.writes, c.xacts) == (9, 4, 2, 13, 26)
 
 
+def test_counts_minus_an_empty_window() -> None:
+    run = Counts({"jobs": (40, 50, 0), "nodes": (0, 7, 0), "receipts": (104, 0, 0)}, 480)
+    empty = Counts({"nodes": (0, 7, 0), "receipts": (4, 0, 0)}, 60)
+    net = run.minus(empty)
+    assert net.tables == {"jobs": (40, 50, 0), "receipts": (100, 0, 0)} and net.xacts == 420
+
+
 def test_per_workflow_and_each_further_step() -> None:
     short = per_workflow(Counts({"jobs": (4, 6, 0), "events": (6, 0, 0)}, 20), 2)
     long = per_workflow(Counts({"jobs": (20, 38, 0), "events": (22, 0, 0), "extra": (8, 0, 0)}, 84), 2)
@@ -73,8 +80,8 @@ def test_result_json_round_trip_keeps_counts() -> None:
 
 
 def test_counts_only_arguments_and_report() -> None:
-    a = workflows.parse(["--counts-only", "--shape", "task-timer-task"])
-    assert (a.n, a.warmup, [s.name for s in a.shapes]) == (20, 2, ["task-timer-task"])
+    a = workflows.parse(["--counts-only", "--shape", "task-timer-task", "--baseline"])
+    assert (a.n, a.warmup, a.baseline, [s.name for s in a.shapes]) == (20, 2, True, ["task-timer-task"])
     full = workflows.parse(["--engines", "ledgerflow,absurd", "--no-rate-limit"])
     assert (full.n, full.variants) == (300, ["ledgerflow", "ledgerflow-nolimit", "absurd"])
     res = {
