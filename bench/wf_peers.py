@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -111,8 +112,10 @@ def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool) -> RunResult:
         if client:
             DBOS.destroy()
             env = base_env()
-            worker = spawn_logged([sys.executable, "-m", "bench.wf_peers", "dbos-worker", dsn], env,
-                                  Path(os.environ.get("TMPDIR", "/tmp")) / f"lf-bench-wf-dbos-{uuid.uuid4().hex[:6]}.log")  # fmt: skip
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lf-bench-wf-dbos-")))
+            worker = spawn_logged(
+                [sys.executable, "-m", "bench.wf_peers", "dbos-worker", dsn], env, logs / "worker.log"
+            )
             stack.callback(terminate, worker)
             wait_ready([worker], "DBOS worker", timeout=90)
             name = bench_workflow.dbos_function_name  # type: ignore[attr-defined]
