@@ -219,6 +219,7 @@ class Results:
     # per system and process count, one (PostgreSQL, workers) CPU ms per job per throughput run
     cpu_per_job: dict[str, dict[int, list[tuple[float, float]]]] = field(default_factory=dict)
     starts: list[str] = field(default_factory=list)  # the table bench.starts printed
+    workflows: list[str] = field(default_factory=list)  # the tables bench.workflows printed
     notes: list[str] = field(default_factory=list)
 
 
@@ -726,6 +727,29 @@ class Bench:
         self.res.starts = [line for line in out.stdout.splitlines() if line.strip()]
         self.res.load.append(("starts", loadavg()))
 
+    # -- workload 5: workflows end to end, beside DBOS and Absurd ----------------------------------
+    def workflows(self) -> None:
+        """``python -m bench.workflows`` (its own scratch databases and processes per engine and shape;
+        its progress goes to stderr as it runs); its tables join the report."""
+        argv = [sys.executable, "-m", "bench.workflows", "--shape", "all"]
+        if self.cfg.quick:
+            argv += ["--n", "30", "--probe", "3"]
+        if not self.cfg.peers:
+            argv += ["--engines", "ledgerflow"]
+        elif not self.cfg.quick:
+            argv += ["--engines", "all"]
+        log(f"workflows: {' '.join(argv[1:])}")
+        env = base_env() | {"DATABASE_URL": self.server}
+        env.pop("LEDGERFLOW_REDIS_NAMESPACE", None)
+        out = subprocess.run(
+            argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=7200, check=False
+        )
+        if out.returncode != 0:
+            self.res.notes.append(f"bench.workflows failed ({out.returncode}): see its output on stderr")
+            return
+        self.res.workflows = out.stdout.rstrip().splitlines()
+        self.res.load.append(("workflows", loadavg()))
+
     # -- report ----------------------------------------------------------------------------------
     @staticmethod
     def _row(label: str, lf: float, peers: dict[str, float | None], fmt: str) -> str:
@@ -808,6 +832,8 @@ class Bench:
                 "workflow starts, POST /v1/workflows on the Procfile's gunicorn settings (bench.starts):"
             )
             lines.extend("  " + line for line in r.starts)
+        if r.workflows:
+            lines.extend(r.workflows)
         if not peers:
             lines.append("  (no peer was run: --no-peer or an empty --peers)")
         lines.append(
@@ -830,6 +856,7 @@ class Bench:
                 "claim": self.res.claim,
                 "cpu_per_job": self.res.cpu_per_job,
                 "starts": self.res.starts,
+                "workflows": self.res.workflows,
                 "notes": self.res.notes,
             },
             "claim_plans": getattr(self, "plans", {}),
@@ -847,7 +874,7 @@ def parse(argv: list[str] | None) -> Config:
     p.add_argument(
         "--only",
         action="append",
-        choices=["throughput", "latency", "claim", "starts"],
+        choices=["throughput", "latency", "claim", "starts", "workflows"],
         help="run only these workloads (repeatable)",
     )
     p.add_argument("--no-peer", action="store_true", help="skip both peers (procrastinate and pgqueuer)")
@@ -891,7 +918,7 @@ def parse(argv: list[str] | None) -> Config:
         else ([10_000, 100_000] if q else [10_000, 100_000, 1_000_000]),
         claim_samples=a.claim_samples or (100 if q else 400),
         peers=[] if a.no_peer else peers,
-        workloads=set(a.only or ["throughput", "latency", "claim", "starts"]),
+        workloads=set(a.only or ["throughput", "latency", "claim", "starts", "workflows"]),
         vacuum=not a.no_vacuum,
         pgq_max_tasks=a.pgq_max_tasks,
     )
@@ -921,6 +948,8 @@ def main(argv: list[str] | None = None) -> None:
             bench.claim()
         if "starts" in cfg.workloads:
             bench.starts()
+        if "workflows" in cfg.workloads:
+            bench.workflows()
     finally:
         bench.teardown()
     table = bench.report()

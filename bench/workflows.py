@@ -1,0 +1,358 @@
+"""``python -m bench.workflows``: workflows end to end, Ledgerflow beside DBOS and Absurd (issue 27).
+
+    python -m bench.workflows [--shape all|task-task,task-timer-task,chain10] [--n 300]
+        [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 5] [--probe 10]
+    python -m bench.workflows --counts-only --shape task-timer-task --n 20    # Ledgerflow's writes, fast
+
+Each engine runs each shape against its own scratch database on the server named by DATABASE_URL, in
+a child process of its own (``--child``), N workflows started from 4 client threads; see
+``bench/wf_ledgerflow.py`` and ``bench/wf_peers.py`` for how each engine is run, and
+``bench/wf_common.py`` for how database work is counted. Prints, per shape and engine: workflows/s,
+start call p50/p99, workflow latency (start call -> done, by the engine's own completion time)
+p50/p99, timer lateness p50/p99, row writes and transactions per workflow; then each further TASK
+step ((chain10 - task-task) / 8), Ledgerflow's writes per table, and Ledgerflow's idle probe (the step
+hop, timer lateness, latency of workflows run one at a time). Numbers only, never asserted.
+
+``--counts-only`` runs Ledgerflow alone, in this process, without the probe and without peers, and
+prints its row writes per table and transactions per workflow (about 40 s for one shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.run import ROOT, loadavg, log
+from bench.wf_common import SHAPES, PerWorkflow, RunResult, Shape, counts_table, further_step, p, parse_shapes
+
+# engine variants (columns), in report order
+VARIANTS = {
+    "ledgerflow": "Ledgerflow",
+    "ledgerflow-nolimit": "LF no limit",
+    "dbos": "DBOS start_wf",
+    "dbos-client": "DBOS client",
+    "absurd": "Absurd",
+}
+CHAIN_EXTRA = SHAPES["chain10"].tasks - SHAPES["task-task"].tasks  # 8 further TASK steps
+
+
+def run_variant(variant: str, shape: Shape, n: int, warmup: int, probe: int) -> RunResult:
+    """One engine variant on one shape, in this process."""
+    if variant in ("ledgerflow", "ledgerflow-nolimit"):
+        from bench.wf_ledgerflow import run_ledgerflow
+
+        limited = variant == "ledgerflow"
+        return run_ledgerflow(
+            shape, n, warmup=warmup, probe=probe if limited else 0, rate_limit=limited, label=variant
+        )
+    from bench import wf_peers  # the bench extra: dbos, absurd-sdk
+
+    if variant in ("dbos", "dbos-client"):
+        return wf_peers.run_dbos(shape, n, warmup=warmup, client=variant == "dbos-client")
+    if variant == "absurd":
+        return wf_peers.run_absurd(shape, n, warmup=warmup)
+    raise ValueError(f"unknown engine {variant!r}")
+
+
+def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) -> RunResult:
+    """``run_variant`` in a fresh child process (no state carried between engines: DBOS's singleton,
+    threads, caches); its result comes back as JSON."""
+    path = out_dir / f"{variant}-{shape.name}.json"
+    argv = [sys.executable, "-m", "bench.workflows", "--child", variant, "--shape", shape.name, "--n", str(a.n),
+            "--warmup", str(a.warmup), "--probe", str(a.probe), "--result", str(path)]  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
+    done = subprocess.run(argv, env=env, cwd=ROOT, check=False, timeout=3600)
+    if done.returncode != 0 or not path.exists():
+        res = RunResult(engine=variant, shape=shape.name, n=a.n)
+        res.notes.append(f"the run failed (exit {done.returncode}): see the log above")
+        return res
+    return RunResult.from_json(json.loads(path.read_text()))
+
+
+# -------------------------------------------------------------------------------------------- report
+def _q(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
+    if not values:
+        return "-"
+    return f"{fmt.format(p(values, 50))} / {fmt.format(p(values, 99))}"
+
+
+def _lat(values: Sequence[float]) -> str:
+    """p50 / p99 in ms, with one decimal below 100 ms."""
+    if not values:
+        return "-"
+    fmt = "{:,.1f}" if p(values, 99) < 100 else "{:,.0f}"
+    return _q(values, fmt)
+
+
+def _cpu(r: RunResult) -> str:
+    """PostgreSQL (the engine database's backends) + the engine's own processes + this bench process."""
+    c = r.cpu_ms
+    if not c:
+        return "-"
+    return f"{c['postgres']:.1f}+{c['engine']:.1f}+{c['client']:.1f}"
+
+
+def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
+    cols = [v for v in VARIANTS if v in results]
+    row = "  {:<38}" + " {:>15}" * len(cols)
+    lines = [
+        f"{shape.name} ({' -> '.join('TIMER 1 s' if k == 'timer' else 'TASK' for k, _ in shape.plan())})"
+    ]
+    lines.append(row.format("", *(VARIANTS[c] for c in cols)))
+    lines.append("  " + "-" * (38 + 16 * len(cols)))
+
+    def add(label: str, cell) -> None:  # noqa: ANN001
+        lines.append(row.format(label, *(cell(results[c]) for c in cols)))
+
+    add("workflows/s", lambda r: f"{r.rate:,.1f}" if r.wall else "-")
+    add("start call p50 / p99 (ms)", lambda r: _lat(r.start_ms))
+    add("workflow latency p50 / p99 (ms)", lambda r: _lat(r.latency_ms))
+    if shape.timer:
+        add("timer lateness p50 / p99 (ms)", lambda r: _lat(r.timer_late_ms))
+
+    def per(r: RunResult) -> PerWorkflow | None:
+        return r.per_workflow()
+
+    add(
+        "row writes / workflow (ins+upd)",
+        lambda r: f"{w.writes:.1f} ({w.inserts:.1f}+{w.updates:.1f})" if (w := per(r)) else "-",
+    )
+    if any((w := per(r)) and w.deletes >= 0.05 for r in results.values()):
+        add("row deletes / workflow", lambda r: f"{w.deletes:.1f}" if (w := per(r)) else "-")
+    add("transactions / workflow", lambda r: f"{w.xacts:.1f}" if (w := per(r)) else "-")
+    add("CPU ms / workflow: PG+engine+client", _cpu)
+    if any(r.http_429 is not None for r in results.values()):
+        add(
+            "429 answers (retried by the SDK)", lambda r: f"{r.http_429:,}" if r.http_429 is not None else "-"
+        )
+    if any(r.failed for r in results.values()):
+        add("workflows not succeeded", lambda r: str(r.failed))
+    add("load average at start", lambda r: r.load.split()[0] if r.load else "-")
+    lf = results.get("ledgerflow")
+    if lf is not None and lf.wall:
+        ratios = [
+            f"{lf.rate / results[c].rate:.2f}x {VARIANTS[c]}"
+            for c in cols
+            if c != "ledgerflow" and results[c].wall
+        ]
+        if ratios:
+            lines.append("  Ledgerflow workflows/s against: " + ", ".join(ratios))
+    return lines
+
+
+def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> str:
+    """``results[shape][variant]``."""
+    lines = [
+        f"Workflow benchmark (bench.workflows; {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} CPUs; N = {a.n} "
+        f"per shape and engine, 4 client threads, {a.warmup} warm-up workflows not counted)",
+        "",
+    ]
+    for name, by_variant in results.items():
+        lines += shape_block(SHAPES[name], by_variant)
+        lines.append("")
+    # each further TASK step
+    if "task-task" in results and "chain10" in results:
+        cols = [v for v in VARIANTS if v in results["task-task"] and v in results["chain10"]]
+        steps = {}
+        for v in cols:
+            long, short = results["chain10"][v].per_workflow(), results["task-task"][v].per_workflow()
+            if long and short:
+                steps[v] = further_step(long, short, CHAIN_EXTRA)
+        if steps:
+            row = "  {:<38}" + " {:>15}" * len(steps)
+            lines.append(f"each further TASK step = (chain10 - task-task) / {CHAIN_EXTRA}")
+            lines.append(row.format("", *(VARIANTS[v] for v in steps)))
+            lines.append(
+                row.format(
+                    "row writes (ins+upd)",
+                    *(f"{s.writes:.1f} ({s.inserts:.1f}+{s.updates:.1f})" for s in steps.values()),
+                )
+            )
+            lines.append(row.format("transactions", *(f"{s.xacts:.1f}" for s in steps.values())))
+            lines.append("")
+    # Ledgerflow per table
+    lf = {name: r["ledgerflow"].per_workflow() for name, r in results.items() if "ledgerflow" in r}
+    lf = {k: v for k, v in lf.items() if v is not None}
+    if lf:
+        cols: dict[str, PerWorkflow] = dict(lf)
+        if "task-task" in lf and "chain10" in lf:
+            cols["each further step"] = further_step(lf["chain10"], lf["task-task"], CHAIN_EXTRA)
+        lines.append(
+            "Ledgerflow row writes per workflow by table (inserts + updates [- deletes]), default settings"
+        )
+        lines += counts_table(cols)
+        lines.append("")
+    # the idle probe
+    probes = [
+        (name, r["ledgerflow"])
+        for name, r in results.items()
+        if "ledgerflow" in r and r["ledgerflow"].probe_n
+    ]
+    if probes:
+        lines.append(
+            "Ledgerflow idle probe (workflows one at a time, task workers waiting in long polls), p50 / p99 ms:"
+        )
+        for name, r in probes:
+            parts = [f"latency {_lat(r.probe_latency_ms)}"]
+            if r.probe_hop_ms:
+                parts.append(f"step hop {_lat(r.probe_hop_ms)} ({len(r.probe_hop_ms)} hops)")
+            if SHAPES[name].timer:
+                parts.append(
+                    f"timer lateness {_lat(r.probe_timer_late_ms)} ({len(r.probe_timer_late_ms)} timers)"
+                )
+            lines.append(f"  {name} ({r.probe_n} workflows): " + "; ".join(parts))
+        lines.append(
+            "  (step hop: task k's completed_at, now() of its completing transaction, to the task function of "
+            "step k+1 being entered in the TaskWorker; timer lateness: the delay_wake job's attempt start - due time)"
+        )
+        lines.append("")
+    for name, by_variant in results.items():
+        for v, r in by_variant.items():
+            lines.extend(f"note ({VARIANTS.get(v, v)}, {name}): {n}" for n in r.notes)
+    return "\n".join(lines).rstrip()
+
+
+def counts_report(results: dict[str, RunResult], n: int) -> str:
+    cols: dict[str, PerWorkflow] = {k: pw for k, r in results.items() if (pw := r.per_workflow()) is not None}
+    if "task-task" in cols and "chain10" in cols:
+        cols["each further step"] = further_step(cols["chain10"], cols["task-task"], CHAIN_EXTRA)
+    lines = [
+        f"Ledgerflow database work per workflow (N = {n} per shape; inserts + updates [- deletes] per table)"
+    ]
+    lines += counts_table(cols)
+    for name, r in results.items():
+        lines.extend(f"note ({name}): {n}" for n in r.notes)
+        if r.failed:
+            lines.append(f"note: {r.failed} {name} workflows did not succeed")
+        if r.wall:
+            lines.append(f"  ({name}: {r.rate:.1f} workflows/s in this run; not a benchmark at this N)")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.workflows", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--shape", default="all", help=f"all, or comma-separated: {', '.join(SHAPES)}")
+    ap.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="workflows per shape and engine (default 300; 20 with --counts-only)",
+    )
+    ap.add_argument("--engines", default="ledgerflow,dbos,absurd",
+                    help=f"comma-separated, from {', '.join(VARIANTS)}; or all")  # fmt: skip
+    ap.add_argument(
+        "--no-rate-limit",
+        action="store_true",
+        help="add the Ledgerflow column with LEDGERFLOW_RATE_LIMIT=off",
+    )
+    ap.add_argument(
+        "--dbos-client", action="store_true", help="add the DBOSClient.enqueue + worker process column"
+    )
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="workflows run before the measured ones (default 5; 2 with --counts-only)",
+    )
+    ap.add_argument(
+        "--probe",
+        type=int,
+        default=10,
+        help="Ledgerflow workflows run one at a time for the step hop and timer lateness (0: none)",
+    )
+    ap.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="Ledgerflow only: row writes per table and transactions per workflow",
+    )
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="with --counts-only: also run an empty window (no workflow, as long as the run) and subtract it",
+    )
+    ap.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    try:
+        a.shapes = parse_shapes(a.shape)
+    except ValueError as exc:
+        ap.error(str(exc))
+    a.n = a.n or (20 if a.counts_only else 300)
+    a.warmup = a.warmup if a.warmup is not None else (2 if a.counts_only else 5)
+    engines = (
+        list(VARIANTS)
+        if a.engines.strip() == "all"
+        else [e.strip() for e in a.engines.split(",") if e.strip()]
+    )
+    if unknown := [e for e in engines if e not in VARIANTS]:
+        ap.error(f"unknown engine(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    if a.no_rate_limit and "ledgerflow-nolimit" not in engines:
+        engines.append("ledgerflow-nolimit")
+    if a.dbos_client and "dbos-client" not in engines:
+        engines.append("dbos-client")
+    a.variants = [v for v in VARIANTS if v in engines]
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse(argv)
+    if not os.environ.get("DATABASE_URL"):
+        sys.exit("DATABASE_URL is not set: run `make bench` (it starts embedded services) or export it")
+    if a.child:
+        res = run_variant(a.child, a.shapes[0], a.n, a.warmup, a.probe)
+        Path(a.result).write_text(json.dumps(res.to_json()))
+        return
+    t0 = time.monotonic()
+    if a.counts_only:
+        from bench.wf_ledgerflow import run_ledgerflow
+
+        counted: dict[str, RunResult] = {}
+        for s in a.shapes:
+            r = run_ledgerflow(s, a.n, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True)
+            if a.baseline and r.counts is not None:
+                log(f"ledgerflow {s.name}: the empty window, {r.active_s:.1f} s without a workflow")
+                empty = run_ledgerflow(
+                    s, 0, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True, idle=r.active_s
+                )
+                if empty.counts is not None:
+                    r.notes.append(
+                        f"less an empty window of {r.active_s:.1f} s + the stop: {empty.counts.writes} row writes "
+                        f"({', '.join(f'{t} {v[0]}+{v[1]}' for t, v in sorted(empty.counts.tables.items()))}), "
+                        f"{empty.counts.xacts} transactions"
+                    )
+                    r.counts = r.counts.minus(empty.counts)
+            counted[s.name] = r
+        print(counts_report(counted, a.n))
+        print(f"(total {time.monotonic() - t0:.0f} s)")
+        return
+    results: dict[str, dict[str, RunResult]] = {}
+    with tempfile.TemporaryDirectory(prefix="lf-bench-wf-") as tmp:
+        for shape in a.shapes:
+            for v in a.variants:
+                log(f"workflows: {v} on {shape.name}, N = {a.n}")
+                results.setdefault(shape.name, {})[v] = run_child(v, shape, a, Path(tmp))
+    table = report(results, a)
+    out = ROOT / "bench" / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"workflows-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    raw = {s: {v: r.to_json() for v, r in by.items()} for s, by in results.items()}
+    path.write_text(
+        json.dumps({"argv": sys.argv[1:], "load_end": loadavg(), "results": raw, "table": table}, indent=1)
+    )
+    print(table)
+    print(
+        f"(total {time.monotonic() - t0:.0f} s; raw numbers in {path.relative_to(ROOT)}; load at end {loadavg()})"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The workflow benchmark's pure helpers (bench/workflows.py, bench/wf_common.py): shapes, the counting
+arithmetic of ``--counts-only`` and its table. No database, no timing: the benchmark itself only prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.documents import validate_document
+from bench import workflows
+from bench.wf_common import (
+    SHAPES,
+    Counts,
+    RunResult,
+    Snapshot,
+    counts_table,
+    delta,
+    further_step,
+    parse_shapes,
+    per_workflow,
+)
+from bench.wf_ledgerflow import definition, worker_has_concurrency
+
+
+def test_shapes_plan_the_steps_in_order() -> None:
+    assert [k for k, _ in SHAPES["task-task"].plan()] == ["task", "task"]
+    assert SHAPES["task-timer-task"].plan() == [("task", "s1"), ("timer", "wait"), ("task", "s2")]
+    assert [key for _, key in SHAPES["chain10"].plan()] == [f"s{i}" for i in range(1, 11)]
+    assert [s.name for s in parse_shapes("all")] == list(SHAPES)
+    with pytest.raises(ValueError, match="unknown shape"):
+        parse_shapes("task-task,nope")
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_ledgerflow_definitions_are_valid_chains(name: str) -> None:
+    doc, queues = validate_document(definition(SHAPES[name]))
+    steps = doc["steps"]
+    assert queues == ["bench_wf"]
+    assert [s["key"] for s in steps] == [key for _, key in SHAPES[name].plan()]
+    assert all(s["after"] == [prev["key"]] for prev, s in zip(steps, steps[1:], strict=False))
+
+
+def test_delta_subtracts_per_table_and_own_transactions() -> None:
+    before = Snapshot({"a": (10, 5, 0), "b": (1, 1, 1)}, xacts=100)
+    after = Snapshot({"a": (16, 9, 0), "b": (1, 1, 1), "new": (3, 0, 2)}, xacts=130)
+    c = delta(before, after, own_xacts=4)
+    assert c.tables == {"a": (6, 4, 0), "new": (3, 0, 2)}  # unchanged tables are left out
+    assert (c.inserts, c.updates, c.deletes, c.writes, c.xacts) == (9, 4, 2, 13, 26)
+
+
+def test_counts_minus_an_empty_window() -> None:
+    run = Counts({"jobs": (40, 50, 0), "nodes": (0, 7, 0), "receipts": (104, 0, 0)}, 480)
+    empty = Counts({"nodes": (0, 7, 0), "receipts": (4, 0, 0)}, 60)
+    net = run.minus(empty)
+    assert net.tables == {"jobs": (40, 50, 0), "receipts": (100, 0, 0)} and net.xacts == 420
+
+
+def test_per_workflow_and_each_further_step() -> None:
+    short = per_workflow(Counts({"jobs": (4, 6, 0), "events": (6, 0, 0)}, 20), 2)
+    long = per_workflow(Counts({"jobs": (20, 38, 0), "events": (22, 0, 0), "extra": (8, 0, 0)}, 84), 2)
+    assert (short.writes, short.xacts) == (8.0, 10.0)
+    step = further_step(long, short, 8)
+    assert (step.inserts, step.updates, step.xacts) == (2.5, 2.0, 4.0)
+    assert step.tables == {"events": (1.0, 0.0, 0.0), "extra": (0.5, 0.0, 0.0), "jobs": (1.0, 2.0, 0.0)}
+
+
+def test_counts_table_lists_tables_and_totals() -> None:
+    pw = per_workflow(Counts({"workflow_jobs": (8, 10, 0), "idle": (0, 0, 0)}, 40), 2)
+    text = "\n".join(counts_table({"task-task": pw}))
+    assert "workflow_jobs" in text and "4.0 + 5.0" in text
+    assert "idle" not in text  # a table with nothing per workflow is left out
+    assert "9.0 (4.0+5.0)" in text and "20.0" in text
+
+
+def test_result_json_round_trip_keeps_counts() -> None:
+    r = RunResult(engine="ledgerflow", shape="task-task", n=2, wall=1.0, counts=Counts({"t": (1, 2, 0)}, 3))
+    r.cpu_ms = {"postgres": 1.25, "engine": 2.0, "client": 0.5}
+    back = RunResult.from_json(r.to_json())
+    assert back.counts == r.counts and back.rate == 2.0
+    assert workflows._cpu(back) == "1.2+2.0+0.5"
+
+
+def test_counts_only_arguments_and_report() -> None:
+    a = workflows.parse(["--counts-only", "--shape", "task-timer-task", "--baseline"])
+    assert (a.n, a.warmup, a.baseline, [s.name for s in a.shapes]) == (20, 2, True, ["task-timer-task"])
+    full = workflows.parse(["--engines", "ledgerflow,absurd", "--no-rate-limit"])
+    assert (full.n, full.variants) == (300, ["ledgerflow", "ledgerflow-nolimit", "absurd"])
+    res = {
+        s: RunResult(engine="ledgerflow", shape=s, n=10, counts=Counts({"t": (k * 10, k * 20, 0)}, k * 30))
+        for s, k in (("task-task", 1), ("chain10", 5))
+    }
+    text = workflows.counts_report(res, 10)
+    assert "each further step" in text and "0.5 + 1.0" in text  # (5 - 1) * (10, 20) / 10 / 8
+    assert isinstance(worker_has_concurrency(), bool)
