@@ -76,6 +76,10 @@ class Settings:
     hint_consumer_timeout_ms: int = 1000
     handler_modules: tuple[str, ...] = field(default_factory=tuple)
     redis_namespace: str = "ledgerflow"
+    # After SIGTERM: how long running handlers (and web requests) may take to finish before what still
+    # runs is handed back (a worker: lease released, due again at once, the attempt recorded as
+    # interrupted by shutdown). Heroku kills 30 s after SIGTERM; every process is out within 25 s.
+    shutdown_grace_seconds: float = 20.0
 
 
 def _normalize_db_url(url: str) -> str:
@@ -119,7 +123,22 @@ def load_settings() -> Settings:
         hint_consumer_timeout_ms=env_int("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000),
         handler_modules=modules,
         redis_namespace=os.environ.get("LEDGERFLOW_REDIS_NAMESPACE", "ledgerflow"),
+        shutdown_grace_seconds=shutdown_grace_seconds(),
     )
+
+
+MAX_SHUTDOWN_GRACE_SECONDS = 20.0
+
+
+def shutdown_grace_seconds() -> float:
+    """``LEDGERFLOW_SHUTDOWN_GRACE_SECONDS`` (default 20, at most 20, so that a process is out within 25 s
+    of SIGTERM, before Heroku's SIGKILL at 30 s). Also read by gunicorn.conf.py, before any settings."""
+    value = env_float("LEDGERFLOW_SHUTDOWN_GRACE_SECONDS", MAX_SHUTDOWN_GRACE_SECONDS)
+    if not 0 <= value <= MAX_SHUTDOWN_GRACE_SECONDS:
+        raise ValueError(
+            f"LEDGERFLOW_SHUTDOWN_GRACE_SECONDS={value:g}: expected 0 to {MAX_SHUTDOWN_GRACE_SECONDS:g} seconds"
+        )
+    return value
 
 
 MIN_SECRET_CHARS = 32

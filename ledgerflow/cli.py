@@ -221,22 +221,25 @@ def _die_with_parent() -> None:
     "--host", default=None, help="address the web server binds (default $LEDGERFLOW_BIND_HOST or 127.0.0.1)"
 )
 def dev(port: int | None, host: str | None) -> None:
-    """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C or SIGTERM."""
+    """What `make run` runs: services, migrations, then every long-running Procfile process until
+    Ctrl-C or SIGTERM (which give each process 25 s to stop, as on Heroku)."""
+    from ledgerflow import procfile
     from ledgerflow.devenv import ROOT, ensure_environment
 
-    ensure_environment()
-    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     os.environ["PORT"] = str(port or os.environ.get("PORT") or 5000)
     if host:
         os.environ["LEDGERFLOW_BIND_HOST"] = host
     # `make run` serves this machine only; the Procfile binds every interface for Heroku-style hosts
     # (set LEDGERFLOW_BIND_HOST=0.0.0.0 to share a dev server deliberately)
     os.environ.setdefault("LEDGERFLOW_BIND_HOST", "127.0.0.1")
+    bound, web_port = os.environ["LEDGERFLOW_BIND_HOST"], os.environ["PORT"]
+    _refuse_port_in_use(bound, int(web_port))  # before anything starts (a second `make run`)
+    ensure_environment()
+    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     from app.config import get_settings
     from app.migrate import upgrade
 
     upgrade(get_settings().database_url)
-    bound, web_port = os.environ["LEDGERFLOW_BIND_HOST"], os.environ["PORT"]
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
     else:
@@ -248,13 +251,27 @@ def dev(port: int | None, host: str | None) -> None:
     click.echo("[ledgerflow] Ctrl-C (or SIGTERM) stops all processes")
     bin_dir = os.path.dirname(sys.executable)
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    honcho = os.path.join(bin_dir, "honcho")
     sys.stdout.flush()
     sys.stderr.flush()
     _die_with_parent()
-    # honcho replaces this process: SIGTERM / SIGINT reach it directly and it stops every process
-    # group it started (gunicorn and its workers included), so the port is free afterwards.
-    os.execv(honcho, [honcho, "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "start"])
+    # honcho starts each process in its own process group; SIGTERM / SIGINT reach this process, which
+    # sends SIGTERM to every group (gunicorn and its workers included) and SIGKILL 25 s later
+    raise SystemExit(procfile.run(ROOT / "Procfile", ROOT, int(web_port)))
+
+
+def _refuse_port_in_use(host: str, port: int) -> None:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise Failure(
+                f"{host}:{port} is already in use ({exc.strerror}): is `make run` already running? Stop it "
+                "(Ctrl-C in its shell) or choose another port: PORT=5001 make run"
+            ) from None
 
 
 @main.command("services-stop")

@@ -11,6 +11,9 @@ tests' werkzeug, ``ledgerflow dev``) the same code waits on a ``threading.Event`
   A waiting claim also looks again every ``LEDGERFLOW_CLAIM_POLL_SECONDS`` (default 5 s) without a
   notification: a task whose lease expired is claimable again without a state change, and a lost
   listener connection must cost latency only.
+- **Shutdown**: on SIGTERM (gunicorn's graceful stop, ``web/gunicorn_conf.py``) ``shut_down()`` ends
+  every waiting claim at once: it answers what it has, usually ``{"tasks": []}``, which a task worker
+  treats as "poll again" (the next claim reaches a process that is not stopping).
 - **Cap**: at most ``LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL`` (default 8) long polls (``wait_seconds``
   > 0) of one credential wait at the same time, counted in Redis across processes (per process when
   Redis is not configured); one more answers ``429 RATE_LIMITED`` with ``Retry-After``.
@@ -78,6 +81,12 @@ class _Listener:
             for event in self._waiters.get(key, ()):
                 event.set()
 
+    def wake_all(self) -> None:
+        with self._lock:
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
+
     @contextlib.contextmanager
     def listen(self, keys: list[str]) -> Iterator[threading.Event]:
         self._ensure_started()
@@ -98,6 +107,19 @@ class _Listener:
 
 
 _listener = _Listener()
+_shutting_down = threading.Event()
+
+
+def shut_down() -> None:
+    """The process is stopping: every waiting long-poll claim answers now, and new ones do not wait."""
+    _shutting_down.set()
+    _listener.wake_all()
+
+
+def shutting_down() -> bool:
+    return _shutting_down.is_set()
+
+
 _local_counts: dict[str, int] = {}
 _local_lock = threading.Lock()
 
@@ -144,7 +166,8 @@ def waiting_claim(
     with _slot(principal), _listener.listen(keys) as event:
 
         def wait(seconds: float) -> None:
-            event.wait(max(0.0, min(seconds, fallback_seconds)))
+            if not _shutting_down.is_set():
+                event.wait(max(0.0, min(seconds, fallback_seconds)))
             event.clear()
 
         yield wait

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.live import ROOT, port_open, start_make_run
+from tests.docs.live import ROOT, start_make_run
 
 DOCS = ["README.md", "docs/tutorial.md"]
 MAKE_LINE = re.compile(r"^\s*((?:[A-Z_]+=\S+\s+)*)make\s+\w+")
@@ -105,16 +105,3 @@ def test_readme_commands_work_as_written(server, tmp_path):  # noqa: ANN001
 
 def test_tutorial_commands_work_as_written(server, tmp_path):  # noqa: ANN001
     run_blocks("docs/tutorial.md", server, tmp_path)
-
-
-@pytest.mark.parametrize("how", ["SIGTERM to make", "SIGINT to the process group (Ctrl-C)"])
-def test_make_run_stops_every_process_and_frees_the_port(how, tmp_path):  # noqa: ANN001
-    run = start_make_run(tmp_path)
-    started = run.processes()
-    assert len(started) >= 8, [p.cmdline() for p in started]  # make, honcho, gunicorn + 2, 3 ledger processes
-    if how.startswith("SIGTERM"):
-        left = run.stop(signal.SIGTERM)  # an IDE stop button, `kill`
-    else:
-        left = run.stop(signal.SIGINT, group=True)  # Ctrl-C in the terminal
-    assert left == [], f"still running after {how}: {left}\n{run.log()}"
-    assert not port_open(run.port)
