@@ -81,12 +81,22 @@ def db() -> None:
 @db.command("upgrade")
 @click.option("--revision", default="heads", show_default=True)
 def db_upgrade(revision: str) -> None:
-    """Apply Alembic migrations to DATABASE_URL."""
+    """Apply Alembic migrations to DATABASE_URL (the Procfile's release phase). Safe on every deploy
+    and concurrently: a database at the head is left as it is, and a second upgrade running at the
+    same time waits for the first (an advisory lock), then finds nothing to do."""
     from app.config import get_settings
-    from app.migrate import upgrade
+    from app.migrate import current_revisions, head_revisions, upgrade
 
-    upgrade(get_settings().database_url, revision)
-    click.echo(f"database upgraded to {revision}")
+    url = get_settings().database_url
+    before = current_revisions(url)
+    upgrade(url, revision)
+    after = current_revisions(url)
+    at = ", ".join(after) or "(empty)"
+    head = " (head)" if set(after) == set(head_revisions(url)) else ""
+    if before == after:
+        click.echo(f"database schema already at {at}{head}: nothing to do")
+    else:
+        click.echo(f"database schema upgraded: {', '.join(before) or '(empty)'} -> {at}{head}")
 
 
 @db.command("repair-quota-counts")

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
-from app.db import transaction
+from app.db import connect_args, transaction
 from app.ledger import handlers, transitions
 from app.ledger.context import JobContext
 from app.ledger.hints import publish_after_commit, publish_now
@@ -204,13 +204,17 @@ class LedgerPool:
         if self._pg is None or self._pg.closed:
             _, params = self.engine.dialect.create_connect_args(self.engine.url)
             params.pop("context", None)  # plain psycopg adapters (jsonb -> Python objects)
+            session = {"timezone": "UTC", "idle_in_transaction_session_timeout": "60000",
+                       **transitions.PG_SESSION_SETTINGS}  # fmt: skip
+            if not self.settings.pool_synchronous_commit:
+                session["synchronous_commit"] = "off"
             self._pg = psycopg.connect(
                 **params,
                 autocommit=True,  # each pass is one statement, hence one transaction
-                options="-c timezone=UTC -c idle_in_transaction_session_timeout=60000 "
-                + transitions.PG_SESSION_OPTIONS
-                + ("" if self.settings.pool_synchronous_commit else " -c synchronous_commit=off"),
                 application_name=f"ledgerflow-{self.pool}-pool",
+                # behind a transaction pooler no session options (a pass then commits synchronously)
+                # and, by default, no prepared statements (app.db.connect_args)
+                **connect_args(session),
             )
         return self._pg
 

@@ -155,7 +155,14 @@ _BY_PRIORITY, _BY_DUE = "priority, run_at, id", "run_at, id"
 # plan is built once, possibly while the tables are small or their statistics stale (autovacuum
 # off), so sequential scans are ruled out for this session: every access in these statements is an
 # index lookup (claim index, primary keys, the partial "running" indexes) whatever the statistics.
-PG_SESSION_OPTIONS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
+PG_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+PG_SESSION_OPTIONS = " ".join(f"-c {k}={v}" for k, v in PG_SESSION_SETTINGS.items())
+
+
+def _prepare(conn: psycopg.Connection) -> bool | None:
+    """Prepare the pool's statements, unless prepared statements are off on this connection
+    (``prepare_threshold=None``: behind PgBouncer 1.18 in transaction mode, app.db.prepared_statements)."""
+    return None if conn.prepare_threshold is None else True
 
 
 @lru_cache(maxsize=64)
@@ -183,7 +190,7 @@ def claim(
     if isinstance(conn, psycopg.Connection):
         sql = _pg_claim_sql(by_due, limit)
         with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(sql, params, prepare=True).fetchall()
+            return cur.execute(sql, params, prepare=_prepare(conn)).fetchall()
     stmt = CLAIM_BY_DUE if by_due else CLAIM_BY_PRIORITY
     return [dict(r._mapping) for r in conn.execute(stmt, params)]
 
@@ -353,7 +360,7 @@ def settle_and_claim(
     params.update(queue=queue, worker_id=worker_id, lease_seconds=lease_seconds)
     sql = _pg_settle_and_claim_sql(by_due, max(0, limit))
     with conn.cursor() as cur:
-        tuples = cur.execute(sql, params, prepare=True).fetchall()
+        tuples = cur.execute(sql, params, prepare=_prepare(conn)).fetchall()
         names = column_names(sql, cur)
     rows = [dict(zip(names, t, strict=True)) for t in tuples]
     first = rows[0]
