@@ -12,6 +12,7 @@ from dramatiq import Worker
 from actors import hints as hint_actors
 from actors import maintenance
 from actors.broker import broker, has_redis
+from actors.handler_modules import BUILTIN_HANDLER_MODULES
 from app.config import get_settings
 from app.db import get_engine, transaction
 from app.ids import new_node_id
@@ -23,18 +24,6 @@ from app.observability import logs, metrics, tracing
 from app.process import settle_startup_heap
 
 log = logging.getLogger("ledgerflow.worker")
-
-BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
-    "app.engine.handlers.timers",
-    "app.engine.handlers.tasks",
-    "app.engine.handlers.subprocess",
-    "app.engine.handlers.compensation",
-    "app.engine.handlers.triggers",
-    "app.engine.handlers.dispatch",
-    "app.integrations.schedule_jobs",
-    "app.integrations.webhooks",
-    "app.integrations.actions",
-)
 
 
 def _stop_event() -> threading.Event:
