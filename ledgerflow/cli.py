@@ -100,7 +100,8 @@ def main() -> None:
 
 @main.group()
 def db() -> None:
-    """Database schema."""
+    """Database schema: apply the migrations (the Procfile's release phase), recount the quota counters
+    (when `ledgerflow doctor` says so)."""
 
 
 @db.command("upgrade")
@@ -139,7 +140,8 @@ def db_repair_quota_counts() -> None:
 @main.command()
 @click.option("--pool", type=click.Choice(["advance", "outbound"]), required=True)
 def worker(pool: str) -> None:
-    """Run one ledger worker pool (4 slots) until SIGTERM/SIGINT."""
+    """Run one ledger worker pool (4 slots) until SIGTERM/SIGINT (then it stops claiming, lets running
+    jobs finish for the shutdown grace and hands back the rest)."""
     from actors.runtime import run_worker
 
     run_worker(pool)
@@ -147,7 +149,8 @@ def worker(pool: str) -> None:
 
 @main.command()
 def scheduler() -> None:
-    """Enqueue the drain actor every minute (runs it inline when Redis is down)."""
+    """Start the drain every minute (inline when Redis is down) and hand due schedules their launches,
+    until SIGTERM (it exits between ticks)."""
     from actors.runtime import run_scheduler
 
     run_scheduler()

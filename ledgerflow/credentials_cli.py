@@ -38,14 +38,26 @@ def _switches(fn):  # noqa: ANN001, ANN202
 @click.option("--namespace", required=True, help="namespace name (created if missing)")
 @click.option("--name", required=True, help="credential name, unique among live credentials of the namespace")
 @_switches
-@click.option("--queue", "queues", multiple=True, help="restrict --task-worker to this queue (repeatable)")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="QUEUE",
+    help="restrict --task-worker to this queue (repeatable)",
+)
 @click.option(
     "--platform",
     is_flag=True,
     help="platform-wide operator: --engine-monitor / --engine-operate reach every namespace's jobs "
     "(without it they reach only this namespace's)",
 )
-@click.option("--expires-in", "expires_in", default=None, help="token lifetime, e.g. 3600, 90m, 12h, 30d")
+@click.option(
+    "--expires-in",
+    "expires_in",
+    default=None,
+    metavar="DURATION",
+    help="token lifetime, e.g. 3600, 90m, 12h, 30d",
+)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--token-only", is_flag=True, help="print only the token (for TOKEN=$(...) in a shell)")
 @click.option(

@@ -298,7 +298,7 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
     run = CliRunner().invoke
     bad = run(main, ["schedules", "create", "--name", "x", "--definition-id", def_id, "--version", "v1",
                      "--input", '{"region": "eu"}', "--cron", "0 8 * * *", "--timezone", "Nowhere/X"], env=env)  # fmt: skip
-    assert bad.exit_code == 1 and "timezone" in bad.output
+    assert bad.exit_code == 2 and "timezone" in bad.output  # an invalid argument: 2 (issue 30)
     out = run(main, ["schedules", "create", "--json", "--name", "nightly", "--definition-id", def_id, "--version", "v1",
                      "--input", '{"region": "eu"}', "--cron", "@daily", "--timezone", "Europe/Berlin"], env=env)  # fmt: skip
     assert out.exit_code == 0, out.output

@@ -18,17 +18,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from sqlalchemy import text
 
-from app.auth import authenticate
-from app.config import get_settings
-from app.db import get_engine
 from app.ledger.states import WORKER_SHUTDOWN
 from tests.engine.helpers import publish
 from tests.engine.test_schedules import DOC, NS, backdate, create
 from tests.ledger_helpers import add_job, attempts, job, scalar, wait_for
-from tests.web.wf_live import make_namespace
+from tests.web.wf_live import make_namespace, waiting_long_polls
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_SECONDS = 25  # every process is out within this long of SIGTERM
@@ -138,15 +134,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def waiting_long_polls(token: str) -> int:
-    """How many long-poll claims of ``token``'s credential wait right now (the web processes count them
-    in Redis, web/long_poll.py)."""
-    with get_engine().connect() as conn:
-        principal = authenticate(conn, token)
-    key = f"{get_settings().redis_namespace}:longpoll:{principal.credential_id}"
-    return int(redis.Redis.from_url(os.environ["REDIS_URL"]).get(key) or 0)
 
 
 def start_procfile_web(tmp_path: Path, workers: int = 2, **env: str) -> tuple[subprocess.Popen, str, Path]:
