@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from app.auth import Scope, create_credential
 from app.db import transaction
+from app.ledger import nodes
 from ledgerflow.cli import main
 from ledgerflow.client import Client, StateConflict
 from tests.web.wf_live import wf_server  # noqa: F401
@@ -127,6 +128,11 @@ def test_publish_start_and_watch_the_first_workflow_from_the_shell(shell, tmp_pa
     assert lines[-1] == 'SUCCEEDED: output {"greeting": "Ada"}'
     assert "│ wait │ TIMER │ SUCCEEDED │" in watched.stdout  # the final step table
 
+    # `workflows show`: the same step table, read from the database (not truncated raw JSON)
+    shown = cli("workflows", "show", wid, env=shell)
+    assert shown.exit_code == 0, shown.output
+    assert "│ then │ TIMER │ SUCCEEDED │" in shown.stdout and '{"id"' not in shown.stdout
+
     # the input contract and a name that does not exist: one line each (the last: the in-process test server
     # logs to the same stderr), 2 for the bad input
     bad = cli("workflows", "start", "first_definition", "--input", '{"nam": "Ada"}', env=shell)
@@ -166,6 +172,21 @@ def test_ensure_definition_refuses_a_changed_document_under_a_published_version(
         StateConflict, match=r"'ensure' already has version 'v1' with a different document.*'v2'"
     ):
         client.ensure_definition("ensure", doc)
+
+
+def test_jobs_status_is_tables_and_counts_only_live_nodes(db, clean_credentials):  # noqa: ANN001
+    with transaction() as conn:
+        token = create_credential(
+            conn, namespace="ops", name="m", scopes=[Scope.ENGINE_MONITOR], platform=True
+        ).token
+        for node, status in (("a" * 16, "active"), ("b" * 16, "stopped"), ("c" * 16, "stopped")):
+            nodes.register_node(conn, node, roles=["worker"], pools=["workflow-ledger"], slot_capacity=4)
+            nodes.heartbeat(conn, node, slots_in_use=0, status=status)
+    r = cli("jobs", "status", env={"LEDGERFLOW_TOKEN": token})
+    assert r.exit_code == 0, r.output
+    assert "{'" not in r.stdout and "live worker processes" in r.stdout
+    assert "1 live worker node(s), 0 not live; 2 stopped cleanly in the last day (not listed)" in r.stdout
+    assert "a" * 16 in r.stdout and "b" * 16 not in r.stdout
 
 
 # --------------------------------------------------------------------------- DELETE without a body
