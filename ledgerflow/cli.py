@@ -130,7 +130,7 @@ def db_repair_quota_counts() -> None:
     """Recount the quota counters from the instances and tasks (when `ledgerflow doctor` says they
     differ). Holds writers of those two tables for the recount."""
     from app.db import transaction
-    from app.engine.instances import repair_quota_counts
+    from app.engine.quotas import repair as repair_quota_counts
 
     with transaction() as conn:
         n = repair_quota_counts(conn)

@@ -247,7 +247,7 @@ FROM workflow_jobs WHERE status IN ('running', 'pending')
 
 
 def check_quota_counts() -> list[Check]:
-    from app.engine.instances import quota_count_drift
+    from app.engine.quotas import drift as quota_count_drift
 
     with _engine().connect() as conn:
         conn.exec_driver_sql("SET LOCAL statement_timeout = '30s'")  # a recount of the open work
