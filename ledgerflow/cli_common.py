@@ -60,8 +60,13 @@ def describe(exc: Any) -> str:
             if isinstance(e, dict)
         ]
     fields = [f"{field}: {msg}" for field, msg in pairs]
-    extra = [f for f in fields if f not in message and f.split(": ", 1)[-1] != message]
-    return f"{message} ({'; '.join(extra)})" if extra else message
+    if not fields:
+        return message
+    if message in fields or message == "; ".join(fields[:5]) or any(message == msg for _, msg in pairs):
+        return "; ".join(
+            fields
+        )  # the message only said the fields' messages: say them once, with their fields
+    return f"{message} ({'; '.join(fields)})"
 
 
 def one_line(exc: click.ClickException) -> str:

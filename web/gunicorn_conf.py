@@ -22,6 +22,11 @@ graceful_timeout = math.ceil(shutdown_grace_seconds())
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature
     settle_startup_heap()  # the app is loaded: its objects leave the collector's full scans
+    end_long_polls_on_sigterm(worker)
+
+
+def end_long_polls_on_sigterm(worker) -> None:  # noqa: ANN001
+    """Wrap the worker's SIGTERM handler (gunicorn's graceful stop): also end the waiting claims now."""
     stop_accepting = worker.handle_exit  # gunicorn's SIGTERM handler: alive = False
 
     def handle_exit(sig, frame):  # noqa: ANN001, ANN202

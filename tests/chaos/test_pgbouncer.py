@@ -78,6 +78,45 @@ def test_prepared_statements_break_through_pgbouncer_1_18_and_the_setting_turns_
     assert prepared.returncode != 0 and "prepared statement" in prepared.stderr, prepared.stderr[-2000:]
 
 
+# the API's routes through PgBouncer (publish, start, the step views read in REPEATABLE READ, /metrics read
+# only): what a transaction sets first must not be taken by the session settings of transaction pooling
+WEB_PROBE = """
+import json, uuid
+from web import create_app
+from app.auth import create_credential, Scope
+from app.db import transaction
+doc = json.load(open("docs/examples/first_definition.json"))
+app = create_app()
+c = app.test_client()
+with transaction() as conn:
+    tok = create_credential(conn, namespace="pgb-" + uuid.uuid4().hex[:6], name="p", platform=True, scopes=[
+        Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
+        Scope.ENGINE_MONITOR]).token
+h = {"Authorization": f"Bearer {tok}"}
+def post(path, body):
+    r = c.post(path, json=body, headers={**h, "Idempotency-Key": uuid.uuid4().hex})
+    assert r.status_code in (200, 201), (path, r.status_code, r.get_data(as_text=True))
+    return r.get_json()["data"]
+d = post("/v1/workflow-definitions", {"name": "p"})["definition"]
+post(f"/v1/workflow-definitions/{d['id']}/versions", doc)
+w = post("/v1/workflows", {"definition_id": d["id"], "version": "v1", "input": {"name": "x"}})["instance"]
+for _ in range(10):
+    for path in (f"/v1/workflows/{w['id']}/steps", f"/v1/workflows/{w['id']}/steps/wait", f"/v1/workflows/{w['id']}"):
+        r = c.get(path, headers=h)
+        assert r.status_code == 200, (path, r.get_data(as_text=True))
+m = c.get("/metrics", headers=h).get_data(as_text=True)
+errors = [l for l in m.splitlines() if l.startswith("ledgerflow_ledger_scrape_errors{")]
+print("metrics scrape errors:", errors)
+assert errors and all(l.endswith(" 0.0") for l in errors), errors
+print("web probe ok")
+"""
+
+
+def test_the_api_works_through_pgbouncer(through_pgbouncer):  # noqa: ANN001
+    ok = _python(WEB_PROBE, _test_db_through(through_pgbouncer), **POOLING, LEDGERFLOW_METRICS="1")
+    assert ok.returncode == 0 and "web probe ok" in ok.stdout, (ok.stdout + ok.stderr)[-3000:]
+
+
 def test_the_quick_fault_run_through_pgbouncer_keeps_every_invariant(through_pgbouncer):  # noqa: ANN001
     server = os.environ["LEDGERFLOW_SERVER_DATABASE_URL"]
     result = run("mixed", QUICK, server, timeout=120, process_server_url=through_pgbouncer, settings=POOLING)
