@@ -145,8 +145,9 @@ MIN_SECRET_CHARS = 32
 
 
 def production_problems() -> list[str]:
-    """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``):
-    today, the cursor signing key left at its built-in default (anyone could forge cursors).
+    """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``): the
+    cursor signing key left at its built-in default (anyone could forge cursors), and no console session
+    key (each gunicorn worker would make its own: a login on one worker is unknown to the next).
     Development (the default) needs no setting."""
     if os.environ.get("LEDGERFLOW_ENV", "development").strip().lower() != "production":
         return []
@@ -157,6 +158,13 @@ def production_problems() -> list[str]:
             "pagination cursors must be signed with your own random key (the built-in development "
             "key is public). Set one, e.g. "
             "LEDGERFLOW_CURSOR_SECRET=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    if len(os.environ.get("LEDGERFLOW_SECRET_KEY") or "") < MIN_SECRET_CHARS:
+        problems.append(
+            "LEDGERFLOW_SECRET_KEY is unset or shorter than 32 characters: in production the console's "
+            "session cookies and CSRF tokens must be signed with one key shared by every web process (without "
+            "it each gunicorn worker makes its own and a login works on one worker only). Set one, e.g. "
+            "LEDGERFLOW_SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
         )
     return problems
 
