@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DisconnectionError
 
-from app.config import env_flag, get_settings
+from app.settings import DB_TRANSACTION_POOLING, PREPARED_STATEMENTS, STATEMENT_TIMEOUT_MS, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +33,7 @@ def _drop_transaction_state(conn: Connection) -> None:
 def statement_timeout_ms() -> int:
     """``LEDGERFLOW_STATEMENT_TIMEOUT_MS`` (default 30 000; 0 = none): the longest one SQL statement
     of the API or a worker may run before PostgreSQL cancels it."""
-    raw = os.environ.get("LEDGERFLOW_STATEMENT_TIMEOUT_MS")
-    return int(raw) if raw else 30_000
+    return STATEMENT_TIMEOUT_MS.get()
 
 
 def transaction_pooling() -> bool:
@@ -44,7 +42,7 @@ def transaction_pooling() -> bool:
     any server connection. Then the session settings are set in every transaction (``SET LOCAL``)
     instead of at connect (PgBouncer refuses the ``options`` startup parameter), prepared statements are
     off by default, and the long-poll LISTEN needs its own direct URL (web/long_poll.py)."""
-    return env_flag("LEDGERFLOW_DB_TRANSACTION_POOLING", False)
+    return DB_TRANSACTION_POOLING.get()
 
 
 def prepared_statements() -> bool:
@@ -52,7 +50,8 @@ def prepared_statements() -> bool:
     statement run often on its connection (``prepare_threshold``) and the pool's pass is always prepared.
     PgBouncer before 1.21 (Debian 12 has 1.18) cannot follow a prepared statement from one transaction
     to the next server connection, so behind it they must be off (the cost: bench/pass_latency.py)."""
-    return env_flag("LEDGERFLOW_PREPARED_STATEMENTS", not transaction_pooling())
+    chosen = PREPARED_STATEMENTS.get()
+    return not transaction_pooling() if chosen is None else chosen
 
 
 def session_settings() -> dict[str, str]:

@@ -118,7 +118,7 @@ def statements_per_start(url: str, token: str, body: dict) -> int:
     import psycopg
 
     os.environ["DATABASE_URL"] = url
-    from app.config import get_settings
+    from app.settings import get_settings
     from web import create_app
 
     get_settings.cache_clear()

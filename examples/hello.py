@@ -24,12 +24,12 @@ def hello(ctx: JobContext) -> dict:
 def main() -> None:
     import time
 
-    from app import config
+    from app import settings
     from ledgerflow.devenv import discover_environment
 
     # the embedded services of `make run`, found as `ledgerflow` finds them; first: importing the hint
     # publisher below reads the settings (it builds the Redis broker)
-    config.on_missing_environment(discover_environment)
+    settings.on_missing_environment(discover_environment)
 
     from sqlalchemy import text
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any
 
 import click
+
+from app.settings import DATABASE_URL, SettingError
 
 BAD_INPUT = 2  # the command line is wrong: fix it and run it again
 FAILED = 1  # anything else
@@ -27,8 +30,6 @@ class Failure(click.ClickException):
 def prog() -> str:
     """How the user ran the command, for the next command a message suggests: ``.venv/bin/ledgerflow``
     when typed so (the repository's venv is not on PATH), else ``ledgerflow``."""
-    import sys
-
     argv0 = sys.argv[0] if sys.argv else ""
     if os.path.basename(argv0) == "ledgerflow" and os.sep in argv0:
         try:
@@ -79,7 +80,7 @@ def one_line(exc: click.ClickException) -> str:
 
 
 def _redacted_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
+    url = DATABASE_URL.raw()
     try:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url) if url else "DATABASE_URL"
     except Exception:  # noqa: BLE001 - an unparsable URL is shown as "DATABASE_URL"
@@ -92,6 +93,8 @@ def expected_failure(exc: BaseException) -> Failure | None:
 
     if isinstance(exc, ServicesUnavailable):
         return Failure(str(exc))
+    if isinstance(exc, SettingError):  # a variable's value is not allowed: bad input, named
+        return Failure(str(exc), exit_code=2)
     module = type(exc).__module__ or ""
     if module.startswith("sqlalchemy") and type(exc).__name__ in ("OperationalError", "InterfaceError"):
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

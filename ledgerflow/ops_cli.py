@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from app.auth import Scope, missing_permission_message
+from app.settings import PROMETHEUS_MULTIPROC_DIR
 from ledgerflow.cli_common import describe, exit_code_for
 
 TOKEN_ENV = "LEDGERFLOW_TOKEN"
@@ -788,7 +789,7 @@ def dev_environment(data_dir: Any) -> None:
     import os
     from pathlib import Path
 
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if not PROMETHEUS_MULTIPROC_DIR.is_set():
         path = Path(data_dir) / "prometheus-multiproc"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from app.config import get_settings
 from app.db import connect_args
 from app.schema import metadata
+from app.settings import get_settings
 
 config = context.config
 

@@ -11,13 +11,14 @@ import signal
 
 import gevent
 
-from app.config import shutdown_grace_seconds
+from app import settings
 from app.observability import logs, metrics
 from app.process import settle_startup_heap
 from web import long_poll
 
+settings.exit_on_bad_settings()  # in the master, before it binds: one line naming the variable, exit 2
 logconfig_dict = logs.gunicorn_logconfig()
-graceful_timeout = math.ceil(shutdown_grace_seconds())
+graceful_timeout = math.ceil(settings.SHUTDOWN_GRACE_SECONDS.get())
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature

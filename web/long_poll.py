@@ -33,9 +33,9 @@ import psycopg
 from sqlalchemy import make_url
 
 from app.auth import Principal
-from app.config import get_settings
 from app.db import transaction_pooling
 from app.errors import RateLimited
+from app.settings import LISTEN_DATABASE_URL, LONG_POLLS_PER_CREDENTIAL, get_settings
 from web.ratelimit import redis_client
 
 log = logging.getLogger(__name__)
@@ -48,15 +48,14 @@ def listen_url() -> str | None:
     transaction mode (``LEDGERFLOW_DB_TRANSACTION_POOLING``) it must reach PostgreSQL directly, given as
     ``LEDGERFLOW_LISTEN_DATABASE_URL``; without one there is no listener (None) and a waiting claim
     finds new tasks by its timed look alone."""
-    direct = os.environ.get("LEDGERFLOW_LISTEN_DATABASE_URL")
+    direct = LISTEN_DATABASE_URL.get()
     if direct:
         return direct
     return None if transaction_pooling() else get_settings().database_url
 
 
 def per_credential_cap() -> int:
-    raw = os.environ.get("LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL")
-    return int(raw) if raw else 8
+    return LONG_POLLS_PER_CREDENTIAL.get()
 
 
 class _Listener:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 import time
 from functools import lru_cache
@@ -24,11 +23,10 @@ from limits.storage import MemoryStorage, RedisStorage, Storage
 from limits.strategies import MovingWindowRateLimiter
 
 from app.auth import Principal
-from app.config import get_settings
 from app.errors import RateLimited
+from app.settings import RATE_LIMIT, get_settings
 
 log = logging.getLogger(__name__)
-DEFAULT_LIMITS = "1000/second"
 _last_warning = 0.0
 
 
@@ -91,8 +89,8 @@ def redis_client() -> redis.Redis | None:
 def check(principal: Principal) -> None:
     """Count one request of ``principal``; raise ``RateLimited`` when a limit is exhausted."""
     global _last_warning
-    raw = os.environ.get("LEDGERFLOW_RATE_LIMIT", DEFAULT_LIMITS).strip()
-    if raw.lower() == "off":
+    raw = RATE_LIMIT.get()
+    if raw is None:  # off
         return
     settings = get_settings()
     limiter = _limiter(settings.redis_url)

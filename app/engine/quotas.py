@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import settings
+from app import settings
 from app.errors import LimitExceeded, QuotaExceeded
 from app.sql import CommitBuffer, buffer, defer, run
 
@@ -132,9 +132,9 @@ def check(conn: Connection, namespace_id: str, queues: list[str]) -> None:
         "ns": namespace_id,
         "queues": list(queues),
         "k": _KEY + namespace_id,
-        "instance_limit": settings.instance_limit(),
-        "queue_limit": settings.queue_pending_limit(),
-        "work_limit": settings.application_work_limit(),
+        "instance_limit": settings.INSTANCE_LIMIT.get(),
+        "queue_limit": settings.QUEUE_PENDING_LIMIT.get(),
+        "work_limit": settings.APPLICATION_WORK_LIMIT.get(),
     }
     rows = run(conn, _SHARED, params).all()
     if not rows[0].far:
@@ -146,7 +146,7 @@ def check(conn: Connection, namespace_id: str, queues: list[str]) -> None:
             "WORKFLOW_INSTANCE_LIMIT",
             f"the namespace has {params['instance_limit']} unfinished workflow instances (the limit)",
         )
-    retry_after = settings.quota_retry_after_seconds()
+    retry_after = settings.QUOTA_RETRY_AFTER_SECONDS.get()
     for r in rows:
         if r.queue is not None and r.pending >= params["queue_limit"]:
             raise QuotaExceeded(

@@ -21,7 +21,6 @@ import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from app.config import Settings
 from app.db import connect_args, transaction
 from app.ledger import handlers, transitions
 from app.ledger.context import JobContext
@@ -29,6 +28,7 @@ from app.ledger.hints import publish_after_commit, publish_now
 from app.ledger.outcome import outcome_of
 from app.ledger.states import Pool
 from app.observability import logs, metrics, tracing
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 

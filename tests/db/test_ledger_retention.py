@@ -52,10 +52,12 @@ def test_policy_from_env_and_bad_overrides(monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_RETENTION_BY_NAMESPACE", "ns-a=30, ns-b=0.5")
     p = retention.policy_from_env()
     assert (p.jobs_days, p.dead_days, p.audit_days, p.by_namespace) == (3, 30, 400, {"ns-a": 30, "ns-b": 0.5})
-    with pytest.raises(ValueError, match="not namespace_id=days"):
-        retention.parse_overrides("ns-a")
-    with pytest.raises(ValueError, match="'ns=-1'"):
-        retention.parse_overrides("ns=-1")
+    for bad in ("ns-a", "ns=-1", "ns=x", "=3", "ns=36501"):
+        monkeypatch.setenv("LEDGERFLOW_RETENTION_BY_NAMESPACE", bad)
+        with pytest.raises(
+            ValueError, match=r"^LEDGERFLOW_RETENTION_BY_NAMESPACE: must be namespace_id=days"
+        ):
+            retention.policy_from_env()
 
 
 def test_finished_jobs_and_attempts_go_after_their_retention_live_work_stays(db):

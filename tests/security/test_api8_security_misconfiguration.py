@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import config
+from app import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,18 +26,20 @@ def test_production_refuses_the_development_cursor_key(monkeypatch):
     from web import create_app
 
     monkeypatch.setenv("LEDGERFLOW_ENV", "production")
-    monkeypatch.setenv("LEDGERFLOW_SECRET_KEY", "k" * 48)  # the console's key (tests/unit/test_production_settings.py)
+    monkeypatch.setenv(
+        "LEDGERFLOW_SECRET_KEY", "k" * 48
+    )  # the console's key (tests/unit/test_production_settings.py)
     monkeypatch.delenv("LEDGERFLOW_CURSOR_SECRET", raising=False)
     with pytest.raises(RuntimeError, match="LEDGERFLOW_CURSOR_SECRET"):
         create_app()
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "short")
-    assert config.production_problems()
+    assert settings.production_problems()
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "x" * 48)
-    assert config.production_problems() == []
+    assert settings.production_problems() == []
     create_app()
     monkeypatch.setenv("LEDGERFLOW_ENV", "development")
     monkeypatch.delenv("LEDGERFLOW_CURSOR_SECRET")
-    assert config.production_problems() == []  # development keeps working with no setting
+    assert settings.production_problems() == []  # development keeps working with no setting
 
 
 def test_make_run_binds_localhost_and_the_procfile_all_interfaces():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app import config
+from app import settings as config
 
 
 def test_production_needs_the_console_session_key(monkeypatch):

@@ -76,8 +76,8 @@ def waiting_long_polls(token: str) -> int:
     import redis
 
     from app.auth import authenticate
-    from app.config import get_settings
     from app.db import get_engine
+    from app.settings import get_settings
 
     with get_engine().connect() as conn:
         principal = authenticate(conn, token)

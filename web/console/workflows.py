@@ -10,9 +10,10 @@ from urllib.parse import urlencode
 from flask import Response, render_template, request, session
 
 import schemas
+from app import settings
 from app.auth import Scope
 from app.db import transaction
-from app.engine import history, instances, operations, settings, signals, tasks, views
+from app.engine import history, instances, operations, signals, tasks, views
 from app.engine.control import OPERATIONS
 from app.engine.recovery import ACTIONS, RESOLUTIONS
 from app.errors import NotFound
@@ -156,7 +157,7 @@ def task_claim() -> Response:
     p = principal()
     operations.check_queue_scope(p, body["queues"])
     with transaction() as conn:
-        got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.task_lease_seconds())
+        got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.TASK_LEASE_SECONDS.get())
     if not got:
         return done(f"No open task on {body['queues'][0]} right now.", "console.tasks_page")
     mine = _claimed()
