@@ -6,7 +6,6 @@ in flight) — and an exit status that says what happened: 0 when every process 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -46,8 +45,10 @@ def run(procfile: Path, cwd: Path, port: int) -> int:
     manager = Manager(Printer(sys.stdout))
     manager.killed = []
     for p in expand_processes(long_running(procfile), port=port):
-        # ``exec``: the shell honcho starts becomes the process, so its exit status is the process's own
-        manager.add_process(p.name, f"exec {p.cmd}", quiet=p.quiet, env={**os.environ, **p.env}, cwd=str(cwd))
+        # ``exec``: the shell honcho starts becomes the process, so its exit status is the process's own.
+        # No env: each process gets this one's environment (``ledgerflow dev`` set PORT for ``web``, the
+        # first process type; honcho's PORT + 100 for the next ones would mean nothing to them).
+        manager.add_process(p.name, f"exec {p.cmd}", quiet=p.quiet, cwd=str(cwd))
     manager.loop()
     codes = {name: p.get("returncode") for name, p in manager._processes.items()}
     if manager.killed:
