@@ -12,6 +12,7 @@ from dramatiq import Worker
 from actors import hints as hint_actors
 from actors import maintenance
 from actors.broker import broker, has_redis
+from actors.handler_modules import BUILTIN_HANDLER_MODULES
 from app.db import get_engine, transaction
 from app.ids import new_node_id
 from app.integrations import schedules
@@ -23,18 +24,6 @@ from app.process import settle_startup_heap
 from app.settings import get_settings
 
 log = logging.getLogger("ledgerflow.worker")
-
-BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
-    "app.engine.handlers.timers",
-    "app.engine.handlers.tasks",
-    "app.engine.handlers.subprocess",
-    "app.engine.handlers.compensation",
-    "app.engine.handlers.triggers",
-    "app.engine.handlers.dispatch",
-    "app.integrations.schedule_jobs",
-    "app.integrations.webhooks",
-    "app.integrations.actions",
-)
 
 
 def _stop_event() -> threading.Event:
@@ -51,7 +40,8 @@ def _stop_event() -> threading.Event:
 def run_worker(pool_name: str) -> None:
     """Run one pool (4 slots) until SIGTERM/SIGINT: claim on hints or every 2 s, renew leases,
     heartbeat in the worker registry, consume wake hints from Redis when it is configured. Exits with
-    status 1 when a thread of the pool has died (checked at every heartbeat)."""
+    status 1 when a thread of the pool has died (checked at every heartbeat). On SIGTERM it stops
+    claiming at once and hands back, after the shutdown grace, the jobs still running."""
     settings = get_settings()
     pool_enum = Pool(pool_name)
     tracing.setup(f"worker-{pool_enum}")  # before the engine exists, so its queries are traced too
@@ -88,12 +78,18 @@ def run_worker(pool_name: str) -> None:
             _beat(engine, node_id, 0, "stopped")
             raise SystemExit(1)
         _beat(engine, node_id, pool.slots_in_use, "active")
-    log.info("worker %s: stopping", node_id)
+    # SIGTERM (a deploy, `make run` stopping): claim nothing more at once, give running handlers the
+    # shutdown grace (counted from the signal), hand back what still runs, exit (within 25 s in all)
+    stopping_at = time.monotonic()
+    pool.stop_claiming()
+    log.info("worker %s: stopping (%d job(s) running, grace %g s)", node_id, pool.slots_in_use,
+             settings.shutdown_grace_seconds)  # fmt: skip
     _beat(engine, node_id, pool.slots_in_use, "stopping")
     if worker is not None:
         worker.stop(timeout=2000)
-    pool.stop()
+    pool.stop(max(0.0, settings.shutdown_grace_seconds - (time.monotonic() - stopping_at)))
     _beat(engine, node_id, 0, "stopped")
+    log.info("worker %s: stopped", node_id)
 
 
 def _beat(engine, node_id: str, in_use: int, status: str) -> None:  # noqa: ANN001
@@ -121,16 +117,21 @@ def run_scheduler() -> None:
         if now >= next_drain:
             next_drain = now + settings.drain_interval_seconds
             _tick_drain()
-        if now >= next_schedules:
+        if now >= next_schedules and not stop.is_set():
             next_schedules = now + settings.schedule_tick_seconds
-            _tick_schedules(engine)
+            _tick_schedules(engine, stop)
         stop.wait(max(0.0, min(1.0, next_drain - time.monotonic(), next_schedules - time.monotonic())))
+    # SIGTERM: a tick is never cut in the middle (each batch is one transaction); exit between ticks
+    log.info("scheduler: stopped")
 
 
-def _tick_schedules(engine) -> None:  # noqa: ANN001
-    """Due schedules, a batch per transaction, until none is due (bounded: 10 batches per tick)."""
+def _tick_schedules(engine, stop: threading.Event) -> None:  # noqa: ANN001
+    """Due schedules, a batch per transaction, until none is due (bounded: 10 batches per tick; none
+    more once SIGTERM arrived)."""
     try:
         for _ in range(10):
+            if stop.is_set():
+                return
             with transaction(engine) as conn:
                 handed = schedules.tick(conn)
             for h in handed:

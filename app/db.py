@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DisconnectionError
 
-from app.settings import STATEMENT_TIMEOUT_MS, get_settings
+from app.settings import DB_TRANSACTION_POOLING, PREPARED_STATEMENTS, STATEMENT_TIMEOUT_MS, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,59 @@ def statement_timeout_ms() -> int:
     """``LEDGERFLOW_STATEMENT_TIMEOUT_MS`` (default 30 000; 0 = none): the longest one SQL statement
     of the API or a worker may run before PostgreSQL cancels it."""
     return STATEMENT_TIMEOUT_MS.get()
+
+
+def transaction_pooling() -> bool:
+    """``LEDGERFLOW_DB_TRANSACTION_POOLING`` (default off): DATABASE_URL reaches PostgreSQL through a
+    pooler in transaction mode (PgBouncer ``pool_mode = transaction``), which hands each transaction to
+    any server connection. Then the session settings are set in every transaction (``SET LOCAL``)
+    instead of at connect (PgBouncer refuses the ``options`` startup parameter), prepared statements are
+    off by default, and the long-poll LISTEN needs its own direct URL (web/long_poll.py)."""
+    return DB_TRANSACTION_POOLING.get()
+
+
+def prepared_statements() -> bool:
+    """``LEDGERFLOW_PREPARED_STATEMENTS`` (default on; off with transaction pooling): psycopg prepares a
+    statement run often on its connection (``prepare_threshold``) and the pool's pass is always prepared.
+    PgBouncer before 1.21 (Debian 12 has 1.18) cannot follow a prepared statement from one transaction
+    to the next server connection, so behind it they must be off (the cost: bench/pass_latency.py)."""
+    chosen = PREPARED_STATEMENTS.get()
+    return not transaction_pooling() if chosen is None else chosen
+
+
+def session_settings() -> dict[str, str]:
+    """What every connection of the API and the workers sets for its session."""
+    return {
+        # A worker never holds a transaction across a handler or an HTTP call; this is the safety net.
+        "idle_in_transaction_session_timeout": "60000",
+        "timezone": "UTC",
+        # issue 9: no single statement of a request or a job runs unbounded
+        "statement_timeout": str(statement_timeout_ms()),
+    }
+
+
+def connect_args(options: dict[str, str] | None = None) -> dict[str, Any]:
+    """psycopg's connect arguments: ``options`` (session settings) as the ``options`` startup parameter
+    (not with transaction pooling: see ``transaction_pooling``), and ``prepare_threshold=None`` when
+    prepared statements are off."""
+    args: dict[str, Any] = {}
+    if options and not transaction_pooling():
+        args["options"] = " ".join(f"-c {k}={v}" for k, v in options.items())
+    if not prepared_statements():
+        args["prepare_threshold"] = None
+    return args
+
+
+def _set_per_transaction(engine: Engine, settings: dict[str, str]) -> None:
+    """Behind a transaction pooler: the session settings at the start of every transaction (one round
+    trip), as ``SET LOCAL``, so that they hold on whichever server connection runs it."""
+    sql = "SELECT " + ", ".join(f"set_config('{k}', '{v}', true)" for k, v in settings.items())
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        dbapi = conn.connection.dbapi_connection
+        if not dbapi.autocommit:  # an autocommit read (authentication) is one statement: nothing to hold
+            dbapi.execute(sql)  # psycopg opens the transaction (BEGIN) first
 
 
 # How long a pooled connection may sit idle and still be handed out without a ping (the database may have
@@ -81,13 +134,10 @@ def _engine_for(url: str) -> Engine:
         # a database error never carries the statement's parameters (tenant data, tokens) into an
         # exception message, a log line or a job's last_error (issue 9)
         hide_parameters=True,
-        # A worker never holds a transaction across a handler or an HTTP call; this is the safety net.
-        # statement_timeout (issue 9): no single statement of a request or a job runs unbounded
-        connect_args={
-            "options": "-c idle_in_transaction_session_timeout=60000 -c timezone=UTC "
-            f"-c statement_timeout={statement_timeout_ms()}"
-        },
+        connect_args=connect_args(session_settings()),
     )
+    if transaction_pooling():
+        _set_per_transaction(engine, session_settings())
 
     _ping_on_checkout(engine)
 

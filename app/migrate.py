@@ -1,4 +1,7 @@
-"""Apply Alembic migrations programmatically (used by the CLI and the test suite)."""
+"""Apply Alembic migrations programmatically (used by the CLI, the Procfile's release phase and the
+test suite). Concurrent upgrades are safe: every upgrade runs in one transaction that first takes a
+transaction-level advisory lock (migrations/env.py), so a second one waits, then finds the schema at
+head and does nothing. A transaction-level lock also holds through PgBouncer in transaction mode."""
 
 from __future__ import annotations
 
@@ -6,6 +9,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,3 +25,20 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "heads") -> None:
     command.upgrade(alembic_config(url), revision)
+
+
+def head_revisions(url: str) -> tuple[str, ...]:
+    """The revisions the code's migrations end at."""
+    return tuple(ScriptDirectory.from_config(alembic_config(url)).get_heads())
+
+
+def current_revisions(url: str) -> tuple[str, ...]:
+    """The revisions the database at ``url`` is at (empty before the first upgrade)."""
+    from app.db import connect_args
+
+    engine = create_engine(url, connect_args=connect_args())
+    try:
+        with engine.connect() as conn:
+            return tuple(MigrationContext.configure(conn).get_current_heads())
+    finally:
+        engine.dispose()

@@ -301,7 +301,10 @@ PORT = _services.declare("PORT", 5000, integer(1, 65535), "the web server's port
 BIND_HOST = _services.declare("LEDGERFLOW_BIND_HOST", "0.0.0.0", Parse(_host, "an IP address or host name"), "the web server's interface", shown="0.0.0.0 (Procfile), 127.0.0.1 (`make run`)")
 DATA_DIR = _services.declare("LEDGERFLOW_DATA_DIR", None, TEXT, "where the embedded PostgreSQL and Redis keep their data", shown="`.data`")
 REDIS_NAMESPACE = _services.declare("LEDGERFLOW_REDIS_NAMESPACE", "ledgerflow", matching(r"[\w.:-]{1,64}", "1 to 64 letters, digits or _ . : -"), "prefix of the Redis keys")
-ENV = _services.declare("LEDGERFLOW_ENV", "development", one_of("development", "production"), "`production`: the web process refuses to start without its own LEDGERFLOW_CURSOR_SECRET")
+ENV = _services.declare("LEDGERFLOW_ENV", "development", one_of("development", "production"), "`production`: the web process refuses to start without its own LEDGERFLOW_CURSOR_SECRET and LEDGERFLOW_SECRET_KEY")
+DB_TRANSACTION_POOLING = _services.declare("LEDGERFLOW_DB_TRANSACTION_POOLING", False, FLAG, "on: DATABASE_URL goes through a pooler in transaction mode (PgBouncer): session settings per transaction, prepared statements off, LISTEN only through LEDGERFLOW_LISTEN_DATABASE_URL (docs/operations.md, \"PgBouncer\")")
+PREPARED_STATEMENTS = _services.declare("LEDGERFLOW_PREPARED_STATEMENTS", None, FLAG, "off: psycopg never prepares a statement (`prepare_threshold=None`), the pool's pass included; PgBouncer before 1.21 needs it off", shown="on (off with transaction pooling)")
+LISTEN_DATABASE_URL = _services.declare("LEDGERFLOW_LISTEN_DATABASE_URL", None, _POSTGRES_URL, "a direct PostgreSQL URL for the web process's long-poll LISTEN connection (behind a transaction pooler)", shown="DATABASE_URL (none with transaction pooling)")
 
 _ledger = Section("Ledger workers", "the `worker-advance` and `worker-outbound` pools and the `scheduler`")
 HANDLERS = _ledger.declare("LEDGERFLOW_HANDLERS", (), Parse(_modules, "comma-separated Python module names"), "extra ledger handler modules a worker loads")
@@ -320,6 +323,7 @@ HEARTBEAT_SECONDS = _ledger.declare("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0, number
 HINT_FLAG_TTL_MS = _ledger.declare("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000, integer(1, 3_600_000), "coalescing window of a queue's wake hint")
 HINT_CONSUMER_TIMEOUT_MS = _ledger.declare("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000, integer(10, 60_000), "longest idle wait of a hint consumer (hints wake it at once; this bounds shutdown)")
 SCHEDULE_TICK_SECONDS = _ledger.declare("LEDGERFLOW_SCHEDULE_TICK_SECONDS", 1.0, number(0.05, 3600), "how often the scheduler hands due schedules their `schedule_launch` jobs (docs/schedules.md)")
+SHUTDOWN_GRACE_SECONDS = _ledger.declare("LEDGERFLOW_SHUTDOWN_GRACE_SECONDS", 20.0, number(0, 20), "after SIGTERM: how long running jobs (and web requests) may take to finish; then a worker hands back what still runs (due again at once, the attempt `canceled` with `WORKER_SHUTDOWN`, not counted against `max_attempts`); every process is out within 25 s")
 
 _limits = Section("Workflow limits", "what one namespace may hold, and how task claims wait")
 INSTANCE_LIMIT = _limits.declare("LEDGERFLOW_INSTANCE_LIMIT", 10_000, integer(0, 1_000_000_000), "unfinished workflows per namespace (409 `WORKFLOW_INSTANCE_LIMIT`)")
@@ -465,6 +469,8 @@ class Settings:
     hint_consumer_timeout_ms: int = _taken_from(HINT_CONSUMER_TIMEOUT_MS)
     handler_modules: tuple[str, ...] = _taken_from(HANDLERS)
     redis_namespace: str = _taken_from(REDIS_NAMESPACE)
+    # after SIGTERM: how long running handlers may finish before what still runs is handed back
+    shutdown_grace_seconds: float = _taken_from(SHUTDOWN_GRACE_SECONDS)
 
 
 def load_settings() -> Settings:
@@ -497,8 +503,9 @@ def is_production() -> bool:
 
 
 def production_problems() -> list[str]:
-    """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``):
-    today, the cursor signing key left at its built-in default (anyone could forge cursors).
+    """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``): the
+    cursor signing key left at its built-in default (anyone could forge cursors), and no console session
+    key (each gunicorn worker would make its own: a login on one worker is unknown to the next).
     Development (the default) needs no setting."""
     if not is_production():
         return []
@@ -509,6 +516,13 @@ def production_problems() -> list[str]:
             "pagination cursors must be signed with your own random key (the built-in development "
             "key is public). Set one, e.g. "
             "LEDGERFLOW_CURSOR_SECRET=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
+    if len(SECRET_KEY.raw() or "") < MIN_SECRET_CHARS:
+        problems.append(
+            "LEDGERFLOW_SECRET_KEY is unset or shorter than 32 characters: in production the console's "
+            "session cookies and CSRF tokens must be signed with one key shared by every web process (without "
+            "it each gunicorn worker makes its own and a login works on one worker only). Set one, e.g. "
+            "LEDGERFLOW_SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
         )
     return problems
 

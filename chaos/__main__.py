@@ -5,6 +5,7 @@ checked, violations, recovery time). ``--quick`` is the short version ``make tes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from chaos import pgbouncer
 from chaos.scenarios import FULL, OPT_IN, QUICK, SCENARIOS, Result, run
 
 
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                         + "; opt-in (restarts the PostgreSQL server): " + ", ".join(OPT_IN))  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the database of a scenario that failed")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="the processes reach PostgreSQL through a private PgBouncer in transaction mode")  # fmt: skip
     args = parser.parse_args(argv)
     server = os.environ.get("DATABASE_URL")
     if not server:
@@ -59,11 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     results = []
-    for name in names:
-        started = time.monotonic()
-        print(f"running {name} ...", flush=True)
-        results.append(run(name, QUICK if args.quick else FULL, server, keep_failed=args.keep))
-        print(f"  done in {time.monotonic() - started:.0f} s", flush=True)
+    with contextlib.ExitStack() as stack:
+        through = stack.enter_context(pgbouncer.running(server)) if args.pgbouncer else None
+        pooling = {"LEDGERFLOW_DB_TRANSACTION_POOLING": "on"} if through else None
+        for name in names:
+            started = time.monotonic()
+            print(f"running {name} ...", flush=True)
+            results.append(run(name, QUICK if args.quick else FULL, server, keep_failed=args.keep,
+                               process_server_url=through, settings=pooling))  # fmt: skip
+            print(f"  done in {time.monotonic() - started:.0f} s", flush=True)
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -87,6 +87,9 @@ class Cluster:
 
     server_url: str
     settings: dict[str, str] = field(default_factory=dict)
+    # where the processes reach the server, when not directly (e.g. a PgBouncer in front of it); the
+    # suite's own checks always read the server directly
+    process_server_url: str | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lf-chaos-")))
     procs: list[Proc] = field(default_factory=list)
     db_name: str = field(default_factory=lambda: f"lf_chaos_{uuid.uuid4().hex[:8]}")
@@ -99,6 +102,11 @@ class Cluster:
     @property
     def db_url(self) -> str:
         return make_url(self.server_url).set(database=self.db_name).render_as_string(hide_password=False)
+
+    @property
+    def process_db_url(self) -> str:
+        server = self.process_server_url or self.server_url
+        return make_url(server).set(database=self.db_name).render_as_string(hide_password=False)
 
     @property
     def redis_url(self) -> str:
@@ -171,13 +179,15 @@ class Cluster:
         return {
             **base,
             "PYTHONPATH": str(ROOT),
-            "DATABASE_URL": self.db_url,
+            "DATABASE_URL": self.process_db_url,
             "REDIS_URL": self.redis_url,
             "LEDGERFLOW_HANDLERS": "chaos.handlers",
             "LOG_FORMAT": "console",
             "LOG_LEVEL": "INFO",
             "LEDGERFLOW_METRICS": "0",
             "PORT": str(self.web_port),
+            # behind a transaction pooler the long-poll LISTEN goes to PostgreSQL directly (web/long_poll.py)
+            **({"LEDGERFLOW_LISTEN_DATABASE_URL": self.db_url} if self.process_server_url else {}),
             **self.settings,
         }
 

@@ -376,10 +376,15 @@ OPT_IN: dict[str, tuple[Fault, dict[str, int]]] = {
 QUICK_MIX: tuple[Fault, dict[str, int]] = (mixed, {"advance": 2, "outbound": 2})
 
 
-def run(name: str, size: Size, server_url: str, *, timeout: float = 240, keep_failed: bool = False) -> Result:
+def run(name: str, size: Size, server_url: str, *, timeout: float = 240, keep_failed: bool = False,
+        process_server_url: str | None = None, settings: dict[str, str] | None = None) -> Result:  # fmt: skip
+    """Run one scenario on a fresh database of ``server_url``; the processes reach it through
+    ``process_server_url`` when given (a PgBouncer), with ``settings`` added to their environment."""
     fault, workers = QUICK_MIX if name == "mixed" else {**SCENARIOS, **OPT_IN}[name]
     result = Result(name)
-    cluster = Cluster(server_url, settings=dict(FAST))
+    cluster = Cluster(
+        server_url, settings={**FAST, **(settings or {})}, process_server_url=process_server_url
+    )
     load: Workload | None = None
     try:
         cluster.create_database()

@@ -142,7 +142,7 @@ INVARIANTS: list[tuple[str, str]] = [
      "SELECT count(*) FROM workflow_instances WHERE id = ANY(:wfs) AND state <> 'SUCCEEDED'"),
     ("every instance ended exactly once (one end audit row each)",
      "SELECT count(*) FROM workflow_instances i WHERE i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-     "AND (SELECT count(*) FROM operation_audit a WHERE a.workflow_id = i.id "
+     "AND (SELECT count(*) FROM workflow_operations a WHERE a.workflow_id = i.id "
      "AND a.action IN ('workflow.succeeded', 'workflow.failed', 'workflow.cancelled')) <> 1"),
     ("no activation doubled (one activation per step of a finished workflow)",
      "SELECT count(*) FROM (SELECT step_id FROM workflow_activations GROUP BY 1 HAVING count(*) > 1) d"),

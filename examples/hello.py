@@ -24,15 +24,19 @@ def hello(ctx: JobContext) -> dict:
 def main() -> None:
     import time
 
+    from app import settings
+    from ledgerflow.devenv import discover_environment
+
+    # the embedded services of `make run`, found as `ledgerflow` finds them; first: importing the hint
+    # publisher below reads the settings (it builds the Redis broker)
+    settings.on_missing_environment(discover_environment)
+
     from sqlalchemy import text
 
     from actors.hints import install_publisher
-    from app import settings
     from app.db import get_engine, transaction
     from app.ledger.enqueue import enqueue
-    from ledgerflow.devenv import discover_environment
 
-    settings.on_missing_environment(discover_environment)  # the embedded services, like `ledgerflow`
     install_publisher()
     with transaction() as conn:
         job = enqueue(conn, "automation_action", {"name": "ledgerflow"})

@@ -12,39 +12,64 @@ import json
 import logging
 import os
 import sys
+from typing import Any
 
 import click
 
-from ledgerflow.cli_common import Failure, expected_failure
+from ledgerflow.cli_common import BAD_INPUT, Failure, expected_failure, one_line
 
-# The job types of the ledger (L-TYPE). They are the engine's own work: user code runs in task
-# workers (ledgerflow.client.TaskWorker), not in ledger handlers.
+# The job types of the ledger (L-TYPE) and what each does. They are the engine's own work: user code runs
+# in task workers (ledgerflow.client.TaskWorker), not in ledger handlers. Every type has a built-in
+# handler (actors.handler_modules); tests/docs checks this table, the pools and the docs against the code.
 JOB_TYPES: dict[str, str] = {
-    "delay_wake": "advance: timers, retry backoffs, signal waits, deadlines (built in)",
-    "task_timeout": "advance: a task that ran past its timeout (built in)",
-    "subprocess_spawn": "advance: starts a SUBWORKFLOW child (built in)",
-    "subprocess_join": "advance: completes a SUBWORKFLOW step (built in)",
-    "schedule_launch": "advance: a scheduled launch (needs a handler module)",
-    "trigger_dispatch": "outbound: a trigger call (needs a handler module)",
-    "external_dispatch": "outbound: an external call (needs a handler module)",
-    "event_dispatch": "outbound: an event delivery (needs a handler module)",
-    "webhook_delivery": "outbound: a webhook delivery (needs a handler module)",
-    "compensation_action": "outbound: issues a compensation task (built in)",
-    "automation_action": "outbound: an automation step (needs a handler module)",
+    "delay_wake": "timers, retry backoffs, signal waits, deadlines",
+    "task_timeout": "a task that ran past its timeout",
+    "subprocess_spawn": "starts a SUBWORKFLOW child",
+    "subprocess_join": "completes a SUBWORKFLOW step",
+    "schedule_launch": "one fire of a schedule",
+    "trigger_dispatch": "the outbound call of a TRIGGER step",
+    "external_dispatch": "sends a TASK step's task to an external system",
+    "event_dispatch": "fans workflow events out to subscriptions and automation rules",
+    "webhook_delivery": "one signed webhook delivery",
+    "compensation_action": "issues a compensation task (saga)",
+    "automation_action": "one action of an automation rule",
 }
-BUILTIN_HANDLERS = {t for t, d in JOB_TYPES.items() if d.endswith("(built in)")}
+
+
+def job_type_lines() -> list[str]:
+    """``TYPE  pool: what it does`` for each job type (``enqueue --help``)."""
+    from app.ledger.states import POOL_OF_TYPE, JobType
+
+    return [f"  {t:<20} {POOL_OF_TYPE[JobType(t)].value}: {d}" for t, d in JOB_TYPES.items()]
 
 
 def _setup_logging() -> None:
     from app.observability.logs import setup_logging  # JSON lines unless a terminal / LOG_FORMAT
 
     setup_logging()
-    for noisy in ("dramatiq", "pgserver", "alembic"):
+    for noisy in ("dramatiq", "pgserver", "alembic", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 class LedgerflowGroup(click.Group):
-    """Turns expected errors of any subcommand (nested groups included) into one line."""
+    """Turns expected errors of any subcommand (nested groups included) into one line, and usage errors
+    too: ``Error: <message> (see `ledgerflow ... --help`)`` instead of click's usage block."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            click.echo(f"Error: {one_line(exc)}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
@@ -76,18 +101,29 @@ def main() -> None:
 
 @main.group()
 def db() -> None:
-    """Database schema."""
+    """Database schema: apply the migrations (the Procfile's release phase), recount the quota counters
+    (when `ledgerflow doctor` says so)."""
 
 
 @db.command("upgrade")
 @click.option("--revision", default="heads", show_default=True)
 def db_upgrade(revision: str) -> None:
-    """Apply Alembic migrations to DATABASE_URL."""
-    from app.migrate import upgrade
+    """Apply Alembic migrations to DATABASE_URL (the Procfile's release phase). Safe on every deploy
+    and concurrently: a database at the head is left as it is, and a second upgrade running at the
+    same time waits for the first (an advisory lock), then finds nothing to do."""
+    from app.migrate import current_revisions, head_revisions, upgrade
     from app.settings import get_settings
 
-    upgrade(get_settings().database_url, revision)
-    click.echo(f"database upgraded to {revision}")
+    url = get_settings().database_url
+    before = current_revisions(url)
+    upgrade(url, revision)
+    after = current_revisions(url)
+    at = ", ".join(after) or "(empty)"
+    head = " (head)" if set(after) == set(head_revisions(url)) else ""
+    if before == after:
+        click.echo(f"database schema already at {at}{head}: nothing to do")
+    else:
+        click.echo(f"database schema upgraded: {', '.join(before) or '(empty)'} -> {at}{head}")
 
 
 @db.command("repair-quota-counts")
@@ -105,7 +141,8 @@ def db_repair_quota_counts() -> None:
 @main.command()
 @click.option("--pool", type=click.Choice(["advance", "outbound"]), required=True)
 def worker(pool: str) -> None:
-    """Run one ledger worker pool (4 slots) until SIGTERM/SIGINT."""
+    """Run one ledger worker pool (4 slots) until SIGTERM/SIGINT (then it stops claiming, lets running
+    jobs finish for the shutdown grace and hands back the rest)."""
     from actors.runtime import run_worker
 
     run_worker(pool)
@@ -113,7 +150,8 @@ def worker(pool: str) -> None:
 
 @main.command()
 def scheduler() -> None:
-    """Enqueue the drain actor every minute (runs it inline when Redis is down)."""
+    """Start the drain every minute (inline when Redis is down) and hand due schedules their launches,
+    until SIGTERM (it exits between ticks)."""
     from actors.runtime import run_scheduler
 
     run_scheduler()
@@ -142,11 +180,11 @@ def drain() -> None:
 
 _ENQUEUE_HELP = (
     "Enqueue one ledger job of TYPE (the same as app.ledger.enqueue.enqueue from Python).\n\n"
-    "Ledger jobs are the engine's own work (timers, timeouts, child workflows, compensation) and\n"
-    "your handler modules' (LEDGERFLOW_HANDLERS); your workflow code runs in task workers\n"
-    "(ledgerflow.client.TaskWorker) instead. A type whose handler no worker loaded ends dead\n"
-    "with HANDLER_MISSING.\n\n"
-    "\b\nTYPE is one of:\n" + "\n".join(f"  {t:<20} {d}" for t, d in JOB_TYPES.items())
+    "Ledger jobs are the engine's own work (timers, timeouts, child workflows, schedules, outbound\n"
+    "calls, events, compensation); your workflow code runs in task workers\n"
+    "(ledgerflow.client.TaskWorker) instead. Every type has a built-in handler; a module named in\n"
+    "LEDGERFLOW_HANDLERS may replace one for its type (examples/hello.py does, for automation_action).\n\n"
+    "\b\nTYPE is one of (pool: what it does):\n" + "\n".join(job_type_lines())
 )
 
 
@@ -154,25 +192,34 @@ _ENQUEUE_HELP = (
 @click.argument("job_type", metavar="TYPE")
 @click.option("--payload", default="{}", show_default=True, help="a JSON object")
 @click.option("--delay-ms", default=0.0, type=float, help="run no earlier than this many ms from now")
-@click.option("--priority", default=0, type=click.IntRange(-32768, 32767), help="higher runs first")
+@click.option(
+    "--priority",
+    default=0,
+    show_default=True,
+    type=click.IntRange(-32768, 32767),
+    help="the SMALLER number runs first (e.g. -10 before 0 before 10); every fourth claim takes the "
+    "earliest due job whatever its priority",
+)
 @click.option(
     "--idempotency-key", default=None, help="a second enqueue with the same key returns the first job"
 )
 def enqueue(job_type: str, payload: str, delay_ms: float, priority: int, idempotency_key: str | None) -> None:
     if job_type not in JOB_TYPES:
-        raise Failure(f"unknown job type {job_type!r}; valid types: {', '.join(JOB_TYPES)}", exit_code=2)
+        raise Failure(
+            f"unknown job type {job_type!r}; valid types: {', '.join(JOB_TYPES)}", exit_code=BAD_INPUT
+        )
     try:
         body = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise Failure(
-            f'--payload is not JSON ({exc}); give a JSON object, e.g. \'{{"name": "x"}}\'', 2
+            f'--payload is not JSON ({exc}); give a JSON object, e.g. \'{{"name": "x"}}\'', BAD_INPUT
         ) from None
     if not isinstance(body, dict):
         raise Failure(
-            f'--payload must be a JSON object, not {type(body).__name__}; e.g. \'{{"name": "x"}}\'', 2
+            f'--payload must be a JSON object, not {type(body).__name__}; e.g. \'{{"name": "x"}}\'', BAD_INPUT
         )
     if delay_ms < 0:
-        raise Failure("--delay-ms must be 0 or more", exit_code=2)
+        raise Failure("--delay-ms must be 0 or more", exit_code=BAD_INPUT)
     from actors import hints
     from app.db import transaction
     from app.ledger.enqueue import enqueue as do_enqueue
@@ -183,12 +230,6 @@ def enqueue(job_type: str, payload: str, delay_ms: float, priority: int, idempot
             conn, job_type, body, delay_ms=delay_ms, priority=priority, idempotency_key=idempotency_key
         )
     click.echo(json.dumps({"id": job.id, "created": job.created}))
-    if job_type not in BUILTIN_HANDLERS:
-        click.echo(
-            f"note: {job_type} has no built-in handler; a worker must load one (LEDGERFLOW_HANDLERS), "
-            "else the job ends dead with HANDLER_MISSING",
-            err=True,
-        )
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -222,22 +263,25 @@ def _die_with_parent() -> None:
     "--host", default=None, help="address the web server binds (default $LEDGERFLOW_BIND_HOST or 127.0.0.1)"
 )
 def dev(port: int | None, host: str | None) -> None:
-    """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C or SIGTERM."""
+    """What `make run` runs: services, migrations, then every long-running Procfile process until
+    Ctrl-C or SIGTERM (which give each process 25 s to stop, as on Heroku)."""
     from app.migrate import upgrade
     from app.settings import BIND_HOST, PORT, get_settings
+    from ledgerflow import procfile
     from ledgerflow.client import server_url
     from ledgerflow.devenv import ROOT, ensure_environment
 
-    ensure_environment()
-    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     os.environ["PORT"] = str(port or PORT.get())
     if host:
         os.environ["LEDGERFLOW_BIND_HOST"] = host
     # `make run` serves this machine only; the Procfile binds every interface for Heroku-style hosts
     # (set LEDGERFLOW_BIND_HOST=0.0.0.0 to share a dev server deliberately)
     os.environ.setdefault("LEDGERFLOW_BIND_HOST", "127.0.0.1")
-    upgrade(get_settings().database_url)
     bound, web_port = BIND_HOST.get(), PORT.get()
+    _refuse_port_in_use(bound, web_port)  # before anything starts (a second `make run`)
+    ensure_environment()
+    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
+    upgrade(get_settings().database_url)
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
     else:
@@ -249,13 +293,27 @@ def dev(port: int | None, host: str | None) -> None:
     click.echo("[ledgerflow] Ctrl-C (or SIGTERM) stops all processes")
     bin_dir = os.path.dirname(sys.executable)
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    honcho = os.path.join(bin_dir, "honcho")
     sys.stdout.flush()
     sys.stderr.flush()
     _die_with_parent()
-    # honcho replaces this process: SIGTERM / SIGINT reach it directly and it stops every process
-    # group it started (gunicorn and its workers included), so the port is free afterwards.
-    os.execv(honcho, [honcho, "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "start"])
+    # honcho starts each process in its own process group; SIGTERM / SIGINT reach this process, which
+    # sends SIGTERM to every group (gunicorn and its workers included) and SIGKILL 25 s later
+    raise SystemExit(procfile.run(ROOT / "Procfile", ROOT, int(web_port)))
+
+
+def _refuse_port_in_use(host: str, port: int) -> None:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise Failure(
+                f"{host}:{port} is already in use ({exc.strerror}): is `make run` already running? Stop it "
+                "(Ctrl-C in its shell) or choose another port: PORT=5001 make run"
+            ) from None
 
 
 @main.command("services-stop")
@@ -266,14 +324,19 @@ def services_stop() -> None:
     stop_embedded()
 
 
-from ledgerflow import ops_cli, subscriptions_cli  # noqa: E402
+from ledgerflow import ops_cli, subscriptions_cli, workflows_cli  # noqa: E402
 from ledgerflow.credentials_cli import credentials  # noqa: E402
 from ledgerflow.doctor import doctor  # noqa: E402
 from ledgerflow.schedules_cli import schedules  # noqa: E402
 
 main.add_command(credentials)
-for _command in (ops_cli.jobs, ops_cli.workflows, schedules, subscriptions_cli.subscriptions, doctor):
+for _command in (workflows_cli.definitions, ops_cli.jobs, ops_cli.workflows, schedules,
+                 subscriptions_cli.subscriptions, doctor):  # fmt: skip
     main.add_command(_command)
+workflows_cli.start_command(
+    ops_cli.workflows
+)  # through the API, as the SDK: the first workflow from the shell
+workflows_cli.watch_command(ops_cli.workflows)
 
 if __name__ == "__main__":
     main()

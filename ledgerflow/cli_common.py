@@ -1,21 +1,82 @@
 """What every ``ledgerflow`` command shares: one-line failures instead of tracebacks for the errors a
-user can cause or fix (bad arguments, services not found, database unreachable)."""
+user can cause or fix (bad arguments, services not found, database unreachable). One format:
+``Error: <what happened and what to do>`` on stderr; exit status 2 when the command line itself is
+wrong (a usage error, an invalid argument, a missing token), 1 for anything else (not found, refused,
+a conflict, a service that cannot be reached)."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from typing import Any
 
 import click
 
 from app.settings import DATABASE_URL, SettingError
 
+BAD_INPUT = 2  # the command line is wrong: fix it and run it again
+FAILED = 1  # anything else
+
 
 class Failure(click.ClickException):
     """Printed as one line ``Error: <message>``; exit code 1 (environment) or 2 (bad input)."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = FAILED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def prog() -> str:
+    """How the user ran the command, for the next command a message suggests: ``.venv/bin/ledgerflow``
+    when typed so (the repository's venv is not on PATH), else ``ledgerflow``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "ledgerflow" and os.sep in argv0:
+        try:
+            rel = os.path.relpath(argv0)
+        except ValueError:
+            return argv0
+        return (
+            rel
+            if rel.startswith("..") or os.path.isabs(rel)
+            else f"{'' if rel.startswith('.') else './'}{rel}"
+        )
+    return "ledgerflow"
+
+
+def exit_code_for(code: str) -> int:
+    """The exit status of an API error code: 2 for an invalid argument, 1 for the others."""
+    return BAD_INPUT if code == "INVALID_ARGUMENT" else FAILED
+
+
+def describe(exc: Any) -> str:
+    """One line of an ``app.errors`` error: its message, and the field errors it does not already say."""
+    message = str(getattr(exc, "message", "") or exc)
+    if hasattr(exc, "field_errors"):  # app.errors
+        pairs = [(e.field, e.message) for e in exc.field_errors]
+    else:  # the SDK's ApiError: the problem's ``errors``
+        pairs = [
+            (e.get("field"), e.get("message"))
+            for e in getattr(exc, "errors", []) or []
+            if isinstance(e, dict)
+        ]
+    fields = [f"{field}: {msg}" for field, msg in pairs]
+    if not fields:
+        return message
+    if message in fields or message == "; ".join(fields[:5]) or any(message == msg for _, msg in pairs):
+        return "; ".join(
+            fields
+        )  # the message only said the fields' messages: say them once, with their fields
+    return f"{message} ({'; '.join(fields)})"
+
+
+def one_line(exc: click.ClickException) -> str:
+    """``exc``'s message as one line; a usage error says where the command's help is."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        message = message.rstrip(".") + f" (see `{ctx.command_path} --help`)"
+    return message
 
 
 def _redacted_database_url() -> str:
@@ -46,5 +107,11 @@ def expected_failure(exc: BaseException) -> Failure | None:
     if module.startswith("sqlalchemy") and type(exc).__name__ == "ArgumentError":
         return Failure(f"DATABASE_URL is not a database URL: {exc}")
     if module == "app.errors":
-        return Failure(getattr(exc, "message", str(exc)), exit_code=2)
+        return Failure(describe(exc), exit_code=exit_code_for(getattr(exc, "code", "")))
+    from ledgerflow.sdk_types import ApiError, ClientError
+
+    if isinstance(exc, ApiError):  # a command that goes through the API (definitions, workflows start)
+        return Failure(describe(exc), exit_code=exit_code_for(exc.code))
+    if isinstance(exc, ClientError):
+        return Failure(str(exc))
     return None

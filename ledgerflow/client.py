@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -462,8 +464,10 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
 
     def ensure_definition(self, name: str, document: dict, *, description: str | None = None) -> dict:
         """Create the definition ``name`` unless it exists, and publish ``document`` unless its
-        ``version`` is already published (versions are immutable: change ``version`` to change the
-        document). Returns the definition with its versions. Safe to run again and again."""
+        ``version`` is already published. Returns the definition with its versions. Safe to run again
+        and again with the same document. Published versions never change: when ``version`` is
+        published with a *different* document, raises ``StateConflict`` naming the version (give the
+        changed document a new ``version``) instead of going on with the old one."""
         definition = self.find_definition(name)
         if definition is None:
             try:
@@ -473,12 +477,22 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
             definition = self.find_definition(name)
             if definition is None:  # pragma: no cover - deleted in between; definitions are never deleted
                 raise NotFound(404, "NOT_FOUND", f"definition {name!r} not found")
-        if document.get("version") not in {v["version"] for v in definition["versions"]}:
+        version = document.get("version")
+        if version not in {v["version"] for v in definition["versions"]}:
             try:
                 self.publish_version(definition["id"], document)
             except StateConflict:  # published meanwhile
                 pass
             definition = self.get_definition(definition["id"])
+        published = self.get_version(definition["id"], str(version))["document"]
+        if not _same_json(published, document):
+            raise StateConflict(
+                409,
+                "STATE_CONFLICT",
+                f"definition {name!r} already has version {version!r} with a different document; a "
+                "published version never changes: give the changed document a new version (e.g. "
+                f"{_next_version(str(version))!r}) and start workflows with that version",
+            )
         return definition
 
     def get_contract(self, definition_id: str, version: str) -> dict:
@@ -574,3 +588,26 @@ __all__ = [
     "WorkflowPage",
     "_dumps",
 ]
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON documents: numbers by value (the server stores 5.0 as 5, the SDK reads 0.1 as a
+    Decimal), objects whatever their key order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float | Decimal) and isinstance(b, int | float | Decimal):
+        return Decimal(str(a)) == Decimal(str(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _next_version(version: str) -> str:
+    """``v1`` -> ``v2``, ``2024-01`` -> ``2024-02``; otherwise ``<version>-2``."""
+    m = re.fullmatch(r"(.*?)(\d+)", version)
+    if m is None:
+        return f"{version}-2"
+    digits = m.group(2)
+    return f"{m.group(1)}{int(digits) + 1:0{len(digits)}d}"

@@ -7,7 +7,7 @@ import json
 import click
 
 from app.auth import SWITCHES
-from ledgerflow.cli_common import Failure
+from ledgerflow.cli_common import BAD_INPUT, Failure
 
 _HELP = {
     "workflow_access": "definitions:read + definitions:publish",
@@ -38,16 +38,34 @@ def _switches(fn):  # noqa: ANN001, ANN202
 @click.option("--namespace", required=True, help="namespace name (created if missing)")
 @click.option("--name", required=True, help="credential name, unique among live credentials of the namespace")
 @_switches
-@click.option("--queue", "queues", multiple=True, help="restrict --task-worker to this queue (repeatable)")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="QUEUE",
+    help="restrict --task-worker to this queue (repeatable)",
+)
 @click.option(
     "--platform",
     is_flag=True,
     help="platform-wide operator: --engine-monitor / --engine-operate reach every namespace's jobs "
     "(without it they reach only this namespace's)",
 )
-@click.option("--expires-in", "expires_in", default=None, help="token lifetime, e.g. 3600, 90m, 12h, 30d")
+@click.option(
+    "--expires-in",
+    "expires_in",
+    default=None,
+    metavar="DURATION",
+    help="token lifetime, e.g. 3600, 90m, 12h, 30d",
+)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--token-only", is_flag=True, help="print only the token (for TOKEN=$(...) in a shell)")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="revoke the live credential of that name first (audited), so running the command again "
+    "gives a new token instead of an error",
+)
 def create(
     namespace: str,
     name: str,
@@ -56,12 +74,13 @@ def create(
     expires_in: str | None,
     as_json: bool,
     token_only: bool,
+    replace: bool,
     **flags: bool,
 ) -> None:
     """Issue a credential with explicit permission switches; the token is printed once. Issuing is
     written to the namespace's operation audit."""
-    from app.audit import issue_credential
-    from app.auth import scopes_from_switches, validate_permission_set
+    from app.audit import issue_credential, revoke_credential
+    from app.auth import list_credentials, scopes_from_switches, validate_permission_set
     from app.db import transaction
     from app.errors import InvalidArgument
 
@@ -71,12 +90,18 @@ def create(
         # before anything is written
         validate_permission_set(scopes, list(queues) if queues else None, platform=platform)
         with transaction() as conn:
+            if replace:  # in the same transaction: a failed issue keeps the old credential
+                for old in list_credentials(conn, namespace):
+                    if old["name"] == name and old["revoked_at"] is None:
+                        revoke_credential(conn, old["id"], actor_name=_actor())
             issued = issue_credential(
                 conn, actor_name=_actor(), namespace=namespace, name=name, scopes=scopes,
                 queues=list(queues) if queues else None, platform=platform, expires_in_seconds=seconds,
             )  # fmt: skip
     except InvalidArgument as exc:
-        raise Failure(exc.message, exit_code=2) from None
+        if "already exists" in exc.message:  # a conflict with what is there, not a bad argument
+            raise Failure(f"{exc.message} (or add --replace to revoke it and issue a new token)") from None
+        raise Failure(exc.message, exit_code=BAD_INPUT) from None
     if token_only:
         click.echo(issued.token)
         return
@@ -146,7 +171,7 @@ def revoke(credential_id: str) -> None:
         with transaction() as conn:
             row = revoke_credential(conn, credential_id, actor_name=_actor())
     except NotFound as exc:
-        raise Failure(exc.message, exit_code=2) from None
+        raise Failure(exc.message) from None
     click.echo(f"revoked {row['id']} ({row['name']}) at {row['revoked_at'].isoformat()}")
 
 

@@ -25,8 +25,9 @@ from typing import Any
 
 import click
 
-from app.auth import Scope
+from app.auth import Scope, missing_permission_message
 from app.settings import PROMETHEUS_MULTIPROC_DIR
+from ledgerflow.cli_common import describe, exit_code_for
 
 TOKEN_ENV = "LEDGERFLOW_TOKEN"
 DEFAULT_CHUNK = 50
@@ -34,11 +35,13 @@ DEFAULT_CHUNK = 50
 
 # ----------------------------------------------------------------------------------------- plumbing
 class CliFailure(click.ClickException):
-    """A refused or failed command: printed as ``error CODE: message`` (or JSON with ``--json``)."""
+    """A refused or failed command: printed as one line ``Error: message`` like every other error of the
+    CLI (or JSON with the code, with ``--json``); exit status ``cli_common.exit_code_for(code)``."""
 
-    def __init__(self, code: str, message: str, as_json: bool = False, exit_code: int = 1) -> None:
+    def __init__(self, code: str, message: str, as_json: bool = False, exit_code: int | None = None) -> None:
         super().__init__(message)
-        self.code, self.as_json, self.exit_code = code, as_json, exit_code
+        self.code, self.as_json = code, as_json
+        self.exit_code = exit_code_for(code) if exit_code is None else exit_code
 
     def show(self, file: Any = None) -> None:
         if self.as_json:
@@ -46,7 +49,7 @@ class CliFailure(click.ClickException):
 
             click.echo(jsonx.dumps({"error": {"code": self.code, "message": self.message}}))
         else:
-            click.echo(f"error {self.code}: {self.message}", err=True)
+            click.echo(f"Error: {self.message}", err=True)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -77,16 +80,11 @@ def operator_command(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..
                 principal = authenticate(token, scopes, as_json)
                 return fn(*args, principal=principal, as_json=as_json, **kwargs)
             except LedgerflowError as exc:
-                raise CliFailure(exc.code, _describe(exc), as_json) from None
+                raise CliFailure(exc.code, describe(exc), as_json) from None
 
         return wrapper
 
     return deco
-
-
-def _describe(exc: Any) -> str:
-    details = "; ".join(f"{e.field}: {e.message}" for e in getattr(exc, "field_errors", []) or [])
-    return f"{exc.message} ({details})" if details else exc.message
 
 
 def authenticate(token: str | None, scopes: Iterable[str], as_json: bool = False) -> Any:
@@ -106,15 +104,11 @@ def authenticate(token: str | None, scopes: Iterable[str], as_json: bool = False
     with get_engine().connect() as conn:
         principal = auth(conn, token.strip())
     if principal is None:
-        raise CliFailure("UNAUTHENTICATED", "the token is unknown or revoked", as_json, exit_code=2)
+        raise CliFailure("UNAUTHENTICATED", f"the token (--token or ${TOKEN_ENV}) is unknown, revoked or expired",
+                         as_json)  # fmt: skip
     missing = [s for s in scopes if s not in principal.scopes]
-    if missing:
-        raise CliFailure(
-            "PERMISSION_DENIED",
-            f"this credential lacks the permission(s): {', '.join(missing)}",
-            as_json,
-            exit_code=2,
-        )
+    if missing:  # the API's 403 message: names the switch that grants each missing scope
+        raise CliFailure("PERMISSION_DENIED", missing_permission_message(missing), as_json)
     logs.set_process_context(namespace=principal.namespace)
     return principal
 
@@ -564,18 +558,50 @@ def jobs_status(principal: Any, as_json: bool) -> None:
         _emit_json(data)
         return
     console = _console()
-    console.print(_kv("runtime status", list(data["runtime"].items())))
+    console.print(_kv("runtime status", _runtime_rows(data["runtime"])))
     by_status = data["summary"]["by_status"]
     console.print(_table("jobs by status", ["status", "count"], sorted(by_status.items())))
-    console.print(_table(f"{len(data['nodes'])} worker node(s)", ["node", "status", "pools", "slots", "heartbeat age s"],
+    _print_nodes(console, data["nodes"])
+
+
+def _runtime_rows(rt: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The runtime status for people: one row per figure, none a Python dict."""
+
+    def num(v: Any, unit: str = "") -> str:
+        return "-" if v is None else f"{v:g}{unit}" if isinstance(v, float) else f"{v}{unit}"
+
+    slots = rt["slots"]
+    return [
+        ("live worker processes", rt["live_workers"]["live"]),
+        ("slots in use", f"{slots['in_use']} of {slots['capacity']}"),
+        ("jobs running", rt["in_flight"]), ("due, waiting for a slot", rt["backlog"]),
+        ("oldest due job waiting", num(rt["oldest_queued_seconds"], " s")),
+        ("stuck (lease expired)", rt["stuck"]), ("dead letters", rt["dead"]),
+        ("queue wait p95 / p99 (1 h)", f"{num(rt['queue_wait_p95_seconds'], ' s')} / {num(rt['queue_wait_p99_seconds'], ' s')}"),
+        ("attempts (1 h)", f"{rt['attempts_1h']}, {rt['failed_attempts_1h']} failed ({rt['failure_rate_1h'] * 100:.1f} %)"),
+        ("average attempt (1 h)", num(rt["avg_duration_ms_1h"], " ms")),
+        ("last claim", _age(rt["last_claim_at"]) or "-"),
+    ]  # fmt: skip
+
+
+def _print_nodes(console: Any, nodes: list[dict[str, Any]]) -> None:
+    """Live and lost nodes in a table; nodes that stopped cleanly only counted (they hold nothing)."""
+    shown = [n for n in nodes if n["state"] != "stopped"]
+    stopped = len(nodes) - len(shown)
+    live = sum(1 for n in shown if n["live"])
+    title = f"{live} live worker node(s), {len(shown) - live} not live"
+    if stopped:
+        title += f"; {stopped} stopped cleanly in the last day (not listed)"
+    console.print(_table(title, ["node", "state", "pools", "slots in use", "heartbeat", "host / pid"],
                          [(n["node_id"], n["state"], ",".join(n["pools"]), f"{n['slots_in_use']}/{n['slot_capacity']}",
-                           n["heartbeat_age_seconds"]) for n in data["nodes"]]))  # fmt: skip
+                           f"{n['heartbeat_age_seconds']:.0f} s ago", f"{n['hostname']} / {n['pid']}") for n in shown]))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------- workflows
 @click.group("workflows")
 def workflows() -> None:
-    """Workflow instances: list, show, pause / resume / cancel, signal (as a named operator, audited)."""
+    """Workflow instances: start and watch one (through the API), list, show, pause / resume / cancel,
+    signal (as a named operator, audited)."""
 
 
 def _instance_rows(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -640,27 +666,26 @@ def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
 
     def read(conn: Any) -> dict[str, Any]:
         inst = operations.visible_instance(conn, principal, instance_id)
-        return {
-            "instance": instances.instance_view(inst),
-            "steps": views.steps_view(conn, instance_id, principal.namespace_id),
-        }
+        steps = views.steps_view(conn, instance_id, principal.namespace_id)
+        details = [
+            views.step_view(conn, instance_id, principal.namespace_id, s["key"]) for s in steps["steps"]
+        ]
+        return {"instance": instances.instance_view(inst), "steps": steps, "step_details": details}
 
     data = _read(read)
     if as_json:
         _emit_json(data)
         return
     from app import jsonx
+    from ledgerflow import step_table
 
     console = _console()
     inst = data["instance"]
     console.print(_kv(f"workflow {inst['id']}",
                       [(k, v if not isinstance(v, (dict, list)) else _short(jsonx.dumps(v), 200))
                        for k, v in inst.items()]))  # fmt: skip
-    steps = data["steps"]["steps"]
-    console.print(_table(f"{len(steps)} step(s)", ["key", "kind", "state", "details"],
-                         [(s.get("key"), s.get("kind"), s.get("state"),
-                           _short(jsonx.dumps({k: v for k, v in s.items() if k not in ("key", "kind", "state")}), 90))
-                          for s in steps]))  # fmt: skip
+    details = data["step_details"]
+    console.print(step_table.table(f"{len(details)} step(s)", details))
 
 
 def _control(

@@ -10,7 +10,11 @@ tests' werkzeug, ``ledgerflow dev``) the same code waits on a ``threading.Event`
   ``LISTEN``) sets the events of the claims waiting on that queue, which then try to claim at once.
   A waiting claim also looks again every ``LEDGERFLOW_CLAIM_POLL_SECONDS`` (default 5 s) without a
   notification: a task whose lease expired is claimable again without a state change, and a lost
-  listener connection must cost latency only.
+  listener connection must cost latency only. Behind a pooler in transaction mode the listener needs a
+  direct URL (``listen_url``).
+- **Shutdown**: on SIGTERM (gunicorn's graceful stop, ``web/gunicorn_conf.py``) ``shut_down()`` ends
+  every waiting claim at once: it answers what it has, usually ``{"tasks": []}``, which a task worker
+  treats as "poll again" (the next claim reaches a process that is not stopping).
 - **Cap**: at most ``LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL`` (default 8) long polls (``wait_seconds``
   > 0) of one credential wait at the same time, counted in Redis across processes (per process when
   Redis is not configured); one more answers ``429 RATE_LIMITED`` with ``Retry-After``.
@@ -29,13 +33,25 @@ import psycopg
 from sqlalchemy import make_url
 
 from app.auth import Principal
+from app.db import transaction_pooling
 from app.errors import RateLimited
-from app.settings import LONG_POLLS_PER_CREDENTIAL, get_settings
+from app.settings import LISTEN_DATABASE_URL, LONG_POLLS_PER_CREDENTIAL, get_settings
 from web.ratelimit import redis_client
 
 log = logging.getLogger(__name__)
 CHANNEL = "lf_task_ready"
 _COUNTER_TTL_SECONDS = 120  # a crashed process's slots are given back after this long
+
+
+def listen_url() -> str | None:
+    """The database URL of the LISTEN connection. ``LISTEN`` is a session's: behind a pooler in
+    transaction mode (``LEDGERFLOW_DB_TRANSACTION_POOLING``) it must reach PostgreSQL directly, given as
+    ``LEDGERFLOW_LISTEN_DATABASE_URL``; without one there is no listener (None) and a waiting claim
+    finds new tasks by its timed look alone."""
+    direct = LISTEN_DATABASE_URL.get()
+    if direct:
+        return direct
+    return None if transaction_pooling() else get_settings().database_url
 
 
 def per_credential_cap() -> int:
@@ -50,18 +66,28 @@ class _Listener:
         self._waiters: dict[str, set[threading.Event]] = {}
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._off = False
 
     def _ensure_started(self) -> None:
         with self._lock:
-            if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
+            if (
+                self._thread is not None
+                and self._pid == os.getpid()
+                and (self._thread.is_alive() or self._off)
+            ):
                 return
+            self._off = listen_url() is None
             self._pid = os.getpid()
             self._thread = threading.Thread(target=self._run, name="lf-task-listener", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
-        url = make_url(get_settings().database_url).set(drivername="postgresql")
-        conninfo = url.render_as_string(hide_password=False)
+        url = listen_url()
+        if url is None:
+            log.info("no task wake-up listener behind a transaction pooler without LEDGERFLOW_LISTEN_DATABASE_URL: "
+                     "waiting claims look every LEDGERFLOW_CLAIM_POLL_SECONDS")  # fmt: skip
+            return
+        conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         while True:
             try:
                 with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -76,6 +102,12 @@ class _Listener:
         with self._lock:
             for event in self._waiters.get(key, ()):
                 event.set()
+
+    def wake_all(self) -> None:
+        with self._lock:
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
 
     @contextlib.contextmanager
     def listen(self, keys: list[str]) -> Iterator[threading.Event]:
@@ -97,6 +129,19 @@ class _Listener:
 
 
 _listener = _Listener()
+_shutting_down = threading.Event()
+
+
+def shut_down() -> None:
+    """The process is stopping: every waiting long-poll claim answers now, and new ones do not wait."""
+    _shutting_down.set()
+    _listener.wake_all()
+
+
+def shutting_down() -> bool:
+    return _shutting_down.is_set()
+
+
 _local_counts: dict[str, int] = {}
 _local_lock = threading.Lock()
 
@@ -143,7 +188,8 @@ def waiting_claim(
     with _slot(principal), _listener.listen(keys) as event:
 
         def wait(seconds: float) -> None:
-            event.wait(max(0.0, min(seconds, fallback_seconds)))
+            if not _shutting_down.is_set():
+                event.wait(max(0.0, min(seconds, fallback_seconds)))
             event.clear()
 
         yield wait

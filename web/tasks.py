@@ -53,7 +53,8 @@ def claim(body: dict):  # noqa: ANN201
     deadline = time.monotonic() + body["wait_seconds"]
 
     def work(conn):  # noqa: ANN001, ANN202
-        final = time.monotonic() >= deadline
+        # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
+        final = time.monotonic() >= deadline or long_poll.shutting_down()
         got = tasks.claim(
             conn, principal.namespace_id, queues, body["max_tasks"], settings.TASK_LEASE_SECONDS.get()
         )

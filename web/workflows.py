@@ -116,8 +116,9 @@ def list_workflows(query: dict):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow_steps(instance_id: str):  # noqa: ANN201
-    with get_engine().connect() as conn, conn.begin():
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    # REPEATABLE READ as a connection option (psycopg then sends BEGIN ISOLATION LEVEL ...), not as a
+    # statement: behind a transaction pooler the transaction's first statement sets the session settings
+    with get_engine().connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
         load_instance(conn, instance_id)
         return ok(views.steps_view(conn, instance_id, current_principal().namespace_id))
 
@@ -131,7 +132,6 @@ def get_workflow_steps(instance_id: str):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow_step(instance_id: str, key: str):  # noqa: ANN201
-    with get_engine().connect() as conn, conn.begin():
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with get_engine().connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
         load_instance(conn, instance_id)
         return ok(views.step_view(conn, instance_id, current_principal().namespace_id, key))

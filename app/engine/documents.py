@@ -6,6 +6,7 @@ it uses, or raises ``InvalidArgument`` listing every problem as ``{field, messag
 
 from __future__ import annotations
 
+import difflib
 import re
 from decimal import Decimal
 from typing import Any
@@ -194,6 +195,15 @@ def ancestors(after: dict[str, list[str]], key: str) -> set[str]:
     return seen
 
 
+def _kind_problem(kind: Any) -> str:
+    """What is wrong with a step's ``kind`` (absent, or not one of KINDS), with the likely one."""
+    if kind is None:
+        return f"required: one of {', '.join(KINDS)}"
+    close = difflib.get_close_matches(str(kind).upper(), KINDS, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown kind {str(kind)[:40]!r}: one of {', '.join(KINDS)}{hint}"
+
+
 def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one pass over the document
     """Validate an X-DEF version document; return (document, sorted task queues)."""
     errs = _Errors()
@@ -264,14 +274,14 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
             continue
         kind = st.get("kind")
         if kind not in KINDS:
-            errs.add(f + ".kind", f"required: one of {', '.join(KINDS)}")
-            continue
-        _fields(errs, f + ".", st, STEP_FIELDS[kind])
+            errs.add(f + ".kind", _kind_problem(kind))
+        else:
+            _fields(errs, f + ".", st, STEP_FIELDS[kind])
         key = st.get("key")
         if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             errs.add(f + ".key", "required: 1-64 characters, letters, digits, _ and -")
             continue
-        for name in REQUIRED[kind]:
+        for name in REQUIRED.get(kind, ()):
             if name not in st:
                 errs.add(f"{f}.{name}", "required")
         deps = st.get("after", [])
@@ -288,8 +298,9 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
                 errs.add(f"{f}.after[{j}]", f"duplicate dependency {d!r}")
             else:
                 good.append(d)
-        after[key] = good
-        _check_kind(errs, f, kind, st, contracts)
+        after[key] = good  # also for an unknown kind: the steps after it are checked as written
+        if kind in KINDS:
+            _check_kind(errs, f, kind, st, contracts)
 
     cycle = _find_cycle(after)
     if cycle:

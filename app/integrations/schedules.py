@@ -328,8 +328,8 @@ def update_schedule(conn: Connection, principal: Principal, schedule_id: str, ch
 
 def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused: bool, *,
                request_id: str | None = None, reason: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Pause or resume. Resuming keeps ``next_fire_at``: the fire times missed while paused are
-    coalesced into ONE launch at the next tick; the response says how many (``missed``)."""
+    """Pause or resume. Resuming hands the fire times missed while paused, coalesced, to ONE launch at
+    once (the latest of them, as a tick would); the response says which and how many (``missed``)."""
     ns = principal.namespace_id
     s = read_schedule(conn, ns, schedule_id, lock=True)
     now = db_now(conn)
@@ -345,6 +345,9 @@ def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused:
         if not paused:
             d = times.due(rule_of(s), s["next_fire_at"], now)
             if d is not None:
+                # launched by the resume itself: a later tick would fold the next fire time in too and
+                # launch that one instead of the fire time named here
+                _hand_out(conn, s, d)
                 missed = {"fire_times": d.skipped + 1, "capped": d.capped, "coalesced_into": rfc3339(d.fire_at),
                           "skipped": d.skipped}  # fmt: skip
     view = get_schedule(conn, ns, schedule_id)
@@ -407,10 +410,17 @@ def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
         d = times.due(rule_of(s), s["next_fire_at"], now)
         if d is None:  # pragma: no cover - selected as due by the same clock
             continue
-        job = _enqueue_launch(conn, s, d.fire_at, "SCHEDULED", d.skipped, d.capped)
-        conn.execute(
-            text("UPDATE workflow_schedules SET next_fire_at = :next WHERE id = :id AND next_fire_at = :was"),
-            {"id": s["id"], "next": d.following, "was": s["next_fire_at"]},
-        )
+        job = _hand_out(conn, s, d)
         out.append({"schedule_id": s["id"], "fire_at": d.fire_at, "skipped": d.skipped, "job_id": job.id})
     return out
+
+
+def _hand_out(conn: Connection, s: dict[str, Any], d: Any) -> Any:
+    """The due fire ``d`` of schedule ``s`` (locked by the caller): its ``schedule_launch`` job, and
+    ``next_fire_at`` moved past it."""
+    job = _enqueue_launch(conn, s, d.fire_at, "SCHEDULED", d.skipped, d.capped)
+    conn.execute(
+        text("UPDATE workflow_schedules SET next_fire_at = :next WHERE id = :id AND next_fire_at = :was"),
+        {"id": s["id"], "next": d.following, "was": s["next_fire_at"]},
+    )
+    return job

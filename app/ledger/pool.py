@@ -21,10 +21,10 @@ import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from app.db import transaction
+from app.db import connect_args, transaction
 from app.ledger import handlers, transitions
 from app.ledger.context import JobContext
-from app.ledger.hints import publish_now
+from app.ledger.hints import publish_after_commit, publish_now
 from app.ledger.outcome import outcome_of
 from app.ledger.states import Pool
 from app.observability import logs, metrics, tracing
@@ -104,23 +104,52 @@ class LedgerPool:
             t.start()
             self._threads.append(t)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop claiming, let running handlers finish (up to ``timeout``), settle them, exit."""
+    def stop_claiming(self) -> None:
+        """Claim nothing more from now on (the first thing a worker does on SIGTERM); running handlers go
+        on and finished ones are still settled."""
         self._stopping.set()
         self._wake.set()
-        deadline = time.monotonic() + timeout
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running handlers finish for up to ``timeout`` seconds (default: the
+        shutdown grace setting), hand back what still runs (``transitions.hand_back``: due again at
+        once, the attempt recorded as interrupted by shutdown), settle what finished, and exit."""
+        self.stop_claiming()
+        deadline = time.monotonic() + (self.settings.shutdown_grace_seconds if timeout is None else timeout)
         while self._running and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self._running:
-            with self._lock:
-                for ctx in self._inflight.values():
-                    ctx.abort("worker shutting down")
+        handed_back = self._running > 0
+        if handed_back:
+            self._hand_back_running()
         self._wake.set()
         self._more_work.set()
         for _ in range(self.slots):
             self._slot_queue.put(None)
+        # the loop settles what finished, then returns; a slot still inside a handler that was handed
+        # back is not waited for (its writes are fenced: the lease token is gone)
+        end = time.monotonic() + 3
         for t in self._threads:
-            t.join(timeout=max(0.1, deadline - time.monotonic()) + 5)
+            if not (handed_back and "-slot-" in t.name):
+                t.join(timeout=max(0.05, end - time.monotonic()))
+
+    def _hand_back_running(self) -> None:
+        with self._lock:
+            contexts = list(self._inflight.values())
+            self._inflight.clear()  # their settlements, if they still come, are dropped (see _execute)
+            self._running -= len(contexts)
+        for ctx in contexts:
+            ctx.abort("worker shutting down")
+        owned = [(c.job_id, c.generation, c.lease_token) for c in contexts]
+        try:
+            with transaction(self.engine) as conn:
+                moved = transitions.hand_back(conn, owned)
+                publish_after_commit(conn, {m["queue"] for m in moved})  # another worker takes them now
+        except DBAPIError as exc:
+            log.warning("pool %s: hand back at shutdown failed (%s); the leases expire and are reclaimed",
+                        self.pool, exc.__class__.__name__)  # fmt: skip
+            return
+        for m in moved:
+            log.info("job %s: handed back at shutdown (%s)", m["id"], m["status"], extra={"job_id": m["id"]})
 
     # -- the loop -----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -185,13 +214,17 @@ class LedgerPool:
         if self._pg is None or self._pg.closed:
             _, params = self.engine.dialect.create_connect_args(self.engine.url)
             params.pop("context", None)  # plain psycopg adapters (jsonb -> Python objects)
+            session = {"timezone": "UTC", "idle_in_transaction_session_timeout": "60000",
+                       **transitions.PG_SESSION_SETTINGS}  # fmt: skip
+            if not self.settings.pool_synchronous_commit:
+                session["synchronous_commit"] = "off"
             self._pg = psycopg.connect(
                 **params,
                 autocommit=True,  # each pass is one statement, hence one transaction
-                options="-c timezone=UTC -c idle_in_transaction_session_timeout=60000 "
-                + transitions.PG_SESSION_OPTIONS
-                + ("" if self.settings.pool_synchronous_commit else " -c synchronous_commit=off"),
                 application_name=f"ledgerflow-{self.pool}-pool",
+                # behind a transaction pooler no session options (a pass then commits synchronously)
+                # and, by default, no prepared statements (app.db.connect_args)
+                **connect_args(session),
             )
         return self._pg
 
@@ -269,7 +302,8 @@ class LedgerPool:
             else:
                 item = self._run_handler(ctx)
         with self._lock:
-            self._inflight.pop(ctx.job_id, None)
+            if self._inflight.pop(ctx.job_id, None) is None:
+                return  # handed back at shutdown meanwhile: the ledger no longer expects this settlement
             self._finished.append(item)
             self._running -= 1
         self._wake.set()

@@ -6,6 +6,8 @@ Who moves a parent job between statuses (every move is a guarded UPDATE in ``app
                 out: claim (-> running), suspend (-> paused), clear/skip (-> canceled).
 - ``running``   in: claim only.
                 out: settle (-> succeeded / pending / failed / dead), drain reclaim (-> pending / dead),
+                     hand back at worker shutdown (-> pending due at once, or dead when an external
+                     outcome is unknown),
                      suspend (-> paused, or dead when an external outcome is unknown), clear/skip (-> canceled).
 - ``paused``    in: suspend.   out: resume (-> pending), clear/skip (-> canceled).
 - ``succeeded`` in: settle.    out: none (terminal).
@@ -129,3 +131,5 @@ HANDLER_MISSING = "HANDLER_MISSING"
 HANDLER_ERROR = "HANDLER_ERROR"
 PERMANENT_ERROR = "PERMANENT_ERROR"
 CANCELED_BY_OPERATOR = "CANCELED"
+# The attempt was interrupted because its worker shut down (SIGTERM, a deploy): not a handler failure.
+WORKER_SHUTDOWN = "WORKER_SHUTDOWN"

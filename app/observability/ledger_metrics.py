@@ -154,8 +154,9 @@ class LedgerCollector:
         )
         for name, group in GROUPS:
             try:
-                with engine.connect() as conn, conn.begin():
-                    conn.execute(text("SET TRANSACTION READ ONLY"))
+                # read only as a connection option (BEGIN READ ONLY), not a first statement: behind a
+                # transaction pooler the first statement sets the session settings (app.db)
+                with engine.connect().execution_options(postgresql_readonly=True) as conn, conn.begin():
                     conn.execute(text("SET LOCAL statement_timeout = '2s'"))
                     out.extend(group(conn))
                 errors.add_metric([name], 0)

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -52,6 +52,16 @@ class MakeRun:
     proc: subprocess.Popen
     port: int
     log_path: Path
+    # what a shell next to it needs to find the same services (the embedded ones: their data folder)
+    shell_env: dict[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a shell beside this `make run` (a newcomer's second terminal)."""
+        env = {**os.environ, **self.shell_env, **extra}
+        for k in self.unset:
+            env.pop(k, None)
+        return env
 
     @property
     def url(self) -> str:
@@ -89,11 +99,31 @@ class MakeRun:
         return left
 
 
-def start_make_run(tmp_dir: Path, extra_env: dict[str, str] | None = None) -> MakeRun:
+def embedded(tmp_dir: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(environment, names to unset) of a newcomer's machine: no DATABASE_URL / REDIS_URL, so `make run`
+    and every command use the embedded PostgreSQL and Redis (here under a data folder of their own)."""
+    return {"LEDGERFLOW_DATA_DIR": str(tmp_dir / "data")}, ("DATABASE_URL", "REDIS_URL")
+
+
+def stop_embedded(run: MakeRun) -> None:
+    if run.unset:
+        subprocess.run([str(VENV_BIN / "ledgerflow"), "services-stop"], env=run.env(), cwd=ROOT,
+                       capture_output=True, timeout=120, check=False)  # fmt: skip
+
+
+def start_make_run(
+    tmp_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    shell_env: dict[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+) -> MakeRun:
+    """`make run` itself, on a free port; ``shell_env`` / ``unset`` apply to it and to the shells
+    beside it (``MakeRun.env``)."""
     need_venv()
     port = free_port()
-    env = {**os.environ, "PORT": str(port), **(extra_env or {})}
-    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "LEDGERFLOW_URL", "LEDGERFLOW_TOKEN"):
+    env = {**os.environ, "PORT": str(port), **(extra_env or {}), **(shell_env or {})}
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "LEDGERFLOW_URL", "LEDGERFLOW_TOKEN", *unset):
         env.pop(k, None)
     log_path = tmp_dir / f"make-run-{port}.log"
     out = open(log_path, "w")  # noqa: SIM115
@@ -105,12 +135,13 @@ def start_make_run(tmp_dir: Path, extra_env: dict[str, str] | None = None) -> Ma
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, as a terminal gives it
     )
-    run = MakeRun(proc, port, log_path)
-    deadline = time.monotonic() + 90
+    run = MakeRun(proc, port, log_path, dict(shell_env or {}), unset)
+    deadline = time.monotonic() + 180  # the embedded PostgreSQL's first start initializes its data
     while True:
         log = run.log()
         if proc.poll() is not None or time.monotonic() > deadline:
             run.stop(signal.SIGKILL, group=True, timeout=5)
+            stop_embedded(run)
             raise RuntimeError(f"`make run` did not come up:\n{log}")
         if len(re.findall(r"ledgerflow worker \w+ ready", log)) == 2 and "scheduler ready" in log:
             try:

@@ -9,7 +9,6 @@ traceback or a warning, or (for the examples) does not print its documented outc
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.live import ROOT, port_open, start_make_run
+from tests.docs.live import ROOT, embedded, start_make_run, stop_embedded
 
 DOCS = ["README.md", "docs/tutorial.md"]
 MAKE_LINE = re.compile(r"^\s*((?:[A-Z_]+=\S+\s+)*)make\s+\w+")
@@ -34,6 +33,8 @@ OUTCOMES = {
     "examples/compensation.py": ["FAILED (stop_kind FAILURE); undone in this order: payment, hotel"],
     "examples/recovery.py": ["NEEDS_REVIEW", "resolved: COMPENSATION_FAILED", "FAILED (stop_kind FAILURE)"],
     "/jobs/runtime-status": ['"live_workers"'],
+    "ledgerflow definitions publish": ["definition first_definition (", "version v1 published"],
+    "ledgerflow workflows start": ['SUCCEEDED: output {"greeting": "Ada"}'],
 }
 
 
@@ -53,17 +54,27 @@ def server_env(docs: list[str]) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):  # noqa: ANN001, ANN201
-    run = start_make_run(tmp_path_factory.mktemp("docs"), server_env(DOCS))
-    yield run
-    assert run.stop(signal.SIGTERM) == [], run.log()
+@pytest.fixture(
+    scope="module", params=["the machine's PostgreSQL and Redis", "the embedded default (no DATABASE_URL)"]
+)
+def server(request, tmp_path_factory):  # noqa: ANN001, ANN201
+    """`make run` as the docs start it: on the services DATABASE_URL / REDIS_URL name, and as a newcomer
+    runs it, with neither set (the embedded PostgreSQL and Redis, which every command then finds)."""
+    tmp = tmp_path_factory.mktemp("docs")
+    shell_env, unset = embedded(tmp) if request.param.startswith("the embedded") else ({}, ())
+    run = start_make_run(tmp, server_env(DOCS), shell_env=shell_env, unset=unset)
+    try:
+        yield run
+        assert run.stop(signal.SIGTERM) == [], run.log()
+    finally:
+        run.stop(signal.SIGKILL, group=True, timeout=5)
+        stop_embedded(run)
 
 
 def run_blocks(doc: str, server, tmp_path: Path) -> str:  # noqa: ANN001
     state = tmp_path / "exports.sh"
     state.write_text("")
-    env = {**os.environ, "LEDGERFLOW_URL": server.url}
+    env = server.env(LEDGERFLOW_URL=server.url)
     env.pop("LEDGERFLOW_TOKEN", None)
     transcript = []
     ran = 0
@@ -105,16 +116,3 @@ def test_readme_commands_work_as_written(server, tmp_path):  # noqa: ANN001
 
 def test_tutorial_commands_work_as_written(server, tmp_path):  # noqa: ANN001
     run_blocks("docs/tutorial.md", server, tmp_path)
-
-
-@pytest.mark.parametrize("how", ["SIGTERM to make", "SIGINT to the process group (Ctrl-C)"])
-def test_make_run_stops_every_process_and_frees_the_port(how, tmp_path):  # noqa: ANN001
-    run = start_make_run(tmp_path)
-    started = run.processes()
-    assert len(started) >= 8, [p.cmdline() for p in started]  # make, honcho, gunicorn + 2, 3 ledger processes
-    if how.startswith("SIGTERM"):
-        left = run.stop(signal.SIGTERM)  # an IDE stop button, `kill`
-    else:
-        left = run.stop(signal.SIGINT, group=True)  # Ctrl-C in the terminal
-    assert left == [], f"still running after {how}: {left}\n{run.log()}"
-    assert not port_open(run.port)

@@ -216,8 +216,10 @@ def test_pause_resume_coalesces_and_says_how_many_were_missed(sched) -> None:  #
     with transaction(sched) as conn:
         out = schedules.set_paused(conn, principal(), s["id"], False)
     assert out["missed"]["fire_times"] == 3 and out["missed"]["skipped"] == 2
-    handed = tick(sched)
-    assert len(handed) == 1 and handed[0]["skipped"] == 2
+    assert _launch_payloads(sched, s["id"]) == [
+        (out["missed"]["coalesced_into"], 2)
+    ]  # launched by the resume
+    assert tick(sched) == []
     # launch now works whatever the overlap policy says
     with transaction(sched) as conn:
         launched = schedules.launch_now(conn, principal(), s["id"])
@@ -225,6 +227,33 @@ def test_pause_resume_coalesces_and_says_how_many_were_missed(sched) -> None:  #
     statuses = [(f.kind, f.status) for f in fires(sched, s["id"])]
     assert statuses == [("SCHEDULED", "LAUNCHED"), ("MANUAL", "LAUNCHED")]
     assert launched["job_id"]
+
+
+def _launch_payloads(eng, sid: str) -> list[tuple[str, int]]:  # noqa: ANN001
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text("SELECT payload FROM workflow_jobs WHERE type = 'schedule_launch' AND payload->>'schedule_id' = :s "
+                 "ORDER BY id"), {"s": sid},
+        ).scalars()  # fmt: skip
+        return [(p["fire_at"], p["skipped"]) for p in rows]
+
+
+def test_resuming_just_before_a_fire_time_launches_the_fire_time_it_names(sched) -> None:  # noqa: ANN001
+    """Issue 30: resumed about a second before a fire time, the answer named a missed fire time that
+    never launched: the next tick, after that fire time, folded it in and launched the later one."""
+    def_id = publish(sched, NS, DOC)
+    s = create(sched, def_id)
+    with transaction(sched) as conn:
+        schedules.set_paused(conn, principal(), s["id"], True)
+    backdate(sched, s["id"], 60 * 3 - 1)  # fire times 119 s and 59 s ago were missed; the next is in 1 s
+    with transaction(sched) as conn:
+        missed = schedules.set_paused(conn, principal(), s["id"], False)["missed"]
+    assert missed["fire_times"] == 2
+    backdate(sched, s["id"], 2)  # the tick runs after the next fire time
+    tick(sched)
+    launched = [fire_at for fire_at, _ in _launch_payloads(sched, s["id"])]
+    assert launched[0] == missed["coalesced_into"]
+    assert len(launched) == 2 and launched[1] > launched[0]  # the next fire time launches on its own
 
 
 def test_update_rule_restarts_counting_and_delete_skips_queued_launches(sched) -> None:  # noqa: ANN001
@@ -268,7 +297,7 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
     run = CliRunner().invoke
     bad = run(main, ["schedules", "create", "--name", "x", "--definition-id", def_id, "--version", "v1",
                      "--input", '{"region": "eu"}', "--cron", "0 8 * * *", "--timezone", "Nowhere/X"], env=env)  # fmt: skip
-    assert bad.exit_code == 1 and "timezone" in bad.output
+    assert bad.exit_code == 2 and "timezone" in bad.output  # an invalid argument: 2 (issue 30)
     out = run(main, ["schedules", "create", "--json", "--name", "nightly", "--definition-id", def_id, "--version", "v1",
                      "--input", '{"region": "eu"}', "--cron", "@daily", "--timezone", "Europe/Berlin"], env=env)  # fmt: skip
     assert out.exit_code == 0, out.output

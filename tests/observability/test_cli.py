@@ -73,15 +73,21 @@ def test_reads_as_tables_and_json(fresh, issue, make_job):  # noqa: ANN001
 
 def test_the_api_permission_rules(fresh, issue, make_job):  # noqa: ANN001
     job = make_job("dead")
+    # one format (issue 30): `Error: ...` on one line; 2 for a command line that lacks the token, 1 for refusals
     r = run(jobs, ["list"])
-    assert r.exit_code == 2 and "UNAUTHENTICATED" in r.stderr
+    assert (
+        r.exit_code == 2
+        and r.stderr.startswith("Error: an operator credential is required")
+        and "--token" in r.stderr
+    )
     r = run(jobs, ["list", "--json"], "lf_not-a-token")
-    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["code"] == "UNAUTHENTICATED"
+    assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "UNAUTHENTICATED"
     monitor, _ = issue(MONITOR)
     r = run(jobs, ["retry", str(job), "--yes"], monitor)
-    assert r.exit_code == 2 and "workflow:engine:operate" in r.stderr
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and r.stderr.startswith("Error: ")
+    assert "workflow:engine:operate (granted by --engine-operate)" in r.stderr  # names the switch, as the API
     operate_only, cred = issue(OPERATE)
-    assert run(jobs, ["list"], operate_only).exit_code == 2  # reads need the monitor scope, as the API
+    assert run(jobs, ["list"], operate_only).exit_code == 1  # reads need the monitor scope, as the API
     with transaction(fresh) as conn:
         conn.execute(text("UPDATE credentials SET revoked_at = now() WHERE id = :i"), {"i": cred})
     assert "revoked" in run(jobs, ["retry", str(job), "--yes"], operate_only).stderr
@@ -174,14 +180,16 @@ def test_workflow_commands(fresh, issue):  # noqa: ANN001
     assert "receipt" in run(workflows, ["show", wid], token).stdout
     r = run(workflows, ["show", wid, "--json"], stranger)  # another namespace: not found, as the API
     assert r.exit_code == 1 and json.loads(r.stdout)["error"]["code"] == "NOT_FOUND"
-    assert run(workflows, ["pause", wid, "--reason", "x", "--yes"], reader).exit_code == 2
+    assert run(workflows, ["pause", wid, "--reason", "x", "--yes"], reader).exit_code == 1
     r = run(workflows, ["pause", wid, "--reason", "maintenance", "--yes", "--json"], token)
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["instance"]["paused"] is True
     r = run(
         workflows, ["resume", wid, "--reason", "done", "--expected-control-revision", "1", "--yes"], token
     )
-    assert r.exit_code == 1 and "STATE_CONFLICT" in r.stderr  # a stale decision, as the API
+    assert r.exit_code == 1 and r.stderr.startswith(
+        "Error: expected_control_revision 1 is stale"
+    )  # as the API
     r = run(workflows, ["resume", wid, "--reason", "done", "--yes"], token)
     assert r.exit_code == 0 and "control revision 3" in r.stdout
     r = run(workflows, ["signal", wid, "--name", "done", "--payload-version", "v1", "--step", "receipt",
@@ -190,7 +198,7 @@ def test_workflow_commands(fresh, issue):  # noqa: ANN001
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["signal"]["state"] == "CONSUMED"
     r = run(workflows, ["cancel", wid, "--reason", "too late", "--yes"], token)
-    assert r.exit_code == 1 and "STATE_CONFLICT" in r.stderr  # it already succeeded
+    assert r.exit_code == 1 and r.stderr == "Error: the workflow is SUCCEEDED\n"  # it already succeeded
     actions = [a["action"] for a in audit(fresh) if a["actor_id"] == cred]
     assert actions == ["workflow.control.pause", "workflow.control.resume", "signal.accepted"]
 

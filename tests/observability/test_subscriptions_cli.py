@@ -31,10 +31,10 @@ def test_subscriptions_from_the_shell(fresh, monkeypatch) -> None:  # noqa: ANN0
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     assert "integration_access" in SWITCHES
     denied = run(["list"], _token(fresh, engine_monitor=True))
-    assert denied.exit_code == 2 and "integrations:manage" in denied.output
+    assert denied.exit_code == 1 and "integrations:manage" in denied.output
     token = _token(fresh, integration_access=True)
     refused = run(["create", "--url", "http://10.0.0.1/h", "--event", "*", "--json"], token)
-    assert refused.exit_code == 1 and "INVALID_ARGUMENT" in refused.output
+    assert refused.exit_code == 2 and "INVALID_ARGUMENT" in refused.output
     made = run(
         ["create", "--url", "http://user:pw@127.0.0.1:5400/h?k=s", "--event", "workflow.*", "--json"], token
     )

@@ -12,12 +12,15 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from ledgerflow.client import Client
+from tests.web.wf_live import waiting_long_polls
+from tests.web.wf_ops import until
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DOC = {"steps": [{"key": "t", "kind": "TASK", "queue": "q"}]}
@@ -91,6 +94,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass
+class ProcfileWeb:
+    url: str
+    proc: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=40)
+
+
 @pytest.fixture
 def procfile_web(tmp_path):  # noqa: ANN001, ANN201
     """The Procfile's ``web`` command (its gunicorn config: the serving model), one worker, on a free
@@ -109,33 +123,38 @@ def procfile_web(tmp_path):  # noqa: ANN001, ANN201
          "--no-control-socket", "web:create_app()"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    web = ProcfileWeb(f"http://127.0.0.1:{port}", proc)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+            if httpx.get(web.url + "/healthz", timeout=1).status_code == 200:
                 break
         except httpx.HTTPError:
             time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    yield web
+    web.stop()
 
 
 def test_long_polls_do_not_starve_the_api(ops, procfile_web):  # noqa: F811
-    """16 waiting claims on one ``web`` worker (the old gthread setting had 4 threads) and a read
-    still answers at once."""
+    """16 waiting claims on one ``web`` worker (the old gthread setting had 4 threads) and a read still
+    answers while every one of them is waiting. Nothing is timed (issue 30: this failed on a busy machine):
+    the claims are known to wait (the long-poll count in Redis), they wait far longer than any read takes,
+    and the read must come back before any of them does; the web process's graceful stop then ends them."""
+    if not os.environ.get("REDIS_URL"):
+        pytest.skip("the waiting long polls are counted in Redis")
     wid = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
-    with ThreadPoolExecutor(17) as pool:
-        waiting = [pool.submit(_claim, ops.ns, "worker", 6, f"idle-{i}", procfile_web) for i in range(16)]
-        time.sleep(1.0)
-        started = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        waiting = [
+            pool.submit(_claim, ops.ns, "worker", 30, f"idle-{i}", procfile_web.url) for i in range(16)
+        ]
+        until(lambda: waiting_long_polls(ops.ns.tokens["worker"]) == 16 or any(f.done() for f in waiting), 60)
+        assert not any(f.done() for f in waiting), [f.result().text for f in waiting if f.done()]
         r = httpx.get(
-            f"{procfile_web}/v1/workflows/{wid}",
+            f"{procfile_web.url}/v1/workflows/{wid}",
             headers={"Authorization": f"Bearer {ops.ns.tokens['all']}"},
-            timeout=30,
+            timeout=60,
         )
-        took = time.monotonic() - started
         assert r.status_code == 200 and r.json()["data"]["id"] == wid
-        assert took < 3.0, took
-        assert all(f.result().status_code == 200 for f in waiting)
+        assert not any(f.done() for f in waiting)  # the read did not wait for a claim to give up its turn
+        procfile_web.stop()  # SIGTERM: the waiting claims answer "nothing yet" at once
+        assert [f.result().json()["data"]["tasks"] for f in waiting] == [[]] * 16

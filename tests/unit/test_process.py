@@ -30,13 +30,17 @@ def test_the_start_up_heap_leaves_the_full_collections():
     _unfreeze_after(check)
 
 
-def test_every_gunicorn_worker_freezes_once_its_app_is_loaded():
+def test_every_gunicorn_worker_freezes_once_its_app_is_loaded(monkeypatch):  # noqa: ANN001
     frozen_by_hook = None
+    wrapped = []
+    # the hook also wraps the worker's SIGTERM handler: not in this test process
+    monkeypatch.setattr(gunicorn_conf, "end_long_polls_on_sigterm", wrapped.append)
 
     def run() -> None:
         nonlocal frozen_by_hook
-        gunicorn_conf.post_worker_init(None)
+        gunicorn_conf.post_worker_init("worker")
         frozen_by_hook = gc.get_freeze_count()
 
     _unfreeze_after(run)
     assert frozen_by_hook and frozen_by_hook > 1000
+    assert wrapped == ["worker"]

@@ -66,3 +66,20 @@ def make_namespace(url: str) -> Namespace:
 @pytest.fixture
 def wf_ns(wf_server: str) -> Namespace:
     return make_namespace(wf_server)
+
+
+def waiting_long_polls(token: str) -> int:
+    """How many long-poll claims of ``token``'s credential wait right now, as every web process counts
+    them in Redis (web/long_poll.py): a test waits for this instead of sleeping and hoping."""
+    import os
+
+    import redis
+
+    from app.auth import authenticate
+    from app.db import get_engine
+    from app.settings import get_settings
+
+    with get_engine().connect() as conn:
+        principal = authenticate(conn, token)
+    key = f"{get_settings().redis_namespace}:longpoll:{principal.credential_id}"
+    return int(redis.Redis.from_url(os.environ["REDIS_URL"]).get(key) or 0)

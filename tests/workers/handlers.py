@@ -18,6 +18,13 @@ def _behave(ctx):  # noqa: ANN001, ANN202
     if mode == "sleep":
         ctx.sleep(float(p.get("seconds", 1)))
         return {"slept": p.get("seconds")}
+    if mode == "hold":
+        # the first attempt runs until the worker hands it back (issue 30: shutdown); later ones finish
+        if ctx.attempt == 1:
+            if p.get("ignore_abort"):
+                time.sleep(600)  # a handler blocked in a call that does not look at the abort signal
+            ctx.sleep(600)
+        return {"attempt": ctx.attempt}
     if mode == "skip":
         return Skip("nothing to do")
     if mode == "fail":

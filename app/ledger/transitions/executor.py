@@ -22,9 +22,7 @@ from psycopg.rows import dict_row
 from sqlalchemy import Connection, text
 
 from app.ledger.models import ATTEMPT_STATUS_TYPE, JOB_STATUS_TYPE
-from app.ledger.states import (
-    EXTERNAL_OUTCOME_UNKNOWN,
-)
+from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN, WORKER_SHUTDOWN
 from app.observability import logs
 from app.sql import column_names, pyformat
 
@@ -157,7 +155,14 @@ _BY_PRIORITY, _BY_DUE = "priority, run_at, id", "run_at, id"
 # plan is built once, possibly while the tables are small or their statistics stale (autovacuum
 # off), so sequential scans are ruled out for this session: every access in these statements is an
 # index lookup (claim index, primary keys, the partial "running" indexes) whatever the statistics.
-PG_SESSION_OPTIONS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
+PG_SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+PG_SESSION_OPTIONS = " ".join(f"-c {k}={v}" for k, v in PG_SESSION_SETTINGS.items())
+
+
+def _prepare(conn: psycopg.Connection) -> bool | None:
+    """Prepare the pool's statements, unless prepared statements are off on this connection
+    (``prepare_threshold=None``: behind PgBouncer 1.18 in transaction mode, app.db.prepared_statements)."""
+    return None if conn.prepare_threshold is None else True
 
 
 @lru_cache(maxsize=64)
@@ -185,7 +190,7 @@ def claim(
     if isinstance(conn, psycopg.Connection):
         sql = _pg_claim_sql(by_due, limit)
         with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(sql, params, prepare=True).fetchall()
+            return cur.execute(sql, params, prepare=_prepare(conn)).fetchall()
     stmt = CLAIM_BY_DUE if by_due else CLAIM_BY_PRIORITY
     return [dict(r._mapping) for r in conn.execute(stmt, params)]
 
@@ -371,7 +376,7 @@ def settle_and_claim(
     params.update(queue=queue, worker_id=worker_id, lease_seconds=lease_seconds)
     sql = _pg_settle_and_claim_sql(by_due, max(0, limit))
     with conn.cursor() as cur:
-        tuples = cur.execute(sql, params, prepare=True).fetchall()
+        tuples = cur.execute(sql, params, prepare=_prepare(conn)).fetchall()
         names = column_names(sql, cur)
     rows = [dict(zip(names, t, strict=True)) for t in tuples]
     first = rows[0]
@@ -418,6 +423,68 @@ def renew_leases(
         },
     )
     return {r.id for r in rows}
+
+
+# --------------------------------------------------------------------------- hand back at shutdown: running -> pending
+# The executor gives its jobs back because its worker is shutting down (SIGTERM): not the handler's
+# failure, so no backoff (due again at once) and the attempt does not use the budget (``max_attempts``
+# grows by one: ``attempts`` still counts every claim, L-STATE-2). The attempt is recorded as
+# ``canceled`` with WORKER_SHUTDOWN. An open side-effect marker is an unknown external outcome, as
+# everywhere else (L-EFFECT-4): dead, marker kept, never re-sent automatically.
+_HAND_BACK = text(
+    f"""
+WITH input AS (
+    SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[])) AS u(id, gen, token)
+), prior AS (
+    SELECT {OPEN_ATTEMPT} FROM workflow_jobs j JOIN input u
+        ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.status = 'running'
+    FOR UPDATE OF j
+), moved AS (
+    UPDATE workflow_jobs j
+    SET status = CAST(CASE WHEN j.effect_marker IS NOT NULL THEN 'dead' ELSE 'pending' END AS {
+        JOB_STATUS_TYPE
+    }),
+        run_at = CASE WHEN j.effect_marker IS NOT NULL THEN j.run_at ELSE now() END,
+        max_attempts = CASE WHEN j.effect_marker IS NOT NULL THEN j.max_attempts ELSE j.max_attempts + 1 END,
+        error_code = CASE WHEN j.effect_marker IS NOT NULL THEN '{EXTERNAL_OUTCOME_UNKNOWN}'
+                          ELSE '{WORKER_SHUTDOWN}' END,
+        last_error = CASE WHEN j.effect_marker IS NOT NULL
+                          THEN 'worker shut down during an unsafe external call: outcome needs confirmation'
+                          ELSE 'interrupted by worker shutdown' END,
+        finished_at = CASE WHEN j.effect_marker IS NOT NULL THEN now() ELSE NULL END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, {CLEAR_OPEN_ATTEMPT},
+        updated_at = now()
+    FROM prior WHERE j.id = prior.id
+    RETURNING j.id, j.status, j.error_code, j.last_error, j.queue
+), closed AS (
+    {
+        insert_final_attempts(
+            "prior p JOIN moved m ON m.id = p.id",
+            status="CASE m.status WHEN 'dead' THEN 'failed' ELSE 'canceled' END",
+            response="NULL",
+            error="m.last_error",
+            error_code="m.error_code",
+            duration_ms="(extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int",
+        )
+    }
+)
+SELECT id, status, queue FROM moved
+"""
+)
+
+
+def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[dict[str, Any]]:
+    """running -> pending, due at once (or dead with an open side-effect marker), for the jobs this
+    executor still owns (``(id, generation, lease_token)``): its worker is shutting down. Returns the
+    moved jobs (``id``, ``status``, ``queue``); a job settled or fenced meanwhile is simply absent."""
+    if not owned:
+        return []
+    rows = conn.execute(
+        _HAND_BACK,
+        {"ids": [o[0] for o in owned], "gens": [o[1] for o in owned], "tokens": [o[2] for o in owned]},
+    )
+    return [dict(r._mapping) for r in rows]
 
 
 # --------------------------------------------------------------------------- ownership check (executor)
