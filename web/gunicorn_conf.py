@@ -1,12 +1,47 @@
 """gunicorn hooks of the ``web`` process, loaded by ``gunicorn.conf.py`` (the serving model, gevent,
 is set there): its own logs in the same JSON / console format as every other process (the app logs
 one access line per request itself, with the request id), the Prometheus multiprocess clean-up
-of exited workers, and each worker's start-up heap frozen once its app is loaded (``app.process``)."""
+of exited workers, and each worker's start-up heap frozen once its app is loaded (``app.process``).
 
+Connection timeouts (issue 29, docs/operations.md "Serving model"): a client holds a worker's
+connection slot (``worker_connections``) only while it keeps talking.
+
+- **Slow headers**: a request's line and headers must arrive within ``header_timeout()`` seconds of the
+  connection (or of the previous response on a kept-alive connection); gunicorn's ``keepalive`` bounds
+  that wait in the gevent worker, so it is set to this value. Then the connection is closed.
+- **Idle connection**: once the headers are in, any read (the body) or write (the response) that makes
+  no progress for ``idle_timeout()`` seconds ends the connection: ``TimeoutGeventWorker`` gives every
+  client socket that timeout (a body read that times out answers 400 and closes). A long poll waiting
+  for a task sends and reads nothing meanwhile, so it is not cut by it.
+"""
+
+from gunicorn.workers.ggevent import GeventWorker
+
+from app.config import env_float, env_int
 from app.observability import logs, metrics
 from app.process import settle_startup_heap
 
 logconfig_dict = logs.gunicorn_logconfig()
+
+
+def header_timeout() -> int:
+    """Seconds a client has to send a request's line and headers (``LEDGERFLOW_HTTP_HEADER_TIMEOUT``)."""
+    return max(1, env_int("LEDGERFLOW_HTTP_HEADER_TIMEOUT", 5))
+
+
+def idle_timeout() -> float:
+    """Seconds a connection may make no progress while its body is read or its answer written
+    (``LEDGERFLOW_HTTP_IDLE_TIMEOUT``)."""
+    return max(0.1, env_float("LEDGERFLOW_HTTP_IDLE_TIMEOUT", 15.0))
+
+
+class TimeoutGeventWorker(GeventWorker):
+    """gunicorn's gevent worker whose client sockets time out after ``idle_timeout()`` without progress
+    (the stock worker makes them fully blocking: a client that sends half a body held its slot forever)."""
+
+    def handle(self, listener, client, addr):  # noqa: ANN001, ANN201 - gunicorn's signature
+        client.settimeout(idle_timeout())
+        super(GeventWorker, self).handle(listener, client, addr)  # the async worker's loop, not setblocking
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature
