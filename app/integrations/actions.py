@@ -38,7 +38,8 @@ class Event:
 
 _LOAD = text(
     """
-SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.action, r.secret, r.created_by, e.id AS event_id,
+SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret,
+       r.created_by, e.id AS event_id,
        e.type, e.seq, e.instance_id, e.body::text AS body
 FROM automation_executions x
 JOIN workflow_events e ON e.id = x.event_id
@@ -99,13 +100,14 @@ def automation_action(ctx: JobContext) -> Any:
     xid = (ctx.payload or {}).get("execution_id")
     with ctx.engine.connect() as conn:
         row = conn.execute(_LOAD, {"id": xid}).first() if isinstance(xid, str) and is_hex32(xid) else None
-        if row is not None and row.enabled:
+        acting = row is not None and (row.enabled or automation.admitted_while_disabled(row.disabled_reason))
+        if acting:
             author = auth.acting_principal(conn, row.created_by)
             ev = Event(row.event_id, row.type, row.instance_id, row.body)
             chain = automation.event_chain(conn, ev)
     if row is None:
         return missing(ctx, "automation execution", xid)
-    if row.enabled is None or not row.enabled:
+    if not acting:
         reason = "the rule was deleted" if row.enabled is None else "the rule is disabled"
         _record(ctx, row.id, "skipped", err=reason)
         return Skip(reason)

@@ -73,6 +73,16 @@ KIND_SCOPES = {
 _ABSENT = object()
 
 
+BUDGET_SPENT = "rate budget spent"
+AUTO_DISABLED = "disabled automatically: "
+
+
+def admitted_while_disabled(disabled_reason: str | None) -> bool:
+    """A rule that disabled itself for its rate budget still runs the executions admitted within the
+    budget (those queued before); a person's disable, or its author's loss of rights, stops them all."""
+    return (disabled_reason or "").startswith(AUTO_DISABLED + BUDGET_SPENT)
+
+
 def rate_budget() -> int:
     """Executions one rule may have per minute; past them the rule disables itself."""
     return max(1, int(os.environ.get("LEDGERFLOW_RULE_RATE_PER_MINUTE") or 300))
@@ -256,8 +266,7 @@ def set_rule_enabled(
     sets = (
         "enabled = true, disabled_reason = NULL, created_by = :by, budget_used = 0, budget_window_at = NULL"
         if enabled
-        else "enabled = false, disabled_reason = CASE WHEN enabled THEN 'disabled by ' || CAST(:who AS text) "
-        "ELSE disabled_reason END"
+        else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
     )
     row = conn.execute(
         text(f"UPDATE automation_rules SET {sets}, revision = revision + CASE WHEN enabled = :e THEN 0 ELSE 1 END, "
@@ -323,12 +332,12 @@ def chain_of(conn: Connection, instance_id: str) -> list[str]:
 
 def _signal_rules(conn: Connection, events: Sequence[Any]) -> dict[str, str]:
     """event id -> the rule that sent the signal of a ``signal.*`` event (signals sent by rules only)."""
-    by_signal: dict[str, str] = {}
+    by_signal: dict[str, list[str]] = {}  # a signal has several events (accepted, then consumed...)
     for ev in events:
         if ev.type.startswith("signal."):
             sid = _body(ev).get("signal_id")
             if isinstance(sid, str):
-                by_signal[sid] = ev.id
+                by_signal.setdefault(sid, []).append(ev.id)
     if not by_signal:
         return {}
     rows = conn.execute(
@@ -337,7 +346,7 @@ def _signal_rules(conn: Connection, events: Sequence[Any]) -> dict[str, str]:
         ),
         {"ids": list(by_signal)},
     ).all()
-    return {by_signal[r.id]: r.actor_id[len(SIGNAL_ACTOR) :] for r in rows}
+    return {eid: r.actor_id[len(SIGNAL_ACTOR) :] for r in rows for eid in by_signal[r.id]}
 
 
 def event_chain(conn: Connection, ev: Any, instance_chain: list[str] | None = None) -> list[str]:
@@ -448,10 +457,10 @@ def fan_out_events(conn: Connection, events: Sequence[Any], rules: Iterable[Any]
         for ev in evs[:allowed]:
             n += _action_job(conn, r.namespace_id, r.id, ev.id)
         if allowed < len(evs):
-            why = f"rate budget spent: more than {rate_budget()} executions in a minute (LEDGERFLOW_RULE_RATE_PER_MINUTE)"
+            why = f"{BUDGET_SPENT}: more than {rate_budget()} executions in a minute (LEDGERFLOW_RULE_RATE_PER_MINUTE)"
             for ev in evs[allowed:]:
                 _execution(conn, r.namespace_id, r.id, ev.id, skipped=why)
-            disable_rule(conn, r.namespace_id, r.id, f"disabled automatically: {why}")
+            disable_rule(conn, r.namespace_id, r.id, f"{AUTO_DISABLED}{why}")
     return n
 
 
