@@ -83,5 +83,6 @@ def drain_outbound(eng, limit: int = 200) -> list[tuple[str, str]]:  # noqa: ANN
 
 def due_outbound() -> int:
     return sql(
-        "SELECT count(*) FROM workflow_jobs WHERE queue = :q AND status = 'pending' AND run_at <= now()", q=OUT
+        "SELECT count(*) FROM workflow_jobs WHERE queue = :q AND status = 'pending' AND run_at <= now()",
+        q=OUT,
     )[0][0]

@@ -79,7 +79,10 @@ def test_wildcard_rules_fire_on_each_others_work_once_and_stop(outbound):  # noq
 
 def test_a_chain_of_rules_stops_at_the_documented_depth(outbound):  # noqa: ANN001
     defs = [publish(outbound, NS, TIMER_DOC) for _ in range(5)]
-    rules = [_rule(outbound, "workflow.started", _starts(b), definition_id=a) for a, b in zip(defs, defs[1:])]
+    rules = [
+        _rule(outbound, "workflow.started", _starts(b), definition_id=a)
+        for a, b in zip(defs, defs[1:], strict=False)
+    ]
     start(outbound, NS, defs[0], {})
     _run_until_quiet(outbound)
     assert [_instances(d) for d in defs] == [1, 1, 1, 1, 0]  # the documented depth: 3 rule starts in a row
@@ -103,7 +106,9 @@ def test_a_rule_past_its_rate_budget_disables_itself_and_says_why(outbound, monk
     # recorded skipped with the reason; once disabled, the rule sees no more events
     assert [r[0] for r in rows] == ["skipped", "succeeded", "succeeded", "succeeded"]
     assert "rate budget" in rows[0][1]
-    [(enabled, reason)] = sql("SELECT enabled, disabled_reason FROM automation_rules WHERE id = :r", r=rule["id"])
+    [(enabled, reason)] = sql(
+        "SELECT enabled, disabled_reason FROM automation_rules WHERE id = :r", r=rule["id"]
+    )
     assert enabled is False and "rate budget" in reason
 
 
