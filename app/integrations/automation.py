@@ -498,6 +498,17 @@ def start_from_event(
     return {"workflow_id": inst["id"]}
 
 
+def _sequence(value: Any) -> int:
+    """The mapped target activation sequence: 1 when the mapping names nothing (or 0), else 1..2^31-1."""
+    if value in (None, "", 0):
+        return 1
+    text_ = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if not (text_.isascii() and text_.isdigit() and len(text_) <= 10 and 1 <= int(text_) <= 2**31 - 1):
+        raise InvalidArgument("the mapped target_activation_sequence is not a sequence number",
+                              field="action.target_activation_sequence")  # fmt: skip
+    return int(text_)
+
+
 def signal_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_id: str) -> dict[str, Any]:
     wid = resolve(action["workflow_id"], doc)
     if not isinstance(wid, str) or not is_hex32(wid):
@@ -511,7 +522,7 @@ def signal_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_i
         "name": resolve(action["name"], doc),
         "payload_version": resolve(action["payload_version"], doc),
         "target_step_key": resolve(action["target_step_key"], doc),
-        "target_activation_sequence": int(resolve(action.get("target_activation_sequence", 1), doc) or 1),
+        "target_activation_sequence": _sequence(resolve(action.get("target_activation_sequence", 1), doc)),
         "correlation_key": str(resolve(action.get("correlation_key", "$.event.id"), doc))[:512],
         "payload": resolve(action.get("payload", {}), doc),
         "reason": f"automation rule {rule_id}",
