@@ -74,9 +74,9 @@ def main() -> None:
 def run(dsn: str, args: argparse.Namespace) -> None:
     os.environ["DATABASE_URL"] = dsn
     from app.auth import Scope, create_credential
-    from app.config import get_settings
     from app.db import transaction
     from app.migrate import upgrade
+    from app.settings import get_settings
     from web import create_app
 
     get_settings.cache_clear()

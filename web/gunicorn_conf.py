@@ -17,22 +17,23 @@ connection slot (``worker_connections``) only while it keeps talking.
 
 from gunicorn.workers.ggevent import GeventWorker
 
-from app.config import env_float, env_int
+from app import settings
 from app.observability import logs, metrics
 from app.process import settle_startup_heap
 
+settings.exit_on_bad_settings()  # in the master, before it binds: one line naming the variable, exit 2
 logconfig_dict = logs.gunicorn_logconfig()
 
 
 def header_timeout() -> int:
     """Seconds a client has to send a request's line and headers (``LEDGERFLOW_HTTP_HEADER_TIMEOUT``)."""
-    return max(1, env_int("LEDGERFLOW_HTTP_HEADER_TIMEOUT", 5))
+    return settings.HTTP_HEADER_TIMEOUT.get()
 
 
 def idle_timeout() -> float:
     """Seconds a connection may make no progress while its body is read or its answer written
     (``LEDGERFLOW_HTTP_IDLE_TIMEOUT``)."""
-    return max(0.1, env_float("LEDGERFLOW_HTTP_IDLE_TIMEOUT", 15.0))
+    return settings.HTTP_IDLE_TIMEOUT.get()
 
 
 class TimeoutGeventWorker(GeventWorker):

@@ -17,9 +17,8 @@ from app.db import get_engine
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
-from web.auth import current_principal, require_platform, requires
-from web.http import json_response, ok, request_id, success
-from web.jobs_schemas import (
+from schemas.base import ANY, envelope
+from schemas.jobs import (
     JOB_ID_PATTERN,
     BatchRetryBody,
     BatchSkipBody,
@@ -33,9 +32,10 @@ from web.jobs_schemas import (
     RetryBody,
     SkipBody,
 )
+from web.auth import current_principal, require_platform, requires
+from web.http import json_response, ok, request_id, success
 from web.meta import doc
 from web.mutation import Replay, idempotent, mutation
-from web.schemas import ANY, envelope
 from web.strict import body, query
 
 bp = Blueprint("jobs", __name__)

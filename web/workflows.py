@@ -8,15 +8,10 @@ from app import audit
 from app.auth import Scope, missing_permission_message
 from app.db import get_engine
 from app.engine import instances, views
+from app.engine.operations import check_queue_scope
 from app.errors import PermissionDenied
 from app.observability import tracing
-from web.auth import current_principal, requires
-from web.engine_common import check_queue_scope, load_instance
-from web.http import ok, request_id, success
-from web.meta import doc
-from web.mutation import idempotent, mutation
-from web.strict import body, query
-from web.workflows_schemas import (
+from schemas.workflows import (
     InstancePageResponse,
     InstanceResponse,
     InstanceResultResponse,
@@ -25,6 +20,12 @@ from web.workflows_schemas import (
     StepDetailResponse,
     StepsResponse,
 )
+from web.auth import current_principal, requires
+from web.engine_common import load_instance
+from web.http import ok, request_id, success
+from web.meta import doc
+from web.mutation import idempotent, mutation
+from web.strict import body, query
 
 bp = Blueprint("workflows", __name__)
 

@@ -30,8 +30,10 @@ def job(
     step_key: str | None = None,
     task_id: str | None = None,
     run_at: Any = None,
+    delay_ms: float = 0,
 ) -> None:
-    """An engine job of ``inst`` with idempotency key ``{job_type}:{key}`` and the instance's trace."""
+    """An engine job of ``inst`` with idempotency key ``{job_type}:{key}`` and the instance's trace, due
+    at ``run_at`` or ``delay_ms`` from now (database time); its insert joins the transaction's next write."""
     enqueue(
         conn,
         job_type,
@@ -40,8 +42,10 @@ def job(
         step_key=step_key,
         task_id=task_id,
         run_at=run_at,
+        delay_ms=delay_ms,
         idempotency_key=f"{job_type}:{key}",
         trace_id=inst["trace_id"],
+        later=True,
     )
 
 
@@ -81,7 +85,7 @@ def create_task(
     input_sql = "CAST(:input AS jsonb)"
     if purpose == "COMPENSATION":
         input_sql += " || jsonb_build_object('output', COALESCE(CAST(:output AS jsonb), 'null'::jsonb))"
-    deadline = task_moves.insert(
+    task_moves.insert(
         conn,
         {
             "id": task_id,
@@ -100,8 +104,9 @@ def create_task(
         },
         input_sql=input_sql,
     )
+    # due at the task's deadline: now() + timeout in the same transaction (now() is its start)
     job(conn, inst, JobType.TASK_TIMEOUT, {"task_id": task_id}, key=task_id, step_key=step_key,
-        task_id=task_id, run_at=deadline)  # fmt: skip
+        task_id=task_id, delay_ms=timeout_seconds * 1000)  # fmt: skip
     return task_id
 
 

@@ -33,7 +33,6 @@ expired or lacks the right skips the action and disables itself saying why."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -58,6 +57,7 @@ from app.integrations.subscriptions import check_url, definition_filter, new_sec
 from app.jsonx import rfc3339
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url_fields
+from app.settings import RULE_RATE_PER_MINUTE
 
 MAX_RULES = 100  # per namespace
 MAX_ACTION_BYTES = 16384
@@ -85,7 +85,7 @@ def admitted_while_disabled(disabled_reason: str | None) -> bool:
 
 def rate_budget() -> int:
     """Executions one rule may have per minute; past them the rule disables itself."""
-    return max(1, int(os.environ.get("LEDGERFLOW_RULE_RATE_PER_MINUTE") or 300))
+    return RULE_RATE_PER_MINUTE.get()
 
 
 # --------------------------------------------------------------------------- mappings

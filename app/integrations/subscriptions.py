@@ -10,7 +10,6 @@ the subscription disables itself saying why (enable it again with a live credent
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 from dataclasses import replace
 from datetime import datetime
@@ -30,6 +29,7 @@ from app.ledger import ops_actions
 from app.ledger.destinations import DestinationForbidden, check
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url
+from app.settings import WEBHOOK_DISABLE_AFTER
 
 MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
 DEFAULT_GRACE_SECONDS = 24 * 3600
@@ -40,7 +40,7 @@ RETRYABLE = ("dead", "failed", "canceled")
 
 def disable_threshold() -> int:
     """Consecutive failed attempts after which a subscription disables itself."""
-    return int(os.environ.get("LEDGERFLOW_WEBHOOK_DISABLE_AFTER") or 20)
+    return WEBHOOK_DISABLE_AFTER.get()
 
 
 def new_secret() -> str:

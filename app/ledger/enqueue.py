@@ -10,13 +10,13 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.config import get_settings
 from app.db import after_commit, transaction_state
 from app.ids import new_id
 from app.ledger.hints import publish_after_commit
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
 from app.observability import metrics, tracing
-from app.sql import run
+from app.settings import get_settings
+from app.sql import defer, run
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,15 @@ def operation_key_for(job_type: str, payload: Any, links: tuple[Any, ...] = ()) 
     return hashlib.sha256(doc.encode()).hexdigest()[:32]
 
 
-_INSERT = text(
-    """
+_INSERT_LATER = """
 INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
     max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
 VALUES (:type, :queue, CAST(:payload AS jsonb), :instance_id, :task_id, :step_key, :priority,
     COALESCE(CAST(:run_at AS timestamptz), now() + CAST(:delay_ms AS double precision) * interval '1 millisecond'),
     :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id, :traceparent)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id
 """
-)
+_INSERT = text(_INSERT_LATER + "RETURNING id")
 _BY_KEY = text("SELECT id FROM workflow_jobs WHERE idempotency_key = :key")
 
 
@@ -62,11 +60,16 @@ def enqueue(
     operation_key: str | None = None,
     trace_id: str | None = None,
     traceparent: str | None = None,
+    later: bool = False,
 ) -> EnqueuedJob:
     """Insert a pending job in ``conn``'s transaction; its wake hint goes out after commit.
 
     A second enqueue with the same ``idempotency_key`` returns the existing job (the unique index
     arbitrates; if the first inserter rolls back, the waiting second insert proceeds).
+
+    ``later``: the caller needs neither the job's id nor whether it was created, so the insert is sent
+    with the transaction's next statement (``app.sql.defer``, combined with its other writes); the answer
+    is then ``EnqueuedJob(id=0, created=True)`` (an existing key is left as it is all the same).
 
     ``traceparent`` (W3C) defaults to the current span when tracing is on, so the job's attempts
     join the trace of whatever enqueued it (app/observability/tracing.py)."""
@@ -91,14 +94,22 @@ def enqueue(
         "trace_id": trace_id or new_id(),
         "traceparent": traceparent or (tracing.current_traceparent() if tracing.ENABLED else None),
     }
+    if later:
+        defer(conn, _INSERT_LATER, params)
+        _enqueued(conn, jt)
+        return EnqueuedJob(id=0, created=True)
     row = run(conn, _INSERT, params).first()
     if row is None:  # the key exists (its inserter committed)
         existing = run(conn, _BY_KEY, {"key": idempotency_key}).scalar_one()
         return EnqueuedJob(id=existing, created=False)
+    _enqueued(conn, jt)
+    return EnqueuedJob(id=row.id, created=True)
+
+
+def _enqueued(conn: Connection, jt: JobType) -> None:
     publish_after_commit(conn, [jt.pool.queue])
     if metrics.ENABLED:
         _count_after_commit(conn, jt.value, jt.pool.value)
-    return EnqueuedJob(id=row.id, created=True)
 
 
 def _count_after_commit(conn: Connection, job_type: str, pool: str) -> None:

@@ -18,7 +18,7 @@ subscriptions that act with their author's rights.
 Every column is added without a default or with a constant one: no table rewrite.
 
 Revision ID: 0018_i29
-Revises: 0017_i16
+Revises: 0018_i27
 Create Date: 2026-12-10
 """
 
@@ -27,7 +27,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import ARRAY
 
 revision = "0018_i29"
-down_revision = "0017_i16"
+down_revision = "0018_i27"
 branch_labels = None
 depends_on = None
 

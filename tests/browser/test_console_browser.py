@@ -93,7 +93,7 @@ def snap(phone: BrowserContext, shots: Path) -> Callable[[Page, str], None]:
 
 
 def _run_pool(done: Callable[[], bool], timeout: float = 30.0) -> None:
-    from app.config import get_settings
+    from app.settings import get_settings
 
     fast = replace(get_settings(), poll_seconds=0.1, renew_seconds=0.5, lease_seconds=5.0)
     pool = LedgerPool(Pool.OUTBOUND, settings=fast, engine=get_engine(), worker_id=new_id())

@@ -17,9 +17,28 @@ from tests.ledger_helpers import claim, context_for, settle, settlement
 
 ENGINE_TABLES = (
     "workflow_tasks, workflow_waits, workflow_activations, workflow_steps, workflow_instances, "
-    "workflow_definition_versions, workflow_definitions, workflow_events, event_subscriptions, "
+    "workflow_definition_versions, workflow_definitions, workflow_event_batches, event_subscriptions, "
     "webhook_deliveries, automation_rules, automation_executions, workflow_quota_counts"
 )
+
+# one SIGNAL step waiting for ``done`` correlated on the input's ``order`` (signal, control and recovery tests)
+SIGNAL_DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
+    "steps": [
+        {
+            "key": "receipt",
+            "kind": "SIGNAL",
+            "after": [],
+            "signal": "done",
+            "payload_version": "v1",
+            "correlation": "$.input.order",
+            "timeout_seconds": 300,
+        }
+    ],
+}
 
 
 @functools.cache

@@ -95,7 +95,9 @@ def _url_part(value: str | bytes) -> str:
 
 
 @pytest.mark.parametrize(("path", "method"), OPERATIONS)
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM, suppress_health_check=list(HealthCheck)
+)
 @given(data=st.data())
 def test_no_parameter_value_is_a_server_error(path: str, method: str, data: st.DataObject) -> None:
     if path == "/v1/tasks/claim":

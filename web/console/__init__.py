@@ -4,13 +4,13 @@ functions, schemas, scopes and audit writes as the API. ``install(app)`` wires i
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from datetime import timedelta
 
 from flask import Flask, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 
+from app.settings import SECRET_KEY
 from web.console import health, jobs, login, workflows
 from web.console.common import bp, csrf
 
@@ -27,7 +27,7 @@ class _SessionInterface(SecureCookieSessionInterface):
 
 
 def install(app: Flask) -> None:
-    key = os.environ.get("LEDGERFLOW_SECRET_KEY")
+    key = SECRET_KEY.get()
     if not key:
         key = secrets.token_hex(32)
         log.warning("LEDGERFLOW_SECRET_KEY is not set: console sessions last only as long as this process")

@@ -13,12 +13,22 @@ from flask import Response, render_template, request
 from marshmallow import Schema
 from werkzeug.datastructures import MultiDict
 
-import web.strict as strict
+import schemas
 from app.auth import Scope
 from app.db import transaction
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
+from schemas.jobs import (
+    BatchRetryBody,
+    BatchSkipBody,
+    ClusterQuery,
+    JobListQuery,
+    ReplayBody,
+    ReplayPreviewBody,
+    RetryBody,
+    SkipBody,
+)
 from web.console.common import (
     bp,
     clean_args,
@@ -32,16 +42,6 @@ from web.console.common import (
 )
 from web.http import request_id
 from web.jobs import bundle_download, clusters_of, job_filter, job_id_arg, replay_filter, trace_id_arg
-from web.jobs_schemas import (
-    BatchRetryBody,
-    BatchSkipBody,
-    ClusterQuery,
-    JobListQuery,
-    ReplayBody,
-    ReplayPreviewBody,
-    RetryBody,
-    SkipBody,
-)
 
 MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 PAGE_SIZE = 50
@@ -62,7 +62,7 @@ def parse_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
     for k in ("created_from", "created_to"):
         if k in raw:
             raw[k] = _aware(raw[k])
-    return job_filter(strict.load(JobListQuery(), raw)), raw
+    return job_filter(schemas.load(JobListQuery(), raw)), raw
 
 
 def _actor(reason: str | None) -> ops_actions.Actor:
@@ -77,7 +77,7 @@ def _actor(reason: str | None) -> ops_actions.Actor:
 def jobs() -> str:
     f, raw = parse_filter(request.args)
     cursor = request.args.get("cursor") or None
-    q = strict.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
+    q = schemas.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
     platform = job_scope() is None  # the runtime status is a platform-wide view
     data = read(
         lambda c: (
@@ -143,7 +143,7 @@ def bundle(trace_id: str) -> Response:
 @bp.get("/jobs/clusters")
 @page(MONITOR)
 def clusters() -> str:
-    q = strict.load(ClusterQuery(), clean_args(request.args))
+    q = schemas.load(ClusterQuery(), clean_args(request.args))
     data = read(lambda c: clusters_of(c, q))
     for c in data["clusters"]:
         cond = c["replay_conditions"]
@@ -162,7 +162,7 @@ def replay_page() -> str:
     asked = conditions.pop("preview", None) is not None
     preview = None
     if conditions or asked:
-        body = strict.load(ReplayPreviewBody(), conditions)
+        body = schemas.load(ReplayPreviewBody(), conditions)
         f = replay_filter(body)
         preview = read(lambda c: replay.preview(c, f, sample_size=body["sample_size"]))
     conditions.pop("sample_size", None)
@@ -179,7 +179,7 @@ def replay_page() -> str:
 def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], verb: str) -> Response:
     """Retry or skip one job: the API's body schema, a confirmation, one transaction (audited)."""
     job_id = job_id_arg(raw_id)
-    b = strict.load(schema(), {"reason": request.form.get("reason", "")})
+    b = schemas.load(schema(), {"reason": request.form.get("reason", "")})
     require_confirmation(request.form)
     with transaction() as conn:
         job = act(conn, job_id, _actor(b.get("reason")))["job"]
@@ -227,9 +227,9 @@ def batch() -> Response:
     raw = {"job_ids": ids, "reason": form.get("reason", "")}
     if action == "retry":
         raw.update({k: v for k, v in clean_args(form, ints=("rate",)).items() if k == "rate"})
-        b = strict.load(BatchRetryBody(), raw)
+        b = schemas.load(BatchRetryBody(), raw)
     else:
-        b = strict.load(BatchSkipBody(), raw)
+        b = schemas.load(BatchSkipBody(), raw)
     require_confirmation(form)
     job_ids = [int(i) for i in b["job_ids"]]
     with transaction() as conn:
@@ -251,7 +251,7 @@ def replay_run() -> Response:
     raw = clean_args(request.form, lists=REPLAY_LISTS, ints=REPLAY_INTS)
     raw.pop("confirm", None)
     raw.pop("csrf_token", None)
-    b = strict.load(ReplayBody(), raw)
+    b = schemas.load(ReplayBody(), raw)
     require_confirmation(request.form)
     f = replay_filter(b)
     with transaction() as conn:

@@ -1,6 +1,6 @@
 """Workflow pages (W-CTL, X-RECOVER, X-HIST) and the human-task page (X-TASK). Validation is the API's
-schemas; control and recovery go through the API's own ``apply_control`` / ``apply_recovery`` (same
-engine call, same audit row); tasks go through the task protocol functions."""
+schemas; control and recovery are the operator commands of ``app.engine.operations`` (the API's own
+calls, the same audit rows); tasks go through the task protocol functions."""
 
 from __future__ import annotations
 
@@ -9,13 +9,18 @@ from urllib.parse import urlencode
 
 from flask import Response, render_template, request, session
 
-import web.strict as strict
+import schemas
+from app import settings
 from app.auth import Scope
 from app.db import transaction
-from app.engine import history, instances, settings, signals, tasks, views
+from app.engine import history, instances, operations, signals, tasks, views
 from app.engine.control import OPERATIONS
 from app.engine.recovery import ACTIONS, RESOLUTIONS
 from app.errors import NotFound
+from schemas.tasks import ClaimRequest, CompleteRequest, FailRequest
+from schemas.workflow_control import ControlRequest
+from schemas.workflow_history import RecoveryRequest
+from schemas.workflows import ListQuery
 from web.console.common import (
     CLAIMED_KEY,
     MAX_CLAIMED,
@@ -29,14 +34,9 @@ from web.console.common import (
     read,
     require_confirmation,
 )
-from web.engine_common import check_queue_scope, load_instance
+from web.engine_common import load_instance
+from web.http import request_id
 from web.tasks import task_in_scope
-from web.tasks_schemas import ClaimRequest, CompleteRequest, FailRequest
-from web.workflow_control import apply_control
-from web.workflow_control_schemas import ControlRequest
-from web.workflow_history import apply_recovery
-from web.workflow_history_schemas import RecoveryRequest
-from web.workflows_schemas import ListQuery
 
 READ = Scope.WORKFLOWS_READ
 HISTORY_PAGE = 20
@@ -48,7 +48,7 @@ LIST_FIELDS = ("state", "paused", "definition_id", "version", "business_key", "b
 @page(READ)
 def workflows() -> str:
     raw = {k: v for k, v in clean_args(request.args).items() if k in (*LIST_FIELDS, "cursor")}
-    q = strict.load(ListQuery(), {"limit": "50", **raw})  # a query string, as the API reads it
+    q = schemas.load(ListQuery(), {"limit": "50", **raw})  # a query string, as the API reads it
     p = principal()
     data = read(
         lambda c: instances.list_instances(c, p.namespace_id, q["filters"], q["limit"], q["cursor"], p.queues)
@@ -101,12 +101,12 @@ def workflow_step(instance_id: str, key: str) -> str:
 @bp.post("/workflows/<instance_id>/control")
 @page(Scope.WORKFLOWS_CONTROL)
 def workflow_control(instance_id: str) -> Response:
-    req = strict.load(
+    req = schemas.load(
         ControlRequest(),
         {k: request.form.get(k, "") for k in ("operation", "expected_control_revision", "reason")},
     )
     with transaction() as conn:
-        view = apply_control(conn, principal(), instance_id, req)
+        view = operations.control_workflow(conn, principal(), instance_id, req, request_id=request_id())
     paused = " (paused)" if view["paused"] else ""
     return done(f"{req['operation'].capitalize()} applied: {view['state']}{paused}, control revision "
                 f"{view['control_revision']}.", "console.workflow", instance_id=instance_id)  # fmt: skip
@@ -120,10 +120,10 @@ def workflow_recovery(instance_id: str) -> Response:
                            if form.get(k, "").strip()}  # fmt: skip
     if raw.get("action") == "SUCCEED_STEP":
         raw["output"] = json_field(form.get("output"), "output")
-    req = strict.load(RecoveryRequest(), raw)
+    req = schemas.load(RecoveryRequest(), raw)
     require_confirmation(form)
     with transaction() as conn:
-        out = apply_recovery(conn, principal(), instance_id, req)
+        out = operations.recover_workflow(conn, principal(), instance_id, req, request_id=request_id())
     return done(f"{req['action']} applied: the workflow is {out['instance']['state']}.", "console.workflow",
                 instance_id=instance_id)  # fmt: skip
 
@@ -151,13 +151,13 @@ def tasks_page() -> str:
 @bp.post("/tasks/claim")
 @page(Scope.TASKS_WORK)
 def task_claim() -> Response:
-    body = strict.load(
+    body = schemas.load(
         ClaimRequest(), {"queues": [request.form.get("queue", "")], "max_tasks": 1, "wait_seconds": 0}
     )
     p = principal()
-    check_queue_scope(p, body["queues"])
+    operations.check_queue_scope(p, body["queues"])
     with transaction() as conn:
-        got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.task_lease_seconds())
+        got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.TASK_LEASE_SECONDS.get())
     if not got:
         return done(f"No open task on {body['queues'][0]} right now.", "console.tasks_page")
     mine = _claimed()
@@ -182,7 +182,7 @@ def _forget(task_id: str) -> None:
 @bp.post("/tasks/<task_id>/complete")
 @page(Scope.TASKS_WORK)
 def task_complete(task_id: str) -> Response:
-    body = strict.load(
+    body = schemas.load(
         CompleteRequest(),
         {"epoch": _epoch(task_id), "output": json_field(request.form.get("output"), "output")},
     )
@@ -198,7 +198,7 @@ def task_complete(task_id: str) -> Response:
 @page(Scope.TASKS_WORK)
 def task_fail(task_id: str) -> Response:
     err = {"message": request.form.get("message", ""), "retryable": request.form.get("retryable") == "yes"}
-    body = strict.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
+    body = schemas.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
     p = principal()
     with transaction() as conn:
         task_in_scope(conn, task_id)
