@@ -5,11 +5,19 @@ schedule or subscription is checked against the credentials table), the outbound
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import text
 
@@ -86,3 +94,36 @@ def due_outbound() -> int:
         "SELECT count(*) FROM workflow_jobs WHERE queue = :q AND status = 'pending' AND run_at <= now()",
         q=OUT,
     )[0][0]
+
+
+@contextmanager
+def procfile_web(metrics_dir: Path, **env: str) -> Iterator[str]:
+    """The Procfile's ``web`` command (its gunicorn config: the serving model), one worker, on a free
+    local port, with ``env`` added; yields its URL once ``/healthz`` answers."""
+    from tests.conftest import ROOT
+
+    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
+    assert "--config gunicorn.conf.py" in line
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    proc = subprocess.Popen(
+        [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+         "--no-control-socket", "web:create_app()"],
+        cwd=ROOT, env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), **env},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -8,58 +8,25 @@ are generous (a busy machine); what is asserted is that the server lets go, not 
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import ROOT
-from tests.security.hostile import author
+from tests.security.hostile import author, procfile_web
 
 HELD = 250  # more than one worker's 200 connection slots
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def web(tmp_path_factory) -> Iterator[str]:  # noqa: ANN001
     """The Procfile's ``web`` command, one worker, short connection timeouts (one for the module)."""
-    tmp_path = tmp_path_factory.mktemp("web")
-    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
-    assert "--config gunicorn.conf.py" in line
-    port = _free_port()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "LEDGERFLOW_HTTP_HEADER_TIMEOUT": "1",
-           "LEDGERFLOW_HTTP_IDLE_TIMEOUT": "2"}  # fmt: skip
-    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-    proc = subprocess.Popen(
-        [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--no-control-socket", "web:create_app()"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    try:
+    with procfile_web(tmp_path_factory.mktemp("web"), LEDGERFLOW_HTTP_HEADER_TIMEOUT="1",
+                      LEDGERFLOW_HTTP_IDLE_TIMEOUT="2") as url:  # fmt: skip
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def _connect(url: str, data: bytes) -> socket.socket:

@@ -23,6 +23,15 @@ QUEUE_DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
              "steps": [{"key": "t", "kind": "TASK", "queue": "q-" + uuid.uuid4().hex[:6]}]}  # fmt: skip
 
 
+def _skipped_and_disabled(log: str, column: str, owner: str, owner_id: str) -> None:
+    """The one attempt (a row of ``log``) was skipped as its author was revoked, and its owner (a rule, a
+    subscription) disabled itself saying so."""
+    [(status, why)] = sql(f"SELECT status, last_error FROM {log} WHERE {column} = :i", i=owner_id)
+    assert status == "skipped" and "revoked" in why
+    [(enabled, reason)] = sql(f"SELECT enabled, disabled_reason FROM {owner} WHERE id = :i", i=owner_id)
+    assert enabled is False and "revoked" in reason
+
+
 def _post_rule(ops: Ops, headers: dict, action: dict) -> httpx.Response:
     return httpx.post(
         ops.ns.url + "/v1/automation-rules",
@@ -72,14 +81,7 @@ def test_a_rule_stops_when_its_author_is_revoked_and_a_live_credential_adopts_it
     start(outbound, NS, source, {})
     drain_outbound(outbound)
     assert sql("SELECT count(*) FROM workflow_instances WHERE definition_id = :d", d=target)[0][0] == 0
-    [(status, why)] = sql(
-        "SELECT status, last_error FROM automation_executions WHERE rule_id = :r", r=rule["id"]
-    )
-    assert status == "skipped" and "revoked" in why
-    [(enabled, reason)] = sql(
-        "SELECT enabled, disabled_reason FROM automation_rules WHERE id = :r", r=rule["id"]
-    )
-    assert enabled is False and "revoked" in reason
+    _skipped_and_disabled("automation_executions", "rule_id", "automation_rules", rule["id"])
     # enabled again by a live credential that may: it acts with that one's rights
     with transaction(outbound) as conn:
         automation.set_rule_enabled(conn, author("acting", ns_id=NS).principal, None, rule["id"], True)
@@ -119,11 +121,4 @@ def test_a_subscription_whose_author_was_revoked_stops_delivering(outbound, monk
     revoke(owner.credential_id)
     start(outbound, NS, publish(outbound, NS, TIMER_DOC), {})
     drain_outbound(outbound, limit=3)
-    [(status, why)] = sql(
-        "SELECT status, last_error FROM webhook_deliveries WHERE subscription_id = :s", s=sub["id"]
-    )
-    assert status == "skipped" and "revoked" in why
-    [(enabled, reason)] = sql(
-        "SELECT enabled, disabled_reason FROM event_subscriptions WHERE id = :s", s=sub["id"]
-    )
-    assert enabled is False and "revoked" in reason
+    _skipped_and_disabled("webhook_deliveries", "subscription_id", "event_subscriptions", sub["id"])
