@@ -82,6 +82,7 @@ instances = Table(
     Column("state", Text, nullable=False),
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("paused_at", DateTime(timezone=True)),  # when it was paused (its resume moves task deadlines on)
     Column("control_revision", BigInteger, nullable=False, server_default=text("1")),
     Column("input", JSONB, nullable=False),
     Column("business_key", Text, nullable=False, server_default=text("''")),

@@ -106,6 +106,63 @@ def enqueue(
     return EnqueuedJob(id=row.id, created=True)
 
 
+# One pending (or paused) job of a type per instance, due no later than :delay_ms from now: inserted when
+# there is none, moved earlier when it is due later (a paused one keeps the smaller remainder). The caller
+# holds the instance's lock, so two arms of one instance never race.
+_ARM = """
+WITH cur AS (
+    SELECT id, status, run_at, remaining_ms FROM workflow_jobs
+    WHERE instance_id = :instance_id AND type = :type AND status IN ('pending', 'paused')
+    ORDER BY run_at, id LIMIT 1 FOR UPDATE),
+moved AS (
+    UPDATE workflow_jobs j SET
+        run_at = CASE WHEN cur.status = 'pending' THEN now() + CAST(:delay_ms AS float8) * interval '1 millisecond'
+                      ELSE j.run_at END,
+        remaining_ms = CASE WHEN cur.status = 'paused' THEN CAST(:delay_ms AS bigint) ELSE j.remaining_ms END,
+        updated_at = now()
+    FROM cur WHERE j.id = cur.id
+      AND ((cur.status = 'pending' AND cur.run_at > now() + CAST(:delay_ms AS float8) * interval '1 millisecond')
+           OR (cur.status = 'paused' AND cur.remaining_ms > CAST(:delay_ms AS float8)))
+    RETURNING j.id)
+INSERT INTO workflow_jobs (type, queue, payload, instance_id, priority, run_at, max_attempts,
+    execution_timeout_ms, operation_key, trace_id, traceparent)
+SELECT CAST(:type AS workflow_job_type), CAST(:queue AS workflow_job_queue), CAST(:payload AS jsonb),
+    :instance_id, 0, now() + CAST(:delay_ms AS float8) * interval '1 millisecond', :max_attempts,
+    :execution_timeout_ms, :operation_key, :trace_id, :traceparent
+WHERE NOT EXISTS (SELECT 1 FROM cur)
+"""
+
+
+def arm(
+    conn: Connection,
+    job_type: str | JobType,
+    payload: Any,
+    *,
+    instance_id: str,
+    delay_ms: float,
+    trace_id: str,
+) -> None:
+    """A timer of ``instance_id``: its one pending job of ``job_type`` is due no later than ``delay_ms`` from
+    now (created, moved earlier, or left as it is), with the transaction's next statement. For timers that
+    cover many rows of an instance, e.g. the deadlines of its open tasks (``task_timeout``): one job per
+    instance instead of one created and canceled per row. The caller holds the instance's lock."""
+    jt = JobType(job_type)
+    body = {} if payload is None else payload
+    defer(
+        conn,
+        _ARM,
+        {
+            "type": jt.value, "queue": jt.pool.queue, "payload": json.dumps(body), "instance_id": instance_id,
+            "delay_ms": float(delay_ms), "max_attempts": DEFAULT_MAX_ATTEMPTS[jt],
+            "execution_timeout_ms": _default_timeout_ms(),
+            # each job this arms is an operation of its own (its effect receipts are its own)
+            "operation_key": new_id(), "trace_id": trace_id,
+            "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
+        },
+    )  # fmt: skip
+    publish_after_commit(conn, [jt.pool.queue])
+
+
 def _enqueued(conn: Connection, jt: JobType) -> None:
     publish_after_commit(conn, [jt.pool.queue])
     if metrics.ENABLED:

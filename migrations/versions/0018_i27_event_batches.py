@@ -12,6 +12,9 @@ engine instead of by row triggers.
   body, dispatch job ...); an event's id is its batch's id with the event's ordinal in the last three
   hex digits. The view ``workflow_operations`` shows the operation audit rows and the engine's audit
   entries together (an entry's ordinal is 2048 + its index).
+- ``workflow_instances.paused_at``: when a paused instance was paused; its resume moves the deadlines of
+  its open tasks on by the pause (the instance's ONE ``task_timeout`` job enforces them all now, not a
+  job per task whose remainder each task's deadline followed).
 - ``workflow_quota_counts``: the row triggers of migration 0017 are dropped (the engine adds one
   transaction's changes with one statement at its commit: ``app.engine.quotas``); ``pending`` (PENDING
   tasks per queue) becomes ``open_by_queue`` (PENDING or CLAIMED per queue: a claim changes no count;
@@ -102,6 +105,8 @@ FROM workflow_events
     op.execute("UPDATE automation_executions SET event_id = left(event_id, 29) || '000'")
     op.execute("DROP TABLE workflow_events")
     op.execute("ALTER TABLE workflow_instances DROP COLUMN event_seq")
+    op.execute("ALTER TABLE workflow_instances ADD COLUMN paused_at timestamptz")
+    op.execute("UPDATE workflow_instances SET paused_at = updated_at WHERE paused")
     op.execute(EVENTS_VIEW)
     op.execute(OPERATIONS_VIEW)
     # quota counts: written by the engine once per transaction
@@ -160,6 +165,7 @@ def downgrade() -> None:
         "CREATE INDEX ix_workflow_events_dispatch ON workflow_events (dispatch_job_id) WHERE dispatch_job_id IS NOT NULL"
     )
     op.execute("CREATE INDEX ix_workflow_events_created ON workflow_events (created_at)")
+    op.execute("ALTER TABLE workflow_instances DROP COLUMN paused_at")
     op.execute("ALTER TABLE workflow_instances ADD COLUMN event_seq bigint NOT NULL DEFAULT 0")
     op.execute(
         "UPDATE workflow_instances i SET event_seq = m.s FROM (SELECT instance_id, max(seq) AS s FROM workflow_events "

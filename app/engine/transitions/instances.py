@@ -105,24 +105,28 @@ def pause(conn: Connection, iid: str) -> None:
         "pause",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET paused = true, {_CONTROL} "
+        f"UPDATE workflow_instances SET paused = true, paused_at = now(), {_CONTROL} "
         "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.paused")
 
 
-def resume(conn: Connection, iid: str) -> None:
-    one(
+def resume(conn: Connection, iid: str) -> Any:
+    """Returns how long the instance was paused (an interval; zero for a pause older than its record)."""
+    row = one(
         conn,
         "resume",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET paused = false, {_CONTROL} "
-        "WHERE id = :id AND paused AND state = ANY(:from) RETURNING id",
+        f"UPDATE workflow_instances w SET paused = false, paused_at = NULL, {_CONTROL} "
+        "FROM (SELECT paused_at AS was FROM workflow_instances WHERE id = :id) o "
+        "WHERE w.id = :id AND w.paused AND w.state = ANY(:from) "
+        "RETURNING COALESCE(now() - o.was, interval '0') AS paused_for",
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.resumed")
+    return row.paused_for
 
 
 CANCELLABLE = [S.RUNNING, S.WAITING, S.NEEDS_REVIEW]

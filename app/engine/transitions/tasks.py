@@ -138,6 +138,17 @@ def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -
     return True
 
 
+def postpone_deadlines(conn: Connection, instance_id: str, by: Any) -> None:
+    """An instance resumed after a pause of ``by`` (an interval): its open tasks' deadlines move on by it
+    (L-PAUSE-1: a suspended deadline keeps its remainder). No state changes."""
+    run(
+        conn,
+        "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
+        "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+        {"i": instance_id, "by": by},
+    )
+
+
 def return_expired(conn: Connection, limit: int) -> int:
     """The sweep: CLAIMED tasks whose lease passed -> PENDING (epoch kept; the next claim bumps it).
     SKIP LOCKED: a task being settled is left for the next pass; tasks of an instance with a cancel
