@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install bytecode run test bench bench-webhooks chaos lint format clean services-stop
+.PHONY: install bytecode run test fuzz bench bench-webhooks chaos lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ run: $(STAMP) bytecode
 
 test: $(STAMP) bytecode
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the fuzzers of `make test` run longer, with new examples each time (a few minutes): hostile strings and
+# bytes in every parameter of every route (tests/security), and schemathesis over the OpenAPI document
+fuzz: $(STAMP) bytecode
+	LEDGERFLOW_FUZZ_RANDOM=1 LEDGERFLOW_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} \
+	LEDGERFLOW_SCHEMATHESIS_EXAMPLES=$${FUZZ_EXAMPLES:-100} PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- \
+	$(BIN)/python -m pytest -q tests/security/test_api8_fuzz_every_parameter.py tests/web/test_fuzz.py $(PYTEST_ARGS)
 
 bench: $(STAMP) bytecode
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test,bench]"

@@ -2,7 +2,8 @@
 
 Serving model (issue 9, docs/operations.md "Serving model"): the ``gevent`` worker class. A request
 is a greenlet, so a long-poll task claim waiting up to 30 s holds no OS thread and costs a few KiB;
-``worker_connections`` bounds the requests one worker serves at once.
+``worker_connections`` bounds the requests one worker serves at once; slow-header and idle connection
+timeouts (issue 29) keep a client from holding a slot without talking (``web/gunicorn_conf.py``).
 
 gevent must patch the standard library before anything imports ``socket``, ``ssl``, ``select`` or
 psycopg (psycopg picks its wait function at import: only a patched ``select`` makes it cooperate).
@@ -13,7 +14,22 @@ from gevent import monkey
 
 monkey.patch_all()
 
-from web.gunicorn_conf import child_exit, graceful_timeout, logconfig_dict, post_worker_init  # noqa: E402, F401 - after the patching, on purpose
+from web.gunicorn_conf import (  # noqa: E402 - after the patching, on purpose
+    TimeoutGeventWorker,
+    child_exit,  # noqa: F401 - a gunicorn hook
+    graceful_timeout,  # noqa: F401 - gunicorn's setting
+    header_timeout,
+    logconfig_dict,  # noqa: F401 - gunicorn's logging
+    post_worker_init,  # noqa: F401 - a gunicorn hook
+)
 
-worker_class = "gevent"
+# gevent, with client sockets that time out when idle (web/gunicorn_conf.py, docs/operations.md)
+worker_class = TimeoutGeventWorker
 worker_connections = 200
+# the wait for a request's line and headers (the first one, and between kept-alive requests)
+keepalive = header_timeout()
+# gunicorn's own request line / header size limits, stated (their defaults): 4094 bytes a line, 100
+# header fields of at most 8190 bytes each
+limit_request_line = 4094
+limit_request_fields = 100
+limit_request_field_size = 8190

@@ -13,6 +13,7 @@ from app import auth, jsonx
 from app import cursor as cursors
 from app.auth import IssuedCredential, Principal
 from app.ids import new_id
+from app.observability.logs import redact_url_fields
 from app.sql import defer, run
 
 _INSERT = text(
@@ -70,8 +71,9 @@ def record(
             "reason": reason,
             "evidence_ref": evidence_ref,
             "request_id": request_id,
-            "before": None if before is None else jsonx.dumps(before),
-            "after": None if after is None else jsonx.dumps(after),
+            # a URL shows no user info or query values in the audit either (issue 29)
+            "before": None if before is None else jsonx.dumps(redact_url_fields(before)),
+            "after": None if after is None else jsonx.dumps(redact_url_fields(after)),
         },
     )
     return audit_id
@@ -162,8 +164,8 @@ def list_entries(
         binding["xt"] = exclude_target_type
     after: tuple[datetime, str] | None = None
     if cursor:
-        pos = cursors.decode(cursor, binding)
-        after = (cursors.parse_time(pos["t"]), str(pos["i"]))
+        pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT)
+        after = (pos["t"], pos["i"])
     rows = run(
         conn,
         f"""

@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -263,13 +264,12 @@ RETURNING created_at, expires_at
     )
 
 
-_AUTH = text(
-    """
+_LIVE = """
 SELECT c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues, c.platform
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
-WHERE c.token_hash = :hash AND c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now())
-"""
-)
+WHERE c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now()) AND """
+_AUTH = text(_LIVE + "c.token_hash = :hash")
+_ACTING = text(_LIVE + "c.id = :id")
 
 
 def authenticate(conn: Connection, token: str) -> Principal | None:
@@ -282,7 +282,10 @@ def authenticate(conn: Connection, token: str) -> Principal | None:
 def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
     """The principal of the live token whose SHA-256 is ``token_hash`` (the console session keeps the
     hash, never the token), or None when it is unknown or revoked."""
-    row = run(conn, _AUTH, {"hash": token_hash}).first()
+    return _principal(run(conn, _AUTH, {"hash": token_hash}).first())
+
+
+def _principal(row: Any) -> Principal | None:
     if row is None:
         return None
     return Principal(
@@ -294,6 +297,32 @@ def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
         queues=None if row.queues is None else tuple(row.queues),
         platform=row.platform,
     )
+
+
+def acting_principal(conn: Connection, credential_id: str | None) -> Principal | None:
+    """The principal of the live credential ``credential_id`` (not revoked, not expired), or None.
+
+    Rules, schedules and subscriptions act later on behalf of the credential that set them up (issue
+    29); each time they act they ask this, so a revoked author's rule stops."""
+    return _principal(run(conn, _ACTING, {"id": credential_id}).first()) if credential_id else None
+
+
+def authority_problem(
+    principal: Principal | None, scopes: Iterable[str], queues: Sequence[str] = (), *, who: str = "the author"
+) -> str | None:
+    """Why ``principal`` may not do what needs ``scopes`` (and, for a start, the definition's task
+    ``queues``: ``tasks:submit`` and each queue in its scope), or None when it may. ``principal`` None:
+    the credential was revoked or has expired."""
+    if principal is None:
+        return f"{who}'s credential was revoked or has expired"
+    needed = list(scopes) + ([Scope.TASKS_SUBMIT] if queues else [])
+    missing = [s for s in dict.fromkeys(needed) if not principal.has(s)]
+    if missing:
+        return f"{who} ({principal.name}): {missing_permission_message(missing)}"
+    outside = [q for q in queues if not principal.can_use_queue(q)]
+    if outside:
+        return f"{who} ({principal.name}) may not use the queue(s) {', '.join(outside)}"
+    return None
 
 
 def list_credentials(conn: Connection, namespace: str | None = None) -> list[dict]:

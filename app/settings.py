@@ -345,12 +345,15 @@ _outbound = Section("Outbound calls", "triggers, external dispatches and webhook
 SIGNING_SECRET = _outbound.declare("LEDGERFLOW_SIGNING_SECRET", None, TEXT, "HMAC key of TRIGGER / external dispatch calls (`X-Ledgerflow-Signature`)", shown="— (unsigned)")
 OUTBOUND_ALLOW = _outbound.declare("LEDGERFLOW_OUTBOUND_ALLOW", "", Parse(_networks_and_hosts, "comma-separated CIDRs and host names"), "private destinations outbound HTTP may reach (on-premise receivers); nothing else opens loopback / private / metadata addresses")
 WEBHOOK_DISABLE_AFTER = _outbound.declare("LEDGERFLOW_WEBHOOK_DISABLE_AFTER", 20, integer(1, 10_000), "consecutive failed delivery attempts that disable a subscription (with the reason)")
+RULE_RATE_PER_MINUTE = _outbound.declare("LEDGERFLOW_RULE_RATE_PER_MINUTE", 300, integer(1, 1_000_000), "executions one automation rule may have per minute; past them the rule disables itself (with the reason)")
 
 _web = Section("API and console", "the `web` process")
 DEFAULT_RATE_LIMIT = "1000/second"
 RATE_LIMIT = _web.declare("LEDGERFLOW_RATE_LIMIT", DEFAULT_RATE_LIMIT, Parse(_rate_limits, "off, or limits like 1000/second;30000/minute"), "per-credential request limits (`limits` notation); `off` disables them", shown=f"`{DEFAULT_RATE_LIMIT}`")
 LONG_POLLS_PER_CREDENTIAL = _web.declare("LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL", 8, integer(1, 1000), "task claims of one credential that may wait at once")
 STATEMENT_TIMEOUT_MS = _web.declare("LEDGERFLOW_STATEMENT_TIMEOUT_MS", 30_000, integer(0, 86_400_000), "PostgreSQL `statement_timeout` of every session of the product (0 = none)")
+HTTP_HEADER_TIMEOUT = _web.declare("LEDGERFLOW_HTTP_HEADER_TIMEOUT", 5, integer(1, 300), "seconds a client has to send a request's line and headers (gunicorn's `keepalive`: also the wait for the next request on a kept-alive connection)")
+HTTP_IDLE_TIMEOUT = _web.declare("LEDGERFLOW_HTTP_IDLE_TIMEOUT", 15.0, number(0.5, 3600), "seconds a connection may make no progress while its body is read or its answer written, then it is closed (a body cut short answers 400); keep it above LEDGERFLOW_HTTP_HEADER_TIMEOUT")
 DEVELOPMENT_CURSOR_SECRET = "ledgerflow-cursor-v1"  # public: refused in production (production_problems)
 CURSOR_SECRET = _web.declare("LEDGERFLOW_CURSOR_SECRET", DEVELOPMENT_CURSOR_SECRET, TEXT, "key that signs list cursors; set one per deployment (32 characters or more)", shown="a public development key")
 SECRET_KEY = _web.declare("LEDGERFLOW_SECRET_KEY", None, TEXT, "signs the console's session cookie and CSRF tokens; the same value for every `web` process", shown="— (a random key per process, with a warning)")

@@ -151,8 +151,16 @@ class Rule(Loose):
     event_type = fields.String(required=True)
     definition_id = fields.String(allow_none=True)
     conditions = fields.List(fields.Dict(), required=True)
-    action = fields.Dict(required=True)
+    action = fields.Dict(
+        required=True, metadata={"description": "an http action's URL: user info and query values redacted"}
+    )
     enabled = fields.Boolean(required=True)
+    disabled_reason = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "why it disabled itself (rate budget, its author's rights), or who disabled it"
+        },
+    )
     revision = fields.Integer(required=True)
     created_at = fields.String(required=True)
     updated_at = fields.String(required=True)

@@ -15,7 +15,7 @@ from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.problems import bp as problems_bp
 from web.schedules import bp as schedules_bp
-from web.strict import MAX_BODY_BYTES
+from web.strict import MAX_BODY_BYTES, check_path
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
@@ -40,7 +40,9 @@ def create_app() -> Flask:
     # their wake hints after its commit, as a worker's do; without this they waited for a pool's 2 s poll
     hint_actors.install_publisher()
     app = Flask("ledgerflow")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    # one byte above the limit: a body sent without Content-Length (chunked) is cut at the maximum, so
+    # reading one more byte is how web.strict tells "too large" (413) from a complete body
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
     app.url_map.strict_slashes = False
 
     @app.before_request
@@ -59,6 +61,11 @@ def create_app() -> Flask:
 
     errors.register(app)
     observability.install(app)  # /metrics, request metrics and access log, tracing (issue 13)
+
+    @app.before_request
+    def _path_segments() -> None:
+        check_path(request.view_args)  # NUL / lone surrogates in a path segment: 400 naming it
+
     app.register_blueprint(health_bp)
     app.register_blueprint(openapi_bp)
     app.register_blueprint(problems_bp)

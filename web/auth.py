@@ -34,6 +34,16 @@ def current_principal() -> Principal:
     return principal
 
 
+def require_platform(what: str) -> None:
+    """403 unless the caller is a platform-wide operator: ``what`` (the runtime status, ``/metrics``)
+    shows every namespace's figures, which a namespace-scoped credential may not read."""
+    if not current_principal().platform:
+        raise PermissionDenied(
+            f"{what} is a platform-wide view: it needs a platform-wide operator credential "
+            "(ledgerflow credentials create --platform)"
+        )
+
+
 def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Authenticate the caller and require *all* ``scopes``; sets ``g.principal``."""
     if not scopes:

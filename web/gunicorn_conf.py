@@ -4,12 +4,25 @@ one access line per request itself, with the request id), the Prometheus multipr
 of exited workers, each worker's start-up heap frozen once its app is loaded (``app.process``), and
 the graceful stop: on SIGTERM a worker stops accepting (gunicorn) and its waiting long-poll claims
 answer at once (``web.long_poll.shut_down``), so it is out in a second or two instead of waiting
-for a 30 s poll; other requests get the shutdown grace (``graceful_timeout``)."""
+for a 30 s poll; other requests get the shutdown grace (``graceful_timeout``).
+
+Connection timeouts (docs/operations.md "Serving model"): a client holds a worker's connection slot
+(``worker_connections``) only while it keeps talking.
+
+- **Slow headers**: a request's line and headers must arrive within ``header_timeout()`` seconds of the
+  connection (or of the previous response on a kept-alive connection); gunicorn's ``keepalive`` bounds
+  that wait in the gevent worker, so it is set to this value. Then the connection is closed.
+- **Idle connection**: once the headers are in, any read (the body) or write (the response) that makes
+  no progress for ``idle_timeout()`` seconds ends the connection: ``TimeoutGeventWorker`` gives every
+  client socket that timeout (a body read that times out answers 400 and closes). A long poll waiting
+  for a task sends and reads nothing meanwhile, so it is not cut by it.
+"""
 
 import math
 import signal
 
 import gevent
+from gunicorn.workers.ggevent import GeventWorker
 
 from app import settings
 from app.observability import logs, metrics
@@ -19,6 +32,26 @@ from web import long_poll
 settings.exit_on_bad_settings()  # in the master, before it binds: one line naming the variable, exit 2
 logconfig_dict = logs.gunicorn_logconfig()
 graceful_timeout = math.ceil(settings.SHUTDOWN_GRACE_SECONDS.get())
+
+
+def header_timeout() -> int:
+    """Seconds a client has to send a request's line and headers (``LEDGERFLOW_HTTP_HEADER_TIMEOUT``)."""
+    return settings.HTTP_HEADER_TIMEOUT.get()
+
+
+def idle_timeout() -> float:
+    """Seconds a connection may make no progress while its body is read or its answer written
+    (``LEDGERFLOW_HTTP_IDLE_TIMEOUT``)."""
+    return settings.HTTP_IDLE_TIMEOUT.get()
+
+
+class TimeoutGeventWorker(GeventWorker):
+    """gunicorn's gevent worker whose client sockets time out after ``idle_timeout()`` without progress
+    (the stock worker makes them fully blocking: a client that sends half a body held its slot forever)."""
+
+    def handle(self, listener, client, addr):  # noqa: ANN001, ANN201 - gunicorn's signature
+        client.settimeout(idle_timeout())
+        super(GeventWorker, self).handle(listener, client, addr)  # the async worker's loop, not setblocking
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature

@@ -42,13 +42,15 @@ RULES = "/v1/automation-rules"
 TAGS = ["integrations"]
 
 
-def _mutate(status: int, fn):  # noqa: ANN001, ANN202
+def _mutate(status: int, fn, *, secret: bool = False):  # noqa: ANN001, ANN202
+    """``secret``: the answer shows a signing secret once; its receipt is the calling credential's own
+    (``web.mutation.idempotent(per_credential=True)``), so a replay never hands it to another credential."""
     principal = current_principal()
 
     def work(conn):  # noqa: ANN001, ANN202
         return status, success(fn(conn, principal))
 
-    return idempotent(work)
+    return idempotent(work, per_credential=secret)
 
 
 def _read(fn, *args):  # noqa: ANN001, ANN002, ANN202
@@ -64,7 +66,7 @@ def _read(fn, *args):  # noqa: ANN001, ANN002, ANN202
 @mutation
 @body(CreateSubscriptionRequest)
 def create_subscription(body: dict):  # noqa: ANN201
-    return _mutate(201, lambda c, p: subscriptions.create(c, p, request_id(), body))
+    return _mutate(201, lambda c, p: subscriptions.create(c, p, request_id(), body), secret=True)
 
 
 @bp.get(SUB)
@@ -130,7 +132,11 @@ def delete_subscription(sid: str):  # noqa: ANN201
 @mutation
 @body(RotateRequest)
 def rotate_secret(sid: str, body: dict):  # noqa: ANN201
-    return _mutate(200, lambda c, p: subscriptions.rotate(c, p, request_id(), sid, body.get("grace_seconds")))
+    return _mutate(
+        200,
+        lambda c, p: subscriptions.rotate(c, p, request_id(), sid, body.get("grace_seconds")),
+        secret=True,
+    )
 
 
 @bp.get(f"{SUB}/<sid>/deliveries")
@@ -182,7 +188,7 @@ def redeliver_since(sid: str, body: dict):  # noqa: ANN201
 @mutation
 @body(CreateRuleRequest)
 def create_rule(body: dict):  # noqa: ANN201
-    return _mutate(201, lambda c, p: automation.create_rule(c, p, request_id(), body))
+    return _mutate(201, lambda c, p: automation.create_rule(c, p, request_id(), body), secret=True)
 
 
 @bp.get(RULES)

@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from app.auth import Scope
 from app.db import get_engine
-from app.errors import InvalidArgument, PermissionDenied
+from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
 from schemas.base import ANY, envelope
@@ -32,7 +32,7 @@ from schemas.jobs import (
     RetryBody,
     SkipBody,
 )
-from web.auth import current_principal, requires
+from web.auth import current_principal, require_platform, requires
 from web.http import json_response, ok, request_id, success
 from web.meta import doc
 from web.mutation import Replay, idempotent, mutation
@@ -148,11 +148,7 @@ def jobs_summary() -> Response:
 @doc(summary="Runtime status of the ledger and pools (L-STATUS)", tags=TAGS,
      response=envelope(ANY, "RuntimeStatusResponse"))  # fmt: skip
 def runtime_status() -> Response:
-    if _scope() is not None:
-        raise PermissionDenied(
-            "the runtime status is a platform-wide view: it needs a platform-wide operator credential "
-            "(ledgerflow credentials create --platform)"
-        )
+    require_platform("the runtime status")
     return ok(_read(status.runtime_status))
 
 

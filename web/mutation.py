@@ -56,9 +56,15 @@ def idempotent(
     replay: Replay = Replay.RECEIPT,
     wait_until: float | None = None,
     wait: Callable[[float], None] | None = None,
+    per_credential: bool = False,
 ) -> Response:
     """Execute ``work`` once; same key + same body → the stored response (``Idempotent-Replayed:
     true``, see ``Replay``); same key + other body → 409 IDEMPOTENCY_CONFLICT.
+
+    ``per_credential``: the key belongs to the calling credential, not to its namespace. For answers
+    that carry a secret shown once (a webhook signing secret): the stored response is replayed to the
+    credential that made the request only, never to another credential of the namespace (issue 29);
+    another credential's request with the same key is its own request.
 
     With ``wait_until`` (a ``time.monotonic()`` deadline) ``work`` may raise ``NothingYet``: each try
     is one short transaction, retried after ``wait(seconds_left)`` returns (a long poll: see
@@ -72,11 +78,12 @@ def idempotent(
     # a route without a body (DELETE) may be called without one: no Content-Type needed then
     sent = bool(request.content_length) or request.headers.get("Transfer-Encoding") == "chunked"
     fp = idempotency.fingerprint(request.method, path, read_json_body() if sent or request.mimetype else None)
+    scope = (
+        f"{principal.namespace_id}/{principal.credential_id}" if per_credential else principal.namespace_id
+    )
     while True:
         try:
-            stored = idempotency.execute_once(
-                scope=principal.namespace_id, route=route, key=key, fp=fp, work=work
-            )
+            stored = idempotency.execute_once(scope=scope, route=route, key=key, fp=fp, work=work)
             break
         except NothingYet:
             if wait_until is None:

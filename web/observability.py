@@ -1,5 +1,5 @@
 """The web process's observability: ``GET /metrics`` (Prometheus text format, every process's
-instruments plus the ledger's facts; needs ``workflow:instance:monitor``), per-request metrics and an
+instruments plus the ledger's facts; needs ``workflow:instance:monitor`` on a platform-wide credential), per-request metrics and an
 access log line, the request context of log records, and Flask tracing when tracing is on."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from flask import Blueprint, Flask, Response, g, has_request_context, request
 
 from app.auth import Scope
 from app.observability import logs, metrics, tracing
-from web.auth import requires
+from web.auth import require_platform, requires
 from web.meta import doc
 
 bp = Blueprint("observability", __name__)
@@ -30,6 +30,8 @@ access_log = logging.getLogger("ledgerflow.access")
     "/ ends / signals. See docs/operations.md (Metrics).",
 )
 def prometheus_metrics() -> Response:
+    # the figures are engine-wide (every namespace's jobs and workflows): scoped like the runtime status
+    require_platform("/metrics")
     body, content_type = metrics.render()
     return Response(body, status=200, content_type=content_type)
 

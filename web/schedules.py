@@ -116,7 +116,15 @@ def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noq
 
     def work(conn):  # noqa: ANN001, ANN202
         return 200, success(
-            schedules.set_paused(conn, principal, schedule_id, paused, request_id=request_id(), reason=reason)
+            schedules.set_paused(
+                conn,
+                principal,
+                schedule_id,
+                paused,
+                request_id=request_id(),
+                reason=reason,
+                check_queues=_check_queues,
+            )  # fmt: skip
         )
 
     return idempotent(work)

@@ -8,16 +8,23 @@ size, exact JSON, query strings) around ``schemas.load``.
   The view receives ``body=<loaded dict>``.
 - ``@query(Schema)``: undeclared, case-variant or repeated query parameters → 400; ``query=<dict>``.
   An endpoint without ``@query`` accepts no query parameter at all (checked by ``web.auth``).
+
+The one input layer (issue 29): a string PostgreSQL or the code cannot hold — a NUL character or a lone
+UTF-16 surrogate — is refused with 400 naming the field wherever it comes from: any string (or field
+name) of a JSON body, any query parameter (name or value) and any path segment (``check_path``, run
+by the app before every view). A query parameter that is not text (a number, a time, a boolean) must
+be written in ASCII: ``limit=５`` (full-width digits, which ``int()`` takes) is a 400 naming ``limit``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from flask import request
-from marshmallow import Schema, ValidationError
+from marshmallow import Schema, ValidationError, fields
 
 from app import jsonx
 from app.errors import BodyTooLarge, FieldError, InvalidArgument, UnsupportedMediaType
@@ -25,6 +32,50 @@ from schemas import declared, flatten, load
 from web.meta import meta
 
 MAX_BODY_BYTES = 512 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# --------------------------------------------------------------------------- the input layer
+def string_problem(value: str) -> str | None:
+    """Why ``value`` cannot be taken as a string (PostgreSQL cannot store NUL; a lone surrogate is not
+    Unicode text), or None."""
+    if "\x00" in value:
+        return "must not contain the NUL character"
+    if _SURROGATE.search(value):
+        return "must not contain a lone UTF-16 surrogate"
+    return None
+
+
+def _unstorable_strings(root: Any) -> list[FieldError]:
+    """Every string (and field name) of a parsed JSON body that ``string_problem`` refuses, by path."""
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack and len(errors) < 10:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if (why := string_problem(value)) is not None:
+                errors.append(FieldError(path or "body", why))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                where = f"{path}.{k}" if path else str(k)
+                if (why := string_problem(k)) is not None:
+                    errors.append(FieldError(path or "body", f"a field name {why}"))
+                else:
+                    stack.append((v, where))
+        elif isinstance(value, list):
+            stack.extend((v, f"{path or 'body'}[{i}]") for i, v in enumerate(value))
+    return errors
+
+
+def check_path(view_args: Mapping[str, Any] | None) -> None:
+    """400 naming the path parameter that holds a string ``string_problem`` refuses."""
+    errors = [
+        FieldError(name, why)
+        for name, value in (view_args or {}).items()
+        if isinstance(value, str) and (why := string_problem(value)) is not None
+    ]
+    if errors:
+        raise InvalidArgument(errors=errors)
 
 
 # --------------------------------------------------------------------------- body
@@ -37,17 +88,23 @@ def read_json_body() -> Any:
         raise UnsupportedMediaType("only UTF-8 JSON is accepted")
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise BodyTooLarge("request body exceeds 512 KiB")
+    # a body without Content-Length (chunked) is read up to MAX_BODY_BYTES + 1 (the app's
+    # MAX_CONTENT_LENGTH): one byte more than the limit means it was too large, not truncated JSON
     raw = request.get_data(cache=True)
     if len(raw) > MAX_BODY_BYTES:
         raise BodyTooLarge("request body exceeds 512 KiB")
     if not raw.strip():
         raise InvalidArgument("a JSON object body is required", field="body")
     try:
-        return jsonx.loads(raw)
+        value = jsonx.loads(raw)  # lone surrogates are refused here, naming the field
     except jsonx.DuplicateKey as exc:
         raise InvalidArgument(errors=[FieldError(exc.key, "duplicate field")]) from None
     except jsonx.BadJSON as exc:
         raise InvalidArgument(errors=[FieldError(exc.field, str(exc))]) from None
+    # JSON can carry NUL only as the escape \u0000 (a raw control character is not JSON)
+    if b"\\u0000" in raw and (errors := _unstorable_strings(value)):
+        raise InvalidArgument(errors=errors)
+    return value
 
 
 def parse_body(schema: Schema) -> dict[str, Any]:
@@ -82,6 +139,13 @@ def parse_query(schema: Schema | None, allowed_extra: Iterable[str] = ()) -> dic
     data: dict[str, Any] = {}
     for key in args:
         values = args.getlist(key)
+        if (why := string_problem(key)) is not None:
+            errors.append(FieldError("query", f"a parameter name {why}"))
+            continue
+        bad = next((w for v in values if (w := string_problem(v)) is not None), None)
+        if bad is not None:
+            errors.append(FieldError(key, bad))
+            continue
         if key not in allowed:
             canonical = lowered.get(key.lower())
             msg = (
@@ -93,6 +157,10 @@ def parse_query(schema: Schema | None, allowed_extra: Iterable[str] = ()) -> dic
         elif len(values) > 1:
             errors.append(FieldError(key, "query parameter given more than once"))
         elif key in names:
+            if not isinstance(names[key], fields.String) and not values[0].isascii():
+                # int() and fromisoformat() take other scripts' digits (``５``): not a number here
+                errors.append(FieldError(key, "must be written with ASCII characters (digits 0-9)"))
+                continue
             data[key] = values[0]
     if errors:
         raise InvalidArgument(errors=errors)

@@ -256,9 +256,9 @@ def list_definitions(
         params["name"] = name
     binding = {"ns": namespace_id, "list": "definitions", "name": name}
     if cursor is not None:
-        pos = cursors.decode(cursor, binding)
+        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
         where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
+        params.update(c_created=pos["c"], c_id=pos["i"])
     rows = run(
         conn,
         "SELECT id, created_at FROM workflow_definitions WHERE "
@@ -282,9 +282,9 @@ def list_versions(
     params: dict[str, Any] = {"d": definition_id, "limit": limit + 1}
     binding = {"ns": namespace_id, "list": "definition_versions", "definition": definition_id}
     if cursor is not None:
-        pos = cursors.decode(cursor, binding)
+        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
         where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
+        params.update(c_created=pos["c"], c_id=pos["i"])
     rows = run(
         conn,
         "SELECT id, version, queues, created_at, document->>'description' AS description "

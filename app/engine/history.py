@@ -35,7 +35,7 @@ def _step_id(conn: Connection, inst: dict, key: str) -> str:
 def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
     step_id = _step_id(conn, inst, key)
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_activations"}
-    before = int(cursors.decode(cursor, binding)["s"]) if cursor else None
+    before = cursors.decode(cursor, binding, s=cursors.INT)["s"] if cursor else None
     rows = run(
         conn,
         """
@@ -96,8 +96,8 @@ def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | Non
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_rounds"}
     at = aid = None
     if cursor:
-        pos = cursors.decode(cursor, binding)
-        at, aid = cursors.parse_time(pos["t"]), str(pos["i"])
+        pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT)
+        at, aid = pos["t"], pos["i"]
     rows = run(
         conn,
         f"""
@@ -200,7 +200,7 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     """The instance's events in sequence order (oldest first, ``app.engine.events``); the cursor is
     bound to namespace + workflow + this query kind."""
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "k": "workflow_events"}
-    after = int(cursors.decode(cursor, binding)["s"]) if cursor else 0
+    after = cursors.decode(cursor, binding, s=cursors.INT)["s"] if cursor else 0
     rows = run(
         conn,
         "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "

@@ -187,8 +187,8 @@ def list_instances(
         params["allowed"] = list(allowed_queues)
     binding = {"ns": namespace_id, "filters": {k: str(v) for k, v in sorted(filters.items())}}
     if cursor is not None:
-        pos = cursors.decode(cursor, binding)
-        created, last_id = cursors.parse_time(pos.get("c")), str(pos.get("i"))
+        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
+        created, last_id = pos["c"], pos["i"]
         where.append("(created_at, id) < (:c_created, :c_id)")
         params.update(c_created=created, c_id=last_id)
     rows = run(

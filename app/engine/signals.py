@@ -175,8 +175,8 @@ def list_signals(conn: Connection, inst: dict, limit: int, cursor: str | None) -
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "k": "workflow_signals"}
     params: dict[str, Any] = {"id": inst["id"], "lim": limit + 1, "at": None, "aid": None}
     if cursor:
-        pos = cursors.decode(cursor, binding)
-        params.update(at=cursors.parse_time(pos["t"]), aid=str(pos["i"]))
+        pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT)
+        params.update(at=pos["t"], aid=pos["i"])
     rows = run(
         conn,
         f"SELECT {_COLS} FROM workflow_signals WHERE instance_id = :id "

@@ -1,26 +1,46 @@
 """The ``automation_action`` job (X-AUTO): one rule's action for one event. Internal writes go through
 the job's effect receipt (a retried or replayed action starts one workflow / sends one signal); an
-``http`` action is a signed POST with the outcomes of a webhook delivery (``app.integrations.webhooks``)."""
+``http`` action is a signed POST with the outcomes of a webhook delivery (``app.integrations.webhooks``).
+
+Before it acts, the rule's author must still be live and hold the rights of the action's kind
+(``automation.authority_problem``); otherwise the execution is ``skipped`` with the reason and the rule
+disables itself saying why. A payload naming no execution ends ``dead`` REFERENCE_NOT_FOUND (unless
+retention may have removed it: ``webhooks.missing``)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import text
 
-from app.errors import InvalidArgument, NotFound
+from app import auth
+from app.errors import InvalidArgument, NotFound, PermissionDenied
+from app.ids import is_hex32
 from app.integrations import automation
-from app.integrations.webhooks import USER_AGENT, signature
+from app.integrations.webhooks import USER_AGENT, missing, signature
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import JobAborted, PermanentError, Skip
 
+
+@dataclass(frozen=True)
+class Event:
+    """The event of an execution, as the fan-out sees one (``automation.event_document``)."""
+
+    id: str
+    type: str
+    instance_id: str
+    body: str
+
+
 _LOAD = text(
     """
-SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.action, r.secret, e.id AS event_id, e.type, e.seq,
-       e.instance_id, e.body::text AS body
+SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret,
+       r.created_by, e.id AS event_id,
+       e.type, e.seq, e.instance_id, e.body::text AS body
 FROM automation_executions x
 JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id
 LEFT JOIN automation_rules r ON r.id = x.rule_id
@@ -64,36 +84,55 @@ def _http(ctx: JobContext, row: Any, doc: dict) -> dict[str, Any]:
     return {"status_code": res.status_code, "reused": res.reused}
 
 
+def _stop(ctx: JobContext, row: Any, why: str) -> Skip:
+    """The rule may not act (its author): the execution is skipped and the rule disables itself."""
+    _record(ctx, row.id, "skipped", err=why)
+    try:
+        with ctx.transaction() as conn:
+            automation.disable_rule(conn, row.namespace_id, row.rule_id, f"disabled automatically: {why}")
+    except JobAborted:
+        pass
+    return Skip(why)
+
+
 @handlers.register("automation_action")
 def automation_action(ctx: JobContext) -> Any:
     xid = (ctx.payload or {}).get("execution_id")
     with ctx.engine.connect() as conn:
-        row = conn.execute(_LOAD, {"id": xid}).first()
+        row = conn.execute(_LOAD, {"id": xid}).first() if isinstance(xid, str) and is_hex32(xid) else None
+        acting = row is not None and (row.enabled or automation.admitted_while_disabled(row.disabled_reason))
+        if acting:
+            author = auth.acting_principal(conn, row.created_by)
+            ev = Event(row.event_id, row.type, row.instance_id, row.body)
+            chain = automation.event_chain(conn, ev)
     if row is None:
-        return Skip("the execution no longer exists")
-    if row.enabled is None or not row.enabled:
+        return missing(ctx, "automation execution", xid)
+    if not acting:
         reason = "the rule was deleted" if row.enabled is None else "the rule is disabled"
         _record(ctx, row.id, "skipped", err=reason)
         return Skip(reason)
-    doc = automation.event_document(
-        type(
-            "Ev", (), {"id": row.event_id, "type": row.type, "instance_id": row.instance_id, "body": row.body}
-        )
-    )
     kind = row.action["kind"]
+    why = automation.authority_problem(author, kind)
+    if why is not None:
+        return _stop(ctx, row, why)
+    doc = automation.event_document(ev)
     try:
         if kind == "http":
             result = _http(ctx, row, doc)
         elif kind == "start_workflow":
             result = ctx.effect(
                 "start",
-                lambda c: automation.start_from_event(c, row.namespace_id, row.action, doc, row.rule_id),
+                lambda c: automation.start_from_event(
+                    c, row.namespace_id, row.action, doc, row.rule_id, chain=chain, author=author
+                ),
             )
         else:
             result = ctx.effect(
                 "signal",
                 lambda c: automation.signal_from_event(c, row.namespace_id, row.action, doc, row.rule_id),
             )
+    except PermissionDenied as exc:  # e.g. the version's task queues need tasks:submit the author lacks
+        return _stop(ctx, row, exc.message)
     except (InvalidArgument, NotFound) as exc:
         _record(ctx, row.id, "dead", err=exc.message if hasattr(exc, "message") else str(exc))
         raise PermanentError(f"{kind} action refused: {exc}") from None

@@ -11,21 +11,39 @@ action starts one workflow / sends one signal. Exactly one job per (event, rule)
 unique per pair and the job's idempotency key is ``automation_action:<event>:<rule>``.
 
 A mapping is any JSON value whose strings ``$.event...`` name a part of the event document
-``{"id", "type", "seq", "workflow_id", "data": <the event body>}``."""
+``{"id", "type", "seq", "workflow_id", "data": <the event body>}``.
+
+Automation cannot amplify itself (issue 29):
+
+- an instance a rule started carries its *chain*: the rules that led to it, oldest first
+  (``workflow_instances.automation_chain``; a sub-workflow inherits its parent's). A rule never fires on
+  an event of an instance whose chain holds it (its own starts, directly or through other rules), nor on
+  the ``signal.*`` events of a signal it sent; and no rule fires on an event of an instance already at
+  ``MAX_CHAIN_DEPTH`` (the execution is recorded ``skipped`` with the reason);
+- each rule has a rate budget (``rate_budget()`` executions per minute): past it, the event's execution
+  is recorded ``skipped`` with the reason and the rule disables itself saying why, like a failing
+  subscription (``enable`` starts a new budget).
+
+A rule acts with the rights of its author (``created_by``: the credential that created it, or the last one
+that enabled it): checked at create / enable and again each time it acts. ``start_workflow`` needs
+``workflows:start`` (and ``tasks:submit`` plus the queue scope when the version has task queues),
+``signal`` needs ``workflows:signal``, every kind ``integrations:manage``. A rule whose author was revoked,
+expired or lacks the right skips the action and disables itself saying why."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app import audit
-from app.auth import Principal
+from app import audit, auth
+from app.auth import Principal, Scope
 from app.engine import instances, oplog, signals
-from app.errors import InvalidArgument, LimitExceeded, NotFound
+from app.errors import InvalidArgument, NotFound, PermissionDenied
 from app.ids import is_hex32, new_id
+from app.integrations import caps
 from app.integrations.paging import page
 from app.integrations.patterns import (
     ABSENT,
@@ -35,14 +53,39 @@ from app.integrations.patterns import (
     type_matches,
     validate_conditions,
 )
-from app.integrations.subscriptions import check_url, new_secret
+from app.integrations.subscriptions import check_url, definition_filter, new_secret
 from app.jsonx import rfc3339
 from app.ledger.enqueue import enqueue
+from app.observability.logs import redact_url_fields
+from app.settings import RULE_RATE_PER_MINUTE
 
 MAX_RULES = 100  # per namespace
 MAX_ACTION_BYTES = 16384
 KINDS = ("http", "start_workflow", "signal")
+MAX_CHAIN_DEPTH = 3  # no rule fires on events of an instance that 3 rule starts in a row led to
+SIGNAL_ACTOR = "automation:"  # a rule's signals are sent by actor "automation:<rule id>"
+# what the author of a rule of each kind must hold (plus tasks:submit and the queues of a start's version)
+KIND_SCOPES = {
+    "http": (Scope.INTEGRATIONS_MANAGE,),
+    "start_workflow": (Scope.INTEGRATIONS_MANAGE, Scope.WORKFLOWS_START),
+    "signal": (Scope.INTEGRATIONS_MANAGE, Scope.WORKFLOWS_SIGNAL),
+}
 _ABSENT = object()
+
+
+BUDGET_SPENT = "rate budget spent"
+AUTO_DISABLED = "disabled automatically: "
+
+
+def admitted_while_disabled(disabled_reason: str | None) -> bool:
+    """A rule that disabled itself for its rate budget still runs the executions admitted within the
+    budget (those queued before); a person's disable, or its author's loss of rights, stops them all."""
+    return (disabled_reason or "").startswith(AUTO_DISABLED + BUDGET_SPENT)
+
+
+def rate_budget() -> int:
+    """Executions one rule may have per minute; past them the rule disables itself."""
+    return RULE_RATE_PER_MINUTE.get()
 
 
 # --------------------------------------------------------------------------- mappings
@@ -76,7 +119,8 @@ def event_document(ev: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- rules
-def validate_action(conn: Connection, ns: str, action: Any) -> dict[str, Any]:
+def validate_action(conn: Connection, ns: str, action: Any) -> tuple[dict[str, Any], list[str]]:
+    """The action of a rule, checked; with the task queues of a ``start_workflow`` action's version."""
     if not isinstance(action, dict) or action.get("kind") not in KINDS:
         raise InvalidArgument(f"action.kind must be one of {', '.join(KINDS)}", field="action.kind")
     if len(json.dumps(action)) > MAX_ACTION_BYTES:
@@ -91,65 +135,91 @@ def validate_action(conn: Connection, ns: str, action: Any) -> dict[str, Any]:
     extra = sorted(set(action) - allowed)
     if extra:
         raise InvalidArgument(f"unknown field {extra[0]} for a {kind} action", field=f"action.{extra[0]}")
+    queues: list[str] = []
     if kind == "http":
         check_url(action.get("url"), "action.url")
     elif kind == "start_workflow":
-        def_id = action.get("definition_id")
-        if not isinstance(def_id, str) or not is_hex32(def_id):
-            raise InvalidArgument("a 32-char hex definition id", field="action.definition_id")
-        found = conn.execute(
-            text(
-                "SELECT 1 FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
-                "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v"
-            ),
-            {"d": def_id, "ns": ns, "v": action.get("version")},
-        ).first()
-        if found is None:
-            raise InvalidArgument("no such published version of the definition in this namespace",
-                                  field="action.version")  # fmt: skip
+        queues = start_queues(conn, ns, action)
     else:
         for f in ("workflow_id", "name", "payload_version", "target_step_key"):
             if not isinstance(action.get(f), str):
                 raise InvalidArgument("required: a string (or a $.event mapping)", field=f"action.{f}")
-    return action
+    return action, queues
 
 
-_COLS = "id, name, event_type, definition_id, conditions, action, enabled, revision, created_at, updated_at"
+def start_queues(conn: Connection, ns: str, action: dict[str, Any]) -> list[str]:
+    """The task queues of a ``start_workflow`` action's pinned version (400 when it names none of ``ns``)."""
+    def_id, version = action.get("definition_id"), action.get("version")
+    if not isinstance(def_id, str) or not is_hex32(def_id):
+        raise InvalidArgument("a 32-char hex definition id", field="action.definition_id")
+    found = (
+        conn.execute(
+            text(
+                "SELECT v.queues FROM workflow_definition_versions v JOIN workflow_definitions d "
+                "ON d.id = v.definition_id WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v"
+            ),
+            {"d": def_id, "ns": ns, "v": version},
+        ).first()
+        if isinstance(version, str)
+        else None
+    )
+    if found is None:
+        raise InvalidArgument("no such published version of the definition in this namespace",
+                              field="action.version")  # fmt: skip
+    return list(found.queues)
+
+
+def authority_problem(author: Principal | None, kind: str, queues: Sequence[str] = ()) -> str | None:
+    """Why ``author`` may not have a rule of ``kind`` act (None: it may)."""
+    return auth.authority_problem(author, KIND_SCOPES[kind], queues, who="the rule's author")
+
+
+_COLS = (
+    "id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, "
+    "updated_at"
+)
 
 
 def rule_view(row: Any) -> dict[str, Any]:
     m = row._mapping
     return {
         "id": m["id"], "name": m["name"], "event_type": m["event_type"], "definition_id": m["definition_id"],
-        "conditions": m["conditions"], "action": m["action"], "enabled": m["enabled"], "revision": m["revision"],
-        "created_at": rfc3339(m["created_at"]), "updated_at": rfc3339(m["updated_at"]),
+        "conditions": m["conditions"], "action": redact_url_fields(m["action"]), "enabled": m["enabled"],
+        "disabled_reason": m["disabled_reason"], "revision": m["revision"], "created_at": rfc3339(m["created_at"]),
+        "updated_at": rfc3339(m["updated_at"]),
     }  # fmt: skip
+
+
+def _check_author(p: Principal, kind: str, queues: Sequence[str]) -> None:
+    why = authority_problem(p, kind, queues)
+    if why is not None:
+        raise PermissionDenied(f"a {kind} rule acts with its author's rights: {why}")
 
 
 def create_rule(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
-    if (
-        conn.execute(
-            text("SELECT count(*) FROM automation_rules WHERE namespace_id = :ns"), {"ns": ns}
-        ).scalar_one()
-        >= MAX_RULES
-    ):
-        raise LimitExceeded("AUTOMATION_RULE_LIMIT", f"a namespace has at most {MAX_RULES} automation rules")
     why = pattern_problem(req.get("event_type"))
     if why:
         raise InvalidArgument(why, field="event_type")
-    action = validate_action(conn, ns, req.get("action"))
-    secret = new_secret() if action["kind"] == "http" else None
+    action, queues = validate_action(conn, ns, req.get("action"))
+    _check_author(p, action["kind"], queues)
+    params = {
+        "id": new_id(), "ns": ns, "name": req["name"], "et": req["event_type"],
+        "def": definition_filter(conn, ns, req.get("definition_id")),
+        "cond": json.dumps(validate_conditions(req.get("conditions", []))), "act": json.dumps(action),
+        "secret": new_secret() if action["kind"] == "http" else None, "by": p.actor_id,
+    }  # fmt: skip
+    secret = params["secret"]
+    caps.reserve(conn, "automation_rules", ns, MAX_RULES, "AUTOMATION_RULE_LIMIT",
+                 f"a namespace has at most {MAX_RULES} automation rules")  # fmt: skip
     row = conn.execute(
         text(
             f"INSERT INTO automation_rules (id, namespace_id, name, event_type, definition_id, conditions, action, "
-            f"secret) VALUES (:id, :ns, :name, :et, :def, CAST(:cond AS jsonb), CAST(:act AS jsonb), :secret) "
-            f"RETURNING {_COLS}"
+            f"secret, created_by) VALUES (:id, :ns, :name, :et, :def, CAST(:cond AS jsonb), CAST(:act AS jsonb), "
+            f":secret, :by) RETURNING {_COLS}"
         ),
-        {"id": new_id(), "ns": ns, "name": req["name"], "et": req["event_type"], "def": req.get("definition_id"),
-         "cond": json.dumps(validate_conditions(req.get("conditions", []))), "act": json.dumps(action),
-         "secret": secret},
-    ).one()  # fmt: skip
+        params,
+    ).one()
     out = rule_view(row)
     audit.record(conn, principal=p, request_id=rid, action="automation_rule.create", target_type="automation_rule",
                  target_id=out["id"], after=out)  # fmt: skip
@@ -185,11 +255,23 @@ def list_rules(conn: Connection, ns: str, limit: int, cursor: str | None) -> dic
 def set_rule_enabled(
     conn: Connection, p: Principal, rid: str | None, rule_id: str, enabled: bool
 ) -> dict[str, Any]:
-    before = rule_view(_rule(conn, p.namespace_id, rule_id, lock=True))
+    """Disable (by a person), or enable: the enabling credential becomes the rule's author (its rights
+    are checked as at create), the reason it was disabled is cleared and a new rate budget starts."""
+    locked = _rule(conn, p.namespace_id, rule_id, lock=True)
+    before = rule_view(locked)
+    if enabled:
+        action = locked.action
+        queues = start_queues(conn, p.namespace_id, action) if action["kind"] == "start_workflow" else []
+        _check_author(p, action["kind"], queues)
+    sets = (
+        "enabled = true, disabled_reason = NULL, created_by = :by, budget_used = 0, budget_window_at = NULL"
+        if enabled
+        else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
+    )
     row = conn.execute(
-        text(f"UPDATE automation_rules SET enabled = :e, revision = revision + CASE WHEN enabled = :e THEN 0 ELSE 1 END, "
+        text(f"UPDATE automation_rules SET {sets}, revision = revision + CASE WHEN enabled = :e THEN 0 ELSE 1 END, "
              f"updated_at = now() WHERE id = :id RETURNING {_COLS}"),
-        {"id": rule_id, "e": enabled},
+        {"id": rule_id, "e": enabled, "by": p.actor_id, "who": p.name},
     ).one()  # fmt: skip
     after = rule_view(row)
     audit.record(conn, principal=p, request_id=rid, action=f"automation_rule.{'enable' if enabled else 'disable'}",
@@ -220,48 +302,175 @@ def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str 
 def enabled_rules(conn: Connection, ns: str) -> list[Any]:
     return conn.execute(
         text(
-            "SELECT id, event_type, definition_id, conditions FROM automation_rules WHERE namespace_id = :ns "
-            "AND enabled ORDER BY created_at, id LIMIT :n"
+            "SELECT id, namespace_id, event_type, definition_id, conditions FROM automation_rules "
+            "WHERE namespace_id = :ns AND enabled ORDER BY created_at, id LIMIT :n"
         ),
         {"ns": ns, "n": MAX_RULES},
     ).all()
 
 
-def fan_out_event(conn: Connection, ev: Any, rules: Iterable[Any]) -> int:
-    """One execution + ``automation_action`` job per matching rule of event ``ev`` (idempotent)."""
+# The chain of an instance: its own, else its nearest ancestor's (a sub-workflow of an instance a rule
+# started is that rule's work too); bounded walk up the parent links.
+_CHAIN = text(
+    """
+WITH RECURSIVE up AS (
+    SELECT id, parent_instance_id, automation_chain, 1 AS n FROM workflow_instances WHERE id = :i
+    UNION ALL
+    SELECT w.id, w.parent_instance_id, w.automation_chain, up.n + 1
+    FROM workflow_instances w JOIN up ON w.id = up.parent_instance_id
+    WHERE up.automation_chain IS NULL AND up.n < 32
+)
+SELECT automation_chain FROM up WHERE automation_chain IS NOT NULL ORDER BY n LIMIT 1
+"""
+)
+
+
+def chain_of(conn: Connection, instance_id: str) -> list[str]:
+    """The automation rules that led to ``instance_id`` (oldest first; empty: no rule started it)."""
+    return list(conn.execute(_CHAIN, {"i": instance_id}).scalar() or [])
+
+
+def _signal_rules(conn: Connection, events: Sequence[Any]) -> dict[str, str]:
+    """event id -> the rule that sent the signal of a ``signal.*`` event (signals sent by rules only)."""
+    by_signal: dict[str, list[str]] = {}  # a signal has several events (accepted, then consumed...)
+    for ev in events:
+        if ev.type.startswith("signal."):
+            sid = _body(ev).get("signal_id")
+            if isinstance(sid, str):
+                by_signal.setdefault(sid, []).append(ev.id)
+    if not by_signal:
+        return {}
+    rows = conn.execute(
+        text(
+            "SELECT id, actor_id FROM workflow_signals WHERE id = ANY(:ids) AND actor_id LIKE 'automation:%'"
+        ),
+        {"ids": list(by_signal)},
+    ).all()
+    return {eid: r.actor_id[len(SIGNAL_ACTOR) :] for r in rows for eid in by_signal[r.id]}
+
+
+def event_chain(conn: Connection, ev: Any, instance_chain: list[str] | None = None) -> list[str]:
+    """The rules that led to event ``ev``: its instance's chain, plus the rule that sent its signal."""
+    chain = chain_of(conn, ev.instance_id) if instance_chain is None else instance_chain
+    sender = _signal_rules(conn, [ev]).get(ev.id)
+    return chain + [sender] if sender and sender not in chain else chain
+
+
+def _body(ev: Any) -> dict[str, Any]:
+    body = ev.body if isinstance(ev.body, dict) else json.loads(ev.body)
+    return body if isinstance(body, dict) else {}
+
+
+def _matches(r: Any, ev: Any, doc: dict[str, Any] | None) -> bool:
+    if (r.definition_id and r.definition_id != ev.definition_id) or not type_matches([r.event_type], ev.type):
+        return False
+    return not r.conditions or conditions_hold(r.conditions, doc or event_document(ev))
+
+
+_EXECUTION = text(
+    "INSERT INTO automation_executions (id, namespace_id, rule_id, event_id, status, last_error) "
+    "VALUES (:id, :ns, :r, :e, :st, :err) ON CONFLICT (rule_id, event_id) DO NOTHING RETURNING id"
+)
+# The rule's budget window: a new one starts when the last began a minute ago or more. All expressions of
+# SET read the row as it was. NULL when the rule was disabled meanwhile.
+_SPEND = text(
+    """
+UPDATE automation_rules SET
+    budget_used = CASE WHEN budget_window_at > now() - interval '1 minute' THEN budget_used ELSE 0 END + :n,
+    budget_window_at = CASE WHEN budget_window_at > now() - interval '1 minute' THEN budget_window_at ELSE now() END
+WHERE id = :id AND enabled
+RETURNING budget_used
+"""
+)
+
+
+def _execution(
+    conn: Connection, ns: str, rule_id: str, event_id: str, skipped: str | None = None
+) -> str | None:
+    """The execution row of (rule, event), or None when it exists already; ``skipped``: recorded as
+    skipped with that reason (no job)."""
+    return conn.execute(
+        _EXECUTION,
+        {"id": new_id(), "ns": ns, "r": rule_id, "e": event_id, "st": "skipped" if skipped else "pending",
+         "err": skipped},
+    ).scalar()  # fmt: skip
+
+
+def _action_job(conn: Connection, ns: str, rule_id: str, event_id: str) -> bool:
+    xid = _execution(conn, ns, rule_id, event_id)
+    if xid is None:
+        return False
+    key = f"automation_action:{event_id}:{rule_id}"
+    job = enqueue(
+        conn, "automation_action", {"execution_id": xid}, idempotency_key=key, operation_key=key[:64]
+    )
+    conn.execute(
+        text("UPDATE automation_executions SET job_id = :j WHERE id = :id"), {"j": job.id, "id": xid}
+    )
+    return True
+
+
+def disable_rule(conn: Connection, ns: str, rule_id: str, reason: str) -> None:
+    """The rule disables itself (rate budget spent, author revoked), saying why; audited as the engine."""
+    row = conn.execute(
+        text(
+            f"UPDATE automation_rules SET enabled = false, disabled_reason = :why, revision = revision + 1, "
+            f"updated_at = now() WHERE id = :id AND enabled RETURNING {_COLS}"
+        ),
+        {"id": rule_id, "why": reason[:1000]},
+    ).first()
+    if row is not None:
+        audit.record(conn, principal=oplog.system_principal(ns), request_id=None, action="automation_rule.disable",
+                     target_type="automation_rule", target_id=rule_id, after=rule_view(row), reason=reason[:1000])  # fmt: skip
+
+
+def fan_out_events(conn: Connection, events: Sequence[Any], rules: Iterable[Any]) -> int:
+    """One execution + ``automation_action`` job per matching rule of each event (idempotent), within the
+    guards of the module docstring. ``events`` are one dispatch's: one instance's, in order."""
+    rules = list(rules)
+    if not rules or not events:
+        return 0
+    chain = chain_of(conn, events[0].instance_id)
+    senders = _signal_rules(conn, events)
+    matched: dict[str, list[Any]] = {}
+    too_deep: dict[str, list[Any]] = {}
+    for ev in events:
+        sender = senders.get(ev.id)
+        ev_chain = chain + [sender] if sender and sender not in chain else chain
+        doc = event_document(ev) if any(r.conditions for r in rules) else None
+        for r in rules:
+            if r.id in ev_chain or not _matches(r, ev, doc):
+                continue  # a rule never acts on its own work
+            (too_deep if len(ev_chain) >= MAX_CHAIN_DEPTH else matched).setdefault(r.id, []).append(ev)
     n = 0
-    doc = None
-    for r in rules:
-        if (r.definition_id and r.definition_id != ev.definition_id) or not type_matches(
-            [r.event_type], ev.type
-        ):
+    deep = f"the event comes from a chain of {MAX_CHAIN_DEPTH} automation rules (the most a chain may have)"
+    for r in rules:  # one lock order: the rules' (created_at, id)
+        for ev in too_deep.get(r.id, ()):
+            _execution(conn, r.namespace_id, r.id, ev.id, skipped=deep)
+        evs = matched.get(r.id)
+        if not evs:
             continue
-        if r.conditions:
-            doc = doc or event_document(ev)
-            if not conditions_hold(r.conditions, doc):
-                continue
-        xid = conn.execute(
-            text(
-                "INSERT INTO automation_executions (id, namespace_id, rule_id, event_id) VALUES (:id, :ns, :r, :e) "
-                "ON CONFLICT (rule_id, event_id) DO NOTHING RETURNING id"
-            ),
-            {"id": new_id(), "ns": ev.namespace_id, "r": r.id, "e": ev.id},
-        ).scalar()
-        if xid is None:
-            continue
-        key = f"automation_action:{ev.id}:{r.id}"
-        job = enqueue(
-            conn, "automation_action", {"execution_id": xid}, idempotency_key=key, operation_key=key[:64]
-        )
-        conn.execute(
-            text("UPDATE automation_executions SET job_id = :j WHERE id = :id"), {"j": job.id, "id": xid}
-        )
-        n += 1
+        used = conn.execute(_SPEND, {"id": r.id, "n": len(evs)}).scalar()
+        if used is None:
+            continue  # disabled since the rules were read
+        allowed = max(0, min(len(evs), rate_budget() - (used - len(evs))))
+        for ev in evs[:allowed]:
+            n += _action_job(conn, r.namespace_id, r.id, ev.id)
+        if allowed < len(evs):
+            why = f"{BUDGET_SPENT}: more than {rate_budget()} executions in a minute (LEDGERFLOW_RULE_RATE_PER_MINUTE)"
+            for ev in evs[allowed:]:
+                _execution(conn, r.namespace_id, r.id, ev.id, skipped=why)
+            disable_rule(conn, r.namespace_id, r.id, f"{AUTO_DISABLED}{why}")
     return n
 
 
 # --------------------------------------------------------------------------- the internal writes
-def start_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_id: str) -> dict[str, Any]:
+def start_from_event(
+    conn: Connection, ns: str, action: dict, doc: dict, rule_id: str, *, chain: Sequence[str] = (),
+    author: Principal | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Start the action's workflow; the new instance's chain is the event's ``chain`` + this rule, and the
+    start is checked against the ``author``'s rights (tasks:submit and the queues of the version)."""
     body = {
         "definition_id": action["definition_id"],
         "version": action["version"],
@@ -269,14 +478,35 @@ def start_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_id
     }
     if "business_key" in action:
         body["business_key"] = str(resolve(action["business_key"], doc) or "")
-    inst = instances.start_workflow(
-        conn, ns, body,
-        on_created=lambda c, created: oplog.advance(
-            c, created, "workflow.start", after={**instances.instance_view(created), "automation_rule_id": rule_id,
-                                                 "event_id": doc["id"]},
-        ),
-    )  # fmt: skip
+    new_chain = [*chain, rule_id]
+
+    def check_queues(queues: list[str]) -> None:
+        why = authority_problem(author, "start_workflow", queues)
+        if why is not None:
+            raise PermissionDenied(why)
+
+    def created(c: Connection, inst: dict) -> None:
+        c.execute(
+            text("UPDATE workflow_instances SET automation_chain = CAST(:ch AS text[]) WHERE id = :i"),
+            {"ch": new_chain, "i": inst["id"]},
+        )
+        oplog.advance(c, inst, "workflow.start", after={
+            **instances.instance_view(inst), "automation_rule_id": rule_id, "event_id": doc["id"],
+            "automation_depth": len(new_chain)})  # fmt: skip
+
+    inst = instances.start_workflow(conn, ns, body, check_queues=check_queues, on_created=created)
     return {"workflow_id": inst["id"]}
+
+
+def _sequence(value: Any) -> int:
+    """The mapped target activation sequence: 1 when the mapping names nothing (or 0), else 1..2^31-1."""
+    if value in (None, "", 0):
+        return 1
+    text_ = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    if not (text_.isascii() and text_.isdigit() and len(text_) <= 10 and 1 <= int(text_) <= 2**31 - 1):
+        raise InvalidArgument("the mapped target_activation_sequence is not a sequence number",
+                              field="action.target_activation_sequence")  # fmt: skip
+    return int(text_)
 
 
 def signal_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_id: str) -> dict[str, Any]:
@@ -292,11 +522,11 @@ def signal_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_i
         "name": resolve(action["name"], doc),
         "payload_version": resolve(action["payload_version"], doc),
         "target_step_key": resolve(action["target_step_key"], doc),
-        "target_activation_sequence": int(resolve(action.get("target_activation_sequence", 1), doc) or 1),
+        "target_activation_sequence": _sequence(resolve(action.get("target_activation_sequence", 1), doc)),
         "correlation_key": str(resolve(action.get("correlation_key", "$.event.id"), doc))[:512],
         "payload": resolve(action.get("payload", {}), doc),
         "reason": f"automation rule {rule_id}",
         "evidence_ref": f"event:{doc['id']}",
     }
-    sig = signals.send(conn, wid, f"automation:{rule_id}", req)
+    sig = signals.send(conn, wid, SIGNAL_ACTOR + rule_id, req)
     return {"workflow_id": wid, "signal_id": sig["id"]}

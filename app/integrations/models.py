@@ -39,6 +39,8 @@ subscriptions = Table(
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # issue 29: the credential whose rights the deliveries use (the creator, or whoever enabled / updated it)
+    Column("created_by", Text),
 )
 Index(
     "ix_event_subscriptions_ns", subscriptions.c.namespace_id, subscriptions.c.created_at, subscriptions.c.id
@@ -83,6 +85,12 @@ rules = Table(
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # issue 29: the credential whose rights the rule acts with (the creator, or whoever enabled it last)
+    Column("created_by", Text),
+    Column("disabled_reason", Text),  # why the rule disabled itself (rate budget, author revoked)
+    # the rate budget: executions in the one-minute window that began at budget_window_at
+    Column("budget_window_at", DateTime(timezone=True)),
+    Column("budget_used", Integer, nullable=False, server_default=text("0")),
 )
 Index("ix_automation_rules_ns", rules.c.namespace_id, rules.c.created_at, rules.c.id)
 

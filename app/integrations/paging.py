@@ -25,7 +25,7 @@ def page(
 ) -> dict[str, Any]:
     """``sql`` selects rows with ``created_at`` and ``id`` and ends with ``{after}`` where the keyset
     condition goes (``AND ...``) and ``{order}`` for the ORDER BY + LIMIT."""
-    pos = cursors.decode(cursor, binding) if cursor else None
+    pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT) if cursor else None
     op, direction = ("<", "DESC") if newest_first else (">", "")
     after = f"AND ({alias}created_at, {alias}id) {op} (:_t, :_i)" if pos else ""
     order = f"ORDER BY {alias}created_at {direction}, {alias}id {direction} LIMIT :_n"
@@ -34,7 +34,7 @@ def page(
         {
             **params,
             "_n": limit + 1,
-            "_t": cursors.parse_time(pos["t"]) if pos else None,
+            "_t": pos["t"] if pos else None,
             "_i": pos and pos["i"],
         },
     ).all()

@@ -2,7 +2,12 @@
 fire time) — unique, so a fire time starts at most one instance whatever happens — then the overlap
 policy, then ``start_workflow`` in a savepoint: a quota (429) or limit refusal is recorded as a SKIPPED
 fire with its reason, never retried. The schedules themselves, their commands and the tick that hands
-out fire times are ``schedules``."""
+out fire times are ``schedules``.
+
+A schedule starts workflows with the rights of its author (issue 29: ``created_by``, the credential that
+created, last updated or last resumed it), checked at every fire: a revoked or expired author, or one
+without ``workflows:start`` (and ``tasks:submit`` and the queues of a version with task queues), gives a
+SKIPPED fire saying why, and the schedule pauses itself (audited) until a credential that may resumes it."""
 
 from __future__ import annotations
 
@@ -11,11 +16,12 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app import audit
+from app import audit, auth
+from app.auth import Principal, Scope
 from app.engine import instances, oplog, stopping
 from app.engine.states import TERMINAL
 from app.engine.store import lock_instance
-from app.errors import LedgerflowError, NotFound, StateConflict
+from app.errors import LedgerflowError, NotFound, PermissionDenied, StateConflict
 from app.ids import new_id
 from app.integrations import schedule_times as times
 from app.integrations.schedules import launch_input, read_schedule
@@ -75,9 +81,15 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
         )
         reason = f"{verdict}: {reason}"
     else:
-        if verdict == times.CANCEL_THEN_LAUNCH:
-            _cancel_previous(conn, unfinished, sid)
-        instance_id, reason = _start(conn, s, fire_at)
+        author = auth.acting_principal(conn, s["created_by"])
+        try:
+            _may_start(author, [])
+            if verdict == times.CANCEL_THEN_LAUNCH:
+                _cancel_previous(conn, unfinished, sid)
+            instance_id, reason = _start(conn, s, fire_at, author)
+        except PermissionDenied as exc:  # the author's rights: the schedule stops until resumed
+            instance_id, reason = None, f"{exc.code}: {exc.message}"
+            _pause(conn, s, reason)
     status = "LAUNCHED" if instance_id else "SKIPPED"
     conn.execute(
         text("UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id"),
@@ -114,9 +126,31 @@ def _cancel_previous(conn: Connection, instance_ids: list[str], schedule_id: str
             continue  # e.g. NEEDS_REVIEW: a person decides; the launch goes ahead
 
 
-def _start(conn: Connection, s: dict[str, Any], fire_at: datetime) -> tuple[str | None, str | None]:
-    """Start the instance in a savepoint; a refusal (quota 429, limit, a version or input that no
-    longer fits) rolls the savepoint back and becomes the skip reason."""
+def _may_start(author: Principal | None, queues: list[str]) -> None:
+    why = auth.authority_problem(author, [Scope.WORKFLOWS_START], queues, who="the schedule's author")
+    if why is not None:
+        raise PermissionDenied(why)
+
+
+def _pause(conn: Connection, s: dict[str, Any], reason: str) -> None:
+    """The schedule may not act for its author: it pauses itself, audited with the reason."""
+    conn.execute(
+        text("UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
+             "WHERE id = :id AND NOT paused"),
+        {"id": s["id"]},
+    )  # fmt: skip
+    audit.record(conn, principal=oplog.system_principal(s["namespace_id"]), request_id=None,
+                 action="schedule.pause", target_type="schedule", target_id=s["id"], operation_id=new_id(),
+                 before={"paused": s["paused"]}, after={"paused": True}, reason=reason[:1000])  # fmt: skip
+
+
+def _start(
+    conn: Connection, s: dict[str, Any], fire_at: datetime, author: Principal | None
+) -> tuple[str | None, str | None]:
+    """Start the instance in a savepoint, as ``author`` may (the version's task queues need
+    ``tasks:submit`` and the queue scope); a refusal (quota 429, limit, a version or input that no
+    longer fits, the author's rights) rolls the savepoint back and becomes the skip reason."""
+
     body = {"definition_id": s["definition_id"], "version": s["version"], "input": launch_input(s, fire_at),
             "business_key": ""}  # fmt: skip
 
@@ -128,7 +162,10 @@ def _start(conn: Connection, s: dict[str, Any], fire_at: datetime) -> tuple[str 
     try:
         with conn.begin_nested():
             inst = instances.start_workflow(conn, s["namespace_id"], body, on_created=audit_start,
+                                            check_queues=lambda qs: _may_start(author, qs),
                                             schedule=(s["id"], fire_at))  # fmt: skip
+    except PermissionDenied:
+        raise
     except LedgerflowError as exc:
         return None, f"{exc.code}: {exc.message}"
     return inst["id"], None

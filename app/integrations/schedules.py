@@ -12,6 +12,10 @@
 - ``schedule_fires.launch`` (the ``schedule_launch`` handler, advance pool) records the fire, applies
   the overlap policy and starts the instance.
 Every mutation and every fire is written to the operation audit.
+
+A schedule starts workflows later on behalf of its author (issue 29): ``created_by`` is the credential
+that created it, and becomes whoever updates or resumes it (their rights are checked then, as at create).
+Each fire checks the author's rights again (``schedule_fires``).
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from app.db import db_now
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.store import jparse
-from app.errors import FieldError, InvalidArgument, LimitExceeded, NotFound, StateConflict
+from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
+from app.integrations import caps
 from app.integrations import schedule_times as times
 from app.integrations.schedule_times import Rule, RuleError
 from app.jsonx import rfc3339
@@ -140,9 +145,9 @@ def list_schedules(conn: Connection, namespace_id: str, limit: int, cursor: str 
     binding = {"ns": namespace_id, "list": "schedules"}
     where, params = "namespace_id = :ns", {"ns": namespace_id, "limit": limit + 1}
     if cursor is not None:
-        pos = cursors.decode(cursor, binding)
+        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
         where += " AND (created_at, id) > (:c_created, :c_id)"
-        params.update(c_created=cursors.parse_time(pos.get("c")), c_id=str(pos.get("i")))
+        params.update(c_created=pos["c"], c_id=pos["i"])
     rows = conn.execute(
         text(f"SELECT {_COLUMNS} FROM workflow_schedules WHERE {where} ORDER BY created_at, id LIMIT :limit"),
         params,
@@ -240,11 +245,8 @@ def create_schedule(conn: Connection, principal: Principal, body: dict[str, Any]
     ver = _check_target(conn, ns, spec, now)
     if check_queues is not None:
         check_queues(ver["queues"])
-    count = conn.execute(
-        text("SELECT count(*) FROM workflow_schedules WHERE namespace_id = :ns"), {"ns": ns}
-    ).scalar_one()
-    if count >= MAX_SCHEDULES_PER_NAMESPACE:
-        raise LimitExceeded("SCHEDULE_LIMIT", f"the namespace has {count} schedules (the limit)")
+    caps.reserve(conn, "workflow_schedules", ns, MAX_SCHEDULES_PER_NAMESPACE, "SCHEDULE_LIMIT",
+                 f"the namespace has {MAX_SCHEDULES_PER_NAMESPACE} schedules (the limit)")  # fmt: skip
     sid = new_id()
     inserted = conn.execute(
         text(
@@ -305,7 +307,8 @@ def update_schedule(conn: Connection, principal: Principal, schedule_id: str, ch
         text(
             "UPDATE workflow_schedules SET definition_id = :d, version = :v, input = CAST(:input AS jsonb), "
             "fire_time_field = :ftf, cron = :cron, timezone = :tz, interval_seconds = :iv, anchor_at = :anchor, "
-            "overlap = :overlap, next_fire_at = :next, revision = revision + 1, updated_at = now() WHERE id = :id"
+            "overlap = :overlap, next_fire_at = :next, created_by = :by, revision = revision + 1, updated_at = now() "
+            "WHERE id = :id"
         ),
         {
             "id": schedule_id,
@@ -319,6 +322,7 @@ def update_schedule(conn: Connection, principal: Principal, schedule_id: str, ch
             "anchor": now if rule_changed else s["anchor_at"],
             "overlap": merged["overlap"],
             "next": times.next_after(rule, now) if rule_changed else s["next_fire_at"],
+            "by": principal.actor_id,
         },  # fmt: skip
     )
     view = get_schedule(conn, ns, schedule_id)
@@ -327,20 +331,25 @@ def update_schedule(conn: Connection, principal: Principal, schedule_id: str, ch
 
 
 def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused: bool, *,
-               request_id: str | None = None, reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+               request_id: str | None = None, reason: str | None = None,
+               check_queues: Callable[[list[str]], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Pause or resume. Resuming hands the fire times missed while paused, coalesced, to ONE launch at
-    once (the latest of them, as a tick would); the response says which and how many (``missed``)."""
+    once (the latest of them, as a tick would); the response says which and how many (``missed``). The
+    resuming credential becomes the schedule's author (``check_queues``: its rights on the version's
+    queues)."""
     ns = principal.namespace_id
     s = read_schedule(conn, ns, schedule_id, lock=True)
     now = db_now(conn)
     missed = None
     if s["paused"] != paused:
+        if not paused and check_queues is not None:
+            check_queues(load_version(conn, ns, s["definition_id"], s["version"])["queues"])
         conn.execute(
             text(
-                "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now() "
-                "WHERE id = :id AND paused = :was"
+                "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now(), "
+                "created_by = CASE WHEN :p THEN created_by ELSE CAST(:by AS text) END WHERE id = :id AND paused = :was"
             ),  # fmt: skip
-            {"id": schedule_id, "p": paused, "was": s["paused"]},
+            {"id": schedule_id, "p": paused, "was": s["paused"], "by": principal.actor_id},
         )
         if not paused:
             d = times.due(rule_of(s), s["next_fire_at"], now)

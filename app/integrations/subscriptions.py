@@ -1,6 +1,11 @@
 """Event subscriptions (SPEC X-EVENT; issue 10): create, list, read, update, enable / disable, delete,
 rotate the signing secret, the delivery log and redelivery. Every mutation writes an audit row in the
-caller's transaction. A secret is returned by ``create`` and ``rotate`` only; no read selects it."""
+caller's transaction. A secret is returned by ``create`` and ``rotate`` only; no read selects it.
+
+A subscription delivers the namespace's events on behalf of its author (issue 29): the credential that
+created it, or the last one that enabled or updated it (``created_by``). Each delivery checks that this
+credential is still live and holds ``integrations:manage``; when it is not, the delivery is skipped and
+the subscription disables itself saying why (enable it again with a live credential to adopt it)."""
 
 from __future__ import annotations
 
@@ -12,16 +17,18 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app import audit
-from app.auth import Principal
-from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
+from app import audit, auth
+from app.auth import Principal, Scope
+from app.errors import InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
+from app.integrations import caps
 from app.integrations.paging import page
 from app.integrations.patterns import validate_patterns
 from app.jsonx import rfc3339
 from app.ledger import ops_actions
-from app.ledger.destinations import DestinationForbidden, check, redact_url
+from app.ledger.destinations import DestinationForbidden, check
 from app.ledger.enqueue import enqueue
+from app.observability.logs import redact_url
 from app.settings import WEBHOOK_DISABLE_AFTER
 
 MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
@@ -75,13 +82,19 @@ def check_url(url: Any, field: str = "url") -> str:
     return url
 
 
-def _definition(conn: Connection, ns: str, definition_id: str | None) -> str | None:
+def definition_filter(conn: Connection, ns: str, definition_id: str | None) -> str | None:
+    """A ``definition_id`` filter (of a subscription or a rule): None, or a definition of ``ns``; any
+    other value is a 400 naming ``definition_id``."""
     if definition_id is None:
         return None
-    found = conn.execute(
-        text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
-        {"d": definition_id, "ns": ns},
-    ).first()
+    found = (
+        conn.execute(
+            text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
+            {"d": definition_id, "ns": ns},
+        ).first()
+        if isinstance(definition_id, str) and is_hex32(definition_id)
+        else None
+    )
     if found is None:
         raise InvalidArgument("no such workflow definition in this namespace", field="definition_id")
     return definition_id
@@ -98,29 +111,27 @@ def _audit(
 
 def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
-    count = conn.execute(
-        text("SELECT count(*) FROM event_subscriptions WHERE namespace_id = :ns"), {"ns": ns}
-    ).scalar_one()
-    if count >= MAX_SUBSCRIPTIONS:
-        raise LimitExceeded(
-            "SUBSCRIPTION_LIMIT", f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions"
-        )
-    sid, secret = new_id(), new_secret()
+    params = {
+        "id": new_id(),
+        "ns": ns,
+        "url": check_url(req["url"]),
+        "types": validate_patterns(req["event_types"]),
+        "def": definition_filter(conn, ns, req.get("definition_id")),
+        "desc": req.get("description") or "",
+        "secret": new_secret(),
+        "by": p.actor_id,
+    }
+    caps.reserve(conn, "event_subscriptions", ns, MAX_SUBSCRIPTIONS, "SUBSCRIPTION_LIMIT",
+                 f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions")  # fmt: skip
+    sid, secret = params["id"], params["secret"]
     row = conn.execute(
         text(
             f"""
-INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret)
-VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret) RETURNING {_COLS}"""
+INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret,
+    created_by)
+VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret, :by) RETURNING {_COLS}"""
         ),
-        {
-            "id": sid,
-            "ns": ns,
-            "url": check_url(req["url"]),
-            "types": validate_patterns(req["event_types"]),
-            "def": _definition(conn, ns, req.get("definition_id")),
-            "desc": req.get("description") or "",
-            "secret": secret,
-        },
+        params,
     ).one()
     out = view(row)
     _audit(conn, p, rid, "event_subscription.create", sid, None, out)
@@ -166,7 +177,7 @@ WHERE id = :id RETURNING """
 
 def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict) -> dict[str, Any]:
     before = view(_lock(conn, p.namespace_id, sid))
-    sets, params = [], {"id": sid}
+    sets, params = ["created_by = :by"], {"id": sid, "by": p.actor_id}  # the updater becomes its author
     if "url" in req:
         sets.append("url = :url")
         params["url"] = check_url(req["url"])
@@ -175,11 +186,11 @@ def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict)
         params["types"] = validate_patterns(req["event_types"])
     if "definition_id" in req:
         sets.append("definition_id = :def")
-        params["def"] = _definition(conn, p.namespace_id, req["definition_id"])
+        params["def"] = definition_filter(conn, p.namespace_id, req["definition_id"])
     if "description" in req:
         sets.append("description = :desc")
         params["desc"] = req["description"] or ""
-    if not sets:
+    if len(sets) == 1:
         raise InvalidArgument("nothing to update: give url, event_types, definition_id or description")
     after = view(conn.execute(text(_UPDATE.format(sets=", ".join(sets))), params).one())
     _audit(conn, p, rid, "event_subscription.update", sid, before, after)
@@ -187,26 +198,34 @@ def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict)
 
 
 def set_enabled(conn: Connection, p: Principal, rid: str | None, sid: str, enabled: bool) -> dict[str, Any]:
-    """Enable (clears the failure count and the reason) or disable (by a person) a subscription."""
+    """Enable (clears the failure count and the reason; the enabling credential becomes its author) or
+    disable (by a person) a subscription."""
     before = view(_lock(conn, p.namespace_id, sid))
     if before["enabled"] == enabled:
         return before
     sets = (
-        "enabled = true, disabled_reason = NULL, consecutive_failures = 0"
+        "enabled = true, disabled_reason = NULL, consecutive_failures = 0, created_by = CAST(:by AS text)"
         if enabled
         else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
     )
-    after = view(conn.execute(text(_UPDATE.format(sets=sets)), {"id": sid, "who": p.name}).one())
+    after = view(
+        conn.execute(text(_UPDATE.format(sets=sets)), {"id": sid, "who": p.name, "by": p.actor_id}).one()
+    )
     _audit(conn, p, rid, f"event_subscription.{'enable' if enabled else 'disable'}", sid, before, after)
     return after
 
 
 def delete(conn: Connection, p: Principal, rid: str | None, sid: str) -> dict[str, Any]:
-    """Deleted: its pending deliveries are skipped when they run; its delivery log goes with it."""
+    """Deleted: its deliveries whose job is still to run (pending, or retrying) are kept until that job
+    runs and records ``skipped`` (so a delivery job always finds its row: a missing one is a job that
+    names nothing, ``app.integrations.webhooks``); the rest of its delivery log goes with it."""
     before = view(_lock(conn, p.namespace_id, sid))
     conn.execute(text("DELETE FROM event_subscriptions WHERE id = :id"), {"id": sid})
     conn.execute(
-        text("DELETE FROM webhook_deliveries WHERE subscription_id = :id AND status <> 'pending'"),
+        text(
+            "DELETE FROM webhook_deliveries d WHERE d.subscription_id = :id AND NOT EXISTS (SELECT 1 FROM "
+            "workflow_jobs j WHERE j.id = d.job_id AND j.status IN ('pending', 'running', 'paused'))"
+        ),
         {"id": sid},
     )
     _audit(conn, p, rid, "event_subscription.delete", sid, before, None)
@@ -235,6 +254,11 @@ def rotate(
     )
     _audit(conn, p, rid, "event_subscription.rotate_secret", sid, before, after)
     return {**after, "secret": secret}
+
+
+def author_problem(conn: Connection, credential_id: str | None) -> str | None:
+    """Why the subscription's author may no longer have it deliver (revoked, expired), or None."""
+    return auth.authority_problem(auth.acting_principal(conn, credential_id), [Scope.INTEGRATIONS_MANAGE])
 
 
 # ------------------------------------------------------------------ the delivery log and redelivery

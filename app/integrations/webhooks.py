@@ -12,7 +12,15 @@ receipt; a connection refused before sending, 408, 429 (after its Retry-After) a
 backoff; other 4xx dead (PERMANENT_ERROR); no answer after the request left: dead, EXTERNAL_OUTCOME_UNKNOWN
 (never re-sent automatically); a destination the policy refuses: dead, DESTINATION_FORBIDDEN; a
 subscription disabled or deleted by then: the attempt is ``skipped``. Consecutive failed attempts past
-``disable_threshold()`` disable the subscription and record why.
+``disable_threshold()`` disable the subscription and record why; so does an author (``created_by``)
+revoked, expired or without ``integrations:manage`` (the attempt is ``skipped``, nothing is sent).
+
+A job whose payload names a row that does not exist (issue 29) ends ``dead`` with REFERENCE_NOT_FOUND
+(a delivery id, or for ``event_dispatch`` an instance, that never existed: a mistyped id in a job enqueued
+by hand), unless the row may have been removed by retention since the job was created (the job is older
+than the retention window): that is a ``skipped`` attempt, "no longer exists". A subscription's
+delivery whose job is still to run is kept when the subscription is deleted, so that case stays a
+``skipped`` attempt too.
 """
 
 from __future__ import annotations
@@ -26,14 +34,26 @@ from sqlalchemy import Connection, text
 from standardwebhooks.webhooks import Webhook
 
 from app.engine.events import MAX_EVENTS_PER_DISPATCH
-from app.ids import new_id
+from app.ids import is_hex32, new_id
 from app.integrations import automation
 from app.integrations.patterns import type_matches
-from app.integrations.subscriptions import MAX_SUBSCRIPTIONS, disable_threshold, enqueue_delivery
-from app.ledger import handlers
+from app.integrations.subscriptions import (
+    MAX_SUBSCRIPTIONS,
+    author_problem,
+    disable_threshold,
+    enqueue_delivery,
+)
+from app.ledger import handlers, retention
 from app.ledger.context import JobContext
-from app.ledger.destinations import redact_url
-from app.ledger.outcome import ExternalOutcomeUnknown, JobAborted, PermanentError, RetryableError, Skip
+from app.ledger.outcome import (
+    ExternalOutcomeUnknown,
+    JobAborted,
+    PermanentError,
+    ReferenceNotFound,
+    RetryableError,
+    Skip,
+)
+from app.observability.logs import redact_url
 
 USER_AGENT = "Ledgerflow-Webhooks/1"
 
@@ -51,6 +71,8 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
     if not events:
         return {"events": 0, "deliveries": 0, "actions": 0}
     ns = events[0].namespace_id
+    # the job's own fan-out, so one instance's events (app.engine.events); a hand-made job is bounded too
+    events = [ev for ev in events if ev.instance_id == events[0].instance_id]
     subs = conn.execute(
         text(
             "SELECT id, event_types, definition_id FROM event_subscriptions WHERE namespace_id = :ns AND enabled "
@@ -59,7 +81,7 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
         {"ns": ns, "n": MAX_SUBSCRIPTIONS},
     ).all()
     rules = automation.enabled_rules(conn, ns)
-    deliveries = actions = 0
+    deliveries = 0
     for ev in events:
         for s in subs:
             if (s.definition_id and s.definition_id != ev.definition_id) or not type_matches(
@@ -76,13 +98,40 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
             if did is not None:
                 enqueue_delivery(conn, did, f"webhook_delivery:{ev.id}:{s.id}")
                 deliveries += 1
-        actions += automation.fan_out_event(conn, ev, rules)
+    actions = automation.fan_out_events(conn, events, rules)
     return {"events": len(events), "deliveries": deliveries, "actions": actions}
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and is_hex32(value)
+
+
+def missing(ctx: JobContext, what: str, row_id: Any) -> Skip:
+    """The answer to a job whose payload names no existing ``what``: a skip when retention may have
+    removed it since the job was created, else REFERENCE_NOT_FOUND (raised: the job is dead)."""
+    if _is_id(row_id):
+        with ctx.engine.connect() as conn:
+            if retention.may_have_pruned(conn, ctx.job_id):
+                return Skip(f"the {what} no longer exists (removed by retention)")
+    raise ReferenceNotFound(f"the job's payload names {what} {str(row_id)[:64]!r}, which does not exist")
 
 
 @handlers.register("event_dispatch")
 def event_dispatch(ctx: JobContext) -> Any:
-    return ctx.effect("fan_out", lambda conn: fan_out(conn, ctx.job_id))
+    result = ctx.effect("fan_out", lambda conn: fan_out(conn, ctx.job_id))
+    if result["events"]:
+        return result
+    # no event names this job: fine for an instance that exists (its events were pruned, or none was
+    # written); instances are never deleted, so one that does not exist never did
+    iid = ctx.instance_id or (ctx.payload or {}).get("instance_id")
+    with ctx.engine.connect() as conn:
+        found = (
+            _is_id(iid)
+            and conn.execute(text("SELECT 1 FROM workflow_instances WHERE id = :i"), {"i": iid}).first()
+        )
+    if not found:
+        raise ReferenceNotFound(f"the job names workflow instance {str(iid)[:64]!r}, which does not exist")
+    return Skip("no event names this dispatch job (pruned by retention, or none was written)")
 
 
 # --------------------------------------------------------------------------- webhook_delivery
@@ -110,7 +159,7 @@ def signature(secrets_: list[str], msg_id: str, at: datetime, body: str) -> str:
 _LOAD = text(
     """
 SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, e.body::text AS body,
-       e.created_at AS event_at, s.url, s.secret, s.enabled,
+       e.created_at AS event_at, s.url, s.secret, s.enabled, s.created_by,
        CASE WHEN s.previous_secret_expires_at > now() THEN s.previous_secret END AS previous_secret
 FROM webhook_deliveries d
 JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id
@@ -174,11 +223,16 @@ WHERE id = :s
 def webhook_delivery(ctx: JobContext) -> Any:
     delivery_id = (ctx.payload or {}).get("delivery_id")
     with ctx.engine.connect() as conn:
-        row = conn.execute(_LOAD, {"id": delivery_id}).first()
+        row = conn.execute(_LOAD, {"id": delivery_id}).first() if _is_id(delivery_id) else None
+        author = None if row is None or row.url is None else author_problem(conn, row.created_by)
     if row is None:
-        return Skip("the delivery no longer exists (its subscription was deleted)")
-    if row.url is None or not row.enabled:
-        reason = "the subscription was deleted" if row.url is None else "the subscription is disabled"
+        return missing(ctx, "webhook delivery", delivery_id)
+    if row.url is None or not row.enabled or author is not None:
+        reason = (
+            "the subscription was deleted" if row.url is None
+            else "the subscription is disabled" if not row.enabled
+            else f"the subscription's author may no longer have it deliver: {author}"
+        )  # fmt: skip
         with ctx.transaction() as conn:
             conn.execute(
                 text(
@@ -186,6 +240,14 @@ def webhook_delivery(ctx: JobContext) -> Any:
                 ),
                 {"id": row.id, "r": reason},
             )
+            if author is not None:
+                conn.execute(
+                    text(
+                        "UPDATE event_subscriptions SET enabled = false, disabled_reason = :r, revision = revision + 1, "
+                        "updated_at = now() WHERE id = :s AND enabled"
+                    ),
+                    {"s": row.subscription_id, "r": f"disabled automatically: {reason}"[:1000]},
+                )
         return Skip(reason)
     body = payload_of(row)
     at = datetime.now(UTC)

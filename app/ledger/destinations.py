@@ -22,7 +22,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from app.settings import OUTBOUND_ALLOW
 
@@ -201,16 +201,3 @@ def check_static(url: str, *, policy: Policy | None = None) -> None:
             raise DestinationForbidden(f"the host {host!r} is {why}; refused")
     elif host == "localhost" or host.endswith(".localhost"):
         raise DestinationForbidden(f"the host {host!r} is this machine; refused")
-
-
-def redact_url(url: str) -> str:
-    """The URL with user info and every query value replaced by ``***`` (for logs, errors, markers)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<malformed url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))

@@ -34,7 +34,6 @@ from app.ledger.destinations import (
     DestinationForbidden,
     Resolver,
     check,
-    redact_url,
 )
 from app.ledger.outcome import (
     RETRY_AFTER_CAP_SECONDS,
@@ -44,6 +43,7 @@ from app.ledger.outcome import (
     RetryableError,
 )
 from app.observability import tracing
+from app.observability.logs import redact_url
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 UNKNOWN_STATUSES = frozenset({408, 429})

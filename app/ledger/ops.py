@@ -59,8 +59,9 @@ def job_view(row: Any) -> dict[str, Any]:
 
 
 def parse_job_id(raw: str) -> int | None:
-    """A job id from a path or body: decimal digits within bigint, else None."""
-    if not raw or not raw.isdigit() or len(raw) > 19:
+    """A job id from a path or body: ASCII decimal digits within bigint, else None (``str.isdigit``
+    alone takes other scripts' digits: ``１`` was job 1)."""
+    if not raw or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
         return None
     value = int(raw)
     return value if 0 < value <= MAX_JOB_ID else None
@@ -152,11 +153,11 @@ def list_jobs(conn: Connection, f: JobFilter, *, limit: int = 20, cursor: str | 
     binding = f.binding()
     where = filter_clauses(f)
     if cursor:
-        pos = cursors.decode(cursor, binding)
-        job_id = parse_job_id(str(pos.get("i", "")))
+        pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT)
+        job_id = parse_job_id(pos["i"])
         if job_id is None:
             raise InvalidArgument("cursor is malformed", field="cursor")
-        where.append(tuple_(jobs.c.created_at, jobs.c.id) < tuple_(cursors.parse_time(pos.get("t")), job_id))
+        where.append(tuple_(jobs.c.created_at, jobs.c.id) < tuple_(pos["t"], job_id))
     stmt = (
         select(*LIST_COLUMNS)
         .where(*where)

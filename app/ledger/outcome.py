@@ -68,6 +68,14 @@ class HandlerMissing(PermanentError):
     code = HANDLER_MISSING
 
 
+class ReferenceNotFound(PermanentError):
+    """The job's payload names a row that does not exist and never did (a mistyped id in a job enqueued
+    by hand): ``dead`` with this code, never a silent success. A row that existed and was removed since
+    (retention) is a ``Skip`` instead: see ``app.ledger.retention.may_have_pruned``."""
+
+    code = "REFERENCE_NOT_FOUND"
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: str  # succeeded | skipped | retry | failed | dead

@@ -42,6 +42,23 @@ class RetentionPolicy:
     by_namespace: dict[str, float] = field(default_factory=dict)
 
 
+def may_have_pruned(conn: Connection, job_id: int, policy: RetentionPolicy | None = None) -> bool:
+    """Whether rows created with job ``job_id`` may have been removed by retention since: the job is older
+    than the shortest job retention. The integrations' rows (a webhook delivery, a rule's execution) are
+    created in the transaction that enqueues their job and pruned only past that age, so a younger job
+    whose row is missing names one that never existed (``outcome.ReferenceNotFound``)."""
+    p = policy or policy_from_env()
+    days = min([p.jobs_days, *p.by_namespace.values()])
+    return bool(
+        conn.execute(
+            text(
+                "SELECT created_at < now() - make_interval(secs => :days * 86400) FROM workflow_jobs WHERE id = :id"
+            ),
+            {"id": job_id, "days": days},
+        ).scalar()
+    )
+
+
 def policy_from_env() -> RetentionPolicy:
     return RetentionPolicy(
         jobs_days=RETENTION_DAYS.get(),

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -58,10 +59,42 @@ _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 _SECRET_KEYS = re.compile(r"(?i)(password|passwd|secret|token|api[_-]?key|authorization|cookie)")
 
 
+_URL_IN_TEXT = re.compile(r"(?i)\bhttps?://[^\s\"'<>]+")
+
+
+def redact_url(url: str) -> str:
+    """THE redaction of a URL (issue 29: one place for every view, log line, error and audit row that
+    shows a URL): user info and every query value become ``***``, the fragment is dropped."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<malformed url>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
+    query = urlencode([(k, MASK) for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_url_fields(value: Any) -> Any:
+    """``value`` (a JSON document: a view, an audit row's before / after) with every string under a
+    key named ``url`` passed through ``redact_url``."""
+    if isinstance(value, dict):
+        return {
+            k: redact_url(v) if k == "url" and isinstance(v, str) else redact_url_fields(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_url_fields(v) for v in value]
+    return value
+
+
 def redact(text: str) -> str:
-    """``text`` with every credential-looking substring masked."""
+    """``text`` with every credential-looking substring masked, and every http(s) URL in it shown as
+    ``redact_url`` shows it."""
     if not text:
         return text
+    text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
     for pattern, repl in _SECRET_PATTERNS:
         text = pattern.sub(repl, text)
     return text

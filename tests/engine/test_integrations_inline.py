@@ -16,7 +16,7 @@ from app.ids import new_id
 from app.integrations import automation, subscriptions
 from app.integrations.patterns import conditions_hold, type_matches
 from app.ledger import handlers
-from tests.engine.helpers import SIGNAL_DOC, claim_task, complete_task, publish, run_jobs, start
+from tests.engine.helpers import SIGNAL_DOC, author, claim_task, complete_task, publish, run_jobs, start
 
 NS = "ns-" + new_id()[:8]
 OUT = "workflow-ledger-outbound"
@@ -36,7 +36,7 @@ def out(eng, monkeypatch):  # noqa: ANN001, ANN201
 
 
 def _principal() -> Principal:
-    return Principal("cred", "tester", NS, NS, frozenset(), None)
+    return author(NS)
 
 
 def _sub(eng, url: str, types: list[str]) -> dict:  # noqa: ANN001

@@ -16,7 +16,7 @@ from app.errors import InvalidArgument
 from app.ids import new_id
 from app.integrations import schedule_fires, schedule_jobs, schedules
 from app.ledger import handlers
-from tests.engine.helpers import publish, run_jobs
+from tests.engine.helpers import author, publish, run_jobs
 
 NS = "ns-" + new_id()[:8]
 DOC = {
@@ -28,8 +28,7 @@ DOC = {
 
 
 def principal(ns: str = NS) -> Principal:
-    return Principal(credential_id="c-" + ns, name="tester", namespace_id=ns, namespace=ns, scopes=frozenset(),
-                     queues=None)  # fmt: skip
+    return author(ns)
 
 
 @pytest.fixture

@@ -4,25 +4,22 @@ only so many waiting at once; every credential has rate limits answered with 429
 
 from __future__ import annotations
 
+import contextlib
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from ledgerflow.client import Client
+from tests.security import hostile
 from tests.web.wf_live import waiting_long_polls
 from tests.web.wf_ops import until
 
-ROOT = Path(__file__).resolve().parents[2]
 TASK_DOC = {"steps": [{"key": "t", "kind": "TASK", "queue": "q"}]}
 
 
@@ -88,51 +85,12 @@ def test_the_sdk_waits_out_a_rate_limit_with_the_same_key(wf_ns, monkeypatch):  
     assert len(pages) == 5 and time.monotonic() - started >= 0.5  # at least one Retry-After waited out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class ProcfileWeb:
-    url: str
-    proc: subprocess.Popen
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=40)
-
-
 @pytest.fixture
 def procfile_web(tmp_path):  # noqa: ANN001, ANN201
-    """The Procfile's ``web`` command (its gunicorn config: the serving model), one worker, on a free
-    local port."""
-    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
-    assert "--config gunicorn.conf.py" in line
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
-        "LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL": "64",
-    }
-    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-    proc = subprocess.Popen(
-        [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--no-control-socket", "web:create_app()"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    web = ProcfileWeb(f"http://127.0.0.1:{port}", proc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(web.url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    yield web
-    web.stop()
+    """The Procfile's ``web`` command (``hostile.procfile_web``); ``stop()`` sends it SIGTERM mid-test."""
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(hostile.procfile_web(tmp_path, LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL="64"))
+        yield SimpleNamespace(url=url, stop=stack.close)
 
 
 def test_long_polls_do_not_starve_the_api(ops, procfile_web):  # noqa: F811

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from app.ledger import destinations
-from app.ledger.destinations import DestinationForbidden, Policy, check, parse_policy, redact_url
+from app.ledger.destinations import DestinationForbidden, Policy, check, parse_policy
 from app.ledger.http import MAX_BODY_BYTES, DestinationRefused, SafeHttp, retry_after_seconds
+from app.observability.logs import redact_url
 
 FAKE_DNS = {
     "metadata.google.internal": ["169.254.169.254"],

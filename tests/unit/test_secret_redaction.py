@@ -27,8 +27,14 @@ def test_credentials_are_masked(raw, leak):
     assert leak not in str(_redacted({"url": raw, "method": "POST"}))
 
 
-def test_plain_text_is_kept():
-    assert redact("https://api.example.com/x?page=2") == "https://api.example.com/x?page=2"
+def test_plain_text_is_kept_and_a_url_is_shown_as_everywhere_else():
+    assert redact("the receiver answered 503 after 2.5 s") == "the receiver answered 503 after 2.5 s"
+    # issue 29: one URL redaction for views, audit rows and log lines (user info and every query value)
+    assert (
+        redact("GET https://api.example.com/x?page=2 failed")
+        == "GET https://api.example.com/x?page=*** failed"
+    )
+    assert redact("http://u:p@h.example/a?k=v") == "http://***@h.example/a?k=***"
 
 
 def test_database_errors_hide_parameters():

@@ -18,7 +18,7 @@ from app.auth import ALL_SCOPES, create_credential
 from app.db import get_engine, transaction
 from web import create_app
 
-MAX_EXAMPLES = 20
+MAX_EXAMPLES = int(os.environ.get("LEDGERFLOW_SCHEMATHESIS_EXAMPLES") or 20)  # `make fuzz`: more
 _app = create_app()
 schema = schemathesis.openapi.from_wsgi("/openapi.json", _app)
 _state: dict[str, str] = {}

@@ -10,8 +10,9 @@ from sqlalchemy import Connection
 
 from app.engine.states import TERMINAL
 from app.engine.store import lock_instance, read_step
+from app.errors import NotFound
 from app.ledger.context import JobContext
-from app.ledger.outcome import PermanentError, Skip
+from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import run
 
 
@@ -25,9 +26,18 @@ def run_advance(ctx: JobContext, write: Callable[[Connection, dict], Any], *, st
     """Lock the instance row before the job row (``ctx.lock_first``) and run ``write`` once per
     operation through an effect receipt, so a retried job never advances a step twice."""
     instance_id = ctx.instance_id
-    if not instance_id:
-        return Skip("job has no instance")
-    ctx.lock_first = lambda conn: lock_instance(conn, instance_id)
+    if not instance_id:  # an engine job is always enqueued with its instance: this one was made by hand
+        raise ReferenceNotFound("the job names no workflow instance")
+
+    def lock_first(conn: Connection) -> dict:
+        try:
+            return lock_instance(conn, instance_id)
+        except NotFound:  # instances are never deleted: this one never existed
+            raise ReferenceNotFound(
+                f"the job names workflow instance {instance_id}, which does not exist"
+            ) from None
+
+    ctx.lock_first = lock_first
 
     def _write(conn: Connection) -> Any:
         inst = lock_instance(conn, instance_id)  # already locked by lock_first: a re-read
