@@ -13,7 +13,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
-from web.gunicorn_conf import child_exit, logconfig_dict, post_worker_init  # noqa: E402, F401 - after the patching, on purpose
+from web.gunicorn_conf import child_exit, logconfig_dict, on_starting, post_worker_init  # noqa: E402, F401 - after the patching, on purpose
 
 worker_class = "gevent"
 worker_connections = 200

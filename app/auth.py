@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -263,11 +264,15 @@ RETURNING created_at, expires_at
     )
 
 
+# The credential columns a ``Principal`` is made of (``principal_of``) and the condition of a live
+# credential, also for the reads that join them (the console's server-side sessions, ``app.sessions``).
+PRINCIPAL_COLUMNS = "c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues, c.platform"
+LIVE_CREDENTIAL = "c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now())"
 _AUTH = text(
-    """
-SELECT c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues, c.platform
+    f"""
+SELECT {PRINCIPAL_COLUMNS}
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
-WHERE c.token_hash = :hash AND c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now())
+WHERE c.token_hash = :hash AND {LIVE_CREDENTIAL}
 """
 )
 
@@ -282,7 +287,11 @@ def authenticate(conn: Connection, token: str) -> Principal | None:
 def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
     """The principal of the live token whose SHA-256 is ``token_hash`` (the console session keeps the
     hash, never the token), or None when it is unknown or revoked."""
-    row = run(conn, _AUTH, {"hash": token_hash}).first()
+    return principal_of(run(conn, _AUTH, {"hash": token_hash}).first())
+
+
+def principal_of(row: Any) -> Principal | None:
+    """The principal of a row with ``PRINCIPAL_COLUMNS`` (None for no row)."""
     if row is None:
         return None
     return Principal(

@@ -123,13 +123,16 @@ def load_settings() -> Settings:
 
 
 MIN_SECRET_CHARS = 32
+# The key that signs the operator console's session cookies and CSRF tokens (issue 28).
+SECRET_KEY_ENV = "LEDGERFLOW_SECRET_KEY"
 
 
 def production_problems() -> list[str]:
     """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``):
-    today, the cursor signing key left at its built-in default (anyone could forge cursors).
+    the cursor signing key left at its built-in default (anyone could forge cursors), and no console
+    session key (each web process would make its own: a session of one is refused by the others).
     Development (the default) needs no setting."""
-    if os.environ.get("LEDGERFLOW_ENV", "development").strip().lower() != "production":
+    if not is_production():
         return []
     problems = []
     if len(os.environ.get("LEDGERFLOW_CURSOR_SECRET") or "") < MIN_SECRET_CHARS:
@@ -139,7 +142,17 @@ def production_problems() -> list[str]:
             "key is public). Set one, e.g. "
             "LEDGERFLOW_CURSOR_SECRET=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
         )
+    if len(os.environ.get(SECRET_KEY_ENV) or "") < MIN_SECRET_CHARS:
+        problems.append(
+            f"{SECRET_KEY_ENV} is unset or shorter than 32 characters: every web process of a deployment "
+            "must sign console sessions with the same key of your own. Set one, e.g. "
+            f"{SECRET_KEY_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+        )
     return problems
+
+
+def is_production() -> bool:
+    return os.environ.get("LEDGERFLOW_ENV", "development").strip().lower() == "production"
 
 
 def refuse_unsafe_production() -> None:

@@ -222,10 +222,14 @@ def _die_with_parent() -> None:
 )
 def dev(port: int | None, host: str | None) -> None:
     """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C or SIGTERM."""
-    from ledgerflow.devenv import ROOT, ensure_environment
+    from app.config import SECRET_KEY_ENV
+    from ledgerflow.devenv import ROOT, ensure_environment, session_key
 
     ensure_environment()
-    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
+    ops_cli.dev_environment(ROOT / ".data")
+    os.environ.setdefault(
+        SECRET_KEY_ENV, session_key()
+    )  # one console session key for every web worker  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     os.environ["PORT"] = str(port or os.environ.get("PORT") or 5000)
     if host:
         os.environ["LEDGERFLOW_BIND_HOST"] = host

@@ -3,10 +3,29 @@ is set there): its own logs in the same JSON / console format as every other pro
 one access line per request itself, with the request id), the Prometheus multiprocess clean-up
 of exited workers, and each worker's start-up heap frozen once its app is loaded (``app.process``)."""
 
+import os
+import secrets
+import sys
+
+from app.config import SECRET_KEY_ENV, is_production, production_problems
 from app.observability import logs, metrics
 from app.process import settle_startup_heap
 
 logconfig_dict = logs.gunicorn_logconfig()
+
+
+def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn's hook signature
+    """In the master, before any worker: production refuses to start on a missing key, one line per
+    problem and no traceback; in development without ``LEDGERFLOW_SECRET_KEY`` the master makes one
+    that every worker inherits, so a console session made by one worker is valid in the other
+    (`ledgerflow dev` passes one kept under .data/, which also survives restarts)."""
+    problems = production_problems()
+    if problems:
+        sys.stderr.write("".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n"
+                                 for p in problems))  # fmt: skip
+        raise SystemExit(1)  # in the master, before any worker exists
+    if not is_production() and not os.environ.get(SECRET_KEY_ENV):
+        os.environ[SECRET_KEY_ENV] = secrets.token_urlsafe(48)
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature

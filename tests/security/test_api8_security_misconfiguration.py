@@ -32,6 +32,7 @@ def test_production_refuses_the_development_cursor_key(monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "short")
     assert config.production_problems()
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "x" * 48)
+    monkeypatch.setenv("LEDGERFLOW_SECRET_KEY", "k" * 48)  # the console's session key (issue 28)
     assert config.production_problems() == []
     create_app()
     monkeypatch.setenv("LEDGERFLOW_ENV", "development")
