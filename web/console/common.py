@@ -431,7 +431,7 @@ def pager(
         prev = trail[-1] if trail else FIRST
         prev_url = url(None if prev == FIRST else prev, trail[:-1])
     next_url = url(next_cursor, [*trail, cursor or FIRST][-TRAIL_MAX:]) if next_cursor else None
-    number = (len(trail) + 2) if cursor is not None else 1
+    number = len(trail) + 1 if cursor is not None else 1
     capped = cap is not None and total is not None and total > cap
     return Pager(
         number, size, shown, min(total, cap) if capped and cap else total, capped, prev_url, next_url
