@@ -288,3 +288,41 @@ def _dead_job() -> int:
         if real is not None:
             handlers.register("event_dispatch", real, replace=True)
     return job.id
+
+
+def pages(s: Scenario) -> list[tuple[str, str]]:
+    """Every page of the console, (screenshot name, path), for an operator with every scope (the Flask
+    client test renders them all; the browser suite checks each with axe-core and screenshots it)."""
+    wf, order = s.wf, s.defs["order"]
+    return [
+        ("jobs", "/console/jobs"),
+        ("jobs-dead", "/console/jobs?status=dead"),
+        ("job-dead", f"/console/jobs/{s.dead_job}"),
+        ("chain", f"/console/chain/{s.trace_id}"),
+        ("clusters", "/console/jobs/clusters"),
+        ("replay-preview", "/console/jobs/replay?statuses=dead&preview=1"),
+        ("charts", "/console/charts"),
+        ("health", "/console/health"),
+        ("workflows", "/console/workflows"),
+        ("workflows-other-namespace", f"/console/workflows?ns={s.other_ns}"),
+        ("workflow-running", f"/console/workflows/{wf['running']}"),
+        ("workflow-failed", f"/console/workflows/{wf['failed']}"),
+        ("workflow-compensated", f"/console/workflows/{wf['compensated']}"),
+        ("workflow-needs-review", f"/console/workflows/{wf['review']}"),
+        ("workflow-waiting-for-signal", f"/console/workflows/{wf['signal']}"),
+        ("workflow-other-namespace", f"/console/workflows/{wf['other']}"),
+        ("step", f"/console/workflows/{wf['running']}/steps/cool_off"),
+        ("signal-form", f"/console/workflows/{wf['signal']}/signal"),
+        ("start-form", f"/console/workflows/start?definition_id={order}&version=v1"),
+        ("tasks", "/console/tasks"),
+        ("tasks-other-namespace", f"/console/tasks?ns={s.other_ns}"),
+        ("schedules", "/console/schedules"),
+        ("schedule", f"/console/schedules/{s.schedule_id}"),
+        ("definitions", "/console/definitions"),
+        ("definition", f"/console/definitions/{order}"),
+        ("version", f"/console/definitions/{order}/versions/v1"),
+        ("integrations", "/console/integrations"),
+        ("subscription", f"/console/integrations/subscriptions/{s.subscription_id}"),
+        ("rule", f"/console/integrations/rules/{s.rule_id}"),
+        ("search", f"/console/search?q={s.business_key}-none"),
+    ]

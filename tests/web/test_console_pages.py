@@ -8,17 +8,22 @@ browser under the Procfile's gunicorn: tests/browser/."""
 from __future__ import annotations
 
 import html
+import os
 import re
+import subprocess
+import sys
 import uuid
-from urllib.parse import quote
+from pathlib import Path
 
 import pytest
 from flask.testing import FlaskClient
 
 from app.db import transaction
 from app.ledger.enqueue import enqueue
-from tests.console_scenario import Scenario, build, sql
+from tests.console_scenario import Scenario, build, pages, sql
 from tests.web.test_console import _csrf, login
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -42,26 +47,8 @@ def _text(r) -> str:  # noqa: ANN001
     return re.sub(r"\s+", " ", html.unescape(r.data.decode()))
 
 
-def pages(s: Scenario) -> list[str]:
-    """Every page of the console for an operator with every scope (the browser suite walks them too)."""
-    wf = s.wf
-    return [
-        "/console/jobs", "/console/jobs?status=dead", f"/console/jobs/{s.dead_job}", f"/console/chain/{s.trace_id}",
-        "/console/jobs/clusters", "/console/jobs/replay?statuses=dead&preview=1", "/console/charts", "/console/health",
-        "/console/workflows", f"/console/workflows?ns={s.other_ns}", *(f"/console/workflows/{wf[k]}" for k in
-        ("running", "failed", "compensated", "review", "signal", "other")),
-        f"/console/workflows/{wf['running']}/steps/cool_off", f"/console/workflows/{wf['signal']}/signal",
-        "/console/workflows/start", f"/console/workflows/start?definition_id={s.defs['order']}&version=v1",
-        "/console/tasks", f"/console/tasks?ns={s.other_ns}", "/console/schedules", f"/console/schedules/{s.schedule_id}",
-        "/console/definitions", f"/console/definitions/{s.defs['order']}",
-        f"/console/definitions/{s.defs['order']}/versions/v1", "/console/integrations",
-        f"/console/integrations/subscriptions/{s.subscription_id}", f"/console/integrations/rules/{s.rule_id}",
-        f"/console/search?q={quote(s.business_key)}x",
-    ]  # fmt: skip
-
-
 def test_every_page_renders(admin, scenario):
-    for path in pages(scenario):
+    for _name, path in pages(scenario):
         r = admin.get(path)
         assert r.status_code == 200, (path, r.status_code, _text(r)[:2000])
         body = r.data.decode()
@@ -254,3 +241,18 @@ def test_totals_and_previous_next_paging(admin):
     ).group(0)
     prev = re.search(r'rel="prev" href="([^"]+)"', second).group(1).replace("&amp;", "&")
     assert "1–50 of 55 jobs" in _text(admin.get(prev if prev.startswith("/") else "/console/jobs" + prev))
+
+
+def test_the_procfiles_web_refuses_production_without_a_session_key(tmp_path):
+    """The Procfile's own ``web`` line: one line saying what to set, no traceback, no worker started."""
+    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
+    env = {k: v for k, v in os.environ.items() if k != "LEDGERFLOW_SECRET_KEY"}
+    env.update(LEDGERFLOW_ENV="production", LEDGERFLOW_CURSOR_SECRET="c" * 48, PORT="0",
+               LEDGERFLOW_BIND_HOST="127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+               PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""))  # fmt: skip
+    out = subprocess.run(["bash", "-c", "exec " + line.split(":", 1)[1]], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "refusing to start" in ln]
+    assert len(lines) == 1 and "LEDGERFLOW_SECRET_KEY" in lines[0]
+    assert "Traceback" not in out.stderr and "Booting worker" not in out.stderr

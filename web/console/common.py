@@ -228,6 +228,9 @@ def pool_name(queue: str) -> str:
     return POOL_OF_QUEUE.get(queue, queue)
 
 
+bp.add_app_template_filter(pool_name, "pool")
+
+
 # --------------------------------------------------------------------------- errors
 def _error_page(status: int, title: str, message: str, fields: Iterable[FieldError] = ()) -> Response:
     body = render_template(

@@ -19,8 +19,8 @@ from app.engine.tasks import return_expired_leases
 from app.errors import NotFound, StateConflict
 from app.ledger import drain, hints, nodes, status, transitions
 from app.observability import metrics
-from web.console.charts import line_chart
-from web.console.common import bp, done, page, platform_view, principal, read, require_confirmation
+from web.console.charts import hour_totals, line_chart
+from web.console.common import bp, done, page, platform_view, pool_name, principal, read, require_confirmation
 from web.http import request_id
 from web.jobs_schemas import SkipBody
 
@@ -139,7 +139,7 @@ def reclaim_node(node_id: str) -> Response:
 @page(MONITOR)
 def charts() -> str:
     platform_view()
-    data = read(status.hour_series)
+    data, panel = read(lambda c: (status.hour_series(c), status.runtime_status(c)))
     charts_: list[dict[str, Any]] = []
     for pool, series in data["pools"].items():
         wait = line_chart({"P95": [b["p95"] for b in series], "P99": [b["p99"] for b in series]}, unit="s")
@@ -148,5 +148,6 @@ def charts() -> str:
             {"failure rate": [(b["failed"] / b["attempts"]) if b["attempts"] else None for b in series]},
             unit="", percent=True,
         )  # fmt: skip
-        charts_.append({"pool": pool, "wait": wait, "throughput": throughput, "failure": failure})
-    return render_template("console/charts.html", charts=charts_, bucket=data["bucket_seconds"])
+        charts_.append({"pool": pool_name(pool), "wait": wait, "throughput": throughput, "failure": failure,
+                        "hour": hour_totals(series)})  # fmt: skip
+    return render_template("console/charts.html", charts=charts_, bucket=data["bucket_seconds"], panel=panel)
