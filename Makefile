@@ -18,7 +18,7 @@ install: $(STAMP) bytecode
 # started later reads bytecode instead of compiling ~100 modules at import: a worker process is then
 # ready in about half the CPU time (bench/startup.py), also where PYTHONDONTWRITEBYTECODE is set.
 bytecode: $(STAMP)
-	@$(BIN)/python -m compileall -q -j 0 app actors ledgerflow web bench chaos examples
+	@$(BIN)/python -m compileall -q -j 0 app actors ledgerflow schemas web bench chaos examples
 
 run: $(STAMP) bytecode
 	$(BIN)/ledgerflow dev

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.run import ROOT, base_env, cpu_seconds, libpq, loadavg, scratch_database
 
-PROJECT_PACKAGES = ("app", "actors", "ledgerflow", "web")
+PROJECT_PACKAGES = ("app", "actors", "ledgerflow", "schemas", "web")
 
 
 def start_once(env: dict[str, str], pool: str, timeout: float = 60.0) -> tuple[float, float]:

@@ -577,20 +577,6 @@ def workflows() -> None:
     """Workflow instances: list, show, pause / resume / cancel, signal (as a named operator, audited)."""
 
 
-def _load_instance(conn: Any, principal: Any, instance_id: str) -> dict[str, Any]:
-    """As the API's ``load_instance``: the caller's namespace, every queue in the credential's scope."""
-    from app.engine.store import read_instance
-    from app.errors import NotFound
-    from app.ids import is_hex32
-
-    if not is_hex32(instance_id):
-        raise NotFound("workflow not found")
-    inst = read_instance(conn, instance_id, principal.namespace_id)
-    if any(not principal.can_use_queue(q) for q in inst["queues"]):
-        raise NotFound("not found")
-    return inst
-
-
 def _instance_rows(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [
         (i["id"], i.get("state"), "yes" if i.get("paused") else "", i.get("version"), i.get("business_key") or "",
@@ -621,8 +607,8 @@ def workflows_list(principal: Any, as_json: bool, state: str | None, paused: str
                    business_key: str | None, business_key_prefix: str | None, limit: int, cursor: str | None) -> None:  # fmt: skip
     """List the namespace's workflow instances, newest first (GET /v1/workflows)."""
     from app.engine import instances
-    from web.strict import load
-    from web.workflows_schemas import ListQuery
+    from schemas import load
+    from schemas.workflows import ListQuery
 
     args = {k: v for k, v in (("state", state), ("paused", paused), ("definition_id", definition_id),
                               ("business_key", business_key), ("business_key_prefix", business_key_prefix),
@@ -649,12 +635,14 @@ def workflows_list(principal: Any, as_json: bool, state: str | None, paused: str
 @operator_command(WF_READ)
 def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
     """One workflow instance and its steps."""
-    from app.engine import instances, views
+    from app.engine import instances, operations, views
 
     def read(conn: Any) -> dict[str, Any]:
-        inst = _load_instance(conn, principal, instance_id)
-        return {"instance": instances.instance_view(inst),
-                "steps": views.steps_view(conn, instance_id, principal.namespace_id)}  # fmt: skip
+        inst = operations.visible_instance(conn, principal, instance_id)
+        return {
+            "instance": instances.instance_view(inst),
+            "steps": views.steps_view(conn, instance_id, principal.namespace_id),
+        }
 
     data = _read(read)
     if as_json:
@@ -674,13 +662,20 @@ def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
                           for s in steps]))  # fmt: skip
 
 
-def _control(principal: Any, as_json: bool, instance_id: str, operation: str, reason: str,
-             expected: int | None, yes: bool) -> None:  # fmt: skip
-    from app.engine import control, instances, oplog
-    from web.strict import load
-    from web.workflow_control_schemas import ControlRequest
+def _control(
+    principal: Any,
+    as_json: bool,
+    instance_id: str,
+    operation: str,
+    reason: str,
+    expected: int | None,
+    yes: bool,
+) -> None:
+    from app.engine import operations
+    from schemas import load
+    from schemas.workflow_control import ControlRequest
 
-    current = _read(lambda c: _load_instance(c, principal, instance_id))
+    current = _read(lambda c: operations.visible_instance(c, principal, instance_id))
     revision = expected if expected is not None else current["control_revision"]
     req = load(
         ControlRequest(),
@@ -688,22 +683,16 @@ def _control(principal: Any, as_json: bool, instance_id: str, operation: str, re
     )
     _confirm(f"{operation} workflow {instance_id} ({current['state']}, control revision {revision})?", yes)
     request_id = cli_request_id()
-
-    def work(conn: Any) -> dict[str, Any]:
-        _load_instance(conn, principal, instance_id)
-        before, after = control.control(conn, instance_id, req)
-        view = instances.instance_view(after)
-        oplog.operation(conn, principal, instance_id, f"workflow.control.{operation.lower()}",
-                        request_id=request_id, reason=req["reason"], before=instances.instance_view(before),
-                        after=view)  # fmt: skip
-        return view
-
-    view = _write(work)
+    view = _write(
+        lambda c: operations.control_workflow(c, principal, instance_id, req, request_id=request_id)
+    )
     if as_json:
         _emit_json({"instance": view})
     else:
-        _console().print(f"workflow {view['id']}: {view['state']}{' (paused)' if view.get('paused') else ''}, "
-                         f"control revision {view['control_revision']}")  # fmt: skip
+        paused = " (paused)" if view.get("paused") else ""
+        _console().print(
+            f"workflow {view['id']}: {view['state']}{paused}, control revision {view['control_revision']}"
+        )
 
 
 def _control_command(operation: str, help_text: str) -> Any:
@@ -740,48 +729,32 @@ workflows_cancel = _control_command("CANCEL", "Cancel a workflow (W-CTL CANCEL; 
 @click.option("--evidence-ref")
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @operator_command(WF_SIGNAL)
-def workflows_signal(principal: Any, as_json: bool, instance_id: str, name: str, payload_version: str,
-                     target_step_key: str, target_activation_sequence: int, correlation_key: str,
-                     payload_json: str, reason: str, evidence_ref: str | None, yes: bool) -> None:  # fmt: skip
+def workflows_signal(
+    principal: Any, as_json: bool, instance_id: str, payload_json: str, yes: bool, **fields: Any
+) -> None:
     """Send a signal to a step's activation (POST /v1/workflows/{id}/signals)."""
     from app import jsonx
-    from app.engine import oplog, signals
-    from web.strict import load
-    from web.workflow_control_schemas import SignalRequest
+    from app.engine import operations
+    from schemas import load
+    from schemas.workflow_control import SignalRequest
 
     try:
         payload = jsonx.loads(payload_json)
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
-    body: dict[str, Any] = {
-        "name": name, "payload_version": payload_version, "target_step_key": target_step_key,
-        "target_activation_sequence": target_activation_sequence, "correlation_key": correlation_key,
-        "payload": payload, "reason": reason,
-    }  # fmt: skip
-    if evidence_ref is not None:
-        body["evidence_ref"] = evidence_ref
+    # the options are named as the request's fields; an option not given (--evidence-ref) is left out
+    body = {k: v for k, v in fields.items() if v is not None} | {"payload": payload}
     req = load(SignalRequest(), body)
-    _read(lambda c: _load_instance(c, principal, instance_id))
-    _confirm(f"Send signal {name} to {target_step_key}#{target_activation_sequence} of {instance_id}?", yes)
+    _read(lambda c: operations.visible_instance(c, principal, instance_id))
+    target = f"{fields['target_step_key']}#{fields['target_activation_sequence']}"
+    _confirm(f"Send signal {fields['name']} to {target} of {instance_id}?", yes)
     request_id = cli_request_id()
-
-    def audit_accepted(conn: Any, sig: dict[str, Any]) -> None:
-        oplog.operation(conn, principal, instance_id, "signal.accepted", request_id=request_id, reason=req["reason"],
-                        evidence_ref=req["evidence_ref"], after=signals.signal_view(sig), target_type="signal",
-                        target_id=sig["id"])  # fmt: skip
-
-    def work(conn: Any) -> dict[str, Any]:
-        _load_instance(conn, principal, instance_id)
-        return signals.signal_view(
-            signals.send(conn, instance_id, principal.actor_id, req, on_accepted=audit_accepted)
-        )
-
-    view = _write(work)
+    view = _write(lambda c: operations.send_signal(c, principal, instance_id, req, request_id=request_id))
     if as_json:
         _emit_json({"signal": view})
     else:
-        _console().print(f"signal {view['id']}: {view.get('state')}"
-                         + (f" ({view['disposition']})" if view.get("disposition") else ""))  # fmt: skip
+        disposition = f" ({view['disposition']})" if view.get("disposition") else ""
+        _console().print(f"signal {view['id']}: {view.get('state')}{disposition}")
 
 
 def dev_environment(data_dir: Any) -> None:

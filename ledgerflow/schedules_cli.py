@@ -128,8 +128,8 @@ def _body(**kw: Any) -> dict[str, Any]:
 def schedules_create(principal: Any, as_json: bool, name: str, paused: bool, **kw: Any) -> None:
     """Create a schedule of a pinned version (validated as POST /v1/schedules; audited)."""
     from app.integrations import schedules as svc
-    from web.schedules_schemas import CreateScheduleRequest
-    from web.strict import load
+    from schemas import load
+    from schemas.schedules import CreateScheduleRequest
 
     body = load(CreateScheduleRequest(), {"name": name, "paused": paused, **_body(**kw)})
     _show(_write(lambda c: svc.create_schedule(c, principal, body, request_id=cli_request_id())), as_json)
@@ -142,8 +142,8 @@ def schedules_create(principal: Any, as_json: bool, name: str, paused: bool, **k
 def schedules_update(principal: Any, as_json: bool, schedule_id: str, **kw: Any) -> None:
     """Change a schedule (PATCH /v1/schedules/{id}); a new rule counts from now."""
     from app.integrations import schedules as svc
-    from web.schedules_schemas import UpdateScheduleRequest
-    from web.strict import load
+    from schemas import load
+    from schemas.schedules import UpdateScheduleRequest
 
     changes = load(UpdateScheduleRequest(), _body(**kw))
     if not changes:

@@ -7,8 +7,7 @@ from flask import Blueprint
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import definitions
-from web.auth import current_principal, requires
-from web.definitions_schemas import (
+from schemas.definitions import (
     ContractResponse,
     CreateDefinitionRequest,
     DefinitionListQuery,
@@ -21,6 +20,7 @@ from web.definitions_schemas import (
     VersionResponse,
     VersionResultResponse,
 )
+from web.auth import current_principal, requires
 from web.http import ok, success
 from web.meta import doc
 from web.mutation import idempotent, mutation

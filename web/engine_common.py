@@ -1,5 +1,5 @@
-"""Helpers shared by the workflow blueprints: the queue scope of a credential and the instance lookup
-of W-API-1."""
+"""Helpers shared by the workflow blueprints and the console: the instance and task lookups of W-API-1
+and X-TASK for the calling principal, the queue rules and the audit row of a start."""
 
 from __future__ import annotations
 
@@ -10,16 +10,15 @@ from sqlalchemy import Connection
 from app import audit
 from app.auth import Principal, Scope, missing_permission_message
 from app.engine import instances, tasks
-from app.engine.store import read_instance
-from app.errors import NotFound, PermissionDenied
-from app.ids import is_hex32
+from app.engine.operations import check_queue_scope, visible_instance
+from app.errors import PermissionDenied
 from web.auth import current_principal
 
 
-def check_queue_scope(principal: Principal, queues: list[str]) -> None:
-    """W-API-1 / W-ERR: a resource on a queue outside the credential's scope is not found."""
-    if any(not principal.can_use_queue(q) for q in queues):
-        raise NotFound("not found")
+def load_instance(conn: Connection, instance_id: str) -> dict:
+    """W-API-1: an instance of the caller's namespace whose pinned definition's queues are all in
+    the credential's scope; anything else is 404."""
+    return visible_instance(conn, current_principal(), instance_id)
 
 
 def start_queue_check(principal: Principal) -> Callable[[list[str]], None]:
@@ -53,17 +52,6 @@ def start_audit(principal: Principal, request_id: str) -> Callable[[Connection, 
         )
 
     return record
-
-
-def load_instance(conn: Connection, instance_id: str) -> dict:
-    """W-API-1: an instance of the caller's namespace whose pinned definition's queues are all in
-    the credential's scope; anything else is 404."""
-    principal = current_principal()
-    if not is_hex32(instance_id):
-        raise NotFound("workflow not found")
-    inst = read_instance(conn, instance_id, principal.namespace_id)
-    check_queue_scope(principal, list(inst["queues"]))
-    return inst
 
 
 def task_in_scope(conn: Connection, task_id: str) -> dict:

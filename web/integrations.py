@@ -9,9 +9,7 @@ from app.auth import Scope
 from app.db import get_engine
 from app.integrations import automation, subscriptions
 from app.ledger.ops_actions import Actor
-from web.auth import current_principal, requires
-from web.http import ok, request_id, success
-from web.integrations_schemas import (
+from schemas.integrations import (
     CreateRuleRequest,
     CreateSubscriptionRequest,
     DeletedResponse,
@@ -30,10 +28,12 @@ from web.integrations_schemas import (
     SubscriptionSecretResponse,
     UpdateSubscriptionRequest,
 )
+from schemas.workflow_control import PageQuery
+from web.auth import current_principal, requires
+from web.http import ok, request_id, success
 from web.meta import doc
 from web.mutation import idempotent, mutation
 from web.strict import body, query
-from web.workflow_control_schemas import PageQuery
 
 bp = Blueprint("integrations", __name__)
 ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}

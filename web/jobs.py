@@ -16,20 +16,8 @@ from app.db import get_engine
 from app.errors import InvalidArgument, PermissionDenied
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
-from web.auth import current_principal, requires
-from web.http import ok, request_id, success
-from web.jobs_common import (
-    bundle_download,
-    clusters_of,
-    job_filter,
-    job_id_arg,
-    replay_filter,
-    trace_id_arg,
-)
-from web.jobs_common import (
-    scope as _scope,
-)
-from web.jobs_schemas import (
+from schemas.base import ANY, envelope
+from schemas.jobs import (
     JOB_ID_PATTERN,
     BatchRetryBody,
     BatchSkipBody,
@@ -43,9 +31,19 @@ from web.jobs_schemas import (
     RetryBody,
     SkipBody,
 )
+from web.auth import current_principal, requires
+from web.http import ok, request_id, success
+from web.jobs_common import (
+    bundle_download,
+    clusters_of,
+    job_filter,
+    job_id_arg,
+    replay_filter,
+    trace_id_arg,
+)
+from web.jobs_common import scope as _scope
 from web.meta import doc
 from web.mutation import Replay, idempotent, mutation
-from web.schemas import ANY, envelope
 from web.strict import body, query
 
 bp = Blueprint("jobs", __name__)

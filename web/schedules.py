@@ -11,12 +11,7 @@ from flask import Blueprint
 from app.auth import Scope
 from app.db import get_engine
 from app.integrations import schedules
-from web.auth import current_principal, requires
-from web.engine_common import start_queue_check
-from web.http import ok, request_id, success
-from web.meta import doc
-from web.mutation import idempotent, mutation
-from web.schedules_schemas import (
+from schemas.schedules import (
     CreateScheduleRequest,
     DeletedResponse,
     FirePageResponse,
@@ -29,6 +24,11 @@ from web.schedules_schemas import (
     ScheduleResponse,
     UpdateScheduleRequest,
 )
+from web.auth import current_principal, requires
+from web.engine_common import start_queue_check
+from web.http import ok, request_id, success
+from web.meta import doc
+from web.mutation import idempotent, mutation
 from web.strict import body, query
 
 bp = Blueprint("schedules", __name__)

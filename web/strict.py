@@ -1,4 +1,5 @@
-"""Strict request parsing (SPEC W-API-2), shared by every API of the product.
+"""Strict request parsing (SPEC W-API-2), shared by every API of the product: the HTTP part (media type,
+size, exact JSON, query strings) around ``schemas.load``.
 
 - ``@body(Schema)``: ``Content-Type: application/json`` (else 415), at most 512 KiB (else 413), duplicate
   fields, case-variant aliases of declared fields and undeclared fields → 400 INVALID_ARGUMENT naming the
@@ -16,85 +17,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flask import request
-from marshmallow import Schema, ValidationError, fields
+from marshmallow import Schema, ValidationError
 
 from app import jsonx
 from app.errors import BodyTooLarge, FieldError, InvalidArgument, UnsupportedMediaType
+from schemas import declared, flatten, load
 from web.meta import meta
 
 MAX_BODY_BYTES = 512 * 1024
-
-
-# --------------------------------------------------------------------------- field-name checks
-def _declared(schema: Schema) -> dict[str, fields.Field]:
-    return {(f.data_key or name): f for name, f in schema.fields.items() if not f.dump_only}
-
-
-def _nested_schema(field: fields.Field) -> Schema | None:
-    if isinstance(field, fields.Nested):
-        s = field.schema
-        return s if isinstance(s, Schema) else None
-    return None
-
-
-def check_names(data: Any, schema: Schema, path: str = "") -> list[FieldError]:
-    """Unknown fields and case-variant aliases, recursively through Nested / List(Nested)."""
-    errors: list[FieldError] = []
-    if not isinstance(data, dict):
-        return errors
-    declared = _declared(schema)
-    lowered = {k.lower(): k for k in declared}
-    for key, value in data.items():
-        where = f"{path}{key}"
-        field = declared.get(key)
-        if field is None:
-            canonical = lowered.get(key.lower())
-            if canonical is not None:
-                errors.append(FieldError(where, f"case-variant alias of {canonical!r} is not accepted"))
-            else:
-                errors.append(FieldError(where, "unknown field"))
-            continue
-        nested = _nested_schema(field)
-        if nested is not None:
-            errors += check_names(value, nested, where + ".")
-        elif isinstance(field, fields.List) and isinstance(value, list):
-            inner = _nested_schema(field.inner)
-            if inner is not None:
-                for i, item in enumerate(value):
-                    errors += check_names(item, inner, f"{where}[{i}].")
-    return errors
-
-
-def flatten(messages: Any, path: str = "") -> list[FieldError]:
-    """marshmallow messages → [FieldError] with dotted paths (``items[0].id``)."""
-    out: list[FieldError] = []
-    if isinstance(messages, dict):
-        for key, value in messages.items():
-            if key == "_schema":
-                sub = path.rstrip(".") or "body"
-            elif isinstance(key, int):
-                sub = f"{path.rstrip('.')}[{key}]"
-            else:
-                sub = f"{path}{key}"
-            if isinstance(value, dict):
-                out += flatten(value, sub + ".")
-            else:
-                for msg in value if isinstance(value, list) else [value]:
-                    out.append(FieldError(sub.rstrip("."), str(msg)))
-    elif isinstance(messages, list):
-        for msg in messages:
-            out.append(FieldError(path.rstrip(".") or "body", str(msg)))
-    return out
-
-
-def load(schema: Schema, data: Any, *, partial: bool = False) -> dict[str, Any]:
-    errors = check_names(data, schema)
-    if errors:
-        raise InvalidArgument(errors=errors)
-    try:
-        return schema.load(data, partial=partial)
-    except ValidationError as exc:
-        raise InvalidArgument(errors=flatten(exc.messages)) from None
 
 
 # --------------------------------------------------------------------------- body
@@ -145,8 +75,8 @@ def body(schema_cls: type[Schema]) -> Callable[[Callable[..., Any]], Callable[..
 # --------------------------------------------------------------------------- query
 def parse_query(schema: Schema | None, allowed_extra: Iterable[str] = ()) -> dict[str, Any]:
     args = request.args
-    declared = _declared(schema) if schema is not None else {}
-    allowed = set(declared) | set(allowed_extra)
+    names = declared(schema) if schema is not None else {}
+    allowed = set(names) | set(allowed_extra)
     lowered = {k.lower(): k for k in allowed}
     errors: list[FieldError] = []
     data: dict[str, Any] = {}
@@ -162,7 +92,7 @@ def parse_query(schema: Schema | None, allowed_extra: Iterable[str] = ()) -> dic
             errors.append(FieldError(key, msg))
         elif len(values) > 1:
             errors.append(FieldError(key, "query parameter given more than once"))
-        elif key in declared:
+        elif key in names:
             data[key] = values[0]
     if errors:
         raise InvalidArgument(errors=errors)

@@ -10,13 +10,8 @@ import web.long_poll as long_poll
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import settings, tasks
-from web.auth import current_principal, requires
-from web.engine_common import check_queue_scope, task_in_scope
-from web.http import ok, success
-from web.meta import doc
-from web.mutation import NothingYet, Replay, idempotent, mutation
-from web.strict import body
-from web.tasks_schemas import (
+from app.engine.operations import check_queue_scope
+from schemas.tasks import (
     ClaimRequest,
     ClaimResponse,
     CompleteRequest,
@@ -25,6 +20,12 @@ from web.tasks_schemas import (
     TaskResponse,
     TaskResultResponse,
 )
+from web.auth import current_principal, requires
+from web.engine_common import task_in_scope
+from web.http import ok, success
+from web.meta import doc
+from web.mutation import NothingYet, Replay, idempotent, mutation
+from web.strict import body
 
 bp = Blueprint("tasks", __name__)
 

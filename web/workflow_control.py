@@ -6,18 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response
-from sqlalchemy import Connection
 
-from app.auth import Principal, Scope
+from app.auth import Scope
 from app.db import get_engine
-from app.engine import control, instances, oplog, signals
-from web.auth import current_principal, requires
-from web.engine_common import load_instance
-from web.http import ok, request_id, success
-from web.meta import doc
-from web.mutation import idempotent, mutation
-from web.strict import body, query
-from web.workflow_control_schemas import (
+from app.engine import operations, signals
+from schemas.workflow_control import (
     ControlRequest,
     ControlResponse,
     PageQuery,
@@ -26,6 +19,12 @@ from web.workflow_control_schemas import (
     SignalResponse,
     SignalResultResponse,
 )
+from web.auth import current_principal, requires
+from web.engine_common import load_instance
+from web.http import ok, request_id, success
+from web.meta import doc
+from web.mutation import idempotent, mutation
+from web.strict import body, query
 
 bp = Blueprint("workflow_control", __name__)
 HEX32 = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
@@ -54,28 +53,10 @@ def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
 
     def work(conn):  # noqa: ANN001, ANN202
-        view = apply_control(conn, principal, instance_id, body)
+        view = operations.control_workflow(conn, principal, instance_id, body, request_id=request_id())
         return 200, success({"instance": view, "deduplicated": False})
 
     return idempotent(work)
-
-
-def apply_control(conn: Connection, principal: Principal, instance_id: str, req: dict) -> dict:
-    """W-CTL with its audit row, in the caller's transaction (the API route and the console)."""
-    load_instance(conn, instance_id)
-    before, after = control.control(conn, instance_id, req)
-    view = instances.instance_view(after)
-    oplog.operation(
-        conn,
-        principal,
-        instance_id,
-        f"workflow.control.{req['operation'].lower()}",
-        request_id=request_id(),
-        reason=req["reason"],
-        before=instances.instance_view(before),
-        after=view,
-    )
-    return view
 
 
 @bp.post("/v1/workflows/<instance_id>/signals")
@@ -92,27 +73,10 @@ def apply_control(conn: Connection, principal: Principal, instance_id: str, req:
 @body(SignalRequest)
 def send_signal(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
-    req = body
-
-    def audit_accepted(conn, sig: dict) -> None:  # noqa: ANN001
-        # the signal resource's own audit (X-HIST), not the workflow operations list (W-AUDIT-3)
-        oplog.operation(
-            conn,
-            principal,
-            instance_id,
-            "signal.accepted",
-            request_id=request_id(),
-            reason=req["reason"],
-            evidence_ref=req["evidence_ref"],
-            after=signals.signal_view(sig),
-            target_type="signal",
-            target_id=sig["id"],
-        )
 
     def work(conn):  # noqa: ANN001, ANN202
-        load_instance(conn, instance_id)
-        sig = signals.send(conn, instance_id, principal.actor_id, req, on_accepted=audit_accepted)
-        return 201, success({"signal": signals.signal_view(sig), "deduplicated": False})
+        view = operations.send_signal(conn, principal, instance_id, body, request_id=request_id())
+        return 201, success({"signal": view, "deduplicated": False})
 
     return idempotent(work)
 

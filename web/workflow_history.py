@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from flask import Blueprint
-from sqlalchemy import Connection
 
-from app.auth import Principal, Scope
+from app.auth import Scope
 from app.db import get_engine
-from app.engine import history, instances, oplog, recovery, review
-from web.auth import current_principal, requires
-from web.engine_common import load_instance
-from web.http import ok, request_id, success
-from web.meta import doc
-from web.mutation import idempotent, mutation
-from web.strict import body, query
-from web.workflow_control import HEX32, paged_read
-from web.workflow_control_schemas import PageQuery
-from web.workflow_history_schemas import (
+from app.engine import history, operations
+from schemas.workflow_control import PageQuery
+from schemas.workflow_history import (
     ActivationPageResponse,
     OperationPageResponse,
     OperationResponse,
@@ -26,6 +18,13 @@ from web.workflow_history_schemas import (
     SignalAuditQuery,
     WorkflowEventPageResponse,
 )
+from web.auth import current_principal, requires
+from web.engine_common import load_instance
+from web.http import ok, request_id, success
+from web.meta import doc
+from web.mutation import idempotent, mutation
+from web.strict import body, query
+from web.workflow_control import HEX32, paged_read
 
 bp = Blueprint("workflow_history", __name__)
 STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
@@ -121,49 +120,10 @@ def recover(instance_id: str, body: dict):  # noqa: ANN201
     principal = current_principal()
 
     def work(conn):  # noqa: ANN001, ANN202
-        return 200, success({**apply_recovery(conn, principal, instance_id, body), "deduplicated": False})
+        out = operations.recover_workflow(conn, principal, instance_id, body, request_id=request_id())
+        return 200, success({**out, "deduplicated": False})
 
     return idempotent(work)
-
-
-def apply_recovery(conn: Connection, principal: Principal, instance_id: str, req: dict) -> dict:
-    """X-RECOVER with its audit row, in the caller's transaction (the API route and the console)."""
-    load_instance(conn, instance_id)
-    if req["action"] == "RESOLVE_INSTANCE":
-        return resolve_instance(conn, instance_id, req, principal)
-    before, after, step = recovery.recover(conn, instance_id, req)
-    view = instances.instance_view(after)
-    audit_id = oplog.operation(
-        conn,
-        principal,
-        instance_id,
-        f"workflow.recovery.{req['action'].lower()}",
-        request_id=request_id(),
-        reason=req["reason"],
-        evidence_ref=req["evidence_ref"],
-        before=instances.instance_view(before),
-        after={"instance": view, "step": step},
-        target_type="step",
-        target_id=req["step_key"],
-    )
-    return {"instance": view, "step": step, "operation_id": audit_id}
-
-
-def resolve_instance(conn: Connection, instance_id: str, req: dict, principal: Principal) -> dict:
-    before, after, summary = review.resolve_instance(conn, instance_id, req)
-    view = instances.instance_view(after)
-    audit_id = oplog.operation(
-        conn,
-        principal,
-        instance_id,
-        "workflow.recovery.resolve_instance",
-        request_id=request_id(),
-        reason=req["reason"],
-        evidence_ref=req["evidence_ref"],
-        before=instances.instance_view(before),
-        after={"instance": view, "resolution": summary},
-    )
-    return {"instance": view, "resolution": summary, "operation_id": audit_id}
 
 
 @bp.get("/v1/workflows/<instance_id>/steps/<key>/activations")

@@ -8,13 +8,7 @@ from app.auth import Scope
 from app.db import get_engine
 from app.engine import instances, views
 from app.observability import tracing
-from web.auth import current_principal, requires
-from web.engine_common import load_instance, start_audit, start_queue_check
-from web.http import ok, request_id, success
-from web.meta import doc
-from web.mutation import idempotent, mutation
-from web.strict import body, query
-from web.workflows_schemas import (
+from schemas.workflows import (
     InstancePageResponse,
     InstanceResponse,
     InstanceResultResponse,
@@ -23,6 +17,12 @@ from web.workflows_schemas import (
     StepDetailResponse,
     StepsResponse,
 )
+from web.auth import current_principal, requires
+from web.engine_common import load_instance, start_audit, start_queue_check
+from web.http import ok, request_id, success
+from web.meta import doc
+from web.mutation import idempotent, mutation
+from web.strict import body, query
 
 bp = Blueprint("workflows", __name__)
 

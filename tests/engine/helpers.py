@@ -18,6 +18,25 @@ ENGINE_TABLES = (
     "webhook_deliveries, automation_rules, automation_executions, workflow_quota_counts"
 )
 
+# one SIGNAL step waiting for ``done`` correlated on the input's ``order`` (signal, control and recovery tests)
+SIGNAL_DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
+    "steps": [
+        {
+            "key": "receipt",
+            "kind": "SIGNAL",
+            "after": [],
+            "signal": "done",
+            "payload_version": "v1",
+            "correlation": "$.input.order",
+            "timeout_seconds": 300,
+        }
+    ],
+}
+
 
 def publish(engine: Engine, ns: str, doc: dict, name: str | None = None) -> str:
     import uuid

@@ -16,7 +16,7 @@ from app.ids import new_id
 from app.integrations import automation, subscriptions
 from app.integrations.patterns import conditions_hold, type_matches
 from app.ledger import handlers
-from tests.engine.helpers import claim_task, complete_task, publish, run_jobs, start
+from tests.engine.helpers import SIGNAL_DOC, claim_task, complete_task, publish, run_jobs, start
 
 NS = "ns-" + new_id()[:8]
 OUT = "workflow-ledger-outbound"
@@ -191,14 +191,6 @@ def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa
     with transaction(out) as conn:
         changed = subscriptions.update(conn, _principal(), None, sub["id"], {"event_types": ["step.*"]})
     assert changed["event_types"] == ["step.*"] and changed["revision"] == 2
-
-
-SIGNAL_DOC = {
-    "version": "v1", "input_schema": {}, "deadline_seconds": 600,
-    "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
-    "steps": [{"key": "receipt", "kind": "SIGNAL", "after": [], "signal": "done", "payload_version": "v1",
-               "correlation": "$.input.order", "timeout_seconds": 300}],
-}  # fmt: skip
 
 
 def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: ANN001

@@ -159,22 +159,14 @@ def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):
     assert [a["action"] for a in audit(fresh)].count("jobs.replay") == 2
 
 
-DOC = {
-    "version": "v1", "input_schema": {}, "deadline_seconds": 600,
-    "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
-    "steps": [{"key": "receipt", "kind": "SIGNAL", "after": [], "signal": "done", "payload_version": "v1",
-               "correlation": "$.input.order", "timeout_seconds": 300}],
-}  # fmt: skip
-
-
 def test_workflow_commands(fresh, issue):  # noqa: ANN001
-    from tests.engine.helpers import publish, start
+    from tests.engine.helpers import SIGNAL_DOC, publish, start
 
     token, cred = issue("workflows:read", "workflows:control", "workflows:signal", namespace="shop")
     reader, _ = issue("workflows:read", namespace="shop")
     stranger, _ = issue("workflows:read", "workflows:control", namespace="elsewhere")
     ns = scalar(fresh, "SELECT id FROM namespaces WHERE name = 'shop'")
-    wid = start(fresh, ns, publish(fresh, ns, DOC), {"order": "A-1"})["id"]
+    wid = start(fresh, ns, publish(fresh, ns, SIGNAL_DOC), {"order": "A-1"})["id"]
     r = run(workflows, ["list", "--json"], token)
     assert [i["id"] for i in json.loads(r.stdout)["items"]] == [wid]
     assert wid in run(workflows, ["list"], token).stdout

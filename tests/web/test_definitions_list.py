@@ -120,7 +120,7 @@ def test_every_error_code_is_documented():
 
 def test_every_setting_is_in_the_reference_table():
     names: set[str] = set()
-    for folder in ("app", "actors", "web", "ledgerflow", "examples"):
+    for folder in ("app", "actors", "web", "schemas", "ledgerflow", "examples"):
         for path in (ROOT / folder).rglob("*.py"):
             src = path.read_text()
             names |= set(re.findall(r"\b(LEDGERFLOW_[A-Z_]+)\b", src))

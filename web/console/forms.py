@@ -10,12 +10,14 @@ from typing import Any
 
 from flask import Response, flash, redirect, render_template, request, url_for
 
-import web.strict as strict
+import schemas
 from app.auth import Scope
 from app.db import transaction
 from app.engine import definitions, instances, operations, overview
 from app.errors import NotFound
 from app.ids import is_hex32
+from schemas.workflow_control import SignalRequest
+from schemas.workflows import StartRequest
 from web.console.common import (
     bp,
     clean_args,
@@ -29,8 +31,6 @@ from web.console.common import (
 from web.console.workflows import readable_instance
 from web.engine_common import start_audit, start_queue_check
 from web.http import request_id
-from web.workflow_control_schemas import SignalRequest
-from web.workflows_schemas import StartRequest
 
 START, SIGNAL = Scope.WORKFLOWS_START, Scope.WORKFLOWS_SIGNAL
 DEFINITION_CHOICES = 100
@@ -71,7 +71,7 @@ def start_submit() -> Response:
         raw: dict[str, Any] = {k: v for k, v in clean_args(form).items() if k in ("definition_id", "version",
                                                                                   "business_key")}  # fmt: skip
         raw["input"] = json_field(form.get("input"), "input")
-        body = strict.load(StartRequest(), raw)
+        body = schemas.load(StartRequest(), raw)
         require_confirmation(form)
         p = principal()
         with transaction() as conn:
@@ -112,7 +112,7 @@ def signal_submit(instance_id: str) -> Response:
         raw: dict[str, Any] = {k: v for k, v in clean_args(form, ints=("target_activation_sequence",)).items()
                                if k in SIGNAL_FIELDS and k not in ("payload", "confirm")}  # fmt: skip
         raw["payload"] = json_field(form.get("payload"), "payload")
-        req = strict.load(SignalRequest(), raw)
+        req = schemas.load(SignalRequest(), raw)
         require_confirmation(form)
         with transaction() as conn:
             sig = operations.send_signal(conn, principal(), instance_id, req, request_id=request_id())

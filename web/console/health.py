@@ -1,8 +1,8 @@
 """Engine health (the seed's engine diagnostics, SPEC L-STATUS / L-PAUSE-5) and the charts page.
 
 Directed recovery: each action's page shows what it would change (a read) and applies only with a
-reason and a confirmation; the application writes an audit row (``engine.*``) with the preview it was
-shown and what it did."""
+reason and a confirmation; the application is the operator command of ``app.engine.operations``, which
+writes an audit row (``engine.*``) with the preview it ran against and what it did."""
 
 from __future__ import annotations
 
@@ -10,19 +10,27 @@ from typing import Any
 
 from flask import Response, render_template, request
 
-import web.strict as strict
-from app import audit
+import schemas
 from app.auth import Scope
-from app.config import get_settings
-from app.db import get_engine, transaction
-from app.engine.tasks import return_expired_leases
-from app.errors import NotFound, StateConflict
-from app.ledger import drain, hints, nodes, status, transitions
+from app.db import transaction
+from app.engine import operations
+from app.errors import NotFound
+from app.ledger import nodes, status
 from app.observability import metrics
+from schemas.jobs import SkipBody
 from web.console.charts import hour_totals, line_chart
-from web.console.common import bp, done, page, platform_view, pool_name, principal, read, require_confirmation
+from web.console.common import (
+    bp,
+    done,
+    in_place,
+    page,
+    platform_view,
+    pool_name,
+    principal,
+    read,
+    require_confirmation,
+)
 from web.http import request_id
-from web.jobs_schemas import SkipBody
 
 MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 
@@ -40,99 +48,86 @@ def _health(conn: Any) -> dict[str, Any]:
 @page(MONITOR)
 def health() -> str:
     platform_view()
-    return render_template("console/health.html", **read(_health))
+    return _health_page()
 
 
-def _confirmed() -> tuple[str, dict[str, Any]]:
+def _reason() -> str:
     """The reason (the ledger API's rule: SkipBody carries only a reason) and the confirmation of a
-    health action, and the preview it is applied against."""
-    reason = strict.load(SkipBody(), {"reason": request.form.get("reason", "")})["reason"]
+    health action."""
+    reason = schemas.load(SkipBody(), {"reason": request.form.get("reason", "")})["reason"]
     require_confirmation(request.form)
-    return reason, read(status.drain_preview)
+    return reason
 
 
-def _audit(action: str, reason: str, before: Any, after: Any) -> None:
-    with transaction() as conn:
-        audit.record(conn, principal=principal(), request_id=request_id(), action=action, target_type="engine",
-                     target_id=action.split(".", 1)[1], reason=reason, before=before, after=after)  # fmt: skip
-
-
-def _preview_summary(p: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "stuck": p["stuck"],
-        "stuck_ids": [r["id"] for r in p["stuck_sample"]],
-        "due_by_queue": p["due_by_queue"],
-    }
+def _health_page() -> str:
+    return render_template("console/health.html", **read(_health))
 
 
 @bp.post("/health/drain")
 @page(OPERATE)
 def run_drain() -> Response:
     platform_view()
-    reason, before = _confirmed()
-    report = drain.drain(get_engine(), get_settings(), sweeps=[("task_leases", return_expired_leases)])
-    after = {
-        "ran": report.ran,
-        "reclaimed_to_pending": report.to_pending,
-        "reclaimed_to_dead": report.to_dead,
-        "reclaimed_ids": [str(r["id"]) for r in report.reclaimed[:100]],
-        "swept": report.swept,
-        "hinted_queues": report.hinted_queues,
-    }
-    _audit("engine.drain", reason, _preview_summary(before), after)
-    if not report.ran:
-        return done(
-            "The drain is running elsewhere right now (its lock is held); nothing done here.",
-            "console.health",
+
+    def work() -> Response:
+        out = operations.drain_now(principal(), _reason(), request_id=request_id())
+        if not out["ran"]:
+            return done(
+                "The drain is running elsewhere right now (its lock is held); nothing done here.",
+                "console.health",
+            )
+        hinted = ", ".join(pool_name(q) for q in out["hinted_queues"]) or "no pool"
+        message = (
+            f"Drain ran: {out['reclaimed_to_pending']} job(s) back to pending, {out['reclaimed_to_dead']} dead, "
+            f"hints for {hinted}."
         )
-    return done(f"Drain ran: {report.to_pending} job(s) back to pending, {report.to_dead} dead, "
-                f"hints for {', '.join(report.hinted_queues) or 'no queue'}.", "console.health")  # fmt: skip
+        return done(message, "console.health")
+
+    return in_place("drain", ("reason", "confirm"), work, _health_page)
 
 
 @bp.post("/health/hints")
 @page(OPERATE)
 def publish_hints() -> Response:
     platform_view()
-    reason, before = _confirmed()
-    queues = sorted(before["due_by_queue"])
-    sent = {q: hints.publish_now(q) for q in queues}
-    _audit("engine.republish_hints", reason, {"due_by_queue": before["due_by_queue"]}, {"published": sent})
-    return done(
-        f"Wake hints re-published for {', '.join(queues) or 'no queue (nothing is due)'}.", "console.health"
-    )
+
+    def work() -> Response:
+        queues = list(
+            operations.republish_hints(principal(), _reason(), request_id=request_id())["published"]
+        )
+        pools = ", ".join(pool_name(q) for q in queues) or "no pool (nothing is due)"
+        return done(f"Wake hints re-published for {pools}.", "console.health")
+
+    return in_place("hints", ("reason", "confirm"), work, _health_page)
 
 
-@bp.get("/health/nodes/<node_id>")
-@page(MONITOR)
-def node(node_id: str) -> str:
-    platform_view()
+def _node_page(node_id: str) -> str:
     detail = read(lambda c: nodes.node_detail(c, node_id[:64]))
     if detail is None:
         raise NotFound("no such worker node")
     return render_template("console/node.html", node=detail)
 
 
+@bp.get("/health/nodes/<node_id>")
+@page(MONITOR)
+def node(node_id: str) -> str:
+    platform_view()
+    return _node_page(node_id)
+
+
 @bp.post("/health/nodes/<node_id>/reclaim")
 @page(OPERATE)
 def reclaim_node(node_id: str) -> Response:
     platform_view()
-    reason, _ = _confirmed()
-    settings = get_settings()
-    with transaction() as conn:
-        before = nodes.node_detail(conn, node_id[:64])
-        if before is None:
-            raise NotFound("no such worker node")
-        if before["live"]:
-            raise StateConflict("this node is live (a heartbeat within 90 s): its jobs are not reclaimed")
-        moved = transitions.reclaim_lost_node(
-            conn, node_id, limit=settings.drain_batch, backoff_base=settings.backoff_base_seconds,
-            backoff_cap=settings.backoff_cap_seconds,
-        )  # fmt: skip
-        audit.record(conn, principal=principal(), request_id=request_id(), action="engine.reclaim_node",
-                     target_type="worker_node", target_id=node_id, reason=reason,
-                     before={"running_jobs": [j["id"] for j in before["running_jobs"]]},
-                     after={"reclaimed": [{"id": str(m["id"]), "status": m["status"]} for m in moved]})  # fmt: skip
-    return done(f"Reclaimed {len(moved)} job(s) of node {node_id}.", "console.node", node_id=node_id)
+
+    def work() -> Response:
+        reason = _reason()
+        with transaction() as conn:
+            out = operations.reclaim_node(conn, principal(), node_id, reason, request_id=request_id())
+        return done(
+            f"Reclaimed {len(out['reclaimed'])} job(s) of node {node_id}.", "console.node", node_id=node_id
+        )
+
+    return in_place("reclaim", ("reason", "confirm"), work, lambda: _node_page(node_id))
 
 
 @bp.get("/charts")

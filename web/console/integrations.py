@@ -10,11 +10,12 @@ from typing import Any
 
 from flask import Response, render_template, request
 
-import web.strict as strict
+import schemas
 from app.auth import Scope
 from app.db import transaction
 from app.integrations import automation, subscriptions
 from app.ledger.ops_actions import Actor
+from schemas.integrations import ReasonRequest, RedeliverSinceRequest, RotateRequest
 from web.console.common import (
     bp,
     clean_args,
@@ -28,7 +29,6 @@ from web.console.common import (
     rfc3339_of_local,
 )
 from web.http import request_id
-from web.integrations_schemas import ReasonRequest, RedeliverSinceRequest, RotateRequest
 
 MANAGE = Scope.INTEGRATIONS_MANAGE
 PAGE_SIZE = 50
@@ -71,7 +71,7 @@ def subscription(sid: str) -> str:
 
 
 def _reason() -> str | None:
-    return strict.load(ReasonRequest(), {"reason": request.form.get("reason", "").strip() or None}).get(
+    return schemas.load(ReasonRequest(), {"reason": request.form.get("reason", "").strip() or None}).get(
         "reason"
     )
 
@@ -95,7 +95,7 @@ def subscription_enabled(sid: str) -> Response:
 def subscription_rotate(sid: str) -> Response | str:
     def work() -> Any:
         raw = clean_args(request.form, ints=("grace_seconds",))
-        body = strict.load(RotateRequest(), {k: v for k, v in raw.items() if k == "grace_seconds"})
+        body = schemas.load(RotateRequest(), {k: v for k, v in raw.items() if k == "grace_seconds"})
         require_confirmation(request.form)
         with transaction() as conn:
             out = subscriptions.rotate(conn, principal(), request_id(), sid, body.get("grace_seconds"))
@@ -130,7 +130,7 @@ def redeliver_since(sid: str) -> Response:
         if "since" in raw:
             raw["since"] = rfc3339_of_local(raw["since"])
         raw["include_succeeded"] = request.form.get("include_succeeded") == "yes"
-        body = strict.load(RedeliverSinceRequest(), raw)
+        body = schemas.load(RedeliverSinceRequest(), raw)
         require_confirmation(request.form)
         with transaction() as conn:
             out = subscriptions.redeliver_since(

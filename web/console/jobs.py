@@ -15,13 +15,23 @@ from flask import Response, g, render_template, request
 from marshmallow import Schema
 from werkzeug.datastructures import MultiDict
 
-import web.strict as strict
+import schemas
 from app.auth import Scope
 from app.db import transaction
 from app.engine import lookup
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
+from schemas.jobs import (
+    BatchRetryBody,
+    BatchSkipBody,
+    ClusterQuery,
+    JobListQuery,
+    ReplayBody,
+    ReplayPreviewBody,
+    RetryBody,
+    SkipBody,
+)
 from web.console.common import (
     FormState,
     bp,
@@ -40,16 +50,6 @@ from web.console.common import (
 )
 from web.http import request_id
 from web.jobs_common import bundle_download, clusters_of, job_filter, job_id_arg, replay_filter, trace_id_arg
-from web.jobs_schemas import (
-    BatchRetryBody,
-    BatchSkipBody,
-    ClusterQuery,
-    JobListQuery,
-    ReplayBody,
-    ReplayPreviewBody,
-    RetryBody,
-    SkipBody,
-)
 
 MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 PAGE_SIZE = 50
@@ -68,7 +68,7 @@ def parse_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
     for k in ("created_from", "created_to"):
         if k in raw:
             raw[k] = rfc3339_of_local(raw[k])
-    loaded = strict.load(JobListQuery(), raw)
+    loaded = schemas.load(JobListQuery(), raw)
     shown = dict(raw)
     for k in ("created_from", "created_to"):
         if k in loaded:
@@ -91,7 +91,7 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
     try:
         f, shown = parse_filter(args)
         cursor = args.get("cursor") or None
-        q = strict.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
+        q = schemas.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
     except InvalidArgument as exc:  # a refused filter: the form again, with the error beside the field
         if g.get("form") is None:
             g.form = FormState("filters", MultiDict(args), {e.field: [e.message] for e in exc.field_errors},
@@ -187,7 +187,7 @@ def bundle(trace_id: str) -> Response:
 @bp.get("/jobs/clusters")
 @page(MONITOR)
 def clusters() -> str:
-    q = strict.load(ClusterQuery(), clean_args(request.args))
+    q = schemas.load(ClusterQuery(), clean_args(request.args))
     data = read(lambda c: clusters_of(c, q))
     for c in data["clusters"]:
         cond = c["replay_conditions"]
@@ -206,7 +206,7 @@ def _replay_page(status_code: int = 200) -> tuple[str, int]:
     preview = None
     try:
         if conditions or asked:
-            body = strict.load(ReplayPreviewBody(), conditions)
+            body = schemas.load(ReplayPreviewBody(), conditions)
             f = replay_filter(body)
             preview = read(lambda c: replay.preview(c, f, sample_size=body["sample_size"]))
     except InvalidArgument as exc:
@@ -236,7 +236,7 @@ def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], 
     job_id = job_id_arg(raw_id)
 
     def work() -> Response:
-        b = strict.load(schema(), {"reason": request.form.get("reason", "")})
+        b = schemas.load(schema(), {"reason": request.form.get("reason", "")})
         require_confirmation(request.form)
         with transaction() as conn:
             job = act(conn, job_id, _actor(b.get("reason")))["job"]
@@ -291,9 +291,9 @@ def batch() -> Response:
         raw = {"job_ids": ids, "reason": form.get("reason", "")}
         if action == "retry":
             raw.update({k: v for k, v in clean_args(form, ints=("rate",)).items() if k == "rate"})
-            b = strict.load(BatchRetryBody(), raw)
+            b = schemas.load(BatchRetryBody(), raw)
         else:
-            b = strict.load(BatchSkipBody(), raw)
+            b = schemas.load(BatchSkipBody(), raw)
         require_confirmation(form)
         job_ids = [int(i) for i in b["job_ids"]]
         with transaction() as conn:
@@ -319,7 +319,7 @@ def replay_run() -> Response:
         raw = clean_args(request.form, lists=REPLAY_LISTS, ints=REPLAY_INTS)
         for k in ("confirm", "csrf_token", "back"):
             raw.pop(k, None)
-        b = strict.load(ReplayBody(), raw)
+        b = schemas.load(ReplayBody(), raw)
         require_confirmation(request.form)
         f = replay_filter(b)
         with transaction() as conn:

@@ -1,7 +1,7 @@
 """Schedule pages (X-SCHED): the namespace's schedules with their next fire times, one schedule with its
 next five fire times and its latest fires (launched or skipped, and why), pause / resume / launch now
 with a reason and a confirmation, and the edit form. Validation and the writes are the API's own
-(``schemas`` of ``web.schedules_schemas``, ``app.integrations.schedules``, audited there); the scopes are
+(``schemas.schedules``, ``app.integrations.schedules``, audited there); the scopes are
 the API's: reads ``workflows:read``, writes ``workflows:start`` (plus the queue rules of a start)."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from typing import Any
 
 from flask import Response, render_template, request
 
-import web.strict as strict
+import schemas
 from app.auth import Scope
 from app.db import transaction
 from app.errors import InvalidArgument
 from app.integrations import schedules
 from app.integrations.schedule_models import OVERLAP_POLICIES
+from schemas.schedules import ScheduleActionRequest, UpdateScheduleRequest
 from web.console.common import (
     bp,
     clean_args,
@@ -30,7 +31,6 @@ from web.console.common import (
 )
 from web.engine_common import start_queue_check
 from web.http import request_id
-from web.schedules_schemas import ScheduleActionRequest, UpdateScheduleRequest
 
 READ, WRITE = Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START
 PAGE_SIZE = 50
@@ -66,7 +66,7 @@ def schedule(schedule_id: str) -> str:
 
 def _act(schedule_id: str, name: str, verb: str, fn: Any) -> Response:
     def work() -> Response:
-        body = strict.load(
+        body = schemas.load(
             ScheduleActionRequest(), {"reason": request.form.get("reason", "").strip() or None}
         )
         if not body.get("reason"):
@@ -131,7 +131,7 @@ def schedule_edit(schedule_id: str) -> Response:
         if "fire_time_field" not in raw:
             raw["fire_time_field"] = None
         raw["input"] = json_field(form.get("input"), "input")
-        changes = strict.load(UpdateScheduleRequest(), raw)
+        changes = schemas.load(UpdateScheduleRequest(), raw)
         require_confirmation(form)
         p = principal()
         with transaction() as conn:

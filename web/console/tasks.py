@@ -8,11 +8,13 @@ from typing import Any
 
 from flask import Response, render_template, request, session
 
-import web.strict as strict
+import schemas
 from app.auth import Scope
 from app.db import transaction
 from app.engine import lookup, settings, tasks
+from app.engine.operations import check_queue_scope
 from app.errors import NotFound
+from schemas.tasks import ClaimRequest, CompleteRequest, FailRequest
 from web.console.common import (
     CLAIMED_KEY,
     MAX_CLAIMED,
@@ -26,8 +28,7 @@ from web.console.common import (
     read,
 )
 from web.console.workflows import switcher, viewed_namespace
-from web.engine_common import check_queue_scope, task_in_scope
-from web.tasks_schemas import ClaimRequest, CompleteRequest, FailRequest
+from web.engine_common import task_in_scope
 
 WORK = Scope.TASKS_WORK
 PAGE_SIZE = 100
@@ -72,7 +73,7 @@ def tasks_page() -> str:
 @page(WORK)
 def task_claim() -> Response:
     def work() -> Response:
-        body = strict.load(
+        body = schemas.load(
             ClaimRequest(), {"queues": [request.form.get("queue", "")], "max_tasks": 1, "wait_seconds": 0}
         )
         p = principal()
@@ -106,7 +107,7 @@ def _forget(task_id: str) -> None:
 @page(WORK)
 def task_complete(task_id: str) -> Response:
     def work() -> Response:
-        body = strict.load(
+        body = schemas.load(
             CompleteRequest(),
             {"epoch": _epoch(task_id), "output": json_field(request.form.get("output"), "output")},
         )
@@ -128,7 +129,7 @@ def task_fail(task_id: str) -> Response:
             "message": request.form.get("message", ""),
             "retryable": request.form.get("retryable") == "yes",
         }
-        body = strict.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
+        body = schemas.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
         p = principal()
         with transaction() as conn:
             task_in_scope(conn, task_id)

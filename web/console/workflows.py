@@ -16,16 +16,20 @@ from flask import Response, g, render_template, request
 from sqlalchemy import Connection
 from werkzeug.datastructures import MultiDict
 
-import web.strict as strict
+import schemas
 from app import audit
 from app.auth import Scope
 from app.db import transaction
 from app.engine import history, instances, lookup, operations, overview, signals
 from app.engine.control import OPERATIONS
+from app.engine.operations import check_queue_scope
 from app.engine.recovery import RESOLUTIONS
 from app.engine.states import TERMINAL
 from app.engine.store import MISSING
 from app.errors import InvalidArgument, NotFound
+from schemas.workflow_control import ControlRequest
+from schemas.workflow_history import RecoveryRequest
+from schemas.workflows import ListQuery
 from web.console import diagrams
 from web.console.common import (
     FormState,
@@ -42,11 +46,7 @@ from web.console.common import (
     require_confirmation,
     rfc3339_of_local,
 )
-from web.engine_common import check_queue_scope
 from web.http import request_id
-from web.workflow_control_schemas import ControlRequest
-from web.workflow_history_schemas import RecoveryRequest
-from web.workflows_schemas import ListQuery
 
 READ = Scope.WORKFLOWS_READ
 PAGE_SIZE = 50
@@ -100,7 +100,7 @@ def workflows() -> tuple[str, int]:
     cursor = request.args.get("cursor")
     status_code = 200
     try:
-        q = strict.load(
+        q = schemas.load(
             ListQuery(), {"limit": str(PAGE_SIZE), **query, **({"cursor": cursor} if cursor else {})}
         )
     except InvalidArgument as exc:
@@ -199,7 +199,7 @@ def workflow_step(instance_id: str, key: str) -> str:
 @page(Scope.WORKFLOWS_CONTROL)
 def workflow_control(instance_id: str) -> Response:
     def work() -> Response:
-        req = strict.load(
+        req = schemas.load(
             ControlRequest(),
             {k: request.form.get(k, "") for k in ("operation", "expected_control_revision", "reason")},
         )
@@ -225,7 +225,7 @@ def workflow_recovery(instance_id: str) -> Response:
                                if form.get(k, "").strip()}  # fmt: skip
         if raw.get("action") == "SUCCEED_STEP":
             raw["output"] = json_field(form.get("output"), "output")
-        req = strict.load(RecoveryRequest(), raw)
+        req = schemas.load(RecoveryRequest(), raw)
         require_confirmation(form)
         with transaction() as conn:
             out = operations.recover_workflow(conn, principal(), instance_id, req, request_id=request_id())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from marshmallow import fields
 
-from web.schemas import Boolean, Loose, Strict, envelope, integer, text
+from schemas.base import Boolean, Loose, Strict, envelope, integer, text
 
 HEX32 = "^[0-9a-f]{32}$"
 

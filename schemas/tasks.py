@@ -9,7 +9,7 @@ from marshmallow import fields, validate
 
 from app.engine.documents import QUEUE_RE
 from app.engine.instances import MAX_INPUT_BYTES
-from web.schemas import Boolean, Loose, Strict, envelope, integer, json_bytes, json_value, text
+from schemas.base import Boolean, Loose, Strict, envelope, integer, json_bytes, json_value, text
 
 QUEUE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 EPOCH_MAX = 2**31 - 1

@@ -11,8 +11,8 @@ from marshmallow import fields
 from app.auth import NAME_RE
 from app.integrations.schedule_models import OVERLAP_POLICIES
 from app.integrations.schedule_times import MAX_CRON_CHARS, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
-from web.schemas import Boolean, Loose, Strict, envelope, integer, json_value, page, text
-from web.workflows_schemas import HEX32, KEY, limit
+from schemas.base import Boolean, Loose, Strict, envelope, integer, json_value, page, text
+from schemas.workflows import HEX32, KEY, limit
 
 _NAME = "1-64 characters: a letter or digit first, then also . _ -"
 _KEY_RE = re.compile(KEY)

@@ -12,7 +12,7 @@ from marshmallow import ValidationError, fields, post_load, validates_schema
 from app.engine.documents import VERSION_RE
 from app.engine.instances import MAX_BUSINESS_KEY, MAX_INPUT_BYTES, STATES
 from app.ids import is_hex32
-from web.schemas import (
+from schemas.base import (
     TOO_BIG,
     UNSTORABLE,
     Loose,

@@ -10,8 +10,8 @@ from marshmallow import ValidationError, fields
 
 from app.engine.definitions import NAME_RE
 from app.engine.documents import MAX_DEADLINE_SECONDS, MAX_STEPS, VERSION_RE
-from web.schemas import IntegralNumber, Loose, Strict, envelope, page, text
-from web.workflows_schemas import VERSION, limit
+from schemas.base import IntegralNumber, Loose, Strict, envelope, page, text
+from schemas.workflows import VERSION, limit
 
 NAME_RULE = "required: 1-128 characters (letters, digits, space _ . : -)"
 VERSION_RULE = "required: 1-64 ASCII characters, first a letter or digit, then also _ . -"

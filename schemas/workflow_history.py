@@ -11,10 +11,10 @@ from marshmallow import ValidationError, fields, post_load, validates_schema
 from app.engine.documents import KEY_RE
 from app.engine.recovery import ACTIONS, RESOLUTIONS
 from app.engine.store import MISSING
-from web.schemas import Loose, Strict, envelope, evidence_ref, json_value, page, reason, storable_document
-from web.tasks_schemas import Task
-from web.workflow_control_schemas import PageQuery
-from web.workflows_schemas import HEX32, KEY, Instance, StepSummary, Wait
+from schemas.base import Loose, Strict, envelope, evidence_ref, json_value, page, reason, storable_document
+from schemas.tasks import Task
+from schemas.workflow_control import PageQuery
+from schemas.workflows import HEX32, KEY, Instance, StepSummary, Wait
 
 ACTION_RULE = "required: RETRY_STEP, SUCCEED_STEP, FAIL_STEP or RESOLVE_INSTANCE"
 STEP_KEY_RULE = "required: a step key (1-64 ASCII name characters)"

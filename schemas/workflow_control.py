@@ -10,7 +10,7 @@ from marshmallow import fields
 from app.engine.control import OPERATIONS
 from app.engine.documents import KEY_RE, NAME_RE, PAYLOAD_VERSION_RE
 from app.engine.signals import MAX_CORRELATION_BYTES
-from web.schemas import (
+from schemas.base import (
     DecimalString,
     Loose,
     Strict,
@@ -23,7 +23,7 @@ from web.schemas import (
     reason,
     text,
 )
-from web.workflows_schemas import KEY, InstanceResult, limit
+from schemas.workflows import KEY, InstanceResult, limit
 
 UINT32_MAX = 2**32 - 1
 

@@ -8,7 +8,7 @@ from marshmallow import ValidationError, fields, validate
 
 from app.ledger.models import JOB_STATUSES, JOB_TYPES
 from app.ledger.replay import CLUSTER_DIMENSIONS, REPLAYABLE
-from web.schemas import Loose, Strict
+from schemas.base import Loose, Strict
 
 JOB_ID_PATTERN = r"^[1-9][0-9]{0,18}$"
 RATE = validate.Range(min=1, max=200)
