@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install bytecode run test bench bench-webhooks chaos lint format clean services-stop
+.PHONY: install bytecode run test screenshots bench bench-webhooks chaos lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ run: $(STAMP) bytecode
 
 test: $(STAMP) bytecode
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# every console page at 1280 and 390 px into docs/console/ (the browser suite, axe-core included)
+screenshots: $(STAMP) bytecode
+	rm -f docs/console/*.png
+	LEDGERFLOW_SCREENSHOTS=docs/console PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest tests/browser -q
 
 bench: $(STAMP) bytecode
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test,bench]"

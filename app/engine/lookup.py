@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, func, literal, select
+from sqlalchemy.exc import OperationalError
 
 from app.engine.store import read_instance
 from app.errors import NotFound
@@ -66,10 +68,25 @@ def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[st
     return {r.id: r.name for r in rows}
 
 
-def count_jobs(conn: Connection, f: ops.JobFilter, cap: int) -> int:
-    """How many jobs the list filter matches, counted up to ``cap + 1`` (more reads as "cap+")."""
+COUNT_BUDGET_MS = 150
+
+
+def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = COUNT_BUDGET_MS) -> int | None:
+    """How many jobs the list filter matches, counted up to ``cap + 1`` (more reads as "cap+"), or None
+    when counting would take more than ``budget_ms`` of PostgreSQL time (a keyword over a million
+    payloads): a savepoint with its own statement timeout, rolled back either way, so the caller's
+    transaction and settings are untouched."""
     inner = select(literal(1)).select_from(jobs).where(*ops.filter_clauses(f)).limit(cap + 1).subquery()
-    return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+    nested = conn.begin_nested()
+    try:
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(budget_ms)}")
+        return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+    except OperationalError as exc:
+        if not isinstance(exc.orig, psycopg.errors.QueryCanceled):
+            raise
+        return None
+    finally:
+        nested.rollback()
 
 
 def count_open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | None, cap: int) -> int:

@@ -401,6 +401,7 @@ class Pager:
     total_capped: bool
     prev_url: str | None
     next_url: str | None
+    uncounted: bool = False  # the total was not counted (over its time budget)
 
     @property
     def first(self) -> int:
@@ -420,6 +421,7 @@ def pager(
     cap: int | None = None,
     *,
     cursor_key: str = "cursor",
+    uncounted: bool = False,
 ) -> Pager:
     kept = [(k, v) for k, v in args.items(multi=True) if k not in (cursor_key, "trail")]
     trail = [t for t in (args.get("trail") or "").split("~") if t][-TRAIL_MAX:]
@@ -436,9 +438,8 @@ def pager(
     next_url = url(next_cursor, [*trail, cursor or FIRST][-TRAIL_MAX:]) if next_cursor else None
     number = len(trail) + 1 if cursor is not None else 1
     capped = cap is not None and total is not None and total > cap
-    return Pager(
-        number, size, shown, min(total, cap) if capped and cap else total, capped, prev_url, next_url
-    )
+    shown_total = min(total, cap) if capped and cap else total
+    return Pager(number, size, shown, shown_total, capped, prev_url, next_url, uncounted)
 
 
 # --------------------------------------------------------------------------- template filters

@@ -99,8 +99,7 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
         f, shown, q, status_code = None, {k: v for k, v in args.items() if k in FILTER_FIELDS}, None, 400
 
     def load(c: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"panel": status.runtime_status(c) if platform else None, "items": [],
-                               "next": None, "total": 0, "namespaces": {}}  # fmt: skip
+        out: dict[str, Any] = {"items": [], "next": None, "total": 0, "namespaces": {}}
         if f is not None and q is not None:
             listing = ops.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor"))
             out.update(
@@ -112,12 +111,20 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
     data = read(load)
     return render_template(
         "console/jobs.html",
-        panel=data["panel"],
+        platform=platform,
         items=data["items"],
         namespaces=data["namespaces"],
         show_namespace=platform,
         can_read_workflows=can(Scope.WORKFLOWS_READ),
-        pages=pager(args, data["next"], len(data["items"]), PAGE_SIZE, data["total"], COUNT_CAP),
+        pages=pager(
+            args,
+            data["next"],
+            len(data["items"]),
+            PAGE_SIZE,
+            data["total"],
+            COUNT_CAP,
+            uncounted=data["total"] is None,
+        ),
         filters=shown,
         filter_qs=urlencode([(k, v) for k, v in args.items(multi=True) if k in FILTER_FIELDS]),
         job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
