@@ -52,7 +52,9 @@ class Scenario:
     tokens: dict[str, str]
     principals: dict[str, Principal]
     defs: dict[str, str] = field(default_factory=dict)
-    wf: dict[str, str] = field(default_factory=dict)  # running, failed, compensated, review, signal, other
+    wf: dict[str, str] = field(
+        default_factory=dict
+    )  # running, awaiting (a task), failed, compensated, review, ...
     dead_job: int = 0
     other_job: int = 0  # a job of the other namespace's workflow
     trace_id: str = ""
@@ -171,6 +173,7 @@ def build() -> Scenario:
     s.business_key = f"order-{suffix}"
     s.wf["running"] = _start(admin, s.defs["order"], {"order_id": "A-1", "amount": 1250}, s.business_key)
     _work(admin, "approvals", output={"approved": True, "by": "maria"})
+    s.wf["awaiting"] = _start(admin, s.defs["order"], {"order_id": "A-2", "amount": 80}, f"order-{suffix}-2")
     s.defs["risk"] = _define(admin, "risk-check", {
         "steps": [{"key": "score", "kind": "TASK", "queue": "risk", "after": []}],
     })  # fmt: skip

@@ -17,7 +17,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine import stopping
 from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
+from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
 from app.sql import run
 
 MAX_SPANS = 2000  # activations + task attempts drawn on one timeline
@@ -160,6 +162,26 @@ def failure(inst: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) -> dict
                 "detail": {k: v for k, v in step_err.items() if k not in ("code", "message")}}  # fmt: skip
     return {"code": None, "message": f"step {culprit['key']} is {culprit['state']}", "step_key": culprit["key"],
             "detail": {}}  # fmt: skip
+
+
+def review_cause(conn: Connection, inst: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Why a NEEDS_REVIEW instance waits for a person when no step error says it: the outcome of an
+    external call is unknown (its ledger jobs, L-EFFECT), or a compensation failed (its step)."""
+    if inst["state"] != "NEEDS_REVIEW":
+        return None
+    comp = inst.get("compensation") or {}
+    if comp.get("state") == "FAILED" and comp.get("plan"):
+        item = comp["plan"][min(comp.get("index", 0), len(comp["plan"]) - 1)]
+        return {"code": "COMPENSATION_FAILED", "step_key": item.get("step_key"), "jobs": [],
+                "message": f"the compensation of step {item.get('step_key')} failed: resolve the workflow"}  # fmt: skip
+    jobs = stopping.unknown_outcome_jobs(conn, inst["id"])
+    if jobs:
+        keys = sorted({j["step_key"] for j in jobs if j["step_key"]})
+        return {"code": EXTERNAL_OUTCOME_UNKNOWN, "step_key": keys[0] if keys else None,
+                "jobs": [str(j["id"]) for j in jobs],
+                "message": "the outcome of an external call is unknown (it may or may not have happened): "
+                           "check it, then resolve" + (f" step {', '.join(keys)}" if keys else " the workflow")}  # fmt: skip
+    return None
 
 
 def spans(conn: Connection, instance_id: str, limit: int = MAX_SPANS) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
             inst["definition_id"], ""
         ),
         "steps": steps,
-        "failure": overview.failure(inst, steps),
+        "failure": _why(conn, inst, steps),
         "graph": diagrams.graph(steps, overview.graph_layers(steps)),
         "timeline": diagrams.timeline(
             [s["key"] for s in steps], spans["activations"], spans["attempts"], now
@@ -159,6 +159,16 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
                                    cursor=request.args.get("audit") or None, kind="console_workflow_audit")  # fmt: skip
         out["audit"] = {"items": page_.items, "next": page_.next_cursor}
     return out
+
+
+def _why(conn: Connection, inst: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The failure and its step; for a review without a step error, what the review is about."""
+    found = overview.failure(inst, steps)
+    cause = overview.review_cause(conn, inst)
+    if cause is not None and (found is None or not found.get("code")):
+        return {"code": cause["code"], "message": cause["message"], "step_key": cause["step_key"] or
+                (found or {}).get("step_key"), "detail": {"jobs": cause["jobs"]} if cause["jobs"] else {}}  # fmt: skip
+    return found
 
 
 def _workflow_page(instance_id: str) -> str:

@@ -30,7 +30,7 @@
     var wide = window.matchMedia("(min-width: 600px)");
     var styled = window.CSS && CSS.supports && CSS.supports("selector(::details-content)");
     if (!styled && wide.matches) {
-      document.querySelectorAll("details.status").forEach(function (d) { d.open = true; });
+      document.querySelectorAll("details.collapse-phone").forEach(function (d) { d.open = true; });
     }
   });
 })();
