@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import text
-
 import app.engine.handlers.compensation  # noqa: F401 - registers the compensation_action handler
 from app import audit
 from app.auth import ALL_SCOPES, Principal, Scope, authenticate, create_credential
@@ -28,6 +26,7 @@ from app.ledger.enqueue import enqueue
 from app.ledger.outcome import PermanentError
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
+from tests.web.wf_ops import sql, until
 
 ORDER_INPUT_SCHEMA = {
     "type": "object",
@@ -63,23 +62,6 @@ class Scenario:
     subscription_id: str = ""
     delivery_id: str = ""
     rule_id: str = ""
-
-
-def sql(query: str, **params: Any) -> list:
-    with get_engine().begin() as conn:
-        res = conn.execute(text(query), params)
-        return res.all() if res.returns_rows else []
-
-
-def until(fn: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout} s")
-        time.sleep(0.05)
 
 
 def run_pool(pool: Pool, done: Callable[[], Any], timeout: float = 60.0) -> None:
@@ -192,7 +174,7 @@ def build() -> Scenario:
         "SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'", i=s.wf["compensated"]
     ))  # fmt: skip
     _work(admin, "undo", output={"released": "R-1"})
-    until(lambda: _state(s.wf["compensated"]) == "FAILED", what="compensated workflow FAILED")
+    until(lambda: _state(s.wf["compensated"]) == "FAILED", timeout=60)
     s.defs["receipt"] = _define(admin, "receipt", RECEIPT_DOC)
     s.wf["review"] = _start(admin, s.defs["receipt"], {"order": "A-1"})
     sql(

@@ -138,28 +138,25 @@ def steps_in_order(conn: Connection, inst: Mapping[str, Any]) -> list[dict[str, 
     return out
 
 
+def _reason(err: Mapping[str, Any], step_key: str | None) -> dict[str, Any]:
+    return {"code": err.get("code"), "message": err.get("message"), "step_key": step_key,
+            "detail": {k: v for k, v in err.items() if k not in ("code", "message", "step_key")}}  # fmt: skip
+
+
 def failure(inst: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Why the instance failed, is stopping or waits for review, and the step it came from: the
     instance's recorded error (``step_key`` names the step), else the first step (graph order) that
     failed or waits for review, with its last error."""
     steps = list(steps)
+    culprit = next((s for s in steps if s["state"] in ("FAILED", *REVIEW_STATES)), None)
     err = inst.get("error")
     if isinstance(err, dict):
-        out = {"code": err.get("code"), "message": err.get("message"), "step_key": err.get("step_key"),
-               "detail": {k: v for k, v in err.items() if k not in ("code", "message", "step_key")}}  # fmt: skip
-        if out["step_key"] is None:
-            culprit = next((s for s in steps if s["state"] in ("FAILED", *REVIEW_STATES)), None)
-            out["step_key"] = culprit["key"] if culprit else None
-        return out
-    if inst["state"] not in ("FAILED", "NEEDS_REVIEW", "CANCELLING", "CANCELLED"):
-        return None
-    culprit = next((s for s in steps if s["state"] in (*REVIEW_STATES, "FAILED")), None)
-    if culprit is None:
+        return _reason(err, err.get("step_key") or (culprit["key"] if culprit else None))
+    if inst["state"] not in ("FAILED", "NEEDS_REVIEW", "CANCELLING", "CANCELLED") or culprit is None:
         return None
     step_err = culprit.get("error")
     if isinstance(step_err, dict):
-        return {"code": step_err.get("code"), "message": step_err.get("message"), "step_key": culprit["key"],
-                "detail": {k: v for k, v in step_err.items() if k not in ("code", "message")}}  # fmt: skip
+        return _reason(step_err, culprit["key"])
     return {"code": None, "message": f"step {culprit['key']} is {culprit['state']}", "step_key": culprit["key"],
             "detail": {}}  # fmt: skip
 

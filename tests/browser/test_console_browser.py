@@ -3,7 +3,8 @@ LEDGERFLOW_SECRET_KEY set): 20 logins in a row; logout kills a copied cookie; a 
 while the status panel refreshes lands on the login page; the workflow page of a running, a failed, a
 compensated and a NEEDS_REVIEW workflow; the forms (errors in place, input kept); search; a platform
 operator crossing namespaces; live refresh pausing while a form is filled; axe-core at 1280 and 390 px
-on every page with screenshots of each (``make screenshots`` writes them to docs/console/).
+on every page with screenshots of each (``make screenshots`` writes them to docs/console/; that test
+runs first, so the screenshots show the scenario before the other tests act on it).
 
 Waits are for conditions with generous deadlines (the machine may be busy); nothing asserts a duration."""
 
@@ -39,6 +40,45 @@ def _credential(scopes: list[str], namespace: str, platform: bool = False) -> tu
         c = create_credential(conn, namespace=namespace, name="b-" + uuid.uuid4().hex[:8], scopes=scopes,
                               platform=platform)  # fmt: skip
     return c.token, c.credential_id
+
+
+def _check(page: Page, name: str, shots: Path | None, problems: list[str], phone: bool) -> None:
+    found = axe_violations(page)
+    problems += [f"{name} ({'390' if phone else '1280'} px): {v}" for v in found]
+    if phone and overflow(page):
+        problems.append(f"{name} (390 px): {overflow(page)} px wider than the screen")
+    if shots is not None:
+        page.screenshot(path=str(shots / f"{name}{'-phone' if phone else ''}.png"), full_page=True)
+
+
+def test_axe_and_screenshots_of_every_page_at_1280_and_390(browser, live_url, scenario, shots):
+    """Screenshots only when asked for (``make screenshots``): they cost more than the checks."""
+    problems: list[str] = []
+    errors: list[str] = []
+    shots = shots if os.environ.get("LEDGERFLOW_SCREENSHOTS") else None
+    anonymous = browser.new_context(viewport=WIDE)
+    page = anonymous.new_page()
+    page.goto(live_url + "/console/login")
+    _check(page, "login", shots, problems, phone=False)
+    anonymous.close()
+    for viewport, phone in ((WIDE, False), (PHONE, True)):
+        ctx = login(browser, live_url, scenario.tokens["admin"], viewport)
+        page = ctx.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        for name, path in pages(scenario):
+            page.goto(live_url + path)
+            expect(page.locator("h1")).to_have_count(1)
+            _check(page, name, shots, problems, phone)
+        ctx.close()
+    dark = login(browser, live_url, scenario.tokens["admin"], WIDE, color_scheme="dark")
+    page = dark.new_page()
+    for name, path in (("workflow-failed-dark", f"/console/workflows/{scenario.wf['failed']}"),
+                       ("jobs-dark", "/console/jobs")):  # fmt: skip
+        page.goto(live_url + path)
+        _check(page, name, shots, problems, phone=False)
+    dark.close()
+    assert problems == []
+    assert errors == []  # no CSP violation, no script error
 
 
 def test_twenty_logins_in_a_row_all_succeed(browser, live_url, scenario, procfile_web):
@@ -266,42 +306,3 @@ def test_live_refresh_pauses_while_a_form_is_filled(admin, live_url, scenario):
     page.wait_for_timeout(12_000)  # more than two refresh periods
     assert [u for u in seen if "/console/tasks" in u] == []
     page.close()
-
-
-def _check(page: Page, name: str, shots: Path | None, problems: list[str], phone: bool) -> None:
-    found = axe_violations(page)
-    problems += [f"{name} ({'390' if phone else '1280'} px): {v}" for v in found]
-    if phone and overflow(page):
-        problems.append(f"{name} (390 px): {overflow(page)} px wider than the screen")
-    if shots is not None:
-        page.screenshot(path=str(shots / f"{name}{'-phone' if phone else ''}.png"), full_page=True)
-
-
-def test_axe_and_screenshots_of_every_page_at_1280_and_390(browser, live_url, scenario, shots):
-    """Screenshots only when asked for (``make screenshots``): they cost more than the checks."""
-    problems: list[str] = []
-    errors: list[str] = []
-    shots = shots if os.environ.get("LEDGERFLOW_SCREENSHOTS") else None
-    anonymous = browser.new_context(viewport=WIDE)
-    page = anonymous.new_page()
-    page.goto(live_url + "/console/login")
-    _check(page, "login", shots, problems, phone=False)
-    anonymous.close()
-    for viewport, phone in ((WIDE, False), (PHONE, True)):
-        ctx = login(browser, live_url, scenario.tokens["admin"], viewport)
-        page = ctx.new_page()
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        for name, path in pages(scenario):
-            page.goto(live_url + path)
-            expect(page.locator("h1")).to_have_count(1)
-            _check(page, name, shots, problems, phone)
-        ctx.close()
-    dark = login(browser, live_url, scenario.tokens["admin"], WIDE, color_scheme="dark")
-    page = dark.new_page()
-    for name, path in (("workflow-failed-dark", f"/console/workflows/{scenario.wf['failed']}"),
-                       ("jobs-dark", "/console/jobs")):  # fmt: skip
-        page.goto(live_url + path)
-        _check(page, name, shots, problems, phone=False)
-    dark.close()
-    assert problems == []
-    assert errors == []  # no CSP violation, no script error

@@ -76,18 +76,26 @@ def _reason() -> str | None:
     )
 
 
-@bp.post("/integrations/subscriptions/<sid>/enabled")
-@page(MANAGE)
-def subscription_enabled(sid: str) -> Response:
+def _toggle(what: str, set_enabled: Any, rerender: Any, endpoint: str, **values: str) -> Response:
+    """Enable or disable a subscription or a rule: the confirmation, an optional reason (checked like
+    the API's), the domain function (audited there), back to its page."""
+
     def work() -> Response:
         enable = request.form.get("enabled") == "true"
         _reason()
         require_confirmation(request.form)
         with transaction() as conn:
-            subscriptions.set_enabled(conn, principal(), request_id(), sid, enable)
-        return done(f"Subscription {'enabled' if enable else 'disabled'}.", "console.subscription", sid=sid)
+            set_enabled(conn, principal(), request_id(), *values.values(), enable)
+        return done(f"{what} {'enabled' if enable else 'disabled'}.", endpoint, **values)
 
-    return in_place("enabled", ("reason", "confirm"), work, lambda: _subscription_page(sid))
+    return in_place("enabled", ("reason", "confirm"), work, rerender)
+
+
+@bp.post("/integrations/subscriptions/<sid>/enabled")
+@page(MANAGE)
+def subscription_enabled(sid: str) -> Response:
+    return _toggle("Subscription", subscriptions.set_enabled, lambda: _subscription_page(sid),
+                   "console.subscription", sid=sid)  # fmt: skip
 
 
 @bp.post("/integrations/subscriptions/<sid>/rotate")
@@ -163,12 +171,6 @@ def rule(rule_id: str) -> str:
 @bp.post("/integrations/rules/<rule_id>/enabled")
 @page(MANAGE)
 def rule_enabled(rule_id: str) -> Response:
-    def work() -> Response:
-        enable = request.form.get("enabled") == "true"
-        _reason()
-        require_confirmation(request.form)
-        with transaction() as conn:
-            automation.set_rule_enabled(conn, principal(), request_id(), rule_id, enable)
-        return done(f"Rule {'enabled' if enable else 'disabled'}.", "console.rule", rule_id=rule_id)
-
-    return in_place("enabled", ("reason", "confirm"), work, lambda: _rule_page(rule_id))
+    return _toggle(
+        "Rule", automation.set_rule_enabled, lambda: _rule_page(rule_id), "console.rule", rule_id=rule_id
+    )
