@@ -26,7 +26,7 @@ from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import AgeLimit, Callbacks, Retries, ShutdownNotifications, TimeLimit
 
-from app.config import get_settings
+from app.settings import get_settings
 
 # Tokens kept per doorbell: enough to wake every blocked consumer of a burst, bounded when none listens.
 DOORBELL_MAX = 64

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import dramatiq
 
 from actors.broker import HintBroker, broker, has_redis
-from app.config import get_settings
 from app.ledger import hints
 from app.ledger.states import QUEUE_OF_POOL, Pool
 from app.observability import metrics
+from app.settings import get_settings
 
 # Pools running in this process, by queue; a hint nudges the local pool.
 LOCAL_NUDGERS: dict[str, Callable[[], None]] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dramatiq
 
 import actors.broker  # noqa: F401 - binds the actor to the configured broker
-from app.config import get_settings
 from app.db import get_engine
 from app.engine import retention as engine_retention
 from app.engine.handlers import outbound
@@ -14,6 +13,7 @@ from app.integrations import retention as integrations_retention
 from app.ledger import retention, rollup
 from app.ledger.drain import DrainReport, drain
 from app.ledger.states import QUEUE_OF_POOL, Pool
+from app.settings import get_settings
 
 
 def run_drain() -> DrainReport:

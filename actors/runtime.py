@@ -12,7 +12,6 @@ from dramatiq import Worker
 from actors import hints as hint_actors
 from actors import maintenance
 from actors.broker import broker, has_redis
-from app.config import get_settings
 from app.db import get_engine, transaction
 from app.ids import new_node_id
 from app.integrations import schedules
@@ -21,6 +20,7 @@ from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
 from app.observability import logs, metrics, tracing
 from app.process import settle_startup_heap
+from app.settings import get_settings
 
 log = logging.getLogger("ledgerflow.worker")
 

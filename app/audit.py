@@ -28,6 +28,10 @@ RETURNING created_at
 COLUMNS = """id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
     operation_id, reason, evidence_ref, request_id, before::text AS before, after::text AS after,
     created_at"""
+# Reads go through the view ``workflow_operations``: these rows and the engine's audit entries of its
+# advances, which are written with the workflow's event batches (``app.engine.events.audit_advance``); an
+# entry's id names its batch (its first 29 hex digits and ``000``), which a read by id looks up.
+_READ_FROM = "workflow_operations"
 
 
 def record(
@@ -118,8 +122,9 @@ def _row(r: Any) -> dict[str, Any]:
 def get(conn: Connection, namespace_id: str, audit_id: str) -> dict[str, Any] | None:
     r = run(
         conn,
-        f"SELECT {COLUMNS} FROM operation_audit WHERE namespace_id = :ns AND id = :id",
-        {"ns": namespace_id, "id": audit_id},
+        f"SELECT {COLUMNS} FROM {_READ_FROM} WHERE namespace_id = :ns AND id = :id "
+        "AND (batch_id IS NULL OR batch_id = :batch)",
+        {"ns": namespace_id, "id": audit_id, "batch": audit_id[:29] + "000"},
     ).first()
     return _row(r) if r else None
 
@@ -162,7 +167,7 @@ def list_entries(
     rows = run(
         conn,
         f"""
-SELECT {COLUMNS} FROM operation_audit
+SELECT {COLUMNS} FROM {_READ_FROM}
 WHERE namespace_id = :ns
   AND (CAST(:wf AS text) IS NULL OR workflow_id = :wf)
   AND (CAST(:tt AS text) IS NULL OR target_type = :tt)

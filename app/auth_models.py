@@ -110,7 +110,7 @@ idempotency_receipts = Table(
 )
 Index("ix_idempotency_receipts_created", idempotency_receipts.c.created_at)
 
-# The operator console's sessions (issue 28, ``app.sessions``): the SHA-256 of the cookie's random
+# The operator console's sessions (``app.sessions``): the SHA-256 of the cookie's random
 # session id, the credential it authenticates, its expiry. Logout deletes the row.
 console_sessions = Table(
     "console_sessions",

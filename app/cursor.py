@@ -10,18 +10,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 from datetime import datetime
 from typing import Any
 
 from app import jsonx
 from app.errors import InvalidArgument
+from app.settings import CURSOR_SECRET
 
 MAX_CURSOR_BYTES = 1024
 # The signing key comes from configuration; the built-in key is for development only (a production
-# web process refuses to start without its own: ``app.config.refuse_unsafe_production``).
-DEVELOPMENT_SECRET = "ledgerflow-cursor-v1"
-_SECRET = (os.environ.get("LEDGERFLOW_CURSOR_SECRET") or DEVELOPMENT_SECRET).encode()
+# web process refuses to start without its own: ``app.settings.refuse_unsafe_production``).
+_SECRET = CURSOR_SECRET.get().encode()
 
 
 def _mac(payload: str, binding: Any) -> str:

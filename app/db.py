@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DisconnectionError
 
-from app.config import get_settings
+from app.settings import STATEMENT_TIMEOUT_MS, get_settings
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +33,7 @@ def _drop_transaction_state(conn: Connection) -> None:
 def statement_timeout_ms() -> int:
     """``LEDGERFLOW_STATEMENT_TIMEOUT_MS`` (default 30 000; 0 = none): the longest one SQL statement
     of the API or a worker may run before PostgreSQL cancels it."""
-    raw = os.environ.get("LEDGERFLOW_STATEMENT_TIMEOUT_MS")
-    return int(raw) if raw else 30_000
+    return STATEMENT_TIMEOUT_MS.get()
 
 
 # How long a pooled connection may sit idle and still be handed out without a ping (the database may have

@@ -1,11 +1,12 @@
 """Idempotency-Key receipts (SPEC W-API-2, W-START-7).
 
-A receipt is keyed by (scope = namespace id, route, key) under a unique index. It is inserted with
-``INSERT ... ON CONFLICT DO NOTHING`` at the *start* of the business transaction and completed with
-the response in the *same* transaction, so a committed change always has its receipt and a rolled
-back one has none. A concurrent duplicate blocks on the unique index until the first transaction
-ends (then replays it, or proceeds if the first rolled back); it waits at most ``WAIT_SECONDS``
-and otherwise gets 409 IDEMPOTENCY_CONFLICT with Retry-After.
+A receipt is keyed by (scope = namespace id, route, key) under a unique index and written ONCE, with
+the response, at the end of the business transaction (one row insert per mutation, no update), so a
+committed change always has its receipt and a rolled back one has none. At the *start* the
+transaction takes a transaction-level advisory lock on the key and reads the receipt: a concurrent
+duplicate blocks on that lock until the first transaction ends (then replays it, or proceeds if the
+first rolled back); it waits at most ``WAIT_SECONDS`` and otherwise gets 409 IDEMPOTENCY_CONFLICT with
+Retry-After. A long poll's empty tries (``web.mutation.NothingYet``) therefore write nothing.
 
 Errors are not stored: a request that failed (4xx/5xx, rolled back) can be resent with the same key.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app import jsonx
 from app.db import transaction
@@ -67,61 +68,58 @@ def _sorted(o: Any) -> Any:
     return o
 
 
-# The claim sets the transaction's lock timeout to WAIT_SECONDS in the same statement (the CTE ``o`` runs
-# before the insert can wait on a duplicate's uncommitted row) and answers the timeout it replaced, which
-# ``_SET_LOCK_TIMEOUT`` then gives back to the rest of the transaction; ``id`` is NULL when the key exists.
+# The claim is ONE statement: the transaction's lock timeout becomes WAIT_SECONDS, the key's advisory lock
+# is taken, the lock timeout it replaced is given back to the rest of the transaction, and the receipt is
+# read. The read has the statement's snapshot, taken before a wait for a duplicate in flight: when that
+# duplicate commits its receipt meanwhile, this request goes on as if it owned the key, and its own receipt
+# then fails its commit on the unique key (``execute_once`` runs it again, which replays the first).
 _CLAIM = text(
-    """
-WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)),
-ins AS (
-    INSERT INTO idempotency_receipts (scope, route, key, fingerprint)
-    SELECT :scope, :route, :key, :fp FROM o
-    ON CONFLICT (scope, route, key) DO NOTHING
-    RETURNING id
+    "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), "
+    "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
+    "SELECT set_config('lock_timeout', o.old, true) AS restored, r.fingerprint, r.status_code, r.response "
+    "FROM o CROSS JOIN l LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key"
 )
-SELECT o.old, (SELECT id FROM ins) AS id FROM o
-"""
+_INSERT = text(
+    "INSERT INTO idempotency_receipts (scope, route, key, fingerprint, status_code, response) "
+    "VALUES (:scope, :route, :key, :fp, :status, :body)"
 )
-_SET_LOCK_TIMEOUT = text("SELECT set_config('lock_timeout', :v, true)")
-_READ = text(
-    "SELECT fingerprint, status_code, response FROM idempotency_receipts "
-    "WHERE scope = :scope AND route = :route AND key = :key"
-)
-_COMPLETE = text(
-    "UPDATE idempotency_receipts SET status_code = :status, response = :body "
-    "WHERE scope = :scope AND route = :route AND key = :key"
-)
+
+
+_UNIQUE = "uq_idempotency_receipts_key"
+
+
+def _lock_key(scope: str, route: str, key: str) -> str:
+    return f"lf-idem:{scope}\n{route}\n{key}"
 
 
 def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> StoredResponse | None:
     """Claim ``key`` inside ``conn``'s transaction. None: this request owns the key, go on and call
     ``complete``. A StoredResponse: replay it (same request). Raises IdempotencyConflict when the
     key was used with another request, or when a duplicate is still in flight after WAIT_SECONDS."""
-    params = {"scope": scope, "route": route, "key": key, "fp": fp}
-    # Wait at most WAIT_SECONDS for a duplicate in flight (its uncommitted receipt row), then restore
-    # the transaction's lock timeout. A timeout aborts the transaction, which the caller rolls back
-    # on the IdempotencyConflict: nothing else of it can have happened yet (no savepoint needed).
+    params = {"scope": scope, "route": route, "key": key, "lock_key": _lock_key(scope, route, key)}
+    # Wait at most WAIT_SECONDS for a duplicate in flight (it holds the key's lock). A timeout aborts the
+    # transaction, which the caller rolls back on the IdempotencyConflict: nothing else of it can have
+    # happened yet (no savepoint needed).
     try:
-        claimed = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
+        found = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: first still in flight
             raise IdempotencyConflict(
                 "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
             ) from None
         raise
-    defer(conn, _SET_LOCK_TIMEOUT, {"v": claimed.old})  # sent with the next statement, before it
-    if claimed.id is not None:
+    if found.fingerprint is None:
         return None
-    stored = run(conn, _READ, params).first()
-    if stored is None or stored.status_code is None:  # pragma: no cover - the owner always completes
-        raise IdempotencyConflict("a request with this Idempotency-Key is still in progress", retry_after=1)
-    if stored.fingerprint != fp:
+    if found.fingerprint != fp:
         raise IdempotencyConflict("this Idempotency-Key was already used with a different request")
-    return StoredResponse(status=stored.status_code, body=stored.response, replayed=True)
+    return StoredResponse(status=found.status_code, body=found.response, replayed=True)
 
 
-def complete(conn: Connection, *, scope: str, route: str, key: str, status: int, body: str) -> None:
-    run(conn, _COMPLETE, {"scope": scope, "route": route, "key": key, "status": status, "body": body})
+def complete(conn: Connection, *, scope: str, route: str, key: str, status: int, body: str, fp: str) -> None:
+    """The receipt, written with the transaction's other writes (sent before its commit)."""
+    defer(
+        conn, _INSERT, {"scope": scope, "route": route, "key": key, "fp": fp, "status": status, "body": body}
+    )
 
 
 def execute_once(
@@ -137,14 +135,23 @@ def execute_once(
 
     ``work`` returns ``(status, body)``; the body is serialised exactly (``jsonx.dumps``) and stored.
     A replay returns the stored status and body with ``replayed=True``."""
-    with transaction(engine) as conn:
-        stored = claim(conn, scope=scope, route=route, key=key, fp=fp)
-        if stored is not None:
-            return stored
-        status, body = work(conn)
-        body_text = jsonx.dumps(body)
-        complete(conn, scope=scope, route=route, key=key, status=status, body=body_text)
-    return StoredResponse(status=status, body=body_text, replayed=False)
+    for attempt in (1, 2):
+        try:
+            with transaction(engine) as conn:
+                stored = claim(conn, scope=scope, route=route, key=key, fp=fp)
+                if stored is not None:
+                    return stored
+                status, body = work(conn)
+                body_text = jsonx.dumps(body)
+                complete(conn, scope=scope, route=route, key=key, status=status, body=body_text, fp=fp)
+        except IntegrityError as exc:
+            # a duplicate committed its receipt while this one waited for the key (see _CLAIM): this
+            # transaction rolled back; the next try replays the duplicate's receipt
+            if attempt == 2 or getattr(getattr(exc.orig, "diag", None), "constraint_name", None) != _UNIQUE:
+                raise
+            continue
+        return StoredResponse(status=status, body=body_text, replayed=False)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:

@@ -1,4 +1,4 @@
-"""Console sessions kept on the server (issue 28): logging out ends the session for every copy of its
+"""Console sessions kept on the server: logging out ends the session for every copy of its
 cookie, not only in the browser that pressed the button.
 
 The signed cookie holds a random session id; the table ``console_sessions`` holds only its SHA-256

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 from collections import namedtuple
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event, text
@@ -27,6 +27,7 @@ from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 # ``:name`` not preceded by a colon, a word character or a backslash, and not followed by a colon
 # (so ``x::text`` is a cast); ``\:`` is a literal colon.
 _BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?!:)")
+B = TypeVar("B", bound="CommitBuffer")
 
 
 @lru_cache(maxsize=2048)
@@ -153,13 +154,20 @@ def _take_deferred(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
     return entry[1]
 
 
-def defer(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> None:
+def defer(
+    conn: Connection,
+    statement: str | TextClause,
+    params: Mapping[str, Any] | None = None,
+    *,
+    now: bool = True,
+) -> None:
     """Queue a statement whose result nobody reads (an insert of a row nothing reads back in this
     transaction, a setting): it is sent with the transaction's next statement, or before its commit, in
     one round trip (psycopg's pipeline mode), in the order of the calls. Its error, if any, is raised
-    there. Taken at once, as ``run``, when SQLAlchemy's cursor events are listened to."""
+    there. Taken at once, as ``run``, when SQLAlchemy's cursor events are listened to (``now``; the
+    commit's own flush passes False: it sends what it queued itself)."""
     sql = statement.text if isinstance(statement, TextClause) else statement
-    if _listened(conn):
+    if now and _listened(conn):
         run(conn, sql, params)
         return
     if not conn.in_transaction():
@@ -172,10 +180,45 @@ def defer(conn: Connection, statement: str | TextClause, params: Mapping[str, An
 
 
 def _send_deferred(conn: Connection, deferred: list[tuple[str, dict[str, Any]]]) -> None:
-    """Inside an open pipeline: queue the deferred statements (their results are dropped)."""
+    """Inside an open pipeline: queue the deferred statements (their results are dropped), each run of
+    consecutive writes as ONE statement (``combine``)."""
     dcur = _cursor(conn, _DEFERRED_CURSOR)
-    for sql, args in deferred:
+    for sql, args in combine(deferred):
         dcur.execute(pyformat(sql), args)
+
+
+_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
+
+
+def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Consecutive INSERT / UPDATE / DELETE statements as one statement of data-modifying CTEs (issue 27:
+    a workflow start's inserts are one statement instead of six), their parameters renamed apart; any
+    other statement (a SELECT of a setting or a lock) stays as it is, in its place. The writes of one
+    combined statement share its snapshot, so none may read what another of them writes: ``defer`` is for
+    writes nobody reads back in the transaction, and the rows a foreign key names exist before (or are
+    inserted by the same statement: PostgreSQL checks foreign keys at the statement's end)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    group: list[tuple[str, dict[str, Any]]] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            out.append(group[0])
+        elif group:
+            parts, merged = [], {}
+            for i, (sql, args) in enumerate(group):
+                parts.append(f"w{i} AS ({_BIND.sub(lambda m, i=i: f':w{i}_{m.group(1)}', sql)})")
+                merged.update({f"w{i}_{k}": v for k, v in args.items()})
+            out.append(("WITH " + ", ".join(parts) + " SELECT 1", merged))
+        group.clear()
+
+    for sql, args in statements:
+        if _WRITE.match(sql):
+            group.append((sql, args))
+        else:
+            close()
+            out.append((sql, args))
+    close()
+    return out
 
 
 def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:
@@ -210,7 +253,47 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     return Result(rows, cur.rowcount)
 
 
-def _flush(conn: Connection) -> None:
+# Per-transaction buffers written once, at commit (issue 27: one event batch per transaction and instance,
+# one quota-count change per transaction): ``buffer(conn, key, factory)`` hands out the transaction's
+# buffer for ``key``; right before the deferred statements are sent at commit (or before a savepoint is
+# set), each buffer's ``statements()`` are deferred after the others. A rollback drops the buffers, and a
+# rollback to a savepoint drops what was buffered since it (they were written when it was set).
+_BUFFERS = "ledgerflow_sql_buffers"  # (the root transaction, {key: buffer})
+
+
+class CommitBuffer:
+    """What a transaction accumulates to write once at its commit."""
+
+    def statements(self) -> list[tuple[str, dict[str, Any]]]:  # pragma: no cover - an interface
+        raise NotImplementedError
+
+
+def buffer(conn: Connection, key: str, factory: Callable[[], B]) -> B:
+    """The ``key`` buffer of ``conn``'s transaction (made by ``factory`` at first use)."""
+    if not conn.in_transaction():
+        conn.begin()
+    txn = conn.get_transaction()
+    entry = conn.info.get(_BUFFERS)
+    if entry is None or entry[0] is not txn:
+        entry = conn.info[_BUFFERS] = (txn, {})
+    found = entry[1].get(key)
+    if found is None:
+        found = entry[1][key] = factory()
+    return found  # type: ignore[return-value]
+
+
+def _drain_buffers(conn: Connection) -> None:
+    entry = conn.info.pop(_BUFFERS, None)
+    if entry is None or entry[0] is not conn.get_transaction():
+        return
+    for buf in entry[1].values():
+        for sql, params in buf.statements():
+            defer(conn, sql, params, now=False)
+
+
+def _flush(conn: Connection, *, buffers: bool = False) -> None:
+    if buffers:
+        _drain_buffers(conn)
     deferred = _take_deferred(conn)
     if not deferred:
         return
@@ -232,12 +315,12 @@ def _flush_before_execute(conn: Connection, *args: Any) -> None:
 
 @event.listens_for(Engine, "commit")
 def _flush_before_commit(conn: Connection) -> None:
-    _flush(conn)
+    _flush(conn, buffers=True)
 
 
 @event.listens_for(Engine, "savepoint")
 def _flush_before_savepoint(conn: Connection, name: str) -> None:
-    _flush(conn)
+    _flush(conn, buffers=True)
 
 
 @event.listens_for(Engine, "rollback")
@@ -245,3 +328,4 @@ def _flush_before_savepoint(conn: Connection, name: str) -> None:
 def _drop_deferred(conn: Connection, *args: Any) -> None:
     if not conn.invalidated:
         conn.info.pop(_DEFERRED, None)
+        conn.info.pop(_BUFFERS, None)

@@ -39,9 +39,9 @@ DOC = {
 
 
 def _server_url() -> str:
-    from app.config import _normalize_db_url
+    from app.settings import normalize_database_url
 
-    return _normalize_db_url(os.environ["DATABASE_URL"])
+    return normalize_database_url(os.environ["DATABASE_URL"])
 
 
 def _database() -> str:
@@ -165,8 +165,8 @@ def main() -> None:
     url = _database()
     os.environ["DATABASE_URL"] = url
     try:
-        from app.config import get_settings
         from app.migrate import upgrade
+        from app.settings import get_settings
 
         upgrade(get_settings().database_url)
         run("gevent (gunicorn.conf.py, 2 workers)", ["--config", "gunicorn.conf.py", "--workers", "2"],

@@ -30,7 +30,7 @@ def _passes(conn: psycopg.Connection, n: int) -> tuple[float, float]:
     finished: list[Settlement] = []
     started, cpu = time.perf_counter(), time.process_time()
     for i in range(n):
-        _, claimed = transitions.settle_and_claim(
+        _, claimed, _ = transitions.settle_and_claim(
             conn, finished, queue=QUEUE, limit=4, worker_id="bench", lease_seconds=60, by_due=i % 4 == 3,
             backoff_base=30, backoff_cap=900,
         )  # fmt: skip

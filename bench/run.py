@@ -253,7 +253,7 @@ class Bench:
         # This process enqueues and publishes hints as an application would: point it at the bench.
         os.environ["DATABASE_URL"] = self.lf_dsn
         os.environ["LEDGERFLOW_REDIS_NAMESPACE"] = self.ns
-        from app.config import get_settings
+        from app.settings import get_settings
 
         get_settings.cache_clear()
         upgrade(get_settings().database_url)

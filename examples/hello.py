@@ -27,12 +27,12 @@ def main() -> None:
     from sqlalchemy import text
 
     from actors.hints import install_publisher
-    from app import config
+    from app import settings
     from app.db import get_engine, transaction
     from app.ledger.enqueue import enqueue
     from ledgerflow.devenv import discover_environment
 
-    config.on_missing_environment(discover_environment)  # the embedded services, like `ledgerflow`
+    settings.on_missing_environment(discover_environment)  # the embedded services, like `ledgerflow`
     install_publisher()
     with transaction() as conn:
         job = enqueue(conn, "automation_action", {"name": "ledgerflow"})

@@ -3,7 +3,8 @@
     .venv/bin/python examples/task_worker.py      # until Ctrl-C or SIGTERM
 
 It serves the queues of examples/start_orders.py: `orders.check` and `orders.charge`. Each task
-logs one line (claimed -> completed / failed, with its duration).
+logs one line (claimed -> completed / failed, with its duration). SIGTERM stops it cleanly: no new
+claims, running tasks finish (or are handed back after 20 s), then it exits.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import signal
 
 from ledgerflow.client import Client, NonRetryableError, Task, TaskWorker, run_script
 
-worker = TaskWorker(Client(), wait_seconds=5)
+# up to 4 tasks at once (plain functions run in 4 threads: these two keep no shared state)
+worker = TaskWorker(Client(), wait_seconds=5, concurrency=4)
 
 
 @worker.task("orders.check")  # decorator style

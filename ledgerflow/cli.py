@@ -66,11 +66,12 @@ def main() -> None:
     With DATABASE_URL / REDIS_URL unset, commands use the embedded PostgreSQL and Redis under
     .data/ (started when needed; `ledgerflow services-stop` stops them).
     """
-    from app import config
+    from app import settings
     from ledgerflow.devenv import discover_environment
 
+    settings.validate()  # a bad value is one line naming the variable, before anything starts
     _setup_logging()
-    config.on_missing_environment(discover_environment)
+    settings.on_missing_environment(discover_environment)
 
 
 @main.group()
@@ -82,8 +83,8 @@ def db() -> None:
 @click.option("--revision", default="heads", show_default=True)
 def db_upgrade(revision: str) -> None:
     """Apply Alembic migrations to DATABASE_URL."""
-    from app.config import get_settings
     from app.migrate import upgrade
+    from app.settings import get_settings
 
     upgrade(get_settings().database_url, revision)
     click.echo(f"database upgraded to {revision}")
@@ -94,7 +95,7 @@ def db_repair_quota_counts() -> None:
     """Recount the quota counters from the instances and tasks (when `ledgerflow doctor` says they
     differ). Holds writers of those two tables for the recount."""
     from app.db import transaction
-    from app.engine.instances import repair_quota_counts
+    from app.engine.quotas import repair as repair_quota_counts
 
     with transaction() as conn:
         n = repair_quota_counts(conn)
@@ -222,32 +223,30 @@ def _die_with_parent() -> None:
 )
 def dev(port: int | None, host: str | None) -> None:
     """What `make run` runs: services, migrations, then all Procfile processes until Ctrl-C or SIGTERM."""
-    from app.config import SECRET_KEY_ENV
+    from app.migrate import upgrade
+    from app.settings import BIND_HOST, PORT, SECRET_KEY, get_settings
+    from ledgerflow.client import server_url
     from ledgerflow.devenv import ROOT, ensure_environment, session_key
 
     ensure_environment()
-    ops_cli.dev_environment(ROOT / ".data")
-    os.environ.setdefault(
-        SECRET_KEY_ENV, session_key()
-    )  # one console session key for every web worker  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
-    os.environ["PORT"] = str(port or os.environ.get("PORT") or 5000)
+    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
+    if not SECRET_KEY.is_set():  # one console session key for every web worker, kept across restarts
+        os.environ[SECRET_KEY.name] = session_key()
+    os.environ["PORT"] = str(port or PORT.get())
     if host:
         os.environ["LEDGERFLOW_BIND_HOST"] = host
     # `make run` serves this machine only; the Procfile binds every interface for Heroku-style hosts
     # (set LEDGERFLOW_BIND_HOST=0.0.0.0 to share a dev server deliberately)
     os.environ.setdefault("LEDGERFLOW_BIND_HOST", "127.0.0.1")
-    from app.config import get_settings
-    from app.migrate import upgrade
-
     upgrade(get_settings().database_url)
-    bound, web_port = os.environ["LEDGERFLOW_BIND_HOST"], os.environ["PORT"]
+    bound, web_port = BIND_HOST.get(), PORT.get()
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
     else:
         where = f"http://{bound}:{web_port}"
     click.echo(f"[ledgerflow] database migrated; web server on {where}")
-    url = os.environ.get("LEDGERFLOW_URL") or "http://127.0.0.1:5000"
-    if url.rstrip("/") != f"http://127.0.0.1:{web_port}":
+    url = server_url()
+    if url != f"http://127.0.0.1:{web_port}":
         click.echo(f"[ledgerflow] SDK scripts use LEDGERFLOW_URL ({url}); export LEDGERFLOW_URL to match")
     click.echo("[ledgerflow] Ctrl-C (or SIGTERM) stops all processes")
     bin_dir = os.path.dirname(sys.executable)

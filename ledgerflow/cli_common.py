@@ -3,10 +3,11 @@ user can cause or fix (bad arguments, services not found, database unreachable).
 
 from __future__ import annotations
 
-import os
 import re
 
 import click
+
+from app.settings import DATABASE_URL, SettingError
 
 
 class Failure(click.ClickException):
@@ -18,7 +19,7 @@ class Failure(click.ClickException):
 
 
 def _redacted_database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
+    url = DATABASE_URL.raw()
     try:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url) if url else "DATABASE_URL"
     except Exception:  # noqa: BLE001 - an unparsable URL is shown as "DATABASE_URL"
@@ -31,6 +32,8 @@ def expected_failure(exc: BaseException) -> Failure | None:
 
     if isinstance(exc, ServicesUnavailable):
         return Failure(str(exc))
+    if isinstance(exc, SettingError):  # a variable's value is not allowed: bad input, named
+        return Failure(str(exc), exit_code=2)
     module = type(exc).__module__ or ""
     if module.startswith("sqlalchemy") and type(exc).__name__ in ("OperationalError", "InterfaceError"):
         first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

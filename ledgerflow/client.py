@@ -52,6 +52,7 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     ApiError,
     BodyTooLarge,
     ClientError,
+    CompletionResult,
     ConfigurationError,
     IdempotencyConflict,
     InvalidArgument,
@@ -504,6 +505,22 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         )
         return Task.from_api(d["data"]["task"])
 
+    def complete_tasks(
+        self, completions: Iterable[tuple[str, int, Any]], *, idempotency_key: str | None = None
+    ) -> list[CompletionResult]:
+        """Complete up to 16 claimed tasks in one request: ``[(task_id, epoch, output), ...]``. Each is
+        answered on its own (``CompletionResult``, same order): a stale epoch is a 409 item, not an
+        error of the call; a completion applied before answers 200 again (``replayed``)."""
+        body = {"tasks": [{"id": i, "epoch": e, "output": o} for i, e, o in completions]}
+        d = self.request("POST", "/v1/tasks/complete", body=body, idempotency_key=idempotency_key)
+        return [CompletionResult.from_api(r) for r in d["data"]["results"]]
+
+    def release_task(self, task_id: str, epoch: int) -> Task:
+        """Hand a claimed task back to its queue now (its lease ends; no attempt is counted)."""
+        return Task.from_api(
+            self.request("POST", f"/v1/tasks/{_seg(task_id)}/release", body={"epoch": epoch})["data"]["task"]
+        )
+
     def fail_task(self, task_id: str, epoch: int, message: str, *, retryable: bool) -> Task:
         body = {"epoch": epoch, "error": {"message": message, "retryable": retryable}}
         return Task.from_api(
@@ -522,6 +539,7 @@ __all__ = [
     "BodyTooLarge",
     "Client",
     "ClientError",
+    "CompletionResult",
     "ConfigurationError",
     "ServerUnreachable",
     "WaitTimeout",

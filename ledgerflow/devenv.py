@@ -18,6 +18,8 @@ import time
 import warnings
 from pathlib import Path
 
+from app.settings import DATA_DIR, DATABASE_URL, REDIS_URL
+
 ROOT = Path(__file__).resolve().parent.parent
 DB_NAME = "ledgerflow"
 
@@ -27,7 +29,7 @@ class ServicesUnavailable(RuntimeError):
 
 
 def data_dir(create: bool = True) -> Path:
-    path = Path(os.environ.get("LEDGERFLOW_DATA_DIR") or ROOT / ".data").resolve()
+    path = Path(DATA_DIR.get() or ROOT / ".data").resolve()
     if create:
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -184,9 +186,9 @@ def ensure_environment() -> dict[str, str]:
     """Fill DATABASE_URL / REDIS_URL with embedded services where they are unset (what `make run`,
     `make test` and `ledgerflow env` do)."""
     env: dict[str, str] = {}
-    if not os.environ.get("DATABASE_URL"):
+    if not DATABASE_URL.is_set():
         env["DATABASE_URL"] = ensure_postgres()
-    if not os.environ.get("REDIS_URL"):
+    if not REDIS_URL.is_set():
         env["REDIS_URL"] = ensure_redis()
     os.environ.update(env)
     return env
@@ -198,11 +200,11 @@ def discover_environment() -> dict[str, str]:
     DATABASE_URL set (a real deployment) nothing is started: an unset REDIS_URL means polling,
     unless the embedded Redis is already running."""
     env: dict[str, str] = {}
-    if not os.environ.get("DATABASE_URL"):
+    if not DATABASE_URL.is_set():
         env["DATABASE_URL"] = ensure_postgres()
-        if not os.environ.get("REDIS_URL"):
+        if not REDIS_URL.is_set():
             env["REDIS_URL"] = ensure_redis()
-    elif not os.environ.get("REDIS_URL"):
+    elif not REDIS_URL.is_set():
         url = running_redis_url()
         if url is not None:
             env["REDIS_URL"] = url

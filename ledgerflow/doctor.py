@@ -67,8 +67,8 @@ def check_migrations() -> list[Check]:
 
     from alembic.script import ScriptDirectory
 
-    from app.config import get_settings
     from app.migrate import alembic_config
+    from app.settings import get_settings
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin set-up chatter is not a finding
     heads = set(ScriptDirectory.from_config(alembic_config(get_settings().database_url)).get_heads())
@@ -135,7 +135,7 @@ def check_indexes() -> list[Check]:
 
 
 def check_redis() -> list[Check]:
-    from app.config import get_settings
+    from app.settings import get_settings
 
     url = get_settings().redis_url
     if not url:
@@ -247,7 +247,7 @@ FROM workflow_jobs WHERE status IN ('running', 'pending')
 
 
 def check_quota_counts() -> list[Check]:
-    from app.engine.instances import quota_count_drift
+    from app.engine.quotas import drift as quota_count_drift
 
     with _engine().connect() as conn:
         conn.exec_driver_sql("SET LOCAL statement_timeout = '30s'")  # a recount of the open work

@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from app.auth import Scope
+from app.settings import PROMETHEUS_MULTIPROC_DIR
 
 TOKEN_ENV = "LEDGERFLOW_TOKEN"
 DEFAULT_CHUNK = 50
@@ -763,7 +764,7 @@ def dev_environment(data_dir: Any) -> None:
     import os
     from pathlib import Path
 
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if not PROMETHEUS_MULTIPROC_DIR.is_set():
         path = Path(data_dir) / "prometheus-multiproc"
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)

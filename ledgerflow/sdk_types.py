@@ -300,6 +300,32 @@ class Task:
         )
 
 
+@dataclass(frozen=True)
+class CompletionResult:
+    """One item of ``Client.complete_tasks``: ``status`` 200 with the completed ``task`` (``replayed``:
+    this completion had been applied before), or the status and error this item alone would get
+    (404 NOT_FOUND, 409 STATE_CONFLICT)."""
+
+    id: str
+    status: int
+    task: Task | None = None
+    replayed: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def from_api(cls, d: dict) -> CompletionResult:
+        err = d.get("error") or {}
+        return cls(
+            id=d["id"],
+            status=int(d["status"]),
+            task=Task.from_api(d["task"]) if d.get("task") else None,
+            replayed=bool(d.get("replayed", False)),
+            error_code=err.get("code"),
+            error_message=err.get("message"),
+        )
+
+
 def _seg(value: object) -> str:
     """One URL path segment, percent-encoded (issue 9): an id or key holding ``/``, ``?``, ``#`` or
     ``..`` can never address another resource."""

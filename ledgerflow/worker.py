@@ -1,27 +1,66 @@
-"""``TaskWorker``: runs your Python functions for task queues (claim -> heartbeat -> complete/fail).
+"""``TaskWorker``: runs your Python functions for task queues, up to ``concurrency`` tasks at once.
+
+One worker is a few threads around your functions:
+
+- the **claimer** (the thread that calls ``run()``) long-polls ``POST /v1/tasks/claim`` for as many
+  tasks as it has free slots (at most 16 per claim) and hands each to a slot;
+- **slots**: ``concurrency`` threads for plain functions; ``async def`` functions run as tasks of one
+  asyncio event loop (the worker's own thread, or the caller's loop with ``run_async()``), limited by
+  the same ``concurrency``;
+- **reporters** (one, and up to 4 side by side at higher ``concurrency``) send results as they come:
+  completions in batches (``POST /v1/tasks/complete``, up to 16 per request, each item answered on
+  its own), failures one by one. A slot is free again as
+  soon as its function returns; it does not wait for the server's answer;
+- the **heartbeater** keeps the lease of every task in flight alive, all from this one thread; a
+  heartbeat refused with 409 means the lease is lost (the task expired, was re-claimed, cancelled or
+  timed out): an ``async`` function is cancelled, and the result of a plain one is not sent.
 
 The worker talks to the server through any object with the task calls of
-``ledgerflow.client.Client`` (``claim_tasks``, ``heartbeat_task``, ``complete_task``, ``fail_task``);
-it does not import the client module, which re-exports this one.
+``ledgerflow.client.Client`` (see ``TaskApi``); it does not import the client module, which re-exports
+this one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import inspect
 import logging
+import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from ledgerflow.sdk_types import ServerUnreachable, StateConflict, Task, Unavailable
+from ledgerflow.sdk_types import (
+    ApiError,
+    CompletionResult,
+    InvalidArgument,
+    NotFound,
+    RateLimited,
+    ServerUnreachable,
+    StateConflict,
+    Task,
+    Unavailable,
+    _dumps,
+)
 
 log = logging.getLogger("ledgerflow.worker")
 
-TaskFunction = Callable[[Task], Any]
+TaskFunction = Callable[[Task], Any] | Callable[[Task], Awaitable[Any]]
+
+MAX_CLAIM = 16  # the protocol's max_tasks per claim (X-TASK)
+MAX_BATCH = 16  # completions per POST /v1/tasks/complete
+MAX_OUTPUT_BYTES = 256 * 1024  # a task's output (X-TASK, like a workflow input)
+BATCH_BYTES = 448 * 1024  # a completion request stays under the API's 512 KiB body limit
+MAX_REPORTERS = 4  # result requests in flight at once
+FLUSH_SECONDS = 5.0  # after the grace, how long results still waiting may take to go out
+_PASSING = (ServerUnreachable, Unavailable, RateLimited)  # clears by itself: try again
 
 
 class NonRetryableError(Exception):
@@ -37,9 +76,15 @@ class TaskApi(Protocol):
 
     def heartbeat_task(self, task_id: str, epoch: int) -> Task: ...
 
+    def complete_tasks(
+        self, completions: list[tuple[str, int, Any]], *, idempotency_key: str | None = None
+    ) -> list[CompletionResult]: ...
+
     def complete_task(self, task_id: str, epoch: int, output: Any) -> Task: ...
 
     def fail_task(self, task_id: str, epoch: int, message: str, *, retryable: bool) -> Task: ...
+
+    def release_task(self, task_id: str, epoch: int) -> Task: ...
 
 
 def _short(ident: str | None) -> str:
@@ -58,33 +103,113 @@ def _ensure_log_output() -> None:
     pkg.propagate = False
 
 
+def is_async(fn: Callable[..., Any]) -> bool:
+    """``async def`` functions (also behind ``functools.partial`` or as an ``async def __call__``)."""
+    call = type(fn).__call__ if not inspect.isroutine(fn) else None
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+@dataclass(eq=False)
+class _Flight:
+    """One claimed task, from its claim until the server has its result (or it was given up)."""
+
+    task: Task
+    label: str
+    interval: float
+    next_beat: float
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # when the function returned or raised
+    lost: bool = False  # a heartbeat was refused: the result will be refused too
+    released: bool = False  # handed back at shutdown
+    future: concurrent.futures.Future | None = None  # an async function's run on the loop
+    # held during a heartbeat: a release waits for it (a heartbeat that started before the release
+    # committed would otherwise renew the lease the release just ended: both use the transaction's now())
+    beating: threading.Lock = field(default_factory=threading.Lock)
+
+    def took(self) -> str:
+        return f"{((self.ended or time.monotonic()) - self.started) * 1000:.0f} ms"
+
+
 @dataclass
+class _Outcome:
+    flight: _Flight
+    output: Any = None
+    error: str | None = None  # set: the task failed
+    retryable: bool = True
+    size: int = 0  # the output's bytes of JSON
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same key for every resend
+
+
 class TaskWorker:
     """Runs your functions for queues: claim -> heartbeat while running -> complete / fail.
 
-    worker = TaskWorker(client)
+    worker = TaskWorker(client, concurrency=8)   # up to 8 tasks at once (default 1)
 
     @worker.task("approvals")          # decorator style
     def approve(task):                 # task.input, task.workflow_id, task.step_key, task.epoch
         return {"approved": True}      # the step's output
 
+    @worker.task("emails")             # async def functions run on one asyncio event loop
+    async def send(task): ...
+
     worker.register("stock", reserve)  # or plain registration (or TaskWorker(client, functions={...}))
 
-    worker.run()                       # until worker.stop(), SIGTERM handling of your own, or Ctrl-C
+    worker.run()                       # until worker.stop() (e.g. from a SIGTERM handler) or Ctrl-C
+    await worker.run_async()           # the same inside asyncio: async functions run on your loop
     with worker.in_background(): ...  # or in a thread while your code starts and watches workflows
 
     Each task logs one line (logger ``ledgerflow.worker``), e.g.
     ``approvals: task 3f2c1a9b (step approve, workflow 9a8b7c6d) completed in 12 ms``.
     Raise ``NonRetryableError`` to fail a task without retry; any other exception fails it as
     retryable (the step's ``retry`` policy decides).
+
+    ``concurrency`` (default 1, so that functions written for one task at a time stay correct):
+    how many tasks run at once; with more than one, plain functions run in that many threads and
+    must be thread-safe. ``stop()`` stops claiming at once; tasks still running get
+    ``shutdown_grace_seconds`` (default 20) to finish and be reported; those still running then are
+    handed back to their queue (``POST /v1/tasks/{id}/release``: due again at once, no attempt
+    counted), and their ``async`` functions are cancelled.
     """
 
-    client: TaskApi
-    wait_seconds: int = 10
-    heartbeat_seconds: float | None = None  # default: a third of the lease
-    functions: dict[str, TaskFunction] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
+    def __init__(
+        self,
+        client: TaskApi,
+        wait_seconds: int = 10,
+        heartbeat_seconds: float | None = None,
+        functions: dict[str, TaskFunction] | None = None,
+        *,
+        concurrency: int = 1,
+        shutdown_grace_seconds: float = 20.0,
+    ) -> None:
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be an integer of at least 1, not {concurrency!r}")
+        if not 0 <= wait_seconds <= 30:
+            raise ValueError(
+                f"wait_seconds must be from 0 to 30 (the claim's long poll), not {wait_seconds!r}"
+            )
+        self.client = client
+        self.wait_seconds = wait_seconds
+        self.heartbeat_seconds = heartbeat_seconds  # default: a third of the lease
+        self.concurrency = concurrency
+        self.shutdown_grace_seconds = shutdown_grace_seconds
+        self.functions: dict[str, TaskFunction] = {}
+        for queue_name, fn in (functions or {}).items():
+            self.register(queue_name, fn)
+        self._stop = threading.Event()
+        self._stop_at: float | None = None
+        self._cond = threading.Condition()
+        self._flights: dict[tuple[str, int], _Flight] = {}
+        self._busy = 0  # functions running (claimed and not yet returned)
+        self._unreported = 0  # results waiting for the reporter
+        self._outcomes: queue.Queue[_Outcome | None] = queue.Queue()
+        self._slot_queue: queue.Queue[_Flight | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._helpers_stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._own_loop = False
+        self._fatal: BaseException | None = None
 
+    # -- registration ------------------------------------------------------------------------
     def task(self, queue: str) -> Callable[[TaskFunction], TaskFunction]:
         """Decorator: run the function for every task of ``queue``."""
 
@@ -95,46 +220,67 @@ class TaskWorker:
         return deco
 
     def register(self, queue: str, fn: TaskFunction) -> None:
-        """Run ``fn`` for every task of ``queue`` (the same as the decorator)."""
+        """Run ``fn`` (a plain or an ``async def`` function) for every task of ``queue``."""
         if not callable(fn):
             raise TypeError(f"the function for queue {queue!r} is not callable")
         self.functions[queue] = fn
 
+    # -- running -----------------------------------------------------------------------------
     def stop(self) -> None:
+        """Stop claiming now; running tasks get ``shutdown_grace_seconds`` to finish (see the class).
+        Safe to call from a signal handler or another thread."""
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
 
     def run(self) -> None:
         """Claim and run tasks until ``stop()``. An unreachable or unavailable server is logged (with
-        its URL) and retried; any other error (e.g. a revoked token) ends the loop with that error."""
-        if not self.functions:
-            raise ValueError("no task functions: register one with @worker.task(queue)")
-        _ensure_log_output()
-        self._stop.clear()
-        log.info(
-            "task worker ready: queues %s at %s",
-            ", ".join(sorted(self.functions)),
-            getattr(self.client, "base_url", "?"),
-        )
-        while not self._stop.is_set():
+        its URL) and retried; any other error (e.g. a revoked token) ends the loop with that error,
+        after the tasks in flight were finished or handed back."""
+        self._begin(None)
+        self._serve()
+
+    async def run_async(self) -> None:
+        """``run()`` for asyncio programs: ``async def`` task functions run on the running loop; the
+        HTTP calls and plain functions run in the worker's threads. Cancelling the awaiting task
+        stops the worker (the same clean shutdown as ``stop()``)."""
+        self._begin(asyncio.get_running_loop())
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def serve() -> None:
             try:
-                self.run_once()
-            except (ServerUnreachable, Unavailable) as exc:
-                log.warning("%s; retrying in 1 s", exc)
-                self._stop.wait(1.0)
+                self._serve()
+                done.set_result(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                done.set_exception(exc)
+
+        threading.Thread(target=serve, name="ledgerflow-task-claimer", daemon=True).start()
+        served = asyncio.wrap_future(done)
+        try:
+            await asyncio.shield(served)
+        except asyncio.CancelledError:
+            self.stop()
+            await served  # the shutdown needs this loop for the async tasks still running
+            raise
 
     @contextmanager
     def in_background(self) -> Iterator[TaskWorker]:
         """Run the worker in a thread for the duration of a ``with`` block. A first claim happens
         before the block starts, so a wrong token or URL raises here rather than in the thread."""
-        if not self.functions:
-            raise ValueError("no task functions: register one with @worker.task(queue)")
-        _ensure_log_output()
-        self.run_once(wait_seconds=0)
+        self._begin(None)
+        try:
+            self._claim_once(0)
+        except BaseException:
+            self.stop()
+            self._end()
+            raise
         failure: list[BaseException] = []
 
         def loop() -> None:
             try:
-                self.run()
+                self._serve()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller at the end of the block
                 failure.append(exc)
                 log.error("task worker stopped: %s", exc)
@@ -145,72 +291,415 @@ class TaskWorker:
             yield self
         finally:
             self.stop()
-            thread.join(self.wait_seconds + 5)
+            thread.join(self.wait_seconds + self.shutdown_grace_seconds + 15)
         if failure:
             raise failure[0]
 
     def run_once(self, wait_seconds: int | None = None) -> int:
-        """Claim at most one task and run it; returns how many tasks ran."""
+        """Claim once (for every free slot), run those tasks, report them, return how many ran."""
+        self._begin(None)
+        try:
+            n = self._claim_once(self.wait_seconds if wait_seconds is None else wait_seconds)
+            with self._cond:
+                self._cond.wait_for(lambda: not self._flights)
+        finally:
+            self.stop()
+            self._end()
+        self._raise_fatal()
+        return n
+
+    # -- the claimer --------------------------------------------------------------------------
+    def _serve(self) -> None:
+        interrupted = False
+        try:
+            self._claim_loop()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.stop()
+        except BaseException as exc:
+            self._fatal = self._fatal or exc
+            self.stop()
+        finally:
+            self._end()
+        if interrupted:
+            raise KeyboardInterrupt
+        self._raise_fatal()
+
+    def _raise_fatal(self) -> None:
+        fatal, self._fatal = self._fatal, None
+        if fatal is not None:
+            raise fatal
+
+    def _claim_loop(self) -> None:
+        log.info(
+            "task worker ready: queues %s at %s%s",
+            ", ".join(sorted(self.functions)),
+            getattr(self.client, "base_url", "?"),
+            f" ({self.concurrency} at a time)" if self.concurrency > 1 else "",
+        )
+        while not self._stop.is_set():
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: self._stop.is_set() or self._fatal is not None or self._has_room()
+                )
+                if self._stop.is_set() or self._fatal is not None:
+                    return
+            try:
+                self._claim_once(self.wait_seconds)
+            except _PASSING as exc:
+                log.warning("%s; retrying in 1 s", exc)
+                self._stop.wait(1.0)
+
+    def _has_room(self) -> bool:
+        # results waiting for the server count too, so that an outage never piles up claimed work
+        return self._busy < self.concurrency and self._unreported < max(self.concurrency, MAX_BATCH)
+
+    def _claim_once(self, wait_seconds: int) -> int:
+        with self._cond:
+            free = self.concurrency - self._busy
+        if free <= 0:
+            return 0
         tasks = self.client.claim_tasks(
-            sorted(self.functions), wait_seconds=self.wait_seconds if wait_seconds is None else wait_seconds
+            sorted(self.functions), wait_seconds=wait_seconds, max_tasks=min(free, MAX_CLAIM)
         )
         for t in tasks:
-            self._execute(t)
+            self._dispatch(t)
         return len(tasks)
 
-    def _execute(self, t: Task) -> None:
+    def _dispatch(self, t: Task) -> None:
         label = f"{t.queue}: task {_short(t.id)} (step {t.step_key}, workflow {_short(t.workflow_id)}"
         if t.attempt and t.attempt > 1:
             label += f", attempt {t.attempt}"
         if t.poll_round is not None:
             label += f", round {t.poll_round}"
         label += ")"
-        log.debug("%s claimed (epoch %s)", label, t.epoch)
-        started = time.monotonic()
-        done = threading.Event()
         interval = self.heartbeat_seconds
-        if interval is None and t.lease_expires_at is not None:
-            interval = max(
-                0.2, (t.lease_expires_at - datetime.now(t.lease_expires_at.tzinfo)).total_seconds() / 3
-            )
+        if interval is None:
+            interval = 10.0
+            if t.lease_expires_at is not None:
+                left = (t.lease_expires_at - datetime.now(t.lease_expires_at.tzinfo)).total_seconds()
+                interval = max(0.2, left / 3)
+        flight = _Flight(t, label, interval, time.monotonic() + interval)
+        if self._stop.is_set():  # claimed by a long poll that ended after stop(): hand it back now
+            self._release(flight)
+            return
+        log.debug("%s claimed (epoch %s)", label, t.epoch)
+        fn = self.functions[t.queue]
+        with self._cond:
+            self._flights[(t.id, t.epoch)] = flight
+            self._busy += 1
+            self._cond.notify_all()
+        if is_async(fn):
+            assert self._loop is not None
+            flight.future = asyncio.run_coroutine_threadsafe(self._call_async(fn, t), self._loop)
+            flight.future.add_done_callback(lambda f: self._async_done(flight, f))
+        else:
+            self._slot_queue.put(flight)
 
-        def beat() -> None:
-            while not done.wait(interval or 10.0):
-                try:
-                    self.client.heartbeat_task(t.id, t.epoch)
-                except StateConflict:
-                    log.warning("%s: lease lost (epoch %s)", label, t.epoch)
-                    return
-                except Exception as exc:  # noqa: BLE001 - keep beating
-                    log.warning("%s: heartbeat failed: %s", label, exc)
-
-        def took() -> str:
-            return f"{(time.monotonic() - started) * 1000:.0f} ms"
-
-        hb = threading.Thread(target=beat, daemon=True)
-        hb.start()
-        try:
-            output = self.functions[t.queue](t)
-        except Exception as exc:  # noqa: BLE001 - the task fails, the worker goes on
-            done.set()
-            retryable = not isinstance(exc, NonRetryableError)
-            message = f"{type(exc).__name__}: {exc}"[:4000]
-            try:
-                self.client.fail_task(t.id, t.epoch, message, retryable=retryable)
-            except StateConflict:
-                log.warning(
-                    "%s failed in %s, but the failure was refused (epoch %s is stale)", label, took(), t.epoch
-                )
+    # -- slots -------------------------------------------------------------------------------
+    def _slot(self) -> None:
+        while True:
+            flight = self._slot_queue.get()
+            if flight is None:
                 return
-            kind = "retryable" if retryable else "not retryable"
-            log.info("%s failed in %s (%s): %s", label, took(), kind, message)
+            try:
+                output = self.functions[flight.task.queue](flight.task)
+                if inspect.isawaitable(output):
+                    if inspect.iscoroutine(output):
+                        output.close()
+                    raise TypeError("the function returned an awaitable: declare it with `async def`")
+            except Exception as exc:  # noqa: BLE001 - the task fails, the worker goes on
+                self._finished(flight, error=exc)
+            else:
+                self._finished(flight, output=output)
+
+    @staticmethod
+    async def _call_async(fn: Callable[[Task], Awaitable[Any]], t: Task) -> Any:
+        return await fn(t)
+
+    def _async_done(self, flight: _Flight, fut: concurrent.futures.Future) -> None:
+        if fut.cancelled():
+            self._finished(flight, error=None, cancelled=True)
             return
-        done.set()
-        try:
-            self.client.complete_task(t.id, t.epoch, output)
-        except StateConflict:
-            log.warning(
-                "%s finished in %s, but the result was refused (epoch %s is stale)", label, took(), t.epoch
+        exc = fut.exception()
+        if exc is None:
+            self._finished(flight, output=fut.result())
+        elif isinstance(exc, Exception):
+            self._finished(flight, error=exc)
+        else:  # CancelledError raised by the function itself, KeyboardInterrupt...
+            self._finished(flight, error=None, cancelled=True)
+
+    def _finished(
+        self,
+        flight: _Flight,
+        *,
+        output: Any = None,
+        error: BaseException | None = None,
+        cancelled: bool = False,
+    ) -> None:
+        flight.ended = time.monotonic()
+        outcome: _Outcome | None = None
+        if flight.lost or flight.released or cancelled:
+            why = (
+                "its lease was lost"
+                if flight.lost
+                else "it was handed back"
+                if flight.released
+                else "cancelled"
             )
+            log.warning("%s ended in %s after %s; its result is not sent", flight.label, flight.took(), why)
+        elif error is not None:
+            outcome = _Outcome(
+                flight,
+                error=f"{type(error).__name__}: {error}"[:4000],
+                retryable=not isinstance(error, NonRetryableError),
+            )
+        else:
+            outcome = self._checked_output(flight, output)
+        with self._cond:
+            self._busy -= 1
+            if outcome is None:
+                self._flights.pop((flight.task.id, flight.task.epoch), None)
+            else:
+                self._unreported += 1
+            self._cond.notify_all()
+        if outcome is not None:
+            self._outcomes.put(outcome)
+
+    @staticmethod
+    def _checked_output(flight: _Flight, output: Any) -> _Outcome:
+        """A result the server can take, or a failure (not retryable: the same code returns the same)."""
+        try:
+            size = len(_dumps(output).encode("utf-8", "surrogatepass"))
+        except (TypeError, ValueError) as exc:
+            return _Outcome(flight, error=f"the output is not JSON: {exc}", retryable=False)
+        if size > MAX_OUTPUT_BYTES:
+            return _Outcome(
+                flight,
+                error=f"the output is {size} bytes of JSON; at most {MAX_OUTPUT_BYTES}",
+                retryable=False,
+            )
+        return _Outcome(flight, output=output, size=size)
+
+    # -- the reporter ------------------------------------------------------------------------
+    def _reporter(self) -> None:
+        carry: list[_Outcome] = []
+        while True:
+            batch = carry or self._next_outcomes()
+            carry = []
+            if batch is None:
+                return
+            live = [o for o in batch if not (o.flight.lost or o.flight.released)]
+            for o in batch:
+                if o not in live:
+                    log.warning("%s: its lease was lost before the result was sent", o.flight.label)
+                    self._reported(o)
+            done = [o for o in live if o.error is None]
+            failed = [o for o in live if o.error is not None]
+            try:
+                if done:
+                    self._send_completions(done)
+                for o in failed:
+                    self._send_failure(o)
+            except _PASSING as exc:
+                if self._helpers_stop.is_set():
+                    for o in live:
+                        log.error("%s: result not sent (%s)", o.flight.label, exc)
+                        self._reported(o)
+                    continue
+                log.warning("%s; sending %d results again in 1 s", exc, len(live))
+                carry = [o for o in live if (o.flight.task.id, o.flight.task.epoch) in self._flights]
+                self._helpers_stop.wait(1.0)
+            except Exception as exc:  # noqa: BLE001 - e.g. a revoked token: the worker stops with it
+                for o in live:
+                    log.error("%s: result not sent: %s", o.flight.label, exc)
+                    self._reported(o)
+                self._fatal = self._fatal or exc
+                self.stop()
+
+    def _reporters(self) -> int:
+        """Result requests in flight at once: the server completes the items of one request one after
+        the other, so a busy worker sends a few requests side by side (one at concurrency 1)."""
+        return min(MAX_REPORTERS, self.concurrency)
+
+    def _next_outcomes(self) -> list[_Outcome] | None:
+        """Whatever results are waiting now (at least one), at most one request's worth."""
+        first = self._outcomes.get()
+        if first is None:
+            return None
+        batch, size = [first], 0
+        while len(batch) < MAX_BATCH:
+            try:
+                nxt = self._outcomes.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                self._outcomes.put(None)  # keep the end mark for the next round
+                break
+            batch.append(nxt)
+        out, rest = [], []
+        for o in batch:  # completions share a request up to its size; the rest waits for the next one
+            n = 0 if o.error is not None else o.size + 200
+            if out and size + n > BATCH_BYTES:
+                rest.append(o)
+            else:
+                out.append(o)
+                size += n
+        for o in rest:
+            self._outcomes.put(o)
+        return out
+
+    def _send_completions(self, done: list[_Outcome]) -> None:
+        items = [(o.flight.task.id, o.flight.task.epoch, o.output) for o in done]
+        try:
+            results = self.client.complete_tasks(items, idempotency_key=done[0].key)
+        except InvalidArgument:
+            if len(done) == 1:
+                raise
+            for o in done:  # one item the server refuses must not hold back the others
+                self._send_completions([o])
             return
-        log.info("%s completed in %s", label, took())
+        for o, r in zip(done, results, strict=True):
+            if r.status == 200:
+                log.info("%s completed in %s", o.flight.label, o.flight.took())
+            else:
+                log.warning(
+                    "%s finished in %s, but the result was refused (epoch %s: %s %s)",
+                    o.flight.label, o.flight.took(), o.flight.task.epoch, r.status, r.error_message,
+                )  # fmt: skip
+            self._reported(o)
+
+    def _send_failure(self, o: _Outcome) -> None:
+        t = o.flight.task
+        try:
+            self.client.fail_task(t.id, t.epoch, o.error or "", retryable=o.retryable)
+        except (StateConflict, NotFound):
+            log.warning(
+                "%s failed in %s, but the failure was refused (epoch %s is stale)", o.flight.label,
+                o.flight.took(), t.epoch,
+            )  # fmt: skip
+        else:
+            kind = "retryable" if o.retryable else "not retryable"
+            log.info("%s failed in %s (%s): %s", o.flight.label, o.flight.took(), kind, o.error)
+        self._reported(o)
+
+    def _reported(self, o: _Outcome) -> None:
+        with self._cond:
+            self._unreported -= 1
+            self._flights.pop((o.flight.task.id, o.flight.task.epoch), None)
+            self._cond.notify_all()
+
+    # -- the heartbeater -----------------------------------------------------------------------
+    def _heartbeater(self) -> None:
+        while not self._helpers_stop.is_set():
+            now = time.monotonic()
+            with self._cond:
+                live = [f for f in self._flights.values() if not (f.lost or f.released)]
+                due = [f for f in live if f.next_beat <= now]
+                if not due:
+                    wake = min((f.next_beat for f in live), default=now + 1.0)
+                    self._cond.wait(max(0.01, min(wake - now, 1.0)))
+                    continue
+            for f in due:
+                self._beat(f)
+
+    def _beat(self, f: _Flight) -> None:
+        f.next_beat = time.monotonic() + f.interval
+        with f.beating:
+            if f.released:
+                return
+            try:
+                self.client.heartbeat_task(f.task.id, f.task.epoch)
+            except (StateConflict, NotFound):
+                self._lease_lost(f)
+            except Exception as exc:  # noqa: BLE001 - keep beating: the lease has two more intervals
+                log.warning("%s: heartbeat failed: %s", f.label, exc)
+
+    def _lease_lost(self, f: _Flight) -> None:
+        if (f.task.id, f.task.epoch) not in self._flights:
+            return  # reported meanwhile
+        f.lost = True
+        log.warning("%s: lease lost (epoch %s)", f.label, f.task.epoch)
+        if f.future is not None:
+            f.future.cancel()
+
+    # -- start and shutdown ------------------------------------------------------------------
+    def _begin(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        if not self.functions:
+            raise ValueError("no task functions: register one with @worker.task(queue)")
+        _ensure_log_output()
+        self._stop.clear()
+        self._stop_at = None
+        self._fatal = None
+        self._helpers_stop.clear()
+        self._outcomes = queue.Queue()
+        self._slot_queue = queue.Queue()
+        self._flights.clear()
+        self._busy = self._unreported = 0
+        threads = [threading.Thread(target=self._heartbeater, name="ledgerflow-task-heartbeat", daemon=True)]
+        threads += [
+            threading.Thread(target=self._reporter, name=f"ledgerflow-task-reporter-{i}", daemon=True)
+            for i in range(self._reporters())
+        ]
+        if any(not is_async(fn) for fn in self.functions.values()):
+            threads += [
+                threading.Thread(target=self._slot, name=f"ledgerflow-task-slot-{i}", daemon=True)
+                for i in range(self.concurrency)
+            ]
+        self._loop, self._own_loop = loop, False
+        if loop is None and any(is_async(fn) for fn in self.functions.values()):
+            self._loop, self._own_loop = asyncio.new_event_loop(), True
+            threads.append(
+                threading.Thread(target=self._loop.run_forever, name="ledgerflow-task-loop", daemon=True)
+            )
+        self._threads = threads
+        for t in threads:
+            t.start()
+
+    def _end(self) -> None:
+        """After the claimer stopped: wait out the grace, hand back what still runs, flush results."""
+        grace_end = (self._stop_at or time.monotonic()) + self.shutdown_grace_seconds
+        with self._cond:
+            if self._busy:
+                log.info(
+                    "stopping: waiting up to %.0f s for %d running tasks", max(0.0, grace_end - time.monotonic()),
+                    self._busy,
+                )  # fmt: skip
+            self._cond.wait_for(lambda: self._busy == 0, timeout=max(0.0, grace_end - time.monotonic()))
+            running = [f for f in self._flights.values() if f.ended is None and not f.lost]
+        for f in running:
+            self._release(f)
+        with self._cond:  # the results of finished tasks still go out (bounded: the server may be away)
+            self._cond.wait_for(lambda: self._unreported == 0, timeout=FLUSH_SECONDS)
+        self._helpers_stop.set()
+        for _ in range(self._reporters()):
+            self._outcomes.put(None)
+        for _ in range(self.concurrency):
+            self._slot_queue.put(None)
+        with self._cond:
+            self._cond.notify_all()
+        for t in self._threads:  # a slot still running a handed-back function is left behind (a daemon)
+            if not t.name.startswith(("ledgerflow-task-slot", "ledgerflow-task-loop")):
+                t.join(2)
+        if self._own_loop and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            for t in self._threads:
+                if t.name == "ledgerflow-task-loop":
+                    t.join(5)
+            if not self._loop.is_running():
+                self._loop.close()
+        self._threads = []
+
+    def _release(self, f: _Flight) -> None:
+        """Hand a claimed task back to its queue at once (no attempt counted): a worker shutting down."""
+        f.released = True
+        if f.future is not None:
+            f.future.cancel()
+        try:
+            with f.beating:  # after a heartbeat in progress, never before it
+                self.client.release_task(f.task.id, f.task.epoch)
+            log.info("%s handed back to its queue (the worker is stopping)", f.label)
+        except (StateConflict, NotFound):
+            pass  # its lease had ended anyway
+        except (ApiError, ServerUnreachable) as exc:
+            log.warning("%s: not handed back (%s); its lease will expire", f.label, exc)

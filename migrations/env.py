@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from app.config import get_settings
 from app.schema import metadata
+from app.settings import get_settings
 
 config = context.config
 

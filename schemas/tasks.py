@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import fields, validate
+from marshmallow import ValidationError, fields, validate
 
 from app.engine.documents import QUEUE_RE
 from app.engine.instances import MAX_INPUT_BYTES
+from app.ids import is_hex32
 from schemas.base import Boolean, Loose, Strict, envelope, integer, json_bytes, json_value, text
 
 QUEUE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -76,6 +77,40 @@ class FailRequest(Strict):
     error = fields.Nested(TaskError, required=True)
 
 
+MAX_BATCH = 16
+TASK_ID = "a 32-char lowercase hex task id"
+
+
+class CompleteItem(Strict):
+    id = text(TASK_ID, lambda v: None if is_hex32(v) else TASK_ID, missing=TASK_ID,
+              metadata={"pattern": "^[0-9a-f]{32}$"})  # fmt: skip
+    epoch = epoch()
+    output = json_value(_output)
+
+
+def _distinct(items: list[dict]) -> None:
+    if len({i["id"] for i in items}) != len(items):
+        raise ValidationError("each task at most once")
+
+
+class CompleteManyRequest(Strict):
+    """``POST /v1/tasks/complete``: up to 16 completions in one request, each answered on its own."""
+
+    tasks = fields.List(
+        fields.Nested(CompleteItem),
+        required=True,
+        validate=[
+            validate.Length(min=1, max=MAX_BATCH, error=f"an array of 1 to {MAX_BATCH} completions"),
+            _distinct,
+        ],
+        error_messages={
+            "invalid": f"an array of 1 to {MAX_BATCH} completions",
+            "null": f"an array of 1 to {MAX_BATCH} completions",
+            "required": f"an array of 1 to {MAX_BATCH} completions",
+        },
+    )
+
+
 # --------------------------------------------------------------------------- responses
 class Task(Loose):
     id = fields.String(required=True)
@@ -117,6 +152,26 @@ class TaskResult(Loose):
     task = fields.Nested(Task, required=True)
 
 
+class ItemError(Loose):
+    code = fields.String(required=True)
+    message = fields.String(required=True)
+
+
+class CompleteResult(Loose):
+    id = fields.String(required=True)
+    status = fields.Integer(
+        required=True, metadata={"description": "200, or the status this item alone would get"}
+    )
+    task = fields.Nested(Task, metadata={"description": "with status 200"})
+    replayed = fields.Boolean(metadata={"description": "true: this completion had been applied before"})
+    error = fields.Nested(ItemError, metadata={"description": "with any other status"})
+
+
+class CompletedMany(Loose):
+    results = fields.List(fields.Nested(CompleteResult), required=True)
+
+
 ClaimResponse = envelope(Claimed, "ClaimResponse")
 TaskResponse = envelope(Task, "TaskResponse")
 TaskResultResponse = envelope(TaskResult, "TaskResultResponse")
+CompleteManyResponse = envelope(CompletedMany, "CompleteManyResponse")

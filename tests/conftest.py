@@ -28,12 +28,12 @@ LEDGER_TABLES = (
 
 
 def _server_url() -> str:
-    from app.config import _normalize_db_url
+    from app.settings import normalize_database_url
 
     url = os.environ.get("DATABASE_URL")
     if not url:
         raise pytest.UsageError("DATABASE_URL is not set: run the tests with `make test`")
-    return _normalize_db_url(url)
+    return normalize_database_url(url)
 
 
 UNIT_DIR = ROOT / "tests" / "unit"
@@ -60,8 +60,8 @@ def _create_test_database() -> None:
     test_url = server.set(database=TEST_DB).render_as_string(hide_password=False)
     os.environ["LEDGERFLOW_SERVER_DATABASE_URL"] = _server_url()
     os.environ["DATABASE_URL"] = test_url
-    from app.config import get_settings
     from app.migrate import upgrade
+    from app.settings import get_settings
 
     get_settings.cache_clear()
     upgrade(test_url)
@@ -98,7 +98,7 @@ def db(engine) -> Iterator:  # noqa: ANN001
 @pytest.fixture
 def settings():  # noqa: ANN201
     """Settings with the spec's defaults; tests shorten times with dataclasses.replace."""
-    from app.config import get_settings
+    from app.settings import get_settings
 
     return get_settings()
 

@@ -16,9 +16,8 @@ from typing import Any
 import app.engine.handlers.compensation  # noqa: F401 - registers the compensation_action handler
 from app import audit
 from app.auth import ALL_SCOPES, Principal, Scope, authenticate, create_credential
-from app.config import get_settings
 from app.db import get_engine, transaction
-from app.engine import definitions, instances, operations, oplog, settings, tasks
+from app.engine import definitions, instances, operations, oplog, tasks
 from app.ids import new_id
 from app.integrations import automation, schedules, subscriptions
 from app.ledger import handlers
@@ -26,6 +25,7 @@ from app.ledger.enqueue import enqueue
 from app.ledger.outcome import PermanentError
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
+from app.settings import TASK_LEASE_SECONDS, get_settings
 from tests.web.wf_ops import sql, until
 
 ORDER_INPUT_SCHEMA = {
@@ -104,7 +104,7 @@ def _start(p: Principal, def_id: str, inp: Any, business_key: str = "") -> str:
 def _work(p: Principal, queue: str, *, output: Any = None, fail: str | None = None) -> str:
     """Claim the next task of ``queue`` and complete it (or fail it, not retryable)."""
     with transaction() as conn:
-        [task] = tasks.claim(conn, p.namespace_id, [queue], 1, settings.task_lease_seconds())
+        [task] = tasks.claim(conn, p.namespace_id, [queue], 1, TASK_LEASE_SECONDS.get())
     with transaction() as conn:
         if fail is None:
             tasks.complete(
@@ -188,9 +188,9 @@ def build() -> Scenario:
     with transaction() as conn:
         operations.control_workflow(conn, admin, s.wf["review"], {"operation": "PAUSE", "expected_control_revision": 1,
                                     "reason": "freeze while the receipt is checked"}, request_id="req_console")  # fmt: skip
-        inst = {"id": s.wf["review"], "namespace_id": admin.namespace_id}
-        for i in range(AUDIT_ROWS):
-            oplog.operation(conn, admin, inst["id"], "workflow.note", request_id="req_console",
+    for i in range(AUDIT_ROWS):  # one transaction each: entries of one transaction share their time
+        with transaction() as conn:
+            oplog.operation(conn, admin, s.wf["review"], "workflow.note", request_id="req_console",
                             reason=f"checked with the carrier, call {i + 1}", evidence_ref=f"ticket:{100 + i}")  # fmt: skip
     s.wf["signal"] = _start(admin, s.defs["receipt"], {"order": "B-2"})
     s.trace_id = sql("SELECT trace_id FROM workflow_instances WHERE id = :i", i=s.wf["running"])[0][0]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from flask import Flask, Response, g, request
 
-from app import db
-from app.config import refuse_unsafe_production
+from app import db, settings
 from app.ids import new_request_id
 from web import console, errors, observability
 from web.definitions import bp as definitions_bp
@@ -33,7 +32,8 @@ SECURITY_HEADERS = {
 
 
 def create_app() -> Flask:
-    refuse_unsafe_production()  # e.g. the development cursor key in production: a clear message, no start
+    settings.validate()  # a bad value of any setting: SettingError, one line naming the variable
+    settings.refuse_unsafe_production()  # e.g. the development cursor key in production: no start
     db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db, issue 16)
     app = Flask("ledgerflow")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES

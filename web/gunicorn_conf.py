@@ -7,10 +7,11 @@ import os
 import secrets
 import sys
 
-from app.config import SECRET_KEY_ENV, is_production, production_problems
+from app import settings
 from app.observability import logs, metrics
 from app.process import settle_startup_heap
 
+settings.exit_on_bad_settings()  # in the master, before it binds: one line naming the variable, exit 2
 logconfig_dict = logs.gunicorn_logconfig()
 
 
@@ -19,13 +20,13 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn's hook signature
     problem and no traceback; in development without ``LEDGERFLOW_SECRET_KEY`` the master makes one
     that every worker inherits, so a console session made by one worker is valid in the other
     (`ledgerflow dev` passes one kept under .data/, which also survives restarts)."""
-    problems = production_problems()
+    problems = settings.production_problems()
     if problems:
         sys.stderr.write("".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n"
                                  for p in problems))  # fmt: skip
         raise SystemExit(1)  # in the master, before any worker exists
-    if not is_production() and not os.environ.get(SECRET_KEY_ENV):
-        os.environ[SECRET_KEY_ENV] = secrets.token_urlsafe(48)
+    if not settings.is_production() and not settings.SECRET_KEY.is_set():
+        os.environ[settings.SECRET_KEY.name] = secrets.token_urlsafe(48)  # inherited by the forked workers
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature

@@ -29,8 +29,8 @@ import psycopg
 from sqlalchemy import make_url
 
 from app.auth import Principal
-from app.config import get_settings
 from app.errors import RateLimited
+from app.settings import LONG_POLLS_PER_CREDENTIAL, get_settings
 from web.ratelimit import redis_client
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,7 @@ _COUNTER_TTL_SECONDS = 120  # a crashed process's slots are given back after thi
 
 
 def per_credential_cap() -> int:
-    raw = os.environ.get("LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL")
-    return int(raw) if raw else 8
+    return LONG_POLLS_PER_CREDENTIAL.get()
 
 
 class _Listener:

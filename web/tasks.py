@@ -1,19 +1,26 @@
-"""The task protocol for task workers (X-TASK): claim (long-poll), heartbeat, complete, fail, read."""
+"""The task protocol for task workers (X-TASK): claim (long-poll), heartbeat, complete, fail, release,
+read, and the completion of up to 16 tasks in one request."""
 
 from __future__ import annotations
 
 import time
+from decimal import Decimal
+from typing import Any
 
 from flask import Blueprint
 
 import web.long_poll as long_poll
+from app import settings
 from app.auth import Scope
-from app.db import get_engine
-from app.engine import settings, tasks
+from app.db import get_engine, transaction
+from app.engine import tasks
 from app.engine.operations import check_queue_scope
+from app.errors import LedgerflowError
 from schemas.tasks import (
     ClaimRequest,
     ClaimResponse,
+    CompleteManyRequest,
+    CompleteManyResponse,
     CompleteRequest,
     EpochRequest,
     FailRequest,
@@ -49,7 +56,7 @@ def claim(body: dict):  # noqa: ANN201
     def work(conn):  # noqa: ANN001, ANN202
         final = time.monotonic() >= deadline
         got = tasks.claim(
-            conn, principal.namespace_id, queues, body["max_tasks"], settings.task_lease_seconds()
+            conn, principal.namespace_id, queues, body["max_tasks"], settings.TASK_LEASE_SECONDS.get()
         )
         if not got and not final:
             raise NothingYet  # an empty try rolls back (no receipt kept)
@@ -57,7 +64,7 @@ def claim(body: dict):  # noqa: ANN201
 
     if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups
         return idempotent(work, replay=Replay.STORED)
-    with long_poll.waiting_claim(principal, queues, settings.claim_poll_seconds()) as wait:
+    with long_poll.waiting_claim(principal, queues, settings.CLAIM_POLL_SECONDS.get()) as wait:
         return idempotent(work, replay=Replay.STORED, wait_until=deadline, wait=wait)
 
 
@@ -88,13 +95,15 @@ def _claimed(t: dict) -> dict:
 @mutation
 @body(EpochRequest)
 def heartbeat(task_id: str, body: dict):  # noqa: ANN201
-    epoch = body["epoch"]
+    return _lease(task_id, body["epoch"], settings.TASK_LEASE_SECONDS.get())
+
+
+def _lease(task_id: str, epoch: int, seconds: float):  # noqa: ANN202
+    """The current claim's lease ends ``seconds`` from now (0: now, a release)."""
 
     def work(conn):  # noqa: ANN001, ANN202
         task_in_scope(conn, task_id)
-        t = tasks.heartbeat(
-            conn, current_principal().namespace_id, task_id, epoch, settings.task_lease_seconds()
-        )
+        t = tasks.heartbeat(conn, current_principal().namespace_id, task_id, epoch, seconds)
         return 200, success({"task": tasks.task_view(t)})
 
     return idempotent(work)
@@ -119,6 +128,86 @@ def complete(task_id: str, body: dict):  # noqa: ANN201
         return 200, success({"task": tasks.task_view(t)})
 
     return idempotent(work)
+
+
+@bp.post("/v1/tasks/complete")
+@doc(
+    summary="Complete up to 16 claimed tasks (each answered on its own)",
+    description=(
+        "Each item is completed in its own short transaction, exactly as `POST /v1/tasks/{id}/complete` "
+        "would, and answered in `results` (same order) with its own `status`: 200 with the task, or the "
+        "status and error that item alone would get (404 NOT_FOUND, 409 STATE_CONFLICT). An item is "
+        "idempotent by itself: repeating a completion that was applied (same id, epoch and output) "
+        "answers 200 with `replayed: true`, so a whole request can be resent after a lost answer. The "
+        "request as a whole answers 200 unless it is invalid or the service is unavailable."
+    ),
+    tags=["tasks"],
+    errors=(400, 401, 403),
+    response=CompleteManyResponse,
+)
+@requires(Scope.TASKS_WORK)
+@mutation
+@body(CompleteManyRequest)
+def complete_many(body: dict):  # noqa: ANN201
+    return ok({"results": [_complete_one(item) for item in body["tasks"]]})
+
+
+def _complete_one(item: dict) -> dict:
+    task_id, epoch, output = item["id"], item["epoch"], item["output"]
+    try:
+        with transaction() as conn:
+            task_in_scope(conn, task_id)
+            t = tasks.complete(conn, current_principal().namespace_id, task_id, epoch, output)
+        return {"id": task_id, "status": 200, "task": tasks.task_view(t)}
+    except LedgerflowError as err:  # this item's transaction rolled back; the others stand
+        with get_engine().connect() as conn:
+            done = _applied_before(conn, task_id, epoch, output)
+        if done is not None:
+            return {"id": task_id, "status": 200, "task": tasks.task_view(done), "replayed": True}
+        return {"id": task_id, "status": err.status, "error": {"code": err.code, "message": err.message}}
+
+
+def _applied_before(conn, task_id: str, epoch: int, output: Any) -> dict | None:  # noqa: ANN001
+    """The task when it is COMPLETED by this very completion (same epoch, same output), else None."""
+    try:
+        t = task_in_scope(conn, task_id)
+    except LedgerflowError:
+        return None
+    if t["state"] == "COMPLETED" and t["epoch"] == epoch and _same_json(t["output"], output):
+        return t
+    return None
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal JSON values (``true`` is not ``1``; ``1`` equals ``1.0``; object key order is ignored)."""
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | Decimal) and isinstance(b, int | Decimal):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) is str and a == b
+
+
+@bp.post("/v1/tasks/<task_id>/release")
+@doc(
+    summary="Hand a claimed task back to its queue now (a worker shutting down)",
+    description=(
+        "Ends the lease of the current claim at once, as if it had expired: the next claim takes the "
+        "task (with a new epoch); no attempt is counted and no retry policy applies. An old epoch -> 409."
+    ),
+    tags=["tasks"],
+    errors=(400, 401, 403, 404, 409),
+    response=TaskResultResponse,
+)
+@requires(Scope.TASKS_WORK)
+@mutation
+@body(EpochRequest)
+def release(task_id: str, body: dict):  # noqa: ANN201
+    # a lease of 0 seconds: the claim is over now, exactly like a lease that ran out (X-TASK)
+    return _lease(task_id, body["epoch"], 0)
 
 
 @bp.post("/v1/tasks/<task_id>/fail")

@@ -32,9 +32,10 @@ def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
 
 def activate(
     conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict, *, allowed: list[str] | None = None
-) -> str:
-    """Activation ``sequence + 1`` of ``step``; returns its id. ``allowed``: the step states it may
-    leave (BLOCKED by default; the operator's RETRY_STEP passes the resolvable ones)."""
+) -> dict:
+    """Activation ``sequence + 1`` of ``step``; returns the step row as it now is, in what the engine's
+    decisions read (state, activation, task). ``allowed``: the step states it may leave (BLOCKED by
+    default; the operator's RETRY_STEP passes the resolvable ones)."""
     kind = step["kind"]
     act_input = activation_input(kind, spec, mctx)
     state = StepState.WAITING if kind in (K.TIMER, K.SIGNAL) else StepState.ACTIVE
@@ -116,7 +117,8 @@ def activate(
         target_id=step["key"],
         after={"step_key": step["key"], "kind": kind, "activation_id": act_id, "activation_sequence": seq},
     )
-    return act_id
+    return {**step, "state": state, "activation_id": act_id, "activation_sequence": seq, "task_id": task_id,
+            "act_state": state, "task_attempts": 1 if kind == K.TASK else 0}  # fmt: skip
 
 
 def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:

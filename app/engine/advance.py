@@ -45,13 +45,21 @@ from app.sql import run
 MAX_ROUNDS = 10_000
 
 
-def settle_progress(conn: Connection, instance_id: str, inst: dict | None = None) -> dict:
+def settle_progress(
+    conn: Connection, instance_id: str, inst: dict | None = None, rows: dict[str, dict] | None = None
+) -> dict:
     """Activate every step whose dependencies succeeded, then recompute the instance state. ``inst``:
     the instance row, when the caller has just read or written it (a new instance) and nothing wrote it
-    since; an Activate round writes no column of the instance row either, so the next round reuses it."""
+    since; an Activate round writes no column of the instance row either, so the next round reuses it.
+    ``rows``: the step rows by key, likewise (a new instance's, as inserted); an Activate round that
+    consumed no early signal moved only the steps it activated, so the next round reuses them too."""
     doc: dict | None = None
     for _ in range(MAX_ROUNDS):
-        inst, snap, rows = snapshot.load(conn, instance_id, inst)
+        if rows is None:
+            inst, snap, rows = snapshot.load(conn, instance_id, inst)
+        else:
+            assert inst is not None
+            snap = snapshot.of(inst, rows)
         effect = decide_progress.progress(snap)
         if effect is None:
             return inst
@@ -60,15 +68,19 @@ def settle_progress(conn: Connection, instance_id: str, inst: dict | None = None
         if isinstance(effect, Activate):
             specs = step_specs(doc)
             mctx = snapshot.mapping_context(conn, inst, rows.values())
+            activated: dict[str, dict] = {}
             for key in effect.keys:  # activating one step does not move another: the loaded rows hold
                 step = rows[key]
                 try:
-                    activation.activate(conn, inst, step, specs[key], mctx)  # type: ignore[arg-type]
+                    activated[key] = activation.activate(conn, inst, step, specs[key], mctx)  # type: ignore[arg-type]
                 except mapping.MappingTooLarge as exc:  # the step fails with the reason, once
                     refused = activation.activate_refused(conn, inst, step)  # type: ignore[arg-type]
                     return fail_step(conn, instance_id, refused, exc.error())
             waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
-            signal_match.consume_early(conn, inst, waiting)
+            if signal_match.consume_early(conn, inst, waiting):
+                rows = None  # a signal moved a step on: read them again
+            else:
+                rows = {**rows, **activated}
             continue  # with ``inst``: activations, tasks, waits, jobs and events leave the instance row as it was
         if isinstance(effect, SettleCancel):
             return stopping.settle_cancel(conn, instance_id)

@@ -6,8 +6,9 @@
   the instance's suspend-scope jobs keep their remaining milliseconds (``suspend_jobs``); results of
   in-flight tasks are still collected. A running unsafe call with an open marker goes to the
   "needs confirmation" dead letter and the instance to NEEDS_REVIEW.
-- RESUME: jobs come back with exactly their remainder and the domain deadlines they enforce (task,
-  timer / signal wait, poll round, signal expiry) follow them; the workflow deadline never moves;
+- RESUME: jobs come back with exactly their remainder and the domain deadlines they enforce (timer /
+  signal wait, poll round, signal expiry) follow them; open tasks' deadlines move on by the pause (their
+  instance's one ``task_timeout`` job moved on by as much); the workflow deadline never moves;
   NEEDS_REVIEW stays.
 - CANCEL: CANCELLING with cancel_requested_at / stop_kind CANCEL / stop_requested_at (a first stop
   target is kept); waiting work stops; clear-scope jobs are canceled; claimed tasks keep their permit
@@ -26,6 +27,7 @@ from app.engine.decide.model import Pause, Refuse, Resume
 from app.engine.snapshot import inst_model
 from app.engine.store import lock_instance, read_instance
 from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import tasks as task_moves
 from app.errors import StateConflict
 from app.ledger.suspend import resume_jobs, suspend_jobs
 from app.sql import run
@@ -59,18 +61,16 @@ def pause(conn: Connection, inst: dict) -> None:
 
 
 def resume(conn: Connection, inst: dict) -> None:
-    inst_moves.resume(conn, inst["id"])
+    paused_for = inst_moves.resume(conn, inst["id"])
     rows = resume_jobs(conn, inst["id"])
+    # the deadlines of the open tasks move on by the pause, as their instance's task_timeout job did
+    task_moves.postpone_deadlines(conn, inst["id"], paused_for)
     sync_resumed(conn, [r["id"] for r in rows])
     if inst["stop_requested_at"] is None:
         advance.settle_progress(conn, inst["id"])  # activations held back by the pause start now
 
 
 _SYNC = [
-    # a task's own deadline follows its task_timeout job
-    """UPDATE workflow_tasks t SET deadline_at = j.run_at, updated_at = now() FROM workflow_jobs j
-       WHERE j.id = ANY(:ids) AND j.type = 'task_timeout' AND t.id = j.task_id
-         AND t.state IN ('PENDING', 'CLAIMED')""",
     # timer / signal-timeout waits follow their delay_wake job
     """UPDATE workflow_waits w SET deadline_at = j.run_at FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' IN ('timer', 'signal_timeout')

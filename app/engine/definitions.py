@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -169,25 +171,45 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
     )
 
 
+# A published version never changes and a definition never moves to another namespace (nothing updates or
+# deletes either), so each process keeps the versions it has read, by (namespace, definition, version):
+# a start reads its pinned version without a statement (issue 27). Bounded by the documents' characters;
+# a missing version is never kept (it may be published the next moment).
+VERSION_CACHE_CHARS = 8 * 1024 * 1024
+_versions: LRUCache[tuple[str, str, str], tuple] = LRUCache(
+    maxsize=VERSION_CACHE_CHARS, getsizeof=lambda row: len(row[3])
+)
+_versions_lock = threading.Lock()  # cachetools' caches are not thread-safe
+
+
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
     if not VERSION_RE.fullmatch(version):
         raise version_not_found(conn, namespace_id, definition_id, version)
-    row = run(
-        conn,
-        "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
-        "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
-        "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
-        {"d": definition_id, "ns": namespace_id, "v": version},
-    ).first()
+    key = (namespace_id, definition_id, version)
+    with _versions_lock:
+        row = _versions.get(key)
     if row is None:
-        raise version_not_found(conn, namespace_id, definition_id, version)
+        found = run(
+            conn,
+            "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
+            "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
+            "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
+            {"d": definition_id, "ns": namespace_id, "v": version},
+        ).first()
+        if found is None:
+            raise version_not_found(conn, namespace_id, definition_id, version)
+        row = tuple(found)
+        if len(row[3]) <= VERSION_CACHE_CHARS // 16:  # one document never evicts most of the others
+            with _versions_lock:
+                _versions[key] = row
+    vid, def_id, ver, document, queues, created_at = row
     return {
-        "id": row.id,
-        "definition_id": row.definition_id,
-        "version": row.version,
-        "document": jsonx.loads_exact_db(row.document),
-        "queues": list(row.queues),
-        "created_at": row.created_at,
+        "id": vid,
+        "definition_id": def_id,
+        "version": ver,
+        "document": jsonx.loads_exact_db(document),
+        "queues": list(queues),
+        "created_at": created_at,
     }
 
 

@@ -1,14 +1,21 @@
-"""The events outbox (SPEC X-EVENT, issue 10): every state change of an instance, step, task or signal
-writes one ``workflow_events`` row in the transaction of the change (``app.engine.transitions`` calls
-``emit``), so a rollback writes no event and a commit never lacks one.
+"""The events outbox (SPEC X-EVENT) and the engine's audit of its own advances (W-AUDIT-3): every state
+change of an instance, step, task or signal is one event of the transaction of the change
+(``app.engine.transitions`` calls ``emit``), so a rollback writes no event and a commit never lacks one.
 
-An event has a stable id, the instance's next sequence number (``workflow_instances.event_seq``, so
-concurrent writers of one instance serialize on its row), a type from ``EVENT_TYPES`` and a compact
-body (instance summary, step key, activation / task / signal id, trace id; bounded: no inputs or
-outputs). Fan-out is batched like River's / Oban's outbox: the first event of a transaction for an
-instance enqueues ONE ``event_dispatch`` job (only when the namespace has an enabled subscription or
-rule), and every event of that transaction names it in ``dispatch_job_id``. The job fans the rows out
-with one idempotency key per (event, subscription) and (event, rule) (``app.integrations.dispatch``).
+Like Temporal's history nodes, the events of one transaction and instance are written as ONE row of
+``workflow_event_batches`` at its commit (``app.sql.buffer``), with the audit entries of the engine's
+advances in that transaction (``audit``, from ``app.engine.oplog``) and the instance summary as the
+transaction left it: an event costs no row and no update of the instance row of its own (issue 27).
+The view ``workflow_events`` shows one row per event: a stable id (the batch's id with the event's
+ordinal in its last three hex digits), the instance's next sequence number (continuing from the
+instance's newest batch: every writer of an instance's events holds its row lock), a type from
+``EVENT_TYPES`` and a compact body (instance summary, step key, activation / task / signal id, trace id;
+bounded: no inputs or outputs).
+
+Fan-out is batched like River's / Oban's outbox: the first event of a transaction for an instance
+enqueues ONE ``event_dispatch`` job (only when the namespace has an enabled subscription or rule), which
+the batch names in ``dispatch_job_id``. The job fans the events out with one idempotency key per (event,
+subscription) and (event, rule) (``app.integrations.webhooks``).
 """
 
 from __future__ import annotations
@@ -18,10 +25,10 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.db import transaction_state
+from app import jsonx
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
-from app.sql import defer, run
+from app.sql import CommitBuffer, buffer, run
 
 # Every event type, with what moves it (docs/integrations.md lists them for users).
 EVENT_TYPES: dict[str, str] = {
@@ -56,24 +63,80 @@ EVENT_TYPES: dict[str, str] = {
 }
 
 MAX_EVENTS_PER_DISPATCH = 2000  # far above one transaction's events (steps are bounded per definition)
+# Events and audit entries of one batch row: their ids are the batch's first 29 hex digits and a 3-hex
+# ordinal (events 0..2047, audit entries 2048..4095); a transaction with more writes several batches.
+BATCH_EVENTS = 2048
+BATCH_AUDIT = 2048
 
-_INSERT = text(
-    """
-WITH inst AS (
-    UPDATE workflow_instances SET event_seq = event_seq + 1 WHERE id = :iid
-    RETURNING namespace_id, definition_id, version, state, paused, business_key, trace_id, event_seq
-)
-INSERT INTO workflow_events (id, namespace_id, instance_id, seq, type, definition_id, body, dispatch_job_id)
-SELECT :id, inst.namespace_id, :iid, inst.event_seq, :type, inst.definition_id,
-    jsonb_build_object('instance', jsonb_build_object('id', CAST(:iid AS text),
-        'definition_id', inst.definition_id, 'version', inst.version, 'state', inst.state,
-        'paused', inst.paused, 'business_key', inst.business_key), 'trace_id', inst.trace_id)
-    || CAST(:extra AS jsonb),
-    :job
-FROM inst
-RETURNING seq
+# One batch: the events continue the instance's sequence from its newest batch (none: from 1).
+_INSERT_BATCH = """
+INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance,
+    trace_id, events, audit, dispatch_job_id)
+SELECT :id, i.namespace_id, i.id, CASE WHEN :n > 0 THEN s.last + 1 END, CASE WHEN :n > 0 THEN s.last + :n END,
+    i.definition_id, jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
+        'state', i.state, 'paused', i.paused, 'business_key', i.business_key),
+    i.trace_id, CAST(:events AS jsonb), CAST(:audit AS jsonb), :job
+FROM workflow_instances i,
+    LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s
+WHERE i.id = :iid
 """
-)
+
+
+class _Batch:
+    __slots__ = ("events", "audit", "job")
+
+    def __init__(self, job: int | None) -> None:
+        self.events: list[str] = []  # JSON texts of {"type", "data"}
+        self.audit: list[str] = []  # JSON texts of the engine's audit entries
+        self.job = job
+
+
+class _Batches(CommitBuffer):
+    """The events and engine audit entries of one transaction, by instance, written at its commit."""
+
+    def __init__(self) -> None:
+        self.by_instance: dict[str, _Batch] = {}
+        self.jobs: dict[str, int | None] = {}  # the dispatch job of each instance (None: nobody listens)
+
+    def statements(self) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for iid, b in self.by_instance.items():
+            n_chunks = max(1, -(-len(b.events) // BATCH_EVENTS), -(-len(b.audit) // BATCH_AUDIT))
+            for k in range(n_chunks):
+                evs = b.events[k * BATCH_EVENTS : (k + 1) * BATCH_EVENTS]
+                aud = b.audit[k * BATCH_AUDIT : (k + 1) * BATCH_AUDIT]
+                params = {
+                    "id": batch_id(),
+                    "iid": iid,
+                    "n": len(evs),
+                    "events": "[" + ",".join(evs) + "]",
+                    "audit": "[" + ",".join(aud) + "]",
+                    "job": b.job,
+                }
+                out.append((_INSERT_BATCH, params))
+        return out
+
+
+def batch_id() -> str:
+    """A new batch id: 29 random hex digits and ``000`` (the ordinal of its first event)."""
+    return new_id()[:29] + "000"
+
+
+def batch_of(item_id: str) -> str:
+    """The id of the batch of an event or engine audit entry id."""
+    return item_id[:29] + "000"
+
+
+def _batches(conn: Connection) -> _Batches:
+    return buffer(conn, "workflow_event_batches", _Batches)
+
+
+def _batch(conn: Connection, iid: str) -> _Batch:
+    batches = _batches(conn)
+    found = batches.by_instance.get(iid)
+    if found is None:
+        found = batches.by_instance[iid] = _Batch(_dispatch_job(conn, iid))
+    return found
 
 
 # Does a namespace have anyone listening (an enabled subscription or rule)? Asked once per transaction and
@@ -95,7 +158,7 @@ _INTEREST = text(
 def known_listeners(conn: Connection, iid: str, listened: bool, trace_id: str) -> None:
     """Record what this transaction already knows of ``iid``'s listeners (a new instance's INSERT read
     it), so that its first event asks nothing more."""
-    jobs: dict[str, int | None] = transaction_state(conn).setdefault("event_dispatch_jobs", {})
+    jobs = _batches(conn).jobs
     if iid not in jobs:
         jobs[iid] = _new_dispatch_job(conn, iid, trace_id) if listened else None
 
@@ -115,7 +178,7 @@ def _new_dispatch_job(conn: Connection, iid: str, trace_id: str) -> int:
 
 def _dispatch_job(conn: Connection, iid: str) -> int | None:
     """The ``event_dispatch`` job of this transaction for ``iid`` (created with its first event)."""
-    jobs: dict[str, int | None] = transaction_state(conn).setdefault("event_dispatch_jobs", {})
+    jobs = _batches(conn).jobs
     if iid not in jobs:
         row = run(conn, _INTEREST, {"iid": iid}).first()
         jobs[iid] = _new_dispatch_job(conn, iid, row.trace_id) if row is not None and row.listened else None
@@ -123,24 +186,36 @@ def _dispatch_job(conn: Connection, iid: str) -> int | None:
 
 
 def emit(conn: Connection, instance_id: str, event_type: str, **fields: Any) -> None:
-    """Write one event of ``instance_id`` in ``conn``'s transaction. ``fields`` (step_key,
-    activation_id, task_id, signal_id, state, reason, ...) join the body; None values are left out."""
+    """One event of ``instance_id`` in ``conn``'s transaction (written with its batch at commit).
+    ``fields`` (step_key, activation_id, task_id, signal_id, state, reason, ...) join the body; None
+    values are left out."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type}")
-    extra = {k: v for k, v in fields.items() if v is not None}
-    defer(
-        conn,
-        _INSERT,
-        {
-            "id": new_id(),
-            "iid": instance_id,
-            "type": event_type,
-            "extra": json.dumps(extra, default=str),
-            "job": _dispatch_job(conn, instance_id),
-        },
-    )
+    data = {k: v for k, v in fields.items() if v is not None}
+    _batch(conn, instance_id).events.append(json.dumps({"type": event_type, "data": data}, default=str))
 
 
-def emit_many(conn: Connection, instance_id: str, event_type: str, items: list[dict[str, Any]]) -> None:
-    for fields in items:
-        emit(conn, instance_id, event_type, **fields)
+def audit_advance(
+    conn: Connection,
+    instance_id: str,
+    action: str,
+    *,
+    target_type: str,
+    target_id: str,
+    operation_id: str,
+    before: Any = None,
+    after: Any = None,
+) -> None:
+    """One audit entry of an engine advance of ``instance_id`` (actor ``system:engine``), written with
+    the transaction's batch; listed with the operation audit (the view ``workflow_operations``)."""
+    entry = {
+        "action": action,
+        "target_type": target_type,
+        "target_id": str(target_id),
+        "operation_id": operation_id,
+    }
+    if before is not None:
+        entry["before"] = before
+    if after is not None:
+        entry["after"] = after
+    _batch(conn, instance_id).audit.append(jsonx.dumps(entry))

@@ -6,18 +6,18 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app import jsonx
-from app.engine import advance, settings, work
+from app.engine import advance, quotas, work
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE
 from app.engine.store import MISSING, read_instance
 from app.engine.transitions import instances as inst_moves
 from app.engine.transitions import steps as step_moves
-from app.errors import FieldError, InvalidArgument, LimitExceeded, QuotaExceeded
+from app.errors import FieldError, InvalidArgument
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
 from app.sql import run
@@ -109,138 +109,14 @@ def start_workflow(
             "schedule_fire_at": schedule[1] if schedule else None,
         },
     )
-    step_moves.insert_all(conn, iid, doc["steps"])
+    rows = step_moves.insert_all(conn, iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
-    started = advance.settle_progress(
-        conn, iid, inst
-    )  # the audit and the deadline job left the row as it was
-    check_quotas(conn, namespace_id, ver["queues"])
+    # the audit and the deadline job left the instance and its steps as they were inserted
+    started = advance.settle_progress(conn, iid, inst, rows)
+    quotas.check(conn, namespace_id, ver["queues"])
     return started
-
-
-# The quota figures of one start in one statement, run right after the namespace's start lock is granted
-# (a separate statement: READ COMMITTED takes the snapshot at a statement's start, so only a statement that
-# begins after the lock sees every start committed before it). The counts are the committed sums of
-# ``workflow_quota_counts`` (migration 0017: kept by deferred triggers at each commit, so this start's own
-# instance and tasks are not in them yet), plus, per queue, the CLAIMED tasks whose lease expired (pending
-# again; an index of claimed tasks only). One row per queue of the definition (queue NULL when it has none).
-_QUOTA_COUNTS = text(
-    """
-SELECT q.queue,
-       COALESCE((SELECT sum((c.pending ->> q.queue)::bigint) FROM workflow_quota_counts c
-                 WHERE c.namespace_id = :ns), 0)
-       + (SELECT count(*) FROM workflow_tasks t
-          WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED'
-            AND t.lease_expires_at <= now()) AS pending,
-       u.unfinished, u.open_tasks
-FROM (SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks
-      FROM workflow_quota_counts WHERE namespace_id = :ns) u
-LEFT JOIN unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n) ON true
-ORDER BY q.n
-"""
-)
-
-
-def check_quotas(conn: Connection, namespace_id: str, queues: list[str]) -> None:
-    """The namespace's quotas, checked LAST in the start's transaction: the namespace's start lock is
-    taken only now, so concurrent starts do their work in parallel and serialize only for this one
-    statement over a few counter rows and their commit. Under the lock every start committed before is
-    counted and this start's own rows are not (their counts are added when it commits), so the answer is
-    exactly what a check before the work would give: never above the caps. A finishing instance or task
-    whose transaction has not committed yet still counts: the check errs on the safe side.
-
-    In order: unfinished instances (WORKFLOW_INSTANCE_LIMIT), then W-ERR quotas for new work (429 with
-    Retry-After): pending tasks per queue (QUEUE_FULL; a CLAIMED task whose lease expired is pending
-    again), then unfinished work of the application = the credential's namespace (APPLICATION_FULL):
-    unfinished instances plus open (PENDING or CLAIMED) tasks."""
-    run(conn, "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", {"k": "lf-ns:" + namespace_id})
-    rows = run(conn, _QUOTA_COUNTS, {"ns": namespace_id, "queues": list(queues)}).all()
-    unfinished, open_tasks = rows[0].unfinished, rows[0].open_tasks
-    if unfinished >= settings.instance_limit():
-        raise LimitExceeded(
-            "WORKFLOW_INSTANCE_LIMIT",
-            f"the namespace has {settings.instance_limit()} unfinished workflow instances (the limit)",
-        )
-    retry_after = settings.quota_retry_after_seconds()
-    for r in rows:
-        if r.queue is not None and r.pending >= settings.queue_pending_limit():
-            raise QuotaExceeded(
-                "QUEUE_FULL",
-                retry_after=retry_after,
-                message=f"queue {r.queue!r} has {r.pending} pending tasks (the quota is "
-                f"{settings.queue_pending_limit()}); retry later with the same Idempotency-Key",
-            )
-    if unfinished + open_tasks >= settings.application_work_limit():
-        raise QuotaExceeded(
-            "APPLICATION_FULL",
-            retry_after=retry_after,
-            message=f"the application has {unfinished + open_tasks} units of unfinished work (unfinished "
-            f"workflows plus open tasks; the quota is {settings.application_work_limit()}); retry later "
-            "with the same Idempotency-Key",
-        )
-
-
-# The counters against the rows, per namespace (one statement, so one snapshot: a transaction's rows and
-# its counter changes commit together, and any difference is drift, not a race). Drift comes only from
-# writes that bypass row triggers: TRUNCATE, ``session_replication_role = replica``, triggers disabled.
-_QUOTA_TRUTH = """
-truth AS (
-    SELECT namespace_id, 'unfinished' AS what, count(*) AS n FROM workflow_instances
-    WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id
-    UNION ALL
-    SELECT namespace_id, 'open_tasks', count(*) FROM workflow_tasks
-    WHERE state IN ('PENDING', 'CLAIMED') GROUP BY namespace_id
-    UNION ALL
-    SELECT namespace_id, 'pending:' || queue, count(*) FROM workflow_tasks
-    WHERE state = 'PENDING' GROUP BY namespace_id, queue
-)"""
-_QUOTA_DRIFT = text(
-    f"""
-WITH {_QUOTA_TRUTH},
-kept AS (
-    SELECT namespace_id, 'unfinished' AS what, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id
-    UNION ALL
-    SELECT namespace_id, 'open_tasks', sum(open_tasks) FROM workflow_quota_counts GROUP BY namespace_id
-    UNION ALL
-    SELECT c.namespace_id, 'pending:' || e.key, sum(e.value::bigint)
-    FROM workflow_quota_counts c, jsonb_each_text(c.pending) AS e GROUP BY c.namespace_id, e.key
-)
-SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, COALESCE(t.what, k.what) AS what,
-       COALESCE(k.n, 0) AS kept, COALESCE(t.n, 0) AS counted
-FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id AND k.what = t.what
-WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0)
-ORDER BY 1, 2
-LIMIT :limit
-"""
-)
-
-
-def quota_count_drift(conn: Connection, limit: int = 20) -> list[dict[str, Any]]:
-    """Where ``workflow_quota_counts`` differs from the rows (``ledgerflow doctor``): at most ``limit``
-    (namespace, figure, kept, counted) rows; none when the counters are right."""
-    return [dict(r._mapping) for r in run(conn, _QUOTA_DRIFT, {"limit": limit})]
-
-
-def repair_quota_counts(conn: Connection) -> int:
-    """Recount every namespace's quota figures from the rows (``ledgerflow db repair-quota-counts``).
-    Locks the instance and task tables against writers until ``conn``'s transaction ends (readers go
-    on), so that no change commits between the recount and its counters. Returns the namespaces kept."""
-    run(conn, "LOCK TABLE workflow_instances, workflow_tasks IN SHARE MODE")
-    run(conn, "DELETE FROM workflow_quota_counts")
-    return run(
-        conn,
-        f"""
-WITH {_QUOTA_TRUTH}
-INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished, open_tasks, pending)
-SELECT namespace_id, 0,
-       COALESCE(sum(n) FILTER (WHERE what = 'unfinished'), 0),
-       COALESCE(sum(n) FILTER (WHERE what = 'open_tasks'), 0),
-       COALESCE(jsonb_object_agg(substr(what, 9), n) FILTER (WHERE what LIKE 'pending:%'), '{{}}'::jsonb)
-FROM truth GROUP BY namespace_id
-""",
-    ).rowcount
 
 
 def instance_view(inst: dict) -> dict:

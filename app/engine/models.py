@@ -82,6 +82,7 @@ instances = Table(
     Column("state", Text, nullable=False),
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("paused_at", DateTime(timezone=True)),  # when it was paused (its resume moves task deadlines on)
     Column("control_revision", BigInteger, nullable=False, server_default=text("1")),
     Column("input", JSONB, nullable=False),
     Column("business_key", Text, nullable=False, server_default=text("''")),
@@ -94,8 +95,6 @@ instances = Table(
     Column("completed_at", DateTime(timezone=True)),
     Column("error", JSONB),
     Column("trace_id", Text, nullable=False),
-    # the last event sequence number of the instance (app.engine.events)
-    Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
     # saga progress (X-AUTO, app.engine.stopping): {"plan": [{step_key, activation_id, queue}], "index": k,
     # "task_id", "state": RUNNING | FAILED | DONE | ABANDONED, "final": CANCELLED | FAILED}; NULL otherwise
     Column("compensation", JSONB),
@@ -246,11 +245,11 @@ Index(
     postgresql_where=text("state = 'CLAIMED'"),
 )
 
-# W-START-8 / W-ERR quotas without counting rows at every start (issue 16, migration 0017): per namespace
+# W-START-8 / W-ERR quotas without counting rows at every start (migrations 0017, 0018_i27): per namespace
 # and stripe (the committing backend's pid modulo 16), the unfinished instances, the open (PENDING or
-# CLAIMED) tasks and each queue's PENDING tasks (``{"queue": n}``). Deferred constraint triggers on
-# ``workflow_instances`` and ``workflow_tasks`` (function ``workflow_quota_count``) add each row's change
-# when its transaction commits; ``app.engine.instances.check_quotas`` sums the stripes.
+# CLAIMED) tasks and each queue's open tasks (``{"queue": n}``). ``app.engine.quotas`` adds a
+# transaction's changes with one statement at its commit (none when they cancel out);
+# ``app.engine.quotas.check`` sums the stripes.
 quota_counts = Table(
     "workflow_quota_counts",
     metadata,
@@ -258,7 +257,7 @@ quota_counts = Table(
     Column("stripe", SmallInteger, primary_key=True),
     Column("unfinished", BigInteger, nullable=False, server_default=text("0")),
     Column("open_tasks", BigInteger, nullable=False, server_default=text("0")),
-    Column("pending", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("open_by_queue", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
 )
 
 signals = Table(
@@ -296,28 +295,36 @@ Index(
 )
 Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=text("state <> 'PENDING'"))
 
-# The events outbox (X-EVENT, issue 10): one row per state change, written in the transaction of the
-# change (``app.engine.events.emit``, called by ``app.engine.transitions``). ``seq`` counts per instance
-# (``workflow_instances.event_seq``); ``dispatch_job_id`` names the ``event_dispatch`` job that fans the
-# rows of one transaction out (NULL when the namespace had no subscription or rule at that moment).
-events = Table(
-    "workflow_events",
+# The events outbox (X-EVENT) and the engine's audit entries, one row per transaction and instance
+# (migration 0018_i27): ``events`` holds the events of the transaction, numbered ``first_seq`` ..
+# ``last_seq`` in the instance's sequence (NULL when the transaction audited without an event), ``audit``
+# the audit entries of the engine's advances, ``instance`` the instance summary as the transaction left
+# it. Written by ``app.engine.events`` at commit; read through the views ``workflow_events`` (one row per
+# event) and ``workflow_operations`` (the operation audit with the engine's entries). ``dispatch_job_id``
+# names the ``event_dispatch`` job that fans the batch out (NULL when the namespace had no subscription
+# or rule at that moment).
+event_batches = Table(
+    "workflow_event_batches",
     metadata,
     Column("id", Text, primary_key=True),
     Column("namespace_id", Text, nullable=False),
     Column("instance_id", Text, nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    Column("type", Text, nullable=False),
+    Column("first_seq", BigInteger),
+    Column("last_seq", BigInteger),
     Column("definition_id", Text, nullable=False),
-    Column("body", JSONB, nullable=False),
+    Column("instance", JSONB, nullable=False),
+    Column("trace_id", Text, nullable=False),
+    Column("events", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("audit", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("dispatch_job_id", BigInteger),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    UniqueConstraint("instance_id", "seq", name="uq_workflow_events_instance_seq"),
+    Column("audited_at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
 )
+Index("uq_workflow_event_batches_seq", event_batches.c.instance_id, event_batches.c.last_seq, unique=True)
+Index("ix_workflow_event_batches_instance", event_batches.c.namespace_id, event_batches.c.instance_id)
 Index(
-    "ix_workflow_events_dispatch",
-    events.c.dispatch_job_id,
+    "ix_workflow_event_batches_dispatch",
+    event_batches.c.dispatch_job_id,
     postgresql_where=text("dispatch_job_id IS NOT NULL"),
 )
-
-Index("ix_workflow_events_created", events.c.created_at)  # retention
+Index("ix_workflow_event_batches_created", event_batches.c.created_at)  # retention

@@ -19,7 +19,6 @@ from sqlalchemy import Connection
 
 from app import audit
 from app.auth import Principal
-from app.config import get_settings
 from app.db import get_engine, transaction
 from app.engine import control, instances, oplog, recovery, review, signals
 from app.engine.store import read_instance
@@ -27,6 +26,7 @@ from app.engine.tasks import return_expired_leases
 from app.errors import NotFound, StateConflict
 from app.ids import is_hex32
 from app.ledger import drain, hints, nodes, status, transitions
+from app.settings import get_settings
 
 
 # --------------------------------------------------------------------------- who may see an instance

@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 
 from app import audit
 from app.auth import Principal
+from app.engine import events
 from app.ids import new_id
 
 SYSTEM_ACTOR = "system:engine"
@@ -35,16 +36,15 @@ def advance(
     target_id: str | None = None,
     before: Any = None,
     after: Any = None,
-) -> str:
-    """One audit row for an engine advance (step settled, instance finished, compensation issued)."""
-    return audit.record(
+) -> None:
+    """One audit entry for an engine advance (step settled, instance finished, compensation issued),
+    by ``system:engine``: written with the transaction's event batch (``events.audit_advance``)."""
+    events.audit_advance(
         conn,
-        principal=system_principal(inst["namespace_id"]),
-        request_id=None,
-        action=action,
+        inst["id"],
+        action,
         target_type=target_type,
         target_id=target_id or inst["id"],
-        workflow_id=inst["id"],
         operation_id=new_id(),
         before=before,
         after=after,

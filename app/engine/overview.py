@@ -1,4 +1,4 @@
-"""One workflow instance as an operator reads it (the console's workflow page, issue 28): what happened
+"""One workflow instance as an operator reads it (the console's workflow page): what happened
 and why, in a fixed number of statements whatever the number of steps.
 
 - ``steps``: every step in the order of the definition's graph (``graph_order``: each step after the

@@ -1,4 +1,4 @@
-"""Retention of the engine's history (issue 14): settled signals and outbox events of finished
+"""Retention of the engine's history (issue 14): settled signals and outbox event batches of finished
 instances are removed by the drain after the ledger's job retention (``app.ledger.retention``), in
 small ``SKIP LOCKED`` batches, never touching a PENDING signal or an unfinished instance."""
 
@@ -39,8 +39,35 @@ def prune_signals(conn: Connection, limit: int, *, policy: RetentionPolicy) -> i
 
 
 def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
-    """Outbox events of finished instances."""
-    return _prune_of_finished(conn, "workflow_events", "created_at", "", limit, policy)
+    """Event batches of finished instances: after the job retention, or, when a batch also holds audit
+    entries of the engine's advances, after the audit retention (a namespace's longer one wins)."""
+    params: dict = {
+        "days": policy.jobs_days,
+        "audit_days": policy.audit_days,
+        "limit": max(limit, policy.batch),
+    }
+    keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
+    extra = ""
+    if keep_longer:
+        params.update(ns_ids=list(keep_longer), ns_days=list(keep_longer.values()))
+        extra = (
+            " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) "
+            "AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400))"
+        )
+    rows = run(
+        conn,
+        f"""
+DELETE FROM workflow_event_batches WHERE id IN (
+    SELECT x.id FROM workflow_event_batches x JOIN workflow_instances i ON i.id = x.instance_id
+    WHERE x.created_at < now() - make_interval(secs => :days * 86400)
+      AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400){extra}))
+      AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+    ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
+RETURNING id
+""",
+        params,
+    ).all()
+    return len(rows)
 
 
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:

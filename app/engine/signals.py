@@ -19,7 +19,6 @@ signals are accepted per instance over its life (409 WORKFLOW_SIGNAL_LIMIT)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +46,7 @@ from app.engine.transitions import signals as signal_moves
 from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
+from app.settings import SIGNAL_LIMIT
 from app.sql import run
 
 MAX_CORRELATION_BYTES = 512
@@ -54,8 +54,7 @@ MAX_CORRELATION_BYTES = 512
 
 def signal_limit() -> int:
     """W-SIG-3: accepted signals per instance over its whole life (lowered by tests)."""
-    raw = os.environ.get("LEDGERFLOW_SIGNAL_LIMIT")
-    return int(raw) if raw else 1024
+    return SIGNAL_LIMIT.get()
 
 
 def send(

@@ -49,9 +49,13 @@ def load(
     instance row is locked by the caller). ``inst``: the instance row as read before, when the caller
     knows that nothing wrote it since (only the steps are read then)."""
     inst = inst if inst is not None else read_instance(conn, instance_id)
-    rows = read_steps(conn, instance_id)
-    steps = tuple(step_model(s) for s in rows)
-    return inst, Snapshot(inst=inst_model(inst), steps=steps), {r["key"]: r for r in rows}  # type: ignore[arg-type]
+    by_key = {r["key"]: r for r in read_steps(conn, instance_id)}
+    return inst, of(inst, by_key), by_key
+
+
+def of(inst: dict, rows: dict[str, dict]) -> Snapshot:
+    """The decision snapshot of an instance row and its step rows (by key)."""
+    return Snapshot(inst=inst_model(inst), steps=tuple(step_model(s) for s in rows.values()))  # type: ignore[arg-type]
 
 
 def step(conn: Connection, instance_id: str, key: str) -> tuple[dict | None, Step | None]:

@@ -100,7 +100,6 @@ def return_expired_leases(conn: Connection, limit: int = 1000) -> int:
 def complete(conn: Connection, namespace_id: str, task_id: str, epoch: int, output: Any) -> dict:
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch)
     task_moves.complete(conn, task_id, epoch, output)
-    work.cancel_task_timeout(conn, task_id)
     advance.task_ended(conn, inst, task, "completed", output)
     return read_task(conn, task_id, namespace_id)
 
@@ -108,12 +107,32 @@ def complete(conn: Connection, namespace_id: str, task_id: str, epoch: int, outp
 def fail(conn: Connection, namespace_id: str, task_id: str, epoch: int, error: dict) -> dict:
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch)
     task_moves.fail(conn, task_id, epoch, error)
-    work.cancel_task_timeout(conn, task_id)
     advance.task_ended(conn, inst, task, "failed", error)
     return read_task(conn, task_id, namespace_id)
 
 
 TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "TASK_TIMEOUT"}
+
+
+def time_out_due(conn: Connection, inst: dict) -> dict:
+    """The instance's ``task_timeout`` job: every open task of ``inst`` past its deadline times out (then
+    the retry policy), and the job is armed again for the earliest deadline of the tasks still open."""
+    due = run(
+        conn,
+        "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
+        "AND deadline_at <= now() ORDER BY deadline_at, id",
+        {"i": inst["id"]},
+    ).scalars()
+    timed_out = [task_id for task_id in due if time_out(conn, inst, task_id)]
+    nxt = run(
+        conn,
+        "SELECT EXTRACT(EPOCH FROM min(deadline_at) - now())::float8 FROM workflow_tasks "
+        "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED')",
+        {"i": inst["id"]},
+    ).scalar()
+    if nxt is not None:
+        work.arm_task_deadlines(conn, inst, max(0.0, nxt))
+    return {"timed_out": timed_out}
 
 
 def time_out(conn: Connection, inst: dict, task_id: str) -> bool:

@@ -1,6 +1,6 @@
 """The units of work the engine issues, inside the caller's transaction (instance row locked first):
 ledger jobs (one idempotency key per engine event, so a replayed decision enqueues nothing twice)
-and tasks (a task always comes with the ``task_timeout`` job that enforces its deadline)."""
+and tasks (their deadlines are enforced by their instance's one ``task_timeout`` job)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.db import transaction_state
 from app.engine.store import jdump
 from app.engine.transitions import tasks as task_moves
 from app.ids import new_id
-from app.ledger import transitions as ledger_moves
-from app.ledger.enqueue import enqueue
+from app.ledger.enqueue import arm, enqueue
 from app.ledger.states import JobType
-from app.sql import run
 
 DEFAULT_TASK_TIMEOUT_SECONDS = 300
 COMPENSATION_TASK_SECONDS = 7 * 24 * 3600
@@ -30,8 +29,10 @@ def job(
     step_key: str | None = None,
     task_id: str | None = None,
     run_at: Any = None,
+    delay_ms: float = 0,
 ) -> None:
-    """An engine job of ``inst`` with idempotency key ``{job_type}:{key}`` and the instance's trace."""
+    """An engine job of ``inst`` with idempotency key ``{job_type}:{key}`` and the instance's trace, due
+    at ``run_at`` or ``delay_ms`` from now (database time); its insert joins the transaction's next write."""
     enqueue(
         conn,
         job_type,
@@ -40,8 +41,10 @@ def job(
         step_key=step_key,
         task_id=task_id,
         run_at=run_at,
+        delay_ms=delay_ms,
         idempotency_key=f"{job_type}:{key}",
         trace_id=inst["trace_id"],
+        later=True,
     )
 
 
@@ -81,7 +84,7 @@ def create_task(
     input_sql = "CAST(:input AS jsonb)"
     if purpose == "COMPENSATION":
         input_sql += " || jsonb_build_object('output', COALESCE(CAST(:output AS jsonb), 'null'::jsonb))"
-    deadline = task_moves.insert(
+    task_moves.insert(
         conn,
         {
             "id": task_id,
@@ -100,9 +103,27 @@ def create_task(
         },
         input_sql=input_sql,
     )
-    job(conn, inst, JobType.TASK_TIMEOUT, {"task_id": task_id}, key=task_id, step_key=step_key,
-        task_id=task_id, run_at=deadline)  # fmt: skip
+    arm_task_deadlines(conn, inst, timeout_seconds)
     return task_id
+
+
+def arm_task_deadlines(conn: Connection, inst: dict, seconds: float) -> None:
+    """The instance's ``task_timeout`` job is due no later than ``seconds`` from now (a task's deadline
+    is now() + its timeout in the same transaction: now() is the transaction's start). ONE such job per
+    instance enforces the deadlines of all its open tasks (``handlers.tasks``): a task costs no job of
+    its own, created and canceled (issue 27). Asked once per transaction and instance for the earliest."""
+    armed: dict[str, float] = transaction_state(conn).setdefault("task_deadlines_armed", {})
+    if armed.get(inst["id"], float("inf")) <= seconds:
+        return
+    armed[inst["id"]] = seconds
+    arm(
+        conn,
+        JobType.TASK_TIMEOUT,
+        {},
+        instance_id=inst["id"],
+        delay_ms=seconds * 1000,
+        trace_id=inst["trace_id"],
+    )
 
 
 def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: Any, *, attempt: int,
@@ -125,15 +146,3 @@ def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: 
         job(conn, inst, JobType.EXTERNAL_DISPATCH, {"task_id": task_id}, key=task_id, step_key=step["key"],
             task_id=task_id)  # fmt: skip
     return task_id
-
-
-def cancel_task_timeout(conn: Connection, task_id: str) -> None:
-    """A task settled before its deadline: its ``task_timeout`` job has nothing left to do."""
-    rows = run(
-        conn,
-        "SELECT id FROM workflow_jobs WHERE task_id = :t AND type = 'task_timeout' "
-        "AND status IN ('pending', 'paused') ORDER BY id",
-        {"t": task_id},
-    ).all()
-    for (job_id,) in rows:
-        ledger_moves.cancel_job(conn, job_id, "the task settled before its deadline")

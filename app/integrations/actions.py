@@ -22,7 +22,7 @@ _LOAD = text(
 SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.action, r.secret, e.id AS event_id, e.type, e.seq,
        e.instance_id, e.body::text AS body
 FROM automation_executions x
-JOIN workflow_events e ON e.id = x.event_id
+JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id
 LEFT JOIN automation_rules r ON r.id = x.rule_id
 WHERE x.id = :id
 """

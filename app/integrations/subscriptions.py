@@ -5,7 +5,6 @@ caller's transaction. A secret is returned by ``create`` and ``rotate`` only; no
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 from dataclasses import replace
 from datetime import datetime
@@ -23,6 +22,7 @@ from app.jsonx import rfc3339
 from app.ledger import ops_actions
 from app.ledger.destinations import DestinationForbidden, check, redact_url
 from app.ledger.enqueue import enqueue
+from app.settings import WEBHOOK_DISABLE_AFTER
 
 MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
 DEFAULT_GRACE_SECONDS = 24 * 3600
@@ -33,7 +33,7 @@ RETRYABLE = ("dead", "failed", "canceled")
 
 def disable_threshold() -> int:
     """Consecutive failed attempts after which a subscription disables itself."""
-    return int(os.environ.get("LEDGERFLOW_WEBHOOK_DISABLE_AFTER") or 20)
+    return WEBHOOK_DISABLE_AFTER.get()
 
 
 def new_secret() -> str:

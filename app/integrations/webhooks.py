@@ -113,7 +113,7 @@ SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, 
        e.created_at AS event_at, s.url, s.secret, s.enabled,
        CASE WHEN s.previous_secret_expires_at > now() THEN s.previous_secret END AS previous_secret
 FROM webhook_deliveries d
-JOIN workflow_events e ON e.id = d.event_id
+JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id
 LEFT JOIN event_subscriptions s ON s.id = d.subscription_id
 WHERE d.id = :id
 """

@@ -17,7 +17,6 @@ passes through ``check`` before a connection is made.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import socket
 from collections.abc import Callable
@@ -25,9 +24,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
+from app.settings import OUTBOUND_ALLOW
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-ALLOW_ENV = "LEDGERFLOW_OUTBOUND_ALLOW"
+ALLOW_ENV = OUTBOUND_ALLOW.name
 DESTINATION_FORBIDDEN = "DESTINATION_FORBIDDEN"
 MAX_URL_LENGTH = 2048
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.I)
@@ -92,7 +93,7 @@ def parse_policy(raw: str) -> Policy:
 
 def current_policy() -> Policy:
     """The configured policy (read on every use, so a changed environment applies at once)."""
-    return parse_policy(os.environ.get(ALLOW_ENV, ""))
+    return parse_policy(OUTBOUND_ALLOW.get())
 
 
 def forbidden_reason(ip: IPAddress) -> str | None:

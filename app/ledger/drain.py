@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, Engine, text
 
 from app import idempotency
-from app.config import Settings
 from app.db import transaction
 from app.ledger import transitions
 from app.ledger.hints import publish_now
 from app.ledger.models import JOB_QUEUE_TYPE
 from app.observability import metrics
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.config import get_settings
 from app.db import after_commit, transaction_state
 from app.ids import new_id
 from app.ledger.hints import publish_after_commit
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
 from app.observability import metrics, tracing
-from app.sql import run
+from app.settings import get_settings
+from app.sql import defer, run
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,15 @@ def operation_key_for(job_type: str, payload: Any, links: tuple[Any, ...] = ()) 
     return hashlib.sha256(doc.encode()).hexdigest()[:32]
 
 
-_INSERT = text(
-    """
+_INSERT_LATER = """
 INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
     max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
 VALUES (:type, :queue, CAST(:payload AS jsonb), :instance_id, :task_id, :step_key, :priority,
     COALESCE(CAST(:run_at AS timestamptz), now() + CAST(:delay_ms AS double precision) * interval '1 millisecond'),
     :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id, :traceparent)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id
 """
-)
+_INSERT = text(_INSERT_LATER + "RETURNING id")
 _BY_KEY = text("SELECT id FROM workflow_jobs WHERE idempotency_key = :key")
 
 
@@ -62,11 +60,16 @@ def enqueue(
     operation_key: str | None = None,
     trace_id: str | None = None,
     traceparent: str | None = None,
+    later: bool = False,
 ) -> EnqueuedJob:
     """Insert a pending job in ``conn``'s transaction; its wake hint goes out after commit.
 
     A second enqueue with the same ``idempotency_key`` returns the existing job (the unique index
     arbitrates; if the first inserter rolls back, the waiting second insert proceeds).
+
+    ``later``: the caller needs neither the job's id nor whether it was created, so the insert is sent
+    with the transaction's next statement (``app.sql.defer``, combined with its other writes); the answer
+    is then ``EnqueuedJob(id=0, created=True)`` (an existing key is left as it is all the same).
 
     ``traceparent`` (W3C) defaults to the current span when tracing is on, so the job's attempts
     join the trace of whatever enqueued it (app/observability/tracing.py)."""
@@ -91,14 +94,79 @@ def enqueue(
         "trace_id": trace_id or new_id(),
         "traceparent": traceparent or (tracing.current_traceparent() if tracing.ENABLED else None),
     }
+    if later:
+        defer(conn, _INSERT_LATER, params)
+        _enqueued(conn, jt)
+        return EnqueuedJob(id=0, created=True)
     row = run(conn, _INSERT, params).first()
     if row is None:  # the key exists (its inserter committed)
         existing = run(conn, _BY_KEY, {"key": idempotency_key}).scalar_one()
         return EnqueuedJob(id=existing, created=False)
+    _enqueued(conn, jt)
+    return EnqueuedJob(id=row.id, created=True)
+
+
+# One pending (or paused) job of a type per instance, due no later than :delay_ms from now: inserted when
+# there is none, moved earlier when it is due later (a paused one keeps the smaller remainder). The caller
+# holds the instance's lock, so two arms of one instance never race.
+_ARM = """
+WITH cur AS (
+    SELECT id, status, run_at, remaining_ms FROM workflow_jobs
+    WHERE instance_id = :instance_id AND type = :type AND status IN ('pending', 'paused')
+    ORDER BY run_at, id LIMIT 1 FOR UPDATE),
+moved AS (
+    UPDATE workflow_jobs j SET
+        run_at = CASE WHEN cur.status = 'pending' THEN now() + CAST(:delay_ms AS float8) * interval '1 millisecond'
+                      ELSE j.run_at END,
+        remaining_ms = CASE WHEN cur.status = 'paused' THEN CAST(:delay_ms AS bigint) ELSE j.remaining_ms END,
+        updated_at = now()
+    FROM cur WHERE j.id = cur.id
+      AND ((cur.status = 'pending' AND cur.run_at > now() + CAST(:delay_ms AS float8) * interval '1 millisecond')
+           OR (cur.status = 'paused' AND cur.remaining_ms > CAST(:delay_ms AS float8)))
+    RETURNING j.id)
+INSERT INTO workflow_jobs (type, queue, payload, instance_id, priority, run_at, max_attempts,
+    execution_timeout_ms, operation_key, trace_id, traceparent)
+SELECT CAST(:type AS workflow_job_type), CAST(:queue AS workflow_job_queue), CAST(:payload AS jsonb),
+    :instance_id, 0, now() + CAST(:delay_ms AS float8) * interval '1 millisecond', :max_attempts,
+    :execution_timeout_ms, :operation_key, :trace_id, :traceparent
+WHERE NOT EXISTS (SELECT 1 FROM cur)
+"""
+
+
+def arm(
+    conn: Connection,
+    job_type: str | JobType,
+    payload: Any,
+    *,
+    instance_id: str,
+    delay_ms: float,
+    trace_id: str,
+) -> None:
+    """A timer of ``instance_id``: its one pending job of ``job_type`` is due no later than ``delay_ms`` from
+    now (created, moved earlier, or left as it is), with the transaction's next statement. For timers that
+    cover many rows of an instance, e.g. the deadlines of its open tasks (``task_timeout``): one job per
+    instance instead of one created and canceled per row. The caller holds the instance's lock."""
+    jt = JobType(job_type)
+    body = {} if payload is None else payload
+    defer(
+        conn,
+        _ARM,
+        {
+            "type": jt.value, "queue": jt.pool.queue, "payload": json.dumps(body), "instance_id": instance_id,
+            "delay_ms": float(delay_ms), "max_attempts": DEFAULT_MAX_ATTEMPTS[jt],
+            "execution_timeout_ms": _default_timeout_ms(),
+            # each job this arms is an operation of its own (its effect receipts are its own)
+            "operation_key": new_id(), "trace_id": trace_id,
+            "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
+        },
+    )  # fmt: skip
+    publish_after_commit(conn, [jt.pool.queue])
+
+
+def _enqueued(conn: Connection, jt: JobType) -> None:
     publish_after_commit(conn, [jt.pool.queue])
     if metrics.ENABLED:
         _count_after_commit(conn, jt.value, jt.pool.value)
-    return EnqueuedJob(id=row.id, created=True)
 
 
 def _count_after_commit(conn: Connection, job_type: str, pool: str) -> None:

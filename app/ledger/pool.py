@@ -21,7 +21,6 @@ import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from app.config import Settings
 from app.db import transaction
 from app.ledger import handlers, transitions
 from app.ledger.context import JobContext
@@ -29,6 +28,7 @@ from app.ledger.hints import publish_now
 from app.ledger.outcome import outcome_of
 from app.ledger.states import Pool
 from app.observability import logs, metrics, tracing
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 # rest; under a sustained backlog that would be one Redis round trip per pass, so at most one per
 # this many seconds (the first one of a burst still goes out at once).
 MORE_WORK_HINT_INTERVAL = 0.05
+# A pool wakes this long after a delayed job's due time (database time), so that its claim sees it due.
+DUE_SLACK_SECONDS = 0.001
 
 
 @dataclass
@@ -75,6 +77,8 @@ class LedgerPool:
         self._threads: list[threading.Thread] = []
         self._pg: psycopg.Connection | None = None  # the loop thread's own connection
         self._more_work = threading.Event()  # the loop asks the hinter thread for a "more work" hint
+        # time.monotonic() at which the queue's next delayed job falls due (the last pass's view), or None
+        self._next_due: float | None = None
 
     # -- public -------------------------------------------------------------------------------
     @property
@@ -132,7 +136,12 @@ class LedgerPool:
         failures = 0
         queue = self.queue
         while True:
-            if not self._wake.wait(self.settings.poll_seconds):
+            # The short poll, or less: until the queue's next delayed job falls due, as the last pass saw
+            # it (a delayed job enqueued since then sent a hint, whose pass saw it too).
+            wait = self.settings.poll_seconds
+            if self._next_due is not None:
+                wait = max(0.0, min(wait, self._next_due - time.monotonic()))
+            if not self._wake.wait(wait) and self._next_due is None:
                 metrics.poll_wakeup(queue)
             self._wake.clear()
             with self._lock:
@@ -141,6 +150,7 @@ class LedgerPool:
             if self._stopping.is_set() and not finished and self._running == 0:
                 return
             if not finished and free <= 0:
+                self._next_due = None  # no slot to run it: a job's end wakes the loop, whose pass looks again
                 continue
             try:
                 claimed = self._settle_and_claim(finished, free)
@@ -198,7 +208,8 @@ class LedgerPool:
         by_due = False
         if free > 0:
             by_due = (self.stats.claim_queries + 1) % 4 == 0  # L-CLAIM-2: every fourth claim
-        done, claimed = transitions.settle_and_claim(
+        sent_at = time.monotonic()
+        done, claimed, next_due_in = transitions.settle_and_claim(
             self._connection(),
             finished,
             queue=self.queue,
@@ -211,6 +222,8 @@ class LedgerPool:
         )
         if free > 0:
             self.stats.claim_queries += 1
+        # measured from when the statement was sent: its now() is no later than that instant plus the trip
+        self._next_due = None if next_due_in is None else sent_at + next_due_in + DUE_SLACK_SECONDS
         pool = self.pool.value
         if finished:
             self.stats.settled += len(done)

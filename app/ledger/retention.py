@@ -14,53 +14,41 @@ partitions: claims, the job list and the indexes stay as they are (see ``docs/de
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy import Connection, text
 
-from app.config import env_float, env_int
 from app.ledger.drain import Sweep
 from app.ledger.models import DEAD_LETTERS, FINISHED, sql_in
+from app.settings import (
+    AUDIT_RETENTION_DAYS,
+    DEAD_LETTER_RETENTION_DAYS,
+    RETENTION_BATCH,
+    RETENTION_BY_NAMESPACE,
+    RETENTION_DAYS,
+)
 
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    jobs_days: float = 7.0
-    dead_days: float = 30.0
-    audit_days: float = 400.0
+    jobs_days: float = RETENTION_DAYS.default
+    dead_days: float = DEAD_LETTER_RETENTION_DAYS.default
+    audit_days: float = AUDIT_RETENTION_DAYS.default
     # rows per DELETE (the drain runs up to 10 of them per sweep each minute: 50k rows/min by default)
-    batch: int = 5000
+    batch: int = RETENTION_BATCH.default
     # namespace id -> days for finished jobs of that namespace's instances (and its audit, if longer
     # than audit_days it wins there too)
     by_namespace: dict[str, float] = field(default_factory=dict)
 
 
-def parse_overrides(raw: str) -> dict[str, float]:
-    """``"ns-a=30,ns-b=1.5"`` -> ``{"ns-a": 30.0, "ns-b": 1.5}``; a bad item is a clear error."""
-    out: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in raw.split(","))):
-        name, sep, days = item.partition("=")
-        try:
-            value = float(days)
-        except ValueError:
-            value = -1.0
-        if not sep or not name.strip() or not 0 < value <= 36500:
-            raise ValueError(
-                f"LEDGERFLOW_RETENTION_BY_NAMESPACE: {item!r} is not namespace_id=days (0 < days <= 36500)"
-            )
-        out[name.strip()] = value
-    return out
-
-
 def policy_from_env() -> RetentionPolicy:
     return RetentionPolicy(
-        jobs_days=env_float("LEDGERFLOW_RETENTION_DAYS", 7.0),
-        dead_days=env_float("LEDGERFLOW_DEAD_LETTER_RETENTION_DAYS", 30.0),
-        audit_days=env_float("LEDGERFLOW_AUDIT_RETENTION_DAYS", 400.0),
-        batch=env_int("LEDGERFLOW_RETENTION_BATCH", 5000),
-        by_namespace=parse_overrides(os.environ.get("LEDGERFLOW_RETENTION_BY_NAMESPACE", "")),
+        jobs_days=RETENTION_DAYS.get(),
+        dead_days=DEAD_LETTER_RETENTION_DAYS.get(),
+        audit_days=AUDIT_RETENTION_DAYS.get(),
+        batch=RETENTION_BATCH.get(),
+        by_namespace=dict(RETENTION_BY_NAMESPACE.get()),
     )
 
 

@@ -35,10 +35,10 @@ from functools import partial
 
 from sqlalchemy import Connection, Row, text
 
-from app.config import Settings
 from app.ledger import histogram
 from app.ledger.drain import Sweep
 from app.ledger.models import JOB_QUEUE_TYPE, QUEUES
+from app.settings import Settings
 
 MINUTES_PER_CALL = 10
 # the status reads the last 60 minutes; an hour more is kept so a late reader or a stalled drain

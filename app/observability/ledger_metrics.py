@@ -9,7 +9,6 @@ workers do not multiply the load."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from sqlalchemy import Connection, text
 
 from app.db import get_engine
+from app.settings import METRICS_LEDGER_TTL
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class LedgerCollector:
 
     def __init__(self, engine: Any = None, ttl: float | None = None) -> None:
         self._engine = engine
-        self.ttl = float(os.environ.get("LEDGERFLOW_METRICS_LEDGER_TTL", "5")) if ttl is None else ttl
+        self.ttl = METRICS_LEDGER_TTL.get() if ttl is None else ttl
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Metric]] | None = None
 

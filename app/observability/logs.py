@@ -13,7 +13,6 @@ exception text before anything is written.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from typing import Any
 from pythonjsonlogger.json import JsonFormatter
 
 from app.observability import tracing
+from app.settings import LOG_FORMAT, LOG_LEVEL
 
 CONTEXT_FIELDS = (
     "request_id", "trace_id", "namespace", "instance_id", "job_id", "attempt", "node_id", "otel_trace_id",
@@ -184,8 +184,8 @@ class ConsoleFormatter(logging.Formatter):
 
 
 def log_format(stream: Any = None) -> str:
-    fmt = os.environ.get("LOG_FORMAT", "").strip().lower()
-    if fmt in ("json", "console"):
+    fmt = LOG_FORMAT.get()
+    if fmt is not None:
         return fmt
     stream = stream or sys.stderr
     try:
@@ -210,7 +210,7 @@ def setup_logging(level: str | None = None, stream: Any = None, fmt: str | None 
         if getattr(h, "_ledgerflow", False):
             root.removeHandler(h)
     root.addHandler(make_handler(stream, fmt))
-    root.setLevel((level or os.environ.get("LOG_LEVEL", "INFO")).upper())
+    root.setLevel((level or LOG_LEVEL.get()).upper())
     for noisy in ("dramatiq", "pgserver"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -236,7 +236,7 @@ def gunicorn_logconfig() -> dict[str, Any]:
                 "stream": "ext://sys.stderr",
             }
         },
-        "root": {"level": os.environ.get("LOG_LEVEL", "INFO").upper(), "handlers": ["ledgerflow"]},
+        "root": {"level": LOG_LEVEL.get(), "handlers": ["ledgerflow"]},
         "loggers": {
             "gunicorn.error": {"level": "INFO", "handlers": ["ledgerflow"], "propagate": False},
             "gunicorn.access": {"level": "WARNING", "handlers": ["ledgerflow"], "propagate": False},

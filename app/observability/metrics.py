@@ -17,7 +17,6 @@ Two sources, chosen per metric (docs/decisions.md, "Observability"):
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -32,8 +31,9 @@ from prometheus_client import (
 )
 
 from app.observability.ledger_metrics import LedgerCollector
+from app.settings import METRICS, METRICS_ADDR, METRICS_PORT, PROMETHEUS_MULTIPROC_DIR
 
-ENABLED = os.environ.get("LEDGERFLOW_METRICS", "1").lower() not in ("0", "false", "off", "no")
+ENABLED = METRICS.get()
 
 # Seconds. Attempts of no-op handlers take ~1 ms, outbound calls up to the 10 min deadline.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600)
@@ -195,7 +195,7 @@ def api_request(route: str, method: str, status: int, seconds: float) -> None:
 
 # ----------------------------------------------------------------------------------------- exposition
 def multiprocess_dir() -> str | None:
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir") or None
+    return PROMETHEUS_MULTIPROC_DIR.get()
 
 
 class _ThisProcess:
@@ -263,13 +263,12 @@ def serve_process_metrics() -> None:
     """``LEDGERFLOW_METRICS_PORT`` set: serve this host's instruments (no ledger queries, no auth) on
     ``LEDGERFLOW_METRICS_ADDR`` (default 127.0.0.1) — for deployments whose processes do not share
     a host with the web process (each worker dyno is then scraped on its own)."""
-    port = os.environ.get("LEDGERFLOW_METRICS_PORT")
-    if not port:
+    port = METRICS_PORT.get()
+    if port is None:
         return
     from prometheus_client import start_http_server
 
-    start_http_server(int(port), addr=os.environ.get("LEDGERFLOW_METRICS_ADDR", "127.0.0.1"),
-                      registry=process_registry())  # fmt: skip
+    start_http_server(port, addr=METRICS_ADDR.get(), registry=process_registry())
 
 
 def mark_process_dead(pid: int) -> None:

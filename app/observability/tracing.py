@@ -14,10 +14,18 @@ A job without a traceparent (enqueued while tracing was off) still joins the tra
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
+
+from app.settings import (
+    OTEL_DB_SPANS,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_SDK_DISABLED,
+    OTEL_SERVICE_NAME,
+    OTEL_TRACES_EXPORTER,
+)
 
 
 class Attempt(Protocol):
@@ -42,18 +50,17 @@ _tracer: Any = None
 _instrumented: list[Any] = []
 
 
+def _endpoint() -> str | None:
+    return OTEL_EXPORTER_OTLP_ENDPOINT.get() or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT.get()
+
+
 def configured_from_env() -> bool:
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if OTEL_SDK_DISABLED.get():
         return False
-    exporters = {
-        e.strip().lower() for e in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()
-    }
+    exporters = OTEL_TRACES_EXPORTER.get()
     if exporters == {"none"}:
         return False
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-    )
-    return bool(endpoint) or bool(exporters & {"otlp", "console"})
+    return bool(_endpoint()) or bool(exporters & {"otlp", "console"})
 
 
 def setup(service: str, *, exporter: Any = None, set_global: bool = True) -> bool:
@@ -70,19 +77,15 @@ def setup(service: str, *, exporter: Any = None, set_global: bool = True) -> boo
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
 
-    name = os.environ.get("OTEL_SERVICE_NAME") or f"ledgerflow-{service}"
+    name = OTEL_SERVICE_NAME.get() or f"ledgerflow-{service}"
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
-        wanted = {e.strip().lower() for e in os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",")}
+        wanted = OTEL_TRACES_EXPORTER.get() or {"otlp"}
         if "console" in wanted:
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-        if (
-            "otlp" in wanted
-            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        ):
+        if "otlp" in wanted or _endpoint():
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -102,7 +105,7 @@ def _instrument_libraries(provider: Any) -> None:
     httpx_inst = HTTPXClientInstrumentor()
     httpx_inst.instrument(tracer_provider=provider)
     _instrumented.append(httpx_inst)
-    if os.environ.get("LEDGERFLOW_OTEL_DB_SPANS", "1").lower() not in ("0", "false", "off", "no"):
+    if OTEL_DB_SPANS.get():
         from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
 
         sa_inst = SQLAlchemyInstrumentor()

@@ -6,7 +6,7 @@ after login). Logout deletes the row, so a copy of the cookie taken before no lo
 A login deletes a bounded batch of expired rows (``app.sessions``).
 
 Revision ID: 0018_i28
-Revises: 0017_i16
+Revises: 0018_i27
 Create Date: 2026-12-02
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_i28"
-down_revision = "0017_i16"
+down_revision = "0018_i27"
 branch_labels = None
 depends_on = None
 

@@ -244,17 +244,42 @@ def test_forms_show_errors_in_place_and_keep_the_input(admin, live_url, scenario
     page.close()
 
 
-def test_cancel_asks_for_a_reason_and_a_confirmation(admin, live_url, scenario):
-    page = admin.new_page()
-    page.goto(live_url + f"/console/workflows/{scenario.wf['running']}")
+def test_control_needs_a_reason_a_confirmation_and_a_fresh_revision(admin, live_url, scenario):
+    wid = scenario.wf["running"]
+    page, stale = admin.new_page(), admin.new_page()
+    page.goto(live_url + f"/console/workflows/{wid}")
+    stale.goto(live_url + f"/console/workflows/{wid}")  # loaded now, submitted after the pause below
     control = page.get_by_role("form", name="Control")
     control.get_by_label("Operation").select_option("CANCEL")
     control.get_by_role("button", name="Apply").click()  # the browser refuses: reason and box are required
     expect(page.locator(".flash")).to_have_count(0)
-    assert (
-        sql("SELECT state FROM workflow_instances WHERE id = :i", i=scenario.wf["running"])[0][0] == "WAITING"
+    control.get_by_label("Operation").select_option("PAUSE")
+    control.get_by_label("Reason").fill("maintenance window")
+    control.get_by_label("I confirm").check()
+    control.get_by_role("button", name="Apply").click()
+    expect(page.locator(".flash")).to_contain_text("Pause applied")
+    expect(page.locator("#wf-paused")).to_be_visible()
+    old = stale.get_by_role("form", name="Control")
+    old.get_by_label("Operation").select_option("CANCEL")
+    old.get_by_label("Reason").fill("clicked on an old page")
+    old.get_by_label("I confirm").check()
+    with stale.expect_response(lambda r: r.url.endswith("/control")) as answer:
+        old.get_by_role("button", name="Apply").click()
+    assert answer.value.status == 409  # the conflict, in place, on the page as it is now
+    expect(stale.get_by_role("form", name="Control").locator(".form-error")).to_be_visible()
+    expect(stale.get_by_role("form", name="Control").get_by_label("Reason")).to_have_value(
+        "clicked on an old page"
     )
+    assert sql("SELECT state FROM workflow_instances WHERE id = :i", i=wid)[0][0] == "WAITING"
+    control = page.get_by_role("form", name="Control")
+    control.get_by_label("Operation").select_option("RESUME")
+    control.get_by_label("Reason").fill("window over")
+    control.get_by_label("I confirm").check()
+    control.get_by_role("button", name="Apply").click()
+    expect(page.locator(".flash")).to_contain_text("Resume applied")
+    expect(page.locator("#wf-paused")).to_have_count(0)
     page.close()
+    stale.close()
 
 
 def test_search_by_id_from_the_header(admin, live_url, scenario):

@@ -3,12 +3,14 @@ for a duplicate in flight at most WAIT_SECONDS and leaves the transaction's lock
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 from sqlalchemy import text
 
 from app import idempotency
 from app.db import transaction
+from app.sql import run
 
 
 def test_claim_restores_the_transactions_lock_timeout_and_replays(engine):
@@ -19,9 +21,54 @@ def test_claim_restores_the_transactions_lock_timeout_and_replays(engine):
         assert idempotency.claim(conn, **args) is None  # this request owns the key
         assert conn.execute(text("SHOW lock_timeout")).scalar_one() == "1234ms"
         idempotency.complete(
-            conn, scope="ns-test", route="POST /v1/test", key=key, status=201, body='{"a":1}'
+            conn, scope="ns-test", route="POST /v1/test", key=key, status=201, body='{"a":1}', fp="f1"
         )
     with transaction(engine) as conn:
         stored = idempotency.claim(conn, **args)
         assert stored is not None and stored.replayed and stored.status == 201 and stored.body == '{"a":1}'
         assert conn.execute(text("SHOW lock_timeout")).scalar_one() == "0"  # the session default
+
+
+def test_a_duplicate_in_flight_waits_for_the_first_and_replays_it_or_owns_the_key_after_a_rollback(engine):
+    """Two requests with one key at once: the second waits on the key's lock and then replays the first's
+    committed receipt (its own try, which read before the first committed, fails on the receipt's unique
+    key and is run again); after a first that rolled back, it owns the key itself. The receipt is one row
+    written once (issue 27: no insert-then-update)."""
+    for outcome in ("commit", "rollback"):
+        key = uuid.uuid4().hex
+        args = {"scope": "ns-test", "route": "POST /v1/test", "key": key, "fp": "f1"}
+        first_has_key, answers, worked = threading.Event(), [], []
+
+        def second(first_has_key: threading.Event, answers: list, worked: list, args: dict) -> None:
+            first_has_key.wait(10)
+
+            def work(conn) -> tuple[int, str]:  # noqa: ANN001
+                worked.append(1)
+                return 201, "second"
+
+            answers.append(idempotency.execute_once(work=work, engine=engine, **args))
+
+        t = threading.Thread(target=second, args=(first_has_key, answers, worked, args))
+        t.start()
+        try:
+            with transaction(engine) as conn:
+                assert idempotency.claim(conn, **args) is None
+                first_has_key.set()
+                # the second is now waiting on the key's lock (it cannot have answered yet)
+                run(conn, "SELECT pg_sleep(0.3)")
+                assert answers == []
+                idempotency.complete(conn, status=201, body='{"a":1}', **args)
+                if outcome == "rollback":
+                    raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+        t.join(20)
+        if outcome == "commit":
+            assert answers[0].replayed and answers[0].body == '{"a":1}'
+        else:  # the key is the second's now
+            assert not answers[0].replayed and answers[0].body == '"second"' and worked == [1]
+        with engine.connect() as conn:
+            n = conn.execute(
+                text("SELECT count(*) FROM idempotency_receipts WHERE key = :k"), {"k": key}
+            ).scalar_one()
+        assert n == 1

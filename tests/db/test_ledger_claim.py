@@ -324,7 +324,7 @@ def test_the_pools_pass_reads_and_writes_the_enum_columns_as_text(db):
     with _raw(db) as pg:
         kw = {"queue": ADVANCE, "worker_id": "w-enum", "lease_seconds": 30, "by_due": False,
               "backoff_base": 30.0, "backoff_cap": 900.0}  # fmt: skip
-        settled, claimed = transitions.settle_and_claim(pg, [], limit=3, **kw)
+        settled, claimed, _ = transitions.settle_and_claim(pg, [], limit=3, **kw)
         assert settled == {} and sorted(r["id"] for r in claimed) == ids
         assert {(r["type"], r["queue"]) for r in claimed} == {("delay_wake", ADVANCE)}
         kinds = ["succeeded", "dead", "retry"]
@@ -332,7 +332,7 @@ def test_the_pools_pass_reads_and_writes_the_enum_columns_as_text(db):
             settlement(r, k, error=None if k == "succeeded" else "boom")
             for r, k in zip(claimed, kinds, strict=True)
         ]
-        settled, again = transitions.settle_and_claim(pg, items, limit=0, **kw)
+        settled, again, _ = transitions.settle_and_claim(pg, items, limit=0, **kw)
         types = pg.execute("SELECT parameter_types::text FROM pg_prepared_statements").fetchall()
     assert again == []
     by_kind = {k: settled[r["id"]] for r, k in zip(claimed, kinds, strict=True)}
@@ -370,3 +370,44 @@ def test_the_pools_claim_plans_read_the_claim_indexes_by_queue(db):
             plan = "\n".join(r[0] for r in pg.execute(explain))
             assert f"Index Scan using {index} on workflow_jobs" in plan, plan
             assert re.search(r"Index Cond: \(+queue = \$1\)", plan), plan
+
+
+def test_a_pass_reports_when_the_queues_next_delayed_job_falls_due(db):
+    """Issue 27: the pass answers the seconds until the earliest pending job of its queue that is not due
+    yet (read in the pass's own snapshot); due jobs, other queues and paused jobs do not count."""
+    with _raw(db) as pg:
+        kw = {"queue": ADVANCE, "worker_id": "w-due", "lease_seconds": 30, "by_due": False,
+              "backoff_base": 30.0, "backoff_cap": 900.0}  # fmt: skip
+        assert transitions.settle_and_claim(pg, [], limit=1, **kw).next_due_in is None
+        add_job(db, "delay_wake", {"n": "now"})
+        add_job(db, "webhook_delivery", {"n": "other queue, sooner"}, delay_ms=5000)
+        later = add_job(db, "delay_wake", {"n": "later"}, delay_ms=600_000)
+        add_job(db, "delay_wake", {"n": "sooner"}, delay_ms=40_000)
+        done = transitions.settle_and_claim(pg, [], limit=1, **kw)
+        assert [r["payload"]["n"] for r in done.claimed] == ["now"]
+        assert 30 < done.next_due_in <= 40
+        with transaction(db) as conn:  # a retry's backoff is a delayed job too: 30 s from its settlement
+            conn.execute(text("DELETE FROM workflow_jobs WHERE payload->>'n' = 'sooner'"))
+        retried = transitions.settle_and_claim(
+            pg, [settlement(done.claimed[0], "retry", error="x")], limit=0, **kw
+        )
+        assert retried.settled == {done.claimed[0]["id"]: "pending"}
+        assert 20 < retried.next_due_in <= 30
+    assert job(db, later)["status"] == "pending"
+
+
+def test_a_pool_starts_a_delayed_job_when_it_falls_due_not_at_the_next_poll(db, settings, handler_registry):
+    """Issue 27: a pool that learned of a delayed job in a pass sleeps until its due time, however long
+    the short poll is (here 60 s, and no Redis hint arrives: the pool is not subscribed to any)."""
+    ran = threading.Event()
+    handlers.register("delay_wake", lambda ctx: ran.set(), replace=True)
+    pool = LedgerPool(
+        Pool.ADVANCE, settings=replace(settings, poll_seconds=60.0), engine=db, worker_id="due", slots=1
+    )
+    add_job(db, "delay_wake", {"n": 1}, delay_ms=1000)
+    pool.start()
+    pool.nudge()  # the worker's first pass (actors.runtime nudges every pool it starts)
+    try:
+        assert ran.wait(30), "the delayed job did not start before the short poll"
+    finally:
+        pool.stop(timeout=5)

@@ -142,3 +142,62 @@ def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):  # noq
     assert e.value.orig.sqlstate == "23505" and "INSERT INTO fast_d" in str(e.value)
     with transaction(db) as conn:  # the connection is usable again
         assert run(conn, "SELECT 1").scalar_one() == 1
+
+
+def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):  # noqa: ANN001
+    """Issue 27: writes queued one after the other reach PostgreSQL as one statement (``combine``), and
+    they still see the rows a foreign key names when the same statement inserts them."""
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    with transaction(db) as conn:
+        run(conn, "CREATE TEMP TABLE fast_p (k text PRIMARY KEY)")
+        run(conn, "CREATE TEMP TABLE fast_c (k text REFERENCES fast_p (k))")
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        defer(conn, "INSERT INTO fast_p VALUES (:k)", {"k": "p"})
+        defer(conn, "INSERT INTO fast_c VALUES (:k)", {"k": "p"})
+        defer(conn, "UPDATE fast_p SET k = k WHERE k = :k", {"k": "nothing"})
+        assert run(conn, "SELECT count(*) FROM fast_c").scalar_one() == 1
+        monkeypatch.undo()
+    assert len(sent) == 2 and sent[0].startswith("WITH w0 AS (INSERT INTO fast_p")
+
+
+def test_commit_buffers_are_written_at_commit_and_dropped_by_a_rollback(db):  # noqa: ANN001
+    """``app.sql.buffer``: what a transaction accumulates is written once, at its commit (or when a
+    savepoint is set: a rollback to it drops only what was buffered after it)."""
+    from app.sql import CommitBuffer, buffer
+
+    class Keys(CommitBuffer):
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def statements(self) -> list:
+            return (
+                [("INSERT INTO fast_b SELECT unnest(CAST(:k AS text[]))", {"k": self.keys})]
+                if self.keys
+                else []
+            )
+
+    with db.connect() as conn:
+        with conn.begin():
+            run(conn, "CREATE TEMP TABLE fast_b (k text)")
+        with conn.begin():
+            buffer(conn, "keys", Keys).keys.append("a")
+            buffer(conn, "keys", Keys).keys.append("b")
+            assert run(conn, "SELECT count(*) FROM fast_b").scalar_one() == 0  # not before the commit
+        with pytest.raises(RuntimeError), conn.begin():
+            buffer(conn, "keys", Keys).keys.append("rolled back")
+            raise RuntimeError
+        with conn.begin():
+            buffer(conn, "keys", Keys).keys.append("before")
+            with pytest.raises(RuntimeError), conn.begin_nested():
+                buffer(conn, "keys", Keys).keys.append("inside")
+                raise RuntimeError
+        with conn.begin():
+            assert [r.k for r in run(conn, "SELECT k FROM fast_b ORDER BY k")] == ["a", "b", "before"]

@@ -14,7 +14,7 @@ from tests.ledger_helpers import claim, context_for, settle, settlement
 
 ENGINE_TABLES = (
     "workflow_tasks, workflow_waits, workflow_activations, workflow_steps, workflow_instances, "
-    "workflow_definition_versions, workflow_definitions, workflow_events, event_subscriptions, "
+    "workflow_definition_versions, workflow_definitions, workflow_event_batches, event_subscriptions, "
     "webhook_deliveries, automation_rules, automation_executions, workflow_quota_counts"
 )
 

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import instances
+from app.engine import events, instances
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, instance, publish, start
 
@@ -64,11 +64,37 @@ def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
         pass
 
     with pytest.raises(Boom), transaction(eng) as conn:
-        instances.start_workflow(conn, NS, {"definition_id": def_id, "version": "v1", "input": {}})
-        assert conn.execute(text("SELECT count(*) FROM workflow_events")).scalar() > 0
+        iid = instances.start_workflow(conn, NS, {"definition_id": def_id, "version": "v1", "input": {}})[
+            "id"
+        ]
+        # written with the transaction's batch at its commit: here they wait in the buffer
+        assert len(events._batches(conn).by_instance[iid].events) > 0
         raise Boom
     with eng.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM workflow_events")).scalar() == 0
+
+
+def test_one_batch_row_per_transaction_and_instance(eng) -> None:  # noqa: ANN001
+    """Issue 27: the events of one transaction are one row (with the engine's audit entries), numbered on
+    from the instance's previous batch; the view shows one row per event with ids naming their batch."""
+    def_id = publish(eng, NS, DOC)
+    iid = start(eng, NS, def_id, {})["id"]
+    complete_task(eng, NS, claim_task(eng, NS, "ev-q"), {"ok": True})
+    with eng.connect() as conn:
+        batches = conn.execute(
+            text("SELECT id, first_seq, last_seq, jsonb_array_length(events) AS n, jsonb_array_length(audit) AS a "
+                 "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"), {"i": iid}
+        ).all()  # fmt: skip
+        rows = conn.execute(
+            text("SELECT id, batch_id, seq FROM workflow_events WHERE instance_id = :i ORDER BY seq"),
+            {"i": iid},
+        ).all()
+    assert len(batches) == 2  # the start, the completion
+    assert batches[0].first_seq == 1 and batches[1].first_seq == batches[0].last_seq + 1
+    assert all(b.last_seq - b.first_seq + 1 == b.n and b.a > 0 for b in batches)
+    assert [r.seq for r in rows] == list(range(1, batches[1].last_seq + 1))
+    assert all(r.id[:29] == r.batch_id[:29] and events.batch_of(r.id) == r.batch_id for r in rows)
+    assert len({r.id for r in rows}) == len(rows)
 
 
 def _subscribe(eng, ns: str) -> None:  # noqa: ANN001

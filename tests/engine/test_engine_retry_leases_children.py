@@ -248,7 +248,7 @@ def test_parent_step_failure_cancels_running_child(eng):
     with eng.connect() as conn:
         reason = conn.execute(
             text(
-                "SELECT after->>'reason' FROM operation_audit WHERE workflow_id = :c "
+                "SELECT after->>'reason' FROM workflow_operations WHERE workflow_id = :c "
                 "AND action = 'workflow.control.cancel'"
             ),
             {"c": cid},

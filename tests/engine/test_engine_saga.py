@@ -71,7 +71,7 @@ def _actions(eng, iid: str) -> list[str]:  # noqa: ANN001
         return [
             r[0]
             for r in conn.execute(
-                text("SELECT action FROM operation_audit WHERE workflow_id = :i ORDER BY created_at, id"),
+                text("SELECT action FROM workflow_operations WHERE workflow_id = :i ORDER BY created_at, id"),
                 {"i": iid},
             )
         ]

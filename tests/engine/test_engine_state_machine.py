@@ -1,7 +1,8 @@
 """Behaviour fixed with the engine state machine (issue 8): each test failed before.
 
 - a ``delay_wake`` job with an unknown wake is dead (PERMANENT_ERROR), never a silent success;
-- completing or failing a task cancels its pending ``task_timeout`` job;
+- a task's deadline is enforced by its instance's one ``task_timeout`` job: completing or failing a
+  task writes no job (issue 27), and the job times out every overdue task and arms itself again;
 - every engine job binds the row its payload names to the job's own instance: a payload naming
   another instance's activation / task / signal / child is dead with a clear reason and changes nothing;
 - a guarded transition refuses a move from a state it may not leave."""
@@ -78,33 +79,62 @@ def test_unknown_delay_wake_is_dead(eng):
     assert "unknown wake 'bogus'" in job["last_error"]
 
 
-def test_task_settlement_cancels_its_timeout_job(eng):
+def _timeout_jobs(eng, iid: str) -> list:  # noqa: ANN001
+    with eng.connect() as conn:
+        return conn.execute(
+            text("SELECT id, status::text AS status, task_id, run_at FROM workflow_jobs "
+                 "WHERE type = 'task_timeout' AND instance_id = :i ORDER BY id"), {"i": iid}
+        ).all()  # fmt: skip
+
+
+def test_a_settled_task_writes_no_job_the_instances_one_timeout_job_stays(eng):
     iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
+    armed = _timeout_jobs(eng, iid)
     task = claim_task(eng, NS, "q")
+    assert [(j.status, j.task_id) for j in armed] == [("pending", None)]  # one per instance, no task named
+    with eng.connect() as conn:
+        deadline = conn.execute(
+            text("SELECT deadline_at FROM workflow_tasks WHERE id = :t"), {"t": task["id"]}
+        ).scalar()
+    assert armed[0].run_at == deadline  # due at the task's deadline (the same transaction's now())
     with transaction(eng) as conn:
         tasks.complete(conn, NS, task["id"], task["epoch"], {"ok": True})
-    with eng.connect() as conn:
-        status = conn.execute(
-            text("SELECT status FROM workflow_jobs WHERE type = 'task_timeout' AND task_id = :t"),
-            {"t": task["id"]},
-        ).scalar_one()
-    assert status == "canceled"
+    assert _timeout_jobs(eng, iid) == armed  # untouched: nothing written for the settled task
     assert step(eng, NS, iid, "wait")["step"]["state"] == "WAITING"
 
 
-def test_failed_task_cancels_its_timeout_job(eng):
+def test_a_failed_task_writes_no_job_and_its_retry_keeps_the_one_timeout_job(eng):
     retrying = {**DOC, "steps": [{**DOC["steps"][0], "retry": {"max_attempts": 3}}, DOC["steps"][1]]}
     iid = start(eng, NS, publish(eng, NS, retrying), {})["id"]
+    armed = _timeout_jobs(eng, iid)
     task = claim_task(eng, NS, "q")
     with transaction(eng) as conn:
         tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "try again", "retryable": True})
     assert step(eng, NS, iid, "t")["step"]["state"] == "WAITING"  # the retry backoff
+    assert _timeout_jobs(eng, iid) == armed
+
+
+def test_the_timeout_job_times_out_every_overdue_task_and_arms_itself_for_the_next(eng):
+    two = {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": [
+        {"key": "short", "kind": "TASK", "queue": "q2", "timeout_seconds": 5, "retry": {"max_attempts": 3}},
+        {"key": "long", "kind": "TASK", "queue": "q2", "timeout_seconds": 60}]}  # fmt: skip
+    iid = start(eng, NS, publish(eng, NS, two), {})["id"]
+    (first,) = _timeout_jobs(eng, iid)
+    with eng.begin() as conn:  # the short task's deadline passes (and the job that enforces it is due)
+        conn.execute(text("UPDATE workflow_tasks SET deadline_at = now() - interval '1 ms' "
+                          "WHERE instance_id = :i AND step_key = 'short'"), {"i": iid})  # fmt: skip
+        conn.execute(text("UPDATE workflow_jobs SET run_at = now() WHERE id = :j"), {"j": first.id})
+    assert ("task_timeout", "succeeded") in run_jobs(eng)
+    assert step(eng, NS, iid, "short")["step"]["state"] == "WAITING"  # its retry waits for the backoff
+    assert step(eng, NS, iid, "long")["step"]["state"] == "ACTIVE"
     with eng.connect() as conn:
-        status = conn.execute(
-            text("SELECT status FROM workflow_jobs WHERE type = 'task_timeout' AND task_id = :t"),
-            {"t": task["id"]},
-        ).scalar_one()
-    assert status == "canceled"
+        long_deadline = conn.execute(
+            text("SELECT deadline_at FROM workflow_tasks WHERE instance_id = :i AND step_key = 'long'"),
+            {"i": iid},
+        ).scalar()
+    jobs = _timeout_jobs(eng, iid)
+    assert [j.status for j in jobs] == ["succeeded", "pending"]
+    assert abs((jobs[1].run_at - long_deadline).total_seconds()) < 0.001  # armed at the long task's deadline
 
 
 @pytest.mark.parametrize("kind", ["timer", "task_timeout", "signal_expiry", "subprocess_join"])

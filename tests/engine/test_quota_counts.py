@@ -1,6 +1,7 @@
-"""The quota counts kept by deferred triggers (issue 16, migration 0017) always equal what a recount of
-the rows gives, whatever moves the instances and tasks went through; a rolled back transaction leaves
-them untouched; and a start's check reads counter rows, not the namespace's rows."""
+"""The quota counts (``app.engine.quotas``: written by the engine once per transaction) always equal what a
+recount of the rows gives, whatever moves the instances and tasks went through; a rolled back transaction
+leaves them untouched; a start's check reads counter rows, not the namespace's rows; and a transaction whose
+changes cancel out writes no count."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import control, instances
+from app.engine import control, instances, quotas
 from app.errors import LimitExceeded
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, publish, start
@@ -30,14 +31,14 @@ SELECT (SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns
           AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) AS unfinished,
        (SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')) AS open_tasks,
        (SELECT COALESCE(jsonb_object_agg(queue, c), '{}'::jsonb) FROM (
-            SELECT queue, count(*) AS c FROM workflow_tasks WHERE namespace_id = :ns AND state = 'PENDING'
-            GROUP BY queue) x) AS pending
+            SELECT queue, count(*) AS c FROM workflow_tasks WHERE namespace_id = :ns
+            AND state IN ('PENDING', 'CLAIMED') GROUP BY queue) x) AS open_by_queue
 """
 _COUNTERS = """
 SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks,
        COALESCE((SELECT jsonb_object_agg(k, s) FROM (
-            SELECT k, sum(v::bigint) AS s FROM workflow_quota_counts, jsonb_each_text(pending) AS e(k, v)
-            WHERE namespace_id = :ns GROUP BY k HAVING sum(v::bigint) <> 0) y), '{}'::jsonb) AS pending
+            SELECT k, sum(v::bigint) AS s FROM workflow_quota_counts, jsonb_each_text(open_by_queue) AS e(k, v)
+            WHERE namespace_id = :ns GROUP BY k HAVING sum(v::bigint) <> 0) y), '{}'::jsonb) AS open_by_queue
 FROM workflow_quota_counts WHERE namespace_id = :ns
 """
 
@@ -47,7 +48,7 @@ def _assert_counts_match(eng, ns: str) -> dict:  # noqa: ANN001
         truth = dict(conn.execute(text(_RECOUNT), {"ns": ns}).one()._mapping)
         kept = dict(conn.execute(text(_COUNTERS), {"ns": ns}).one()._mapping)
     assert {
-        k: int(v) if k != "pending" else {q: int(n) for q, n in v.items()} for k, v in kept.items()
+        k: int(v) if k != "open_by_queue" else {q: int(n) for q, n in v.items()} for k, v in kept.items()
     } == truth
     return truth
 
@@ -119,7 +120,7 @@ def test_the_check_reads_the_counters_not_the_rows(eng, monkeypatch):  # noqa: A
 
 
 def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
-    """A write that bypasses the triggers (here a TRUNCATE of the counters) is what ``ledgerflow doctor``
+    """A write that bypasses the engine (here a TRUNCATE of the counters) is what ``ledgerflow doctor``
     reports, and ``ledgerflow db repair-quota-counts`` recounts from the rows."""
     from click.testing import CliRunner
 
@@ -132,13 +133,13 @@ def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
         start(eng, ns, def_id, {})
     claim_task(eng, ns, "qc.a")
     with eng.connect() as conn:
-        assert instances.quota_count_drift(conn) == []
+        assert quotas.drift(conn) == []
     assert check_quota_counts()[0].status == "ok"
     with eng.begin() as conn:
         conn.execute(text("TRUNCATE workflow_quota_counts"))
     with eng.connect() as conn:
-        drift = {d["what"]: (d["kept"], d["counted"]) for d in instances.quota_count_drift(conn)}
-    assert drift == {"unfinished": (0, 3), "open_tasks": (0, 3), "pending:qc.a": (0, 2)}
+        drift = {d["what"]: (d["kept"], d["counted"]) for d in quotas.drift(conn)}
+    assert drift == {"unfinished": (0, 3), "open_tasks": (0, 3), "open:qc.a": (0, 3)}
     check = check_quota_counts()[0]
     assert check.status == "fail" and "repair-quota-counts" in check.fix
     r = CliRunner().invoke(main, ["db", "repair-quota-counts"])
@@ -146,4 +147,29 @@ def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
     assert "recounted" in r.output
     _assert_counts_match(eng, ns)
     with eng.connect() as conn:
-        assert instances.quota_count_drift(conn) == []
+        assert quotas.drift(conn) == []
+
+
+def test_a_task_step_that_opens_the_next_task_on_its_queue_writes_no_count(eng):  # noqa: ANN001
+    """Issue 27: the counts are written once per transaction, and not at all when its changes cancel out:
+    completing task ``a`` opens ``b`` on the same queue (open tasks -1 +1); a claim changes no count.
+    Unchanged row versions (``xmin``) of the namespace's count rows show that nothing was written."""
+    same_queue = {**TWO_QUEUES, "steps": [{**TWO_QUEUES["steps"][0], "queue": "qc.same"},
+                                          {**TWO_QUEUES["steps"][1], "queue": "qc.same"}]}  # fmt: skip
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, same_queue)
+    start(eng, ns, def_id, {})
+
+    def versions() -> set:
+        with eng.connect() as conn:
+            return set(conn.execute(text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
+                                    {"ns": ns}).all())  # fmt: skip
+
+    before = versions()
+    task = claim_task(eng, ns, "qc.same")
+    complete_task(eng, ns, task, {"ok": True})
+    assert versions() == before
+    assert _assert_counts_match(eng, ns)["open_tasks"] == 1
+    complete_task(eng, ns, claim_task(eng, ns, "qc.same"), {"ok": True})  # the end: -1 task, -1 instance
+    assert versions() != before
+    assert _assert_counts_match(eng, ns) == {"unfinished": 0, "open_tasks": 0, "open_by_queue": {}}

@@ -12,7 +12,6 @@ from sqlalchemy import text
 
 from app.auth import Principal
 from app.db import transaction
-from app.engine import settings as engine_settings
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.integrations import schedule_fires, schedule_jobs, schedules
@@ -196,7 +195,7 @@ def test_overlap_policies(sched) -> None:  # noqa: ANN001
 def test_quota_refusal_is_a_skipped_fire_with_the_reason(sched, monkeypatch) -> None:  # noqa: ANN001
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id, overlap="allow")
-    monkeypatch.setattr(engine_settings, "queue_pending_limit", lambda: 0)
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "0")  # every queue is full
     _fire_once(sched, s["id"])
     [f] = fires(sched, s["id"])
     assert f.status == "SKIPPED" and f.reason.startswith("QUEUE_FULL") and f.instance_id is None

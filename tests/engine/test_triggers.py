@@ -15,13 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from sqlalchemy import text
 
-from app.config import get_settings
 from app.db import transaction
 from app.engine.handlers import outbound, triggers
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import handlers
 from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN
+from app.settings import get_settings
 from tests.engine.helpers import instance, make_due, publish, run_jobs, start
 
 NS = "ns-" + new_id()[:8]

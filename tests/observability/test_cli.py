@@ -42,7 +42,7 @@ def audit(engine) -> list[dict]:  # noqa: ANN001
     with engine.connect() as conn:
         return [
             dict(r._mapping)
-            for r in conn.execute(text("SELECT * FROM operation_audit ORDER BY created_at, id"))
+            for r in conn.execute(text("SELECT * FROM workflow_operations ORDER BY created_at, id"))
         ]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import config
+from app import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,14 +30,14 @@ def test_production_refuses_the_development_cursor_key(monkeypatch):
     with pytest.raises(RuntimeError, match="LEDGERFLOW_CURSOR_SECRET"):
         create_app()
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "short")
-    assert config.production_problems()
+    assert settings.production_problems()
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "x" * 48)
-    monkeypatch.setenv("LEDGERFLOW_SECRET_KEY", "k" * 48)  # the console's session key (issue 28)
-    assert config.production_problems() == []
+    monkeypatch.setenv("LEDGERFLOW_SECRET_KEY", "k" * 48)  # the console's session key
+    assert settings.production_problems() == []
     create_app()
     monkeypatch.setenv("LEDGERFLOW_ENV", "development")
     monkeypatch.delenv("LEDGERFLOW_CURSOR_SECRET")
-    assert config.production_problems() == []  # development keeps working with no setting
+    assert settings.production_problems() == []  # development keeps working with no setting
 
 
 def test_make_run_binds_localhost_and_the_procfile_all_interfaces():

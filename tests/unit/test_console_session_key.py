@@ -1,4 +1,4 @@
-"""One console session key for every web process of a deployment (issue 28): ``ledgerflow dev`` keeps one
+"""One console session key for every web process of a deployment: ``ledgerflow dev`` keeps one
 under the data folder, the gunicorn master of the Procfile's ``web`` makes one for its workers when none
 is set, and production refuses to start without one (one line, no traceback)."""
 
@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from app import config
+from app import settings
 from ledgerflow import devenv
 from web import gunicorn_conf
 
@@ -27,18 +27,18 @@ def test_dev_makes_the_key_once_and_keeps_it(tmp_path, monkeypatch):
 
 def test_the_gunicorn_master_gives_its_workers_one_key(monkeypatch):
     monkeypatch.delenv("LEDGERFLOW_ENV", raising=False)
-    monkeypatch.delenv(config.SECRET_KEY_ENV, raising=False)
+    monkeypatch.delenv(settings.SECRET_KEY.name, raising=False)
     gunicorn_conf.on_starting(None)
-    made = os.environ[config.SECRET_KEY_ENV]
+    made = os.environ[settings.SECRET_KEY.name]
     assert len(made) >= 32
     gunicorn_conf.on_starting(None)
-    assert os.environ[config.SECRET_KEY_ENV] == made  # an existing key is kept
+    assert os.environ[settings.SECRET_KEY.name] == made  # an existing key is kept
 
 
 def test_production_refuses_to_start_without_the_key(monkeypatch, capsys):
     monkeypatch.setenv("LEDGERFLOW_ENV", "production")
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "c" * 48)
-    monkeypatch.delenv(config.SECRET_KEY_ENV, raising=False)
+    monkeypatch.delenv(settings.SECRET_KEY.name, raising=False)
     with pytest.raises(SystemExit) as exc:
         gunicorn_conf.on_starting(None)
     assert exc.value.code == 1
@@ -46,8 +46,8 @@ def test_production_refuses_to_start_without_the_key(monkeypatch, capsys):
     assert err.count("\n") == 1 and err.startswith(
         "ledgerflow: refusing to start (LEDGERFLOW_ENV=production): "
     )
-    assert config.SECRET_KEY_ENV in err and "Traceback" not in err
-    assert config.SECRET_KEY_ENV not in os.environ  # production never makes one up
-    monkeypatch.setenv(config.SECRET_KEY_ENV, "k" * 48)
+    assert settings.SECRET_KEY.name in err and "Traceback" not in err
+    assert settings.SECRET_KEY.name not in os.environ  # production never makes one up
+    monkeypatch.setenv(settings.SECRET_KEY.name, "k" * 48)
     gunicorn_conf.on_starting(None)
-    assert config.production_problems() == []
+    assert settings.production_problems() == []

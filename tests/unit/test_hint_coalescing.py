@@ -10,9 +10,9 @@ import fakeredis
 import pytest
 
 from actors import hints as hint_actors
-from app.config import get_settings
 from app.ledger import hints
 from app.ledger.states import QUEUE_OF_POOL, Pool
+from app.settings import get_settings
 
 ADVANCE = QUEUE_OF_POOL[Pool.ADVANCE]
 OUTBOUND = QUEUE_OF_POOL[Pool.OUTBOUND]

@@ -6,9 +6,9 @@ import threading
 import time
 from types import SimpleNamespace
 
-from app.config import Settings
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
+from app.settings import Settings
 
 
 def _pool() -> LedgerPool:

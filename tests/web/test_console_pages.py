@@ -247,7 +247,7 @@ def test_the_procfiles_web_refuses_production_without_a_session_key(tmp_path):
     """The Procfile's own ``web`` line: one line saying what to set, no traceback, no worker started."""
     line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
     env = {k: v for k, v in os.environ.items() if k != "LEDGERFLOW_SECRET_KEY"}
-    env.update(LEDGERFLOW_ENV="production", LEDGERFLOW_CURSOR_SECRET="c" * 48, PORT="0",
+    env.update(LEDGERFLOW_ENV="production", LEDGERFLOW_CURSOR_SECRET="c" * 48, PORT="5999",
                LEDGERFLOW_BIND_HOST="127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
                PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""))  # fmt: skip
     out = subprocess.run(["bash", "-c", "exec " + line.split(":", 1)[1]], cwd=ROOT, env=env, capture_output=True,

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from app.config import get_settings
 from app.db import get_engine
 from app.ledger.drain import drain
+from app.settings import get_settings
 from ledgerflow.client import InvalidArgument, verify_webhook
 from tests.web.webhook_receiver import Receiver, start_receiver
 from tests.web.wf_live import wf_server  # noqa: F401

@@ -405,7 +405,8 @@ def test_a_worker_whose_pool_loop_dies_exits_and_its_job_is_reclaimed(db, spawn_
     broken = spawn_worker(
         "advance",
         env={"LEDGERFLOW_HANDLERS": "tests.workers.handlers,tests.workers.broken_pool",
-             "LEDGERFLOW_HEARTBEAT_SECONDS": "0.3", "LEDGERFLOW_LEASE_SECONDS": "1"},
+             "LEDGERFLOW_HEARTBEAT_SECONDS": "0.3", "LEDGERFLOW_LEASE_SECONDS": "1",
+             "LEDGERFLOW_RENEW_SECONDS": "0.5"},  # the lease must be longer than its renewal period
     )  # fmt: skip
     j = add_job(db, "delay_wake", {"mode": "noop", "break_pool": True})
     assert broken.proc.wait(timeout=20) == 1

@@ -4,7 +4,6 @@ functions, schemas, scopes and audit writes as the API. ``install(app)`` wires i
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from datetime import timedelta
 
@@ -12,7 +11,7 @@ from flask import Flask, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 
 from app import sessions
-from app.config import SECRET_KEY_ENV
+from app.settings import SECRET_KEY
 from web.console import (
     definitions,
     forms,
@@ -42,13 +41,13 @@ class _SessionInterface(SecureCookieSessionInterface):
 
 def install(app: Flask) -> None:
     # One key for every web process of a deployment: production refuses to start without it
-    # (app.config.production_problems); `ledgerflow dev` keeps one under .data/ and the gunicorn master
+    # (app.settings.production_problems); `ledgerflow dev` keeps one under .data/ and the gunicorn master
     # of the Procfile's `web` makes one for all its workers when none is set (web.gunicorn_conf).
-    key = os.environ.get(SECRET_KEY_ENV)
+    key = SECRET_KEY.get()
     if not key:
         key = secrets.token_hex(32)
         log.warning(
-            "%s is not set: console sessions are signed with a key of this process only", SECRET_KEY_ENV
+            "%s is not set: console sessions are signed with a key of this process only", SECRET_KEY.name
         )
     app.secret_key = key
     app.config.update(

@@ -9,9 +9,10 @@ from typing import Any
 from flask import Response, render_template, request, session
 
 import schemas
+from app import settings
 from app.auth import Scope
 from app.db import transaction
-from app.engine import lookup, settings, tasks
+from app.engine import lookup, tasks
 from app.engine.operations import check_queue_scope
 from app.errors import NotFound
 from schemas.tasks import ClaimRequest, CompleteRequest, FailRequest
@@ -79,7 +80,7 @@ def task_claim() -> Response:
         p = principal()
         check_queue_scope(p, body["queues"])
         with transaction() as conn:
-            got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.task_lease_seconds())
+            got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.TASK_LEASE_SECONDS.get())
         if not got:
             return done(f"No open task on {body['queues'][0]} right now.", "console.tasks_page")
         mine = _claimed()

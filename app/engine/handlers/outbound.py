@@ -18,13 +18,13 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app import jsonx
-from app.config import get_settings
 from app.engine import stopping
 from app.engine.states import TERMINAL
 from app.engine.store import lock_instance
 from app.ledger.context import JobContext
 from app.ledger.http import HttpResult, SafeHttp
 from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN
+from app.settings import get_settings
 from app.sql import run
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a response body larger than this is not kept in the step output

@@ -1,5 +1,7 @@
-"""``task_timeout`` jobs: an open task past its deadline times out; the step's retry policy (TASK)
-or its round budget (POLL) decides what comes next (``advance.task_ended``)."""
+"""``task_timeout`` jobs: one per instance (``work.arm_task_deadlines``) times out every open task of its
+instance past its deadline and arms itself again for the next; the step's retry policy (TASK) or its
+round budget (POLL) decides what comes next (``advance.task_ended``). A job naming one task (``task_id``,
+enqueued before migration 0018_i27) times out that task only."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from app.sql import run
 
 @handlers.register("task_timeout")
 def task_timeout(ctx: JobContext):  # noqa: ANN201
-    task_id = str((ctx.payload or {}).get("task_id") or ctx.task_id)
+    named = (ctx.payload or {}).get("task_id") or ctx.task_id
+    if not named:
+        return run_advance(ctx, tasks.time_out_due)
+    task_id = str(named)
 
     def write(conn: Connection, inst: dict) -> dict:
         owner = run(conn, "SELECT instance_id FROM workflow_tasks WHERE id = :id", {"id": task_id}).scalar()

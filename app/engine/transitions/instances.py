@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import events
+from app.engine import events, quotas
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
 from app.engine.store import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.transitions._guard import many, one, states
@@ -38,6 +38,7 @@ RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace
         row,
     )
     inst = instance_row(created)
+    quotas.instance(conn, inst["namespace_id"], +1)
     events.known_listeners(conn, row["id"], inst.pop("listened"), inst["trace_id"])
     events.emit(conn, row["id"], "workflow.started")
     return inst
@@ -79,7 +80,7 @@ def touch(conn: Connection, iid: str) -> dict[str, Any]:
 def end(conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
     """The terminal state, once: SUCCEEDED (with output), FAILED (stop_kind FAILURE unless a stop was
     already recorded), CANCELLED. An error recorded when the stop began is kept."""
-    one(
+    row = one(
         conn,
         f"instance -> {state}",
         iid,
@@ -90,10 +91,11 @@ UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), out
     stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
     stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
                              ELSE stop_requested_at END
-WHERE id = :id AND state = ANY(:from) RETURNING id
+WHERE id = :id AND state = ANY(:from) RETURNING namespace_id
 """,
         {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
     )
+    quotas.instance(conn, row.namespace_id, -1)
     events.emit(conn, iid, f"workflow.{state.lower()}")
 
 
@@ -103,24 +105,28 @@ def pause(conn: Connection, iid: str) -> None:
         "pause",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET paused = true, {_CONTROL} "
+        f"UPDATE workflow_instances SET paused = true, paused_at = now(), {_CONTROL} "
         "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.paused")
 
 
-def resume(conn: Connection, iid: str) -> None:
-    one(
+def resume(conn: Connection, iid: str) -> Any:
+    """Returns how long the instance was paused (an interval; zero for a pause older than its record)."""
+    row = one(
         conn,
         "resume",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET paused = false, {_CONTROL} "
-        "WHERE id = :id AND paused AND state = ANY(:from) RETURNING id",
+        f"UPDATE workflow_instances w SET paused = false, paused_at = NULL, {_CONTROL} "
+        "FROM (SELECT paused_at AS was FROM workflow_instances WHERE id = :id) o "
+        "WHERE w.id = :id AND w.paused AND w.state = ANY(:from) "
+        "RETURNING COALESCE(now() - o.was, interval '0') AS paused_for",
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.resumed")
+    return row.paused_for
 
 
 CANCELLABLE = [S.RUNNING, S.WAITING, S.NEEDS_REVIEW]

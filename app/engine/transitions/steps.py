@@ -23,9 +23,9 @@ RESOLVABLE = states([S.ACTIVE, S.WAITING, S.FAILED, S.CANCELLED, S.NEEDS_REVIEW]
 _BUMP = "revision = revision + 1, updated_at = now()"
 
 
-def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
+def insert_all(conn: Connection, iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
     """The steps of a new instance, in one statement: the ``$root`` (SUCCEEDED) and every declared step
-    BLOCKED."""
+    BLOCKED. Returns the declared steps' rows by key, as ``store.read_steps`` would read them."""
     rows = [{"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}]
     rows += [
         {
@@ -44,6 +44,21 @@ def insert_all(conn: Connection, iid: str, specs: list[dict]) -> None:
         "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id text, key text, kind text, state text, after text[])",
         {"inst": iid, "rows": json.dumps(rows)},
     )
+    return {
+        r["key"]: {**_NEW_STEP, "id": r["id"], "key": r["key"], "kind": r["kind"], "after": r["after"]}
+        for r in sorted(rows[1:], key=lambda r: r["key"])
+    }
+
+
+# A step row as inserted (BLOCKED, revision 1, no activation), in ``store.read_steps``' shape.
+_NEW_STEP: dict[str, Any] = {
+    "state": S.BLOCKED, "revision": 1, "activation_id": None, "activation_sequence": None, "task_id": None,
+    "act_state": None, "act_input": MISSING, "act_output": MISSING, "act_error": MISSING, "task_attempts": None,
+    "child_instance_id": None, "activated_at": None, "completed_at": None, "poll_used_rounds": None,
+    "poll_first_round": None, "poll_first_round_attempts_used": None, "poll_round_attempts": None,
+    "poll_deadline_at": None, "poll_last_task_id": None, "poll_current_task_id": None, "poll_next_at": None,
+    "poll_resolved_at": None,
+}  # fmt: skip
 
 
 def insert_activation(

@@ -7,11 +7,11 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import events
+from app.engine import events, quotas
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many, maybe, one, states
-from app.sql import run
+from app.sql import defer, run
 
 S = TaskState
 OPEN = states(TASK_OPEN)
@@ -21,34 +21,36 @@ TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.act
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired"""
 _DONE = "completed_at = now(), updated_at = now(), lease_expires_at = NULL"
-_EVENT_COLS = "RETURNING id, instance_id, step_key, activation_id, purpose"
+_EVENT_COLS = "RETURNING id, namespace_id, queue, instance_id, step_key, activation_id, purpose"
 
 
 def _task_event(conn: Connection, event_type: str, row: Any) -> None:
+    """An open task closed (completed, failed, timed out, cancelled): its event and its quota count."""
+    quotas.task(conn, row.namespace_id, row.queue, -1)
     events.emit(
         conn, row.instance_id, event_type, task_id=row.id, step_key=row.step_key, activation_id=row.activation_id,
         purpose=row.purpose,
     )  # fmt: skip
 
 
-def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> Any:
-    """A PENDING task; returns its ``deadline_at`` (now + ``timeout`` seconds)."""
-    deadline = run(
+def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
+    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds (sent with the transaction's next
+    statement: nothing reads it back before)."""
+    defer(
         conn,
         f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, poll_round, deadline_at, purpose)
 VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
     now() + make_interval(secs => :timeout), :purpose)
-RETURNING deadline_at
 """,
         {"round": None, "purpose": "STEP", "output": None, **row},
-    ).scalar_one()
+    )
+    quotas.task(conn, row["ns"], row["queue"], +1)
     events.emit(
         conn, row["inst"], "task.created", task_id=row["id"], step_key=row["key"], activation_id=row["act"],
         queue=row["queue"], purpose=row.get("purpose", "STEP"),
     )  # fmt: skip
-    return deadline
 
 
 _CLAIM = text(
@@ -134,6 +136,17 @@ def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -
         return False
     _task_event(conn, "task.timed_out", row)
     return True
+
+
+def postpone_deadlines(conn: Connection, instance_id: str, by: Any) -> None:
+    """An instance resumed after a pause of ``by`` (an interval): its open tasks' deadlines move on by it
+    (L-PAUSE-1: a suspended deadline keeps its remainder). No state changes."""
+    run(
+        conn,
+        "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
+        "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+        {"i": instance_id, "by": by},
+    )
 
 
 def return_expired(conn: Connection, limit: int) -> int:

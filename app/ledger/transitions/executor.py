@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.rows import dict_row
@@ -59,8 +59,8 @@ def insert_final_attempts(
 
 # L-STATE-3 backoff: base * 2^(attempts-1), one delay capped.
 BACKOFF_SQL = (
-    "LEAST(CAST(:backoff_base AS double precision) * power(2, GREATEST(j.attempts, 1) - 1), "
-    "CAST(:backoff_cap AS double precision)) * interval '1 second'"
+    "LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), "
+    "CAST(:backoff_cap AS float8)) * interval '1s'"
 )
 
 
@@ -127,7 +127,7 @@ def _claimed_sql() -> str:
         attempts = j.attempts + 1,
         lease_token = gen_random_uuid(),
         execution_deadline = now() + j.execution_timeout_ms * interval '1 millisecond',
-        lease_until = LEAST(now() + CAST(:lease_seconds AS double precision) * interval '1 second',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
                             now() + j.execution_timeout_ms * interval '1 millisecond'),
         attempt_id = nextval('{ATTEMPT_ID_SEQUENCE}'), worker_id = :worker_id, attempt_started_at = now(),
         updated_at = now()
@@ -215,7 +215,7 @@ class Settlement:
 _SETTLE_CTES = f"""input AS (
     SELECT * FROM json_to_recordset(CAST(:items AS json))
         AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
-             retry_after double precision)
+             retry_after float8)
 ), prior AS (
     -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
     -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
@@ -234,7 +234,7 @@ _SETTLE_CTES = f"""input AS (
             ELSE 'dead' END,
         run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
                       THEN now() + GREATEST({BACKOFF_SQL}, LEAST(COALESCE(u.retry_after, 0),
-                                    CAST(:backoff_cap AS double precision)) * interval '1 second')
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
                       ELSE j.run_at END,
         result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
         last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
@@ -258,7 +258,7 @@ _SETTLE_CTES = f"""input AS (
     -- would let the pool's generic plan read every running job through the partial running-lease
     -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
     WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
-    RETURNING j.id, j.status, u.token
+    RETURNING j.id, j.status, j.run_at, u.token
 ), closed AS (
     {
     insert_final_attempts(
@@ -320,10 +320,17 @@ def _settle_and_claim_sql(order: str, limit: int) -> str:
     # CTEs are exactly those of settle() and claim(). They touch disjoint rows (settle: this
     # executor's ``running`` jobs; claim: ``pending`` ones), and all CTEs see one snapshot, so a job
     # settled back to ``pending`` (retry with backoff) is not re-claimed by the same pass.
+    #
+    # ``next_due_in``: seconds until the earliest pending job of the queue that is not due yet (a timer,
+    # a backoff, a deadline), read through the due-order claim index in the statement's snapshot, or one
+    # this pass just settled back to pending with a backoff (the snapshot does not show that write); the
+    # pool sleeps until then instead of a whole short poll, so delayed work starts on time. NULL: none.
     return f"""
 WITH {_SETTLE_CTES}, {_picked_sql(order, limit)}, {_claimed_sql()}
-SELECT s.settled_ids, s.settled_statuses, c.*
-FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses FROM settled) s
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
 LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
 ORDER BY c.priority, c.run_at, c.id
 """
@@ -332,6 +339,14 @@ ORDER BY c.priority, c.run_at, c.id
 @lru_cache(maxsize=64)
 def _pg_settle_and_claim_sql(by_due: bool, limit: int) -> str:
     return _pyformat(_settle_and_claim_sql(_BY_DUE if by_due else _BY_PRIORITY, limit))
+
+
+class Pass(NamedTuple):
+    """What one pool pass did and learned."""
+
+    settled: dict[int, str]  # job id -> new status, for the settlements that still owned their job
+    claimed: list[dict[str, Any]]
+    next_due_in: float | None  # seconds until the queue's next pending job is due (None: none waits)
 
 
 def settle_and_claim(
@@ -345,12 +360,13 @@ def settle_and_claim(
     by_due: bool,
     backoff_base: float,
     backoff_cap: float,
-) -> tuple[dict[int, str], list[dict[str, Any]]]:
+) -> Pass:
     """settle(items) and claim(limit) in ONE prepared statement on a raw psycopg connection in
     autocommit mode (see PG_SESSION_OPTIONS), i.e. one transaction and one round trip per pool pass.
 
-    Returns ``({job_id: new_status} of the settlements that still owned their job, claimed jobs)``;
-    the guards are those of settle() and claim()."""
+    Returns the ``Pass``: ``{job_id: new_status}`` of the settlements that still owned their job, the
+    claimed jobs, and the seconds until the queue's next pending job falls due; the guards are those of
+    settle() and claim()."""
     params = _settle_params(items, backoff_base, backoff_cap)
     params.update(queue=queue, worker_id=worker_id, lease_seconds=lease_seconds)
     sql = _pg_settle_and_claim_sql(by_due, max(0, limit))
@@ -360,12 +376,14 @@ def settle_and_claim(
     rows = [dict(zip(names, t, strict=True)) for t in tuples]
     first = rows[0]
     ids, statuses = first.pop("settled_ids"), first.pop("settled_statuses")
+    due = first.pop("next_due_in")  # an interval
+    next_due_in = None if due is None else due.total_seconds()
     settled = dict(zip(ids, statuses, strict=True)) if ids else {}
     if first["id"] is None:  # nothing claimed: the one row only carries the settlements
-        return settled, []
+        return Pass(settled, [], next_due_in)
     for r in rows[1:]:
-        del r["settled_ids"], r["settled_statuses"]
-    return settled, rows
+        del r["settled_ids"], r["settled_statuses"], r["next_due_in"]
+    return Pass(settled, rows, next_due_in)
 
 
 # --------------------------------------------------------------------------- lease renewal (no status change)

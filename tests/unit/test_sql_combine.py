@@ -1,0 +1,54 @@
+"""``app.sql.combine``: consecutive deferred writes become one statement of data-modifying CTEs, their
+parameters renamed apart; any other statement keeps its place (issue 27)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.sql import combine
+
+
+def test_consecutive_writes_are_one_statement_and_a_select_keeps_its_place() -> None:
+    got = combine(
+        [
+            ("INSERT INTO a (x) VALUES (:x) RETURNING y", {"x": 1}),
+            ("  update b SET x = :x WHERE k = CAST(:k AS text)", {"x": 2, "k": "q"}),
+            ("SELECT pg_advisory_xact_lock(:k)", {"k": 7}),
+            ("DELETE FROM c WHERE x = :x", {"x": 3}),
+        ]
+    )
+    assert got == [
+        (
+            "WITH w0 AS (INSERT INTO a (x) VALUES (:w0_x) RETURNING y), "
+            "w1 AS (  update b SET x = :w1_x WHERE k = CAST(:w1_k AS text)) SELECT 1",
+            {"w0_x": 1, "w1_x": 2, "w1_k": "q"},
+        ),
+        ("SELECT pg_advisory_xact_lock(:k)", {"k": 7}),
+        ("DELETE FROM c WHERE x = :x", {"x": 3}),
+    ]
+
+
+def test_casts_and_literal_colons_are_not_parameters() -> None:
+    (sql, params), = combine([("INSERT INTO a VALUES (:x, 'a::b', now()::text)", {"x": 1}),
+                              ("INSERT INTO b VALUES (:x)", {"x": 2})])  # fmt: skip
+    assert (
+        sql
+        == "WITH w0 AS (INSERT INTO a VALUES (:w0_x, 'a::b', now()::text)), w1 AS (INSERT INTO b VALUES (:w1_x)) SELECT 1"
+    )
+    assert params == {"w0_x": 1, "w1_x": 2}
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["INSERT", "UPDATE", "DELETE", "SELECT"]), st.integers()), max_size=12)
+)
+def test_every_statement_and_parameter_is_kept_once_in_order(stmts: list[tuple[str, int]]) -> None:
+    given_ = [(f"{verb} t{i} :p", {"p": v}) for i, (verb, v) in enumerate(stmts)]
+    out = combine(given_)
+    text = " ".join(sql for sql, _ in out)
+    positions = [text.index(f"t{i} ") for i in range(len(given_))]
+    assert positions == sorted(positions)  # in order
+    assert sorted(v for _, p in out for v in p.values()) == sorted(v for _, v in stmts)
+    for sql, params in out:  # every parameter a statement names is given, under that name
+        names = {n for n in params}
+        assert all(f":{n}" in sql for n in names)

@@ -1,0 +1,43 @@
+"""A workflow start in steady state costs at most 10 SQL statements, authentication included (issue 27):
+counted as the psycopg cursor executions they are (transaction control aside)."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+from tests.engine.helpers import publish
+
+DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
+       "steps": [{"key": "a", "kind": "TASK", "queue": "st.q"}, {"key": "b", "kind": "TASK", "queue": "st.q",
+                                                                 "after": ["a"]}]}  # fmt: skip
+
+
+def test_a_start_is_at_most_ten_statements(client, token, clean, monkeypatch):  # noqa: ANN001
+    bearer = token("workflows:start", "workflows:read", "tasks:submit", namespace="stmts")
+    from app.auth import ensure_namespace
+    from app.db import transaction
+
+    with transaction(clean) as conn:
+        ns = ensure_namespace(conn, "stmts")
+    def_id = publish(clean, ns, DOC)
+    body = {"definition_id": def_id, "version": "v1", "input": {}}
+
+    def start() -> None:
+        h = {"Authorization": f"Bearer {bearer}", "Idempotency-Key": uuid.uuid4().hex}
+        r = client.post("/v1/workflows", json=body, headers=h)
+        assert r.status_code == 201, r.get_data(as_text=True)
+
+    start()  # the pinned version is cached from now on
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        sent.append(str(query)[:80])
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    start()
+    monkeypatch.undo()
+    assert len(sent) <= 10, sent
