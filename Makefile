@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install bytecode run test fuzz bench bench-webhooks chaos lint format clean services-stop
+.PHONY: install bytecode run test fuzz screenshots bench bench-webhooks chaos lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ fuzz: $(STAMP) bytecode
 	LEDGERFLOW_FUZZ_RANDOM=1 LEDGERFLOW_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} \
 	LEDGERFLOW_SCHEMATHESIS_EXAMPLES=$${FUZZ_EXAMPLES:-100} PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- \
 	$(BIN)/python -m pytest -q tests/security/test_api8_fuzz_every_parameter.py tests/web/test_fuzz.py $(PYTEST_ARGS)
+
+# every console page at 1280 and 390 px into docs/console/ (the browser suite, axe-core included)
+screenshots: $(STAMP) bytecode
+	rm -f docs/console/*.png
+	LEDGERFLOW_SCREENSHOTS=docs/console PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest tests/browser -q
 
 bench: $(STAMP) bytecode
 	$(BIN)/pip install --disable-pip-version-check -q -e ".[test,bench]"

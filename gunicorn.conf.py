@@ -20,6 +20,7 @@ from web.gunicorn_conf import (  # noqa: E402 - after the patching, on purpose
     graceful_timeout,  # noqa: F401 - gunicorn's setting
     header_timeout,
     logconfig_dict,  # noqa: F401 - gunicorn's logging
+    on_starting,  # noqa: F401 - a gunicorn hook
     post_worker_init,  # noqa: F401 - a gunicorn hook
 )
 

@@ -264,10 +264,14 @@ RETURNING created_at, expires_at
     )
 
 
-_LIVE = """
-SELECT c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues, c.platform
+# The credential columns a ``Principal`` is made of (``principal_of``) and the condition of a live
+# credential, also for the reads that join them (the console's server-side sessions, ``app.sessions``).
+PRINCIPAL_COLUMNS = "c.id, c.name, c.namespace_id, n.name AS namespace, c.scopes, c.queues, c.platform"
+LIVE_CREDENTIAL = "c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now())"
+_LIVE = f"""
+SELECT {PRINCIPAL_COLUMNS}
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
-WHERE c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_at > now()) AND """
+WHERE {LIVE_CREDENTIAL} AND """
 _AUTH = text(_LIVE + "c.token_hash = :hash")
 _ACTING = text(_LIVE + "c.id = :id")
 
@@ -282,10 +286,11 @@ def authenticate(conn: Connection, token: str) -> Principal | None:
 def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
     """The principal of the live token whose SHA-256 is ``token_hash`` (the console session keeps the
     hash, never the token), or None when it is unknown or revoked."""
-    return _principal(run(conn, _AUTH, {"hash": token_hash}).first())
+    return principal_of(run(conn, _AUTH, {"hash": token_hash}).first())
 
 
-def _principal(row: Any) -> Principal | None:
+def principal_of(row: Any) -> Principal | None:
+    """The principal of a row with ``PRINCIPAL_COLUMNS`` (None for no row)."""
     if row is None:
         return None
     return Principal(
@@ -304,7 +309,7 @@ def acting_principal(conn: Connection, credential_id: str | None) -> Principal |
 
     Rules, schedules and subscriptions act later on behalf of the credential that set them up (issue
     29); each time they act they ask this, so a revoked author's rule stops."""
-    return _principal(run(conn, _ACTING, {"id": credential_id}).first()) if credential_id else None
+    return principal_of(run(conn, _ACTING, {"id": credential_id}).first()) if credential_id else None
 
 
 def authority_problem(

@@ -109,3 +109,16 @@ idempotency_receipts = Table(
     UniqueConstraint("scope", "route", "key", name="uq_idempotency_receipts_key"),
 )
 Index("ix_idempotency_receipts_created", idempotency_receipts.c.created_at)
+
+# The operator console's sessions (``app.sessions``): the SHA-256 of the cookie's random
+# session id, the credential it authenticates, its expiry. Logout deletes the row.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id", Text, primary_key=True),  # sha256 hex of the session id
+    Column("credential_id", Text, ForeignKey("credentials.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+Index("ix_console_sessions_credential", console_sessions.c.credential_id, console_sessions.c.created_at)
+Index("ix_console_sessions_expires", console_sessions.c.expires_at)

@@ -356,7 +356,7 @@ HTTP_HEADER_TIMEOUT = _web.declare("LEDGERFLOW_HTTP_HEADER_TIMEOUT", 5, integer(
 HTTP_IDLE_TIMEOUT = _web.declare("LEDGERFLOW_HTTP_IDLE_TIMEOUT", 15.0, number(0.5, 3600), "seconds a connection may make no progress while its body is read or its answer written, then it is closed (a body cut short answers 400); keep it above LEDGERFLOW_HTTP_HEADER_TIMEOUT")
 DEVELOPMENT_CURSOR_SECRET = "ledgerflow-cursor-v1"  # public: refused in production (production_problems)
 CURSOR_SECRET = _web.declare("LEDGERFLOW_CURSOR_SECRET", DEVELOPMENT_CURSOR_SECRET, TEXT, "key that signs list cursors; set one per deployment (32 characters or more)", shown="a public development key")
-SECRET_KEY = _web.declare("LEDGERFLOW_SECRET_KEY", None, TEXT, "signs the console's session cookie and CSRF tokens; the same value for every `web` process", shown="— (a random key per process, with a warning)")
+SECRET_KEY = _web.declare("LEDGERFLOW_SECRET_KEY", None, TEXT, "signs the console's session cookie and CSRF tokens; the same value for every `web` process of a deployment; production refuses to start without one of 32 characters or more", shown="— (`make run`: one kept in `.data/console-secret-key`; the Procfile's gunicorn master: one for its workers)")
 
 _observability = Section("Logs, metrics and traces", "every process")
 LOG_LEVEL = _observability.declare("LOG_LEVEL", "INFO", one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "log level of the server processes")
@@ -508,8 +508,8 @@ def is_production() -> bool:
 def production_problems() -> list[str]:
     """What makes this environment unfit to serve in production (``LEDGERFLOW_ENV=production``): the
     cursor signing key left at its built-in default (anyone could forge cursors), and no console session
-    key (each gunicorn worker would make its own: a login on one worker is unknown to the next).
-    Development (the default) needs no setting."""
+    key (each web process would make its own: a session of one is refused by the others). Development
+    (the default) needs no setting."""
     if not is_production():
         return []
     problems = []
@@ -522,9 +522,8 @@ def production_problems() -> list[str]:
         )
     if len(SECRET_KEY.raw() or "") < MIN_SECRET_CHARS:
         problems.append(
-            "LEDGERFLOW_SECRET_KEY is unset or shorter than 32 characters: in production the console's "
-            "session cookies and CSRF tokens must be signed with one key shared by every web process (without "
-            "it each gunicorn worker makes its own and a login works on one worker only). Set one, e.g. "
+            "LEDGERFLOW_SECRET_KEY is unset or shorter than 32 characters: every web process of a deployment "
+            "must sign console sessions with the same key of your own. Set one, e.g. "
             "LEDGERFLOW_SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
         )
     return problems

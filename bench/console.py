@@ -1,11 +1,14 @@
-"""``python -m bench.console``: server time of the console's job list page with 100,000 jobs.
+"""``python -m bench.console``: server time of the console's job list and of the workflow page of a
+100-step instance, with 1,000,000 jobs in the ledger (the target: under 300 ms each).
 
 Creates and drops its own database (``lf_bench_<random>``) on the server of ``DATABASE_URL``, fills
 ``workflow_jobs`` with ``--jobs`` rows (a mix of statuses, types and errors over the last day) and
 ``--attempts`` attempt rows in the last hour (so the runtime status panel on top of the page has real
-work), logs in to ``/console`` with an operator credential through the Flask test client (no network:
-what is timed is the server's work, from request to rendered HTML) and prints the median / p95 / max
-of ``--repeat`` loads of each page variant. Printed, never asserted (see bench/README.md).
+work), runs a workflow of ``--steps`` TASK steps for real (ten parallel chains; most steps done, the
+rest active, so the page has activations, task attempts, events and audit rows to show), logs in to
+``/console`` with a platform-wide operator credential through the Flask test client (no network: what
+is timed is the server's work, from request to rendered HTML) and prints the median / p95 / max of
+``--repeat`` loads of each page. Printed, never asserted (see bench/README.md).
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ VARIANTS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--attempts", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args()
@@ -73,7 +77,7 @@ def main() -> None:
 
 def run(dsn: str, args: argparse.Namespace) -> None:
     os.environ["DATABASE_URL"] = dsn
-    from app.auth import Scope, create_credential
+    from app.auth import ALL_SCOPES, create_credential
     from app.db import transaction
     from app.migrate import upgrade
     from app.settings import get_settings
@@ -88,18 +92,22 @@ def run(dsn: str, args: argparse.Namespace) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE workflow_jobs, workflow_job_executions")
     with transaction() as conn:
-        token = create_credential(
-            conn, namespace="bench", name="monitor", scopes=[Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE]
-        ).token
+        issued = create_credential(conn, namespace="bench", name="operator", scopes=sorted(ALL_SCOPES),
+                                   platform=True)  # fmt: skip
+        token = issued.token
+    log(f"running a workflow of {args.steps} steps")
+    workflow_id = run_workflow(issued.namespace_id, args.steps)
     app = create_app()
     client = app.test_client()
     page = client.get("/console/login").get_data(as_text=True)
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
     assert client.post("/console/login", data={"token": token, "csrf_token": csrf}).status_code == 302
-    print(f"\nconsole job list, {args.jobs:,} jobs, {args.attempts:,} attempts in the last hour; "
+    print(f"\nconsole pages, {args.jobs:,} jobs, {args.attempts:,} attempts in the last hour; "
           f"server time per page load (ms), {args.repeat} loads each; load {loadavg()}")  # fmt: skip
-    print(f"{'page':<28} {'median':>8} {'p95':>8} {'max':>8} {'rows':>5}")
-    for name, url in VARIANTS.items():
+    print(f"{'page':<34} {'median':>8} {'p95':>8} {'max':>8} {'rows':>5}")
+    variants = {**VARIANTS, "runtime status panel (own request)": "/console/jobs/status-panel",
+                f"workflow page ({args.steps} steps)": f"/console/workflows/{workflow_id}"}  # fmt: skip
+    for name, url in variants.items():
         for _ in range(3):  # warm the connection pool and the caches
             client.get(url)
         times = []
@@ -109,9 +117,12 @@ def run(dsn: str, args: argparse.Namespace) -> None:
             r = client.get(url)
             times.append((time.perf_counter() - t0) * 1000)
             assert r.status_code == 200, r.status_code
-            rows = r.get_data(as_text=True).count('name="job_ids"')
+            body = r.get_data(as_text=True)
+            rows = (
+                body.count('name="job_ids"') if "/jobs" in url else body.count("/steps/")
+            )  # rows / step links
         print(
-            f"{name:<28} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} {max(times):8.1f} {rows:>5}"
+            f"{name:<34} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} {max(times):8.1f} {rows:>5}"
         )
     cursor_page = client.get("/console/jobs").get_data(as_text=True)
     nxt = re.search(r'rel="next" href="([^"]+)"', cursor_page)
@@ -122,8 +133,43 @@ def run(dsn: str, args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             client.get(url)
             times.append((time.perf_counter() - t0) * 1000)
-        print(f"{'second page (cursor)':<28} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
+        print(f"{'second page (cursor)':<34} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
               f"{max(times):8.1f}")  # fmt: skip
+
+
+def run_workflow(namespace_id: str, steps: int) -> str:
+    """A ``steps``-step workflow run for real through the engine: ten parallel chains of TASK steps;
+    every claimed task but the last one of each chain is completed (so most steps are done, some
+    active), each completion advancing the instance as a worker's would."""
+    from app.db import transaction
+    from app.engine import definitions, instances, tasks
+    from app.settings import TASK_LEASE_SECONDS
+
+    chains = 10
+    doc_steps = []
+    for i in range(steps):
+        chain, pos = i % chains, i // chains
+        after = [f"c{chain}-s{pos - 1}"] if pos else []
+        doc_steps.append({"key": f"c{chain}-s{pos}", "kind": "TASK", "queue": "bench-q", "after": after})
+    with transaction() as conn:
+        d = definitions.create_definition(conn, namespace_id, "bench-100-steps", None)
+        definitions.publish_version(conn, namespace_id, d["id"], {"version": "v1", "input_schema": {},
+                                    "deadline_seconds": 86400, "steps": doc_steps})  # fmt: skip
+        inst = instances.start_workflow(conn, namespace_id, {"definition_id": d["id"], "version": "v1",
+                                        "input": {"order": "bench"}})  # fmt: skip
+    done = 0
+    while done < steps - chains:
+        with transaction() as conn:
+            claimed = tasks.claim(conn, namespace_id, ["bench-q"], 16, TASK_LEASE_SECONDS.get())
+        if not claimed:
+            break
+        for t in claimed:
+            if done >= steps - chains:
+                break
+            with transaction() as conn:
+                tasks.complete(conn, namespace_id, t["id"], t["epoch"], {"step": t["step_key"], "ok": True})
+            done += 1
+    return inst["id"]
 
 
 if __name__ == "__main__":

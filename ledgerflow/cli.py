@@ -266,10 +266,10 @@ def dev(port: int | None, host: str | None) -> None:
     """What `make run` runs: services, migrations, then every long-running Procfile process until
     Ctrl-C or SIGTERM (which give each process 25 s to stop, as on Heroku)."""
     from app.migrate import upgrade
-    from app.settings import BIND_HOST, PORT, get_settings
+    from app.settings import BIND_HOST, PORT, SECRET_KEY, get_settings
     from ledgerflow import procfile
     from ledgerflow.client import server_url
-    from ledgerflow.devenv import ROOT, ensure_environment
+    from ledgerflow.devenv import ROOT, ensure_environment, session_key
 
     os.environ["PORT"] = str(port or PORT.get())
     if host:
@@ -281,6 +281,8 @@ def dev(port: int | None, host: str | None) -> None:
     _refuse_port_in_use(bound, web_port)  # before anything starts (a second `make run`)
     ensure_environment()
     ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
+    if not SECRET_KEY.is_set():  # one console session key for every web worker, kept across restarts
+        os.environ[SECRET_KEY.name] = session_key()
     upgrade(get_settings().database_url)
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"

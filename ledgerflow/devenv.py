@@ -11,6 +11,7 @@ neither. Used only when DATABASE_URL / REDIS_URL are unset; data lives under ``.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -209,6 +210,28 @@ def discover_environment() -> dict[str, str]:
             env["REDIS_URL"] = url
     os.environ.update(env)
     return env
+
+
+SESSION_KEY_FILE = "console-secret-key"
+
+
+def session_key() -> str:
+    """The development console session key, made once and kept under ``.data/`` (mode 0600, never
+    committed: ``.data/`` is ignored): ``ledgerflow dev`` passes it to every web process as
+    ``LEDGERFLOW_SECRET_KEY``, so sessions survive a restart and every gunicorn worker accepts them."""
+    path = data_dir() / SESSION_KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if len(key) >= 32:
+            return key
+        path.unlink()  # empty or cut short (a crash while writing): make a new one
+        return session_key()
+    key = secrets.token_urlsafe(48)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
 
 
 def stop_embedded() -> None:

@@ -1,11 +1,17 @@
-"""The instance lookup of W-API-1 for the workflow blueprints, as the request's credential sees it
-(``app.engine.operations.visible_instance``)."""
+"""Helpers shared by the workflow blueprints and the console: the instance and task lookups of W-API-1
+and X-TASK for the calling principal, the queue rules and the audit row of a start."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import Connection
 
-from app.engine.operations import visible_instance
+from app import audit
+from app.auth import Principal, Scope, missing_permission_message
+from app.engine import instances, tasks
+from app.engine.operations import check_queue_scope, visible_instance
+from app.errors import PermissionDenied
 from web.auth import current_principal
 
 
@@ -13,3 +19,44 @@ def load_instance(conn: Connection, instance_id: str) -> dict:
     """W-API-1: an instance of the caller's namespace whose pinned definition's queues are all in
     the credential's scope; anything else is 404."""
     return visible_instance(conn, current_principal(), instance_id)
+
+
+def start_queue_check(principal: Principal) -> Callable[[list[str]], None]:
+    """The check of a definition's task queues when this principal starts it (now or later, through a
+    schedule): a definition with queues also needs ``tasks:submit`` and every queue in the scope."""
+
+    def check(queues: list[str]) -> None:
+        if queues and not principal.has(Scope.TASKS_SUBMIT):
+            raise PermissionDenied(
+                "this definition uses task queues: " + missing_permission_message([Scope.TASKS_SUBMIT])
+            )
+        check_queue_scope(principal, queues)
+
+    return check
+
+
+def start_audit(principal: Principal, request_id: str) -> Callable[[Connection, dict], None]:
+    """The ``on_created`` of a start (``instances.start_workflow``): its ``workflow.start`` audit row,
+    written as soon as the instance row exists, so it precedes the audit of its first activations."""
+
+    def record(conn: Connection, created: dict) -> None:
+        audit.record(
+            conn,
+            principal=principal,
+            request_id=request_id,
+            action="workflow.start",
+            target_type="workflow",
+            target_id=created["id"],
+            workflow_id=created["id"],
+            after=instances.instance_view(created),
+        )
+
+    return record
+
+
+def task_in_scope(conn: Connection, task_id: str) -> dict:
+    """X-TASK: a task of the caller's namespace on a queue in the credential's scope; else 404."""
+    principal = current_principal()
+    task = tasks.read_task(conn, task_id, principal.namespace_id)
+    check_queue_scope(principal, [task["queue"]])
+    return task

@@ -19,7 +19,10 @@ Connection timeouts (docs/operations.md "Serving model"): a client holds a worke
 """
 
 import math
+import os
+import secrets
 import signal
+import sys
 
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
@@ -52,6 +55,20 @@ class TimeoutGeventWorker(GeventWorker):
     def handle(self, listener, client, addr):  # noqa: ANN001, ANN201 - gunicorn's signature
         client.settimeout(idle_timeout())
         super(GeventWorker, self).handle(listener, client, addr)  # the async worker's loop, not setblocking
+
+
+def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn's hook signature
+    """In the master, before any worker: production refuses to start on a missing key, one line per
+    problem and no traceback; in development without ``LEDGERFLOW_SECRET_KEY`` the master makes one
+    that every worker inherits, so a console session made by one worker is valid in the other
+    (`ledgerflow dev` passes one kept under .data/, which also survives restarts)."""
+    problems = settings.production_problems()
+    if problems:
+        sys.stderr.write("".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n"
+                                 for p in problems))  # fmt: skip
+        raise SystemExit(1)  # in the master, before any worker exists
+    if not settings.is_production() and not settings.SECRET_KEY.is_set():
+        os.environ[settings.SECRET_KEY.name] = secrets.token_urlsafe(48)  # inherited by the forked workers
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature

@@ -5,7 +5,6 @@ Reads and previews need ``workflow:instance:monitor``; retry, skip and replay ne
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +32,16 @@ from schemas.jobs import (
     SkipBody,
 )
 from web.auth import current_principal, require_platform, requires
-from web.http import json_response, ok, request_id, success
+from web.http import ok, request_id, success
+from web.jobs_common import (
+    bundle_download,
+    clusters_of,
+    job_filter,
+    job_id_arg,
+    replay_filter,
+    trace_id_arg,
+)
+from web.jobs_common import scope as _scope
 from web.meta import doc
 from web.mutation import Replay, idempotent, mutation
 from web.strict import body, query
@@ -45,19 +53,6 @@ TAGS = ["job ledger"]
 JOB_ID = {"id": {"type": "string", "pattern": JOB_ID_PATTERN}}
 TRACE_ID = {"traceId": {"type": "string", "minLength": 1, "maxLength": 256}}
 Result = envelope(ANY, "OperationResponse")
-
-
-def job_id_arg(raw: str) -> int:
-    job_id = ops.parse_job_id(raw)
-    if job_id is None:
-        raise InvalidArgument("job id must be a positive decimal integer", field="id")
-    return job_id
-
-
-def trace_id_arg(raw: str) -> str:
-    if not raw or len(raw) > 256:
-        raise InvalidArgument("trace id must be 1-256 characters", field="traceId")
-    return raw
 
 
 def _read(fn: Callable[[Connection], Any]) -> Any:
@@ -83,41 +78,6 @@ def _ids(raw: list[str]) -> list[int]:
             raise InvalidArgument("job id out of range", field=f"job_ids[{i}]")
         out.append(job_id)
     return out
-
-
-def job_filter(query: dict[str, Any]) -> ops.JobFilter:
-    """The list filter of a loaded ``JobListQuery`` (the API route and the console)."""
-    return ops.JobFilter(
-        types=query.get("type", ()),
-        statuses=query.get("status", ()),
-        instance_id=query.get("instance_id"),
-        trace_id=query.get("trace_id"),
-        keyword=query.get("keyword"),
-        created_from=query.get("created_from"),
-        created_to=query.get("created_to"),
-        min_age_seconds=query.get("min_age_seconds"),
-        max_age_seconds=query.get("max_age_seconds"),
-        namespace_id=_scope(),
-    )
-
-
-def replay_filter(b: dict[str, Any]) -> replay.ReplayFilter:
-    return replay.ReplayFilter(
-        statuses=tuple(b.get("statuses") or replay.REPLAYABLE),
-        types=tuple(dict.fromkeys(b.get("types") or ())),
-        instance_id=b.get("instance_id"),
-        trace_id=b.get("trace_id"),
-        error_keyword=b.get("error_keyword"),
-        error_pattern=b.get("error_pattern"),
-        min_age_seconds=b.get("min_age_seconds"),
-        max_age_seconds=b.get("max_age_seconds"),
-        namespace_id=_scope(),
-    )
-
-
-def _scope() -> str | None:
-    """The namespace whose jobs the caller reaches (None: a platform-wide operator credential)."""
-    return current_principal().job_namespace
 
 
 # --------------------------------------------------------------------------- reads
@@ -161,20 +121,6 @@ def failure_clusters(query: dict[str, Any]) -> Response:
     return ok(_read(lambda c: clusters_of(c, query)))
 
 
-def clusters_of(conn: Connection, query: dict[str, Any]) -> dict[str, Any]:
-    """The failure clusters of a loaded ``ClusterQuery`` (the API route and the console)."""
-    return replay.failure_clusters(
-        conn,
-        group_by=query.get("group_by", ("reason", "type")),
-        types=query.get("type", ()),
-        statuses=query.get("status", replay.REPLAYABLE),
-        instance_id=query.get("instance_id"),
-        trace_id=query.get("trace_id"),
-        limit=query["limit"],
-        namespace_id=_scope(),
-    )
-
-
 @bp.get("/jobs/<id>")
 @requires(MONITOR)
 @doc(summary="One job with every attempt of every generation, receipts and side-effect marker",
@@ -195,24 +141,12 @@ def job_chain(traceId: str) -> Response:  # noqa: N803
     return ok(_read(lambda c: ops.chain(c, trace_id, namespace_id=ns)))
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
 @bp.get("/jobs/chain/<traceId>/diagnostic-bundle")
 @requires(MONITOR)
 @doc(summary="Diagnostic bundle of a trace (downloadable JSON attachment)", tags=TAGS,
      response=DiagnosticBundleSchema, path_params=TRACE_ID)  # fmt: skip
 def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
     return bundle_download(trace_id_arg(traceId))
-
-
-def bundle_download(trace_id: str) -> Response:
-    """The diagnostic bundle of a trace as a JSON attachment (the API route and the console)."""
-    ns = _scope()
-    bundle = _read(lambda c: ops.diagnostic_bundle(c, trace_id, request_id=request_id(), namespace_id=ns))
-    stamp = bundle["exported_at"].strftime("%Y%m%dT%H%M%SZ")
-    name = f"ledgerflow-trace-{_UNSAFE.sub('_', trace_id)[:80]}-{stamp}.json"
-    return json_response(bundle, 200, {"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 @bp.post("/jobs/replay-preview")

@@ -10,8 +10,6 @@ from flask import Blueprint
 
 from app.auth import Scope
 from app.db import get_engine
-from app.engine.operations import check_queue_scope
-from app.errors import PermissionDenied
 from app.integrations import schedules
 from schemas.schedules import (
     CreateScheduleRequest,
@@ -27,6 +25,7 @@ from schemas.schedules import (
     UpdateScheduleRequest,
 )
 from web.auth import current_principal, requires
+from web.engine_common import start_queue_check
 from web.http import ok, request_id, success
 from web.meta import doc
 from web.mutation import idempotent, mutation
@@ -37,10 +36,7 @@ ERRORS_WRITE = (400, 401, 403, 404, 409, 415)
 
 
 def _check_queues(queues: list[str]) -> None:
-    principal = current_principal()
-    if queues and not principal.has(Scope.TASKS_SUBMIT):
-        raise PermissionDenied("this definition uses task queues: tasks:submit is also required")
-    check_queue_scope(principal, queues)
+    start_queue_check(current_principal())(queues)
 
 
 @bp.post("/v1/schedules")

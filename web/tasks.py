@@ -28,6 +28,7 @@ from schemas.tasks import (
     TaskResultResponse,
 )
 from web.auth import current_principal, requires
+from web.engine_common import task_in_scope
 from web.http import ok, success
 from web.meta import doc
 from web.mutation import NothingYet, Replay, idempotent, mutation
@@ -82,13 +83,6 @@ def _claimed(t: dict) -> dict:
         "deadline_at": view["deadline_at"],
         **({"poll_round": t["poll_round"]} if t["poll_round"] is not None else {}),
     }
-
-
-def task_in_scope(conn, task_id: str) -> dict:  # noqa: ANN001
-    principal = current_principal()
-    task = tasks.read_task(conn, task_id, principal.namespace_id)
-    check_queue_scope(principal, [task["queue"]])
-    return task
 
 
 @bp.post("/v1/tasks/<task_id>/heartbeat")

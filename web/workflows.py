@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app import audit
-from app.auth import Scope, missing_permission_message
+from app.auth import Scope
 from app.db import get_engine
 from app.engine import instances, views
-from app.engine.operations import check_queue_scope
-from app.errors import PermissionDenied
 from app.observability import tracing
 from schemas.workflows import (
     InstancePageResponse,
@@ -21,7 +18,7 @@ from schemas.workflows import (
     StepsResponse,
 )
 from web.auth import current_principal, requires
-from web.engine_common import load_instance
+from web.engine_common import load_instance, start_audit, start_queue_check
 from web.http import ok, request_id, success
 from web.meta import doc
 from web.mutation import idempotent, mutation
@@ -44,33 +41,13 @@ bp = Blueprint("workflows", __name__)
 def start_workflow(body: dict):  # noqa: ANN201
     principal = current_principal()
 
-    def check_queues(queues: list[str]) -> None:
-        if queues and not principal.has(Scope.TASKS_SUBMIT):
-            raise PermissionDenied(
-                "this definition uses task queues: " + missing_permission_message([Scope.TASKS_SUBMIT])
-            )
-        check_queue_scope(principal, queues)
-
-    def audit_start(conn, created: dict) -> None:  # noqa: ANN001
-        # written as soon as the instance row exists, so it precedes the audit of its first activations
-        audit.record(
-            conn,
-            principal=principal,
-            request_id=request_id(),
-            action="workflow.start",
-            target_type="workflow",
-            target_id=created["id"],
-            workflow_id=created["id"],
-            after=instances.instance_view(created),
-        )
-
     def work(conn):  # noqa: ANN001, ANN202
         inst = instances.start_workflow(
             conn,
             principal.namespace_id,
             body,
-            check_queues=check_queues,
-            on_created=audit_start,
+            check_queues=start_queue_check(principal),
+            on_created=start_audit(principal, request_id()),
             trace_id=tracing.current_trace_id(),  # tracing on: the ledger trace id = the OTel trace id
         )
         view = instances.instance_view(inst)

@@ -161,16 +161,12 @@ TIME_FILTERS = {
 }
 
 
-def list_instances(
-    conn: Connection,
-    namespace_id: str,
-    filters: dict[str, Any],
-    limit: int,
-    cursor: str | None,
-    allowed_queues: tuple[str, ...] | None,
-) -> dict:
+def _list_where(
+    namespace_id: str, filters: dict[str, Any], allowed_queues: tuple[str, ...] | None
+) -> tuple[list[str], dict[str, Any]]:
+    """The list's conditions (the API's filters, the credential's queue scope) and their parameters."""
     where = ["namespace_id = :ns"]
-    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
+    params: dict[str, Any] = {"ns": namespace_id}
     for k in ("state", "paused", "definition_id", "version", "business_key", "schedule_id"):
         if k in filters:
             where.append(f"{k} = :{k}")
@@ -185,6 +181,33 @@ def list_instances(
     if allowed_queues is not None:
         where.append("queues <@ CAST(:allowed AS text[])")
         params["allowed"] = list(allowed_queues)
+    return where, params
+
+
+def count_instances(
+    conn: Connection,
+    namespace_id: str,
+    filters: dict[str, Any],
+    allowed_queues: tuple[str, ...] | None,
+    cap: int,
+) -> int:
+    """How many instances ``list_instances`` would page through, counted up to ``cap + 1``."""
+    where, params = _list_where(namespace_id, filters, allowed_queues)
+    params["cap"] = cap + 1
+    sql = f"SELECT count(*) FROM (SELECT 1 FROM workflow_instances WHERE {' AND '.join(where)} LIMIT :cap) t"
+    return int(run(conn, sql, params).scalar_one())
+
+
+def list_instances(
+    conn: Connection,
+    namespace_id: str,
+    filters: dict[str, Any],
+    limit: int,
+    cursor: str | None,
+    allowed_queues: tuple[str, ...] | None,
+) -> dict:
+    where, params = _list_where(namespace_id, filters, allowed_queues)
+    params["limit"] = limit + 1
     binding = {"ns": namespace_id, "filters": {k: str(v) for k, v in sorted(filters.items())}}
     if cursor is not None:
         pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)

@@ -1,301 +1,333 @@
-"""The console in headless Chromium: log in, filter the job list, retry a dead job with a reason and
-see it succeed, preview a replay, pause and resume a workflow (and see a stale revision's conflict),
-complete a human task and see the workflow move on, a monitor-only credential sees no action and gets
-403 posting anyway, a forged CSRF token is refused. Each page is screenshot at 1280 px and 390 px."""
+"""The console in headless Chromium against the Procfile's ``web`` (gunicorn, 2 gevent workers, no
+LEDGERFLOW_SECRET_KEY set): 20 logins in a row; logout kills a copied cookie; a session that expires
+while the status panel refreshes lands on the login page; the workflow page of a running, a failed, a
+compensated and a NEEDS_REVIEW workflow; the forms (errors in place, input kept); search; a platform
+operator crossing namespaces; live refresh pausing while a form is filled; axe-core at 1280 and 390 px
+on every page with screenshots of each (``make screenshots`` writes them to docs/console/; that test
+runs first, so the screenshots show the scenario before the other tests act on it).
+
+Waits are for conditions with generous deadlines (the machine may be busy); nothing asserts a duration."""
 
 from __future__ import annotations
 
-import time
+import os
+import re
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from sqlalchemy import text
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from app.auth import ALL_SCOPES, Scope, create_credential
-from app.db import get_engine, transaction
-from app.ids import new_id
-from app.ledger import handlers
-from app.ledger.enqueue import enqueue
-from app.ledger.outcome import PermanentError
-from app.ledger.pool import LedgerPool
-from app.ledger.states import Pool
-from ledgerflow.client import Client
+from app.auth import Scope, create_credential
+from app.db import transaction
+from tests.browser.conftest import PHONE, WIDE, _children, axe_violations, login, overflow
+from tests.console_scenario import Scenario, pages, sql
 
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="the playwright package is missing: make install"
-)
-Browser, BrowserContext, Page, expect = (
-    sync_api.Browser,
-    sync_api.BrowserContext,
-    sync_api.Page,
-    sync_api.expect,
-)
-WIDE, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+CSRF_RE = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture(scope="module")
-def namespace() -> str:
-    return "console-" + uuid.uuid4().hex[:8]
+def admin(browser: Browser, live_url: str, scenario: Scenario) -> Iterator[BrowserContext]:
+    ctx = login(browser, live_url, scenario.tokens["admin"])
+    yield ctx
+    ctx.close()
 
 
-@pytest.fixture(scope="module")
-def tokens(namespace: str) -> dict[str, str]:
+def _credential(scopes: list[str], namespace: str, platform: bool = False) -> tuple[str, str]:
     with transaction() as conn:
-        return {
-            # platform-wide operators (--platform): the ledger's crafted jobs here have no instance
-            "admin": create_credential(conn, namespace=namespace, name="admin", scopes=sorted(ALL_SCOPES),
-                                       platform=True).token,
-            "monitor": create_credential(conn, namespace=namespace, name="monitor",
-                                         scopes=[Scope.ENGINE_MONITOR], platform=True).token,
-        }  # fmt: skip
+        c = create_credential(conn, namespace=namespace, name="b-" + uuid.uuid4().hex[:8], scopes=scopes,
+                              platform=platform)  # fmt: skip
+    return c.token, c.credential_id
 
 
-def _login(browser: Browser, url: str, token: str, viewport: dict[str, int] = WIDE) -> BrowserContext:
-    ctx = browser.new_context(viewport=viewport)
+def _check(page: Page, name: str, shots: Path | None, problems: list[str], phone: bool) -> None:
+    found = axe_violations(page)
+    problems += [f"{name} ({'390' if phone else '1280'} px): {v}" for v in found]
+    if phone and overflow(page):
+        problems.append(f"{name} (390 px): {overflow(page)} px wider than the screen")
+    if shots is not None:
+        page.screenshot(path=str(shots / f"{name}{'-phone' if phone else ''}.png"), full_page=True)
+
+
+def test_axe_and_screenshots_of_every_page_at_1280_and_390(browser, live_url, scenario, shots):
+    """Screenshots only when asked for (``make screenshots``): they cost more than the checks."""
+    problems: list[str] = []
+    errors: list[str] = []
+    shots = shots if os.environ.get("LEDGERFLOW_SCREENSHOTS") else None
+    anonymous = browser.new_context(viewport=WIDE)
+    page = anonymous.new_page()
+    page.goto(live_url + "/console/login")
+    _check(page, "login", shots, problems, phone=False)
+    anonymous.close()
+    for viewport, phone in ((WIDE, False), (PHONE, True)):
+        ctx = login(browser, live_url, scenario.tokens["admin"], viewport)
+        page = ctx.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        for name, path in pages(scenario):
+            page.goto(live_url + path)
+            expect(page.locator("h1")).to_have_count(1)
+            _check(page, name, shots, problems, phone)
+        ctx.close()
+    dark = login(browser, live_url, scenario.tokens["admin"], WIDE, color_scheme="dark")
+    page = dark.new_page()
+    for name, path in (("workflow-failed-dark", f"/console/workflows/{scenario.wf['failed']}"),
+                       ("jobs-dark", "/console/jobs")):  # fmt: skip
+        page.goto(live_url + path)
+        _check(page, name, shots, problems, phone=False)
+    dark.close()
+    assert problems == []
+    assert errors == []  # no CSP violation, no script error
+
+
+def test_twenty_logins_in_a_row_all_succeed(browser, live_url, scenario, procfile_web):
+    assert len(_children(procfile_web["pid"])) == 2  # the Procfile's two workers serve
+    for _ in range(20):  # a new browser context each time: its own connections, spread over the workers
+        ctx = login(browser, live_url, scenario.tokens["monitor"], then="/console/jobs/clusters", keep=True)
+        expect(
+            ctx.pages[0].get_by_role("heading", name="Failure clusters")
+        ).to_be_visible()  # a second request
+        ctx.close()
+    for _ in range(20):  # and without keep-alive: every request on a new connection
+        with httpx.Client(base_url=live_url, headers={"Connection": "close"}) as c:
+            form = c.get("/console/login")
+            token = CSRF_RE.search(form.text).group(1)
+            r = c.post("/console/login", data={"token": scenario.tokens["monitor"], "csrf_token": token})
+            assert r.status_code == 302 and r.headers["Location"] == "/console/"
+            assert c.get("/console/jobs/clusters").status_code == 200
+
+
+def test_logout_kills_a_captured_cookie(browser, live_url, scenario):
+    ctx = login(browser, live_url, scenario.tokens["monitor"])
+    captured = ctx.cookies()
     page = ctx.new_page()
-    page.goto(url + "/console/login")
+    page.goto(live_url + "/console/jobs/clusters")
+    page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    ctx.close()
+    thief = browser.new_context(viewport=WIDE)
+    thief.add_cookies(captured)
+    stolen = thief.new_page()
+    stolen.goto(live_url + "/console/jobs/clusters")
+    expect(stolen.get_by_role("heading", name="Log in")).to_be_visible()
+    assert "/console/login" in stolen.url
+    thief.close()
+
+
+def test_a_session_that_expires_during_the_panel_refresh_lands_on_the_login_page(browser, live_url, scenario):
+    token, cred = _credential([Scope.ENGINE_MONITOR], scenario.ns, platform=True)
+    ctx = login(browser, live_url, token)
+    page = ctx.new_page()
+    page.goto(live_url + "/console/jobs?status=dead")
+    with page.expect_response(lambda r: "/console/jobs/status-panel" in r.url and r.ok, timeout=60_000):
+        pass  # htmx (vendored, under the CSP) refreshes the panel by itself
+    sql(
+        "UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE credential_id = :c",
+        c=cred,
+    )
+    page.wait_for_url(re.compile(r"/console/login\?next="), timeout=60_000)
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    assert page.locator("h1").count() == 1 and page.locator("header.top").count() == 1
+    assert "status%3Ddead" in page.url or "status=dead" in page.url  # back to where it was after login
     page.get_by_label("API token").fill(token)
     page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("button", name="Log out")).to_be_visible()
-    page.close()
-    return ctx
-
-
-@pytest.fixture(scope="module")
-def admin(browser: Browser, live_url: str, tokens: dict[str, str]) -> Iterator[BrowserContext]:
-    ctx = _login(browser, live_url, tokens["admin"])
-    yield ctx
+    expect(page.get_by_role("heading", name="Job ledger")).to_be_visible()
+    assert "status=dead" in page.url
     ctx.close()
 
 
-@pytest.fixture(scope="module")
-def phone(browser: Browser, live_url: str, tokens: dict[str, str]) -> Iterator[BrowserContext]:
-    ctx = _login(browser, live_url, tokens["admin"], PHONE)
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
-def snap(phone: BrowserContext, shots: Path) -> Callable[[Page, str], None]:
-    """Screenshot a page at 1280 px and the same URL at phone width."""
-
-    def _snap(page: Page, name: str) -> None:
-        page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
-        small = phone.new_page()
-        small.goto(page.url)
-        small.screenshot(path=str(shots / f"{name}-phone.png"), full_page=True)
-        small.close()
-
-    return _snap
-
-
-def _run_pool(done: Callable[[], bool], timeout: float = 30.0) -> None:
-    from app.settings import get_settings
-
-    fast = replace(get_settings(), poll_seconds=0.1, renew_seconds=0.5, lease_seconds=5.0)
-    pool = LedgerPool(Pool.OUTBOUND, settings=fast, engine=get_engine(), worker_id=new_id())
-    pool.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while not done():
-            assert time.monotonic() < deadline, "the pool did not finish in time"
-            pool.nudge()
-            time.sleep(0.05)
-    finally:
-        pool.stop(timeout=10)
-
-
-def _status(job_id: int) -> str:
-    with get_engine().connect() as conn:
-        return conn.execute(
-            text("SELECT status FROM workflow_jobs WHERE id = :i"), {"i": job_id}
-        ).scalar_one()
-
-
-@pytest.fixture(scope="module")
-def dead_job() -> Iterator[int]:
-    """An event_dispatch job that died for real (its handler refused it once) and succeeds when retried."""
-    calls: list[int] = []
-
-    def handler(ctx) -> dict:  # noqa: ANN001
-        calls.append(1)
-        if len(calls) == 1:
-            raise PermanentError("receiver returned 410 Gone for order 42")
-        return {"delivered": True}
-
-    saved = handlers.registered()
-    handlers.register("event_dispatch", handler, replace=True)
-    with transaction() as conn:
-        job = enqueue(conn, "event_dispatch", {"event": "order.created", "order": 42}, max_attempts=3)
-    _run_pool(lambda: _status(job.id) == "dead")
-    yield job.id
-    handlers._handlers.clear()  # noqa: SLF001
-    handlers._handlers.update(saved)  # noqa: SLF001
-
-
-def test_login_filter_and_retry_a_dead_job_until_it_succeeds(admin, live_url, dead_job, snap):
+def test_the_workflow_page_answers_what_happened_and_why(admin, live_url, scenario):
     page = admin.new_page()
-    violations: list[str] = []
-    page.on("console", lambda m: violations.append(m.text) if m.type == "error" else None)
-    page.goto(live_url + "/console/jobs")
-    expect(page.locator("#status-panel")).to_contain_text("Dead")
-    with page.expect_response(lambda r: "/console/jobs/status-panel" in r.url and r.ok, timeout=10_000):
-        pass  # htmx (vendored, under the CSP) refreshes the panel by itself
-    assert violations == []  # no CSP violation, no script error
-    page.get_by_label("Status", exact=True).fill("dead")
-    page.get_by_role("button", name="Filter").click()
-    assert "status=dead" in page.url  # the filters live in the URL
-    row = page.get_by_role("link", name=str(dead_job), exact=True)
-    expect(row).to_be_visible()
-    snap(page, "jobs")
-    row.click()
-    expect(page.get_by_role("heading", name=f"Job {dead_job}")).to_contain_text("dead")
-    expect(page.locator("body")).to_contain_text("410 Gone")
-    snap(page, "job-dead")
-    form = page.locator("form", has=page.get_by_role("button", name="Retry job"))
-    form.get_by_label("Reason").fill("receiver fixed the route")
+    wf = scenario.wf
+    page.goto(live_url + f"/console/workflows/{wf['failed']}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("risk-check")
+    why = page.get_by_role("region", name="Why")
+    expect(why).to_contain_text("score service answered 503 twice")
+    expect(why.get_by_role("link", name="score")).to_be_visible()
+    expect(page.get_by_role("region", name="Input")).to_contain_text('"customer": "C-7"')
+    expect(page.get_by_role("img", name="Timeline of the workflow")).to_be_visible()
+    expect(page.get_by_role("img", name="Graph of the definition")).to_be_visible()
+    events = page.locator("#events + table details").first
+    expect(events).not_to_have_attribute("open", "")  # payloads folded
+    page.goto(live_url + f"/console/workflows/{wf['running']}")
+    steps = page.locator("#steps tbody tr")
+    expect(steps).to_have_count(3)
+    assert [steps.nth(i).locator("td").first.inner_text().split()[0] for i in range(3)] == [
+        "approve",
+        "cool_off",
+        "ship",
+    ]
+    expect(steps.nth(1)).to_contain_text("fires in")
+    assert "UTC" in steps.nth(1).locator("time").first.get_attribute("title")
+    page.goto(live_url + f"/console/workflows/{wf['compensated']}")
+    expect(page.get_by_role("region", name="Why")).to_contain_text("card declined")
+    expect(page.locator(".facts")).to_contain_text("DONE")
+    page.goto(live_url + f"/console/workflows/{wf['review']}")
+    expect(page.get_by_role("region", name="Why")).to_contain_text("Needs review")
+    expect(page.locator(".timeline-list")).to_contain_text("checked with the carrier, call 25")
+    expect(page.locator(".timeline-list")).to_contain_text("ticket:124")
+    page.get_by_role("link", name="Older entries →").click()
+    expect(page.locator(".timeline-list")).to_contain_text("freeze while the receipt is checked")
+    expect(page.get_by_role("form", name="Resolve a step in review")).to_be_visible()
+    page.close()
+
+
+def test_forms_show_errors_in_place_and_keep_the_input(admin, live_url, scenario):
+    page = admin.new_page()
+    page.goto(live_url + f"/console/workflows/start?definition_id={scenario.defs['order']}&version=v1")
+    form = page.get_by_role("form", name="Start a workflow")
+    form.get_by_label("Input JSON").fill('{"order_id": 7}')
     form.get_by_label("I confirm").check()
-    form.get_by_role("button", name="Retry job").click()
-    expect(page.locator(".flash")).to_contain_text(f"Job {dead_job} retried")
-    _run_pool(lambda: _status(dead_job) == "succeeded")
-    page.reload()
-    expect(page.get_by_role("heading", name=f"Job {dead_job}")).to_contain_text("succeeded")
-    expect(page.locator("table").nth(0)).to_contain_text("failed")  # generation 1's attempt is still listed
-    snap(page, "job-retried")
-    page.goto(live_url + "/console/charts")
-    expect(page.locator("svg.chart").first).to_be_visible()
-    snap(page, "charts")
-    page.goto(live_url + "/console/health")
-    expect(page.get_by_role("heading", name="Worker nodes")).to_be_visible()
-    snap(page, "health")
+    form.get_by_role("button", name="Start").click()
+    expect(form.locator(".field-error").first).to_be_visible()
+    expect(form.get_by_label("Input JSON")).to_have_value('{"order_id": 7}')
+    expect(page.locator("h1")).to_have_count(1)
+    form.get_by_label("Input JSON").fill('{"order_id": "W-1", "amount": 5}')
+    form.get_by_label("I confirm").check()
+    form.get_by_role("button", name="Start").click()
+    expect(page.locator(".flash")).to_contain_text("started")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("order-fulfilment")
+    # a job retried from its page, a batch without a selection refused in place with the filter kept
+    page.goto(live_url + f"/console/jobs/{scenario.dead_job}")
+    retry = page.get_by_role("form", name="Retry")
+    retry.get_by_label("Reason").fill("receiver fixed the route")
+    retry.get_by_label("I confirm").check()
+    retry.get_by_role("button", name="Retry job").click()
+    expect(page.locator(".flash")).to_contain_text(f"Job {scenario.dead_job} retried")
+    page.goto(live_url + "/console/jobs?status=dead,failed")
+    batch = page.locator("fieldset.actions")
+    batch.get_by_label("Reason").fill("noise")
+    batch.get_by_label("I confirm").check()
+    batch.get_by_role("button", name="Apply").click()
+    expect(page.locator(".field-error")).to_contain_text("select at least one job")
+    expect(page.get_by_label("Status", exact=True)).to_have_value("dead,failed")
+    # a human task claimed, a malformed output refused in place, then completed: the workflow moves on
+    page.goto(live_url + "/console/tasks")
+    page.get_by_role("button", name="Claim next on approvals").click()
+    expect(page.locator(".flash")).to_contain_text("Claimed task")
+    done = page.get_by_role("form", name=re.compile("Complete task"))
+    done.get_by_label("Output JSON").fill('{"approved": tru')
+    done.get_by_role("button", name="Complete").click()
+    expect(done.locator(".field-error")).to_contain_text("not valid JSON")
+    expect(done.get_by_label("Output JSON")).to_have_value('{"approved": tru')
+    done.get_by_label("Output JSON").fill('{"approved": true, "amount": 80.50}')
+    done.get_by_role("button", name="Complete").click()
+    expect(page.locator(".flash")).to_contain_text("completed")
+    page.goto(live_url + f"/console/workflows/{scenario.wf['awaiting']}")
+    expect(page.locator("#steps tbody tr").nth(1)).to_contain_text("fires in")
+    # a signal to the waiting step
+    page.goto(live_url + f"/console/workflows/{scenario.wf['signal']}/signal")
+    sig = page.get_by_role("form", name="Send a signal")
+    expect(sig.get_by_label("Correlation key")).to_have_value("B-2")
+    sig.get_by_label("Payload JSON").fill('{"received": true}')
+    sig.get_by_label("Reason", exact=True).fill("warehouse confirmed")
+    sig.get_by_label("I confirm").check()
+    sig.get_by_role("button", name="Send").click()
+    expect(page.locator(".flash")).to_contain_text("accepted: CONSUMED")
+    # a schedule paused with a reason; a subscription's secret rotated and shown once
+    page.goto(live_url + f"/console/schedules/{scenario.schedule_id}")
+    pause = page.get_by_role("form", name="Pause")
+    pause.get_by_label("Reason").fill("warehouse closed for inventory")
+    pause.get_by_label("I confirm").check()
+    pause.get_by_role("button", name="Pause").click()
+    expect(page.locator(".flash")).to_contain_text("Paused")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("paused")
+    page.goto(live_url + f"/console/integrations/subscriptions/{scenario.subscription_id}")
+    expect(page.locator("table").last).to_contain_text("HTTP 502")
+    rotate = page.get_by_role("form", name="Rotate the secret")
+    rotate.get_by_label("I confirm").check()
+    rotate.get_by_role("button", name="Rotate").click()
+    expect(page.get_by_role("status", name="New secret")).to_contain_text("whsec_")
+    page.goto(live_url + f"/console/integrations/subscriptions/{scenario.subscription_id}")
+    expect(page.get_by_role("status", name="New secret")).to_have_count(0)  # shown once
     page.close()
 
 
-def test_replay_preview_from_a_failure_cluster(admin, live_url, snap):
-    with transaction() as conn:
-        ids = [enqueue(conn, "webhook_delivery", {"n": i}).id for i in range(3)]
-        conn.execute(
-            text("UPDATE workflow_jobs SET status = 'dead', attempts = 5, last_error = 'connect timeout after '"
-                 " || id || ' ms', finished_at = now() WHERE id = ANY(:ids)"),
-            {"ids": ids},
-        )  # fmt: skip
-    page = admin.new_page()
-    page.goto(live_url + "/console/jobs/clusters")
-    cluster = page.locator("tr", has_text="webhook_delivery")
-    expect(cluster).to_contain_text("connect timeout after")
-    snap(page, "clusters")
-    cluster.get_by_role("link", name="Replay this cluster…").click()
-    expect(page.get_by_role("heading", name="Preview: 3 job(s) match")).to_be_visible()
-    snap(page, "replay-preview")
-    assert [_status(i) for i in ids] == ["dead"] * 3  # a preview changes nothing
-    page.close()
-
-
-@pytest.fixture(scope="module")
-def wf(live_url: str, tokens: dict[str, str]) -> Client:
-    return Client(live_url, tokens["admin"])
-
-
-def _start(wf: Client, steps: list[dict]) -> str:
-    d = wf.create_definition("console-" + uuid.uuid4().hex[:8])
-    wf.publish_version(
-        d["id"], {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": steps}
-    )
-    return wf.start_workflow(d["id"], "v1", {"order": 42}).instance.id
-
-
-def test_pause_and_resume_a_workflow_and_see_a_stale_revision(admin, live_url, wf, snap):
-    wid = _start(wf, [{"key": "approve", "kind": "TASK", "queue": "pause-q", "after": []}])
-    page = admin.new_page()
-    page.goto(live_url + "/console/workflows")
-    page.get_by_role("link", name=wid[:12] + "…").click()
-    snap(page, "workflow")
-    stale = admin.new_page()
-    stale.goto(page.url)  # loaded now, submitted after the pause below
+def test_control_needs_a_reason_a_confirmation_and_a_fresh_revision(admin, live_url, scenario):
+    wid = scenario.wf["running"]
+    page, stale = admin.new_page(), admin.new_page()
+    page.goto(live_url + f"/console/workflows/{wid}")
+    stale.goto(live_url + f"/console/workflows/{wid}")  # loaded now, submitted after the pause below
     control = page.get_by_role("form", name="Control")
+    control.get_by_label("Operation").select_option("CANCEL")
+    control.get_by_role("button", name="Apply").click()  # the browser refuses: reason and box are required
+    expect(page.locator(".flash")).to_have_count(0)
     control.get_by_label("Operation").select_option("PAUSE")
     control.get_by_label("Reason").fill("maintenance window")
+    control.get_by_label("I confirm").check()
     control.get_by_role("button", name="Apply").click()
     expect(page.locator(".flash")).to_contain_text("Pause applied")
     expect(page.locator("#wf-paused")).to_be_visible()
-    expect(page.locator(".timeline")).to_contain_text("workflow.control.pause")
-    s = stale.get_by_role("form", name="Control")
-    s.get_by_label("Operation").select_option("CANCEL")
-    s.get_by_label("Reason").fill("clicked on an old page")
-    s.get_by_role("button", name="Apply").click()
-    expect(stale.locator("h1")).to_contain_text("409")
-    snap(stale, "workflow-conflict")
-    stale.close()
+    old = stale.get_by_role("form", name="Control")
+    old.get_by_label("Operation").select_option("CANCEL")
+    old.get_by_label("Reason").fill("clicked on an old page")
+    old.get_by_label("I confirm").check()
+    with stale.expect_response(lambda r: r.url.endswith("/control")) as answer:
+        old.get_by_role("button", name="Apply").click()
+    assert answer.value.status == 409  # the conflict, in place, on the page as it is now
+    expect(stale.get_by_role("form", name="Control").locator(".form-error")).to_be_visible()
+    expect(stale.get_by_role("form", name="Control").get_by_label("Reason")).to_have_value(
+        "clicked on an old page"
+    )
+    assert sql("SELECT state FROM workflow_instances WHERE id = :i", i=wid)[0][0] == "WAITING"
     control = page.get_by_role("form", name="Control")
     control.get_by_label("Operation").select_option("RESUME")
     control.get_by_label("Reason").fill("window over")
+    control.get_by_label("I confirm").check()
     control.get_by_role("button", name="Apply").click()
     expect(page.locator(".flash")).to_contain_text("Resume applied")
     expect(page.locator("#wf-paused")).to_have_count(0)
-    assert wf.get_workflow(wid).state in ("RUNNING", "WAITING")
+    page.close()
+    stale.close()
+
+
+def test_search_by_id_from_the_header(admin, live_url, scenario):
+    page = admin.new_page()
+    page.goto(live_url + "/console/schedules")
+    for term, heading in ((str(scenario.dead_job), f"Job {scenario.dead_job}"),
+                          (scenario.wf["compensated"], "payment"),
+                          (scenario.business_key, "order-fulfilment"),
+                          (scenario.trace_id, "Trace chain")):  # fmt: skip
+        box = page.get_by_role("searchbox", name="Search by job id, workflow id, business key or trace id")
+        box.fill(term)
+        box.press("Enter")
+        expect(page.get_by_role("heading", level=1)).to_contain_text(heading)
     page.close()
 
 
-def test_complete_a_human_task_and_the_workflow_moves_on(admin, live_url, wf, snap):
-    wid = _start(wf, [
-        {"key": "review", "kind": "TASK", "queue": "humans", "after": []},
-        {"key": "ship", "kind": "TASK", "queue": "humans", "after": ["review"]},
-    ])  # fmt: skip
+def test_a_platform_operator_crosses_namespaces_without_a_404(admin, live_url, scenario):
+    page = admin.new_page()
+    responses: list[int] = []
+    page.on("response", lambda r: responses.append(r.status) if "/console/" in r.url else None)
+    page.goto(live_url + f"/console/jobs?instance_id={scenario.wf['other']}")
+    row = page.locator("tbody tr").first
+    expect(row).to_contain_text(scenario.other_ns)  # the namespace column
+    row.locator(f'a[href$="/console/workflows/{scenario.wf["other"]}"]').click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("other-tenant-flow")
+    expect(page.get_by_text("actions on it need a credential of that namespace")).to_be_visible()
+    page.goto(live_url + "/console/tasks")
+    page.get_by_label("Namespace (platform operator)").select_option(scenario.other_ns)
+    page.get_by_role("button", name="Switch").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text(scenario.other_ns)
+    expect(page.locator("tbody")).to_contain_text("b-queue")
+    page.goto(live_url + f"/console/workflows?ns={scenario.other_ns}")
+    page.locator("tbody a").first.click()
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    assert 404 not in responses
+    page.close()
+
+
+def test_live_refresh_pauses_while_a_form_is_filled(admin, live_url, scenario):
     page = admin.new_page()
     page.goto(live_url + "/console/tasks")
-    page.get_by_role("button", name="Claim next on humans").click()
-    expect(page.locator(".flash")).to_contain_text("Claimed task")
-    form = page.get_by_role("form", name="Complete task")
-    form.get_by_label("Output JSON").fill('{"approved": true, "amount": 12.50}')
-    snap(page, "tasks")
-    form.get_by_role("button", name="Complete").click()
-    expect(page.locator(".flash")).to_contain_text("completed")
-    page.goto(live_url + f"/console/workflows/{wid}")
-    steps = page.locator("table").first
-    expect(steps.locator("tr", has_text="review")).to_contain_text("SUCCEEDED")
-    expect(steps.locator("tr", has_text="ship")).to_contain_text("ACTIVE")
-    snap(page, "workflow-moved-on")
-    page.close()
-
-
-def test_monitor_only_sees_no_action_and_is_refused_when_posting(browser, live_url, tokens, dead_job, shots):
-    anonymous = browser.new_page(viewport=WIDE)
-    anonymous.goto(live_url + "/console/jobs")  # not logged in: the login page
-    expect(anonymous.get_by_label("API token")).to_be_visible()
-    anonymous.screenshot(path=str(shots / "login.png"))
-    anonymous.close()
-    ctx = _login(browser, live_url, tokens["monitor"])
-    page = ctx.new_page()
-    page.goto(live_url + f"/console/jobs/{dead_job}")
-    expect(page.get_by_role("heading", name=f"Job {dead_job}")).to_be_visible()
-    assert page.get_by_role("button", name="Retry job").count() == 0
-    assert page.get_by_role("button", name="Skip job").count() == 0
-    assert page.get_by_role("link", name="Workflows").count() == 0
-    page.goto(live_url + "/console/jobs")
-    assert page.get_by_text("Batch action").count() == 0
-    token = page.locator('input[name="csrf_token"]').first.input_value()
-    r = ctx.request.post(live_url + f"/console/jobs/{dead_job}/retry",
-                         form={"reason": "sneaky", "confirm": "yes", "csrf_token": token})  # fmt: skip
-    assert r.status == 403 and "workflow:engine:operate" in r.text()
-    assert ctx.request.get(live_url + "/console/workflows").status == 403
-    ctx.close()
-
-
-def test_a_forged_csrf_token_is_refused(admin, live_url):
-    with transaction() as conn:
-        job = enqueue(conn, "webhook_delivery", {"n": "csrf"}).id
-        conn.execute(text("UPDATE workflow_jobs SET status = 'dead', attempts = 5 WHERE id = :i"), {"i": job})
-    page = admin.new_page()
-    page.goto(live_url + f"/console/jobs/{job}")
-    form = page.locator("form", has=page.get_by_role("button", name="Retry job"))
-    form.locator('input[name="csrf_token"]').evaluate("el => el.value = 'forged'")
-    form.get_by_label("Reason").fill("should not happen")
-    form.get_by_label("I confirm").check()
-    form.get_by_role("button", name="Retry job").click()
-    expect(page.locator("h1")).to_contain_text("400")
-    expect(page.locator(".error")).to_contain_text("CSRF")
-    assert _status(job) == "dead"
+    seen: list[str] = []
+    page.on("request", lambda r: seen.append(r.url) if r.headers.get("hx-request") == "true" else None)
+    with page.expect_request(lambda r: r.headers.get("hx-request") == "true", timeout=60_000):
+        pass  # the task list refreshes itself
+    expect(page.locator("#tasks-live")).to_be_visible()
+    page.get_by_label("Namespace (platform operator)").focus()  # the operator is choosing something
+    seen.clear()
+    page.wait_for_timeout(12_000)  # more than two refresh periods
+    assert [u for u in seen if "/console/tasks" in u] == []
     page.close()

@@ -35,6 +35,7 @@ def test_production_refuses_the_development_cursor_key(monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "short")
     assert settings.production_problems()
     monkeypatch.setenv("LEDGERFLOW_CURSOR_SECRET", "x" * 48)
+    monkeypatch.setenv("LEDGERFLOW_SECRET_KEY", "k" * 48)  # the console's session key
     assert settings.production_problems() == []
     create_app()
     monkeypatch.setenv("LEDGERFLOW_ENV", "development")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from web.console.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, _nice_max, line_chart
+from web.console.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, _nice_max, hour_totals, line_chart
 
 
 def test_nice_max_rounds_up_to_1_2_5():
@@ -24,6 +24,14 @@ def test_a_gap_breaks_the_line_and_the_scale_fits_the_peak():
 
 def test_failure_rate_as_percent_and_empty_series():
     c = line_chart({"rate": [0.0, 0.75]}, percent=True)
-    assert c["ticks"][-1]["label"] == "100%" and c["last_labels"]["rate"] == "75%"
+    assert c["ticks"][-1]["label"] == "100%" and c["last_labels"]["rate"] == "75.0%"
     empty = line_chart({"rate": [None, None]}, percent=True)
     assert empty["lines"][0]["segments"] == [] and empty["last_labels"]["rate"] is None
+
+
+def test_measured_percentages_read_as_the_status_panel_prints_them():
+    c = line_chart({"rate": [0.310344827, None]}, percent=True)
+    assert c["last_labels"]["rate"] == "31.0%"  # one decimal, never 31.0345%
+    assert hour_totals([{"attempts": 13, "failed": 8}, {"attempts": 0, "failed": 0}]) == {
+        "attempts": 13, "failed": 8, "rate": 8 / 13}  # fmt: skip
+    assert hour_totals([])["rate"] is None

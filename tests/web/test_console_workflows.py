@@ -29,7 +29,7 @@ def test_resolve_needs_review_with_succeed_step(console, ops):  # noqa: F811
     unknown_outcome_job(wid, "receipt")
     ops.client.control_workflow(wid, "PAUSE", 1, "freeze")
     page = console.get(f"/console/workflows/{wid}")
-    assert page.status_code == 200 and b"Resolve NEEDS_REVIEW" in page.data
+    assert page.status_code == 200 and b"Resolve a step in review" in page.data
     form = {"action": "SUCCEED_STEP", "step_key": "receipt", "output": '{"amount": 12.50}',
             "reason": "it arrived", "evidence_ref": "ticket:9", "csrf_token": _csrf(page.data)}  # fmt: skip
     bad = console.post(f"/console/workflows/{wid}/recovery", data={**form, "output": "{nope"})
@@ -56,7 +56,7 @@ def test_stale_control_revision_is_a_409_and_changes_nothing(console, ops):  # n
     ops.client.control_workflow(wid, "PAUSE", 1, "someone else")
     r = console.post(
         f"/console/workflows/{wid}/control",
-        data={"operation": "CANCEL", "expected_control_revision": "1", "reason": "old page",
+        data={"operation": "CANCEL", "expected_control_revision": "1", "reason": "old page", "confirm": "yes",
               "csrf_token": _csrf(page.data)},
     )  # fmt: skip
     assert r.status_code == 409

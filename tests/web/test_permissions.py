@@ -32,7 +32,7 @@ LEDGER_ROUTES = [
 ]
 
 
-CONSOLE_SESSION = {"/console/", "/console/login", "/console/logout"}
+CONSOLE_SESSION = {"/console/", "/console/login", "/console/logout", "/console/search"}
 
 
 def test_every_route_declares_scopes_or_is_public(app):

@@ -10,13 +10,26 @@ from datetime import timedelta
 from flask import Flask, has_request_context, request
 from flask.sessions import SecureCookieSessionInterface
 
+from app import sessions
 from app.settings import SECRET_KEY
-from web.console import health, jobs, login, workflows
+from web.console import (
+    definitions,
+    forms,
+    health,
+    integrations,
+    jobs,
+    login,
+    schedules,
+    search,
+    tasks,
+    workflows,
+)
 from web.console.common import bp, csrf
 
 log = logging.getLogger(__name__)
-SESSION_HOURS = 8
-__all__ = ["health", "install", "jobs", "login", "workflows"]
+SESSION_HOURS = sessions.SESSION_SECONDS // 3600
+__all__ = ["definitions", "forms", "health", "install", "integrations", "jobs", "login", "schedules", "search",
+           "tasks", "workflows"]  # fmt: skip
 
 
 class _SessionInterface(SecureCookieSessionInterface):
@@ -27,10 +40,15 @@ class _SessionInterface(SecureCookieSessionInterface):
 
 
 def install(app: Flask) -> None:
+    # One key for every web process of a deployment: production refuses to start without it
+    # (app.settings.production_problems); `ledgerflow dev` keeps one under .data/ and the gunicorn master
+    # of the Procfile's `web` makes one for all its workers when none is set (web.gunicorn_conf).
     key = SECRET_KEY.get()
     if not key:
         key = secrets.token_hex(32)
-        log.warning("LEDGERFLOW_SECRET_KEY is not set: console sessions last only as long as this process")
+        log.warning(
+            "%s is not set: console sessions are signed with a key of this process only", SECRET_KEY.name
+        )
     app.secret_key = key
     app.config.update(
         SESSION_COOKIE_NAME="ledgerflow_console",

@@ -25,9 +25,10 @@ def _nice_max(peak: float) -> float:
     return 10 * scale
 
 
-def _label(value: float, unit: str, percent: bool) -> str:
+def _label(value: float, unit: str, percent: bool, *, exact: bool = False) -> str:
+    """An axis tick (``50%``) or, ``exact``, a measured value as the status panel prints it (``61.5%``)."""
     if percent:
-        return f"{value * 100:g}%"
+        return f"{value * 100:.1f}%" if exact else f"{value * 100:g}%"
     return f"{value:g}{unit}"
 
 
@@ -64,5 +65,14 @@ def line_chart(
     return {
         "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT, "top": TOP,
         "bottom": HEIGHT - BOTTOM, "ticks": ticks, "lines": lines, "samples": n,
-        "last_labels": {ln["name"]: None if ln["last"] is None else _label(ln["last"], unit, percent) for ln in lines},
+        "last_labels": {ln["name"]: None if ln["last"] is None else _label(ln["last"], unit, percent, exact=True)
+                        for ln in lines},
     }  # fmt: skip
+
+
+def hour_totals(series: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A pool's last hour in one figure, computed as the status panel computes it: failed attempts over
+    attempts (``None`` without attempts)."""
+    attempts = sum(int(b["attempts"]) for b in series)
+    failed = sum(int(b["failed"]) for b in series)
+    return {"attempts": attempts, "failed": failed, "rate": (failed / attempts) if attempts else None}

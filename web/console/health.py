@@ -18,8 +18,18 @@ from app.errors import NotFound
 from app.ledger import nodes, status
 from app.observability import metrics
 from schemas.jobs import SkipBody
-from web.console.charts import line_chart
-from web.console.common import bp, done, page, platform_view, principal, read, require_confirmation
+from web.console.charts import hour_totals, line_chart
+from web.console.common import (
+    bp,
+    done,
+    in_place,
+    page,
+    platform_view,
+    pool_name,
+    principal,
+    read,
+    require_confirmation,
+)
 from web.http import request_id
 
 MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
@@ -38,7 +48,7 @@ def _health(conn: Any) -> dict[str, Any]:
 @page(MONITOR)
 def health() -> str:
     platform_view()
-    return render_template("console/health.html", **read(_health))
+    return _health_page()
 
 
 def _reason() -> str:
@@ -49,61 +59,82 @@ def _reason() -> str:
     return reason
 
 
+def _health_page() -> str:
+    return render_template("console/health.html", **read(_health))
+
+
 @bp.post("/health/drain")
 @page(OPERATE)
 def run_drain() -> Response:
     platform_view()
-    out = operations.drain_now(principal(), _reason(), request_id=request_id())
-    if not out["ran"]:
-        return done(
-            "The drain is running elsewhere right now (its lock is held); nothing done here.",
-            "console.health",
+
+    def work() -> Response:
+        out = operations.drain_now(principal(), _reason(), request_id=request_id())
+        if not out["ran"]:
+            return done(
+                "The drain is running elsewhere right now (its lock is held); nothing done here.",
+                "console.health",
+            )
+        hinted = ", ".join(pool_name(q) for q in out["hinted_queues"]) or "no pool"
+        message = (
+            f"Drain ran: {out['reclaimed_to_pending']} job(s) back to pending, {out['reclaimed_to_dead']} dead, "
+            f"hints for {hinted}."
         )
-    hinted = ", ".join(out["hinted_queues"]) or "no queue"
-    message = (
-        f"Drain ran: {out['reclaimed_to_pending']} job(s) back to pending, {out['reclaimed_to_dead']} dead, "
-        f"hints for {hinted}."
-    )
-    return done(message, "console.health")
+        return done(message, "console.health")
+
+    return in_place("drain", ("reason", "confirm"), work, _health_page)
 
 
 @bp.post("/health/hints")
 @page(OPERATE)
 def publish_hints() -> Response:
     platform_view()
-    queues = list(operations.republish_hints(principal(), _reason(), request_id=request_id())["published"])
-    return done(
-        f"Wake hints re-published for {', '.join(queues) or 'no queue (nothing is due)'}.", "console.health"
-    )
+
+    def work() -> Response:
+        queues = list(
+            operations.republish_hints(principal(), _reason(), request_id=request_id())["published"]
+        )
+        pools = ", ".join(pool_name(q) for q in queues) or "no pool (nothing is due)"
+        return done(f"Wake hints re-published for {pools}.", "console.health")
+
+    return in_place("hints", ("reason", "confirm"), work, _health_page)
 
 
-@bp.get("/health/nodes/<node_id>")
-@page(MONITOR)
-def node(node_id: str) -> str:
-    platform_view()
+def _node_page(node_id: str) -> str:
     detail = read(lambda c: nodes.node_detail(c, node_id[:64]))
     if detail is None:
         raise NotFound("no such worker node")
     return render_template("console/node.html", node=detail)
 
 
+@bp.get("/health/nodes/<node_id>")
+@page(MONITOR)
+def node(node_id: str) -> str:
+    platform_view()
+    return _node_page(node_id)
+
+
 @bp.post("/health/nodes/<node_id>/reclaim")
 @page(OPERATE)
 def reclaim_node(node_id: str) -> Response:
     platform_view()
-    reason = _reason()
-    with transaction() as conn:
-        out = operations.reclaim_node(conn, principal(), node_id, reason, request_id=request_id())
-    return done(
-        f"Reclaimed {len(out['reclaimed'])} job(s) of node {node_id}.", "console.node", node_id=node_id
-    )
+
+    def work() -> Response:
+        reason = _reason()
+        with transaction() as conn:
+            out = operations.reclaim_node(conn, principal(), node_id, reason, request_id=request_id())
+        return done(
+            f"Reclaimed {len(out['reclaimed'])} job(s) of node {node_id}.", "console.node", node_id=node_id
+        )
+
+    return in_place("reclaim", ("reason", "confirm"), work, lambda: _node_page(node_id))
 
 
 @bp.get("/charts")
 @page(MONITOR)
 def charts() -> str:
     platform_view()
-    data = read(status.hour_series)
+    data, panel = read(lambda c: (status.hour_series(c), status.runtime_status(c)))
     charts_: list[dict[str, Any]] = []
     for pool, series in data["pools"].items():
         wait = line_chart({"P95": [b["p95"] for b in series], "P99": [b["p99"] for b in series]}, unit="s")
@@ -112,5 +143,6 @@ def charts() -> str:
             {"failure rate": [(b["failed"] / b["attempts"]) if b["attempts"] else None for b in series]},
             unit="", percent=True,
         )  # fmt: skip
-        charts_.append({"pool": pool, "wait": wait, "throughput": throughput, "failure": failure})
-    return render_template("console/charts.html", charts=charts_, bucket=data["bucket_seconds"])
+        charts_.append({"pool": pool_name(pool), "wait": wait, "throughput": throughput, "failure": failure,
+                        "hour": hour_totals(series)})  # fmt: skip
+    return render_template("console/charts.html", charts=charts_, bucket=data["bucket_seconds"], panel=panel)

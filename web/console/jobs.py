@@ -1,21 +1,24 @@
-"""Job ledger pages (SPEC L-UI-1, L-STATUS, L-OPS): the status panel, the filtered list with cursor
-paging, job detail, the trace chain and its bundle, retry / skip / batch, replay with preview, failure
-clusters. Requests are validated by the API's own schemas; actions call the same ``ops_actions``
-functions (which write the audit rows) inside one transaction."""
+"""Job ledger pages (SPEC L-UI-1, L-STATUS, L-OPS): the status panel, the filtered list with totals and
+previous / next paging (refreshing itself), job detail, the trace chain and its bundle, retry / skip /
+batch, replay with preview, failure clusters. Requests are validated by the API's own schemas; actions
+call the same ``ops_actions`` functions (which write the audit rows) inside one transaction. A refused
+filter or action shows the page again with the error beside its field and what was typed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from flask import Response, render_template, request
+from flask import Response, g, render_template, request
 from marshmallow import Schema
 from werkzeug.datastructures import MultiDict
 
 import schemas
 from app.auth import Scope
 from app.db import transaction
+from app.engine import lookup
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.ledger import ops, ops_actions, replay, status
@@ -30,21 +33,27 @@ from schemas.jobs import (
     SkipBody,
 )
 from web.console.common import (
+    FormState,
     bp,
+    can,
     clean_args,
     done,
+    in_place,
     job_scope,
     page,
+    pager,
     platform_view,
     principal,
     read,
     require_confirmation,
+    rfc3339_of_local,
 )
 from web.http import request_id
-from web.jobs import bundle_download, clusters_of, job_filter, job_id_arg, replay_filter, trace_id_arg
+from web.jobs_common import bundle_download, clusters_of, job_filter, job_id_arg, replay_filter, trace_id_arg
 
 MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 PAGE_SIZE = 50
+COUNT_CAP = 10_000  # totals are counted up to here ("10000+" beyond: a count of 1 M rows costs seconds)
 ALL_MATCHING_MAX = 500  # the batch bodies' own maximum (BatchRetryBody.job_ids)
 FILTER_FIELDS = ("type", "status", "instance_id", "trace_id", "keyword", "created_from", "created_to",
                  "min_age_seconds", "max_age_seconds")  # fmt: skip
@@ -52,17 +61,19 @@ REPLAY_LISTS = ("statuses", "types")
 REPLAY_INTS = ("min_age_seconds", "max_age_seconds", "sample_size", "rate", "limit")
 
 
-def _aware(value: str) -> str:
-    # <input type="datetime-local"> sends no zone; the form says UTC
-    return value if value.endswith("Z") or "+" in value[10:] or value[10:].count("-") else value + "Z"
-
-
 def parse_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
+    """The list filter of query fields (the API's schema validates them) and the values to show back in
+    the filter form (times in the ``datetime-local`` format, so the next Filter click keeps them)."""
     raw = {k: v for k, v in clean_args(args).items() if k in FILTER_FIELDS}
     for k in ("created_from", "created_to"):
         if k in raw:
-            raw[k] = _aware(raw[k])
-    return job_filter(schemas.load(JobListQuery(), raw)), raw
+            raw[k] = rfc3339_of_local(raw[k])
+    loaded = schemas.load(JobListQuery(), raw)
+    shown = dict(raw)
+    for k in ("created_from", "created_to"):
+        if k in loaded:
+            shown[k] = loaded[k].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return job_filter(loaded), shown
 
 
 def _actor(reason: str | None) -> ops_actions.Actor:
@@ -72,35 +83,59 @@ def _actor(reason: str | None) -> ops_actions.Actor:
 
 
 # --------------------------------------------------------------------------- reads
-@bp.get("/jobs")
-@page(MONITOR)
-def jobs() -> str:
-    f, raw = parse_filter(request.args)
-    cursor = request.args.get("cursor") or None
-    q = schemas.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
-    platform = job_scope() is None  # the runtime status is a platform-wide view
-    data = read(
-        lambda c: (
-            status.runtime_status(c) if platform else None,
-            ops.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor")),
-        )
+def _jobs_page(status_code: int = 200) -> tuple[str, int]:
+    args = (
+        request.args if request.method == "GET" else MultiDict(parse_qsl(request.form.get("filter_qs", "")))
     )
-    panel, listing = data
-    next_url = None
-    if listing.next_cursor:
-        next_url = "?" + urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "cursor"]
-                                   + [("cursor", listing.next_cursor)])  # fmt: skip
+    platform = job_scope() is None  # the runtime status is a platform-wide view
+    try:
+        f, shown = parse_filter(args)
+        cursor = args.get("cursor") or None
+        q = schemas.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
+    except InvalidArgument as exc:  # a refused filter: the form again, with the error beside the field
+        if g.get("form") is None:
+            g.form = FormState("filters", MultiDict(args), {e.field: [e.message] for e in exc.field_errors},
+                               None if exc.field_errors else exc.message)  # fmt: skip
+        f, shown, q, status_code = None, {k: v for k, v in args.items() if k in FILTER_FIELDS}, None, 400
+
+    def load(c: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"items": [], "next": None, "total": 0, "namespaces": {}}
+        if f is not None and q is not None:
+            listing = ops.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor"))
+            out.update(
+                items=listing.items, next=listing.next_cursor, total=lookup.count_jobs(c, f, COUNT_CAP)
+            )
+            out["namespaces"] = lookup.instance_namespaces(c, (j["instance_id"] for j in listing.items))
+        return out
+
+    data = read(load)
     return render_template(
         "console/jobs.html",
-        panel=panel,
-        items=listing.items,
-        next_url=next_url,
-        filters=raw,
-        filter_qs=urlencode([(k, v) for k, v in request.args.items(multi=True) if k in FILTER_FIELDS]),
+        platform=platform,
+        items=data["items"],
+        namespaces=data["namespaces"],
+        show_namespace=platform,
+        can_read_workflows=can(Scope.WORKFLOWS_READ),
+        pages=pager(
+            args,
+            data["next"],
+            len(data["items"]),
+            PAGE_SIZE,
+            data["total"],
+            COUNT_CAP,
+            uncounted=data["total"] is None,
+        ),
+        filters=shown,
+        filter_qs=urlencode([(k, v) for k, v in args.items(multi=True) if k in FILTER_FIELDS]),
         job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
         job_statuses=JobListQuery().fields["status"].choices,  # type: ignore[attr-defined]
-        first_page=cursor is None,
-    )
+    ), status_code
+
+
+@bp.get("/jobs")
+@page(MONITOR)
+def jobs() -> tuple[str, int]:
+    return _jobs_page()
 
 
 @bp.get("/jobs/status-panel")
@@ -110,18 +145,28 @@ def status_panel() -> str:
     return render_template("console/_status_panel.html", panel=read(status.runtime_status))
 
 
-@bp.get("/jobs/<id>")
-@page(MONITOR)
-def job(id: str) -> str:  # noqa: A002
-    job_id = job_id_arg(id)
+def _job_page(job_id: int) -> str:
     ns = job_scope()
-    detail = read(lambda c: ops.job_detail(c, job_id, ns))
+
+    def load(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        detail = ops.job_detail(c, job_id, ns)
+        return detail, lookup.instance_namespaces(c, [detail["instance_id"]])
+
+    detail, namespaces = read(load)
     return render_template(
         "console/job.html",
         job=detail,
+        instance_ns=namespaces.get(detail["instance_id"] or ""),
+        can_read_workflows=can(Scope.WORKFLOWS_READ),
         can_retry=ops_actions.retry_refusal(detail["status"], detail["attempts"]) is None,
         can_skip=ops_actions.skip_refusal(detail["status"]) is None,
     )
+
+
+@bp.get("/jobs/<id>")
+@page(MONITOR)
+def job(id: str) -> str:  # noqa: A002
+    return _job_page(job_id_arg(id))
 
 
 @bp.get("/chain/<trace_id>")
@@ -129,9 +174,15 @@ def job(id: str) -> str:  # noqa: A002
 def chain(trace_id: str) -> str:
     tid = trace_id_arg(trace_id)
     ns = job_scope()
-    return render_template(
-        "console/chain.html", chain=read(lambda c: ops.chain(c, tid, namespace_id=ns)), trace_id=tid
-    )
+
+    def load(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        ch = ops.chain(c, tid, namespace_id=ns)
+        ids = [i["id"] for i in ch.get("instances", [])] + [j["instance_id"] for j in ch["jobs"]]
+        return ch, lookup.instance_namespaces(c, ids)
+
+    ch, namespaces = read(load)
+    return render_template("console/chain.html", chain=ch, trace_id=tid, namespaces=namespaces,
+                           can_read_workflows=can(Scope.WORKFLOWS_READ), show_namespace=ns is None)  # fmt: skip
 
 
 @bp.get("/chain/<trace_id>/bundle")
@@ -153,18 +204,23 @@ def clusters() -> str:
     return render_template("console/clusters.html", data=data, group_by=q.get("group_by", ("reason", "type")))
 
 
-@bp.get("/jobs/replay")
-@page(MONITOR)
-def replay_page() -> str:
-    conditions = clean_args(request.args, lists=REPLAY_LISTS, ints=REPLAY_INTS)
-    conditions.pop("rate", None)
-    conditions.pop("limit", None)
-    asked = conditions.pop("preview", None) is not None
+def _replay_page(status_code: int = 200) -> tuple[str, int]:
+    source = request.args if request.method == "GET" else request.form
+    conditions = clean_args(source, lists=REPLAY_LISTS, ints=REPLAY_INTS)
+    for k in ("rate", "limit", "reason", "confirm", "csrf_token", "back"):
+        conditions.pop(k, None)
+    asked = conditions.pop("preview", None) is not None or request.method == "POST"
     preview = None
-    if conditions or asked:
-        body = schemas.load(ReplayPreviewBody(), conditions)
-        f = replay_filter(body)
-        preview = read(lambda c: replay.preview(c, f, sample_size=body["sample_size"]))
+    try:
+        if conditions or asked:
+            body = schemas.load(ReplayPreviewBody(), conditions)
+            f = replay_filter(body)
+            preview = read(lambda c: replay.preview(c, f, sample_size=body["sample_size"]))
+    except InvalidArgument as exc:
+        if g.get("form") is None:
+            g.form = FormState("conditions", MultiDict(request.args),
+                               {e.field: [e.message] for e in exc.field_errors}, None if exc.field_errors else exc.message)  # fmt: skip
+        status_code = 400
     conditions.pop("sample_size", None)
     return render_template(
         "console/replay.html",
@@ -172,20 +228,29 @@ def replay_page() -> str:
         conditions=conditions,
         job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
         replayable=replay.REPLAYABLE,
-    )
+    ), status_code
+
+
+@bp.get("/jobs/replay")
+@page(MONITOR)
+def replay_page() -> tuple[str, int]:
+    return _replay_page()
 
 
 # --------------------------------------------------------------------------- actions
 def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], verb: str) -> Response:
     """Retry or skip one job: the API's body schema, a confirmation, one transaction (audited)."""
     job_id = job_id_arg(raw_id)
-    b = schemas.load(schema(), {"reason": request.form.get("reason", "")})
-    require_confirmation(request.form)
-    with transaction() as conn:
-        job = act(conn, job_id, _actor(b.get("reason")))["job"]
-    return done(
-        f"Job {job_id} {verb}: now {job['status']}, generation {job['generation']}.", "console.job", id=job_id
-    )
+
+    def work() -> Response:
+        b = schemas.load(schema(), {"reason": request.form.get("reason", "")})
+        require_confirmation(request.form)
+        with transaction() as conn:
+            job = act(conn, job_id, _actor(b.get("reason")))["job"]
+        return done(f"Job {job_id} {verb}: now {job['status']}, generation {job['generation']}.",
+                    "console.job", id=job_id)  # fmt: skip
+
+    return in_place(verb, ("reason", "confirm"), work, lambda: _job_page(job_id))
 
 
 @bp.post("/jobs/<id>/retry")
@@ -218,26 +283,35 @@ def _matching_ids(filter_qs: str) -> list[str]:
 @page(OPERATE)
 def batch() -> Response:
     form = request.form
-    action = form.get("action")
-    if action not in ("retry", "skip"):
-        raise InvalidArgument("choose retry or skip", field="action")
-    ids = _matching_ids(form.get("filter_qs", "")) if form.get("scope") == "all" else form.getlist("job_ids")
-    if not ids:
-        raise InvalidArgument("select at least one job (or all matching)", field="job_ids")
-    raw = {"job_ids": ids, "reason": form.get("reason", "")}
-    if action == "retry":
-        raw.update({k: v for k, v in clean_args(form, ints=("rate",)).items() if k == "rate"})
-        b = schemas.load(BatchRetryBody(), raw)
-    else:
-        b = schemas.load(BatchSkipBody(), raw)
-    require_confirmation(form)
-    job_ids = [int(i) for i in b["job_ids"]]
-    with transaction() as conn:
+
+    def work() -> Response:
+        action = form.get("action")
+        if action not in ("retry", "skip"):
+            raise InvalidArgument("choose retry or skip", field="action")
+        ids = (
+            _matching_ids(form.get("filter_qs", ""))
+            if form.get("scope") == "all"
+            else form.getlist("job_ids")
+        )
+        if not ids:
+            raise InvalidArgument("select at least one job (or all matching)", field="job_ids")
+        raw = {"job_ids": ids, "reason": form.get("reason", "")}
         if action == "retry":
-            out = ops_actions.batch_retry(conn, job_ids, _actor(b["reason"]), rate=b["rate"])
+            raw.update({k: v for k, v in clean_args(form, ints=("rate",)).items() if k == "rate"})
+            b = schemas.load(BatchRetryBody(), raw)
         else:
-            out = ops_actions.batch_skip(conn, job_ids, _actor(b["reason"]))
-    return done(_batch_message(action, out), "console.jobs")
+            b = schemas.load(BatchSkipBody(), raw)
+        require_confirmation(form)
+        job_ids = [int(i) for i in b["job_ids"]]
+        with transaction() as conn:
+            if action == "retry":
+                out = ops_actions.batch_retry(conn, job_ids, _actor(b["reason"]), rate=b["rate"])
+            else:
+                out = ops_actions.batch_skip(conn, job_ids, _actor(b["reason"]))
+        return done(_batch_message(action, out), "console.jobs")
+
+    return in_place("batch", ("action", "job_ids", "scope", "rate", "reason", "confirm"), work,
+                    lambda: _jobs_page()[0])  # fmt: skip
 
 
 def _batch_message(action: str, out: dict[str, Any]) -> str:
@@ -248,12 +322,15 @@ def _batch_message(action: str, out: dict[str, Any]) -> str:
 @bp.post("/jobs/replay")
 @page(OPERATE)
 def replay_run() -> Response:
-    raw = clean_args(request.form, lists=REPLAY_LISTS, ints=REPLAY_INTS)
-    raw.pop("confirm", None)
-    raw.pop("csrf_token", None)
-    b = schemas.load(ReplayBody(), raw)
-    require_confirmation(request.form)
-    f = replay_filter(b)
-    with transaction() as conn:
-        out = ops_actions.replay(conn, f, _actor(b["reason"]), limit=b["limit"], rate=b["rate"])
-    return done(_batch_message("replay", out), "console.jobs", status="pending")
+    def work() -> Response:
+        raw = clean_args(request.form, lists=REPLAY_LISTS, ints=REPLAY_INTS)
+        for k in ("confirm", "csrf_token", "back"):
+            raw.pop(k, None)
+        b = schemas.load(ReplayBody(), raw)
+        require_confirmation(request.form)
+        f = replay_filter(b)
+        with transaction() as conn:
+            out = ops_actions.replay(conn, f, _actor(b["reason"]), limit=b["limit"], rate=b["rate"])
+        return done(_batch_message("replay", out), "console.jobs", status="pending")
+
+    return in_place("replay", ("rate", "limit", "reason", "confirm"), work, lambda: _replay_page()[0])

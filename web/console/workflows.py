@@ -1,96 +1,202 @@
-"""Workflow pages (W-CTL, X-RECOVER, X-HIST) and the human-task page (X-TASK). Validation is the API's
-schemas; control and recovery are the operator commands of ``app.engine.operations`` (the API's own
-calls, the same audit rows); tasks go through the task protocol functions."""
+"""Workflow pages (W-START-4, W-STEP, W-CTL, X-RECOVER, X-HIST, X-EVENT): the list with filters, totals
+and paging; the workflow page that answers "what happened and why" (definition name and version, input,
+output, the failure and the step it came from, steps in graph order with their timing, a timeline and
+the graph in SVG, events, signals and the audit timeline with "older" paging); a step's history; control
+and recovery with reason and confirmation.
+
+Scopes are the API's (``workflows:read`` and the action's own). A platform-wide operator also reads the
+workflows of every namespace (the namespace switcher; its ledger view already spans them, so no link it
+is shown leads to a 404); acting on a workflow stays with credentials of the workflow's namespace."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
-from flask import Response, render_template, request, session
+from flask import Response, g, render_template, request
+from sqlalchemy import Connection
+from werkzeug.datastructures import MultiDict
 
 import schemas
-from app import settings
+from app import audit
 from app.auth import Scope
 from app.db import transaction
-from app.engine import history, instances, operations, signals, tasks, views
+from app.engine import history, instances, lookup, operations, overview, signals
 from app.engine.control import OPERATIONS
-from app.engine.recovery import ACTIONS, RESOLUTIONS
-from app.errors import NotFound
-from schemas.tasks import ClaimRequest, CompleteRequest, FailRequest
+from app.engine.operations import check_queue_scope
+from app.engine.recovery import RESOLUTIONS
+from app.engine.states import TERMINAL
+from app.engine.store import MISSING
+from app.errors import InvalidArgument, NotFound
 from schemas.workflow_control import ControlRequest
 from schemas.workflow_history import RecoveryRequest
 from schemas.workflows import ListQuery
+from web.console import diagrams
 from web.console.common import (
-    CLAIMED_KEY,
-    MAX_CLAIMED,
+    FormState,
     bp,
     can,
     clean_args,
     done,
+    in_place,
     json_field,
     page,
+    pager,
     principal,
     read,
     require_confirmation,
+    rfc3339_of_local,
 )
-from web.engine_common import load_instance
 from web.http import request_id
-from web.tasks import task_in_scope
 
 READ = Scope.WORKFLOWS_READ
+PAGE_SIZE = 50
+COUNT_CAP = 10_000
 HISTORY_PAGE = 20
+EVENTS_PAGE = 50
 LIST_FIELDS = ("state", "paused", "definition_id", "version", "business_key", "business_key_prefix",
-               "created_after", "created_before")  # fmt: skip
+               "created_after", "created_before", "schedule_id")  # fmt: skip
+TIME_FIELDS = ("created_after", "created_before")
+STEP_ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP")
 
 
+# --------------------------------------------------------------------------- whose workflows
+def viewed_namespace(conn: Connection) -> dict[str, str]:
+    """The namespace whose workflows / tasks a page shows: the credential's own, or for a
+    platform-wide operator the one chosen with ``?ns=<name>`` (the switcher)."""
+    p = principal()
+    wanted = request.args.get("ns")
+    if not wanted or wanted == p.namespace:
+        return {"id": p.namespace_id, "name": p.namespace}
+    if not p.platform:
+        raise NotFound("no such namespace")
+    return lookup.namespace_by_name(conn, wanted)
+
+
+def switcher(conn: Connection) -> list[dict[str, str]] | None:
+    """The namespaces a platform-wide operator may switch between (None: no switcher)."""
+    return lookup.namespaces(conn) if principal().platform else None
+
+
+def readable_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
+    """An instance this credential may read (W-API-1; a platform-wide operator: of any namespace)."""
+    p = principal()
+    inst = lookup.instance_for(conn, instance_id, None if p.platform else p.namespace_id)
+    if not p.platform:
+        check_queue_scope(p, list(inst["queues"]))
+    return inst
+
+
+def acts_here(inst: dict[str, Any]) -> bool:
+    """Actions on a workflow are offered (and allowed) in its own namespace only, as in the API."""
+    return inst["namespace_id"] == principal().namespace_id
+
+
+# --------------------------------------------------------------------------- list
 @bp.get("/workflows")
 @page(READ)
-def workflows() -> str:
-    raw = {k: v for k, v in clean_args(request.args).items() if k in (*LIST_FIELDS, "cursor")}
-    q = schemas.load(ListQuery(), {"limit": "50", **raw})  # a query string, as the API reads it
+def workflows() -> tuple[str, int]:
+    raw = {k: v for k, v in clean_args(request.args).items() if k in LIST_FIELDS}
+    query = {k: (rfc3339_of_local(v) if k in TIME_FIELDS else v) for k, v in raw.items()}
+    cursor = request.args.get("cursor")
+    status_code = 200
+    try:
+        q = schemas.load(
+            ListQuery(), {"limit": str(PAGE_SIZE), **query, **({"cursor": cursor} if cursor else {})}
+        )
+    except InvalidArgument as exc:
+        g.form = FormState("filters", MultiDict(request.args), {e.field: [e.message] for e in exc.field_errors},
+                           None if exc.field_errors else exc.message)  # fmt: skip
+        q, status_code = None, 400
     p = principal()
-    data = read(
-        lambda c: instances.list_instances(c, p.namespace_id, q["filters"], q["limit"], q["cursor"], p.queues)
-    )
-    next_url = None
-    if data.get("next_cursor"):
-        kept = [(k, v) for k, v in raw.items() if k != "cursor"]
-        next_url = "?" + urlencode([*kept, ("cursor", data["next_cursor"])])
+
+    def load(c: Connection) -> dict[str, Any]:
+        ns = viewed_namespace(c)
+        queues = None if ns["id"] != p.namespace_id else p.queues
+        out: dict[str, Any] = {"ns": ns, "namespaces": switcher(c), "items": [], "next": None, "total": 0}
+        if q is not None:
+            page_ = instances.list_instances(c, ns["id"], q["filters"], q["limit"], q["cursor"], queues)
+            out.update(items=page_["items"], next=page_.get("next_cursor"),
+                       total=instances.count_instances(c, ns["id"], q["filters"], queues, COUNT_CAP))  # fmt: skip
+        out["names"] = lookup.definition_names(c, (i["definition_id"] for i in out["items"]))
+        return out
+
+    data = read(load)
     return render_template(
-        "console/workflows.html", items=data["items"], filters=raw, next_url=next_url, states=instances.STATES
-    )
+        "console/workflows.html", **data, filters=raw, states=instances.STATES,
+        pages=pager(request.args, data["next"], len(data["items"]), PAGE_SIZE, data["total"], COUNT_CAP),
+    ), status_code  # fmt: skip
 
 
-def _detail(conn: Any, instance_id: str) -> dict[str, Any]:
-    inst = load_instance(conn, instance_id)
+# --------------------------------------------------------------------------- the workflow page
+def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
+    inst = readable_instance(conn, instance_id)
+    steps = overview.steps_in_order(conn, inst)
+    now = overview.db_now(conn)
+    spans = overview.spans(conn, instance_id)
+    ns = lookup.instance_namespaces(conn, [instance_id]).get(instance_id, {})
     out: dict[str, Any] = {
+        "inst": inst,
         "instance": instances.instance_view(inst),
-        "steps": views.steps_view(conn, instance_id, inst["namespace_id"])["steps"],
+        "namespace": ns.get("namespace", ""),
+        "definition_name": lookup.definition_names(conn, [inst["definition_id"]]).get(
+            inst["definition_id"], ""
+        ),
+        "steps": steps,
+        "failure": _why(conn, inst, steps),
+        "graph": diagrams.graph(steps, overview.graph_layers(steps)),
+        "timeline": diagrams.timeline(
+            [s["key"] for s in steps], spans["activations"], spans["attempts"], now
+        ),
+        "spans_truncated": spans["truncated"],
         "signals": signals.list_signals(conn, inst, HISTORY_PAGE, None)["items"],
+        "events": history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None),
+        "now": now,
+        "has_output": inst["output"] is not MISSING,
+        "acts_here": acts_here(inst),
     }
     if can(Scope.WORKFLOWS_AUDIT_READ):
-        out["operations"] = history.operations(conn, inst, HISTORY_PAGE, None)["items"]
+        page_ = audit.list_entries(conn, inst["namespace_id"], workflow_id=instance_id, limit=HISTORY_PAGE,
+                                   cursor=request.args.get("audit") or None, kind="console_workflow_audit")  # fmt: skip
+        out["audit"] = {"items": page_.items, "next": page_.next_cursor}
     return out
+
+
+def _why(conn: Connection, inst: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The failure and its step; for a review without a step error, what the review is about."""
+    found = overview.failure(inst, steps)
+    cause = overview.review_cause(conn, inst)
+    if cause is not None and (found is None or not found.get("code")):
+        return {"code": cause["code"], "message": cause["message"], "step_key": cause["step_key"] or
+                (found or {}).get("step_key"), "detail": {"jobs": cause["jobs"]} if cause["jobs"] else {}}  # fmt: skip
+    return found
+
+
+def _workflow_page(instance_id: str) -> str:
+    d = read(lambda c: _detail(c, instance_id))
+    in_review = [s["key"] for s in d["steps"] if s["state"] == "NEEDS_REVIEW"]
+    return render_template(
+        "console/workflow.html", **d, operations_list=OPERATIONS, resolutions=RESOLUTIONS, step_actions=STEP_ACTIONS,
+        in_review=in_review, terminal=d["inst"]["state"] in TERMINAL,
+    )  # fmt: skip
 
 
 @bp.get("/workflows/<instance_id>")
 @page(READ)
 def workflow(instance_id: str) -> str:
-    d = read(lambda c: _detail(c, instance_id))
-    return render_template(
-        "console/workflow.html", **d, operations_list=OPERATIONS, actions=ACTIONS, resolutions=RESOLUTIONS
-    )
+    return _workflow_page(instance_id)
 
 
 @bp.get("/workflows/<instance_id>/steps/<key>")
 @page(READ)
 def workflow_step(instance_id: str, key: str) -> str:
-    def load(conn: Any) -> dict[str, Any]:
-        inst = load_instance(conn, instance_id)
+    def load(conn: Connection) -> dict[str, Any]:
+        inst = readable_instance(conn, instance_id)
+        steps = {s["key"]: s for s in overview.steps_in_order(conn, inst)}
+        if key not in steps:
+            raise NotFound("step not found")
         return {
             "instance": instances.instance_view(inst),
-            "step": views.step_view(conn, instance_id, inst["namespace_id"], key),
+            "step": steps[key],
             "activations": history.activations(conn, inst, key, HISTORY_PAGE, None)["items"],
             "rounds": history.rounds(conn, inst, key, HISTORY_PAGE, None)["items"],
         }
@@ -98,110 +204,43 @@ def workflow_step(instance_id: str, key: str) -> str:
     return render_template("console/step.html", **read(load))
 
 
+# --------------------------------------------------------------------------- actions
 @bp.post("/workflows/<instance_id>/control")
 @page(Scope.WORKFLOWS_CONTROL)
 def workflow_control(instance_id: str) -> Response:
-    req = schemas.load(
-        ControlRequest(),
-        {k: request.form.get(k, "") for k in ("operation", "expected_control_revision", "reason")},
-    )
-    with transaction() as conn:
-        view = operations.control_workflow(conn, principal(), instance_id, req, request_id=request_id())
-    paused = " (paused)" if view["paused"] else ""
-    return done(f"{req['operation'].capitalize()} applied: {view['state']}{paused}, control revision "
-                f"{view['control_revision']}.", "console.workflow", instance_id=instance_id)  # fmt: skip
+    def work() -> Response:
+        req = schemas.load(
+            ControlRequest(),
+            {k: request.form.get(k, "") for k in ("operation", "expected_control_revision", "reason")},
+        )
+        require_confirmation(request.form)
+        with transaction() as conn:
+            view = operations.control_workflow(conn, principal(), instance_id, req, request_id=request_id())
+        paused = " (paused)" if view["paused"] else ""
+        return done(f"{req['operation'].capitalize()} applied: {view['state']}{paused}, control revision "
+                    f"{view['control_revision']}.", "console.workflow", instance_id=instance_id)  # fmt: skip
+
+    return in_place("control", ("operation", "expected_control_revision", "reason", "confirm"), work,
+                    lambda: _workflow_page(instance_id))  # fmt: skip
 
 
 @bp.post("/workflows/<instance_id>/recovery")
 @page(Scope.WORKFLOWS_RECOVERY)
 def workflow_recovery(instance_id: str) -> Response:
     form = request.form
-    raw: dict[str, Any] = {k: form[k] for k in ("action", "step_key", "resolution", "reason", "evidence_ref")
-                           if form.get(k, "").strip()}  # fmt: skip
-    if raw.get("action") == "SUCCEED_STEP":
-        raw["output"] = json_field(form.get("output"), "output")
-    req = schemas.load(RecoveryRequest(), raw)
-    require_confirmation(form)
-    with transaction() as conn:
-        out = operations.recover_workflow(conn, principal(), instance_id, req, request_id=request_id())
-    return done(f"{req['action']} applied: the workflow is {out['instance']['state']}.", "console.workflow",
-                instance_id=instance_id)  # fmt: skip
+    name = "resolve-instance" if form.get("action") == "RESOLVE_INSTANCE" else "resolve-step"
 
+    def work() -> Response:
+        raw: dict[str, Any] = {k: form[k] for k in ("action", "step_key", "resolution", "reason", "evidence_ref")
+                               if form.get(k, "").strip()}  # fmt: skip
+        if raw.get("action") == "SUCCEED_STEP":
+            raw["output"] = json_field(form.get("output"), "output")
+        req = schemas.load(RecoveryRequest(), raw)
+        require_confirmation(form)
+        with transaction() as conn:
+            out = operations.recover_workflow(conn, principal(), instance_id, req, request_id=request_id())
+        return done(f"{req['action']} applied: the workflow is {out['instance']['state']}.", "console.workflow",
+                    instance_id=instance_id)  # fmt: skip
 
-# --------------------------------------------------------------------------- human tasks
-def _claimed() -> dict[str, int]:
-    got = session.get(CLAIMED_KEY)
-    return {str(k): int(v) for k, v in got.items()} if isinstance(got, dict) else {}
-
-
-@bp.get("/tasks")
-@page(Scope.TASKS_WORK)
-def tasks_page() -> str:
-    p = principal()
-    rows = read(lambda c: tasks.open_tasks(c, p.namespace_id, p.queues, 100))
-    mine = _claimed()
-    open_ = [
-        tasks.task_view(t) | {"mine": mine.get(t["id"]) == t["epoch"] and t["state"] == "CLAIMED"}
-        for t in rows
-    ]
-    queues = sorted({t["queue"] for t in open_} | set(p.queues or ()))
-    return render_template("console/tasks.html", tasks=open_, queues=queues)
-
-
-@bp.post("/tasks/claim")
-@page(Scope.TASKS_WORK)
-def task_claim() -> Response:
-    body = schemas.load(
-        ClaimRequest(), {"queues": [request.form.get("queue", "")], "max_tasks": 1, "wait_seconds": 0}
-    )
-    p = principal()
-    operations.check_queue_scope(p, body["queues"])
-    with transaction() as conn:
-        got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.TASK_LEASE_SECONDS.get())
-    if not got:
-        return done(f"No open task on {body['queues'][0]} right now.", "console.tasks_page")
-    mine = _claimed()
-    mine[got[0]["id"]] = got[0]["epoch"]
-    session[CLAIMED_KEY] = dict(list(mine.items())[-MAX_CLAIMED:])
-    return done(f"Claimed task {got[0]['id']} (step {got[0]['step_key']}).", "console.tasks_page")
-
-
-def _epoch(task_id: str) -> int:
-    epoch = _claimed().get(task_id)
-    if epoch is None:
-        raise NotFound("this session has not claimed that task (claim it first)")
-    return epoch
-
-
-def _forget(task_id: str) -> None:
-    mine = _claimed()
-    mine.pop(task_id, None)
-    session[CLAIMED_KEY] = mine
-
-
-@bp.post("/tasks/<task_id>/complete")
-@page(Scope.TASKS_WORK)
-def task_complete(task_id: str) -> Response:
-    body = schemas.load(
-        CompleteRequest(),
-        {"epoch": _epoch(task_id), "output": json_field(request.form.get("output"), "output")},
-    )
-    p = principal()
-    with transaction() as conn:
-        task_in_scope(conn, task_id)
-        t = tasks.complete(conn, p.namespace_id, task_id, body["epoch"], body["output"])
-    _forget(task_id)
-    return done(f"Task {task_id} completed ({t['state']}).", "console.tasks_page")
-
-
-@bp.post("/tasks/<task_id>/fail")
-@page(Scope.TASKS_WORK)
-def task_fail(task_id: str) -> Response:
-    err = {"message": request.form.get("message", ""), "retryable": request.form.get("retryable") == "yes"}
-    body = schemas.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
-    p = principal()
-    with transaction() as conn:
-        task_in_scope(conn, task_id)
-        t = tasks.fail(conn, p.namespace_id, task_id, body["epoch"], dict(body["error"]))
-    _forget(task_id)
-    return done(f"Task {task_id} failed ({t['state']}).", "console.tasks_page")
+    return in_place(name, ("action", "step_key", "resolution", "output", "reason", "evidence_ref", "confirm"),
+                    work, lambda: _workflow_page(instance_id))  # fmt: skip

@@ -1,9 +1,36 @@
 // Ledgerflow console: progressive enhancement only; every page works without it.
-document.addEventListener("DOMContentLoaded", function () {
-  var all = document.getElementById("select-all");
-  if (all) {
-    all.addEventListener("change", function () {
-      document.querySelectorAll('input[name="job_ids"]').forEach(function (box) { box.checked = all.checked; });
-    });
+(function () {
+  "use strict";
+  // Live regions (data-live, htmx polling) pause while the operator fills a form on the page: a form
+  // with focus inside it or with something typed, ticked or chosen since the page loaded.
+  var dirty = new WeakSet();
+  function filling() {
+    var active = document.activeElement;
+    if (active && active.form && active.tagName !== "BUTTON") { return true; }
+    var forms = document.forms;
+    for (var i = 0; i < forms.length; i++) { if (dirty.has(forms[i])) { return true; } }
+    return false;
   }
-});
+  document.addEventListener("input", function (e) { if (e.target.form) { dirty.add(e.target.form); } });
+  document.addEventListener("change", function (e) { if (e.target.form) { dirty.add(e.target.form); } });
+  document.addEventListener("submit", function (e) { dirty.delete(e.target); });
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var elt = e.detail && e.detail.elt;
+    if (elt && elt.hasAttribute && elt.hasAttribute("data-live") && filling()) { e.preventDefault(); }
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var all = document.getElementById("select-all");
+    if (all) {
+      all.addEventListener("change", function () {
+        document.querySelectorAll('input[name="job_ids"]').forEach(function (box) { box.checked = all.checked; });
+      });
+    }
+    // The status panel is one line on a phone; on a wide screen it is open (CSS does it where the
+    // browser styles ::details-content; this is the fallback).
+    var wide = window.matchMedia("(min-width: 600px)");
+    var styled = window.CSS && CSS.supports && CSS.supports("selector(::details-content)");
+    if (!styled && wide.matches) {
+      document.querySelectorAll("details.collapse-phone").forEach(function (d) { d.open = true; });
+    }
+  });
+})();

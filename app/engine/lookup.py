@@ -1,0 +1,194 @@
+"""Operator lookups across resources (the console's search box, namespace names and switcher, counts):
+what an id or a key names, in which namespace, within what the caller may read. Every read is bounded
+(a limit, or a count that stops at ``cap``) and served by an index.
+
+Visibility follows the API: ``namespace_id`` None means every namespace (a platform-wide operator's
+view of the ledger), else only that namespace's rows; a job without an instance belongs to the
+platform (``app.ledger.ops.in_namespace``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from sqlalchemy import Connection, func, literal, select
+from sqlalchemy.exc import OperationalError
+
+from app.engine.store import read_instance
+from app.errors import NotFound
+from app.ids import is_hex32
+from app.ledger import ops
+from app.ledger.models import jobs, trace_is
+from app.sql import run
+
+MAX_NAMESPACES = 500
+SEARCH_LIMIT = 20
+
+
+def namespaces(conn: Connection, limit: int = MAX_NAMESPACES) -> list[dict[str, str]]:
+    """Every namespace by name (the platform operator's switcher), at most ``limit``."""
+    rows = run(conn, "SELECT id, name FROM namespaces ORDER BY name LIMIT :n", {"n": limit})
+    return [{"id": r.id, "name": r.name} for r in rows]
+
+
+def namespace_by_name(conn: Connection, name: str) -> dict[str, str]:
+    row = run(conn, "SELECT id, name FROM namespaces WHERE name = :n", {"n": name[:64]}).first()
+    if row is None:
+        raise NotFound("no such namespace")
+    return {"id": row.id, "name": row.name}
+
+
+def instance_namespaces(conn: Connection, instance_ids: Iterable[str | None]) -> dict[str, dict[str, str]]:
+    """``{instance id: {"namespace_id", "namespace"}}`` of the given instances (ids that name no
+    instance are left out); one statement for a page of rows."""
+    ids = sorted({i for i in instance_ids if i and is_hex32(i)})
+    if not ids:
+        return {}
+    rows = run(
+        conn,
+        "SELECT i.id, i.namespace_id, n.name FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
+        "WHERE i.id = ANY(CAST(:ids AS text[]))",
+        {"ids": ids},
+    )
+    return {r.id: {"namespace_id": r.namespace_id, "namespace": r.name} for r in rows}
+
+
+def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
+    """``{definition id: name}`` for a page of rows (one statement)."""
+    ids = sorted({i for i in definition_ids if i and is_hex32(i)})
+    if not ids:
+        return {}
+    rows = run(
+        conn,
+        "SELECT id, name FROM workflow_definitions WHERE id = ANY(CAST(:ids AS text[]))",
+        {"ids": ids},
+    )
+    return {r.id: r.name for r in rows}
+
+
+COUNT_BUDGET_MS = 150
+
+
+def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = COUNT_BUDGET_MS) -> int | None:
+    """How many jobs the list filter matches, counted up to ``cap + 1`` (more reads as "cap+"), or None
+    when counting would take more than ``budget_ms`` of PostgreSQL time (a keyword over a million
+    payloads): a savepoint with its own statement timeout, rolled back either way, so the caller's
+    transaction and settings are untouched."""
+    inner = select(literal(1)).select_from(jobs).where(*ops.filter_clauses(f)).limit(cap + 1).subquery()
+    nested = conn.begin_nested()
+    try:
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(budget_ms)}")
+        return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+    except OperationalError as exc:
+        if not isinstance(exc.orig, psycopg.errors.QueryCanceled):
+            raise
+        return None
+    finally:
+        nested.rollback()
+
+
+def count_open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | None, cap: int) -> int:
+    """Open (PENDING or CLAIMED) tasks of a namespace on ``queues`` (None: every queue), up to ``cap + 1``."""
+    where = "namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')"
+    params: dict[str, Any] = {"ns": namespace_id, "n": cap + 1}
+    if queues is not None:
+        where += " AND queue = ANY(CAST(:queues AS text[]))"
+        params["queues"] = list(queues)
+    return int(run(conn, f"SELECT count(*) FROM (SELECT 1 FROM workflow_tasks WHERE {where} LIMIT :n) t", params)
+               .scalar_one())  # fmt: skip
+
+
+def instance_for(conn: Connection, instance_id: str, namespace_id: str | None) -> dict[str, Any]:
+    """An instance of ``namespace_id`` (None: of any namespace), else 404."""
+    if not is_hex32(instance_id):
+        raise NotFound("workflow not found")
+    return read_instance(conn, instance_id, namespace_id)
+
+
+# --------------------------------------------------------------------------- search
+@dataclass(frozen=True)
+class Hit:
+    kind: str  # job, workflow, trace, definition (the console adds schedule, subscription, rule)
+    id: str
+    label: str
+    namespace: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a search may look at, per kind (``None``: every namespace; a string: that namespace; a kind
+    missing from ``kinds`` is not searched)."""
+
+    kinds: frozenset[str]
+    job_namespace: str | None  # the ledger's view (app.ledger.ops.in_namespace)
+    workflow_namespace: str | None  # instances (None: every namespace, a platform-wide reader)
+    namespace_id: str  # the credential's own namespace (definitions, tasks, schedules, integrations)
+
+
+# the engine's resources found by id in the credential's own namespace: (table, label, state)
+_BY_ID = {"definition": ("workflow_definitions", "name", "NULL")}
+
+
+def search(conn: Connection, term: str, reach: Reach, limit: int = SEARCH_LIMIT) -> list[Hit]:
+    """What ``term`` names in the engine and the ledger: a job id, a workflow or definition id, a
+    trace id (its jobs) or a business key, within ``reach``; at most ``limit`` hits, exact matches only
+    (each an index lookup). Schedules, subscriptions and rules are found by their own modules."""
+    term = term.strip()
+    if not term or len(term) > 256 or "\x00" in term:
+        return []
+    hits: list[Hit] = []
+    job_id = ops.parse_job_id(term)
+    if job_id is not None and "job" in reach.kinds:
+        row = conn.execute(
+            select(jobs.c.id, jobs.c.type, jobs.c.status).where(
+                jobs.c.id == job_id, *ops.in_namespace(reach.job_namespace)
+            )
+        ).first()
+        if row is not None:
+            hits.append(Hit("job", str(row.id), str(row.type), state=str(row.status)))
+    if is_hex32(term):
+        hits += _by_id(conn, term, reach)
+    if "trace" in reach.kinds:
+        row = conn.execute(
+            select(jobs.c.id).where(trace_is(term), *ops.in_namespace(reach.job_namespace)).limit(1)
+        ).first()
+        if row is not None:
+            hits.append(Hit("trace", term, "trace chain"))
+    if "workflow" in reach.kinds and len(term) <= 191:
+        rows = run(
+            conn,
+            "SELECT i.id, i.state, n.name AS ns FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
+            "WHERE i.business_key = :bk AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns) "
+            "ORDER BY i.created_at DESC LIMIT :n",
+            {"bk": term, "ns": reach.workflow_namespace, "n": limit},
+        )
+        hits += [Hit("workflow", r.id, f"business key {term}", r.ns, r.state) for r in rows]
+    return hits[:limit]
+
+
+def _by_id(conn: Connection, term: str, reach: Reach) -> list[Hit]:
+    hits: list[Hit] = []
+    if "workflow" in reach.kinds:
+        row = run(
+            conn,
+            "SELECT i.id, i.state, n.name AS ns, d.name AS definition FROM workflow_instances i "
+            "JOIN namespaces n ON n.id = i.namespace_id JOIN workflow_definitions d ON d.id = i.definition_id "
+            "WHERE i.id = :id AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns)",
+            {"id": term, "ns": reach.workflow_namespace},
+        ).first()
+        if row is not None:
+            hits.append(Hit("workflow", row.id, row.definition, row.ns, row.state))
+    for kind, (table, label, state) in _BY_ID.items():
+        if kind not in reach.kinds:
+            continue
+        row = run(
+            conn,
+            f"SELECT id, {label} AS label, {state} AS state FROM {table} WHERE id = :id AND namespace_id = :ns",
+            {"id": term, "ns": reach.namespace_id},
+        ).first()
+        if row is not None:
+            hits.append(Hit(kind, row.id, str(row.label), state=row.state))
+    return hits

@@ -1,0 +1,32 @@
+"""The console's bounded counts (``app.engine.lookup.count_jobs``): a count stops at its cap, and a
+count that would take longer than its budget gives up (None) without harming the caller's transaction
+or its settings."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from app.db import transaction
+from app.engine import lookup
+from app.ledger import ops
+from app.ledger.enqueue import enqueue
+
+
+def test_a_count_stops_at_its_cap(db):
+    with transaction(db) as conn:
+        for i in range(7):
+            enqueue(conn, "webhook_delivery", {"n": i})
+    with db.connect() as conn, conn.begin():
+        assert lookup.count_jobs(conn, ops.JobFilter(), cap=100) == 7
+        assert lookup.count_jobs(conn, ops.JobFilter(), cap=5) == 6  # cap + 1: "5+"
+        assert lookup.count_jobs(conn, ops.JobFilter(statuses=("dead",)), cap=5) == 0
+
+
+def test_a_count_over_its_budget_gives_up_and_leaves_the_transaction_usable(db):
+    with db.connect() as locker, locker.begin():
+        locker.execute(text("LOCK TABLE workflow_jobs IN ACCESS EXCLUSIVE MODE"))  # the count must wait
+        with db.connect() as conn, conn.begin():
+            before = conn.execute(text("SHOW statement_timeout")).scalar_one()
+            assert lookup.count_jobs(conn, ops.JobFilter(), cap=100, budget_ms=200) is None
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1  # the transaction goes on
+            assert conn.execute(text("SHOW statement_timeout")).scalar_one() == before

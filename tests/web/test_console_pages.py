@@ -1,0 +1,258 @@
+"""The console's second version through the Flask test client on a scenario that ran for real
+(tests/console_scenario.py): every page renders; the workflow page explains a running, a failed, a
+compensated and a NEEDS_REVIEW workflow; sessions end on the server at logout; an expired session gives
+htmx an ``HX-Redirect``; refused forms show their errors in place with the input kept; search; a
+platform-wide operator across namespaces; totals and previous / next paging. The same in a real
+browser under the Procfile's gunicorn: tests/browser/."""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from flask.testing import FlaskClient
+
+from app.db import transaction
+from app.ledger.enqueue import enqueue
+from tests.console_scenario import Scenario, build, pages, sql
+from tests.web.test_console import _csrf, login
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def scenario(app) -> Scenario:  # noqa: ANN001
+    return build()
+
+
+def _client(app, token: str) -> FlaskClient:  # noqa: ANN001
+    c = app.test_client()
+    r = login(c, token)
+    assert r.status_code == 302, r.data[:300]
+    return c
+
+
+@pytest.fixture(scope="module")
+def admin(app, scenario: Scenario) -> FlaskClient:  # noqa: ANN001
+    return _client(app, scenario.tokens["admin"])
+
+
+def _text(r) -> str:  # noqa: ANN001
+    return re.sub(r"\s+", " ", html.unescape(r.data.decode()))
+
+
+def test_every_page_renders(admin, scenario):
+    for _name, path in pages(scenario):
+        r = admin.get(path)
+        assert r.status_code == 200, (path, r.status_code, _text(r)[:2000])
+        body = r.data.decode()
+        assert body.count("<h1") == 1, path
+        assert 'rel="icon"' in body
+
+
+def test_the_workflow_page_says_what_happened_and_why(admin, scenario):
+    wf = scenario.wf
+    failed = _text(admin.get(f"/console/workflows/{wf['failed']}"))
+    assert "risk-check" in failed and "v1" in failed
+    assert "score service answered 503 twice" in failed and "from step" in failed and ">score</a>" in failed
+    assert '"customer": "C-7"' in failed  # the input, pretty-printed
+    assert "<svg" in failed and "Timeline" in failed and "graph" in failed
+
+    running = _text(admin.get(f"/console/workflows/{wf['running']}"))
+    keys = re.findall(r'/steps/(\w+)">\1</a>', running)
+    assert keys == ["approve", "cool_off", "ship"]  # the graph's order, not the alphabet
+    row = re.search(r'/steps/cool_off">cool_off</a>.*?</tr>', running).group(0)
+    assert re.search(r"fires <time datetime=\S+Z\" title=\"[^\"]+ UTC\">in (59 min|1 h)</time>", row), row
+    assert "order-fulfilment" in running and scenario.business_key in running
+
+    comp = _text(admin.get(f"/console/workflows/{wf['compensated']}"))
+    assert "card declined: insufficient funds" in comp and ">charge</a>" in comp
+    assert "Compensation" in comp and "DONE" in comp
+
+    review = _text(admin.get(f"/console/workflows/{wf['review']}"))
+    assert "Needs review" in review and "Resolve a step in review" in review
+    assert "checked with the carrier, call 25" in review and "ticket:124" in review
+    assert "by admin" in review  # the actor's name, not its credential id
+    older = re.search(r'href="(\?audit=[^"]+)"', review)
+    assert older, "no link to older audit entries"
+    page2 = _text(admin.get(f"/console/workflows/{wf['review']}" + older.group(1).replace("&amp;", "&")))
+    assert "checked with the carrier, call 5" in page2 and "workflow.control.pause" in page2
+    assert "freeze while the receipt is checked" in page2
+
+
+def test_logout_ends_the_session_on_the_server(app, scenario):
+    c = _client(app, scenario.tokens["monitor"])
+    cookie = c.get_cookie("ledgerflow_console", path="/console")
+    assert scenario.tokens["monitor"] not in cookie.value
+    page = c.get("/console/jobs")
+    assert page.status_code == 200
+    copy = app.test_client()
+    copy.set_cookie("ledgerflow_console", cookie.value, path="/console")
+    assert copy.get("/console/jobs").status_code == 200  # a copy of the cookie works until logout
+    assert c.post("/console/logout", data={"csrf_token": _csrf(page.data)}).status_code == 302
+    r = copy.get("/console/jobs")
+    assert r.status_code == 302 and "/console/login" in r.headers["Location"]
+
+
+def test_an_expired_session_sends_htmx_to_the_login_page(app, scenario):
+    c = _client(app, scenario.tokens["tenant"])
+    sql("UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE credential_id = :c",
+        c=scenario.principals["tenant"].credential_id)  # fmt: skip
+    r = c.get("/console/jobs/status-panel", headers={"HX-Request": "true",
+                                                     "HX-Current-URL": "http://localhost/console/jobs?status=dead"})  # fmt: skip
+    assert r.status_code == 401 and r.data == b""
+    assert r.headers["HX-Redirect"] == "/console/login?next=/console/jobs?status%3Ddead"
+    full = c.get("/console/jobs")
+    assert full.status_code == 302 and "/console/login" in full.headers["Location"]
+
+
+def test_refused_forms_keep_the_input_and_say_why_beside_the_field(admin, scenario):
+    page = admin.get("/console/workflows/start")
+    r = admin.post("/console/workflows/start", data={
+        "definition_id": scenario.defs["order"], "version": "v1", "input": '{"order_id": 7}', "confirm": "yes",
+        "csrf_token": _csrf(page.data), "back": "/console/workflows/start",
+    })  # fmt: skip
+    body = _text(r)
+    assert r.status_code == 400
+    assert 'aria-invalid="true"' in body and "field-error" in body
+    assert '{"order_id": 7}' in body  # what was typed is still there
+    ok = admin.post("/console/workflows/start", data={
+        "definition_id": scenario.defs["order"], "version": "v1", "input": '{"order_id": "Z-9", "amount": 3}',
+        "business_key": "typed-in-the-console", "confirm": "yes", "csrf_token": _csrf(page.data),
+    })  # fmt: skip
+    assert ok.status_code == 302 and "/console/workflows/" in ok.headers["Location"]
+    assert (
+        sql("SELECT count(*) FROM workflow_instances WHERE business_key = 'typed-in-the-console'")[0][0] == 1
+    )
+    bad_filter = admin.get("/console/jobs?status=nonsense&keyword=kept")
+    assert bad_filter.status_code == 400 and 'value="kept"' in bad_filter.data.decode()
+    assert bad_filter.data.decode().count("<h1") == 1 and "allowed values" in bad_filter.data.decode()
+    listing = admin.get("/console/jobs?status=dead")
+    batch = admin.post("/console/jobs/batch", data={
+        "action": "retry", "scope": "selected", "reason": "x", "confirm": "yes", "filter_qs": "status=dead",
+        "csrf_token": _csrf(listing.data), "back": "/console/jobs?status=dead",
+    })  # fmt: skip
+    assert batch.status_code == 400 and "select at least one job" in batch.data.decode()
+    assert 'value="dead"' in batch.data.decode()  # the filter is kept
+
+
+def test_cancel_needs_a_reason_and_a_confirmation(admin, scenario):
+    wid = scenario.wf["signal"]
+    page = admin.get(f"/console/workflows/{wid}")
+    form = {"operation": "CANCEL", "expected_control_revision": "1", "reason": "customer withdrew",
+            "csrf_token": _csrf(page.data)}  # fmt: skip
+    r = admin.post(f"/console/workflows/{wid}/control", data=form)
+    assert r.status_code == 400 and "tick the confirmation box" in r.data.decode()
+    r = admin.post(f"/console/workflows/{wid}/control", data={**form, "reason": " ", "confirm": "yes"})
+    assert r.status_code == 400
+    assert sql("SELECT state FROM workflow_instances WHERE id = :i", i=wid)[0][0] == "WAITING"
+
+
+def test_signal_and_schedule_forms(admin, scenario):
+    wid = scenario.wf["signal"]
+    page = admin.get(f"/console/workflows/{wid}/signal")
+    assert "receipt" in page.data.decode() and 'value="B-2"' in page.data.decode()  # the wait's correlation
+    r = admin.post(f"/console/workflows/{wid}/signal", data={
+        "name": "done", "payload_version": "v1", "target_step_key": "receipt", "target_activation_sequence": "1",
+        "correlation_key": "B-2", "payload": '{"received": true}', "reason": "warehouse confirmed",
+        "evidence_ref": "wms:77", "confirm": "yes", "csrf_token": _csrf(page.data),
+    })  # fmt: skip
+    assert r.status_code == 302, _text(r)[:1500]
+    assert sql("SELECT state FROM workflow_signals WHERE instance_id = :i", i=wid)[0][0] == "CONSUMED"
+    sch = admin.get(f"/console/schedules/{scenario.schedule_id}")
+    assert (
+        "nightly-orders" in sch.data.decode() and sch.data.decode().count("<li>") >= 5
+    )  # next five fire times
+    no_reason = admin.post(f"/console/schedules/{scenario.schedule_id}/pause",
+                           data={"confirm": "yes", "csrf_token": _csrf(sch.data)})  # fmt: skip
+    assert no_reason.status_code == 400 and "say why" in no_reason.data.decode()
+    bad = admin.post(f"/console/schedules/{scenario.schedule_id}/edit", data={
+        "rule": "cron", "cron": "every tuesday", "timezone": "UTC", "overlap": "skip", "version": "v1",
+        "input": "{}", "confirm": "yes", "csrf_token": _csrf(sch.data),
+    })  # fmt: skip
+    assert bad.status_code == 400 and 'value="every tuesday"' in bad.data.decode()
+
+
+def test_rotating_a_secret_shows_it_once_and_never_in_the_cookie(admin, scenario):
+    path = f"/console/integrations/subscriptions/{scenario.subscription_id}"
+    page = admin.get(path)
+    assert (
+        "HTTP 502" in page.data.decode() and "s3cret" not in page.data.decode()
+    )  # the URL's query is redacted
+    r = admin.post(
+        path + "/rotate", data={"grace_seconds": "60", "confirm": "yes", "csrf_token": _csrf(page.data)}
+    )
+    secret = re.search(r"whsec_[A-Za-z0-9+/=]+", r.data.decode())
+    assert r.status_code == 200 and secret
+    cookie = admin.get_cookie("ledgerflow_console", path="/console")
+    assert secret.group(0) not in (cookie.value if cookie else "")
+    assert secret.group(0) not in admin.get(path).data.decode()
+
+
+def test_search_by_job_workflow_business_key_and_trace(admin, scenario):
+    for term, where in ((str(scenario.dead_job), f"/console/jobs/{scenario.dead_job}"),
+                        (scenario.wf["failed"], f"/console/workflows/{scenario.wf['failed']}"),
+                        (scenario.business_key, f"/console/workflows/{scenario.wf['running']}"),
+                        (scenario.trace_id, f"/console/chain/{scenario.trace_id}"),
+                        (scenario.schedule_id, f"/console/schedules/{scenario.schedule_id}")):  # fmt: skip
+        r = admin.get("/console/search", query_string={"q": term})
+        assert r.status_code == 302 and r.headers["Location"].endswith(where), term
+    none = admin.get("/console/search", query_string={"q": "no-such-thing"})
+    assert none.status_code == 200 and "Nothing found" in none.data.decode()
+
+
+def test_a_platform_operator_crosses_namespaces_without_dead_ends(app, admin, scenario):
+    jobs = _text(admin.get(f"/console/jobs?instance_id={scenario.wf['other']}"))
+    assert scenario.other_ns in jobs  # the namespace column
+    assert f'/console/workflows/{scenario.wf["other"]}"' in jobs  # its workflow link works (below)
+    other = admin.get(f"/console/workflows/{scenario.wf['other']}")
+    assert (
+        other.status_code == 200
+        and "actions on it need a credential of that namespace" in other.data.decode()
+    )
+    assert "Control</h2>" not in other.data.decode()
+    switched = _text(admin.get(f"/console/workflows?ns={scenario.other_ns}"))
+    assert scenario.wf["other"] in switched and "other-tenant-flow" in switched
+    tasks = _text(admin.get(f"/console/tasks?ns={scenario.other_ns}"))
+    assert "b-queue" in tasks and "read-only" in tasks and "Claim next" not in tasks
+    tenant = _client(app, scenario.tokens["tenant"])
+    assert tenant.get(f"/console/workflows/{scenario.wf['other']}").status_code == 404
+    assert tenant.get(f"/console/workflows?ns={scenario.other_ns}").status_code == 404
+    assert 'name="ns"' not in tenant.get("/console/workflows").data.decode()  # no switcher
+
+
+def test_totals_and_previous_next_paging(admin):
+    marker = "paging-" + uuid.uuid4().hex[:8]
+    with transaction() as conn:
+        for i in range(55):
+            enqueue(conn, "webhook_delivery", {"marker": marker, "n": i})
+    first = _text(admin.get(f"/console/jobs?keyword={marker}"))
+    assert "1–50 of 55 jobs" in first and "Previous" not in first
+    nxt = re.search(r'rel="next" href="([^"]+)"', first).group(1).replace("&amp;", "&")
+    second = _text(admin.get("/console/jobs" + nxt))
+    assert "51–55 of 55 jobs" in second and "page 2" in second, re.search(
+        r"<caption>.*?</caption>", second
+    ).group(0)
+    prev = re.search(r'rel="prev" href="([^"]+)"', second).group(1).replace("&amp;", "&")
+    assert "1–50 of 55 jobs" in _text(admin.get(prev if prev.startswith("/") else "/console/jobs" + prev))
+
+
+def test_the_procfiles_web_refuses_production_without_a_session_key(tmp_path):
+    """The Procfile's own ``web`` line: one line saying what to set, no traceback, no worker started."""
+    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
+    env = {k: v for k, v in os.environ.items() if k != "LEDGERFLOW_SECRET_KEY"}
+    env.update(LEDGERFLOW_ENV="production", LEDGERFLOW_CURSOR_SECRET="c" * 48, PORT="5999",
+               LEDGERFLOW_BIND_HOST="127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+               PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""))  # fmt: skip
+    out = subprocess.run(["bash", "-c", "exec " + line.split(":", 1)[1]], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 1
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "refusing to start" in ln]
+    assert len(lines) == 1 and "LEDGERFLOW_SECRET_KEY" in lines[0]
+    assert "Traceback" not in out.stderr and "Booting worker" not in out.stderr
