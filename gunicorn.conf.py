@@ -1,9 +1,9 @@
 """gunicorn configuration of the ``web`` process (Procfile: ``--config gunicorn.conf.py``).
 
-Serving model (issue 9, docs/operations.md "Serving model"): the ``gevent`` worker class. A request
+Serving model (docs/operations.md "Serving model"): the ``gevent`` worker class. A request
 is a greenlet, so a long-poll task claim waiting up to 30 s holds no OS thread and costs a few KiB;
 ``worker_connections`` bounds the requests one worker serves at once; slow-header and idle connection
-timeouts (issue 29) keep a client from holding a slot without talking (``web/gunicorn_conf.py``).
+timeouts keep a client from holding a slot without talking (``web/gunicorn_conf.py``).
 
 gevent must patch the standard library before anything imports ``socket``, ``ssl``, ``select`` or
 psycopg (psycopg picks its wait function at import: only a patched ``select`` makes it cooperate).

@@ -71,7 +71,7 @@ def record(
             "reason": reason,
             "evidence_ref": evidence_ref,
             "request_id": request_id,
-            # a URL shows no user info or query values in the audit either (issue 29)
+            # a URL shows no user info or query values in the audit either
             "before": None if before is None else jsonx.dumps(redact_url_fields(before)),
             "after": None if after is None else jsonx.dumps(redact_url_fields(after)),
         },

@@ -94,7 +94,7 @@ class Principal:
     namespace: str
     scopes: frozenset[str]
     queues: tuple[str, ...] | None  # None = every queue
-    # issue 9: a platform-wide operator credential reads and acts on every namespace's jobs; any
+    # L-API-2: a platform-wide operator credential reads and acts on every namespace's jobs; any
     # other credential's ledger operator rights reach only the jobs of its own namespace's instances
     platform: bool = False
 

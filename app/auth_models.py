@@ -44,7 +44,7 @@ credentials = Table(
     Column("queues", ARRAY(Text)),  # NULL = every queue of the namespace (tasks:work only)
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True)),
-    # issue 9: a platform-wide operator credential sees every namespace's jobs (otherwise only its own)
+    # L-API-2: a platform-wide operator credential sees every namespace's jobs (otherwise only its own)
     Column("platform", Boolean, nullable=False, server_default=text("false")),
     Column("expires_at", DateTime(timezone=True)),  # NULL = no expiry
     UniqueConstraint("token_hash", name="uq_credentials_token_hash"),

@@ -4,7 +4,7 @@ A cursor is ``base64url(json position) . mac``; the MAC covers the position *and
 (namespace, filters, kind), so a cursor is refused (400 INVALID_ARGUMENT, field ``cursor``) when
 tampered with or presented with other filters or to another resource.
 
-Decoding is defensive whatever key signed the cursor (issue 29: the built-in development key is
+Decoding is defensive whatever key signed the cursor (the built-in development key is
 public, so a cursor with a valid MAC can still carry anything): the caller names the position's fields
 and their kinds (``decode(c, binding, t=TIME, i=TEXT)``), and a cursor that is not ASCII, not
 ``payload.mac``, has other fields, or a field of another kind or out of range (a string where a time

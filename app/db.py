@@ -60,7 +60,7 @@ def session_settings() -> dict[str, str]:
         # A worker never holds a transaction across a handler or an HTTP call; this is the safety net.
         "idle_in_transaction_session_timeout": "60000",
         "timezone": "UTC",
-        # issue 9: no single statement of a request or a job runs unbounded
+        # no single statement of a request or a job runs unbounded
         "statement_timeout": str(statement_timeout_ms()),
     }
 
@@ -96,7 +96,7 @@ def _set_per_transaction(engine: Engine, settings: dict[str, str]) -> None:
 # (authentication, then its work), and a ping each time was two of the eight round trips of an
 # authenticated read. A connection that breaks while in steady use fails its statement instead (503:
 # resend with the same key), and SQLAlchemy then replaces every connection of the pool made before the
-# failure (issue 16).
+# failure (docs/decisions/api-and-security.md, "Pooled connections are pinged after an idle spell").
 _ping_after_idle_seconds = 0.0
 _IDLE_SINCE = "ledgerflow_idle_since"
 
@@ -132,7 +132,7 @@ def _engine_for(url: str) -> Engine:
         pool_size=10,
         max_overflow=20,
         # a database error never carries the statement's parameters (tenant data, tokens) into an
-        # exception message, a log line or a job's last_error (issue 9)
+        # exception message, a log line or a job's last_error
         hide_parameters=True,
         connect_args=connect_args(session_settings()),
     )

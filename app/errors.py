@@ -137,7 +137,7 @@ class QuotaExceeded(LedgerflowError):
 
 
 class RateLimited(LedgerflowError):
-    """429 RATE_LIMITED with Retry-After: a per-credential rate limit or long-poll cap (issue 9)."""
+    """429 RATE_LIMITED with Retry-After: a per-credential rate limit or long-poll cap."""
 
     code = "RATE_LIMITED"
     status = 429

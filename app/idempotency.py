@@ -156,7 +156,7 @@ def execute_once(
 
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:
     """Delete up to ``limit`` receipts older than the retention window (a key may be reused after
-    it); the drain calls it every run (issue 9: receipts expire and the table stays bounded)."""
+    it); the drain calls it every run (so receipts expire and the table stays bounded)."""
     res = run(
         conn,
         "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "

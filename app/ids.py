@@ -16,7 +16,7 @@ def new_id() -> str:
 def new_node_id() -> str:
     """A worker node's registry id: 16 lowercase hex (64 random bits). Every final attempt row and
     every running job names its node (``worker_id``), so the id is half the size of ``new_id()``: 17
-    bytes a row instead of 33 (issue 14). 64 bits keep a clash among a million nodes below 1e-7."""
+    bytes a row instead of 33. 64 bits keep a clash among a million nodes below 1e-7."""
     return secrets.token_hex(8)
 
 

@@ -318,7 +318,7 @@ BACKOFF_CAP_SECONDS = _ledger.declare("LEDGERFLOW_BACKOFF_CAP_SECONDS", 900.0, n
 DRAIN_INTERVAL_SECONDS = _ledger.declare("LEDGERFLOW_DRAIN_INTERVAL_SECONDS", 60.0, number(0.1, 86400), "how often the scheduler runs the drain (expired leases, rollups, retention)")
 DRAIN_BATCH = _ledger.declare("LEDGERFLOW_DRAIN_BATCH", 1000, integer(1, 100_000), "jobs the drain handles per pass")
 RECLAIM_SECONDS = _ledger.declare("LEDGERFLOW_RECLAIM_SECONDS", 5.0, number(0.1, 86400), "how often each pool reclaims its own queue's expired leases")
-POOL_SYNCHRONOUS_COMMIT = _ledger.declare("LEDGERFLOW_POOL_SYNCHRONOUS_COMMIT", False, FLAG, "on: a pool's pass (settle + claim) waits for its WAL flush like every other transaction (docs/decisions.md, \"Pool passes commit asynchronously\")")
+POOL_SYNCHRONOUS_COMMIT = _ledger.declare("LEDGERFLOW_POOL_SYNCHRONOUS_COMMIT", False, FLAG, "on: a pool's pass (settle + claim) waits for its WAL flush like every other transaction (docs/decisions/ledger-hot-path.md, \"Pool passes commit asynchronously\")")
 HEARTBEAT_SECONDS = _ledger.declare("LEDGERFLOW_HEARTBEAT_SECONDS", 10.0, number(0.1, 3600), "worker registry heartbeat")
 HINT_FLAG_TTL_MS = _ledger.declare("LEDGERFLOW_HINT_FLAG_TTL_MS", 5000, integer(1, 3_600_000), "coalescing window of a queue's wake hint")
 HINT_CONSUMER_TIMEOUT_MS = _ledger.declare("LEDGERFLOW_HINT_CONSUMER_TIMEOUT_MS", 1000, integer(10, 60_000), "longest idle wait of a hint consumer (hints wake it at once; this bounds shutdown)")
@@ -461,7 +461,7 @@ class Settings:
     reclaim_seconds: float = _taken_from(RECLAIM_SECONDS)
     # The pool's own pass (settle + claim) commits without waiting for its WAL flush: a PostgreSQL
     # crash can lose the last passes, which recovers exactly like a worker killed before it settled
-    # (docs/decisions.md, "Pool passes commit asynchronously"). Handlers' transactions always wait.
+    # (docs/decisions/ledger-hot-path.md, "Pool passes commit asynchronously"). Handlers' transactions always wait.
     pool_synchronous_commit: bool = _taken_from(POOL_SYNCHRONOUS_COMMIT)
     heartbeat_seconds: float = _taken_from(HEARTBEAT_SECONDS)
     # Coalescing window of a wake hint flag (ms); the consumer clears it on receipt.

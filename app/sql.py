@@ -1,4 +1,4 @@
-"""Hand-written SQL on the hot paths, run on the connection's psycopg driver (issue 16).
+"""Hand-written SQL on the hot paths, run on the connection's psycopg driver.
 
 ``run(conn, sql, params)`` is what ``conn.execute(text(sql), params)`` does for a text statement —
 same transaction, same ``:name`` parameters, same errors (SQLAlchemy's exception classes, with a
@@ -191,7 +191,7 @@ _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
 
 
 def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """Consecutive INSERT / UPDATE / DELETE statements as one statement of data-modifying CTEs (issue 27:
+    """Consecutive INSERT / UPDATE / DELETE statements as one statement of data-modifying CTEs (
     a workflow start's inserts are one statement instead of six), their parameters renamed apart; any
     other statement (a SELECT of a setting or a lock) stays as it is, in its place. The writes of one
     combined statement share its snapshot, so none may read what another of them writes: ``defer`` is for
@@ -253,7 +253,7 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     return Result(rows, cur.rowcount)
 
 
-# Per-transaction buffers written once, at commit (issue 27: one event batch per transaction and instance,
+# Per-transaction buffers written once, at commit (one event batch per transaction and instance,
 # one quota-count change per transaction): ``buffer(conn, key, factory)`` hands out the transaction's
 # buffer for ``key``; right before the deferred statements are sent at commit (or before a savepoint is
 # set), each buffer's ``statements()`` are deferred after the others. A rollback drops the buffers, and a

@@ -1,4 +1,4 @@
-"""Dead tuples and table size under a steady load, with autovacuum at its defaults (issue 14).
+"""Dead tuples and table size under a steady load, with autovacuum at its defaults.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.bloat [--minutes 30] [--rate 200]
 

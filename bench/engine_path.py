@@ -1,4 +1,4 @@
-"""Which modules one workflow start, one task completion and one timer job cross (issue 8's path
+"""Which modules one workflow start, one task completion and one timer job cross (the engine's path
 count): runs the engine's own functions under ``sys.setprofile`` and prints, for each phase, the
 project modules entered and how often control moved from one module to another.
 

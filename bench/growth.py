@@ -1,4 +1,4 @@
-"""A ledger that grows (issue 14): claim latency and the runtime status as finished history piles up.
+"""A ledger that grows: claim latency and the runtime status as finished history piles up.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.growth [--sizes 10000,1000000,10000000]
 

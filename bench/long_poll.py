@@ -1,4 +1,4 @@
-"""Does the API stay responsive while long-poll claims wait? (issue 9's proof)
+"""Does the API stay responsive while long-poll claims wait?
 
 Starts the Procfile's ``web`` command (``gunicorn --config gunicorn.conf.py``, 2 workers, gevent) on a
 local port over a fresh database, parks ``--claims`` (default 32) task claims with

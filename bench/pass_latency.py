@@ -1,10 +1,10 @@
 """The pool's pass on its own: settle 4 + claim 4 in one prepared statement, on one connection, with
-the pool loop's session settings, and with its commit synchronous or asynchronous (issue 16); then
+the pool loop's session settings, and with its commit synchronous or asynchronous; then
 without prepared statements (``LEDGERFLOW_PREPARED_STATEMENTS=off``) and, when Debian's pgbouncer is
 installed, through a private PgBouncer in transaction mode as the pool runs behind it
 (``LEDGERFLOW_DB_TRANSACTION_POOLING=on``: unprepared, no session options, so a synchronous commit);
 and a short transaction of the app's engine (BEGIN, a one-row read, COMMIT) directly and through that
-PgBouncer with its per-transaction session settings (issue 30).
+PgBouncer with its per-transaction session settings.
 
     DATABASE_URL=... PYTHONPATH=. .venv/bin/python -m bench.pass_latency [--jobs 20000] [--passes 2000]
 

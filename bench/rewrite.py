@@ -1,4 +1,4 @@
-"""How long migration 0016_i14 (compact rows) takes on a large ledger, and what it saves (issue 14).
+"""How long migration 0016_i14 (compact rows) takes on a large ledger, and what it saves.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.rewrite [--jobs 1000000]
 

@@ -1,4 +1,4 @@
-"""Schedules (issue 11): how fast the scheduler tick hands out due schedules, and what the pure
+"""Schedules (X-SCHED): how fast the scheduler tick hands out due schedules, and what the pure
 fire-time computation costs (coalescing a long outage is bounded work).
 
     DATABASE_URL=postgresql://user@host/anydb PYTHONPATH=. .venv/bin/python -m bench.schedules [N]

@@ -1,4 +1,4 @@
-"""Workflow starts per second through the real web process (issue 16), beside a bare Flask JSON
+"""Workflow starts per second through the real web process, beside a bare Flask JSON
 endpoint on the same gunicorn settings (the Procfile's: ``gunicorn.conf.py``, gevent, 2 workers) and the same client.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.starts [--seconds 8] [--clients 1,2,8]

@@ -1,4 +1,4 @@
-"""How long a worker process takes to be ready to claim, in CPU seconds (issue 16).
+"""How long a worker process takes to be ready to claim, in CPU seconds.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.startup [--runs 5] [--pool advance]
 

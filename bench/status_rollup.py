@@ -1,4 +1,4 @@
-"""The runtime status with a busy last hour (issue 14): the figures read live from every attempt of
+"""The runtime status with a busy last hour: the figures read live from every attempt of
 the hour, then from the rollup's minutes plus the live rest.
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.status_rollup [--attempts 1000000]

@@ -1,9 +1,9 @@
-"""``python -m bench.webhooks``: events and signed webhooks (issue 10). Printed, never asserted.
+"""``python -m bench.webhooks``: events and signed webhooks (X-EVENT). Printed, never asserted.
 
 1. **The outbox on the hot path**: ``POST /v1/workflows`` (the Flask app in-process: auth, schema,
    idempotency receipt, start, first activation; one TASK step) timed over many requests in three
    configurations, interleaved: events off (``app.engine.events.emit`` replaced by a no-op: the cost
-   before issue 10), events written with nobody listening (no dispatch job), and events written with a
+   before the outbox existed), events written with nobody listening (no dispatch job), and events written with a
    subscription in the namespace (one ``event_dispatch`` job per transaction).
 2. **Fan-out and delivery**: 5 subscriptions to ``workflow.started`` on a local receiver (127.0.0.1,
    opened through ``LEDGERFLOW_OUTBOUND_ALLOW``). Backlog: ``--events`` workflow starts (1 matching
@@ -98,7 +98,7 @@ def hot_path(n: int, rounds: int, receiver_url: str) -> list[str]:
     client = create_app().test_client()
     real_emit = events.emit
     configs = {
-        "events off (before issue 10)": (None, lambda *a, **k: None),
+        "events off (no outbox)": (None, lambda *a, **k: None),
         "events, nobody listening": (None, real_emit),
         "events + dispatch job (a subscription)": (receiver_url, real_emit),
     }
@@ -117,7 +117,7 @@ def hot_path(n: int, rounds: int, receiver_url: str) -> list[str]:
                 _start(client, h, def_id)
                 times[name].append((time.perf_counter() - t0) * 1000)
     events.emit = real_emit
-    base = statistics.median(times["events off (before issue 10)"])
+    base = statistics.median(times["events off (no outbox)"])
     out = [f"POST /v1/workflows in-process, {n * rounds} requests each", f"{'configuration':42s} {'p50 ms':>8s} "
            f"{'p99 ms':>8s} {'vs off':>8s}"]  # fmt: skip
     for name, ts in times.items():

@@ -78,7 +78,7 @@ def definition(shape: Shape) -> dict:
 
 
 def worker_has_concurrency() -> bool:
-    """Does the SDK's TaskWorker take ``concurrency=N`` (issue 27, target 7)?"""
+    """Does the SDK's TaskWorker take ``concurrency=N``?"""
     return "concurrency" in inspect.signature(TaskWorker).parameters
 
 

@@ -1,4 +1,4 @@
-"""``python -m bench.workflows``: workflows end to end, Ledgerflow beside DBOS and Absurd (issue 27).
+"""``python -m bench.workflows``: workflows end to end, Ledgerflow beside DBOS and Absurd.
 
     python -m bench.workflows [--shape all|task-task,task-timer-task,chain10] [--n 300]
         [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 5] [--probe 10]

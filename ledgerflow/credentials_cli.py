@@ -179,7 +179,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _duration(raw: str) -> int:
-    """``3600``, ``90m``, ``12h``, ``30d`` -> seconds (issue 9: ``--expires-in``)."""
+    """``3600``, ``90m``, ``12h``, ``30d`` -> seconds (``--expires-in``)."""
     from app.errors import InvalidArgument
 
     value = raw.strip().lower()

@@ -327,6 +327,6 @@ class CompletionResult:
 
 
 def _seg(value: object) -> str:
-    """One URL path segment, percent-encoded (issue 9): an id or key holding ``/``, ``?``, ``#`` or
+    """One URL path segment, percent-encoded: an id or key holding ``/``, ``?``, ``#`` or
     ``..`` can never address another resource."""
     return quote(str(value), safe="")

@@ -21,7 +21,7 @@ from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
 from web.workflows import bp as workflows_bp
 
-# Every response (issue 9): JSON is never sniffed as something else, never framed, never cached
+# Every response: JSON is never sniffed as something else, never framed, never cached
 # (responses carry tenant data), and the API's own CSP allows nothing to load.
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
@@ -35,7 +35,7 @@ SECURITY_HEADERS = {
 def create_app() -> Flask:
     settings.validate()  # a bad value of any setting: SettingError, one line naming the variable
     settings.refuse_unsafe_production()  # e.g. the development cursor key in production: no start
-    db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db, issue 16)
+    db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db)
     # L-CLAIM-4: the jobs a request creates (timers, task deadlines, event fan-out, children...) publish
     # their wake hints after its commit, as a worker's do; without this they waited for a pool's 2 s poll
     hint_actors.install_publisher()
@@ -60,7 +60,7 @@ def create_app() -> Flask:
         return resp
 
     errors.register(app)
-    observability.install(app)  # /metrics, request metrics and access log, tracing (issue 13)
+    observability.install(app)  # /metrics, request metrics and access log, tracing
 
     @app.before_request
     def _path_segments() -> None:
@@ -76,6 +76,6 @@ def create_app() -> Flask:
     app.register_blueprint(workflow_control_bp)
     app.register_blueprint(workflow_history_bp)
     app.register_blueprint(schedules_bp)
-    console.install(app)  # the operator console under /console (issue 12)
+    console.install(app)  # the operator console under /console (L-UI-1)
     app.register_blueprint(integrations_bp)
     return app

@@ -62,7 +62,7 @@ def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
             if missing:
                 raise PermissionDenied(missing_permission_message(missing))
             g.principal = principal
-            ratelimit.check(principal)  # 429 + Retry-After past the credential's limits (issue 9)
+            ratelimit.check(principal)  # 429 + Retry-After past the credential's limits
             reject_undeclared_query(meta(wrapper))
             return fn(*args, **kwargs)
 

@@ -1,4 +1,4 @@
-"""Long-poll task claims that hold no request thread and cannot starve the API (issue 9).
+"""Long-poll task claims that hold no request thread and cannot starve the API (X-TASK claim's wait_seconds).
 
 Serving model (docs/operations.md "Serving model"): the ``web`` process runs gunicorn's ``gevent``
 worker class, so a claim waiting for work is a parked greenlet, not an OS thread; psycopg and redis

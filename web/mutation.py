@@ -63,7 +63,7 @@ def idempotent(
 
     ``per_credential``: the key belongs to the calling credential, not to its namespace. For answers
     that carry a secret shown once (a webhook signing secret): the stored response is replayed to the
-    credential that made the request only, never to another credential of the namespace (issue 29);
+    credential that made the request only, never to another credential of the namespace;
     another credential's request with the same key is its own request.
 
     With ``wait_until`` (a ``time.monotonic()`` deadline) ``work`` may raise ``NothingYet``: each try

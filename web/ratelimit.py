@@ -1,4 +1,4 @@
-"""Per-credential rate limits (issue 9): every authenticated request counts against its credential's
+"""Per-credential rate limits: every authenticated request counts against its credential's
 limits in Redis (the ``limits`` library, moving window), shared by every ``web`` process; past a
 limit the API answers ``429 RATE_LIMITED`` with ``Retry-After``. Stripe and GitHub do the same.
 
@@ -41,7 +41,7 @@ MEMORY_EXPIRY_SECONDS = 1.0
 class _ProcessStorage(MemoryStorage):
     """``limits``' in-process storage, without its expiry thread per request: MemoryStorage drops
     expired entries on a ``threading.Timer`` of 10 ms that it starts again at the next hit once the
-    last one ended, i.e. a new thread for almost every request (~0.3 ms of CPU each, issue 16). Here the
+    last one ended, i.e. a new thread for almost every request (~0.3 ms of CPU each). Here the
     same clean-up runs inline at most once per MEMORY_EXPIRY_SECONDS; the windows themselves are
     unchanged (a moving window counts only unexpired entries whether or not they were dropped yet).
     Overrides the private method of limits 5.8 (pinned); tests/unit/test_rate_limit_storage.py fails

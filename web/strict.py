@@ -9,7 +9,7 @@ size, exact JSON, query strings) around ``schemas.load``.
 - ``@query(Schema)``: undeclared, case-variant or repeated query parameters → 400; ``query=<dict>``.
   An endpoint without ``@query`` accepts no query parameter at all (checked by ``web.auth``).
 
-The one input layer (issue 29): a string PostgreSQL or the code cannot hold — a NUL character or a lone
+The one input layer: a string PostgreSQL or the code cannot hold — a NUL character or a lone
 UTF-16 surrogate — is refused with 400 naming the field wherever it comes from: any string (or field
 name) of a JSON body, any query parameter (name or value) and any path segment (``check_path``, run
 by the app before every view). A query parameter that is not text (a number, a time, a boolean) must

@@ -93,7 +93,7 @@ def _refs(node: Any, path: str) -> list[tuple[str, str]]:
 
 # Compiled contracts per process, by their JSON text: every start, signal and schedule launch
 # evaluates its version's contract, and compiling one (regexes included) costs far more than the
-# evaluation (issue 16). A contract is at most MAX_SCHEMA_BYTES, so the cache holds at most ~8 MiB.
+# evaluation (~80 us for an empty schema, milliseconds with patterns). A contract is at most MAX_SCHEMA_BYTES, so the cache holds at most ~8 MiB.
 CONTRACT_CACHE_SIZE = 128
 
 

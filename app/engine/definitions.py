@@ -173,7 +173,7 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
 
 # A published version never changes and a definition never moves to another namespace (nothing updates or
 # deletes either), so each process keeps the versions it has read, by (namespace, definition, version):
-# a start reads its pinned version without a statement (issue 27). Bounded by the documents' characters;
+# a start reads its pinned version without a statement. Bounded by the documents' characters;
 # a missing version is never kept (it may be published the next moment).
 VERSION_CACHE_CHARS = 8 * 1024 * 1024
 _versions: LRUCache[tuple[str, str, str], tuple] = LRUCache(

@@ -5,7 +5,7 @@ change of an instance, step, task or signal is one event of the transaction of t
 Like Temporal's history nodes, the events of one transaction and instance are written as ONE row of
 ``workflow_event_batches`` at its commit (``app.sql.buffer``), with the audit entries of the engine's
 advances in that transaction (``audit``, from ``app.engine.oplog``) and the instance summary as the
-transaction left it: an event costs no row and no update of the instance row of its own (issue 27).
+transaction left it: an event costs no row and no update of the instance row of its own.
 The view ``workflow_events`` shows one row per event: a stable id (the batch's id with the event's
 ordinal in its last three hex digits), the instance's next sequence number (continuing from the
 instance's newest batch: every writer of an instance's events holds its row lock), a type from

@@ -2,7 +2,7 @@
 ``$.steps.KEY.output…`` inside a mapping is replaced by the value it names. A reference to a value
 that does not exist leaves its object member out (absent stays absent; explicit null stays null).
 
-Resolution is bounded (issue 9): a mapping holds at most ``MAX_REFERENCES`` references (checked at
+Resolution is bounded: a mapping holds at most ``MAX_REFERENCES`` references (checked at
 publish, and again here for documents published before the rule), and the mapped value is measured
 while it is built — each referenced value is sized only up to the bytes still left under
 ``MAX_MAPPED_BYTES`` — so ``["$.input", "$.input", ...]`` stops at the limit instead of producing

@@ -106,7 +106,7 @@ instances = Table(
     Column("schedule_fire_at", DateTime(timezone=True)),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # X-AUTO (issue 29): the automation rules that led to an instance a rule started, oldest first (the last
+    # X-AUTO: the automation rules that led to an instance a rule started, oldest first (the last
     # one started it; the length is its automation depth); NULL when no rule started it
     Column("automation_chain", ARRAY(Text)),
     CheckConstraint(_in("state", InstanceState), name="ck_workflow_instances_state"),

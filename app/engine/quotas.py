@@ -1,6 +1,6 @@
 """The namespace quotas of new work (SPEC W-START-8, W-ERR 429 QUEUE_FULL / APPLICATION_FULL), kept as
 counts instead of counted at every start, without a row that every start or task change must update
-and without serializing a namespace's starts (issue 27).
+and without serializing a namespace's starts.
 
 **The counts.** ``workflow_quota_counts`` holds, per namespace and stripe (the committing backend's pid
 modulo 16, so concurrent commits touch different rows), the unfinished instances, the open (PENDING or

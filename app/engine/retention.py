@@ -1,4 +1,4 @@
-"""Retention of the engine's history (issue 14): settled signals and outbox event batches of finished
+"""Retention of the engine's history: settled signals and outbox event batches of finished
 instances are removed by the drain after the ledger's job retention (``app.ledger.retention``), in
 small ``SKIP LOCKED`` batches, never touching a PENDING signal or an unfinished instance."""
 

@@ -65,7 +65,7 @@ def read_instance(conn: Connection, instance_id: str, namespace_id: str | None =
 
 # A published version is immutable (X-DEF: inserted once, never updated or deleted), so each process
 # keeps the documents it has read, by version id: every advance, start and handler that needs the step
-# specs saves a statement (issue 16). The cache holds the JSON text (each call parses a fresh object, so
+# specs saves a statement. The cache holds the JSON text (each call parses a fresh object, so
 # no caller can change another's) and is bounded by its characters, whatever the tenants publish.
 DOCUMENT_CACHE_CHARS = 8 * 1024 * 1024
 _documents: LRUCache[str, str] = LRUCache(maxsize=DOCUMENT_CACHE_CHARS, getsizeof=len)

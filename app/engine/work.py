@@ -111,7 +111,7 @@ def arm_task_deadlines(conn: Connection, inst: dict, seconds: float) -> None:
     """The instance's ``task_timeout`` job is due no later than ``seconds`` from now (a task's deadline
     is now() + its timeout in the same transaction: now() is the transaction's start). ONE such job per
     instance enforces the deadlines of all its open tasks (``handlers.tasks``): a task costs no job of
-    its own, created and canceled (issue 27). Asked once per transaction and instance for the earliest."""
+    its own, created and canceled. Asked once per transaction and instance for the earliest."""
     armed: dict[str, float] = transaction_state(conn).setdefault("task_deadlines_armed", {})
     if armed.get(inst["id"], float("inf")) <= seconds:
         return

@@ -1,4 +1,4 @@
-"""Automation rules (SPEC X-AUTO; issue 10): on an event type (+ definition filter, + simple field
+"""Automation rules (X-AUTO): on an event type (+ definition filter, + simple field
 conditions on the event) run one action as an ``automation_action`` job:
 
 - ``http``: a signed POST of the event (Standard Webhooks headers, the rule's own secret), with the
@@ -13,7 +13,7 @@ unique per pair and the job's idempotency key is ``automation_action:<event>:<ru
 A mapping is any JSON value whose strings ``$.event...`` name a part of the event document
 ``{"id", "type", "seq", "workflow_id", "data": <the event body>}``.
 
-Automation cannot amplify itself (issue 29):
+Automation cannot amplify itself:
 
 - an instance a rule started carries its *chain*: the rules that led to it, oldest first
   (``workflow_instances.automation_chain``; a sub-workflow inherits its parent's). A rule never fires on

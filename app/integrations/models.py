@@ -1,4 +1,4 @@
-"""Tables of the integrations (X-EVENT, X-AUTO; issue 10), built by migration ``0008_i10_events``."""
+"""Tables of the integrations (X-EVENT, X-AUTO), built by migration ``0008_i10_events``."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ subscriptions = Table(
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # issue 29: the credential whose rights the deliveries use (the creator, or whoever enabled / updated it)
+    # the credential whose rights the deliveries use (the creator, or whoever enabled / updated it)
     Column("created_by", Text),
 )
 Index(
@@ -85,7 +85,7 @@ rules = Table(
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # issue 29: the credential whose rights the rule acts with (the creator, or whoever enabled it last)
+    # the credential whose rights the rule acts with (the creator, or whoever enabled it last)
     Column("created_by", Text),
     Column("disabled_reason", Text),  # why the rule disabled itself (rate budget, author revoked)
     # the rate budget: executions in the one-minute window that began at budget_window_at

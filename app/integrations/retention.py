@@ -1,4 +1,4 @@
-"""Retention of the integrations' logs (issue 14): webhook deliveries and automation executions older
+"""Retention of the integrations' logs: webhook deliveries and automation executions older
 than the ledger's job retention whose job has finished (or was already removed) are deleted by the
 drain in small ``SKIP LOCKED`` batches, like the ledger's own history (``app.ledger.retention``)."""
 

@@ -4,7 +4,7 @@ policy, then ``start_workflow`` in a savepoint: a quota (429) or limit refusal i
 fire with its reason, never retried. The schedules themselves, their commands and the tick that hands
 out fire times are ``schedules``.
 
-A schedule starts workflows with the rights of its author (issue 29: ``created_by``, the credential that
+A schedule starts workflows with the rights of its author (``created_by``, the credential that
 created, last updated or last resumed it), checked at every fire: a revoked or expired author, or one
 without ``workflows:start`` (and ``tasks:submit`` and the queues of a version with task queues), gives a
 SKIPPED fire saying why, and the schedule pauses itself (audited) until a credential that may resumes it."""

@@ -13,7 +13,7 @@
   the overlap policy and starts the instance.
 Every mutation and every fire is written to the operation audit.
 
-A schedule starts workflows later on behalf of its author (issue 29): ``created_by`` is the credential
+A schedule starts workflows later on behalf of its author: ``created_by`` is the credential
 that created it, and becomes whoever updates or resumes it (their rights are checked then, as at create).
 Each fire checks the author's rights again (``schedule_fires``).
 """

@@ -1,8 +1,8 @@
-"""Event subscriptions (SPEC X-EVENT; issue 10): create, list, read, update, enable / disable, delete,
+"""Event subscriptions (SPEC X-EVENT): create, list, read, update, enable / disable, delete,
 rotate the signing secret, the delivery log and redelivery. Every mutation writes an audit row in the
 caller's transaction. A secret is returned by ``create`` and ``rotate`` only; no read selects it.
 
-A subscription delivers the namespace's events on behalf of its author (issue 29): the credential that
+A subscription delivers the namespace's events on behalf of its author: the credential that
 created it, or the last one that enabled or updated it (``created_by``). Each delivery checks that this
 credential is still live and holds ``integrations:manage``; when it is not, the delivery is skipped and
 the subscription disables itself saying why (enable it again with a live credential to adopt it)."""

@@ -15,7 +15,7 @@ subscription disabled or deleted by then: the attempt is ``skipped``. Consecutiv
 ``disable_threshold()`` disable the subscription and record why; so does an author (``created_by``)
 revoked, expired or without ``integrations:manage`` (the attempt is ``skipped``, nothing is sent).
 
-A job whose payload names a row that does not exist (issue 29) ends ``dead`` with REFERENCE_NOT_FOUND
+A job whose payload names a row that does not exist ends ``dead`` with REFERENCE_NOT_FOUND
 (a delivery id, or for ``event_dispatch`` an instance, that never existed: a mistyped id in a job enqueued
 by hand), unless the row may have been removed by retention since the job was created (the job is older
 than the retention window): that is a ``skipped`` attempt, "no longer exists". A subscription's

@@ -1,4 +1,4 @@
-"""Where outbound HTTP may go (SSRF policy; issue 10, SPEC X-EVENT): every outbound job's request
+"""Where outbound HTTP may go (SSRF policy; X-EVENT): every outbound job's request
 passes through ``check`` before a connection is made.
 
 - http and https only, no user info in the URL given to a receiver's host check;

@@ -1,4 +1,4 @@
-"""Queue-wait histograms with fixed log-scale buckets (issue 14, SPEC L-STATUS): what the per-minute
+"""Queue-wait histograms with fixed log-scale buckets (L-STATUS): what the per-minute
 rollup (``app/ledger/rollup.py``) stores, so the runtime status can read P95 / P99 of the last hour
 without sorting every attempt of it. Pure functions, no database.
 

@@ -36,7 +36,7 @@ FROM workflow_jobs WHERE id = :id FOR UPDATE
 """
 )
 
-# Retrying with a replaced payload (issue 9). The engine's own job types carry ids the engine wrote
+# Retrying with a replaced payload (L-OPS). The engine's own job types carry ids the engine wrote
 # (instance, activation, task, step): a replacement could point them at another instance, so it is
 # refused. Integration types may get a new payload, but the fields that name what the job belongs
 # to (every ``*_id`` key and ``step_key``) must stay as they are.

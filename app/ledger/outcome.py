@@ -98,7 +98,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _describe(exc: BaseException) -> str:
-    """``last_error`` text: credentials in URLs and tokens are masked (issue 9; operators and the
+    """``last_error`` text: credentials in URLs and tokens are masked (operators and the
     diagnostic bundle read it)."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return logs.redact(text.replace("\x00", "\\x00"))[:4000]  # PostgreSQL text cannot hold NUL

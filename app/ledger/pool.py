@@ -72,7 +72,7 @@ class LedgerPool:
         self._finished: list[transitions.Settlement] = []
         self._running = 0
         # Claimed jobs go to the slot threads through one queue (None stops a slot thread): a plain
-        # hand-off instead of an executor's future, work item and condition per job (issue 16).
+        # hand-off instead of an executor's future, work item and condition per job.
         self._slot_queue: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._pg: psycopg.Connection | None = None  # the loop thread's own connection

@@ -1,4 +1,4 @@
-"""Retention (issue 14): what the ledger keeps, and the drain sweeps that remove the rest in small
+"""Retention: what the ledger keeps, and the drain sweeps that remove the rest in small
 batches so the tables stay the size of the live work, not of history.
 
 - finished jobs (``succeeded`` / ``canceled``) and their attempts (``ON DELETE CASCADE``) after
@@ -10,7 +10,7 @@ batches so the tables stay the size of the live work, not of history.
 Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
 LIMIT n FOR UPDATE SKIP LOCKED)`` in its own short transaction, over finished rows only, so a sweep
 never waits on (or holds up) a claim, a settle or a running executor. Batched deletes were chosen over
-partitions: claims, the job list and the indexes stay as they are (see ``docs/decisions.md``)."""
+partitions: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``, "Retention by batched deletes, not partitions")."""
 
 from __future__ import annotations
 

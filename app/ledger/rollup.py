@@ -1,4 +1,4 @@
-"""The runtime status rollup (issue 14, SPEC L-STATUS): per minute and queue, the attempts started in
+"""The runtime status rollup (L-STATUS): per minute and queue, the attempts started in
 that minute, so the last hour's figures (attempts, failures, average duration, queue-wait P95 / P99)
 read at most 120 rolled rows plus the few most recent minutes of attempts, never the whole hour.
 

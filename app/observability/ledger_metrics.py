@@ -1,5 +1,5 @@
 """Metrics read from PostgreSQL at scrape time: what the ledger and the engine tables know, correct
-whatever process or host did the work (docs/decisions.md, "Observability").
+whatever process or host did the work (docs/decisions/observability.md, "Metrics from two sources").
 
 Each group is one short read-only query under a statement timeout; a failing group is skipped (and
 ``ledgerflow_ledger_scrape_errors`` says which), never the whole scrape. Results are cached for

@@ -63,7 +63,7 @@ _URL_IN_TEXT = re.compile(r"(?i)\bhttps?://[^\s\"'<>]+")
 
 
 def redact_url(url: str) -> str:
-    """THE redaction of a URL (issue 29: one place for every view, log line, error and audit row that
+    """THE redaction of a URL (one place for every view, log line, error and audit row that
     shows a URL): user info and every query value become ``***``, the fragment is dropped."""
     try:
         parts = urlsplit(url)

@@ -1,6 +1,6 @@
 """Process-level Prometheus instruments and the ``/metrics`` exposition.
 
-Two sources, chosen per metric (docs/decisions.md, "Observability"):
+Two sources, chosen per metric (docs/decisions/observability.md, "Metrics from two sources"):
 
 - **event counters and histograms** (jobs enqueued / claimed / settled, attempt duration, queue wait,
   hints, wake-ups, lease reclaims, fenced writes, drain runs, API requests) are counted where they

@@ -1,4 +1,4 @@
-"""Observability (issue 13): the W3C traceparent of the span that enqueued a job, and each worker
+"""Observability: the W3C traceparent of the span that enqueued a job, and each worker
 node's own clock at its last heartbeat (``ledgerflow doctor`` compares it with the database's).
 
 Both columns are nullable without a default: adding them rewrites nothing.

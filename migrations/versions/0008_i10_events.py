@@ -1,4 +1,4 @@
-"""Issue 10: the workflow events outbox, event subscriptions and webhook deliveries, automation rules
+"""X-EVENT, X-AUTO: the workflow events outbox, event subscriptions and webhook deliveries, automation rules
 and their executions.
 
 Revision ID: 0008_i10_events

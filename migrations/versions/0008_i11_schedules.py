@@ -1,4 +1,4 @@
-"""Schedules and TRIGGER steps (issue 11, X-SCHED): the TRIGGER step kind, the schedule rules, their fires, and the schedule that launched an
+"""Schedules and TRIGGER steps (X-SCHED): the TRIGGER step kind, the schedule rules, their fires, and the schedule that launched an
 instance (``workflow_instances.schedule_id`` / ``schedule_fire_at``, nullable: adding them rewrites
 nothing).
 
@@ -21,7 +21,7 @@ KINDS_BEFORE = "'ROOT', 'TASK', 'SIGNAL', 'TIMER', 'POLL', 'SUBWORKFLOW'"
 
 
 def upgrade() -> None:
-    # TRIGGER steps (issue 11): one more step kind
+    # TRIGGER steps: one more step kind
     op.drop_constraint("ck_workflow_steps_kind", "workflow_steps", type_="check")
     op.create_check_constraint(
         "ck_workflow_steps_kind", "workflow_steps", f"kind IN ({KINDS_BEFORE}, 'TRIGGER')"

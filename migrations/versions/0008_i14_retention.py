@@ -1,4 +1,4 @@
-"""Retention (issue 14): indexes for the drain's retention sweeps — finished jobs and dead letters by
+"""Retention: indexes for the drain's retention sweeps — finished jobs and dead letters by
 age, orphaned effect receipts, the audit by age, settled signals by age.
 
 Revision ID: 0008_i14

@@ -1,4 +1,4 @@
-"""Hostile tenants (issue 9): platform-wide operator credentials, token expiry, an append-only
+"""Hostile tenants: platform-wide operator credentials, token expiry, an append-only
 operation audit (like finished job attempts, enforced by the database), and a NOTIFY when a task
 becomes claimable (``lf_task_ready``, payload ``namespace_id:queue``; sent at commit) so waiting
 long-poll claims wake at once instead of polling the database.

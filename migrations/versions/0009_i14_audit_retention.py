@@ -1,4 +1,4 @@
-"""The operation audit is append-only (issue 9) and kept for its retention (issue 14): the trigger now
+"""The operation audit is append-only and kept for its retention: the trigger now
 lets exactly one path delete — the drain's retention sweep, which marks its transaction with
 ``SET LOCAL ledgerflow.retention = 'on'`` — and only rows older than 30 days whatever the configured
 retention. Updates stay refused; deletes by anyone else stay refused.

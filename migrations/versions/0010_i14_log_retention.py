@@ -1,4 +1,4 @@
-"""Retention of the outbox and the integrations' logs (issue 14): indexes by age for the drain's
+"""Retention of the outbox and the integrations' logs: indexes by age for the drain's
 sweeps of ``workflow_events``, ``webhook_deliveries`` and ``automation_executions``.
 
 Revision ID: 0010_i14

@@ -1,4 +1,4 @@
-"""Runtime status rollup (issue 14): ``workflow_attempt_minutes``, per minute and queue the attempts
+"""Runtime status rollup (L-STATUS): ``workflow_attempt_minutes``, per minute and queue the attempts
 started in that minute (count, failed, duration sum and samples, queue-wait histogram), filled by the
 drain's rollup sweep so the last hour's figures never scan the whole hour of attempts.
 

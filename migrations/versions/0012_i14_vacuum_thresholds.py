@@ -1,4 +1,4 @@
-"""Per-table autovacuum thresholds of the ledger's churning tables (issue 14).
+"""Per-table autovacuum thresholds of the ledger's churning tables.
 
 PostgreSQL's defaults vacuum a table once 20 % of its rows are dead. A job ledger keeps its finished
 history for days (7 by default), so 20 % of a week of jobs is a large pile of dead job versions and

@@ -1,4 +1,4 @@
-"""Attempt rows are written once (issues 14 and 16).
+"""Attempt rows are written once (L-DATA-2).
 
 Until now a claim inserted a ``running`` attempt row and the settle updated it: two writes, a dead
 version per attempt, and a table kept at fillfactor 80 so that the update could stay on its page.

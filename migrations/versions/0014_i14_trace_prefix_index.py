@@ -1,4 +1,4 @@
-"""The trace index holds a prefix of the trace id (issue 14).
+"""The trace index holds a prefix of the trace id.
 
 ``ix_workflow_jobs_trace`` indexed the whole 32-character trace id: a 48-byte entry per job version,
 inserted at random places (trace ids are random), so pages stay about 70 % full: about 75 bytes per

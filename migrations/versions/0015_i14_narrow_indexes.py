@@ -1,4 +1,4 @@
-"""Narrower created and trace indexes on workflow_jobs (issue 14).
+"""Narrower created and trace indexes on workflow_jobs.
 
 Both indexes receive an entry for every version of a job row (insert, claim, settle: no update of a
 job is HOT, because its status is indexed), so their entry size counts three times per job.

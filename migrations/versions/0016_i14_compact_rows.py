@@ -1,4 +1,4 @@
-"""Compact job and attempt rows: enum types, columns ordered by width (issue 14).
+"""Compact job and attempt rows: enum types, columns ordered by width.
 
 Every version of a job row (insert, claim, settle) and every final attempt row carries ``status``,
 ``type`` and ``queue`` as text: 10, 11-20 and 16-25 bytes with their headers and padding. They become

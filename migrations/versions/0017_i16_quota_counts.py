@@ -1,4 +1,4 @@
-"""Quota counts kept by the database instead of counted at every start (issue 16).
+"""Quota counts kept by the database instead of counted at every start.
 
 Before: every start counted, under its namespace's start lock, the namespace's unfinished instances,
 its open tasks and each queue's pending tasks: work that grew with the namespace (8 ms of PostgreSQL

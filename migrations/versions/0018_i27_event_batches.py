@@ -1,4 +1,4 @@
-"""A workflow step costs fewer row writes (issue 27): events and engine audit entries are written as one
+"""A workflow step costs fewer row writes: events and engine audit entries are written as one
 batch row per transaction and instance, and the quota counts are written once per transaction by the
 engine instead of by row triggers.
 

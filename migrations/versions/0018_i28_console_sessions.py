@@ -1,4 +1,4 @@
-"""Console sessions kept on the server (issue 28): logging out ends the session everywhere.
+"""Console sessions kept on the server: logging out ends the session everywhere.
 
 ``console_sessions`` holds one row per logged-in console session: the SHA-256 of the random session id
 the signed cookie carries, the credential it authenticates (deleted with it) and its expiry (8 hours

@@ -1,4 +1,4 @@
-"""Hostile tenants, second round (issue 29): automation that cannot amplify, and rules, schedules and
+"""Hostile tenants, second round: automation that cannot amplify, and rules, schedules and
 subscriptions that act with their author's rights.
 
 - ``workflow_instances.automation_chain``: the automation rules that led to an instance started by a

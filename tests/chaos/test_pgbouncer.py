@@ -1,4 +1,4 @@
-"""A tested path through a real PgBouncer in transaction mode (issue 30): Debian's ``pgbouncer`` (1.18,
+"""A tested path through a real PgBouncer in transaction mode: Debian's ``pgbouncer`` (1.18,
 which cannot hold prepared statements and refuses the ``options`` startup parameter) started by the
 test on a free port with a generated config, LEDGERFLOW_DB_TRANSACTION_POOLING on, and then all four
 Procfile processes of the fault suite's short scenario pointed at it."""

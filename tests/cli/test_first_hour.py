@@ -1,4 +1,4 @@
-"""The wrong turns of a newcomer's first hour (issue 30), each fixed: one CLI error format, a credential
+"""The wrong turns of a newcomer's first hour, each fixed: one CLI error format, a credential
 command that can run again, the job types and --priority told as the code does them, the first workflow
 from the shell (publish, start, watch) through a live API, a changed document under a published version
 refused, DELETE without a body, and a definition typo named as such."""

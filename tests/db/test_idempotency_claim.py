@@ -33,7 +33,7 @@ def test_a_duplicate_in_flight_waits_for_the_first_and_replays_it_or_owns_the_ke
     """Two requests with one key at once: the second waits on the key's lock and then replays the first's
     committed receipt (its own try, which read before the first committed, fails on the receipt's unique
     key and is run again); after a first that rolled back, it owns the key itself. The receipt is one row
-    written once (issue 27: no insert-then-update)."""
+    written once (no insert-then-update)."""
     for outcome in ("commit", "rollback"):
         key = uuid.uuid4().hex
         args = {"scope": "ns-test", "route": "POST /v1/test", "key": key, "fp": "f1"}

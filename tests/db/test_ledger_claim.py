@@ -158,7 +158,7 @@ def _written(engine, job_id: int) -> list[dict]:
 
 
 def test_an_attempt_row_is_written_once_by_the_move_that_ends_it(db):
-    """Issue 16: the claim writes no attempt row (the open attempt is on the job row); settle,
+    """L-DATA-2: the claim writes no attempt row (the open attempt is on the job row); settle,
     reclaim, suspend and cancel each insert the final row from the open attempt's facts and clear
     them, so an attempt row is never updated."""
     j = add_job(db, "delay_wake", {"a": 1}, max_attempts=5, instance_id="inst-1")
@@ -373,7 +373,7 @@ def test_the_pools_claim_plans_read_the_claim_indexes_by_queue(db):
 
 
 def test_a_pass_reports_when_the_queues_next_delayed_job_falls_due(db):
-    """Issue 27: the pass answers the seconds until the earliest pending job of its queue that is not due
+    """The pass answers the seconds until the earliest pending job of its queue that is not due
     yet (read in the pass's own snapshot); due jobs, other queues and paused jobs do not count."""
     with _raw(db) as pg:
         kw = {"queue": ADVANCE, "worker_id": "w-due", "lease_seconds": 30, "by_due": False,
@@ -397,7 +397,7 @@ def test_a_pass_reports_when_the_queues_next_delayed_job_falls_due(db):
 
 
 def test_a_pool_starts_a_delayed_job_when_it_falls_due_not_at_the_next_poll(db, settings, handler_registry):
-    """Issue 27: a pool that learned of a delayed job in a pass sleeps until its due time, however long
+    """A pool that learned of a delayed job in a pass sleeps until its due time, however long
     the short poll is (here 60 s, and no Redis hint arrives: the pool is not subscribed to any)."""
     ran = threading.Event()
     handlers.register("delay_wake", lambda ctx: ran.set(), replace=True)

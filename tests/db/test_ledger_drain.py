@@ -34,7 +34,7 @@ def _expire(engine, job_id):
 
 
 def test_expired_lease_goes_back_to_pending_due_at_once(db, settings, recorder):
-    """A lost lease is not the handler's failure: the job is due again at once (issue 14; it waited
+    """A lost lease is not the handler's failure: the job is due again at once (it waited
     for a 30 s backoff before), and the lost attempt still counts."""
     j = add_job(db, "delay_wake", {}, max_attempts=3)
     claim_one(db, lease_seconds=0.2)
@@ -174,7 +174,7 @@ def test_concurrent_drains_reclaim_each_job_once(db, settings, engine):
 
 
 def test_the_drain_prunes_expired_idempotency_receipts(db, settings):
-    """Issue 9: ``idempotency.prune`` existed and was never called; replays never expired."""
+    """Regression: ``idempotency.prune`` existed and was never called; replays never expired."""
     with transaction(db) as conn:
         conn.execute(text("DELETE FROM idempotency_receipts"))
         conn.execute(

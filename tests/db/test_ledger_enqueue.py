@@ -219,7 +219,7 @@ def test_idempotent_enqueue_under_a_concurrent_first_inserter(db, recorder, firs
 
 
 def test_a_connection_lost_inside_a_transaction_surfaces_as_the_database_error(db):
-    """Issue 14 (found by the fault suite): a backend terminated mid-transaction used to surface as
+    """Regression (found by the fault suite): a backend terminated mid-transaction used to surface as
     PendingRollbackError (the cleanup touched the dead connection), which the API answered with 500
     instead of 503. The original OperationalError now reaches the caller."""
     with pytest.raises(OperationalError, match="terminating connection"), transaction(db) as conn:

@@ -1,4 +1,4 @@
-"""Retention (issue 14): the drain's sweeps remove finished history past its retention in small
+"""Retention: the drain's sweeps remove finished history past its retention in small
 batches, never touch live work, and never wait on a locked row."""
 
 from __future__ import annotations

@@ -295,7 +295,7 @@ class _Coded(Exception):
     ids=["retry-after-inf", "retry-after-1e300", "nul-in-code"],
 )  # fmt: skip
 def test_an_unwritable_retry_after_or_error_code_does_not_wedge_the_pool(db, run_pool, raise_, delay):
-    """Regression (issue 16): an infinite or huge ``retry_after`` put ``now() + inf * interval '1 second'``
+    """Regression: an infinite or huge ``retry_after`` put ``now() + inf * interval '1 second'``
     (out of range) into the settle statement, and a NUL in an error code made psycopg refuse the batch:
     either failed every pass of the pool, so nothing it held ever settled and it claimed nothing more."""
 

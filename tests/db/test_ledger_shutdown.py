@@ -1,4 +1,4 @@
-"""A worker's shutdown (issue 30): ``transitions.hand_back`` (running -> pending, due at once, the attempt
+"""A worker's shutdown: ``transitions.hand_back`` (running -> pending, due at once, the attempt
 recorded as interrupted by shutdown, not a failure) and ``LedgerPool.stop``'s grace, with real
 PostgreSQL. The worker processes themselves: tests/workers/test_shutdown.py."""
 

@@ -1,4 +1,4 @@
-"""Pooled connections are pinged at checkout after an idle spell (``app.db.ping_after_idle``, issue 16):
+"""Pooled connections are pinged at checkout after an idle spell (``app.db.ping_after_idle``):
 a connection whose backend died while it sat idle is replaced before anyone uses it; one that dies while
 in steady use fails one statement, and the pool replaces it for the next transaction."""
 

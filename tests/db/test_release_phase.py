@@ -1,4 +1,4 @@
-"""The Procfile's release phase (issue 30): ``release: ledgerflow db upgrade`` runs on every deploy,
+"""The Procfile's release phase: ``release: ledgerflow db upgrade`` runs on every deploy,
 possibly twice at once (two deploys, a one-off beside it). Real processes on an empty database."""
 
 from __future__ import annotations

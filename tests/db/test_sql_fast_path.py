@@ -1,4 +1,4 @@
-"""``app.sql.run`` answers like ``conn.execute(text(...))`` (issue 16): same transaction, same parameters,
+"""``app.sql.run`` answers like ``conn.execute(text(...))`` : same transaction, same parameters,
 rows read by attribute, index and ``_mapping``, SQLAlchemy's exception classes, and SQLAlchemy's own
 path whenever something listens to its cursor events."""
 
@@ -145,7 +145,7 @@ def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):  # noq
 
 
 def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):  # noqa: ANN001
-    """Issue 27: writes queued one after the other reach PostgreSQL as one statement (``combine``), and
+    """Writes queued one after the other reach PostgreSQL as one statement (``combine``), and
     they still see the rows a foreign key names when the same statement inserts them."""
     import psycopg
 

@@ -1,4 +1,4 @@
-"""The runtime status rollup (issue 14): final minutes are rolled once by a drain sweep, and the last
+"""The runtime status rollup (L-STATUS): final minutes are rolled once by a drain sweep, and the last
 hour's figures (rolled minutes + the live rest) equal the exact ones for counts, failures and average
 duration, with P95 / P99 within the histogram's stated error, while the live part reads only the
 attempts that are not rolled."""

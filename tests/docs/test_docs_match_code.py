@@ -1,4 +1,4 @@
-"""Where the documents describe the code, they say what the code says (issue 30): the command table of
+"""Where the documents describe the code, they say what the code says: the command table of
 README.md, the credential switches and options and the job types of docs/reference.md are rendered from
 the code (``ledgerflow.doc_tables``) and must appear exactly so; every error code of the reference is one
 the API answers; the complete definition document of the reference publishes as it is."""

@@ -1,4 +1,4 @@
-"""`make run` as a newcomer uses it (issue 30): stopping it (an IDE's stop button, Ctrl-C) gives every
+"""`make run` as a newcomer uses it: stopping it (an IDE's stop button, Ctrl-C) gives every
 process the same 25 s as Heroku before anything is killed, lets a job in flight finish, frees the port
 and ends with exit status 0 (no `make: *** Error 130`); a second `make run` on a port in use says so in
 one line before it starts anything."""

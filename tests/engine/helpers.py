@@ -44,7 +44,7 @@ SIGNAL_DOC = {
 @functools.cache
 def author(ns: str) -> Principal:
     """The principal of a live credential with every scope, acting in namespace id ``ns``: rules,
-    schedules and subscriptions act with their author's rights, checked each time they act (issue 29)."""
+    schedules and subscriptions act with their author's rights, checked each time they act."""
     with transaction() as conn:
         issued = create_credential(
             conn, namespace=ns, name="author-" + uuid.uuid4().hex[:8], scopes=ALL_SCOPES

@@ -75,7 +75,7 @@ def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
 
 
 def test_one_batch_row_per_transaction_and_instance(eng) -> None:  # noqa: ANN001
-    """Issue 27: the events of one transaction are one row (with the engine's audit entries), numbered on
+    """X-EVENT: the events of one transaction are one row (with the engine's audit entries), numbered on
     from the instance's previous batch; the view shows one row per event with ids naming their batch."""
     def_id = publish(eng, NS, DOC)
     iid = start(eng, NS, def_id, {})["id"]

@@ -1,4 +1,4 @@
-"""Quotas under concurrency (issue 16): the namespace's start lock is taken last, for the counts and
+"""Quotas under concurrency (W-START-8, W-ERR): the namespace's start lock is taken last, for the counts and
 the commit only, and the caps still hold exactly — concurrent starts never end above them."""
 
 from __future__ import annotations

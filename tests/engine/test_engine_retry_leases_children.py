@@ -1,4 +1,4 @@
-"""Issue 4 gaps: TASK retry backoff (X-DEF retry policy), expired task leases swept back to their queue
+"""TASK retry backoff (X-DEF retry policy), expired task leases swept back to their queue
 by the drain (X-TASK), and a parent that fails stopping its running SUBWORKFLOW child."""
 
 from __future__ import annotations

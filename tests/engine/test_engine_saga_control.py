@@ -1,4 +1,4 @@
-"""Issue 5 gaps (inline, real Postgres): the task claim grants nothing to a paused or cancelling
+"""W-CTL-2, -3 (inline, real Postgres): the task claim grants nothing to a paused or cancelling
 instance (an expired lease is not handed out again while a cancel settles); the ``cancel_settle``
 re-check when an in-flight task's lease runs out."""
 

@@ -1,8 +1,8 @@
-"""Behaviour fixed with the engine state machine (issue 8): each test failed before.
+"""Behaviour fixed with the engine state machine: each test failed before.
 
 - a ``delay_wake`` job with an unknown wake is dead (PERMANENT_ERROR), never a silent success;
 - a task's deadline is enforced by its instance's one ``task_timeout`` job: completing or failing a
-  task writes no job (issue 27), and the job times out every overdue task and arms itself again;
+  task writes no job, and the job times out every overdue task and arms itself again;
 - every engine job binds the row its payload names to the job's own instance: a payload naming
   another instance's activation / task / signal / child is dead with a clear reason and changes nothing;
 - a guarded transition refuses a move from a state it may not leave."""

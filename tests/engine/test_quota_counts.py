@@ -151,7 +151,7 @@ def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
 
 
 def test_a_task_step_that_opens_the_next_task_on_its_queue_writes_no_count(eng):  # noqa: ANN001
-    """Issue 27: the counts are written once per transaction, and not at all when its changes cancel out:
+    """The counts are written once per transaction, and not at all when its changes cancel out:
     completing task ``a`` opens ``b`` on the same queue (open tasks -1 +1); a claim changes no count.
     Unchanged row versions (``xmin``) of the namespace's count rows show that nothing was written."""
     same_queue = {**TWO_QUEUES, "steps": [{**TWO_QUEUES["steps"][0], "queue": "qc.same"},

@@ -238,7 +238,7 @@ def _launch_payloads(eng, sid: str) -> list[tuple[str, int]]:  # noqa: ANN001
 
 
 def test_resuming_just_before_a_fire_time_launches_the_fire_time_it_names(sched) -> None:  # noqa: ANN001
-    """Issue 30: resumed about a second before a fire time, the answer named a missed fire time that
+    """resumed about a second before a fire time, the answer named a missed fire time that
     never launched: the next tick, after that fire time, folded it in and launched the later one."""
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id)
@@ -296,7 +296,7 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
     run = CliRunner().invoke
     bad = run(main, ["schedules", "create", "--name", "x", "--definition-id", def_id, "--version", "v1",
                      "--input", '{"region": "eu"}', "--cron", "0 8 * * *", "--timezone", "Nowhere/X"], env=env)  # fmt: skip
-    assert bad.exit_code == 2 and "timezone" in bad.output  # an invalid argument: 2 (issue 30)
+    assert bad.exit_code == 2 and "timezone" in bad.output  # an invalid argument: 2
     out = run(main, ["schedules", "create", "--json", "--name", "nightly", "--definition-id", def_id, "--version", "v1",
                      "--input", '{"region": "eu"}', "--cron", "@daily", "--timezone", "Europe/Berlin"], env=env)  # fmt: skip
     assert out.exit_code == 0, out.output

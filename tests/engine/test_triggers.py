@@ -259,7 +259,7 @@ def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:  # noqa: AN
 
 
 def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, receiver, monkeypatch) -> None:  # noqa: ANN001
-    """The destination policy of the safe HTTP client (issue 10) guards TRIGGER and dispatch URLs:
+    """The destination policy of the safe HTTP client (``app.ledger.destinations``) guards TRIGGER and dispatch URLs:
     a cloud metadata address is a 400 naming the field at publish; a URL that became forbidden after
     publishing (the allow-list narrowed) is dead with DESTINATION_FORBIDDEN at delivery."""
     with pytest.raises(InvalidArgument) as refused:

@@ -1,4 +1,4 @@
-"""Definition documents are read from the database once per process (issue 16): published versions are
+"""Definition documents are read from the database once per process: published versions are
 immutable, so every later advance and start reuses the text, parsed into a fresh object each time."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def test_reads_as_tables_and_json(fresh, issue, make_job):  # noqa: ANN001
 
 def test_the_api_permission_rules(fresh, issue, make_job):  # noqa: ANN001
     job = make_job("dead")
-    # one format (issue 30): `Error: ...` on one line; 2 for a command line that lacks the token, 1 for refusals
+    # one format: `Error: ...` on one line; 2 for a command line that lacks the token, 1 for refusals
     r = run(jobs, ["list"])
     assert (
         r.exit_code == 2

@@ -1,4 +1,4 @@
-"""The light SDK (issue 30): `pip install sdk/` into a fresh venv gives the client and TaskWorker
+"""The light SDK: `pip install sdk/` into a fresh venv gives the client and TaskWorker
 without the server's libraries, and the documented worker (docs/sdk.md) completes a real workflow
 against the test server from that venv alone."""
 

@@ -1,4 +1,4 @@
-"""The hostile-tenant suite (issues 9 and 29), one module per OWASP API Security Top 10 (2023) item. It
+"""The hostile-tenant suite, one module per OWASP API Security Top 10 (2023) item. It
 reuses the live-server fixtures of the workflow API tests (real WSGI app, real PostgreSQL), and the
 engine fixture with the outbound jobs run inline (``tests.security.hostile``)."""
 

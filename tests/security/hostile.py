@@ -1,4 +1,4 @@
-"""Helpers of the second hostile-tenant round (issue 29): real credentials (the acting author of a rule,
+"""Helpers of the second hostile-tenant round: real credentials (the acting author of a rule,
 schedule or subscription is checked against the credentials table), the outbound jobs run inline
 (claim -> handler -> settle, as the pool does) and SQL reads. Written against the public API of
 ``app`` so that each test also runs, and fails, on the code before the fix."""

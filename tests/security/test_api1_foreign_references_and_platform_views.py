@@ -1,4 +1,4 @@
-"""OWASP API1:2023 Broken Object Level Authorization, second round (issue 29): a rule's
+"""OWASP API1:2023 Broken Object Level Authorization, second round: a rule's
 ``definition_id`` filter accepted another namespace's definition id or any string (a subscription's is
 refused with 400), and ``/metrics`` gave a namespace-scoped monitor the engine-wide figures of every
 tenant while the runtime status refused it with 403."""

@@ -1,5 +1,5 @@
-"""OWASP API3:2023 Broken Object Property Level Authorization, secrets shown where they should not be
-(issue 29): a rule's http action URL showed its password and query values in the create answer, GET,
+"""OWASP API3:2023 Broken Object Property Level Authorization, secrets shown where they should not be:
+a rule's http action URL showed its password and query values in the create answer, GET,
 the list and the audit row (subscriptions redacted theirs); and replaying a subscription create with the
 same Idempotency-Key from another credential of the namespace returned the webhook secret again."""
 

@@ -1,4 +1,4 @@
-"""OWASP API4:2023 Unrestricted Resource Consumption, through automation rules (issue 29): a rule on
+"""OWASP API4:2023 Unrestricted Resource Consumption, through automation rules: a rule on
 ``workflow.started`` of D whose action starts D fed itself (7, 87, 160, 232 instances after 2, 4, 6, 8 s)
 until it was disabled. Now an instance a rule started carries its chain of rules, a rule never fires on
 its own work (directly or through other rules), a chain stops at a fixed depth, and a rule past its rate

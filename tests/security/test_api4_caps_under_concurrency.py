@@ -1,5 +1,5 @@
 """OWASP API4:2023 Unrestricted Resource Consumption: per-namespace caps overrun by concurrent creates
-(issue 29). 16 parallel rule creates at 92 of 100 ended at 107, 16 parallel schedule creates at 992 of
+. 16 parallel rule creates at 92 of 100 ended at 107, 16 parallel schedule creates at 992 of
 1000 ended at 1008 (count, then insert, with no lock); subscriptions used the same pattern. Now the count
 and the insert of one namespace's creates of one kind are serialized (an advisory lock), so a cap holds
 whatever the concurrency: real parallel creates through the API, and a deterministic interleaving of two

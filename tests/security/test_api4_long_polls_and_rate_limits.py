@@ -95,7 +95,7 @@ def procfile_web(tmp_path):  # noqa: ANN001, ANN201
 
 def test_long_polls_do_not_starve_the_api(ops, procfile_web):  # noqa: F811
     """16 waiting claims on one ``web`` worker (the old gthread setting had 4 threads) and a read still
-    answers while every one of them is waiting. Nothing is timed (issue 30: this failed on a busy machine):
+    answers while every one of them is waiting. Nothing is timed (this failed on a busy machine):
     the claims are known to wait (the long-poll count in Redis), they wait far longer than any read takes,
     and the read must come back before any of them does; the web process's graceful stop then ends them."""
     if not os.environ.get("REDIS_URL"):

@@ -1,5 +1,5 @@
 """OWASP API4:2023 Unrestricted Resource Consumption by slow clients, on the Procfile's real ``web``
-process (gunicorn with its gevent worker, ``gunicorn.conf.py``; issue 29). Connections that sent half a
+process (gunicorn with its gevent worker, ``gunicorn.conf.py``). Connections that sent half a
 request were never timed out: each held one of the worker's ``worker_connections`` slots for good, and
 enough of them (1,500) made ``/healthz`` wait. Now a request's headers must arrive within
 ``LEDGERFLOW_HTTP_HEADER_TIMEOUT`` and a connection that makes no progress for

@@ -1,4 +1,4 @@
-"""OWASP API5:2023 Broken Function Level Authorization, through work that acts later (issue 29). A
+"""OWASP API5:2023 Broken Function Level Authorization, through work that acts later. A
 credential with only ``--integration-access`` got 403 on ``POST /v1/workflows`` and ``/v1/schedules``
 but created a rule whose ``start_workflow`` action then started workflows (a ``signal`` action bypassed
 ``workflows:signal`` the same way), and a rule, schedule or subscription kept acting after its author was

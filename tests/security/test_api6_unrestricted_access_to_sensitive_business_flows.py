@@ -1,5 +1,5 @@
 """OWASP API6:2023 Unrestricted Access to Sensitive Business Flows: one Idempotency-Key starts one
-workflow, whether the path is written ``/v1/workflows`` or ``/v1/workflows/`` (before issue 9 the two
+workflow, whether the path is written ``/v1/workflows`` or ``/v1/workflows/`` (before the fix the two
 spellings were two idempotency scopes and the same key started two instances)."""
 
 from __future__ import annotations

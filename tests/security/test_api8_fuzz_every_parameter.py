@@ -1,4 +1,4 @@
-"""Every route's every parameter, from the OpenAPI document, gets arbitrary strings and bytes (issue 29):
+"""Every route's every parameter, from the OpenAPI document, gets arbitrary strings and bytes:
 no answer may be a server error. Hypothesis draws, per operation, which parameter to attack (a path
 segment, a query parameter, a field of the JSON body, or the whole body) and what to send there: any
 Unicode text (NUL, lone surrogates, other scripts' digits, controls) or any bytes (percent-encoded in a

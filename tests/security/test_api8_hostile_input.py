@@ -1,4 +1,4 @@
-"""OWASP API8:2023 Security Misconfiguration, the input side (issue 29): strings PostgreSQL or the code
+"""OWASP API8:2023 Security Misconfiguration, the input side: strings PostgreSQL or the code
 cannot hold reached them and came back as 500s. One input layer now refuses, with 400 naming the field,
 NUL and lone surrogates in bodies, query values and path segments and non-ASCII digits in numeric
 parameters; cursors are parsed defensively whatever key signed them; and a body over the limit is 413

@@ -1,4 +1,4 @@
-"""OWASP API8:2023 Security Misconfiguration, the job side (issue 29): ``webhook_delivery``,
+"""OWASP API8:2023 Security Misconfiguration, the job side: ``webhook_delivery``,
 ``automation_action``, ``event_dispatch`` and ``compensation_action`` jobs enqueued by hand with payloads
 naming no existing row ended ``succeeded`` ("skipped: the execution no longer exists"), so a mistyped id
 looked like success. Now a job naming a row that never existed ends ``dead`` with REFERENCE_NOT_FOUND.

@@ -1,4 +1,4 @@
-"""Tenant contracts are compiled once per process and version, not at every start (issue 16)."""
+"""Tenant contracts are compiled once per process and version, not at every start."""
 
 from __future__ import annotations
 

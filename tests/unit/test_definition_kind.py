@@ -1,4 +1,4 @@
-"""A typo in a step's kind (issue 30): the error names the kind that is there and the likely one, and
+"""A typo in a step's kind: the error names the kind that is there and the likely one, and
 the steps after it are checked as written (no spurious error about a reference to that step)."""
 
 from __future__ import annotations

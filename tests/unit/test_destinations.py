@@ -1,4 +1,4 @@
-"""The outbound destination policy (issue 10): a table of forbidden destinations, in every numeric
+"""The outbound destination policy (X-EVENT): a table of forbidden destinations, in every numeric
 spelling, all refused before any connection; the allow-list; connecting to the checked address with
 Host kept; the body byte cap and total deadline; URL redaction. No database: a local receiver only."""
 

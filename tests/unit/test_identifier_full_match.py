@@ -1,4 +1,4 @@
-"""Identifier rules use full matches (issue 9): ``$`` also matches before a trailing newline, so
+"""Identifier rules use full matches: ``$`` also matches before a trailing newline, so
 ``re.match`` accepted ``"v1\\n"`` as a version, key, queue or id."""
 
 from __future__ import annotations

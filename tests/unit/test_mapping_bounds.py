@@ -1,4 +1,4 @@
-"""Mappings are bounded while they are built (issue 9): reference amplification stops at the size
+"""Mappings are bounded while they are built (X-DEF): reference amplification stops at the size
 limit after work proportional to the limit, not to the number of copies."""
 
 from __future__ import annotations

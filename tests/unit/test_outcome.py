@@ -95,7 +95,7 @@ def test_error_text_never_carries_nul_characters():
      (1e300, 3600.0), ("60", None), (True, None), (None, None)],
 )  # fmt: skip
 def test_a_handlers_retry_after_is_clamped_to_what_a_settlement_can_write(asked, kept):
-    """Regression (issue 16): ``RetryableError(retry_after=inf)`` (or 1e300) reached the settle statement,
+    """Regression: ``RetryableError(retry_after=inf)`` (or 1e300) reached the settle statement,
     whose ``now() + retry_after * interval '1 second'`` is out of range: the pool's whole batch failed on
     every pass. A retry waits at most RETRY_AFTER_CAP_SECONDS, as after a receiver's Retry-After."""
     out = outcome_of(None, RetryableError("busy", retry_after=asked))
@@ -103,7 +103,7 @@ def test_a_handlers_retry_after_is_clamped_to_what_a_settlement_can_write(asked,
 
 
 def test_a_handlers_own_error_code_is_storable_text():
-    """Regression (issue 16): a NUL in an exception's ``code`` made psycopg refuse the batch's parameters;
+    """Regression: a NUL in an exception's ``code`` made psycopg refuse the batch's parameters;
     a code that is not text, or empty, gives the default."""
 
     class Odd(Exception):

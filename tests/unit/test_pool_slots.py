@@ -1,4 +1,4 @@
-"""The pool's slot threads (issue 16: a queue hand-off instead of an executor's future per job)."""
+"""The pool's slot threads (a queue hand-off instead of an executor's future per job)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pool loop's statements stay within psycopg's statement cache (issue 16), and compacting SQL
+"""The pool loop's statements stay within psycopg's statement cache, and compacting SQL
 keeps its meaning: string literals and casts untouched, comments gone."""
 
 from hypothesis import given

@@ -1,4 +1,4 @@
-"""Production refuses to start without a console session key (issue 30, the deploy side of the console's
+"""Production refuses to start without a console session key (the deploy side of the console's
 per-worker key): LEDGERFLOW_ENV=production names every missing secret; development needs none."""
 
 from __future__ import annotations

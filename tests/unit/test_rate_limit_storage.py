@@ -1,5 +1,5 @@
 """The in-process rate-limit windows (no REDIS_URL): limits' MemoryStorage started a timer thread for
-almost every request; ours expires entries inline (issue 16). Needs no Redis and no database."""
+almost every request; ours expires entries inline. Needs no Redis and no database."""
 
 from __future__ import annotations
 

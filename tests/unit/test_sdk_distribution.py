@@ -1,5 +1,5 @@
 """The light SDK distribution (sdk/pyproject.toml) packs exactly the SDK modules of ledgerflow/, and
-they import only each other, the standard library, httpx and standardwebhooks (issue 30). The
+they import only each other, the standard library, httpx and standardwebhooks. The
 import-linter contract "sdk-light" names the same modules; the pins match the server's."""
 
 from __future__ import annotations

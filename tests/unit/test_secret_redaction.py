@@ -1,4 +1,4 @@
-"""Secrets stay out of errors, markers and logs (issue 9): a job's ``last_error`` and side-effect
+"""Secrets stay out of errors, markers and logs: a job's ``last_error`` and side-effect
 marker mask URL credentials and token query parameters; database errors carry no parameters."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_credentials_are_masked(raw, leak):
 
 def test_plain_text_is_kept_and_a_url_is_shown_as_everywhere_else():
     assert redact("the receiver answered 503 after 2.5 s") == "the receiver answered 503 after 2.5 s"
-    # issue 29: one URL redaction for views, audit rows and log lines (user info and every query value)
+    # one URL redaction for views, audit rows and log lines (user info and every query value)
     assert (
         redact("GET https://api.example.com/x?page=2 failed")
         == "GET https://api.example.com/x?page=*** failed"

@@ -1,4 +1,4 @@
-"""The shutdown grace setting (issue 30): every process is out within 25 s of SIGTERM, so the grace
+"""The shutdown grace setting: every process is out within 25 s of SIGTERM, so the grace
 given to running handlers and requests is 20 s at most, refused above that like any bad value."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``app.sql.combine``: consecutive deferred writes become one statement of data-modifying CTEs, their
-parameters renamed apart; any other statement keeps its place (issue 27)."""
+parameters renamed apart; any other statement keeps its place."""
 
 from __future__ import annotations
 

@@ -110,5 +110,5 @@ def test_number_like_text_never_escapes(literal):
 @given(st.dictionaries(st.text(max_size=12), st.text(max_size=40), max_size=4))
 def test_strings_and_keys_are_written_as_the_json_module_writes_them(value):
     """``jsonx.dumps`` quotes strings with the json module's C quoting function instead of calling
-    ``json.dumps`` per string (issue 16): the text must be the same, lone surrogates included."""
+    ``json.dumps`` per string: the text must be the same, lone surrogates included."""
     assert jsonx.dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)

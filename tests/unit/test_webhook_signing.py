@@ -1,4 +1,4 @@
-"""Standard Webhooks signing (issue 10): the published test vector, two signatures during a rotation,
+"""Standard Webhooks signing (X-EVENT): the published test vector, two signatures during a rotation,
 the SDK's verifier, and the delivered body's shape. No I/O."""
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_skip_running_closes_attempt_and_fences_executor(client, operator, make_
 
 
 def test_retry_with_new_payload_gets_new_operation_key_and_exact_numbers(client, operator, make_job, clean):
-    # an integration job: the engine's own job types refuse a replaced payload (issue 9)
+    # an integration job: the engine's own job types refuse a replaced payload
     job_id = make_job("dead", type="external_dispatch", payload={"amount": 1})
     old_key = row(clean, job_id)["operation_key"]
     body = '{"payload": {"amount": 9007199254740993, "rate": 0.1000}}'

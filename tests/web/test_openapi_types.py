@@ -1,4 +1,4 @@
-"""Every /v1 operation of /openapi.json types its request body and its success response (issue 8):
+"""Every /v1 operation of /openapi.json types its request body and its success response:
 no untyped ``{}`` / Raw shells at the top of a body, an object schema with declared properties."""
 
 from __future__ import annotations

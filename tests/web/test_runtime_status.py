@@ -127,7 +127,7 @@ def test_status_ignores_list_filters(client, monitor, make_job):
 
 
 def test_worker_registry_shows_a_stopped_heartbeat_as_lost(client, monitor, clean):
-    """Issue 14: a node whose heartbeat stopped without a clean exit reads as ``lost`` (it was
+    """A node whose heartbeat stopped without a clean exit reads as ``lost`` (it was
     ``active`` before), a clean exit as ``stopped``; live nodes come first; the status counts only
     live nodes' slots."""
     with clean.begin() as conn:

@@ -1,4 +1,4 @@
-"""A workflow start in steady state costs at most 10 SQL statements, authentication included (issue 27):
+"""A workflow start in steady state costs at most 10 SQL statements, authentication included:
 counted as the psycopg cursor executions they are (transaction control aside)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Signed webhooks end to end (X-EVENT, issue 10 Proof): the live API, a real `ledgerflow worker --pool
+"""Signed webhooks end to end (X-EVENT): the live API, a real `ledgerflow worker --pool
 outbound` process and a real local receiver. A receiver answering 500 twice then 200 gets the event
 acknowledged once; every delivery verifies with the SDK's verifier; after a rotation deliveries carry
 both signatures; a SIGKILLed outbound worker causes no duplicate and no lost delivery."""

@@ -1,4 +1,4 @@
-"""Live paths of issue 5 that had no test: a POLL ended early by its final signal and signal vs final
+"""Live paths of control and signals that had no test: a POLL ended early by its final signal and signal vs final
 poll result (W-SIG-5: the first event wins; a PENDING poll does not contend), a cancel passing on to a
 running child workflow, and the ``cancel_settle`` re-check when an in-flight task's lease runs out —
 on a live server with real ``ledgerflow worker`` processes; time is driven through the database."""

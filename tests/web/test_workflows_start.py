@@ -241,7 +241,7 @@ def test_publish_errors_name_the_field(wf_ns):  # noqa: F811
 
 
 def test_start_input_with_a_lone_surrogate_is_refused_not_a_server_error(wf_ns):  # noqa: F811
-    """Issue 8: ``"\\ud800"`` in the input made the size check raise UnicodeEncodeError (500)."""
+    """Regression: ``"\\ud800"`` in the input made the size check raise UnicodeEncodeError (500)."""
     def_id = _definition(wf_ns.client(), {**SIMPLE, "input_schema": {}})
     body = '{"definition_id": "' + def_id + '", "version": "v1", "input": {"s": "\\ud800"}}'
     r = _raw(wf_ns, "POST", "/v1/workflows", body, key=uuid.uuid4().hex)

@@ -19,7 +19,7 @@ def _behave(ctx):  # noqa: ANN001, ANN202
         ctx.sleep(float(p.get("seconds", 1)))
         return {"slept": p.get("seconds")}
     if mode == "hold":
-        # the first attempt runs until the worker hands it back (issue 30: shutdown); later ones finish
+        # the first attempt runs until the worker hands it back (shutdown); later ones finish
         if ctx.attempt == 1:
             if p.get("ignore_abort"):
                 time.sleep(600)  # a handler blocked in a call that does not look at the abort signal

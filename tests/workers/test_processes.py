@@ -144,7 +144,7 @@ def test_three_worker_processes_race_on_300_jobs(db, spawn):
         )
     assert set(by_worker) <= {_node_id(w) for w in workers}
     assert len(by_worker) >= 2, f"the workers did not race: {by_worker}"
-    # a node id is 16 hex (64 random bits): 17 bytes in every attempt row instead of 33 (issue 14)
+    # a node id is 16 hex (64 random bits): 17 bytes in every attempt row instead of 33
     assert all(re.fullmatch(r"[0-9a-f]{16}", node) for node in by_worker), by_worker
     assert all(w.proc.poll() is None for w in workers)
 
@@ -190,7 +190,7 @@ def test_kill_9_mid_job_drain_reclaims_and_the_receipt_is_reused(
 def test_kill_9_mid_job_runs_again_within_lease_plus_5_s_without_the_drain(
     db, spawn, scratch_tables, tmp_path
 ):
-    """Issue 14: a surviving worker's pool reclaims the lost lease itself (every
+    """A surviving worker's pool reclaims the lost lease itself (every
     LEDGERFLOW_RECLAIM_SECONDS, default 5) and the job is due at once (no failure backoff): it runs
     again within lease + 5 s of the kill, with no drain run at all. Before, it waited for the next
     minute's drain and a 30 s backoff."""

@@ -1,5 +1,5 @@
 """Every Procfile process stops within 25 s of SIGTERM with work in flight, nothing lost and nothing
-counted as a failure (issue 30): real `ledgerflow worker` processes of both pools, the real
+counted as a failure: real `ledgerflow worker` processes of both pools, the real
 `ledgerflow scheduler`, and the Procfile's `web` command (gunicorn, its config, 2 workers) with a
 long-poll claim waiting. Heroku sends SIGTERM and kills 30 s later."""
 

@@ -1,4 +1,4 @@
-"""TRIGGER steps (issue 11): one outbound call per activation through a ``trigger_dispatch`` job.
+"""TRIGGER steps (X-DEF; a step kind of our own): one outbound call per activation through a ``trigger_dispatch`` job.
 
 - before the call: send only while the instance is not finished or stopping and the step is ACTIVE
   on this very activation (L-PAUSE-4: triggers are gated by the instance and the step, not cleared);

@@ -4,7 +4,7 @@ transport retries, no redirects, a side-effect marker before an unsafe call, a r
 success), and, for a TRIGGER, the L-EFFECT-4 rule that an unknown outcome sends the step and the
 instance to NEEDS_REVIEW while the job goes to the dead letter ("external outcome needs confirmation").
 
-Destination policy: every URL goes out through ``SafeHttp`` only, so the policy of issue 10 (resolve
+Destination policy: every URL goes out through ``SafeHttp`` only, so the destination policy of ``app.ledger.destinations`` (resolve
 once, refuse private / loopback / metadata addresses, connect to the checked address) applies here
 as soon as it lands there."""
 

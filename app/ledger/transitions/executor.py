@@ -2,7 +2,7 @@
 combined pass, lease renewal, the ownership lock and the side-effect marker. Every write is guarded
 by generation + lease token + ``status = 'running'``, so a stale executor's write changes nothing.
 
-An attempt row is written once (issue 16): while a job runs, its open attempt lives on the job row
+An attempt row is written once (L-DATA-2): while a job runs, its open attempt lives on the job row
 (``attempt_id`` drawn from the attempts' sequence at claim, ``worker_id``, ``attempt_started_at``;
 the due time is the job's ``run_at``, which no move changes while the job runs). Whatever ends the
 attempt (settle here, reclaim or a fencing move in ``interventions``) inserts the finished attempt
@@ -67,7 +67,7 @@ BACKOFF_SQL = (
 
 # psycopg converts a statement's placeholders once and caches the result only for statements shorter
 # than this (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is parsed again in Python at
-# every execution (~0.2 ms per pool pass for the settle + claim statement, issue 16).
+# every execution (~0.2 ms per pool pass for the settle + claim statement).
 PSYCOPG_CACHED_LENGTH = 4096
 
 
@@ -216,7 +216,7 @@ class Settlement:
 
 # The settlements arrive as ONE json parameter (an array of objects, see ``_settle_params``), not as nine
 # arrays: psycopg dumps a list parameter in Python, element by element, the largest single cost of the
-# pool loop's own CPU per pass in profiles (issue 16); ``json.dumps`` of the batch runs in C.
+# pool loop's own CPU per pass in profiles; ``json.dumps`` of the batch runs in C.
 _SETTLE_CTES = f"""input AS (
     SELECT * FROM json_to_recordset(CAST(:items AS json))
         AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
@@ -514,7 +514,7 @@ RETURNING id
 
 
 def _redacted(marker: dict[str, Any]) -> dict[str, Any]:
-    """A marker never stores credentials (a URL's user:password, ``?token=``): issue 9."""
+    """A marker never stores credentials (a URL's user:password, ``?token=``)."""
     return {k: logs.redact(v) if isinstance(v, str) else v for k, v in marker.items()}
 
 
