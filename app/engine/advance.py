@@ -1,6 +1,7 @@
 """The one driver of the engine: under the instance lock, load a snapshot, ask a pure decision
 (``app.engine.decide``), apply its effect through the transitions and the ledger, and repeat until
-nothing changes (``settle_progress``). Every event that moves a step comes through here:
+nothing changes (``settle_progress``). Every event that moves a step forward in its life comes through
+here:
 
 - ``settle_progress``  after any change: activate ready steps (and offer them early signals), finish
                        a succeeded instance, settle a pending cancel, or recompute RUNNING / WAITING;
@@ -9,7 +10,18 @@ nothing changes (``settle_progress``). Every event that moves a step comes throu
                        collection, a compensation task.
 
 Callers (``tasks``, ``control``, ``signals``, ``recovery``, ``review``, ``instances`` and the job handlers
-in ``handlers/``) hold the instance lock; nothing here calls back into them."""
+in ``handlers/``) hold the instance lock; nothing here calls back into them.
+
+Step moves made elsewhere, and why (each then settles progress here, or ends the instance):
+- the moves that stop steps: ``stopping`` (a cancel or a failure closes the open steps, sends those of an
+  unknown outcome to review, and records the outcome of a task that ends while its instance cancels);
+- a signal consumed by a wait: ``signal_match`` succeeds the step with the signal's payload (it decides
+  between competing signals, which the driver does not see);
+- an operator's recovery: ``recovery`` closes a step (SUCCEED_STEP / FAIL_STEP) or ends its activation
+  and starts the next (RETRY_STEP, through ``activation.activate``);
+- bookkeeping that changes no step state: a TIMER or signal-timeout wait resolved by its job
+  (``handlers/timers``, which then calls ``complete_step`` / ``fail_step``), a child recorded on its
+  activation (``handlers/subprocess``), the steps of a new instance (``instances``)."""
 
 from __future__ import annotations
 
