@@ -14,6 +14,11 @@ from gevent import monkey
 
 monkey.patch_all()
 
+from app import settings  # noqa: E402 - after the patching, on purpose (it imports only the standard library)
+
+# a bad setting stops the master with one line before the app is imported (importing it reads settings)
+settings.exit_on_bad_settings()
+
 from web.gunicorn_conf import (  # noqa: E402 - after the patching, on purpose
     TimeoutGeventWorker,
     child_exit,  # noqa: F401 - a gunicorn hook

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -145,7 +146,10 @@ def test_run_async_runs_async_functions_on_the_callers_loop(wf_ns):
             await serving
         return states
 
-    assert asyncio.run(main()) == ["SUCCEEDED"] * 3
+    # a loop of its own in a thread of its own: the browser suite's session-wide Playwright keeps an event
+    # loop running in this thread, where asyncio.run refuses to start
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(asyncio.run, main()).result() == ["SUCCEEDED"] * 3
     assert len(loops) == 2 and sum(loops) == 0  # the functions ran on main()'s own loop
 
 
