@@ -15,7 +15,7 @@ from web.jobs import bp as jobs_bp
 from web.openapi import bp as openapi_bp
 from web.problems import bp as problems_bp
 from web.schedules import bp as schedules_bp
-from web.strict import MAX_BODY_BYTES, check_path
+from web.strict import MAX_BODY_BYTES, check_path, check_query
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
@@ -63,8 +63,10 @@ def create_app() -> Flask:
     observability.install(app)  # /metrics, request metrics and access log, tracing
 
     @app.before_request
-    def _path_segments() -> None:
-        check_path(request.view_args)  # NUL / lone surrogates in a path segment: 400 naming it
+    def _path_segments_and_query() -> None:
+        # NUL / lone surrogates in a path segment or a query parameter: 400 naming it
+        check_path(request.view_args)
+        check_query(request.args)
 
     app.register_blueprint(health_bp)
     app.register_blueprint(openapi_bp)

@@ -11,9 +11,10 @@ size, exact JSON, query strings) around ``schemas.load``.
 
 The one input layer: a string PostgreSQL or the code cannot hold — a NUL character or a lone
 UTF-16 surrogate — is refused with 400 naming the field wherever it comes from: any string (or field
-name) of a JSON body, any query parameter (name or value) and any path segment (``check_path``, run
-by the app before every view). A query parameter that is not text (a number, a time, a boolean) must
-be written in ASCII: ``limit=５`` (full-width digits, which ``int()`` takes) is a 400 naming ``limit``.
+name) of a JSON body, any query parameter (name or value: ``check_query``) and any path segment
+(``check_path``); the app runs both before every view, the console's included. A query parameter that
+is not text (a number, a time, a boolean) must be written in ASCII: ``limit=５`` (full-width digits,
+which ``int()`` takes) is a 400 naming ``limit``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from flask import request
 from marshmallow import Schema, ValidationError, fields
+from werkzeug.datastructures import MultiDict
 
 from app import jsonx
 from app.errors import BodyTooLarge, FieldError, InvalidArgument, UnsupportedMediaType
@@ -74,6 +76,19 @@ def check_path(view_args: Mapping[str, Any] | None) -> None:
         for name, value in (view_args or {}).items()
         if isinstance(value, str) and (why := string_problem(value)) is not None
     ]
+    if errors:
+        raise InvalidArgument(errors=errors)
+
+
+def check_query(args: MultiDict[str, str]) -> None:
+    """400 naming the query parameter whose name or a value ``string_problem`` refuses: for every route,
+    the console's pages (which read their query strings themselves) as much as the API's."""
+    errors: list[FieldError] = []
+    for key in args:
+        if (why := string_problem(key)) is not None:
+            errors.append(FieldError("query", f"a parameter name {why}"))
+        elif (why := next((w for v in args.getlist(key) if (w := string_problem(v))), None)) is not None:
+            errors.append(FieldError(key, why))
     if errors:
         raise InvalidArgument(errors=errors)
 

@@ -142,6 +142,17 @@ def test_refused_forms_keep_the_input_and_say_why_beside_the_field(admin, scenar
     assert 'value="dead"' in batch.data.decode()  # the filter is kept
 
 
+def test_a_nul_in_a_console_query_value_is_a_400_naming_it(admin, scenario):
+    """The input layer (W-API-2) covers the console's query strings as it covers the API's: a NUL in the
+    namespace switcher's ``ns`` or in the replay preview's ``error_pattern`` reached PostgreSQL and
+    answered 500 before."""
+    for path, field in (("/console/workflows?ns=a%00b", "ns"), ("/console/tasks?ns=a%00b", "ns"),
+                        ("/console/jobs/replay?statuses=dead&preview=1&error_pattern=a%00b", "error_pattern")):  # fmt: skip
+        r = admin.get(path)
+        assert r.status_code == 400, (path, r.status_code)
+        assert f"{field}: must not contain the NUL character" in _text(r), path
+
+
 def test_cancel_needs_a_reason_and_a_confirmation(admin, scenario):
     wid = scenario.wf["signal"]
     page = admin.get(f"/console/workflows/{wid}")
