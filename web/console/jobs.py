@@ -326,6 +326,8 @@ def replay_run() -> Response:
         raw = clean_args(request.form, lists=REPLAY_LISTS, ints=REPLAY_INTS)
         for k in ("confirm", "csrf_token", "back"):
             raw.pop(k, None)
+        # the reason is required here (optional in the API): blank is refused by the schema, not dropped
+        raw["reason"] = request.form.get("reason", "")
         b = schemas.load(ReplayBody(), raw)
         require_confirmation(request.form)
         f = replay_filter(b)
