@@ -103,7 +103,9 @@ def update_subscription(sid: str, body: dict):  # noqa: ANN201
 @mutation
 @body(ReasonRequest)
 def disable_subscription(sid: str, body: dict):  # noqa: ANN201
-    return _mutate(200, lambda c, p: subscriptions.set_enabled(c, p, request_id(), sid, False))
+    return _mutate(
+        200, lambda c, p: subscriptions.set_enabled(c, p, request_id(), sid, False, body.get("reason"))
+    )
 
 
 @bp.post(f"{SUB}/<sid>/enable")
@@ -113,7 +115,9 @@ def disable_subscription(sid: str, body: dict):  # noqa: ANN201
 @mutation
 @body(ReasonRequest)
 def enable_subscription(sid: str, body: dict):  # noqa: ANN201
-    return _mutate(200, lambda c, p: subscriptions.set_enabled(c, p, request_id(), sid, True))
+    return _mutate(
+        200, lambda c, p: subscriptions.set_enabled(c, p, request_id(), sid, True, body.get("reason"))
+    )
 
 
 @bp.delete(f"{SUB}/<sid>")
@@ -215,7 +219,9 @@ def get_rule(rule_id: str):  # noqa: ANN201
 @mutation
 @body(ReasonRequest)
 def disable_rule(rule_id: str, body: dict):  # noqa: ANN201
-    return _mutate(200, lambda c, p: automation.set_rule_enabled(c, p, request_id(), rule_id, False))
+    return _mutate(
+        200, lambda c, p: automation.set_rule_enabled(c, p, request_id(), rule_id, False, body.get("reason"))
+    )
 
 
 @bp.post(f"{RULES}/<rule_id>/enable")
@@ -225,7 +231,9 @@ def disable_rule(rule_id: str, body: dict):  # noqa: ANN201
 @mutation
 @body(ReasonRequest)
 def enable_rule(rule_id: str, body: dict):  # noqa: ANN201
-    return _mutate(200, lambda c, p: automation.set_rule_enabled(c, p, request_id(), rule_id, True))
+    return _mutate(
+        200, lambda c, p: automation.set_rule_enabled(c, p, request_id(), rule_id, True, body.get("reason"))
+    )
 
 
 @bp.get(f"{RULES}/<rule_id>/executions")

@@ -253,10 +253,11 @@ def list_rules(conn: Connection, ns: str, limit: int, cursor: str | None) -> dic
 
 
 def set_rule_enabled(
-    conn: Connection, p: Principal, rid: str | None, rule_id: str, enabled: bool
+    conn: Connection, p: Principal, rid: str | None, rule_id: str, enabled: bool, reason: str | None = None
 ) -> dict[str, Any]:
     """Disable (by a person), or enable: the enabling credential becomes the rule's author (its rights
-    are checked as at create), the reason it was disabled is cleared and a new rate budget starts."""
+    are checked as at create), the reason it was disabled is cleared and a new rate budget starts.
+    ``reason``, the person's, goes to the audit row."""
     locked = _rule(conn, p.namespace_id, rule_id, lock=True)
     before = rule_view(locked)
     if enabled:
@@ -275,7 +276,7 @@ def set_rule_enabled(
     ).one()  # fmt: skip
     after = rule_view(row)
     audit.record(conn, principal=p, request_id=rid, action=f"automation_rule.{'enable' if enabled else 'disable'}",
-                 target_type="automation_rule", target_id=rule_id, before=before, after=after)  # fmt: skip
+                 target_type="automation_rule", target_id=rule_id, before=before, after=after, reason=reason)  # fmt: skip
     return after
 
 

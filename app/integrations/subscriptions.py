@@ -101,11 +101,18 @@ def definition_filter(conn: Connection, ns: str, definition_id: str | None) -> s
 
 
 def _audit(
-    conn: Connection, p: Principal, rid: str | None, action: str, sid: str, before: Any, after: Any
+    conn: Connection,
+    p: Principal,
+    rid: str | None,
+    action: str,
+    sid: str,
+    before: Any,
+    after: Any,
+    reason: str | None = None,
 ) -> None:
     audit.record(
         conn, principal=p, request_id=rid, action=action, target_type="event_subscription", target_id=sid,
-        before=before, after=after,
+        before=before, after=after, reason=reason,
     )  # fmt: skip
 
 
@@ -197,9 +204,11 @@ def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict)
     return after
 
 
-def set_enabled(conn: Connection, p: Principal, rid: str | None, sid: str, enabled: bool) -> dict[str, Any]:
+def set_enabled(
+    conn: Connection, p: Principal, rid: str | None, sid: str, enabled: bool, reason: str | None = None
+) -> dict[str, Any]:
     """Enable (clears the failure count and the reason; the enabling credential becomes its author) or
-    disable (by a person) a subscription."""
+    disable (by a person) a subscription; ``reason``, the person's, goes to the audit row."""
     before = view(_lock(conn, p.namespace_id, sid))
     if before["enabled"] == enabled:
         return before
@@ -211,7 +220,9 @@ def set_enabled(conn: Connection, p: Principal, rid: str | None, sid: str, enabl
     after = view(
         conn.execute(text(_UPDATE.format(sets=sets)), {"id": sid, "who": p.name, "by": p.actor_id}).one()
     )
-    _audit(conn, p, rid, f"event_subscription.{'enable' if enabled else 'disable'}", sid, before, after)
+    _audit(
+        conn, p, rid, f"event_subscription.{'enable' if enabled else 'disable'}", sid, before, after, reason
+    )
     return after
 
 

@@ -279,3 +279,51 @@ def test_the_procfiles_web_refuses_production_without_a_session_key(tmp_path):
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "refusing to start" in ln]
     assert len(lines) == 1 and "LEDGERFLOW_SECRET_KEY" in lines[0]
     assert "Traceback" not in out.stderr and "Booting worker" not in out.stderr
+
+
+def test_schedule_subscription_and_rule_actions_work_from_their_pages_and_audit_the_reason(
+    app, admin, scenario
+):
+    """The actions of the schedule, subscription and rule pages, posted as their forms post them: each does
+    what it says, and the reason typed is written to its audit row (enable / disable of a subscription or a
+    rule took a reason, in the console and the API, and dropped it before)."""
+
+    def post(page_path: str, action: str, **data: str) -> str:
+        page = admin.get(page_path)
+        r = admin.post(action, data={**data, "confirm": "yes", "csrf_token": _csrf(page.data)})
+        assert r.status_code == 302, (action, _text(r)[:1500])
+        return _text(admin.get(r.headers["Location"]))
+
+    def reason(action: str, target: str) -> str | None:
+        return sql("SELECT reason FROM operation_audit WHERE action = :a AND target_id = :t "
+                   "ORDER BY created_at DESC LIMIT 1", a=action, t=target)[0][0]  # fmt: skip
+
+    sub, sid = f"/console/integrations/subscriptions/{scenario.subscription_id}", scenario.subscription_id
+    assert "Subscription disabled" in post(
+        sub, sub + "/enabled", enabled="false", reason="receiver moves hosts"
+    )
+    assert reason("event_subscription.disable", sid) == "receiver moves hosts"
+    assert "Subscription enabled" in post(sub, sub + "/enabled", enabled="true", reason="receiver moved")
+    assert reason("event_subscription.enable", sid) == "receiver moved"
+    shown = post(sub, f"{sub}/deliveries/{scenario.delivery_id}/redeliver", reason="route fixed")
+    assert f"Delivery {scenario.delivery_id} queued again" in shown
+    assert "Redelivery: " in post(sub, sub + "/redeliver", since="2020-01-01T00:00:00", rate="5")
+    rule, rid = f"/console/integrations/rules/{scenario.rule_id}", scenario.rule_id
+    assert "Rule disabled" in post(rule, rule + "/enabled", enabled="false", reason="starts too many")
+    assert reason("automation_rule.disable", rid) == "starts too many"
+    assert "Rule enabled" in post(rule, rule + "/enabled", enabled="true", reason="budget lowered")
+    assert reason("automation_rule.enable", rid) == "budget lowered"
+    api = app.test_client()
+    for path, action, target in ((f"/v1/automation-rules/{rid}/disable", "automation_rule.disable", rid),
+                                 (f"/v1/event-subscriptions/{sid}/disable", "event_subscription.disable", sid)):  # fmt: skip
+        r = api.post(path, json={"reason": "said through the API"}, headers={
+            "Authorization": f"Bearer {scenario.tokens['tenant']}", "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+        assert r.status_code == 200, r.json
+        assert reason(action, target) == "said through the API"
+    post(rule, rule + "/enabled", enabled="true", reason="back on")
+    post(sub, sub + "/enabled", enabled="true", reason="back on")
+    sch = f"/console/schedules/{scenario.schedule_id}"
+    assert "Launched: a manual fire" in post(sch, sch + "/launch", reason="catch up after the outage")
+    changed = post(sch, sch + "/edit", rule="interval", interval_seconds="7200", timezone="UTC", overlap="skip",
+                   version="v1", input='{"order_id": "N-2", "amount": 2}')  # fmt: skip
+    assert "Schedule nightly-orders changed" in changed and "every 7200 s" in changed

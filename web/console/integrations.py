@@ -82,10 +82,10 @@ def _toggle(what: str, set_enabled: Any, rerender: Any, endpoint: str, **values:
 
     def work() -> Response:
         enable = request.form.get("enabled") == "true"
-        _reason()
+        reason = _reason()
         require_confirmation(request.form)
         with transaction() as conn:
-            set_enabled(conn, principal(), request_id(), *values.values(), enable)
+            set_enabled(conn, principal(), request_id(), *values.values(), enable, reason)
         return done(f"{what} {'enabled' if enable else 'disabled'}.", endpoint, **values)
 
     return in_place("enabled", ("reason", "confirm"), work, rerender)
