@@ -19,6 +19,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from app.db import transaction
+from app.integrations import automation
 from app.ledger.enqueue import enqueue
 from tests.console_scenario import Scenario, build, pages, sql
 from tests.web.test_console import _csrf, login
@@ -327,3 +328,21 @@ def test_schedule_subscription_and_rule_actions_work_from_their_pages_and_audit_
     changed = post(sch, sch + "/edit", rule="interval", interval_seconds="7200", timezone="UTC", overlap="skip",
                    version="v1", input='{"order_id": "N-2", "amount": 2}')  # fmt: skip
     assert "Schedule nightly-orders changed" in changed and "every 7200 s" in changed
+
+
+def test_a_rule_that_disabled_itself_says_why_on_its_pages(admin, scenario):
+    """A rule past its rate budget, or whose author was revoked, disables itself with a reason (X-AUTO):
+    the rule page and the integrations list show it, as they show a subscription's (they showed only
+    "disabled" before)."""
+    admin_p = scenario.principals["admin"]
+    with transaction() as conn:
+        rule = automation.create_rule(conn, admin_p, "req_console", {
+            "name": "budget-" + uuid.uuid4().hex[:6], "event_type": "workflow.failed", "definition_id": None,
+            "conditions": [], "action": {"kind": "start_workflow", "definition_id": scenario.defs["risk"],
+                                         "version": "v1", "input": {"customer": "$.event.workflow_id"}},
+        })  # fmt: skip
+        automation.disable_rule(
+            conn, admin_p.namespace_id, rule["id"], "disabled automatically: rate budget spent"
+        )
+    assert "rate budget spent" in _text(admin.get(f"/console/integrations/rules/{rule['id']}"))
+    assert "rate budget spent" in _text(admin.get("/console/integrations"))
