@@ -307,8 +307,8 @@ def principal_of(row: Any) -> Principal | None:
 def acting_principal(conn: Connection, credential_id: str | None) -> Principal | None:
     """The principal of the live credential ``credential_id`` (not revoked, not expired), or None.
 
-    Rules, schedules and subscriptions act later on behalf of the credential that set them up (issue
-    29); each time they act they ask this, so a revoked author's rule stops."""
+    Rules, schedules and subscriptions act later on behalf of the credential that set them up (X-AUTO,
+    X-SCHED); each time they act they ask this, so a revoked author's rule stops."""
     return principal_of(run(conn, _ACTING, {"id": credential_id}).first()) if credential_id else None
 
 
