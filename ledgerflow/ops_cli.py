@@ -353,12 +353,12 @@ def _retry_or_skip(principal: Any, as_json: bool, ids: list[int], *, retry: bool
             start = totals["submitted"]
             if retry:
                 out = _write(
-                    lambda c, p=part, s=start, a=actor: ops_actions.batch_retry(
-                        c, p, a, rate=rate, start_index=s
+                    functools.partial(
+                        ops_actions.batch_retry, ids=part, actor=actor, rate=rate, start_index=start
                     )
                 )
             else:
-                out = _write(lambda c, p=part, a=actor: ops_actions.batch_skip(c, p, a))
+                out = _write(functools.partial(ops_actions.batch_skip, ids=part, actor=actor))
             for k in ("submitted", "skipped_for_state", "not_found"):
                 totals[k] += out[k]
             totals["submitted_ids"].extend(out["submitted_ids"])
@@ -396,7 +396,7 @@ def jobs_retry(principal: Any, as_json: bool, job_ids: tuple[str, ...], ids_from
 
     ids = _job_ids(job_ids, ids_from)
     payload, has_payload = None, payload_json is not None
-    if has_payload:
+    if payload_json is not None:
         try:
             payload = jsonx.loads(payload_json)
         except ValueError as exc:
@@ -484,8 +484,11 @@ def jobs_replay(principal: Any, as_json: bool, statuses: tuple[str, ...], types:
         while len(submitted) < target:
             actor = _actor(principal, reason, operation_id)
             n = min(chunk, target - len(submitted))
-            out = _write(lambda c, a=actor, n=n, s=len(submitted): ops_actions.replay(
-                c, f, a, limit=n, rate=rate, start_index=s))  # fmt: skip
+            out = _write(
+                functools.partial(
+                    ops_actions.replay, f=f, actor=actor, limit=n, rate=rate, start_index=len(submitted)
+                )
+            )
             if not out["success"]:
                 break  # nothing left that matches (changed meanwhile)
             submitted.extend(out["submitted_ids"])

@@ -188,15 +188,15 @@ def subs_redeliver(principal: Any, as_json: bool, subscription_id: str, delivery
     from app.integrations import subscriptions as subs
     from app.ledger.ops_actions import Actor
 
-    if (delivery_id is None) == (since is None):
-        raise click.UsageError("give exactly one of --delivery or --since")
     actor = Actor(principal=principal, request_id=cli_request_id(), reason=reason)
-    if delivery_id:
+    if delivery_id is not None and since is None:
         _confirm(f"redeliver {delivery_id}?", yes)
         data = _write(lambda c: subs.redeliver_one(c, actor, subscription_id, delivery_id))
-    else:
+    elif since is not None and delivery_id is None:
         when = since if since.tzinfo else since.replace(tzinfo=UTC)
         _confirm(f"redeliver the deliveries of {subscription_id} since {when.isoformat()}?", yes)
         data = _write(lambda c: subs.redeliver_since(c, actor, subscription_id, when,
                                                      include_succeeded=include_succeeded, rate=rate))  # fmt: skip
+    else:
+        raise click.UsageError("give exactly one of --delivery or --since")
     _show(data, as_json, "redelivery submitted")

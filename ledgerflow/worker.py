@@ -121,7 +121,7 @@ class _Flight:
     ended: float | None = None  # when the function returned or raised
     lost: bool = False  # a heartbeat was refused: the result will be refused too
     released: bool = False  # handed back at shutdown
-    future: concurrent.futures.Future | None = None  # an async function's run on the loop
+    future: concurrent.futures.Future[Any] | None = None  # an async function's run on the loop
     # held during a heartbeat: a release waits for it (a heartbeat that started before the release
     # committed would otherwise renew the lease the release just ended: both use the transaction's now())
     beating: threading.Lock = field(default_factory=threading.Lock)
@@ -417,7 +417,7 @@ class TaskWorker:
     async def _call_async(fn: Callable[[Task], Awaitable[Any]], t: Task) -> Any:
         return await fn(t)
 
-    def _async_done(self, flight: _Flight, fut: concurrent.futures.Future) -> None:
+    def _async_done(self, flight: _Flight, fut: concurrent.futures.Future[Any]) -> None:
         if fut.cancelled():
             self._finished(flight, error=None, cancelled=True)
             return
@@ -537,7 +537,8 @@ class TaskWorker:
                 self._outcomes.put(None)  # keep the end mark for the next round
                 break
             batch.append(nxt)
-        out, rest = [], []
+        out: list[_Outcome] = []
+        rest: list[_Outcome] = []
         for o in batch:  # completions share a request up to its size; the rest waits for the next one
             n = 0 if o.error is not None else o.size + 200
             if out and size + n > BATCH_BYTES:

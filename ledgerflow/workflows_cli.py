@@ -82,12 +82,15 @@ def definitions_publish(file: Path, name: str | None, description: str | None, u
 
 def _example_input(document: dict[str, Any]) -> str:
     """A JSON input naming the required top-level fields of the input schema (placeholders)."""
-    schema = document.get("input_schema") if isinstance(document.get("input_schema"), dict) else {}
+    schema = document.get("input_schema")
+    if not isinstance(schema, dict):
+        schema = {}
     required = [f for f in schema.get("required", []) if isinstance(f, str)][:5]
     props = schema.get("properties", {}) if isinstance(schema.get("properties"), dict) else {}
     example = {}
     for f in required:
-        kind = props.get(f, {}).get("type") if isinstance(props.get(f), dict) else None
+        spec = props.get(f)
+        kind = spec.get("type", "") if isinstance(spec, dict) else ""
         example[f] = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}.get(kind, "...")
     return json.dumps(example)
 
@@ -165,7 +168,7 @@ def watch_command(workflows: click.Group) -> click.Command:
 
 def _views(client: Any, workflow_id: str, cache: dict[str, tuple[str, dict]]) -> tuple[str, list[dict]]:
     """(revision, one step view per step); a step's view is read again only when its revision moved."""
-    from ledgerflow.client import _seg
+    from ledgerflow.sdk_types import _seg
 
     data = client.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps")["data"]
     views = []
