@@ -281,7 +281,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             errs.add(f + ".key", "required: 1-64 characters, letters, digits, _ and -")
             continue
-        for name in REQUIRED.get(kind, ()):
+        for name in REQUIRED.get(kind, ()) if isinstance(kind, str) else ():
             if name not in st:
                 errs.add(f"{f}.{name}", "required")
         deps = st.get("after", [])

@@ -37,3 +37,11 @@ def test_a_missing_kind_is_required_and_an_unlike_one_gets_no_guess():
     ]
     # lower case is still a typo of the same kind
     assert "did you mean 'TASK'?" in _errors([{"key": "a", "kind": "task", "queue": "q"}])[0][1]
+
+
+def test_a_kind_that_is_not_a_string_is_an_error_of_the_field():
+    """A kind that is an array or an object (unhashable) is reported like any unknown kind; it used to
+    raise TypeError (an internal error) when the step's required fields were looked up by kind."""
+    for kind in (["TASK"], {"TASK": 1}):
+        errors = _errors([{"key": "a", "kind": kind, "queue": "q"}])
+        assert [field for field, _ in errors] == ["steps[0].kind"]
