@@ -84,9 +84,9 @@ def settle_progress(
             for key in effect.keys:  # activating one step does not move another: the loaded rows hold
                 step = rows[key]
                 try:
-                    activated[key] = activation.activate(conn, inst, step, specs[key], mctx)  # type: ignore[arg-type]
+                    activated[key] = activation.activate(conn, inst, step, specs[key], mctx)
                 except mapping.MappingTooLarge as exc:  # the step fails with the reason, once
-                    refused = activation.activate_refused(conn, inst, step)  # type: ignore[arg-type]
+                    refused = activation.activate_refused(conn, inst, step)
                     return fail_step(conn, instance_id, refused, exc.error())
             waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
             if signal_match.consume_early(conn, inst, waiting):

@@ -214,13 +214,14 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
     (a completed step may be compensated); nothing new starts; the cancel may now finish."""
     if verdict.state is not None:
         step = read_step(conn, inst["id"], task["step_key"])
+        assert step is not None  # the task's step
         output = verdict.output if verdict.output is not MISSING else None
         if verdict.state == StepState.SUCCEEDED:
-            step_moves.succeed(conn, step, output)  # type: ignore[arg-type]
+            step_moves.succeed(conn, step, output)
         elif verdict.state == StepState.FAILED:
-            step_moves.fail(conn, step, verdict.output)  # type: ignore[arg-type]
+            step_moves.fail(conn, step, verdict.output)
         else:
-            step_moves.cancel(conn, step)  # type: ignore[arg-type]
+            step_moves.cancel(conn, step)
         inst_moves.touch(conn, inst["id"])
         oplog.advance(
             conn,

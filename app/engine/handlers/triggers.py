@@ -38,8 +38,9 @@ def _plan(ctx: JobContext, activation_id: str) -> dict[str, Any] | Ignore:
         gate = decide.may_send(inst_model(inst), step_model(step), activation_id)
         if gate is not None:
             return gate
-        spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]  # type: ignore[index]
-        act_input = step["act_input"] if step["act_input"] is not MISSING else {}  # type: ignore[index]
+        assert step is not None  # may_send answers a gate without a step
+        spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
+        act_input = step["act_input"] if step["act_input"] is not MISSING else {}
     return {"spec": spec, "body": (act_input or {}).get("body")}
 
 
@@ -72,7 +73,8 @@ def trigger_dispatch(ctx: JobContext) -> Any:
         verdict = decide.answered(inst_model(inst), step_model(step), activation_id, status, output)
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
-        advance.follow(conn, inst["id"], step, verdict)  # type: ignore[arg-type]
+        assert step is not None  # answered answers Ignore without a step
+        advance.follow(conn, inst["id"], step, verdict)
         return {"status": status, "step": "succeeded" if isinstance(verdict, CompleteStep) else "failed"}
 
     return run_advance(ctx, write, step="trigger")

@@ -26,7 +26,9 @@ _BUMP = "revision = revision + 1, updated_at = now()"
 def insert_all(conn: Connection, iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
     """The steps of a new instance, in one statement: the ``$root`` (SUCCEEDED) and every declared step
     BLOCKED. Returns the declared steps' rows by key, as ``store.read_steps`` would read them."""
-    rows = [{"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}]
+    rows: list[dict[str, Any]] = [
+        {"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}
+    ]
     rows += [
         {
             "id": new_id(),
