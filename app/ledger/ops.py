@@ -184,11 +184,11 @@ def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]
     ).all()
     by_type: dict[str, dict[str, int]] = {}
     by_status: dict[str, int] = {}
-    for r in rows:
-        by_type.setdefault(r.type, {})[r.status] = r.count
-        by_status[r.status] = by_status.get(r.status, 0) + r.count
+    for r in rows:  # r.count would read as tuple.count to a type checker: the column by its key
+        by_type.setdefault(r.type, {})[r.status] = r._mapping["count"]
+        by_status[r.status] = by_status.get(r.status, 0) + r._mapping["count"]
     return {
-        "items": [{"type": r.type, "status": r.status, "count": r.count} for r in rows],
+        "items": [{"type": r.type, "status": r.status, "count": r._mapping["count"]} for r in rows],
         "by_type": by_type,
         "by_status": by_status,
         "total": sum(by_status.values()),
