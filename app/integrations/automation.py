@@ -299,7 +299,7 @@ def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str 
 
 
 # --------------------------------------------------------------------------- fan-out (event_dispatch)
-def enabled_rules(conn: Connection, ns: str) -> list[Any]:
+def enabled_rules(conn: Connection, ns: str) -> Sequence[Any]:
     return conn.execute(
         text(
             "SELECT id, namespace_id, event_type, definition_id, conditions FROM automation_rules "

@@ -111,7 +111,7 @@ def _audit(
 
 def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
-    params = {
+    params: dict[str, Any] = {
         "id": new_id(),
         "ns": ns,
         "url": check_url(req["url"]),
@@ -177,7 +177,8 @@ WHERE id = :id RETURNING """
 
 def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict) -> dict[str, Any]:
     before = view(_lock(conn, p.namespace_id, sid))
-    sets, params = ["created_by = :by"], {"id": sid, "by": p.actor_id}  # the updater becomes its author
+    sets = ["created_by = :by"]  # the updater becomes its author
+    params: dict[str, Any] = {"id": sid, "by": p.actor_id}
     if "url" in req:
         sets.append("url = :url")
         params["url"] = check_url(req["url"])
@@ -393,7 +394,7 @@ def redeliver_since(
         ),
         {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER},
     ).all()
-    submitted = []
+    submitted: list[str] = []
     for row in rows:
         if _redeliver_locked(conn, row, actor, len(submitted), rate):
             submitted.append(row.id)

@@ -193,10 +193,12 @@ class JsonLogFormatter(JsonFormatter):
         return {k: _redact_value(k, v) for k, v in log_data.items()}
 
     def formatException(self, ei: Any) -> str:  # noqa: N802
-        return redact(super().formatException(ei))
+        text = super().formatException(ei)  # a list only with exc_info_as_array, which is off
+        return redact(text if isinstance(text, str) else "\n".join(text))
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802
-        return redact(super().formatStack(stack_info))
+        text = super().formatStack(stack_info)  # a list only with stack_info_as_array, which is off
+        return redact(text if isinstance(text, str) else "\n".join(text))
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -232,7 +234,7 @@ def make_handler(stream: Any = None, fmt: str | None = None) -> logging.Handler:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonLogFormatter() if (fmt or log_format(stream)) == "json" else ConsoleFormatter())
     handler.addFilter(ContextFilter())
-    handler._ledgerflow = True  # type: ignore[attr-defined]
+    handler._ledgerflow = True  # type: ignore[attr-defined]  # our mark on a stdlib handler
     return handler
 
 
