@@ -59,7 +59,7 @@ class _ProcessStorage(MemoryStorage):
             return
         try:
             self._next_expiry = now + MEMORY_EXPIRY_SECONDS
-            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]
+            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]  # limits' private method
         finally:
             self._expiry_lock.release()
 

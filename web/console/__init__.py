@@ -35,7 +35,7 @@ __all__ = ["definitions", "forms", "health", "install", "integrations", "jobs", 
 class _SessionInterface(SecureCookieSessionInterface):
     """``Secure`` exactly when the request came over https (behind a proxy: set ProxyFix)."""
 
-    def get_cookie_secure(self, app: Flask) -> bool:  # type: ignore[override]
+    def get_cookie_secure(self, app: Flask) -> bool:
         return has_request_context() and request.is_secure
 
 

@@ -47,9 +47,10 @@ def line_chart(
         y = TOP + plot_h * (1 - min(v, top) / top)
         return f"{x:.1f},{y:.1f}"
 
-    lines = []
+    lines: list[dict[str, Any]] = []
     for idx, (name, values) in enumerate(series.items()):
-        segments, current = [], []
+        segments: list[list[str]] = []
+        current: list[str] = []
         for i, v in enumerate(values):
             if v is None:
                 if current:

@@ -167,7 +167,7 @@ def _login_redirect() -> Response:
         resp = Response("", status=401)
         resp.headers["HX-Redirect"] = url_for("console.login", next=_htmx_origin() or "")
         return resp
-    return redirect(url_for("console.login", next=request.full_path.rstrip("?")))  # type: ignore[return-value]
+    return redirect(url_for("console.login", next=request.full_path.rstrip("?")))  # type: ignore[return-value]  # a werkzeug Response
 
 
 @bp.before_request
@@ -363,7 +363,7 @@ def done(message: str, endpoint: str, **values: Any) -> Response:
     and paging kept) when it was a page of this console, else to ``endpoint``."""
     flash(message)
     back = safe_next(request.form.get("back"))
-    return redirect(back or url_for(endpoint, **values))  # type: ignore[return-value]
+    return redirect(back or url_for(endpoint, **values))  # type: ignore[return-value]  # a werkzeug Response
 
 
 def read(fn: Callable[[Connection], Any]) -> Any:
@@ -438,7 +438,7 @@ def pager(
     next_url = url(next_cursor, [*trail, cursor or FIRST][-TRAIL_MAX:]) if next_cursor else None
     number = len(trail) + 1 if cursor is not None else 1
     capped = cap is not None and total is not None and total > cap
-    shown_total = min(total, cap) if capped and cap else total
+    shown_total = min(total, cap) if capped and cap and total is not None else total
     return Pager(number, size, shown, shown_total, capped, prev_url, next_url, uncounted)
 
 

@@ -78,7 +78,7 @@ def start_submit() -> Response:
             inst = instances.start_workflow(conn, p.namespace_id, body, check_queues=start_queue_check(p),
                                             on_created=start_audit(p, request_id()))  # fmt: skip
         flash(f"Workflow {inst['id']} started: {inst['state']}.")
-        return redirect(url_for("console.workflow", instance_id=inst["id"]))  # type: ignore[return-value]
+        return redirect(url_for("console.workflow", instance_id=inst["id"]))  # type: ignore[return-value]  # a werkzeug Response
 
     return in_place("start", START_FIELDS, work, _start_page)
 
@@ -119,6 +119,6 @@ def signal_submit(instance_id: str) -> Response:
         flash(
             f"Signal {sig['name']} accepted: {sig['state']}{' (' + sig['disposition'] + ')' if sig.get('disposition') else ''}."
         )
-        return redirect(url_for("console.workflow", instance_id=instance_id))  # type: ignore[return-value]
+        return redirect(url_for("console.workflow", instance_id=instance_id))  # type: ignore[return-value]  # a werkzeug Response
 
     return in_place("signal", SIGNAL_FIELDS, work, lambda: _signal_page(instance_id))

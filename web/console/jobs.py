@@ -6,6 +6,7 @@ filter or action shows the page again with the error beside its field and what w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC
 from typing import Any
@@ -127,8 +128,8 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
         ),
         filters=shown,
         filter_qs=urlencode([(k, v) for k, v in args.items(multi=True) if k in FILTER_FIELDS]),
-        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
-        job_statuses=JobListQuery().fields["status"].choices,  # type: ignore[attr-defined]
+        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]  # a CommaList field
+        job_statuses=JobListQuery().fields["status"].choices,  # type: ignore[attr-defined]  # a CommaList field
     ), status_code
 
 
@@ -226,7 +227,7 @@ def _replay_page(status_code: int = 200) -> tuple[str, int]:
         "console/replay.html",
         preview=preview,
         conditions=conditions,
-        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
+        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]  # a CommaList field
         replayable=replay.REPLAYABLE,
     ), status_code
 
@@ -271,7 +272,7 @@ def _matching_ids(filter_qs: str) -> list[str]:
     ids: list[str] = []
     cursor = None
     while len(ids) < ALL_MATCHING_MAX:
-        page_ = read(lambda c, cur=cursor: ops.list_jobs(c, f, limit=100, cursor=cur))
+        page_ = read(functools.partial(ops.list_jobs, f=f, limit=100, cursor=cursor))
         ids += [str(j["id"]) for j in page_.items]
         cursor = page_.next_cursor
         if not cursor:
