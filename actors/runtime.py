@@ -29,7 +29,7 @@ log = logging.getLogger("ledgerflow.worker")
 def _stop_event() -> threading.Event:
     stop = threading.Event()
 
-    def _handler(signum, frame):  # noqa: ANN001
+    def _handler(signum, frame):
         stop.set()
 
     signal.signal(signal.SIGTERM, _handler)
@@ -92,11 +92,11 @@ def run_worker(pool_name: str) -> None:
     log.info("worker %s: stopped", node_id)
 
 
-def _beat(engine, node_id: str, in_use: int, status: str) -> None:  # noqa: ANN001
+def _beat(engine, node_id: str, in_use: int, status: str) -> None:
     try:
         with transaction(engine) as conn:
             nodes.heartbeat(conn, node_id, slots_in_use=in_use, status=status)
-    except Exception as exc:  # noqa: BLE001 - a missed heartbeat is not fatal
+    except Exception as exc:  # a missed heartbeat is not fatal
         log.warning("heartbeat failed: %s", exc.__class__.__name__)
 
 
@@ -125,7 +125,7 @@ def run_scheduler() -> None:
     log.info("scheduler: stopped")
 
 
-def _tick_schedules(engine, stop: threading.Event) -> None:  # noqa: ANN001
+def _tick_schedules(engine, stop: threading.Event) -> None:
     """Due schedules, a batch per transaction, until none is due (bounded: 10 batches per tick; none
     more once SIGTERM arrived)."""
     try:
@@ -139,7 +139,7 @@ def _tick_schedules(engine, stop: threading.Event) -> None:  # noqa: ANN001
                          h["fire_at"].isoformat(), h["skipped"])  # fmt: skip
             if len(handed) < schedules.TICK_BATCH:
                 return
-    except Exception:  # noqa: BLE001 - the next tick tries again
+    except Exception:  # the next tick tries again
         log.exception("schedule tick failed")
 
 
@@ -148,9 +148,9 @@ def _tick_drain() -> None:
         try:
             maintenance.workflow_jobs_drain.send()
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("drain not enqueued (%s); running it inline", exc.__class__.__name__)
     try:
         maintenance.run_drain()
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("inline drain failed")

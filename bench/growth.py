@@ -24,7 +24,7 @@ PENDING = 10_000
 CHUNK = 1_000_000
 
 
-def _insert_finished(conn, start: int, n: int) -> None:  # noqa: ANN001
+def _insert_finished(conn, start: int, n: int) -> None:
     conn.execute(
         text(
             """
@@ -42,7 +42,7 @@ FROM generate_series(CAST(:a AS bigint), CAST(:b AS bigint)) g
     )
 
 
-def _insert_attempts(conn, n: int) -> None:  # noqa: ANN001
+def _insert_attempts(conn, n: int) -> None:
     conn.execute(
         text(
             """

@@ -86,7 +86,7 @@ class _Sink(BaseHTTPRequestHandler):
 
     received = 0
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         _Sink.received += 1
         self.send_response(200)

@@ -38,10 +38,10 @@ class _Receiver(BaseHTTPRequestHandler):
     arrivals: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
 
-    def log_message(self, *a) -> None:  # noqa: ANN002
+    def log_message(self, *a) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with _Receiver.lock:
             _Receiver.arrivals.setdefault((self.path, self.headers.get("webhook-id", "")), time.time())
@@ -64,7 +64,7 @@ def _receiver() -> ThreadingHTTPServer:
     return server
 
 
-def _setup_namespace(client, subscribe_url: str | None, n_subs: int) -> tuple[dict, str]:  # noqa: ANN001
+def _setup_namespace(client, subscribe_url: str | None, n_subs: int) -> tuple[dict, str]:
     from app.auth import ALL_SCOPES, create_credential
     from app.db import transaction
 
@@ -85,7 +85,7 @@ def _setup_namespace(client, subscribe_url: str | None, n_subs: int) -> tuple[di
     return h, def_id
 
 
-def _start(client, h: dict, def_id: str) -> None:  # noqa: ANN001
+def _start(client, h: dict, def_id: str) -> None:
     r = client.post("/v1/workflows", json={"definition_id": def_id, "version": "v1", "input": {}},
                     headers={**h, "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
     assert r.status_code == 201, r.get_json()

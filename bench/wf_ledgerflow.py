@@ -125,7 +125,7 @@ class Workers:
         def loop(w: TaskWorker) -> None:
             try:
                 w.run()
-            except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            except BaseException as exc:  # reported by stop()
                 self.failure.append(exc)
 
         for w in self.workers:
@@ -385,5 +385,5 @@ def _clean_redis(redis_url: str, ns: str) -> None:
         client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)
         for key in client.scan_iter(f"{ns}*"):
             client.delete(key)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         log(f"could not clean redis namespace {ns}: {exc}")

@@ -109,7 +109,7 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     lines.append(row.format("", *(VARIANTS[c] for c in cols)))
     lines.append("  " + "-" * (38 + 16 * len(cols)))
 
-    def add(label: str, cell) -> None:  # noqa: ANN001
+    def add(label: str, cell) -> None:
         lines.append(row.format(label, *(cell(results[c]) for c in cols)))
 
     add("workflows/s", lambda r: f"{r.rate:,.1f}" if r.wall else "-")

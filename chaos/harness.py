@@ -193,7 +193,7 @@ class Cluster:
 
     def _spawn(self, role: str, argv: list[str], ready: str | None) -> Proc:
         log_path = self.workdir / f"{role}-{len(self.procs)}.log"
-        out = open(log_path, "w")  # noqa: SIM115 - the process owns it
+        out = open(log_path, "w")  # the process owns it
         popen = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                                  start_new_session=True)  # fmt: skip
         proc = Proc(role, popen, log_path)

@@ -403,14 +403,14 @@ def run(name: str, size: Size, server_url: str, *, timeout: float = 240, keep_fa
         result.recovery_seconds = round(time.monotonic() - quiet_from, 2)
         result.jobs, result.workflows = len(load.job_ids), len(load.instance_ids)
         result.invariants.update(check_invariants(cluster.engine, load, DRAIN + LEASE))  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001 - a scenario that cannot finish is a failed row, not a crash
+    except Exception as exc:  # a scenario that cannot finish is a failed row, not a crash
         result.error = f"{type(exc).__name__}: {exc}"
         if load is not None:
             result.notes.append(f"unfinished at the end: {load.unfinished()}")
             result.jobs, result.workflows = len(load.job_ids), len(load.instance_ids)
             try:
                 result.invariants.update(check_invariants(cluster.engine, load, DRAIN + LEASE))  # type: ignore[arg-type]
-            except Exception as inner:  # noqa: BLE001
+            except Exception as inner:
                 result.notes.append(f"invariants not checked: {inner}")
         result.notes.append(f"logs kept in {cluster.workdir}")
     finally:

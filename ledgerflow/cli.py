@@ -79,7 +79,7 @@ class LedgerflowGroup(click.Group):
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):

@@ -40,14 +40,14 @@ from ledgerflow.control_client import (  # re-exported: control, signals, audit,
     WorkflowControlMixin,
     WorkflowSignal,
 )
-from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: events, subscriptions, rules
+from ledgerflow.integrations_client import (  # re-exported: events, subscriptions, rules
     IntegrationsMixin,
 )
-from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: the webhook receiver's verifier
+from ledgerflow.integrations_client import (  # re-exported: the webhook receiver's verifier
     WebhookVerificationError as WebhookVerificationError,
 )
-from ledgerflow.integrations_client import verify_webhook as verify_webhook  # noqa: E402
-from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public names
+from ledgerflow.integrations_client import verify_webhook as verify_webhook
+from ledgerflow.sdk_types import (  # re-exported: the SDK's public names
     _BY_CODE,
     ABSENT,
     DEFAULT_URL,

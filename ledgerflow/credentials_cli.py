@@ -28,7 +28,7 @@ def credentials() -> None:
     """Namespaces and bearer tokens (only a hash of each token is stored)."""
 
 
-def _switches(fn):  # noqa: ANN001, ANN202
+def _switches(fn):
     for name in reversed(list(SWITCHES)):
         fn = click.option(f"--{name.replace('_', '-')}", name, is_flag=True, help=_HELP[name])(fn)
     return fn

@@ -253,7 +253,7 @@ class TaskWorker:
             try:
                 self._serve()
                 done.set_result(None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            except BaseException as exc:  # handed to the awaiting task
                 done.set_exception(exc)
 
         threading.Thread(target=serve, name="ledgerflow-task-claimer", daemon=True).start()
@@ -281,7 +281,7 @@ class TaskWorker:
         def loop() -> None:
             try:
                 self._serve()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller at the end of the block
+            except BaseException as exc:  # handed to the caller at the end of the block
                 failure.append(exc)
                 log.error("task worker stopped: %s", exc)
 
@@ -408,7 +408,7 @@ class TaskWorker:
                     if inspect.iscoroutine(output):
                         output.close()
                     raise TypeError("the function returned an awaitable: declare it with `async def`")
-            except Exception as exc:  # noqa: BLE001 - the task fails, the worker goes on
+            except Exception as exc:  # the task fails, the worker goes on
                 self._finished(flight, error=exc)
             else:
                 self._finished(flight, output=output)
@@ -510,7 +510,7 @@ class TaskWorker:
                 log.warning("%s; sending %d results again in 1 s", exc, len(live))
                 carry = [o for o in live if (o.flight.task.id, o.flight.task.epoch) in self._flights]
                 self._helpers_stop.wait(1.0)
-            except Exception as exc:  # noqa: BLE001 - e.g. a revoked token: the worker stops with it
+            except Exception as exc:  # e.g. a revoked token: the worker stops with it
                 for o in live:
                     log.error("%s: result not sent: %s", o.flight.label, exc)
                     self._reported(o)
@@ -613,7 +613,7 @@ class TaskWorker:
                 self.client.heartbeat_task(f.task.id, f.task.epoch)
             except (StateConflict, NotFound):
                 self._lease_lost(f)
-            except Exception as exc:  # noqa: BLE001 - keep beating: the lease has two more intervals
+            except Exception as exc:  # keep beating: the lease has two more intervals
                 log.warning("%s: heartbeat failed: %s", f.label, exc)
 
     def _lease_lost(self, f: _Flight) -> None:

@@ -256,7 +256,7 @@ def _dead_job() -> int:
     calls: list[int] = []
     real = handlers.registered().get("event_dispatch")
 
-    def handler(ctx) -> dict:  # noqa: ANN001
+    def handler(ctx) -> dict:
         if ctx.payload.get("order") != 42 and real is not None:
             return real(ctx)
         calls.append(1)

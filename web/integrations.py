@@ -42,18 +42,18 @@ RULES = "/v1/automation-rules"
 TAGS = ["integrations"]
 
 
-def _mutate(status: int, fn, *, secret: bool = False):  # noqa: ANN001, ANN202
+def _mutate(status: int, fn, *, secret: bool = False):
     """``secret``: the answer shows a signing secret once; its receipt is the calling credential's own
     (``web.mutation.idempotent(per_credential=True)``), so a replay never hands it to another credential."""
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return status, success(fn(conn, principal))
 
     return idempotent(work, per_credential=secret)
 
 
-def _read(fn, *args):  # noqa: ANN001, ANN002, ANN202
+def _read(fn, *args):
     with get_engine().connect() as conn:
         return ok(fn(conn, current_principal().namespace_id, *args))
 
@@ -65,7 +65,7 @@ def _read(fn, *args):  # noqa: ANN001, ANN002, ANN202
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(CreateSubscriptionRequest)
-def create_subscription(body: dict):  # noqa: ANN201
+def create_subscription(body: dict):
     return _mutate(201, lambda c, p: subscriptions.create(c, p, request_id(), body), secret=True)
 
 
@@ -74,7 +74,7 @@ def create_subscription(body: dict):  # noqa: ANN201
      tags=TAGS, errors=(400, 401, 403))  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
-def list_subscriptions(query: dict):  # noqa: ANN201
+def list_subscriptions(query: dict):
     return _read(subscriptions.list_page, query["limit"], query.get("cursor"))
 
 
@@ -82,7 +82,7 @@ def list_subscriptions(query: dict):  # noqa: ANN201
 @doc(summary="Read an event subscription", response=SubscriptionResponse, tags=TAGS, errors=(401, 403, 404),
      path_params={"sid": ID})  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
-def get_subscription(sid: str):  # noqa: ANN201
+def get_subscription(sid: str):
     return _read(subscriptions.get, sid)
 
 
@@ -92,7 +92,7 @@ def get_subscription(sid: str):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(UpdateSubscriptionRequest)
-def update_subscription(sid: str, body: dict):  # noqa: ANN201
+def update_subscription(sid: str, body: dict):
     return _mutate(200, lambda c, p: subscriptions.update(c, p, request_id(), sid, body))
 
 
@@ -102,7 +102,7 @@ def update_subscription(sid: str, body: dict):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
-def disable_subscription(sid: str, body: dict):  # noqa: ANN201
+def disable_subscription(sid: str, body: dict):
     return _mutate(200, lambda c, p: subscriptions.set_enabled(c, p, request_id(), sid, False))
 
 
@@ -112,7 +112,7 @@ def disable_subscription(sid: str, body: dict):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
-def enable_subscription(sid: str, body: dict):  # noqa: ANN201
+def enable_subscription(sid: str, body: dict):
     return _mutate(200, lambda c, p: subscriptions.set_enabled(c, p, request_id(), sid, True))
 
 
@@ -121,7 +121,7 @@ def enable_subscription(sid: str, body: dict):  # noqa: ANN201
      tags=TAGS, errors=(401, 403, 404), path_params={"sid": ID})  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
-def delete_subscription(sid: str):  # noqa: ANN201
+def delete_subscription(sid: str):
     return _mutate(200, lambda c, p: subscriptions.delete(c, p, request_id(), sid))
 
 
@@ -131,7 +131,7 @@ def delete_subscription(sid: str):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(RotateRequest)
-def rotate_secret(sid: str, body: dict):  # noqa: ANN201
+def rotate_secret(sid: str, body: dict):
     return _mutate(
         200,
         lambda c, p: subscriptions.rotate(c, p, request_id(), sid, body.get("grace_seconds")),
@@ -144,7 +144,7 @@ def rotate_secret(sid: str, body: dict):  # noqa: ANN201
      response=DeliveryPageResponse, tags=TAGS, errors=(400, 401, 403, 404), path_params={"sid": ID})  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
-def list_deliveries(sid: str, query: dict):  # noqa: ANN201
+def list_deliveries(sid: str, query: dict):
     return _read(subscriptions.deliveries, sid, query["limit"], query.get("cursor"))
 
 
@@ -154,7 +154,7 @@ def list_deliveries(sid: str, query: dict):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
-def redeliver(sid: str, delivery_id: str, body: dict):  # noqa: ANN201
+def redeliver(sid: str, delivery_id: str, body: dict):
     return _mutate(
         200,
         lambda c, p: subscriptions.redeliver_one(
@@ -170,7 +170,7 @@ def redeliver(sid: str, delivery_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(RedeliverSinceRequest)
-def redeliver_since(sid: str, body: dict):  # noqa: ANN201
+def redeliver_since(sid: str, body: dict):
     return _mutate(
         200,
         lambda c, p: subscriptions.redeliver_since(
@@ -187,7 +187,7 @@ def redeliver_since(sid: str, body: dict):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(CreateRuleRequest)
-def create_rule(body: dict):  # noqa: ANN201
+def create_rule(body: dict):
     return _mutate(201, lambda c, p: automation.create_rule(c, p, request_id(), body), secret=True)
 
 
@@ -196,7 +196,7 @@ def create_rule(body: dict):  # noqa: ANN201
      tags=TAGS, errors=(400, 401, 403))  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
-def list_rules(query: dict):  # noqa: ANN201
+def list_rules(query: dict):
     return _read(automation.list_rules, query["limit"], query.get("cursor"))
 
 
@@ -204,7 +204,7 @@ def list_rules(query: dict):  # noqa: ANN201
 @doc(summary="Read an automation rule", response=RuleResponse, tags=TAGS, errors=(401, 403, 404),
      path_params={"rule_id": ID})  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
-def get_rule(rule_id: str):  # noqa: ANN201
+def get_rule(rule_id: str):
     return _read(automation.get_rule, rule_id)
 
 
@@ -214,7 +214,7 @@ def get_rule(rule_id: str):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
-def disable_rule(rule_id: str, body: dict):  # noqa: ANN201
+def disable_rule(rule_id: str, body: dict):
     return _mutate(200, lambda c, p: automation.set_rule_enabled(c, p, request_id(), rule_id, False))
 
 
@@ -224,7 +224,7 @@ def disable_rule(rule_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
-def enable_rule(rule_id: str, body: dict):  # noqa: ANN201
+def enable_rule(rule_id: str, body: dict):
     return _mutate(200, lambda c, p: automation.set_rule_enabled(c, p, request_id(), rule_id, True))
 
 
@@ -233,5 +233,5 @@ def enable_rule(rule_id: str, body: dict):  # noqa: ANN201
      errors=(400, 401, 403, 404), path_params={"rule_id": ID})  # fmt: skip
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
-def list_executions(rule_id: str, query: dict):  # noqa: ANN201
+def list_executions(rule_id: str, query: dict):
     return _read(automation.executions, rule_id, query["limit"], query.get("cursor"))

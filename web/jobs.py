@@ -125,7 +125,7 @@ def failure_clusters(query: dict[str, Any]) -> Response:
 @requires(MONITOR)
 @doc(summary="One job with every attempt of every generation, receipts and side-effect marker",
      tags=TAGS, response=envelope(JobDetailSchema, "JobDetailResponse"), path_params=JOB_ID)  # fmt: skip
-def job_detail(id: str) -> Response:  # noqa: A002
+def job_detail(id: str) -> Response:
     job_id = job_id_arg(id)
     ns = _scope()
     return ok(_read(lambda c: ops.job_detail(c, job_id, ns)))
@@ -135,7 +135,7 @@ def job_detail(id: str) -> Response:  # noqa: A002
 @requires(MONITOR)
 @doc(summary="Every job of a trace id in causal/time order, with linked instances", tags=TAGS,
      response=envelope(ANY, "JobChainResponse"), path_params=TRACE_ID)  # fmt: skip
-def job_chain(traceId: str) -> Response:  # noqa: N803
+def job_chain(traceId: str) -> Response:
     trace_id = trace_id_arg(traceId)
     ns = _scope()
     return ok(_read(lambda c: ops.chain(c, trace_id, namespace_id=ns)))
@@ -145,7 +145,7 @@ def job_chain(traceId: str) -> Response:  # noqa: N803
 @requires(MONITOR)
 @doc(summary="Diagnostic bundle of a trace (downloadable JSON attachment)", tags=TAGS,
      response=DiagnosticBundleSchema, path_params=TRACE_ID)  # fmt: skip
-def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
+def diagnostic_bundle(traceId: str) -> Response:
     return bundle_download(trace_id_arg(traceId))
 
 
@@ -166,7 +166,7 @@ def replay_preview(body: dict[str, Any]) -> Response:
 @doc(summary="Retry one failed/dead/canceled job (generation + 1, attempts reset)", tags=TAGS,
      response=Result, errors=(409,), path_params=JOB_ID)  # fmt: skip
 @body(RetryBody)
-def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
+def retry_job(id: str, body: dict[str, Any]) -> Response:
     job_id = job_id_arg(id)
     actor = _actor(body)
     has_payload = "payload" in body
@@ -183,7 +183,7 @@ def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
 @doc(summary="Skip (cancel) one pending/running/paused/failed/dead job", tags=TAGS, response=Result,
      errors=(409,), path_params=JOB_ID)  # fmt: skip
 @body(SkipBody)
-def skip_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
+def skip_job(id: str, body: dict[str, Any]) -> Response:
     job_id = job_id_arg(id)
     actor = _actor(body)
     return _mutate(lambda c: ops_actions.skip_one(c, job_id, actor))

@@ -45,10 +45,10 @@ def _check_queues(queues: list[str]) -> None:
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(CreateScheduleRequest)
-def create_schedule(body: dict):  # noqa: ANN201
+def create_schedule(body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         view = schedules.create_schedule(
             conn, principal, body, request_id=request_id(), check_queues=_check_queues
         )
@@ -62,7 +62,7 @@ def create_schedule(body: dict):  # noqa: ANN201
      errors=(400, 401, 403))  # fmt: skip
 @requires(Scope.WORKFLOWS_READ)
 @query(ListSchedulesQuery)
-def list_schedules(query: dict):  # noqa: ANN201
+def list_schedules(query: dict):
     with get_engine().connect() as conn:
         return ok(
             schedules.list_schedules(
@@ -75,7 +75,7 @@ def list_schedules(query: dict):  # noqa: ANN201
 @doc(summary="A schedule, its next five fire times and its last fire", response=ScheduleResponse,
      tags=["schedules"], errors=(401, 403, 404))  # fmt: skip
 @requires(Scope.WORKFLOWS_READ)
-def get_schedule(schedule_id: str):  # noqa: ANN201
+def get_schedule(schedule_id: str):
     with get_engine().connect() as conn:
         return ok(schedules.get_schedule(conn, current_principal().namespace_id, schedule_id))
 
@@ -85,7 +85,7 @@ def get_schedule(schedule_id: str):  # noqa: ANN201
      response=FirePageResponse, tags=["schedules"], errors=(400, 401, 403, 404))  # fmt: skip
 @requires(Scope.WORKFLOWS_READ)
 @query(FiresQuery)
-def list_fires(schedule_id: str, query: dict):  # noqa: ANN201
+def list_fires(schedule_id: str, query: dict):
     with get_engine().connect() as conn:
         return ok(schedules.list_fires(conn, current_principal().namespace_id, schedule_id, query["limit"]))
 
@@ -96,10 +96,10 @@ def list_fires(schedule_id: str, query: dict):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(UpdateScheduleRequest)
-def update_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def update_schedule(schedule_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         view = schedules.update_schedule(conn, principal, schedule_id, body, request_id=request_id(),
                                          check_queues=_check_queues)  # fmt: skip
         return 200, success(view)
@@ -107,10 +107,10 @@ def update_schedule(schedule_id: str, body: dict):  # noqa: ANN201
     return idempotent(work)
 
 
-def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noqa: ANN202
+def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return 200, success(
             schedules.set_paused(
                 conn,
@@ -131,7 +131,7 @@ def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noq
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
-def pause_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def pause_schedule(schedule_id: str, body: dict):
     return _pause_or_resume(schedule_id, True, body.get("reason"))
 
 
@@ -141,7 +141,7 @@ def pause_schedule(schedule_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
-def resume_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def resume_schedule(schedule_id: str, body: dict):
     return _pause_or_resume(schedule_id, False, body.get("reason"))
 
 
@@ -151,10 +151,10 @@ def resume_schedule(schedule_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
-def launch_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def launch_schedule(schedule_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return 202, success(
             schedules.launch_now(
                 conn, principal, schedule_id, request_id=request_id(), reason=body.get("reason")
@@ -169,10 +169,10 @@ def launch_schedule(schedule_id: str, body: dict):  # noqa: ANN201
      tags=["schedules"], errors=(401, 403, 404, 409))  # fmt: skip
 @requires(Scope.WORKFLOWS_START)
 @mutation
-def delete_schedule(schedule_id: str):  # noqa: ANN201
+def delete_schedule(schedule_id: str):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return 200, success(schedules.delete_schedule(conn, principal, schedule_id, request_id=request_id()))
 
     return idempotent(work)

@@ -204,7 +204,7 @@ def _kind_problem(kind: Any) -> str:
     return f"unknown kind {str(kind)[:40]!r}: one of {', '.join(KINDS)}{hint}"
 
 
-def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one pass over the document
+def validate_document(doc: Any) -> tuple[dict, list[str]]:  # one pass over the document
     """Validate an X-DEF version document; return (document, sorted task queues)."""
     errs = _Errors()
     if not isinstance(doc, dict):
@@ -353,7 +353,7 @@ def _normalize_ints(doc: dict) -> None:
                 fix(st["retry"], name)
 
 
-def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
+def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:
     if kind in ("TASK", "POLL") and "queue" in st:
         if not isinstance(st["queue"], str) or not QUEUE_RE.fullmatch(st["queue"]):
             errs.add(f + ".queue", "must be 1-128 characters: letters, digits, _ . : -")

@@ -314,7 +314,7 @@ class LedgerPool:
         try:
             handler = handlers.resolve(ctx.type)
             result = handler(ctx)
-        except BaseException as exc:  # noqa: BLE001 - every exception becomes an outcome
+        except BaseException as exc:  # every exception becomes an outcome
             error = exc
             if not isinstance(exc, Exception):
                 log.error("job %s: handler raised %s", ctx.job_id, type(exc).__name__)

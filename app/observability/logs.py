@@ -145,7 +145,7 @@ def current_fields() -> dict[str, Any]:
     for fn in _providers:
         try:
             extra = fn()
-        except Exception:  # noqa: BLE001 - a provider never breaks logging
+        except Exception:  # a provider never breaks logging
             extra = None
         if extra:
             out.update({k: v for k, v in extra.items() if v is not None})
@@ -170,7 +170,7 @@ class ContextFilter(logging.Filter):
         if not getattr(record, "_ledgerflow_redacted", False):
             try:
                 message = record.getMessage()
-            except Exception:  # noqa: BLE001 - a bad format string: keep what we can
+            except Exception:  # a bad format string: keep what we can
                 message = str(record.msg)
             record.msg, record.args = redact(message), None
             record._ledgerflow_redacted = True
@@ -192,11 +192,11 @@ class JsonLogFormatter(JsonFormatter):
         log_data.pop("_ledgerflow_redacted", None)
         return {k: _redact_value(k, v) for k, v in log_data.items()}
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802
+    def formatException(self, ei: Any) -> str:
         text = super().formatException(ei)  # a list only with exc_info_as_array, which is off
         return redact(text if isinstance(text, str) else "\n".join(text))
 
-    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+    def formatStack(self, stack_info: str) -> str:
         text = super().formatStack(stack_info)  # a list only with stack_info_as_array, which is off
         return redact(text if isinstance(text, str) else "\n".join(text))
 
@@ -214,7 +214,7 @@ class ConsoleFormatter(logging.Formatter):
         )
         return f"{line} [{ctx}]" if ctx else line
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802
+    def formatException(self, ei: Any) -> str:
         return redact(super().formatException(ei))
 
 

@@ -201,7 +201,7 @@ def multiprocess_dir() -> str | None:
 class _ThisProcess:
     """The default registry's samples (this process only, when not in multiprocess mode)."""
 
-    def collect(self):  # noqa: ANN201
+    def collect(self):
         return REGISTRY.collect()
 
 

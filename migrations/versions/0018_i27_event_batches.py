@@ -139,7 +139,7 @@ ON CONFLICT (namespace_id, stripe) DO NOTHING
     )
 
 
-def _migration_0017():  # noqa: ANN202 - the module of 0017 (its trigger function and triggers)
+def _migration_0017():  # the module of 0017 (its trigger function and triggers)
     spec = importlib.util.spec_from_file_location(
         "m0017", Path(__file__).with_name("0017_i16_quota_counts.py")
     )

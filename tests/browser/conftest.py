@@ -86,7 +86,7 @@ def procfile_web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     env.update(PORT=str(port), LEDGERFLOW_BIND_HOST="127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(multiproc),
                PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""), PYTHONPATH=str(ROOT))  # fmt: skip
     log = tmp_path_factory.mktemp("web") / "gunicorn.log"
-    out = open(log, "w")  # noqa: SIM115
+    out = open(log, "w")
     proc = subprocess.Popen(["bash", "-c", "exec " + procfile_line("web")], cwd=ROOT, env=env, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"

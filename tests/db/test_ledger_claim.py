@@ -308,7 +308,7 @@ def test_concurrent_claimers_never_claim_the_same_job_twice(db, engine):
         )
 
 
-def _raw(db):  # noqa: ANN001, ANN202
+def _raw(db):
     """A raw psycopg connection set up as the pool's (autocommit, forced generic plans)."""
     _, params = db.dialect.create_connect_args(db.url)
     params.pop("context", None)

@@ -22,7 +22,7 @@ from tests.ledger_helpers import add_job, attempts, claim, scalar, settle, settl
 POLICY = RetentionPolicy(jobs_days=7, dead_days=30, audit_days=400, batch=1)
 
 
-def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:  # noqa: ANN001
+def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:
     """``n`` jobs that ran one attempt and ended ``status`` ``days_ago`` days ago."""
     ids = [add_job(db, "delay_wake", {"i": i, "s": status, "d": days_ago}) for i in range(n)]
     rows = [r for r in claim(db, limit=len(ids)) if r["id"] in ids]
@@ -43,7 +43,7 @@ def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:  # noq
     return ids
 
 
-def _exists(db, job_id: int) -> bool:  # noqa: ANN001
+def _exists(db, job_id: int) -> bool:
     return bool(scalar(db, "SELECT count(*) FROM workflow_jobs WHERE id = :id", id=job_id))
 
 
@@ -240,7 +240,7 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
 
 
 @pytest.mark.parametrize("overrides", [{}, {"ns-long": 90.0, "ns-short": 1.0}])
-def test_each_sweep_reads_its_own_partial_index(db, overrides):  # noqa: ANN001
+def test_each_sweep_reads_its_own_partial_index(db, overrides):
     """Finished jobs and dead letters have a partial index each on ``finished_at`` (migration 0016):
     the 7-day sweep walks ``ix_workflow_jobs_finished`` and never past the dead letters kept for 30
     days, the 30-day sweep ``ix_workflow_jobs_dead_letters``, because each states its statuses as

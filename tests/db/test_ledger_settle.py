@@ -228,7 +228,7 @@ def _wait_settled(engine, ids, statuses=("succeeded", "failed", "dead")):
 def test_pool_settles_every_kind_of_outcome(db, run_pool, monkeypatch):
     # "no handler" must hold whichever tests ran before (the engine's tests import the built-in
     # handlers, which register themselves for subprocess_join)
-    monkeypatch.delitem(handlers._handlers, "subprocess_join", raising=False)  # noqa: SLF001
+    monkeypatch.delitem(handlers._handlers, "subprocess_join", raising=False)
 
     def behave(ctx):
         mode = ctx.payload["mode"]

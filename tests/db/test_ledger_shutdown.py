@@ -74,7 +74,7 @@ def test_pool_stop_settles_what_finishes_in_the_grace_and_hands_back_the_rest(
     stuck_started = threading.Event()
     late = threading.Event()
 
-    def handler(ctx):  # noqa: ANN001, ANN202
+    def handler(ctx):
         if ctx.payload["kind"] == "quick":
             release_quick.wait(20)
             return {"done": True}

@@ -32,7 +32,7 @@ def test_the_procfile_releases_with_db_upgrade_and_make_run_does_not_run_it_as_a
     ]
 
 
-def test_two_concurrent_upgrades_of_an_empty_database_both_succeed_once(scratch):  # noqa: ANN001
+def test_two_concurrent_upgrades_of_an_empty_database_both_succeed_once(scratch):
     url, eng = scratch
     assert current_revisions(url) == ()
     procs = [_upgrade(url) for _ in range(2)]

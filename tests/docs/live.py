@@ -126,7 +126,7 @@ def start_make_run(
     for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "LEDGERFLOW_URL", "LEDGERFLOW_TOKEN", *unset):
         env.pop(k, None)
     log_path = tmp_dir / f"make-run-{port}.log"
-    out = open(log_path, "w")  # noqa: SIM115
+    out = open(log_path, "w")
     proc = subprocess.Popen(
         ["make", "-s", "run"],
         cwd=ROOT,

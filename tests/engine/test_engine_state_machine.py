@@ -36,7 +36,7 @@ DOC = {
 }
 
 
-def _job(eng, job_id: int) -> dict:  # noqa: ANN001
+def _job(eng, job_id: int) -> dict:
     with eng.connect() as conn:
         return dict(
             conn.execute(
@@ -48,12 +48,12 @@ def _job(eng, job_id: int) -> dict:  # noqa: ANN001
         )
 
 
-def _enqueue(eng, type_: str, payload: dict, instance_id: str) -> int:  # noqa: ANN001
+def _enqueue(eng, type_: str, payload: dict, instance_id: str) -> int:
     with transaction(eng) as conn:
         return enqueue(conn, type_, payload, instance_id=instance_id).id
 
 
-def _snapshot(eng, iid: str) -> tuple:  # noqa: ANN001
+def _snapshot(eng, iid: str) -> tuple:
     """The states of every row of the instance (and its revision)."""
     with eng.connect() as conn:
         rows = tuple(
@@ -79,7 +79,7 @@ def test_unknown_delay_wake_is_dead(eng):
     assert "unknown wake 'bogus'" in job["last_error"]
 
 
-def _timeout_jobs(eng, iid: str) -> list:  # noqa: ANN001
+def _timeout_jobs(eng, iid: str) -> list:
     with eng.connect() as conn:
         return conn.execute(
             text("SELECT id, status::text AS status, task_id, run_at FROM workflow_jobs "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-import app.integrations.actions  # noqa: F401 - registers automation_action
+import app.integrations.actions  # registers automation_action
 import app.integrations.webhooks  # noqa: F401 - registers event_dispatch, webhook_delivery
 from app.auth import Principal
 from app.db import transaction
@@ -25,7 +25,7 @@ DOC = {"version": "v1", "input_schema": {"type": "object"}, "deadline_seconds": 
 
 
 @pytest.fixture
-def out(eng, monkeypatch):  # noqa: ANN001, ANN201
+def out(eng, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     from app.integrations import actions, webhooks
 
@@ -39,18 +39,18 @@ def _principal() -> Principal:
     return author(NS)
 
 
-def _sub(eng, url: str, types: list[str]) -> dict:  # noqa: ANN001
+def _sub(eng, url: str, types: list[str]) -> dict:
     with transaction(eng) as conn:
         return subscriptions.create(conn, _principal(), None, {"url": url, "event_types": types})
 
 
-def _q(eng, sql: str, **kw):  # noqa: ANN001, ANN003, ANN202
+def _q(eng, sql: str, **kw):
     with eng.begin() as conn:
         res = conn.execute(text(sql), kw)
         return res.all() if res.returns_rows else []
 
 
-def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(out) -> None:  # noqa: ANN001
+def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(out) -> None:
     # a closed port: deliveries fail before sending and stay retryable (nothing listens on 127.0.0.1:1)
     sub = _sub(out, "http://127.0.0.1:1/hook", ["workflow.*", "task.*"])
     iid = start(out, NS, publish(out, NS, DOC), {})["id"]
@@ -70,7 +70,7 @@ def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(o
     assert len(_q(out, "SELECT 1 FROM workflow_jobs WHERE type = 'webhook_delivery'")) == len(wanted)
 
 
-def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> None:  # noqa: ANN001
+def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> None:
     kept = _sub(out, "http://127.0.0.1:1/a", ["workflow.started"])
     gone = _sub(out, "http://127.0.0.1:1/b", ["workflow.started"])
     start(out, NS, publish(out, NS, DOC), {})
@@ -87,7 +87,7 @@ def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> No
     assert status == "skipped"
 
 
-def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypatch) -> None:  # noqa: ANN001
+def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypatch) -> None:
     monkeypatch.setenv("LEDGERFLOW_WEBHOOK_DISABLE_AFTER", "3")
     sub = _sub(out, "http://127.0.0.1:1/down", ["workflow.*", "task.*", "step.*"])
     start(out, NS, publish(out, NS, DOC), {})
@@ -102,7 +102,7 @@ def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypa
     assert again["enabled"] and again["consecutive_failures"] == 0 and again["disabled_reason"] is None
 
 
-def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None:  # noqa: ANN001
+def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None:
     parent_def, child_def = publish(out, NS, DOC), publish(out, NS, DOC)
     with transaction(out) as conn:
         rule = automation.create_rule(conn, _principal(), None, {
@@ -150,7 +150,7 @@ def test_patterns_and_conditions() -> None:
     assert conditions_hold([{"path": "data.nope", "op": "exists", "value": False}], doc)
 
 
-def test_pages_of_subscriptions_and_deliveries(out) -> None:  # noqa: ANN001
+def test_pages_of_subscriptions_and_deliveries(out) -> None:
     subs = [_sub(out, f"http://127.0.0.1:1/{i}", ["workflow.started", "task.created"]) for i in range(3)]
     start(out, NS, publish(out, NS, DOC), {})
     run_jobs(out, queue=OUT, limit=1)
@@ -165,7 +165,7 @@ def test_pages_of_subscriptions_and_deliveries(out) -> None:  # noqa: ANN001
     assert "next_cursor" not in log2
 
 
-def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa: ANN001
+def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:
     from ledgerflow.client import verify_webhook
     from tests.web.webhook_receiver import start_receiver
 
@@ -193,7 +193,7 @@ def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa
     assert changed["event_types"] == ["step.*"] and changed["revision"] == 2
 
 
-def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: ANN001
+def test_a_signal_action_sends_one_signal_under_retries(out) -> None:
     waiter = start(out, NS, publish(out, NS, SIGNAL_DOC), {"order": "o-1"})["id"]
     source_def = publish(out, NS, DOC)
     with transaction(out) as conn:
@@ -212,7 +212,7 @@ def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: A
     assert sigs == [("CONSUMED", {"from": source})]
 
 
-def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(out) -> None:  # noqa: ANN001
+def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(out) -> None:
     from datetime import timedelta
 
     from app.db import db_now

@@ -51,9 +51,9 @@ def _serve(port: int) -> tuple[ThreadingHTTPServer, Receiver]:
             self.end_headers()
             self.wfile.write(raw)
 
-        do_POST = do_PUT = do_GET = _any  # noqa: N815
+        do_POST = do_PUT = do_GET = _any
 
-        def log_message(self, *a) -> None:  # noqa: ANN002
+        def log_message(self, *a) -> None:
             pass
 
     srv = ThreadingHTTPServer(("127.0.0.1", port), H)
@@ -76,14 +76,14 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def trig(eng, monkeypatch):  # noqa: ANN001, ANN201
+def trig(eng, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the local receivers
     handlers.register("trigger_dispatch", triggers.trigger_dispatch, replace=True)
     monkeypatch.setattr(outbound, "get_settings", lambda: replace(get_settings(), signing_secret="s3cret"))
     return eng
 
 
-def trigger_doc(url: str, **kw) -> dict:  # noqa: ANN003
+def trigger_doc(url: str, **kw) -> dict:
     return {
         "version": "v1",
         "input_schema": {"type": "object"},
@@ -102,7 +102,7 @@ def trigger_doc(url: str, **kw) -> dict:  # noqa: ANN003
     }
 
 
-def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:  # noqa: ANN001
+def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 42})["id"]
     assert run_jobs(trig, queue=OUTBOUND) == [("trigger_dispatch", "succeeded")]
@@ -121,13 +121,13 @@ def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:  #
     assert run_jobs(trig, queue=OUTBOUND) == [] and len(receiver.calls) == 1
 
 
-def _activation(eng, iid: str) -> str:  # noqa: ANN001
+def _activation(eng, iid: str) -> str:
     with eng.connect() as conn:
         return conn.execute(text("SELECT activation_id FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
                             {"i": iid}).scalar()  # fmt: skip
 
 
-def test_a_refusal_fails_the_step(trig, receiver) -> None:  # noqa: ANN001
+def test_a_refusal_fails_the_step(trig, receiver) -> None:
     receiver.status, receiver.reply = 422, '{"error": "bad order"}'
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 1})["id"]
@@ -141,7 +141,7 @@ def test_a_refusal_fails_the_step(trig, receiver) -> None:  # noqa: ANN001
     assert err["code"] == "TRIGGER_REJECTED" and err["status"] == 422
 
 
-def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -> None:  # noqa: ANN001
+def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -> None:
     receiver.status = 503
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 7})["id"]
@@ -159,7 +159,7 @@ def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -
     assert run_jobs(trig, queue=OUTBOUND) == [] and len(receiver.calls) == 1  # never re-sent
 
 
-def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:  # noqa: ANN001
+def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 9})["id"]
     # as the drain leaves a job whose executor was lost after its marker: dead, outcome unknown
@@ -192,14 +192,14 @@ def dispatch_doc(url: str) -> dict:
 
 
 @pytest.fixture
-def disp(trig):  # noqa: ANN001, ANN201
+def disp(trig):
     from app.engine.handlers import dispatch
 
     handlers.register("external_dispatch", dispatch.external_dispatch, replace=True)
     return trig
 
 
-def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, receiver) -> None:  # noqa: ANN001
+def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, receiver) -> None:
     from tests.engine.helpers import claim_task, complete_task
 
     def_id = publish(disp, NS, dispatch_doc(receiver.url))
@@ -220,7 +220,7 @@ def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, rece
     assert instance(disp, iid)["output"] == {"decision": {"approved": True}}
 
 
-def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, receiver) -> None:  # noqa: ANN001
+def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, receiver) -> None:
     from tests.engine.helpers import claim_task, complete_task
 
     receiver.status = 502
@@ -243,7 +243,7 @@ def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, r
     assert kind.startswith("dead") and instance(disp, iid2)["state"] == "RUNNING"
 
 
-def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:  # noqa: ANN001
+def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:
     from app.engine.documents import validate_document
 
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
@@ -258,7 +258,7 @@ def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:  # noqa: AN
         assert name in [e.field for e in err.value.field_errors], (bad, err.value.field_errors)
 
 
-def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, receiver, monkeypatch) -> None:  # noqa: ANN001
+def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, receiver, monkeypatch) -> None:
     """The destination policy of the safe HTTP client (``app.ledger.destinations``) guards TRIGGER and dispatch URLs:
     a cloud metadata address is a 400 naming the field at publish; a URL that became forbidden after
     publishing (the allow-list narrowed) is dead with DESTINATION_FORBIDDEN at delivery."""

@@ -21,7 +21,7 @@ MONITOR, OPERATE = "workflow:instance:monitor", "workflow:engine:operate"
 
 
 @pytest.fixture
-def issue(fresh):  # noqa: ANN001, ANN201
+def issue(fresh):
     def _issue(*scopes: str, namespace: str = "ops", name: str | None = None) -> tuple[str, str]:
         with transaction(fresh) as conn:
             c = create_credential(
@@ -33,12 +33,12 @@ def issue(fresh):  # noqa: ANN001, ANN201
     return _issue
 
 
-def run(group, args: list[str], token: str | None = None, input: str | None = None):  # noqa: ANN001, A002, ANN201
+def run(group, args: list[str], token: str | None = None, input: str | None = None):
     env = {"LEDGERFLOW_TOKEN": token} if token else {}
     return CliRunner().invoke(group, args, env=env, input=input, catch_exceptions=False)
 
 
-def audit(engine) -> list[dict]:  # noqa: ANN001
+def audit(engine) -> list[dict]:
     with engine.connect() as conn:
         return [
             dict(r._mapping)
@@ -46,7 +46,7 @@ def audit(engine) -> list[dict]:  # noqa: ANN001
         ]
 
 
-def test_reads_as_tables_and_json(fresh, issue, make_job):  # noqa: ANN001
+def test_reads_as_tables_and_json(fresh, issue, make_job):
     token, _ = issue(MONITOR)
     dead = make_job("dead", last_error="connect to 10.0.0.7:5432 refused", attempts=5)
     make_job("dead", last_error="connect to 10.0.0.9:5432 refused", attempts=5)
@@ -71,7 +71,7 @@ def test_reads_as_tables_and_json(fresh, issue, make_job):  # noqa: ANN001
     assert r.exit_code == 2 and "unknown value" in r.output
 
 
-def test_the_api_permission_rules(fresh, issue, make_job):  # noqa: ANN001
+def test_the_api_permission_rules(fresh, issue, make_job):
     job = make_job("dead")
     # one format: `Error: ...` on one line; 2 for a command line that lacks the token, 1 for refusals
     r = run(jobs, ["list"])
@@ -95,7 +95,7 @@ def test_the_api_permission_rules(fresh, issue, make_job):  # noqa: ANN001
     assert audit(fresh) == []
 
 
-def test_retry_and_skip_one_job_ask_first_and_are_audited(fresh, issue, make_job):  # noqa: ANN001
+def test_retry_and_skip_one_job_ask_first_and_are_audited(fresh, issue, make_job):
     token, cred = issue(OPERATE, name="alice")
     job = make_job("dead", attempts=5)
     r = run(jobs, ["retry", str(job), "--reason", "receiver fixed"], token, input="n\n")
@@ -119,7 +119,7 @@ def test_retry_and_skip_one_job_ask_first_and_are_audited(fresh, issue, make_job
     assert [a["action"] for a in audit(fresh)] == ["job.retry", "job.skip"]
 
 
-def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, issue, make_job):  # noqa: ANN001
+def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, issue, make_job):
     token, _ = issue(OPERATE)
     ids = [make_job("failed") for _ in range(5)]
     done = make_job("succeeded")
@@ -145,7 +145,7 @@ def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, i
     assert r.exit_code == 0 and "skip: 2 submitted" in r.stdout
 
 
-def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):  # noqa: ANN001
+def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):
     token, _ = issue(OPERATE)
     for i in range(5):
         make_job("dead", last_error=f"timeout after {i} s")
@@ -165,7 +165,7 @@ def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):
     assert [a["action"] for a in audit(fresh)].count("jobs.replay") == 2
 
 
-def test_workflow_commands(fresh, issue):  # noqa: ANN001
+def test_workflow_commands(fresh, issue):
     from tests.engine.helpers import SIGNAL_DOC, publish, start
 
     token, cred = issue("workflows:read", "workflows:control", "workflows:signal", namespace="shop")
@@ -203,7 +203,7 @@ def test_workflow_commands(fresh, issue):  # noqa: ANN001
     assert actions == ["workflow.control.pause", "workflow.control.resume", "signal.accepted"]
 
 
-def test_doctor_reports_what_to_fix(fresh):  # noqa: ANN001
+def test_doctor_reports_what_to_fix(fresh):
     r = CliRunner().invoke(doctor, ["--json"])
     checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["database"]["status"] == "ok" and checks["migrations"]["status"] == "ok"
@@ -232,7 +232,7 @@ def test_doctor_reports_what_to_fix(fresh):  # noqa: ANN001
     assert "what to do" in r.stdout and "NTP" in r.stdout
 
 
-def test_doctor_finds_an_invalid_index(fresh):  # noqa: ANN001
+def test_doctor_finds_an_invalid_index(fresh):
     with fresh.begin() as conn:
         if not conn.execute(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")).scalar():
             pytest.skip("marking an index invalid needs a superuser")

@@ -35,7 +35,7 @@ def test_json_lines_carry_the_context_and_mask_secrets():
         except RuntimeError:
             log.exception("boom")
     finally:
-        logs._process.clear()  # noqa: SLF001
+        logs._process.clear()
     text = stream.getvalue()
     assert "hunter2" not in text and token not in text and "plain-secret" not in text and "k-123" not in text
     lines = [json.loads(line) for line in text.splitlines()]  # one JSON object per line
@@ -63,7 +63,7 @@ def test_console_format_for_people():
     assert not line.startswith("{")
 
 
-def test_format_defaults_to_json_unless_a_terminal(monkeypatch):  # noqa: ANN001
+def test_format_defaults_to_json_unless_a_terminal(monkeypatch):
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -75,7 +75,7 @@ def test_format_defaults_to_json_unless_a_terminal(monkeypatch):  # noqa: ANN001
     assert logs.log_format(Tty()) == "json"
 
 
-def test_web_requests_log_their_request_id_namespace_and_route(client, monitor):  # noqa: ANN001
+def test_web_requests_log_their_request_id_namespace_and_route(client, monitor):
     stream = io.StringIO()
     handler = logs.make_handler(stream, "json")
     access = logging.getLogger("ledgerflow.access")

@@ -36,14 +36,14 @@ def spans() -> Iterator:
 
 
 @pytest.fixture
-def receiver(monkeypatch) -> Iterator[tuple[str, list[dict]]]:  # noqa: ANN001
+def receiver(monkeypatch) -> Iterator[tuple[str, list[dict]]]:
     """A local HTTP receiver (a port of 5200-5299) recording the headers of each request; the
     destination policy opens loopback for it through its allow-list."""
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     seen: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             seen.append({k.lower(): v for k, v in self.headers.items()})
             body = b'{"ok": true}'
             self.send_response(200)
@@ -76,14 +76,14 @@ def _hex(n: int, width: int) -> str:
 
 def test_request_job_attempt_and_outbound_call_form_one_trace(
     spans, receiver, fresh, handler_registry, run_pool
-):  # noqa: ANN001
+):
     from app.engine.handlers import timers
     from tests.engine.helpers import publish
     from web import create_app
 
     url, seen = receiver
 
-    def delay_wake(ctx):  # noqa: ANN001, ANN202 - the engine's handler, plus an outbound call
+    def delay_wake(ctx):  # the engine's handler, plus an outbound call
         if (ctx.payload or {}).get("wake") == "timer":
             ctx.http.request("GET", url, step_key=f"probe-{ctx.job_id}")
         return timers.delay_wake(ctx)
@@ -159,7 +159,7 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     assert all(s.context.trace_id == server.context.trace_id for s in attempts)
 
 
-def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_registry, run_pool, receiver):  # noqa: ANN001
+def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_registry, run_pool, receiver):
     """Off (the default): no traceparent is stored; an outbound call still carries a (not sampled)
     traceparent naming the ledger trace id, so a receiver can correlate it with the job."""
     from app.ledger.enqueue import enqueue
@@ -180,7 +180,7 @@ def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_
     assert parent[0] == "00" and parent[1] == trace and parent[3] == "00"
 
 
-def test_configuration_from_the_environment(monkeypatch):  # noqa: ANN001
+def test_configuration_from_the_environment(monkeypatch):
     for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
                 "OTEL_SDK_DISABLED"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)

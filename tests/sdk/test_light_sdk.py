@@ -63,7 +63,7 @@ def test_the_light_sdk_installs_alone_and_its_worker_runs_a_workflow(wf_ns, tmp_
     assert sorted(seen["missing"]) == sorted(["flask", "sqlalchemy", "gunicorn", "gevent", "app", "web",
                                               "schemas", "actors", "ledgerflow.cli"])  # fmt: skip
 
-    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed below
+    log = open(tmp_path / "worker.log", "w")  # closed below
     worker = subprocess.Popen(
         [str(py), "-I", str(EXAMPLE / "worker.py")],
         env=_env(tmp_path, LEDGERFLOW_URL=wf_ns.url, LEDGERFLOW_TOKEN=wf_ns.tokens["worker"], WORKER_CONCURRENCY="4"),

@@ -46,16 +46,16 @@ class Recording(Client):
         self.beats: list[tuple[str, int, str]] = []  # (task id, thread id, thread name)
         self.beat_event = threading.Condition()
 
-    def claim_tasks(self, queues, *, wait_seconds=0, max_tasks=1):  # noqa: ANN001, ANN201
+    def claim_tasks(self, queues, *, wait_seconds=0, max_tasks=1):
         self.claims.append(max_tasks)
         return super().claim_tasks(queues, wait_seconds=wait_seconds, max_tasks=max_tasks)
 
-    def complete_tasks(self, completions, *, idempotency_key=None):  # noqa: ANN001, ANN201
+    def complete_tasks(self, completions, *, idempotency_key=None):
         completions = list(completions)
         self.batches.append(len(completions))
         return super().complete_tasks(completions, idempotency_key=idempotency_key)
 
-    def heartbeat_task(self, task_id, epoch):  # noqa: ANN001, ANN201
+    def heartbeat_task(self, task_id, epoch):
         t = super().heartbeat_task(task_id, epoch)
         with self.beat_event:
             self.beats.append((task_id, threading.get_ident(), threading.current_thread().name))
@@ -66,7 +66,7 @@ class Recording(Client):
         return sum(1 for t, _, _ in self.beats if t == task_id)
 
 
-def _client(ns, cls: type[Client] = Client) -> Client:  # noqa: ANN001
+def _client(ns, cls: type[Client] = Client) -> Client:
     return cls(ns.url, ns.tokens["all"])
 
 

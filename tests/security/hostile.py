@@ -65,7 +65,7 @@ def sql(query: str, **params: Any) -> list:
 
 
 @pytest.fixture
-def outbound(eng) -> Iterator[Any]:  # noqa: ANN001
+def outbound(eng) -> Iterator[Any]:
     """The engine fixture with the outbound handlers (event fan-out, webhooks, rules) registered."""
     import app.engine.handlers.compensation
     import app.integrations.actions
@@ -82,7 +82,7 @@ def outbound(eng) -> Iterator[Any]:  # noqa: ANN001
     yield eng
 
 
-def drain_outbound(eng, limit: int = 200) -> list[tuple[str, str]]:  # noqa: ANN001
+def drain_outbound(eng, limit: int = 200) -> list[tuple[str, str]]:
     """Run due outbound jobs inline until none is due (at most ``limit``)."""
     from tests.engine.helpers import run_jobs
 

@@ -15,11 +15,11 @@ from ledgerflow.credentials_cli import credentials
 from tests.web.wf_ops import sql
 
 
-def _cli(*args: str):  # noqa: ANN202
+def _cli(*args: str):
     return CliRunner().invoke(credentials, list(args), catch_exceptions=False)
 
 
-def test_expiring_platform_credential_is_shown_audited_and_stops_working(wf_server):  # noqa: F811
+def test_expiring_platform_credential_is_shown_audited_and_stops_working(wf_server):
     ns = "auth-" + uuid.uuid4().hex[:6]
     r = _cli("create", "--namespace", ns, "--name", "ops", "--engine-monitor", "--platform",
              "--expires-in", "2h", "--json")  # fmt: skip
@@ -54,7 +54,7 @@ def test_platform_without_an_operator_switch_is_refused():
     assert r.exit_code == 2 and "--platform" in r.output
 
 
-def test_the_operation_audit_is_append_only(wf_server):  # noqa: F811
+def test_the_operation_audit_is_append_only(wf_server):
     _cli("create", "--namespace", "audit-" + uuid.uuid4().hex[:6], "--name", "n", "--task-worker")
     with pytest.raises(DBAPIError, match="append-only"):
         sql("UPDATE operation_audit SET reason = 'rewritten'")

@@ -19,7 +19,7 @@ SHOWN = "http://***@127.0.0.1:1/hook?token=***&tenant=***"
 
 
 @pytest.fixture(autouse=True)
-def _loopback_receivers(monkeypatch):  # noqa: ANN001, ANN202 - the live server runs in this process
+def _loopback_receivers(monkeypatch):  # the live server runs in this process
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
 
 
@@ -28,7 +28,7 @@ def _post(ops: Ops, who: Author, path: str, body: dict, key: str | None = None) 
     return httpx.post(ops.ns.url + path, json=body, headers=headers, timeout=10)
 
 
-def test_a_rules_http_url_is_redacted_in_every_view_and_the_audit(ops):  # noqa: ANN001
+def test_a_rules_http_url_is_redacted_in_every_view_and_the_audit(ops):
     who = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     created = _post(ops, who, "/v1/automation-rules", {
         "name": "notify", "event_type": "workflow.started", "action": {"kind": "http", "url": SECRET_URL}})  # fmt: skip
@@ -47,7 +47,7 @@ def test_a_rules_http_url_is_redacted_in_every_view_and_the_audit(ops):  # noqa:
     assert sql("SELECT action->>'url' FROM automation_rules WHERE id = :r", r=rule["id"])[0][0] == SECRET_URL
 
 
-def test_a_subscriptions_secret_is_never_replayed_to_another_credential(ops):  # noqa: ANN001
+def test_a_subscriptions_secret_is_never_replayed_to_another_credential(ops):
     alice = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     bob = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     body = {"url": "http://127.0.0.1:1/hook", "event_types": ["*"]}
@@ -72,7 +72,7 @@ def test_a_subscriptions_secret_is_never_replayed_to_another_credential(ops):  #
     assert new_secret not in replayed_to_bob.text
 
 
-def test_a_rules_signing_secret_is_never_replayed_to_another_credential(ops):  # noqa: ANN001
+def test_a_rules_signing_secret_is_never_replayed_to_another_credential(ops):
     alice = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     bob = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     body = {

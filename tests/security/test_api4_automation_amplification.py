@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("outbound")
 NS = "ns-" + uuid.uuid4().hex[:8]
 
 
-def _rule(eng, event_type: str, action: dict, **kw) -> dict:  # noqa: ANN001, ANN003
+def _rule(eng, event_type: str, action: dict, **kw) -> dict:
     with transaction(eng) as conn:
         return automation.create_rule(
             conn, author("amplify", ns_id=NS).principal, None,
@@ -36,12 +36,12 @@ def _instances(def_id: str) -> int:
     return sql("SELECT count(*) FROM workflow_instances WHERE definition_id = :d", d=def_id)[0][0]
 
 
-def _run_until_quiet(eng, budget: int = 150) -> None:  # noqa: ANN001
+def _run_until_quiet(eng, budget: int = 150) -> None:
     drain_outbound(eng, limit=budget)
     assert due_outbound() == 0, "automation kept making work: the outbound queue never drained"
 
 
-def test_a_rule_that_starts_its_own_definition_fires_once(outbound):  # noqa: ANN001
+def test_a_rule_that_starts_its_own_definition_fires_once(outbound):
     d = publish(outbound, NS, TIMER_DOC)
     _rule(outbound, "workflow.started", _starts(d), definition_id=d)
     start(outbound, NS, d, {})
@@ -52,7 +52,7 @@ def test_a_rule_that_starts_its_own_definition_fires_once(outbound):  # noqa: AN
     assert len(chain) == 1
 
 
-def test_two_rules_playing_ping_pong_stop(outbound):  # noqa: ANN001
+def test_two_rules_playing_ping_pong_stop(outbound):
     d1, d2 = publish(outbound, NS, TIMER_DOC), publish(outbound, NS, TIMER_DOC)
     _rule(outbound, "workflow.started", _starts(d2), definition_id=d1)
     _rule(outbound, "workflow.started", _starts(d1), definition_id=d2)
@@ -62,7 +62,7 @@ def test_two_rules_playing_ping_pong_stop(outbound):  # noqa: ANN001
     assert (_instances(d1), _instances(d2)) == (2, 1)
 
 
-def test_wildcard_rules_fire_on_each_others_work_once_and_stop(outbound):  # noqa: ANN001
+def test_wildcard_rules_fire_on_each_others_work_once_and_stop(outbound):
     d = publish(outbound, NS, TIMER_DOC)
     _rule(outbound, "*", _starts(d), definition_id=d)
     _rule(outbound, "*", _starts(d), definition_id=d)
@@ -77,7 +77,7 @@ def test_wildcard_rules_fire_on_each_others_work_once_and_stop(outbound):  # noq
     assert sorted(c[0] for c in chains) == [1, 2]
 
 
-def test_a_chain_of_rules_stops_at_the_documented_depth(outbound):  # noqa: ANN001
+def test_a_chain_of_rules_stops_at_the_documented_depth(outbound):
     defs = [publish(outbound, NS, TIMER_DOC) for _ in range(5)]
     rules = [
         _rule(outbound, "workflow.started", _starts(b), definition_id=a)
@@ -92,7 +92,7 @@ def test_a_chain_of_rules_stops_at_the_documented_depth(outbound):  # noqa: ANN0
     assert status == "skipped" and "chain of 3 automation rules" in why
 
 
-def test_a_rule_past_its_rate_budget_disables_itself_and_says_why(outbound, monkeypatch):  # noqa: ANN001
+def test_a_rule_past_its_rate_budget_disables_itself_and_says_why(outbound, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_RULE_RATE_PER_MINUTE", "3")
     source, target = publish(outbound, NS, TIMER_DOC), publish(outbound, NS, TIMER_DOC)
     rule = _rule(outbound, "workflow.started", _starts(target), definition_id=source)
@@ -121,7 +121,7 @@ SIGNAL_DOC = {
 }  # fmt: skip
 
 
-def test_a_rule_does_not_answer_its_own_signals(outbound):  # noqa: ANN001
+def test_a_rule_does_not_answer_its_own_signals(outbound):
     from app.engine import signals
 
     d = publish(outbound, NS, SIGNAL_DOC)

@@ -23,7 +23,7 @@ PARALLEL = 16
 
 
 @pytest.fixture(autouse=True)
-def _loopback_receivers(monkeypatch):  # noqa: ANN001, ANN202 - the live server runs in this process
+def _loopback_receivers(monkeypatch):  # the live server runs in this process
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
 
 
@@ -65,7 +65,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("table", sorted(CASES))
-def test_parallel_creates_never_pass_the_cap(ops, table):  # noqa: ANN001
+def test_parallel_creates_never_pass_the_cap(ops, table):
     cap, path, body = CASES[table]
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 60}]})
     _fill(ops, table, cap - 8, def_id)
@@ -89,7 +89,7 @@ CREATE = {
 
 
 @pytest.mark.parametrize("table", sorted(CASES))
-def test_a_create_counts_only_after_the_one_before_it_committed(ops, table):  # noqa: ANN001
+def test_a_create_counts_only_after_the_one_before_it_committed(ops, table):
     cap = CASES[table][0]
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 60}]})
     _fill(ops, table, cap - 1, def_id)
@@ -101,7 +101,7 @@ def test_a_create_counts_only_after_the_one_before_it_committed(ops, table):  # 
             with get_engine().begin() as conn:
                 CREATE[table](conn, who, def_id)
             outcome.append("created")
-        except Exception as exc:  # noqa: BLE001 - the refusal is the expected outcome
+        except Exception as exc:  # the refusal is the expected outcome
             outcome.append(getattr(exc, "code", type(exc).__name__))
 
     with get_engine().begin() as first:

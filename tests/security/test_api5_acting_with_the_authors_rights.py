@@ -41,7 +41,7 @@ def _post_rule(ops: Ops, headers: dict, action: dict) -> httpx.Response:
     )
 
 
-def test_an_integration_only_credential_cannot_have_a_rule_start_or_signal(ops):  # noqa: F811
+def test_an_integration_only_credential_cannot_have_a_rule_start_or_signal(ops):
     integration = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]})
     body = {"definition_id": def_id, "version": "v1", "input": {}}
@@ -61,7 +61,7 @@ def test_an_integration_only_credential_cannot_have_a_rule_start_or_signal(ops):
                "WHERE n.name = :n", n=ops.ns.name)[0][0] == 1  # fmt: skip
 
 
-def test_a_version_with_task_queues_needs_tasks_submit_as_a_start_does(ops):  # noqa: F811
+def test_a_version_with_task_queues_needs_tasks_submit_as_a_start_does(ops):
     starter = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE, Scope.WORKFLOWS_START])
     def_id = ops.define({"steps": [{"key": "t", "kind": "TASK", "queue": "q1"}]})
     refused = _post_rule(ops, starter.headers, {"kind": "start_workflow", "definition_id": def_id,
@@ -69,7 +69,7 @@ def test_a_version_with_task_queues_needs_tasks_submit_as_a_start_does(ops):  # 
     assert refused.status_code == 403 and "tasks:submit" in refused.json()["message"]
 
 
-def test_a_rule_stops_when_its_author_is_revoked_and_a_live_credential_adopts_it(outbound):  # noqa: ANN001
+def test_a_rule_stops_when_its_author_is_revoked_and_a_live_credential_adopts_it(outbound):
     source, target = publish(outbound, NS, TIMER_DOC), publish(outbound, NS, TIMER_DOC)
     first = author("acting", ns_id=NS)
     with transaction(outbound) as conn:
@@ -90,7 +90,7 @@ def test_a_rule_stops_when_its_author_is_revoked_and_a_live_credential_adopts_it
     assert sql("SELECT count(*) FROM workflow_instances WHERE definition_id = :d", d=target)[0][0] == 1
 
 
-def test_a_schedule_whose_author_was_revoked_pauses_and_says_why(outbound):  # noqa: ANN001
+def test_a_schedule_whose_author_was_revoked_pauses_and_says_why(outbound):
     import app.integrations.schedule_jobs as schedule_jobs
     from app.ledger import handlers
 
@@ -112,7 +112,7 @@ def test_a_schedule_whose_author_was_revoked_pauses_and_says_why(outbound):  # n
     assert sql("SELECT paused FROM workflow_schedules WHERE id = :s", s=sid)[0][0] is True
 
 
-def test_a_subscription_whose_author_was_revoked_stops_delivering(outbound, monkeypatch):  # noqa: ANN001
+def test_a_subscription_whose_author_was_revoked_stops_delivering(outbound, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     owner = author("acting", ns_id=NS)
     with transaction(outbound) as conn:

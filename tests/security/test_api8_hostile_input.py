@@ -46,7 +46,7 @@ def _refused(resp: httpx.Response, field: str) -> None:
 
 
 @pytest.fixture
-def world(ops, monkeypatch):  # noqa: ANN001, ANN201
+def world(ops, monkeypatch):
     """One of everything a list route pages over: an instance with events, signals and activations, a
     subscription, a rule."""
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the server runs in this process
@@ -75,13 +75,13 @@ LISTS = (
 )  # fmt: skip
 
 
-def test_a_non_ascii_cursor_is_a_400_on_every_list(ops, world):  # noqa: ANN001
+def test_a_non_ascii_cursor_is_a_400_on_every_list(ops, world):
     for path in LISTS:
         for bad in ("a.\u00e9", "\u00e9", "a.b.c", "x" * 2000, "a.\u0000"):
             _refused(_get(ops, path.format(**world), cursor=bad), "cursor")
 
 
-def test_a_validly_signed_cursor_with_foreign_content_is_a_400(ops, world):  # noqa: ANN001
+def test_a_validly_signed_cursor_with_foreign_content_is_a_400(ops, world):
     """The built-in development key (``make run``, a Procfile deploy without LEDGERFLOW_ENV) is public:
     a cursor signed with it can carry anything."""
     bindings = {
@@ -106,7 +106,7 @@ def test_a_validly_signed_cursor_with_foreign_content_is_a_400(ops, world):  # n
             _refused(_get(ops, path, cursor=cursors.encode(pos, binding)), "cursor")
 
 
-def test_nul_in_a_path_segment_query_or_body_is_a_400_naming_it(ops, world):  # noqa: ANN001
+def test_nul_in_a_path_segment_query_or_body_is_a_400_naming_it(ops, world):
     _refused(_get(ops, PREFIX + "/jobs/chain/a%00b"), "traceId")
     _refused(_get(ops, PREFIX + "/jobs/chain/a%00b/diagnostic-bundle"), "traceId")
     _refused(_get(ops, "/v1/workflows", business_key="a\u0000b"), "business_key")
@@ -127,7 +127,7 @@ def test_nul_in_a_path_segment_query_or_body_is_a_400_naming_it(ops, world):  # 
     _refused(_get(ops, f"/v1/workflows/{world['wid']}/steps/a%00b"), "key")
 
 
-def test_a_lone_surrogate_in_a_query_value_or_body_is_a_400(ops):  # noqa: ANN001
+def test_a_lone_surrogate_in_a_query_value_or_body_is_a_400(ops):
     raw = httpx.post(ops.ns.url + "/v1/automation-rules", content=b'{"name": "\\ud800"}',
                      headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}),
                      timeout=10)  # fmt: skip
@@ -138,7 +138,7 @@ def _full_width(number: int) -> str:
     return "".join(chr(ord(c) + 0xFEE0) for c in str(number))
 
 
-def test_non_ascii_digits_are_not_numbers(ops, world):  # noqa: ANN001
+def test_non_ascii_digits_are_not_numbers(ops, world):
     _refused(_get(ops, "/v1/workflows", limit=_full_width(5)), "limit")
     _refused(_get(ops, PREFIX + "/jobs", limit=_full_width(5)), "limit")
     job_id = sql("SELECT id FROM workflow_jobs WHERE instance_id = :i ORDER BY id LIMIT 1", i=world["wid"])[
@@ -148,8 +148,8 @@ def test_non_ascii_digits_are_not_numbers(ops, world):  # noqa: ANN001
     _refused(_get(ops, f"{PREFIX}/jobs/{_full_width(job_id)}"), "id")
 
 
-def test_a_chunked_body_over_the_limit_is_413(ops):  # noqa: ANN001
-    def chunks():  # noqa: ANN202 - no Content-Length: httpx sends Transfer-Encoding: chunked
+def test_a_chunked_body_over_the_limit_is_413(ops):
+    def chunks():  # no Content-Length: httpx sends Transfer-Encoding: chunked
         yield b'{"name": "'
         for _ in range(600):
             yield b"x" * 1024

@@ -16,7 +16,7 @@ T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 @st.composite
-def dags(draw) -> list[dict]:  # noqa: ANN001
+def dags(draw) -> list[dict]:
     n = draw(st.integers(1, 30))
     steps = []
     for i in range(n):

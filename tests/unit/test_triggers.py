@@ -50,7 +50,7 @@ def test_the_answer_decides_the_step(status: int) -> None:
         assert verdict.error["status"] == status
 
 
-def doc(**trigger) -> dict:  # noqa: ANN003
+def doc(**trigger) -> dict:
     return {
         "version": "v1",
         "input_schema": {},

@@ -23,13 +23,13 @@ def _csrf(page: bytes) -> str:
     return m.group(1)
 
 
-def login(client, tok: str):  # noqa: ANN001, ANN201
+def login(client, tok: str):
     page = client.get("/console/login")
     return client.post("/console/login", data={"token": tok, "csrf_token": _csrf(page.data), "next": ""})
 
 
 @pytest.fixture
-def console(app, clean):  # noqa: ANN001, ANN201
+def console(app, clean):
     return app.test_client()
 
 
@@ -180,7 +180,7 @@ def test_logout_ends_the_session(console, token):
     assert console.get("/console/jobs").status_code == 302
 
 
-def _node_with_job(clean, make_job, *, heartbeat_age: int) -> tuple[str, int]:  # noqa: ANN001
+def _node_with_job(clean, make_job, *, heartbeat_age: int) -> tuple[str, int]:
     node = "node-" + uuid.uuid4().hex[:8]
     job = make_job("running", attempts=1, lease_in=50)
     with clean.begin() as conn:

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def scenario(app) -> Scenario:  # noqa: ANN001
+def scenario(app) -> Scenario:
     return build()
 
 
-def _client(app, token: str) -> FlaskClient:  # noqa: ANN001
+def _client(app, token: str) -> FlaskClient:
     c = app.test_client()
     r = login(c, token)
     assert r.status_code == 302, r.data[:300]
@@ -39,11 +39,11 @@ def _client(app, token: str) -> FlaskClient:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def admin(app, scenario: Scenario) -> FlaskClient:  # noqa: ANN001
+def admin(app, scenario: Scenario) -> FlaskClient:
     return _client(app, scenario.tokens["admin"])
 
 
-def _text(r) -> str:  # noqa: ANN001
+def _text(r) -> str:
     return re.sub(r"\s+", " ", html.unescape(r.data.decode()))
 
 

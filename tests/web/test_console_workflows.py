@@ -16,7 +16,7 @@ from tests.web.wf_ops import ops, unknown_outcome_job  # noqa: F401
 
 
 @pytest.fixture
-def console(app, ops):  # noqa: ANN001, ANN201, F811
+def console(app, ops):  # noqa: F811
     with transaction() as conn:
         tok = create_credential(conn, namespace=ops.ns.name, name="console", scopes=sorted(ALL_SCOPES)).token
     c = app.test_client()

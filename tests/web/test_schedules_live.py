@@ -23,7 +23,7 @@ DOC = {"steps": [{"key": "work", "kind": "TASK", "queue": "sched-live"}]}
 
 
 @pytest.fixture
-def spawn_scheduler(tmp_path: Path):  # noqa: ANN201
+def spawn_scheduler(tmp_path: Path):
     started: list[subprocess.Popen] = []
 
     def _spawn() -> subprocess.Popen:
@@ -31,7 +31,7 @@ def spawn_scheduler(tmp_path: Path):  # noqa: ANN201
                "LEDGERFLOW_DRAIN_INTERVAL_SECONDS": "600", "LOG_LEVEL": "INFO"}  # fmt: skip
         log = tmp_path / f"scheduler-{len(started)}.log"
         proc = subprocess.Popen([sys.executable, "-m", "ledgerflow.cli", "scheduler"], env=env,
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT)  # noqa: SIM115  # fmt: skip
+                                stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
         started.append(proc)
         until(lambda: "ready" in log.read_text(), timeout=30)
         return proc
@@ -60,7 +60,7 @@ def _check_no_double(sid: str) -> None:
     assert inst == [], f"a fire time started two instances: {inst}"
 
 
-def test_api_rejects_bad_rules_naming_the_field(ops) -> None:  # noqa: ANN001, F811
+def test_api_rejects_bad_rules_naming_the_field(ops) -> None:  # noqa: F811
     def_id = ops.define(DOC)
     for kw, field in (
         ({"cron": "0 25 * * *"}, "cron"),
@@ -81,7 +81,7 @@ def test_api_rejects_bad_rules_naming_the_field(ops) -> None:  # noqa: ANN001, F
     assert [i["id"] for i in ops.client.list_schedules()["items"]] == [s["id"]]
 
 
-def test_every_second_schedule_with_real_scheduler_and_worker(ops, spawn_worker, spawn_scheduler) -> None:  # noqa: ANN001, F811
+def test_every_second_schedule_with_real_scheduler_and_worker(ops, spawn_worker, spawn_scheduler) -> None:  # noqa: F811
     c = ops.client
     def_id = ops.define(DOC)
     spawn_worker("advance", env=ENGINE_WORKER_ENV)

@@ -14,13 +14,13 @@ from tests.web.conftest import PREFIX, mutate
 PROBLEM_KEYS = {"type", "title", "status", "code", "message", "request_id", "errors"}
 
 
-def _post(client, path, headers, raw: bytes | str, *, key="k-1", content_type="application/json"):  # noqa: ANN001, ANN202
+def _post(client, path, headers, raw: bytes | str, *, key="k-1", content_type="application/json"):
     return client.post(
         PREFIX + path, data=raw, content_type=content_type, headers={**headers, "Idempotency-Key": key}
     )
 
 
-def _assert_problem(r, status: int, code: str, field: str | None = None) -> None:  # noqa: ANN001
+def _assert_problem(r, status: int, code: str, field: str | None = None) -> None:
     assert r.status_code == status, r.data
     assert r.mimetype == "application/problem+json"
     body = r.json
@@ -145,7 +145,7 @@ def test_database_unreachable_is_503_without_internals(app, monitor, monkeypatch
 def test_unexpected_error_is_500_problem_without_trace(app, monitor, monkeypatch):
     import app.ledger.ops as ops
 
-    def boom(conn):  # noqa: ANN001, ANN202
+    def boom(conn):
         raise RuntimeError("secret internal detail")
 
     monkeypatch.setattr(ops, "summary", boom)

@@ -36,7 +36,7 @@ def receiver() -> Iterator[tuple[str, Receiver]]:
     rec = Receiver()
 
     class H(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             with rec.lock:
                 rec.keys.append(self.headers["X-Idempotency-Key"])
@@ -50,7 +50,7 @@ def receiver() -> Iterator[tuple[str, Receiver]]:
             self.end_headers()
             self.wfile.write(raw)
 
-        def log_message(self, *a) -> None:  # noqa: ANN002
+        def log_message(self, *a) -> None:
             pass
 
     for port in range(5530, 5550):
@@ -72,12 +72,12 @@ def _states(ids: list[str]) -> dict[str, str]:
     }
 
 
-def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(  # noqa: F811
+def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(
     ops,  # noqa: F811
     spawn_worker,
     receiver,
     monkeypatch,
-) -> None:  # noqa: ANN001
+) -> None:
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the API checks URLs at publish
     url, rec = receiver
     c = ops.client

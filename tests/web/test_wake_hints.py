@@ -23,7 +23,7 @@ def test_the_web_process_publishes_the_wake_hints_of_the_jobs_its_requests_creat
     clean,
     token,
     redis_client,
-    monkeypatch,  # noqa: ANN001
+    monkeypatch,
 ) -> None:
     from web import create_app
 

@@ -25,18 +25,18 @@ TASK = {"steps": [{"key": "work", "kind": "TASK", "queue": "wh-q"}]}
 
 
 @pytest.fixture
-def receiver(monkeypatch) -> Iterator[Receiver]:  # noqa: ANN001
+def receiver(monkeypatch) -> Iterator[Receiver]:
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the API checks URLs at create time
     r = start_receiver()
     yield r
     r.close()
 
 
-def _started_event(c, wid: str) -> dict:  # noqa: ANN001
+def _started_event(c, wid: str) -> dict:
     return next(e for e in c.list_workflow_events(wid) if e["type"] == "workflow.started")
 
 
-def test_retries_signatures_rotation_and_one_acknowledgement(ops, receiver, spawn_worker) -> None:  # noqa: ANN001, F811
+def test_retries_signatures_rotation_and_one_acknowledgement(ops, receiver, spawn_worker) -> None:  # noqa: F811
     c = ops.client
     # the destination policy is checked at create time too: loopback without the allow-list is a 400
     with pytest.raises(InvalidArgument) as refused:
@@ -79,7 +79,7 @@ def test_retries_signatures_rotation_and_one_acknowledgement(ops, receiver, spaw
         verify_webhook(flaky["secret"], fresh.body, fresh.headers)
 
 
-def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver, spawn_worker) -> None:  # noqa: ANN001, F811
+def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver, spawn_worker) -> None:  # noqa: F811
     c = ops.client
     sub = c.create_subscription(receiver.url("/slow"), ["workflow.started"])
     def_id = ops.define(TASK)
@@ -118,7 +118,7 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     until(lambda: set(receiver.ids("/slow")) == events, timeout=30)
 
 
-def test_events_route_is_namespace_scoped(ops, wf_server) -> None:  # noqa: ANN001, F811
+def test_events_route_is_namespace_scoped(ops, wf_server) -> None:  # noqa: F811
     from tests.web.wf_live import make_namespace
 
     wid = ops.start(ops.define(TASK))

@@ -273,7 +273,7 @@ class PrivateRedis:
 def _ping(client) -> bool:
     try:
         return bool(client.ping())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 

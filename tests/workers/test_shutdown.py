@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUDGET_SECONDS = 25  # every process is out within this long of SIGTERM
 
 
-def _running(db) -> int:  # noqa: ANN001
+def _running(db) -> int:
     return scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'running'")
 
 
@@ -85,7 +85,7 @@ def test_a_worker_finishes_what_it_can_hands_back_the_rest_and_exits(db, spawn_w
     assert scalar(db, "SELECT count(*) FROM workflow_job_executions WHERE status = 'failed'") == 0
 
 
-def test_the_scheduler_exits_between_ticks(db, tmp_path):  # noqa: ANN001
+def test_the_scheduler_exits_between_ticks(db, tmp_path):
     """Due schedules are being handed out every 0.2 s when SIGTERM arrives: the scheduler finishes the
     tick it is in (each batch one transaction) and exits; every launch job it committed was logged."""
     with db.begin() as conn:
@@ -125,7 +125,7 @@ def test_the_scheduler_exits_between_ticks(db, tmp_path):  # noqa: ANN001
     assert _launch_jobs(db) == log.count("handed out"), log
 
 
-def _launch_jobs(db) -> int:  # noqa: ANN001
+def _launch_jobs(db) -> int:
     return scalar(db, "SELECT count(*) FROM workflow_jobs WHERE type = 'schedule_launch'")
 
 
@@ -163,7 +163,7 @@ def start_procfile_web(tmp_path: Path, workers: int = 2, **env: str) -> tuple[su
     return proc, url, log_path
 
 
-def test_web_ends_waiting_long_polls_at_once_and_exits(tmp_path):  # noqa: ANN001
+def test_web_ends_waiting_long_polls_at_once_and_exits(tmp_path):
     if not os.environ.get("REDIS_URL"):
         pytest.skip("the waiting long polls are counted in Redis")
     proc, url, log_path = start_procfile_web(tmp_path)

@@ -166,7 +166,7 @@ def _job_page(job_id: int) -> str:
 
 @bp.get("/jobs/<id>")
 @page(MONITOR)
-def job(id: str) -> str:  # noqa: A002
+def job(id: str) -> str:
     return _job_page(job_id_arg(id))
 
 
@@ -256,13 +256,13 @@ def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], 
 
 @bp.post("/jobs/<id>/retry")
 @page(OPERATE)
-def retry(id: str) -> Response:  # noqa: A002
+def retry(id: str) -> Response:
     return _one(id, RetryBody, ops_actions.retry_one, "retried")
 
 
 @bp.post("/jobs/<id>/skip")
 @page(OPERATE)
-def skip(id: str) -> Response:  # noqa: A002
+def skip(id: str) -> Response:
     return _one(id, SkipBody, ops_actions.skip_one, "skipped")
 
 

@@ -20,7 +20,7 @@ from app.ledger.context import JobContext
 
 
 @handlers.register("subprocess_spawn")
-def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
+def subprocess_spawn(ctx: JobContext):
     activation_id = str((ctx.payload or {})["activation_id"])
 
     def write(conn: Connection, inst: dict) -> dict:
@@ -61,7 +61,7 @@ def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
 
 
 @handlers.register("subprocess_join")
-def subprocess_join(ctx: JobContext):  # noqa: ANN201
+def subprocess_join(ctx: JobContext):
     child_id = str((ctx.payload or {})["child_id"])
 
     def write(conn: Connection, inst: dict) -> dict:

@@ -118,7 +118,7 @@ WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
 
 
 @handlers.register("delay_wake")
-def delay_wake(ctx: JobContext):  # noqa: ANN201
+def delay_wake(ctx: JobContext):
     p = ctx.payload or {}
     wake = WAKES.get(p.get("wake"))  # type: ignore[arg-type]  # any value: None when unknown
     if wake is None:
