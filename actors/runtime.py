@@ -82,8 +82,12 @@ def run_worker(pool_name: str) -> None:
     # shutdown grace (counted from the signal), hand back what still runs, exit (within 25 s in all)
     stopping_at = time.monotonic()
     pool.stop_claiming()
-    log.info("worker %s: stopping (%d job(s) running, grace %g s)", node_id, pool.slots_in_use,
-             settings.shutdown_grace_seconds)  # fmt: skip
+    log.info(
+        "worker %s: stopping (%d job(s) running, grace %g s)",
+        node_id,
+        pool.slots_in_use,
+        settings.shutdown_grace_seconds,
+    )
     _beat(engine, node_id, pool.slots_in_use, "stopping")
     if worker is not None:
         worker.stop(timeout=2000)
@@ -135,8 +139,12 @@ def _tick_schedules(engine, stop: threading.Event) -> None:
             with transaction(engine) as conn:
                 handed = schedules.tick(conn)
             for h in handed:
-                log.info("schedule %s: fire %s handed out (%d missed coalesced)", h["schedule_id"],
-                         h["fire_at"].isoformat(), h["skipped"])  # fmt: skip
+                log.info(
+                    "schedule %s: fire %s handed out (%d missed coalesced)",
+                    h["schedule_id"],
+                    h["fire_at"].isoformat(),
+                    h["skipped"],
+                )
             if len(handed) < schedules.TICK_BATCH:
                 return
     except Exception:  # the next tick tries again

@@ -115,8 +115,11 @@ def _run(url: str, sizes: list[int], max_attempts: int, samples: int) -> None:
                     t0 = time.perf_counter()
                     status.runtime_status(conn)
                     st.append((time.perf_counter() - t0) * 1000)
-            print(f"| {have:,} | {have - PENDING:,} | {attempts:,} | {statistics.median(ms):.2f} | "
-                  f"{ms[int(len(ms) * 0.99) - 1]:.2f} | {statistics.median(st):.1f} |", flush=True)  # fmt: skip
+            print(
+                f"| {have:,} | {have - PENDING:,} | {attempts:,} | {statistics.median(ms):.2f} | "
+                f"{ms[int(len(ms) * 0.99) - 1]:.2f} | {statistics.median(st):.1f} |",
+                flush=True,
+            )
     finally:
         engine.dispose()
         vacuum.dispose()

@@ -170,8 +170,18 @@ def base_env() -> dict[str, str]:
 
 def procrastinate_argv(bin_dir: Path, concurrency: int = SLOTS) -> list[str]:
     """A procrastinate worker of the peer app (``bench.peer``) on its queue."""
-    return [str(bin_dir / "procrastinate"), "--log-level", "warning", "--app", "bench.peer.app", "worker",
-            "--concurrency", str(concurrency), "--queues", "bench"]  # fmt: skip
+    return [
+        str(bin_dir / "procrastinate"),
+        "--log-level",
+        "warning",
+        "--app",
+        "bench.peer.app",
+        "worker",
+        "--concurrency",
+        str(concurrency),
+        "--queues",
+        "bench",
+    ]
 
 
 @contextmanager
@@ -714,8 +724,15 @@ class Bench:
     def starts(self) -> None:
         """``python -m bench.starts`` (its own database and gunicorn servers, beside a bare Flask endpoint on
         the same settings); its table joins the report."""
-        argv = [sys.executable, "-m", "bench.starts", "--seconds", "4" if self.cfg.quick else "8",
-                "--clients", "1,8" if self.cfg.quick else "1,2,8"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.starts",
+            "--seconds",
+            "4" if self.cfg.quick else "8",
+            "--clients",
+            "1,8" if self.cfg.quick else "1,2,8",
+        ]
         log(f"workflow starts: {' '.join(argv[1:])}")
         env = base_env() | {"DATABASE_URL": self.server}
         out = subprocess.run(

@@ -340,8 +340,14 @@ from ledgerflow.doctor import doctor  # noqa: E402
 from ledgerflow.schedules_cli import schedules  # noqa: E402
 
 main.add_command(credentials)
-for _command in (workflows_cli.definitions, ops_cli.jobs, ops_cli.workflows, schedules,
-                 subscriptions_cli.subscriptions, doctor):  # fmt: skip
+for _command in (
+    workflows_cli.definitions,
+    ops_cli.jobs,
+    ops_cli.workflows,
+    schedules,
+    subscriptions_cli.subscriptions,
+    doctor,
+):
     main.add_command(_command)
 workflows_cli.start_command(
     ops_cli.workflows

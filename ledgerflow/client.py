@@ -353,16 +353,37 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         )
 
     # -- schedules (X-SCHED) ----------------------------------------------------------------
-    def create_schedule(self, name: str, definition_id: str, version: str, input: Any, *,
-                        cron: str | None = None, timezone: str | None = None, interval_seconds: int | None = None,
-                        overlap: str | None = None, fire_time_field: str | None = None, paused: bool = False,
-                        idempotency_key: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def create_schedule(
+        self,
+        name: str,
+        definition_id: str,
+        version: str,
+        input: Any,
+        *,
+        cron: str | None = None,
+        timezone: str | None = None,
+        interval_seconds: int | None = None,
+        overlap: str | None = None,
+        fire_time_field: str | None = None,
+        paused: bool = False,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
         """A schedule of a pinned version: ``cron`` (5 fields or ``@hourly``-style) in ``timezone``
         (IANA, default UTC), or ``interval_seconds``; ``overlap``: skip (default), allow, cancel_previous."""
-        body: dict[str, Any] = {"name": name, "definition_id": definition_id, "version": version, "input": input,
-                                "paused": paused}  # fmt: skip
-        for k, v in (("cron", cron), ("timezone", timezone), ("interval_seconds", interval_seconds),
-                     ("overlap", overlap), ("fire_time_field", fire_time_field)):  # fmt: skip
+        body: dict[str, Any] = {
+            "name": name,
+            "definition_id": definition_id,
+            "version": version,
+            "input": input,
+            "paused": paused,
+        }
+        for k, v in (
+            ("cron", cron),
+            ("timezone", timezone),
+            ("interval_seconds", interval_seconds),
+            ("overlap", overlap),
+            ("fire_time_field", fire_time_field),
+        ):
             if v is not None:
                 body[k] = v
         return _data(self.request("POST", "/v1/schedules", body=body, idempotency_key=idempotency_key))
@@ -383,8 +404,11 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
     def update_schedule(
         self, schedule_id: str, *, idempotency_key: str | None = None, **changes: Any
     ) -> dict[str, Any]:
-        return _data(self.request("PATCH", f"/v1/schedules/{schedule_id}", body=changes,
-                            idempotency_key=idempotency_key))  # fmt: skip
+        return _data(
+            self.request(
+                "PATCH", f"/v1/schedules/{schedule_id}", body=changes, idempotency_key=idempotency_key
+            )
+        )
 
     def pause_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         return _data(

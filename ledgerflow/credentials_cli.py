@@ -95,9 +95,15 @@ def create(
                     if old["name"] == name and old["revoked_at"] is None:
                         revoke_credential(conn, old["id"], actor_name=_actor())
             issued = issue_credential(
-                conn, actor_name=_actor(), namespace=namespace, name=name, scopes=scopes,
-                queues=list(queues) if queues else None, platform=platform, expires_in_seconds=seconds,
-            )  # fmt: skip
+                conn,
+                actor_name=_actor(),
+                namespace=namespace,
+                name=name,
+                scopes=scopes,
+                queues=list(queues) if queues else None,
+                platform=platform,
+                expires_in_seconds=seconds,
+            )
     except InvalidArgument as exc:
         if "already exists" in exc.message:  # a conflict with what is there, not a bad argument
             raise Failure(f"{exc.message} (or add --replace to revoke it and issue a new token)") from None

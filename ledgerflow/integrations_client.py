@@ -47,9 +47,14 @@ class IntegrationsMixin:
 
     # -- subscriptions -----------------------------------------------------------------------
     def create_subscription(
-        self, url: str, event_types: list[str], *, definition_id: str | None = None, description: str = "",
+        self,
+        url: str,
+        event_types: list[str],
+        *,
+        definition_id: str | None = None,
+        description: str = "",
         idempotency_key: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """The new subscription with its ``secret`` (shown only now)."""
         body = {"url": url, "event_types": event_types, "description": description}
         if definition_id:
@@ -102,10 +107,13 @@ class IntegrationsMixin:
         )
 
     def redeliver(self, subscription_id: str, delivery_id: str, reason: str | None = None) -> dict[str, Any]:
-        return _data(self.request(
-            "POST", f"/v1/event-subscriptions/{subscription_id}/deliveries/{delivery_id}/redeliver",
-            body={"reason": reason},
-        ))  # fmt: skip
+        return _data(
+            self.request(
+                "POST",
+                f"/v1/event-subscriptions/{subscription_id}/deliveries/{delivery_id}/redeliver",
+                body={"reason": reason},
+            )
+        )
 
     def redeliver_since(
         self, subscription_id: str, since: datetime, *, include_succeeded: bool = False, rate: int = 20
@@ -115,11 +123,21 @@ class IntegrationsMixin:
 
     # -- automation rules --------------------------------------------------------------------
     def create_automation_rule(
-        self, name: str, event_type: str, action: dict[str, Any], *, definition_id: str | None = None,
-        conditions: list[dict[str, Any]] | None = None, idempotency_key: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
-        body: dict[str, Any] = {"name": name, "event_type": event_type, "action": action,
-                                "conditions": conditions or []}  # fmt: skip
+        self,
+        name: str,
+        event_type: str,
+        action: dict[str, Any],
+        *,
+        definition_id: str | None = None,
+        conditions: list[dict[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "name": name,
+            "event_type": event_type,
+            "action": action,
+            "conditions": conditions or [],
+        }
         if definition_id:
             body["definition_id"] = definition_id
         return _data(self.request("POST", "/v1/automation-rules", body=body, idempotency_key=idempotency_key))

@@ -566,8 +566,12 @@ class TaskWorker:
             else:
                 log.warning(
                     "%s finished in %s, but the result was refused (epoch %s: %s %s)",
-                    o.flight.label, o.flight.took(), o.flight.task.epoch, r.status, r.error_message,
-                )  # fmt: skip
+                    o.flight.label,
+                    o.flight.took(),
+                    o.flight.task.epoch,
+                    r.status,
+                    r.error_message,
+                )
             self._reported(o)
 
     def _send_failure(self, o: _Outcome) -> None:
@@ -576,9 +580,11 @@ class TaskWorker:
             self.client.fail_task(t.id, t.epoch, o.error or "", retryable=o.retryable)
         except (StateConflict, NotFound):
             log.warning(
-                "%s failed in %s, but the failure was refused (epoch %s is stale)", o.flight.label,
-                o.flight.took(), t.epoch,
-            )  # fmt: skip
+                "%s failed in %s, but the failure was refused (epoch %s is stale)",
+                o.flight.label,
+                o.flight.took(),
+                t.epoch,
+            )
         else:
             kind = "retryable" if o.retryable else "not retryable"
             log.info("%s failed in %s (%s): %s", o.flight.label, o.flight.took(), kind, o.error)
@@ -663,9 +669,10 @@ class TaskWorker:
         with self._cond:
             if self._busy:
                 log.info(
-                    "stopping: waiting up to %.0f s for %d running tasks", max(0.0, grace_end - time.monotonic()),
+                    "stopping: waiting up to %.0f s for %d running tasks",
+                    max(0.0, grace_end - time.monotonic()),
                     self._busy,
-                )  # fmt: skip
+                )
             self._cond.wait_for(lambda: self._busy == 0, timeout=max(0.0, grace_end - time.monotonic()))
             running = [f for f in self._flights.values() if f.ended is None and not f.lost]
         for f in running:

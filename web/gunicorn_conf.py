@@ -64,8 +64,9 @@ def on_starting(server):  # gunicorn's hook signature
     (`ledgerflow dev` passes one kept under .data/, which also survives restarts)."""
     problems = settings.production_problems()
     if problems:
-        sys.stderr.write("".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n"
-                                 for p in problems))  # fmt: skip
+        sys.stderr.write(
+            "".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n" for p in problems)
+        )
         raise SystemExit(1)  # in the master, before any worker exists
     if not settings.is_production() and not settings.SECRET_KEY.is_set():
         os.environ[settings.SECRET_KEY.name] = secrets.token_urlsafe(48)  # inherited by the forked workers

@@ -60,8 +60,13 @@ def _read(fn, *args):
 
 # --------------------------------------------------------------------------- subscriptions
 @bp.post(SUB)
-@doc(summary="Create an event subscription (the signing secret is shown only in this answer)", status=201,
-     response=SubscriptionSecretResponse, tags=TAGS, errors=(400, 401, 403, 409))  # fmt: skip
+@doc(
+    summary="Create an event subscription (the signing secret is shown only in this answer)",
+    status=201,
+    response=SubscriptionSecretResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 409),
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(CreateSubscriptionRequest)
@@ -70,8 +75,12 @@ def create_subscription(body: dict):
 
 
 @bp.get(SUB)
-@doc(summary="List event subscriptions (oldest first, limit 1-100, bound cursor)", response=SubscriptionPageResponse,
-     tags=TAGS, errors=(400, 401, 403))  # fmt: skip
+@doc(
+    summary="List event subscriptions (oldest first, limit 1-100, bound cursor)",
+    response=SubscriptionPageResponse,
+    tags=TAGS,
+    errors=(400, 401, 403),
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
 def list_subscriptions(query: dict):
@@ -79,16 +88,26 @@ def list_subscriptions(query: dict):
 
 
 @bp.get(f"{SUB}/<sid>")
-@doc(summary="Read an event subscription", response=SubscriptionResponse, tags=TAGS, errors=(401, 403, 404),
-     path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Read an event subscription",
+    response=SubscriptionResponse,
+    tags=TAGS,
+    errors=(401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 def get_subscription(sid: str):
     return _read(subscriptions.get, sid)
 
 
 @bp.patch(f"{SUB}/<sid>")
-@doc(summary="Update url, event_types, definition_id or description", response=SubscriptionResponse, tags=TAGS,
-     errors=(400, 401, 403, 404), path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Update url, event_types, definition_id or description",
+    response=SubscriptionResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(UpdateSubscriptionRequest)
@@ -97,8 +116,13 @@ def update_subscription(sid: str, body: dict):
 
 
 @bp.post(f"{SUB}/<sid>/disable")
-@doc(summary="Disable a subscription (pending deliveries are skipped)", response=SubscriptionResponse, tags=TAGS,
-     errors=(400, 401, 403, 404), path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Disable a subscription (pending deliveries are skipped)",
+    response=SubscriptionResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
@@ -107,8 +131,13 @@ def disable_subscription(sid: str, body: dict):
 
 
 @bp.post(f"{SUB}/<sid>/enable")
-@doc(summary="Enable a subscription (clears the failure count and the reason it was disabled)",
-     response=SubscriptionResponse, tags=TAGS, errors=(400, 401, 403, 404), path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Enable a subscription (clears the failure count and the reason it was disabled)",
+    response=SubscriptionResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
@@ -117,8 +146,13 @@ def enable_subscription(sid: str, body: dict):
 
 
 @bp.delete(f"{SUB}/<sid>")
-@doc(summary="Delete a subscription (its deliveries still queued are skipped)", response=DeletedResponse,
-     tags=TAGS, errors=(401, 403, 404), path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Delete a subscription (its deliveries still queued are skipped)",
+    response=DeletedResponse,
+    tags=TAGS,
+    errors=(401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 def delete_subscription(sid: str):
@@ -126,8 +160,13 @@ def delete_subscription(sid: str):
 
 
 @bp.post(f"{SUB}/<sid>/rotate-secret")
-@doc(summary="Rotate the signing secret; the previous one also signs for grace_seconds (default 1 day)",
-     response=SubscriptionSecretResponse, tags=TAGS, errors=(400, 401, 403, 404), path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Rotate the signing secret; the previous one also signs for grace_seconds (default 1 day)",
+    response=SubscriptionSecretResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(RotateRequest)
@@ -140,8 +179,13 @@ def rotate_secret(sid: str, body: dict):
 
 
 @bp.get(f"{SUB}/<sid>/deliveries")
-@doc(summary="The delivery log of a subscription (newest first): event, status, attempts, response code, latency",
-     response=DeliveryPageResponse, tags=TAGS, errors=(400, 401, 403, 404), path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="The delivery log of a subscription (newest first): event, status, attempts, response code, latency",
+    response=DeliveryPageResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
 def list_deliveries(sid: str, query: dict):
@@ -149,8 +193,13 @@ def list_deliveries(sid: str, query: dict):
 
 
 @bp.post(f"{SUB}/<sid>/deliveries/<delivery_id>/redeliver")
-@doc(summary="Redeliver one delivery (same webhook-id)", response=RedeliveredResponse, tags=TAGS,
-     errors=(400, 401, 403, 404, 409), path_params={"sid": ID, "delivery_id": ID})  # fmt: skip
+@doc(
+    summary="Redeliver one delivery (same webhook-id)",
+    response=RedeliveredResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404, 409),
+    path_params={"sid": ID, "delivery_id": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
@@ -164,9 +213,14 @@ def redeliver(sid: str, delivery_id: str, body: dict):
 
 
 @bp.post(f"{SUB}/<sid>/redeliver")
-@doc(summary="Redeliver every failed, dead, unknown or skipped delivery since a time (oldest first, at most 500, "
-     "staggered at rate per second)", response=RedeliveredSinceResponse, tags=TAGS, errors=(400, 401, 403, 404),
-     path_params={"sid": ID})  # fmt: skip
+@doc(
+    summary="Redeliver every failed, dead, unknown or skipped delivery since a time (oldest first, at most 500, "
+    "staggered at rate per second)",
+    response=RedeliveredSinceResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"sid": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(RedeliverSinceRequest)
@@ -174,16 +228,25 @@ def redeliver_since(sid: str, body: dict):
     return _mutate(
         200,
         lambda c, p: subscriptions.redeliver_since(
-            c, Actor(p, request_id()), sid, body["since"], include_succeeded=body["include_succeeded"],
+            c,
+            Actor(p, request_id()),
+            sid,
+            body["since"],
+            include_succeeded=body["include_succeeded"],
             rate=body["rate"],
         ),
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------- automation rules
 @bp.post(RULES)
-@doc(summary="Create an automation rule (an http action's signing secret is shown only in this answer)",
-     status=201, response=RuleSecretResponse, tags=TAGS, errors=(400, 401, 403, 409))  # fmt: skip
+@doc(
+    summary="Create an automation rule (an http action's signing secret is shown only in this answer)",
+    status=201,
+    response=RuleSecretResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 409),
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(CreateRuleRequest)
@@ -192,8 +255,12 @@ def create_rule(body: dict):
 
 
 @bp.get(RULES)
-@doc(summary="List automation rules (oldest first, limit 1-100, bound cursor)", response=RulePageResponse,
-     tags=TAGS, errors=(400, 401, 403))  # fmt: skip
+@doc(
+    summary="List automation rules (oldest first, limit 1-100, bound cursor)",
+    response=RulePageResponse,
+    tags=TAGS,
+    errors=(400, 401, 403),
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
 def list_rules(query: dict):
@@ -201,16 +268,26 @@ def list_rules(query: dict):
 
 
 @bp.get(f"{RULES}/<rule_id>")
-@doc(summary="Read an automation rule", response=RuleResponse, tags=TAGS, errors=(401, 403, 404),
-     path_params={"rule_id": ID})  # fmt: skip
+@doc(
+    summary="Read an automation rule",
+    response=RuleResponse,
+    tags=TAGS,
+    errors=(401, 403, 404),
+    path_params={"rule_id": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 def get_rule(rule_id: str):
     return _read(automation.get_rule, rule_id)
 
 
 @bp.post(f"{RULES}/<rule_id>/disable")
-@doc(summary="Disable an automation rule", response=RuleResponse, tags=TAGS, errors=(400, 401, 403, 404),
-     path_params={"rule_id": ID})  # fmt: skip
+@doc(
+    summary="Disable an automation rule",
+    response=RuleResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"rule_id": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
@@ -219,8 +296,13 @@ def disable_rule(rule_id: str, body: dict):
 
 
 @bp.post(f"{RULES}/<rule_id>/enable")
-@doc(summary="Enable an automation rule", response=RuleResponse, tags=TAGS, errors=(400, 401, 403, 404),
-     path_params={"rule_id": ID})  # fmt: skip
+@doc(
+    summary="Enable an automation rule",
+    response=RuleResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"rule_id": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @mutation
 @body(ReasonRequest)
@@ -229,8 +311,13 @@ def enable_rule(rule_id: str, body: dict):
 
 
 @bp.get(f"{RULES}/<rule_id>/executions")
-@doc(summary="The execution log of an automation rule (newest first)", response=ExecutionPageResponse, tags=TAGS,
-     errors=(400, 401, 403, 404), path_params={"rule_id": ID})  # fmt: skip
+@doc(
+    summary="The execution log of an automation rule (newest first)",
+    response=ExecutionPageResponse,
+    tags=TAGS,
+    errors=(400, 401, 403, 404),
+    path_params={"rule_id": ID},
+)
 @requires(Scope.INTEGRATIONS_MANAGE)
 @query(PageQuery)
 def list_executions(rule_id: str, query: dict):

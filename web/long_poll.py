@@ -84,8 +84,10 @@ class _Listener:
     def _run(self) -> None:
         url = listen_url()
         if url is None:
-            log.info("no task wake-up listener behind a transaction pooler without LEDGERFLOW_LISTEN_DATABASE_URL: "
-                     "waiting claims look every LEDGERFLOW_CLAIM_POLL_SECONDS")  # fmt: skip
+            log.info(
+                "no task wake-up listener behind a transaction pooler without LEDGERFLOW_LISTEN_DATABASE_URL: "
+                "waiting claims look every LEDGERFLOW_CLAIM_POLL_SECONDS"
+            )
             return
         conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         while True:

@@ -40,8 +40,13 @@ def _check_queues(queues: list[str]) -> None:
 
 
 @bp.post("/v1/schedules")
-@doc(summary="Create a schedule (cron + time zone, or a fixed interval) of a pinned version", status=201,
-     response=ScheduleResponse, tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Create a schedule (cron + time zone, or a fixed interval) of a pinned version",
+    status=201,
+    response=ScheduleResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(CreateScheduleRequest)
@@ -58,8 +63,12 @@ def create_schedule(body: dict):
 
 
 @bp.get("/v1/schedules")
-@doc(summary="List the namespace's schedules", response=SchedulePageResponse, tags=["schedules"],
-     errors=(400, 401, 403))  # fmt: skip
+@doc(
+    summary="List the namespace's schedules",
+    response=SchedulePageResponse,
+    tags=["schedules"],
+    errors=(400, 401, 403),
+)
 @requires(Scope.WORKFLOWS_READ)
 @query(ListSchedulesQuery)
 def list_schedules(query: dict):
@@ -72,8 +81,12 @@ def list_schedules(query: dict):
 
 
 @bp.get("/v1/schedules/<schedule_id>")
-@doc(summary="A schedule, its next five fire times and its last fire", response=ScheduleResponse,
-     tags=["schedules"], errors=(401, 403, 404))  # fmt: skip
+@doc(
+    summary="A schedule, its next five fire times and its last fire",
+    response=ScheduleResponse,
+    tags=["schedules"],
+    errors=(401, 403, 404),
+)
 @requires(Scope.WORKFLOWS_READ)
 def get_schedule(schedule_id: str):
     with get_engine().connect() as conn:
@@ -81,8 +94,12 @@ def get_schedule(schedule_id: str):
 
 
 @bp.get("/v1/schedules/<schedule_id>/fires")
-@doc(summary="The latest fires of a schedule (launched or skipped, with the reason)",
-     response=FirePageResponse, tags=["schedules"], errors=(400, 401, 403, 404))  # fmt: skip
+@doc(
+    summary="The latest fires of a schedule (launched or skipped, with the reason)",
+    response=FirePageResponse,
+    tags=["schedules"],
+    errors=(400, 401, 403, 404),
+)
 @requires(Scope.WORKFLOWS_READ)
 @query(FiresQuery)
 def list_fires(schedule_id: str, query: dict):
@@ -91,8 +108,12 @@ def list_fires(schedule_id: str, query: dict):
 
 
 @bp.patch("/v1/schedules/<schedule_id>")
-@doc(summary="Change a schedule (a new rule counts from now)", response=ScheduleResponse, tags=["schedules"],
-     errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Change a schedule (a new rule counts from now)",
+    response=ScheduleResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(UpdateScheduleRequest)
@@ -100,8 +121,9 @@ def update_schedule(schedule_id: str, body: dict):
     principal = current_principal()
 
     def work(conn):
-        view = schedules.update_schedule(conn, principal, schedule_id, body, request_id=request_id(),
-                                         check_queues=_check_queues)  # fmt: skip
+        view = schedules.update_schedule(
+            conn, principal, schedule_id, body, request_id=request_id(), check_queues=_check_queues
+        )
         return 200, success(view)
 
     return idempotent(work)
@@ -120,7 +142,7 @@ def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):
                 request_id=request_id(),
                 reason=reason,
                 check_queues=_check_queues,
-            )  # fmt: skip
+            )
         )
 
     return idempotent(work)
@@ -136,8 +158,12 @@ def pause_schedule(schedule_id: str, body: dict):
 
 
 @bp.post("/v1/schedules/<schedule_id>/resume")
-@doc(summary="Resume a schedule; fire times missed while paused are coalesced into one launch",
-     response=PauseResponse, tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Resume a schedule; fire times missed while paused are coalesced into one launch",
+    response=PauseResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
@@ -146,8 +172,13 @@ def resume_schedule(schedule_id: str, body: dict):
 
 
 @bp.post("/v1/schedules/<schedule_id>/launch")
-@doc(summary="Launch now: one MANUAL fire through a schedule_launch job", status=202, response=LaunchResponse,
-     tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Launch now: one MANUAL fire through a schedule_launch job",
+    status=202,
+    response=LaunchResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
@@ -165,8 +196,12 @@ def launch_schedule(schedule_id: str, body: dict):
 
 
 @bp.delete("/v1/schedules/<schedule_id>")
-@doc(summary="Delete a schedule (launched instances keep their schedule_id)", response=DeletedResponse,
-     tags=["schedules"], errors=(401, 403, 404, 409))  # fmt: skip
+@doc(
+    summary="Delete a schedule (launched instances keep their schedule_id)",
+    response=DeletedResponse,
+    tags=["schedules"],
+    errors=(401, 403, 404, 409),
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 def delete_schedule(schedule_id: str):

@@ -66,9 +66,19 @@ DEFAULT_TRIGGER_TIMEOUT_SECONDS = 10
 HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 # set by the engine on every call; a definition may not override them
 RESERVED_HEADERS = frozenset(
-    {"host", "content-length", "content-type", "transfer-encoding", "connection", "x-idempotency-key",
-     "traceparent", "tracestate", "x-ledgerflow-signature", "x-ledgerflow-timestamp"}
-)  # fmt: skip
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "x-idempotency-key",
+        "traceparent",
+        "tracestate",
+        "x-ledgerflow-signature",
+        "x-ledgerflow-timestamp",
+    }
+)
 
 
 def url_error(url: Any) -> str | None:

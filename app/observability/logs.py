@@ -27,9 +27,16 @@ from app.observability import tracing
 from app.settings import LOG_FORMAT, LOG_LEVEL
 
 CONTEXT_FIELDS = (
-    "request_id", "trace_id", "namespace", "instance_id", "job_id", "attempt", "node_id", "otel_trace_id",
+    "request_id",
+    "trace_id",
+    "namespace",
+    "instance_id",
+    "job_id",
+    "attempt",
+    "node_id",
+    "otel_trace_id",
     "span_id",
-)  # fmt: skip
+)
 
 _context: ContextVar[dict[str, Any] | None] = ContextVar("ledgerflow_log_context", default=None)
 _process: dict[str, Any] = {}

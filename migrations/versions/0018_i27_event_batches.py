@@ -110,9 +110,14 @@ FROM workflow_events
     op.execute(EVENTS_VIEW)
     op.execute(OPERATIONS_VIEW)
     # quota counts: written by the engine once per transaction
-    for table, what in (("workflow_instances", "insert"), ("workflow_instances", "update"),
-                        ("workflow_instances", "delete"), ("workflow_tasks", "insert"),
-                        ("workflow_tasks", "update"), ("workflow_tasks", "delete")):  # fmt: skip
+    for table, what in (
+        ("workflow_instances", "insert"),
+        ("workflow_instances", "update"),
+        ("workflow_instances", "delete"),
+        ("workflow_tasks", "insert"),
+        ("workflow_tasks", "update"),
+        ("workflow_tasks", "delete"),
+    ):
         op.execute(f"DROP TRIGGER {table}_quota_{what} ON {table}")
     op.execute("DROP FUNCTION workflow_quota_count()")
     op.execute("LOCK TABLE workflow_tasks IN SHARE MODE")

@@ -40,9 +40,13 @@ def _test_db_through(server: str) -> str:
 
 def _python(code: str, url: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url, **env},
-    )  # fmt: skip
+    )
 
 
 # 20 transactions on 5 connections of the app's engine: each statement run more often than psycopg's

@@ -100,9 +100,18 @@ def shell(wf_server, spawn_worker):  # noqa: F811
     """A second terminal: LEDGERFLOW_URL / LEDGERFLOW_TOKEN of a fresh namespace, and an advance worker
     (the TIMER steps)."""
     with transaction() as conn:
-        token = create_credential(conn, namespace="sh-" + uuid.uuid4().hex[:8], name="me", scopes=[
-            Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
-            Scope.TASKS_SUBMIT]).token  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace="sh-" + uuid.uuid4().hex[:8],
+            name="me",
+            scopes=[
+                Scope.DEFINITIONS_READ,
+                Scope.DEFINITIONS_PUBLISH,
+                Scope.WORKFLOWS_READ,
+                Scope.WORKFLOWS_START,
+                Scope.TASKS_SUBMIT,
+            ],
+        ).token
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
     return {"LEDGERFLOW_URL": wf_server, "LEDGERFLOW_TOKEN": token}
 
@@ -193,9 +202,18 @@ def test_jobs_status_is_tables_and_counts_only_live_nodes(db, clean_credentials)
 def test_delete_without_a_body_is_accepted_and_openapi_declares_none(wf_server, monkeypatch):  # noqa: F811
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     with transaction() as conn:
-        token = create_credential(conn, namespace="del-" + uuid.uuid4().hex[:8], name="me", scopes=[
-            Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
-            Scope.INTEGRATIONS_MANAGE]).token  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace="del-" + uuid.uuid4().hex[:8],
+            name="me",
+            scopes=[
+                Scope.DEFINITIONS_READ,
+                Scope.DEFINITIONS_PUBLISH,
+                Scope.WORKFLOWS_READ,
+                Scope.WORKFLOWS_START,
+                Scope.INTEGRATIONS_MANAGE,
+            ],
+        ).token
     client = Client(wf_server, token)
     d = client.ensure_definition("del", json.loads(FIRST.read_text()))
     schedule = client.create_schedule("s", d["id"], "v1", {"name": "x"}, interval_seconds=3600)

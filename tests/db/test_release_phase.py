@@ -17,9 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def _upgrade(url: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "ledgerflow.cli", "db", "upgrade"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_the_procfile_releases_with_db_upgrade_and_make_run_does_not_run_it_as_a_process():

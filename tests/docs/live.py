@@ -107,8 +107,14 @@ def embedded(tmp_dir: Path) -> tuple[dict[str, str], tuple[str, ...]]:
 
 def stop_embedded(run: MakeRun) -> None:
     if run.unset:
-        subprocess.run([str(VENV_BIN / "ledgerflow"), "services-stop"], env=run.env(), cwd=ROOT,
-                       capture_output=True, timeout=120, check=False)  # fmt: skip
+        subprocess.run(
+            [str(VENV_BIN / "ledgerflow"), "services-stop"],
+            env=run.env(),
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
 
 
 def start_make_run(

@@ -18,8 +18,12 @@ from ledgerflow import doc_tables
 from web.problems import PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[2]
-WHERE = {"commands": "README.md", "credential_switches": "docs/reference.md",
-         "credential_options": "docs/reference.md", "job_types": "docs/reference.md"}  # fmt: skip
+WHERE = {
+    "commands": "README.md",
+    "credential_switches": "docs/reference.md",
+    "credential_options": "docs/reference.md",
+    "job_types": "docs/reference.md",
+}
 
 
 @pytest.mark.parametrize("table", doc_tables.TABLES)

@@ -41,9 +41,13 @@ def test_a_second_make_run_on_a_port_in_use_says_so_and_starts_nothing(tmp_path)
     first = start_make_run(tmp_path)
     try:
         second = subprocess.run(
-            ["make", "-s", "run"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+            ["make", "-s", "run"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
             env={**_env_without_make(), "PORT": str(first.port)},
-        )  # fmt: skip
+        )
         out = second.stdout + second.stderr
         assert second.returncode != 0
         assert f"Error: 127.0.0.1:{first.port} is already in use" in out, out

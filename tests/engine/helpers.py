@@ -107,7 +107,7 @@ def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[
                     error_code=out.error_code,
                     retry_after_s=out.retry_after,
                 )
-            ],  # fmt: skip
+            ],
         )
         ran.append((row["type"], out.kind if exc is None else f"{out.kind}: {exc}"))
     return ran

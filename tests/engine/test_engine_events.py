@@ -17,9 +17,11 @@ DOC = {
     "version": "v1",
     "input_schema": {"type": "object"},
     "deadline_seconds": 3600,
-    "steps": [{"key": "work", "kind": "TASK", "queue": "ev-q"}, {"key": "two", "kind": "TASK", "queue": "ev-q",
-                                                                 "after": ["work"]}],
-}  # fmt: skip
+    "steps": [
+        {"key": "work", "kind": "TASK", "queue": "ev-q"},
+        {"key": "two", "kind": "TASK", "queue": "ev-q", "after": ["work"]},
+    ],
+}
 
 
 def _events(engine, iid: str) -> list:
@@ -82,9 +84,12 @@ def test_one_batch_row_per_transaction_and_instance(eng) -> None:
     complete_task(eng, NS, claim_task(eng, NS, "ev-q"), {"ok": True})
     with eng.connect() as conn:
         batches = conn.execute(
-            text("SELECT id, first_seq, last_seq, jsonb_array_length(events) AS n, jsonb_array_length(audit) AS a "
-                 "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"), {"i": iid}
-        ).all()  # fmt: skip
+            text(
+                "SELECT id, first_seq, last_seq, jsonb_array_length(events) AS n, jsonb_array_length(audit) AS a "
+                "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"
+            ),
+            {"i": iid},
+        ).all()
         rows = conn.execute(
             text("SELECT id, batch_id, seq FROM workflow_events WHERE instance_id = :i ORDER BY seq"),
             {"i": iid},

@@ -154,16 +154,25 @@ def test_a_task_step_that_opens_the_next_task_on_its_queue_writes_no_count(eng):
     """The counts are written once per transaction, and not at all when its changes cancel out:
     completing task ``a`` opens ``b`` on the same queue (open tasks -1 +1); a claim changes no count.
     Unchanged row versions (``xmin``) of the namespace's count rows show that nothing was written."""
-    same_queue = {**TWO_QUEUES, "steps": [{**TWO_QUEUES["steps"][0], "queue": "qc.same"},
-                                          {**TWO_QUEUES["steps"][1], "queue": "qc.same"}]}  # fmt: skip
+    same_queue = {
+        **TWO_QUEUES,
+        "steps": [
+            {**TWO_QUEUES["steps"][0], "queue": "qc.same"},
+            {**TWO_QUEUES["steps"][1], "queue": "qc.same"},
+        ],
+    }
     ns = "ns-" + new_id()[:8]
     def_id = publish(eng, ns, same_queue)
     start(eng, ns, def_id, {})
 
     def versions() -> set:
         with eng.connect() as conn:
-            return set(conn.execute(text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
-                                    {"ns": ns}).all())  # fmt: skip
+            return set(
+                conn.execute(
+                    text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
+                    {"ns": ns},
+                ).all()
+            )
 
     before = versions()
     task = claim_task(eng, ns, "qc.same")

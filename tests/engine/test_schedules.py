@@ -40,8 +40,14 @@ def sched(eng):
 
 
 def create(eng, def_id: str, **kw) -> dict:
-    body = {"name": "s-" + new_id()[:8], "definition_id": def_id, "version": "v1", "input": {"region": "eu"},
-            "interval_seconds": 60, **kw}  # fmt: skip
+    body = {
+        "name": "s-" + new_id()[:8],
+        "definition_id": def_id,
+        "version": "v1",
+        "input": {"region": "eu"},
+        "interval_seconds": 60,
+        **kw,
+    }
     with transaction(eng) as conn:
         return schedules.create_schedule(conn, principal(), body)
 
@@ -53,7 +59,7 @@ def backdate(eng, sid: str, seconds: float) -> None:
             text(
                 "UPDATE workflow_schedules SET anchor_at = anchor_at - make_interval(secs => :s), "
                 "next_fire_at = next_fire_at - make_interval(secs => :s) WHERE id = :id"
-            ),  # fmt: skip
+            ),
             {"id": sid, "s": seconds},
         )
 
@@ -69,7 +75,7 @@ def fires(eng, sid: str) -> list:
             text(
                 "SELECT f.*, i.schedule_id AS i_sched, i.schedule_fire_at AS i_fire FROM workflow_schedule_fires f "
                 "LEFT JOIN workflow_instances i ON i.id = f.instance_id WHERE f.schedule_id = :s ORDER BY f.created_at"
-            ),  # fmt: skip
+            ),
             {"s": sid},
         ).all()
 
@@ -186,8 +192,11 @@ def test_overlap_policies(sched) -> None:
     first, second = fires(sched, cancel["id"])
     assert first.status == second.status == "LAUNCHED"
     with sched.connect() as conn:
-        states = dict(conn.execute(text("SELECT id, state FROM workflow_instances WHERE schedule_id = :s"),
-                                   {"s": cancel["id"]}).all())  # fmt: skip
+        states = dict(
+            conn.execute(
+                text("SELECT id, state FROM workflow_instances WHERE schedule_id = :s"), {"s": cancel["id"]}
+            ).all()
+        )
     assert states[first.instance_id] == "CANCELLED" and states[second.instance_id] == "RUNNING"
 
 
@@ -231,9 +240,12 @@ def test_pause_resume_coalesces_and_says_how_many_were_missed(sched) -> None:
 def _launch_payloads(eng, sid: str) -> list[tuple[str, int]]:
     with eng.connect() as conn:
         rows = conn.execute(
-            text("SELECT payload FROM workflow_jobs WHERE type = 'schedule_launch' AND payload->>'schedule_id' = :s "
-                 "ORDER BY id"), {"s": sid},
-        ).scalars()  # fmt: skip
+            text(
+                "SELECT payload FROM workflow_jobs WHERE type = 'schedule_launch' AND payload->>'schedule_id' = :s "
+                "ORDER BY id"
+            ),
+            {"s": sid},
+        ).scalars()
         return [(p["fire_at"], p["skipped"]) for p in rows]
 
 
@@ -290,15 +302,56 @@ def test_cli_schedules_commands(sched) -> None:
         ns_id = ensure_namespace(conn, ns)
     def_id = publish(sched, ns_id, DOC)
     with transaction(sched) as conn:
-        token = create_credential(conn, namespace=ns, name="op", scopes=[Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
-                                                                         Scope.TASKS_SUBMIT]).token  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace=ns,
+            name="op",
+            scopes=[Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT],
+        ).token
     env = {"LEDGERFLOW_TOKEN": token}
     run = CliRunner().invoke
-    bad = run(main, ["schedules", "create", "--name", "x", "--definition-id", def_id, "--version", "v1",
-                     "--input", '{"region": "eu"}', "--cron", "0 8 * * *", "--timezone", "Nowhere/X"], env=env)  # fmt: skip
+    bad = run(
+        main,
+        [
+            "schedules",
+            "create",
+            "--name",
+            "x",
+            "--definition-id",
+            def_id,
+            "--version",
+            "v1",
+            "--input",
+            '{"region": "eu"}',
+            "--cron",
+            "0 8 * * *",
+            "--timezone",
+            "Nowhere/X",
+        ],
+        env=env,
+    )
     assert bad.exit_code == 2 and "timezone" in bad.output  # an invalid argument: 2
-    out = run(main, ["schedules", "create", "--json", "--name", "nightly", "--definition-id", def_id, "--version", "v1",
-                     "--input", '{"region": "eu"}', "--cron", "@daily", "--timezone", "Europe/Berlin"], env=env)  # fmt: skip
+    out = run(
+        main,
+        [
+            "schedules",
+            "create",
+            "--json",
+            "--name",
+            "nightly",
+            "--definition-id",
+            def_id,
+            "--version",
+            "v1",
+            "--input",
+            '{"region": "eu"}',
+            "--cron",
+            "@daily",
+            "--timezone",
+            "Europe/Berlin",
+        ],
+        env=env,
+    )
     assert out.exit_code == 0, out.output
     sid = json.loads(out.output)["id"]
     shown = run(main, ["schedules", "show", sid], env=env)

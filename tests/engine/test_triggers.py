@@ -42,8 +42,14 @@ def _serve(port: int) -> tuple[ThreadingHTTPServer, Receiver]:
     class H(BaseHTTPRequestHandler):
         def _any(self) -> None:
             n = int(self.headers.get("Content-Length") or 0)
-            rec.calls.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
-                              "body": self.rfile.read(n).decode()})  # fmt: skip
+            rec.calls.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": self.rfile.read(n).decode(),
+                }
+            )
             raw = rec.reply.encode()
             self.send_response(rec.status)
             self.send_header("Content-Type", "application/json")
@@ -96,7 +102,7 @@ def trigger_doc(url: str, **kw) -> dict:
                 "body": {"order": "$.input.order"},
                 "headers": {"X-Tenant": "acme"},
                 **kw,
-            },  # fmt: skip
+            },
         ],
         "output": {"answer": "$.steps.notify.output"},
     }
@@ -123,8 +129,10 @@ def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:
 
 def _activation(eng, iid: str) -> str:
     with eng.connect() as conn:
-        return conn.execute(text("SELECT activation_id FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
-                            {"i": iid}).scalar()  # fmt: skip
+        return conn.execute(
+            text("SELECT activation_id FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
+            {"i": iid},
+        ).scalar()
 
 
 def test_a_refusal_fails_the_step(trig, receiver) -> None:
@@ -136,8 +144,13 @@ def test_a_refusal_fails_the_step(trig, receiver) -> None:
     view = instance(trig, iid)
     assert view["state"] == "FAILED" and len(receiver.calls) == 1
     with trig.connect() as conn:
-        err = conn.execute(text("SELECT a.error FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
-                                "WHERE s.instance_id = :i"), {"i": iid}).scalar()  # fmt: skip
+        err = conn.execute(
+            text(
+                "SELECT a.error FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
+                "WHERE s.instance_id = :i"
+            ),
+            {"i": iid},
+        ).scalar()
     assert err["code"] == "TRIGGER_REJECTED" and err["status"] == 422
 
 
@@ -151,8 +164,9 @@ def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -
         job = conn.execute(
             text("SELECT status, error_code FROM workflow_jobs WHERE type = 'trigger_dispatch'")
         ).one()
-        step_state = conn.execute(text("SELECT state FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
-                                  {"i": iid}).scalar()  # fmt: skip
+        step_state = conn.execute(
+            text("SELECT state FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"), {"i": iid}
+        ).scalar()
     assert (job.status, job.error_code) == ("dead", EXTERNAL_OUTCOME_UNKNOWN)
     assert step_state == "NEEDS_REVIEW" and instance(trig, iid)["state"] == "NEEDS_REVIEW"
     make_due(trig)
@@ -164,8 +178,10 @@ def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:
     iid = start(trig, NS, def_id, {"order": 9})["id"]
     # as the drain leaves a job whose executor was lost after its marker: dead, outcome unknown
     with trig.begin() as conn:
-        conn.execute(text("UPDATE workflow_jobs SET status = 'dead', error_code = :u WHERE type = 'trigger_dispatch'"),
-                     {"u": EXTERNAL_OUTCOME_UNKNOWN})  # fmt: skip
+        conn.execute(
+            text("UPDATE workflow_jobs SET status = 'dead', error_code = :u WHERE type = 'trigger_dispatch'"),
+            {"u": EXTERNAL_OUTCOME_UNKNOWN},
+        )
     with transaction(trig) as conn:
         assert outbound.review_dead_unknown(conn, 100) == 1
     with transaction(trig) as conn:
@@ -186,7 +202,7 @@ def dispatch_doc(url: str) -> dict:
                 "input": {"amount": "$.input.amount"},
                 "dispatch": {"url": url + "/approvals", "headers": {"X-System": "erp"}},
             }
-        ],  # fmt: skip
+        ],
         "output": {"decision": "$.steps.approve.output"},
     }
 
@@ -249,9 +265,12 @@ def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     doc = dispatch_doc("http://127.0.0.1:5510")
     validate_document(doc)
-    for bad, name in (({"url": "gopher://x"}, "steps[0].dispatch.url"), ({}, "steps[0].dispatch.url"),
-                       ({"url": "https://x.example", "extra": 1}, "steps[0].dispatch.extra"),
-                       ({"url": "https://x.example", "headers": {"Host": "h"}}, "steps[0].dispatch.headers.Host")):  # fmt: skip
+    for bad, name in (
+        ({"url": "gopher://x"}, "steps[0].dispatch.url"),
+        ({}, "steps[0].dispatch.url"),
+        ({"url": "https://x.example", "extra": 1}, "steps[0].dispatch.extra"),
+        ({"url": "https://x.example", "headers": {"Host": "h"}}, "steps[0].dispatch.headers.Host"),
+    ):
         doc["steps"][0]["dispatch"] = bad
         with pytest.raises(InvalidArgument) as err:
             validate_document(doc)

@@ -25,9 +25,12 @@ def issue(fresh):
     def _issue(*scopes: str, namespace: str = "ops", name: str | None = None) -> tuple[str, str]:
         with transaction(fresh) as conn:
             c = create_credential(
-                conn, namespace=namespace, name=name or "op-" + uuid.uuid4().hex[:6], scopes=scopes,
+                conn,
+                namespace=namespace,
+                name=name or "op-" + uuid.uuid4().hex[:6],
+                scopes=scopes,
                 platform=bool({MONITOR, OPERATE} & set(scopes)),  # the crafted jobs belong to no instance
-            )  # fmt: skip
+            )
         return c.token, c.credential_id
 
     return _issue
@@ -133,9 +136,17 @@ def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, i
     assert (out["submitted"], out["skipped_for_state"], out["not_found"]) == (5, 1, 1)
     assert "batch retry" in r.stderr and "7/7" in r.stderr  # the progress bar
     with fresh.connect() as conn:
-        offsets = conn.execute(
-            text("SELECT extract(epoch FROM run_at - min(run_at) OVER ()) FROM workflow_jobs "
-                 "WHERE id = ANY(:ids) ORDER BY run_at"), {"ids": ids}).scalars().all()  # fmt: skip
+        offsets = (
+            conn.execute(
+                text(
+                    "SELECT extract(epoch FROM run_at - min(run_at) OVER ()) FROM workflow_jobs "
+                    "WHERE id = ANY(:ids) ORDER BY run_at"
+                ),
+                {"ids": ids},
+            )
+            .scalars()
+            .all()
+        )
     assert [round(float(o), 1) for o in offsets] == [0.0, 0.1, 0.2, 0.3, 0.4]  # continues across chunks
     rows = audit(fresh)
     assert sorted({a["action"] for a in rows}) == ["job.batch_retry", "jobs.batch_retry"]
@@ -192,9 +203,30 @@ def test_workflow_commands(fresh, issue):
     )  # as the API
     r = run(workflows, ["resume", wid, "--reason", "done", "--yes"], token)
     assert r.exit_code == 0 and "control revision 3" in r.stdout
-    r = run(workflows, ["signal", wid, "--name", "done", "--payload-version", "v1", "--step", "receipt",
-                        "--activation", "1", "--correlation-key", "A-1", "--payload", '{"ok": true}',
-                        "--reason", "verified", "--yes", "--json"], token)  # fmt: skip
+    r = run(
+        workflows,
+        [
+            "signal",
+            wid,
+            "--name",
+            "done",
+            "--payload-version",
+            "v1",
+            "--step",
+            "receipt",
+            "--activation",
+            "1",
+            "--correlation-key",
+            "A-1",
+            "--payload",
+            '{"ok": true}',
+            "--reason",
+            "verified",
+            "--yes",
+            "--json",
+        ],
+        token,
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["signal"]["state"] == "CONSUMED"
     r = run(workflows, ["cancel", wid, "--reason", "too late", "--yes"], token)
@@ -214,12 +246,19 @@ def test_doctor_reports_what_to_fix(fresh):
     )
     assert r.exit_code == 1
     with fresh.begin() as conn:
-        for node, pools, age, skew in (("a" * 32, "{workflow-ledger}", 1, 0), ("b" * 32, "{workflow-ledger-outbound}", 1, 8),
-                                       ("c" * 32, "{workflow-ledger}", 600, 0)):  # fmt: skip
-            conn.execute(text(
-                "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, heartbeat_at, "
-                "node_clock_at) VALUES (:n, 'h', 1, '{worker}', CAST(:p AS text[]), 4, now() - make_interval(secs => :a), "
-                "now() - make_interval(secs => :a) + make_interval(secs => :s))"), {"n": node, "p": pools, "a": age, "s": skew})  # fmt: skip
+        for node, pools, age, skew in (
+            ("a" * 32, "{workflow-ledger}", 1, 0),
+            ("b" * 32, "{workflow-ledger-outbound}", 1, 8),
+            ("c" * 32, "{workflow-ledger}", 600, 0),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, heartbeat_at, "
+                    "node_clock_at) VALUES (:n, 'h', 1, '{worker}', CAST(:p AS text[]), 4, now() - make_interval(secs => :a), "
+                    "now() - make_interval(secs => :a) + make_interval(secs => :s))"
+                ),
+                {"n": node, "p": pools, "a": age, "s": skew},
+            )
     r = CliRunner().invoke(doctor, ["--json"])
     checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["workers advance"]["status"] == "ok" and checks["workers outbound"]["status"] == "ok"

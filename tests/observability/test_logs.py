@@ -45,8 +45,12 @@ def test_json_lines_carry_the_context_and_mask_secrets():
     assert "postgresql://app:***@db:5432/x" in first["message"]
     assert {"time", "level", "logger", "message"} <= set(first)
     assert (first["job_id"], first["attempt"], first["trace_id"], first["instance_id"], first["node_id"]) == (
-        42, 3, "t" * 32, "i" * 32, "n" * 32,
-    )  # fmt: skip
+        42,
+        3,
+        "t" * 32,
+        "i" * 32,
+        "n" * 32,
+    )
     assert "request_id" not in first
     assert (second["request_id"], second["namespace"], second["job_id"]) == ("req_1", "ops", 42)
     assert "password=***" in second["message"] and "api_key=***" in second["message"]

@@ -93,8 +93,16 @@ def test_workflow_metrics_come_from_the_ledger(client, monitor, fresh):
 
     with transaction() as conn:
         ns = ensure_namespace(conn, "metrics-wf")
-    def_id = publish(fresh, ns, {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-                                 "steps": [{"key": "t", "kind": "TIMER", "after": [], "delay_seconds": 60}]})  # fmt: skip
+    def_id = publish(
+        fresh,
+        ns,
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": 600,
+            "steps": [{"key": "t", "kind": "TIMER", "after": [], "delay_seconds": 60}],
+        },
+    )
     ids = [start(fresh, ns, def_id, {})["id"] for _ in range(3)]
     with fresh.begin() as conn:
         conn.execute(text("UPDATE workflow_instances SET state = 'FAILED' WHERE id = :i"), {"i": ids[0]})
@@ -131,8 +139,12 @@ def test_all_processes_reach_the_web_scrape(client, monitor, fresh, spawn_worker
     out = subprocess.run(
         [sys.executable, "-c", ENQUEUE, ",".join(modes)],
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     deadline = time.monotonic() + 30
     while scalar(fresh, "SELECT count(*) FROM workflow_jobs WHERE finished_at IS NULL"):

@@ -23,8 +23,9 @@ def _token(engine, **switches: bool) -> str:
 
 
 def run(args: list[str], token: str, input: str | None = None):
-    return CliRunner().invoke(subscriptions, args, env={"LEDGERFLOW_TOKEN": token}, input=input,
-                              catch_exceptions=False)  # fmt: skip
+    return CliRunner().invoke(
+        subscriptions, args, env={"LEDGERFLOW_TOKEN": token}, input=input, catch_exceptions=False
+    )
 
 
 def test_subscriptions_from_the_shell(fresh, monkeypatch) -> None:

@@ -91,19 +91,27 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     handlers.register("delay_wake", delay_wake, replace=True)
     with transaction() as conn:
         issued = create_credential(conn, namespace="traced", name="starter", scopes=["workflows:start"])
-    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": [
-        {"key": "first", "kind": "TIMER", "after": [], "delay_seconds": 0},
-        {"key": "second", "kind": "TIMER", "after": ["first"], "delay_seconds": 0},
-    ]}  # fmt: skip
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 600,
+        "steps": [
+            {"key": "first", "kind": "TIMER", "after": [], "delay_seconds": 0},
+            {"key": "second", "kind": "TIMER", "after": ["first"], "delay_seconds": 0},
+        ],
+    }
     def_id = publish(fresh, issued.namespace_id, doc)
     app = create_app()  # tracing is on: the app is instrumented
     resp = app.test_client().post(
         "/v1/workflows",
-        headers={"Authorization": f"Bearer {issued.token}", "Idempotency-Key": uuid.uuid4().hex,
-                 "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"},
+        headers={
+            "Authorization": f"Bearer {issued.token}",
+            "Idempotency-Key": uuid.uuid4().hex,
+            "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
+        },
         data=json.dumps({"definition_id": def_id, "version": "v1", "input": {}}),
         content_type="application/json",
-    )  # fmt: skip
+    )
     assert resp.status_code == 201, resp.data
     instance_id = resp.json["data"]["instance"]["id"]
     # the ledger trace id of the instance is the caller's trace id
@@ -112,9 +120,16 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     )
     run_pool(
         "advance",
-        lambda: scalar(fresh, "SELECT count(*) FROM workflow_steps WHERE instance_id = :i AND key = 'second' "
-                              "AND state = 'SUCCEEDED'", i=instance_id) == 1,
-    )  # fmt: skip
+        lambda: (
+            scalar(
+                fresh,
+                "SELECT count(*) FROM workflow_steps WHERE instance_id = :i AND key = 'second' "
+                "AND state = 'SUCCEEDED'",
+                i=instance_id,
+            )
+            == 1
+        ),
+    )
     finished = spans.get_finished_spans()
     server = [
         s for s in finished if s.kind.name == "SERVER" and s.attributes.get("http.route") == "/v1/workflows"
@@ -125,11 +140,15 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     assert server.parent is not None and _hex(server.parent.span_id, 16) == CLIENT_SPAN
 
     timer_job = scalar(
-        fresh, "SELECT traceparent FROM workflow_jobs WHERE instance_id = :i AND step_key = 'first' "
-               "AND payload->>'wake' = 'timer'", i=instance_id)  # fmt: skip
+        fresh,
+        "SELECT traceparent FROM workflow_jobs WHERE instance_id = :i AND step_key = 'first' "
+        "AND payload->>'wake' = 'timer'",
+        i=instance_id,
+    )
     assert timer_job == f"00-{CLIENT_TRACE}-{_hex(server.context.span_id, 16)}-01"
-    jobs_trace = scalar(fresh, "SELECT array_agg(DISTINCT trace_id) FROM workflow_jobs WHERE instance_id = :i",
-                        i=instance_id)  # fmt: skip
+    jobs_trace = scalar(
+        fresh, "SELECT array_agg(DISTINCT trace_id) FROM workflow_jobs WHERE instance_id = :i", i=instance_id
+    )
     assert jobs_trace == [CLIENT_TRACE]
 
     attempts = sorted((s for s in finished if s.name == "job delay_wake"), key=lambda s: s.start_time)
@@ -140,8 +159,11 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     assert first.attributes["ledgerflow.instance_id"] == instance_id
     assert first.attributes["ledgerflow.trace_id"] == CLIENT_TRACE
 
-    calls = [s for s in finished if s.kind.name == "CLIENT" and s.parent is not None
-             and s.parent.span_id == first.context.span_id]  # fmt: skip
+    calls = [
+        s
+        for s in finished
+        if s.kind.name == "CLIENT" and s.parent is not None and s.parent.span_id == first.context.span_id
+    ]
     assert len(calls) == 1, [s.name for s in finished]
     call = calls[0]
     assert call.context.trace_id == server.context.trace_id
@@ -166,8 +188,9 @@ def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_
 
     assert not tracing.ENABLED and tracing.current_traceparent() is None
     url, seen = receiver
-    handlers.register("event_dispatch", lambda ctx: ctx.http.request("GET", url, step_key="p").status_code,
-                      replace=True)  # fmt: skip
+    handlers.register(
+        "event_dispatch", lambda ctx: ctx.http.request("GET", url, step_key="p").status_code, replace=True
+    )
     trace = uuid.uuid4().hex
     with transaction() as conn:
         job = enqueue(conn, "event_dispatch", {"e": 1}, trace_id=trace)
@@ -181,8 +204,12 @@ def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_
 
 
 def test_configuration_from_the_environment(monkeypatch):
-    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
-                "OTEL_SDK_DISABLED"):  # fmt: skip
+    for var in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_SDK_DISABLED",
+    ):
         monkeypatch.delenv(var, raising=False)
     assert not tracing.configured_from_env()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")

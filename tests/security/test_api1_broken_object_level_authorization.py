@@ -27,8 +27,11 @@ def _operator(namespace: str, *, platform: bool) -> dict[str, str]:
 
 def _timer_job(ops) -> tuple[str, int]:
     wid = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
-    job_id = sql("SELECT id FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
-                 "AND payload->>'wake' = 'timer'", i=wid)[0][0]  # fmt: skip
+    job_id = sql(
+        "SELECT id FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
+        "AND payload->>'wake' = 'timer'",
+        i=wid,
+    )[0][0]
     return wid, job_id
 
 

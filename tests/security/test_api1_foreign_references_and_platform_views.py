@@ -16,10 +16,23 @@ from tests.web.wf_live import make_namespace
 
 
 def _rule(url: str, headers: dict, definition_id: str) -> httpx.Response:
-    return httpx.post(url + "/v1/automation-rules", timeout=10, json={
-        "name": "r", "event_type": "workflow.started", "definition_id": definition_id,
-        "action": {"kind": "signal", "workflow_id": "$.event.workflow_id", "name": "n", "payload_version": "v1",
-                   "target_step_key": "t"}}, headers={**headers, "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+    return httpx.post(
+        url + "/v1/automation-rules",
+        timeout=10,
+        json={
+            "name": "r",
+            "event_type": "workflow.started",
+            "definition_id": definition_id,
+            "action": {
+                "kind": "signal",
+                "workflow_id": "$.event.workflow_id",
+                "name": "n",
+                "payload_version": "v1",
+                "target_step_key": "t",
+            },
+        },
+        headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+    )
 
 
 def test_a_rules_definition_filter_must_name_a_definition_of_the_namespace(ops, wf_server):
@@ -38,8 +51,9 @@ def test_metrics_are_a_platform_view_like_the_runtime_status(wf_server):
     namespace = "tenant-" + uuid.uuid4().hex[:6]
     with transaction() as conn:
         scoped = create_credential(conn, namespace=namespace, name="mon", scopes=[Scope.ENGINE_MONITOR])
-        platform = create_credential(conn, namespace=namespace, name="plat", scopes=[Scope.ENGINE_MONITOR],
-                                     platform=True)  # fmt: skip
+        platform = create_credential(
+            conn, namespace=namespace, name="plat", scopes=[Scope.ENGINE_MONITOR], platform=True
+        )
 
     def get(path: str, token: str) -> httpx.Response:
         return httpx.get(wf_server + path, headers={"Authorization": f"Bearer {token}"}, timeout=10)

@@ -44,8 +44,10 @@ def test_integration_payload_keeps_its_identity_fields(ops):
         "INSERT INTO workflow_jobs (type, queue, status, instance_id, max_attempts, operation_key, trace_id, "
         "payload, finished_at) VALUES ('external_dispatch', 'workflow-ledger-outbound', 'dead', :i, 3, :op, 't', "
         "CAST(:p AS jsonb), now()) RETURNING id",
-        i=wid, op=uuid.uuid4().hex, p='{"instance_id": "' + wid + '", "amount": 1}',
-    )[0][0]  # fmt: skip
+        i=wid,
+        op=uuid.uuid4().hex,
+        p='{"instance_id": "' + wid + '", "amount": 1}',
+    )[0][0]
     headers = _operator(ops.ns.name, platform=False)
     r = _retry(ops, headers, job_id, {"instance_id": "f" * 32, "amount": 1})
     assert r.status_code == 400 and "instance_id" in r.json()["errors"][0]["message"]

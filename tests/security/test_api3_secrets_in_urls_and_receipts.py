@@ -30,17 +30,28 @@ def _post(ops: Ops, who: Author, path: str, body: dict, key: str | None = None) 
 
 def test_a_rules_http_url_is_redacted_in_every_view_and_the_audit(ops):
     who = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
-    created = _post(ops, who, "/v1/automation-rules", {
-        "name": "notify", "event_type": "workflow.started", "action": {"kind": "http", "url": SECRET_URL}})  # fmt: skip
+    created = _post(
+        ops,
+        who,
+        "/v1/automation-rules",
+        {"name": "notify", "event_type": "workflow.started", "action": {"kind": "http", "url": SECRET_URL}},
+    )
     assert created.status_code == 201, created.text
     rule = created.json()["data"]
     shown = [rule["action"]["url"]]
-    shown.append(httpx.get(f"{ops.ns.url}/v1/automation-rules/{rule['id']}", headers=who.headers).json()["data"]
-                 ["action"]["url"])  # fmt: skip
-    shown += [r["action"]["url"] for r in httpx.get(f"{ops.ns.url}/v1/automation-rules", headers=who.headers)
-              .json()["data"]["items"]]  # fmt: skip
-    [(audit,)] = sql("SELECT after::text FROM operation_audit WHERE target_id = :r AND action = "
-                     "'automation_rule.create'", r=rule["id"])  # fmt: skip
+    shown.append(
+        httpx.get(f"{ops.ns.url}/v1/automation-rules/{rule['id']}", headers=who.headers).json()["data"][
+            "action"
+        ]["url"]
+    )
+    shown += [
+        r["action"]["url"]
+        for r in httpx.get(f"{ops.ns.url}/v1/automation-rules", headers=who.headers).json()["data"]["items"]
+    ]
+    [(audit,)] = sql(
+        "SELECT after::text FROM operation_audit WHERE target_id = :r AND action = 'automation_rule.create'",
+        r=rule["id"],
+    )
     assert shown == [SHOWN, SHOWN, SHOWN]
     assert "hunter2" not in audit and "abc123" not in audit and SHOWN in audit
     # the rule itself still calls the URL it was given

@@ -35,18 +35,31 @@ def _fill(ops: Ops, kind: str, n: int, def_id: str) -> None:
     """``n`` rows of ``kind`` in the namespace, written directly (the cap is what is under test)."""
     ns = _ns_id(ops)
     if kind == "automation_rules":
-        sql("INSERT INTO automation_rules (id, namespace_id, name, event_type, conditions, action, enabled) "
+        sql(
+            "INSERT INTO automation_rules (id, namespace_id, name, event_type, conditions, action, enabled) "
             "SELECT md5(random()::text), :ns, 'f' || g, 'workflow.started', '[]', '{\"kind\": \"http\", "
-            "\"url\": \"http://127.0.0.1:1/\"}', false FROM generate_series(1, :n) g", ns=ns, n=n)  # fmt: skip
+            '"url": "http://127.0.0.1:1/"}\', false FROM generate_series(1, :n) g',
+            ns=ns,
+            n=n,
+        )
     elif kind == "event_subscriptions":
-        sql("INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret, enabled) "
+        sql(
+            "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret, enabled) "
             "SELECT md5(random()::text), :ns, 'http://127.0.0.1:1/', ARRAY['*'], 'whsec_x', false "
-            "FROM generate_series(1, :n) g", ns=ns, n=n)  # fmt: skip
+            "FROM generate_series(1, :n) g",
+            ns=ns,
+            n=n,
+        )
     else:
-        sql("INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, "
+        sql(
+            "INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, "
             "interval_seconds, anchor_at, paused, next_fire_at, created_by) SELECT md5(random()::text), :ns, "
             "'f' || g, :d, 'v1', '{}', 3600, now(), true, now() + interval '1 hour', 'x' "
-            "FROM generate_series(1, :n) g", ns=ns, n=n, d=def_id)  # fmt: skip
+            "FROM generate_series(1, :n) g",
+            ns=ns,
+            n=n,
+            d=def_id,
+        )
 
 
 def _count(ops: Ops, table: str) -> int:
@@ -54,14 +67,32 @@ def _count(ops: Ops, table: str) -> int:
 
 
 CASES = {
-    "automation_rules": (100, "/v1/automation-rules", lambda d, i: {
-        "name": f"r{i}", "event_type": "workflow.started",
-        "action": {"kind": "start_workflow", "definition_id": d, "version": "v1", "input": {}}}),
-    "event_subscriptions": (100, "/v1/event-subscriptions", lambda d, i: {
-        "url": f"http://127.0.0.1:1/{i}", "event_types": ["*"]}),
-    "workflow_schedules": (1000, "/v1/schedules", lambda d, i: {
-        "name": f"s{i}", "definition_id": d, "version": "v1", "input": {}, "interval_seconds": 3600}),
-}  # fmt: skip
+    "automation_rules": (
+        100,
+        "/v1/automation-rules",
+        lambda d, i: {
+            "name": f"r{i}",
+            "event_type": "workflow.started",
+            "action": {"kind": "start_workflow", "definition_id": d, "version": "v1", "input": {}},
+        },
+    ),
+    "event_subscriptions": (
+        100,
+        "/v1/event-subscriptions",
+        lambda d, i: {"url": f"http://127.0.0.1:1/{i}", "event_types": ["*"]},
+    ),
+    "workflow_schedules": (
+        1000,
+        "/v1/schedules",
+        lambda d, i: {
+            "name": f"s{i}",
+            "definition_id": d,
+            "version": "v1",
+            "input": {},
+            "interval_seconds": 3600,
+        },
+    ),
+}
 
 
 @pytest.mark.parametrize("table", sorted(CASES))
@@ -72,8 +103,12 @@ def test_parallel_creates_never_pass_the_cap(ops, table):
     headers = author(ops.ns.name).headers
 
     def create(i: int) -> int:
-        return httpx.post(ops.ns.url + path, json=body(def_id, i), timeout=60,
-                          headers={**headers, "Idempotency-Key": uuid.uuid4().hex}).status_code  # fmt: skip
+        return httpx.post(
+            ops.ns.url + path,
+            json=body(def_id, i),
+            timeout=60,
+            headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+        ).status_code
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         codes = list(pool.map(create, range(PARALLEL)))
@@ -82,10 +117,16 @@ def test_parallel_creates_never_pass_the_cap(ops, table):
 
 
 CREATE = {
-    "automation_rules": lambda c, p, d: automation.create_rule(c, p, None, CASES["automation_rules"][2](d, uuid.uuid4().hex)),
-    "event_subscriptions": lambda c, p, d: subscriptions.create(c, p, None, CASES["event_subscriptions"][2](d, 0)),
-    "workflow_schedules": lambda c, p, d: schedules.create_schedule(c, p, CASES["workflow_schedules"][2](d, uuid.uuid4().hex)),
-}  # fmt: skip
+    "automation_rules": lambda c, p, d: automation.create_rule(
+        c, p, None, CASES["automation_rules"][2](d, uuid.uuid4().hex)
+    ),
+    "event_subscriptions": lambda c, p, d: subscriptions.create(
+        c, p, None, CASES["event_subscriptions"][2](d, 0)
+    ),
+    "workflow_schedules": lambda c, p, d: schedules.create_schedule(
+        c, p, CASES["workflow_schedules"][2](d, uuid.uuid4().hex)
+    ),
+}
 
 
 @pytest.mark.parametrize("table", sorted(CASES))

@@ -17,14 +17,16 @@ def _errors(steps: list[dict]) -> list[tuple[str, str]]:
 
 
 def test_a_misspelt_kind_is_named_with_the_likely_one_and_nothing_else():
-    steps = [{"key": "wait", "kind": "TIMMER", "delay_seconds": 5},
-             {"key": "t", "kind": "TASK", "queue": "q", "after": ["wait"], "input": {"x": "$.steps.wait.output"}}]  # fmt: skip
+    steps = [
+        {"key": "wait", "kind": "TIMMER", "delay_seconds": 5},
+        {"key": "t", "kind": "TASK", "queue": "q", "after": ["wait"], "input": {"x": "$.steps.wait.output"}},
+    ]
     assert _errors(steps) == [
         (
             "steps[0].kind",
             "unknown kind 'TIMMER': one of TASK, SIGNAL, TIMER, POLL, SUBWORKFLOW, TRIGGER; "
             "did you mean 'TIMER'?",
-        )  # fmt: skip
+        )
     ]
 
 

@@ -127,9 +127,12 @@ def _resolver(host: str, port: int) -> list[str]:
 
 def _ctx(deadline: float = 30.0) -> SimpleNamespace:
     return SimpleNamespace(
-        operation_key="op", attempt_id=1, trace_id="t" * 32, deadline_monotonic=time.monotonic() + deadline,
+        operation_key="op",
+        attempt_id=1,
+        trace_id="t" * 32,
+        deadline_monotonic=time.monotonic() + deadline,
         check=lambda: None,
-    )  # fmt: skip
+    )
 
 
 def test_the_table_is_large_enough() -> None:

@@ -63,8 +63,14 @@ def doc(**trigger) -> dict:
 
 
 def test_publish_checks_name_the_field() -> None:
-    validate_document(doc(body={"id": "$.input.id", "a": "$.steps.a.output"}, method="PUT",
-                          headers={"X-Tenant": "acme"}, timeout_seconds=5))  # fmt: skip
+    validate_document(
+        doc(
+            body={"id": "$.input.id", "a": "$.steps.a.output"},
+            method="PUT",
+            headers={"X-Tenant": "acme"},
+            timeout_seconds=5,
+        )
+    )
     cases = [
         ({"url": "ftp://example.com/x"}, "steps[1].url"),
         ({"url": "https://user:pw@example.com/"}, "steps[1].url"),

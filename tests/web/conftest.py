@@ -53,9 +53,13 @@ def token(clean: Engine) -> Callable[..., str]:
             platform = bool(ENGINE_SCOPES & set(scopes))
         with transaction(clean) as conn:
             issued = create_credential(
-                conn, namespace=namespace, name="t-" + uuid.uuid4().hex[:8], scopes=scopes, queues=queues,
+                conn,
+                namespace=namespace,
+                name="t-" + uuid.uuid4().hex[:8],
+                scopes=scopes,
+                queues=queues,
                 platform=platform,
-            )  # fmt: skip
+            )
         return issued.token
 
     return _issue
@@ -121,14 +125,24 @@ def make_job(clean: Engine) -> Callable[..., int]:
             return conn.execute(
                 _INSERT,
                 {
-                    "type": type, "queue": queue, "status": status, "payload": json.dumps(payload or {}),
-                    "instance_id": instance_id, "run_in": run_in, "attempts": attempts,
-                    "max_attempts": max_attempts, "generation": generation, "lease_in": lease_in,
-                    "deadline_in": deadline_in, "last_error": last_error,
-                    "operation_key": uuid.uuid4().hex, "trace_id": trace_id, "age": age,
+                    "type": type,
+                    "queue": queue,
+                    "status": status,
+                    "payload": json.dumps(payload or {}),
+                    "instance_id": instance_id,
+                    "run_in": run_in,
+                    "attempts": attempts,
+                    "max_attempts": max_attempts,
+                    "generation": generation,
+                    "lease_in": lease_in,
+                    "deadline_in": deadline_in,
+                    "last_error": last_error,
+                    "operation_key": uuid.uuid4().hex,
+                    "trace_id": trace_id,
+                    "age": age,
                     "marker": None if marker is None else json.dumps(marker),
                 },
-            ).scalar_one()  # fmt: skip
+            ).scalar_one()
 
     return _make
 

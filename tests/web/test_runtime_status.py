@@ -9,8 +9,17 @@ from app.ledger import nodes
 from tests.web.conftest import PREFIX
 
 
-def _node(conn, node_id, *, roles=("worker",), pools=("workflow-ledger",), beat_ago=0, status="active",
-          capacity=4, in_use=0):  # fmt: skip
+def _node(
+    conn,
+    node_id,
+    *,
+    roles=("worker",),
+    pools=("workflow-ledger",),
+    beat_ago=0,
+    status="active",
+    capacity=4,
+    in_use=0,
+):
     conn.execute(
         text(
             "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity,"

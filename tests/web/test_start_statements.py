@@ -9,9 +9,15 @@ import psycopg
 
 from tests.engine.helpers import publish
 
-DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-       "steps": [{"key": "a", "kind": "TASK", "queue": "st.q"}, {"key": "b", "kind": "TASK", "queue": "st.q",
-                                                                 "after": ["a"]}]}  # fmt: skip
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [
+        {"key": "a", "kind": "TASK", "queue": "st.q"},
+        {"key": "b", "kind": "TASK", "queue": "st.q", "after": ["a"]},
+    ],
+}
 
 
 def test_a_start_is_at_most_ten_statements(client, token, clean, monkeypatch):

@@ -19,8 +19,12 @@ from actors.maintenance import run_drain
 from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ENGINE_WORKER_ENV, ops, sql, until  # noqa: F401
 
-WORKER_ENV = {**ENGINE_WORKER_ENV, "LEDGERFLOW_LEASE_SECONDS": "3", "LEDGERFLOW_RENEW_SECONDS": "1",
-              "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32"}  # fmt: skip
+WORKER_ENV = {
+    **ENGINE_WORKER_ENV,
+    "LEDGERFLOW_LEASE_SECONDS": "3",
+    "LEDGERFLOW_RENEW_SECONDS": "1",
+    "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32",
+}
 
 
 class Receiver:
@@ -84,15 +88,24 @@ def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(
     spawn_worker("advance", env=WORKER_ENV)
     out1 = spawn_worker("outbound", env=WORKER_ENV)
     # 1. one TRIGGER: the answer is the step output (and, mapped, the workflow output)
-    trig = ops.define({"steps": [{"key": "call", "kind": "TRIGGER", "url": url + "/hook", "body": {"n": "$.input.n"}}],
-                       "output": {"answer": "$.steps.call.output"}})  # fmt: skip
+    trig = ops.define(
+        {
+            "steps": [{"key": "call", "kind": "TRIGGER", "url": url + "/hook", "body": {"n": "$.input.n"}}],
+            "output": {"answer": "$.steps.call.output"},
+        }
+    )
     first = ops.start(trig, {"n": 1})
     until(lambda: c.get_workflow(first).state == "SUCCEEDED", timeout=60)
     assert c.get_workflow(first).output == {"answer": {"status": 200, "body": {"received": rec.keys[0]}}}
     # 2. external dispatch: the external system claims and completes the task through the API
-    approval = ops.define({"steps": [{"key": "approve", "kind": "TASK", "queue": "ext-q",
-                                      "dispatch": {"url": url + "/dispatch"}}],
-                           "output": {"decision": "$.steps.approve.output"}})  # fmt: skip
+    approval = ops.define(
+        {
+            "steps": [
+                {"key": "approve", "kind": "TASK", "queue": "ext-q", "dispatch": {"url": url + "/dispatch"}}
+            ],
+            "output": {"decision": "$.steps.approve.output"},
+        }
+    )
 
     def external_system(sent: dict) -> None:
         deadline = time.monotonic() + 30
@@ -126,8 +139,11 @@ def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(
     states = _states(ids)
     assert "SUCCEEDED" in states.values()
     reviewed = [i for i, s in states.items() if s == "NEEDS_REVIEW"]
-    dead = sql("SELECT instance_id FROM workflow_jobs WHERE type = 'trigger_dispatch' AND status = 'dead' "
-               "AND error_code = 'EXTERNAL_OUTCOME_UNKNOWN' AND instance_id = ANY(:ids)", ids=ids)  # fmt: skip
+    dead = sql(
+        "SELECT instance_id FROM workflow_jobs WHERE type = 'trigger_dispatch' AND status = 'dead' "
+        "AND error_code = 'EXTERNAL_OUTCOME_UNKNOWN' AND instance_id = ANY(:ids)",
+        ids=ids,
+    )
     assert sorted(r.instance_id for r in dead) == sorted(reviewed)
     assert reviewed, "the calls in flight when the worker died must be in review (never re-sent)"
     print(

@@ -19,8 +19,13 @@ from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ops, sql, until  # noqa: F401
 
 ALLOW = {"LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32"}
-FAST = {**ALLOW, "LEDGERFLOW_HANDLERS": "", "LEDGERFLOW_POLL_SECONDS": "0.2", "LEDGERFLOW_BACKOFF_BASE_SECONDS": "0.2",
-        "LEDGERFLOW_BACKOFF_CAP_SECONDS": "1"}  # fmt: skip
+FAST = {
+    **ALLOW,
+    "LEDGERFLOW_HANDLERS": "",
+    "LEDGERFLOW_POLL_SECONDS": "0.2",
+    "LEDGERFLOW_BACKOFF_BASE_SECONDS": "0.2",
+    "LEDGERFLOW_BACKOFF_CAP_SECONDS": "1",
+}
 TASK = {"steps": [{"key": "work", "kind": "TASK", "queue": "wh-q"}]}
 
 
@@ -99,8 +104,10 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     def deliveries() -> list[dict]:
         return c.list_deliveries(sub["id"])["items"]
 
-    until(lambda: all(d["status"] in ("succeeded", "unknown") for d in deliveries()) and len(deliveries()) == 8,
-          timeout=60)  # fmt: skip
+    until(
+        lambda: all(d["status"] in ("succeeded", "unknown") for d in deliveries()) and len(deliveries()) == 8,
+        timeout=60,
+    )
     counts = receiver.ids("/slow")
     assert max(counts.values()) == 1, counts  # no duplicate
     unknown = {d["event_id"] for d in deliveries() if d["status"] == "unknown"}
@@ -108,8 +115,10 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     assert set(counts) | unknown == events  # nothing lost: delivered, or in the dead letter to confirm
     jobs = sql(
         "SELECT j.status, j.error_code FROM webhook_deliveries d JOIN workflow_jobs j ON j.id = d.job_id "
-        "WHERE d.subscription_id = :s AND d.event_id = ANY(:u)", s=sub["id"], u=list(unknown),
-    )  # fmt: skip
+        "WHERE d.subscription_id = :s AND d.event_id = ANY(:u)",
+        s=sub["id"],
+        u=list(unknown),
+    )
     assert {tuple(j) for j in jobs} == {("dead", "EXTERNAL_OUTCOME_UNKNOWN")}
     # the operator confirms with the receiver and redelivers: the receiver sees the same webhook-id
     for d in deliveries():

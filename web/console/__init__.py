@@ -28,8 +28,19 @@ from web.console.common import bp, csrf
 
 log = logging.getLogger(__name__)
 SESSION_HOURS = sessions.SESSION_SECONDS // 3600
-__all__ = ["definitions", "forms", "health", "install", "integrations", "jobs", "login", "schedules", "search",
-           "tasks", "workflows"]  # fmt: skip
+__all__ = [
+    "definitions",
+    "forms",
+    "health",
+    "install",
+    "integrations",
+    "jobs",
+    "login",
+    "schedules",
+    "search",
+    "tasks",
+    "workflows",
+]
 
 
 class _SessionInterface(SecureCookieSessionInterface):

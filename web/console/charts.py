@@ -60,15 +60,30 @@ def line_chart(
                 current.append(xy(i, float(v)))
         if current:
             segments.append(current)
-        lines.append({"name": name, "series": idx, "segments": [" ".join(s) for s in segments],
-                      "last": next((v for v in reversed(values) if v is not None), None)})  # fmt: skip
+        lines.append(
+            {
+                "name": name,
+                "series": idx,
+                "segments": [" ".join(s) for s in segments],
+                "last": next((v for v in reversed(values) if v is not None), None),
+            }
+        )
     ticks = [{"y": TOP + plot_h * (1 - f), "label": _label(top * f, unit, percent)} for f in (0, 0.5, 1)]
     return {
-        "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT, "top": TOP,
-        "bottom": HEIGHT - BOTTOM, "ticks": ticks, "lines": lines, "samples": n,
-        "last_labels": {ln["name"]: None if ln["last"] is None else _label(ln["last"], unit, percent, exact=True)
-                        for ln in lines},
-    }  # fmt: skip
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": LEFT,
+        "right": WIDTH - RIGHT,
+        "top": TOP,
+        "bottom": HEIGHT - BOTTOM,
+        "ticks": ticks,
+        "lines": lines,
+        "samples": n,
+        "last_labels": {
+            ln["name"]: None if ln["last"] is None else _label(ln["last"], unit, percent, exact=True)
+            for ln in lines
+        },
+    }
 
 
 def hour_totals(series: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

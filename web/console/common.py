@@ -210,9 +210,18 @@ def _template_globals() -> dict[str, Any]:
         p = g.get("principal")
         return can(scope) and (endpoint not in PLATFORM_PAGES or (p is not None and p.job_namespace is None))
 
-    return {"can": can, "shown": shown, "NAV": NAV, "HTMX_VERSION": HTMX_VERSION, "Scope": Scope,
-            "form_of": form_of, "nav_current": _nav_current, "REFRESH": REFRESH_SECONDS,
-            "pool_name": pool_name, "here": here}  # fmt: skip
+    return {
+        "can": can,
+        "shown": shown,
+        "NAV": NAV,
+        "HTMX_VERSION": HTMX_VERSION,
+        "Scope": Scope,
+        "form_of": form_of,
+        "nav_current": _nav_current,
+        "REFRESH": REFRESH_SECONDS,
+        "pool_name": pool_name,
+        "here": here,
+    }
 
 
 def here() -> str:

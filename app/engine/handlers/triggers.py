@@ -55,9 +55,15 @@ def trigger_dispatch(ctx: JobContext) -> Any:
     spec = plan["spec"]
     method = spec.get("method", "POST")
     try:
-        res = outbound.send(ctx, method, spec["url"], None if method == "GET" else plan["body"],
-                            step_key=f"trigger:{activation_id}", headers=spec.get("headers"),
-                            timeout=spec.get("timeout_seconds", DEFAULT_TRIGGER_TIMEOUT_SECONDS))  # fmt: skip
+        res = outbound.send(
+            ctx,
+            method,
+            spec["url"],
+            None if method == "GET" else plan["body"],
+            step_key=f"trigger:{activation_id}",
+            headers=spec.get("headers"),
+            timeout=spec.get("timeout_seconds", DEFAULT_TRIGGER_TIMEOUT_SECONDS),
+        )
         status, raw = res.status_code, res.text
     except HttpRejected as exc:
         status, raw = exc.status_code, exc.text
