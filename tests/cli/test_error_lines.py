@@ -217,3 +217,15 @@ def test_client_and_worker_import_without_a_cycle():
     for first in ("ledgerflow.worker", "ledgerflow.client"):
         r = run([sys.executable, "-c", f"import {first}; from ledgerflow.client import TaskWorker, Client"])
         assert r.returncode == 0, r.stderr
+
+
+def test_redeliver_with_an_empty_delivery_id_is_one_line(clean_credentials):
+    """``subscriptions redeliver --delivery ""`` is a delivery id like any other (here: not found). It
+    used to fall through to the ``--since`` branch with no time and end in an AttributeError."""
+    from app.auth import ALL_SCOPES, create_credential
+    from app.db import transaction
+
+    with transaction() as conn:
+        token = create_credential(conn, namespace="n", name="op", scopes=sorted(ALL_SCOPES)).token
+    r = cli("subscriptions", "redeliver", "a" * 32, "--delivery", "", "--yes", "--token", token)
+    one_line(r, 1, "Error: subscription not found")
