@@ -50,9 +50,12 @@ chaos: $(STAMP) bytecode
 bench-webhooks: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench.webhooks $(BENCH_ARGS)
 
+# mypy: the packages and the strict ones are in pyproject.toml ([tool.mypy]); its cache (.mypy_cache)
+# makes a run after a small change take a few seconds
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	PYTHONPATH=$(CURDIR) $(BIN)/lint-imports --no-logo
 
 format: $(STAMP)

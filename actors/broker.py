@@ -59,7 +59,7 @@ return 1
 class HintBroker(RedisBroker):
     """RedisBroker whose enqueue rings the queue's doorbell and whose idle consumers block on it."""
 
-    def __init__(self, **kwargs) -> None:  # noqa: ANN003
+    def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._hint_script = self.client.register_script(_HINT_SCRIPT)
         # Called with no argument by a consumer of that Dramatiq queue when its doorbell rings, before
@@ -67,7 +67,7 @@ class HintBroker(RedisBroker):
         self.doorbell_listeners: dict[str, Callable[[], None]] = {}
 
     @property
-    def consumer_class(self):  # noqa: ANN201
+    def consumer_class(self):
         return _DoorbellConsumer
 
     def enqueue_unless_flagged(self, message: Message, flag: str, flag_ttl_ms: int) -> bool:
@@ -109,7 +109,7 @@ class HintBroker(RedisBroker):
 
 
 class _DoorbellConsumer(_RedisConsumer):
-    def __next__(self):  # noqa: ANN204 - Dramatiq's consumer protocol: a message proxy or None
+    def __next__(self):  # Dramatiq's consumer protocol: a message proxy or None
         message = self._cached()
         if message is not None:
             return message
@@ -139,7 +139,7 @@ class _DoorbellConsumer(_RedisConsumer):
         except redis.ConnectionError as e:
             raise ConnectionClosed(e) from None
 
-    def _cached(self):  # noqa: ANN202
+    def _cached(self):
         while self.message_cache:
             data = self.message_cache.pop(0)
             if data is None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from redis import Redis
 
 from actors.broker import HintBroker, broker, has_redis
 from app.ledger import hints
@@ -20,11 +23,16 @@ def _flag(queue: str) -> str:
     return f"{get_settings().redis_namespace}:hint:{queue}"
 
 
+def _redis() -> Redis:
+    """The broker's Redis client: hints are sent and heard only when there is Redis (``has_redis``)."""
+    return cast(RedisBroker, broker).client
+
+
 def _on_hint(queue: str) -> None:
     metrics.hint_wakeup(queue)
     # Clear the coalescing flag *before* the claim, so a later enqueue publishes a fresh hint.
     try:
-        broker.client.delete(_flag(queue))
+        _redis().delete(_flag(queue))
     finally:
         nudge = LOCAL_NUDGERS.get(queue)
         if nudge is not None:
@@ -61,7 +69,7 @@ def publish(queue: str) -> bool:
     actor = _ACTOR_OF_QUEUE[queue]
     if isinstance(broker, HintBroker):
         return broker.enqueue_unless_flagged(actor.message(queue), _flag(queue), settings.hint_flag_ttl_ms)
-    if broker.client.set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
+    if _redis().set(_flag(queue), "1", nx=True, px=settings.hint_flag_ttl_ms):
         actor.send(queue)
         return True
     return False

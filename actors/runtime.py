@@ -29,7 +29,7 @@ log = logging.getLogger("ledgerflow.worker")
 def _stop_event() -> threading.Event:
     stop = threading.Event()
 
-    def _handler(signum, frame):  # noqa: ANN001
+    def _handler(signum, frame):
         stop.set()
 
     signal.signal(signal.SIGTERM, _handler)
@@ -82,8 +82,12 @@ def run_worker(pool_name: str) -> None:
     # shutdown grace (counted from the signal), hand back what still runs, exit (within 25 s in all)
     stopping_at = time.monotonic()
     pool.stop_claiming()
-    log.info("worker %s: stopping (%d job(s) running, grace %g s)", node_id, pool.slots_in_use,
-             settings.shutdown_grace_seconds)  # fmt: skip
+    log.info(
+        "worker %s: stopping (%d job(s) running, grace %g s)",
+        node_id,
+        pool.slots_in_use,
+        settings.shutdown_grace_seconds,
+    )
     _beat(engine, node_id, pool.slots_in_use, "stopping")
     if worker is not None:
         worker.stop(timeout=2000)
@@ -92,11 +96,11 @@ def run_worker(pool_name: str) -> None:
     log.info("worker %s: stopped", node_id)
 
 
-def _beat(engine, node_id: str, in_use: int, status: str) -> None:  # noqa: ANN001
+def _beat(engine, node_id: str, in_use: int, status: str) -> None:
     try:
         with transaction(engine) as conn:
             nodes.heartbeat(conn, node_id, slots_in_use=in_use, status=status)
-    except Exception as exc:  # noqa: BLE001 - a missed heartbeat is not fatal
+    except Exception as exc:  # a missed heartbeat is not fatal
         log.warning("heartbeat failed: %s", exc.__class__.__name__)
 
 
@@ -125,7 +129,7 @@ def run_scheduler() -> None:
     log.info("scheduler: stopped")
 
 
-def _tick_schedules(engine, stop: threading.Event) -> None:  # noqa: ANN001
+def _tick_schedules(engine, stop: threading.Event) -> None:
     """Due schedules, a batch per transaction, until none is due (bounded: 10 batches per tick; none
     more once SIGTERM arrived)."""
     try:
@@ -135,11 +139,15 @@ def _tick_schedules(engine, stop: threading.Event) -> None:  # noqa: ANN001
             with transaction(engine) as conn:
                 handed = schedules.tick(conn)
             for h in handed:
-                log.info("schedule %s: fire %s handed out (%d missed coalesced)", h["schedule_id"],
-                         h["fire_at"].isoformat(), h["skipped"])  # fmt: skip
+                log.info(
+                    "schedule %s: fire %s handed out (%d missed coalesced)",
+                    h["schedule_id"],
+                    h["fire_at"].isoformat(),
+                    h["skipped"],
+                )
             if len(handed) < schedules.TICK_BATCH:
                 return
-    except Exception:  # noqa: BLE001 - the next tick tries again
+    except Exception:  # the next tick tries again
         log.exception("schedule tick failed")
 
 
@@ -148,9 +156,9 @@ def _tick_drain() -> None:
         try:
             maintenance.workflow_jobs_drain.send()
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("drain not enqueued (%s); running it inline", exc.__class__.__name__)
     try:
         maintenance.run_drain()
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("inline drain failed")

@@ -82,9 +82,13 @@ def record(
 def _system(namespace_id: str, actor_name: str) -> Principal:
     """The actor of an administrative change made outside the API (the ``ledgerflow`` CLI)."""
     return Principal(
-        credential_id="cli", name=actor_name, namespace_id=namespace_id, namespace="", scopes=frozenset(),
+        credential_id="cli",
+        name=actor_name,
+        namespace_id=namespace_id,
+        namespace="",
+        scopes=frozenset(),
         queues=None,
-    )  # fmt: skip
+    )
 
 
 def issue_credential(conn: Connection, *, actor_name: str, **kwargs: Any) -> IssuedCredential:
@@ -92,14 +96,21 @@ def issue_credential(conn: Connection, *, actor_name: str, **kwargs: Any) -> Iss
     namespace; the row never holds the token, only its id, name, scopes and expiry."""
     issued = auth.create_credential(conn, **kwargs)
     after = {
-        "name": issued.name, "scopes": list(issued.scopes),
-        "queues": None if issued.queues is None else list(issued.queues), "platform": issued.platform,
+        "name": issued.name,
+        "scopes": list(issued.scopes),
+        "queues": None if issued.queues is None else list(issued.queues),
+        "platform": issued.platform,
         "expires_at": None if issued.expires_at is None else jsonx.rfc3339(issued.expires_at),
-    }  # fmt: skip
+    }
     record(
-        conn, principal=_system(issued.namespace_id, actor_name), request_id=None, action="credential.issue",
-        target_type="credential", target_id=issued.credential_id, after=after,
-    )  # fmt: skip
+        conn,
+        principal=_system(issued.namespace_id, actor_name),
+        request_id=None,
+        action="credential.issue",
+        target_type="credential",
+        target_id=issued.credential_id,
+        after=after,
+    )
     return issued
 
 
@@ -107,10 +118,14 @@ def revoke_credential(conn: Connection, credential_id: str, *, actor_name: str) 
     """``auth.revoke_credential`` plus its audit row (``credential.revoke``)."""
     row = auth.revoke_credential(conn, credential_id)
     record(
-        conn, principal=_system(row["namespace_id"], actor_name), request_id=None, action="credential.revoke",
-        target_type="credential", target_id=credential_id, after={"name": row["name"],
-        "revoked_at": jsonx.rfc3339(row["revoked_at"])},
-    )  # fmt: skip
+        conn,
+        principal=_system(row["namespace_id"], actor_name),
+        request_id=None,
+        action="credential.revoke",
+        target_type="credential",
+        target_id=credential_id,
+        after={"name": row["name"], "revoked_at": jsonx.rfc3339(row["revoked_at"])},
+    )
     return row
 
 

@@ -85,6 +85,7 @@ def _set_per_transaction(engine: Engine, settings: dict[str, str]) -> None:
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
         dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None  # a connection in use has its DBAPI connection
         if not dbapi.autocommit:  # an autocommit read (authentication) is one statement: nothing to hold
             dbapi.execute(sql)  # psycopg opens the transaction (BEGIN) first
 
@@ -158,7 +159,7 @@ def get_engine(url: str | None = None) -> Engine:
     return _engine_for(url or get_settings().database_url)
 
 
-def after_commit(conn: Connection, fn: Callable[[], None]) -> None:
+def after_commit(conn: Connection, fn: Callable[[], object]) -> None:
     """Run ``fn`` once the transaction of ``conn`` has committed (never after a rollback)."""
     conn.info.setdefault(_AFTER_COMMIT, []).append(fn)
 

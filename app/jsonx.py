@@ -137,7 +137,7 @@ def rfc3339(value: datetime) -> str:
 
 
 # what ``json.dumps(s, ensure_ascii=False)`` writes for a string, without building an encoder per call
-_quote = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_quote = json.encoder.encode_basestring
 
 
 def _enc(o: Any, out: list[str]) -> None:

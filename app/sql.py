@@ -17,7 +17,7 @@ import re
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event, text
@@ -37,7 +37,7 @@ def pyformat(sql: str) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _row_class(names: tuple[str, ...]) -> type:
+def _row_class(names: tuple[str, ...]) -> type[Any]:
     base = namedtuple("Row", names, rename=True)  # type: ignore[misc]  # a name that is no identifier -> _N
 
     def _mapping(self: tuple) -> dict[str, Any]:
@@ -58,17 +58,17 @@ def column_names(sql: str, cur: psycopg.Cursor) -> tuple[str, ...]:
     """The result columns of ``sql`` just executed on ``cur``, decoded once per statement (psycopg's
     ``dict_row`` decodes them at every execution)."""
     res = cur.pgresult
-    key = (sql, res.nfields)  # type: ignore[union-attr]
+    key = (sql, res.nfields)  # type: ignore[union-attr]  # None only before a statement ran
     names = _COLUMN_NAMES.get(key)
     if names is None:
-        names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]
+        names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]  # as above
         if len(_COLUMN_NAMES) < 4096:  # bounded: statements are the program's, but f-strings vary
             _COLUMN_NAMES[key] = names
     return names
 
 
 def _row_maker(sql: str, cur: psycopg.Cursor) -> Any:
-    key = (sql, cur.pgresult.nfields)  # type: ignore[union-attr]
+    key = (sql, cur.pgresult.nfields)  # type: ignore[union-attr]  # executed just now: it has a result
     maker = _ROW_MAKERS.get(key)
     if maker is None:
         maker = _row_class(column_names(sql, cur))._make
@@ -136,9 +136,15 @@ _DEFERRED_CURSOR = "ledgerflow_sql_deferred_cursor"
 _DEFERRED = "ledgerflow_sql_deferred"  # (the root transaction, [(sql, params), ...])
 
 
-def _cursor(conn: Connection, key: str) -> psycopg.Cursor:
+def _driver(conn: Connection) -> psycopg.Connection[Any]:
+    """The psycopg connection under ``conn``: SQLAlchemy types it as any DBAPI connection (None once
+    detached); this module runs on psycopg only, on connections in use."""
+    return cast("psycopg.Connection[Any]", conn.connection.driver_connection)
+
+
+def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     pooled = conn.connection
-    driver: psycopg.Connection = pooled.driver_connection  # type: ignore[assignment]
+    driver: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]  # as in _driver
     cur = pooled.info.get(key)  # one cursor per DBAPI connection and use, made at its first statement here
     if cur is None or cur.closed or cur.connection is not driver:
         cur = pooled.info[key] = driver.cursor()  # tuples; ``_row_maker`` makes them rows
@@ -175,7 +181,8 @@ def defer(
     txn = conn.get_transaction()
     entry = conn.info.get(_DEFERRED)
     if entry is None or entry[0] is not txn:
-        entry = conn.info[_DEFERRED] = (txn, [])
+        statements: list[tuple[str, dict[str, Any]]] = []
+        entry = conn.info[_DEFERRED] = (txn, statements)
     entry[1].append((sql, dict(params or {})))
 
 
@@ -188,6 +195,11 @@ def _send_deferred(conn: Connection, deferred: list[tuple[str, dict[str, Any]]])
 
 
 _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
+
+
+def _renamed(sql: str, prefix: str) -> str:
+    """``sql`` with each ``:name`` placeholder renamed ``:<prefix>name``."""
+    return _BIND.sub(lambda m: f":{prefix}{m.group(1)}", sql)
 
 
 def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
@@ -204,9 +216,10 @@ def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dic
         if len(group) == 1:
             out.append(group[0])
         elif group:
-            parts, merged = [], {}
+            parts: list[str] = []
+            merged: dict[str, Any] = {}
             for i, (sql, args) in enumerate(group):
-                parts.append(f"w{i} AS ({_BIND.sub(lambda m, i=i: f':w{i}_{m.group(1)}', sql)})")
+                parts.append(f"w{i} AS ({_renamed(sql, f'w{i}_')})")
                 merged.update({f"w{i}_{k}": v for k, v in args.items()})
             out.append(("WITH " + ", ".join(parts) + " SELECT 1", merged))
         group.clear()
@@ -235,7 +248,7 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     deferred = _take_deferred(conn)
     try:
         if deferred:
-            with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+            with _driver(conn).pipeline():
                 _send_deferred(conn, deferred)
                 cur.execute(pyformat(sql), args)
         else:
@@ -275,11 +288,12 @@ def buffer(conn: Connection, key: str, factory: Callable[[], B]) -> B:
     txn = conn.get_transaction()
     entry = conn.info.get(_BUFFERS)
     if entry is None or entry[0] is not txn:
-        entry = conn.info[_BUFFERS] = (txn, {})
+        buffers: dict[str, Any] = {}  # each key holds the buffer type its factory makes
+        entry = conn.info[_BUFFERS] = (txn, buffers)
     found = entry[1].get(key)
     if found is None:
         found = entry[1][key] = factory()
-    return found  # type: ignore[return-value]
+    return found
 
 
 def _drain_buffers(conn: Connection) -> None:
@@ -298,7 +312,7 @@ def _flush(conn: Connection, *, buffers: bool = False) -> None:
     if not deferred:
         return
     try:
-        with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+        with _driver(conn).pipeline():
             _send_deferred(conn, deferred)
     except psycopg.Error as exc:
         conn._handle_dbapi_exception(exc, "; ".join(d[0] for d in deferred), {}, None, None)

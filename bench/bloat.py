@@ -192,8 +192,10 @@ def run(minutes: float, rate: float, candidates: tuple[str, ...] = ()) -> dict[s
         return procs[-1]
 
     try:
-        wait_ready([spawn([str(bin_dir / "ledgerflow"), "worker", "--pool", "advance"], lf_env, "lf-worker")],
-                   "ledgerflow worker")  # fmt: skip
+        wait_ready(
+            [spawn([str(bin_dir / "ledgerflow"), "worker", "--pool", "advance"], lf_env, "lf-worker")],
+            "ledgerflow worker",
+        )
         spawn(procrastinate_argv(bin_dir), pq_env, "pq-worker")
         time.sleep(2.0)
         common = ["--rate", str(rate), "--seconds", str(seconds)]
@@ -264,16 +266,28 @@ def report(doc: dict[str, Any]) -> str:
     ]
     a, b = totals(last["ledgerflow"]), totals(last["procrastinate"])
     rows = [
-        ("jobs succeeded / enqueued", f"{doc['jobs']['ledgerflow'][0]:,}/{doc['jobs']['ledgerflow'][1]:,}",
-         f"{doc['jobs']['procrastinate'][0]:,}/{doc['jobs']['procrastinate'][1]:,}", ""),
+        (
+            "jobs succeeded / enqueued",
+            f"{doc['jobs']['ledgerflow'][0]:,}/{doc['jobs']['ledgerflow'][1]:,}",
+            f"{doc['jobs']['procrastinate'][0]:,}/{doc['jobs']['procrastinate'][1]:,}",
+            "",
+        ),
         ("dead tuples at the end", f"{a['dead']:,}", f"{b['dead']:,}", _ratio(a["dead"], b["dead"])),
-        ("dead tuples, peak of the samples", f"{peak['ledgerflow']:,}", f"{peak['procrastinate']:,}",
-         _ratio(peak["ledgerflow"], peak["procrastinate"])),
+        (
+            "dead tuples, peak of the samples",
+            f"{peak['ledgerflow']:,}",
+            f"{peak['procrastinate']:,}",
+            _ratio(peak["ledgerflow"], peak["procrastinate"]),
+        ),
         ("live tuples at the end", f"{a['live']:,}", f"{b['live']:,}", _ratio(a["live"], b["live"])),
-        ("tables + indexes (MiB)", f"{a['bytes'] / 2**20:,.1f}", f"{b['bytes'] / 2**20:,.1f}",
-         _ratio(a["bytes"], b["bytes"])),
+        (
+            "tables + indexes (MiB)",
+            f"{a['bytes'] / 2**20:,.1f}",
+            f"{b['bytes'] / 2**20:,.1f}",
+            _ratio(a["bytes"], b["bytes"]),
+        ),
         ("autovacuum runs", f"{a['autovacuums']}", f"{b['autovacuums']}", ""),
-    ]  # fmt: skip
+    ]
     lines += ["{:<34} {:>14} {:>14} {:>8}".format(*r) for r in rows]
     lines.append("per table (live / dead / MiB / HOT updates of all updates):")
     for name in ("ledgerflow", "procrastinate"):
@@ -297,8 +311,11 @@ def _ratio(a: float, b: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.bloat", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bloat",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="cmd")
     prod = sub.add_parser("produce", help="(internal) one system's steady producer")
     prod.add_argument("system", choices=["ledger", "peer"])

@@ -92,8 +92,9 @@ def run(dsn: str, args: argparse.Namespace) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE workflow_jobs, workflow_job_executions")
     with transaction() as conn:
-        issued = create_credential(conn, namespace="bench", name="operator", scopes=sorted(ALL_SCOPES),
-                                   platform=True)  # fmt: skip
+        issued = create_credential(
+            conn, namespace="bench", name="operator", scopes=sorted(ALL_SCOPES), platform=True
+        )
         token = issued.token
     log(f"running a workflow of {args.steps} steps")
     workflow_id = run_workflow(issued.namespace_id, args.steps)
@@ -102,11 +103,16 @@ def run(dsn: str, args: argparse.Namespace) -> None:
     page = client.get("/console/login").get_data(as_text=True)
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
     assert client.post("/console/login", data={"token": token, "csrf_token": csrf}).status_code == 302
-    print(f"\nconsole pages, {args.jobs:,} jobs, {args.attempts:,} attempts in the last hour; "
-          f"server time per page load (ms), {args.repeat} loads each; load {loadavg()}")  # fmt: skip
+    print(
+        f"\nconsole pages, {args.jobs:,} jobs, {args.attempts:,} attempts in the last hour; "
+        f"server time per page load (ms), {args.repeat} loads each; load {loadavg()}"
+    )
     print(f"{'page':<34} {'median':>8} {'p95':>8} {'max':>8} {'rows':>5}")
-    variants = {**VARIANTS, "runtime status panel (own request)": "/console/jobs/status-panel",
-                f"workflow page ({args.steps} steps)": f"/console/workflows/{workflow_id}"}  # fmt: skip
+    variants = {
+        **VARIANTS,
+        "runtime status panel (own request)": "/console/jobs/status-panel",
+        f"workflow page ({args.steps} steps)": f"/console/workflows/{workflow_id}",
+    }
     for name, url in variants.items():
         for _ in range(3):  # warm the connection pool and the caches
             client.get(url)
@@ -133,8 +139,10 @@ def run(dsn: str, args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             client.get(url)
             times.append((time.perf_counter() - t0) * 1000)
-        print(f"{'second page (cursor)':<34} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
-              f"{max(times):8.1f}")  # fmt: skip
+        print(
+            f"{'second page (cursor)':<34} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
+            f"{max(times):8.1f}"
+        )
 
 
 def run_workflow(namespace_id: str, steps: int) -> str:
@@ -153,10 +161,15 @@ def run_workflow(namespace_id: str, steps: int) -> str:
         doc_steps.append({"key": f"c{chain}-s{pos}", "kind": "TASK", "queue": "bench-q", "after": after})
     with transaction() as conn:
         d = definitions.create_definition(conn, namespace_id, "bench-100-steps", None)
-        definitions.publish_version(conn, namespace_id, d["id"], {"version": "v1", "input_schema": {},
-                                    "deadline_seconds": 86400, "steps": doc_steps})  # fmt: skip
-        inst = instances.start_workflow(conn, namespace_id, {"definition_id": d["id"], "version": "v1",
-                                        "input": {"order": "bench"}})  # fmt: skip
+        definitions.publish_version(
+            conn,
+            namespace_id,
+            d["id"],
+            {"version": "v1", "input_schema": {}, "deadline_seconds": 86400, "steps": doc_steps},
+        )
+        inst = instances.start_workflow(
+            conn, namespace_id, {"definition_id": d["id"], "version": "v1", "input": {"order": "bench"}}
+        )
     done = 0
     while done < steps - chains:
         with transaction() as conn:

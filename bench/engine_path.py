@@ -89,9 +89,12 @@ def main() -> None:
     print(f"task complete:  {len(mods2):3d} modules, {c2:4d} module crossings")
     with engine.begin() as conn:
         conn.execute(
-            text("UPDATE workflow_jobs SET run_at = now() WHERE type = 'delay_wake' AND instance_id = :i "
-                 "AND payload->>'wake' = 'timer'"), {"i": inst["id"]},
-        )  # fmt: skip
+            text(
+                "UPDATE workflow_jobs SET run_at = now() WHERE type = 'delay_wake' AND instance_id = :i "
+                "AND payload->>'wake' = 'timer'"
+            ),
+            {"i": inst["id"]},
+        )
         conn.execute(
             text("UPDATE workflow_waits SET deadline_at = now() WHERE instance_id = :i"), {"i": inst["id"]}
         )

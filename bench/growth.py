@@ -24,7 +24,7 @@ PENDING = 10_000
 CHUNK = 1_000_000
 
 
-def _insert_finished(conn, start: int, n: int) -> None:  # noqa: ANN001
+def _insert_finished(conn, start: int, n: int) -> None:
     conn.execute(
         text(
             """
@@ -42,7 +42,7 @@ FROM generate_series(CAST(:a AS bigint), CAST(:b AS bigint)) g
     )
 
 
-def _insert_attempts(conn, n: int) -> None:  # noqa: ANN001
+def _insert_attempts(conn, n: int) -> None:
     conn.execute(
         text(
             """
@@ -115,8 +115,11 @@ def _run(url: str, sizes: list[int], max_attempts: int, samples: int) -> None:
                     t0 = time.perf_counter()
                     status.runtime_status(conn)
                     st.append((time.perf_counter() - t0) * 1000)
-            print(f"| {have:,} | {have - PENDING:,} | {attempts:,} | {statistics.median(ms):.2f} | "
-                  f"{ms[int(len(ms) * 0.99) - 1]:.2f} | {statistics.median(st):.1f} |", flush=True)  # fmt: skip
+            print(
+                f"| {have:,} | {have - PENDING:,} | {attempts:,} | {statistics.median(ms):.2f} | "
+                f"{ms[int(len(ms) * 0.99) - 1]:.2f} | {statistics.median(st):.1f} |",
+                flush=True,
+            )
     finally:
         engine.dispose()
         vacuum.dispose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.ledger import handlers
 
 
-def noop(ctx):  # noqa: ANN001, ANN201 - the cheapest possible job
+def noop(ctx):  # the cheapest possible job
     return None
 
 

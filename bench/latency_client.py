@@ -17,7 +17,7 @@ import random
 import time
 
 
-def _gaps(rate: float):  # noqa: ANN202
+def _gaps(rate: float):
     while True:
         yield random.uniform(0.5 / rate, 1.5 / rate)
 

@@ -66,8 +66,11 @@ def _serve(args: list[str], port: int, env: dict[str, str]) -> subprocess.Popen:
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     proc = subprocess.Popen(
         [gunicorn, *args, "--bind", f"127.0.0.1:{port}", "--no-control-socket", "web:create_app()"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -91,9 +94,19 @@ def run(label: str, serve_args: list[str], port: int, claims: int, seconds: floa
         try:
             ns = "bench-" + uuid.uuid4().hex[:6]
             with transaction() as conn:
-                admin = create_credential(conn, namespace=ns, name="admin", scopes=sorted(
-                    [Scope.DEFINITIONS_PUBLISH, Scope.DEFINITIONS_READ, Scope.WORKFLOWS_START, Scope.WORKFLOWS_READ]
-                ))  # fmt: skip
+                admin = create_credential(
+                    conn,
+                    namespace=ns,
+                    name="admin",
+                    scopes=sorted(
+                        [
+                            Scope.DEFINITIONS_PUBLISH,
+                            Scope.DEFINITIONS_READ,
+                            Scope.WORKFLOWS_START,
+                            Scope.WORKFLOWS_READ,
+                        ]
+                    ),
+                )
                 workers = [
                     create_credential(conn, namespace=ns, name=f"w{i}", scopes=[Scope.TASKS_WORK]).token
                     for i in range(max(1, claims // 8))
@@ -144,8 +157,10 @@ def run(label: str, serve_args: list[str], port: int, claims: int, seconds: floa
                 proc.kill()
                 proc.wait()
     if len(latencies) < 2:
-        print(f"{label:<34} claims={claims}: the read did not answer while the claims waited "
-              f"({len(latencies)} read(s), {latencies[0] if latencies else 0:.0f} ms)")  # fmt: skip
+        print(
+            f"{label:<34} claims={claims}: the read did not answer while the claims waited "
+            f"({len(latencies)} read(s), {latencies[0] if latencies else 0:.0f} ms)"
+        )
         return
     q = statistics.quantiles(latencies, n=100)
     print(
@@ -169,11 +184,30 @@ def main() -> None:
         from app.settings import get_settings
 
         upgrade(get_settings().database_url)
-        run("gevent (gunicorn.conf.py, 2 workers)", ["--config", "gunicorn.conf.py", "--workers", "2"],
-            args.port, args.claims, args.seconds)  # fmt: skip
+        run(
+            "gevent (gunicorn.conf.py, 2 workers)",
+            ["--config", "gunicorn.conf.py", "--workers", "2"],
+            args.port,
+            args.claims,
+            args.seconds,
+        )
         if args.compare_gthread:
-            run("gthread (2 workers x 4 threads)", ["--config", "python:web.gunicorn_conf", "--workers", "2",
-                "--worker-class", "gthread", "--threads", "4"], args.port + 1, args.claims, args.seconds)  # fmt: skip
+            run(
+                "gthread (2 workers x 4 threads)",
+                [
+                    "--config",
+                    "python:web.gunicorn_conf",
+                    "--workers",
+                    "2",
+                    "--worker-class",
+                    "gthread",
+                    "--threads",
+                    "4",
+                ],
+                args.port + 1,
+                args.claims,
+                args.seconds,
+            )
     finally:
         from app.db import get_engine
 

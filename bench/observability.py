@@ -86,7 +86,7 @@ class _Sink(BaseHTTPRequestHandler):
 
     received = 0
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         _Sink.received += 1
         self.send_response(200)
@@ -126,8 +126,11 @@ class ObsBench(Bench):
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.observability", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.observability",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--jobs", type=int, default=3000, help="jobs per throughput run")
     p.add_argument("--repeat", type=int, default=3, help="interleaved runs per configuration")
     p.add_argument("--hook-iterations", type=int, default=50_000)
@@ -141,8 +144,12 @@ def main(argv: list[str] | None = None) -> None:
     costs = {m: hook_cost(m, a.hook_iterations) for m in ("off", "in-process", "multiprocess", "tracing")}
     lines.append(f"{'hooks of one job':42s} {'us/job':>8s} {'share of 770 us':>16s}")
     for m, us in costs.items():
-        label = {"off": "metrics off", "in-process": "metrics, in-process registry",
-                 "multiprocess": "metrics, multiprocess mode", "tracing": "metrics (multiprocess) + attempt span"}[m]  # fmt: skip
+        label = {
+            "off": "metrics off",
+            "in-process": "metrics, in-process registry",
+            "multiprocess": "metrics, multiprocess mode",
+            "tracing": "metrics (multiprocess) + attempt span",
+        }[m]
         lines.append(f"{label:42s} {us:8.2f} {us / PER_JOB_BUDGET_US:15.2%}")
     lines.append("")
 
@@ -153,13 +160,24 @@ def main(argv: list[str] | None = None) -> None:
             "baseline (metrics off, tracing off)": {"LEDGERFLOW_METRICS": "0"},
             "metrics (multiprocess)": {"LEDGERFLOW_METRICS": "1", "PROMETHEUS_MULTIPROC_DIR": str(prom)},
             "metrics + tracing (OTLP to local sink)": {
-                "LEDGERFLOW_METRICS": "1", "PROMETHEUS_MULTIPROC_DIR": str(prom),
+                "LEDGERFLOW_METRICS": "1",
+                "PROMETHEUS_MULTIPROC_DIR": str(prom),
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_port}",
                 "OTEL_SERVICE_NAME": "ledgerflow-bench",
             },
-        }  # fmt: skip
-        cfg = Config(quick=True, jobs=a.jobs, procs=[1], repeat=1, lat_n=0, lat_rate=1.0, claim_sizes=[],
-                     claim_samples=0, peer=False, workloads=set())  # fmt: skip
+        }
+        cfg = Config(
+            quick=True,
+            jobs=a.jobs,
+            procs=[1],
+            repeat=1,
+            lat_n=0,
+            lat_rate=1.0,
+            claim_sizes=[],
+            claim_samples=0,
+            peer=False,
+            workloads=set(),
+        )
         bench = ObsBench(cfg)
         rates: dict[str, list[float]] = {k: [] for k in configs}
         loads: list[str] = []
@@ -182,8 +200,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         for name, rs in rates.items():
             best = max(rs)
-            lines.append(f"{name:42s} {best:8,.0f} {statistics.median(rs):8,.0f} {best / base - 1:+8.1%}  "
-                         + " ".join(f"{r:,.0f}" for r in rs))  # fmt: skip
+            lines.append(
+                f"{name:42s} {best:8,.0f} {statistics.median(rs):8,.0f} {best / base - 1:+8.1%}  "
+                + " ".join(f"{r:,.0f}" for r in rs)
+            )
         spread = [(max(rs) - min(rs)) / max(rs) for rs in rates.values() if len(rs) > 1]
         if spread:
             lines.append(

@@ -42,9 +42,16 @@ def _passes(conn: psycopg.Connection, n: int) -> tuple[float, float]:
     started, cpu = time.perf_counter(), time.process_time()
     for i in range(n):
         _, claimed, _ = transitions.settle_and_claim(
-            conn, finished, queue=QUEUE, limit=4, worker_id="bench", lease_seconds=60, by_due=i % 4 == 3,
-            backoff_base=30, backoff_cap=900,
-        )  # fmt: skip
+            conn,
+            finished,
+            queue=QUEUE,
+            limit=4,
+            worker_id="bench",
+            lease_seconds=60,
+            by_due=i % 4 == 3,
+            backoff_base=30,
+            backoff_cap=900,
+        )
         contexts = [JobContext.from_claim(j, None) for j in claimed]  # type: ignore[arg-type]  # no engine needed
         finished = [
             Settlement(
@@ -53,18 +60,30 @@ def _passes(conn: psycopg.Connection, n: int) -> tuple[float, float]:
                 lease_token=c.lease_token,
                 kind="succeeded",
                 job_type=c.type,
-            )  # fmt: skip
+            )
             for c in contexts
         ]
     took = time.perf_counter() - started, time.process_time() - cpu
-    transitions.settle_and_claim(conn, finished, queue=QUEUE, limit=0, worker_id="bench", lease_seconds=60,
-                                 by_due=False, backoff_base=30, backoff_cap=900)  # fmt: skip
+    transitions.settle_and_claim(
+        conn,
+        finished,
+        queue=QUEUE,
+        limit=0,
+        worker_id="bench",
+        lease_seconds=60,
+        by_due=False,
+        backoff_base=30,
+        backoff_cap=900,
+    )
     return took
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.pass_latency", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.pass_latency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--passes", type=int, default=2_000, help="passes per timed round (2 rounds each)")
     p.add_argument("--no-pgbouncer", dest="pgbouncer", action="store_false", help="skip the PgBouncer rows")
@@ -100,9 +119,11 @@ def main() -> None:
         print(f"load average {loadavg()}; {a.passes} passes per round, 2 rounds each, interleaved")
         for name, runs in results.items():
             best = min(w for w, _ in runs)
-            print(f"{name:<62} {best:6.3f} ms per pass (median {statistics.median(w for w, _ in runs):.3f})"
-                  f"  -> {4 / best * 1000:7,.0f} jobs/s; this process's CPU per pass (median) "
-                  f"{statistics.median(c for _, c in runs):.3f} ms")  # fmt: skip
+            print(
+                f"{name:<62} {best:6.3f} ms per pass (median {statistics.median(w for w, _ in runs):.3f})"
+                f"  -> {4 / best * 1000:7,.0f} jobs/s; this process's CPU per pass (median) "
+                f"{statistics.median(c for _, c in runs):.3f} ms"
+            )
         for name, ms in transactions.items():
             print(f"{name:<62} {ms:6.3f} ms per transaction (best of 2 rounds of {a.passes})")
         if through is None:
@@ -120,8 +141,12 @@ def _configs(dsn: str, through: str | None) -> list[tuple[str, str, dict[str, An
     configs = [
         ("synchronous commit", dsn, {"options": _options(session)}),
         ("asynchronous commit (the pool's)", dsn, {"options": _options(off)}),
-        ("asynchronous commit, no prepared statements", dsn, {"options": _options(off), "prepare_threshold": None}),
-    ]  # fmt: skip
+        (
+            "asynchronous commit, no prepared statements",
+            dsn,
+            {"options": _options(off), "prepare_threshold": None},
+        ),
+    ]
     if through is not None:
         configs.append(
             ("through PgBouncer (unprepared, synchronous commit)", through, {"prepare_threshold": None})
@@ -132,8 +157,10 @@ def _configs(dsn: str, through: str | None) -> list[tuple[str, str, dict[str, An
 def _transactions(url: str, through: str | None, n: int) -> dict[str, float]:
     """ms per short transaction of the app's engine (its session settings), best of 2 rounds of ``n``."""
     pooling = {"LEDGERFLOW_DB_TRANSACTION_POOLING": "on"}
-    ways = {"app transaction, direct (settings at connect)": ({}, url),
-            "app transaction, direct, as with pooling on (SET LOCAL, unprepared)": (pooling, url)}  # fmt: skip
+    ways = {
+        "app transaction, direct (settings at connect)": ({}, url),
+        "app transaction, direct, as with pooling on (SET LOCAL, unprepared)": (pooling, url),
+    }
     if through is not None:
         pooled = with_database(through, make_url(url).database).replace(
             "postgresql://", "postgresql+psycopg://", 1

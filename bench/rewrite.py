@@ -89,8 +89,10 @@ def main() -> None:
         print(f"{'':<26} {'heap 0015':>10} {'heap 0016':>10} {'indexes 0015':>13} {'indexes 0016':>13}")
         for table in ("workflow_jobs", "workflow_job_executions"):
             (h0, i0, n0), (h1, i1, n1) = before[table], after[table]
-            print(f"{table:<26} {h0 / a.jobs:10.1f} {h1 / a.jobs:10.1f} {i0 / a.jobs:9.1f} ({n0:>2}) "
-                  f"{i1 / a.jobs:9.1f} ({n1:>2})")  # fmt: skip
+            print(
+                f"{table:<26} {h0 / a.jobs:10.1f} {h1 / a.jobs:10.1f} {i0 / a.jobs:9.1f} ({n0:>2}) "
+                f"{i1 / a.jobs:9.1f} ({n1:>2})"
+            )
 
 
 if __name__ == "__main__":

@@ -135,7 +135,7 @@ class Proc:
 
 def spawn_logged(argv: list[str], env: dict[str, str], log_path: Path) -> Proc:
     """Start ``argv`` from the project root with its output in ``log_path``."""
-    out = open(log_path, "w")  # noqa: SIM115 - lives as long as the process
+    out = open(log_path, "w")  # lives as long as the process
     return Proc(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT), log_path)
 
 
@@ -170,8 +170,18 @@ def base_env() -> dict[str, str]:
 
 def procrastinate_argv(bin_dir: Path, concurrency: int = SLOTS) -> list[str]:
     """A procrastinate worker of the peer app (``bench.peer``) on its queue."""
-    return [str(bin_dir / "procrastinate"), "--log-level", "warning", "--app", "bench.peer.app", "worker",
-            "--concurrency", str(concurrency), "--queues", "bench"]  # fmt: skip
+    return [
+        str(bin_dir / "procrastinate"),
+        "--log-level",
+        "warning",
+        "--app",
+        "bench.peer.app",
+        "worker",
+        "--concurrency",
+        str(concurrency),
+        "--queues",
+        "bench",
+    ]
 
 
 @contextmanager
@@ -281,12 +291,12 @@ class Bench:
             from app.db import get_engine
 
             get_engine().dispose()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         for db in (self.lf_db, self.pq_db, self.pgq_db):  # all named with this run's uid
             try:
                 self.admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log(f"could not drop {db}: {exc}")
         if self.redis_url:
             try:
@@ -295,7 +305,7 @@ class Bench:
                 client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=2)
                 for key in client.scan_iter(f"{self.ns}*"):
                     client.delete(key)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log(f"could not clean redis namespace {self.ns}: {exc}")
 
     # -- processes -------------------------------------------------------------------------------
@@ -714,8 +724,15 @@ class Bench:
     def starts(self) -> None:
         """``python -m bench.starts`` (its own database and gunicorn servers, beside a bare Flask endpoint on
         the same settings); its table joins the report."""
-        argv = [sys.executable, "-m", "bench.starts", "--seconds", "4" if self.cfg.quick else "8",
-                "--clients", "1,8" if self.cfg.quick else "1,2,8"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.starts",
+            "--seconds",
+            "4" if self.cfg.quick else "8",
+            "--clients",
+            "1,8" if self.cfg.quick else "1,2,8",
+        ]
         log(f"workflow starts: {' '.join(argv[1:])}")
         env = base_env() | {"DATABASE_URL": self.server}
         out = subprocess.run(

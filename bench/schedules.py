@@ -78,8 +78,12 @@ def _run(n: int) -> None:
     who = Principal(
         credential_id="bench", name="bench", namespace_id=ns, namespace=ns, scopes=frozenset(), queues=None
     )
-    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 60,
-           "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 1}]}  # fmt: skip
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 1}],
+    }
     with transaction(eng) as conn:
         d = definitions.create_definition(conn, ns, "bench")
         definitions.publish_version(conn, ns, d["id"], doc)
@@ -87,12 +91,26 @@ def _run(n: int) -> None:
     started = time.perf_counter()
     with transaction(eng) as conn:
         for i in range(n):
-            schedules.create_schedule(conn, who, {"name": f"s{i}", "definition_id": d["id"], "version": "v1",
-                                                  "input": {}, "interval_seconds": 60, "overlap": "allow"})  # fmt: skip
+            schedules.create_schedule(
+                conn,
+                who,
+                {
+                    "name": f"s{i}",
+                    "definition_id": d["id"],
+                    "version": "v1",
+                    "input": {},
+                    "interval_seconds": 60,
+                    "overlap": "allow",
+                },
+            )
     created = time.perf_counter() - started
     with eng.begin() as conn:
-        conn.execute(text("UPDATE workflow_schedules SET anchor_at = anchor_at - interval '1 hour', "
-                          "next_fire_at = next_fire_at - interval '1 hour'"))  # fmt: skip
+        conn.execute(
+            text(
+                "UPDATE workflow_schedules SET anchor_at = anchor_at - interval '1 hour', "
+                "next_fire_at = next_fire_at - interval '1 hour'"
+            )
+        )
     handed, skipped, ticks = 0, 0, 0
     started = time.perf_counter()
     while True:
@@ -105,8 +123,10 @@ def _run(n: int) -> None:
             break
     took = time.perf_counter() - started
     print(f"create: {n} schedules in {created:.2f} s ({n / created:.0f}/s, one transaction)")
-    print(f"tick: {handed} due schedules handed out in {ticks} transactions, {took:.2f} s "
-          f"({handed / took:.0f} schedules/s); {skipped} missed fire times coalesced into {handed} jobs")  # fmt: skip
+    print(
+        f"tick: {handed} due schedules handed out in {ticks} transactions, {took:.2f} s "
+        f"({handed / took:.0f} schedules/s); {skipped} missed fire times coalesced into {handed} jobs"
+    )
 
 
 if __name__ == "__main__":

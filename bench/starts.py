@@ -48,8 +48,21 @@ DOC = {
 
 def gunicorn(app: str, port: int, env: dict[str, str], cwd: Path, workers: int = 2) -> subprocess.Popen:
     # the Procfile's settings: gunicorn.conf.py (gevent), 2 workers
-    argv = [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"), "--bind",
-            f"127.0.0.1:{port}", "--workers", str(workers), "--no-control-socket", "--log-level", "warning", app]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--config",
+        str(ROOT / "gunicorn.conf.py"),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--no-control-socket",
+        "--log-level",
+        "warning",
+        app,
+    ]
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -123,13 +136,16 @@ def statements_per_start(url: str, token: str, body: dict) -> int:
 
     get_settings.cache_clear()
     client = create_app().test_client()
-    warm = client.post("/v1/workflows", json=body,
-                       headers={"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+    warm = client.post(
+        "/v1/workflows",
+        json=body,
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex},
+    )
     assert warm.status_code == 201, warm.get_data(as_text=True)  # the version is cached from now on
     seen: list[str] = []
     execute = psycopg.Cursor.execute
 
-    def counted(self, query, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def counted(self, query, *args, **kwargs):
         seen.append(str(query)[:60])
         return execute(self, query, *args, **kwargs)
 
@@ -147,13 +163,19 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.starts")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--clients", default="1,2,8")
-    p.add_argument("--workers", type=int, default=2,
-                   help="gunicorn workers of both servers (the Procfile's: 2); vary it to see starts grow with web processes")  # fmt: skip
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="gunicorn workers of both servers (the Procfile's: 2); vary it to see starts grow with web processes",
+    )
     args = p.parse_args()
     server = os.environ["DATABASE_URL"]
     db = f"lf_bench_starts_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database="postgres"),
-                          isolation_level="AUTOCOMMIT")  # fmt: skip
+    admin = create_engine(
+        make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database="postgres"),
+        isolation_level="AUTOCOMMIT",
+    )
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{db}"'))
     url = make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database=db)
@@ -162,28 +184,50 @@ def main() -> None:
     engine = create_engine(url_s)
     ns = "bench-" + uuid.uuid4().hex[:6]
     with transaction(engine) as conn:
-        token = create_credential(conn, namespace=ns, name="bench",
-                                  scopes=[Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT,
-                                          Scope.WORKFLOWS_READ, Scope.DEFINITIONS_READ]).token  # fmt: skip
-    env = {**os.environ, "DATABASE_URL": url_s.replace("+psycopg", ""), "PYTHONPATH": str(ROOT),
-           "LOG_LEVEL": "WARNING", "LEDGERFLOW_METRICS": "0",
-           # one credential drives every start: its rate limit (100/s by default) would cap the run
-           "LEDGERFLOW_RATE_LIMIT": "100000/second"}  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace=ns,
+            name="bench",
+            scopes=[
+                Scope.DEFINITIONS_PUBLISH,
+                Scope.WORKFLOWS_START,
+                Scope.TASKS_SUBMIT,
+                Scope.WORKFLOWS_READ,
+                Scope.DEFINITIONS_READ,
+            ],
+        ).token
+    env = {
+        **os.environ,
+        "DATABASE_URL": url_s.replace("+psycopg", ""),
+        "PYTHONPATH": str(ROOT),
+        "LOG_LEVEL": "WARNING",
+        "LEDGERFLOW_METRICS": "0",
+        # one credential drives every start: its rate limit (100/s by default) would cap the run
+        "LEDGERFLOW_RATE_LIMIT": "100000/second",
+    }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.pop("REDIS_URL", None)  # hints are not what is measured here
     port, bare_port = closed_port(), closed_port()
     tmp = Path(tempfile.mkdtemp())
     (tmp / "bare.py").write_text(BARE_APP)
-    procs = [gunicorn("web:create_app()", port, env, ROOT, args.workers),
-             gunicorn("bare:app", bare_port, env, tmp, args.workers)]  # fmt: skip
+    procs = [
+        gunicorn("web:create_app()", port, env, ROOT, args.workers),
+        gunicorn("bare:app", bare_port, env, tmp, args.workers),
+    ]
     try:
         h = {"Authorization": f"Bearer {token}"}
         base = f"http://127.0.0.1:{port}"
-        d = httpx.post(f"{base}/v1/workflow-definitions", json={"name": "bench"},
-                       headers={**h, "Idempotency-Key": uuid.uuid4().hex}).json()["data"]  # fmt: skip
+        d = httpx.post(
+            f"{base}/v1/workflow-definitions",
+            json={"name": "bench"},
+            headers={**h, "Idempotency-Key": uuid.uuid4().hex},
+        ).json()["data"]
         def_id = d["definition"]["id"] if "definition" in d else d["id"]
-        httpx.post(f"{base}/v1/workflow-definitions/{def_id}/versions", json=DOC,
-                   headers={**h, "Idempotency-Key": uuid.uuid4().hex}).raise_for_status()  # fmt: skip
+        httpx.post(
+            f"{base}/v1/workflow-definitions/{def_id}/versions",
+            json=DOC,
+            headers={**h, "Idempotency-Key": uuid.uuid4().hex},
+        ).raise_for_status()
         body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
         print(f"load average at start: {loadavg()}")
         print(
@@ -203,8 +247,10 @@ def main() -> None:
             bare, bare_lat = load(f"http://127.0.0.1:{bare_port}/v1/workflows", {}, body, c, args.seconds)
             bare_cpu = bare_split.stop(len(bare_lat))
             p99 = statistics.quantiles(lat, n=100)[98] if len(lat) > 1 else lat[0]
-            print(f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {cpu} | {bare:.0f} | "
-                  f"{bare_cpu} | {rate / bare:.0%} |")  # fmt: skip
+            print(
+                f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {cpu} | {bare:.0f} | "
+                f"{bare_cpu} | {rate / bare:.0%} |"
+            )
     finally:
         for proc in procs:
             proc.terminate()

@@ -39,8 +39,12 @@ def start_once(env: dict[str, str], pool: str, timeout: float = 60.0) -> tuple[f
     began = time.monotonic()
     proc = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "ledgerflow"), "worker", "--pool", pool],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -79,8 +83,11 @@ def without_bytecode() -> Iterator[None]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.startup",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--pool", choices=("advance", "outbound"), default="advance")
     a = p.parse_args()

@@ -29,8 +29,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.run import Bench, Config, log, percentile
 
-DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 3600,
-       "steps": [{"key": "work", "kind": "TASK", "queue": "bench-q"}]}  # fmt: skip
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 3600,
+    "steps": [{"key": "work", "kind": "TASK", "queue": "bench-q"}],
+}
 
 
 class _Receiver(BaseHTTPRequestHandler):
@@ -38,10 +42,10 @@ class _Receiver(BaseHTTPRequestHandler):
     arrivals: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
 
-    def log_message(self, *a) -> None:  # noqa: ANN002
+    def log_message(self, *a) -> None:
         pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with _Receiver.lock:
             _Receiver.arrivals.setdefault((self.path, self.headers.get("webhook-id", "")), time.time())
@@ -64,13 +68,14 @@ def _receiver() -> ThreadingHTTPServer:
     return server
 
 
-def _setup_namespace(client, subscribe_url: str | None, n_subs: int) -> tuple[dict, str]:  # noqa: ANN001
+def _setup_namespace(client, subscribe_url: str | None, n_subs: int) -> tuple[dict, str]:
     from app.auth import ALL_SCOPES, create_credential
     from app.db import transaction
 
     with transaction() as conn:
-        token = create_credential(conn, namespace="b-" + uuid.uuid4().hex[:8], name="bench",
-                                  scopes=sorted(ALL_SCOPES)).token  # fmt: skip
+        token = create_credential(
+            conn, namespace="b-" + uuid.uuid4().hex[:8], name="bench", scopes=sorted(ALL_SCOPES)
+        ).token
     h = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def post(path: str, body: dict) -> dict:
@@ -85,9 +90,12 @@ def _setup_namespace(client, subscribe_url: str | None, n_subs: int) -> tuple[di
     return h, def_id
 
 
-def _start(client, h: dict, def_id: str) -> None:  # noqa: ANN001
-    r = client.post("/v1/workflows", json={"definition_id": def_id, "version": "v1", "input": {}},
-                    headers={**h, "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+def _start(client, h: dict, def_id: str) -> None:
+    r = client.post(
+        "/v1/workflows",
+        json={"definition_id": def_id, "version": "v1", "input": {}},
+        headers={**h, "Idempotency-Key": uuid.uuid4().hex},
+    )
     assert r.status_code == 201, r.get_json()
 
 
@@ -118,8 +126,10 @@ def hot_path(n: int, rounds: int, receiver_url: str) -> list[str]:
                 times[name].append((time.perf_counter() - t0) * 1000)
     events.emit = real_emit
     base = statistics.median(times["events off (no outbox)"])
-    out = [f"POST /v1/workflows in-process, {n * rounds} requests each", f"{'configuration':42s} {'p50 ms':>8s} "
-           f"{'p99 ms':>8s} {'vs off':>8s}"]  # fmt: skip
+    out = [
+        f"POST /v1/workflows in-process, {n * rounds} requests each",
+        f"{'configuration':42s} {'p50 ms':>8s} {'p99 ms':>8s} {'vs off':>8s}",
+    ]
     for name, ts in times.items():
         med = statistics.median(ts)
         out.append(f"{name:42s} {med:8.2f} {percentile(ts, 99):8.2f} {med - base:+7.2f}ms")
@@ -143,9 +153,16 @@ def _created(def_id: str) -> dict[str, float]:
     from app.db import get_engine
 
     with get_engine().connect() as conn:
-        return {r[0]: float(r[1]) for r in conn.execute(text(
-            "SELECT id, extract(epoch FROM created_at) FROM workflow_events WHERE type = 'workflow.started' "
-            "AND definition_id = :d"), {"d": def_id}).all()}  # fmt: skip
+        return {
+            r[0]: float(r[1])
+            for r in conn.execute(
+                text(
+                    "SELECT id, extract(epoch FROM created_at) FROM workflow_events WHERE type = 'workflow.started' "
+                    "AND definition_id = :d"
+                ),
+                {"d": def_id},
+            ).all()
+        }
 
 
 def delivery(
@@ -198,8 +215,11 @@ def delivery(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.webhooks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m bench.webhooks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--events", type=int, default=1000)
     p.add_argument("--subs", type=int, default=5)
     p.add_argument("--procs", type=int, default=2)
@@ -209,8 +229,18 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if not os.environ.get("DATABASE_URL"):
         sys.exit("DATABASE_URL is not set: run through `make bench-webhooks` or export it")
-    cfg = Config(quick=True, jobs=0, procs=[a.procs], repeat=1, lat_n=0, lat_rate=1.0, claim_sizes=[],
-                 claim_samples=0, peer=False, workloads=set())  # fmt: skip
+    cfg = Config(
+        quick=True,
+        jobs=0,
+        procs=[a.procs],
+        repeat=1,
+        lat_n=0,
+        lat_rate=1.0,
+        claim_sizes=[],
+        claim_samples=0,
+        peer=False,
+        workloads=set(),
+    )
     bench = Bench(cfg)
     server = _receiver()
     url = f"http://127.0.0.1:{server.server_port}"

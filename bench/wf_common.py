@@ -356,7 +356,7 @@ def start_all(
                 ms = (time.perf_counter() - p0) * 1000
                 with lock:
                     out.append((wid, t0, ms))
-        except BaseException as exc:  # noqa: BLE001 - raised below, in the caller's thread
+        except BaseException as exc:  # raised below, in the caller's thread
             errors.append(exc)
         finally:
             close(client)

@@ -125,7 +125,7 @@ class Workers:
         def loop(w: TaskWorker) -> None:
             try:
                 w.run()
-            except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            except BaseException as exc:  # reported by stop()
                 self.failure.append(exc)
 
         for w in self.workers:
@@ -218,9 +218,20 @@ def serve(env: dict[str, str], logs: Path) -> tuple[list[Proc], str]:
     exe = Path(sys.executable).with_name("ledgerflow")
     lf = [str(exe)] if exe.exists() else [sys.executable, "-m", "ledgerflow.cli"]
     web = spawn_logged(
-        [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", "2",
-         "--no-control-socket", "web:create_app()"], env, logs / "web.log",
-    )  # fmt: skip
+        [
+            gunicorn,
+            "--config",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--no-control-socket",
+            "web:create_app()",
+        ],
+        env,
+        logs / "web.log",
+    )
     workers = [
         spawn_logged([*lf, "worker", "--pool", pool], env, logs / f"worker-{pool}.log")
         for pool in ("advance", "outbound")
@@ -244,9 +255,16 @@ def serve(env: dict[str, str], logs: Path) -> tuple[list[Proc], str]:
 
 
 def run_ledgerflow(
-    shape: Shape, n: int, *, warmup: int, probe: int, rate_limit: bool, counts_only: bool = False,
-    label: str = "ledgerflow", idle: float = 0.0,
-) -> RunResult:  # fmt: skip
+    shape: Shape,
+    n: int,
+    *,
+    warmup: int,
+    probe: int,
+    rate_limit: bool,
+    counts_only: bool = False,
+    label: str = "ledgerflow",
+    idle: float = 0.0,
+) -> RunResult:
     """One Ledgerflow run of ``n`` workflows of ``shape`` (see the module docstring and wf_common);
     ``n = 0`` with ``idle`` seconds: an empty window, what the engine writes with no workflow."""
     res = RunResult(engine=label, shape=shape.name, n=n)
@@ -264,9 +282,18 @@ def run_ledgerflow(
         dsn = libpq(url)
         engine = create_engine(url)
         with transaction(engine) as conn:
-            client_token = create_credential(conn, namespace=ns, name="bench-clients", scopes=[
-                Scope.DEFINITIONS_PUBLISH, Scope.DEFINITIONS_READ, Scope.WORKFLOWS_START, Scope.WORKFLOWS_READ,
-                Scope.TASKS_SUBMIT]).token  # fmt: skip
+            client_token = create_credential(
+                conn,
+                namespace=ns,
+                name="bench-clients",
+                scopes=[
+                    Scope.DEFINITIONS_PUBLISH,
+                    Scope.DEFINITIONS_READ,
+                    Scope.WORKFLOWS_START,
+                    Scope.WORKFLOWS_READ,
+                    Scope.TASKS_SUBMIT,
+                ],
+            ).token
             worker_token = create_credential(
                 conn, namespace=ns, name="bench-workers", scopes=[Scope.TASKS_WORK]
             ).token
@@ -358,9 +385,16 @@ def run_ledgerflow(
 
 
 def idle_probe(
-    res: RunResult, mon: Monitor, base: str, token: str, def_id: str, shape: Shape, k: int, workers: Workers,
+    res: RunResult,
+    mon: Monitor,
+    base: str,
+    token: str,
+    def_id: str,
+    shape: Shape,
+    k: int,
+    workers: Workers,
     transport: CountingTransport,
-) -> None:  # fmt: skip
+) -> None:
     """``k`` workflows one at a time on the otherwise idle engine (every task worker waits in a long
     poll): the step hop (target 2), timer lateness (target 1) and start -> done latency."""
     ids: list[str] = []
@@ -385,5 +419,5 @@ def _clean_redis(redis_url: str, ns: str) -> None:
         client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)
         for key in client.scan_iter(f"{ns}*"):
             client.delete(key)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         log(f"could not clean redis namespace {ns}: {exc}")

@@ -65,8 +65,23 @@ def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) 
     """``run_variant`` in a fresh child process (no state carried between engines: DBOS's singleton,
     threads, caches); its result comes back as JSON."""
     path = out_dir / f"{variant}-{shape.name}.json"
-    argv = [sys.executable, "-m", "bench.workflows", "--child", variant, "--shape", shape.name, "--n", str(a.n),
-            "--warmup", str(a.warmup), "--probe", str(a.probe), "--result", str(path)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.workflows",
+        "--child",
+        variant,
+        "--shape",
+        shape.name,
+        "--n",
+        str(a.n),
+        "--warmup",
+        str(a.warmup),
+        "--probe",
+        str(a.probe),
+        "--result",
+        str(path),
+    ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
     done = subprocess.run(argv, env=env, cwd=ROOT, check=False, timeout=3600)
@@ -109,7 +124,7 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     lines.append(row.format("", *(VARIANTS[c] for c in cols)))
     lines.append("  " + "-" * (38 + 16 * len(cols)))
 
-    def add(label: str, cell) -> None:  # noqa: ANN001
+    def add(label: str, cell) -> None:
         lines.append(row.format(label, *(cell(results[c]) for c in cols)))
 
     add("workflows/s", lambda r: f"{r.rate:,.1f}" if r.wall else "-")
@@ -238,8 +253,11 @@ def counts_report(results: dict[str, RunResult], n: int) -> str:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.workflows", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.workflows",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--shape", default="all", help=f"all, or comma-separated: {', '.join(SHAPES)}")
     ap.add_argument(
         "--n",
@@ -247,8 +265,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="workflows per shape and engine (default 300; 20 with --counts-only)",
     )
-    ap.add_argument("--engines", default="ledgerflow,dbos,absurd",
-                    help=f"comma-separated, from {', '.join(VARIANTS)}; or all")  # fmt: skip
+    ap.add_argument(
+        "--engines",
+        default="ledgerflow,dbos,absurd",
+        help=f"comma-separated, from {', '.join(VARIANTS)}; or all",
+    )
     ap.add_argument(
         "--no-rate-limit",
         action="store_true",

@@ -20,10 +20,17 @@ from chaos.scenarios import FULL, OPT_IN, QUICK, SCENARIOS, Result, run
 def table(results: list[Result]) -> str:
     head = ("scenario", "faults", "jobs", "workflows", "invariants", "violations", "recovery s")
     rows = [
-        (r.scenario, str(r.faults), str(r.jobs), str(r.workflows), str(len(r.invariants)), str(r.violations),
-         "-" if r.recovery_seconds is None else f"{r.recovery_seconds:.1f}")
+        (
+            r.scenario,
+            str(r.faults),
+            str(r.jobs),
+            str(r.workflows),
+            str(len(r.invariants)),
+            str(r.violations),
+            "-" if r.recovery_seconds is None else f"{r.recovery_seconds:.1f}",
+        )
         for r in results
-    ]  # fmt: skip
+    ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     out = [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
@@ -43,12 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a few faults of each kind (about a minute each)"
     )
-    parser.add_argument("--only", help="comma-separated scenario names: " + ", ".join(SCENARIOS)
-                        + "; opt-in (restarts the PostgreSQL server): " + ", ".join(OPT_IN))  # fmt: skip
+    parser.add_argument(
+        "--only",
+        help="comma-separated scenario names: "
+        + ", ".join(SCENARIOS)
+        + "; opt-in (restarts the PostgreSQL server): "
+        + ", ".join(OPT_IN),
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the database of a scenario that failed")
-    parser.add_argument("--pgbouncer", action="store_true",
-                        help="the processes reach PostgreSQL through a private PgBouncer in transaction mode")  # fmt: skip
+    parser.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="the processes reach PostgreSQL through a private PgBouncer in transaction mode",
+    )
     args = parser.parse_args(argv)
     server = os.environ.get("DATABASE_URL")
     if not server:
@@ -69,8 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             started = time.monotonic()
             print(f"running {name} ...", flush=True)
-            results.append(run(name, QUICK if args.quick else FULL, server, keep_failed=args.keep,
-                               process_server_url=through, settings=pooling))  # fmt: skip
+            results.append(
+                run(
+                    name,
+                    QUICK if args.quick else FULL,
+                    server,
+                    keep_failed=args.keep,
+                    process_server_url=through,
+                    settings=pooling,
+                )
+            )
             print(f"  done in {time.monotonic() - started:.0f} s", flush=True)
     print(table(results))
     if args.json:

@@ -193,9 +193,10 @@ class Cluster:
 
     def _spawn(self, role: str, argv: list[str], ready: str | None) -> Proc:
         log_path = self.workdir / f"{role}-{len(self.procs)}.log"
-        out = open(log_path, "w")  # noqa: SIM115 - the process owns it
-        popen = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                 start_new_session=True)  # fmt: skip
+        out = open(log_path, "w")  # the process owns it
+        popen = subprocess.Popen(
+            argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+        )
         proc = Proc(role, popen, log_path)
         self.procs.append(proc)
         if ready is not None:
@@ -212,8 +213,19 @@ class Cluster:
         return self._spawn("scheduler", [sys.executable, "-m", "ledgerflow.cli", "scheduler"], "ready")
 
     def start_web(self) -> Proc:
-        argv = [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.web_port}", "--workers", "2",
-                "--threads", "4", "--no-control-socket", "web:create_app()"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--bind",
+            f"127.0.0.1:{self.web_port}",
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+            "--no-control-socket",
+            "web:create_app()",
+        ]
         proc = self._spawn("web", argv, None)
         wait_until(lambda: self._http_ok("/healthz") or not proc.alive, 60)
         return proc

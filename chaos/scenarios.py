@@ -145,10 +145,14 @@ def kill_backends(cluster: Cluster, load: Workload, size: Size, result: Result) 
     for _ in range(size.backend_kills):
         time.sleep(random.uniform(0.5, 1.5))
         with cluster.engine.connect() as conn:  # type: ignore[union-attr]
-            killed += len(conn.execute(
-                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-                     "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
-            ).all())  # fmt: skip
+            killed += len(
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                    )
+                ).all()
+            )
         result.faults += 1
     feed.join()
     result.notes.append(f"backends terminated: {killed}")
@@ -179,8 +183,11 @@ def _restart_postgres(cluster: Cluster, load: Workload, size: Size, result: Resu
         with httpx.Client(timeout=2) as c:
             while not stop.is_set():
                 try:
-                    r = c.get(f"{load.web_url}/v1/workflows", params={"limit": "1"},
-                              headers={"Authorization": f"Bearer {load.token}"})  # fmt: skip
+                    r = c.get(
+                        f"{load.web_url}/v1/workflows",
+                        params={"limit": "1"},
+                        headers={"Authorization": f"Bearer {load.token}"},
+                    )
                     answers.append(r.status_code)
                 except httpx.HTTPError:
                     answers.append(0)
@@ -189,8 +196,12 @@ def _restart_postgres(cluster: Cluster, load: Workload, size: Size, result: Resu
     prober = threading.Thread(target=probe, daemon=True)
     prober.start()
     version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", "--mode", mode, version, "main", "restart"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", "--mode", mode, version, "main", "restart"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     back = time.monotonic()
     result.faults += 1
     feed.join()
@@ -202,8 +213,9 @@ def _restart_postgres(cluster: Cluster, load: Workload, size: Size, result: Resu
     stop.set()
     prober.join(5)
     result.invariants["the API answered 503, never 500, while PostgreSQL was away"] = answers.count(500)
-    result.invariants["work resumed within 15 s of PostgreSQL's return"] = int(time.monotonic() - back > 15 and
-                                                                             load.unfinished()["jobs"] > 0)  # fmt: skip
+    result.invariants["work resumed within 15 s of PostgreSQL's return"] = int(
+        time.monotonic() - back > 15 and load.unfinished()["jobs"] > 0
+    )
     result.notes.append(f"API answers while restarting: {sorted(set(answers))}")
 
 
@@ -236,8 +248,10 @@ def stop_redis(cluster: Cluster, load: Workload, size: Size, result: Result) -> 
     wait_until(lambda: _started(cluster, outage_jobs) == len(outage_jobs), 60)
     lat = _pickup_latencies(cluster, outage_jobs)
     p99 = statistics.quantiles(lat, n=100)[98] if len(lat) >= 2 else (lat[0] if lat else 0.0)
-    result.notes.append(f"pickup while Redis was down: p50 {statistics.median(lat):.2f} s, p99 {p99:.2f} s "
-                        f"(bound: poll {POLL} s + 1 s)")  # fmt: skip
+    result.notes.append(
+        f"pickup while Redis was down: p50 {statistics.median(lat):.2f} s, p99 {p99:.2f} s "
+        f"(bound: poll {POLL} s + 1 s)"
+    )
     if p99 > POLL + 1:
         result.invariants["pickup p99 within poll + 1 s while Redis is down"] = 1
     else:
@@ -246,18 +260,23 @@ def stop_redis(cluster: Cluster, load: Workload, size: Size, result: Result) -> 
 
 def _started(cluster: Cluster, ids: list[int]) -> int:
     with cluster.engine.connect() as conn:  # type: ignore[union-attr]
-        return int(conn.execute(
-            text("SELECT count(DISTINCT job_id) FROM workflow_job_executions WHERE job_id = ANY(:ids)"), {"ids": ids}
-        ).scalar_one())  # fmt: skip
+        return int(
+            conn.execute(
+                text("SELECT count(DISTINCT job_id) FROM workflow_job_executions WHERE job_id = ANY(:ids)"),
+                {"ids": ids},
+            ).scalar_one()
+        )
 
 
 def _pickup_latencies(cluster: Cluster, ids: list[int]) -> list[float]:
     with cluster.engine.connect() as conn:  # type: ignore[union-attr]
         rows = conn.execute(
-            text("SELECT extract(epoch FROM min(e.started_at) - j.created_at) FROM workflow_jobs j "
-                 "JOIN workflow_job_executions e ON e.job_id = j.id WHERE j.id = ANY(:ids) GROUP BY j.id"),
+            text(
+                "SELECT extract(epoch FROM min(e.started_at) - j.created_at) FROM workflow_jobs j "
+                "JOIN workflow_job_executions e ON e.job_id = j.id WHERE j.id = ANY(:ids) GROUP BY j.id"
+            ),
             {"ids": ids},
-        ).all()  # fmt: skip
+        ).all()
     return sorted(float(r[0]) for r in rows)
 
 
@@ -270,8 +289,15 @@ def contention(cluster: Cluster, load: Workload, size: Size, result: Result) -> 
 
     def drains(i: int) -> None:
         while not stop.is_set():
-            subprocess.run([sys.executable, "-m", "ledgerflow.cli", "drain"], env=cluster.env(), cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)  # fmt: skip
+            subprocess.run(
+                [sys.executable, "-m", "ledgerflow.cli", "drain"],
+                env=cluster.env(),
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=60,
+                check=False,
+            )
             runs[i] += 1
 
     threads = [threading.Thread(target=drains, args=(i,), daemon=True) for i in range(2)]
@@ -340,10 +366,22 @@ def sixteen_workers(cluster: Cluster, load: Workload, size: Size, result: Result
 
 def mixed(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
     """The short version ``make test`` runs: a few SIGKILLs, one SIGSTOP past the lease, one Redis stop."""
-    kill_workers(cluster, load, Size(size.workflows // 2, size.jobs // 2, kills=3, stops=0, backend_kills=0,
-                                     redis_seconds=0, starts=0), result)  # fmt: skip
-    stop_workers(cluster, load, Size(size.workflows // 2, size.jobs // 2, kills=0, stops=1, backend_kills=0,
-                                     redis_seconds=0, starts=0), result)  # fmt: skip
+    kill_workers(
+        cluster,
+        load,
+        Size(
+            size.workflows // 2, size.jobs // 2, kills=3, stops=0, backend_kills=0, redis_seconds=0, starts=0
+        ),
+        result,
+    )
+    stop_workers(
+        cluster,
+        load,
+        Size(
+            size.workflows // 2, size.jobs // 2, kills=0, stops=1, backend_kills=0, redis_seconds=0, starts=0
+        ),
+        result,
+    )
     stop_redis(
         cluster, load, Size(0, 10, kills=0, stops=0, backend_kills=0, redis_seconds=3, starts=0), result
     )
@@ -351,10 +389,14 @@ def mixed(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
 
 def _roots(cluster: Cluster, load: Workload) -> int:
     with cluster.engine.connect() as conn:  # type: ignore[union-attr]
-        return int(conn.execute(
-            text("SELECT count(*) FROM workflow_instances WHERE definition_id = :d AND parent_instance_id IS NULL"),
-            {"d": load.definition_id},
-        ).scalar_one())  # fmt: skip
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM workflow_instances WHERE definition_id = :d AND parent_instance_id IS NULL"
+                ),
+                {"d": load.definition_id},
+            ).scalar_one()
+        )
 
 
 SCENARIOS: dict[str, tuple[Fault, dict[str, int]]] = {
@@ -376,8 +418,16 @@ OPT_IN: dict[str, tuple[Fault, dict[str, int]]] = {
 QUICK_MIX: tuple[Fault, dict[str, int]] = (mixed, {"advance": 2, "outbound": 2})
 
 
-def run(name: str, size: Size, server_url: str, *, timeout: float = 240, keep_failed: bool = False,
-        process_server_url: str | None = None, settings: dict[str, str] | None = None) -> Result:  # fmt: skip
+def run(
+    name: str,
+    size: Size,
+    server_url: str,
+    *,
+    timeout: float = 240,
+    keep_failed: bool = False,
+    process_server_url: str | None = None,
+    settings: dict[str, str] | None = None,
+) -> Result:
     """Run one scenario on a fresh database of ``server_url``; the processes reach it through
     ``process_server_url`` when given (a PgBouncer), with ``settings`` added to their environment."""
     fault, workers = QUICK_MIX if name == "mixed" else {**SCENARIOS, **OPT_IN}[name]
@@ -403,14 +453,14 @@ def run(name: str, size: Size, server_url: str, *, timeout: float = 240, keep_fa
         result.recovery_seconds = round(time.monotonic() - quiet_from, 2)
         result.jobs, result.workflows = len(load.job_ids), len(load.instance_ids)
         result.invariants.update(check_invariants(cluster.engine, load, DRAIN + LEASE))  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001 - a scenario that cannot finish is a failed row, not a crash
+    except Exception as exc:  # a scenario that cannot finish is a failed row, not a crash
         result.error = f"{type(exc).__name__}: {exc}"
         if load is not None:
             result.notes.append(f"unfinished at the end: {load.unfinished()}")
             result.jobs, result.workflows = len(load.job_ids), len(load.instance_ids)
             try:
                 result.invariants.update(check_invariants(cluster.engine, load, DRAIN + LEASE))  # type: ignore[arg-type]
-            except Exception as inner:  # noqa: BLE001
+            except Exception as inner:
                 result.notes.append(f"invariants not checked: {inner}")
         result.notes.append(f"logs kept in {cluster.workdir}")
     finally:

@@ -33,12 +33,24 @@ def parent_doc(child_id: str) -> dict:
         "input_schema": {},
         "deadline_seconds": 3600,
         "steps": [
-            {"key": "work", "kind": "TASK", "queue": QUEUE, "timeout_seconds": 60, "input": {"n": "$.input.n"},
-             "retry": {"max_attempts": 5, "backoff_seconds": 1}},
+            {
+                "key": "work",
+                "kind": "TASK",
+                "queue": QUEUE,
+                "timeout_seconds": 60,
+                "input": {"n": "$.input.n"},
+                "retry": {"max_attempts": 5, "backoff_seconds": 1},
+            },
             {"key": "wait", "kind": "TIMER", "delay_seconds": 1, "after": ["work"]},
-            {"key": "child", "kind": "SUBWORKFLOW", "definition_id": child_id, "version": "v1", "after": ["wait"]},
+            {
+                "key": "child",
+                "kind": "SUBWORKFLOW",
+                "definition_id": child_id,
+                "version": "v1",
+                "after": ["wait"],
+            },
         ],
-    }  # fmt: skip
+    }
 
 
 def _work(task: Task) -> dict:
@@ -60,10 +72,18 @@ class Workload:
     def setup(self) -> None:
         with transaction(self.engine) as conn:
             self.token = create_credential(
-                conn, namespace=self.namespace, name="chaos",
-                scopes=[Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_READ,
-                        Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT, Scope.TASKS_WORK],
-            ).token  # fmt: skip
+                conn,
+                namespace=self.namespace,
+                name="chaos",
+                scopes=[
+                    Scope.DEFINITIONS_READ,
+                    Scope.DEFINITIONS_PUBLISH,
+                    Scope.WORKFLOWS_READ,
+                    Scope.WORKFLOWS_START,
+                    Scope.TASKS_SUBMIT,
+                    Scope.TASKS_WORK,
+                ],
+            ).token
         client = self.client()
         child = client.ensure_definition(f"{self.namespace}-child", CHILD)
         parent = client.ensure_definition(f"{self.namespace}-parent", parent_doc(child["id"]))
@@ -122,37 +142,59 @@ class Workload:
 
 # ---------------------------------------------------------------------------------- invariants
 INVARIANTS: list[tuple[str, str]] = [
-    ("every ledger job of the workload succeeded",
-     "SELECT count(*) FROM workflow_jobs WHERE id = ANY(:jobs) AND status <> 'succeeded'"),
-    ("no job left running past its lease plus one drain period",
-     "SELECT count(*) FROM workflow_jobs WHERE status = 'running' "
-     "AND lease_until < now() - make_interval(secs => :drain_seconds)"),
-    ("each (job, generation) succeeded at most once",
-     "SELECT count(*) FROM (SELECT job_id, generation FROM workflow_job_executions WHERE status = 'succeeded' "
-     "GROUP BY 1, 2 HAVING count(*) > 1) d"),
-    ("attempts never exceed the budget",
-     "SELECT count(*) FROM workflow_jobs j WHERE j.attempts > j.max_attempts OR (SELECT count(*) "
-     "FROM workflow_job_executions e WHERE e.job_id = j.id AND e.generation = j.generation) > j.max_attempts"),
-    ("every business effect written once (receipts reused after kills)",
-     "SELECT count(*) FROM (SELECT operation_key FROM chaos_effects GROUP BY 1 HAVING count(*) > 1) d"),
-    ("every effect receipt unique",
-     "SELECT count(*) FROM (SELECT operation_key, step_key FROM workflow_job_effects GROUP BY 1, 2 "
-     "HAVING count(*) > 1) d"),
-    ("every workflow of the workload SUCCEEDED",
-     "SELECT count(*) FROM workflow_instances WHERE id = ANY(:wfs) AND state <> 'SUCCEEDED'"),
-    ("every instance ended exactly once (one end audit row each)",
-     "SELECT count(*) FROM workflow_instances i WHERE i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-     "AND (SELECT count(*) FROM workflow_operations a WHERE a.workflow_id = i.id "
-     "AND a.action IN ('workflow.succeeded', 'workflow.failed', 'workflow.cancelled')) <> 1"),
-    ("no activation doubled (one activation per step of a finished workflow)",
-     "SELECT count(*) FROM (SELECT step_id FROM workflow_activations GROUP BY 1 HAVING count(*) > 1) d"),
-    ("at most one open activation per step",
-     "SELECT count(*) FROM (SELECT step_id FROM workflow_activations WHERE state IN ('ACTIVE', 'WAITING') "
-     "GROUP BY 1 HAVING count(*) > 1) d"),
-    ("no task completed twice",
-     "SELECT count(*) FROM (SELECT activation_id FROM workflow_tasks WHERE state = 'COMPLETED' "
-     "GROUP BY 1 HAVING count(*) > 1) d"),
-]  # fmt: skip
+    (
+        "every ledger job of the workload succeeded",
+        "SELECT count(*) FROM workflow_jobs WHERE id = ANY(:jobs) AND status <> 'succeeded'",
+    ),
+    (
+        "no job left running past its lease plus one drain period",
+        "SELECT count(*) FROM workflow_jobs WHERE status = 'running' "
+        "AND lease_until < now() - make_interval(secs => :drain_seconds)",
+    ),
+    (
+        "each (job, generation) succeeded at most once",
+        "SELECT count(*) FROM (SELECT job_id, generation FROM workflow_job_executions WHERE status = 'succeeded' "
+        "GROUP BY 1, 2 HAVING count(*) > 1) d",
+    ),
+    (
+        "attempts never exceed the budget",
+        "SELECT count(*) FROM workflow_jobs j WHERE j.attempts > j.max_attempts OR (SELECT count(*) "
+        "FROM workflow_job_executions e WHERE e.job_id = j.id AND e.generation = j.generation) > j.max_attempts",
+    ),
+    (
+        "every business effect written once (receipts reused after kills)",
+        "SELECT count(*) FROM (SELECT operation_key FROM chaos_effects GROUP BY 1 HAVING count(*) > 1) d",
+    ),
+    (
+        "every effect receipt unique",
+        "SELECT count(*) FROM (SELECT operation_key, step_key FROM workflow_job_effects GROUP BY 1, 2 "
+        "HAVING count(*) > 1) d",
+    ),
+    (
+        "every workflow of the workload SUCCEEDED",
+        "SELECT count(*) FROM workflow_instances WHERE id = ANY(:wfs) AND state <> 'SUCCEEDED'",
+    ),
+    (
+        "every instance ended exactly once (one end audit row each)",
+        "SELECT count(*) FROM workflow_instances i WHERE i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+        "AND (SELECT count(*) FROM workflow_operations a WHERE a.workflow_id = i.id "
+        "AND a.action IN ('workflow.succeeded', 'workflow.failed', 'workflow.cancelled')) <> 1",
+    ),
+    (
+        "no activation doubled (one activation per step of a finished workflow)",
+        "SELECT count(*) FROM (SELECT step_id FROM workflow_activations GROUP BY 1 HAVING count(*) > 1) d",
+    ),
+    (
+        "at most one open activation per step",
+        "SELECT count(*) FROM (SELECT step_id FROM workflow_activations WHERE state IN ('ACTIVE', 'WAITING') "
+        "GROUP BY 1 HAVING count(*) > 1) d",
+    ),
+    (
+        "no task completed twice",
+        "SELECT count(*) FROM (SELECT activation_id FROM workflow_tasks WHERE state = 'COMPLETED' "
+        "GROUP BY 1 HAVING count(*) > 1) d",
+    ),
+]
 
 
 def check_invariants(engine: Engine, load: Workload, drain_seconds: float) -> dict[str, int]:

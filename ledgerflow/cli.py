@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -55,11 +56,18 @@ class LedgerflowGroup(click.Group):
     """Turns expected errors of any subcommand (nested groups included) into one line, and usage errors
     too: ``Error: <message> (see `ledgerflow ... --help`)`` instead of click's usage block."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:
             click.echo(f"Error: {one_line(exc)}", err=True)
             sys.exit(exc.exit_code)
@@ -71,7 +79,7 @@ class LedgerflowGroup(click.Group):
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
-    def invoke(self, ctx: click.Context):  # noqa: ANN201
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -332,8 +340,14 @@ from ledgerflow.doctor import doctor  # noqa: E402
 from ledgerflow.schedules_cli import schedules  # noqa: E402
 
 main.add_command(credentials)
-for _command in (workflows_cli.definitions, ops_cli.jobs, ops_cli.workflows, schedules,
-                 subscriptions_cli.subscriptions, doctor):  # fmt: skip
+for _command in (
+    workflows_cli.definitions,
+    ops_cli.jobs,
+    ops_cli.workflows,
+    schedules,
+    subscriptions_cli.subscriptions,
+    doctor,
+):
     main.add_command(_command)
 workflows_cli.start_command(
     ops_cli.workflows

@@ -83,7 +83,7 @@ def _redacted_database_url() -> str:
     url = DATABASE_URL.raw()
     try:
         return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url) if url else "DATABASE_URL"
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown as "DATABASE_URL"
+    except Exception:  # an unparsable URL is shown as "DATABASE_URL"
         return "DATABASE_URL"
 
 

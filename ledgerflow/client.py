@@ -40,14 +40,14 @@ from ledgerflow.control_client import (  # re-exported: control, signals, audit,
     WorkflowControlMixin,
     WorkflowSignal,
 )
-from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: events, subscriptions, rules
+from ledgerflow.integrations_client import (  # re-exported: events, subscriptions, rules
     IntegrationsMixin,
 )
-from ledgerflow.integrations_client import (  # noqa: E402 - re-exported: the webhook receiver's verifier
+from ledgerflow.integrations_client import (  # re-exported: the webhook receiver's verifier
     WebhookVerificationError as WebhookVerificationError,
 )
-from ledgerflow.integrations_client import verify_webhook as verify_webhook  # noqa: E402
-from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public names
+from ledgerflow.integrations_client import verify_webhook as verify_webhook
+from ledgerflow.sdk_types import (  # re-exported: the SDK's public names
     _BY_CODE,
     ABSENT,
     DEFAULT_URL,
@@ -76,6 +76,7 @@ from ledgerflow.sdk_types import (  # noqa: E402 - re-exported: the SDK's public
     WaitTimeout,
     WorkflowInstance,
     WorkflowPage,
+    _data,
     _dumps,
     _loads,
     _seg,
@@ -101,7 +102,8 @@ def _transient(resp: httpx.Response) -> bool:
     if resp.status_code != 429:
         return False
     try:
-        return _loads(resp.content).get("code") == "RATE_LIMITED"
+        code: object = _loads(resp.content).get("code")
+        return code == "RATE_LIMITED"
     except (ValueError, AttributeError):
         return False
 
@@ -200,7 +202,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         path: str,
         *,
         body: Any = ABSENT,
-        params: dict | None = None,
+        params: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Any:
         """One API call; network errors, 503 and 429 RATE_LIMITED are retried with the same
@@ -351,82 +353,117 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         )
 
     # -- schedules (X-SCHED) ----------------------------------------------------------------
-    def create_schedule(self, name: str, definition_id: str, version: str, input: Any, *,
-                        cron: str | None = None, timezone: str | None = None, interval_seconds: int | None = None,
-                        overlap: str | None = None, fire_time_field: str | None = None, paused: bool = False,
-                        idempotency_key: str | None = None) -> dict:  # fmt: skip
+    def create_schedule(
+        self,
+        name: str,
+        definition_id: str,
+        version: str,
+        input: Any,
+        *,
+        cron: str | None = None,
+        timezone: str | None = None,
+        interval_seconds: int | None = None,
+        overlap: str | None = None,
+        fire_time_field: str | None = None,
+        paused: bool = False,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
         """A schedule of a pinned version: ``cron`` (5 fields or ``@hourly``-style) in ``timezone``
         (IANA, default UTC), or ``interval_seconds``; ``overlap``: skip (default), allow, cancel_previous."""
-        body: dict[str, Any] = {"name": name, "definition_id": definition_id, "version": version, "input": input,
-                                "paused": paused}  # fmt: skip
-        for k, v in (("cron", cron), ("timezone", timezone), ("interval_seconds", interval_seconds),
-                     ("overlap", overlap), ("fire_time_field", fire_time_field)):  # fmt: skip
+        body: dict[str, Any] = {
+            "name": name,
+            "definition_id": definition_id,
+            "version": version,
+            "input": input,
+            "paused": paused,
+        }
+        for k, v in (
+            ("cron", cron),
+            ("timezone", timezone),
+            ("interval_seconds", interval_seconds),
+            ("overlap", overlap),
+            ("fire_time_field", fire_time_field),
+        ):
             if v is not None:
                 body[k] = v
-        return self.request("POST", "/v1/schedules", body=body, idempotency_key=idempotency_key)["data"]
+        return _data(self.request("POST", "/v1/schedules", body=body, idempotency_key=idempotency_key))
 
-    def get_schedule(self, schedule_id: str) -> dict:
-        return self.request("GET", f"/v1/schedules/{schedule_id}")["data"]
+    def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return _data(self.request("GET", f"/v1/schedules/{schedule_id}"))
 
-    def list_schedules(self, *, limit: int | None = None, cursor: str | None = None) -> dict:
+    def list_schedules(self, *, limit: int | None = None, cursor: str | None = None) -> dict[str, Any]:
         params = {k: str(v) for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
-        return self.request("GET", "/v1/schedules", params=params)["data"]
+        return _data(self.request("GET", "/v1/schedules", params=params))
 
-    def list_schedule_fires(self, schedule_id: str, *, limit: int = 20) -> list[dict]:
-        return self.request("GET", f"/v1/schedules/{schedule_id}/fires", params={"limit": str(limit)})[
-            "data"
-        ]["items"]
+    def list_schedule_fires(self, schedule_id: str, *, limit: int = 20) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = _data(
+            self.request("GET", f"/v1/schedules/{schedule_id}/fires", params={"limit": str(limit)})
+        )["items"]
+        return items
 
     def update_schedule(
         self, schedule_id: str, *, idempotency_key: str | None = None, **changes: Any
-    ) -> dict:
-        return self.request("PATCH", f"/v1/schedules/{schedule_id}", body=changes,
-                            idempotency_key=idempotency_key)["data"]  # fmt: skip
+    ) -> dict[str, Any]:
+        return _data(
+            self.request(
+                "PATCH", f"/v1/schedules/{schedule_id}", body=changes, idempotency_key=idempotency_key
+            )
+        )
 
-    def pause_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict:
-        return self.request(
-            "POST", f"/v1/schedules/{schedule_id}/pause", body={}, idempotency_key=idempotency_key
-        )["data"]
+    def pause_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        return _data(
+            self.request(
+                "POST", f"/v1/schedules/{schedule_id}/pause", body={}, idempotency_key=idempotency_key
+            )
+        )
 
-    def resume_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict:
+    def resume_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """``{"schedule", "missed"}``: ``missed`` says how many fire times passed while paused (they
         are coalesced into one launch)."""
-        return self.request(
-            "POST", f"/v1/schedules/{schedule_id}/resume", body={}, idempotency_key=idempotency_key
-        )["data"]
+        return _data(
+            self.request(
+                "POST", f"/v1/schedules/{schedule_id}/resume", body={}, idempotency_key=idempotency_key
+            )
+        )
 
-    def launch_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict:
+    def launch_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Launch now: ``{"schedule_id", "fire_at", "job_id"}`` (the instance starts in the advance pool)."""
-        return self.request(
-            "POST", f"/v1/schedules/{schedule_id}/launch", body={}, idempotency_key=idempotency_key
-        )["data"]
+        return _data(
+            self.request(
+                "POST", f"/v1/schedules/{schedule_id}/launch", body={}, idempotency_key=idempotency_key
+            )
+        )
 
-    def delete_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict:
-        return self.request(
-            "DELETE", f"/v1/schedules/{schedule_id}", body={}, idempotency_key=idempotency_key
-        )["data"]
+    def delete_schedule(self, schedule_id: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        return _data(
+            self.request("DELETE", f"/v1/schedules/{schedule_id}", body={}, idempotency_key=idempotency_key)
+        )
 
     # -- definitions -----------------------------------------------------------------------
     def create_definition(
         self, name: str, description: str | None = None, *, idempotency_key: str | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         body = {"name": name, **({"description": description} if description is not None else {})}
-        return self.request("POST", "/v1/workflow-definitions", body=body, idempotency_key=idempotency_key)[
-            "data"
-        ]["definition"]
+        definition: dict[str, Any] = _data(
+            self.request("POST", "/v1/workflow-definitions", body=body, idempotency_key=idempotency_key)
+        )["definition"]
+        return definition
 
     def publish_version(
-        self, definition_id: str, document: dict, *, idempotency_key: str | None = None
-    ) -> dict:
-        return self.request(
-            "POST",
-            f"/v1/workflow-definitions/{_seg(definition_id)}/versions",
-            body=document,
-            idempotency_key=idempotency_key,
-        )["data"]["version"]
+        self, definition_id: str, document: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        version: dict[str, Any] = _data(
+            self.request(
+                "POST",
+                f"/v1/workflow-definitions/{_seg(definition_id)}/versions",
+                body=document,
+                idempotency_key=idempotency_key,
+            )
+        )["version"]
+        return version
 
-    def get_definition(self, definition_id: str) -> dict:
-        return self.request("GET", f"/v1/workflow-definitions/{_seg(definition_id)}")["data"]
+    def get_definition(self, definition_id: str) -> dict[str, Any]:
+        return _data(self.request("GET", f"/v1/workflow-definitions/{_seg(definition_id)}"))
 
     def list_definitions(
         self, *, name: str | None = None, limit: int | None = None, cursor: str | None = None
@@ -442,7 +479,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         d = self.request("GET", "/v1/workflow-definitions", params=params)["data"]
         return Page(d["items"], d.get("next_cursor"))
 
-    def find_definition(self, name: str) -> dict | None:
+    def find_definition(self, name: str) -> dict[str, Any] | None:
         """The definition called ``name`` (with its versions), or None."""
         items = self.list_definitions(name=name, limit=1).items
         return items[0] if items else None
@@ -459,10 +496,12 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         d = self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions", params=params)["data"]
         return Page(d["items"], d.get("next_cursor"))
 
-    def get_version(self, definition_id: str, version: str) -> dict:
-        return self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions/{version}")["data"]
+    def get_version(self, definition_id: str, version: str) -> dict[str, Any]:
+        return _data(self.request("GET", f"/v1/workflow-definitions/{definition_id}/versions/{version}"))
 
-    def ensure_definition(self, name: str, document: dict, *, description: str | None = None) -> dict:
+    def ensure_definition(
+        self, name: str, document: dict[str, Any], *, description: str | None = None
+    ) -> dict[str, Any]:
         """Create the definition ``name`` unless it exists, and publish ``document`` unless its
         ``version`` is already published. Returns the definition with its versions. Safe to run again
         and again with the same document. Published versions never change: when ``version`` is
@@ -495,10 +534,12 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
             )
         return definition
 
-    def get_contract(self, definition_id: str, version: str) -> dict:
-        return self.request(
-            "GET", f"/v1/workflow-definitions/{_seg(definition_id)}/versions/{_seg(version)}/contract"
-        )["data"]
+    def get_contract(self, definition_id: str, version: str) -> dict[str, Any]:
+        return _data(
+            self.request(
+                "GET", f"/v1/workflow-definitions/{_seg(definition_id)}/versions/{_seg(version)}/contract"
+            )
+        )
 
     # -- tasks -----------------------------------------------------------------------------
     def claim_tasks(self, queues: Iterable[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]:

@@ -39,7 +39,7 @@ class WorkflowSignal:
     consumed_wait_id: str | None = None
 
     @classmethod
-    def from_api(cls, d: dict) -> WorkflowSignal:
+    def from_api(cls, d: dict[str, Any]) -> WorkflowSignal:
         return cls(
             id=d["id"],
             namespace_id=d["namespace_id"],
@@ -82,7 +82,7 @@ class Operation:
     signal_id: str | None = None  # signal-resource audit entries only
 
     @classmethod
-    def from_api(cls, d: dict) -> Operation:
+    def from_api(cls, d: dict[str, Any]) -> Operation:
         return cls(
             id=d["id"],
             workflow_id=d["workflow_id"],
@@ -107,7 +107,7 @@ class Page:
 @dataclass(frozen=True)
 class RecoveryResult:
     instance: WorkflowInstance
-    step: dict
+    step: dict[str, Any]
     operation_id: str
     deduplicated: bool
 
@@ -115,7 +115,7 @@ class RecoveryResult:
 @dataclass(frozen=True)
 class InstanceRecoveryResult:
     instance: WorkflowInstance
-    resolution: dict  # {resolution, review: UNKNOWN_OUTCOME | COMPENSATION_FAILED, ...}
+    resolution: dict[str, Any]  # {resolution, review: UNKNOWN_OUTCOME | COMPENSATION_FAILED, ...}
     operation_id: str
     deduplicated: bool
 

@@ -28,7 +28,7 @@ def credentials() -> None:
     """Namespaces and bearer tokens (only a hash of each token is stored)."""
 
 
-def _switches(fn):  # noqa: ANN001, ANN202
+def _switches(fn):
     for name in reversed(list(SWITCHES)):
         fn = click.option(f"--{name.replace('_', '-')}", name, is_flag=True, help=_HELP[name])(fn)
     return fn
@@ -95,9 +95,15 @@ def create(
                     if old["name"] == name and old["revoked_at"] is None:
                         revoke_credential(conn, old["id"], actor_name=_actor())
             issued = issue_credential(
-                conn, actor_name=_actor(), namespace=namespace, name=name, scopes=scopes,
-                queues=list(queues) if queues else None, platform=platform, expires_in_seconds=seconds,
-            )  # fmt: skip
+                conn,
+                actor_name=_actor(),
+                namespace=namespace,
+                name=name,
+                scopes=scopes,
+                queues=list(queues) if queues else None,
+                platform=platform,
+                expires_in_seconds=seconds,
+            )
     except InvalidArgument as exc:
         if "already exists" in exc.message:  # a conflict with what is there, not a bad argument
             raise Failure(f"{exc.message} (or add --replace to revoke it and issue a new token)") from None

@@ -72,7 +72,7 @@ def running_postgres_url(database: str = DB_NAME) -> str | None:
     return f"postgresql://postgres:@/{database}?host={socket_dir}"
 
 
-def import_pgserver():  # noqa: ANN202
+def import_pgserver():
     # pgserver asks platformdirs for a runtime folder at import time; without XDG_RUNTIME_DIR
     # platformdirs warns about its fallback, which is harmless here.
     with warnings.catch_warnings():
@@ -101,7 +101,7 @@ def ensure_postgres() -> str:
             "DATABASE_URL is not set and the embedded PostgreSQL is not installed: run `make install` "
             "(or export DATABASE_URL=postgresql://user@host:5432/db)"
         ) from None
-    except Exception as exc:  # noqa: BLE001 - pgserver raises many kinds; the log says which
+    except Exception as exc:  # pgserver raises many kinds; the log says which
         raise ServicesUnavailable(
             f"DATABASE_URL is not set and the embedded PostgreSQL under {pgdata} did not start "
             f"({type(exc).__name__}); see {pgdata / 'log'}, or export DATABASE_URL=postgresql://user@host:5432/db"
@@ -243,7 +243,7 @@ def stop_embedded() -> None:
         try:
             _commands.pg_ctl(["-w", "stop"], pgdata=pgdata, user=user)
             _log("embedded PostgreSQL stopped")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _log(f"PostgreSQL stop: {exc}")
     pidfile = data_dir() / "redis" / "redis.pid"
     if pidfile.exists():

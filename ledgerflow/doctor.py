@@ -74,7 +74,7 @@ def check_migrations() -> list[Check]:
     heads = set(ScriptDirectory.from_config(alembic_config(get_settings().database_url)).get_heads())
     try:
         current = {r.version_num for r in _all("SELECT version_num FROM alembic_version")}
-    except Exception:  # noqa: BLE001 - no alembic_version table: never migrated
+    except Exception:  # no alembic_version table: never migrated
         current = set()
     if current == heads:
         return [Check("migrations", OK, f"at head {', '.join(sorted(heads))}")]
@@ -92,9 +92,15 @@ def check_autovacuum() -> list[Check]:
     out: list[Check] = []
     setting = _one("SELECT current_setting('autovacuum') AS av, current_setting('track_counts') AS tc")
     if setting.av != "on" or setting.tc != "on":
-        out.append(Check("autovacuum", FAIL, f"autovacuum = {setting.av}, track_counts = {setting.tc}",
-                         "set autovacuum = on and track_counts = on in postgresql.conf (ALTER SYSTEM SET "
-                         "autovacuum = on; SELECT pg_reload_conf()): the job tables churn and bloat without it"))  # fmt: skip
+        out.append(
+            Check(
+                "autovacuum",
+                FAIL,
+                f"autovacuum = {setting.av}, track_counts = {setting.tc}",
+                "set autovacuum = on and track_counts = on in postgresql.conf (ALTER SYSTEM SET "
+                "autovacuum = on; SELECT pg_reload_conf()): the job tables churn and bloat without it",
+            )
+        )
     else:
         out.append(Check("autovacuum", OK, "autovacuum on"))
     disabled = _all(
@@ -104,16 +110,28 @@ def check_autovacuum() -> list[Check]:
     )
     if disabled:
         names = ", ".join(r.relname for r in disabled)
-        out.append(Check("autovacuum per table", FAIL, f"disabled on {names}",
-                         f"ALTER TABLE <name> RESET (autovacuum_enabled) for: {names}"))  # fmt: skip
+        out.append(
+            Check(
+                "autovacuum per table",
+                FAIL,
+                f"disabled on {names}",
+                f"ALTER TABLE <name> RESET (autovacuum_enabled) for: {names}",
+            )
+        )
     bloat = _all(
         "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables "
         "WHERE relname = ANY(:t) AND n_dead_tup > 10000 AND n_dead_tup > n_live_tup",
         {"t": list(LEDGER_TABLES)},
     )
     for r in bloat:
-        out.append(Check(f"dead rows {r.relname}", WARN, f"{r.n_dead_tup} dead vs {r.n_live_tup} live rows",
-                         f"VACUUM (ANALYZE) {r.relname}; check that autovacuum keeps up"))  # fmt: skip
+        out.append(
+            Check(
+                f"dead rows {r.relname}",
+                WARN,
+                f"{r.n_dead_tup} dead vs {r.n_live_tup} live rows",
+                f"VACUUM (ANALYZE) {r.relname}; check that autovacuum keeps up",
+            )
+        )
     return out
 
 
@@ -130,8 +148,14 @@ def check_indexes() -> list[Check]:
         ).n
         return [Check("indexes", OK, f"{n} indexes, all valid")]
     names = ", ".join(f"{r.name} on {r.tab}" for r in bad)
-    return [Check("indexes", FAIL, f"invalid (a failed CREATE INDEX CONCURRENTLY?): {names}",
-                  "REINDEX INDEX CONCURRENTLY <name> for each (or drop and recreate it)")]  # fmt: skip
+    return [
+        Check(
+            "indexes",
+            FAIL,
+            f"invalid (a failed CREATE INDEX CONCURRENTLY?): {names}",
+            "REINDEX INDEX CONCURRENTLY <name> for each (or drop and recreate it)",
+        )
+    ]
 
 
 def check_redis() -> list[Check]:
@@ -139,8 +163,14 @@ def check_redis() -> list[Check]:
 
     url = get_settings().redis_url
     if not url:
-        return [Check("redis", WARN, "REDIS_URL is not set: no wake hints, pools claim every 2 s",
-                      "set REDIS_URL for millisecond pickup (nothing is lost without it)")]  # fmt: skip
+        return [
+            Check(
+                "redis",
+                WARN,
+                "REDIS_URL is not set: no wake hints, pools claim every 2 s",
+                "set REDIS_URL for millisecond pickup (nothing is lost without it)",
+            )
+        ]
     import redis
 
     try:
@@ -148,8 +178,14 @@ def check_redis() -> list[Check]:
         redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping()
         return [Check("redis", OK, f"answers ({(time.monotonic() - t0) * 1000:.0f} ms)")]
     except redis.RedisError as exc:
-        return [Check("redis", FAIL, f"unreachable ({type(exc).__name__}): pools fall back to the 2 s poll",
-                      "start Redis or fix REDIS_URL; the scheduler runs the drain inline meanwhile")]  # fmt: skip
+        return [
+            Check(
+                "redis",
+                FAIL,
+                f"unreachable ({type(exc).__name__}): pools fall back to the 2 s poll",
+                "start Redis or fix REDIS_URL; the scheduler runs the drain inline meanwhile",
+            )
+        ]
 
 
 def check_workers() -> list[Check]:
@@ -171,14 +207,26 @@ ORDER BY heartbeat_at DESC
             busy = sum(r.slots_in_use for r in mine)
             out.append(Check(f"workers {pool}", OK, f"{len(mine)} live, {busy}/{slots} slots busy"))
         else:
-            out.append(Check(f"workers {pool}", FAIL, f"no live worker for pool {pool} ({queue})",
-                             f"start `ledgerflow worker --pool {pool}` (Procfile: worker-{pool})"))  # fmt: skip
+            out.append(
+                Check(
+                    f"workers {pool}",
+                    FAIL,
+                    f"no live worker for pool {pool} ({queue})",
+                    f"start `ledgerflow worker --pool {pool}` (Procfile: worker-{pool})",
+                )
+            )
     stale = [r for r in rows if r.status == "active" and r.age > LIVE_SECONDS]
     if stale:
         sample = ", ".join(f"{r.node_id[:8]}@{r.hostname}:{r.pid} ({r.age:.0f}s)" for r in stale[:5])
-        out.append(Check("stale heartbeats", WARN, f"{len(stale)} node(s) stopped beating without saying so: {sample}",
-                         "those processes died or hang; their jobs come back through the drain when their "
-                         "leases expire; check the hosts / restart the processes"))  # fmt: skip
+        out.append(
+            Check(
+                "stale heartbeats",
+                WARN,
+                f"{len(stale)} node(s) stopped beating without saying so: {sample}",
+                "those processes died or hang; their jobs come back through the drain when their "
+                "leases expire; check the hosts / restart the processes",
+            )
+        )
     return out
 
 
@@ -213,8 +261,10 @@ ORDER BY abs(extract(epoch FROM node_clock_at - heartbeat_at)) DESC
 
 def _skew_check(name: str, skew: float, uncertainty: float) -> Check:
     detail = f"{skew:+.3f} s against the database (±{uncertainty:.3f} s)"
-    fix = "run NTP (chrony / systemd-timesyncd) on that host; leases and deadlines use database time, " \
-          "but handler-side timeouts and log timestamps use the local clock"  # fmt: skip
+    fix = (
+        "run NTP (chrony / systemd-timesyncd) on that host; leases and deadlines use database time, "
+        "but handler-side timeouts and log timestamps use the local clock"
+    )
     if abs(skew) - uncertainty > SKEW_FAIL_S:
         return Check(name, FAIL, detail, fix)
     if abs(skew) - uncertainty > SKEW_WARN_S:
@@ -232,15 +282,27 @@ FROM workflow_jobs WHERE status IN ('running', 'pending')
     )
     out = []
     if r.unreclaimed:
-        out.append(Check("drain", WARN, f"{r.unreclaimed} running job(s) with a lease expired over 2 min ago",
-                         "the drain is not running: start `ledgerflow scheduler` (or run `ledgerflow drain`)"))  # fmt: skip
+        out.append(
+            Check(
+                "drain",
+                WARN,
+                f"{r.unreclaimed} running job(s) with a lease expired over 2 min ago",
+                "the drain is not running: start `ledgerflow scheduler` (or run `ledgerflow drain`)",
+            )
+        )
     else:
         out.append(Check("drain", OK, "no expired lease left unreclaimed"))
     oldest = float(r.oldest_due or 0)
     if oldest > 300:
-        out.append(Check("backlog", WARN, f"the oldest due pending job waits {oldest:.0f} s",
-                         "add worker processes for the busy pool, or look for slow handlers "
-                         "(`ledgerflow jobs status`)"))  # fmt: skip
+        out.append(
+            Check(
+                "backlog",
+                WARN,
+                f"the oldest due pending job waits {oldest:.0f} s",
+                "add worker processes for the busy pool, or look for slow handlers "
+                "(`ledgerflow jobs status`)",
+            )
+        )
     else:
         out.append(Check("backlog", OK, f"oldest due job waits {oldest:.1f} s"))
     return out
@@ -257,9 +319,15 @@ def check_quota_counts() -> list[Check]:
     sample = "; ".join(
         f"{d['namespace_id']} {d['what']}: kept {d['kept']}, counted {d['counted']}" for d in drift
     )
-    return [Check("quota counts", FAIL, f"the quota counters differ from the rows ({sample})",
-                  "something wrote the instance or task tables without their triggers (TRUNCATE, replication "
-                  "role, triggers disabled): run `ledgerflow db repair-quota-counts`")]  # fmt: skip
+    return [
+        Check(
+            "quota counts",
+            FAIL,
+            f"the quota counters differ from the rows ({sample})",
+            "something wrote the instance or task tables without their triggers (TRUNCATE, replication "
+            "role, triggers disabled): run `ledgerflow db repair-quota-counts`",
+        )
+    ]
 
 
 CHECKS: tuple[tuple[str, Callable[[], list[Check]]], ...] = (
@@ -280,7 +348,7 @@ def run_checks() -> list[Check]:
     for name, fn in CHECKS:
         try:
             results.extend(fn())
-        except Exception as exc:  # noqa: BLE001 - a broken check is a finding, not a crash
+        except Exception as exc:  # a broken check is a finding, not a crash
             from app.observability.logs import redact
 
             msg = redact(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]

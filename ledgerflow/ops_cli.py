@@ -104,8 +104,9 @@ def authenticate(token: str | None, scopes: Iterable[str], as_json: bool = False
     with get_engine().connect() as conn:
         principal = auth(conn, token.strip())
     if principal is None:
-        raise CliFailure("UNAUTHENTICATED", f"the token (--token or ${TOKEN_ENV}) is unknown, revoked or expired",
-                         as_json)  # fmt: skip
+        raise CliFailure(
+            "UNAUTHENTICATED", f"the token (--token or ${TOKEN_ENV}) is unknown, revoked or expired", as_json
+        )
     missing = [s for s in scopes if s not in principal.scopes]
     if missing:  # the API's 403 message: names the switch that grants each missing scope
         raise CliFailure("PERMISSION_DENIED", missing_permission_message(missing), as_json)
@@ -185,9 +186,13 @@ def _progress() -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=_console(stderr=True), transient=False,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_console(stderr=True),
+        transient=False,
+    )
 
 
 def _actor(principal: Any, reason: str | None, operation_id: str) -> Any:
@@ -253,9 +258,19 @@ WF_READ, WF_CONTROL, WF_SIGNAL = Scope.WORKFLOWS_READ, Scope.WORKFLOWS_CONTROL, 
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
 @click.option("--cursor", help="next_cursor of the previous page")
 @operator_command(MONITOR)
-def jobs_list(principal: Any, as_json: bool, types: tuple[str, ...], statuses: tuple[str, ...], instance_id: str | None,
-              trace_id: str | None, keyword: str | None, min_age: int | None, max_age: int | None, limit: int,
-              cursor: str | None) -> None:  # fmt: skip
+def jobs_list(
+    principal: Any,
+    as_json: bool,
+    types: tuple[str, ...],
+    statuses: tuple[str, ...],
+    instance_id: str | None,
+    trace_id: str | None,
+    keyword: str | None,
+    min_age: int | None,
+    max_age: int | None,
+    limit: int,
+    cursor: str | None,
+) -> None:
     """List jobs, newest first (the filters of GET /jobs)."""
     from app.ledger import ops
     from app.ledger.states import JobStatus, JobType
@@ -263,22 +278,39 @@ def jobs_list(principal: Any, as_json: bool, types: tuple[str, ...], statuses: t
     f = ops.JobFilter(
         types=_choices(types, [t.value for t in JobType], "--type"),
         statuses=_choices(statuses, [s.value for s in JobStatus], "--status"),
-        instance_id=instance_id, trace_id=trace_id, keyword=keyword,
-        min_age_seconds=min_age, max_age_seconds=max_age, namespace_id=principal.job_namespace,
-    )  # fmt: skip
+        instance_id=instance_id,
+        trace_id=trace_id,
+        keyword=keyword,
+        min_age_seconds=min_age,
+        max_age_seconds=max_age,
+        namespace_id=principal.job_namespace,
+    )
     page = _read(lambda c: ops.list_jobs(c, f, limit=limit, cursor=cursor))
     if as_json:
         _emit_json({"items": page.items, "next_cursor": page.next_cursor})
         return
     rows = [
-        (j["id"], j["type"], j["status"], f"{j['attempts']}/{j['max_attempts']}", j["generation"],
-         j["instance_id"] or "", j["error_code"] or "", _age(j["created_at"]), _short(j["last_error"], 50))
+        (
+            j["id"],
+            j["type"],
+            j["status"],
+            f"{j['attempts']}/{j['max_attempts']}",
+            j["generation"],
+            j["instance_id"] or "",
+            j["error_code"] or "",
+            _age(j["created_at"]),
+            _short(j["last_error"], 50),
+        )
         for j in page.items
-    ]  # fmt: skip
+    ]
     console = _console()
-    console.print(_table(f"{len(rows)} job(s)",
-                         ["id", "type", "status", "attempts", "gen", "instance", "error_code", "created", "last error"],
-                         rows))  # fmt: skip
+    console.print(
+        _table(
+            f"{len(rows)} job(s)",
+            ["id", "type", "status", "attempts", "gen", "instance", "error_code", "created", "last error"],
+            rows,
+        )
+    )
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}")
 
@@ -306,16 +338,42 @@ def jobs_show(principal: Any, as_json: bool, job_id: str) -> None:
         if job.get(k) is not None:
             console.print(f"[bold]{k}[/bold]: {_short(jsonx.dumps(job[k]), 400)}")
     attempts = job.get("attempts_history") or []
-    console.print(_table(f"{len(attempts)} attempt(s)",
-                         ["gen", "attempt", "status", "worker", "started", "ms", "error_code", "error"],
-                         [(a["generation"], a["attempt"], a["status"], a["worker_id"], a["started_at"],
-                           a["duration_ms"], a["error_code"], _short(a["error"], 60)) for a in attempts]))  # fmt: skip
+    console.print(
+        _table(
+            f"{len(attempts)} attempt(s)",
+            ["gen", "attempt", "status", "worker", "started", "ms", "error_code", "error"],
+            [
+                (
+                    a["generation"],
+                    a["attempt"],
+                    a["status"],
+                    a["worker_id"],
+                    a["started_at"],
+                    a["duration_ms"],
+                    a["error_code"],
+                    _short(a["error"], 60),
+                )
+                for a in attempts
+            ],
+        )
+    )
     if job.get("receipts"):
         console.print(f"{len(job['receipts'])} effect receipt(s)")
 
 
-def _retry_or_skip(principal: Any, as_json: bool, ids: list[int], *, retry: bool, reason: str | None,
-                   rate: int, chunk: int, yes: bool, payload: Any = None, has_payload: bool = False) -> None:  # fmt: skip
+def _retry_or_skip(
+    principal: Any,
+    as_json: bool,
+    ids: list[int],
+    *,
+    retry: bool,
+    reason: str | None,
+    rate: int,
+    chunk: int,
+    yes: bool,
+    payload: Any = None,
+    has_payload: bool = False,
+) -> None:
     from app.ids import new_id
     from app.ledger import ops_actions
 
@@ -334,16 +392,24 @@ def _retry_or_skip(principal: Any, as_json: bool, ids: list[int], *, retry: bool
             _emit_json(out)
         else:
             j = out["job"]
-            _console().print(f"job {j['id']}: {j['status']} (generation {j['generation']})"
-                             + (f", runs at {j['run_at'].isoformat()}" if j.get("run_at") else ""))  # fmt: skip
+            _console().print(
+                f"job {j['id']}: {j['status']} (generation {j['generation']})"
+                + (f", runs at {j['run_at'].isoformat()}" if j.get("run_at") else "")
+            )
         return
     if has_payload:
         raise click.UsageError("--payload applies to a single job")
     extra = f" staggered at {rate}/s" if retry else ""
     _confirm(f"{verb.capitalize()} {len(ids)} jobs{extra}?", yes)
     operation_id = new_id()
-    totals: dict[str, Any] = {"operation_id": operation_id, "submitted": 0, "skipped_for_state": 0,
-                              "not_found": 0, "submitted_ids": [], "skipped": []}  # fmt: skip
+    totals: dict[str, Any] = {
+        "operation_id": operation_id,
+        "submitted": 0,
+        "skipped_for_state": 0,
+        "not_found": 0,
+        "submitted_ids": [],
+        "skipped": [],
+    }
     if retry:
         totals["rate"] = rate
     with _progress() as progress:
@@ -353,12 +419,12 @@ def _retry_or_skip(principal: Any, as_json: bool, ids: list[int], *, retry: bool
             start = totals["submitted"]
             if retry:
                 out = _write(
-                    lambda c, p=part, s=start, a=actor: ops_actions.batch_retry(
-                        c, p, a, rate=rate, start_index=s
+                    functools.partial(
+                        ops_actions.batch_retry, ids=part, actor=actor, rate=rate, start_index=start
                     )
                 )
             else:
-                out = _write(lambda c, p=part, a=actor: ops_actions.batch_skip(c, p, a))
+                out = _write(functools.partial(ops_actions.batch_skip, ids=part, actor=actor))
             for k in ("submitted", "skipped_for_state", "not_found"):
                 totals[k] += out[k]
             totals["submitted_ids"].extend(out["submitted_ids"])
@@ -368,11 +434,18 @@ def _retry_or_skip(principal: Any, as_json: bool, ids: list[int], *, retry: bool
         _emit_json(totals)
         return
     console = _console()
-    console.print(f"{verb}: {totals['submitted']} submitted, {totals['skipped_for_state']} skipped for their state, "
-                  f"{totals['not_found']} not found (operation {operation_id})")  # fmt: skip
+    console.print(
+        f"{verb}: {totals['submitted']} submitted, {totals['skipped_for_state']} skipped for their state, "
+        f"{totals['not_found']} not found (operation {operation_id})"
+    )
     if totals["skipped"]:
-        console.print(_table("not changed", ["id", "status", "reason"],
-                             [(s["id"], s["status"], s["reason"]) for s in totals["skipped"]]))  # fmt: skip
+        console.print(
+            _table(
+                "not changed",
+                ["id", "status", "reason"],
+                [(s["id"], s["status"], s["reason"]) for s in totals["skipped"]],
+            )
+        )
 
 
 @jobs.command("retry")
@@ -388,23 +461,42 @@ def _retry_or_skip(principal: Any, as_json: bool, ids: list[int], *, retry: bool
 @click.option("--chunk", default=DEFAULT_CHUNK, show_default=True, type=click.IntRange(1, 500), hidden=True)
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @operator_command(OPERATE)
-def jobs_retry(principal: Any, as_json: bool, job_ids: tuple[str, ...], ids_from: Any, reason: str | None,
-               payload_json: str | None, rate: int, chunk: int, yes: bool) -> None:  # fmt: skip
+def jobs_retry(
+    principal: Any,
+    as_json: bool,
+    job_ids: tuple[str, ...],
+    ids_from: Any,
+    reason: str | None,
+    payload_json: str | None,
+    rate: int,
+    chunk: int,
+    yes: bool,
+) -> None:
     """Retry failed / dead / canceled jobs (generation + 1, attempts reset); several ids = a batch
     retry staggered at --rate per second, with a progress bar."""
     from app import jsonx
 
     ids = _job_ids(job_ids, ids_from)
     payload, has_payload = None, payload_json is not None
-    if has_payload:
+    if payload_json is not None:
         try:
             payload = jsonx.loads(payload_json)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
         if payload is None:
             raise click.BadParameter("null is not a payload", param_hint="--payload")
-    _retry_or_skip(principal, as_json, ids, retry=True, reason=reason, rate=rate, chunk=chunk, yes=yes,
-                   payload=payload, has_payload=has_payload)  # fmt: skip
+    _retry_or_skip(
+        principal,
+        as_json,
+        ids,
+        retry=True,
+        reason=reason,
+        rate=rate,
+        chunk=chunk,
+        yes=yes,
+        payload=payload,
+        has_payload=has_payload,
+    )
 
 
 @jobs.command("skip")
@@ -416,25 +508,43 @@ def jobs_retry(principal: Any, as_json: bool, job_ids: tuple[str, ...], ids_from
 @click.option("--chunk", default=DEFAULT_CHUNK, show_default=True, type=click.IntRange(1, 500), hidden=True)
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @operator_command(OPERATE)
-def jobs_skip(principal: Any, as_json: bool, job_ids: tuple[str, ...], ids_from: Any, reason: str | None,
-              chunk: int, yes: bool) -> None:  # fmt: skip
+def jobs_skip(
+    principal: Any,
+    as_json: bool,
+    job_ids: tuple[str, ...],
+    ids_from: Any,
+    reason: str | None,
+    chunk: int,
+    yes: bool,
+) -> None:
     """Skip (cancel) pending / running / paused / failed / dead jobs."""
     ids = _job_ids(job_ids, ids_from)
     _retry_or_skip(principal, as_json, ids, retry=False, reason=reason, rate=20, chunk=chunk, yes=yes)
 
 
-def _replay_filter(statuses: tuple[str, ...], types: tuple[str, ...], instance_id: str | None,
-                   trace_id: str | None, error_keyword: str | None, error_pattern: str | None,
-                   min_age: int | None, max_age: int | None) -> Any:  # fmt: skip
+def _replay_filter(
+    statuses: tuple[str, ...],
+    types: tuple[str, ...],
+    instance_id: str | None,
+    trace_id: str | None,
+    error_keyword: str | None,
+    error_pattern: str | None,
+    min_age: int | None,
+    max_age: int | None,
+) -> Any:
     from app.ledger import replay
     from app.ledger.states import JobType
 
     return replay.ReplayFilter(
         statuses=_choices(statuses, replay.REPLAYABLE, "--status") or tuple(replay.REPLAYABLE),
         types=_choices(types, [t.value for t in JobType], "--type"),
-        instance_id=instance_id, trace_id=trace_id, error_keyword=error_keyword, error_pattern=error_pattern,
-        min_age_seconds=min_age, max_age_seconds=max_age,
-    )  # fmt: skip
+        instance_id=instance_id,
+        trace_id=trace_id,
+        error_keyword=error_keyword,
+        error_pattern=error_pattern,
+        min_age_seconds=min_age,
+        max_age_seconds=max_age,
+    )
 
 
 @jobs.command("replay")
@@ -455,10 +565,24 @@ def _replay_filter(statuses: tuple[str, ...], types: tuple[str, ...], instance_i
 @click.option("--chunk", default=DEFAULT_CHUNK, show_default=True, type=click.IntRange(1, 500), hidden=True)
 @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
 @operator_command(OPERATE)
-def jobs_replay(principal: Any, as_json: bool, statuses: tuple[str, ...], types: tuple[str, ...],
-                instance_id: str | None, trace_id: str | None, error_keyword: str | None,
-                error_pattern: str | None, min_age: int | None, max_age: int | None, limit: int, rate: int,
-                reason: str | None, dry_run: bool, chunk: int, yes: bool) -> None:  # fmt: skip
+def jobs_replay(
+    principal: Any,
+    as_json: bool,
+    statuses: tuple[str, ...],
+    types: tuple[str, ...],
+    instance_id: str | None,
+    trace_id: str | None,
+    error_keyword: str | None,
+    error_pattern: str | None,
+    min_age: int | None,
+    max_age: int | None,
+    limit: int,
+    rate: int,
+    reason: str | None,
+    dry_run: bool,
+    chunk: int,
+    yes: bool,
+) -> None:
     """Replay dead / failed jobs matching the conditions, oldest first, staggered at --rate per second
     (preview, confirmation, then a progress bar)."""
     from app.ids import new_id
@@ -484,29 +608,54 @@ def jobs_replay(principal: Any, as_json: bool, statuses: tuple[str, ...], types:
         while len(submitted) < target:
             actor = _actor(principal, reason, operation_id)
             n = min(chunk, target - len(submitted))
-            out = _write(lambda c, a=actor, n=n, s=len(submitted): ops_actions.replay(
-                c, f, a, limit=n, rate=rate, start_index=s))  # fmt: skip
+            out = _write(
+                functools.partial(
+                    ops_actions.replay, f=f, actor=actor, limit=n, rate=rate, start_index=len(submitted)
+                )
+            )
             if not out["success"]:
                 break  # nothing left that matches (changed meanwhile)
             submitted.extend(out["submitted_ids"])
             progress.advance(task, out["success"])
-    result = {"operation_id": operation_id, "success": len(submitted), "matched": preview["count"],
-              "remaining": max(0, preview["count"] - len(submitted)), "rate": rate, "submitted_ids": submitted,
-              "conditions": f.as_dict()}  # fmt: skip
+    result = {
+        "operation_id": operation_id,
+        "success": len(submitted),
+        "matched": preview["count"],
+        "remaining": max(0, preview["count"] - len(submitted)),
+        "rate": rate,
+        "submitted_ids": submitted,
+        "conditions": f.as_dict(),
+    }
     if as_json:
         _emit_json(result)
     else:
-        _console().print(f"replayed {len(submitted)} job(s); {result['remaining']} matching left "
-                         f"(operation {operation_id})")  # fmt: skip
+        _console().print(
+            f"replayed {len(submitted)} job(s); {result['remaining']} matching left "
+            f"(operation {operation_id})"
+        )
 
 
 def _print_preview(preview: dict[str, Any], target: int) -> None:
     console = _console()
     console.print(f"{preview['count']} job(s) match; {target} would be replayed (oldest first)")
     if preview["sample"]:
-        console.print(_table("sample", ["id", "type", "status", "attempts", "error_code", "last error"],
-                             [(s["id"], s["type"], s["status"], s["attempts"], s["error_code"],
-                               _short(s["last_error"], 70)) for s in preview["sample"]]))  # fmt: skip
+        console.print(
+            _table(
+                "sample",
+                ["id", "type", "status", "attempts", "error_code", "last error"],
+                [
+                    (
+                        s["id"],
+                        s["type"],
+                        s["status"],
+                        s["attempts"],
+                        s["error_code"],
+                        _short(s["last_error"], 70),
+                    )
+                    for s in preview["sample"]
+                ],
+            )
+        )
 
 
 @jobs.command("clusters")
@@ -517,27 +666,54 @@ def _print_preview(preview: dict[str, Any], target: int) -> None:
 @click.option("--trace-id")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
 @operator_command(MONITOR)
-def jobs_clusters(principal: Any, as_json: bool, group_by: str, types: tuple[str, ...], statuses: tuple[str, ...],
-                  instance_id: str | None, trace_id: str | None, limit: int) -> None:  # fmt: skip
+def jobs_clusters(
+    principal: Any,
+    as_json: bool,
+    group_by: str,
+    types: tuple[str, ...],
+    statuses: tuple[str, ...],
+    instance_id: str | None,
+    trace_id: str | None,
+    limit: int,
+) -> None:
     """Failed / dead jobs clustered by normalized error (and type, instance, trace)."""
     from app.ledger import replay
     from app.ledger.states import JobType
 
     dims = _choices((group_by,), replay.CLUSTER_DIMENSIONS, "--group-by")
-    data = _read(lambda c: replay.failure_clusters(
-        c, group_by=dims, types=_choices(types, [t.value for t in JobType], "--type"),
-        statuses=_choices(statuses, replay.REPLAYABLE, "--status") or tuple(replay.REPLAYABLE),
-        instance_id=instance_id, trace_id=trace_id, limit=limit,
-        namespace_id=principal.job_namespace))  # fmt: skip
+    data = _read(
+        lambda c: replay.failure_clusters(
+            c,
+            group_by=dims,
+            types=_choices(types, [t.value for t in JobType], "--type"),
+            statuses=_choices(statuses, replay.REPLAYABLE, "--status") or tuple(replay.REPLAYABLE),
+            instance_id=instance_id,
+            trace_id=trace_id,
+            limit=limit,
+            namespace_id=principal.job_namespace,
+        )
+    )
     if as_json:
         _emit_json(data)
         return
-    _console().print(_table(
-        f"{data['cluster_count']} cluster(s) by {', '.join(data['group_by'])}",
-        ["count", "dead", "failed", "type", "reason", "last seen", "sample ids"],
-        [(c["count"], c["dead"], c["failed"], c["type"] or "", _short(c["reason"], 70), _age(c["last_seen"]),
-          " ".join(c["sample_job_ids"])) for c in data["clusters"]],
-    ))  # fmt: skip
+    _console().print(
+        _table(
+            f"{data['cluster_count']} cluster(s) by {', '.join(data['group_by'])}",
+            ["count", "dead", "failed", "type", "reason", "last seen", "sample ids"],
+            [
+                (
+                    c["count"],
+                    c["dead"],
+                    c["failed"],
+                    c["type"] or "",
+                    _short(c["reason"], 70),
+                    _age(c["last_seen"]),
+                    " ".join(c["sample_job_ids"]),
+                )
+                for c in data["clusters"]
+            ],
+        )
+    )
 
 
 @jobs.command("status")
@@ -574,14 +750,22 @@ def _runtime_rows(rt: dict[str, Any]) -> list[tuple[str, Any]]:
     return [
         ("live worker processes", rt["live_workers"]["live"]),
         ("slots in use", f"{slots['in_use']} of {slots['capacity']}"),
-        ("jobs running", rt["in_flight"]), ("due, waiting for a slot", rt["backlog"]),
+        ("jobs running", rt["in_flight"]),
+        ("due, waiting for a slot", rt["backlog"]),
         ("oldest due job waiting", num(rt["oldest_queued_seconds"], " s")),
-        ("stuck (lease expired)", rt["stuck"]), ("dead letters", rt["dead"]),
-        ("queue wait p95 / p99 (1 h)", f"{num(rt['queue_wait_p95_seconds'], ' s')} / {num(rt['queue_wait_p99_seconds'], ' s')}"),
-        ("attempts (1 h)", f"{rt['attempts_1h']}, {rt['failed_attempts_1h']} failed ({rt['failure_rate_1h'] * 100:.1f} %)"),
+        ("stuck (lease expired)", rt["stuck"]),
+        ("dead letters", rt["dead"]),
+        (
+            "queue wait p95 / p99 (1 h)",
+            f"{num(rt['queue_wait_p95_seconds'], ' s')} / {num(rt['queue_wait_p99_seconds'], ' s')}",
+        ),
+        (
+            "attempts (1 h)",
+            f"{rt['attempts_1h']}, {rt['failed_attempts_1h']} failed ({rt['failure_rate_1h'] * 100:.1f} %)",
+        ),
         ("average attempt (1 h)", num(rt["avg_duration_ms_1h"], " ms")),
         ("last claim", _age(rt["last_claim_at"]) or "-"),
-    ]  # fmt: skip
+    ]
 
 
 def _print_nodes(console: Any, nodes: list[dict[str, Any]]) -> None:
@@ -592,9 +776,23 @@ def _print_nodes(console: Any, nodes: list[dict[str, Any]]) -> None:
     title = f"{live} live worker node(s), {len(shown) - live} not live"
     if stopped:
         title += f"; {stopped} stopped cleanly in the last day (not listed)"
-    console.print(_table(title, ["node", "state", "pools", "slots in use", "heartbeat", "host / pid"],
-                         [(n["node_id"], n["state"], ",".join(n["pools"]), f"{n['slots_in_use']}/{n['slot_capacity']}",
-                           f"{n['heartbeat_age_seconds']:.0f} s ago", f"{n['hostname']} / {n['pid']}") for n in shown]))  # fmt: skip
+    console.print(
+        _table(
+            title,
+            ["node", "state", "pools", "slots in use", "heartbeat", "host / pid"],
+            [
+                (
+                    n["node_id"],
+                    n["state"],
+                    ",".join(n["pools"]),
+                    f"{n['slots_in_use']}/{n['slot_capacity']}",
+                    f"{n['heartbeat_age_seconds']:.0f} s ago",
+                    f"{n['hostname']} / {n['pid']}",
+                )
+                for n in shown
+            ],
+        )
+    )
 
 
 # ----------------------------------------------------------------------------------------- workflows
@@ -606,10 +804,17 @@ def workflows() -> None:
 
 def _instance_rows(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [
-        (i["id"], i.get("state"), "yes" if i.get("paused") else "", i.get("version"), i.get("business_key") or "",
-         i.get("control_revision"), _age(_parse_time(i.get("created_at"))))
+        (
+            i["id"],
+            i.get("state"),
+            "yes" if i.get("paused") else "",
+            i.get("version"),
+            i.get("business_key") or "",
+            i.get("control_revision"),
+            _age(_parse_time(i.get("created_at"))),
+        )
         for i in items
-    ]  # fmt: skip
+    ]
 
 
 def _parse_time(value: Any) -> Any:
@@ -630,16 +835,35 @@ def _parse_time(value: Any) -> Any:
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
 @click.option("--cursor")
 @operator_command(WF_READ)
-def workflows_list(principal: Any, as_json: bool, state: str | None, paused: str | None, definition_id: str | None,
-                   business_key: str | None, business_key_prefix: str | None, limit: int, cursor: str | None) -> None:  # fmt: skip
+def workflows_list(
+    principal: Any,
+    as_json: bool,
+    state: str | None,
+    paused: str | None,
+    definition_id: str | None,
+    business_key: str | None,
+    business_key_prefix: str | None,
+    limit: int,
+    cursor: str | None,
+) -> None:
     """List the namespace's workflow instances, newest first (GET /v1/workflows)."""
     from app.engine import instances
     from schemas import load
     from schemas.workflows import ListQuery
 
-    args = {k: v for k, v in (("state", state), ("paused", paused), ("definition_id", definition_id),
-                              ("business_key", business_key), ("business_key_prefix", business_key_prefix),
-                              ("limit", str(limit)), ("cursor", cursor)) if v is not None}  # fmt: skip
+    args = {
+        k: v
+        for k, v in (
+            ("state", state),
+            ("paused", paused),
+            ("definition_id", definition_id),
+            ("business_key", business_key),
+            ("business_key_prefix", business_key_prefix),
+            ("limit", str(limit)),
+            ("cursor", cursor),
+        )
+        if v is not None
+    }
     query = load(ListQuery(), args)  # the API's own query schema: same rules, same messages
     data = _read(
         lambda c: instances.list_instances(
@@ -650,9 +874,13 @@ def workflows_list(principal: Any, as_json: bool, state: str | None, paused: str
         _emit_json(data)
         return
     console = _console()
-    console.print(_table(f"{len(data['items'])} workflow(s) in namespace {principal.namespace}",
-                         ["id", "state", "paused", "version", "business key", "control rev", "created"],
-                         _instance_rows(data["items"])))  # fmt: skip
+    console.print(
+        _table(
+            f"{len(data['items'])} workflow(s) in namespace {principal.namespace}",
+            ["id", "state", "paused", "version", "business key", "control rev", "created"],
+            _instance_rows(data["items"]),
+        )
+    )
     if data.get("next_cursor"):
         console.print(f"more: --cursor {data['next_cursor']}")
 
@@ -681,9 +909,15 @@ def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
 
     console = _console()
     inst = data["instance"]
-    console.print(_kv(f"workflow {inst['id']}",
-                      [(k, v if not isinstance(v, (dict, list)) else _short(jsonx.dumps(v), 200))
-                       for k, v in inst.items()]))  # fmt: skip
+    console.print(
+        _kv(
+            f"workflow {inst['id']}",
+            [
+                (k, v if not isinstance(v, (dict, list)) else _short(jsonx.dumps(v), 200))
+                for k, v in inst.items()
+            ],
+        )
+    )
     details = data["step_details"]
     console.print(step_table.table(f"{len(details)} step(s)", details))
 
@@ -725,8 +959,12 @@ def _control_command(operation: str, help_text: str) -> Any:
     @workflows.command(operation.lower(), help=help_text)
     @click.argument("instance_id")
     @click.option("--reason", required=True, help="why (written to the audit)")
-    @click.option("--expected-control-revision", "expected", type=click.IntRange(1),
-                  help="refuse if the control revision changed (default: the one read now)")  # fmt: skip
+    @click.option(
+        "--expected-control-revision",
+        "expected",
+        type=click.IntRange(1),
+        help="refuse if the control revision changed (default: the one read now)",
+    )
     @click.option("--yes", "-y", is_flag=True, help="do not ask for confirmation")
     @operator_command(WF_CONTROL)
     def cmd(
@@ -747,8 +985,13 @@ workflows_cancel = _control_command("CANCEL", "Cancel a workflow (W-CTL CANCEL; 
 @click.option("--name", required=True)
 @click.option("--payload-version", required=True)
 @click.option("--step", "target_step_key", required=True, help="target step key")
-@click.option("--activation", "target_activation_sequence", required=True, type=click.IntRange(1),
-              help="target activation sequence")  # fmt: skip
+@click.option(
+    "--activation",
+    "target_activation_sequence",
+    required=True,
+    type=click.IntRange(1),
+    help="target activation sequence",
+)
 @click.option("--correlation-key", required=True)
 @click.option("--payload", "payload_json", default="null", show_default=True, help="JSON payload")
 @click.option("--reason", required=True)

@@ -36,9 +36,15 @@ def _show(data: Any, as_json: bool) -> None:
         return
     s = data.get("schedule", data)
     rule = s.get("cron") and f"cron {s['cron']} ({s['timezone']})" or f"every {s.get('interval_seconds')} s"
-    pairs = [("id", s["id"]), ("name", s["name"]), ("definition", f"{s['definition_id']} @ {s['version']}"),
-             ("rule", rule), ("overlap", s["overlap"]), ("paused", s["paused"]),
-             ("next fire times", ", ".join(s["next_fire_times"]))]  # fmt: skip
+    pairs = [
+        ("id", s["id"]),
+        ("name", s["name"]),
+        ("definition", f"{s['definition_id']} @ {s['version']}"),
+        ("rule", rule),
+        ("overlap", s["overlap"]),
+        ("paused", s["paused"]),
+        ("next fire times", ", ".join(s["next_fire_times"])),
+    ]
     if "last_fire" in s:
         f = s["last_fire"]
         pairs.append(("last fire", f"{f['fire_at']} {f['status']} (+{f['skipped_missed']} missed coalesced)"))
@@ -66,8 +72,18 @@ def schedules_list(principal: Any, as_json: bool, limit: int, cursor: str | None
     if as_json:
         _emit_json(data)
         return
-    rows = [(s["id"], s["name"], s.get("cron") or f"{s.get('interval_seconds')} s", s["timezone"], s["overlap"],
-             s["paused"], s["next_fire_times"][0]) for s in data["items"]]  # fmt: skip
+    rows = [
+        (
+            s["id"],
+            s["name"],
+            s.get("cron") or f"{s.get('interval_seconds')} s",
+            s["timezone"],
+            s["overlap"],
+            s["paused"],
+            s["next_fire_times"][0],
+        )
+        for s in data["items"]
+    ]
     _console().print(
         _table("schedules", ["id", "name", "rule", "zone", "overlap", "paused", "next fire"], rows)
     )
@@ -95,20 +111,33 @@ def schedules_fires(principal: Any, as_json: bool, schedule_id: str, limit: int)
     if as_json:
         _emit_json(data)
         return
-    rows = [(f["fire_at"], f["kind"], f["status"], f["skipped_missed"], f.get("instance_id", ""),
-             f.get("reason", "")) for f in data["items"]]  # fmt: skip
+    rows = [
+        (
+            f["fire_at"],
+            f["kind"],
+            f["status"],
+            f["skipped_missed"],
+            f.get("instance_id", ""),
+            f.get("reason", ""),
+        )
+        for f in data["items"]
+    ]
     _console().print(_table("fires", ["fire at", "kind", "status", "missed", "instance", "reason"], rows))
 
 
 def _rule_options(fn: Any) -> Any:
-    for opt in reversed([
-        click.option("--definition-id"), click.option("--version", "version"),
-        click.option("--input", "input_json", help="the instance input (JSON)"),
-        click.option("--cron", help='5 fields or @hourly/@daily/...; e.g. "30 8 * * 1-5"'),
-        click.option("--timezone", help="IANA zone, e.g. Europe/Berlin (default UTC)"),
-        click.option("--interval-seconds", type=int), click.option("--overlap", help="skip | allow | cancel_previous"),
-        click.option("--fire-time-field", help="input key that receives the fire time"),
-    ]):  # fmt: skip
+    for opt in reversed(
+        [
+            click.option("--definition-id"),
+            click.option("--version", "version"),
+            click.option("--input", "input_json", help="the instance input (JSON)"),
+            click.option("--cron", help='5 fields or @hourly/@daily/...; e.g. "30 8 * * 1-5"'),
+            click.option("--timezone", help="IANA zone, e.g. Europe/Berlin (default UTC)"),
+            click.option("--interval-seconds", type=int),
+            click.option("--overlap", help="skip | allow | cancel_previous"),
+            click.option("--fire-time-field", help="input key that receives the fire time"),
+        ]
+    ):
         fn = opt(fn)
     return fn
 
@@ -148,8 +177,12 @@ def schedules_update(principal: Any, as_json: bool, schedule_id: str, **kw: Any)
     changes = load(UpdateScheduleRequest(), _body(**kw))
     if not changes:
         raise CliFailure("INVALID_ARGUMENT", "nothing to change", as_json)
-    _show(_write(lambda c: svc.update_schedule(c, principal, schedule_id, changes, request_id=cli_request_id())),
-          as_json)  # fmt: skip
+    _show(
+        _write(
+            lambda c: svc.update_schedule(c, principal, schedule_id, changes, request_id=cli_request_id())
+        ),
+        as_json,
+    )
 
 
 def _toggle(name: str, paused: bool, help_text: str) -> None:
@@ -159,8 +192,10 @@ def _toggle(name: str, paused: bool, help_text: str) -> None:
     def _cmd(principal: Any, as_json: bool, schedule_id: str) -> None:
         from app.integrations import schedules as svc
 
-        _show(_write(lambda c: svc.set_paused(c, principal, schedule_id, paused, request_id=cli_request_id())),
-              as_json)  # fmt: skip
+        _show(
+            _write(lambda c: svc.set_paused(c, principal, schedule_id, paused, request_id=cli_request_id())),
+            as_json,
+        )
 
 
 _toggle("pause", True, "Pause a schedule: no scheduled fire launches until it is resumed.")

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, overload
 from urllib.parse import quote
 
 DEFAULT_URL = "http://127.0.0.1:5000"
@@ -52,8 +52,18 @@ def _enc(v: Any, out: list[str]) -> None:
         raise TypeError(f"not JSON serializable: {type(v).__name__}")
 
 
+@overload
+def _time(v: str) -> datetime: ...
+@overload
+def _time(v: str | None) -> datetime | None: ...
 def _time(v: str | None) -> datetime | None:
     return None if v is None else datetime.fromisoformat(v.replace("Z", "+00:00"))
+
+
+def _data(answer: Any) -> dict[str, Any]:
+    """The ``data`` object of an API answer (``{"data": {...}}``), typed as the JSON object it is."""
+    data: dict[str, Any] = answer["data"]
+    return data
 
 
 # --------------------------------------------------------------------------- errors
@@ -91,7 +101,7 @@ class ApiError(ClientError):
         message: str,
         *,
         request_id: str | None = None,
-        errors: list[dict] | None = None,
+        errors: list[dict[str, Any]] | None = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status} {code}: {message}")
@@ -179,7 +189,7 @@ class WorkflowInstance:
     schedule_fire_at: datetime | None = None
 
     @classmethod
-    def from_api(cls, d: dict) -> WorkflowInstance:
+    def from_api(cls, d: dict[str, Any]) -> WorkflowInstance:
         return cls(
             id=d["id"],
             namespace_id=d["namespace_id"],
@@ -229,7 +239,7 @@ class Step:
     task_id: str | None = None
 
     @classmethod
-    def from_api(cls, d: dict) -> Step:
+    def from_api(cls, d: dict[str, Any]) -> Step:
         return cls(
             d["id"],
             d["key"],
@@ -259,8 +269,8 @@ class StepDetail:
     error: Any = ABSENT
     activated_at: datetime | None = None
     completed_at: datetime | None = None
-    poll: dict | None = None
-    wait: dict | None = None
+    poll: dict[str, Any] | None = None
+    wait: dict[str, Any] | None = None
     child_workflow_id: str | None = None
     next_attempt_at: datetime | None = None  # a TASK step waiting out its retry backoff
 
@@ -282,7 +292,7 @@ class Task:
     error: Any = ABSENT
 
     @classmethod
-    def from_api(cls, d: dict) -> Task:
+    def from_api(cls, d: dict[str, Any]) -> Task:
         return cls(
             id=d["id"],
             queue=d["queue"],
@@ -314,7 +324,7 @@ class CompletionResult:
     error_message: str | None = None
 
     @classmethod
-    def from_api(cls, d: dict) -> CompletionResult:
+    def from_api(cls, d: dict[str, Any]) -> CompletionResult:
         err = d.get("error") or {}
         return cls(
             id=d["id"],

@@ -67,12 +67,20 @@ def detail(view: dict[str, Any]) -> str:
 
 def rows(views: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     """One row per step view (``{"step": summary, "input"?, "output"?, "error"?, ...}``)."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for view in views:
         step = view.get("step", view)
         seq = step.get("activation_sequence")
-        out.append((step["key"], step["kind"], step["state"], "" if seq is None else str(seq), _took(view),
-                    detail(view)))  # fmt: skip
+        out.append(
+            (
+                step["key"],
+                step["kind"],
+                step["state"],
+                "" if seq is None else str(seq),
+                _took(view),
+                detail(view),
+            )
+        )
     return out
 
 

@@ -54,8 +54,17 @@ def subs_list(principal: Any, as_json: bool, limit: int, cursor: str | None) -> 
     if as_json:
         _emit_json(data)
         return
-    rows = [(s["id"], "yes" if s["enabled"] else "NO", ",".join(s["event_types"]), _short(s["url"], 50),
-             s["consecutive_failures"], _short(s["disabled_reason"] or "", 40)) for s in data["items"]]  # fmt: skip
+    rows = [
+        (
+            s["id"],
+            "yes" if s["enabled"] else "NO",
+            ",".join(s["event_types"]),
+            _short(s["url"], 50),
+            s["consecutive_failures"],
+            _short(s["disabled_reason"] or "", 40),
+        )
+        for s in data["items"]
+    ]
     _console().print(
         _table("subscriptions", ["id", "enabled", "events", "url", "failures", "disabled because"], rows)
     )
@@ -81,8 +90,14 @@ def subs_show(principal: Any, as_json: bool, subscription_id: str) -> None:
 @click.option("--definition-id")
 @click.option("--description", default="")
 @operator_command(MANAGE)
-def subs_create(principal: Any, as_json: bool, url: str, event_types: tuple[str, ...], definition_id: str | None,
-                description: str) -> None:  # fmt: skip
+def subs_create(
+    principal: Any,
+    as_json: bool,
+    url: str,
+    event_types: tuple[str, ...],
+    definition_id: str | None,
+    description: str,
+) -> None:
     """Create a subscription; its signing secret is printed once."""
     from app.integrations import subscriptions as subs
 
@@ -160,9 +175,18 @@ def subs_deliveries(
     if as_json:
         _emit_json(data)
         return
-    rows = [(d["id"], d["event_type"], d["status"], d["attempts"], d["response_code"] or "",
-             f"{d['latency_ms']} ms" if d["latency_ms"] is not None else "", _short(d["last_error"] or "", 50))
-            for d in data["items"]]  # fmt: skip
+    rows = [
+        (
+            d["id"],
+            d["event_type"],
+            d["status"],
+            d["attempts"],
+            d["response_code"] or "",
+            f"{d['latency_ms']} ms" if d["latency_ms"] is not None else "",
+            _short(d["last_error"] or "", 50),
+        )
+        for d in data["items"]
+    ]
     _console().print(
         _table("deliveries", ["id", "event", "status", "attempts", "code", "latency", "last error"], rows)
     )
@@ -173,30 +197,45 @@ def subs_deliveries(
 @subscriptions.command("redeliver")
 @click.argument("subscription_id")
 @click.option("--delivery", "delivery_id", help="one delivery")
-@click.option("--since", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]),
-              help="every failed, dead, unknown or skipped delivery since this time (UTC if no offset)")  # fmt: skip
+@click.option(
+    "--since",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]),
+    help="every failed, dead, unknown or skipped delivery since this time (UTC if no offset)",
+)
 @click.option("--include-succeeded", is_flag=True, help="with --since: succeeded deliveries too")
 @click.option("--rate", default=20, show_default=True, type=click.IntRange(1, 100), help="per second")
 @click.option("--reason")
 @click.option("--yes", "-y", is_flag=True)
 @operator_command(MANAGE)
-def subs_redeliver(principal: Any, as_json: bool, subscription_id: str, delivery_id: str | None,
-                   since: datetime | None, include_succeeded: bool, rate: int, reason: str | None, yes: bool) -> None:  # fmt: skip
+def subs_redeliver(
+    principal: Any,
+    as_json: bool,
+    subscription_id: str,
+    delivery_id: str | None,
+    since: datetime | None,
+    include_succeeded: bool,
+    rate: int,
+    reason: str | None,
+    yes: bool,
+) -> None:
     """Redeliver one delivery (--delivery) or everything since a time (--since), staggered."""
     from datetime import UTC
 
     from app.integrations import subscriptions as subs
     from app.ledger.ops_actions import Actor
 
-    if (delivery_id is None) == (since is None):
-        raise click.UsageError("give exactly one of --delivery or --since")
     actor = Actor(principal=principal, request_id=cli_request_id(), reason=reason)
-    if delivery_id:
+    if delivery_id is not None and since is None:
         _confirm(f"redeliver {delivery_id}?", yes)
         data = _write(lambda c: subs.redeliver_one(c, actor, subscription_id, delivery_id))
-    else:
+    elif since is not None and delivery_id is None:
         when = since if since.tzinfo else since.replace(tzinfo=UTC)
         _confirm(f"redeliver the deliveries of {subscription_id} since {when.isoformat()}?", yes)
-        data = _write(lambda c: subs.redeliver_since(c, actor, subscription_id, when,
-                                                     include_succeeded=include_succeeded, rate=rate))  # fmt: skip
+        data = _write(
+            lambda c: subs.redeliver_since(
+                c, actor, subscription_id, when, include_succeeded=include_succeeded, rate=rate
+            )
+        )
+    else:
+        raise click.UsageError("give exactly one of --delivery or --since")
     _show(data, as_json, "redelivery submitted")

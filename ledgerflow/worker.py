@@ -121,7 +121,7 @@ class _Flight:
     ended: float | None = None  # when the function returned or raised
     lost: bool = False  # a heartbeat was refused: the result will be refused too
     released: bool = False  # handed back at shutdown
-    future: concurrent.futures.Future | None = None  # an async function's run on the loop
+    future: concurrent.futures.Future[Any] | None = None  # an async function's run on the loop
     # held during a heartbeat: a release waits for it (a heartbeat that started before the release
     # committed would otherwise renew the lease the release just ended: both use the transaction's now())
     beating: threading.Lock = field(default_factory=threading.Lock)
@@ -253,7 +253,7 @@ class TaskWorker:
             try:
                 self._serve()
                 done.set_result(None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            except BaseException as exc:  # handed to the awaiting task
                 done.set_exception(exc)
 
         threading.Thread(target=serve, name="ledgerflow-task-claimer", daemon=True).start()
@@ -281,7 +281,7 @@ class TaskWorker:
         def loop() -> None:
             try:
                 self._serve()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller at the end of the block
+            except BaseException as exc:  # handed to the caller at the end of the block
                 failure.append(exc)
                 log.error("task worker stopped: %s", exc)
 
@@ -408,7 +408,7 @@ class TaskWorker:
                     if inspect.iscoroutine(output):
                         output.close()
                     raise TypeError("the function returned an awaitable: declare it with `async def`")
-            except Exception as exc:  # noqa: BLE001 - the task fails, the worker goes on
+            except Exception as exc:  # the task fails, the worker goes on
                 self._finished(flight, error=exc)
             else:
                 self._finished(flight, output=output)
@@ -417,7 +417,7 @@ class TaskWorker:
     async def _call_async(fn: Callable[[Task], Awaitable[Any]], t: Task) -> Any:
         return await fn(t)
 
-    def _async_done(self, flight: _Flight, fut: concurrent.futures.Future) -> None:
+    def _async_done(self, flight: _Flight, fut: concurrent.futures.Future[Any]) -> None:
         if fut.cancelled():
             self._finished(flight, error=None, cancelled=True)
             return
@@ -510,7 +510,7 @@ class TaskWorker:
                 log.warning("%s; sending %d results again in 1 s", exc, len(live))
                 carry = [o for o in live if (o.flight.task.id, o.flight.task.epoch) in self._flights]
                 self._helpers_stop.wait(1.0)
-            except Exception as exc:  # noqa: BLE001 - e.g. a revoked token: the worker stops with it
+            except Exception as exc:  # e.g. a revoked token: the worker stops with it
                 for o in live:
                     log.error("%s: result not sent: %s", o.flight.label, exc)
                     self._reported(o)
@@ -537,7 +537,8 @@ class TaskWorker:
                 self._outcomes.put(None)  # keep the end mark for the next round
                 break
             batch.append(nxt)
-        out, rest = [], []
+        out: list[_Outcome] = []
+        rest: list[_Outcome] = []
         for o in batch:  # completions share a request up to its size; the rest waits for the next one
             n = 0 if o.error is not None else o.size + 200
             if out and size + n > BATCH_BYTES:
@@ -565,8 +566,12 @@ class TaskWorker:
             else:
                 log.warning(
                     "%s finished in %s, but the result was refused (epoch %s: %s %s)",
-                    o.flight.label, o.flight.took(), o.flight.task.epoch, r.status, r.error_message,
-                )  # fmt: skip
+                    o.flight.label,
+                    o.flight.took(),
+                    o.flight.task.epoch,
+                    r.status,
+                    r.error_message,
+                )
             self._reported(o)
 
     def _send_failure(self, o: _Outcome) -> None:
@@ -575,9 +580,11 @@ class TaskWorker:
             self.client.fail_task(t.id, t.epoch, o.error or "", retryable=o.retryable)
         except (StateConflict, NotFound):
             log.warning(
-                "%s failed in %s, but the failure was refused (epoch %s is stale)", o.flight.label,
-                o.flight.took(), t.epoch,
-            )  # fmt: skip
+                "%s failed in %s, but the failure was refused (epoch %s is stale)",
+                o.flight.label,
+                o.flight.took(),
+                t.epoch,
+            )
         else:
             kind = "retryable" if o.retryable else "not retryable"
             log.info("%s failed in %s (%s): %s", o.flight.label, o.flight.took(), kind, o.error)
@@ -612,7 +619,7 @@ class TaskWorker:
                 self.client.heartbeat_task(f.task.id, f.task.epoch)
             except (StateConflict, NotFound):
                 self._lease_lost(f)
-            except Exception as exc:  # noqa: BLE001 - keep beating: the lease has two more intervals
+            except Exception as exc:  # keep beating: the lease has two more intervals
                 log.warning("%s: heartbeat failed: %s", f.label, exc)
 
     def _lease_lost(self, f: _Flight) -> None:
@@ -662,9 +669,10 @@ class TaskWorker:
         with self._cond:
             if self._busy:
                 log.info(
-                    "stopping: waiting up to %.0f s for %d running tasks", max(0.0, grace_end - time.monotonic()),
+                    "stopping: waiting up to %.0f s for %d running tasks",
+                    max(0.0, grace_end - time.monotonic()),
                     self._busy,
-                )  # fmt: skip
+                )
             self._cond.wait_for(lambda: self._busy == 0, timeout=max(0.0, grace_end - time.monotonic()))
             running = [f for f in self._flights.values() if f.ended is None and not f.lost]
         for f in running:

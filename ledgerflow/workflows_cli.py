@@ -57,8 +57,9 @@ def definitions() -> None:
 @click.option("--name", help="the definition's name (default: the file name without .json)")
 @click.option("--description", help="the definition's description, when it is created")
 @_api_options
-def definitions_publish(file: Path, name: str | None, description: str | None, url: str | None,
-                        token: str | None) -> None:  # fmt: skip
+def definitions_publish(
+    file: Path, name: str | None, description: str | None, url: str | None, token: str | None
+) -> None:
     """Publish the definition document in FILE (JSON, with its "version"; docs/reference.md shows a
     complete one) as a version of definition NAME, creating the definition first if needed. Running it
     again with the same document does nothing; a changed document needs a new "version"."""
@@ -82,12 +83,15 @@ def definitions_publish(file: Path, name: str | None, description: str | None, u
 
 def _example_input(document: dict[str, Any]) -> str:
     """A JSON input naming the required top-level fields of the input schema (placeholders)."""
-    schema = document.get("input_schema") if isinstance(document.get("input_schema"), dict) else {}
+    schema = document.get("input_schema")
+    if not isinstance(schema, dict):
+        schema = {}
     required = [f for f in schema.get("required", []) if isinstance(f, str)][:5]
     props = schema.get("properties", {}) if isinstance(schema.get("properties"), dict) else {}
     example = {}
     for f in required:
-        kind = props.get(f, {}).get("type") if isinstance(props.get(f), dict) else None
+        spec = props.get(f)
+        kind = spec.get("type", "") if isinstance(spec, dict) else ""
         example[f] = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}.get(kind, "...")
     return json.dumps(example)
 
@@ -114,8 +118,10 @@ def _resolve(client: Any, definition: str) -> dict[str, Any]:
             pass
     found = client.find_definition(definition)
     if found is None:
-        raise Failure(f"no definition named {definition!r} in this namespace: publish one first "
-                      f"({prog()} definitions publish FILE)")  # fmt: skip
+        raise Failure(
+            f"no definition named {definition!r} in this namespace: publish one first "
+            f"({prog()} definitions publish FILE)"
+        )
     return found
 
 
@@ -127,8 +133,15 @@ def start_command(workflows: click.Group) -> click.Command:
     @click.option("--business-key", help="your own key for this workflow (e.g. an order number)")
     @click.option("--watch", is_flag=True, help="then watch it until it finishes (as `workflows watch`)")
     @_api_options
-    def workflows_start(definition: str, version: str | None, input_json: str, business_key: str | None,
-                        watch: bool, url: str | None, token: str | None) -> None:  # fmt: skip
+    def workflows_start(
+        definition: str,
+        version: str | None,
+        input_json: str,
+        business_key: str | None,
+        watch: bool,
+        url: str | None,
+        token: str | None,
+    ) -> None:
         """Start a workflow of DEFINITION (a name or an id) through the API and print its id."""
         value = _json_value(input_json, "--input")
         client = _client(url, token)
@@ -165,7 +178,7 @@ def watch_command(workflows: click.Group) -> click.Command:
 
 def _views(client: Any, workflow_id: str, cache: dict[str, tuple[str, dict]]) -> tuple[str, list[dict]]:
     """(revision, one step view per step); a step's view is read again only when its revision moved."""
-    from ledgerflow.client import _seg
+    from ledgerflow.sdk_types import _seg
 
     data = client.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps")["data"]
     views = []
@@ -204,8 +217,10 @@ def _watch(client: Any, workflow_id: str, timeout: float) -> None:
             if inst.state in FINISHED:
                 break
             if time.monotonic() > deadline:
-                raise Failure(f"workflow {workflow_id} is still {inst.state} after {timeout:g} s; "
-                              "is a task worker running for its queues?")  # fmt: skip
+                raise Failure(
+                    f"workflow {workflow_id} is still {inst.state} after {timeout:g} s; "
+                    "is a task worker running for its queues?"
+                )
             time.sleep(0.5)
     if live is None:
         console.print(step_table.table(f"workflow {workflow_id}: {inst.state}", views))

@@ -53,7 +53,7 @@ def _validator(check: Check) -> Callable[[Any], None]:
     return run
 
 
-def _messages(invalid: str, missing: str | None) -> dict[str, str]:
+def _messages(invalid: str, missing: str | None) -> dict[str, str | list[Any] | dict[Any, Any]]:
     return {"invalid": invalid, "null": invalid, "required": missing or invalid}
 
 
@@ -105,7 +105,7 @@ class DecimalString(fields.String):
 
     MAX = 2**64 - 1
 
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kw: Any) -> int:  # type: ignore[override]
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kw: Any) -> int:  # type: ignore[override]  # a decimal string loads as an int
         if (
             not isinstance(value, str)
             or not value.isascii()
@@ -152,7 +152,7 @@ def json_value(
     check: Check = storable_document, *, missing: str | None = REQUIRED_VALUE, **kw: Any
 ) -> fields.Raw:
     """Any JSON value, ``null`` included, that ``check`` accepts; required unless ``missing`` is None."""
-    msgs = {"required": missing} if missing else {}
+    msgs: dict[str, str | list[Any] | dict[Any, Any]] = {"required": missing} if missing else {}
     kw["metadata"] = {"description": "any JSON value", **kw.get("metadata", {})}
     return fields.Raw(
         allow_none=True, required=missing is not None, validate=_validator(check), error_messages=msgs, **kw

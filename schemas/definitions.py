@@ -26,10 +26,16 @@ def _description(v: str) -> str | None:
 
 
 class CreateDefinitionRequest(Strict):
-    name = text(NAME_RULE, _name, missing=NAME_RULE,
-                metadata={"pattern": r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$"})  # fmt: skip
-    description = text("must be a string of at most 2000 characters", _description, allow_none=True,
-                       load_default=None, metadata={"maxLength": 2000})  # fmt: skip
+    name = text(
+        NAME_RULE, _name, missing=NAME_RULE, metadata={"pattern": r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$"}
+    )
+    description = text(
+        "must be a string of at most 2000 characters",
+        _description,
+        allow_none=True,
+        load_default=None,
+        metadata={"maxLength": 2000},
+    )
 
 
 def _version(v: str) -> str | None:
@@ -78,9 +84,12 @@ class VersionDocument(Strict):
         required=True,
         validate=_steps,
         error_messages={m: "required: a non-empty array" for m in ("invalid", "null", "required")},
-        metadata={"minItems": 1, "maxItems": MAX_STEPS,
-                  "description": "steps: {key, kind (TASK, SIGNAL, TIMER, POLL, SUBWORKFLOW, TRIGGER), after, ...}"},
-    )  # fmt: skip
+        metadata={
+            "minItems": 1,
+            "maxItems": MAX_STEPS,
+            "description": "steps: {key, kind (TASK, SIGNAL, TIMER, POLL, SUBWORKFLOW, TRIGGER), after, ...}",
+        },
+    )
     output = fields.Raw(
         allow_none=True, metadata={"description": "an output mapping ($.steps.<key>.output ...)"}
     )

@@ -44,8 +44,13 @@ class UpdateSubscriptionRequest(Strict):
 
 
 class ReasonRequest(Strict):
-    reason = text("at most 1000 characters", _desc, load_default=None, allow_none=True,
-                  metadata={"maxLength": 1000, "description": "why (audited)"})  # fmt: skip
+    reason = text(
+        "at most 1000 characters",
+        _desc,
+        load_default=None,
+        allow_none=True,
+        metadata={"maxLength": 1000, "description": "why (audited)"},
+    )
 
 
 class RotateRequest(Strict):
@@ -88,8 +93,9 @@ class Delivery(Loose):
     id = fields.String(required=True)
     event_id = fields.String(required=True)
     event_type = fields.String(required=True)
-    status = fields.String(required=True, metadata={"enum": ["pending", "succeeded", "retrying", "dead", "unknown",
-                                                            "skipped"]})  # fmt: skip
+    status = fields.String(
+        required=True, metadata={"enum": ["pending", "succeeded", "retrying", "dead", "unknown", "skipped"]}
+    )
     attempts = fields.Integer(required=True)
     redeliveries = fields.Integer(required=True)
     response_code = fields.Integer(allow_none=True)
@@ -139,10 +145,12 @@ class CreateRuleRequest(Strict):
     conditions = fields.List(fields.Nested(Condition), load_default=list)
     action = fields.Dict(
         required=True,
-        metadata={"description": "{kind: http, url} | {kind: start_workflow, definition_id, version, input, "
-                  "business_key} | {kind: signal, workflow_id, name, payload_version, target_step_key, "
-                  "target_activation_sequence, correlation_key, payload}; strings $.event... map the event"},
-    )  # fmt: skip
+        metadata={
+            "description": "{kind: http, url} | {kind: start_workflow, definition_id, version, input, "
+            "business_key} | {kind: signal, workflow_id, name, payload_version, target_step_key, "
+            "target_activation_sequence, correlation_key, payload}; strings $.event... map the event"
+        },
+    )
 
 
 class Rule(Loose):

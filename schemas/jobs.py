@@ -29,7 +29,7 @@ class CommaList(fields.String):
         kw.setdefault("metadata", {})["description"] = "comma-separated: " + ", ".join(self.choices)
         super().__init__(validate=validate.Length(min=1, max=512), **kw)
 
-    def _deserialize(self, value: Any, attr: Any, data: Any, **kw: Any) -> tuple[str, ...]:
+    def _deserialize(self, value: Any, attr: Any, data: Any, **kw: Any) -> tuple[str, ...]:  # type: ignore[override]  # the string parsed into its items
         raw = super()._deserialize(value, attr, data, **kw)
         items = [v.strip() for v in raw.split(",") if v.strip()]
         bad = [v for v in items if v not in self.choices]

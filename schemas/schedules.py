@@ -40,7 +40,7 @@ def _fields(required: bool) -> dict[str, fields.Field]:
             lambda v: None if _KEY_RE.match(v) else _FIELD_NAME,
             allow_none=True,
             metadata={"description": "input key that receives the fire time (RFC 3339)"},
-        ),  # fmt: skip
+        ),
         "cron": text(
             "a 5-field cron expression or an @alias",
             _cron,
@@ -56,7 +56,7 @@ def _fields(required: bool) -> dict[str, fields.Field]:
             MAX_INTERVAL_SECONDS,
             f"an integer from {MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS}",
             allow_none=True,
-        ),  # fmt: skip
+        ),
         "overlap": text(
             f"one of {', '.join(OVERLAP_POLICIES)}", _overlap, metadata={"enum": list(OVERLAP_POLICIES)}
         ),
@@ -77,9 +77,13 @@ UpdateScheduleRequest = Strict.from_dict(_fields(False), name="UpdateScheduleReq
 class ScheduleActionRequest(Strict):
     """Body of pause / resume / launch: an optional reason for the audit (``{}`` is fine)."""
 
-    reason = text("at most 1024 characters", lambda v: None if len(v) <= 1024 and "\x00" not in v
-                  else "at most 1024 characters", load_default=None, allow_none=True,
-                  metadata={"maxLength": 1024, "description": "why (written to the audit)"})  # fmt: skip
+    reason = text(
+        "at most 1024 characters",
+        lambda v: None if len(v) <= 1024 and "\x00" not in v else "at most 1024 characters",
+        load_default=None,
+        allow_none=True,
+        metadata={"maxLength": 1024, "description": "why (written to the audit)"},
+    )
 
 
 class FiresQuery(Strict):

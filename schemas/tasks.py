@@ -60,8 +60,12 @@ def _message(v: str) -> str | None:
 
 
 class TaskError(Strict):
-    message = text("a string of at most 4096 characters", _message, missing="a string of at most 4096 characters",
-                   metadata={"maxLength": 4096})  # fmt: skip
+    message = text(
+        "a string of at most 4096 characters",
+        _message,
+        missing="a string of at most 4096 characters",
+        metadata={"maxLength": 4096},
+    )
     retryable = Boolean(
         required=True,
         error_messages={
@@ -82,8 +86,12 @@ TASK_ID = "a 32-char lowercase hex task id"
 
 
 class CompleteItem(Strict):
-    id = text(TASK_ID, lambda v: None if is_hex32(v) else TASK_ID, missing=TASK_ID,
-              metadata={"pattern": "^[0-9a-f]{32}$"})  # fmt: skip
+    id = text(
+        TASK_ID,
+        lambda v: None if is_hex32(v) else TASK_ID,
+        missing=TASK_ID,
+        metadata={"pattern": "^[0-9a-f]{32}$"},
+    )
     epoch = epoch()
     output = json_value(_output)
 

@@ -48,8 +48,12 @@ class ControlRequest(Strict):
 
 
 def _name(rx: Any, rule: str, pattern: str) -> fields.String:
-    return text(rule, lambda v: None if rx.fullmatch(v) else rule, missing=f"required: {rule}",
-                metadata={"pattern": pattern})  # fmt: skip
+    return text(
+        rule,
+        lambda v: None if rx.fullmatch(v) else rule,
+        missing=f"required: {rule}",
+        metadata={"pattern": pattern},
+    )
 
 
 def _correlation(v: str) -> str | None:

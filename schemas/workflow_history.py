@@ -25,13 +25,17 @@ class RecoveryRequest(Strict):
     """Which fields an action takes depends on the action, so the per-action rules are checked
     together (every problem reported at once); the fields only carry their types."""
 
-    action = fields.Raw(required=True, metadata={"type": "string", "enum": list(ACTIONS)},
-                        error_messages={"required": ACTION_RULE})  # fmt: skip
+    action = fields.Raw(
+        required=True,
+        metadata={"type": "string", "enum": list(ACTIONS)},
+        error_messages={"required": ACTION_RULE},
+    )
     step_key = fields.Raw(
         metadata={"type": "string", "pattern": KEY, "description": "not with RESOLVE_INSTANCE"}
     )
-    resolution = fields.Raw(metadata={"type": "string", "enum": list(RESOLUTIONS),
-                                      "description": "RESOLVE_INSTANCE only"})  # fmt: skip
+    resolution = fields.Raw(
+        metadata={"type": "string", "enum": list(RESOLUTIONS), "description": "RESOLVE_INSTANCE only"}
+    )
     output = json_value(storable_document, missing=None, metadata={"description": "SUCCEED_STEP only"})
     reason = reason()
     evidence_ref = evidence_ref()

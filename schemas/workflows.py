@@ -117,17 +117,29 @@ def _no_nul_key(v: str) -> str | None:
 class ListQuery(Strict):
     """Filters of ``GET /v1/workflows``; loads as ``{"filters", "limit", "cursor"}``."""
 
-    state = text(f"one of {', '.join(STATES)}", lambda v: None if v in STATES else f"one of {', '.join(STATES)}",
-                 metadata={"enum": list(STATES)})  # fmt: skip
+    state = text(
+        f"one of {', '.join(STATES)}",
+        lambda v: None if v in STATES else f"one of {', '.join(STATES)}",
+        metadata={"enum": list(STATES)},
+    )
     paused = TrueFalse()
-    definition_id = text("a 32-char lowercase hex id", lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",
-                         metadata={"pattern": HEX32})  # fmt: skip
-    version = text("invalid version", lambda v: None if VERSION_RE.fullmatch(v) else "invalid version",
-                   metadata={"pattern": VERSION})  # fmt: skip
+    definition_id = text(
+        "a 32-char lowercase hex id",
+        lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",
+        metadata={"pattern": HEX32},
+    )
+    version = text(
+        "invalid version",
+        lambda v: None if VERSION_RE.fullmatch(v) else "invalid version",
+        metadata={"pattern": VERSION},
+    )
     business_key = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
     business_key_prefix = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
-    schedule_id = text("a 32-char lowercase hex id", lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",
-                       metadata={"pattern": HEX32, "description": "instances launched by this schedule"})  # fmt: skip
+    schedule_id = text(
+        "a 32-char lowercase hex id",
+        lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",
+        metadata={"pattern": HEX32, "description": "instances launched by this schedule"},
+    )
     created_after = RFC3339()
     created_before = RFC3339()
     updated_after = RFC3339()

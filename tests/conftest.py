@@ -81,14 +81,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def engine():  # noqa: ANN201
+def engine():
     from app.db import get_engine
 
     return get_engine()
 
 
 @pytest.fixture
-def db(engine) -> Iterator:  # noqa: ANN001
+def db(engine) -> Iterator:
     """A clean ledger for each test."""
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {LEDGER_TABLES} RESTART IDENTITY CASCADE"))
@@ -96,7 +96,7 @@ def db(engine) -> Iterator:  # noqa: ANN001
 
 
 @pytest.fixture
-def settings():  # noqa: ANN201
+def settings():
     """Settings with the spec's defaults; tests shorten times with dataclasses.replace."""
     from app.settings import get_settings
 
@@ -104,12 +104,12 @@ def settings():  # noqa: ANN201
 
 
 @pytest.fixture
-def fast_settings(settings):  # noqa: ANN001, ANN201
+def fast_settings(settings):
     return replace(settings, poll_seconds=0.2, renew_seconds=0.5, lease_seconds=2.0)
 
 
 @pytest.fixture
-def redis_client():  # noqa: ANN201
+def redis_client():
     import redis
 
     url = os.environ.get("REDIS_URL")
@@ -144,7 +144,7 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def spawn_worker(tmp_path) -> Iterator:  # noqa: ANN001
+def spawn_worker(tmp_path) -> Iterator:
     """Start real `ledgerflow worker` processes against the test database."""
     started: list[WorkerProcess] = []
 
@@ -159,7 +159,7 @@ def spawn_worker(tmp_path) -> Iterator:  # noqa: ANN001
             **(env or {}),
         }
         log_path = tmp_path / f"worker-{len(started)}.log"
-        out = open(log_path, "w")  # noqa: SIM115
+        out = open(log_path, "w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "ledgerflow.cli", "worker", "--pool", pool],
             env=full_env,

@@ -36,11 +36,18 @@ ORDER_INPUT_SCHEMA = {
 RECEIPT_DOC = {
     "signals": [{"name": "done", "payload_version": "v1", "schema": {"type": "object"}}],
     "steps": [
-        {"key": "receipt", "kind": "SIGNAL", "after": [], "signal": "done", "payload_version": "v1",
-         "correlation": "$.input.order", "timeout_seconds": 3000},
+        {
+            "key": "receipt",
+            "kind": "SIGNAL",
+            "after": [],
+            "signal": "done",
+            "payload_version": "v1",
+            "correlation": "$.input.order",
+            "timeout_seconds": 3000,
+        },
         {"key": "ship", "kind": "TASK", "queue": "ship", "after": ["receipt"]},
     ],
-}  # fmt: skip
+}
 AUDIT_ROWS = 25  # more than one page (20) of the workflow page's audit timeline
 
 
@@ -143,36 +150,63 @@ def build() -> Scenario:
     s = Scenario(ns, other, tokens, principals)  # type: ignore[arg-type]
 
     # workflows, each moved for real through the engine
-    s.defs["order"] = _define(admin, "order-fulfilment", {
-        "input_schema": ORDER_INPUT_SCHEMA,
-        "steps": [
-            {"key": "approve", "kind": "TASK", "queue": "approvals", "after": [],
-             "input": {"order_id": "$.input.order_id", "amount": "$.input.amount"}},
-            {"key": "cool_off", "kind": "TIMER", "after": ["approve"], "delay_seconds": 3600},
-            {"key": "ship", "kind": "TASK", "queue": "shipping", "after": ["cool_off"]},
-        ],
-    })  # fmt: skip
+    s.defs["order"] = _define(
+        admin,
+        "order-fulfilment",
+        {
+            "input_schema": ORDER_INPUT_SCHEMA,
+            "steps": [
+                {
+                    "key": "approve",
+                    "kind": "TASK",
+                    "queue": "approvals",
+                    "after": [],
+                    "input": {"order_id": "$.input.order_id", "amount": "$.input.amount"},
+                },
+                {"key": "cool_off", "kind": "TIMER", "after": ["approve"], "delay_seconds": 3600},
+                {"key": "ship", "kind": "TASK", "queue": "shipping", "after": ["cool_off"]},
+            ],
+        },
+    )
     s.business_key = f"order-{suffix}"
     s.wf["running"] = _start(admin, s.defs["order"], {"order_id": "A-1", "amount": 1250}, s.business_key)
     _work(admin, "approvals", output={"approved": True, "by": "maria"})
     s.wf["awaiting"] = _start(admin, s.defs["order"], {"order_id": "A-2", "amount": 80}, f"order-{suffix}-2")
-    s.defs["risk"] = _define(admin, "risk-check", {
-        "steps": [{"key": "score", "kind": "TASK", "queue": "risk", "after": []}],
-    })  # fmt: skip
+    s.defs["risk"] = _define(
+        admin,
+        "risk-check",
+        {
+            "steps": [{"key": "score", "kind": "TASK", "queue": "risk", "after": []}],
+        },
+    )
     s.wf["failed"] = _start(admin, s.defs["risk"], {"customer": "C-7"})
     _work(admin, "risk", fail="score service answered 503 twice: customer C-7 not scored")
-    s.defs["payment"] = _define(admin, "payment", {
-        "steps": [
-            {"key": "reserve", "kind": "TASK", "queue": "payments", "after": [], "compensation": {"queue": "undo"}},
-            {"key": "charge", "kind": "TASK", "queue": "payments", "after": ["reserve"]},
-        ],
-    })  # fmt: skip
+    s.defs["payment"] = _define(
+        admin,
+        "payment",
+        {
+            "steps": [
+                {
+                    "key": "reserve",
+                    "kind": "TASK",
+                    "queue": "payments",
+                    "after": [],
+                    "compensation": {"queue": "undo"},
+                },
+                {"key": "charge", "kind": "TASK", "queue": "payments", "after": ["reserve"]},
+            ],
+        },
+    )
     s.wf["compensated"] = _start(admin, s.defs["payment"], {"amount": 99})
     _work(admin, "payments", output={"reservation": "R-1"})
     _work(admin, "payments", fail="card declined: insufficient funds")
-    run_pool(Pool.OUTBOUND, lambda: sql(
-        "SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'", i=s.wf["compensated"]
-    ))  # fmt: skip
+    run_pool(
+        Pool.OUTBOUND,
+        lambda: sql(
+            "SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'",
+            i=s.wf["compensated"],
+        ),
+    )
     _work(admin, "undo", output={"released": "R-1"})
     until(lambda: _state(s.wf["compensated"]) == "FAILED", timeout=60)
     s.defs["receipt"] = _define(admin, "receipt", RECEIPT_DOC)
@@ -183,29 +217,54 @@ def build() -> Scenario:
         "attempt_started_at) VALUES ('external_dispatch', 'workflow-ledger-outbound', 'running', :i, 'receipt', 3, "
         ":op, 't', gen_random_uuid(), now() + interval '1 hour', now() + interval '1 hour', '{\"sent\": true}', 1, "
         "nextval('workflow_job_executions_id_seq'), now())",
-        i=s.wf["review"], op=uuid.uuid4().hex,
-    )  # fmt: skip
+        i=s.wf["review"],
+        op=uuid.uuid4().hex,
+    )
     with transaction() as conn:
-        operations.control_workflow(conn, admin, s.wf["review"], {"operation": "PAUSE", "expected_control_revision": 1,
-                                    "reason": "freeze while the receipt is checked"}, request_id="req_console")  # fmt: skip
+        operations.control_workflow(
+            conn,
+            admin,
+            s.wf["review"],
+            {
+                "operation": "PAUSE",
+                "expected_control_revision": 1,
+                "reason": "freeze while the receipt is checked",
+            },
+            request_id="req_console",
+        )
     for i in range(AUDIT_ROWS):  # one transaction each: entries of one transaction share their time
         with transaction() as conn:
-            oplog.operation(conn, admin, s.wf["review"], "workflow.note", request_id="req_console",
-                            reason=f"checked with the carrier, call {i + 1}", evidence_ref=f"ticket:{100 + i}")  # fmt: skip
+            oplog.operation(
+                conn,
+                admin,
+                s.wf["review"],
+                "workflow.note",
+                request_id="req_console",
+                reason=f"checked with the carrier, call {i + 1}",
+                evidence_ref=f"ticket:{100 + i}",
+            )
     s.wf["signal"] = _start(admin, s.defs["receipt"], {"order": "B-2"})
     s.trace_id = sql("SELECT trace_id FROM workflow_instances WHERE id = :i", i=s.wf["running"])[0][0]
 
     # the other namespace: a workflow whose job a platform-wide operator sees in the ledger
-    other_def = _define(other_p, "other-tenant-flow", {
-        "steps": [{"key": "wait", "kind": "TIMER", "after": [], "delay_seconds": 7200}],
-    })  # fmt: skip
+    other_def = _define(
+        other_p,
+        "other-tenant-flow",
+        {
+            "steps": [{"key": "wait", "kind": "TIMER", "after": [], "delay_seconds": 7200}],
+        },
+    )
     s.wf["other"] = _start(other_p, other_def, {"tenant": "B"})
     s.other_job = sql(
         "SELECT id FROM workflow_jobs WHERE instance_id = :i ORDER BY id LIMIT 1", i=s.wf["other"]
     )[0][0]
-    other_tasks = _define(other_p, "other-approvals", {
-        "steps": [{"key": "ok", "kind": "TASK", "queue": "b-queue", "after": []}],
-    })  # fmt: skip
+    other_tasks = _define(
+        other_p,
+        "other-approvals",
+        {
+            "steps": [{"key": "ok", "kind": "TASK", "queue": "b-queue", "after": []}],
+        },
+    )
     _start(other_p, other_tasks, {"tenant": "B"})
 
     # a job that died for real (its handler refused it), then succeeds when retried
@@ -214,22 +273,53 @@ def build() -> Scenario:
     # a schedule, a subscription with its delivery log, a rule with its executions (created last: from
     # here on, the namespace's events are dispatched to listeners)
     with transaction() as conn:
-        sch = schedules.create_schedule(conn, admin, {
-            "name": "nightly-orders", "definition_id": s.defs["order"], "version": "v1",
-            "input": {"order_id": "N-1", "amount": 1}, "interval_seconds": 3600, "timezone": "UTC",
-            "overlap": "skip", "paused": False, "fire_time_field": None, "cron": None,
-        }, request_id="req_console")  # fmt: skip
+        sch = schedules.create_schedule(
+            conn,
+            admin,
+            {
+                "name": "nightly-orders",
+                "definition_id": s.defs["order"],
+                "version": "v1",
+                "input": {"order_id": "N-1", "amount": 1},
+                "interval_seconds": 3600,
+                "timezone": "UTC",
+                "overlap": "skip",
+                "paused": False,
+                "fire_time_field": None,
+                "cron": None,
+            },
+            request_id="req_console",
+        )
         s.schedule_id = sch["id"]
-        sub = subscriptions.create(conn, admin, "req_console", {
-            "url": "https://93.184.215.14/hooks/ledgerflow?token=s3cret", "event_types": ["workflow.*"],
-            "definition_id": None, "description": "the warehouse system",
-        })  # fmt: skip
+        sub = subscriptions.create(
+            conn,
+            admin,
+            "req_console",
+            {
+                "url": "https://93.184.215.14/hooks/ledgerflow?token=s3cret",
+                "event_types": ["workflow.*"],
+                "definition_id": None,
+                "description": "the warehouse system",
+            },
+        )
         s.subscription_id = sub["id"]
-        rule = automation.create_rule(conn, admin, "req_console", {
-            "name": "restart-failed-risk", "event_type": "workflow.failed", "definition_id": s.defs["risk"],
-            "conditions": [], "action": {"kind": "start_workflow", "definition_id": s.defs["risk"], "version": "v1",
-                                         "input": {"customer": "$.event.workflow_id"}},
-        })  # fmt: skip
+        rule = automation.create_rule(
+            conn,
+            admin,
+            "req_console",
+            {
+                "name": "restart-failed-risk",
+                "event_type": "workflow.failed",
+                "definition_id": s.defs["risk"],
+                "conditions": [],
+                "action": {
+                    "kind": "start_workflow",
+                    "definition_id": s.defs["risk"],
+                    "version": "v1",
+                    "input": {"customer": "$.event.workflow_id"},
+                },
+            },
+        )
         s.rule_id = rule["id"]
     s.delivery_id = new_id()
     sql(
@@ -237,18 +327,34 @@ def build() -> Scenario:
         "response_code, latency_ms, last_error) VALUES (:id, :ns, :sub, :ev, 'workflow.failed', 'failed', 3, 502, "
         "812, 'HTTP 502 from the receiver: Bad Gateway'), (:id2, :ns, :sub, :ev2, 'workflow.started', "
         "'succeeded', 1, 200, 41, NULL)",
-        id=s.delivery_id, id2=new_id(), ns=admin.namespace_id, sub=s.subscription_id, ev=new_id(), ev2=new_id(),
-    )  # fmt: skip
+        id=s.delivery_id,
+        id2=new_id(),
+        ns=admin.namespace_id,
+        sub=s.subscription_id,
+        ev=new_id(),
+        ev2=new_id(),
+    )
     sql(
         "INSERT INTO automation_executions (id, namespace_id, rule_id, event_id, status, result, last_error) VALUES "
         "(:id, :ns, :r, :ev, 'succeeded', CAST(:res AS jsonb), NULL), (:id2, :ns, :r, :ev2, 'failed', NULL, "
         "'the pinned version refused the input: customer is required')",
-        id=new_id(), id2=new_id(), ns=admin.namespace_id, r=s.rule_id, ev=new_id(), ev2=new_id(),
+        id=new_id(),
+        id2=new_id(),
+        ns=admin.namespace_id,
+        r=s.rule_id,
+        ev=new_id(),
+        ev2=new_id(),
         res='{"workflow_id": "' + s.wf["failed"] + '"}',
-    )  # fmt: skip
+    )
     with transaction() as conn:
-        audit.record(conn, principal=admin, request_id="req_console", action="console.scenario", target_type="note",
-                     target_id=ns)  # fmt: skip
+        audit.record(
+            conn,
+            principal=admin,
+            request_id="req_console",
+            action="console.scenario",
+            target_type="note",
+            target_id=ns,
+        )
     return s
 
 
@@ -256,7 +362,7 @@ def _dead_job() -> int:
     calls: list[int] = []
     real = handlers.registered().get("event_dispatch")
 
-    def handler(ctx) -> dict:  # noqa: ANN001
+    def handler(ctx) -> dict:
         if ctx.payload.get("order") != 42 and real is not None:
             return real(ctx)
         calls.append(1)

@@ -41,10 +41,10 @@ bp = Blueprint("definitions", __name__)
 @requires(Scope.DEFINITIONS_PUBLISH)
 @mutation
 @body(CreateDefinitionRequest)
-def create_definition(body: dict):  # noqa: ANN201
+def create_definition(body: dict):
     ns = current_principal().namespace_id
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         d = definitions.create_definition(conn, ns, body["name"], body["description"])
         return 201, success({"definition": d, "deduplicated": False})
 
@@ -59,7 +59,7 @@ def create_definition(body: dict):  # noqa: ANN201
     errors=(401, 403, 404),
 )
 @requires(Scope.DEFINITIONS_READ)
-def get_definition(definition_id: str):  # noqa: ANN201
+def get_definition(definition_id: str):
     with get_engine().connect() as conn:
         return ok(definitions.get_definition(conn, current_principal().namespace_id, definition_id))
 
@@ -75,10 +75,10 @@ def get_definition(definition_id: str):  # noqa: ANN201
 @requires(Scope.DEFINITIONS_PUBLISH)
 @mutation
 @body(VersionDocument)
-def publish_version(definition_id: str, body: dict):  # noqa: ANN201
+def publish_version(definition_id: str, body: dict):
     ns = current_principal().namespace_id
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         v = definitions.publish_version(conn, ns, definition_id, body)
         return 201, success({"version": v, "deduplicated": False})
 
@@ -93,7 +93,7 @@ def publish_version(definition_id: str, body: dict):  # noqa: ANN201
     errors=(401, 403, 404),
 )
 @requires(Scope.DEFINITIONS_READ)
-def get_version(definition_id: str, version: str):  # noqa: ANN201
+def get_version(definition_id: str, version: str):
     with get_engine().connect() as conn:
         return ok(definitions.get_version(conn, current_principal().namespace_id, definition_id, version))
 
@@ -106,7 +106,7 @@ def get_version(definition_id: str, version: str):  # noqa: ANN201
     errors=(401, 403, 404),
 )
 @requires(Scope.DEFINITIONS_READ)
-def get_contract(definition_id: str, version: str):  # noqa: ANN201
+def get_contract(definition_id: str, version: str):
     with get_engine().connect() as conn:
         return ok(definitions.get_contract(conn, current_principal().namespace_id, definition_id, version))
 
@@ -120,7 +120,7 @@ def get_contract(definition_id: str, version: str):  # noqa: ANN201
 )
 @requires(Scope.DEFINITIONS_READ)
 @query(DefinitionListQuery)
-def list_definitions(query: dict):  # noqa: ANN201
+def list_definitions(query: dict):
     limit, cursor = query["limit"], query.get("cursor")
     with get_engine().connect() as conn:
         return ok(
@@ -140,7 +140,7 @@ def list_definitions(query: dict):  # noqa: ANN201
 )
 @requires(Scope.DEFINITIONS_READ)
 @query(VersionListQuery)
-def list_versions(definition_id: str, query: dict):  # noqa: ANN201
+def list_versions(definition_id: str, query: dict):
     limit, cursor = query["limit"], query.get("cursor")
     with get_engine().connect() as conn:
         return ok(

@@ -49,12 +49,12 @@ def _from_http(exc: HTTPException) -> LedgerflowError:
     if code == 404:
         return NotFound("no such resource")
     if code == 405:
-        err = MethodNotAllowed("method not allowed on this resource")
+        refused = MethodNotAllowed("method not allowed on this resource")
         allow = exc.get_headers() if hasattr(exc, "get_headers") else []
         for k, v in allow:
             if k.lower() == "allow":
-                err.headers["Allow"] = v
-        return err
+                refused.headers["Allow"] = v
+        return refused
     if code == 413:
         return BodyTooLarge("request body exceeds 512 KiB")
     if code == 415:

@@ -52,35 +52,36 @@ class TimeoutGeventWorker(GeventWorker):
     """gunicorn's gevent worker whose client sockets time out after ``idle_timeout()`` without progress
     (the stock worker makes them fully blocking: a client that sends half a body held its slot forever)."""
 
-    def handle(self, listener, client, addr):  # noqa: ANN001, ANN201 - gunicorn's signature
+    def handle(self, listener, client, addr):  # gunicorn's signature
         client.settimeout(idle_timeout())
         super(GeventWorker, self).handle(listener, client, addr)  # the async worker's loop, not setblocking
 
 
-def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn's hook signature
+def on_starting(server):  # gunicorn's hook signature
     """In the master, before any worker: production refuses to start on a missing key, one line per
     problem and no traceback; in development without ``LEDGERFLOW_SECRET_KEY`` the master makes one
     that every worker inherits, so a console session made by one worker is valid in the other
     (`ledgerflow dev` passes one kept under .data/, which also survives restarts)."""
     problems = settings.production_problems()
     if problems:
-        sys.stderr.write("".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n"
-                                 for p in problems))  # fmt: skip
+        sys.stderr.write(
+            "".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n" for p in problems)
+        )
         raise SystemExit(1)  # in the master, before any worker exists
     if not settings.is_production() and not settings.SECRET_KEY.is_set():
         os.environ[settings.SECRET_KEY.name] = secrets.token_urlsafe(48)  # inherited by the forked workers
 
 
-def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature
+def post_worker_init(worker):  # gunicorn's hook signature
     settle_startup_heap()  # the app is loaded: its objects leave the collector's full scans
     end_long_polls_on_sigterm(worker)
 
 
-def end_long_polls_on_sigterm(worker) -> None:  # noqa: ANN001
+def end_long_polls_on_sigterm(worker) -> None:
     """Wrap the worker's SIGTERM handler (gunicorn's graceful stop): also end the waiting claims now."""
     stop_accepting = worker.handle_exit  # gunicorn's SIGTERM handler: alive = False
 
-    def handle_exit(sig, frame):  # noqa: ANN001, ANN202
+    def handle_exit(sig, frame):
         stop_accepting(sig, frame)
         gevent.spawn(long_poll.shut_down)  # out of the signal handler: it takes a lock (as gunicorn's quit)
 
@@ -88,5 +89,5 @@ def end_long_polls_on_sigterm(worker) -> None:  # noqa: ANN001
     signal.siginterrupt(signal.SIGTERM, False)
 
 
-def child_exit(server, worker):  # noqa: ANN001, ANN201 - gunicorn's hook signature
+def child_exit(server, worker):  # gunicorn's hook signature
     metrics.mark_process_dead(worker.pid)

@@ -17,20 +17,20 @@ bp = Blueprint("health", __name__)
 @bp.get("/healthz")
 @public
 @doc(summary="Process is up", tags=["health"])
-def healthz():  # noqa: ANN201
+def healthz():
     return jsonify({"status": "ok"})
 
 
 @bp.get("/readyz")
 @public
 @doc(summary="PostgreSQL reachable (Redis reported)", tags=["health"], errors=(503,))
-def readyz():  # noqa: ANN201
+def readyz():
     body: dict[str, object] = {}
     try:
         with get_engine().connect() as conn:
             conn.execute(text("SELECT 1"))
         body["postgres"] = "ok"
-    except Exception:  # noqa: BLE001
+    except Exception:
         body["postgres"] = "unreachable"
     client = redis_client()  # the process's client (1 s timeouts), not a new connection per probe
     if client is None:

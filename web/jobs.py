@@ -83,8 +83,11 @@ def _ids(raw: list[str]) -> list[int]:
 # --------------------------------------------------------------------------- reads
 @bp.get("/jobs")
 @requires(MONITOR)
-@doc(summary="List jobs (newest first, cursor pagination)", tags=TAGS,
-     response=envelope(JobPageSchema, "JobListResponse"))  # fmt: skip
+@doc(
+    summary="List jobs (newest first, cursor pagination)",
+    tags=TAGS,
+    response=envelope(JobPageSchema, "JobListResponse"),
+)
 @query(JobListQuery)
 def list_jobs(query: dict[str, Any]) -> Response:
     f = job_filter(query)
@@ -105,8 +108,11 @@ def jobs_summary() -> Response:
 
 @bp.get("/jobs/runtime-status")
 @requires(MONITOR)
-@doc(summary="Runtime status of the ledger and pools (L-STATUS)", tags=TAGS,
-     response=envelope(ANY, "RuntimeStatusResponse"))  # fmt: skip
+@doc(
+    summary="Runtime status of the ledger and pools (L-STATUS)",
+    tags=TAGS,
+    response=envelope(ANY, "RuntimeStatusResponse"),
+)
 def runtime_status() -> Response:
     require_platform("the runtime status")
     return ok(_read(status.runtime_status))
@@ -114,8 +120,11 @@ def runtime_status() -> Response:
 
 @bp.get("/jobs/failure-clusters")
 @requires(MONITOR)
-@doc(summary="Failed/dead jobs clustered by normalized error, type, instance, trace", tags=TAGS,
-     response=envelope(ANY, "FailureClustersResponse"))  # fmt: skip
+@doc(
+    summary="Failed/dead jobs clustered by normalized error, type, instance, trace",
+    tags=TAGS,
+    response=envelope(ANY, "FailureClustersResponse"),
+)
 @query(ClusterQuery)
 def failure_clusters(query: dict[str, Any]) -> Response:
     return ok(_read(lambda c: clusters_of(c, query)))
@@ -123,9 +132,13 @@ def failure_clusters(query: dict[str, Any]) -> Response:
 
 @bp.get("/jobs/<id>")
 @requires(MONITOR)
-@doc(summary="One job with every attempt of every generation, receipts and side-effect marker",
-     tags=TAGS, response=envelope(JobDetailSchema, "JobDetailResponse"), path_params=JOB_ID)  # fmt: skip
-def job_detail(id: str) -> Response:  # noqa: A002
+@doc(
+    summary="One job with every attempt of every generation, receipts and side-effect marker",
+    tags=TAGS,
+    response=envelope(JobDetailSchema, "JobDetailResponse"),
+    path_params=JOB_ID,
+)
+def job_detail(id: str) -> Response:
     job_id = job_id_arg(id)
     ns = _scope()
     return ok(_read(lambda c: ops.job_detail(c, job_id, ns)))
@@ -133,9 +146,13 @@ def job_detail(id: str) -> Response:  # noqa: A002
 
 @bp.get("/jobs/chain/<traceId>")
 @requires(MONITOR)
-@doc(summary="Every job of a trace id in causal/time order, with linked instances", tags=TAGS,
-     response=envelope(ANY, "JobChainResponse"), path_params=TRACE_ID)  # fmt: skip
-def job_chain(traceId: str) -> Response:  # noqa: N803
+@doc(
+    summary="Every job of a trace id in causal/time order, with linked instances",
+    tags=TAGS,
+    response=envelope(ANY, "JobChainResponse"),
+    path_params=TRACE_ID,
+)
+def job_chain(traceId: str) -> Response:
     trace_id = trace_id_arg(traceId)
     ns = _scope()
     return ok(_read(lambda c: ops.chain(c, trace_id, namespace_id=ns)))
@@ -143,16 +160,23 @@ def job_chain(traceId: str) -> Response:  # noqa: N803
 
 @bp.get("/jobs/chain/<traceId>/diagnostic-bundle")
 @requires(MONITOR)
-@doc(summary="Diagnostic bundle of a trace (downloadable JSON attachment)", tags=TAGS,
-     response=DiagnosticBundleSchema, path_params=TRACE_ID)  # fmt: skip
-def diagnostic_bundle(traceId: str) -> Response:  # noqa: N803
+@doc(
+    summary="Diagnostic bundle of a trace (downloadable JSON attachment)",
+    tags=TAGS,
+    response=DiagnosticBundleSchema,
+    path_params=TRACE_ID,
+)
+def diagnostic_bundle(traceId: str) -> Response:
     return bundle_download(trace_id_arg(traceId))
 
 
 @bp.post("/jobs/replay-preview")
 @requires(MONITOR)
-@doc(summary="Count and sample of the dead/failed jobs a replay would select (changes nothing)",
-     tags=TAGS, response=envelope(ANY, "ReplayPreviewResponse"))  # fmt: skip
+@doc(
+    summary="Count and sample of the dead/failed jobs a replay would select (changes nothing)",
+    tags=TAGS,
+    response=envelope(ANY, "ReplayPreviewResponse"),
+)
 @body(ReplayPreviewBody)
 def replay_preview(body: dict[str, Any]) -> Response:
     f = replay_filter(body)
@@ -163,10 +187,15 @@ def replay_preview(body: dict[str, Any]) -> Response:
 @bp.post("/jobs/<id>/retry")
 @requires(OPERATE)
 @mutation
-@doc(summary="Retry one failed/dead/canceled job (generation + 1, attempts reset)", tags=TAGS,
-     response=Result, errors=(409,), path_params=JOB_ID)  # fmt: skip
+@doc(
+    summary="Retry one failed/dead/canceled job (generation + 1, attempts reset)",
+    tags=TAGS,
+    response=Result,
+    errors=(409,),
+    path_params=JOB_ID,
+)
 @body(RetryBody)
-def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
+def retry_job(id: str, body: dict[str, Any]) -> Response:
     job_id = job_id_arg(id)
     actor = _actor(body)
     has_payload = "payload" in body
@@ -180,10 +209,15 @@ def retry_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
 @bp.post("/jobs/<id>/skip")
 @requires(OPERATE)
 @mutation
-@doc(summary="Skip (cancel) one pending/running/paused/failed/dead job", tags=TAGS, response=Result,
-     errors=(409,), path_params=JOB_ID)  # fmt: skip
+@doc(
+    summary="Skip (cancel) one pending/running/paused/failed/dead job",
+    tags=TAGS,
+    response=Result,
+    errors=(409,),
+    path_params=JOB_ID,
+)
 @body(SkipBody)
-def skip_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
+def skip_job(id: str, body: dict[str, Any]) -> Response:
     job_id = job_id_arg(id)
     actor = _actor(body)
     return _mutate(lambda c: ops_actions.skip_one(c, job_id, actor))
@@ -192,8 +226,11 @@ def skip_job(id: str, body: dict[str, Any]) -> Response:  # noqa: A002
 @bp.post("/jobs/batch-retry")
 @requires(OPERATE)
 @mutation
-@doc(summary="Retry many jobs, each by the retry rule, staggered at `rate` per second", tags=TAGS,
-     response=Result)  # fmt: skip
+@doc(
+    summary="Retry many jobs, each by the retry rule, staggered at `rate` per second",
+    tags=TAGS,
+    response=Result,
+)
 @body(BatchRetryBody)
 def batch_retry(body: dict[str, Any]) -> Response:
     ids = _ids(body["job_ids"])
@@ -215,8 +252,11 @@ def batch_skip(body: dict[str, Any]) -> Response:
 @bp.post("/jobs/replay-dead")
 @requires(OPERATE)
 @mutation
-@doc(summary="Replay up to 500 dead/failed jobs matching the conditions, staggered by `rate`", tags=TAGS,
-     response=Result)  # fmt: skip
+@doc(
+    summary="Replay up to 500 dead/failed jobs matching the conditions, staggered by `rate`",
+    tags=TAGS,
+    response=Result,
+)
 @body(ReplayBody)
 def replay_dead(body: dict[str, Any]) -> Response:
     f = replay_filter(body)

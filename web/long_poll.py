@@ -84,8 +84,10 @@ class _Listener:
     def _run(self) -> None:
         url = listen_url()
         if url is None:
-            log.info("no task wake-up listener behind a transaction pooler without LEDGERFLOW_LISTEN_DATABASE_URL: "
-                     "waiting claims look every LEDGERFLOW_CLAIM_POLL_SECONDS")  # fmt: skip
+            log.info(
+                "no task wake-up listener behind a transaction pooler without LEDGERFLOW_LISTEN_DATABASE_URL: "
+                "waiting claims look every LEDGERFLOW_CLAIM_POLL_SECONDS"
+            )
             return
         conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         while True:
@@ -94,7 +96,7 @@ class _Listener:
                     conn.execute(f"LISTEN {CHANNEL}")
                     for note in conn.notifies():
                         self._wake(note.payload)
-            except Exception as exc:  # noqa: BLE001 - the waiting claims fall back to their timed look
+            except Exception as exc:  # the waiting claims fall back to their timed look
                 log.warning("task wake-up listener lost its connection: %s", type(exc).__name__)
                 time.sleep(1.0)
 
@@ -157,7 +159,7 @@ def _slot(principal: Principal) -> Iterator[None]:
             pipe.incr(key)
             pipe.expire(key, _COUNTER_TTL_SECONDS)
             count = int(pipe.execute()[0])
-        except Exception as exc:  # noqa: BLE001 - Redis may fail; the cap is then per process
+        except Exception as exc:  # Redis may fail; the cap is then per process
             log.warning("long-poll counter unavailable: %s", type(exc).__name__)
             client = None
     if client is None:

@@ -65,10 +65,18 @@ def install(app: Flask) -> None:
         route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
         metrics.api_request(route, request.method, resp.status_code, seconds)
         access_log.info(
-            "%s %s %s %.1fms", request.method, request.path, resp.status_code, seconds * 1000,
-            extra={"route": route, "method": request.method, "status": resp.status_code,
-                   "duration_ms": round(seconds * 1000, 3)},
-        )  # fmt: skip
+            "%s %s %s %.1fms",
+            request.method,
+            request.path,
+            resp.status_code,
+            seconds * 1000,
+            extra={
+                "route": route,
+                "method": request.method,
+                "status": resp.status_code,
+                "duration_ms": round(seconds * 1000, 3),
+            },
+        )
         return resp
 
     app.register_blueprint(bp)

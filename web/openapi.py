@@ -146,7 +146,7 @@ def build_spec(app: Flask) -> dict[str, Any]:
 @bp.get("/openapi.json")
 @public
 @doc(summary="This OpenAPI 3.1 document", tags=["meta"])
-def openapi_json():  # noqa: ANN201
+def openapi_json():
     cached = current_app.extensions.get("ledgerflow_openapi")
     if cached is None:
         cached = current_app.extensions["ledgerflow_openapi"] = build_spec(current_app)

@@ -108,7 +108,7 @@ def _md(text: str) -> str:
 @bp.get(PATH)
 @public
 @doc(summary="The problem types of error bodies (HTML)", tags=["meta"], content_type="text/html")
-def problems_page():  # noqa: ANN201
+def problems_page():
     sections = "\n".join(
         f'<section id="{p.slug}"><h2>{p.code} <small>{p.status} {html.escape(p.title)}</small></h2>'
         f"<p>{_md(p.meaning)}</p><p><b>What to do:</b> {_md(p.fix)}</p></section>"

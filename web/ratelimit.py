@@ -53,13 +53,13 @@ class _ProcessStorage(MemoryStorage):
         self._next_expiry = time.monotonic() + MEMORY_EXPIRY_SECONDS
         self._expiry_lock = threading.Lock()
 
-    def _MemoryStorage__schedule_expiry(self) -> None:  # noqa: N802 - the name-mangled private method
+    def _MemoryStorage__schedule_expiry(self) -> None:  # the name-mangled private method
         now = time.monotonic()
         if now < self._next_expiry or not self._expiry_lock.acquire(blocking=False):
             return
         try:
             self._next_expiry = now + MEMORY_EXPIRY_SECONDS
-            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]
+            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]  # limits' private method
         finally:
             self._expiry_lock.release()
 
@@ -106,7 +106,7 @@ def check(principal: Principal) -> None:
                 )
     except RateLimited:
         raise
-    except Exception as exc:  # noqa: BLE001 - fail open: Redis may be down, the API must not be
+    except Exception as exc:  # fail open: Redis may be down, the API must not be
         if time.monotonic() - _last_warning > 30:
             _last_warning = time.monotonic()
             log.warning("rate limiter unavailable (%s): requests are not limited", type(exc).__name__)

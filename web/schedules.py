@@ -40,15 +40,20 @@ def _check_queues(queues: list[str]) -> None:
 
 
 @bp.post("/v1/schedules")
-@doc(summary="Create a schedule (cron + time zone, or a fixed interval) of a pinned version", status=201,
-     response=ScheduleResponse, tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Create a schedule (cron + time zone, or a fixed interval) of a pinned version",
+    status=201,
+    response=ScheduleResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(CreateScheduleRequest)
-def create_schedule(body: dict):  # noqa: ANN201
+def create_schedule(body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         view = schedules.create_schedule(
             conn, principal, body, request_id=request_id(), check_queues=_check_queues
         )
@@ -58,11 +63,15 @@ def create_schedule(body: dict):  # noqa: ANN201
 
 
 @bp.get("/v1/schedules")
-@doc(summary="List the namespace's schedules", response=SchedulePageResponse, tags=["schedules"],
-     errors=(400, 401, 403))  # fmt: skip
+@doc(
+    summary="List the namespace's schedules",
+    response=SchedulePageResponse,
+    tags=["schedules"],
+    errors=(400, 401, 403),
+)
 @requires(Scope.WORKFLOWS_READ)
 @query(ListSchedulesQuery)
-def list_schedules(query: dict):  # noqa: ANN201
+def list_schedules(query: dict):
     with get_engine().connect() as conn:
         return ok(
             schedules.list_schedules(
@@ -72,45 +81,58 @@ def list_schedules(query: dict):  # noqa: ANN201
 
 
 @bp.get("/v1/schedules/<schedule_id>")
-@doc(summary="A schedule, its next five fire times and its last fire", response=ScheduleResponse,
-     tags=["schedules"], errors=(401, 403, 404))  # fmt: skip
+@doc(
+    summary="A schedule, its next five fire times and its last fire",
+    response=ScheduleResponse,
+    tags=["schedules"],
+    errors=(401, 403, 404),
+)
 @requires(Scope.WORKFLOWS_READ)
-def get_schedule(schedule_id: str):  # noqa: ANN201
+def get_schedule(schedule_id: str):
     with get_engine().connect() as conn:
         return ok(schedules.get_schedule(conn, current_principal().namespace_id, schedule_id))
 
 
 @bp.get("/v1/schedules/<schedule_id>/fires")
-@doc(summary="The latest fires of a schedule (launched or skipped, with the reason)",
-     response=FirePageResponse, tags=["schedules"], errors=(400, 401, 403, 404))  # fmt: skip
+@doc(
+    summary="The latest fires of a schedule (launched or skipped, with the reason)",
+    response=FirePageResponse,
+    tags=["schedules"],
+    errors=(400, 401, 403, 404),
+)
 @requires(Scope.WORKFLOWS_READ)
 @query(FiresQuery)
-def list_fires(schedule_id: str, query: dict):  # noqa: ANN201
+def list_fires(schedule_id: str, query: dict):
     with get_engine().connect() as conn:
         return ok(schedules.list_fires(conn, current_principal().namespace_id, schedule_id, query["limit"]))
 
 
 @bp.patch("/v1/schedules/<schedule_id>")
-@doc(summary="Change a schedule (a new rule counts from now)", response=ScheduleResponse, tags=["schedules"],
-     errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Change a schedule (a new rule counts from now)",
+    response=ScheduleResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(UpdateScheduleRequest)
-def update_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def update_schedule(schedule_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
-        view = schedules.update_schedule(conn, principal, schedule_id, body, request_id=request_id(),
-                                         check_queues=_check_queues)  # fmt: skip
+    def work(conn):
+        view = schedules.update_schedule(
+            conn, principal, schedule_id, body, request_id=request_id(), check_queues=_check_queues
+        )
         return 200, success(view)
 
     return idempotent(work)
 
 
-def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noqa: ANN202
+def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return 200, success(
             schedules.set_paused(
                 conn,
@@ -120,7 +142,7 @@ def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noq
                 request_id=request_id(),
                 reason=reason,
                 check_queues=_check_queues,
-            )  # fmt: skip
+            )
         )
 
     return idempotent(work)
@@ -131,30 +153,39 @@ def _pause_or_resume(schedule_id: str, paused: bool, reason: str | None):  # noq
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
-def pause_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def pause_schedule(schedule_id: str, body: dict):
     return _pause_or_resume(schedule_id, True, body.get("reason"))
 
 
 @bp.post("/v1/schedules/<schedule_id>/resume")
-@doc(summary="Resume a schedule; fire times missed while paused are coalesced into one launch",
-     response=PauseResponse, tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Resume a schedule; fire times missed while paused are coalesced into one launch",
+    response=PauseResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
-def resume_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def resume_schedule(schedule_id: str, body: dict):
     return _pause_or_resume(schedule_id, False, body.get("reason"))
 
 
 @bp.post("/v1/schedules/<schedule_id>/launch")
-@doc(summary="Launch now: one MANUAL fire through a schedule_launch job", status=202, response=LaunchResponse,
-     tags=["schedules"], errors=ERRORS_WRITE)  # fmt: skip
+@doc(
+    summary="Launch now: one MANUAL fire through a schedule_launch job",
+    status=202,
+    response=LaunchResponse,
+    tags=["schedules"],
+    errors=ERRORS_WRITE,
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(ScheduleActionRequest)
-def launch_schedule(schedule_id: str, body: dict):  # noqa: ANN201
+def launch_schedule(schedule_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return 202, success(
             schedules.launch_now(
                 conn, principal, schedule_id, request_id=request_id(), reason=body.get("reason")
@@ -165,14 +196,18 @@ def launch_schedule(schedule_id: str, body: dict):  # noqa: ANN201
 
 
 @bp.delete("/v1/schedules/<schedule_id>")
-@doc(summary="Delete a schedule (launched instances keep their schedule_id)", response=DeletedResponse,
-     tags=["schedules"], errors=(401, 403, 404, 409))  # fmt: skip
+@doc(
+    summary="Delete a schedule (launched instances keep their schedule_id)",
+    response=DeletedResponse,
+    tags=["schedules"],
+    errors=(401, 403, 404, 409),
+)
 @requires(Scope.WORKFLOWS_START)
 @mutation
-def delete_schedule(schedule_id: str):  # noqa: ANN201
+def delete_schedule(schedule_id: str):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         return 200, success(schedules.delete_schedule(conn, principal, schedule_id, request_id=request_id()))
 
     return idempotent(work)

@@ -47,13 +47,13 @@ bp = Blueprint("tasks", __name__)
 @requires(Scope.TASKS_WORK)
 @mutation
 @body(ClaimRequest)
-def claim(body: dict):  # noqa: ANN201
+def claim(body: dict):
     principal = current_principal()
     queues = sorted(set(body["queues"]))
     check_queue_scope(principal, queues)
     deadline = time.monotonic() + body["wait_seconds"]
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
         final = time.monotonic() >= deadline or long_poll.shutting_down()
         got = tasks.claim(
@@ -95,14 +95,14 @@ def _claimed(t: dict) -> dict:
 @requires(Scope.TASKS_WORK)
 @mutation
 @body(EpochRequest)
-def heartbeat(task_id: str, body: dict):  # noqa: ANN201
+def heartbeat(task_id: str, body: dict):
     return _lease(task_id, body["epoch"], settings.TASK_LEASE_SECONDS.get())
 
 
-def _lease(task_id: str, epoch: int, seconds: float):  # noqa: ANN202
+def _lease(task_id: str, epoch: int, seconds: float):
     """The current claim's lease ends ``seconds`` from now (0: now, a release)."""
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         task_in_scope(conn, task_id)
         t = tasks.heartbeat(conn, current_principal().namespace_id, task_id, epoch, seconds)
         return 200, success({"task": tasks.task_view(t)})
@@ -120,10 +120,10 @@ def _lease(task_id: str, epoch: int, seconds: float):  # noqa: ANN202
 @requires(Scope.TASKS_WORK)
 @mutation
 @body(CompleteRequest)
-def complete(task_id: str, body: dict):  # noqa: ANN201
+def complete(task_id: str, body: dict):
     epoch = body["epoch"]
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         task_in_scope(conn, task_id)
         t = tasks.complete(conn, current_principal().namespace_id, task_id, epoch, body["output"])
         return 200, success({"task": tasks.task_view(t)})
@@ -149,7 +149,7 @@ def complete(task_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.TASKS_WORK)
 @mutation
 @body(CompleteManyRequest)
-def complete_many(body: dict):  # noqa: ANN201
+def complete_many(body: dict):
     return ok({"results": [_complete_one(item) for item in body["tasks"]]})
 
 
@@ -168,7 +168,7 @@ def _complete_one(item: dict) -> dict:
         return {"id": task_id, "status": err.status, "error": {"code": err.code, "message": err.message}}
 
 
-def _applied_before(conn, task_id: str, epoch: int, output: Any) -> dict | None:  # noqa: ANN001
+def _applied_before(conn, task_id: str, epoch: int, output: Any) -> dict | None:
     """The task when it is COMPLETED by this very completion (same epoch, same output), else None."""
     try:
         t = task_in_scope(conn, task_id)
@@ -206,7 +206,7 @@ def _same_json(a: Any, b: Any) -> bool:
 @requires(Scope.TASKS_WORK)
 @mutation
 @body(EpochRequest)
-def release(task_id: str, body: dict):  # noqa: ANN201
+def release(task_id: str, body: dict):
     # a lease of 0 seconds: the claim is over now, exactly like a lease that ran out (X-TASK)
     return _lease(task_id, body["epoch"], 0)
 
@@ -221,11 +221,11 @@ def release(task_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.TASKS_WORK)
 @mutation
 @body(FailRequest)
-def fail(task_id: str, body: dict):  # noqa: ANN201
+def fail(task_id: str, body: dict):
     epoch = body["epoch"]
     err = body["error"]
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         task_in_scope(conn, task_id)
         t = tasks.fail(
             conn,
@@ -242,6 +242,6 @@ def fail(task_id: str, body: dict):  # noqa: ANN201
 @bp.get("/v1/tasks/<task_id>")
 @doc(summary="Read a task", tags=["tasks"], errors=(401, 403, 404), response=TaskResponse)
 @requires(Scope.TASKS_WORK)
-def get_task(task_id: str):  # noqa: ANN201
+def get_task(task_id: str):
     with get_engine().connect() as conn:
         return ok(tasks.task_view(task_in_scope(conn, task_id)))

@@ -49,10 +49,10 @@ def paged_read(instance_id: str, query: dict, read: Callable[..., Any], *args: A
 @requires(Scope.WORKFLOWS_CONTROL)
 @mutation
 @body(ControlRequest)
-def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
+def control_workflow(instance_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         view = operations.control_workflow(conn, principal, instance_id, body, request_id=request_id())
         return 200, success({"instance": view, "deduplicated": False})
 
@@ -71,10 +71,10 @@ def control_workflow(instance_id: str, body: dict):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_SIGNAL)
 @mutation
 @body(SignalRequest)
-def send_signal(instance_id: str, body: dict):  # noqa: ANN201
+def send_signal(instance_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         view = operations.send_signal(conn, principal, instance_id, body, request_id=request_id())
         return 201, success({"signal": view, "deduplicated": False})
 
@@ -90,7 +90,7 @@ def send_signal(instance_id: str, body: dict):  # noqa: ANN201
     path_params={"instance_id": HEX32, "signal_id": HEX32},
 )
 @requires(Scope.WORKFLOWS_READ)
-def get_signal(instance_id: str, signal_id: str):  # noqa: ANN201
+def get_signal(instance_id: str, signal_id: str):
     with get_engine().connect() as conn:
         load_instance(conn, instance_id)
         return ok(signals.signal_view(signals.get_signal(conn, instance_id, signal_id)))
@@ -106,5 +106,5 @@ def get_signal(instance_id: str, signal_id: str):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
-def list_signals(instance_id: str, query: dict):  # noqa: ANN201
+def list_signals(instance_id: str, query: dict):
     return paged_read(instance_id, query, signals.list_signals)

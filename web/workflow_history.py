@@ -40,7 +40,7 @@ STEP_KEY = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}
 )
 @requires(Scope.WORKFLOWS_AUDIT_READ)
 @query(PageQuery)
-def list_operations(instance_id: str, query: dict):  # noqa: ANN201
+def list_operations(instance_id: str, query: dict):
     return paged_read(instance_id, query, history.operations)
 
 
@@ -55,7 +55,7 @@ def list_operations(instance_id: str, query: dict):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
-def list_events(instance_id: str, query: dict):  # noqa: ANN201
+def list_events(instance_id: str, query: dict):
     return paged_read(instance_id, query, history.events)
 
 
@@ -68,7 +68,7 @@ def list_events(instance_id: str, query: dict):  # noqa: ANN201
     path_params={"instance_id": HEX32, "operation_id": HEX32},
 )
 @requires(Scope.WORKFLOWS_AUDIT_READ)
-def get_operation(instance_id: str, operation_id: str):  # noqa: ANN201
+def get_operation(instance_id: str, operation_id: str):
     with get_engine().connect() as conn:
         inst = load_instance(conn, instance_id)
         return ok(history.operation(conn, inst, operation_id))
@@ -85,7 +85,7 @@ def get_operation(instance_id: str, operation_id: str):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_AUDIT_READ)
 @query(SignalAuditQuery)
-def list_signal_operations(instance_id: str, query: dict):  # noqa: ANN201
+def list_signal_operations(instance_id: str, query: dict):
     return paged_read(instance_id, query, history.signal_operations, query.get("signal_id"))
 
 
@@ -98,7 +98,7 @@ def list_signal_operations(instance_id: str, query: dict):  # noqa: ANN201
     path_params={"instance_id": HEX32, "operation_id": HEX32},
 )
 @requires(Scope.WORKFLOWS_AUDIT_READ)
-def get_signal_operation(instance_id: str, operation_id: str):  # noqa: ANN201
+def get_signal_operation(instance_id: str, operation_id: str):
     with get_engine().connect() as conn:
         inst = load_instance(conn, instance_id)
         return ok(history.operation(conn, inst, operation_id, signal=True))
@@ -116,10 +116,10 @@ def get_signal_operation(instance_id: str, operation_id: str):  # noqa: ANN201
 @requires(Scope.WORKFLOWS_RECOVERY)
 @mutation
 @body(RecoveryRequest)
-def recover(instance_id: str, body: dict):  # noqa: ANN201
+def recover(instance_id: str, body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         out = operations.recover_workflow(conn, principal, instance_id, body, request_id=request_id())
         return 200, success({**out, "deduplicated": False})
 
@@ -136,7 +136,7 @@ def recover(instance_id: str, body: dict):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
-def list_activations(instance_id: str, key: str, query: dict):  # noqa: ANN201
+def list_activations(instance_id: str, key: str, query: dict):
     return paged_read(instance_id, query, history.activations, key)
 
 
@@ -150,5 +150,5 @@ def list_activations(instance_id: str, key: str, query: dict):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 @query(PageQuery)
-def list_rounds(instance_id: str, key: str, query: dict):  # noqa: ANN201
+def list_rounds(instance_id: str, key: str, query: dict):
     return paged_read(instance_id, query, history.rounds, key)

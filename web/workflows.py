@@ -38,10 +38,10 @@ bp = Blueprint("workflows", __name__)
 @requires(Scope.WORKFLOWS_START)
 @mutation
 @body(StartRequest)
-def start_workflow(body: dict):  # noqa: ANN201
+def start_workflow(body: dict):
     principal = current_principal()
 
-    def work(conn):  # noqa: ANN001, ANN202
+    def work(conn):
         inst = instances.start_workflow(
             conn,
             principal.namespace_id,
@@ -61,7 +61,7 @@ def start_workflow(body: dict):  # noqa: ANN201
     summary="Read a workflow instance", response=InstanceResponse, tags=["workflows"], errors=(401, 403, 404)
 )
 @requires(Scope.WORKFLOWS_READ)
-def get_workflow(instance_id: str):  # noqa: ANN201
+def get_workflow(instance_id: str):
     with get_engine().connect() as conn:
         return ok(instances.instance_view(load_instance(conn, instance_id)))
 
@@ -75,7 +75,7 @@ def get_workflow(instance_id: str):  # noqa: ANN201
 )
 @requires(Scope.WORKFLOWS_READ)
 @query(ListQuery)
-def list_workflows(query: dict):  # noqa: ANN201
+def list_workflows(query: dict):
     principal = current_principal()
     with get_engine().connect() as conn:
         page = instances.list_instances(
@@ -92,7 +92,7 @@ def list_workflows(query: dict):  # noqa: ANN201
     errors=(401, 403, 404),
 )
 @requires(Scope.WORKFLOWS_READ)
-def get_workflow_steps(instance_id: str):  # noqa: ANN201
+def get_workflow_steps(instance_id: str):
     # REPEATABLE READ as a connection option (psycopg then sends BEGIN ISOLATION LEVEL ...), not as a
     # statement: behind a transaction pooler the transaction's first statement sets the session settings
     with get_engine().connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
@@ -108,7 +108,7 @@ def get_workflow_steps(instance_id: str):  # noqa: ANN201
     errors=(401, 403, 404),
 )
 @requires(Scope.WORKFLOWS_READ)
-def get_workflow_step(instance_id: str, key: str):  # noqa: ANN201
+def get_workflow_step(instance_id: str, key: str):
     with get_engine().connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
         load_instance(conn, instance_id)
         return ok(views.step_view(conn, instance_id, current_principal().namespace_id, key))

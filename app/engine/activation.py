@@ -82,8 +82,15 @@ def activate(
             **params,
         )
         if timeout:  # without one, the instance deadline ends the wait
-            work.wake(conn, inst, "signal_timeout", key=f"signal_timeout:{act_id}", run_at=due,
-                      step_key=step["key"], activation_id=act_id)  # fmt: skip
+            work.wake(
+                conn,
+                inst,
+                "signal_timeout",
+                key=f"signal_timeout:{act_id}",
+                run_at=due,
+                step_key=step["key"],
+                activation_id=act_id,
+            )
     elif kind == K.SUBWORKFLOW:
         work.job(
             conn, inst, JobType.SUBPROCESS_SPAWN, {"activation_id": act_id}, key=act_id, step_key=step["key"]
@@ -117,8 +124,15 @@ def activate(
         target_id=step["key"],
         after={"step_key": step["key"], "kind": kind, "activation_id": act_id, "activation_sequence": seq},
     )
-    return {**step, "state": state, "activation_id": act_id, "activation_sequence": seq, "task_id": task_id,
-            "act_state": state, "task_attempts": 1 if kind == K.TASK else 0}  # fmt: skip
+    return {
+        **step,
+        "state": state,
+        "activation_id": act_id,
+        "activation_sequence": seq,
+        "task_id": task_id,
+        "act_state": state,
+        "task_attempts": 1 if kind == K.TASK else 0,
+    }
 
 
 def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:

@@ -84,9 +84,9 @@ def settle_progress(
             for key in effect.keys:  # activating one step does not move another: the loaded rows hold
                 step = rows[key]
                 try:
-                    activated[key] = activation.activate(conn, inst, step, specs[key], mctx)  # type: ignore[arg-type]
+                    activated[key] = activation.activate(conn, inst, step, specs[key], mctx)
                 except mapping.MappingTooLarge as exc:  # the step fails with the reason, once
-                    refused = activation.activate_refused(conn, inst, step)  # type: ignore[arg-type]
+                    refused = activation.activate_refused(conn, inst, step)
                     return fail_step(conn, instance_id, refused, exc.error())
             waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
             if signal_match.consume_early(conn, inst, waiting):
@@ -120,9 +120,13 @@ def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error
     if error is not None:
         after["error"] = error
     oplog.advance(
-        conn, read_instance(conn, instance_id), f"workflow.step.{what}", target_type="step", target_id=step["key"],
+        conn,
+        read_instance(conn, instance_id),
+        f"workflow.step.{what}",
+        target_type="step",
+        target_id=step["key"],
         after=after,
-    )  # fmt: skip
+    )
 
 
 def complete_step(conn: Connection, instance_id: str, step: dict, output: Any) -> dict:
@@ -176,9 +180,16 @@ def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) 
             start_next_attempt(conn, inst, step, spec)
         else:  # the step WAITS for its next attempt; a delay_wake job starts it
             step_moves.set_waiting(conn, step)
-            work.wake(conn, inst, "task_retry", key=f"task_retry:{step['activation_id']}:{verdict.attempt}",
-                      run_at=_db_in(conn, verdict.delay), step_key=step["key"],
-                      activation_id=step["activation_id"], attempt=verdict.attempt)  # fmt: skip
+            work.wake(
+                conn,
+                inst,
+                "task_retry",
+                key=f"task_retry:{step['activation_id']}:{verdict.attempt}",
+                run_at=_db_in(conn, verdict.delay),
+                step_key=step["key"],
+                activation_id=step["activation_id"],
+                attempt=verdict.attempt,
+            )
         settle_progress(conn, inst["id"])
     else:
         assert isinstance(verdict, FailStep)
@@ -213,8 +224,16 @@ def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind:
         assert isinstance(verdict, PollNextRound)
         step_moves.poll_task_ended(conn, act, used=verdict.used)
         due = step_moves.poll_schedule(conn, act, spec["interval_ms"] / 1000.0)
-        work.wake(conn, inst, "poll", key=f"poll:{act}:{verdict.round}", run_at=due, step_key=step["key"],
-                  activation_id=act, round=verdict.round)  # fmt: skip
+        work.wake(
+            conn,
+            inst,
+            "poll",
+            key=f"poll:{act}:{verdict.round}",
+            run_at=due,
+            step_key=step["key"],
+            activation_id=act,
+            round=verdict.round,
+        )
         step_moves.set_waiting(conn, step)
         settle_progress(conn, inst["id"])
 

@@ -66,9 +66,19 @@ DEFAULT_TRIGGER_TIMEOUT_SECONDS = 10
 HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 # set by the engine on every call; a definition may not override them
 RESERVED_HEADERS = frozenset(
-    {"host", "content-length", "content-type", "transfer-encoding", "connection", "x-idempotency-key",
-     "traceparent", "tracestate", "x-ledgerflow-signature", "x-ledgerflow-timestamp"}
-)  # fmt: skip
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "x-idempotency-key",
+        "traceparent",
+        "tracestate",
+        "x-ledgerflow-signature",
+        "x-ledgerflow-timestamp",
+    }
+)
 
 
 def url_error(url: Any) -> str | None:
@@ -204,7 +214,7 @@ def _kind_problem(kind: Any) -> str:
     return f"unknown kind {str(kind)[:40]!r}: one of {', '.join(KINDS)}{hint}"
 
 
-def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one pass over the document
+def validate_document(doc: Any) -> tuple[dict, list[str]]:  # one pass over the document
     """Validate an X-DEF version document; return (document, sorted task queues)."""
     errs = _Errors()
     if not isinstance(doc, dict):
@@ -281,7 +291,7 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # noqa: C901 - one p
         if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             errs.add(f + ".key", "required: 1-64 characters, letters, digits, _ and -")
             continue
-        for name in REQUIRED.get(kind, ()):
+        for name in REQUIRED.get(kind, ()) if isinstance(kind, str) else ():
             if name not in st:
                 errs.add(f"{f}.{name}", "required")
         deps = st.get("after", [])
@@ -353,7 +363,7 @@ def _normalize_ints(doc: dict) -> None:
                 fix(st["retry"], name)
 
 
-def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:  # noqa: C901
+def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:
     if kind in ("TASK", "POLL") and "queue" in st:
         if not isinstance(st["queue"], str) or not QUEUE_RE.fullmatch(st["queue"]):
             errs.add(f + ".queue", "must be 1-128 characters: letters, digits, _ . : -")

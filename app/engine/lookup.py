@@ -96,8 +96,11 @@ def count_open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...
     if queues is not None:
         where += " AND queue = ANY(CAST(:queues AS text[]))"
         params["queues"] = list(queues)
-    return int(run(conn, f"SELECT count(*) FROM (SELECT 1 FROM workflow_tasks WHERE {where} LIMIT :n) t", params)
-               .scalar_one())  # fmt: skip
+    return int(
+        run(
+            conn, f"SELECT count(*) FROM (SELECT 1 FROM workflow_tasks WHERE {where} LIMIT :n) t", params
+        ).scalar_one()
+    )
 
 
 def instance_for(conn: Connection, instance_id: str, namespace_id: str | None) -> dict[str, Any]:

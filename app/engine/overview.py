@@ -89,8 +89,12 @@ def _due_wakes(conn: Connection, instance_id: str) -> dict[str, tuple[datetime, 
     return {r.activation_id: (r.run_at, r.wake) for r in rows if r.activation_id}
 
 
-WAKE_LABELS = {"timer": "fires", "task_retry": "next attempt", "signal_timeout": "times out",
-               "poll": "next round"}  # fmt: skip
+WAKE_LABELS = {
+    "timer": "fires",
+    "task_retry": "next attempt",
+    "signal_timeout": "times out",
+    "poll": "next round",
+}
 
 
 def steps_in_order(conn: Connection, inst: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -139,8 +143,12 @@ def steps_in_order(conn: Connection, inst: Mapping[str, Any]) -> list[dict[str, 
 
 
 def _reason(err: Mapping[str, Any], step_key: str | None) -> dict[str, Any]:
-    return {"code": err.get("code"), "message": err.get("message"), "step_key": step_key,
-            "detail": {k: v for k, v in err.items() if k not in ("code", "message", "step_key")}}  # fmt: skip
+    return {
+        "code": err.get("code"),
+        "message": err.get("message"),
+        "step_key": step_key,
+        "detail": {k: v for k, v in err.items() if k not in ("code", "message", "step_key")},
+    }
 
 
 def failure(inst: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -157,8 +165,12 @@ def failure(inst: Mapping[str, Any], steps: Iterable[Mapping[str, Any]]) -> dict
     step_err = culprit.get("error")
     if isinstance(step_err, dict):
         return _reason(step_err, culprit["key"])
-    return {"code": None, "message": f"step {culprit['key']} is {culprit['state']}", "step_key": culprit["key"],
-            "detail": {}}  # fmt: skip
+    return {
+        "code": None,
+        "message": f"step {culprit['key']} is {culprit['state']}",
+        "step_key": culprit["key"],
+        "detail": {},
+    }
 
 
 def review_cause(conn: Connection, inst: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -169,15 +181,22 @@ def review_cause(conn: Connection, inst: Mapping[str, Any]) -> dict[str, Any] | 
     comp = inst.get("compensation") or {}
     if comp.get("state") == "FAILED" and comp.get("plan"):
         item = comp["plan"][min(comp.get("index", 0), len(comp["plan"]) - 1)]
-        return {"code": "COMPENSATION_FAILED", "step_key": item.get("step_key"), "jobs": [],
-                "message": f"the compensation of step {item.get('step_key')} failed: resolve the workflow"}  # fmt: skip
+        return {
+            "code": "COMPENSATION_FAILED",
+            "step_key": item.get("step_key"),
+            "jobs": [],
+            "message": f"the compensation of step {item.get('step_key')} failed: resolve the workflow",
+        }
     jobs = stopping.unknown_outcome_jobs(conn, inst["id"])
     if jobs:
         keys = sorted({j["step_key"] for j in jobs if j["step_key"]})
-        return {"code": EXTERNAL_OUTCOME_UNKNOWN, "step_key": keys[0] if keys else None,
-                "jobs": [str(j["id"]) for j in jobs],
-                "message": "the outcome of an external call is unknown (it may or may not have happened): "
-                           "check it, then resolve" + (f" step {', '.join(keys)}" if keys else " the workflow")}  # fmt: skip
+        return {
+            "code": EXTERNAL_OUTCOME_UNKNOWN,
+            "step_key": keys[0] if keys else None,
+            "jobs": [str(j["id"]) for j in jobs],
+            "message": "the outcome of an external call is unknown (it may or may not have happened): "
+            "check it, then resolve" + (f" step {', '.join(keys)}" if keys else " the workflow"),
+        }
     return None
 
 

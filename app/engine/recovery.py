@@ -80,6 +80,7 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
         conn, instance_id, failed_step=step if action == "FAIL_STEP" else None, reason=req["reason"]
     )
     after_step = read_step(conn, instance_id, step["key"])
+    assert after_step is not None  # the step read above
     summary = {
         "step_key": step["key"],
         "state": after_step["state"],
@@ -111,6 +112,7 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
     except mapping.MappingTooLarge as exc:  # nothing was written: the retry is refused as a whole
         raise StateConflict(f"the step cannot be retried: {exc.reason}") from None
     new = read_step(conn, inst["id"], step["key"])
+    assert new is not None  # the step just retried
     act = new["activation_id"]
     if old_wait is not None and old_wait["deadline_at"] is not None:
         run(

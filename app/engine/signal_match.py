@@ -43,12 +43,13 @@ def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
     """Offer a PENDING signal to the wait of its (current) activation. True when it won and the step
     succeeded with the payload; the caller then runs ``advance.settle_progress``."""
     wait = read_wait(conn, step["activation_id"]) if step["activation_id"] else None
-    verdict = decide.offer(step_model(step), wait, sig)  # type: ignore[arg-type]
+    verdict = decide.offer(step_model(step), wait, sig)
     if not isinstance(verdict, Consume):
         audit_settled(conn, signal_moves.settle(conn, sig["id"], "REJECTED", verdict.disposition, None))
         return False
-    wait_moves.resolve_by_signal(conn, wait["id"], sig["id"])  # type: ignore[index]
-    audit_settled(conn, signal_moves.settle(conn, sig["id"], "CONSUMED", None, wait["id"]))  # type: ignore[index]
+    assert wait is not None  # offer consumes only into a waiting wait
+    wait_moves.resolve_by_signal(conn, wait["id"], sig["id"])
+    audit_settled(conn, signal_moves.settle(conn, sig["id"], "CONSUMED", None, wait["id"]))
     act = step["activation_id"]
     if step["kind"] == StepKind.POLL:  # the signal wins: queued rounds stop, an in-flight one may still end
         task_moves.cancel_open(conn, activation_id=act, pending_only=True)
@@ -60,7 +61,7 @@ def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
         "workflow.step.succeeded",
         target_type="step",
         target_id=step["key"],
-        after={"step_key": step["key"], "signal_id": sig["id"], "wait_id": wait["id"]},  # type: ignore[index]
+        after={"step_key": step["key"], "signal_id": sig["id"], "wait_id": wait["id"]},
     )
     return True
 
@@ -82,6 +83,7 @@ def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
             if consume(conn, inst, step, read_signal(conn, sig_id)):
                 won = True
                 step = read_step(conn, inst["id"], key)
+                assert step is not None  # the step that just took the signal
     return won
 
 

@@ -89,6 +89,7 @@ def send(
             field="target_step_key",
         )
     step = read_step(conn, instance_id, req["target_step_key"])
+    assert step is not None  # every step of the document has its row from the start
     current = step["activation_sequence"] or 0
     seq = req["target_activation_sequence"]
     where = decide.target(req["target_step_key"], seq, current)
@@ -133,8 +134,15 @@ def send(
         if signal_match.consume(conn, inst, step, read_signal(conn, sig_id)):
             advance.settle_progress(conn, instance_id)
     elif where == decide.PENDING_EARLY:  # waits for the step's first activation, at most until expires_at
-        work.wake(conn, inst, "signal_expiry", key=f"signal_expiry:{sig_id}", run_at=expires,
-                  step_key=req["target_step_key"], signal_id=sig_id)  # fmt: skip
+        work.wake(
+            conn,
+            inst,
+            "signal_expiry",
+            key=f"signal_expiry:{sig_id}",
+            run_at=expires,
+            step_key=req["target_step_key"],
+            signal_id=sig_id,
+        )
     return read_signal(conn, sig_id)
 
 

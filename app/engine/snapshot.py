@@ -5,7 +5,7 @@ context (input, business key, outputs of succeeded steps)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import Connection
 
@@ -28,7 +28,11 @@ def inst_model(inst: dict) -> Inst:
     )
 
 
-def step_model(step: dict | None) -> Step | None:
+@overload
+def step_model(step: dict[str, Any]) -> Step: ...
+@overload
+def step_model(step: dict[str, Any] | None) -> Step | None: ...
+def step_model(step: dict[str, Any] | None) -> Step | None:
     if step is None:
         return None
     return Step(
@@ -55,7 +59,7 @@ def load(
 
 def of(inst: dict, rows: dict[str, dict]) -> Snapshot:
     """The decision snapshot of an instance row and its step rows (by key)."""
-    return Snapshot(inst=inst_model(inst), steps=tuple(step_model(s) for s in rows.values()))  # type: ignore[arg-type]
+    return Snapshot(inst=inst_model(inst), steps=tuple(step_model(s) for s in rows.values()))
 
 
 def step(conn: Connection, instance_id: str, key: str) -> tuple[dict | None, Step | None]:

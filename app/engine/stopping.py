@@ -203,8 +203,13 @@ def settle_cancel(conn: Connection, iid: str) -> dict:
     verdict = decide.cancel_settle(inst_model(inst), in_flight=flight.n)
     if isinstance(verdict, WaitInFlight):
         # re-check when the last permit's lease runs out (a heartbeat moves it: then again)
-        work.wake(conn, inst, "cancel_settle", key=f"cancel_settle:{iid}:{flight.until.isoformat()}",
-                  run_at=flight.until)  # fmt: skip
+        work.wake(
+            conn,
+            inst,
+            "cancel_settle",
+            key=f"cancel_settle:{iid}:{flight.until.isoformat()}",
+            run_at=flight.until,
+        )
         return inst
     return stop(conn, inst, InstanceState.CANCELLED)
 
@@ -214,13 +219,14 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
     (a completed step may be compensated); nothing new starts; the cancel may now finish."""
     if verdict.state is not None:
         step = read_step(conn, inst["id"], task["step_key"])
+        assert step is not None  # the task's step
         output = verdict.output if verdict.output is not MISSING else None
         if verdict.state == StepState.SUCCEEDED:
-            step_moves.succeed(conn, step, output)  # type: ignore[arg-type]
+            step_moves.succeed(conn, step, output)
         elif verdict.state == StepState.FAILED:
-            step_moves.fail(conn, step, verdict.output)  # type: ignore[arg-type]
+            step_moves.fail(conn, step, verdict.output)
         else:
-            step_moves.cancel(conn, step)  # type: ignore[arg-type]
+            step_moves.cancel(conn, step)
         inst_moves.touch(conn, inst["id"])
         oplog.advance(
             conn,
@@ -274,8 +280,14 @@ def stop(conn: Connection, inst: dict, state: str, *, error: Any = MISSING) -> d
 def _issue(conn: Connection, inst: dict, comp: dict) -> None:
     k = comp["index"]
     step_key = comp["plan"][k]["step_key"]
-    work.job(conn, inst, JobType.COMPENSATION_ACTION, {"index": k, "step_key": step_key},
-             key=f"{inst['id']}:{k}", step_key=step_key)  # fmt: skip
+    work.job(
+        conn,
+        inst,
+        JobType.COMPENSATION_ACTION,
+        {"index": k, "step_key": step_key},
+        key=f"{inst['id']}:{k}",
+        step_key=step_key,
+    )
 
 
 def compensation_task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:
@@ -295,9 +307,12 @@ def compensation_task_ended(conn: Connection, inst: dict, task: dict, kind: str,
             "workflow.compensation.failed",
             target_type="step",
             target_id=item["step_key"],
-            after={**after, "error": value if value is not MISSING else None,
-                   "remaining": [p["step_key"] for p in comp["plan"][k + 1 :]]},
-        )  # fmt: skip
+            after={
+                **after,
+                "error": value if value is not MISSING else None,
+                "remaining": [p["step_key"] for p in comp["plan"][k + 1 :]],
+            },
+        )
         return
     oplog.advance(
         conn,

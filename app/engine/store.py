@@ -6,10 +6,10 @@ JSON columns are selected ``::text`` and parsed with ``app.jsonx`` so numbers st
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, overload
 
 from cachetools import LRUCache
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from app import jsonx
 from app.errors import NotFound
@@ -36,7 +36,11 @@ INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, ve
 _INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
 
 
-def instance_row(row: Any) -> dict[str, Any] | None:
+@overload
+def instance_row(row: Row[Any]) -> dict[str, Any]: ...
+@overload
+def instance_row(row: Row[Any] | None) -> dict[str, Any] | None: ...
+def instance_row(row: Row[Any] | None) -> dict[str, Any] | None:
     """The instance dict of a row with ``INSTANCE_COLUMNS`` (extra columns are kept as they are)."""
     if row is None:
         return None

@@ -5,9 +5,9 @@ the task to its queue: the claim query takes CLAIMED tasks whose lease passed (b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
@@ -22,7 +22,11 @@ from app.sql import run
 __all__ = ["retry_delay_seconds"]
 
 
-def _task(row: Any) -> dict | None:
+@overload
+def _task(row: Row[Any]) -> dict[str, Any]: ...
+@overload
+def _task(row: Row[Any] | None) -> dict[str, Any] | None: ...
+def _task(row: Row[Any] | None) -> dict[str, Any] | None:
     if row is None:
         return None
     d = dict(row._mapping)

@@ -48,8 +48,16 @@ def job(
     )
 
 
-def wake(conn: Connection, inst: dict, wake_kind: str, *, key: str, run_at: Any, step_key: str | None = None,
-         **payload: Any) -> None:  # fmt: skip
+def wake(
+    conn: Connection,
+    inst: dict,
+    wake_kind: str,
+    *,
+    key: str,
+    run_at: Any,
+    step_key: str | None = None,
+    **payload: Any,
+) -> None:
     """A ``delay_wake`` job (timer, signal timeout / expiry, poll round, task retry, deadline, cancel settle)."""
     job(
         conn,
@@ -126,8 +134,16 @@ def arm_task_deadlines(conn: Connection, inst: dict, seconds: float) -> None:
     )
 
 
-def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: Any, *, attempt: int,
-              poll_round: int | None = None) -> str:  # fmt: skip
+def step_task(
+    conn: Connection,
+    inst: dict,
+    step: dict,
+    spec: dict,
+    task_input: Any,
+    *,
+    attempt: int,
+    poll_round: int | None = None,
+) -> str:
     """The task of attempt ``attempt`` (and POLL round ``poll_round``) of the step's current activation,
     on the step's queue with the step's timeout; with a ``dispatch`` target, its ``external_dispatch`` job."""
     task_id = create_task(
@@ -143,6 +159,13 @@ def step_task(conn: Connection, inst: dict, step: dict, spec: dict, task_input: 
         poll_round=poll_round,
     )
     if spec.get("dispatch"):  # an external approval system hears of every attempt's task
-        job(conn, inst, JobType.EXTERNAL_DISPATCH, {"task_id": task_id}, key=task_id, step_key=step["key"],
-            task_id=task_id)  # fmt: skip
+        job(
+            conn,
+            inst,
+            JobType.EXTERNAL_DISPATCH,
+            {"task_id": task_id},
+            key=task_id,
+            step_key=step["key"],
+            task_id=task_id,
+        )
     return task_id

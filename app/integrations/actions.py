@@ -101,7 +101,7 @@ def automation_action(ctx: JobContext) -> Any:
     with ctx.engine.connect() as conn:
         row = conn.execute(_LOAD, {"id": xid}).first() if isinstance(xid, str) and is_hex32(xid) else None
         acting = row is not None and (row.enabled or automation.admitted_while_disabled(row.disabled_reason))
-        if acting:
+        if acting and row is not None:  # (acting implies a row; said again for the type checker)
             author = auth.acting_principal(conn, row.created_by)
             ev = Event(row.event_id, row.type, row.instance_id, row.body)
             chain = automation.event_chain(conn, ev)

@@ -129,9 +129,17 @@ def validate_action(conn: Connection, ns: str, action: Any) -> tuple[dict[str, A
     allowed = {
         "http": {"kind", "url"},
         "start_workflow": {"kind", "definition_id", "version", "input", "business_key"},
-        "signal": {"kind", "workflow_id", "name", "payload_version", "target_step_key",
-                   "target_activation_sequence", "correlation_key", "payload"},
-    }[kind]  # fmt: skip
+        "signal": {
+            "kind",
+            "workflow_id",
+            "name",
+            "payload_version",
+            "target_step_key",
+            "target_activation_sequence",
+            "correlation_key",
+            "payload",
+        },
+    }[kind]
     extra = sorted(set(action) - allowed)
     if extra:
         raise InvalidArgument(f"unknown field {extra[0]} for a {kind} action", field=f"action.{extra[0]}")
@@ -164,8 +172,9 @@ def start_queues(conn: Connection, ns: str, action: dict[str, Any]) -> list[str]
         else None
     )
     if found is None:
-        raise InvalidArgument("no such published version of the definition in this namespace",
-                              field="action.version")  # fmt: skip
+        raise InvalidArgument(
+            "no such published version of the definition in this namespace", field="action.version"
+        )
     return list(found.queues)
 
 
@@ -183,11 +192,18 @@ _COLS = (
 def rule_view(row: Any) -> dict[str, Any]:
     m = row._mapping
     return {
-        "id": m["id"], "name": m["name"], "event_type": m["event_type"], "definition_id": m["definition_id"],
-        "conditions": m["conditions"], "action": redact_url_fields(m["action"]), "enabled": m["enabled"],
-        "disabled_reason": m["disabled_reason"], "revision": m["revision"], "created_at": rfc3339(m["created_at"]),
+        "id": m["id"],
+        "name": m["name"],
+        "event_type": m["event_type"],
+        "definition_id": m["definition_id"],
+        "conditions": m["conditions"],
+        "action": redact_url_fields(m["action"]),
+        "enabled": m["enabled"],
+        "disabled_reason": m["disabled_reason"],
+        "revision": m["revision"],
+        "created_at": rfc3339(m["created_at"]),
         "updated_at": rfc3339(m["updated_at"]),
-    }  # fmt: skip
+    }
 
 
 def _check_author(p: Principal, kind: str, queues: Sequence[str]) -> None:
@@ -204,14 +220,25 @@ def create_rule(conn: Connection, p: Principal, rid: str | None, req: dict) -> d
     action, queues = validate_action(conn, ns, req.get("action"))
     _check_author(p, action["kind"], queues)
     params = {
-        "id": new_id(), "ns": ns, "name": req["name"], "et": req["event_type"],
+        "id": new_id(),
+        "ns": ns,
+        "name": req["name"],
+        "et": req["event_type"],
         "def": definition_filter(conn, ns, req.get("definition_id")),
-        "cond": json.dumps(validate_conditions(req.get("conditions", []))), "act": json.dumps(action),
-        "secret": new_secret() if action["kind"] == "http" else None, "by": p.actor_id,
-    }  # fmt: skip
+        "cond": json.dumps(validate_conditions(req.get("conditions", []))),
+        "act": json.dumps(action),
+        "secret": new_secret() if action["kind"] == "http" else None,
+        "by": p.actor_id,
+    }
     secret = params["secret"]
-    caps.reserve(conn, "automation_rules", ns, MAX_RULES, "AUTOMATION_RULE_LIMIT",
-                 f"a namespace has at most {MAX_RULES} automation rules")  # fmt: skip
+    caps.reserve(
+        conn,
+        "automation_rules",
+        ns,
+        MAX_RULES,
+        "AUTOMATION_RULE_LIMIT",
+        f"a namespace has at most {MAX_RULES} automation rules",
+    )
     row = conn.execute(
         text(
             f"INSERT INTO automation_rules (id, namespace_id, name, event_type, definition_id, conditions, action, "
@@ -221,21 +248,30 @@ def create_rule(conn: Connection, p: Principal, rid: str | None, req: dict) -> d
         params,
     ).one()
     out = rule_view(row)
-    audit.record(conn, principal=p, request_id=rid, action="automation_rule.create", target_type="automation_rule",
-                 target_id=out["id"], after=out)  # fmt: skip
+    audit.record(
+        conn,
+        principal=p,
+        request_id=rid,
+        action="automation_rule.create",
+        target_type="automation_rule",
+        target_id=out["id"],
+        after=out,
+    )
     return {**out, **({"secret": secret} if secret else {})}
 
 
 def _rule(conn: Connection, ns: str, rule_id: str, lock: bool = False) -> Any:
     row = (
         conn.execute(
-            text(f"SELECT {_COLS} FROM automation_rules WHERE id = :id AND namespace_id = :ns"
-                 + (" FOR UPDATE" if lock else "")),
+            text(
+                f"SELECT {_COLS} FROM automation_rules WHERE id = :id AND namespace_id = :ns"
+                + (" FOR UPDATE" if lock else "")
+            ),
             {"id": rule_id, "ns": ns},
         ).first()
         if is_hex32(rule_id)
         else None
-    )  # fmt: skip
+    )
     if row is None:
         raise NotFound("automation rule not found")
     return row
@@ -247,9 +283,14 @@ def get_rule(conn: Connection, ns: str, rule_id: str) -> dict[str, Any]:
 
 def list_rules(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
     return page(
-        conn, f"SELECT {_COLS} FROM automation_rules WHERE namespace_id = :ns {{after}} {{order}}", {"ns": ns},
-        binding={"ns": ns, "k": "automation_rules"}, limit=limit, cursor=cursor, view=rule_view,
-    )  # fmt: skip
+        conn,
+        f"SELECT {_COLS} FROM automation_rules WHERE namespace_id = :ns {{after}} {{order}}",
+        {"ns": ns},
+        binding={"ns": ns, "k": "automation_rules"},
+        limit=limit,
+        cursor=cursor,
+        view=rule_view,
+    )
 
 
 def set_rule_enabled(
@@ -270,20 +311,40 @@ def set_rule_enabled(
         else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
     )
     row = conn.execute(
-        text(f"UPDATE automation_rules SET {sets}, revision = revision + CASE WHEN enabled = :e THEN 0 ELSE 1 END, "
-             f"updated_at = now() WHERE id = :id RETURNING {_COLS}"),
+        text(
+            f"UPDATE automation_rules SET {sets}, revision = revision + CASE WHEN enabled = :e THEN 0 ELSE 1 END, "
+            f"updated_at = now() WHERE id = :id RETURNING {_COLS}"
+        ),
         {"id": rule_id, "e": enabled, "by": p.actor_id, "who": p.name},
-    ).one()  # fmt: skip
+    ).one()
     after = rule_view(row)
-    audit.record(conn, principal=p, request_id=rid, action=f"automation_rule.{'enable' if enabled else 'disable'}",
-                 target_type="automation_rule", target_id=rule_id, before=before, after=after, reason=reason)  # fmt: skip
+    audit.record(
+        conn,
+        principal=p,
+        request_id=rid,
+        action=f"automation_rule.{'enable' if enabled else 'disable'}",
+        target_type="automation_rule",
+        target_id=rule_id,
+        before=before,
+        after=after,
+        reason=reason,
+    )
     return after
 
 
 def _execution_view(r: Any) -> dict[str, Any]:
-    return {"id": r.id, "event_id": r.event_id, "status": r.status, "result": r.result, "last_error": r.last_error,
-            "job_id": None if r.job_id is None else str(r.job_id), "job_status": r.job_status,
-            "attempts": r.attempts or 0, "created_at": rfc3339(r.created_at), "updated_at": rfc3339(r.updated_at)}  # fmt: skip
+    return {
+        "id": r.id,
+        "event_id": r.event_id,
+        "status": r.status,
+        "result": r.result,
+        "last_error": r.last_error,
+        "job_id": None if r.job_id is None else str(r.job_id),
+        "job_status": r.job_status,
+        "attempts": r.attempts or 0,
+        "created_at": rfc3339(r.created_at),
+        "updated_at": rfc3339(r.updated_at),
+    }
 
 
 def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
@@ -294,13 +355,18 @@ def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str 
         "SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, "
         "j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id "
         "WHERE x.rule_id = :r {after} {order}",
-        {"r": rule_id}, binding={"ns": ns, "rule": rule_id, "k": "automation_executions"}, limit=limit,
-        cursor=cursor, view=_execution_view, alias="x.", newest_first=True,
-    )  # fmt: skip
+        {"r": rule_id},
+        binding={"ns": ns, "rule": rule_id, "k": "automation_executions"},
+        limit=limit,
+        cursor=cursor,
+        view=_execution_view,
+        alias="x.",
+        newest_first=True,
+    )
 
 
 # --------------------------------------------------------------------------- fan-out (event_dispatch)
-def enabled_rules(conn: Connection, ns: str) -> list[Any]:
+def enabled_rules(conn: Connection, ns: str) -> Sequence[Any]:
     return conn.execute(
         text(
             "SELECT id, namespace_id, event_type, definition_id, conditions FROM automation_rules "
@@ -392,9 +458,15 @@ def _execution(
     skipped with that reason (no job)."""
     return conn.execute(
         _EXECUTION,
-        {"id": new_id(), "ns": ns, "r": rule_id, "e": event_id, "st": "skipped" if skipped else "pending",
-         "err": skipped},
-    ).scalar()  # fmt: skip
+        {
+            "id": new_id(),
+            "ns": ns,
+            "r": rule_id,
+            "e": event_id,
+            "st": "skipped" if skipped else "pending",
+            "err": skipped,
+        },
+    ).scalar()
 
 
 def _action_job(conn: Connection, ns: str, rule_id: str, event_id: str) -> bool:
@@ -421,8 +493,16 @@ def disable_rule(conn: Connection, ns: str, rule_id: str, reason: str) -> None:
         {"id": rule_id, "why": reason[:1000]},
     ).first()
     if row is not None:
-        audit.record(conn, principal=oplog.system_principal(ns), request_id=None, action="automation_rule.disable",
-                     target_type="automation_rule", target_id=rule_id, after=rule_view(row), reason=reason[:1000])  # fmt: skip
+        audit.record(
+            conn,
+            principal=oplog.system_principal(ns),
+            request_id=None,
+            action="automation_rule.disable",
+            target_type="automation_rule",
+            target_id=rule_id,
+            after=rule_view(row),
+            reason=reason[:1000],
+        )
 
 
 def fan_out_events(conn: Connection, events: Sequence[Any], rules: Iterable[Any]) -> int:
@@ -467,9 +547,15 @@ def fan_out_events(conn: Connection, events: Sequence[Any], rules: Iterable[Any]
 
 # --------------------------------------------------------------------------- the internal writes
 def start_from_event(
-    conn: Connection, ns: str, action: dict, doc: dict, rule_id: str, *, chain: Sequence[str] = (),
+    conn: Connection,
+    ns: str,
+    action: dict,
+    doc: dict,
+    rule_id: str,
+    *,
+    chain: Sequence[str] = (),
     author: Principal | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Start the action's workflow; the new instance's chain is the event's ``chain`` + this rule, and the
     start is checked against the ``author``'s rights (tasks:submit and the queues of the version)."""
     body = {
@@ -491,9 +577,17 @@ def start_from_event(
             text("UPDATE workflow_instances SET automation_chain = CAST(:ch AS text[]) WHERE id = :i"),
             {"ch": new_chain, "i": inst["id"]},
         )
-        oplog.advance(c, inst, "workflow.start", after={
-            **instances.instance_view(inst), "automation_rule_id": rule_id, "event_id": doc["id"],
-            "automation_depth": len(new_chain)})  # fmt: skip
+        oplog.advance(
+            c,
+            inst,
+            "workflow.start",
+            after={
+                **instances.instance_view(inst),
+                "automation_rule_id": rule_id,
+                "event_id": doc["id"],
+                "automation_depth": len(new_chain),
+            },
+        )
 
     inst = instances.start_workflow(conn, ns, body, check_queues=check_queues, on_created=created)
     return {"workflow_id": inst["id"]}
@@ -505,8 +599,10 @@ def _sequence(value: Any) -> int:
         return 1
     text_ = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
     if not (text_.isascii() and text_.isdigit() and len(text_) <= 10 and 1 <= int(text_) <= 2**31 - 1):
-        raise InvalidArgument("the mapped target_activation_sequence is not a sequence number",
-                              field="action.target_activation_sequence")  # fmt: skip
+        raise InvalidArgument(
+            "the mapped target_activation_sequence is not a sequence number",
+            field="action.target_activation_sequence",
+        )
     return int(text_)
 
 

@@ -96,7 +96,8 @@ def conditions_hold(conditions: list[dict], event: dict) -> bool:
     """Every condition holds on ``event`` (``{"type", "body", ...}``; paths start at the body)."""
     for c in conditions:
         found = lookup(event, c["path"])
-        op, value = c["op"], c.get("value")
+        op = c["op"]
+        value: Any = c.get("value")
         if op == "exists":
             ok = (found is not ABSENT) == (value is not False)
         elif found is ABSENT:

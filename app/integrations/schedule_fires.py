@@ -57,7 +57,7 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
             "sk": skipped,
             "cap": bool(payload.get("skipped_capped")),
             "job": job_id,
-        },  # fmt: skip
+        },
     ).scalar()
     if fire_id is None:
         return {"skipped": f"fire time {rfc3339(fire_at)} was already handled"}
@@ -67,7 +67,7 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
             text(
                 "SELECT id FROM workflow_instances WHERE schedule_id = :s AND state <> ALL(:t) "
                 "ORDER BY created_at LIMIT :n"
-            ),  # fmt: skip
+            ),
             {"s": sid, "t": sorted(TERMINAL), "n": MAX_CANCEL_PREVIOUS},
         )
     ]
@@ -101,14 +101,29 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
         text(
             "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
             "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)"
-        ),  # fmt: skip
+        ),
         {"s": sid, "keep": FIRES_KEPT},
     )
-    result = {"fire_at": rfc3339(fire_at), "kind": kind, "status": status, "skipped_missed": skipped,
-              "instance_id": instance_id, "reason": reason}  # fmt: skip
-    audit.record(conn, principal=oplog.system_principal(ns), request_id=None, action="schedule.fire",
-                 target_type="schedule", target_id=sid, workflow_id=instance_id, operation_id=new_id(),
-                 after=result, reason=reason)  # fmt: skip
+    result = {
+        "fire_at": rfc3339(fire_at),
+        "kind": kind,
+        "status": status,
+        "skipped_missed": skipped,
+        "instance_id": instance_id,
+        "reason": reason,
+    }
+    audit.record(
+        conn,
+        principal=oplog.system_principal(ns),
+        request_id=None,
+        action="schedule.fire",
+        target_type="schedule",
+        target_id=sid,
+        workflow_id=instance_id,
+        operation_id=new_id(),
+        after=result,
+        reason=reason,
+    )
     return result
 
 
@@ -120,8 +135,12 @@ def _cancel_previous(conn: Connection, instance_ids: list[str], schedule_id: str
         try:
             with conn.begin_nested():
                 stopping.request_cancel(conn, inst, reason="canceled by the schedule's overlap policy")
-                oplog.advance(conn, inst, "workflow.control.cancel",
-                              after={"cause": "schedule overlap policy cancel_previous", "schedule_id": schedule_id})  # fmt: skip
+                oplog.advance(
+                    conn,
+                    inst,
+                    "workflow.control.cancel",
+                    after={"cause": "schedule overlap policy cancel_previous", "schedule_id": schedule_id},
+                )
         except StateConflict:
             continue  # e.g. NEEDS_REVIEW: a person decides; the launch goes ahead
 
@@ -135,13 +154,24 @@ def _may_start(author: Principal | None, queues: list[str]) -> None:
 def _pause(conn: Connection, s: dict[str, Any], reason: str) -> None:
     """The schedule may not act for its author: it pauses itself, audited with the reason."""
     conn.execute(
-        text("UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
-             "WHERE id = :id AND NOT paused"),
+        text(
+            "UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
+            "WHERE id = :id AND NOT paused"
+        ),
         {"id": s["id"]},
-    )  # fmt: skip
-    audit.record(conn, principal=oplog.system_principal(s["namespace_id"]), request_id=None,
-                 action="schedule.pause", target_type="schedule", target_id=s["id"], operation_id=new_id(),
-                 before={"paused": s["paused"]}, after={"paused": True}, reason=reason[:1000])  # fmt: skip
+    )
+    audit.record(
+        conn,
+        principal=oplog.system_principal(s["namespace_id"]),
+        request_id=None,
+        action="schedule.pause",
+        target_type="schedule",
+        target_id=s["id"],
+        operation_id=new_id(),
+        before={"paused": s["paused"]},
+        after={"paused": True},
+        reason=reason[:1000],
+    )
 
 
 def _start(
@@ -151,19 +181,35 @@ def _start(
     ``tasks:submit`` and the queue scope); a refusal (quota 429, limit, a version or input that no
     longer fits, the author's rights) rolls the savepoint back and becomes the skip reason."""
 
-    body = {"definition_id": s["definition_id"], "version": s["version"], "input": launch_input(s, fire_at),
-            "business_key": ""}  # fmt: skip
+    body = {
+        "definition_id": s["definition_id"],
+        "version": s["version"],
+        "input": launch_input(s, fire_at),
+        "business_key": "",
+    }
 
     def audit_start(c: Connection, created: dict) -> None:
-        audit.record(c, principal=oplog.system_principal(s["namespace_id"]), request_id=None,
-                     action="workflow.start", target_type="workflow", target_id=created["id"],
-                     workflow_id=created["id"], after=instances.instance_view(created))  # fmt: skip
+        audit.record(
+            c,
+            principal=oplog.system_principal(s["namespace_id"]),
+            request_id=None,
+            action="workflow.start",
+            target_type="workflow",
+            target_id=created["id"],
+            workflow_id=created["id"],
+            after=instances.instance_view(created),
+        )
 
     try:
         with conn.begin_nested():
-            inst = instances.start_workflow(conn, s["namespace_id"], body, on_created=audit_start,
-                                            check_queues=lambda qs: _may_start(author, qs),
-                                            schedule=(s["id"], fire_at))  # fmt: skip
+            inst = instances.start_workflow(
+                conn,
+                s["namespace_id"],
+                body,
+                on_created=audit_start,
+                check_queues=lambda qs: _may_start(author, qs),
+                schedule=(s["id"], fire_at),
+            )
     except PermissionDenied:
         raise
     except LedgerflowError as exc:

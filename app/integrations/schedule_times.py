@@ -110,13 +110,13 @@ def _utc(t: datetime) -> datetime:
 
 def _interval_k(rule: Rule, t: datetime) -> int:
     """The number of interval fire times at or before ``t`` (k of the latest one; 0 when none)."""
-    step_us = rule.interval_seconds * 1_000_000  # type: ignore[operator]
-    elapsed = (_utc(t) - _utc(rule.anchor)) // _US  # type: ignore[arg-type]
+    step_us = rule.interval_seconds * 1_000_000  # type: ignore[operator]  # an interval rule has these
+    elapsed = (_utc(t) - _utc(rule.anchor)) // _US  # type: ignore[arg-type]  # as above
     return max(0, elapsed // step_us)
 
 
 def _interval_at(rule: Rule, k: int) -> datetime:
-    return _utc(rule.anchor) + timedelta(seconds=rule.interval_seconds * k)  # type: ignore[arg-type, operator]
+    return _utc(rule.anchor) + timedelta(seconds=rule.interval_seconds * k)  # type: ignore[arg-type, operator]  # as above
 
 
 def next_after(rule: Rule, t: datetime) -> datetime:
@@ -124,7 +124,7 @@ def next_after(rule: Rule, t: datetime) -> datetime:
     t = _utc(t)
     if rule.interval_seconds is not None:
         return _interval_at(rule, _interval_k(rule, t) + 1)
-    it = CronSim(rule.cron, t.astimezone(zone(rule.timezone)))  # type: ignore[arg-type]
+    it = CronSim(rule.cron, t.astimezone(zone(rule.timezone)))  # type: ignore[arg-type]  # a cron rule has these
     for _ in range(MAX_STEPS):
         candidate = _utc(next(it))
         if candidate > t:
@@ -139,7 +139,7 @@ def latest_at_or_before(rule: Rule, t: datetime) -> datetime | None:
         k = _interval_k(rule, t)
         return _interval_at(rule, k) if k >= 1 else None
     # cronsim strips the microseconds as its first reverse tick: the search starts at floor(t)
-    it = CronSim(rule.cron, (t + _US).astimezone(zone(rule.timezone)), reverse=True)  # type: ignore[arg-type]
+    it = CronSim(rule.cron, (t + _US).astimezone(zone(rule.timezone)), reverse=True)  # type: ignore[arg-type]  # as above
     for _ in range(MAX_STEPS):
         candidate = _utc(next(it))
         if candidate <= t:

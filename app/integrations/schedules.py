@@ -73,7 +73,7 @@ def read_schedule(
         text(
             f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns"
             + (" FOR UPDATE" if lock else "")
-        ),  # fmt: skip
+        ),
         {"id": schedule_id, "ns": namespace_id},
     ).first()
     if row is None:
@@ -230,14 +230,39 @@ def _check_target(conn: Connection, namespace_id: str, s: dict[str, Any], now: d
 
 
 # --------------------------------------------------------------------------- commands
-def _audit(conn: Connection, principal: Principal, request_id: str | None, action: str, sid: str,
-           *, before: Any = None, after: Any = None, reason: str | None = None) -> None:  # fmt: skip
-    audit.record(conn, principal=principal, request_id=request_id, action=action, target_type="schedule",
-                 target_id=sid, operation_id=new_id(), before=before, after=after, reason=reason)  # fmt: skip
+def _audit(
+    conn: Connection,
+    principal: Principal,
+    request_id: str | None,
+    action: str,
+    sid: str,
+    *,
+    before: Any = None,
+    after: Any = None,
+    reason: str | None = None,
+) -> None:
+    audit.record(
+        conn,
+        principal=principal,
+        request_id=request_id,
+        action=action,
+        target_type="schedule",
+        target_id=sid,
+        operation_id=new_id(),
+        before=before,
+        after=after,
+        reason=reason,
+    )
 
 
-def create_schedule(conn: Connection, principal: Principal, body: dict[str, Any], *, request_id: str | None = None,
-                    check_queues: Callable[[list[str]], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def create_schedule(
+    conn: Connection,
+    principal: Principal,
+    body: dict[str, Any],
+    *,
+    request_id: str | None = None,
+    check_queues: Callable[[list[str]], None] | None = None,
+) -> dict[str, Any]:
     ns = principal.namespace_id
     now = db_now(conn)
     rule = _rule(body, now)
@@ -245,8 +270,14 @@ def create_schedule(conn: Connection, principal: Principal, body: dict[str, Any]
     ver = _check_target(conn, ns, spec, now)
     if check_queues is not None:
         check_queues(ver["queues"])
-    caps.reserve(conn, "workflow_schedules", ns, MAX_SCHEDULES_PER_NAMESPACE, "SCHEDULE_LIMIT",
-                 f"the namespace has {MAX_SCHEDULES_PER_NAMESPACE} schedules (the limit)")  # fmt: skip
+    caps.reserve(
+        conn,
+        "workflow_schedules",
+        ns,
+        MAX_SCHEDULES_PER_NAMESPACE,
+        "SCHEDULE_LIMIT",
+        f"the namespace has {MAX_SCHEDULES_PER_NAMESPACE} schedules (the limit)",
+    )
     sid = new_id()
     inserted = conn.execute(
         text(
@@ -271,7 +302,7 @@ def create_schedule(conn: Connection, principal: Principal, body: dict[str, Any]
             "paused": bool(body.get("paused", False)),
             "next": times.next_after(rule, now),
             "by": principal.actor_id,
-        },  # fmt: skip
+        },
     ).first()
     if inserted is None:
         raise StateConflict(f"a schedule named {body['name']!r} already exists")
@@ -280,13 +311,27 @@ def create_schedule(conn: Connection, principal: Principal, body: dict[str, Any]
     return view
 
 
-UPDATABLE = ("definition_id", "version", "input", "fire_time_field", "cron", "timezone", "interval_seconds",
-             "overlap")  # fmt: skip
+UPDATABLE = (
+    "definition_id",
+    "version",
+    "input",
+    "fire_time_field",
+    "cron",
+    "timezone",
+    "interval_seconds",
+    "overlap",
+)
 
 
-def update_schedule(conn: Connection, principal: Principal, schedule_id: str, changes: dict[str, Any], *,
-                    request_id: str | None = None,
-                    check_queues: Callable[[list[str]], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def update_schedule(
+    conn: Connection,
+    principal: Principal,
+    schedule_id: str,
+    changes: dict[str, Any],
+    *,
+    request_id: str | None = None,
+    check_queues: Callable[[list[str]], None] | None = None,
+) -> dict[str, Any]:
     """Change any of ``UPDATABLE``; a new rule starts counting from now (missed fire times of the old
     rule are dropped, not launched)."""
     ns = principal.namespace_id
@@ -323,16 +368,23 @@ def update_schedule(conn: Connection, principal: Principal, schedule_id: str, ch
             "overlap": merged["overlap"],
             "next": times.next_after(rule, now) if rule_changed else s["next_fire_at"],
             "by": principal.actor_id,
-        },  # fmt: skip
+        },
     )
     view = get_schedule(conn, ns, schedule_id)
     _audit(conn, principal, request_id, "schedule.update", schedule_id, before=before, after=view)
     return view
 
 
-def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused: bool, *,
-               request_id: str | None = None, reason: str | None = None,
-               check_queues: Callable[[list[str]], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def set_paused(
+    conn: Connection,
+    principal: Principal,
+    schedule_id: str,
+    paused: bool,
+    *,
+    request_id: str | None = None,
+    reason: str | None = None,
+    check_queues: Callable[[list[str]], None] | None = None,
+) -> dict[str, Any]:
     """Pause or resume. Resuming hands the fire times missed while paused, coalesced, to ONE launch at
     once (the latest of them, as a tick would); the response says which and how many (``missed``). The
     resuming credential becomes the schedule's author (``check_queues``: its rights on the version's
@@ -348,7 +400,7 @@ def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused:
             text(
                 "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now(), "
                 "created_by = CASE WHEN :p THEN created_by ELSE CAST(:by AS text) END WHERE id = :id AND paused = :was"
-            ),  # fmt: skip
+            ),
             {"id": schedule_id, "p": paused, "was": s["paused"], "by": principal.actor_id},
         )
         if not paused:
@@ -357,17 +409,30 @@ def set_paused(conn: Connection, principal: Principal, schedule_id: str, paused:
                 # launched by the resume itself: a later tick would fold the next fire time in too and
                 # launch that one instead of the fire time named here
                 _hand_out(conn, s, d)
-                missed = {"fire_times": d.skipped + 1, "capped": d.capped, "coalesced_into": rfc3339(d.fire_at),
-                          "skipped": d.skipped}  # fmt: skip
+                missed = {
+                    "fire_times": d.skipped + 1,
+                    "capped": d.capped,
+                    "coalesced_into": rfc3339(d.fire_at),
+                    "skipped": d.skipped,
+                }
     view = get_schedule(conn, ns, schedule_id)
     action = "schedule.pause" if paused else "schedule.resume"
-    _audit(conn, principal, request_id, action, schedule_id, before={"paused": s["paused"]},
-           after={"paused": paused, "missed": missed}, reason=reason)  # fmt: skip
+    _audit(
+        conn,
+        principal,
+        request_id,
+        action,
+        schedule_id,
+        before={"paused": s["paused"]},
+        after={"paused": paused, "missed": missed},
+        reason=reason,
+    )
     return {"schedule": view, "missed": missed}
 
 
-def delete_schedule(conn: Connection, principal: Principal, schedule_id: str, *,
-                    request_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+def delete_schedule(
+    conn: Connection, principal: Principal, schedule_id: str, *, request_id: str | None = None
+) -> dict[str, Any]:
     """Delete the rule and its fire history; launched instances keep their ``schedule_id``; a
     ``schedule_launch`` job still queued finds no schedule and is skipped."""
     s = read_schedule(conn, principal.namespace_id, schedule_id, lock=True)
@@ -377,23 +442,43 @@ def delete_schedule(conn: Connection, principal: Principal, schedule_id: str, *,
     return {"id": schedule_id, "deleted": True}
 
 
-def launch_now(conn: Connection, principal: Principal, schedule_id: str, *,
-               request_id: str | None = None, reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+def launch_now(
+    conn: Connection,
+    principal: Principal,
+    schedule_id: str,
+    *,
+    request_id: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
     """Launch now: a MANUAL fire at the database's now, through a ``schedule_launch`` job (the
     overlap policy and a pause do not apply to it; quotas do)."""
     s = read_schedule(conn, principal.namespace_id, schedule_id, lock=True)
     fire_at = db_now(conn)
     job = _enqueue_launch(conn, s, fire_at, "MANUAL", 0, False)
-    _audit(conn, principal, request_id, "schedule.launch_now", schedule_id,
-           after={"fire_at": rfc3339(fire_at), "job_id": job.id}, reason=reason)  # fmt: skip
+    _audit(
+        conn,
+        principal,
+        request_id,
+        "schedule.launch_now",
+        schedule_id,
+        after={"fire_at": rfc3339(fire_at), "job_id": job.id},
+        reason=reason,
+    )
     return {"schedule_id": schedule_id, "fire_at": rfc3339(fire_at), "job_id": str(job.id)}
 
 
-def _enqueue_launch(conn: Connection, s: dict[str, Any], fire_at: datetime, kind: str, skipped: int,
-                    capped: bool) -> Any:  # fmt: skip
+def _enqueue_launch(
+    conn: Connection, s: dict[str, Any], fire_at: datetime, kind: str, skipped: int, capped: bool
+) -> Any:
     key = f"schedule:{s['id']}:{'manual:' if kind == 'MANUAL' else ''}{rfc3339(fire_at)}"
-    payload = {"schedule_id": s["id"], "namespace_id": s["namespace_id"], "fire_at": rfc3339(fire_at),
-               "kind": kind, "skipped": skipped, "skipped_capped": capped}  # fmt: skip
+    payload = {
+        "schedule_id": s["id"],
+        "namespace_id": s["namespace_id"],
+        "fire_at": rfc3339(fire_at),
+        "kind": kind,
+        "skipped": skipped,
+        "skipped_capped": capped,
+    }
     return enqueue(conn, JobType.SCHEDULE_LAUNCH, payload, idempotency_key=key, operation_key=key)
 
 
@@ -407,7 +492,7 @@ def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
         text(
             f"SELECT {_COLUMNS} FROM workflow_schedules WHERE NOT paused AND next_fire_at <= now() "
             "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED"
-        ),  # fmt: skip
+        ),
         {"n": batch},
     ).all()
     if not rows:

@@ -111,14 +111,21 @@ def _audit(
     reason: str | None = None,
 ) -> None:
     audit.record(
-        conn, principal=p, request_id=rid, action=action, target_type="event_subscription", target_id=sid,
-        before=before, after=after, reason=reason,
-    )  # fmt: skip
+        conn,
+        principal=p,
+        request_id=rid,
+        action=action,
+        target_type="event_subscription",
+        target_id=sid,
+        before=before,
+        after=after,
+        reason=reason,
+    )
 
 
 def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
-    params = {
+    params: dict[str, Any] = {
         "id": new_id(),
         "ns": ns,
         "url": check_url(req["url"]),
@@ -128,8 +135,14 @@ def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[s
         "secret": new_secret(),
         "by": p.actor_id,
     }
-    caps.reserve(conn, "event_subscriptions", ns, MAX_SUBSCRIPTIONS, "SUBSCRIPTION_LIMIT",
-                 f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions")  # fmt: skip
+    caps.reserve(
+        conn,
+        "event_subscriptions",
+        ns,
+        MAX_SUBSCRIPTIONS,
+        "SUBSCRIPTION_LIMIT",
+        f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions",
+    )
     sid, secret = params["id"], params["secret"]
     row = conn.execute(
         text(
@@ -148,13 +161,15 @@ VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret, :by) RETUR
 def _row(conn: Connection, ns: str, sid: str, *, lock: bool = False) -> Any:
     row = (
         conn.execute(
-            text(f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
-                 + (" FOR UPDATE" if lock else "")),
+            text(
+                f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
+                + (" FOR UPDATE" if lock else "")
+            ),
             {"id": sid, "ns": ns},
         ).first()
         if is_hex32(sid)
         else None
-    )  # fmt: skip
+    )
     if row is None:
         raise NotFound("subscription not found")
     return row
@@ -170,9 +185,14 @@ def get(conn: Connection, ns: str, sid: str) -> dict[str, Any]:
 
 def list_page(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
     return page(
-        conn, f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}", {"ns": ns},
-        binding={"ns": ns, "k": "event_subscriptions"}, limit=limit, cursor=cursor, view=view,
-    )  # fmt: skip
+        conn,
+        f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}",
+        {"ns": ns},
+        binding={"ns": ns, "k": "event_subscriptions"},
+        limit=limit,
+        cursor=cursor,
+        view=view,
+    )
 
 
 _UPDATE = (
@@ -184,7 +204,8 @@ WHERE id = :id RETURNING """
 
 def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict) -> dict[str, Any]:
     before = view(_lock(conn, p.namespace_id, sid))
-    sets, params = ["created_by = :by"], {"id": sid, "by": p.actor_id}  # the updater becomes its author
+    sets = ["created_by = :by"]  # the updater becomes its author
+    params: dict[str, Any] = {"id": sid, "by": p.actor_id}
     if "url" in req:
         sets.append("url = :url")
         params["url"] = check_url(req["url"])
@@ -307,17 +328,26 @@ def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | No
         conn,
         f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
         "WHERE d.subscription_id = :sid {after} {order}",
-        {"sid": sid}, binding={"ns": ns, "sub": sid, "k": "webhook_deliveries"}, limit=limit, cursor=cursor,
-        view=delivery_view, alias="d.", newest_first=True,
-    )  # fmt: skip
+        {"sid": sid},
+        binding={"ns": ns, "sub": sid, "k": "webhook_deliveries"},
+        limit=limit,
+        cursor=cursor,
+        view=delivery_view,
+        alias="d.",
+        newest_first=True,
+    )
 
 
 def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:
     """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key)."""
     job = enqueue(
-        conn, "webhook_delivery", {"delivery_id": delivery_id}, idempotency_key=key,
-        operation_key=key[:64], delay_ms=delay_ms,
-    )  # fmt: skip
+        conn,
+        "webhook_delivery",
+        {"delivery_id": delivery_id},
+        idempotency_key=key,
+        operation_key=key[:64],
+        delay_ms=delay_ms,
+    )
     conn.execute(
         text(
             "UPDATE webhook_deliveries SET job_id = :j, status = 'pending', updated_at = now() WHERE id = :id"
@@ -385,9 +415,14 @@ def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery
 
 
 def redeliver_since(
-    conn: Connection, actor: ops_actions.Actor, sid: str, since: datetime, *, include_succeeded: bool = False,
+    conn: Connection,
+    actor: ops_actions.Actor,
+    sid: str,
+    since: datetime,
+    *,
+    include_succeeded: bool = False,
     rate: int = ops_actions.DEFAULT_RATE,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Every failed / dead / canceled / skipped delivery (and with ``include_succeeded`` every one)
     created since ``since``, oldest first, at most ``MAX_REDELIVER``, staggered at ``rate`` per second
     (the ledger's replay rate)."""
@@ -404,10 +439,17 @@ def redeliver_since(
         ),
         {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER},
     ).all()
-    submitted = []
+    submitted: list[str] = []
     for row in rows:
         if _redeliver_locked(conn, row, actor, len(submitted), rate):
             submitted.append(row.id)
-    _audit(conn, p, actor.request_id, "webhook_delivery.redeliver_since", sid,
-           {"since": rfc3339(since), "matched": len(rows)}, {"submitted": submitted})  # fmt: skip
+    _audit(
+        conn,
+        p,
+        actor.request_id,
+        "webhook_delivery.redeliver_since",
+        sid,
+        {"since": rfc3339(since), "matched": len(rows)},
+        {"submitted": submitted},
+    )
     return {"matched": len(rows), "submitted": len(submitted), "delivery_ids": submitted, "rate": rate}

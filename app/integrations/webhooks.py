@@ -177,8 +177,17 @@ WHERE id = :id
 )
 
 
-def _record(ctx: JobContext, row: Any, status: str, *, code: int | None, ms: int | None, err: str | None,
-            receipt: Any = None, failed: bool = False) -> None:  # fmt: skip
+def _record(
+    ctx: JobContext,
+    row: Any,
+    status: str,
+    *,
+    code: int | None,
+    ms: int | None,
+    err: str | None,
+    receipt: Any = None,
+    failed: bool = False,
+) -> None:
     """The attempt's result on the delivery row and the subscription's failure count (auto-disable)."""
     try:
         _write_record(ctx, row, status, code=code, ms=ms, err=err, receipt=receipt, failed=failed)
@@ -186,14 +195,29 @@ def _record(ctx: JobContext, row: Any, status: str, *, code: int | None, ms: int
         pass  # ownership lost: the next owner records its own attempt
 
 
-def _write_record(ctx: JobContext, row: Any, status: str, *, code: int | None, ms: int | None, err: str | None,
-                  receipt: Any, failed: bool) -> None:  # fmt: skip
+def _write_record(
+    ctx: JobContext,
+    row: Any,
+    status: str,
+    *,
+    code: int | None,
+    ms: int | None,
+    err: str | None,
+    receipt: Any,
+    failed: bool,
+) -> None:
     with ctx.transaction() as conn:
         conn.execute(
             _RECORD,
-            {"id": row.id, "st": status, "code": code, "ms": ms, "err": err and err[:2000],
-             "receipt": None if receipt is None else json.dumps(receipt)},
-        )  # fmt: skip
+            {
+                "id": row.id,
+                "st": status,
+                "code": code,
+                "ms": ms,
+                "err": err and err[:2000],
+                "receipt": None if receipt is None else json.dumps(receipt),
+            },
+        )
         if failed:
             conn.execute(
                 text(
@@ -229,10 +253,12 @@ def webhook_delivery(ctx: JobContext) -> Any:
         return missing(ctx, "webhook delivery", delivery_id)
     if row.url is None or not row.enabled or author is not None:
         reason = (
-            "the subscription was deleted" if row.url is None
-            else "the subscription is disabled" if not row.enabled
+            "the subscription was deleted"
+            if row.url is None
+            else "the subscription is disabled"
+            if not row.enabled
             else f"the subscription's author may no longer have it deliver: {author}"
-        )  # fmt: skip
+        )
         with ctx.transaction() as conn:
             conn.execute(
                 text(
@@ -267,8 +293,15 @@ def webhook_delivery(ctx: JobContext) -> Any:
         )
     except RetryableError as exc:
         final = ctx.attempt >= ctx.max_attempts
-        _record(ctx, row, "dead" if final else "retrying", code=_status_of(exc), ms=_ms(started), err=str(exc),
-                failed=True)  # fmt: skip
+        _record(
+            ctx,
+            row,
+            "dead" if final else "retrying",
+            code=_status_of(exc),
+            ms=_ms(started),
+            err=str(exc),
+            failed=True,
+        )
         raise
     except ExternalOutcomeUnknown as exc:
         _record(ctx, row, "unknown", code=_status_of(exc), ms=_ms(started), err=str(exc), failed=True)

@@ -37,7 +37,7 @@ RETURNING id
 """
 )
 
-LockFirst = Callable[[Connection], None]
+LockFirst = Callable[[Connection], object]  # its result is not used
 
 
 class _ReceiptTaken(Exception):

@@ -163,7 +163,7 @@ def check(url: str, *, policy: Policy | None = None, resolver: Resolver | None =
     destination to connect to."""
     policy = policy or current_policy()
     parts = _split(url)
-    host = parts.hostname.lower().rstrip(".")  # type: ignore[union-attr]
+    host = parts.hostname.lower().rstrip(".")  # type: ignore[union-attr]  # _split refuses no host
     port = parts.port or (443 if parts.scheme == "https" else 80)
     literal = _literal(host)
     if literal is not None:
@@ -191,7 +191,7 @@ def check_static(url: str, *, policy: Policy | None = None) -> None:
     ``localhost``. A host name is resolved and checked again by ``check`` at delivery."""
     policy = policy or current_policy()
     parts = _split(url)
-    host = parts.hostname.lower().rstrip(".")  # type: ignore[union-attr]
+    host = parts.hostname.lower().rstrip(".")  # type: ignore[union-attr]  # _split refuses no host
     if host in policy.allow_hosts:
         return
     literal = _literal(host)

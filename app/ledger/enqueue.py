@@ -152,14 +152,19 @@ def arm(
         conn,
         _ARM,
         {
-            "type": jt.value, "queue": jt.pool.queue, "payload": json.dumps(body), "instance_id": instance_id,
-            "delay_ms": float(delay_ms), "max_attempts": DEFAULT_MAX_ATTEMPTS[jt],
+            "type": jt.value,
+            "queue": jt.pool.queue,
+            "payload": json.dumps(body),
+            "instance_id": instance_id,
+            "delay_ms": float(delay_ms),
+            "max_attempts": DEFAULT_MAX_ATTEMPTS[jt],
             "execution_timeout_ms": _default_timeout_ms(),
             # each job this arms is an operation of its own (its effect receipts are its own)
-            "operation_key": new_id(), "trace_id": trace_id,
+            "operation_key": new_id(),
+            "trace_id": trace_id,
             "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
         },
-    )  # fmt: skip
+    )
     publish_after_commit(conn, [jt.pool.queue])
 
 

@@ -9,6 +9,7 @@ wake-up is lost (a job committed while the flag is set is seen by the claim that
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -62,4 +63,4 @@ def publish_after_commit(conn: Connection, queues: Iterable[str]) -> None:
     for queue in queues:
         if queue not in hinted:
             hinted.add(queue)
-            after_commit(conn, lambda q=queue: publish_now(q))
+            after_commit(conn, functools.partial(publish_now, queue))

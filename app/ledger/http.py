@@ -81,6 +81,7 @@ class FencedContext(Protocol):
     attempt_id: int
     operation_key: str
     deadline_monotonic: float
+    trace_id: str
 
     def check(self) -> None: ...
 

@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, ENUM, JSONB, UUID
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.ledger.states import AttemptStatus, JobStatus, JobType
-from app.metadata import metadata  # noqa: E402
+from app.metadata import metadata
 
 
 def sql_in(column: str, values: list[str] | tuple[str, ...]) -> str:

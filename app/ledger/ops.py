@@ -34,13 +34,32 @@ from app.ledger.status import runtime_status
 MAX_JOB_ID = 2**63 - 1
 
 LIST_COLUMNS = [
-    jobs.c.id, jobs.c.type, jobs.c.queue, jobs.c.status, jobs.c.instance_id, jobs.c.task_id, jobs.c.step_key,
-    jobs.c.priority, jobs.c.run_at, jobs.c.attempts, jobs.c.max_attempts, jobs.c.generation,
-    jobs.c.lease_until, jobs.c.execution_deadline, jobs.c.execution_timeout_ms, jobs.c.remaining_ms,
-    jobs.c.last_error, jobs.c.error_code, jobs.c.operation_key, jobs.c.idempotency_key, jobs.c.trace_id,
-    jobs.c.created_at, jobs.c.updated_at, jobs.c.finished_at,
+    jobs.c.id,
+    jobs.c.type,
+    jobs.c.queue,
+    jobs.c.status,
+    jobs.c.instance_id,
+    jobs.c.task_id,
+    jobs.c.step_key,
+    jobs.c.priority,
+    jobs.c.run_at,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.generation,
+    jobs.c.lease_until,
+    jobs.c.execution_deadline,
+    jobs.c.execution_timeout_ms,
+    jobs.c.remaining_ms,
+    jobs.c.last_error,
+    jobs.c.error_code,
+    jobs.c.operation_key,
+    jobs.c.idempotency_key,
+    jobs.c.trace_id,
+    jobs.c.created_at,
+    jobs.c.updated_at,
+    jobs.c.finished_at,
     (jobs.c.effect_marker.isnot(None)).label("has_effect_marker"),
-]  # fmt: skip
+]
 DETAIL_COLUMNS = [
     *LIST_COLUMNS,
     cast(jobs.c.payload, Text).label("payload"),
@@ -184,11 +203,11 @@ def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]
     ).all()
     by_type: dict[str, dict[str, int]] = {}
     by_status: dict[str, int] = {}
-    for r in rows:
-        by_type.setdefault(r.type, {})[r.status] = r.count
-        by_status[r.status] = by_status.get(r.status, 0) + r.count
+    for r in rows:  # r.count would read as tuple.count to a type checker: the column by its key
+        by_type.setdefault(r.type, {})[r.status] = r._mapping["count"]
+        by_status[r.status] = by_status.get(r.status, 0) + r._mapping["count"]
     return {
-        "items": [{"type": r.type, "status": r.status, "count": r.count} for r in rows],
+        "items": [{"type": r.type, "status": r.status, "count": r._mapping["count"]} for r in rows],
         "by_type": by_type,
         "by_status": by_status,
         "total": sum(by_status.values()),
@@ -197,22 +216,38 @@ def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]
 
 # --------------------------------------------------------------------------- detail
 ATTEMPT_COLUMNS = [
-    executions.c.id, executions.c.generation, executions.c.attempt, executions.c.status,
-    executions.c.worker_id, cast(executions.c.request, Text).label("request"),
-    cast(executions.c.response, Text).label("response"), executions.c.error, executions.c.error_code,
-    executions.c.due_at, executions.c.started_at, executions.c.finished_at, executions.c.duration_ms,
-]  # fmt: skip
+    executions.c.id,
+    executions.c.generation,
+    executions.c.attempt,
+    executions.c.status,
+    executions.c.worker_id,
+    cast(executions.c.request, Text).label("request"),
+    cast(executions.c.response, Text).label("response"),
+    executions.c.error,
+    executions.c.error_code,
+    executions.c.due_at,
+    executions.c.started_at,
+    executions.c.finished_at,
+    executions.c.duration_ms,
+]
 
 
 # the open attempt of a running job, from its job row, in the shape of ATTEMPT_COLUMNS
 OPEN_ATTEMPT_COLUMNS = [
-    jobs.c.attempt_id.label("id"), jobs.c.generation, jobs.c.attempts.label("attempt"),
-    literal("running", executions.c.status.type).label("status"), jobs.c.worker_id,
+    jobs.c.attempt_id.label("id"),
+    jobs.c.generation,
+    jobs.c.attempts.label("attempt"),
+    literal("running", executions.c.status.type).label("status"),
+    jobs.c.worker_id,
     cast(jobs.c.payload, Text).label("request"),
-    null().label("response"), null().label("error"), null().label("error_code"),
-    jobs.c.run_at.label("due_at"), jobs.c.attempt_started_at.label("started_at"),
-    null().label("finished_at"), null().label("duration_ms"),
-]  # fmt: skip
+    null().label("response"),
+    null().label("error"),
+    null().label("error_code"),
+    jobs.c.run_at.label("due_at"),
+    jobs.c.attempt_started_at.label("started_at"),
+    null().label("finished_at"),
+    null().label("duration_ms"),
+]
 
 
 def _attempts(conn: Connection, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -246,7 +281,7 @@ def _receipts(conn: Connection, job_id: int, operation_key: str) -> list[dict[st
             effects.c.generation,
             cast(effects.c.result, Text).label("result"),
             effects.c.created_at,
-        )  # fmt: skip
+        )
         .where(or_(effects.c.job_id == job_id, effects.c.operation_key == operation_key))
         .order_by(effects.c.created_at, effects.c.id)
     ).all()

@@ -42,10 +42,14 @@ FROM workflow_jobs WHERE id = :id FOR UPDATE
 # to (every ``*_id`` key and ``step_key``) must stay as they are.
 ENGINE_OWNED_PAYLOAD = frozenset(
     {
-        JobType.DELAY_WAKE, JobType.TASK_TIMEOUT, JobType.SUBPROCESS_SPAWN, JobType.SUBPROCESS_JOIN,
-        JobType.COMPENSATION_ACTION, JobType.SCHEDULE_LAUNCH,
+        JobType.DELAY_WAKE,
+        JobType.TASK_TIMEOUT,
+        JobType.SUBPROCESS_SPAWN,
+        JobType.SUBPROCESS_JOIN,
+        JobType.COMPENSATION_ACTION,
+        JobType.SCHEDULE_LAUNCH,
     }
-)  # fmt: skip
+)
 
 
 def payload_refusal(job_type: str, current: Any, replacement: Any) -> str | None:
@@ -74,10 +78,19 @@ def _audit_job(conn: Connection, row: Any, actor: Actor, action: str, after: dic
         spaces.append(row.namespace_id)
     for ns in spaces:
         audit.record(
-            conn, principal=actor.principal, request_id=actor.request_id, action=action, target_type="job",
-            target_id=str(row.id), workflow_id=row.instance_id, operation_id=actor.operation_id,
-            reason=actor.reason, before=_summary(row), after=after, namespace_id=ns,
-        )  # fmt: skip
+            conn,
+            principal=actor.principal,
+            request_id=actor.request_id,
+            action=action,
+            target_type="job",
+            target_id=str(row.id),
+            workflow_id=row.instance_id,
+            operation_id=actor.operation_id,
+            reason=actor.reason,
+            before=_summary(row),
+            after=after,
+            namespace_id=ns,
+        )
 
 
 @dataclass(frozen=True)
@@ -115,9 +128,15 @@ def skip_refusal(status: str) -> str | None:
 
 
 def _retry_locked(
-    conn: Connection, row: Any, actor: Actor, *, action: str, delay_ms: float = 0, payload: Any = None,
+    conn: Connection,
+    row: Any,
+    actor: Actor,
+    *,
+    action: str,
+    delay_ms: float = 0,
+    payload: Any = None,
     has_payload: bool = False,
-) -> dict[str, Any] | None:  # fmt: skip
+) -> dict[str, Any] | None:
     """Retry a locked row if eligible; returns the new state or None (ineligible)."""
     if retry_refusal(row.status, row.attempts) is not None:
         return None
@@ -212,10 +231,17 @@ def _batch(
             continue
         if retry:
             refusal = retry_refusal(row.status, row.attempts)
-            done = None if refusal else _retry_locked(
-                conn, row, actor, action="job.batch_retry",
-                delay_ms=stagger_ms(start_index + len(submitted), rate),
-            )  # fmt: skip
+            done = (
+                None
+                if refusal
+                else _retry_locked(
+                    conn,
+                    row,
+                    actor,
+                    action="job.batch_retry",
+                    delay_ms=stagger_ms(start_index + len(submitted), rate),
+                )
+            )
         else:
             refusal = skip_refusal(row.status)
             done = None if refusal else _skip_locked(conn, row, actor, action="job.batch_skip")
@@ -225,12 +251,17 @@ def _batch(
         else:
             submitted.append(done)
     audit.record(
-        conn, principal=actor.principal, request_id=actor.request_id,
-        action="jobs.batch_retry" if retry else "jobs.batch_skip", target_type="job_batch",
-        target_id=actor.operation_id or new_id(), operation_id=actor.operation_id, reason=actor.reason,
+        conn,
+        principal=actor.principal,
+        request_id=actor.request_id,
+        action="jobs.batch_retry" if retry else "jobs.batch_skip",
+        target_type="job_batch",
+        target_id=actor.operation_id or new_id(),
+        operation_id=actor.operation_id,
+        reason=actor.reason,
         before={"requested": [str(i) for i in dict.fromkeys(ids)]},
         after={"submitted": [s["id"] for s in submitted], "skipped": [s["id"] for s in skipped]},
-    )  # fmt: skip
+    )
     return {
         "operation_id": actor.operation_id,
         "submitted": len(submitted),
@@ -256,9 +287,14 @@ def batch_skip(conn: Connection, ids: list[int], actor: Actor) -> dict[str, Any]
 
 
 def replay(
-    conn: Connection, f: ReplayFilter, actor: Actor, *, limit: int = MAX_REPLAY, rate: int = DEFAULT_RATE,
+    conn: Connection,
+    f: ReplayFilter,
+    actor: Actor,
+    *,
+    limit: int = MAX_REPLAY,
+    rate: int = DEFAULT_RATE,
     start_index: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Retry up to ``limit`` (≤ 500) matching dead/failed jobs, oldest first, staggered by ``rate``.
     ``success`` counts submitted operations; business outcomes are read from the ledger later."""
     limit = max(1, min(limit, MAX_REPLAY))
@@ -273,12 +309,17 @@ def replay(
         if done:
             submitted.append(done["id"])
     audit.record(
-        conn, principal=actor.principal, request_id=actor.request_id, action="jobs.replay",
-        target_type="job_selection", target_id=actor.operation_id or new_id(),
-        operation_id=actor.operation_id, reason=actor.reason,
+        conn,
+        principal=actor.principal,
+        request_id=actor.request_id,
+        action="jobs.replay",
+        target_type="job_selection",
+        target_id=actor.operation_id or new_id(),
+        operation_id=actor.operation_id,
+        reason=actor.reason,
         before={"matched": matched, "conditions": f.as_dict()},
         after={"submitted": len(submitted), "limit": limit, "rate": rate},
-    )  # fmt: skip
+    )
     return {
         "operation_id": actor.operation_id,
         "success": len(submitted),

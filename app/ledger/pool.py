@@ -145,8 +145,11 @@ class LedgerPool:
                 moved = transitions.hand_back(conn, owned)
                 publish_after_commit(conn, {m["queue"] for m in moved})  # another worker takes them now
         except DBAPIError as exc:
-            log.warning("pool %s: hand back at shutdown failed (%s); the leases expire and are reclaimed",
-                        self.pool, exc.__class__.__name__)  # fmt: skip
+            log.warning(
+                "pool %s: hand back at shutdown failed (%s); the leases expire and are reclaimed",
+                self.pool,
+                exc.__class__.__name__,
+            )
             return
         for m in moved:
             log.info("job %s: handed back at shutdown (%s)", m["id"], m["status"], extra={"job_id": m["id"]})
@@ -214,8 +217,11 @@ class LedgerPool:
         if self._pg is None or self._pg.closed:
             _, params = self.engine.dialect.create_connect_args(self.engine.url)
             params.pop("context", None)  # plain psycopg adapters (jsonb -> Python objects)
-            session = {"timezone": "UTC", "idle_in_transaction_session_timeout": "60000",
-                       **transitions.PG_SESSION_SETTINGS}  # fmt: skip
+            session = {
+                "timezone": "UTC",
+                "idle_in_transaction_session_timeout": "60000",
+                **transitions.PG_SESSION_SETTINGS,
+            }
             if not self.settings.pool_synchronous_commit:
                 session["synchronous_commit"] = "off"
             self._pg = psycopg.connect(
@@ -265,8 +271,11 @@ class LedgerPool:
                 status = done.get(item.job_id)
                 if status is None:
                     metrics.fenced_write("settle")
-                    log.info("job %s: settlement of a stale executor ignored", item.job_id,
-                             extra={"job_id": item.job_id})  # fmt: skip
+                    log.info(
+                        "job %s: settlement of a stale executor ignored",
+                        item.job_id,
+                        extra={"job_id": item.job_id},
+                    )
                 else:
                     metrics.job_settled(item.job_type, pool, status)
         self.stats.claimed += len(claimed)
@@ -314,7 +323,7 @@ class LedgerPool:
         try:
             handler = handlers.resolve(ctx.type)
             result = handler(ctx)
-        except BaseException as exc:  # noqa: BLE001 - every exception becomes an outcome
+        except BaseException as exc:  # every exception becomes an outcome
             error = exc
             if not isinstance(exc, Exception):
                 log.error("job %s: handler raised %s", ctx.job_id, type(exc).__name__)
@@ -344,9 +353,12 @@ class LedgerPool:
         try:
             with transaction(self.engine) as conn:
                 rows = transitions.reclaim_expired(
-                    conn, limit=s.drain_batch, backoff_base=s.backoff_base_seconds,
-                    backoff_cap=s.backoff_cap_seconds, queue=self.queue,
-                )  # fmt: skip
+                    conn,
+                    limit=s.drain_batch,
+                    backoff_base=s.backoff_base_seconds,
+                    backoff_cap=s.backoff_cap_seconds,
+                    queue=self.queue,
+                )
         except DBAPIError as exc:
             log.warning("pool %s: lease reclaim failed (%s)", self.pool, exc.__class__.__name__)
             return

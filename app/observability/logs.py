@@ -27,9 +27,16 @@ from app.observability import tracing
 from app.settings import LOG_FORMAT, LOG_LEVEL
 
 CONTEXT_FIELDS = (
-    "request_id", "trace_id", "namespace", "instance_id", "job_id", "attempt", "node_id", "otel_trace_id",
+    "request_id",
+    "trace_id",
+    "namespace",
+    "instance_id",
+    "job_id",
+    "attempt",
+    "node_id",
+    "otel_trace_id",
     "span_id",
-)  # fmt: skip
+)
 
 _context: ContextVar[dict[str, Any] | None] = ContextVar("ledgerflow_log_context", default=None)
 _process: dict[str, Any] = {}
@@ -145,7 +152,7 @@ def current_fields() -> dict[str, Any]:
     for fn in _providers:
         try:
             extra = fn()
-        except Exception:  # noqa: BLE001 - a provider never breaks logging
+        except Exception:  # a provider never breaks logging
             extra = None
         if extra:
             out.update({k: v for k, v in extra.items() if v is not None})
@@ -170,7 +177,7 @@ class ContextFilter(logging.Filter):
         if not getattr(record, "_ledgerflow_redacted", False):
             try:
                 message = record.getMessage()
-            except Exception:  # noqa: BLE001 - a bad format string: keep what we can
+            except Exception:  # a bad format string: keep what we can
                 message = str(record.msg)
             record.msg, record.args = redact(message), None
             record._ledgerflow_redacted = True
@@ -192,11 +199,13 @@ class JsonLogFormatter(JsonFormatter):
         log_data.pop("_ledgerflow_redacted", None)
         return {k: _redact_value(k, v) for k, v in log_data.items()}
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802
-        return redact(super().formatException(ei))
+    def formatException(self, ei: Any) -> str:
+        text = super().formatException(ei)  # a list only with exc_info_as_array, which is off
+        return redact(text if isinstance(text, str) else "\n".join(text))
 
-    def formatStack(self, stack_info: str) -> str:  # noqa: N802
-        return redact(super().formatStack(stack_info))
+    def formatStack(self, stack_info: str) -> str:
+        text = super().formatStack(stack_info)  # a list only with stack_info_as_array, which is off
+        return redact(text if isinstance(text, str) else "\n".join(text))
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -212,7 +221,7 @@ class ConsoleFormatter(logging.Formatter):
         )
         return f"{line} [{ctx}]" if ctx else line
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802
+    def formatException(self, ei: Any) -> str:
         return redact(super().formatException(ei))
 
 
@@ -232,7 +241,7 @@ def make_handler(stream: Any = None, fmt: str | None = None) -> logging.Handler:
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonLogFormatter() if (fmt or log_format(stream)) == "json" else ConsoleFormatter())
     handler.addFilter(ContextFilter())
-    handler._ledgerflow = True  # type: ignore[attr-defined]
+    handler._ledgerflow = True  # type: ignore[attr-defined]  # our mark on a stdlib handler
     return handler
 
 

@@ -51,13 +51,17 @@ JOBS_SETTLED = Counter(
     ["type", "pool", "outcome"],
 )
 ATTEMPT_DURATION = Histogram(
-    "ledgerflow_job_attempt_duration_seconds", "Handler run time of one attempt", ["type"],
+    "ledgerflow_job_attempt_duration_seconds",
+    "Handler run time of one attempt",
+    ["type"],
     buckets=DURATION_BUCKETS,
-)  # fmt: skip
+)
 QUEUE_WAIT = Histogram(
-    "ledgerflow_job_queue_wait_seconds", "Claim time minus due time (run_at), database clock", ["type"],
+    "ledgerflow_job_queue_wait_seconds",
+    "Claim time minus due time (run_at), database clock",
+    ["type"],
     buckets=WAIT_BUCKETS,
-)  # fmt: skip
+)
 HINT_PUBLISHES = Counter(
     "ledgerflow_hint_publishes",
     "Wake-hint publish attempts: sent, coalesced (one already outstanding), failed (Redis error), "
@@ -93,16 +97,20 @@ DRAIN_LAST_DURATION = Gauge(
     multiprocess_mode="mostrecent",
 )
 DRAIN_LAST_RECLAIMED = Gauge(
-    "ledgerflow_drain_last_reclaimed", "Jobs the last drain run reclaimed, by new state", ["outcome"],
+    "ledgerflow_drain_last_reclaimed",
+    "Jobs the last drain run reclaimed, by new state",
+    ["outcome"],
     multiprocess_mode="mostrecent",
-)  # fmt: skip
+)
 API_REQUESTS = Counter(
     "ledgerflow_api_requests", "HTTP requests served, by route template", ["route", "method", "status"]
 )
 API_LATENCY = Histogram(
-    "ledgerflow_api_request_duration_seconds", "HTTP request latency", ["route", "method"],
+    "ledgerflow_api_request_duration_seconds",
+    "HTTP request latency",
+    ["route", "method"],
     buckets=HTTP_BUCKETS,
-)  # fmt: skip
+)
 
 
 class _Children(dict):
@@ -201,7 +209,7 @@ def multiprocess_dir() -> str | None:
 class _ThisProcess:
     """The default registry's samples (this process only, when not in multiprocess mode)."""
 
-    def collect(self):  # noqa: ANN201
+    def collect(self):
         return REGISTRY.collect()
 
 
@@ -225,8 +233,14 @@ def engine_activity() -> dict[str, Any]:
     queue, drain runs (ran / skipped, total time), the last run (end time, duration, reclaimed), lease
     reclaims by new state."""
     wakeups: dict[str, dict[str, float]] = {}
-    drain: dict[str, Any] = {"ran": 0.0, "skipped": 0.0, "seconds": 0.0, "last_at": None,
-                             "last_duration": None, "last_reclaimed": {}}  # fmt: skip
+    drain: dict[str, Any] = {
+        "ran": 0.0,
+        "skipped": 0.0,
+        "seconds": 0.0,
+        "last_at": None,
+        "last_duration": None,
+        "last_reclaimed": {},
+    }
     reclaims: dict[str, float] = {}
     for family in process_registry().collect():
         for sample in family.samples:
@@ -247,8 +261,12 @@ def engine_activity() -> dict[str, Any]:
                 drain["last_reclaimed"][labels.get("outcome", "?")] = value
             elif name == "ledgerflow_lease_reclaims_total":
                 reclaims[labels.get("outcome", "?")] = reclaims.get(labels.get("outcome", "?"), 0.0) + value
-    return {"multiprocess": multiprocess_dir() is not None, "wakeups": wakeups, "drain": drain,
-            "lease_reclaims": reclaims}  # fmt: skip
+    return {
+        "multiprocess": multiprocess_dir() is not None,
+        "wakeups": wakeups,
+        "drain": drain,
+        "lease_reclaims": reclaims,
+    }
 
 
 def render(*, with_ledger: bool = True) -> tuple[bytes, str]:

@@ -120,7 +120,7 @@ def shutdown() -> None:
     for inst in _instrumented:
         try:
             inst.uninstrument()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     _instrumented.clear()
     if _provider is not None:

@@ -52,13 +52,21 @@ depends_on = None
 ENUMS = {
     "workflow_job_status": ("pending", "running", "paused", "succeeded", "failed", "dead", "canceled"),
     "workflow_job_type": (
-        "delay_wake", "task_timeout", "subprocess_spawn", "subprocess_join", "schedule_launch",
-        "trigger_dispatch", "external_dispatch", "event_dispatch", "webhook_delivery", "compensation_action",
+        "delay_wake",
+        "task_timeout",
+        "subprocess_spawn",
+        "subprocess_join",
+        "schedule_launch",
+        "trigger_dispatch",
+        "external_dispatch",
+        "event_dispatch",
+        "webhook_delivery",
+        "compensation_action",
         "automation_action",
     ),
     "workflow_job_queue": ("workflow-ledger", "workflow-ledger-outbound"),
     "workflow_attempt_status": ("running", "succeeded", "failed", "skipped", "canceled"),
-}  # fmt: skip
+}
 CHECKED = (  # the CHECK constraints the enums replace: (table, column, constraint, enum)
     ("workflow_jobs", "status", "ck_workflow_jobs_status", "workflow_job_status"),
     ("workflow_jobs", "type", "ck_workflow_jobs_type", "workflow_job_type"),
@@ -215,11 +223,15 @@ JOB_INDEXES = [
     "CREATE INDEX ix_workflow_jobs_status_type ON workflow_jobs (status, type)",
 ]
 FOREIGN_KEYS = {  # (table, constraint) -> definition; both reference workflow_jobs
-    ("workflow_job_executions", "workflow_job_executions_job_id_fkey"):
-        "FOREIGN KEY (job_id) REFERENCES workflow_jobs (id) ON DELETE CASCADE",
-    ("workflow_job_effects", "workflow_job_effects_job_id_fkey"):
-        "FOREIGN KEY (job_id) REFERENCES workflow_jobs (id) ON DELETE SET NULL",
-}  # fmt: skip
+    (
+        "workflow_job_executions",
+        "workflow_job_executions_job_id_fkey",
+    ): "FOREIGN KEY (job_id) REFERENCES workflow_jobs (id) ON DELETE CASCADE",
+    (
+        "workflow_job_effects",
+        "workflow_job_effects_job_id_fkey",
+    ): "FOREIGN KEY (job_id) REFERENCES workflow_jobs (id) ON DELETE SET NULL",
+}
 TRIGGER = (
     "CREATE TRIGGER workflow_job_executions_immutable BEFORE UPDATE ON workflow_job_executions "
     "FOR EACH ROW WHEN (OLD.status <> 'running') EXECUTE FUNCTION workflow_job_executions_immutable()"
@@ -272,10 +284,20 @@ def _rebuild(*, new: bool) -> None:
         _rewrite("workflow_job_executions", EXECUTIONS, "", execution_casts, EXECUTION_INDEXES_NEW)
     else:
         job_casts = {c: "text" for (t, c) in enums if t == "workflow_jobs"}
-        _rewrite("workflow_jobs", JOBS_OLD, _value_checks("workflow_jobs") + CROSS_CHECKS, job_casts,
-                 JOB_INDEXES + JOB_INDEXES_OLD)  # fmt: skip
-        _rewrite("workflow_job_executions", EXECUTIONS_OLD, _value_checks("workflow_job_executions"),
-                 {"status": "text"}, EXECUTION_INDEXES_OLD)  # fmt: skip
+        _rewrite(
+            "workflow_jobs",
+            JOBS_OLD,
+            _value_checks("workflow_jobs") + CROSS_CHECKS,
+            job_casts,
+            JOB_INDEXES + JOB_INDEXES_OLD,
+        )
+        _rewrite(
+            "workflow_job_executions",
+            EXECUTIONS_OLD,
+            _value_checks("workflow_job_executions"),
+            {"status": "text"},
+            EXECUTION_INDEXES_OLD,
+        )
     op.execute(TRIGGER)
     for (table, name), definition in FOREIGN_KEYS.items():
         op.execute(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")

@@ -110,9 +110,14 @@ FROM workflow_events
     op.execute(EVENTS_VIEW)
     op.execute(OPERATIONS_VIEW)
     # quota counts: written by the engine once per transaction
-    for table, what in (("workflow_instances", "insert"), ("workflow_instances", "update"),
-                        ("workflow_instances", "delete"), ("workflow_tasks", "insert"),
-                        ("workflow_tasks", "update"), ("workflow_tasks", "delete")):  # fmt: skip
+    for table, what in (
+        ("workflow_instances", "insert"),
+        ("workflow_instances", "update"),
+        ("workflow_instances", "delete"),
+        ("workflow_tasks", "insert"),
+        ("workflow_tasks", "update"),
+        ("workflow_tasks", "delete"),
+    ):
         op.execute(f"DROP TRIGGER {table}_quota_{what} ON {table}")
     op.execute("DROP FUNCTION workflow_quota_count()")
     op.execute("LOCK TABLE workflow_tasks IN SHARE MODE")
@@ -139,7 +144,7 @@ ON CONFLICT (namespace_id, stripe) DO NOTHING
     )
 
 
-def _migration_0017():  # noqa: ANN202 - the module of 0017 (its trigger function and triggers)
+def _migration_0017():  # the module of 0017 (its trigger function and triggers)
     spec = importlib.util.spec_from_file_location(
         "m0017", Path(__file__).with_name("0017_i16_quota_counts.py")
     )

@@ -42,8 +42,10 @@ def upgrade() -> None:
         sa.Column("budget_used", sa.Integer(), nullable=False, server_default=sa.text("0")),
     )
     op.add_column("event_subscriptions", sa.Column("created_by", sa.Text()))
-    for table, action in (("automation_rules", "automation_rule.create"),
-                          ("event_subscriptions", "event_subscription.create")):  # fmt: skip
+    for table, action in (
+        ("automation_rules", "automation_rule.create"),
+        ("event_subscriptions", "event_subscription.create"),
+    ):
         op.execute(
             f"UPDATE {table} t SET created_by = a.actor_id FROM operation_audit a "
             f"WHERE a.action = '{action}' AND a.target_id = t.id AND t.created_by IS NULL"

@@ -35,8 +35,14 @@ _CANDIDATES = (
     else (shutil.which("chromium"), "/usr/bin/chromium")
 )
 CHROMIUM = next((p for p in _CANDIDATES if p and Path(p).exists()), None)
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--disable-dev-shm-usage"]  # fmt: skip
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 AXE = ROOT / "tests" / "browser" / "vendor" / "axe-4.14.1.min.js"
 WIDE, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
 
@@ -83,12 +89,23 @@ def procfile_web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     port = _free_port()
     multiproc = tmp_path_factory.mktemp("prom")
     env = {k: v for k, v in os.environ.items() if k != "LEDGERFLOW_SECRET_KEY"}
-    env.update(PORT=str(port), LEDGERFLOW_BIND_HOST="127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(multiproc),
-               PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""), PYTHONPATH=str(ROOT))  # fmt: skip
+    env.update(
+        PORT=str(port),
+        LEDGERFLOW_BIND_HOST="127.0.0.1",
+        PROMETHEUS_MULTIPROC_DIR=str(multiproc),
+        PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
+        PYTHONPATH=str(ROOT),
+    )
     log = tmp_path_factory.mktemp("web") / "gunicorn.log"
-    out = open(log, "w")  # noqa: SIM115
-    proc = subprocess.Popen(["bash", "-c", "exec " + procfile_line("web")], cwd=ROOT, env=env, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    out = open(log, "w")
+    proc = subprocess.Popen(
+        ["bash", "-c", "exec " + procfile_line("web")],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:

@@ -37,8 +37,9 @@ def admin(browser: Browser, live_url: str, scenario: Scenario) -> Iterator[Brows
 
 def _credential(scopes: list[str], namespace: str, platform: bool = False) -> tuple[str, str]:
     with transaction() as conn:
-        c = create_credential(conn, namespace=namespace, name="b-" + uuid.uuid4().hex[:8], scopes=scopes,
-                              platform=platform)  # fmt: skip
+        c = create_credential(
+            conn, namespace=namespace, name="b-" + uuid.uuid4().hex[:8], scopes=scopes, platform=platform
+        )
     return c.token, c.credential_id
 
 
@@ -72,8 +73,10 @@ def test_axe_and_screenshots_of_every_page_at_1280_and_390(browser, live_url, sc
         ctx.close()
     dark = login(browser, live_url, scenario.tokens["admin"], WIDE, color_scheme="dark")
     page = dark.new_page()
-    for name, path in (("workflow-failed-dark", f"/console/workflows/{scenario.wf['failed']}"),
-                       ("jobs-dark", "/console/jobs")):  # fmt: skip
+    for name, path in (
+        ("workflow-failed-dark", f"/console/workflows/{scenario.wf['failed']}"),
+        ("jobs-dark", "/console/jobs"),
+    ):
         page.goto(live_url + path)
         _check(page, name, shots, problems, phone=False)
     dark.close()
@@ -285,10 +288,12 @@ def test_control_needs_a_reason_a_confirmation_and_a_fresh_revision(admin, live_
 def test_search_by_id_from_the_header(admin, live_url, scenario):
     page = admin.new_page()
     page.goto(live_url + "/console/schedules")
-    for term, heading in ((str(scenario.dead_job), f"Job {scenario.dead_job}"),
-                          (scenario.wf["compensated"], "payment"),
-                          (scenario.business_key, "order-fulfilment"),
-                          (scenario.trace_id, "Trace chain")):  # fmt: skip
+    for term, heading in (
+        (str(scenario.dead_job), f"Job {scenario.dead_job}"),
+        (scenario.wf["compensated"], "payment"),
+        (scenario.business_key, "order-fulfilment"),
+        (scenario.trace_id, "Trace chain"),
+    ):
         box = page.get_by_role("searchbox", name="Search by job id, workflow id, business key or trace id")
         box.fill(term)
         box.press("Enter")

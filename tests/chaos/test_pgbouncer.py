@@ -23,7 +23,7 @@ POOLING = {"LEDGERFLOW_DB_TRANSACTION_POOLING": "on"}
 
 
 @pytest.fixture(scope="module")
-def through_pgbouncer():  # noqa: ANN201
+def through_pgbouncer():
     if pgbouncer.binary() is None:
         pytest.skip("Debian's pgbouncer is not installed: apt-get install -y pgbouncer (.ci/run installs it)")
     with pgbouncer.running(os.environ["LEDGERFLOW_SERVER_DATABASE_URL"]) as url:
@@ -40,9 +40,13 @@ def _test_db_through(server: str) -> str:
 
 def _python(code: str, url: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url, **env},
-    )  # fmt: skip
+    )
 
 
 # 20 transactions on 5 connections of the app's engine: each statement run more often than psycopg's
@@ -61,7 +65,7 @@ print(sorted({tuple(r[:3]) for r in rows}))
 """
 
 
-def test_the_apps_connections_work_through_pgbouncer_only_with_transaction_pooling_on(through_pgbouncer):  # noqa: ANN001
+def test_the_apps_connections_work_through_pgbouncer_only_with_transaction_pooling_on(through_pgbouncer):
     url = _test_db_through(through_pgbouncer)
     refused = _python(ENGINE_PROBE, url)
     assert refused.returncode != 0 and "unsupported startup parameter: options" in refused.stderr
@@ -71,7 +75,7 @@ def test_the_apps_connections_work_through_pgbouncer_only_with_transaction_pooli
     assert ok.stdout.strip() == "[('30s', 'UTC', '1min')]", ok.stdout
 
 
-def test_prepared_statements_break_through_pgbouncer_1_18_and_the_setting_turns_them_off(through_pgbouncer):  # noqa: ANN001
+def test_prepared_statements_break_through_pgbouncer_1_18_and_the_setting_turns_them_off(through_pgbouncer):
     url = _test_db_through(through_pgbouncer)
     probe = ENGINE_PROBE.replace("ThreadPoolExecutor(5)", "ThreadPoolExecutor(8)")
     prepared = _python(probe, url, **POOLING, LEDGERFLOW_PREPARED_STATEMENTS="on")
@@ -112,12 +116,12 @@ print("web probe ok")
 """
 
 
-def test_the_api_works_through_pgbouncer(through_pgbouncer):  # noqa: ANN001
+def test_the_api_works_through_pgbouncer(through_pgbouncer):
     ok = _python(WEB_PROBE, _test_db_through(through_pgbouncer), **POOLING, LEDGERFLOW_METRICS="1")
     assert ok.returncode == 0 and "web probe ok" in ok.stdout, (ok.stdout + ok.stderr)[-3000:]
 
 
-def test_the_quick_fault_run_through_pgbouncer_keeps_every_invariant(through_pgbouncer):  # noqa: ANN001
+def test_the_quick_fault_run_through_pgbouncer_keeps_every_invariant(through_pgbouncer):
     server = os.environ["LEDGERFLOW_SERVER_DATABASE_URL"]
     result = run("mixed", QUICK, server, timeout=120, process_server_url=through_pgbouncer, settings=POOLING)
     report = table([result])

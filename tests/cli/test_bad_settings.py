@@ -32,10 +32,23 @@ def start(command: str, **env: str) -> subprocess.CompletedProcess:
     """Run a Procfile command as honcho would (through sh); were the check to miss, the process would
     run: it is stopped (its whole process group) after a generous deadline, and the test fails."""
     bin_dir = os.path.dirname(sys.executable)  # ledgerflow and gunicorn of this virtualenv
-    full = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": bin_dir + os.pathsep + os.environ["PATH"],
-            "PORT": str(_free_port()), "LEDGERFLOW_BIND_HOST": "127.0.0.1", **env}  # fmt: skip
-    proc = subprocess.Popen(["sh", "-c", command], cwd=ROOT, env=full, text=True, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    full = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PATH": bin_dir + os.pathsep + os.environ["PATH"],
+        "PORT": str(_free_port()),
+        "LEDGERFLOW_BIND_HOST": "127.0.0.1",
+        **env,
+    }
+    proc = subprocess.Popen(
+        ["sh", "-c", command],
+        cwd=ROOT,
+        env=full,
+        text=True,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         out, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -48,8 +61,10 @@ def start(command: str, **env: str) -> subprocess.CompletedProcess:
 def test_a_bad_setting_stops_the_process_at_start_with_one_line(process: str):
     r = start(COMMANDS[process], LEDGERFLOW_SLOTS="abc")
     assert (r.returncode, r.stderr, r.stdout) == (
-        2, "Error: LEDGERFLOW_SLOTS: must be an integer from 1 to 64\n", ""
-    ), r.stderr  # fmt: skip
+        2,
+        "Error: LEDGERFLOW_SLOTS: must be an integer from 1 to 64\n",
+        "",
+    ), r.stderr
 
 
 def test_every_bad_setting_is_named_in_the_one_line():

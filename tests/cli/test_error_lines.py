@@ -21,11 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TYPES = ", ".join(JOB_TYPES)
 
 
-def cli(*args: str):  # noqa: ANN202
+def cli(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
-def one_line(result, code: int, line: str) -> None:  # noqa: ANN001
+def one_line(result, code: int, line: str) -> None:
     assert result.exit_code == code, result.output
     assert result.stderr == line + "\n", result.stderr
     assert "Traceback" not in result.output
@@ -36,7 +36,7 @@ def test_version():
     assert r.exit_code == 0 and r.stdout == "ledgerflow, version 0.1.0\n"
 
 
-def test_enqueue_lists_types_and_refuses_others(db):  # noqa: ANN001
+def test_enqueue_lists_types_and_refuses_others(db):
     help_text = cli("enqueue", "--help").stdout
     assert all(t in help_text for t in JOB_TYPES) and "task workers" in help_text
     one_line(cli("enqueue", "send_email"), 2, f"Error: unknown job type 'send_email'; valid types: {TYPES}")
@@ -56,7 +56,7 @@ def test_enqueue_lists_types_and_refuses_others(db):  # noqa: ANN001
     assert ok.stderr == ""  # every type has a built-in handler: no note (it used to claim otherwise)
 
 
-def test_credentials_errors(clean_credentials):  # noqa: ANN001
+def test_credentials_errors(clean_credentials):
     one_line(
         cli("credentials", "create", "--namespace", "n", "--name", "a"),
         2,
@@ -74,7 +74,7 @@ def test_credentials_errors(clean_credentials):  # noqa: ANN001
 
 
 @pytest.fixture
-def clean_credentials(engine):  # noqa: ANN001, ANN201
+def clean_credentials(engine):
     from sqlalchemy import text
 
     with engine.begin() as conn:
@@ -112,7 +112,7 @@ def test_unreachable_database_is_one_line():
     )
 
 
-def test_no_services_found_or_startable_is_one_line(tmp_path):  # noqa: ANN001
+def test_no_services_found_or_startable_is_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     r = lf("drain", DATABASE_URL=None, REDIS_URL=None, LEDGERFLOW_DATA_DIR=str(blocker / "data"))
@@ -123,7 +123,7 @@ def test_no_services_found_or_startable_is_one_line(tmp_path):  # noqa: ANN001
     )
 
 
-def test_commands_find_and_start_the_embedded_services_without_a_prefix(tmp_path):  # noqa: ANN001
+def test_commands_find_and_start_the_embedded_services_without_a_prefix(tmp_path):
     data = tmp_path / "data"
     env = {"DATABASE_URL": None, "REDIS_URL": None, "LEDGERFLOW_DATA_DIR": str(data)}
     try:
@@ -189,7 +189,7 @@ def test_sdk_wrong_token_and_missing_permission(wf_ns):  # noqa: F811
     )
 
 
-def test_task_worker_logs_the_url_it_cannot_reach_and_keeps_trying(caplog):  # noqa: ANN001
+def test_task_worker_logs_the_url_it_cannot_reach_and_keeps_trying(caplog):
     from ledgerflow.client import Client, TaskWorker
 
     port = _closed_port()
@@ -217,3 +217,15 @@ def test_client_and_worker_import_without_a_cycle():
     for first in ("ledgerflow.worker", "ledgerflow.client"):
         r = run([sys.executable, "-c", f"import {first}; from ledgerflow.client import TaskWorker, Client"])
         assert r.returncode == 0, r.stderr
+
+
+def test_redeliver_with_an_empty_delivery_id_is_one_line(clean_credentials):
+    """``subscriptions redeliver --delivery ""`` is a delivery id like any other (here: not found). It
+    used to fall through to the ``--since`` branch with no time and end in an AttributeError."""
+    from app.auth import ALL_SCOPES, create_credential
+    from app.db import transaction
+
+    with transaction() as conn:
+        token = create_credential(conn, namespace="n", name="op", scopes=sorted(ALL_SCOPES)).token
+    r = cli("subscriptions", "redeliver", "a" * 32, "--delivery", "", "--yes", "--token", token)
+    one_line(r, 1, "Error: subscription not found")

@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRST = ROOT / "docs" / "examples" / "first_definition.json"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None):  # noqa: A002, ANN202
+def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None):
     return CliRunner().invoke(main, list(args), env=env, input=input, prog_name="ledgerflow")
 
 
 @pytest.fixture
-def clean_credentials(engine):  # noqa: ANN001, ANN201
+def clean_credentials(engine):
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE operation_audit, idempotency_receipts, credentials, namespaces CASCADE"))
 
@@ -53,7 +53,7 @@ def test_usage_errors_are_one_line_with_exit_2():
     )
 
 
-def test_an_invalid_argument_is_said_once(clean_credentials):  # noqa: ANN001
+def test_an_invalid_argument_is_said_once(clean_credentials):
     with transaction() as conn:
         token = create_credential(conn, namespace="n", name="r", scopes=[Scope.WORKFLOWS_READ]).token
     r = cli("workflows", "list", "--state", "BOGUS", env={"LEDGERFLOW_TOKEN": token})
@@ -63,7 +63,7 @@ def test_an_invalid_argument_is_said_once(clean_credentials):  # noqa: ANN001
 
 
 # --------------------------------------------------------------------------- credentials
-def test_the_credential_command_can_run_again_with_replace(clean_credentials, engine):  # noqa: ANN001
+def test_the_credential_command_can_run_again_with_replace(clean_credentials, engine):
     args = ("credentials", "create", "--namespace", "demo", "--name", "me", "--task-worker", "--token-only")
     first = cli(*args)
     assert first.exit_code == 0 and first.stdout.startswith("lf_")
@@ -96,18 +96,27 @@ def test_enqueue_help_tells_the_pools_and_the_priority_order():
 
 # --------------------------------------------------------------------------- the first workflow from the shell
 @pytest.fixture
-def shell(wf_server, spawn_worker):  # noqa: ANN001, ANN201, F811
+def shell(wf_server, spawn_worker):  # noqa: F811
     """A second terminal: LEDGERFLOW_URL / LEDGERFLOW_TOKEN of a fresh namespace, and an advance worker
     (the TIMER steps)."""
     with transaction() as conn:
-        token = create_credential(conn, namespace="sh-" + uuid.uuid4().hex[:8], name="me", scopes=[
-            Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
-            Scope.TASKS_SUBMIT]).token  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace="sh-" + uuid.uuid4().hex[:8],
+            name="me",
+            scopes=[
+                Scope.DEFINITIONS_READ,
+                Scope.DEFINITIONS_PUBLISH,
+                Scope.WORKFLOWS_READ,
+                Scope.WORKFLOWS_START,
+                Scope.TASKS_SUBMIT,
+            ],
+        ).token
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
     return {"LEDGERFLOW_URL": wf_server, "LEDGERFLOW_TOKEN": token}
 
 
-def test_publish_start_and_watch_the_first_workflow_from_the_shell(shell, tmp_path):  # noqa: ANN001
+def test_publish_start_and_watch_the_first_workflow_from_the_shell(shell, tmp_path):
     published = cli("definitions", "publish", str(FIRST), env=shell)
     assert published.exit_code == 0, published.output
     assert published.stdout.startswith("definition first_definition (")
@@ -154,11 +163,11 @@ def test_publish_start_and_watch_the_first_workflow_from_the_shell(shell, tmp_pa
     )
 
 
-def _errors(result) -> list[str]:  # noqa: ANN001
+def _errors(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("Error")]
 
 
-def test_ensure_definition_refuses_a_changed_document_under_a_published_version(shell):  # noqa: ANN001
+def test_ensure_definition_refuses_a_changed_document_under_a_published_version(shell):
     client = Client(shell["LEDGERFLOW_URL"], shell["LEDGERFLOW_TOKEN"])
     doc = json.loads(FIRST.read_text())
     first = client.ensure_definition("ensure", doc)
@@ -174,7 +183,7 @@ def test_ensure_definition_refuses_a_changed_document_under_a_published_version(
         client.ensure_definition("ensure", doc)
 
 
-def test_jobs_status_is_tables_and_counts_only_live_nodes(db, clean_credentials):  # noqa: ANN001
+def test_jobs_status_is_tables_and_counts_only_live_nodes(db, clean_credentials):
     with transaction() as conn:
         token = create_credential(
             conn, namespace="ops", name="m", scopes=[Scope.ENGINE_MONITOR], platform=True
@@ -190,12 +199,21 @@ def test_jobs_status_is_tables_and_counts_only_live_nodes(db, clean_credentials)
 
 
 # --------------------------------------------------------------------------- DELETE without a body
-def test_delete_without_a_body_is_accepted_and_openapi_declares_none(wf_server, monkeypatch):  # noqa: ANN001, F811
+def test_delete_without_a_body_is_accepted_and_openapi_declares_none(wf_server, monkeypatch):  # noqa: F811
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     with transaction() as conn:
-        token = create_credential(conn, namespace="del-" + uuid.uuid4().hex[:8], name="me", scopes=[
-            Scope.DEFINITIONS_READ, Scope.DEFINITIONS_PUBLISH, Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
-            Scope.INTEGRATIONS_MANAGE]).token  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace="del-" + uuid.uuid4().hex[:8],
+            name="me",
+            scopes=[
+                Scope.DEFINITIONS_READ,
+                Scope.DEFINITIONS_PUBLISH,
+                Scope.WORKFLOWS_READ,
+                Scope.WORKFLOWS_START,
+                Scope.INTEGRATIONS_MANAGE,
+            ],
+        ).token
     client = Client(wf_server, token)
     d = client.ensure_definition("del", json.loads(FIRST.read_text()))
     schedule = client.create_schedule("s", d["id"], "v1", {"name": "x"}, interval_seconds=3600)

@@ -42,7 +42,7 @@ def test_a_duplicate_in_flight_waits_for_the_first_and_replays_it_or_owns_the_ke
         def second(first_has_key: threading.Event, answers: list, worked: list, args: dict) -> None:
             first_has_key.wait(10)
 
-            def work(conn) -> tuple[int, str]:  # noqa: ANN001
+            def work(conn) -> tuple[int, str]:
                 worked.append(1)
                 return 201, "second"
 

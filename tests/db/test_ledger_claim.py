@@ -168,13 +168,19 @@ def test_an_attempt_row_is_written_once_by_the_move_that_ends_it(db):
     jr = job(db, j)
     assert _written(db, j) == []
     assert (jr["attempt_id"], jr["worker_id"], jr["attempt_started_at"]) == (
-        row["attempt_id"], "w-9", row["db_now"],
-    )  # fmt: skip
+        row["attempt_id"],
+        "w-9",
+        row["db_now"],
+    )
     assert settle(db, [settlement(row, "retry", error="again")], base=0.0) == {j: "pending"}
     (a,) = _written(db, j)
     assert (a["id"], a["attempt"], a["status"], a["worker_id"], a["error"]) == (
-        row["attempt_id"], 1, "failed", "w-9", "again",
-    )  # fmt: skip
+        row["attempt_id"],
+        1,
+        "failed",
+        "w-9",
+        "again",
+    )
     assert a["due_at"] == due and a["started_at"] == row["db_now"] and a["request"] == {"a": 1}
     assert a["finished_at"] >= a["started_at"] and a["lease_token"] is None
     jr = job(db, j)
@@ -187,16 +193,23 @@ def test_an_attempt_row_is_written_once_by_the_move_that_ends_it(db):
         (moved,) = transitions.reclaim_expired(conn, limit=10, backoff_base=0, backoff_cap=0)
     assert moved["status"] == "pending"
     assert [(r["attempt"], r["status"], r["worker_id"], r["error_code"]) for r in _written(db, j)][-1] == (
-        2, "failed", "w-lost", "LEASE_EXPIRED",
-    )  # fmt: skip
+        2,
+        "failed",
+        "w-lost",
+        "LEASE_EXPIRED",
+    )
 
     # a fencing move (suspend) of a running job closes its attempt as canceled
     claim_one(db, worker_id="w-3")
     with transaction(db) as conn:
         assert transitions.suspend_instance(conn, "inst-1", ["delay_wake"]) == [{"id": j, "status": "paused"}]
     last = _written(db, j)[-1]
-    assert (last["attempt"], last["status"], last["worker_id"], last["error"]) == (3, "canceled", "w-3",
-                                                                                   "instance suspended")  # fmt: skip
+    assert (last["attempt"], last["status"], last["worker_id"], last["error"]) == (
+        3,
+        "canceled",
+        "w-3",
+        "instance suspended",
+    )
     # cancel of a paused job has no open attempt: nothing written
     with transaction(db) as conn:
         assert transitions.cancel_job(conn, j, "skip")["id"] == j
@@ -308,7 +321,7 @@ def test_concurrent_claimers_never_claim_the_same_job_twice(db, engine):
         )
 
 
-def _raw(db):  # noqa: ANN001, ANN202
+def _raw(db):
     """A raw psycopg connection set up as the pool's (autocommit, forced generic plans)."""
     _, params = db.dialect.create_connect_args(db.url)
     params.pop("context", None)
@@ -322,8 +335,14 @@ def test_the_pools_pass_reads_and_writes_the_enum_columns_as_text(db):
     one unparsed string), and the attempt rows get their enum status."""
     ids = [add_job(db, "delay_wake", {"i": i}) for i in range(3)]
     with _raw(db) as pg:
-        kw = {"queue": ADVANCE, "worker_id": "w-enum", "lease_seconds": 30, "by_due": False,
-              "backoff_base": 30.0, "backoff_cap": 900.0}  # fmt: skip
+        kw = {
+            "queue": ADVANCE,
+            "worker_id": "w-enum",
+            "lease_seconds": 30,
+            "by_due": False,
+            "backoff_base": 30.0,
+            "backoff_cap": 900.0,
+        }
         settled, claimed, _ = transitions.settle_and_claim(pg, [], limit=3, **kw)
         assert settled == {} and sorted(r["id"] for r in claimed) == ids
         assert {(r["type"], r["queue"]) for r in claimed} == {("delay_wake", ADVANCE)}
@@ -376,8 +395,14 @@ def test_a_pass_reports_when_the_queues_next_delayed_job_falls_due(db):
     """The pass answers the seconds until the earliest pending job of its queue that is not due
     yet (read in the pass's own snapshot); due jobs, other queues and paused jobs do not count."""
     with _raw(db) as pg:
-        kw = {"queue": ADVANCE, "worker_id": "w-due", "lease_seconds": 30, "by_due": False,
-              "backoff_base": 30.0, "backoff_cap": 900.0}  # fmt: skip
+        kw = {
+            "queue": ADVANCE,
+            "worker_id": "w-due",
+            "lease_seconds": 30,
+            "by_due": False,
+            "backoff_base": 30.0,
+            "backoff_cap": 900.0,
+        }
         assert transitions.settle_and_claim(pg, [], limit=1, **kw).next_due_in is None
         add_job(db, "delay_wake", {"n": "now"})
         add_job(db, "webhook_delivery", {"n": "other queue, sooner"}, delay_ms=5000)

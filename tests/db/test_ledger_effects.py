@@ -110,7 +110,7 @@ def test_concurrent_attempts_of_one_operation_produce_one_effect(db, orders):
     def run(i):
         try:
             results[i] = contexts[i].effect("create-order", writers[i])
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertions
+        except BaseException as exc:  # reported by the assertions
             results[i] = exc
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]

@@ -9,7 +9,7 @@ from app.ledger import ops, replay
 from tests.ledger_helpers import OUTBOUND, add_job, claim_one, settle, settlement
 
 
-def _jobs(db) -> dict[str, int]:  # noqa: ANN001
+def _jobs(db) -> dict[str, int]:
     """A succeeded timer, a dead webhook delivery, a pending event dispatch, a running timer, a
     pending task timeout and a pending webhook delivery."""
     done = add_job(db, "delay_wake", {})

@@ -87,7 +87,7 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver(monkeypatch) -> Iterator[Receiver]:  # noqa: ANN001
+def receiver(monkeypatch) -> Iterator[Receiver]:
     # the receiver is local: the destination policy opens loopback through its allow-list only
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     r = Receiver()
@@ -103,7 +103,7 @@ def _run_handler(engine, row, fn):
     ctx = context_for(row, engine)
     try:
         result, exc = fn(ctx), None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         result, exc = None, e
     out = outcome_of(result, exc)
     done = settle(
@@ -210,7 +210,7 @@ def test_executor_lost_while_the_marker_is_open_goes_dead_by_drain(db, receiver,
     def call():
         try:
             ctx.http.request("POST", receiver.url("/hang"), step_key="deliver", timeout=10)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             outcome["exc"] = exc
 
     t = threading.Thread(target=call)

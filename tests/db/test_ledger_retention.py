@@ -22,7 +22,7 @@ from tests.ledger_helpers import add_job, attempts, claim, scalar, settle, settl
 POLICY = RetentionPolicy(jobs_days=7, dead_days=30, audit_days=400, batch=1)
 
 
-def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:  # noqa: ANN001
+def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:
     """``n`` jobs that ran one attempt and ended ``status`` ``days_ago`` days ago."""
     ids = [add_job(db, "delay_wake", {"i": i, "s": status, "d": days_ago}) for i in range(n)]
     rows = [r for r in claim(db, limit=len(ids)) if r["id"] in ids]
@@ -43,7 +43,7 @@ def _finished(db, status: str, days_ago: float, n: int = 1) -> list[int]:  # noq
     return ids
 
 
-def _exists(db, job_id: int) -> bool:  # noqa: ANN001
+def _exists(db, job_id: int) -> bool:
     return bool(scalar(db, "SELECT count(*) FROM workflow_jobs WHERE id = :id", id=job_id))
 
 
@@ -91,8 +91,10 @@ def test_orphaned_receipts_and_old_audit_go(db):
                 "('op-owned', 's', NULL, now() - interval '8 days')"
             )
         )
-        conn.execute(text("UPDATE workflow_job_effects SET job_id = :j WHERE operation_key = 'op-owned'"),
-                     {"j": _finished(db, "succeeded", 1)[0]})  # fmt: skip
+        conn.execute(
+            text("UPDATE workflow_job_effects SET job_id = :j WHERE operation_key = 'op-owned'"),
+            {"j": _finished(db, "succeeded", 1)[0]},
+        )
         conn.execute(
             text(
                 "INSERT INTO operation_audit (id, namespace_id, actor_id, action, target_type, target_id, created_at) "
@@ -166,8 +168,12 @@ def test_namespace_override_keeps_a_namespaces_jobs_longer(db):
     outlives the default 7 days; a job without an instance does not."""
     (plain,) = _finished(db, "succeeded", 10)
     (kept,) = _finished(db, "succeeded", 10)
-    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 60,
-           "steps": [{"key": "w", "kind": "TIMER", "delay_seconds": 1}]}  # fmt: skip
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [{"key": "w", "kind": "TIMER", "delay_seconds": 1}],
+    }
     iid = start(db, "ns-long", publish(db, "ns-long", doc), {})["id"]
     with transaction(db) as conn:
         conn.execute(text("DELETE FROM workflow_jobs WHERE instance_id = :i"), {"i": iid})
@@ -199,8 +205,12 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
     from app.engine import retention as engine_retention
     from app.integrations import retention as integrations_retention
 
-    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 60,
-           "steps": [{"key": "w", "kind": "TIMER", "delay_seconds": 1}]}  # fmt: skip
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [{"key": "w", "kind": "TIMER", "delay_seconds": 1}],
+    }
     ns = "ns-" + uuid.uuid4().hex[:8]
     def_id = publish(db, ns, doc)
     done, live = start(db, ns, def_id, {})["id"], start(db, ns, def_id, {})["id"]
@@ -209,8 +219,13 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
         conn.execute(text("UPDATE workflow_instances SET state = 'SUCCEEDED' WHERE id = :i"), {"i": done})
         # the start's batch also holds the engine's audit entry of the activation: kept for the audit
         # retention (400 days), not only the job retention (7)
-        conn.execute(text("UPDATE workflow_event_batches SET created_at = now() - interval '8 days' "
-                          "WHERE instance_id IN (:a, :b)"), {"a": done, "b": live})  # fmt: skip
+        conn.execute(
+            text(
+                "UPDATE workflow_event_batches SET created_at = now() - interval '8 days' "
+                "WHERE instance_id IN (:a, :b)"
+            ),
+            {"a": done, "b": live},
+        )
         for i, job in enumerate((None, pending_job)):
             conn.execute(
                 text(
@@ -222,8 +237,13 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
     policy = replace(POLICY, batch=100)
     with db.begin() as conn:
         assert engine_retention.prune_events(conn, 100, policy=policy) == 0
-        conn.execute(text("UPDATE workflow_event_batches SET created_at = now() - interval '401 days' "
-                          "WHERE instance_id IN (:a, :b)"), {"a": done, "b": live})  # fmt: skip
+        conn.execute(
+            text(
+                "UPDATE workflow_event_batches SET created_at = now() - interval '401 days' "
+                "WHERE instance_id IN (:a, :b)"
+            ),
+            {"a": done, "b": live},
+        )
         assert engine_retention.prune_events(conn, 100, policy=policy) >= 1
         assert integrations_retention.prune_deliveries(conn, 100, policy=policy) == 1
         left = conn.execute(
@@ -240,7 +260,7 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
 
 
 @pytest.mark.parametrize("overrides", [{}, {"ns-long": 90.0, "ns-short": 1.0}])
-def test_each_sweep_reads_its_own_partial_index(db, overrides):  # noqa: ANN001
+def test_each_sweep_reads_its_own_partial_index(db, overrides):
     """Finished jobs and dead letters have a partial index each on ``finished_at`` (migration 0016):
     the 7-day sweep walks ``ix_workflow_jobs_finished`` and never past the dead letters kept for 30
     days, the 30-day sweep ``ix_workflow_jobs_dead_letters``, because each states its statuses as
@@ -259,8 +279,10 @@ def test_each_sweep_reads_its_own_partial_index(db, overrides):  # noqa: ANN001
         )
         conn.execute(text("ANALYZE workflow_jobs"))
     policy = replace(POLICY, by_namespace=overrides, batch=100)
-    for dead, index, other in ((False, "ix_workflow_jobs_finished", "ix_workflow_jobs_dead_letters"),
-                               (True, "ix_workflow_jobs_dead_letters", "ix_workflow_jobs_finished")):  # fmt: skip
+    for dead, index, other in (
+        (False, "ix_workflow_jobs_finished", "ix_workflow_jobs_dead_letters"),
+        (True, "ix_workflow_jobs_dead_letters", "ix_workflow_jobs_finished"),
+    ):
         sql, params = retention.prune_jobs_sql(policy, dead=dead)
         with db.connect() as conn:
             plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {sql}"), {**params, "limit": 100}))

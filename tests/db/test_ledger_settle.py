@@ -228,7 +228,7 @@ def _wait_settled(engine, ids, statuses=("succeeded", "failed", "dead")):
 def test_pool_settles_every_kind_of_outcome(db, run_pool, monkeypatch):
     # "no handler" must hold whichever tests ran before (the engine's tests import the built-in
     # handlers, which register themselves for subprocess_join)
-    monkeypatch.delitem(handlers._handlers, "subprocess_join", raising=False)  # noqa: SLF001
+    monkeypatch.delitem(handlers._handlers, "subprocess_join", raising=False)
 
     def behave(ctx):
         mode = ctx.payload["mode"]
@@ -290,10 +290,13 @@ class _Coded(Exception):
 
 @pytest.mark.parametrize(
     ("raise_", "delay"),
-    [(RetryableError("busy", retry_after=float("inf")), 30), (RetryableError("busy", retry_after=1e300), 900),
-     (_Coded("NUL\x00CODE"), 30)],
+    [
+        (RetryableError("busy", retry_after=float("inf")), 30),
+        (RetryableError("busy", retry_after=1e300), 900),
+        (_Coded("NUL\x00CODE"), 30),
+    ],
     ids=["retry-after-inf", "retry-after-1e300", "nul-in-code"],
-)  # fmt: skip
+)
 def test_an_unwritable_retry_after_or_error_code_does_not_wedge_the_pool(db, run_pool, raise_, delay):
     """Regression: an infinite or huge ``retry_after`` put ``now() + inf * interval '1 second'``
     (out of range) into the settle statement, and a NUL in an error code made psycopg refuse the batch:

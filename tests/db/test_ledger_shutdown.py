@@ -74,7 +74,7 @@ def test_pool_stop_settles_what_finishes_in_the_grace_and_hands_back_the_rest(
     stuck_started = threading.Event()
     late = threading.Event()
 
-    def handler(ctx):  # noqa: ANN001, ANN202
+    def handler(ctx):
         if ctx.payload["kind"] == "quick":
             release_quick.wait(20)
             return {"done": True}
@@ -85,8 +85,9 @@ def test_pool_stop_settles_what_finishes_in_the_grace_and_hands_back_the_rest(
     handlers.register("delay_wake", handler, replace=True)
     quick = add_job(db, "delay_wake", {"kind": "quick"})
     stuck = add_job(db, "delay_wake", {"kind": "stuck"})
-    pool = LedgerPool(Pool.ADVANCE, settings=replace(fast_settings, poll_seconds=0.05), engine=db,
-                      worker_id="p", slots=4)  # fmt: skip
+    pool = LedgerPool(
+        Pool.ADVANCE, settings=replace(fast_settings, poll_seconds=0.05), engine=db, worker_id="p", slots=4
+    )
     pool.start()
     try:
         wait_for(lambda: pool.slots_in_use == 2 and stuck_started.is_set())

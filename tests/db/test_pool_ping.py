@@ -15,12 +15,12 @@ from app.db import transaction
 from app.sql import run
 
 
-def _backend_pid(engine) -> int:  # noqa: ANN001
+def _backend_pid(engine) -> int:
     with transaction(engine) as conn:
         return run(conn, "SELECT pg_backend_pid()").scalar_one()
 
 
-def _terminate(other_engine, pid: int) -> None:  # noqa: ANN001
+def _terminate(other_engine, pid: int) -> None:
     with other_engine.connect() as other:  # from another pool: the victim stays idle in its own
         other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
         other.commit()
@@ -28,16 +28,16 @@ def _terminate(other_engine, pid: int) -> None:  # noqa: ANN001
 
 
 @pytest.fixture
-def one_connection_engine(engine):  # noqa: ANN001
+def one_connection_engine(engine):
     from sqlalchemy import create_engine
 
     eng = create_engine(engine.url, pool_size=1, max_overflow=0)
-    app_db._ping_on_checkout(eng)  # noqa: SLF001 - the listeners every engine of app.db gets
+    app_db._ping_on_checkout(eng)  # the listeners every engine of app.db gets
     yield eng
     eng.dispose()
 
 
-def test_an_idle_connection_is_pinged_and_replaced(engine, one_connection_engine, monkeypatch):  # noqa: ANN001
+def test_an_idle_connection_is_pinged_and_replaced(engine, one_connection_engine, monkeypatch):
     monkeypatch.setattr(app_db, "_ping_after_idle_seconds", 0.05)
     pid = _backend_pid(one_connection_engine)
     _terminate(engine, pid)  # idle longer than 0.05 s by now
@@ -46,7 +46,7 @@ def test_an_idle_connection_is_pinged_and_replaced(engine, one_connection_engine
 
 def test_a_connection_in_steady_use_fails_once_then_the_pool_recovers(
     engine, one_connection_engine, monkeypatch
-):  # noqa: ANN001
+):
     monkeypatch.setattr(app_db, "_ping_after_idle_seconds", 3600.0)
     pid = _backend_pid(one_connection_engine)
     _terminate(engine, pid)

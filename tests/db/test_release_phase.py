@@ -17,9 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def _upgrade(url: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "ledgerflow.cli", "db", "upgrade"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_the_procfile_releases_with_db_upgrade_and_make_run_does_not_run_it_as_a_process():
@@ -32,7 +35,7 @@ def test_the_procfile_releases_with_db_upgrade_and_make_run_does_not_run_it_as_a
     ]
 
 
-def test_two_concurrent_upgrades_of_an_empty_database_both_succeed_once(scratch):  # noqa: ANN001
+def test_two_concurrent_upgrades_of_an_empty_database_both_succeed_once(scratch):
     url, eng = scratch
     assert current_revisions(url) == ()
     procs = [_upgrade(url) for _ in range(2)]

@@ -112,8 +112,12 @@ def test_migration_0013_moves_running_attempts_onto_their_job_rows(scratch):
         )
     upgrade(url)
     with eng.connect() as conn:
-        j = conn.execute(text("SELECT attempt_id, worker_id, attempt_started_at IS NOT NULL AS s FROM "
-                              "workflow_jobs WHERE id = 7")).one()  # fmt: skip
+        j = conn.execute(
+            text(
+                "SELECT attempt_id, worker_id, attempt_started_at IS NOT NULL AS s FROM "
+                "workflow_jobs WHERE id = 7"
+            )
+        ).one()
         assert (j.attempt_id, j.worker_id, j.s) == (42, "w-now", True)
         rows = conn.execute(text("SELECT id, status FROM workflow_job_executions ORDER BY id")).all()
         assert [tuple(r) for r in rows] == [(41, "failed")]

@@ -21,7 +21,7 @@ def test_placeholders_casts_and_percent_signs():
     assert pyformat(r"SELECT '12:30', \:literal") == "SELECT '12:30', :literal"
 
 
-def test_rows_read_like_sqlalchemy_rows(db):  # noqa: ANN001
+def test_rows_read_like_sqlalchemy_rows(db):
     with transaction(db) as conn:
         res = run(conn, "SELECT 1 AS one, 'x' AS two, CAST(:p AS int) AS three, 'a%' AS pct", {"p": 3})
         assert isinstance(res, Result)
@@ -42,7 +42,7 @@ def test_rows_read_like_sqlalchemy_rows(db):  # noqa: ANN001
             run(conn, "SELECT generate_series(1, 2)").one()
 
 
-def test_same_transaction_and_rowcount(db):  # noqa: ANN001
+def test_same_transaction_and_rowcount(db):
     with transaction(db) as conn:
         run(conn, "CREATE TEMP TABLE fast_t (k text PRIMARY KEY, v int) ON COMMIT DROP")
         assert run(conn, "INSERT INTO fast_t VALUES ('a', 1), ('b', 2)").rowcount == 2
@@ -51,7 +51,7 @@ def test_same_transaction_and_rowcount(db):  # noqa: ANN001
         assert run(conn, "UPDATE fast_t SET v = v + 1 WHERE k = :k", {"k": "a"}).rowcount == 1
 
 
-def test_errors_are_sqlalchemys_and_the_connection_stays_usable(db):  # noqa: ANN001
+def test_errors_are_sqlalchemys_and_the_connection_stays_usable(db):
     with pytest.raises(IntegrityError) as e, transaction(db) as conn:
         run(conn, "CREATE TEMP TABLE fast_u (k text PRIMARY KEY)")
         run(conn, "INSERT INTO fast_u VALUES (:k), (:k)", {"k": "same"})
@@ -65,7 +65,7 @@ def test_errors_are_sqlalchemys_and_the_connection_stays_usable(db):  # noqa: AN
         assert run(conn, "SELECT 1").scalar_one() == 1
 
 
-def test_a_first_statement_begins_the_transaction_as_sqlalchemy_would(db):  # noqa: ANN001
+def test_a_first_statement_begins_the_transaction_as_sqlalchemy_would(db):
     with db.connect() as conn:
         run(conn, "CREATE TEMP TABLE fast_v (k int)")
         assert conn.in_transaction()
@@ -75,10 +75,10 @@ def test_a_first_statement_begins_the_transaction_as_sqlalchemy_would(db):  # no
             run(conn, "SELECT * FROM fast_v")
 
 
-def test_cursor_event_listeners_see_every_statement(db):  # noqa: ANN001
+def test_cursor_event_listeners_see_every_statement(db):
     seen: list[str] = []
 
-    def listen(conn, cursor, statement, *args):  # noqa: ANN001, ANN002
+    def listen(conn, cursor, statement, *args):
         seen.append(statement)
 
     event.listen(db, "before_cursor_execute", listen)
@@ -91,15 +91,15 @@ def test_cursor_event_listeners_see_every_statement(db):  # noqa: ANN001
 
 
 # --------------------------------------------------------------------------- defer: fewer round trips
-def _table(conn) -> None:  # noqa: ANN001
+def _table(conn) -> None:
     run(conn, "CREATE TEMP TABLE IF NOT EXISTS fast_d (k text PRIMARY KEY) ON COMMIT DELETE ROWS")
 
 
-def _keys(conn) -> list[str]:  # noqa: ANN001
+def _keys(conn) -> list[str]:
     return [r.k for r in run(conn, "SELECT k FROM fast_d ORDER BY k")]
 
 
-def test_deferred_statements_run_in_order_before_the_next_statement(db):  # noqa: ANN001
+def test_deferred_statements_run_in_order_before_the_next_statement(db):
     with transaction(db) as conn:
         _table(conn)
         defer(conn, "INSERT INTO fast_d VALUES (:k)", {"k": "a"})
@@ -110,7 +110,7 @@ def test_deferred_statements_run_in_order_before_the_next_statement(db):  # noqa
         assert conn.execute(text("SELECT count(*) FROM fast_d")).scalar_one() == 3
 
 
-def test_deferred_statements_run_before_commit_and_vanish_with_a_rollback(db):  # noqa: ANN001
+def test_deferred_statements_run_before_commit_and_vanish_with_a_rollback(db):
     with db.connect() as conn:
         with conn.begin():
             run(conn, "CREATE TEMP TABLE fast_e (k text PRIMARY KEY)")
@@ -123,7 +123,7 @@ def test_deferred_statements_run_before_commit_and_vanish_with_a_rollback(db):  
             assert [r.k for r in run(conn, "SELECT k FROM fast_e")] == ["committed"]
 
 
-def test_a_rollback_to_a_savepoint_drops_what_followed_it(db):  # noqa: ANN001
+def test_a_rollback_to_a_savepoint_drops_what_followed_it(db):
     with transaction(db) as conn:
         _table(conn)
         defer(conn, "INSERT INTO fast_d VALUES ('before')")
@@ -133,7 +133,7 @@ def test_a_rollback_to_a_savepoint_drops_what_followed_it(db):  # noqa: ANN001
         assert _keys(conn) == ["before"]
 
 
-def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):  # noqa: ANN001
+def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):
     with pytest.raises(IntegrityError) as e, transaction(db) as conn:
         _table(conn)
         defer(conn, "INSERT INTO fast_d VALUES ('x')")
@@ -144,7 +144,7 @@ def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):  # noq
         assert run(conn, "SELECT 1").scalar_one() == 1
 
 
-def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):  # noqa: ANN001
+def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):
     """Writes queued one after the other reach PostgreSQL as one statement (``combine``), and
     they still see the rows a foreign key names when the same statement inserts them."""
     import psycopg
@@ -152,7 +152,7 @@ def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):  # noqa
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
-    def counted(self, query, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def counted(self, query, *args, **kwargs):
         sent.append(str(query))
         return execute(self, query, *args, **kwargs)
 
@@ -168,7 +168,7 @@ def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):  # noqa
     assert len(sent) == 2 and sent[0].startswith("WITH w0 AS (INSERT INTO fast_p")
 
 
-def test_commit_buffers_are_written_at_commit_and_dropped_by_a_rollback(db):  # noqa: ANN001
+def test_commit_buffers_are_written_at_commit_and_dropped_by_a_rollback(db):
     """``app.sql.buffer``: what a transaction accumulates is written once, at its commit (or when a
     savepoint is set: a rollback to it drops only what was buffered after it)."""
     from app.sql import CommitBuffer, buffer

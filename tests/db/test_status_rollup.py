@@ -37,12 +37,12 @@ FROM generate_series(0, :n - 1) g,
 )
 
 
-def _attempts(db, job: int, n: int, *, oldest: float, newest: float, first: int = 1) -> None:  # noqa: ANN001
+def _attempts(db, job: int, n: int, *, oldest: float, newest: float, first: int = 1) -> None:
     with transaction(db) as conn:
         conn.execute(_ATTEMPTS, {"job": job, "n": n, "oldest": oldest, "newest": newest, "first": first})
 
 
-def _roll_all(db, lag: float = LAG) -> int:  # noqa: ANN001
+def _roll_all(db, lag: float = LAG) -> int:
     """Run the sweep until it has nothing left to roll; the rows it wrote."""
     total = 0
     for _ in range(20):
@@ -54,17 +54,17 @@ def _roll_all(db, lag: float = LAG) -> int:  # noqa: ANN001
     raise AssertionError("the rollup did not catch up")
 
 
-def _status(db) -> dict[str, Any]:  # noqa: ANN001
+def _status(db) -> dict[str, Any]:
     with db.connect() as conn, conn.begin():
         return status.runtime_status(conn)
 
 
-def _series(db) -> dict[str, Any]:  # noqa: ANN001
+def _series(db) -> dict[str, Any]:
     with db.connect() as conn, conn.begin():
         return status.hour_series(conn)
 
 
-def _minutes(db) -> list[tuple]:  # noqa: ANN001
+def _minutes(db) -> list[tuple]:
     with db.connect() as conn:
         return [tuple(r) for r in conn.execute(text("SELECT * FROM workflow_attempt_minutes ORDER BY 1, 2"))]
 

@@ -107,8 +107,14 @@ def embedded(tmp_dir: Path) -> tuple[dict[str, str], tuple[str, ...]]:
 
 def stop_embedded(run: MakeRun) -> None:
     if run.unset:
-        subprocess.run([str(VENV_BIN / "ledgerflow"), "services-stop"], env=run.env(), cwd=ROOT,
-                       capture_output=True, timeout=120, check=False)  # fmt: skip
+        subprocess.run(
+            [str(VENV_BIN / "ledgerflow"), "services-stop"],
+            env=run.env(),
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
 
 
 def start_make_run(
@@ -126,7 +132,7 @@ def start_make_run(
     for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "LEDGERFLOW_URL", "LEDGERFLOW_TOKEN", *unset):
         env.pop(k, None)
     log_path = tmp_dir / f"make-run-{port}.log"
-    out = open(log_path, "w")  # noqa: SIM115
+    out = open(log_path, "w")
     proc = subprocess.Popen(
         ["make", "-s", "run"],
         cwd=ROOT,

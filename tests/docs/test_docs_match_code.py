@@ -18,12 +18,16 @@ from ledgerflow import doc_tables
 from web.problems import PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[2]
-WHERE = {"commands": "README.md", "credential_switches": "docs/reference.md",
-         "credential_options": "docs/reference.md", "job_types": "docs/reference.md"}  # fmt: skip
+WHERE = {
+    "commands": "README.md",
+    "credential_switches": "docs/reference.md",
+    "credential_options": "docs/reference.md",
+    "job_types": "docs/reference.md",
+}
 
 
 @pytest.mark.parametrize("table", doc_tables.TABLES)
-def test_the_table_is_the_one_the_code_renders(table):  # noqa: ANN001
+def test_the_table_is_the_one_the_code_renders(table):
     expected = getattr(doc_tables, table)()
     doc = (ROOT / WHERE[table]).read_text()
     assert expected in doc, (
@@ -43,7 +47,7 @@ def test_the_reference_has_no_setting_nothing_reads():
     assert "| `HOST` |" not in table  # it was LEDGERFLOW_BIND_HOST all along
 
 
-def test_the_complete_definition_document_of_the_reference_publishes(engine):  # noqa: ANN001
+def test_the_complete_definition_document_of_the_reference_publishes(engine):
     section = (ROOT / "docs/reference.md").read_text().split("## The definition document")[1]
     document = json.loads(section.split("```json\n")[1].split("```")[0])
     assert {

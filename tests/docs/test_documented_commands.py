@@ -57,7 +57,7 @@ def server_env(docs: list[str]) -> dict[str, str]:
 @pytest.fixture(
     scope="module", params=["the machine's PostgreSQL and Redis", "the embedded default (no DATABASE_URL)"]
 )
-def server(request, tmp_path_factory):  # noqa: ANN001, ANN201
+def server(request, tmp_path_factory):
     """`make run` as the docs start it: on the services DATABASE_URL / REDIS_URL name, and as a newcomer
     runs it, with neither set (the embedded PostgreSQL and Redis, which every command then finds)."""
     tmp = tmp_path_factory.mktemp("docs")
@@ -71,7 +71,7 @@ def server(request, tmp_path_factory):  # noqa: ANN001, ANN201
         stop_embedded(run)
 
 
-def run_blocks(doc: str, server, tmp_path: Path) -> str:  # noqa: ANN001
+def run_blocks(doc: str, server, tmp_path: Path) -> str:
     state = tmp_path / "exports.sh"
     state.write_text("")
     env = server.env(LEDGERFLOW_URL=server.url)
@@ -104,7 +104,7 @@ def run_blocks(doc: str, server, tmp_path: Path) -> str:  # noqa: ANN001
     return "\n".join(transcript)
 
 
-def test_readme_commands_work_as_written(server, tmp_path):  # noqa: ANN001
+def test_readme_commands_work_as_written(server, tmp_path):
     assert server.url.endswith(str(server.port)) and "examples.hello" in server_env(["README.md"]).values()
     run_blocks("README.md", server, tmp_path)
     # the banner names the address gunicorn really bound
@@ -114,5 +114,5 @@ def test_readme_commands_work_as_written(server, tmp_path):  # noqa: ANN001
     assert "Warning" not in log
 
 
-def test_tutorial_commands_work_as_written(server, tmp_path):  # noqa: ANN001
+def test_tutorial_commands_work_as_written(server, tmp_path):
     run_blocks("docs/tutorial.md", server, tmp_path)

@@ -19,7 +19,7 @@ IN_FLIGHT = {"mode": "sleep", "seconds": 8}
 
 
 @pytest.mark.parametrize("how", ["SIGTERM to make", "SIGINT to the process group (Ctrl-C)"])
-def test_make_run_lets_work_in_flight_finish_and_stops_cleanly(how, tmp_path, engine):  # noqa: ANN001
+def test_make_run_lets_work_in_flight_finish_and_stops_cleanly(how, tmp_path, engine):
     run = start_make_run(tmp_path, {"LEDGERFLOW_HANDLERS": "tests.workers.handlers"})
     started = run.processes()
     assert len(started) >= 8, [p.cmdline() for p in started]  # make, honcho, gunicorn + 2, 3 ledger processes
@@ -37,13 +37,17 @@ def test_make_run_lets_work_in_flight_finish_and_stops_cleanly(how, tmp_path, en
     assert run.proc.returncode == 0 and "make: ***" not in log, log
 
 
-def test_a_second_make_run_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):  # noqa: ANN001
+def test_a_second_make_run_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):
     first = start_make_run(tmp_path)
     try:
         second = subprocess.run(
-            ["make", "-s", "run"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+            ["make", "-s", "run"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
             env={**_env_without_make(), "PORT": str(first.port)},
-        )  # fmt: skip
+        )
         out = second.stdout + second.stderr
         assert second.returncode != 0
         assert f"Error: 127.0.0.1:{first.port} is already in use" in out, out

@@ -12,13 +12,13 @@ from tests.engine.helpers import ENGINE_TABLES
 
 
 @pytest.fixture
-def eng(engine) -> Iterator:  # noqa: ANN001
-    import app.engine.handlers.subprocess  # noqa: F401
-    import app.engine.handlers.tasks  # noqa: F401
-    import app.engine.handlers.timers  # noqa: F401
+def eng(engine) -> Iterator:
+    import app.engine.handlers.subprocess
+    import app.engine.handlers.tasks
+    import app.engine.handlers.timers
     from app.ledger import handlers
 
-    saved = dict(handlers._handlers)  # noqa: SLF001 - restored after the test
+    saved = dict(handlers._handlers)  # restored after the test
     for mod in (app.engine.handlers.timers, app.engine.handlers.tasks, app.engine.handlers.subprocess):
         for name in ("delay_wake", "task_timeout", "subprocess_spawn", "subprocess_join"):
             fn = getattr(mod, name, None)
@@ -27,5 +27,5 @@ def eng(engine) -> Iterator:  # noqa: ANN001
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {ENGINE_TABLES}, {LEDGER_TABLES} RESTART IDENTITY CASCADE"))
     yield engine
-    handlers._handlers.clear()  # noqa: SLF001
-    handlers._handlers.update(saved)  # noqa: SLF001
+    handlers._handlers.clear()
+    handlers._handlers.update(saved)

@@ -93,7 +93,7 @@ def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[
         ctx = context_for(row, engine)
         try:
             result, exc = handlers.resolve(row["type"])(ctx), None
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             result, exc = None, e
         out = outcome_of(result, exc)
         settle(
@@ -107,7 +107,7 @@ def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[
                     error_code=out.error_code,
                     retry_after_s=out.retry_after,
                 )
-            ],  # fmt: skip
+            ],
         )
         ran.append((row["type"], out.kind if exc is None else f"{out.kind}: {exc}"))
     return ran

@@ -17,12 +17,14 @@ DOC = {
     "version": "v1",
     "input_schema": {"type": "object"},
     "deadline_seconds": 3600,
-    "steps": [{"key": "work", "kind": "TASK", "queue": "ev-q"}, {"key": "two", "kind": "TASK", "queue": "ev-q",
-                                                                 "after": ["work"]}],
-}  # fmt: skip
+    "steps": [
+        {"key": "work", "kind": "TASK", "queue": "ev-q"},
+        {"key": "two", "kind": "TASK", "queue": "ev-q", "after": ["work"]},
+    ],
+}
 
 
-def _events(engine, iid: str) -> list:  # noqa: ANN001
+def _events(engine, iid: str) -> list:
     with engine.connect() as conn:
         return conn.execute(
             text(
@@ -32,7 +34,7 @@ def _events(engine, iid: str) -> list:  # noqa: ANN001
         ).all()
 
 
-def test_every_change_writes_its_event_in_sequence(eng) -> None:  # noqa: ANN001
+def test_every_change_writes_its_event_in_sequence(eng) -> None:
     def_id = publish(eng, NS, DOC)
     iid = start(eng, NS, def_id, {})["id"]
     for _ in range(2):
@@ -57,7 +59,7 @@ def test_every_change_writes_its_event_in_sequence(eng) -> None:  # noqa: ANN001
         )
 
 
-def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
+def test_a_rollback_writes_no_event(eng) -> None:
     def_id = publish(eng, NS, DOC)
 
     class Boom(Exception):
@@ -74,7 +76,7 @@ def test_a_rollback_writes_no_event(eng) -> None:  # noqa: ANN001
         assert conn.execute(text("SELECT count(*) FROM workflow_events")).scalar() == 0
 
 
-def test_one_batch_row_per_transaction_and_instance(eng) -> None:  # noqa: ANN001
+def test_one_batch_row_per_transaction_and_instance(eng) -> None:
     """X-EVENT: the events of one transaction are one row (with the engine's audit entries), numbered on
     from the instance's previous batch; the view shows one row per event with ids naming their batch."""
     def_id = publish(eng, NS, DOC)
@@ -82,9 +84,12 @@ def test_one_batch_row_per_transaction_and_instance(eng) -> None:  # noqa: ANN00
     complete_task(eng, NS, claim_task(eng, NS, "ev-q"), {"ok": True})
     with eng.connect() as conn:
         batches = conn.execute(
-            text("SELECT id, first_seq, last_seq, jsonb_array_length(events) AS n, jsonb_array_length(audit) AS a "
-                 "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"), {"i": iid}
-        ).all()  # fmt: skip
+            text(
+                "SELECT id, first_seq, last_seq, jsonb_array_length(events) AS n, jsonb_array_length(audit) AS a "
+                "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"
+            ),
+            {"i": iid},
+        ).all()
         rows = conn.execute(
             text("SELECT id, batch_id, seq FROM workflow_events WHERE instance_id = :i ORDER BY seq"),
             {"i": iid},
@@ -97,7 +102,7 @@ def test_one_batch_row_per_transaction_and_instance(eng) -> None:  # noqa: ANN00
     assert len({r.id for r in rows}) == len(rows)
 
 
-def _subscribe(eng, ns: str) -> None:  # noqa: ANN001
+def _subscribe(eng, ns: str) -> None:
     """An enabled subscription of every event type in ``ns``."""
     with eng.begin() as conn:
         conn.execute(
@@ -109,7 +114,7 @@ def _subscribe(eng, ns: str) -> None:  # noqa: ANN001
         )
 
 
-def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> None:  # noqa: ANN001
+def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> None:
     def_id = publish(eng, NS, DOC)
     _subscribe(eng, NS)
     iid = start(eng, NS, def_id, {})["id"]
@@ -122,7 +127,7 @@ def test_one_dispatch_job_per_transaction_when_the_namespace_listens(eng) -> Non
     assert n == 2
 
 
-def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> None:  # noqa: ANN001
+def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> None:
     """Regression: the per-transaction dispatch job was cached in connection state that a commit made
     outside ``app.db.transaction`` (``engine.begin()``) left behind, so the next transaction's events
     joined an already finished job and were never fanned out."""
@@ -139,7 +144,7 @@ def test_each_transaction_gets_its_own_dispatch_job_however_it_commits(eng) -> N
     assert len(jobs) == 2 and None not in jobs and jobs[0] != jobs[1]
 
 
-def test_a_listener_in_another_namespace_fans_out_nothing_here(eng) -> None:  # noqa: ANN001
+def test_a_listener_in_another_namespace_fans_out_nothing_here(eng) -> None:
     """Regression: a new instance's INSERT asks whether its namespace has listeners; an unqualified
     ``namespace_id`` inside that question named the subscription's own column, so any enabled
     subscription anywhere gave every start an ``event_dispatch`` job."""

@@ -19,7 +19,7 @@ DOC = {
 }
 
 
-def _race(eng, ns: str, def_id: str, n: int) -> tuple[list[str], list[Exception]]:  # noqa: ANN001
+def _race(eng, ns: str, def_id: str, n: int) -> tuple[list[str], list[Exception]]:
     ok: list[str] = []
     refused: list[Exception] = []
     gate = threading.Barrier(n)

@@ -15,7 +15,7 @@ from tests.engine.helpers import claim_task, complete_task, instance, make_due, 
 NS = "ns-" + new_id()[:8]
 
 
-def _task_doc(retry: dict, queue: str = "rq", **extra) -> dict:  # noqa: ANN003
+def _task_doc(retry: dict, queue: str = "rq", **extra) -> dict:
     return {
         "version": "v1",
         "input_schema": {},
@@ -24,12 +24,12 @@ def _task_doc(retry: dict, queue: str = "rq", **extra) -> dict:  # noqa: ANN003
     }
 
 
-def _fail(eng, task: dict, retryable: bool = True) -> None:  # noqa: ANN001
+def _fail(eng, task: dict, retryable: bool = True) -> None:
     with transaction(eng) as conn:
         tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "boom", "retryable": retryable})
 
 
-def _retry_jobs(eng, iid: str) -> list:  # noqa: ANN001
+def _retry_jobs(eng, iid: str) -> list:
     with eng.connect() as conn:
         return conn.execute(
             text(
@@ -41,7 +41,7 @@ def _retry_jobs(eng, iid: str) -> list:  # noqa: ANN001
         ).all()
 
 
-def _open_tasks(eng, iid: str) -> int:  # noqa: ANN001
+def _open_tasks(eng, iid: str) -> int:
     with eng.connect() as conn:
         return conn.execute(
             text(
@@ -136,7 +136,7 @@ def test_non_retryable_failure_and_stale_retry_wake(eng):
 
 
 # -- expired task leases ----------------------------------------------------------------------------
-def _expire_lease(eng, task_id: str) -> None:  # noqa: ANN001
+def _expire_lease(eng, task_id: str) -> None:
     with eng.begin() as conn:
         conn.execute(
             text("UPDATE workflow_tasks SET lease_expires_at = now() - interval '1 ms' WHERE id = :i"),
@@ -144,7 +144,7 @@ def _expire_lease(eng, task_id: str) -> None:  # noqa: ANN001
         )
 
 
-def _task_row(eng, task_id: str) -> dict:  # noqa: ANN001
+def _task_row(eng, task_id: str) -> dict:
     with eng.connect() as conn:
         return dict(
             conn.execute(
@@ -224,7 +224,7 @@ def _parent_doc(child_def: str) -> dict:
     }
 
 
-def _started_parent_with_child(eng) -> tuple[str, str]:  # noqa: ANN001
+def _started_parent_with_child(eng) -> tuple[str, str]:
     child_def = publish(eng, NS, _child_doc())
     parent_def = publish(eng, NS, _parent_doc(child_def))
     pid = start(eng, NS, parent_def, {})["id"]

@@ -21,7 +21,7 @@ UNDO = {"queue": "undo"}
 
 
 @pytest.fixture
-def saga_eng(eng):  # noqa: ANN001, ANN201
+def saga_eng(eng):
     import app.engine.handlers.compensation as comp
     from app.ledger import handlers
 
@@ -43,7 +43,7 @@ def _doc(deadline: int = 3600) -> dict:
     }
 
 
-def _through_b(eng, def_id: str) -> str:  # noqa: ANN001
+def _through_b(eng, def_id: str) -> str:
     iid = start(eng, NS, def_id, {})["id"]
     for _ in ("a", "b", "n"):
         t = claim_task(eng, NS, "sq")
@@ -51,7 +51,7 @@ def _through_b(eng, def_id: str) -> str:  # noqa: ANN001
     return iid
 
 
-def _undo_tasks(eng, iid: str) -> list:  # noqa: ANN001
+def _undo_tasks(eng, iid: str) -> list:
     with eng.connect() as conn:
         return conn.execute(
             text(
@@ -62,11 +62,11 @@ def _undo_tasks(eng, iid: str) -> list:  # noqa: ANN001
         ).all()
 
 
-def _outbound(eng) -> list:  # noqa: ANN001
+def _outbound(eng) -> list:
     return run_jobs(eng, queue=OUTBOUND)
 
 
-def _actions(eng, iid: str) -> list[str]:  # noqa: ANN001
+def _actions(eng, iid: str) -> list[str]:
     with eng.connect() as conn:
         return [
             r[0]
@@ -77,7 +77,7 @@ def _actions(eng, iid: str) -> list[str]:  # noqa: ANN001
         ]
 
 
-def _fail(eng, task: dict, retryable: bool = False) -> None:  # noqa: ANN001
+def _fail(eng, task: dict, retryable: bool = False) -> None:
     with transaction(eng) as conn:
         tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "boom", "retryable": retryable})
 
@@ -148,7 +148,7 @@ def test_deadline_failure_compensates_before_failed(saga_eng):
         assert code.scalar() == "DEADLINE_EXCEEDED"
 
 
-def _resolve(eng, iid: str, resolution: str, reason: str = "checked by hand") -> tuple:  # noqa: ANN001
+def _resolve(eng, iid: str, resolution: str, reason: str = "checked by hand") -> tuple:
     with transaction(eng) as conn:
         return review.resolve_instance(conn, iid, {"resolution": resolution, "reason": reason})
 
@@ -211,7 +211,7 @@ def test_timed_out_compensation_goes_to_review_then_fail_abandons_the_rest(saga_
     assert _undo_tasks(eng, iid) == [("b", "TIMED_OUT")]
 
 
-def _resolve_running(eng) -> None:  # noqa: ANN001
+def _resolve_running(eng) -> None:
     """RESOLVE_INSTANCE on an instance that is not in review is a 409."""
     iid = start(eng, NS, publish(eng, NS, _doc()), {})["id"]
     _resolve(eng, iid, "CONTINUE")

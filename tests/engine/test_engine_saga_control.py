@@ -18,7 +18,7 @@ def _doc(*steps: dict) -> dict:
     return {"version": "v1", "input_schema": {}, "deadline_seconds": 3600, "steps": list(steps)}
 
 
-def _cancel(eng, iid: str, reason: str = "stop") -> dict:  # noqa: ANN001
+def _cancel(eng, iid: str, reason: str = "stop") -> dict:
     with transaction(eng) as conn:
         inst = instance(eng, iid)
         control.control(
@@ -33,12 +33,12 @@ def _cancel(eng, iid: str, reason: str = "stop") -> dict:  # noqa: ANN001
     return instance(eng, iid)
 
 
-def _claim(eng, queue: str) -> list:  # noqa: ANN001
+def _claim(eng, queue: str) -> list:
     with transaction(eng) as conn:
         return tasks.claim(conn, NS, [queue], 4, 60.0)
 
 
-def _expire_leases(eng, iid: str) -> None:  # noqa: ANN001
+def _expire_leases(eng, iid: str) -> None:
     with eng.begin() as conn:
         conn.execute(
             text(

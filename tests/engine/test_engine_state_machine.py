@@ -36,7 +36,7 @@ DOC = {
 }
 
 
-def _job(eng, job_id: int) -> dict:  # noqa: ANN001
+def _job(eng, job_id: int) -> dict:
     with eng.connect() as conn:
         return dict(
             conn.execute(
@@ -48,12 +48,12 @@ def _job(eng, job_id: int) -> dict:  # noqa: ANN001
         )
 
 
-def _enqueue(eng, type_: str, payload: dict, instance_id: str) -> int:  # noqa: ANN001
+def _enqueue(eng, type_: str, payload: dict, instance_id: str) -> int:
     with transaction(eng) as conn:
         return enqueue(conn, type_, payload, instance_id=instance_id).id
 
 
-def _snapshot(eng, iid: str) -> tuple:  # noqa: ANN001
+def _snapshot(eng, iid: str) -> tuple:
     """The states of every row of the instance (and its revision)."""
     with eng.connect() as conn:
         rows = tuple(
@@ -79,12 +79,15 @@ def test_unknown_delay_wake_is_dead(eng):
     assert "unknown wake 'bogus'" in job["last_error"]
 
 
-def _timeout_jobs(eng, iid: str) -> list:  # noqa: ANN001
+def _timeout_jobs(eng, iid: str) -> list:
     with eng.connect() as conn:
         return conn.execute(
-            text("SELECT id, status::text AS status, task_id, run_at FROM workflow_jobs "
-                 "WHERE type = 'task_timeout' AND instance_id = :i ORDER BY id"), {"i": iid}
-        ).all()  # fmt: skip
+            text(
+                "SELECT id, status::text AS status, task_id, run_at FROM workflow_jobs "
+                "WHERE type = 'task_timeout' AND instance_id = :i ORDER BY id"
+            ),
+            {"i": iid},
+        ).all()
 
 
 def test_a_settled_task_writes_no_job_the_instances_one_timeout_job_stays(eng):
@@ -115,14 +118,31 @@ def test_a_failed_task_writes_no_job_and_its_retry_keeps_the_one_timeout_job(eng
 
 
 def test_the_timeout_job_times_out_every_overdue_task_and_arms_itself_for_the_next(eng):
-    two = {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": [
-        {"key": "short", "kind": "TASK", "queue": "q2", "timeout_seconds": 5, "retry": {"max_attempts": 3}},
-        {"key": "long", "kind": "TASK", "queue": "q2", "timeout_seconds": 60}]}  # fmt: skip
+    two = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 600,
+        "steps": [
+            {
+                "key": "short",
+                "kind": "TASK",
+                "queue": "q2",
+                "timeout_seconds": 5,
+                "retry": {"max_attempts": 3},
+            },
+            {"key": "long", "kind": "TASK", "queue": "q2", "timeout_seconds": 60},
+        ],
+    }
     iid = start(eng, NS, publish(eng, NS, two), {})["id"]
     (first,) = _timeout_jobs(eng, iid)
     with eng.begin() as conn:  # the short task's deadline passes (and the job that enforces it is due)
-        conn.execute(text("UPDATE workflow_tasks SET deadline_at = now() - interval '1 ms' "
-                          "WHERE instance_id = :i AND step_key = 'short'"), {"i": iid})  # fmt: skip
+        conn.execute(
+            text(
+                "UPDATE workflow_tasks SET deadline_at = now() - interval '1 ms' "
+                "WHERE instance_id = :i AND step_key = 'short'"
+            ),
+            {"i": iid},
+        )
         conn.execute(text("UPDATE workflow_jobs SET run_at = now() WHERE id = :j"), {"j": first.id})
     assert ("task_timeout", "succeeded") in run_jobs(eng)
     assert step(eng, NS, iid, "short")["step"]["state"] == "WAITING"  # its retry waits for the backoff

@@ -11,7 +11,7 @@ from tests.engine.helpers import claim_task, complete_task, instance, make_due, 
 NS = "ns-" + new_id()[:8]
 
 
-def _expire_tasks(eng) -> None:  # noqa: ANN001
+def _expire_tasks(eng) -> None:
     with eng.begin() as conn:
         conn.execute(
             text(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-import app.integrations.actions  # noqa: F401 - registers automation_action
+import app.integrations.actions  # registers automation_action
 import app.integrations.webhooks  # noqa: F401 - registers event_dispatch, webhook_delivery
 from app.auth import Principal
 from app.db import transaction
@@ -20,17 +20,24 @@ from tests.engine.helpers import SIGNAL_DOC, author, claim_task, complete_task, 
 
 NS = "ns-" + new_id()[:8]
 OUT = "workflow-ledger-outbound"
-DOC = {"version": "v1", "input_schema": {"type": "object"}, "deadline_seconds": 3600,
-       "steps": [{"key": "work", "kind": "TASK", "queue": "int-q"}]}  # fmt: skip
+DOC = {
+    "version": "v1",
+    "input_schema": {"type": "object"},
+    "deadline_seconds": 3600,
+    "steps": [{"key": "work", "kind": "TASK", "queue": "int-q"}],
+}
 
 
 @pytest.fixture
-def out(eng, monkeypatch):  # noqa: ANN001, ANN201
+def out(eng, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     from app.integrations import actions, webhooks
 
-    for name, fn in (("event_dispatch", webhooks.event_dispatch), ("webhook_delivery", webhooks.webhook_delivery),
-                     ("automation_action", actions.automation_action)):  # fmt: skip
+    for name, fn in (
+        ("event_dispatch", webhooks.event_dispatch),
+        ("webhook_delivery", webhooks.webhook_delivery),
+        ("automation_action", actions.automation_action),
+    ):
         handlers.register(name, fn, replace=True)
     return eng
 
@@ -39,26 +46,30 @@ def _principal() -> Principal:
     return author(NS)
 
 
-def _sub(eng, url: str, types: list[str]) -> dict:  # noqa: ANN001
+def _sub(eng, url: str, types: list[str]) -> dict:
     with transaction(eng) as conn:
         return subscriptions.create(conn, _principal(), None, {"url": url, "event_types": types})
 
 
-def _q(eng, sql: str, **kw):  # noqa: ANN001, ANN003, ANN202
+def _q(eng, sql: str, **kw):
     with eng.begin() as conn:
         res = conn.execute(text(sql), kw)
         return res.all() if res.returns_rows else []
 
 
-def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(out) -> None:  # noqa: ANN001
+def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(out) -> None:
     # a closed port: deliveries fail before sending and stay retryable (nothing listens on 127.0.0.1:1)
     sub = _sub(out, "http://127.0.0.1:1/hook", ["workflow.*", "task.*"])
     iid = start(out, NS, publish(out, NS, DOC), {})["id"]
     complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
     ran = run_jobs(out, queue=OUT, limit=2)
     assert [t for t, _ in ran] == ["event_dispatch", "event_dispatch"]
-    wanted = _q(out, "SELECT id FROM workflow_events WHERE instance_id = :i AND (type LIKE 'workflow.%' "
-                "OR type LIKE 'task.%')", i=iid)  # fmt: skip
+    wanted = _q(
+        out,
+        "SELECT id FROM workflow_events WHERE instance_id = :i AND (type LIKE 'workflow.%' "
+        "OR type LIKE 'task.%')",
+        i=iid,
+    )
     pairs = _q(out, "SELECT event_id FROM webhook_deliveries WHERE subscription_id = :s", s=sub["id"])
     assert sorted(p[0] for p in pairs) == sorted(w[0] for w in wanted)
     # the dispatch jobs run again (a replay, or a worker killed before settling): nothing new
@@ -70,7 +81,7 @@ def test_one_delivery_per_event_and_subscription_even_when_dispatch_runs_again(o
     assert len(_q(out, "SELECT 1 FROM workflow_jobs WHERE type = 'webhook_delivery'")) == len(wanted)
 
 
-def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> None:  # noqa: ANN001
+def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> None:
     kept = _sub(out, "http://127.0.0.1:1/a", ["workflow.started"])
     gone = _sub(out, "http://127.0.0.1:1/b", ["workflow.started"])
     start(out, NS, publish(out, NS, DOC), {})
@@ -80,14 +91,17 @@ def test_disabled_or_deleted_subscription_at_delivery_time_is_skipped(out) -> No
         subscriptions.delete(conn, _principal(), None, gone["id"])
     ran = run_jobs(out, queue=OUT, limit=5)
     assert sorted(k for _, k in ran) == ["skipped", "skipped"]
-    attempts = _q(out, "SELECT e.status FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id "
-                  "WHERE j.type = 'webhook_delivery'")  # fmt: skip
+    attempts = _q(
+        out,
+        "SELECT e.status FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id "
+        "WHERE j.type = 'webhook_delivery'",
+    )
     assert [a[0] for a in attempts] == ["skipped", "skipped"]
     [(status,)] = _q(out, "SELECT status FROM webhook_deliveries WHERE subscription_id = :s", s=kept["id"])
     assert status == "skipped"
 
 
-def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypatch) -> None:  # noqa: ANN001
+def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypatch) -> None:
     monkeypatch.setenv("LEDGERFLOW_WEBHOOK_DISABLE_AFTER", "3")
     sub = _sub(out, "http://127.0.0.1:1/down", ["workflow.*", "task.*", "step.*"])
     start(out, NS, publish(out, NS, DOC), {})
@@ -102,16 +116,27 @@ def test_consecutive_failures_disable_the_subscription_and_say_why(out, monkeypa
     assert again["enabled"] and again["consecutive_failures"] == 0 and again["disabled_reason"] is None
 
 
-def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None:  # noqa: ANN001
+def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None:
     parent_def, child_def = publish(out, NS, DOC), publish(out, NS, DOC)
     with transaction(out) as conn:
-        rule = automation.create_rule(conn, _principal(), None, {
-            "name": "follow-up", "event_type": "workflow.succeeded", "definition_id": parent_def,
-            "conditions": [{"path": "data.instance.state", "op": "eq", "value": "SUCCEEDED"}],
-            "action": {"kind": "start_workflow", "definition_id": child_def, "version": "v1",
-                       "input": {"parent": "$.event.workflow_id", "missing": "$.event.data.nope"},
-                       "business_key": "$.event.id"},
-        })  # fmt: skip
+        rule = automation.create_rule(
+            conn,
+            _principal(),
+            None,
+            {
+                "name": "follow-up",
+                "event_type": "workflow.succeeded",
+                "definition_id": parent_def,
+                "conditions": [{"path": "data.instance.state", "op": "eq", "value": "SUCCEEDED"}],
+                "action": {
+                    "kind": "start_workflow",
+                    "definition_id": child_def,
+                    "version": "v1",
+                    "input": {"parent": "$.event.workflow_id", "missing": "$.event.data.nope"},
+                    "business_key": "$.event.id",
+                },
+            },
+        )
     parent = start(out, NS, parent_def, {})["id"]
     complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
     run_jobs(out, queue=OUT, limit=10)
@@ -123,8 +148,11 @@ def test_a_rule_starts_exactly_one_workflow_per_event_under_retries(out) -> None
     assert child_input == {"parent": parent}
     # every retry / replay of the action and of the dispatch: still one child
     for _ in range(2):
-        _q(out, "UPDATE workflow_jobs SET status = 'pending', run_at = now() "
-           "WHERE type IN ('automation_action', 'event_dispatch')")  # fmt: skip
+        _q(
+            out,
+            "UPDATE workflow_jobs SET status = 'pending', run_at = now() "
+            "WHERE type IN ('automation_action', 'event_dispatch')",
+        )
         run_jobs(out, queue=OUT, limit=20)
     assert len(children()) == 1
     [(status, result)] = _q(
@@ -150,7 +178,7 @@ def test_patterns_and_conditions() -> None:
     assert conditions_hold([{"path": "data.nope", "op": "exists", "value": False}], doc)
 
 
-def test_pages_of_subscriptions_and_deliveries(out) -> None:  # noqa: ANN001
+def test_pages_of_subscriptions_and_deliveries(out) -> None:
     subs = [_sub(out, f"http://127.0.0.1:1/{i}", ["workflow.started", "task.created"]) for i in range(3)]
     start(out, NS, publish(out, NS, DOC), {})
     run_jobs(out, queue=OUT, limit=1)
@@ -165,17 +193,23 @@ def test_pages_of_subscriptions_and_deliveries(out) -> None:  # noqa: ANN001
     assert "next_cursor" not in log2
 
 
-def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa: ANN001
+def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:
     from ledgerflow.client import verify_webhook
     from tests.web.webhook_receiver import start_receiver
 
     receiver = start_receiver()
     try:
         with transaction(out) as conn:
-            rule = automation.create_rule(conn, _principal(), None, {
-                "name": "notify", "event_type": "workflow.started",
-                "action": {"kind": "http", "url": receiver.url("/ok")},
-            })  # fmt: skip
+            rule = automation.create_rule(
+                conn,
+                _principal(),
+                None,
+                {
+                    "name": "notify",
+                    "event_type": "workflow.started",
+                    "action": {"kind": "http", "url": receiver.url("/ok")},
+                },
+            )
         start(out, NS, publish(out, NS, DOC), {})
         run_jobs(out, queue=OUT, limit=5)
         [got] = receiver.received("/ok")
@@ -193,16 +227,29 @@ def test_http_action_is_signed_and_update_rechecks_the_url(out) -> None:  # noqa
     assert changed["event_types"] == ["step.*"] and changed["revision"] == 2
 
 
-def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: ANN001
+def test_a_signal_action_sends_one_signal_under_retries(out) -> None:
     waiter = start(out, NS, publish(out, NS, SIGNAL_DOC), {"order": "o-1"})["id"]
     source_def = publish(out, NS, DOC)
     with transaction(out) as conn:
-        automation.create_rule(conn, _principal(), None, {
-            "name": "tell", "event_type": "workflow.succeeded", "definition_id": source_def,
-            "action": {"kind": "signal", "workflow_id": waiter, "name": "done", "payload_version": "v1",
-                       "target_step_key": "receipt", "correlation_key": "o-1",
-                       "payload": {"from": "$.event.workflow_id"}},
-        })  # fmt: skip
+        automation.create_rule(
+            conn,
+            _principal(),
+            None,
+            {
+                "name": "tell",
+                "event_type": "workflow.succeeded",
+                "definition_id": source_def,
+                "action": {
+                    "kind": "signal",
+                    "workflow_id": waiter,
+                    "name": "done",
+                    "payload_version": "v1",
+                    "target_step_key": "receipt",
+                    "correlation_key": "o-1",
+                    "payload": {"from": "$.event.workflow_id"},
+                },
+            },
+        )
     source = start(out, NS, source_def, {})["id"]
     complete_task(out, NS, claim_task(out, NS, "int-q"), {"ok": True})
     run_jobs(out, queue=OUT, limit=10)
@@ -212,7 +259,7 @@ def test_a_signal_action_sends_one_signal_under_retries(out) -> None:  # noqa: A
     assert sigs == [("CONSUMED", {"from": source})]
 
 
-def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(out) -> None:  # noqa: ANN001
+def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(out) -> None:
     from datetime import timedelta
 
     from app.db import db_now
@@ -225,8 +272,12 @@ def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(
         gone = _sub(out, receiver.url("/gone"), ["workflow.started"])
         start(out, NS, publish(out, NS, DOC), {})
         run_jobs(out, queue=OUT, limit=3)  # dispatch, then one attempt each
-        [(wait_s,)] = _q(out, "SELECT extract(epoch FROM j.run_at - now()) FROM webhook_deliveries d "
-                         "JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :s", s=busy["id"])  # fmt: skip
+        [(wait_s,)] = _q(
+            out,
+            "SELECT extract(epoch FROM j.run_at - now()) FROM webhook_deliveries d "
+            "JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :s",
+            s=busy["id"],
+        )
         assert 100 < float(wait_s) <= 120  # Retry-After: 120 wins over the 30 s backoff
         with out.connect() as conn:
             [dead] = subscriptions.deliveries(conn, NS, gone["id"], 10, None)["items"]
@@ -235,8 +286,12 @@ def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(
             since = db_now(conn) - timedelta(minutes=5)
             done = subscriptions.redeliver_since(conn, Actor(_principal(), None), gone["id"], since)
         assert done["submitted"] == 1
-        [(job_status,)] = _q(out, "SELECT j.status FROM webhook_deliveries d JOIN workflow_jobs j ON j.id = d.job_id "
-                             "WHERE d.subscription_id = :s", s=gone["id"])  # fmt: skip
+        [(job_status,)] = _q(
+            out,
+            "SELECT j.status FROM webhook_deliveries d JOIN workflow_jobs j ON j.id = d.job_id "
+            "WHERE d.subscription_id = :s",
+            s=gone["id"],
+        )
         assert job_status == "pending"
     finally:
         receiver.close()

@@ -43,7 +43,7 @@ FROM workflow_quota_counts WHERE namespace_id = :ns
 """
 
 
-def _assert_counts_match(eng, ns: str) -> dict:  # noqa: ANN001
+def _assert_counts_match(eng, ns: str) -> dict:
     with eng.connect() as conn:
         truth = dict(conn.execute(text(_RECOUNT), {"ns": ns}).one()._mapping)
         kept = dict(conn.execute(text(_COUNTERS), {"ns": ns}).one()._mapping)
@@ -53,7 +53,7 @@ def _assert_counts_match(eng, ns: str) -> dict:  # noqa: ANN001
     return truth
 
 
-def test_counts_follow_every_move_of_instances_and_tasks(eng):  # noqa: ANN001
+def test_counts_follow_every_move_of_instances_and_tasks(eng):
     ns = "ns-" + new_id()[:8]
     def_id = publish(eng, ns, TWO_QUEUES)
     rng = random.Random(16)
@@ -84,7 +84,7 @@ def test_counts_follow_every_move_of_instances_and_tasks(eng):  # noqa: ANN001
     assert truth["unfinished"] > 0 and truth["open_tasks"] > 0  # the walk left work open
 
 
-def test_a_rolled_back_start_adds_nothing(eng):  # noqa: ANN001
+def test_a_rolled_back_start_adds_nothing(eng):
     ns = "ns-" + new_id()[:8]
     def_id = publish(eng, ns, TWO_QUEUES)
     start(eng, ns, def_id, {})
@@ -98,7 +98,7 @@ def test_a_rolled_back_start_adds_nothing(eng):  # noqa: ANN001
     assert _assert_counts_match(eng, ns)["unfinished"] == 1
 
 
-def test_the_check_reads_the_counters_not_the_rows(eng, monkeypatch):  # noqa: ANN001
+def test_the_check_reads_the_counters_not_the_rows(eng, monkeypatch):
     """The instance cap is enforced from the counters: a namespace whose counters say it is full is
     refused even with no instance rows, and rows the counters do not know about are not counted."""
     ns = "ns-" + new_id()[:8]
@@ -119,7 +119,7 @@ def test_the_check_reads_the_counters_not_the_rows(eng, monkeypatch):  # noqa: A
         start(eng, ns, def_id, {})
 
 
-def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
+def test_drift_is_found_and_repaired(eng):
     """A write that bypasses the engine (here a TRUNCATE of the counters) is what ``ledgerflow doctor``
     reports, and ``ledgerflow db repair-quota-counts`` recounts from the rows."""
     from click.testing import CliRunner
@@ -150,20 +150,29 @@ def test_drift_is_found_and_repaired(eng):  # noqa: ANN001
         assert quotas.drift(conn) == []
 
 
-def test_a_task_step_that_opens_the_next_task_on_its_queue_writes_no_count(eng):  # noqa: ANN001
+def test_a_task_step_that_opens_the_next_task_on_its_queue_writes_no_count(eng):
     """The counts are written once per transaction, and not at all when its changes cancel out:
     completing task ``a`` opens ``b`` on the same queue (open tasks -1 +1); a claim changes no count.
     Unchanged row versions (``xmin``) of the namespace's count rows show that nothing was written."""
-    same_queue = {**TWO_QUEUES, "steps": [{**TWO_QUEUES["steps"][0], "queue": "qc.same"},
-                                          {**TWO_QUEUES["steps"][1], "queue": "qc.same"}]}  # fmt: skip
+    same_queue = {
+        **TWO_QUEUES,
+        "steps": [
+            {**TWO_QUEUES["steps"][0], "queue": "qc.same"},
+            {**TWO_QUEUES["steps"][1], "queue": "qc.same"},
+        ],
+    }
     ns = "ns-" + new_id()[:8]
     def_id = publish(eng, ns, same_queue)
     start(eng, ns, def_id, {})
 
     def versions() -> set:
         with eng.connect() as conn:
-            return set(conn.execute(text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
-                                    {"ns": ns}).all())  # fmt: skip
+            return set(
+                conn.execute(
+                    text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
+                    {"ns": ns},
+                ).all()
+            )
 
     before = versions()
     task = claim_task(eng, ns, "qc.same")

@@ -32,49 +32,55 @@ def principal(ns: str = NS) -> Principal:
 
 
 @pytest.fixture
-def sched(eng):  # noqa: ANN001, ANN201
+def sched(eng):
     handlers.register("schedule_launch", schedule_jobs.schedule_launch, replace=True)
     with eng.begin() as conn:
         conn.execute(text("TRUNCATE workflow_schedules, workflow_schedule_fires, operation_audit CASCADE"))
     return eng
 
 
-def create(eng, def_id: str, **kw) -> dict:  # noqa: ANN001, ANN003
-    body = {"name": "s-" + new_id()[:8], "definition_id": def_id, "version": "v1", "input": {"region": "eu"},
-            "interval_seconds": 60, **kw}  # fmt: skip
+def create(eng, def_id: str, **kw) -> dict:
+    body = {
+        "name": "s-" + new_id()[:8],
+        "definition_id": def_id,
+        "version": "v1",
+        "input": {"region": "eu"},
+        "interval_seconds": 60,
+        **kw,
+    }
     with transaction(eng) as conn:
         return schedules.create_schedule(conn, principal(), body)
 
 
-def backdate(eng, sid: str, seconds: float) -> None:  # noqa: ANN001
+def backdate(eng, sid: str, seconds: float) -> None:
     """Time travel: the schedule's anchor and next fire time move ``seconds`` into the past."""
     with eng.begin() as conn:
         conn.execute(
             text(
                 "UPDATE workflow_schedules SET anchor_at = anchor_at - make_interval(secs => :s), "
                 "next_fire_at = next_fire_at - make_interval(secs => :s) WHERE id = :id"
-            ),  # fmt: skip
+            ),
             {"id": sid, "s": seconds},
         )
 
 
-def tick(eng) -> list:  # noqa: ANN001
+def tick(eng) -> list:
     with transaction(eng) as conn:
         return schedules.tick(conn)
 
 
-def fires(eng, sid: str) -> list:  # noqa: ANN001
+def fires(eng, sid: str) -> list:
     with eng.connect() as conn:
         return conn.execute(
             text(
                 "SELECT f.*, i.schedule_id AS i_sched, i.schedule_fire_at AS i_fire FROM workflow_schedule_fires f "
                 "LEFT JOIN workflow_instances i ON i.id = f.instance_id WHERE f.schedule_id = :s ORDER BY f.created_at"
-            ),  # fmt: skip
+            ),
             {"s": sid},
         ).all()
 
 
-def test_create_validates_and_names_the_field(sched) -> None:  # noqa: ANN001
+def test_create_validates_and_names_the_field(sched) -> None:
     def_id = publish(sched, NS, DOC)
     cases = [
         ({"cron": "61 * * * *", "interval_seconds": None}, "cron"),
@@ -94,7 +100,7 @@ def test_create_validates_and_names_the_field(sched) -> None:  # noqa: ANN001
     assert view["next_fire_times"][0] == view["next_fire_at"]
 
 
-def test_tick_coalesces_missed_periods_into_one_launch(sched) -> None:  # noqa: ANN001
+def test_tick_coalesces_missed_periods_into_one_launch(sched) -> None:
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id, fire_time_field="fired_at")
     assert tick(sched) == []  # nothing due yet
@@ -119,7 +125,7 @@ def test_tick_coalesces_missed_periods_into_one_launch(sched) -> None:  # noqa: 
     assert actions[1].after["skipped_missed"] == 4 and actions[1].after["status"] == "LAUNCHED"
 
 
-def test_one_fire_time_starts_one_instance_even_when_handed_out_twice(sched) -> None:  # noqa: ANN001
+def test_one_fire_time_starts_one_instance_even_when_handed_out_twice(sched) -> None:
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id, overlap="allow")
     backdate(sched, s["id"], 61)
@@ -140,7 +146,7 @@ def test_one_fire_time_starts_one_instance_even_when_handed_out_twice(sched) -> 
     # the same fire time handed out again (a replayed tick): the job's idempotency key dedups it ...
     with transaction(sched) as conn:
         s_row = schedules.read_schedule(conn, NS, s["id"])
-        again = schedules._enqueue_launch(conn, s_row, results[0]["fire_at"], "SCHEDULED", 0, False)  # noqa: SLF001
+        again = schedules._enqueue_launch(conn, s_row, results[0]["fire_at"], "SCHEDULED", 0, False)
     assert not again.created
     # ... and even a second job for it (different key) starts nothing: the fire row is unique
     with transaction(sched) as conn:
@@ -149,7 +155,7 @@ def test_one_fire_time_starts_one_instance_even_when_handed_out_twice(sched) -> 
                 "UPDATE workflow_jobs SET idempotency_key = 'x', operation_key = 'x' WHERE type = 'schedule_launch'"
             )
         )
-        schedules._enqueue_launch(conn, s_row, results[0]["fire_at"], "SCHEDULED", 0, False)  # noqa: SLF001
+        schedules._enqueue_launch(conn, s_row, results[0]["fire_at"], "SCHEDULED", 0, False)
     outcomes = run_jobs(sched, queue="workflow-ledger")
     assert sorted(o for _, o in outcomes) == ["skipped", "succeeded"]
     assert len(fires(sched, s["id"])) == 1
@@ -160,14 +166,14 @@ def test_one_fire_time_starts_one_instance_even_when_handed_out_twice(sched) -> 
         assert n.scalar() == 1
 
 
-def _fire_once(eng, sid: str) -> None:  # noqa: ANN001
+def _fire_once(eng, sid: str) -> None:
     # 61 s: every call lands on a different absolute fire time (60 s would repeat the previous one)
     backdate(eng, sid, 61)
     assert len(tick(eng)) == 1
     run_jobs(eng, queue="workflow-ledger")
 
 
-def test_overlap_policies(sched) -> None:  # noqa: ANN001
+def test_overlap_policies(sched) -> None:
     def_id = publish(sched, NS, DOC)
     skip = create(sched, def_id)  # default: skip
     _fire_once(sched, skip["id"])
@@ -186,12 +192,15 @@ def test_overlap_policies(sched) -> None:  # noqa: ANN001
     first, second = fires(sched, cancel["id"])
     assert first.status == second.status == "LAUNCHED"
     with sched.connect() as conn:
-        states = dict(conn.execute(text("SELECT id, state FROM workflow_instances WHERE schedule_id = :s"),
-                                   {"s": cancel["id"]}).all())  # fmt: skip
+        states = dict(
+            conn.execute(
+                text("SELECT id, state FROM workflow_instances WHERE schedule_id = :s"), {"s": cancel["id"]}
+            ).all()
+        )
     assert states[first.instance_id] == "CANCELLED" and states[second.instance_id] == "RUNNING"
 
 
-def test_quota_refusal_is_a_skipped_fire_with_the_reason(sched, monkeypatch) -> None:  # noqa: ANN001
+def test_quota_refusal_is_a_skipped_fire_with_the_reason(sched, monkeypatch) -> None:
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id, overlap="allow")
     monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "0")  # every queue is full
@@ -205,7 +214,7 @@ def test_quota_refusal_is_a_skipped_fire_with_the_reason(sched, monkeypatch) -> 
         ).scalar() == ("succeeded")
 
 
-def test_pause_resume_coalesces_and_says_how_many_were_missed(sched) -> None:  # noqa: ANN001
+def test_pause_resume_coalesces_and_says_how_many_were_missed(sched) -> None:
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id)
     with transaction(sched) as conn:
@@ -228,16 +237,19 @@ def test_pause_resume_coalesces_and_says_how_many_were_missed(sched) -> None:  #
     assert launched["job_id"]
 
 
-def _launch_payloads(eng, sid: str) -> list[tuple[str, int]]:  # noqa: ANN001
+def _launch_payloads(eng, sid: str) -> list[tuple[str, int]]:
     with eng.connect() as conn:
         rows = conn.execute(
-            text("SELECT payload FROM workflow_jobs WHERE type = 'schedule_launch' AND payload->>'schedule_id' = :s "
-                 "ORDER BY id"), {"s": sid},
-        ).scalars()  # fmt: skip
+            text(
+                "SELECT payload FROM workflow_jobs WHERE type = 'schedule_launch' AND payload->>'schedule_id' = :s "
+                "ORDER BY id"
+            ),
+            {"s": sid},
+        ).scalars()
         return [(p["fire_at"], p["skipped"]) for p in rows]
 
 
-def test_resuming_just_before_a_fire_time_launches_the_fire_time_it_names(sched) -> None:  # noqa: ANN001
+def test_resuming_just_before_a_fire_time_launches_the_fire_time_it_names(sched) -> None:
     """resumed about a second before a fire time, the answer named a missed fire time that
     never launched: the next tick, after that fire time, folded it in and launched the later one."""
     def_id = publish(sched, NS, DOC)
@@ -255,7 +267,7 @@ def test_resuming_just_before_a_fire_time_launches_the_fire_time_it_names(sched)
     assert len(launched) == 2 and launched[1] > launched[0]  # the next fire time launches on its own
 
 
-def test_update_rule_restarts_counting_and_delete_skips_queued_launches(sched) -> None:  # noqa: ANN001
+def test_update_rule_restarts_counting_and_delete_skips_queued_launches(sched) -> None:
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id)
     with transaction(sched) as conn:
@@ -277,7 +289,7 @@ def _t(values: list[str]) -> list:
     return [datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values]
 
 
-def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
+def test_cli_schedules_commands(sched) -> None:
     import json
 
     from click.testing import CliRunner
@@ -290,15 +302,56 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
         ns_id = ensure_namespace(conn, ns)
     def_id = publish(sched, ns_id, DOC)
     with transaction(sched) as conn:
-        token = create_credential(conn, namespace=ns, name="op", scopes=[Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START,
-                                                                         Scope.TASKS_SUBMIT]).token  # fmt: skip
+        token = create_credential(
+            conn,
+            namespace=ns,
+            name="op",
+            scopes=[Scope.WORKFLOWS_READ, Scope.WORKFLOWS_START, Scope.TASKS_SUBMIT],
+        ).token
     env = {"LEDGERFLOW_TOKEN": token}
     run = CliRunner().invoke
-    bad = run(main, ["schedules", "create", "--name", "x", "--definition-id", def_id, "--version", "v1",
-                     "--input", '{"region": "eu"}', "--cron", "0 8 * * *", "--timezone", "Nowhere/X"], env=env)  # fmt: skip
+    bad = run(
+        main,
+        [
+            "schedules",
+            "create",
+            "--name",
+            "x",
+            "--definition-id",
+            def_id,
+            "--version",
+            "v1",
+            "--input",
+            '{"region": "eu"}',
+            "--cron",
+            "0 8 * * *",
+            "--timezone",
+            "Nowhere/X",
+        ],
+        env=env,
+    )
     assert bad.exit_code == 2 and "timezone" in bad.output  # an invalid argument: 2
-    out = run(main, ["schedules", "create", "--json", "--name", "nightly", "--definition-id", def_id, "--version", "v1",
-                     "--input", '{"region": "eu"}', "--cron", "@daily", "--timezone", "Europe/Berlin"], env=env)  # fmt: skip
+    out = run(
+        main,
+        [
+            "schedules",
+            "create",
+            "--json",
+            "--name",
+            "nightly",
+            "--definition-id",
+            def_id,
+            "--version",
+            "v1",
+            "--input",
+            '{"region": "eu"}',
+            "--cron",
+            "@daily",
+            "--timezone",
+            "Europe/Berlin",
+        ],
+        env=env,
+    )
     assert out.exit_code == 0, out.output
     sid = json.loads(out.output)["id"]
     shown = run(main, ["schedules", "show", sid], env=env)
@@ -317,7 +370,7 @@ def test_cli_schedules_commands(sched) -> None:  # noqa: ANN001
     assert run(main, ["schedules", "delete", "-y", sid], env=env).exit_code == 0
 
 
-def test_fire_history_is_bounded(sched, monkeypatch) -> None:  # noqa: ANN001
+def test_fire_history_is_bounded(sched, monkeypatch) -> None:
     monkeypatch.setattr(schedule_fires, "FIRES_KEPT", 2)
     def_id = publish(sched, NS, DOC)
     s = create(sched, def_id, overlap="allow")

@@ -42,8 +42,14 @@ def _serve(port: int) -> tuple[ThreadingHTTPServer, Receiver]:
     class H(BaseHTTPRequestHandler):
         def _any(self) -> None:
             n = int(self.headers.get("Content-Length") or 0)
-            rec.calls.append({"method": self.command, "path": self.path, "headers": dict(self.headers),
-                              "body": self.rfile.read(n).decode()})  # fmt: skip
+            rec.calls.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers),
+                    "body": self.rfile.read(n).decode(),
+                }
+            )
             raw = rec.reply.encode()
             self.send_response(rec.status)
             self.send_header("Content-Type", "application/json")
@@ -51,9 +57,9 @@ def _serve(port: int) -> tuple[ThreadingHTTPServer, Receiver]:
             self.end_headers()
             self.wfile.write(raw)
 
-        do_POST = do_PUT = do_GET = _any  # noqa: N815
+        do_POST = do_PUT = do_GET = _any
 
-        def log_message(self, *a) -> None:  # noqa: ANN002
+        def log_message(self, *a) -> None:
             pass
 
     srv = ThreadingHTTPServer(("127.0.0.1", port), H)
@@ -76,14 +82,14 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def trig(eng, monkeypatch):  # noqa: ANN001, ANN201
+def trig(eng, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the local receivers
     handlers.register("trigger_dispatch", triggers.trigger_dispatch, replace=True)
     monkeypatch.setattr(outbound, "get_settings", lambda: replace(get_settings(), signing_secret="s3cret"))
     return eng
 
 
-def trigger_doc(url: str, **kw) -> dict:  # noqa: ANN003
+def trigger_doc(url: str, **kw) -> dict:
     return {
         "version": "v1",
         "input_schema": {"type": "object"},
@@ -96,13 +102,13 @@ def trigger_doc(url: str, **kw) -> dict:  # noqa: ANN003
                 "body": {"order": "$.input.order"},
                 "headers": {"X-Tenant": "acme"},
                 **kw,
-            },  # fmt: skip
+            },
         ],
         "output": {"answer": "$.steps.notify.output"},
     }
 
 
-def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:  # noqa: ANN001
+def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 42})["id"]
     assert run_jobs(trig, queue=OUTBOUND) == [("trigger_dispatch", "succeeded")]
@@ -121,13 +127,15 @@ def test_trigger_completes_with_the_receivers_answer(trig, receiver) -> None:  #
     assert run_jobs(trig, queue=OUTBOUND) == [] and len(receiver.calls) == 1
 
 
-def _activation(eng, iid: str) -> str:  # noqa: ANN001
+def _activation(eng, iid: str) -> str:
     with eng.connect() as conn:
-        return conn.execute(text("SELECT activation_id FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
-                            {"i": iid}).scalar()  # fmt: skip
+        return conn.execute(
+            text("SELECT activation_id FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
+            {"i": iid},
+        ).scalar()
 
 
-def test_a_refusal_fails_the_step(trig, receiver) -> None:  # noqa: ANN001
+def test_a_refusal_fails_the_step(trig, receiver) -> None:
     receiver.status, receiver.reply = 422, '{"error": "bad order"}'
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 1})["id"]
@@ -136,12 +144,17 @@ def test_a_refusal_fails_the_step(trig, receiver) -> None:  # noqa: ANN001
     view = instance(trig, iid)
     assert view["state"] == "FAILED" and len(receiver.calls) == 1
     with trig.connect() as conn:
-        err = conn.execute(text("SELECT a.error FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
-                                "WHERE s.instance_id = :i"), {"i": iid}).scalar()  # fmt: skip
+        err = conn.execute(
+            text(
+                "SELECT a.error FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
+                "WHERE s.instance_id = :i"
+            ),
+            {"i": iid},
+        ).scalar()
     assert err["code"] == "TRIGGER_REJECTED" and err["status"] == 422
 
 
-def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -> None:  # noqa: ANN001
+def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -> None:
     receiver.status = 503
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 7})["id"]
@@ -151,21 +164,24 @@ def test_an_unknown_outcome_goes_to_the_dead_letter_and_review(trig, receiver) -
         job = conn.execute(
             text("SELECT status, error_code FROM workflow_jobs WHERE type = 'trigger_dispatch'")
         ).one()
-        step_state = conn.execute(text("SELECT state FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"),
-                                  {"i": iid}).scalar()  # fmt: skip
+        step_state = conn.execute(
+            text("SELECT state FROM workflow_steps WHERE instance_id = :i AND key = 'notify'"), {"i": iid}
+        ).scalar()
     assert (job.status, job.error_code) == ("dead", EXTERNAL_OUTCOME_UNKNOWN)
     assert step_state == "NEEDS_REVIEW" and instance(trig, iid)["state"] == "NEEDS_REVIEW"
     make_due(trig)
     assert run_jobs(trig, queue=OUTBOUND) == [] and len(receiver.calls) == 1  # never re-sent
 
 
-def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:  # noqa: ANN001
+def test_the_drain_path_sends_a_lost_call_to_review(trig, receiver) -> None:
     def_id = publish(trig, NS, trigger_doc(receiver.url))
     iid = start(trig, NS, def_id, {"order": 9})["id"]
     # as the drain leaves a job whose executor was lost after its marker: dead, outcome unknown
     with trig.begin() as conn:
-        conn.execute(text("UPDATE workflow_jobs SET status = 'dead', error_code = :u WHERE type = 'trigger_dispatch'"),
-                     {"u": EXTERNAL_OUTCOME_UNKNOWN})  # fmt: skip
+        conn.execute(
+            text("UPDATE workflow_jobs SET status = 'dead', error_code = :u WHERE type = 'trigger_dispatch'"),
+            {"u": EXTERNAL_OUTCOME_UNKNOWN},
+        )
     with transaction(trig) as conn:
         assert outbound.review_dead_unknown(conn, 100) == 1
     with transaction(trig) as conn:
@@ -186,20 +202,20 @@ def dispatch_doc(url: str) -> dict:
                 "input": {"amount": "$.input.amount"},
                 "dispatch": {"url": url + "/approvals", "headers": {"X-System": "erp"}},
             }
-        ],  # fmt: skip
+        ],
         "output": {"decision": "$.steps.approve.output"},
     }
 
 
 @pytest.fixture
-def disp(trig):  # noqa: ANN001, ANN201
+def disp(trig):
     from app.engine.handlers import dispatch
 
     handlers.register("external_dispatch", dispatch.external_dispatch, replace=True)
     return trig
 
 
-def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, receiver) -> None:  # noqa: ANN001
+def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, receiver) -> None:
     from tests.engine.helpers import claim_task, complete_task
 
     def_id = publish(disp, NS, dispatch_doc(receiver.url))
@@ -220,7 +236,7 @@ def test_external_dispatch_sends_the_task_and_the_system_completes_it(disp, rece
     assert instance(disp, iid)["output"] == {"decision": {"approved": True}}
 
 
-def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, receiver) -> None:  # noqa: ANN001
+def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, receiver) -> None:
     from tests.engine.helpers import claim_task, complete_task
 
     receiver.status = 502
@@ -243,22 +259,25 @@ def test_a_failed_dispatch_is_a_dead_letter_and_the_task_stays_claimable(disp, r
     assert kind.startswith("dead") and instance(disp, iid2)["state"] == "RUNNING"
 
 
-def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:  # noqa: ANN001
+def test_dispatch_target_is_checked_at_publish(monkeypatch) -> None:
     from app.engine.documents import validate_document
 
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     doc = dispatch_doc("http://127.0.0.1:5510")
     validate_document(doc)
-    for bad, name in (({"url": "gopher://x"}, "steps[0].dispatch.url"), ({}, "steps[0].dispatch.url"),
-                       ({"url": "https://x.example", "extra": 1}, "steps[0].dispatch.extra"),
-                       ({"url": "https://x.example", "headers": {"Host": "h"}}, "steps[0].dispatch.headers.Host")):  # fmt: skip
+    for bad, name in (
+        ({"url": "gopher://x"}, "steps[0].dispatch.url"),
+        ({}, "steps[0].dispatch.url"),
+        ({"url": "https://x.example", "extra": 1}, "steps[0].dispatch.extra"),
+        ({"url": "https://x.example", "headers": {"Host": "h"}}, "steps[0].dispatch.headers.Host"),
+    ):
         doc["steps"][0]["dispatch"] = bad
         with pytest.raises(InvalidArgument) as err:
             validate_document(doc)
         assert name in [e.field for e in err.value.field_errors], (bad, err.value.field_errors)
 
 
-def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, receiver, monkeypatch) -> None:  # noqa: ANN001
+def test_a_forbidden_destination_is_refused_at_publish_and_at_delivery(trig, receiver, monkeypatch) -> None:
     """The destination policy of the safe HTTP client (``app.ledger.destinations``) guards TRIGGER and dispatch URLs:
     a cloud metadata address is a 400 naming the field at publish; a URL that became forbidden after
     publishing (the allow-list narrowed) is dead with DESTINATION_FORBIDDEN at delivery."""

@@ -19,7 +19,7 @@ DOC = {
 }
 
 
-def _version_id(engine, def_id: str) -> str:  # noqa: ANN001
+def _version_id(engine, def_id: str) -> str:
     with engine.connect() as conn:
         return conn.execute(
             text("SELECT id FROM workflow_definition_versions WHERE definition_id = :d"), {"d": def_id}
@@ -30,7 +30,7 @@ def test_a_version_document_is_read_once_and_handed_out_as_fresh_objects(eng):
     vid = _version_id(eng, publish(eng, NS, DOC))
     reads: list[str] = []
 
-    def count(conn, cursor, statement, *args):  # noqa: ANN001, ANN002
+    def count(conn, cursor, statement, *args):
         if "FROM workflow_definition_versions" in statement:
             reads.append(statement)
 

@@ -19,7 +19,7 @@ ALL_TABLES = f"{ENGINE_TABLES}, workflow_signals"
 
 
 @pytest.fixture
-def fresh(clean):  # noqa: ANN001, ANN201, F811 - ledger, API and engine tables empty
+def fresh(clean):  # noqa: F811 - ledger, API and engine tables empty
     with clean.begin() as conn:
         conn.execute(text(f"TRUNCATE {ALL_TABLES} RESTART IDENTITY CASCADE"))
     return clean
@@ -29,14 +29,14 @@ def fresh(clean):  # noqa: ANN001, ANN201, F811 - ledger, API and engine tables 
 def handler_registry() -> Iterator[None]:
     from app.ledger import handlers
 
-    saved = dict(handlers._handlers)  # noqa: SLF001
+    saved = dict(handlers._handlers)
     yield
-    handlers._handlers.clear()  # noqa: SLF001
-    handlers._handlers.update(saved)  # noqa: SLF001
+    handlers._handlers.clear()
+    handlers._handlers.update(saved)
 
 
 @pytest.fixture
-def run_pool(engine, settings) -> Callable[..., None]:  # noqa: ANN001
+def run_pool(engine, settings) -> Callable[..., None]:
     """Run an in-process LedgerPool of ``pool`` until ``done()`` (a SQL count condition) holds."""
 
     def _run(pool: str, done: Callable[[], bool], timeout: float = 30.0) -> None:

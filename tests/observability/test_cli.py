@@ -21,24 +21,27 @@ MONITOR, OPERATE = "workflow:instance:monitor", "workflow:engine:operate"
 
 
 @pytest.fixture
-def issue(fresh):  # noqa: ANN001, ANN201
+def issue(fresh):
     def _issue(*scopes: str, namespace: str = "ops", name: str | None = None) -> tuple[str, str]:
         with transaction(fresh) as conn:
             c = create_credential(
-                conn, namespace=namespace, name=name or "op-" + uuid.uuid4().hex[:6], scopes=scopes,
+                conn,
+                namespace=namespace,
+                name=name or "op-" + uuid.uuid4().hex[:6],
+                scopes=scopes,
                 platform=bool({MONITOR, OPERATE} & set(scopes)),  # the crafted jobs belong to no instance
-            )  # fmt: skip
+            )
         return c.token, c.credential_id
 
     return _issue
 
 
-def run(group, args: list[str], token: str | None = None, input: str | None = None):  # noqa: ANN001, A002, ANN201
+def run(group, args: list[str], token: str | None = None, input: str | None = None):
     env = {"LEDGERFLOW_TOKEN": token} if token else {}
     return CliRunner().invoke(group, args, env=env, input=input, catch_exceptions=False)
 
 
-def audit(engine) -> list[dict]:  # noqa: ANN001
+def audit(engine) -> list[dict]:
     with engine.connect() as conn:
         return [
             dict(r._mapping)
@@ -46,7 +49,7 @@ def audit(engine) -> list[dict]:  # noqa: ANN001
         ]
 
 
-def test_reads_as_tables_and_json(fresh, issue, make_job):  # noqa: ANN001
+def test_reads_as_tables_and_json(fresh, issue, make_job):
     token, _ = issue(MONITOR)
     dead = make_job("dead", last_error="connect to 10.0.0.7:5432 refused", attempts=5)
     make_job("dead", last_error="connect to 10.0.0.9:5432 refused", attempts=5)
@@ -71,7 +74,7 @@ def test_reads_as_tables_and_json(fresh, issue, make_job):  # noqa: ANN001
     assert r.exit_code == 2 and "unknown value" in r.output
 
 
-def test_the_api_permission_rules(fresh, issue, make_job):  # noqa: ANN001
+def test_the_api_permission_rules(fresh, issue, make_job):
     job = make_job("dead")
     # one format: `Error: ...` on one line; 2 for a command line that lacks the token, 1 for refusals
     r = run(jobs, ["list"])
@@ -95,7 +98,7 @@ def test_the_api_permission_rules(fresh, issue, make_job):  # noqa: ANN001
     assert audit(fresh) == []
 
 
-def test_retry_and_skip_one_job_ask_first_and_are_audited(fresh, issue, make_job):  # noqa: ANN001
+def test_retry_and_skip_one_job_ask_first_and_are_audited(fresh, issue, make_job):
     token, cred = issue(OPERATE, name="alice")
     job = make_job("dead", attempts=5)
     r = run(jobs, ["retry", str(job), "--reason", "receiver fixed"], token, input="n\n")
@@ -119,7 +122,7 @@ def test_retry_and_skip_one_job_ask_first_and_are_audited(fresh, issue, make_job
     assert [a["action"] for a in audit(fresh)] == ["job.retry", "job.skip"]
 
 
-def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, issue, make_job):  # noqa: ANN001
+def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, issue, make_job):
     token, _ = issue(OPERATE)
     ids = [make_job("failed") for _ in range(5)]
     done = make_job("succeeded")
@@ -133,9 +136,17 @@ def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, i
     assert (out["submitted"], out["skipped_for_state"], out["not_found"]) == (5, 1, 1)
     assert "batch retry" in r.stderr and "7/7" in r.stderr  # the progress bar
     with fresh.connect() as conn:
-        offsets = conn.execute(
-            text("SELECT extract(epoch FROM run_at - min(run_at) OVER ()) FROM workflow_jobs "
-                 "WHERE id = ANY(:ids) ORDER BY run_at"), {"ids": ids}).scalars().all()  # fmt: skip
+        offsets = (
+            conn.execute(
+                text(
+                    "SELECT extract(epoch FROM run_at - min(run_at) OVER ()) FROM workflow_jobs "
+                    "WHERE id = ANY(:ids) ORDER BY run_at"
+                ),
+                {"ids": ids},
+            )
+            .scalars()
+            .all()
+        )
     assert [round(float(o), 1) for o in offsets] == [0.0, 0.1, 0.2, 0.3, 0.4]  # continues across chunks
     rows = audit(fresh)
     assert sorted({a["action"] for a in rows}) == ["job.batch_retry", "jobs.batch_retry"]
@@ -145,7 +156,7 @@ def test_batch_retry_runs_in_chunks_with_a_progress_bar_and_one_stagger(fresh, i
     assert r.exit_code == 0 and "skip: 2 submitted" in r.stdout
 
 
-def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):  # noqa: ANN001
+def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):
     token, _ = issue(OPERATE)
     for i in range(5):
         make_job("dead", last_error=f"timeout after {i} s")
@@ -165,7 +176,7 @@ def test_replay_previews_confirms_and_replays_in_chunks(fresh, issue, make_job):
     assert [a["action"] for a in audit(fresh)].count("jobs.replay") == 2
 
 
-def test_workflow_commands(fresh, issue):  # noqa: ANN001
+def test_workflow_commands(fresh, issue):
     from tests.engine.helpers import SIGNAL_DOC, publish, start
 
     token, cred = issue("workflows:read", "workflows:control", "workflows:signal", namespace="shop")
@@ -192,9 +203,30 @@ def test_workflow_commands(fresh, issue):  # noqa: ANN001
     )  # as the API
     r = run(workflows, ["resume", wid, "--reason", "done", "--yes"], token)
     assert r.exit_code == 0 and "control revision 3" in r.stdout
-    r = run(workflows, ["signal", wid, "--name", "done", "--payload-version", "v1", "--step", "receipt",
-                        "--activation", "1", "--correlation-key", "A-1", "--payload", '{"ok": true}',
-                        "--reason", "verified", "--yes", "--json"], token)  # fmt: skip
+    r = run(
+        workflows,
+        [
+            "signal",
+            wid,
+            "--name",
+            "done",
+            "--payload-version",
+            "v1",
+            "--step",
+            "receipt",
+            "--activation",
+            "1",
+            "--correlation-key",
+            "A-1",
+            "--payload",
+            '{"ok": true}',
+            "--reason",
+            "verified",
+            "--yes",
+            "--json",
+        ],
+        token,
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["signal"]["state"] == "CONSUMED"
     r = run(workflows, ["cancel", wid, "--reason", "too late", "--yes"], token)
@@ -203,7 +235,7 @@ def test_workflow_commands(fresh, issue):  # noqa: ANN001
     assert actions == ["workflow.control.pause", "workflow.control.resume", "signal.accepted"]
 
 
-def test_doctor_reports_what_to_fix(fresh):  # noqa: ANN001
+def test_doctor_reports_what_to_fix(fresh):
     r = CliRunner().invoke(doctor, ["--json"])
     checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["database"]["status"] == "ok" and checks["migrations"]["status"] == "ok"
@@ -214,12 +246,19 @@ def test_doctor_reports_what_to_fix(fresh):  # noqa: ANN001
     )
     assert r.exit_code == 1
     with fresh.begin() as conn:
-        for node, pools, age, skew in (("a" * 32, "{workflow-ledger}", 1, 0), ("b" * 32, "{workflow-ledger-outbound}", 1, 8),
-                                       ("c" * 32, "{workflow-ledger}", 600, 0)):  # fmt: skip
-            conn.execute(text(
-                "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, heartbeat_at, "
-                "node_clock_at) VALUES (:n, 'h', 1, '{worker}', CAST(:p AS text[]), 4, now() - make_interval(secs => :a), "
-                "now() - make_interval(secs => :a) + make_interval(secs => :s))"), {"n": node, "p": pools, "a": age, "s": skew})  # fmt: skip
+        for node, pools, age, skew in (
+            ("a" * 32, "{workflow-ledger}", 1, 0),
+            ("b" * 32, "{workflow-ledger-outbound}", 1, 8),
+            ("c" * 32, "{workflow-ledger}", 600, 0),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, heartbeat_at, "
+                    "node_clock_at) VALUES (:n, 'h', 1, '{worker}', CAST(:p AS text[]), 4, now() - make_interval(secs => :a), "
+                    "now() - make_interval(secs => :a) + make_interval(secs => :s))"
+                ),
+                {"n": node, "p": pools, "a": age, "s": skew},
+            )
     r = CliRunner().invoke(doctor, ["--json"])
     checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["workers advance"]["status"] == "ok" and checks["workers outbound"]["status"] == "ok"
@@ -232,7 +271,7 @@ def test_doctor_reports_what_to_fix(fresh):  # noqa: ANN001
     assert "what to do" in r.stdout and "NTP" in r.stdout
 
 
-def test_doctor_finds_an_invalid_index(fresh):  # noqa: ANN001
+def test_doctor_finds_an_invalid_index(fresh):
     with fresh.begin() as conn:
         if not conn.execute(text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")).scalar():
             pytest.skip("marking an index invalid needs a superuser")

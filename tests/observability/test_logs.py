@@ -35,7 +35,7 @@ def test_json_lines_carry_the_context_and_mask_secrets():
         except RuntimeError:
             log.exception("boom")
     finally:
-        logs._process.clear()  # noqa: SLF001
+        logs._process.clear()
     text = stream.getvalue()
     assert "hunter2" not in text and token not in text and "plain-secret" not in text and "k-123" not in text
     lines = [json.loads(line) for line in text.splitlines()]  # one JSON object per line
@@ -45,8 +45,12 @@ def test_json_lines_carry_the_context_and_mask_secrets():
     assert "postgresql://app:***@db:5432/x" in first["message"]
     assert {"time", "level", "logger", "message"} <= set(first)
     assert (first["job_id"], first["attempt"], first["trace_id"], first["instance_id"], first["node_id"]) == (
-        42, 3, "t" * 32, "i" * 32, "n" * 32,
-    )  # fmt: skip
+        42,
+        3,
+        "t" * 32,
+        "i" * 32,
+        "n" * 32,
+    )
     assert "request_id" not in first
     assert (second["request_id"], second["namespace"], second["job_id"]) == ("req_1", "ops", 42)
     assert "password=***" in second["message"] and "api_key=***" in second["message"]
@@ -63,7 +67,7 @@ def test_console_format_for_people():
     assert not line.startswith("{")
 
 
-def test_format_defaults_to_json_unless_a_terminal(monkeypatch):  # noqa: ANN001
+def test_format_defaults_to_json_unless_a_terminal(monkeypatch):
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -75,7 +79,7 @@ def test_format_defaults_to_json_unless_a_terminal(monkeypatch):  # noqa: ANN001
     assert logs.log_format(Tty()) == "json"
 
 
-def test_web_requests_log_their_request_id_namespace_and_route(client, monitor):  # noqa: ANN001
+def test_web_requests_log_their_request_id_namespace_and_route(client, monitor):
     stream = io.StringIO()
     handler = logs.make_handler(stream, "json")
     access = logging.getLogger("ledgerflow.access")

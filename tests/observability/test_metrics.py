@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from tests.observability.conftest import parse_metrics, scalar, total
 
 
-def _scrape(client, headers) -> dict:  # noqa: ANN001
+def _scrape(client, headers) -> dict:
     LedgerCollector.shared().invalidate()  # ledger facts are cached 5 s per process
     resp = client.get("/metrics", headers=headers)
     assert resp.status_code == 200, resp.data
@@ -28,16 +28,16 @@ def _scrape(client, headers) -> dict:  # noqa: ANN001
     return parse_metrics(resp.get_data(as_text=True))
 
 
-def test_metrics_need_the_monitor_scope(client, token):  # noqa: ANN001
+def test_metrics_need_the_monitor_scope(client, token):
     assert client.get("/metrics").status_code == 401
     other = {"Authorization": "Bearer " + token("workflows:read")}
     assert client.get("/metrics", headers=other).status_code == 403
 
 
-def test_counts_after_a_workload_match_the_ledger(client, monitor, fresh, handler_registry, run_pool):  # noqa: ANN001
+def test_counts_after_a_workload_match_the_ledger(client, monitor, fresh, handler_registry, run_pool):
     handlers.register("delay_wake", lambda ctx: {"ok": True}, replace=True)
 
-    def refuse(ctx):  # noqa: ANN001, ANN202
+    def refuse(ctx):
         raise PermanentError("bad input")
 
     handlers.register("task_timeout", refuse, replace=True)
@@ -85,7 +85,7 @@ def test_counts_after_a_workload_match_the_ledger(client, monitor, fresh, handle
     assert total(after, "ledgerflow_api_requests_total", route="/metrics", method="GET", status="200") >= 1
 
 
-def test_workflow_metrics_come_from_the_ledger(client, monitor, fresh):  # noqa: ANN001
+def test_workflow_metrics_come_from_the_ledger(client, monitor, fresh):
     from sqlalchemy import text
 
     from app.auth import ensure_namespace
@@ -93,8 +93,16 @@ def test_workflow_metrics_come_from_the_ledger(client, monitor, fresh):  # noqa:
 
     with transaction() as conn:
         ns = ensure_namespace(conn, "metrics-wf")
-    def_id = publish(fresh, ns, {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-                                 "steps": [{"key": "t", "kind": "TIMER", "after": [], "delay_seconds": 60}]})  # fmt: skip
+    def_id = publish(
+        fresh,
+        ns,
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": 600,
+            "steps": [{"key": "t", "kind": "TIMER", "after": [], "delay_seconds": 60}],
+        },
+    )
     ids = [start(fresh, ns, def_id, {})["id"] for _ in range(3)]
     with fresh.begin() as conn:
         conn.execute(text("UPDATE workflow_instances SET state = 'FAILED' WHERE id = :i"), {"i": ids[0]})
@@ -119,7 +127,7 @@ print("enqueued", flush=True)
 """
 
 
-def test_all_processes_reach_the_web_scrape(client, monitor, fresh, spawn_worker, tmp_path, monkeypatch):  # noqa: ANN001
+def test_all_processes_reach_the_web_scrape(client, monitor, fresh, spawn_worker, tmp_path, monkeypatch):
     """Multiprocess mode: a worker process and an enqueueing process write their counters to the
     shared directory; the web process's /metrics sums them; the counts match the ledger exactly.
     The worker logs JSON lines carrying node_id / job_id / attempt / trace_id."""
@@ -131,8 +139,12 @@ def test_all_processes_reach_the_web_scrape(client, monitor, fresh, spawn_worker
     out = subprocess.run(
         [sys.executable, "-c", ENQUEUE, ",".join(modes)],
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     deadline = time.monotonic() + 30
     while scalar(fresh, "SELECT count(*) FROM workflow_jobs WHERE finished_at IS NULL"):
@@ -166,7 +178,7 @@ def test_all_processes_reach_the_web_scrape(client, monitor, fresh, spawn_worker
     assert all({"attempt", "trace_id", "time", "level", "logger"} <= set(line) for line in failures)
 
 
-def test_the_grafana_dashboard_queries_only_exposed_metrics(client, monitor, fresh):  # noqa: ANN001
+def test_the_grafana_dashboard_queries_only_exposed_metrics(client, monitor, fresh):
     import json
     import re
 

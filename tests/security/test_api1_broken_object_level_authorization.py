@@ -25,18 +25,21 @@ def _operator(namespace: str, *, platform: bool) -> dict[str, str]:
     return {"Authorization": f"Bearer {issued.token}"}
 
 
-def _timer_job(ops) -> tuple[str, int]:  # noqa: ANN001
+def _timer_job(ops) -> tuple[str, int]:
     wid = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
-    job_id = sql("SELECT id FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
-                 "AND payload->>'wake' = 'timer'", i=wid)[0][0]  # fmt: skip
+    job_id = sql(
+        "SELECT id FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
+        "AND payload->>'wake' = 'timer'",
+        i=wid,
+    )[0][0]
     return wid, job_id
 
 
-def _get(ops, headers: dict, path: str) -> httpx.Response:  # noqa: ANN001
+def _get(ops, headers: dict, path: str) -> httpx.Response:
     return httpx.get(ops.ns.url + PREFIX + path, headers=headers, timeout=10)
 
 
-def _skip(ops, headers: dict, job_id: int) -> httpx.Response:  # noqa: ANN001
+def _skip(ops, headers: dict, job_id: int) -> httpx.Response:
     return httpx.post(
         f"{ops.ns.url}{PREFIX}/jobs/{job_id}/skip",
         json={"reason": "probe"},
@@ -45,7 +48,7 @@ def _skip(ops, headers: dict, job_id: int) -> httpx.Response:  # noqa: ANN001
     )
 
 
-def test_a_namespace_operator_cannot_read_or_touch_another_namespaces_jobs(ops):  # noqa: F811
+def test_a_namespace_operator_cannot_read_or_touch_another_namespaces_jobs(ops):
     wid, job_id = _timer_job(ops)
     other = _operator("other-" + uuid.uuid4().hex[:6], platform=False)
     assert _get(ops, other, f"/jobs/{job_id}").status_code == 404
@@ -58,7 +61,7 @@ def test_a_namespace_operator_cannot_read_or_touch_another_namespaces_jobs(ops):
     assert sql("SELECT status FROM workflow_jobs WHERE id = :i", i=job_id)[0][0] == "pending"
 
 
-def test_a_namespace_operator_reaches_its_own_namespaces_jobs(ops):  # noqa: F811
+def test_a_namespace_operator_reaches_its_own_namespaces_jobs(ops):
     wid, job_id = _timer_job(ops)
     mine = _operator(ops.ns.name, platform=False)
     assert _get(ops, mine, f"/jobs/{job_id}").json()["data"]["instance_id"] == wid
@@ -66,7 +69,7 @@ def test_a_namespace_operator_reaches_its_own_namespaces_jobs(ops):  # noqa: F81
     assert str(job_id) in [j["id"] for j in items] and {j["instance_id"] for j in items} == {wid}
 
 
-def test_a_platform_operator_acts_everywhere_and_is_audited_in_the_jobs_namespace(ops):  # noqa: F811
+def test_a_platform_operator_acts_everywhere_and_is_audited_in_the_jobs_namespace(ops):
     wid, job_id = _timer_job(ops)
     platform = _operator("platform-ops-" + uuid.uuid4().hex[:6], platform=True)
     assert _get(ops, platform, f"/jobs/{job_id}").status_code == 200
@@ -86,7 +89,7 @@ def test_platform_needs_an_operator_switch():
         create_credential(conn, namespace="x", name="w", scopes=[Scope.WORKFLOWS_READ], platform=True)
 
 
-def test_the_operator_cli_applies_the_same_scope(ops):  # noqa: F811
+def test_the_operator_cli_applies_the_same_scope(ops):
     import json
 
     from click.testing import CliRunner

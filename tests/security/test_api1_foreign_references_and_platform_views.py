@@ -16,13 +16,26 @@ from tests.web.wf_live import make_namespace
 
 
 def _rule(url: str, headers: dict, definition_id: str) -> httpx.Response:
-    return httpx.post(url + "/v1/automation-rules", timeout=10, json={
-        "name": "r", "event_type": "workflow.started", "definition_id": definition_id,
-        "action": {"kind": "signal", "workflow_id": "$.event.workflow_id", "name": "n", "payload_version": "v1",
-                   "target_step_key": "t"}}, headers={**headers, "Idempotency-Key": uuid.uuid4().hex})  # fmt: skip
+    return httpx.post(
+        url + "/v1/automation-rules",
+        timeout=10,
+        json={
+            "name": "r",
+            "event_type": "workflow.started",
+            "definition_id": definition_id,
+            "action": {
+                "kind": "signal",
+                "workflow_id": "$.event.workflow_id",
+                "name": "n",
+                "payload_version": "v1",
+                "target_step_key": "t",
+            },
+        },
+        headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+    )
 
 
-def test_a_rules_definition_filter_must_name_a_definition_of_the_namespace(ops, wf_server):  # noqa: ANN001
+def test_a_rules_definition_filter_must_name_a_definition_of_the_namespace(ops, wf_server):
     mine = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 60}]})
     theirs_ns = make_namespace(wf_server)
     theirs = theirs_ns.client().create_definition("d-" + uuid.uuid4().hex[:8])["id"]
@@ -34,12 +47,13 @@ def test_a_rules_definition_filter_must_name_a_definition_of_the_namespace(ops, 
     assert _rule(ops.ns.url, who, mine).status_code == 201
 
 
-def test_metrics_are_a_platform_view_like_the_runtime_status(wf_server):  # noqa: ANN001
+def test_metrics_are_a_platform_view_like_the_runtime_status(wf_server):
     namespace = "tenant-" + uuid.uuid4().hex[:6]
     with transaction() as conn:
         scoped = create_credential(conn, namespace=namespace, name="mon", scopes=[Scope.ENGINE_MONITOR])
-        platform = create_credential(conn, namespace=namespace, name="plat", scopes=[Scope.ENGINE_MONITOR],
-                                     platform=True)  # fmt: skip
+        platform = create_credential(
+            conn, namespace=namespace, name="plat", scopes=[Scope.ENGINE_MONITOR], platform=True
+        )
 
     def get(path: str, token: str) -> httpx.Response:
         return httpx.get(wf_server + path, headers={"Authorization": f"Bearer {token}"}, timeout=10)

@@ -15,14 +15,24 @@ from ledgerflow.credentials_cli import credentials
 from tests.web.wf_ops import sql
 
 
-def _cli(*args: str):  # noqa: ANN202
+def _cli(*args: str):
     return CliRunner().invoke(credentials, list(args), catch_exceptions=False)
 
 
-def test_expiring_platform_credential_is_shown_audited_and_stops_working(wf_server):  # noqa: F811
+def test_expiring_platform_credential_is_shown_audited_and_stops_working(wf_server):
     ns = "auth-" + uuid.uuid4().hex[:6]
-    r = _cli("create", "--namespace", ns, "--name", "ops", "--engine-monitor", "--platform",
-             "--expires-in", "2h", "--json")  # fmt: skip
+    r = _cli(
+        "create",
+        "--namespace",
+        ns,
+        "--name",
+        "ops",
+        "--engine-monitor",
+        "--platform",
+        "--expires-in",
+        "2h",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["platform"] is True and doc["expires_at"]
@@ -36,8 +46,11 @@ def test_expiring_platform_credential_is_shown_audited_and_stops_working(wf_serv
     )
     assert httpx.get(wf_server + "/api/workflows/engine/jobs/summary", headers=headers).status_code == 401
     assert _cli("revoke", doc["credential_id"]).exit_code == 0
-    actions = sql("SELECT action, actor_name, after::text FROM operation_audit WHERE target_id = :i "
-                  "ORDER BY created_at", i=doc["credential_id"])  # fmt: skip
+    actions = sql(
+        "SELECT action, actor_name, after::text FROM operation_audit WHERE target_id = :i "
+        "ORDER BY created_at",
+        i=doc["credential_id"],
+    )
     assert [a[0] for a in actions] == ["credential.issue", "credential.revoke"]
     assert all(a[1].startswith("cli") for a in actions)
     assert doc["token"] not in "".join(a[2] for a in actions)
@@ -54,7 +67,7 @@ def test_platform_without_an_operator_switch_is_refused():
     assert r.exit_code == 2 and "--platform" in r.output
 
 
-def test_the_operation_audit_is_append_only(wf_server):  # noqa: F811
+def test_the_operation_audit_is_append_only(wf_server):
     _cli("create", "--namespace", "audit-" + uuid.uuid4().hex[:6], "--name", "n", "--task-worker")
     with pytest.raises(DBAPIError, match="append-only"):
         sql("UPDATE operation_audit SET reason = 'rewritten'")

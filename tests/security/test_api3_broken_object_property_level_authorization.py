@@ -12,7 +12,7 @@ from tests.security.test_api1_broken_object_level_authorization import PREFIX, _
 from tests.web.wf_ops import sql
 
 
-def _retry(ops, headers: dict, job_id: int, payload: dict) -> httpx.Response:  # noqa: ANN001
+def _retry(ops, headers: dict, job_id: int, payload: dict) -> httpx.Response:
     return httpx.post(
         f"{ops.ns.url}{PREFIX}/jobs/{job_id}/retry",
         json={"payload": payload, "reason": "probe"},
@@ -21,7 +21,7 @@ def _retry(ops, headers: dict, job_id: int, payload: dict) -> httpx.Response:  #
     )
 
 
-def test_engine_job_payload_cannot_be_pointed_at_another_instance(ops):  # noqa: F811
+def test_engine_job_payload_cannot_be_pointed_at_another_instance(ops):
     victim = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
     attacker = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
     job_id, payload = sql(
@@ -38,14 +38,16 @@ def test_engine_job_payload_cannot_be_pointed_at_another_instance(ops):  # noqa:
     assert _retry(ops, headers, job_id, payload).status_code == 200
 
 
-def test_integration_payload_keeps_its_identity_fields(ops):  # noqa: F811
+def test_integration_payload_keeps_its_identity_fields(ops):
     wid = ops.start(ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]}))
     job_id = sql(
         "INSERT INTO workflow_jobs (type, queue, status, instance_id, max_attempts, operation_key, trace_id, "
         "payload, finished_at) VALUES ('external_dispatch', 'workflow-ledger-outbound', 'dead', :i, 3, :op, 't', "
         "CAST(:p AS jsonb), now()) RETURNING id",
-        i=wid, op=uuid.uuid4().hex, p='{"instance_id": "' + wid + '", "amount": 1}',
-    )[0][0]  # fmt: skip
+        i=wid,
+        op=uuid.uuid4().hex,
+        p='{"instance_id": "' + wid + '", "amount": 1}',
+    )[0][0]
     headers = _operator(ops.ns.name, platform=False)
     r = _retry(ops, headers, job_id, {"instance_id": "f" * 32, "amount": 1})
     assert r.status_code == 400 and "instance_id" in r.json()["errors"][0]["message"]

@@ -19,7 +19,7 @@ SHOWN = "http://***@127.0.0.1:1/hook?token=***&tenant=***"
 
 
 @pytest.fixture(autouse=True)
-def _loopback_receivers(monkeypatch):  # noqa: ANN001, ANN202 - the live server runs in this process
+def _loopback_receivers(monkeypatch):  # the live server runs in this process
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
 
 
@@ -28,26 +28,37 @@ def _post(ops: Ops, who: Author, path: str, body: dict, key: str | None = None) 
     return httpx.post(ops.ns.url + path, json=body, headers=headers, timeout=10)
 
 
-def test_a_rules_http_url_is_redacted_in_every_view_and_the_audit(ops):  # noqa: ANN001
+def test_a_rules_http_url_is_redacted_in_every_view_and_the_audit(ops):
     who = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
-    created = _post(ops, who, "/v1/automation-rules", {
-        "name": "notify", "event_type": "workflow.started", "action": {"kind": "http", "url": SECRET_URL}})  # fmt: skip
+    created = _post(
+        ops,
+        who,
+        "/v1/automation-rules",
+        {"name": "notify", "event_type": "workflow.started", "action": {"kind": "http", "url": SECRET_URL}},
+    )
     assert created.status_code == 201, created.text
     rule = created.json()["data"]
     shown = [rule["action"]["url"]]
-    shown.append(httpx.get(f"{ops.ns.url}/v1/automation-rules/{rule['id']}", headers=who.headers).json()["data"]
-                 ["action"]["url"])  # fmt: skip
-    shown += [r["action"]["url"] for r in httpx.get(f"{ops.ns.url}/v1/automation-rules", headers=who.headers)
-              .json()["data"]["items"]]  # fmt: skip
-    [(audit,)] = sql("SELECT after::text FROM operation_audit WHERE target_id = :r AND action = "
-                     "'automation_rule.create'", r=rule["id"])  # fmt: skip
+    shown.append(
+        httpx.get(f"{ops.ns.url}/v1/automation-rules/{rule['id']}", headers=who.headers).json()["data"][
+            "action"
+        ]["url"]
+    )
+    shown += [
+        r["action"]["url"]
+        for r in httpx.get(f"{ops.ns.url}/v1/automation-rules", headers=who.headers).json()["data"]["items"]
+    ]
+    [(audit,)] = sql(
+        "SELECT after::text FROM operation_audit WHERE target_id = :r AND action = 'automation_rule.create'",
+        r=rule["id"],
+    )
     assert shown == [SHOWN, SHOWN, SHOWN]
     assert "hunter2" not in audit and "abc123" not in audit and SHOWN in audit
     # the rule itself still calls the URL it was given
     assert sql("SELECT action->>'url' FROM automation_rules WHERE id = :r", r=rule["id"])[0][0] == SECRET_URL
 
 
-def test_a_subscriptions_secret_is_never_replayed_to_another_credential(ops):  # noqa: ANN001
+def test_a_subscriptions_secret_is_never_replayed_to_another_credential(ops):
     alice = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     bob = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     body = {"url": "http://127.0.0.1:1/hook", "event_types": ["*"]}
@@ -72,7 +83,7 @@ def test_a_subscriptions_secret_is_never_replayed_to_another_credential(ops):  #
     assert new_secret not in replayed_to_bob.text
 
 
-def test_a_rules_signing_secret_is_never_replayed_to_another_credential(ops):  # noqa: ANN001
+def test_a_rules_signing_secret_is_never_replayed_to_another_credential(ops):
     alice = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     bob = author(ops.ns.name, [Scope.INTEGRATIONS_MANAGE])
     body = {

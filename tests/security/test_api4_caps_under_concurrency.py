@@ -23,7 +23,7 @@ PARALLEL = 16
 
 
 @pytest.fixture(autouse=True)
-def _loopback_receivers(monkeypatch):  # noqa: ANN001, ANN202 - the live server runs in this process
+def _loopback_receivers(monkeypatch):  # the live server runs in this process
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
 
 
@@ -35,18 +35,31 @@ def _fill(ops: Ops, kind: str, n: int, def_id: str) -> None:
     """``n`` rows of ``kind`` in the namespace, written directly (the cap is what is under test)."""
     ns = _ns_id(ops)
     if kind == "automation_rules":
-        sql("INSERT INTO automation_rules (id, namespace_id, name, event_type, conditions, action, enabled) "
+        sql(
+            "INSERT INTO automation_rules (id, namespace_id, name, event_type, conditions, action, enabled) "
             "SELECT md5(random()::text), :ns, 'f' || g, 'workflow.started', '[]', '{\"kind\": \"http\", "
-            "\"url\": \"http://127.0.0.1:1/\"}', false FROM generate_series(1, :n) g", ns=ns, n=n)  # fmt: skip
+            '"url": "http://127.0.0.1:1/"}\', false FROM generate_series(1, :n) g',
+            ns=ns,
+            n=n,
+        )
     elif kind == "event_subscriptions":
-        sql("INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret, enabled) "
+        sql(
+            "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret, enabled) "
             "SELECT md5(random()::text), :ns, 'http://127.0.0.1:1/', ARRAY['*'], 'whsec_x', false "
-            "FROM generate_series(1, :n) g", ns=ns, n=n)  # fmt: skip
+            "FROM generate_series(1, :n) g",
+            ns=ns,
+            n=n,
+        )
     else:
-        sql("INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, "
+        sql(
+            "INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, "
             "interval_seconds, anchor_at, paused, next_fire_at, created_by) SELECT md5(random()::text), :ns, "
             "'f' || g, :d, 'v1', '{}', 3600, now(), true, now() + interval '1 hour', 'x' "
-            "FROM generate_series(1, :n) g", ns=ns, n=n, d=def_id)  # fmt: skip
+            "FROM generate_series(1, :n) g",
+            ns=ns,
+            n=n,
+            d=def_id,
+        )
 
 
 def _count(ops: Ops, table: str) -> int:
@@ -54,26 +67,48 @@ def _count(ops: Ops, table: str) -> int:
 
 
 CASES = {
-    "automation_rules": (100, "/v1/automation-rules", lambda d, i: {
-        "name": f"r{i}", "event_type": "workflow.started",
-        "action": {"kind": "start_workflow", "definition_id": d, "version": "v1", "input": {}}}),
-    "event_subscriptions": (100, "/v1/event-subscriptions", lambda d, i: {
-        "url": f"http://127.0.0.1:1/{i}", "event_types": ["*"]}),
-    "workflow_schedules": (1000, "/v1/schedules", lambda d, i: {
-        "name": f"s{i}", "definition_id": d, "version": "v1", "input": {}, "interval_seconds": 3600}),
-}  # fmt: skip
+    "automation_rules": (
+        100,
+        "/v1/automation-rules",
+        lambda d, i: {
+            "name": f"r{i}",
+            "event_type": "workflow.started",
+            "action": {"kind": "start_workflow", "definition_id": d, "version": "v1", "input": {}},
+        },
+    ),
+    "event_subscriptions": (
+        100,
+        "/v1/event-subscriptions",
+        lambda d, i: {"url": f"http://127.0.0.1:1/{i}", "event_types": ["*"]},
+    ),
+    "workflow_schedules": (
+        1000,
+        "/v1/schedules",
+        lambda d, i: {
+            "name": f"s{i}",
+            "definition_id": d,
+            "version": "v1",
+            "input": {},
+            "interval_seconds": 3600,
+        },
+    ),
+}
 
 
 @pytest.mark.parametrize("table", sorted(CASES))
-def test_parallel_creates_never_pass_the_cap(ops, table):  # noqa: ANN001
+def test_parallel_creates_never_pass_the_cap(ops, table):
     cap, path, body = CASES[table]
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 60}]})
     _fill(ops, table, cap - 8, def_id)
     headers = author(ops.ns.name).headers
 
     def create(i: int) -> int:
-        return httpx.post(ops.ns.url + path, json=body(def_id, i), timeout=60,
-                          headers={**headers, "Idempotency-Key": uuid.uuid4().hex}).status_code  # fmt: skip
+        return httpx.post(
+            ops.ns.url + path,
+            json=body(def_id, i),
+            timeout=60,
+            headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+        ).status_code
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         codes = list(pool.map(create, range(PARALLEL)))
@@ -82,14 +117,20 @@ def test_parallel_creates_never_pass_the_cap(ops, table):  # noqa: ANN001
 
 
 CREATE = {
-    "automation_rules": lambda c, p, d: automation.create_rule(c, p, None, CASES["automation_rules"][2](d, uuid.uuid4().hex)),
-    "event_subscriptions": lambda c, p, d: subscriptions.create(c, p, None, CASES["event_subscriptions"][2](d, 0)),
-    "workflow_schedules": lambda c, p, d: schedules.create_schedule(c, p, CASES["workflow_schedules"][2](d, uuid.uuid4().hex)),
-}  # fmt: skip
+    "automation_rules": lambda c, p, d: automation.create_rule(
+        c, p, None, CASES["automation_rules"][2](d, uuid.uuid4().hex)
+    ),
+    "event_subscriptions": lambda c, p, d: subscriptions.create(
+        c, p, None, CASES["event_subscriptions"][2](d, 0)
+    ),
+    "workflow_schedules": lambda c, p, d: schedules.create_schedule(
+        c, p, CASES["workflow_schedules"][2](d, uuid.uuid4().hex)
+    ),
+}
 
 
 @pytest.mark.parametrize("table", sorted(CASES))
-def test_a_create_counts_only_after_the_one_before_it_committed(ops, table):  # noqa: ANN001
+def test_a_create_counts_only_after_the_one_before_it_committed(ops, table):
     cap = CASES[table][0]
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 60}]})
     _fill(ops, table, cap - 1, def_id)
@@ -101,7 +142,7 @@ def test_a_create_counts_only_after_the_one_before_it_committed(ops, table):  # 
             with get_engine().begin() as conn:
                 CREATE[table](conn, who, def_id)
             outcome.append("created")
-        except Exception as exc:  # noqa: BLE001 - the refusal is the expected outcome
+        except Exception as exc:  # the refusal is the expected outcome
             outcome.append(getattr(exc, "code", type(exc).__name__))
 
     with get_engine().begin() as first:

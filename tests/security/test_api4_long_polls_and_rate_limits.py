@@ -23,7 +23,7 @@ from tests.web.wf_ops import until
 TASK_DOC = {"steps": [{"key": "t", "kind": "TASK", "queue": "q"}]}
 
 
-def _claim(ns, who: str, wait: int, queue: str = "q", url: str | None = None) -> httpx.Response:  # noqa: ANN001
+def _claim(ns, who: str, wait: int, queue: str = "q", url: str | None = None) -> httpx.Response:
     return httpx.post(
         (url or ns.url) + "/v1/tasks/claim",
         json={"queues": [queue], "wait_seconds": wait, "max_tasks": 1},
@@ -32,7 +32,7 @@ def _claim(ns, who: str, wait: int, queue: str = "q", url: str | None = None) ->
     )
 
 
-def test_a_waiting_claim_wakes_on_notify_not_on_polling(ops, monkeypatch):  # noqa: F811
+def test_a_waiting_claim_wakes_on_notify_not_on_polling(ops, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_CLAIM_POLL_SECONDS", "30")  # no timed look within the test
     def_id = ops.define(TASK_DOC)
     out: dict = {}
@@ -51,7 +51,7 @@ def test_a_waiting_claim_wakes_on_notify_not_on_polling(ops, monkeypatch):  # no
     assert out["took"] < 10  # woken by the NOTIFY at commit, not by the 20 s deadline
 
 
-def test_concurrent_long_polls_per_credential_are_capped(wf_ns, monkeypatch):  # noqa: F811
+def test_concurrent_long_polls_per_credential_are_capped(wf_ns, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL", "2")
     with ThreadPoolExecutor(2) as pool:
         waiting = [pool.submit(_claim, wf_ns, "worker", 3, f"empty-{i}") for i in range(2)]
@@ -64,7 +64,7 @@ def test_concurrent_long_polls_per_credential_are_capped(wf_ns, monkeypatch):  #
     assert _claim(wf_ns, "worker", 1).status_code == 200  # the slots were given back
 
 
-def test_per_credential_rate_limit_answers_429_with_retry_after(wf_ns, monkeypatch):  # noqa: F811
+def test_per_credential_rate_limit_answers_429_with_retry_after(wf_ns, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_RATE_LIMIT", "5/minute")
     headers = {"Authorization": f"Bearer {wf_ns.tokens['start_only']}"}
     codes = [httpx.get(wf_ns.url + "/v1/workflows", headers=headers).status_code for _ in range(6)]
@@ -75,7 +75,7 @@ def test_per_credential_rate_limit_answers_429_with_retry_after(wf_ns, monkeypat
     assert httpx.get(wf_ns.url + "/v1/workflows", headers=other).status_code == 200
 
 
-def test_the_sdk_waits_out_a_rate_limit_with_the_same_key(wf_ns, monkeypatch):  # noqa: F811
+def test_the_sdk_waits_out_a_rate_limit_with_the_same_key(wf_ns, monkeypatch):
     """A client faster than its credential's limit (the fault suite's burst of idempotent starts hit
     100/second once starts got faster) is slowed down by the SDK, not failed."""
     monkeypatch.setenv("LEDGERFLOW_RATE_LIMIT", "3/second")
@@ -86,14 +86,14 @@ def test_the_sdk_waits_out_a_rate_limit_with_the_same_key(wf_ns, monkeypatch):  
 
 
 @pytest.fixture
-def procfile_web(tmp_path):  # noqa: ANN001, ANN201
+def procfile_web(tmp_path):
     """The Procfile's ``web`` command (``hostile.procfile_web``); ``stop()`` sends it SIGTERM mid-test."""
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(hostile.procfile_web(tmp_path, LEDGERFLOW_LONG_POLLS_PER_CREDENTIAL="64"))
         yield SimpleNamespace(url=url, stop=stack.close)
 
 
-def test_long_polls_do_not_starve_the_api(ops, procfile_web):  # noqa: F811
+def test_long_polls_do_not_starve_the_api(ops, procfile_web):
     """16 waiting claims on one ``web`` worker (the old gthread setting had 4 threads) and a read still
     answers while every one of them is waiting. Nothing is timed (this failed on a busy machine):
     the claims are known to wait (the long-poll count in Redis), they wait far longer than any read takes,

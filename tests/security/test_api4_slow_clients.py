@@ -22,10 +22,11 @@ HELD = 250  # more than one worker's 200 connection slots
 
 
 @pytest.fixture(scope="module")
-def web(tmp_path_factory) -> Iterator[str]:  # noqa: ANN001
+def web(tmp_path_factory) -> Iterator[str]:
     """The Procfile's ``web`` command, one worker, short connection timeouts (one for the module)."""
-    with procfile_web(tmp_path_factory.mktemp("web"), LEDGERFLOW_HTTP_HEADER_TIMEOUT="1",
-                      LEDGERFLOW_HTTP_IDLE_TIMEOUT="2") as url:  # fmt: skip
+    with procfile_web(
+        tmp_path_factory.mktemp("web"), LEDGERFLOW_HTTP_HEADER_TIMEOUT="1", LEDGERFLOW_HTTP_IDLE_TIMEOUT="2"
+    ) as url:
         yield url
 
 
@@ -57,12 +58,14 @@ HALF_HEADERS = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
 
 
 def _half_body(token: str) -> bytes:
-    return (f"POST /v1/workflows HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-            f"Idempotency-Key: {uuid.uuid4().hex}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-            '{"definition_id": "').encode()  # fmt: skip
+    return (
+        f"POST /v1/workflows HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Idempotency-Key: {uuid.uuid4().hex}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        '{"definition_id": "'
+    ).encode()
 
 
-def test_half_a_request_is_let_go(web, ops):  # noqa: ANN001
+def test_half_a_request_is_let_go(web, ops):
     token = author(ops.ns.name).token
     headers, body = _connect(web, HALF_HEADERS), _connect(web, _half_body(token))
     deadline = time.monotonic() + 60
@@ -70,9 +73,11 @@ def test_half_a_request_is_let_go(web, ops):  # noqa: ANN001
     assert _let_go(body, deadline).startswith(b"HTTP/1.1 400")  # the body never came: 400, closed
 
 
-def test_held_connections_do_not_keep_the_server_from_answering(web):  # noqa: ANN001
-    form = (b"POST /console/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-            b"Content-Length: 1000\r\n\r\ntoken=")  # fmt: skip
+def test_held_connections_do_not_keep_the_server_from_answering(web):
+    form = (
+        b"POST /console/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        b"Content-Length: 1000\r\n\r\ntoken="
+    )
     held = [_connect(web, form) for _ in range(HELD)]
     try:
         assert httpx.get(web + "/healthz", timeout=60).status_code == 200
@@ -81,16 +86,23 @@ def test_held_connections_do_not_keep_the_server_from_answering(web):  # noqa: A
             s.close()
 
 
-def test_a_chunked_body_over_the_limit_is_413_on_the_real_server(web, ops):  # noqa: ANN001
+def test_a_chunked_body_over_the_limit_is_413_on_the_real_server(web, ops):
     token = author(ops.ns.name).token
 
-    def chunks():  # noqa: ANN202 - no Content-Length: Transfer-Encoding: chunked
+    def chunks():  # no Content-Length: Transfer-Encoding: chunked
         yield b'{"name": "'
         for _ in range(600):
             yield b"x" * 1024
         yield b'"}'
 
-    resp = httpx.post(web + "/v1/automation-rules", content=chunks(), timeout=60, headers={
-        "Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex,
-        "Content-Type": "application/json"})  # fmt: skip
+    resp = httpx.post(
+        web + "/v1/automation-rules",
+        content=chunks(),
+        timeout=60,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Idempotency-Key": uuid.uuid4().hex,
+            "Content-Type": "application/json",
+        },
+    )
     assert resp.status_code == 413, resp.text

@@ -39,7 +39,7 @@ def _post(ns: Namespace, path: str, raw: str | bytes) -> httpx.Response:
     return httpx.post(ns.url + path, content=raw, headers=headers, timeout=30)
 
 
-def _timed(fn):  # noqa: ANN001, ANN202
+def _timed(fn):
     started = time.monotonic()
     result = fn()
     return result, time.monotonic() - started
@@ -49,7 +49,7 @@ def _fields(r: httpx.Response) -> list[str]:
     return [e["field"] for e in r.json()["errors"]]
 
 
-def test_huge_exponent_answers_400_naming_the_field_quickly(wf_ns):  # noqa: F811
+def test_huge_exponent_answers_400_naming_the_field_quickly(wf_ns):
     body = '{"definition_id": "' + ("a" * 32) + '", "version": "v1", "input": {"amount": 1e999999999}}'
     r, took = _timed(lambda: _post(wf_ns, "/v1/workflows", body))
     assert r.status_code == 400, r.text
@@ -57,7 +57,7 @@ def test_huge_exponent_answers_400_naming_the_field_quickly(wf_ns):  # noqa: F81
     assert took < 2.0
 
 
-def test_integer_past_the_digit_limit_and_deep_nesting_answer_400(wf_ns):  # noqa: F811
+def test_integer_past_the_digit_limit_and_deep_nesting_answer_400(wf_ns):
     r = _post(wf_ns, "/v1/workflows", '{"input": {"n": ' + ("7" * 5000) + "}}")
     assert r.status_code == 400 and _fields(r) == ["input.n"]
     deep = "[" * 100 + "]" * 100
@@ -69,13 +69,13 @@ def test_integer_past_the_digit_limit_and_deep_nesting_answer_400(wf_ns):  # noq
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(raw=st.binary(max_size=512))
-def test_arbitrary_bytes_never_a_server_error(wf_ns, raw):  # noqa: F811
+def test_arbitrary_bytes_never_a_server_error(wf_ns, raw):
     r, took = _timed(lambda: _post(wf_ns, "/v1/workflows", raw))
     assert r.status_code < 500, r.text
     assert took < 5.0
 
 
-def test_tenant_pattern_is_evaluated_in_linear_time_outside_the_instance_lock(ops):  # noqa: F811
+def test_tenant_pattern_is_evaluated_in_linear_time_outside_the_instance_lock(ops):
     """A classic ReDoS pattern against a 20 000-character payload answers at once (a backtracking
     engine needs longer than the age of the universe), and is judged while another transaction holds
     the instance lock (a slow contract would otherwise stall the instance's other work)."""
@@ -98,7 +98,7 @@ def test_tenant_pattern_is_evaluated_in_linear_time_outside_the_instance_lock(op
                     payload=raw,
                     reason="probe",
                 )
-            except Exception as exc:  # noqa: BLE001 - the expected InvalidArgument
+            except Exception as exc:  # the expected InvalidArgument
                 out["exc"] = exc
 
         t = threading.Thread(target=send)
@@ -112,7 +112,7 @@ def test_tenant_pattern_is_evaluated_in_linear_time_outside_the_instance_lock(op
     assert took < 5.0
 
 
-def test_contracts_that_cannot_run_in_linear_time_or_are_too_big_are_refused_at_publish(ops):  # noqa: F811
+def test_contracts_that_cannot_run_in_linear_time_or_are_too_big_are_refused_at_publish(ops):
     d = ops.client.create_definition("d-" + uuid.uuid4().hex[:8])
     base = {
         "version": "v1",
@@ -135,7 +135,7 @@ def test_contracts_that_cannot_run_in_linear_time_or_are_too_big_are_refused_at_
         assert _fields(r)[0] == "input_schema", (label, r.text)
 
 
-def test_a_mapping_that_amplifies_its_input_fails_the_step_with_a_reason(ops):  # noqa: F811
+def test_a_mapping_that_amplifies_its_input_fails_the_step_with_a_reason(ops):
     def_id = ops.define(
         {"steps": [{"key": "t", "kind": "TASK", "queue": "q", "input": {"a": "$.input", "b": "$.input"}}]}
     )
@@ -147,7 +147,7 @@ def test_a_mapping_that_amplifies_its_input_fails_the_step_with_a_reason(ops):  
     assert step.error["code"] == "MAPPED_INPUT_TOO_LARGE" and "262144 bytes" in step.error["message"]
 
 
-def test_a_mapping_with_too_many_references_is_refused_at_publish(ops):  # noqa: F811
+def test_a_mapping_with_too_many_references_is_refused_at_publish(ops):
     d = ops.client.create_definition("d-" + uuid.uuid4().hex[:8])
     doc = {
         "version": "v1",
@@ -163,12 +163,12 @@ def test_a_mapping_with_too_many_references_is_refused_at_publish(ops):  # noqa:
     assert r.status_code == 400 and _fields(r) == ["steps[0].input"], r.text
 
 
-def test_api_database_sessions_have_a_statement_timeout(wf_ns):  # noqa: F811
+def test_api_database_sessions_have_a_statement_timeout(wf_ns):
     with get_engine().connect() as conn:
         assert conn.execute(text("SHOW statement_timeout")).scalar_one() == "30s"
 
 
-def test_the_trace_chain_is_capped(ops):  # noqa: F811
+def test_the_trace_chain_is_capped(ops):
     """An operator read that grew with the trace (every job of it, with attempts) stops at 500 jobs."""
     from tests.security.test_api1_broken_object_level_authorization import _operator
     from tests.web.wf_ops import sql

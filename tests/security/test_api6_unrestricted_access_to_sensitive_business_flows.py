@@ -11,7 +11,7 @@ import httpx
 from tests.web.wf_ops import sql
 
 
-def test_one_key_one_instance_with_or_without_a_trailing_slash(ops):  # noqa: F811
+def test_one_key_one_instance_with_or_without_a_trailing_slash(ops):
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]})
     key = uuid.uuid4().hex
     body = {"definition_id": def_id, "version": "v1", "input": {}}

@@ -52,8 +52,13 @@ def _world_values() -> dict[str, Any]:
     from tests.security.hostile import sql
 
     with transaction() as conn:
-        issued = create_credential(conn, namespace="fuzz-" + uuid.uuid4().hex[:6], name="fuzz",
-                                   scopes=sorted(ALL_SCOPES), platform=True)  # fmt: skip
+        issued = create_credential(
+            conn,
+            namespace="fuzz-" + uuid.uuid4().hex[:6],
+            name="fuzz",
+            scopes=sorted(ALL_SCOPES),
+            platform=True,
+        )
     h = {"Authorization": f"Bearer {issued.token}"}
 
     def post(path: str, body: dict) -> dict:
@@ -62,19 +67,50 @@ def _world_values() -> dict[str, Any]:
         return r.json["data"]
 
     d = post("/v1/workflow-definitions", {"name": "fuzz"})["definition"]["id"]
-    post(f"/v1/workflow-definitions/{d}/versions", {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-                                                   "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 600}]})  # fmt: skip
+    post(
+        f"/v1/workflow-definitions/{d}/versions",
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": 600,
+            "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 600}],
+        },
+    )
     wid = post("/v1/workflows", {"definition_id": d, "version": "v1", "input": {}})["instance"]["id"]
-    rule = post("/v1/automation-rules", {"name": "r", "event_type": "workflow.started", "action": {
-        "kind": "start_workflow", "definition_id": d, "version": "v1", "input": {}}})["id"]  # fmt: skip
-    sched = post("/v1/schedules", {"name": "s", "definition_id": d, "version": "v1", "input": {},
-                                   "interval_seconds": 3600, "paused": True})["id"]  # fmt: skip
+    rule = post(
+        "/v1/automation-rules",
+        {
+            "name": "r",
+            "event_type": "workflow.started",
+            "action": {"kind": "start_workflow", "definition_id": d, "version": "v1", "input": {}},
+        },
+    )["id"]
+    sched = post(
+        "/v1/schedules",
+        {
+            "name": "s",
+            "definition_id": d,
+            "version": "v1",
+            "input": {},
+            "interval_seconds": 3600,
+            "paused": True,
+        },
+    )["id"]
     job, trace = sql("SELECT id, trace_id FROM workflow_jobs WHERE instance_id = :i LIMIT 1", i=wid)[0]
     _world.update(
         headers=h,
-        values={"instance_id": wid, "definition_id": d, "rule_id": rule, "schedule_id": sched, "id": str(job),
-                "traceId": trace, "key": "t", "version": "v1", "sid": uuid.uuid4().hex},
-    )  # fmt: skip
+        values={
+            "instance_id": wid,
+            "definition_id": d,
+            "rule_id": rule,
+            "schedule_id": sched,
+            "id": str(job),
+            "traceId": trace,
+            "key": "t",
+            "version": "v1",
+            "sid": uuid.uuid4().hex,
+        },
+    )
     return _world
 
 

@@ -34,8 +34,9 @@ def _get(ops: Ops, path: str, **params: str) -> httpx.Response:
 
 
 def _post(ops: Ops, path: str, body: object) -> httpx.Response:
-    return httpx.post(ops.ns.url + path, json=body, headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex}),
-                      timeout=10)  # fmt: skip
+    return httpx.post(
+        ops.ns.url + path, json=body, headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex}), timeout=10
+    )
 
 
 def _refused(resp: httpx.Response, field: str) -> None:
@@ -46,15 +47,22 @@ def _refused(resp: httpx.Response, field: str) -> None:
 
 
 @pytest.fixture
-def world(ops, monkeypatch):  # noqa: ANN001, ANN201
+def world(ops, monkeypatch):
     """One of everything a list route pages over: an instance with events, signals and activations, a
     subscription, a rule."""
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the server runs in this process
     def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]})
     wid = ops.start(def_id)
     sub = _post(ops, "/v1/event-subscriptions", {"url": "http://127.0.0.1:1/x", "event_types": ["*"]})
-    rule = _post(ops, "/v1/automation-rules", {"name": "r", "event_type": "workflow.started", "action": {
-        "kind": "start_workflow", "definition_id": def_id, "version": "v1", "input": {}}})  # fmt: skip
+    rule = _post(
+        ops,
+        "/v1/automation-rules",
+        {
+            "name": "r",
+            "event_type": "workflow.started",
+            "action": {"kind": "start_workflow", "definition_id": def_id, "version": "v1", "input": {}},
+        },
+    )
     ns_id = sql("SELECT id FROM namespaces WHERE name = :n", n=ops.ns.name)[0][0]
     return {
         "def": def_id,
@@ -66,22 +74,31 @@ def world(ops, monkeypatch):  # noqa: ANN001, ANN201
 
 
 LISTS = (
-    "/v1/workflows", "/v1/workflow-definitions", "/v1/workflow-definitions/{def}/versions",
-    "/v1/workflows/{wid}/events", "/v1/workflows/{wid}/signals", "/v1/workflows/{wid}/operations",
-    "/v1/workflows/{wid}/signal-operations", "/v1/workflows/{wid}/steps/t/activations",
-    "/v1/workflows/{wid}/steps/t/rounds", "/v1/schedules", "/v1/event-subscriptions",
-    "/v1/event-subscriptions/{sub}/deliveries", "/v1/automation-rules", "/v1/automation-rules/{rule}/executions",
+    "/v1/workflows",
+    "/v1/workflow-definitions",
+    "/v1/workflow-definitions/{def}/versions",
+    "/v1/workflows/{wid}/events",
+    "/v1/workflows/{wid}/signals",
+    "/v1/workflows/{wid}/operations",
+    "/v1/workflows/{wid}/signal-operations",
+    "/v1/workflows/{wid}/steps/t/activations",
+    "/v1/workflows/{wid}/steps/t/rounds",
+    "/v1/schedules",
+    "/v1/event-subscriptions",
+    "/v1/event-subscriptions/{sub}/deliveries",
+    "/v1/automation-rules",
+    "/v1/automation-rules/{rule}/executions",
     PREFIX + "/jobs",
-)  # fmt: skip
+)
 
 
-def test_a_non_ascii_cursor_is_a_400_on_every_list(ops, world):  # noqa: ANN001
+def test_a_non_ascii_cursor_is_a_400_on_every_list(ops, world):
     for path in LISTS:
         for bad in ("a.\u00e9", "\u00e9", "a.b.c", "x" * 2000, "a.\u0000"):
             _refused(_get(ops, path.format(**world), cursor=bad), "cursor")
 
 
-def test_a_validly_signed_cursor_with_foreign_content_is_a_400(ops, world):  # noqa: ANN001
+def test_a_validly_signed_cursor_with_foreign_content_is_a_400(ops, world):
     """The built-in development key (``make run``, a Procfile deploy without LEDGERFLOW_ENV) is public:
     a cursor signed with it can carry anything."""
     bindings = {
@@ -106,7 +123,7 @@ def test_a_validly_signed_cursor_with_foreign_content_is_a_400(ops, world):  # n
             _refused(_get(ops, path, cursor=cursors.encode(pos, binding)), "cursor")
 
 
-def test_nul_in_a_path_segment_query_or_body_is_a_400_naming_it(ops, world):  # noqa: ANN001
+def test_nul_in_a_path_segment_query_or_body_is_a_400_naming_it(ops, world):
     _refused(_get(ops, PREFIX + "/jobs/chain/a%00b"), "traceId")
     _refused(_get(ops, PREFIX + "/jobs/chain/a%00b/diagnostic-bundle"), "traceId")
     _refused(_get(ops, "/v1/workflows", business_key="a\u0000b"), "business_key")
@@ -115,22 +132,42 @@ def test_nul_in_a_path_segment_query_or_body_is_a_400_naming_it(ops, world):  # 
         _post(ops, PREFIX + "/jobs/replay-dead", {"reason": "x", "error_pattern": "a\u0000b"}),
         "error_pattern",
     )
-    rule = {"name": "n", "event_type": "workflow.started", "action": {
-        "kind": "start_workflow", "definition_id": world["def"], "version": "v1", "input": {}}}  # fmt: skip
-    _refused(_post(ops, "/v1/automation-rules", {**rule, "conditions": [
-        {"path": "data.instance.state", "op": "eq", "value": "a\u0000"}]}), "conditions[0].value")  # fmt: skip
-    _refused(_post(ops, "/v1/automation-rules", {**rule, "action": {**rule["action"], "version": "v\u00001"}}),
-             "action.version")  # fmt: skip
+    rule = {
+        "name": "n",
+        "event_type": "workflow.started",
+        "action": {"kind": "start_workflow", "definition_id": world["def"], "version": "v1", "input": {}},
+    }
+    _refused(
+        _post(
+            ops,
+            "/v1/automation-rules",
+            {**rule, "conditions": [{"path": "data.instance.state", "op": "eq", "value": "a\u0000"}]},
+        ),
+        "conditions[0].value",
+    )
+    _refused(
+        _post(ops, "/v1/automation-rules", {**rule, "action": {**rule["action"], "version": "v\u00001"}}),
+        "action.version",
+    )
     _refused(_post(ops, "/v1/automation-rules", {**rule, "definition_id": "a\u0000"}), "definition_id")
-    _refused(_post(ops, "/v1/event-subscriptions", {"url": "https://hooks.example.com/x", "event_types": ["*"],
-                                                   "definition_id": "a\u0000"}), "definition_id")  # fmt: skip
+    _refused(
+        _post(
+            ops,
+            "/v1/event-subscriptions",
+            {"url": "https://hooks.example.com/x", "event_types": ["*"], "definition_id": "a\u0000"},
+        ),
+        "definition_id",
+    )
     _refused(_get(ops, f"/v1/workflows/{world['wid']}/steps/a%00b"), "key")
 
 
-def test_a_lone_surrogate_in_a_query_value_or_body_is_a_400(ops):  # noqa: ANN001
-    raw = httpx.post(ops.ns.url + "/v1/automation-rules", content=b'{"name": "\\ud800"}',
-                     headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}),
-                     timeout=10)  # fmt: skip
+def test_a_lone_surrogate_in_a_query_value_or_body_is_a_400(ops):
+    raw = httpx.post(
+        ops.ns.url + "/v1/automation-rules",
+        content=b'{"name": "\\ud800"}',
+        headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}),
+        timeout=10,
+    )
     _refused(raw, "name")
 
 
@@ -138,7 +175,7 @@ def _full_width(number: int) -> str:
     return "".join(chr(ord(c) + 0xFEE0) for c in str(number))
 
 
-def test_non_ascii_digits_are_not_numbers(ops, world):  # noqa: ANN001
+def test_non_ascii_digits_are_not_numbers(ops, world):
     _refused(_get(ops, "/v1/workflows", limit=_full_width(5)), "limit")
     _refused(_get(ops, PREFIX + "/jobs", limit=_full_width(5)), "limit")
     job_id = sql("SELECT id FROM workflow_jobs WHERE instance_id = :i ORDER BY id LIMIT 1", i=world["wid"])[
@@ -148,16 +185,24 @@ def test_non_ascii_digits_are_not_numbers(ops, world):  # noqa: ANN001
     _refused(_get(ops, f"{PREFIX}/jobs/{_full_width(job_id)}"), "id")
 
 
-def test_a_chunked_body_over_the_limit_is_413(ops):  # noqa: ANN001
-    def chunks():  # noqa: ANN202 - no Content-Length: httpx sends Transfer-Encoding: chunked
+def test_a_chunked_body_over_the_limit_is_413(ops):
+    def chunks():  # no Content-Length: httpx sends Transfer-Encoding: chunked
         yield b'{"name": "'
         for _ in range(600):
             yield b"x" * 1024
         yield b'"}'
 
-    resp = httpx.post(ops.ns.url + "/v1/automation-rules", content=chunks(), timeout=30,
-                      headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}))  # fmt: skip
+    resp = httpx.post(
+        ops.ns.url + "/v1/automation-rules",
+        content=chunks(),
+        timeout=30,
+        headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}),
+    )
     assert resp.status_code == 413, resp.text
-    small = httpx.post(ops.ns.url + "/v1/automation-rules", content=iter([b'{"name": 1}']), timeout=10,
-                       headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}))  # fmt: skip
+    small = httpx.post(
+        ops.ns.url + "/v1/automation-rules",
+        content=iter([b'{"name": 1}']),
+        timeout=10,
+        headers=_h(ops, **{"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}),
+    )
     _refused(small, "name")  # a chunked body within the limit is read whole

@@ -22,7 +22,7 @@ from tests.security.hostile import TIMER_DOC, author, drain_outbound, sql
 NS = "ns-" + uuid.uuid4().hex[:8]
 
 
-def _job(job_type: str, payload: dict, **kw) -> int:  # noqa: ANN003
+def _job(job_type: str, payload: dict, **kw) -> int:
     with transaction() as conn:
         return enqueue(conn, job_type, payload, **kw).id
 
@@ -47,20 +47,20 @@ def _outcome(job_id: int) -> tuple[str, str | None]:
         ("compensation_action", {"index": 0}, {"instance_id": new_id()}),
     ],
 )
-def test_a_job_naming_a_row_that_never_existed_is_dead(outbound, job_type, payload, kw):  # noqa: ANN001
+def test_a_job_naming_a_row_that_never_existed_is_dead(outbound, job_type, payload, kw):
     job_id = _job(job_type, payload, **kw)
     drain_outbound(outbound, limit=5)
     assert _outcome(job_id) == ("dead", "REFERENCE_NOT_FOUND")
 
 
-def test_a_row_removed_by_retention_is_a_skip(outbound):  # noqa: ANN001
+def test_a_row_removed_by_retention_is_a_skip(outbound):
     job_id = _job("webhook_delivery", {"delivery_id": new_id()})
     sql("UPDATE workflow_jobs SET created_at = now() - interval '8 days' WHERE id = :i", i=job_id)
     drain_outbound(outbound, limit=5)
     assert _outcome(job_id) == ("skipped", None)
 
 
-def test_a_delivery_still_to_run_when_its_subscription_is_deleted_is_skipped(outbound, monkeypatch):  # noqa: ANN001
+def test_a_delivery_still_to_run_when_its_subscription_is_deleted_is_skipped(outbound, monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
     who = author("gone", ns_id=NS).principal
     with transaction(outbound) as conn:

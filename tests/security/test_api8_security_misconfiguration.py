@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/v1/workflows", "/nope", "/openapi.json"])
-def test_security_headers_on_every_response(wf_ns, path):  # noqa: F811
+def test_security_headers_on_every_response(wf_ns, path):
     r = httpx.get(wf_ns.url + path, headers={"Authorization": f"Bearer {wf_ns.tokens['all']}"})
     assert r.headers["X-Content-Type-Options"] == "nosniff"
     assert r.headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"

@@ -103,9 +103,12 @@ class Model:
                     state = S.WAITING if st.kind in (StepKind.TIMER, StepKind.SIGNAL) else S.ACTIVE
                     seq = st.activation_sequence + 1
                     self.steps[key] = replace(
-                        st, state=state, activation_sequence=seq, activation_id=f"{key}#{seq}",
+                        st,
+                        state=state,
+                        activation_sequence=seq,
+                        activation_id=f"{key}#{seq}",
                         task_attempts=1 if st.kind == StepKind.TASK else 0,
-                    )  # fmt: skip
+                    )
                     self.activations.append((key, seq, state))
                 continue
             if isinstance(effect, SettleCancel):
@@ -131,8 +134,12 @@ class Model:
             if st.state in STEP_OPEN:
                 self.set_step(key, S.CANCELLED)
         kind = "CANCEL" if state == I.CANCELLED else "FAILURE"
-        self.set_inst(state=I.CANCELLING, compensation=verdict.comp, stop_requested=True,
-                      stop_kind=self.inst.stop_kind or kind)  # fmt: skip
+        self.set_inst(
+            state=I.CANCELLING,
+            compensation=verdict.comp,
+            stop_requested=True,
+            stop_kind=self.inst.stop_kind or kind,
+        )
         self.issue()
 
     def issue(self) -> None:
@@ -216,8 +223,13 @@ class Model:
             if not self.inst.stop_requested:
                 self.settle()
         elif isinstance(verdict, Cancel):
-            self.set_inst(state=I.CANCELLING, cancel_requested=True, stop_requested=True,
-                          stop_kind=self.inst.stop_kind or "CANCEL", control_revision=rev)  # fmt: skip
+            self.set_inst(
+                state=I.CANCELLING,
+                cancel_requested=True,
+                stop_requested=True,
+                stop_kind=self.inst.stop_kind or "CANCEL",
+                control_revision=rev,
+            )
             self.settle_cancel()
 
     def compensation_result(self, completed: bool) -> None:

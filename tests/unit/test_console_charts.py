@@ -33,5 +33,8 @@ def test_measured_percentages_read_as_the_status_panel_prints_them():
     c = line_chart({"rate": [0.310344827, None]}, percent=True)
     assert c["last_labels"]["rate"] == "31.0%"  # one decimal, never 31.0345%
     assert hour_totals([{"attempts": 13, "failed": 8}, {"attempts": 0, "failed": 0}]) == {
-        "attempts": 13, "failed": 8, "rate": 8 / 13}  # fmt: skip
+        "attempts": 13,
+        "failed": 8,
+        "rate": 8 / 13,
+    }
     assert hour_totals([])["rate"] is None

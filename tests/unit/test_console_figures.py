@@ -16,7 +16,7 @@ T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 @st.composite
-def dags(draw) -> list[dict]:  # noqa: ANN001
+def dags(draw) -> list[dict]:
     n = draw(st.integers(1, 30))
     steps = []
     for i in range(n):
@@ -43,8 +43,12 @@ def test_document_order_breaks_ties_and_unknown_references_are_ignored():
 
 
 def test_graph_geometry_places_rows_by_depth_and_draws_every_edge():
-    steps = [{"key": "a", "after": [], "state": "SUCCEEDED"}, {"key": "b", "after": ["a"], "state": "FAILED"},
-             {"key": "c", "after": ["a"], "state": "BLOCKED"}, {"key": "d", "after": ["b", "c"], "state": "BLOCKED"}]  # fmt: skip
+    steps = [
+        {"key": "a", "after": [], "state": "SUCCEEDED"},
+        {"key": "b", "after": ["a"], "state": "FAILED"},
+        {"key": "c", "after": ["a"], "state": "BLOCKED"},
+        {"key": "d", "after": ["b", "c"], "state": "BLOCKED"},
+    ]
     g = diagrams.graph(steps, graph_layers(steps))
     ys = {n["key"]: n["y"] for n in g["nodes"]}
     assert ys["a"] < ys["b"] == ys["c"] < ys["d"]
@@ -55,12 +59,28 @@ def test_graph_geometry_places_rows_by_depth_and_draws_every_edge():
 
 def test_timeline_bars_stay_inside_and_open_ones_end_now():
     now = T0 + timedelta(minutes=10)
-    acts = [{"key": "a", "sequence": 1, "state": "SUCCEEDED", "start": T0, "end": T0 + timedelta(minutes=2)},
-            {"key": "b", "sequence": 1, "state": "ACTIVE", "start": T0 + timedelta(minutes=2), "end": None}]  # fmt: skip
-    tries = [{"key": "a", "attempt": 1, "purpose": "STEP", "state": "FAILED", "start": T0,
-              "end": T0 + timedelta(minutes=1)},
-             {"key": "a", "attempt": 2, "purpose": "STEP", "state": "COMPLETED", "start": T0 + timedelta(minutes=1),
-              "end": T0 + timedelta(minutes=2)}]  # fmt: skip
+    acts = [
+        {"key": "a", "sequence": 1, "state": "SUCCEEDED", "start": T0, "end": T0 + timedelta(minutes=2)},
+        {"key": "b", "sequence": 1, "state": "ACTIVE", "start": T0 + timedelta(minutes=2), "end": None},
+    ]
+    tries = [
+        {
+            "key": "a",
+            "attempt": 1,
+            "purpose": "STEP",
+            "state": "FAILED",
+            "start": T0,
+            "end": T0 + timedelta(minutes=1),
+        },
+        {
+            "key": "a",
+            "attempt": 2,
+            "purpose": "STEP",
+            "state": "COMPLETED",
+            "start": T0 + timedelta(minutes=1),
+            "end": T0 + timedelta(minutes=2),
+        },
+    ]
     tl = diagrams.timeline(["a", "b"], acts, tries, now)
     assert len(tl["bars"]) == 4 and [r["key"] for r in tl["rows"]] == ["a", "b"]
     for b in tl["bars"]:

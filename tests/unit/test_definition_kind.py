@@ -17,14 +17,16 @@ def _errors(steps: list[dict]) -> list[tuple[str, str]]:
 
 
 def test_a_misspelt_kind_is_named_with_the_likely_one_and_nothing_else():
-    steps = [{"key": "wait", "kind": "TIMMER", "delay_seconds": 5},
-             {"key": "t", "kind": "TASK", "queue": "q", "after": ["wait"], "input": {"x": "$.steps.wait.output"}}]  # fmt: skip
+    steps = [
+        {"key": "wait", "kind": "TIMMER", "delay_seconds": 5},
+        {"key": "t", "kind": "TASK", "queue": "q", "after": ["wait"], "input": {"x": "$.steps.wait.output"}},
+    ]
     assert _errors(steps) == [
         (
             "steps[0].kind",
             "unknown kind 'TIMMER': one of TASK, SIGNAL, TIMER, POLL, SUBWORKFLOW, TRIGGER; "
             "did you mean 'TIMER'?",
-        )  # fmt: skip
+        )
     ]
 
 
@@ -37,3 +39,11 @@ def test_a_missing_kind_is_required_and_an_unlike_one_gets_no_guess():
     ]
     # lower case is still a typo of the same kind
     assert "did you mean 'TASK'?" in _errors([{"key": "a", "kind": "task", "queue": "q"}])[0][1]
+
+
+def test_a_kind_that_is_not_a_string_is_an_error_of_the_field():
+    """A kind that is an array or an object (unhashable) is reported like any unknown kind; it used to
+    raise TypeError (an internal error) when the step's required fields were looked up by kind."""
+    for kind in (["TASK"], {"TASK": 1}):
+        errors = _errors([{"key": "a", "kind": kind, "queue": "q"}])
+        assert [field for field, _ in errors] == ["steps[0].kind"]

@@ -108,11 +108,11 @@ FORBIDDEN = [
 
 
 @pytest.fixture
-def no_connections(monkeypatch) -> list:  # noqa: ANN001
+def no_connections(monkeypatch) -> list:
     """Any socket connection attempt is recorded (and fails)."""
     tried: list = []
 
-    def refuse(self, address):  # noqa: ANN001, ANN202
+    def refuse(self, address):
         tried.append(address)
         raise AssertionError(f"connected to {address}")
 
@@ -122,14 +122,17 @@ def no_connections(monkeypatch) -> list:  # noqa: ANN001
 
 
 def _resolver(host: str, port: int) -> list[str]:
-    return fake_resolver(host, port) if host in FAKE_DNS else destinations._system_resolver(host, port)  # noqa: SLF001
+    return fake_resolver(host, port) if host in FAKE_DNS else destinations._system_resolver(host, port)
 
 
 def _ctx(deadline: float = 30.0) -> SimpleNamespace:
     return SimpleNamespace(
-        operation_key="op", attempt_id=1, trace_id="t" * 32, deadline_monotonic=time.monotonic() + deadline,
+        operation_key="op",
+        attempt_id=1,
+        trace_id="t" * 32,
+        deadline_monotonic=time.monotonic() + deadline,
         check=lambda: None,
-    )  # fmt: skip
+    )
 
 
 def test_the_table_is_large_enough() -> None:
@@ -137,7 +140,7 @@ def test_the_table_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize("url", FORBIDDEN)
-def test_forbidden_destinations_are_refused_and_never_contacted(url, no_connections, monkeypatch) -> None:  # noqa: ANN001
+def test_forbidden_destinations_are_refused_and_never_contacted(url, no_connections, monkeypatch) -> None:
     monkeypatch.delenv(destinations.ALLOW_ENV, raising=False)
     with pytest.raises(DestinationForbidden):
         check(url, policy=Policy(), resolver=_resolver)
@@ -191,10 +194,10 @@ def test_retry_after_forms() -> None:
 class _Handler(http.server.BaseHTTPRequestHandler):
     seen: list = []
 
-    def log_message(self, *a) -> None:  # noqa: ANN002
+    def log_message(self, *a) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         _Handler.seen.append(dict(self.headers))
         if self.path == "/huge":
             self.send_response(200)
@@ -233,7 +236,7 @@ def local_receiver() -> Iterator[int]:
     server.server_close()
 
 
-def test_connects_to_the_checked_address_keeping_the_host(local_receiver, monkeypatch) -> None:  # noqa: ANN001
+def test_connects_to_the_checked_address_keeping_the_host(local_receiver, monkeypatch) -> None:
     monkeypatch.setenv(destinations.ALLOW_ENV, "127.0.0.1/32")
     _Handler.seen.clear()
     # receiver.test does not exist in real DNS: only the checked address can have been used
@@ -245,7 +248,7 @@ def test_connects_to_the_checked_address_keeping_the_host(local_receiver, monkey
     assert _Handler.seen[-1]["X-Idempotency-Key"] == "op:s"
 
 
-def test_a_huge_body_is_capped_and_a_slow_one_ends_by_the_deadline(local_receiver, monkeypatch) -> None:  # noqa: ANN001
+def test_a_huge_body_is_capped_and_a_slow_one_ends_by_the_deadline(local_receiver, monkeypatch) -> None:
     monkeypatch.setenv(destinations.ALLOW_ENV, "127.0.0.1/32")
     http_ = SafeHttp(_ctx())
     big = http_.request("GET", f"http://127.0.0.1:{local_receiver}/huge", step_key="s")

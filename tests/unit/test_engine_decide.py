@@ -139,8 +139,11 @@ def test_cancel_settle_waits_for_in_flight_then_stops() -> None:
 
 def test_saga_chain() -> None:
     specs = {"a": {"compensation": {"queue": "u"}}, "b": {}, "c": {"compensation": {"queue": "v"}}}
-    done = [{"step_key": "a", "activation_id": "1", "order": 1}, {"step_key": "b", "activation_id": "2", "order": 2},
-            {"step_key": "c", "activation_id": "3", "order": 3}]  # fmt: skip
+    done = [
+        {"step_key": "a", "activation_id": "1", "order": 1},
+        {"step_key": "b", "activation_id": "2", "order": 2},
+        {"step_key": "c", "activation_id": "3", "order": 3},
+    ]
     plan = ds.compensation_plan(done, specs)
     assert [p["step_key"] for p in plan] == ["c", "a"]
     assert ds.stop([], "FAILED") == End("FAILED")

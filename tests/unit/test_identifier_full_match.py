@@ -25,8 +25,12 @@ def test_a_trailing_newline_is_refused(check, good):
 
 
 def test_validators_refuse_trailing_newlines():
-    doc = {"version": "v1\n", "input_schema": {}, "deadline_seconds": 60,
-           "steps": [{"key": "t\n", "kind": "TIMER", "delay_seconds": 1}]}  # fmt: skip
+    doc = {
+        "version": "v1\n",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [{"key": "t\n", "kind": "TIMER", "delay_seconds": 1}],
+    }
     with pytest.raises(documents.InvalidArgument) as info:
         documents.validate_document(doc)
     assert {e.field for e in info.value.field_errors} >= {"version", "steps[0].key"}

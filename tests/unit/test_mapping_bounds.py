@@ -40,7 +40,7 @@ def test_sizing_work_is_bounded_by_the_budget_not_the_value():
     calls = 0
 
     class Counting(list):
-        def __iter__(self):  # noqa: ANN204
+        def __iter__(self):
             for item in super().__iter__():
                 nonlocal calls
                 calls += 1

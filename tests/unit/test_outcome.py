@@ -91,9 +91,19 @@ def test_error_text_never_carries_nul_characters():
 
 @pytest.mark.parametrize(
     ("asked", "kept"),
-    [(30, 30.0), (2.5, 2.5), (-5, 0.0), (10**9, 3600.0), (float("inf"), None), (float("nan"), None),
-     (1e300, 3600.0), ("60", None), (True, None), (None, None)],
-)  # fmt: skip
+    [
+        (30, 30.0),
+        (2.5, 2.5),
+        (-5, 0.0),
+        (10**9, 3600.0),
+        (float("inf"), None),
+        (float("nan"), None),
+        (1e300, 3600.0),
+        ("60", None),
+        (True, None),
+        (None, None),
+    ],
+)
 def test_a_handlers_retry_after_is_clamped_to_what_a_settlement_can_write(asked, kept):
     """Regression: ``RetryableError(retry_after=inf)`` (or 1e300) reached the settle statement,
     whose ``now() + retry_after * interval '1 second'`` is out of range: the pool's whole batch failed on

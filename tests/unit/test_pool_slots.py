@@ -22,7 +22,7 @@ def _pool() -> LedgerPool:
     )  # type: ignore[arg-type]
 
 
-def _wait(cond, timeout: float = 5.0) -> bool:  # noqa: ANN001
+def _wait(cond, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -35,7 +35,7 @@ def test_a_slot_survives_a_failure_outside_the_handler_and_gives_the_job_back_to
     pool = _pool()
     ran: list[int] = []
 
-    def execute(ctx) -> None:  # noqa: ANN001
+    def execute(ctx) -> None:
         if ctx.job_id == 1:
             raise RuntimeError("bug in the code around the handler")
         ran.append(ctx.job_id)

@@ -8,7 +8,7 @@ from app.process import settle_startup_heap
 from web import gunicorn_conf
 
 
-def _unfreeze_after(fn):  # noqa: ANN001, ANN202
+def _unfreeze_after(fn):
     try:
         return fn()
     finally:
@@ -30,7 +30,7 @@ def test_the_start_up_heap_leaves_the_full_collections():
     _unfreeze_after(check)
 
 
-def test_every_gunicorn_worker_freezes_once_its_app_is_loaded(monkeypatch):  # noqa: ANN001
+def test_every_gunicorn_worker_freezes_once_its_app_is_loaded(monkeypatch):
     frozen_by_hook = None
     wrapped = []
     # the hook also wraps the worker's SIGTERM handler: not in this test process

@@ -103,8 +103,14 @@ def test_good_values_and_their_types():
     assert p["LEDGERFLOW_BIND_HOST"]("::") == "::" and p["LEDGERFLOW_BIND_HOST"]("localhost") == "localhost"
 
 
-@given(st.lists(st.from_regex(settings._RATE, fullmatch=True).filter(lambda t: not re.search(r"[,;|]", t)),
-                min_size=1, max_size=3), st.sampled_from(";,|"))  # fmt: skip
+@given(
+    st.lists(
+        st.from_regex(settings._RATE, fullmatch=True).filter(lambda t: not re.search(r"[,;|]", t)),
+        min_size=1,
+        max_size=3,
+    ),
+    st.sampled_from(";,|"),
+)
 def test_every_rate_limit_the_settings_accept_parses_in_the_limits_library(parts, sep):
     from limits import parse_many
 
@@ -243,8 +249,15 @@ os.environ.update({"W3": "x"})
 os.environ.pop("W4", None)
 """
     assert environment_reads(source) == [
-        (3, "getenv"), (4, "A"), (5, "B"), (6, "C"), (7, "D"), (8, "*"), (9, "*"), (10, "*"),
-    ]  # fmt: skip
+        (3, "getenv"),
+        (4, "A"),
+        (5, "B"),
+        (6, "C"),
+        (7, "D"),
+        (8, "*"),
+        (9, "*"),
+        (10, "*"),
+    ]
 
 
 def product_files() -> list[Path]:

@@ -30,8 +30,12 @@ def test_consecutive_writes_are_one_statement_and_a_select_keeps_its_place() -> 
 
 
 def test_casts_and_literal_colons_are_not_parameters() -> None:
-    (sql, params), = combine([("INSERT INTO a VALUES (:x, 'a::b', now()::text)", {"x": 1}),
-                              ("INSERT INTO b VALUES (:x)", {"x": 2})])  # fmt: skip
+    ((sql, params),) = combine(
+        [
+            ("INSERT INTO a VALUES (:x, 'a::b', now()::text)", {"x": 1}),
+            ("INSERT INTO b VALUES (:x)", {"x": 2}),
+        ]
+    )
     assert (
         sql
         == "WITH w0 AS (INSERT INTO a VALUES (:w0_x, 'a::b', now()::text)), w1 AS (INSERT INTO b VALUES (:w1_x)) SELECT 1"

@@ -50,7 +50,7 @@ def test_the_answer_decides_the_step(status: int) -> None:
         assert verdict.error["status"] == status
 
 
-def doc(**trigger) -> dict:  # noqa: ANN003
+def doc(**trigger) -> dict:
     return {
         "version": "v1",
         "input_schema": {},
@@ -63,8 +63,14 @@ def doc(**trigger) -> dict:  # noqa: ANN003
 
 
 def test_publish_checks_name_the_field() -> None:
-    validate_document(doc(body={"id": "$.input.id", "a": "$.steps.a.output"}, method="PUT",
-                          headers={"X-Tenant": "acme"}, timeout_seconds=5))  # fmt: skip
+    validate_document(
+        doc(
+            body={"id": "$.input.id", "a": "$.steps.a.output"},
+            method="PUT",
+            headers={"X-Tenant": "acme"},
+            timeout_seconds=5,
+        )
+    )
     cases = [
         ({"url": "ftp://example.com/x"}, "steps[1].url"),
         ({"url": "https://user:pw@example.com/"}, "steps[1].url"),

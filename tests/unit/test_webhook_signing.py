@@ -24,12 +24,21 @@ def test_the_standard_webhooks_test_vector() -> None:
 def test_rotation_signs_with_both_and_either_verifies() -> None:
     old, new = new_secret(), new_secret()
     assert old.startswith("whsec_") and old != new
-    ev = SimpleNamespace(event_id="e" * 32, event_type="workflow.started", seq=1, instance_id="i" * 32,
-                         event_at=datetime.now(UTC), body='{"trace_id": "t"}')  # fmt: skip
+    ev = SimpleNamespace(
+        event_id="e" * 32,
+        event_type="workflow.started",
+        seq=1,
+        instance_id="i" * 32,
+        event_at=datetime.now(UTC),
+        body='{"trace_id": "t"}',
+    )
     body = payload_of(ev)
     now = datetime.now(UTC)
-    headers = {"webhook-id": ev.event_id, "webhook-timestamp": str(int(now.timestamp())),
-               "webhook-signature": signature([new, old], ev.event_id, now, body)}  # fmt: skip
+    headers = {
+        "webhook-id": ev.event_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signature([new, old], ev.event_id, now, body),
+    }
     assert len(headers["webhook-signature"].split(" ")) == 2
     for s in (old, new):
         event = verify_webhook(s, body.encode(), headers)

@@ -20,7 +20,7 @@ PREFIX = "/api/workflows/engine"
 
 
 @pytest.fixture(scope="session")
-def app():  # noqa: ANN201
+def app():
     from web import create_app
 
     flask_app = create_app()
@@ -36,7 +36,7 @@ def clean(engine: Engine) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def client(app, clean):  # noqa: ANN001, ANN201
+def client(app, clean):
     return app.test_client()
 
 
@@ -53,25 +53,29 @@ def token(clean: Engine) -> Callable[..., str]:
             platform = bool(ENGINE_SCOPES & set(scopes))
         with transaction(clean) as conn:
             issued = create_credential(
-                conn, namespace=namespace, name="t-" + uuid.uuid4().hex[:8], scopes=scopes, queues=queues,
+                conn,
+                namespace=namespace,
+                name="t-" + uuid.uuid4().hex[:8],
+                scopes=scopes,
+                queues=queues,
                 platform=platform,
-            )  # fmt: skip
+            )
         return issued.token
 
     return _issue
 
 
 @pytest.fixture
-def monitor(token) -> dict[str, str]:  # noqa: ANN001
+def monitor(token) -> dict[str, str]:
     return {"Authorization": "Bearer " + token("workflow:instance:monitor")}
 
 
 @pytest.fixture
-def operator(token) -> dict[str, str]:  # noqa: ANN001
+def operator(token) -> dict[str, str]:
     return {"Authorization": "Bearer " + token("workflow:instance:monitor", "workflow:engine:operate")}
 
 
-def mutate(client, path: str, headers: dict[str, str], body: Any, key: str | None = None):  # noqa: ANN001, ANN201
+def mutate(client, path: str, headers: dict[str, str], body: Any, key: str | None = None):
     h = {**headers, "Idempotency-Key": key or uuid.uuid4().hex}
     return client.post(PREFIX + path, headers=h, data=json.dumps(body), content_type="application/json")
 
@@ -102,7 +106,7 @@ def make_job(clean: Engine) -> Callable[..., int]:
     def _make(
         status: str = "pending",
         *,
-        type: str = "delay_wake",  # noqa: A002
+        type: str = "delay_wake",
         attempts: int = 0,
         max_attempts: int = 5,
         run_in: float = 0,
@@ -121,14 +125,24 @@ def make_job(clean: Engine) -> Callable[..., int]:
             return conn.execute(
                 _INSERT,
                 {
-                    "type": type, "queue": queue, "status": status, "payload": json.dumps(payload or {}),
-                    "instance_id": instance_id, "run_in": run_in, "attempts": attempts,
-                    "max_attempts": max_attempts, "generation": generation, "lease_in": lease_in,
-                    "deadline_in": deadline_in, "last_error": last_error,
-                    "operation_key": uuid.uuid4().hex, "trace_id": trace_id, "age": age,
+                    "type": type,
+                    "queue": queue,
+                    "status": status,
+                    "payload": json.dumps(payload or {}),
+                    "instance_id": instance_id,
+                    "run_in": run_in,
+                    "attempts": attempts,
+                    "max_attempts": max_attempts,
+                    "generation": generation,
+                    "lease_in": lease_in,
+                    "deadline_in": deadline_in,
+                    "last_error": last_error,
+                    "operation_key": uuid.uuid4().hex,
+                    "trace_id": trace_id,
+                    "age": age,
                     "marker": None if marker is None else json.dumps(marker),
                 },
-            ).scalar_one()  # fmt: skip
+            ).scalar_one()
 
     return _make
 

@@ -23,13 +23,13 @@ def _csrf(page: bytes) -> str:
     return m.group(1)
 
 
-def login(client, tok: str):  # noqa: ANN001, ANN201
+def login(client, tok: str):
     page = client.get("/console/login")
     return client.post("/console/login", data={"token": tok, "csrf_token": _csrf(page.data), "next": ""})
 
 
 @pytest.fixture
-def console(app, clean):  # noqa: ANN001, ANN201
+def console(app, clean):
     return app.test_client()
 
 
@@ -136,9 +136,15 @@ def test_batch_all_matching_and_replay_preview(console, token, make_job, clean):
     page = console.get("/console/jobs?status=dead")
     r = console.post(
         "/console/jobs/batch",
-        data={"action": "skip", "scope": "all", "filter_qs": "status=dead", "reason": "noise",
-              "confirm": "yes", "csrf_token": _csrf(page.data)},
-    )  # fmt: skip
+        data={
+            "action": "skip",
+            "scope": "all",
+            "filter_qs": "status=dead",
+            "reason": "noise",
+            "confirm": "yes",
+            "csrf_token": _csrf(page.data),
+        },
+    )
     assert r.status_code == 302
     assert [row(clean, i)["status"] for i in ids] == ["canceled"] * 3
 
@@ -180,16 +186,18 @@ def test_logout_ends_the_session(console, token):
     assert console.get("/console/jobs").status_code == 302
 
 
-def _node_with_job(clean, make_job, *, heartbeat_age: int) -> tuple[str, int]:  # noqa: ANN001
+def _node_with_job(clean, make_job, *, heartbeat_age: int) -> tuple[str, int]:
     node = "node-" + uuid.uuid4().hex[:8]
     job = make_job("running", attempts=1, lease_in=50)
     with clean.begin() as conn:
         conn.execute(
-            text("INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, "
-                 "slots_in_use, status, heartbeat_at) VALUES (:n, 'h', 1, '{worker}', '{workflow-ledger}', 4, 1, "
-                 "'active', now() - make_interval(secs => :age))"),
+            text(
+                "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity, "
+                "slots_in_use, status, heartbeat_at) VALUES (:n, 'h', 1, '{worker}', '{workflow-ledger}', 4, 1, "
+                "'active', now() - make_interval(secs => :age))"
+            ),
             {"n": node, "age": heartbeat_age},
-        )  # fmt: skip
+        )
         conn.execute(  # the job's open attempt names the node
             text("UPDATE workflow_jobs SET worker_id = :n WHERE id = :j"), {"n": node, "j": job}
         )
@@ -205,8 +213,10 @@ def test_reclaim_a_lost_nodes_jobs_is_previewed_audited_and_refused_for_a_live_n
     assert (
         page.status_code == 200 and f">{job}</a>".encode() in page.data and b"Reclaim this node" in page.data
     )
-    r = console.post(f"/console/health/nodes/{lost}/reclaim",
-                     data={"reason": "host died", "confirm": "yes", "csrf_token": _csrf(page.data)})  # fmt: skip
+    r = console.post(
+        f"/console/health/nodes/{lost}/reclaim",
+        data={"reason": "host died", "confirm": "yes", "csrf_token": _csrf(page.data)},
+    )
     assert r.status_code == 302
     assert row(clean, job)["status"] == "pending" and row(clean, job)["lease_token"] is None
     with clean.connect() as conn:
@@ -216,6 +226,8 @@ def test_reclaim_a_lost_nodes_jobs_is_previewed_audited_and_refused_for_a_live_n
     live, live_job = _node_with_job(clean, make_job, heartbeat_age=5)
     page = console.get(f"/console/health/nodes/{live}")
     assert b"Reclaim this node" not in page.data
-    r = console.post(f"/console/health/nodes/{live}/reclaim",
-                     data={"reason": "oops", "confirm": "yes", "csrf_token": _csrf(page.data)})  # fmt: skip
+    r = console.post(
+        f"/console/health/nodes/{live}/reclaim",
+        data={"reason": "oops", "confirm": "yes", "csrf_token": _csrf(page.data)},
+    )
     assert r.status_code == 409 and row(clean, live_job)["status"] == "running"

@@ -29,12 +29,12 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture(scope="module")
-def scenario(app) -> Scenario:  # noqa: ANN001
+def scenario(app) -> Scenario:
     return build()
 
 
 @pytest.fixture(scope="module")
-def admin(app, scenario: Scenario) -> FlaskClient:  # noqa: ANN001
+def admin(app, scenario: Scenario) -> FlaskClient:
     c = app.test_client()
     assert login(c, scenario.tokens["admin"]).status_code == 302
     return c

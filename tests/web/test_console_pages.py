@@ -28,11 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def scenario(app) -> Scenario:  # noqa: ANN001
+def scenario(app) -> Scenario:
     return build()
 
 
-def _client(app, token: str) -> FlaskClient:  # noqa: ANN001
+def _client(app, token: str) -> FlaskClient:
     c = app.test_client()
     r = login(c, token)
     assert r.status_code == 302, r.data[:300]
@@ -40,11 +40,11 @@ def _client(app, token: str) -> FlaskClient:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def admin(app, scenario: Scenario) -> FlaskClient:  # noqa: ANN001
+def admin(app, scenario: Scenario) -> FlaskClient:
     return _client(app, scenario.tokens["admin"])
 
 
-def _text(r) -> str:  # noqa: ANN001
+def _text(r) -> str:
     return re.sub(r"\s+", " ", html.unescape(r.data.decode()))
 
 
@@ -103,10 +103,14 @@ def test_logout_ends_the_session_on_the_server(app, scenario):
 
 def test_an_expired_session_sends_htmx_to_the_login_page(app, scenario):
     c = _client(app, scenario.tokens["tenant"])
-    sql("UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE credential_id = :c",
-        c=scenario.principals["tenant"].credential_id)  # fmt: skip
-    r = c.get("/console/jobs/status-panel", headers={"HX-Request": "true",
-                                                     "HX-Current-URL": "http://localhost/console/jobs?status=dead"})  # fmt: skip
+    sql(
+        "UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE credential_id = :c",
+        c=scenario.principals["tenant"].credential_id,
+    )
+    r = c.get(
+        "/console/jobs/status-panel",
+        headers={"HX-Request": "true", "HX-Current-URL": "http://localhost/console/jobs?status=dead"},
+    )
     assert r.status_code == 401 and r.data == b""
     assert r.headers["HX-Redirect"] == "/console/login?next=/console/jobs?status%3Ddead"
     full = c.get("/console/jobs")
@@ -115,18 +119,32 @@ def test_an_expired_session_sends_htmx_to_the_login_page(app, scenario):
 
 def test_refused_forms_keep_the_input_and_say_why_beside_the_field(admin, scenario):
     page = admin.get("/console/workflows/start")
-    r = admin.post("/console/workflows/start", data={
-        "definition_id": scenario.defs["order"], "version": "v1", "input": '{"order_id": 7}', "confirm": "yes",
-        "csrf_token": _csrf(page.data), "back": "/console/workflows/start",
-    })  # fmt: skip
+    r = admin.post(
+        "/console/workflows/start",
+        data={
+            "definition_id": scenario.defs["order"],
+            "version": "v1",
+            "input": '{"order_id": 7}',
+            "confirm": "yes",
+            "csrf_token": _csrf(page.data),
+            "back": "/console/workflows/start",
+        },
+    )
     body = _text(r)
     assert r.status_code == 400
     assert 'aria-invalid="true"' in body and "field-error" in body
     assert '{"order_id": 7}' in body  # what was typed is still there
-    ok = admin.post("/console/workflows/start", data={
-        "definition_id": scenario.defs["order"], "version": "v1", "input": '{"order_id": "Z-9", "amount": 3}',
-        "business_key": "typed-in-the-console", "confirm": "yes", "csrf_token": _csrf(page.data),
-    })  # fmt: skip
+    ok = admin.post(
+        "/console/workflows/start",
+        data={
+            "definition_id": scenario.defs["order"],
+            "version": "v1",
+            "input": '{"order_id": "Z-9", "amount": 3}',
+            "business_key": "typed-in-the-console",
+            "confirm": "yes",
+            "csrf_token": _csrf(page.data),
+        },
+    )
     assert ok.status_code == 302 and "/console/workflows/" in ok.headers["Location"]
     assert (
         sql("SELECT count(*) FROM workflow_instances WHERE business_key = 'typed-in-the-console'")[0][0] == 1
@@ -135,10 +153,18 @@ def test_refused_forms_keep_the_input_and_say_why_beside_the_field(admin, scenar
     assert bad_filter.status_code == 400 and 'value="kept"' in bad_filter.data.decode()
     assert bad_filter.data.decode().count("<h1") == 1 and "allowed values" in bad_filter.data.decode()
     listing = admin.get("/console/jobs?status=dead")
-    batch = admin.post("/console/jobs/batch", data={
-        "action": "retry", "scope": "selected", "reason": "x", "confirm": "yes", "filter_qs": "status=dead",
-        "csrf_token": _csrf(listing.data), "back": "/console/jobs?status=dead",
-    })  # fmt: skip
+    batch = admin.post(
+        "/console/jobs/batch",
+        data={
+            "action": "retry",
+            "scope": "selected",
+            "reason": "x",
+            "confirm": "yes",
+            "filter_qs": "status=dead",
+            "csrf_token": _csrf(listing.data),
+            "back": "/console/jobs?status=dead",
+        },
+    )
     assert batch.status_code == 400 and "select at least one job" in batch.data.decode()
     assert 'value="dead"' in batch.data.decode()  # the filter is kept
 
@@ -169,8 +195,12 @@ def test_a_replay_without_a_reason_is_refused_in_place(admin, scenario):
 def test_cancel_needs_a_reason_and_a_confirmation(admin, scenario):
     wid = scenario.wf["signal"]
     page = admin.get(f"/console/workflows/{wid}")
-    form = {"operation": "CANCEL", "expected_control_revision": "1", "reason": "customer withdrew",
-            "csrf_token": _csrf(page.data)}  # fmt: skip
+    form = {
+        "operation": "CANCEL",
+        "expected_control_revision": "1",
+        "reason": "customer withdrew",
+        "csrf_token": _csrf(page.data),
+    }
     r = admin.post(f"/console/workflows/{wid}/control", data=form)
     assert r.status_code == 400 and "tick the confirmation box" in r.data.decode()
     r = admin.post(f"/console/workflows/{wid}/control", data={**form, "reason": " ", "confirm": "yes"})
@@ -182,24 +212,45 @@ def test_signal_and_schedule_forms(admin, scenario):
     wid = scenario.wf["signal"]
     page = admin.get(f"/console/workflows/{wid}/signal")
     assert "receipt" in page.data.decode() and 'value="B-2"' in page.data.decode()  # the wait's correlation
-    r = admin.post(f"/console/workflows/{wid}/signal", data={
-        "name": "done", "payload_version": "v1", "target_step_key": "receipt", "target_activation_sequence": "1",
-        "correlation_key": "B-2", "payload": '{"received": true}', "reason": "warehouse confirmed",
-        "evidence_ref": "wms:77", "confirm": "yes", "csrf_token": _csrf(page.data),
-    })  # fmt: skip
+    r = admin.post(
+        f"/console/workflows/{wid}/signal",
+        data={
+            "name": "done",
+            "payload_version": "v1",
+            "target_step_key": "receipt",
+            "target_activation_sequence": "1",
+            "correlation_key": "B-2",
+            "payload": '{"received": true}',
+            "reason": "warehouse confirmed",
+            "evidence_ref": "wms:77",
+            "confirm": "yes",
+            "csrf_token": _csrf(page.data),
+        },
+    )
     assert r.status_code == 302, _text(r)[:1500]
     assert sql("SELECT state FROM workflow_signals WHERE instance_id = :i", i=wid)[0][0] == "CONSUMED"
     sch = admin.get(f"/console/schedules/{scenario.schedule_id}")
     assert (
         "nightly-orders" in sch.data.decode() and sch.data.decode().count("<li>") >= 5
     )  # next five fire times
-    no_reason = admin.post(f"/console/schedules/{scenario.schedule_id}/pause",
-                           data={"confirm": "yes", "csrf_token": _csrf(sch.data)})  # fmt: skip
+    no_reason = admin.post(
+        f"/console/schedules/{scenario.schedule_id}/pause",
+        data={"confirm": "yes", "csrf_token": _csrf(sch.data)},
+    )
     assert no_reason.status_code == 400 and "say why" in no_reason.data.decode()
-    bad = admin.post(f"/console/schedules/{scenario.schedule_id}/edit", data={
-        "rule": "cron", "cron": "every tuesday", "timezone": "UTC", "overlap": "skip", "version": "v1",
-        "input": "{}", "confirm": "yes", "csrf_token": _csrf(sch.data),
-    })  # fmt: skip
+    bad = admin.post(
+        f"/console/schedules/{scenario.schedule_id}/edit",
+        data={
+            "rule": "cron",
+            "cron": "every tuesday",
+            "timezone": "UTC",
+            "overlap": "skip",
+            "version": "v1",
+            "input": "{}",
+            "confirm": "yes",
+            "csrf_token": _csrf(sch.data),
+        },
+    )
     assert bad.status_code == 400 and 'value="every tuesday"' in bad.data.decode()
 
 
@@ -220,11 +271,13 @@ def test_rotating_a_secret_shows_it_once_and_never_in_the_cookie(admin, scenario
 
 
 def test_search_by_job_workflow_business_key_and_trace(admin, scenario):
-    for term, where in ((str(scenario.dead_job), f"/console/jobs/{scenario.dead_job}"),
-                        (scenario.wf["failed"], f"/console/workflows/{scenario.wf['failed']}"),
-                        (scenario.business_key, f"/console/workflows/{scenario.wf['running']}"),
-                        (scenario.trace_id, f"/console/chain/{scenario.trace_id}"),
-                        (scenario.schedule_id, f"/console/schedules/{scenario.schedule_id}")):  # fmt: skip
+    for term, where in (
+        (str(scenario.dead_job), f"/console/jobs/{scenario.dead_job}"),
+        (scenario.wf["failed"], f"/console/workflows/{scenario.wf['failed']}"),
+        (scenario.business_key, f"/console/workflows/{scenario.wf['running']}"),
+        (scenario.trace_id, f"/console/chain/{scenario.trace_id}"),
+        (scenario.schedule_id, f"/console/schedules/{scenario.schedule_id}"),
+    ):
         r = admin.get("/console/search", query_string={"q": term})
         assert r.status_code == 302 and r.headers["Location"].endswith(where), term
     none = admin.get("/console/search", query_string={"q": "no-such-thing"})
@@ -271,11 +324,22 @@ def test_the_procfiles_web_refuses_production_without_a_session_key(tmp_path):
     """The Procfile's own ``web`` line: one line saying what to set, no traceback, no worker started."""
     line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
     env = {k: v for k, v in os.environ.items() if k != "LEDGERFLOW_SECRET_KEY"}
-    env.update(LEDGERFLOW_ENV="production", LEDGERFLOW_CURSOR_SECRET="c" * 48, PORT="5999",
-               LEDGERFLOW_BIND_HOST="127.0.0.1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
-               PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""))  # fmt: skip
-    out = subprocess.run(["bash", "-c", "exec " + line.split(":", 1)[1]], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    env.update(
+        LEDGERFLOW_ENV="production",
+        LEDGERFLOW_CURSOR_SECRET="c" * 48,
+        PORT="5999",
+        LEDGERFLOW_BIND_HOST="127.0.0.1",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+        PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
+    )
+    out = subprocess.run(
+        ["bash", "-c", "exec " + line.split(":", 1)[1]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "refusing to start" in ln]
     assert len(lines) == 1 and "LEDGERFLOW_SECRET_KEY" in lines[0]

@@ -16,7 +16,7 @@ from tests.web.wf_ops import ops, unknown_outcome_job  # noqa: F401
 
 
 @pytest.fixture
-def console(app, ops):  # noqa: ANN001, ANN201, F811
+def console(app, ops):  # noqa: F811
     with transaction() as conn:
         tok = create_credential(conn, namespace=ops.ns.name, name="console", scopes=sorted(ALL_SCOPES)).token
     c = app.test_client()
@@ -30,8 +30,14 @@ def test_resolve_needs_review_with_succeed_step(console, ops):  # noqa: F811
     ops.client.control_workflow(wid, "PAUSE", 1, "freeze")
     page = console.get(f"/console/workflows/{wid}")
     assert page.status_code == 200 and b"Resolve a step in review" in page.data
-    form = {"action": "SUCCEED_STEP", "step_key": "receipt", "output": '{"amount": 12.50}',
-            "reason": "it arrived", "evidence_ref": "ticket:9", "csrf_token": _csrf(page.data)}  # fmt: skip
+    form = {
+        "action": "SUCCEED_STEP",
+        "step_key": "receipt",
+        "output": '{"amount": 12.50}',
+        "reason": "it arrived",
+        "evidence_ref": "ticket:9",
+        "csrf_token": _csrf(page.data),
+    }
     bad = console.post(f"/console/workflows/{wid}/recovery", data={**form, "output": "{nope"})
     assert bad.status_code == 400 and b"not valid JSON" in bad.data
     r = console.post(f"/console/workflows/{wid}/recovery", data={**form, "confirm": "yes"})
@@ -40,9 +46,12 @@ def test_resolve_needs_review_with_succeed_step(console, ops):  # noqa: F811
     assert step.step.state == "SUCCEEDED" and str(step.output["amount"]) == "12.50"
     with get_engine().connect() as conn:
         a = conn.execute(
-            text("SELECT action, reason, evidence_ref FROM operation_audit WHERE workflow_id = :w AND action LIKE "
-                 "'workflow.recovery.%'"), {"w": wid}
-        ).one()  # fmt: skip
+            text(
+                "SELECT action, reason, evidence_ref FROM operation_audit WHERE workflow_id = :w AND action LIKE "
+                "'workflow.recovery.%'"
+            ),
+            {"w": wid},
+        ).one()
     assert (a.action, a.reason, a.evidence_ref) == (
         "workflow.recovery.succeed_step",
         "it arrived",
@@ -56,9 +65,14 @@ def test_stale_control_revision_is_a_409_and_changes_nothing(console, ops):  # n
     ops.client.control_workflow(wid, "PAUSE", 1, "someone else")
     r = console.post(
         f"/console/workflows/{wid}/control",
-        data={"operation": "CANCEL", "expected_control_revision": "1", "reason": "old page", "confirm": "yes",
-              "csrf_token": _csrf(page.data)},
-    )  # fmt: skip
+        data={
+            "operation": "CANCEL",
+            "expected_control_revision": "1",
+            "reason": "old page",
+            "confirm": "yes",
+            "csrf_token": _csrf(page.data),
+        },
+    )
     assert r.status_code == 409
     inst = ops.client.get_workflow(wid)
     assert inst.paused and inst.state != "CANCELLED" and inst.control_revision == 2

@@ -17,8 +17,12 @@ from tests.web.wf_live import wf_ns, wf_server  # noqa: F401
 from web.problems import PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-       "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 300}]}  # fmt: skip
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 300}],
+}
 
 
 def test_list_definitions_by_name_and_pages(wf_ns):  # noqa: F811

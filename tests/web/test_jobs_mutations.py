@@ -80,9 +80,11 @@ def test_retry_with_new_payload_gets_new_operation_key_and_exact_numbers(client,
     old_key = row(clean, job_id)["operation_key"]
     body = '{"payload": {"amount": 9007199254740993, "rate": 0.1000}}'
     r = client.post(
-        f"{PREFIX}/jobs/{job_id}/retry", data=body, content_type="application/json",
+        f"{PREFIX}/jobs/{job_id}/retry",
+        data=body,
+        content_type="application/json",
         headers={**operator, "Idempotency-Key": "new-payload"},
-    )  # fmt: skip
+    )
     assert r.status_code == 200, r.json
     assert row(clean, job_id)["operation_key"] != old_key
     detail = client.get(f"{PREFIX}/jobs/{job_id}", headers=operator)

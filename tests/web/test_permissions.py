@@ -63,7 +63,7 @@ def test_ledger_routes_are_exactly_the_thirteen(app):
     assert ("GET", "/jobs/chain/{traceId}/diagnostic-bundle") in ours
 
 
-def _call(client, method, path, headers):  # noqa: ANN001, ANN202
+def _call(client, method, path, headers):
     if method == "GET":
         return client.get(PREFIX + path, headers=headers)
     return mutate(client, path, headers, {"job_ids": ["1"]} if "batch" in path else {})
@@ -103,7 +103,7 @@ def test_tokens_are_stored_hashed(clean, token):
     assert raw not in stored.token_hash and len(stored.token_hash) == 64
 
 
-def _cli(*args: str):  # noqa: ANN202
+def _cli(*args: str):
     from ledgerflow.cli import main
 
     return CliRunner().invoke(main, ["credentials", *args], catch_exceptions=False)

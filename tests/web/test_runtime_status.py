@@ -9,8 +9,17 @@ from app.ledger import nodes
 from tests.web.conftest import PREFIX
 
 
-def _node(conn, node_id, *, roles=("worker",), pools=("workflow-ledger",), beat_ago=0, status="active",
-          capacity=4, in_use=0):  # noqa: ANN001, ANN202  # fmt: skip
+def _node(
+    conn,
+    node_id,
+    *,
+    roles=("worker",),
+    pools=("workflow-ledger",),
+    beat_ago=0,
+    status="active",
+    capacity=4,
+    in_use=0,
+):
     conn.execute(
         text(
             "INSERT INTO workflow_worker_nodes (node_id, hostname, pid, roles, pools, slot_capacity,"
@@ -30,7 +39,7 @@ def _node(conn, node_id, *, roles=("worker",), pools=("workflow-ledger",), beat_
     )
 
 
-def _attempt(conn, job_id, n, *, status="succeeded", started_ago=0, wait=0.0, duration=None):  # noqa: ANN001, ANN202
+def _attempt(conn, job_id, n, *, status="succeeded", started_ago=0, wait=0.0, duration=None):
     conn.execute(
         text(
             "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, lease_token, due_at,"
@@ -43,7 +52,7 @@ def _attempt(conn, job_id, n, *, status="succeeded", started_ago=0, wait=0.0, du
     )
 
 
-def _status(client, headers):  # noqa: ANN001, ANN202
+def _status(client, headers):
     r = client.get(f"{PREFIX}/jobs/runtime-status", headers=headers)
     assert r.status_code == 200
     return r.json["data"]

@@ -23,15 +23,25 @@ DOC = {"steps": [{"key": "work", "kind": "TASK", "queue": "sched-live"}]}
 
 
 @pytest.fixture
-def spawn_scheduler(tmp_path: Path):  # noqa: ANN201
+def spawn_scheduler(tmp_path: Path):
     started: list[subprocess.Popen] = []
 
     def _spawn() -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "LEDGERFLOW_SCHEDULE_TICK_SECONDS": "0.2",
-               "LEDGERFLOW_DRAIN_INTERVAL_SECONDS": "600", "LOG_LEVEL": "INFO"}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "LEDGERFLOW_SCHEDULE_TICK_SECONDS": "0.2",
+            "LEDGERFLOW_DRAIN_INTERVAL_SECONDS": "600",
+            "LOG_LEVEL": "INFO",
+        }
         log = tmp_path / f"scheduler-{len(started)}.log"
-        proc = subprocess.Popen([sys.executable, "-m", "ledgerflow.cli", "scheduler"], env=env,
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT)  # noqa: SIM115  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ledgerflow.cli", "scheduler"],
+            env=env,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         started.append(proc)
         until(lambda: "ready" in log.read_text(), timeout=30)
         return proc
@@ -47,20 +57,29 @@ def spawn_scheduler(tmp_path: Path):  # noqa: ANN201
 
 
 def _fires(sid: str) -> list:
-    return sql("SELECT fire_at, kind, status, skipped_count, instance_id FROM workflow_schedule_fires "
-               "WHERE schedule_id = :s ORDER BY fire_at", s=sid)  # fmt: skip
+    return sql(
+        "SELECT fire_at, kind, status, skipped_count, instance_id FROM workflow_schedule_fires "
+        "WHERE schedule_id = :s ORDER BY fire_at",
+        s=sid,
+    )
 
 
 def _check_no_double(sid: str) -> None:
-    jobs = sql("SELECT payload->>'fire_at' AS f, count(*) AS n FROM workflow_jobs WHERE type = 'schedule_launch' "
-               "AND payload->>'schedule_id' = :s GROUP BY 1 HAVING count(*) > 1", s=sid)  # fmt: skip
+    jobs = sql(
+        "SELECT payload->>'fire_at' AS f, count(*) AS n FROM workflow_jobs WHERE type = 'schedule_launch' "
+        "AND payload->>'schedule_id' = :s GROUP BY 1 HAVING count(*) > 1",
+        s=sid,
+    )
     assert jobs == [], f"a fire time was handed out twice: {jobs}"
-    inst = sql("SELECT schedule_fire_at, count(*) FROM workflow_instances WHERE schedule_id = :s "
-               "GROUP BY 1 HAVING count(*) > 1", s=sid)  # fmt: skip
+    inst = sql(
+        "SELECT schedule_fire_at, count(*) FROM workflow_instances WHERE schedule_id = :s "
+        "GROUP BY 1 HAVING count(*) > 1",
+        s=sid,
+    )
     assert inst == [], f"a fire time started two instances: {inst}"
 
 
-def test_api_rejects_bad_rules_naming_the_field(ops) -> None:  # noqa: ANN001, F811
+def test_api_rejects_bad_rules_naming_the_field(ops) -> None:  # noqa: F811
     def_id = ops.define(DOC)
     for kw, field in (
         ({"cron": "0 25 * * *"}, "cron"),
@@ -74,14 +93,15 @@ def test_api_rejects_bad_rules_naming_the_field(ops) -> None:  # noqa: ANN001, F
     with pytest.raises(InvalidArgument) as err:
         ops.client.create_schedule("bad", def_id, "v2", {}, cron="@daily")
     assert "version" in str(err.value.errors)
-    s = ops.client.create_schedule("weekday-mornings", def_id, "v1", {}, cron="30 8 * * 1-5",
-                                   timezone="Europe/Berlin")  # fmt: skip
+    s = ops.client.create_schedule(
+        "weekday-mornings", def_id, "v1", {}, cron="30 8 * * 1-5", timezone="Europe/Berlin"
+    )
     got = ops.client.get_schedule(s["id"])
     assert got["cron"] == "30 8 * * 1-5" and len(got["next_fire_times"]) == 5 and got["overlap"] == "skip"
     assert [i["id"] for i in ops.client.list_schedules()["items"]] == [s["id"]]
 
 
-def test_every_second_schedule_with_real_scheduler_and_worker(ops, spawn_worker, spawn_scheduler) -> None:  # noqa: ANN001, F811
+def test_every_second_schedule_with_real_scheduler_and_worker(ops, spawn_worker, spawn_scheduler) -> None:  # noqa: F811
     c = ops.client
     def_id = ops.define(DOC)
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
@@ -100,16 +120,27 @@ def test_every_second_schedule_with_real_scheduler_and_worker(ops, spawn_worker,
     # 2. both schedulers die for 10 s; one comes back: ONE coalesced launch for the latest fire time
     a.kill(), b.kill()
     a.wait(), b.wait()
-    until(lambda: sql("SELECT count(*) AS n FROM workflow_jobs WHERE type = 'schedule_launch' "
-                      "AND status IN ('pending', 'running')")[0].n == 0, timeout=30)  # fmt: skip
+    until(
+        lambda: (
+            sql(
+                "SELECT count(*) AS n FROM workflow_jobs WHERE type = 'schedule_launch' "
+                "AND status IN ('pending', 'running')"
+            )[0].n
+            == 0
+        ),
+        timeout=30,
+    )
     before = len(_fires(sid))
     time.sleep(10)
     assert len(_fires(sid)) == before  # nothing fires while no scheduler runs
     spawn_scheduler()
     first_back = until(lambda: _fires(sid)[before:] and _fires(sid)[before], timeout=30)
     assert first_back.skipped_count >= 8, first_back
-    audit = sql("SELECT after FROM operation_audit WHERE target_id = :s AND action = 'schedule.fire' "
-                "AND (after->>'skipped_missed')::int >= 8", s=sid)  # fmt: skip
+    audit = sql(
+        "SELECT after FROM operation_audit WHERE target_id = :s AND action = 'schedule.fire' "
+        "AND (after->>'skipped_missed')::int >= 8",
+        s=sid,
+    )
     assert len(audit) == 1
     # 3. pause: nothing more; resume: the missed fire times are coalesced into one launch
     c.pause_schedule(sid)

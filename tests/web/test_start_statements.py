@@ -9,12 +9,18 @@ import psycopg
 
 from tests.engine.helpers import publish
 
-DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-       "steps": [{"key": "a", "kind": "TASK", "queue": "st.q"}, {"key": "b", "kind": "TASK", "queue": "st.q",
-                                                                 "after": ["a"]}]}  # fmt: skip
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [
+        {"key": "a", "kind": "TASK", "queue": "st.q"},
+        {"key": "b", "kind": "TASK", "queue": "st.q", "after": ["a"]},
+    ],
+}
 
 
-def test_a_start_is_at_most_ten_statements(client, token, clean, monkeypatch):  # noqa: ANN001
+def test_a_start_is_at_most_ten_statements(client, token, clean, monkeypatch):
     bearer = token("workflows:start", "workflows:read", "tasks:submit", namespace="stmts")
     from app.auth import ensure_namespace
     from app.db import transaction
@@ -33,7 +39,7 @@ def test_a_start_is_at_most_ten_statements(client, token, clean, monkeypatch):  
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
-    def counted(self, query, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def counted(self, query, *args, **kwargs):
         sent.append(str(query)[:80])
         return execute(self, query, *args, **kwargs)
 

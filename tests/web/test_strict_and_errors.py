@@ -14,13 +14,13 @@ from tests.web.conftest import PREFIX, mutate
 PROBLEM_KEYS = {"type", "title", "status", "code", "message", "request_id", "errors"}
 
 
-def _post(client, path, headers, raw: bytes | str, *, key="k-1", content_type="application/json"):  # noqa: ANN001, ANN202
+def _post(client, path, headers, raw: bytes | str, *, key="k-1", content_type="application/json"):
     return client.post(
         PREFIX + path, data=raw, content_type=content_type, headers={**headers, "Idempotency-Key": key}
     )
 
 
-def _assert_problem(r, status: int, code: str, field: str | None = None) -> None:  # noqa: ANN001
+def _assert_problem(r, status: int, code: str, field: str | None = None) -> None:
     assert r.status_code == status, r.data
     assert r.mimetype == "application/problem+json"
     body = r.json
@@ -32,8 +32,12 @@ def _assert_problem(r, status: int, code: str, field: str | None = None) -> None
 
 def test_duplicate_key_case_alias_unknown_field(client, operator, make_job):
     job_id = make_job("dead")
-    _assert_problem(_post(client, f"/jobs/{job_id}/skip", operator, '{"reason":"a","reason":"b"}'), 400,
-                    "INVALID_ARGUMENT", "reason")  # fmt: skip
+    _assert_problem(
+        _post(client, f"/jobs/{job_id}/skip", operator, '{"reason":"a","reason":"b"}'),
+        400,
+        "INVALID_ARGUMENT",
+        "reason",
+    )
     r = _post(client, f"/jobs/{job_id}/skip", operator, '{"Reason":"a"}')
     _assert_problem(r, 400, "INVALID_ARGUMENT", "Reason")
     assert "case-variant" in r.json["errors"][0]["message"]
@@ -43,12 +47,17 @@ def test_duplicate_key_case_alias_unknown_field(client, operator, make_job):
     _assert_problem(
         _post(client, "/jobs/replay-dead", operator, '{"types":["dead_letter"]}'), 400, "INVALID_ARGUMENT"
     )
-    _assert_problem(_post(client, "/jobs/batch-skip", operator, '{"job_ids":["1"],"Job_Ids":["2"]}'), 400,
-                    "INVALID_ARGUMENT", "Job_Ids")  # fmt: skip
+    _assert_problem(
+        _post(client, "/jobs/batch-skip", operator, '{"job_ids":["1"],"Job_Ids":["2"]}'),
+        400,
+        "INVALID_ARGUMENT",
+        "Job_Ids",
+    )
     _assert_problem(_post(client, "/jobs/batch-skip", operator, "[1]"), 400, "INVALID_ARGUMENT", "body")
     _assert_problem(_post(client, "/jobs/batch-skip", operator, "{bad"), 400, "INVALID_ARGUMENT", "body")
-    _assert_problem(_post(client, "/jobs/batch-skip", operator, '{"job_ids":["1"],"reason":NaN}'), 400,
-                    "INVALID_ARGUMENT")  # fmt: skip
+    _assert_problem(
+        _post(client, "/jobs/batch-skip", operator, '{"job_ids":["1"],"reason":NaN}'), 400, "INVALID_ARGUMENT"
+    )
 
 
 def test_unknown_and_repeated_query_params(client, monitor):
@@ -63,8 +72,11 @@ def test_unknown_and_repeated_query_params(client, monitor):
 
 
 def test_media_type_and_size(client, operator):
-    _assert_problem(_post(client, "/jobs/batch-skip", operator, "{}", content_type="text/plain"), 415,
-                    "UNSUPPORTED_MEDIA_TYPE")  # fmt: skip
+    _assert_problem(
+        _post(client, "/jobs/batch-skip", operator, "{}", content_type="text/plain"),
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+    )
     big = '{"reason": "' + "x" * (512 * 1024) + '"}'
     _assert_problem(_post(client, "/jobs/batch-skip", operator, big), 413, "BODY_TOO_LARGE")
 
@@ -145,7 +157,7 @@ def test_database_unreachable_is_503_without_internals(app, monitor, monkeypatch
 def test_unexpected_error_is_500_problem_without_trace(app, monitor, monkeypatch):
     import app.ledger.ops as ops
 
-    def boom(conn):  # noqa: ANN001, ANN202
+    def boom(conn):
         raise RuntimeError("secret internal detail")
 
     monkeypatch.setattr(ops, "summary", boom)

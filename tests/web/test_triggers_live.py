@@ -19,8 +19,12 @@ from actors.maintenance import run_drain
 from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ENGINE_WORKER_ENV, ops, sql, until  # noqa: F401
 
-WORKER_ENV = {**ENGINE_WORKER_ENV, "LEDGERFLOW_LEASE_SECONDS": "3", "LEDGERFLOW_RENEW_SECONDS": "1",
-              "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32"}  # fmt: skip
+WORKER_ENV = {
+    **ENGINE_WORKER_ENV,
+    "LEDGERFLOW_LEASE_SECONDS": "3",
+    "LEDGERFLOW_RENEW_SECONDS": "1",
+    "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32",
+}
 
 
 class Receiver:
@@ -36,7 +40,7 @@ def receiver() -> Iterator[tuple[str, Receiver]]:
     rec = Receiver()
 
     class H(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             with rec.lock:
                 rec.keys.append(self.headers["X-Idempotency-Key"])
@@ -50,7 +54,7 @@ def receiver() -> Iterator[tuple[str, Receiver]]:
             self.end_headers()
             self.wfile.write(raw)
 
-        def log_message(self, *a) -> None:  # noqa: ANN002
+        def log_message(self, *a) -> None:
             pass
 
     for port in range(5530, 5550):
@@ -72,27 +76,36 @@ def _states(ids: list[str]) -> dict[str, str]:
     }
 
 
-def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(  # noqa: F811
+def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(
     ops,  # noqa: F811
     spawn_worker,
     receiver,
     monkeypatch,
-) -> None:  # noqa: ANN001
+) -> None:
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the API checks URLs at publish
     url, rec = receiver
     c = ops.client
     spawn_worker("advance", env=WORKER_ENV)
     out1 = spawn_worker("outbound", env=WORKER_ENV)
     # 1. one TRIGGER: the answer is the step output (and, mapped, the workflow output)
-    trig = ops.define({"steps": [{"key": "call", "kind": "TRIGGER", "url": url + "/hook", "body": {"n": "$.input.n"}}],
-                       "output": {"answer": "$.steps.call.output"}})  # fmt: skip
+    trig = ops.define(
+        {
+            "steps": [{"key": "call", "kind": "TRIGGER", "url": url + "/hook", "body": {"n": "$.input.n"}}],
+            "output": {"answer": "$.steps.call.output"},
+        }
+    )
     first = ops.start(trig, {"n": 1})
     until(lambda: c.get_workflow(first).state == "SUCCEEDED", timeout=60)
     assert c.get_workflow(first).output == {"answer": {"status": 200, "body": {"received": rec.keys[0]}}}
     # 2. external dispatch: the external system claims and completes the task through the API
-    approval = ops.define({"steps": [{"key": "approve", "kind": "TASK", "queue": "ext-q",
-                                      "dispatch": {"url": url + "/dispatch"}}],
-                           "output": {"decision": "$.steps.approve.output"}})  # fmt: skip
+    approval = ops.define(
+        {
+            "steps": [
+                {"key": "approve", "kind": "TASK", "queue": "ext-q", "dispatch": {"url": url + "/dispatch"}}
+            ],
+            "output": {"decision": "$.steps.approve.output"},
+        }
+    )
 
     def external_system(sent: dict) -> None:
         deadline = time.monotonic() + 30
@@ -126,8 +139,11 @@ def test_trigger_and_dispatch_live_with_a_worker_killed_mid_call(  # noqa: F811
     states = _states(ids)
     assert "SUCCEEDED" in states.values()
     reviewed = [i for i, s in states.items() if s == "NEEDS_REVIEW"]
-    dead = sql("SELECT instance_id FROM workflow_jobs WHERE type = 'trigger_dispatch' AND status = 'dead' "
-               "AND error_code = 'EXTERNAL_OUTCOME_UNKNOWN' AND instance_id = ANY(:ids)", ids=ids)  # fmt: skip
+    dead = sql(
+        "SELECT instance_id FROM workflow_jobs WHERE type = 'trigger_dispatch' AND status = 'dead' "
+        "AND error_code = 'EXTERNAL_OUTCOME_UNKNOWN' AND instance_id = ANY(:ids)",
+        ids=ids,
+    )
     assert sorted(r.instance_id for r in dead) == sorted(reviewed)
     assert reviewed, "the calls in flight when the worker died must be in review (never re-sent)"
     print(

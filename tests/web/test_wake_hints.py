@@ -15,15 +15,19 @@ from app.ledger import hints
 from app.settings import get_settings
 from tests.engine.helpers import publish
 
-DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 600,
-       "steps": [{"key": "a", "kind": "TASK", "queue": "hint.q"}]}  # fmt: skip
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [{"key": "a", "kind": "TASK", "queue": "hint.q"}],
+}
 
 
 def test_the_web_process_publishes_the_wake_hints_of_the_jobs_its_requests_create(
     clean,
     token,
     redis_client,
-    monkeypatch,  # noqa: ANN001
+    monkeypatch,
 ) -> None:
     from web import create_app
 

@@ -19,24 +19,29 @@ from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ops, sql, until  # noqa: F401
 
 ALLOW = {"LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32"}
-FAST = {**ALLOW, "LEDGERFLOW_HANDLERS": "", "LEDGERFLOW_POLL_SECONDS": "0.2", "LEDGERFLOW_BACKOFF_BASE_SECONDS": "0.2",
-        "LEDGERFLOW_BACKOFF_CAP_SECONDS": "1"}  # fmt: skip
+FAST = {
+    **ALLOW,
+    "LEDGERFLOW_HANDLERS": "",
+    "LEDGERFLOW_POLL_SECONDS": "0.2",
+    "LEDGERFLOW_BACKOFF_BASE_SECONDS": "0.2",
+    "LEDGERFLOW_BACKOFF_CAP_SECONDS": "1",
+}
 TASK = {"steps": [{"key": "work", "kind": "TASK", "queue": "wh-q"}]}
 
 
 @pytest.fixture
-def receiver(monkeypatch) -> Iterator[Receiver]:  # noqa: ANN001
+def receiver(monkeypatch) -> Iterator[Receiver]:
     monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")  # the API checks URLs at create time
     r = start_receiver()
     yield r
     r.close()
 
 
-def _started_event(c, wid: str) -> dict:  # noqa: ANN001
+def _started_event(c, wid: str) -> dict:
     return next(e for e in c.list_workflow_events(wid) if e["type"] == "workflow.started")
 
 
-def test_retries_signatures_rotation_and_one_acknowledgement(ops, receiver, spawn_worker) -> None:  # noqa: ANN001, F811
+def test_retries_signatures_rotation_and_one_acknowledgement(ops, receiver, spawn_worker) -> None:  # noqa: F811
     c = ops.client
     # the destination policy is checked at create time too: loopback without the allow-list is a 400
     with pytest.raises(InvalidArgument) as refused:
@@ -79,7 +84,7 @@ def test_retries_signatures_rotation_and_one_acknowledgement(ops, receiver, spaw
         verify_webhook(flaky["secret"], fresh.body, fresh.headers)
 
 
-def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver, spawn_worker) -> None:  # noqa: ANN001, F811
+def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver, spawn_worker) -> None:  # noqa: F811
     c = ops.client
     sub = c.create_subscription(receiver.url("/slow"), ["workflow.started"])
     def_id = ops.define(TASK)
@@ -99,8 +104,10 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     def deliveries() -> list[dict]:
         return c.list_deliveries(sub["id"])["items"]
 
-    until(lambda: all(d["status"] in ("succeeded", "unknown") for d in deliveries()) and len(deliveries()) == 8,
-          timeout=60)  # fmt: skip
+    until(
+        lambda: all(d["status"] in ("succeeded", "unknown") for d in deliveries()) and len(deliveries()) == 8,
+        timeout=60,
+    )
     counts = receiver.ids("/slow")
     assert max(counts.values()) == 1, counts  # no duplicate
     unknown = {d["event_id"] for d in deliveries() if d["status"] == "unknown"}
@@ -108,8 +115,10 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     assert set(counts) | unknown == events  # nothing lost: delivered, or in the dead letter to confirm
     jobs = sql(
         "SELECT j.status, j.error_code FROM webhook_deliveries d JOIN workflow_jobs j ON j.id = d.job_id "
-        "WHERE d.subscription_id = :s AND d.event_id = ANY(:u)", s=sub["id"], u=list(unknown),
-    )  # fmt: skip
+        "WHERE d.subscription_id = :s AND d.event_id = ANY(:u)",
+        s=sub["id"],
+        u=list(unknown),
+    )
     assert {tuple(j) for j in jobs} == {("dead", "EXTERNAL_OUTCOME_UNKNOWN")}
     # the operator confirms with the receiver and redelivers: the receiver sees the same webhook-id
     for d in deliveries():
@@ -118,7 +127,7 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     until(lambda: set(receiver.ids("/slow")) == events, timeout=30)
 
 
-def test_events_route_is_namespace_scoped(ops, wf_server) -> None:  # noqa: ANN001, F811
+def test_events_route_is_namespace_scoped(ops, wf_server) -> None:  # noqa: F811
     from tests.web.wf_live import make_namespace
 
     wid = ops.start(ops.define(TASK))

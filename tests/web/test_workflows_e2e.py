@@ -21,7 +21,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 ENGINE_WORKER_ENV = {"LEDGERFLOW_HANDLERS": "", "LEDGERFLOW_POLL_SECONDS": "0.2"}
 
 
-def _publish_example(client) -> tuple[str, str]:  # noqa: ANN001
+def _publish_example(client) -> tuple[str, str]:
     """The documented example (docs/tutorial.md, docs/reference.md) publishes exactly what this test runs."""
     import importlib.util
 
@@ -31,7 +31,7 @@ def _publish_example(client) -> tuple[str, str]:  # noqa: ANN001
     return mod.publish(client)
 
 
-def _until(fn, timeout: float = 30.0):  # noqa: ANN001, ANN202
+def _until(fn, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -43,11 +43,11 @@ def _until(fn, timeout: float = 30.0):  # noqa: ANN001, ANN202
 
 
 @pytest.fixture
-def task_worker_proc(wf_ns, tmp_path):  # noqa: ANN001, ANN201, F811
+def task_worker_proc(wf_ns, tmp_path):  # noqa: F811
     procs = []
 
     def start() -> subprocess.Popen:
-        log = open(tmp_path / "task-worker.log", "w")  # noqa: SIM115
+        log = open(tmp_path / "task-worker.log", "w")
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),

@@ -29,7 +29,7 @@ POLL_DOC = {
 }
 
 
-def _final(c, wid, payload):  # noqa: ANN001, ANN202
+def _final(c, wid, payload):
     return c.send_workflow_signal(
         wid,
         name="done",
@@ -42,7 +42,7 @@ def _final(c, wid, payload):  # noqa: ANN001, ANN202
     ).signal
 
 
-def _round_task(ops, wid):  # noqa: ANN001, ANN202, F811
+def _round_task(ops, wid):  # noqa: F811
     return next(t for t in ops.worker.claim_tasks(["pq"], max_tasks=16) if t.workflow_id == wid)
 
 

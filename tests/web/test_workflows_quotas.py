@@ -15,7 +15,7 @@ from tests.web.test_workflows_start import _raw
 from tests.web.wf_live import make_namespace, wf_ns, wf_server  # noqa: F401
 
 
-def _definition(client, steps: list[dict]) -> str:  # noqa: ANN001
+def _definition(client, steps: list[dict]) -> str:
     d = client.create_definition("quota-" + uuid.uuid4().hex[:8])
     client.publish_version(
         d["id"], {"version": "v1", "input_schema": {}, "deadline_seconds": 3600, "steps": steps}
@@ -23,11 +23,11 @@ def _definition(client, steps: list[dict]) -> str:  # noqa: ANN001
     return d["id"]
 
 
-def _start(ns, def_id: str, key: str):  # noqa: ANN001, ANN202
+def _start(ns, def_id: str, key: str):
     return _raw(ns, "POST", "/v1/workflows", {"definition_id": def_id, "version": "v1", "input": {}}, key=key)
 
 
-def _assert_429(r, code: str) -> None:  # noqa: ANN001
+def _assert_429(r, code: str) -> None:
     assert r.status_code == 429, r.text
     assert r.headers["content-type"].startswith("application/problem+json")
     assert r.headers["Retry-After"] == "30"
@@ -35,7 +35,7 @@ def _assert_429(r, code: str) -> None:  # noqa: ANN001
     assert body["code"] == code and body["status"] == 429 and body["request_id"]
 
 
-def test_queue_full_is_429_with_retry_after(wf_ns, monkeypatch, engine):  # noqa: ANN001, F811
+def test_queue_full_is_429_with_retry_after(wf_ns, monkeypatch, engine):  # noqa: F811
     monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "1")
     c = wf_ns.client()
     def_id = _definition(c, [{"key": "t", "kind": "TASK", "queue": "q1"}])
@@ -112,7 +112,7 @@ def test_application_full_counts_unfinished_instances_and_open_tasks(wf_ns, monk
 
 # -- 503 UNAVAILABLE -------------------------------------------------------------------------------
 @pytest.fixture
-def dead_database(monkeypatch):  # noqa: ANN001, ANN201
+def dead_database(monkeypatch):
     """Authentication still reaches the database; every route's own queries go to a closed port."""
     from sqlalchemy import create_engine
 
@@ -127,7 +127,7 @@ def dead_database(monkeypatch):  # noqa: ANN001, ANN201
     dead.dispose()
 
 
-def test_workflow_routes_answer_503_when_the_database_is_unreachable(app, token, dead_database):  # noqa: ANN001
+def test_workflow_routes_answer_503_when_the_database_is_unreachable(app, token, dead_database):
     h = {
         "Authorization": "Bearer "
         + token("workflows:read", "workflows:start", "tasks:submit", "tasks:work", namespace="dead")

@@ -28,7 +28,7 @@ DOC = {
 }
 
 
-def _sig(c, wid, seq, key):  # noqa: ANN001, ANN202
+def _sig(c, wid, seq, key):
     return c.send_workflow_signal(
         wid,
         name="done",

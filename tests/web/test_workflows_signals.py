@@ -39,7 +39,7 @@ DOC_MORE = {
 }
 
 
-def _signal(c, wid, seq=1, corr="A-1 ", payload=None, **kw):  # noqa: ANN001, ANN003, ANN202
+def _signal(c, wid, seq=1, corr="A-1 ", payload=None, **kw):
     return c.send_workflow_signal(
         wid,
         name=kw.pop("name", "done"),
@@ -53,7 +53,7 @@ def _signal(c, wid, seq=1, corr="A-1 ", payload=None, **kw):  # noqa: ANN001, AN
     )
 
 
-def _prep_done(ops, wid) -> None:  # noqa: ANN001, F811
+def _prep_done(ops, wid) -> None:  # noqa: F811
     [t] = [t for t in ops.worker.claim_tasks(["q1"], max_tasks=16) if t.workflow_id == wid]
     ops.worker.complete_task(t.id, t.epoch, {"prepared": True})
 

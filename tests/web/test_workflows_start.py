@@ -22,13 +22,13 @@ SIMPLE = {
 }
 
 
-def _definition(client, doc=SIMPLE) -> str:  # noqa: ANN001
+def _definition(client, doc=SIMPLE) -> str:
     d = client.create_definition("d-" + uuid.uuid4().hex[:8])
     client.publish_version(d["id"], doc)
     return d["id"]
 
 
-def _raw(ns, method, path, body=None, key=None, who="all", **headers):  # noqa: ANN001, ANN202
+def _raw(ns, method, path, body=None, key=None, who="all", **headers):
     h = {"Authorization": f"Bearer {ns.tokens[who]}", **headers}
     if key is not None:
         h["Idempotency-Key"] = key

@@ -58,10 +58,10 @@ def start_receiver(slow_seconds: float = 1.5) -> Receiver:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *a) -> None:  # noqa: ANN002
+        def log_message(self, *a) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             rec = holder["r"]
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             wid = self.headers.get("webhook-id", "")

@@ -32,7 +32,7 @@ class Namespace:
     url: str
     tokens: dict[str, str]
 
-    def client(self, who: str = "all", **kw) -> Client:  # noqa: ANN003
+    def client(self, who: str = "all", **kw) -> Client:
         return Client(self.url, self.tokens[who], **kw)
 
 

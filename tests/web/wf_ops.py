@@ -32,7 +32,7 @@ class Ops:
         )
         return d["id"]
 
-    def start(self, def_id: str, input: dict | None = None) -> str:  # noqa: A002
+    def start(self, def_id: str, input: dict | None = None) -> str:
         return self.client.start_workflow(def_id, "v1", input or {}).instance.id
 
 
@@ -44,7 +44,7 @@ def ops(wf_server: str) -> Ops:
     return Ops(ns, Client(wf_server, issued.token), ns.client("worker"), issued.credential_id)
 
 
-def until(fn, timeout: float = 20.0):  # noqa: ANN001, ANN201
+def until(fn, timeout: float = 20.0):
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -55,7 +55,7 @@ def until(fn, timeout: float = 20.0):  # noqa: ANN001, ANN201
         time.sleep(0.05)
 
 
-def sql(query: str, **params) -> list:  # noqa: ANN003
+def sql(query: str, **params) -> list:
     with get_engine().begin() as conn:
         res = conn.execute(text(query), params)
         return res.all() if res.returns_rows else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.ledger.pool import LedgerPool
 
-_start = LedgerPool._start  # noqa: SLF001
+_start = LedgerPool._start
 
 
 def _broken_start(self: LedgerPool, job: dict) -> None:
@@ -14,4 +14,4 @@ def _broken_start(self: LedgerPool, job: dict) -> None:
     _start(self, job)
 
 
-LedgerPool._start = _broken_start  # type: ignore[method-assign]  # noqa: SLF001
+LedgerPool._start = _broken_start  # type: ignore[method-assign]

@@ -10,7 +10,7 @@ from app.ledger import handlers
 from app.ledger.outcome import PermanentError, Skip
 
 
-def _behave(ctx):  # noqa: ANN001, ANN202
+def _behave(ctx):
     p = ctx.payload or {}
     mode = p.get("mode", "noop")
     if mode == "noop":
@@ -33,7 +33,7 @@ def _behave(ctx):  # noqa: ANN001, ANN202
         raise PermanentError("bad input")
     if mode == "receipt_then_sleep":
         # business write + receipt, then hang until killed (the kill -9 test)
-        def write(conn):  # noqa: ANN001, ANN202
+        def write(conn):
             conn.execute(
                 text("INSERT INTO test_effects (operation_key, note) VALUES (:k, 'written')"),
                 {"k": ctx.operation_key},
@@ -48,7 +48,7 @@ def _behave(ctx):  # noqa: ANN001, ANN202
         return {"done": True}
     if mode == "record":
 
-        def write(conn):  # noqa: ANN001, ANN202
+        def write(conn):
             conn.execute(
                 text("INSERT INTO test_effects (operation_key, note) VALUES (:k, :n)"),
                 {"k": ctx.operation_key, "n": str(ctx.job_id)},

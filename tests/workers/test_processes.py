@@ -195,8 +195,12 @@ def test_kill_9_mid_job_runs_again_within_lease_plus_5_s_without_the_drain(
     again within lease + 5 s of the kill, with no drain run at all. Before, it waited for the next
     minute's drain and a 30 s backoff."""
     lease = 3.0
-    env = {"LEDGERFLOW_LEASE_SECONDS": str(lease), "LEDGERFLOW_RENEW_SECONDS": "0.5",
-           "LEDGERFLOW_POLL_SECONDS": "0.5", "LEDGERFLOW_BACKOFF_BASE_SECONDS": "30"}  # fmt: skip
+    env = {
+        "LEDGERFLOW_LEASE_SECONDS": str(lease),
+        "LEDGERFLOW_RENEW_SECONDS": "0.5",
+        "LEDGERFLOW_POLL_SECONDS": "0.5",
+        "LEDGERFLOW_BACKOFF_BASE_SECONDS": "30",
+    }
     workers = spawn(2, env)
     marker = tmp_path / "in-handler"
     j = add_job(db, "delay_wake", {"mode": "receipt_then_sleep", "marker_file": str(marker)})
@@ -273,7 +277,7 @@ class PrivateRedis:
 def _ping(client) -> bool:
     try:
         return bool(client.ping())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
@@ -404,10 +408,13 @@ def test_a_worker_whose_pool_loop_dies_exits_and_its_job_is_reclaimed(db, spawn_
     manager starts another); the job it held comes back through lease reclaim, as after a crash."""
     broken = spawn_worker(
         "advance",
-        env={"LEDGERFLOW_HANDLERS": "tests.workers.handlers,tests.workers.broken_pool",
-             "LEDGERFLOW_HEARTBEAT_SECONDS": "0.3", "LEDGERFLOW_LEASE_SECONDS": "1",
-             "LEDGERFLOW_RENEW_SECONDS": "0.5"},  # the lease must be longer than its renewal period
-    )  # fmt: skip
+        env={
+            "LEDGERFLOW_HANDLERS": "tests.workers.handlers,tests.workers.broken_pool",
+            "LEDGERFLOW_HEARTBEAT_SECONDS": "0.3",
+            "LEDGERFLOW_LEASE_SECONDS": "1",
+            "LEDGERFLOW_RENEW_SECONDS": "0.5",
+        },  # the lease must be longer than its renewal period
+    )
     j = add_job(db, "delay_wake", {"mode": "noop", "break_pool": True})
     assert broken.proc.wait(timeout=20) == 1
     out = broken.log()

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUDGET_SECONDS = 25  # every process is out within this long of SIGTERM
 
 
-def _running(db) -> int:  # noqa: ANN001
+def _running(db) -> int:
     return scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'running'")
 
 
@@ -48,8 +48,9 @@ def _sigterm_and_wait(proc: subprocess.Popen) -> tuple[int, float]:
 @pytest.mark.parametrize(("pool", "job_type"), [("advance", "delay_wake"), ("outbound", "event_dispatch")])
 def test_a_worker_finishes_what_it_can_hands_back_the_rest_and_exits(db, spawn_worker, pool, job_type):
     grace = 8.0
-    worker = spawn_worker(pool, env={"LEDGERFLOW_SHUTDOWN_GRACE_SECONDS": str(grace),
-                                     "LEDGERFLOW_POLL_SECONDS": "0.2"})  # fmt: skip
+    worker = spawn_worker(
+        pool, env={"LEDGERFLOW_SHUTDOWN_GRACE_SECONDS": str(grace), "LEDGERFLOW_POLL_SECONDS": "0.2"}
+    )
     node = re.search(r"ledgerflow worker (\w+) ready", worker.log()).group(1)
     quick = [add_job(db, job_type, {"mode": "sleep", "seconds": 1}) for _ in range(2)]
     held = [
@@ -85,7 +86,7 @@ def test_a_worker_finishes_what_it_can_hands_back_the_rest_and_exits(db, spawn_w
     assert scalar(db, "SELECT count(*) FROM workflow_job_executions WHERE status = 'failed'") == 0
 
 
-def test_the_scheduler_exits_between_ticks(db, tmp_path):  # noqa: ANN001
+def test_the_scheduler_exits_between_ticks(db, tmp_path):
     """Due schedules are being handed out every 0.2 s when SIGTERM arrives: the scheduler finishes the
     tick it is in (each batch one transaction) and exits; every launch job it committed was logged."""
     with db.begin() as conn:
@@ -95,9 +96,17 @@ def test_the_scheduler_exits_between_ticks(db, tmp_path):  # noqa: ANN001
     log_path = tmp_path / "scheduler.log"
     with open(log_path, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ledgerflow.cli", "scheduler"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "LEDGERFLOW_SCHEDULE_TICK_SECONDS": "0.2", "LOG_LEVEL": "INFO"},
-        )  # fmt: skip
+            [sys.executable, "-m", "ledgerflow.cli", "scheduler"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "LEDGERFLOW_SCHEDULE_TICK_SECONDS": "0.2",
+                "LOG_LEVEL": "INFO",
+            },
+        )
     try:
         wait_for(lambda: "scheduler ready" in log_path.read_text(), timeout=30)
         stop = threading.Event()
@@ -125,7 +134,7 @@ def test_the_scheduler_exits_between_ticks(db, tmp_path):  # noqa: ANN001
     assert _launch_jobs(db) == log.count("handed out"), log
 
 
-def _launch_jobs(db) -> int:  # noqa: ANN001
+def _launch_jobs(db) -> int:
     return scalar(db, "SELECT count(*) FROM workflow_jobs WHERE type = 'schedule_launch'")
 
 
@@ -145,11 +154,22 @@ def start_procfile_web(tmp_path: Path, workers: int = 2, **env: str) -> tuple[su
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     with open(log_path, "w") as out:
         proc = subprocess.Popen(
-            [gunicorn, "--config", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-             "--no-control-socket", "web:create_app()"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            [
+                gunicorn,
+                "--config",
+                "gunicorn.conf.py",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(workers),
+                "--no-control-socket",
+                "web:create_app()",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), **env},
-        )  # fmt: skip
+        )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -163,7 +183,7 @@ def start_procfile_web(tmp_path: Path, workers: int = 2, **env: str) -> tuple[su
     return proc, url, log_path
 
 
-def test_web_ends_waiting_long_polls_at_once_and_exits(tmp_path):  # noqa: ANN001
+def test_web_ends_waiting_long_polls_at_once_and_exits(tmp_path):
     if not os.environ.get("REDIS_URL"):
         pytest.skip("the waiting long polls are counted in Redis")
     proc, url, log_path = start_procfile_web(tmp_path)
@@ -172,11 +192,17 @@ def test_web_ends_waiting_long_polls_at_once_and_exits(tmp_path):  # noqa: ANN00
         answers: list[httpx.Response] = []
 
         def claim(queue: str) -> None:
-            answers.append(httpx.post(
-                url + "/v1/tasks/claim", json={"queues": [queue], "wait_seconds": 30, "max_tasks": 1},
-                headers={"Authorization": f"Bearer {ns.tokens['worker']}", "Idempotency-Key": uuid.uuid4().hex},
-                timeout=60,
-            ))  # fmt: skip
+            answers.append(
+                httpx.post(
+                    url + "/v1/tasks/claim",
+                    json={"queues": [queue], "wait_seconds": 30, "max_tasks": 1},
+                    headers={
+                        "Authorization": f"Bearer {ns.tokens['worker']}",
+                        "Idempotency-Key": uuid.uuid4().hex,
+                    },
+                    timeout=60,
+                )
+            )
 
         threads = [threading.Thread(target=claim, args=(f"idle-{i}",)) for i in range(3)]
         for t in threads:

@@ -28,14 +28,25 @@ from web.console.common import bp, csrf
 
 log = logging.getLogger(__name__)
 SESSION_HOURS = sessions.SESSION_SECONDS // 3600
-__all__ = ["definitions", "forms", "health", "install", "integrations", "jobs", "login", "schedules", "search",
-           "tasks", "workflows"]  # fmt: skip
+__all__ = [
+    "definitions",
+    "forms",
+    "health",
+    "install",
+    "integrations",
+    "jobs",
+    "login",
+    "schedules",
+    "search",
+    "tasks",
+    "workflows",
+]
 
 
 class _SessionInterface(SecureCookieSessionInterface):
     """``Secure`` exactly when the request came over https (behind a proxy: set ProxyFix)."""
 
-    def get_cookie_secure(self, app: Flask) -> bool:  # type: ignore[override]
+    def get_cookie_secure(self, app: Flask) -> bool:
         return has_request_context() and request.is_secure
 
 

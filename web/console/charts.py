@@ -47,9 +47,10 @@ def line_chart(
         y = TOP + plot_h * (1 - min(v, top) / top)
         return f"{x:.1f},{y:.1f}"
 
-    lines = []
+    lines: list[dict[str, Any]] = []
     for idx, (name, values) in enumerate(series.items()):
-        segments, current = [], []
+        segments: list[list[str]] = []
+        current: list[str] = []
         for i, v in enumerate(values):
             if v is None:
                 if current:
@@ -59,15 +60,30 @@ def line_chart(
                 current.append(xy(i, float(v)))
         if current:
             segments.append(current)
-        lines.append({"name": name, "series": idx, "segments": [" ".join(s) for s in segments],
-                      "last": next((v for v in reversed(values) if v is not None), None)})  # fmt: skip
+        lines.append(
+            {
+                "name": name,
+                "series": idx,
+                "segments": [" ".join(s) for s in segments],
+                "last": next((v for v in reversed(values) if v is not None), None),
+            }
+        )
     ticks = [{"y": TOP + plot_h * (1 - f), "label": _label(top * f, unit, percent)} for f in (0, 0.5, 1)]
     return {
-        "width": WIDTH, "height": HEIGHT, "left": LEFT, "right": WIDTH - RIGHT, "top": TOP,
-        "bottom": HEIGHT - BOTTOM, "ticks": ticks, "lines": lines, "samples": n,
-        "last_labels": {ln["name"]: None if ln["last"] is None else _label(ln["last"], unit, percent, exact=True)
-                        for ln in lines},
-    }  # fmt: skip
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": LEFT,
+        "right": WIDTH - RIGHT,
+        "top": TOP,
+        "bottom": HEIGHT - BOTTOM,
+        "ticks": ticks,
+        "lines": lines,
+        "samples": n,
+        "last_labels": {
+            ln["name"]: None if ln["last"] is None else _label(ln["last"], unit, percent, exact=True)
+            for ln in lines
+        },
+    }
 
 
 def hour_totals(series: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

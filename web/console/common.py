@@ -167,7 +167,7 @@ def _login_redirect() -> Response:
         resp = Response("", status=401)
         resp.headers["HX-Redirect"] = url_for("console.login", next=_htmx_origin() or "")
         return resp
-    return redirect(url_for("console.login", next=request.full_path.rstrip("?")))  # type: ignore[return-value]
+    return redirect(url_for("console.login", next=request.full_path.rstrip("?")))  # type: ignore[return-value]  # a werkzeug Response
 
 
 @bp.before_request
@@ -210,9 +210,18 @@ def _template_globals() -> dict[str, Any]:
         p = g.get("principal")
         return can(scope) and (endpoint not in PLATFORM_PAGES or (p is not None and p.job_namespace is None))
 
-    return {"can": can, "shown": shown, "NAV": NAV, "HTMX_VERSION": HTMX_VERSION, "Scope": Scope,
-            "form_of": form_of, "nav_current": _nav_current, "REFRESH": REFRESH_SECONDS,
-            "pool_name": pool_name, "here": here}  # fmt: skip
+    return {
+        "can": can,
+        "shown": shown,
+        "NAV": NAV,
+        "HTMX_VERSION": HTMX_VERSION,
+        "Scope": Scope,
+        "form_of": form_of,
+        "nav_current": _nav_current,
+        "REFRESH": REFRESH_SECONDS,
+        "pool_name": pool_name,
+        "here": here,
+    }
 
 
 def here() -> str:
@@ -363,7 +372,7 @@ def done(message: str, endpoint: str, **values: Any) -> Response:
     and paging kept) when it was a page of this console, else to ``endpoint``."""
     flash(message)
     back = safe_next(request.form.get("back"))
-    return redirect(back or url_for(endpoint, **values))  # type: ignore[return-value]
+    return redirect(back or url_for(endpoint, **values))  # type: ignore[return-value]  # a werkzeug Response
 
 
 def read(fn: Callable[[Connection], Any]) -> Any:
@@ -438,7 +447,7 @@ def pager(
     next_url = url(next_cursor, [*trail, cursor or FIRST][-TRAIL_MAX:]) if next_cursor else None
     number = len(trail) + 1 if cursor is not None else 1
     capped = cap is not None and total is not None and total > cap
-    shown_total = min(total, cap) if capped and cap else total
+    shown_total = min(total, cap) if capped and cap and total is not None else total
     return Pager(number, size, shown, shown_total, capped, prev_url, next_url, uncounted)
 
 

@@ -23,8 +23,11 @@ def definitions_page() -> str:
     ns = principal().namespace_id
     cursor = request.args.get("cursor") or None
     data = read(lambda c: definitions.list_definitions(c, ns, None, PAGE_SIZE, cursor))
-    return render_template("console/definitions.html", items=data["items"],
-                           pages=pager(request.args, data.get("next_cursor"), len(data["items"]), PAGE_SIZE))  # fmt: skip
+    return render_template(
+        "console/definitions.html",
+        items=data["items"],
+        pages=pager(request.args, data.get("next_cursor"), len(data["items"]), PAGE_SIZE),
+    )
 
 
 @bp.get("/definitions/<definition_id>")
@@ -41,15 +44,21 @@ def version(definition_id: str, version: str) -> str:
     ns = principal().namespace_id
 
     def load(c: Any) -> dict[str, Any]:
-        return {"d": definitions.get_definition(c, ns, definition_id),
-                "v": definitions.get_version(c, ns, definition_id, version),
-                "contract": definitions.get_contract(c, ns, definition_id, version)}  # fmt: skip
+        return {
+            "d": definitions.get_definition(c, ns, definition_id),
+            "v": definitions.get_version(c, ns, definition_id, version),
+            "contract": definitions.get_contract(c, ns, definition_id, version),
+        }
 
     data = read(load)
     steps_doc = data["v"]["document"]["steps"]
     layers = overview.graph_layers(steps_doc)
-    ordered = [{**s, "state": "BLOCKED"} for key in overview.graph_order(steps_doc) for s in steps_doc
-               if s["key"] == key]  # fmt: skip
+    ordered = [
+        {**s, "state": "BLOCKED"}
+        for key in overview.graph_order(steps_doc)
+        for s in steps_doc
+        if s["key"] == key
+    ]
     return render_template(
         "console/version.html", **data, steps=ordered, graph=diagrams.graph(ordered, layers)
     )

@@ -38,10 +38,16 @@ def graph(steps: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict
         for i, key in enumerate(keys):
             pos[key] = (x0 + i * (NODE_W + GAP_X), PAD + depth * (NODE_H + GAP_Y))
     nodes = [
-        {"key": s["key"], "label": _label(s["key"]), "state": s["state"], "kind": s.get("kind", ""),
-         "x": round(pos[s["key"]][0], 1), "y": round(pos[s["key"]][1], 1)}
+        {
+            "key": s["key"],
+            "label": _label(s["key"]),
+            "state": s["state"],
+            "kind": s.get("kind", ""),
+            "x": round(pos[s["key"]][0], 1),
+            "y": round(pos[s["key"]][1], 1),
+        }
         for s in steps
-    ]  # fmt: skip
+    ]
     edges = []
     for s in steps:
         for before in s.get("after") or ():
@@ -52,8 +58,14 @@ def graph(steps: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict
             mid = (sy + ey) / 2
             edges.append(f"M{sx:.1f},{sy:.1f} C{sx:.1f},{mid:.1f} {ex:.1f},{mid:.1f} {ex:.1f},{ey - 4:.1f}")
     height = PAD * 2 + (max(rows, default=0) + 1) * (NODE_H + GAP_Y) - GAP_Y
-    return {"width": width, "height": height, "nodes": nodes, "edges": edges, "node_w": NODE_W,
-            "node_h": NODE_H}  # fmt: skip
+    return {
+        "width": width,
+        "height": height,
+        "nodes": nodes,
+        "edges": edges,
+        "node_w": NODE_W,
+        "node_h": NODE_H,
+    }
 
 
 def _x(t: datetime, t0: datetime, span: float, plot_w: float) -> float:
@@ -89,26 +101,51 @@ def timeline(
             continue
         x1, x2 = _x(a["start"], t0, span, plot_w), _x(a["end"] or now, t0, span, plot_w)
         y = TL_TOP + row_of[a["key"]] * TL_ROW + 3
-        bars.append({"x": round(x1, 1), "y": y, "w": round(max(x2 - x1, 2.0), 1), "h": TL_ROW - 6,
-                     "cls": f"bar {a['state']}", "title": f"{a['key']} #{a['sequence']}: {a['state']}"})  # fmt: skip
+        bars.append(
+            {
+                "x": round(x1, 1),
+                "y": y,
+                "w": round(max(x2 - x1, 2.0), 1),
+                "h": TL_ROW - 6,
+                "cls": f"bar {a['state']}",
+                "title": f"{a['key']} #{a['sequence']}: {a['state']}",
+            }
+        )
     for t in attempts:
         if t["start"] is None:
             continue
         x1, x2 = _x(t["start"], t0, span, plot_w), _x(t["end"] or now, t0, span, plot_w)
         y = TL_TOP + row_of[t["key"]] * TL_ROW + 8
         what = "compensation" if t.get("purpose") == "COMPENSATION" else f"attempt {t['attempt']}"
-        bars.append({"x": round(x1, 1), "y": y, "w": round(max(x2 - x1, 2.0), 1), "h": TL_ROW - 16,
-                     "cls": f"bar attempt {t['state']}", "title": f"{t['key']} {what}: {t['state']}"})  # fmt: skip
+        bars.append(
+            {
+                "x": round(x1, 1),
+                "y": y,
+                "w": round(max(x2 - x1, 2.0), 1),
+                "h": TL_ROW - 16,
+                "cls": f"bar attempt {t['state']}",
+                "title": f"{t['key']} {what}: {t['state']}",
+            }
+        )
     ticks = [
         {"x": round(TL_LEFT + plot_w * f, 1), "label": _offset(span * f)} for f in (0, 0.25, 0.5, 0.75, 1)
     ]
     return {
-        "width": TL_WIDTH, "height": TL_TOP + max(len(keys), 1) * TL_ROW + 6, "left": TL_LEFT,
-        "right": TL_WIDTH - TL_RIGHT, "top": TL_TOP, "row": TL_ROW,
-        "rows": [{"key": _label(k, 20), "y": TL_TOP + i * TL_ROW + TL_ROW / 2 + 4} for i, k in enumerate(keys)],
-        "bars": bars, "ticks": ticks, "start": t0, "end": t1,
+        "width": TL_WIDTH,
+        "height": TL_TOP + max(len(keys), 1) * TL_ROW + 6,
+        "left": TL_LEFT,
+        "right": TL_WIDTH - TL_RIGHT,
+        "top": TL_TOP,
+        "row": TL_ROW,
+        "rows": [
+            {"key": _label(k, 20), "y": TL_TOP + i * TL_ROW + TL_ROW / 2 + 4} for i, k in enumerate(keys)
+        ],
+        "bars": bars,
+        "ticks": ticks,
+        "start": t0,
+        "end": t1,
         "now_x": round(_x(now, t0, span, plot_w), 1) if t0 <= now <= t1 else None,
-    }  # fmt: skip
+    }
 
 
 def _offset(seconds: float) -> str:

@@ -35,8 +35,17 @@ from web.http import request_id
 START, SIGNAL = Scope.WORKFLOWS_START, Scope.WORKFLOWS_SIGNAL
 DEFINITION_CHOICES = 100
 START_FIELDS = ("definition_id", "version", "input", "business_key", "confirm")
-SIGNAL_FIELDS = ("name", "payload_version", "target_step_key", "target_activation_sequence", "correlation_key",
-                 "payload", "reason", "evidence_ref", "confirm")  # fmt: skip
+SIGNAL_FIELDS = (
+    "name",
+    "payload_version",
+    "target_step_key",
+    "target_activation_sequence",
+    "correlation_key",
+    "payload",
+    "reason",
+    "evidence_ref",
+    "confirm",
+)
 
 
 def _start_page() -> str:
@@ -45,8 +54,10 @@ def _start_page() -> str:
     def_id, version = source.get("definition_id", ""), source.get("version", "")
 
     def load(c: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"choices": definitions.list_definitions(c, ns, None, DEFINITION_CHOICES, None)["items"],
-                               "contract": None}  # fmt: skip
+        out: dict[str, Any] = {
+            "choices": definitions.list_definitions(c, ns, None, DEFINITION_CHOICES, None)["items"],
+            "contract": None,
+        }
         if is_hex32(def_id) and version:
             try:
                 out["contract"] = definitions.get_contract(c, ns, def_id, version)
@@ -68,17 +79,23 @@ def start_form() -> str:
 def start_submit() -> Response:
     def work() -> Response:
         form = request.form
-        raw: dict[str, Any] = {k: v for k, v in clean_args(form).items() if k in ("definition_id", "version",
-                                                                                  "business_key")}  # fmt: skip
+        raw: dict[str, Any] = {
+            k: v for k, v in clean_args(form).items() if k in ("definition_id", "version", "business_key")
+        }
         raw["input"] = json_field(form.get("input"), "input")
         body = schemas.load(StartRequest(), raw)
         require_confirmation(form)
         p = principal()
         with transaction() as conn:
-            inst = instances.start_workflow(conn, p.namespace_id, body, check_queues=start_queue_check(p),
-                                            on_created=start_audit(p, request_id()))  # fmt: skip
+            inst = instances.start_workflow(
+                conn,
+                p.namespace_id,
+                body,
+                check_queues=start_queue_check(p),
+                on_created=start_audit(p, request_id()),
+            )
         flash(f"Workflow {inst['id']} started: {inst['state']}.")
-        return redirect(url_for("console.workflow", instance_id=inst["id"]))  # type: ignore[return-value]
+        return redirect(url_for("console.workflow", instance_id=inst["id"]))  # type: ignore[return-value]  # a werkzeug Response
 
     return in_place("start", START_FIELDS, work, _start_page)
 
@@ -90,10 +107,17 @@ def _signal_page(instance_id: str) -> str:
             raise NotFound("workflow not found")
         steps = overview.steps_in_order(c, inst)
         contract = definitions.get_contract(c, inst["namespace_id"], inst["definition_id"], inst["version"])
-        waiting = [s for s in steps if s.get("wait") and s["wait"].get("kind") != "TIMER"
-                   and s["wait"]["state"] == "WAITING"]  # fmt: skip
-        return {"instance": instances.instance_view(inst), "signals": contract["signals"], "waiting": waiting,
-                "steps": [s for s in steps if s["kind"] in ("SIGNAL", "POLL")]}  # fmt: skip
+        waiting = [
+            s
+            for s in steps
+            if s.get("wait") and s["wait"].get("kind") != "TIMER" and s["wait"]["state"] == "WAITING"
+        ]
+        return {
+            "instance": instances.instance_view(inst),
+            "signals": contract["signals"],
+            "waiting": waiting,
+            "steps": [s for s in steps if s["kind"] in ("SIGNAL", "POLL")],
+        }
 
     return render_template("console/signal.html", **read(load))
 
@@ -109,8 +133,11 @@ def signal_form(instance_id: str) -> str:
 def signal_submit(instance_id: str) -> Response:
     def work() -> Response:
         form = request.form
-        raw: dict[str, Any] = {k: v for k, v in clean_args(form, ints=("target_activation_sequence",)).items()
-                               if k in SIGNAL_FIELDS and k not in ("payload", "confirm")}  # fmt: skip
+        raw: dict[str, Any] = {
+            k: v
+            for k, v in clean_args(form, ints=("target_activation_sequence",)).items()
+            if k in SIGNAL_FIELDS and k not in ("payload", "confirm")
+        }
         raw["payload"] = json_field(form.get("payload"), "payload")
         req = schemas.load(SignalRequest(), raw)
         require_confirmation(form)
@@ -119,6 +146,6 @@ def signal_submit(instance_id: str) -> Response:
         flash(
             f"Signal {sig['name']} accepted: {sig['state']}{' (' + sig['disposition'] + ')' if sig.get('disposition') else ''}."
         )
-        return redirect(url_for("console.workflow", instance_id=instance_id))  # type: ignore[return-value]
+        return redirect(url_for("console.workflow", instance_id=instance_id))  # type: ignore[return-value]  # a werkzeug Response
 
     return in_place("signal", SIGNAL_FIELDS, work, lambda: _signal_page(instance_id))

@@ -141,8 +141,16 @@ def charts() -> str:
         throughput = line_chart({"attempts": [b["attempts"] for b in series]}, unit="")
         failure = line_chart(
             {"failure rate": [(b["failed"] / b["attempts"]) if b["attempts"] else None for b in series]},
-            unit="", percent=True,
-        )  # fmt: skip
-        charts_.append({"pool": pool_name(pool), "wait": wait, "throughput": throughput, "failure": failure,
-                        "hour": hour_totals(series)})  # fmt: skip
+            unit="",
+            percent=True,
+        )
+        charts_.append(
+            {
+                "pool": pool_name(pool),
+                "wait": wait,
+                "throughput": throughput,
+                "failure": failure,
+                "hour": hour_totals(series),
+            }
+        )
     return render_template("console/charts.html", charts=charts_, bucket=data["bucket_seconds"], panel=panel)

@@ -43,14 +43,22 @@ def _ns() -> str:
 def subscriptions_page() -> str:
     ns = _ns()
     subs_cursor, rules_cursor = request.args.get("cursor") or None, request.args.get("rules") or None
-    data = read(lambda c: (subscriptions.list_page(c, ns, PAGE_SIZE, subs_cursor),
-                           automation.list_rules(c, ns, PAGE_SIZE, rules_cursor)))  # fmt: skip
+    data = read(
+        lambda c: (
+            subscriptions.list_page(c, ns, PAGE_SIZE, subs_cursor),
+            automation.list_rules(c, ns, PAGE_SIZE, rules_cursor),
+        )
+    )
     subs, rules = data
     return render_template(
-        "console/integrations.html", subs=subs["items"], rules=rules["items"],
+        "console/integrations.html",
+        subs=subs["items"],
+        rules=rules["items"],
         sub_pages=pager(request.args, subs.get("next_cursor"), len(subs["items"]), PAGE_SIZE),
-        rule_pages=pager(request.args, rules.get("next_cursor"), len(rules["items"]), PAGE_SIZE, cursor_key="rules"),
-    )  # fmt: skip
+        rule_pages=pager(
+            request.args, rules.get("next_cursor"), len(rules["items"]), PAGE_SIZE, cursor_key="rules"
+        ),
+    )
 
 
 def _subscription_page(sid: str, secret: str | None = None) -> str:
@@ -60,8 +68,13 @@ def _subscription_page(sid: str, secret: str | None = None) -> str:
         lambda c: (subscriptions.get(c, ns, sid), subscriptions.deliveries(c, ns, sid, PAGE_SIZE, cursor))
     )
     sub, log = data
-    return render_template("console/subscription.html", sub=sub, deliveries=log["items"], secret=secret,
-                           pages=pager(request.args, log.get("next_cursor"), len(log["items"]), PAGE_SIZE))  # fmt: skip
+    return render_template(
+        "console/subscription.html",
+        sub=sub,
+        deliveries=log["items"],
+        secret=secret,
+        pages=pager(request.args, log.get("next_cursor"), len(log["items"]), PAGE_SIZE),
+    )
 
 
 @bp.get("/integrations/subscriptions/<sid>")
@@ -94,8 +107,13 @@ def _toggle(what: str, set_enabled: Any, rerender: Any, endpoint: str, **values:
 @bp.post("/integrations/subscriptions/<sid>/enabled")
 @page(MANAGE)
 def subscription_enabled(sid: str) -> Response:
-    return _toggle("Subscription", subscriptions.set_enabled, lambda: _subscription_page(sid),
-                   "console.subscription", sid=sid)  # fmt: skip
+    return _toggle(
+        "Subscription",
+        subscriptions.set_enabled,
+        lambda: _subscription_page(sid),
+        "console.subscription",
+        sid=sid,
+    )
 
 
 @bp.post("/integrations/subscriptions/<sid>/rotate")
@@ -133,8 +151,11 @@ def redeliver_one(sid: str, delivery_id: str) -> Response:
 @page(MANAGE)
 def redeliver_since(sid: str) -> Response:
     def work() -> Response:
-        raw = {k: v for k, v in clean_args(request.form, ints=("rate",)).items()
-               if k in ("since", "include_succeeded", "rate")}  # fmt: skip
+        raw = {
+            k: v
+            for k, v in clean_args(request.form, ints=("rate",)).items()
+            if k in ("since", "include_succeeded", "rate")
+        }
         if "since" in raw:
             raw["since"] = rfc3339_of_local(raw["since"])
         raw["include_succeeded"] = request.form.get("include_succeeded") == "yes"
@@ -142,24 +163,44 @@ def redeliver_since(sid: str) -> Response:
         require_confirmation(request.form)
         with transaction() as conn:
             out = subscriptions.redeliver_since(
-                conn, Actor(principal(), request_id()), sid, body["since"].astimezone(UTC),
-                include_succeeded=body["include_succeeded"], rate=body["rate"],
-            )  # fmt: skip
-        return done(f"Redelivery: {out['submitted']} of {out['matched']} matching delivery(ies) queued at "
-                    f"{out['rate']}/s.", "console.subscription", sid=sid)  # fmt: skip
+                conn,
+                Actor(principal(), request_id()),
+                sid,
+                body["since"].astimezone(UTC),
+                include_succeeded=body["include_succeeded"],
+                rate=body["rate"],
+            )
+        return done(
+            f"Redelivery: {out['submitted']} of {out['matched']} matching delivery(ies) queued at "
+            f"{out['rate']}/s.",
+            "console.subscription",
+            sid=sid,
+        )
 
-    return in_place("redeliver-since", ("since", "include_succeeded", "rate", "confirm"), work,
-                    lambda: _subscription_page(sid))  # fmt: skip
+    return in_place(
+        "redeliver-since",
+        ("since", "include_succeeded", "rate", "confirm"),
+        work,
+        lambda: _subscription_page(sid),
+    )
 
 
 # --------------------------------------------------------------------------- automation rules
 def _rule_page(rule_id: str) -> str:
     ns = _ns()
     cursor = request.args.get("cursor") or None if request.method == "GET" else None
-    rule, log = read(lambda c: (automation.get_rule(c, ns, rule_id),
-                                automation.executions(c, ns, rule_id, PAGE_SIZE, cursor)))  # fmt: skip
-    return render_template("console/rule.html", rule=rule, executions=log["items"],
-                           pages=pager(request.args, log.get("next_cursor"), len(log["items"]), PAGE_SIZE))  # fmt: skip
+    rule, log = read(
+        lambda c: (
+            automation.get_rule(c, ns, rule_id),
+            automation.executions(c, ns, rule_id, PAGE_SIZE, cursor),
+        )
+    )
+    return render_template(
+        "console/rule.html",
+        rule=rule,
+        executions=log["items"],
+        pages=pager(request.args, log.get("next_cursor"), len(log["items"]), PAGE_SIZE),
+    )
 
 
 @bp.get("/integrations/rules/<rule_id>")

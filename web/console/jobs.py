@@ -6,6 +6,7 @@ filter or action shows the page again with the error beside its field and what w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC
 from typing import Any
@@ -55,8 +56,17 @@ MONITOR, OPERATE = Scope.ENGINE_MONITOR, Scope.ENGINE_OPERATE
 PAGE_SIZE = 50
 COUNT_CAP = 10_000  # totals are counted up to here ("10000+" beyond: a count of 1 M rows costs seconds)
 ALL_MATCHING_MAX = 500  # the batch bodies' own maximum (BatchRetryBody.job_ids)
-FILTER_FIELDS = ("type", "status", "instance_id", "trace_id", "keyword", "created_from", "created_to",
-                 "min_age_seconds", "max_age_seconds")  # fmt: skip
+FILTER_FIELDS = (
+    "type",
+    "status",
+    "instance_id",
+    "trace_id",
+    "keyword",
+    "created_from",
+    "created_to",
+    "min_age_seconds",
+    "max_age_seconds",
+)
 REPLAY_LISTS = ("statuses", "types")
 REPLAY_INTS = ("min_age_seconds", "max_age_seconds", "sample_size", "rate", "limit")
 
@@ -94,8 +104,12 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
         q = schemas.load(JobListQuery(), {"limit": PAGE_SIZE, **({"cursor": cursor} if cursor else {})})
     except InvalidArgument as exc:  # a refused filter: the form again, with the error beside the field
         if g.get("form") is None:
-            g.form = FormState("filters", MultiDict(args), {e.field: [e.message] for e in exc.field_errors},
-                               None if exc.field_errors else exc.message)  # fmt: skip
+            g.form = FormState(
+                "filters",
+                MultiDict(args),
+                {e.field: [e.message] for e in exc.field_errors},
+                None if exc.field_errors else exc.message,
+            )
         f, shown, q, status_code = None, {k: v for k, v in args.items() if k in FILTER_FIELDS}, None, 400
 
     def load(c: Any) -> dict[str, Any]:
@@ -127,8 +141,8 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
         ),
         filters=shown,
         filter_qs=urlencode([(k, v) for k, v in args.items(multi=True) if k in FILTER_FIELDS]),
-        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
-        job_statuses=JobListQuery().fields["status"].choices,  # type: ignore[attr-defined]
+        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]  # a CommaList field
+        job_statuses=JobListQuery().fields["status"].choices,  # type: ignore[attr-defined]  # a CommaList field
     ), status_code
 
 
@@ -165,7 +179,7 @@ def _job_page(job_id: int) -> str:
 
 @bp.get("/jobs/<id>")
 @page(MONITOR)
-def job(id: str) -> str:  # noqa: A002
+def job(id: str) -> str:
     return _job_page(job_id_arg(id))
 
 
@@ -181,8 +195,14 @@ def chain(trace_id: str) -> str:
         return ch, lookup.instance_namespaces(c, ids)
 
     ch, namespaces = read(load)
-    return render_template("console/chain.html", chain=ch, trace_id=tid, namespaces=namespaces,
-                           can_read_workflows=can(Scope.WORKFLOWS_READ), show_namespace=ns is None)  # fmt: skip
+    return render_template(
+        "console/chain.html",
+        chain=ch,
+        trace_id=tid,
+        namespaces=namespaces,
+        can_read_workflows=can(Scope.WORKFLOWS_READ),
+        show_namespace=ns is None,
+    )
 
 
 @bp.get("/chain/<trace_id>/bundle")
@@ -218,15 +238,19 @@ def _replay_page(status_code: int = 200) -> tuple[str, int]:
             preview = read(lambda c: replay.preview(c, f, sample_size=body["sample_size"]))
     except InvalidArgument as exc:
         if g.get("form") is None:
-            g.form = FormState("conditions", MultiDict(request.args),
-                               {e.field: [e.message] for e in exc.field_errors}, None if exc.field_errors else exc.message)  # fmt: skip
+            g.form = FormState(
+                "conditions",
+                MultiDict(request.args),
+                {e.field: [e.message] for e in exc.field_errors},
+                None if exc.field_errors else exc.message,
+            )
         status_code = 400
     conditions.pop("sample_size", None)
     return render_template(
         "console/replay.html",
         preview=preview,
         conditions=conditions,
-        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]
+        job_types=JobListQuery().fields["type"].choices,  # type: ignore[attr-defined]  # a CommaList field
         replayable=replay.REPLAYABLE,
     ), status_code
 
@@ -247,21 +271,24 @@ def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], 
         require_confirmation(request.form)
         with transaction() as conn:
             job = act(conn, job_id, _actor(b.get("reason")))["job"]
-        return done(f"Job {job_id} {verb}: now {job['status']}, generation {job['generation']}.",
-                    "console.job", id=job_id)  # fmt: skip
+        return done(
+            f"Job {job_id} {verb}: now {job['status']}, generation {job['generation']}.",
+            "console.job",
+            id=job_id,
+        )
 
     return in_place(verb, ("reason", "confirm"), work, lambda: _job_page(job_id))
 
 
 @bp.post("/jobs/<id>/retry")
 @page(OPERATE)
-def retry(id: str) -> Response:  # noqa: A002
+def retry(id: str) -> Response:
     return _one(id, RetryBody, ops_actions.retry_one, "retried")
 
 
 @bp.post("/jobs/<id>/skip")
 @page(OPERATE)
-def skip(id: str) -> Response:  # noqa: A002
+def skip(id: str) -> Response:
     return _one(id, SkipBody, ops_actions.skip_one, "skipped")
 
 
@@ -271,7 +298,7 @@ def _matching_ids(filter_qs: str) -> list[str]:
     ids: list[str] = []
     cursor = None
     while len(ids) < ALL_MATCHING_MAX:
-        page_ = read(lambda c, cur=cursor: ops.list_jobs(c, f, limit=100, cursor=cur))
+        page_ = read(functools.partial(ops.list_jobs, f=f, limit=100, cursor=cursor))
         ids += [str(j["id"]) for j in page_.items]
         cursor = page_.next_cursor
         if not cursor:
@@ -310,8 +337,9 @@ def batch() -> Response:
                 out = ops_actions.batch_skip(conn, job_ids, _actor(b["reason"]))
         return done(_batch_message(action, out), "console.jobs")
 
-    return in_place("batch", ("action", "job_ids", "scope", "rate", "reason", "confirm"), work,
-                    lambda: _jobs_page()[0])  # fmt: skip
+    return in_place(
+        "batch", ("action", "job_ids", "scope", "rate", "reason", "confirm"), work, lambda: _jobs_page()[0]
+    )
 
 
 def _batch_message(action: str, out: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ def login() -> Response | tuple[str, int]:
             session.clear()  # a fresh session (and CSRF token) for the new identity
             session[SESSION_KEY] = sid
             session.permanent = True
-            return redirect(safe_next(request.form.get("next")) or url_for("console.index"))  # type: ignore[return-value]
+            return redirect(safe_next(request.form.get("next")) or url_for("console.index"))  # type: ignore[return-value]  # a werkzeug Response
         error = "That token is unknown or revoked."
     status = 401 if error else 200
     nxt = safe_next(request.values.get("next")) or ""
@@ -38,7 +38,7 @@ def logout() -> Response:
     with transaction() as conn:
         sessions.end_session(conn, session.get(SESSION_KEY))
     session.clear()
-    return redirect(url_for("console.login"))  # type: ignore[return-value]
+    return redirect(url_for("console.login"))  # type: ignore[return-value]  # a werkzeug Response
 
 
 @bp.get("/")
@@ -47,5 +47,5 @@ def index() -> Response | tuple[str, int]:
     p = principal()
     for endpoint, _label, scope in NAV:
         if p.has(scope):
-            return redirect(url_for(endpoint))  # type: ignore[return-value]
+            return redirect(url_for(endpoint))  # type: ignore[return-value]  # a werkzeug Response
     return render_template("console/nothing.html"), 200

@@ -44,16 +44,21 @@ def schedules_list() -> str:
     ns = principal().namespace_id
     cursor = request.args.get("cursor") or None
     data = read(lambda c: schedules.list_schedules(c, ns, PAGE_SIZE, cursor))
-    return render_template("console/schedules.html", items=data["items"],
-                           pages=pager(request.args, data.get("next_cursor"), len(data["items"]), PAGE_SIZE))  # fmt: skip
+    return render_template(
+        "console/schedules.html",
+        items=data["items"],
+        pages=pager(request.args, data.get("next_cursor"), len(data["items"]), PAGE_SIZE),
+    )
 
 
 def _schedule_page(schedule_id: str) -> str:
     ns = principal().namespace_id
 
     def load(c: Any) -> dict[str, Any]:
-        return {"s": schedules.get_schedule(c, ns, schedule_id),
-                "fires": schedules.list_fires(c, ns, schedule_id, FIRES)["items"]}  # fmt: skip
+        return {
+            "s": schedules.get_schedule(c, ns, schedule_id),
+            "fires": schedules.list_fires(c, ns, schedule_id, FIRES)["items"],
+        }
 
     return render_template("console/schedule.html", **read(load), overlaps=OVERLAP_POLICIES)
 
@@ -120,8 +125,11 @@ def schedule_launch(schedule_id: str) -> Response:
 def schedule_edit(schedule_id: str) -> Response:
     def work() -> Response:
         form = request.form
-        raw: dict[str, Any] = {k: v for k, v in clean_args(form, ints=("interval_seconds",)).items()
-                               if k in EDIT_FIELDS and k != "input"}  # fmt: skip
+        raw: dict[str, Any] = {
+            k: v
+            for k, v in clean_args(form, ints=("interval_seconds",)).items()
+            if k in EDIT_FIELDS and k != "input"
+        }
         rule = form.get("rule")
         if rule == "cron":
             raw.pop("interval_seconds", None)
@@ -135,9 +143,13 @@ def schedule_edit(schedule_id: str) -> Response:
         require_confirmation(form)
         p = principal()
         with transaction() as conn:
-            view = schedules.update_schedule(conn, p, schedule_id, changes, request_id=request_id(),
-                                             check_queues=start_queue_check(p))  # fmt: skip
-        return done(f"Schedule {view['name']} changed: next fire at {view['next_fire_at']}.", "console.schedule",
-                    schedule_id=schedule_id)  # fmt: skip
+            view = schedules.update_schedule(
+                conn, p, schedule_id, changes, request_id=request_id(), check_queues=start_queue_check(p)
+            )
+        return done(
+            f"Schedule {view['name']} changed: next fire at {view['next_fire_at']}.",
+            "console.schedule",
+            schedule_id=schedule_id,
+        )
 
     return in_place("edit", (*EDIT_FIELDS, "rule", "confirm"), work, lambda: _schedule_page(schedule_id))

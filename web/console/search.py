@@ -77,5 +77,5 @@ def search() -> Response | str:
 
         hits = read(load)
     if len(hits) == 1:
-        return redirect(hit_url(hits[0]))  # type: ignore[return-value]
+        return redirect(hit_url(hits[0]))  # type: ignore[return-value]  # a werkzeug Response
     return render_template("console/search.html", term=term, hits=[(h, hit_url(h)) for h in hits])

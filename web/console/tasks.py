@@ -48,8 +48,12 @@ def _tasks_page() -> str:
         ns = viewed_namespace(c)
         queues = p.queues if ns["id"] == p.namespace_id else None
         rows = tasks.open_tasks(c, ns["id"], queues, PAGE_SIZE)
-        return {"ns": ns, "namespaces": switcher(c), "rows": rows,
-                "total": lookup.count_open_tasks(c, ns["id"], queues, COUNT_CAP)}  # fmt: skip
+        return {
+            "ns": ns,
+            "namespaces": switcher(c),
+            "rows": rows,
+            "total": lookup.count_open_tasks(c, ns["id"], queues, COUNT_CAP),
+        }
 
     data = read(load)
     own = data["ns"]["id"] == p.namespace_id
@@ -59,9 +63,17 @@ def _tasks_page() -> str:
         for t in data["rows"]
     ]
     queues = sorted({t["queue"] for t in open_} | set(p.queues or ())) if own else []
-    return render_template("console/tasks.html", tasks=open_, queues=queues, ns=data["ns"], own=own,
-                           namespaces=data["namespaces"], total=data["total"], cap=COUNT_CAP,
-                           can_read_workflows=can(Scope.WORKFLOWS_READ))  # fmt: skip
+    return render_template(
+        "console/tasks.html",
+        tasks=open_,
+        queues=queues,
+        ns=data["ns"],
+        own=own,
+        namespaces=data["namespaces"],
+        total=data["total"],
+        cap=COUNT_CAP,
+        can_read_workflows=can(Scope.WORKFLOWS_READ),
+    )
 
 
 @bp.get("/tasks")

@@ -53,8 +53,17 @@ PAGE_SIZE = 50
 COUNT_CAP = 10_000
 HISTORY_PAGE = 20
 EVENTS_PAGE = 50
-LIST_FIELDS = ("state", "paused", "definition_id", "version", "business_key", "business_key_prefix",
-               "created_after", "created_before", "schedule_id")  # fmt: skip
+LIST_FIELDS = (
+    "state",
+    "paused",
+    "definition_id",
+    "version",
+    "business_key",
+    "business_key_prefix",
+    "created_after",
+    "created_before",
+    "schedule_id",
+)
 TIME_FIELDS = ("created_after", "created_before")
 STEP_ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP")
 
@@ -104,8 +113,12 @@ def workflows() -> tuple[str, int]:
             ListQuery(), {"limit": str(PAGE_SIZE), **query, **({"cursor": cursor} if cursor else {})}
         )
     except InvalidArgument as exc:
-        g.form = FormState("filters", MultiDict(request.args), {e.field: [e.message] for e in exc.field_errors},
-                           None if exc.field_errors else exc.message)  # fmt: skip
+        g.form = FormState(
+            "filters",
+            MultiDict(request.args),
+            {e.field: [e.message] for e in exc.field_errors},
+            None if exc.field_errors else exc.message,
+        )
         q, status_code = None, 400
     p = principal()
 
@@ -115,16 +128,22 @@ def workflows() -> tuple[str, int]:
         out: dict[str, Any] = {"ns": ns, "namespaces": switcher(c), "items": [], "next": None, "total": 0}
         if q is not None:
             page_ = instances.list_instances(c, ns["id"], q["filters"], q["limit"], q["cursor"], queues)
-            out.update(items=page_["items"], next=page_.get("next_cursor"),
-                       total=instances.count_instances(c, ns["id"], q["filters"], queues, COUNT_CAP))  # fmt: skip
+            out.update(
+                items=page_["items"],
+                next=page_.get("next_cursor"),
+                total=instances.count_instances(c, ns["id"], q["filters"], queues, COUNT_CAP),
+            )
         out["names"] = lookup.definition_names(c, (i["definition_id"] for i in out["items"]))
         return out
 
     data = read(load)
     return render_template(
-        "console/workflows.html", **data, filters=raw, states=instances.STATES,
+        "console/workflows.html",
+        **data,
+        filters=raw,
+        states=instances.STATES,
         pages=pager(request.args, data["next"], len(data["items"]), PAGE_SIZE, data["total"], COUNT_CAP),
-    ), status_code  # fmt: skip
+    ), status_code
 
 
 # --------------------------------------------------------------------------- the workflow page
@@ -155,8 +174,14 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         "acts_here": acts_here(inst),
     }
     if can(Scope.WORKFLOWS_AUDIT_READ):
-        page_ = audit.list_entries(conn, inst["namespace_id"], workflow_id=instance_id, limit=HISTORY_PAGE,
-                                   cursor=request.args.get("audit") or None, kind="console_workflow_audit")  # fmt: skip
+        page_ = audit.list_entries(
+            conn,
+            inst["namespace_id"],
+            workflow_id=instance_id,
+            limit=HISTORY_PAGE,
+            cursor=request.args.get("audit") or None,
+            kind="console_workflow_audit",
+        )
         out["audit"] = {"items": page_.items, "next": page_.next_cursor}
     return out
 
@@ -166,8 +191,12 @@ def _why(conn: Connection, inst: dict[str, Any], steps: list[dict[str, Any]]) ->
     found = overview.failure(inst, steps)
     cause = overview.review_cause(conn, inst)
     if cause is not None and (found is None or not found.get("code")):
-        return {"code": cause["code"], "message": cause["message"], "step_key": cause["step_key"] or
-                (found or {}).get("step_key"), "detail": {"jobs": cause["jobs"]} if cause["jobs"] else {}}  # fmt: skip
+        return {
+            "code": cause["code"],
+            "message": cause["message"],
+            "step_key": cause["step_key"] or (found or {}).get("step_key"),
+            "detail": {"jobs": cause["jobs"]} if cause["jobs"] else {},
+        }
     return found
 
 
@@ -175,9 +204,14 @@ def _workflow_page(instance_id: str) -> str:
     d = read(lambda c: _detail(c, instance_id))
     in_review = [s["key"] for s in d["steps"] if s["state"] == "NEEDS_REVIEW"]
     return render_template(
-        "console/workflow.html", **d, operations_list=OPERATIONS, resolutions=RESOLUTIONS, step_actions=STEP_ACTIONS,
-        in_review=in_review, terminal=d["inst"]["state"] in TERMINAL,
-    )  # fmt: skip
+        "console/workflow.html",
+        **d,
+        operations_list=OPERATIONS,
+        resolutions=RESOLUTIONS,
+        step_actions=STEP_ACTIONS,
+        in_review=in_review,
+        terminal=d["inst"]["state"] in TERMINAL,
+    )
 
 
 @bp.get("/workflows/<instance_id>")
@@ -217,11 +251,19 @@ def workflow_control(instance_id: str) -> Response:
         with transaction() as conn:
             view = operations.control_workflow(conn, principal(), instance_id, req, request_id=request_id())
         paused = " (paused)" if view["paused"] else ""
-        return done(f"{req['operation'].capitalize()} applied: {view['state']}{paused}, control revision "
-                    f"{view['control_revision']}.", "console.workflow", instance_id=instance_id)  # fmt: skip
+        return done(
+            f"{req['operation'].capitalize()} applied: {view['state']}{paused}, control revision "
+            f"{view['control_revision']}.",
+            "console.workflow",
+            instance_id=instance_id,
+        )
 
-    return in_place("control", ("operation", "expected_control_revision", "reason", "confirm"), work,
-                    lambda: _workflow_page(instance_id))  # fmt: skip
+    return in_place(
+        "control",
+        ("operation", "expected_control_revision", "reason", "confirm"),
+        work,
+        lambda: _workflow_page(instance_id),
+    )
 
 
 @bp.post("/workflows/<instance_id>/recovery")
@@ -231,16 +273,26 @@ def workflow_recovery(instance_id: str) -> Response:
     name = "resolve-instance" if form.get("action") == "RESOLVE_INSTANCE" else "resolve-step"
 
     def work() -> Response:
-        raw: dict[str, Any] = {k: form[k] for k in ("action", "step_key", "resolution", "reason", "evidence_ref")
-                               if form.get(k, "").strip()}  # fmt: skip
+        raw: dict[str, Any] = {
+            k: form[k]
+            for k in ("action", "step_key", "resolution", "reason", "evidence_ref")
+            if form.get(k, "").strip()
+        }
         if raw.get("action") == "SUCCEED_STEP":
             raw["output"] = json_field(form.get("output"), "output")
         req = schemas.load(RecoveryRequest(), raw)
         require_confirmation(form)
         with transaction() as conn:
             out = operations.recover_workflow(conn, principal(), instance_id, req, request_id=request_id())
-        return done(f"{req['action']} applied: the workflow is {out['instance']['state']}.", "console.workflow",
-                    instance_id=instance_id)  # fmt: skip
+        return done(
+            f"{req['action']} applied: the workflow is {out['instance']['state']}.",
+            "console.workflow",
+            instance_id=instance_id,
+        )
 
-    return in_place(name, ("action", "step_key", "resolution", "output", "reason", "evidence_ref", "confirm"),
-                    work, lambda: _workflow_page(instance_id))  # fmt: skip
+    return in_place(
+        name,
+        ("action", "step_key", "resolution", "output", "reason", "evidence_ref", "confirm"),
+        work,
+        lambda: _workflow_page(instance_id),
+    )

@@ -16,7 +16,7 @@ class Inst:
     cancel_requested: bool = False
     stop_requested: bool = False
     stop_kind: str | None = None
-    compensation: dict | None = None
+    compensation: dict[str, Any] | None = None
     control_revision: int = 1
 
 
@@ -89,7 +89,7 @@ class CompleteStep:
 
 @dataclass(frozen=True)
 class FailStep:
-    error: dict
+    error: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class PollNextRound:
 @dataclass(frozen=True)
 class PollFail:
     used: int
-    error: dict
+    error: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class Stop:
     """The instance stops without success: ``state`` FAILED / CANCELLED, after its compensations."""
 
     state: str
-    error: dict | None = None
+    error: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,12 +145,12 @@ class WaitInFlight:
 class Compensate:
     """Issue compensation ``index`` of ``plan`` (a ``compensation_action`` job)."""
 
-    comp: dict = field(default_factory=dict)
+    comp: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class CompensationFailed:
-    comp: dict = field(default_factory=dict)
+    comp: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class End:
     """The instance ends now in ``state`` (the compensation chain is done or abandoned)."""
 
     state: str
-    comp: dict | None = None
+    comp: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

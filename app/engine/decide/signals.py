@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.engine.decide.model import Consume, Refuse, Reject, Step
 from app.engine.states import STEP_OPEN, StepKind, WaitState
 
@@ -10,12 +12,14 @@ PENDING_EARLY = "PENDING_EARLY"  # for activation 1 before it exists: waits (unt
 STALE = "STALE_ACTIVATION"
 
 
-def accepts(spec: dict, name: str, payload_version: str) -> bool:
+def accepts(spec: dict[str, Any], name: str, payload_version: str) -> bool:
     """The step waits for this signal contract (a SIGNAL step, or a POLL's final signal)."""
     if spec["kind"] == StepKind.SIGNAL:
         return (spec["signal"], spec["payload_version"]) == (name, payload_version)
     fs = spec.get("final_signal") if spec["kind"] == StepKind.POLL else None
-    return bool(fs) and (fs["signal"], fs["payload_version"]) == (name, payload_version)
+    if not fs:
+        return False
+    return (fs["signal"], fs["payload_version"]) == (name, payload_version)
 
 
 def target(step_key: str, sequence: int, current: int) -> str | Refuse:
@@ -30,7 +34,7 @@ def target(step_key: str, sequence: int, current: int) -> str | Refuse:
     return PENDING_NOW if current and sequence == current else PENDING_EARLY
 
 
-def offer(step: Step, wait: dict | None, signal: dict) -> Consume | Reject:
+def offer(step: Step, wait: dict[str, Any] | None, signal: dict[str, Any]) -> Consume | Reject:
     """A PENDING signal offered to the wait of its (current) activation: the first event wins (W-SIG-5)."""
     if (
         wait is None

@@ -54,9 +54,11 @@ def cancel_allowed(inst: Inst) -> Cancel | Refuse:
     return Cancel()
 
 
-def chain_running(comp: dict | None) -> bool:
+def chain_running(comp: dict[str, Any] | None) -> bool:
     """A compensation chain is in progress (running, or failed and waiting for an operator)."""
-    return bool(comp) and comp.get("state") in (CompensationState.RUNNING, CompensationState.FAILED)
+    if not comp:
+        return False
+    return comp.get("state") in (CompensationState.RUNNING, CompensationState.FAILED)
 
 
 def final_state(inst: Inst) -> str:
@@ -73,7 +75,7 @@ def cancel_settle(inst: Inst, in_flight: int) -> Ignore | WaitInFlight | Stop:
     return Stop(InstanceState.CANCELLED)
 
 
-def compensation_plan(done: list[dict[str, Any]], specs: dict[str, dict]) -> list[dict[str, Any]]:
+def compensation_plan(done: list[dict[str, Any]], specs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Completed TASK steps that declare a compensation, newest completion first (``done`` items:
     ``step_key``, ``activation_id``, ``order`` = a value that grows with completion time)."""
     ordered = sorted(done, key=lambda d: d["order"], reverse=True)
@@ -88,7 +90,7 @@ def compensation_plan(done: list[dict[str, Any]], specs: dict[str, dict]) -> lis
     ]
 
 
-def stop(plan: list[dict], state: str) -> End | Compensate:
+def stop(plan: list[dict[str, Any]], state: str) -> End | Compensate:
     """The instance stops as ``state``: now when nothing is to compensate, else compensation 0 first."""
     if not plan:
         return End(state)
@@ -107,7 +109,7 @@ def compensation_task_ended(
     return compensation_next(inst, comp)
 
 
-def compensation_next(inst: Inst, comp: dict) -> End | Compensate:
+def compensation_next(inst: Inst, comp: dict[str, Any]) -> End | Compensate:
     """Compensation ``comp["index"]`` is done (completed, or handled by an operator)."""
     nxt = {k: v for k, v in comp.items() if k != "task_id"}
     nxt.update(index=comp["index"] + 1, state=CompensationState.RUNNING)
@@ -117,12 +119,13 @@ def compensation_next(inst: Inst, comp: dict) -> End | Compensate:
     return End(comp.get("final") or final_state(inst), done)
 
 
-def compensation_issue(inst: Inst, index: int) -> Ignore | dict:
+def compensation_issue(inst: Inst, index: int) -> Ignore | dict[str, Any]:
     """The ``compensation_action`` job for ``index``: the plan item, when it is the one to issue."""
     comp = inst.compensation or {}
     if comp.get("state") != CompensationState.RUNNING or comp.get("index") != index or comp.get("task_id"):
         return Ignore(f"compensation {index + 1} is not the one the chain waits to issue")
-    return comp["plan"][index]
+    item: dict[str, Any] = comp["plan"][index]
+    return item
 
 
 def deadline_passed(inst: Inst, due: bool) -> Ignore | Stop:

@@ -26,15 +26,17 @@ COMPLETED = "completed"
 FAILED = "failed"
 
 
-def retry_delay_seconds(policy: dict, failed_attempt: int) -> int:
+def retry_delay_seconds(policy: dict[str, Any], failed_attempt: int) -> int:
     """A TASK step's retry backoff (like the ledger's L-STATE-3 curve): attempt n+1 starts
     ``backoff_seconds * 2^(n-1)`` after attempt n failed or timed out, one delay capped at
     ``max_backoff_seconds``; ``backoff_seconds: 0`` retries at once."""
-    base = policy.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)
-    cap = policy.get("max_backoff_seconds", DEFAULT_MAX_BACKOFF_SECONDS)
+    base: int = policy.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)
+    cap: int = policy.get("max_backoff_seconds", DEFAULT_MAX_BACKOFF_SECONDS)
     if base <= 0:
         return 0
-    return min(base * 2 ** max(failed_attempt - 1, 0), max(cap, 0))
+    # typed: int ** int is Any to mypy (a negative power gives a float)
+    delay: int = base * 2 ** max(failed_attempt - 1, 0)
+    return min(delay, max(cap, 0))
 
 
 def poll_done(kind: str, value: Any) -> bool:
@@ -42,7 +44,7 @@ def poll_done(kind: str, value: Any) -> bool:
 
 
 def task_ended(
-    inst: Inst, step: Step | None, task: dict, spec: dict, kind: str, value: Any
+    inst: Inst, step: Step | None, task: dict[str, Any], spec: dict[str, Any], kind: str, value: Any
 ) -> Ignore | Collect | CompleteStep | RetryTask | FailStep | str:
     """A step task (``task``: its ``id`` and ``activation_id``) ended (``kind`` completed / failed;
     ``value`` = output / error). Returns the effect, or ``"POLL"`` when the POLL decision
@@ -71,7 +73,7 @@ def task_ended(
 
 
 def poll_round(
-    poll: Poll, spec: dict, kind: str, value: Any, *, next_round_late: bool
+    poll: Poll, spec: dict[str, Any], kind: str, value: Any, *, next_round_late: bool
 ) -> CompleteStep | FailStep | PollRetry | PollNextRound | PollFail:
     """A POLL task ended. ``next_round_late``: the next round would start after the poll deadline."""
     if poll_done(kind, value):

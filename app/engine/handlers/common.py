@@ -69,4 +69,4 @@ def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -
         {"a": str(activation_id)},
     ).first()
     bind("activation", activation_id, row.instance_id if row else None, instance_id)
-    return read_step(conn, instance_id, row.key) if row.current else None  # type: ignore[union-attr]
+    return read_step(conn, instance_id, row.key) if row.current else None

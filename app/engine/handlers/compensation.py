@@ -47,7 +47,7 @@ def create_compensation_task(conn: Connection, inst: dict, item: dict, index: in
 
 
 @handlers.register("compensation_action")
-def compensation_action(ctx: JobContext):  # noqa: ANN201
+def compensation_action(ctx: JobContext):
     index = int((ctx.payload or {}).get("index", 0))
 
     def write(conn: Connection, inst: dict) -> dict:

@@ -38,12 +38,12 @@ def callback(task: dict) -> dict[str, Any]:
             "method": "POST",
             "path": f"/v1/tasks/{tid}/complete",
             "body": {"epoch": "<claim epoch>", "output": "<any JSON>"},
-        },  # fmt: skip
+        },
         "fail": {
             "method": "POST",
             "path": f"/v1/tasks/{tid}/fail",
             "body": {"epoch": "<claim epoch>", "error": {"message": "<why>", "retryable": False}},
-        },  # fmt: skip
+        },
         "read": {"method": "GET", "path": f"/v1/tasks/{tid}"},
         "note": "claim the task (each claim increments the epoch), then complete or fail it with the claim's "
         "epoch; a person may act on the same task meanwhile: the first result wins",
@@ -77,9 +77,15 @@ def external_dispatch(ctx: JobContext) -> Any:
         return Skip(plan)
     target = plan["dispatch"]
     try:
-        res = outbound.send(ctx, "POST", target["url"], plan["body"], step_key=f"dispatch:{task_id}",
-                            headers=target.get("headers"),
-                            timeout=target.get("timeout_seconds", DEFAULT_TRIGGER_TIMEOUT_SECONDS))  # fmt: skip
+        res = outbound.send(
+            ctx,
+            "POST",
+            target["url"],
+            plan["body"],
+            step_key=f"dispatch:{task_id}",
+            headers=target.get("headers"),
+            timeout=target.get("timeout_seconds", DEFAULT_TRIGGER_TIMEOUT_SECONDS),
+        )
     except HttpRejected as exc:
         raise PermanentError(f"dispatch refused: HTTP {exc.status_code}; the task stays claimable") from exc
     return {"dispatched": task_id, "receiver": outbound.response_output(res.status_code, res.text)}

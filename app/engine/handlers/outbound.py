@@ -41,15 +41,24 @@ def signature_headers(body: str, secret: str | None, now: float | None = None) -
     return {"X-Ledgerflow-Timestamp": ts, "X-Ledgerflow-Signature": f"v1={mac}"}
 
 
-def send(ctx: JobContext, method: str, url: str, body: Any, *, step_key: str, headers: dict[str, str] | None = None,
-         timeout: float = 10.0) -> HttpResult:  # fmt: skip
+def send(
+    ctx: JobContext,
+    method: str,
+    url: str,
+    body: Any,
+    *,
+    step_key: str,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> HttpResult:
     """One signed JSON call (``body`` None: no body). Raises as ``SafeHttp`` does."""
     content = None if body is None else jsonx.dumps(body)
     all_headers = {**(headers or {}), **signature_headers(content or "", get_settings().signing_secret)}
     if content is not None:
         all_headers["Content-Type"] = "application/json"
-    return SafeHttp(ctx, timeout=timeout).request(method, url, step_key=step_key, content=content,
-                                                  headers=all_headers)  # fmt: skip
+    return SafeHttp(ctx, timeout=timeout).request(
+        method, url, step_key=step_key, content=content, headers=all_headers
+    )
 
 
 def response_output(status: int, raw: str) -> dict[str, Any]:

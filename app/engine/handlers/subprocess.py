@@ -20,7 +20,7 @@ from app.ledger.context import JobContext
 
 
 @handlers.register("subprocess_spawn")
-def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
+def subprocess_spawn(ctx: JobContext):
     activation_id = str((ctx.payload or {})["activation_id"])
 
     def write(conn: Connection, inst: dict) -> dict:
@@ -61,7 +61,7 @@ def subprocess_spawn(ctx: JobContext):  # noqa: ANN201
 
 
 @handlers.register("subprocess_join")
-def subprocess_join(ctx: JobContext):  # noqa: ANN201
+def subprocess_join(ctx: JobContext):
     child_id = str((ctx.payload or {})["child_id"])
 
     def write(conn: Connection, inst: dict) -> dict:
@@ -70,11 +70,12 @@ def subprocess_join(ctx: JobContext):  # noqa: ANN201
         step = read_step(conn, inst["id"], child["parent_step_key"])
         output = child["output"] if child["output"] is not MISSING else None
         verdict = decide.child_ended(
-            step_model(step), child_id, step and step["child_instance_id"], child["state"], output
+            step_model(step), child_id, step["child_instance_id"] if step else None, child["state"], output
         )
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
-        advance.follow(conn, inst["id"], step, verdict)  # type: ignore[arg-type]
+        assert step is not None  # child_ended answers Ignore without a step
+        advance.follow(conn, inst["id"], step, verdict)
         return {"joined": child_id, "state": child["state"]}
 
     return run_advance(ctx, write)

@@ -15,7 +15,7 @@ from app.sql import run
 
 
 @handlers.register("task_timeout")
-def task_timeout(ctx: JobContext):  # noqa: ANN201
+def task_timeout(ctx: JobContext):
     named = (ctx.payload or {}).get("task_id") or ctx.task_id
     if not named:
         return run_advance(ctx, tasks.time_out_due)

@@ -28,20 +28,22 @@ def _timer(conn: Connection, inst: dict, p: dict) -> dict:
     step = step_of_activation(conn, p["activation_id"], inst["id"])
     if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
         return {"skipped": skip.reason}
+    assert step is not None  # timer_due answers Ignore without a step
     if not wait_moves.try_resolve_due(conn, p["activation_id"]):
         return {"skipped": "the timer is not due or already resolved"}
-    advance.complete_step(conn, inst["id"], step, MISSING)  # type: ignore[arg-type]
-    return {"fired": step["key"]}  # type: ignore[index]
+    advance.complete_step(conn, inst["id"], step, MISSING)
+    return {"fired": step["key"]}
 
 
 def _signal_timeout(conn: Connection, inst: dict, p: dict) -> dict:
     step = step_of_activation(conn, p["activation_id"], inst["id"])
     if isinstance(skip := decide.signal_timeout(step_model(step)), Ignore):
         return {"skipped": skip.reason}
+    assert step is not None  # signal_timeout answers Ignore without a step
     if not wait_moves.try_expire_due(conn, p["activation_id"]):
         return {"skipped": "the wait was resolved or is not due"}
-    advance.fail_step(conn, inst["id"], step, dict(decide.SIGNAL_TIMEOUT))  # type: ignore[arg-type]
-    return {"expired": step["key"]}  # type: ignore[index]
+    advance.fail_step(conn, inst["id"], step, dict(decide.SIGNAL_TIMEOUT))
+    return {"expired": step["key"]}
 
 
 def _poll(conn: Connection, inst: dict, p: dict) -> dict:
@@ -51,17 +53,18 @@ def _poll(conn: Connection, inst: dict, p: dict) -> dict:
     verdict = decide.poll_wake(step_model(step), poll, round_no)
     if isinstance(verdict, Ignore):
         return {"skipped": verdict.reason}
+    assert step is not None and poll is not None  # poll_wake answers Ignore without them
     if isinstance(verdict, FailStep):
-        advance.fail_step(conn, inst["id"], step, verdict.error)  # type: ignore[arg-type]
+        advance.fail_step(conn, inst["id"], step, verdict.error)
         return {"round": round_no}
-    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]  # type: ignore[index]
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
     activation.start_poll_round(
         conn,
         inst,
         step,
         spec,
         used_rounds=poll.used_rounds,
-        round_attempts=poll.round_attempts,  # type: ignore[arg-type, union-attr]
+        round_attempts=poll.round_attempts,
     )
     advance.settle_progress(conn, inst["id"])
     return {"round": round_no}
@@ -72,8 +75,9 @@ def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
     step = step_of_activation(conn, p["activation_id"], inst["id"])
     if isinstance(skip := decide.task_retry(step_model(step), attempt), Ignore):
         return {"skipped": skip.reason}
-    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]  # type: ignore[index]
-    task_id = advance.start_next_attempt(conn, inst, step, spec)  # type: ignore[arg-type]
+    assert step is not None  # task_retry answers Ignore without a step
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
+    task_id = advance.start_next_attempt(conn, inst, step, spec)
     advance.settle_progress(conn, inst["id"])
     return {"attempt": attempt, "task_id": task_id}
 
@@ -114,9 +118,9 @@ WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
 
 
 @handlers.register("delay_wake")
-def delay_wake(ctx: JobContext):  # noqa: ANN201
+def delay_wake(ctx: JobContext):
     p = ctx.payload or {}
-    wake = WAKES.get(p.get("wake"))  # type: ignore[arg-type]
+    wake = WAKES.get(p.get("wake"))  # type: ignore[arg-type]  # any value: None when unknown
     if wake is None:
         raise PermanentError(f"unknown wake {p.get('wake')!r}: one of {', '.join(sorted(WAKES))}")
     return run_advance(ctx, lambda conn, inst: wake(conn, inst, p))

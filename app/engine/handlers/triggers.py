@@ -38,8 +38,9 @@ def _plan(ctx: JobContext, activation_id: str) -> dict[str, Any] | Ignore:
         gate = decide.may_send(inst_model(inst), step_model(step), activation_id)
         if gate is not None:
             return gate
-        spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]  # type: ignore[index]
-        act_input = step["act_input"] if step["act_input"] is not MISSING else {}  # type: ignore[index]
+        assert step is not None  # may_send answers a gate without a step
+        spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
+        act_input = step["act_input"] if step["act_input"] is not MISSING else {}
     return {"spec": spec, "body": (act_input or {}).get("body")}
 
 
@@ -54,9 +55,15 @@ def trigger_dispatch(ctx: JobContext) -> Any:
     spec = plan["spec"]
     method = spec.get("method", "POST")
     try:
-        res = outbound.send(ctx, method, spec["url"], None if method == "GET" else plan["body"],
-                            step_key=f"trigger:{activation_id}", headers=spec.get("headers"),
-                            timeout=spec.get("timeout_seconds", DEFAULT_TRIGGER_TIMEOUT_SECONDS))  # fmt: skip
+        res = outbound.send(
+            ctx,
+            method,
+            spec["url"],
+            None if method == "GET" else plan["body"],
+            step_key=f"trigger:{activation_id}",
+            headers=spec.get("headers"),
+            timeout=spec.get("timeout_seconds", DEFAULT_TRIGGER_TIMEOUT_SECONDS),
+        )
         status, raw = res.status_code, res.text
     except HttpRejected as exc:
         status, raw = exc.status_code, exc.text
@@ -72,7 +79,8 @@ def trigger_dispatch(ctx: JobContext) -> Any:
         verdict = decide.answered(inst_model(inst), step_model(step), activation_id, status, output)
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
-        advance.follow(conn, inst["id"], step, verdict)  # type: ignore[arg-type]
+        assert step is not None  # answered answers Ignore without a step
+        advance.follow(conn, inst["id"], step, verdict)
         return {"status": status, "step": "succeeded" if isinstance(verdict, CompleteStep) else "failed"}
 
     return run_advance(ctx, write, step="trigger")

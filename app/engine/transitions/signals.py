@@ -32,17 +32,26 @@ VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb)
         {**row, "payload": jdump(row["payload"])},
     )
     events.emit(
-        conn, row["inst"], "signal.accepted" if row["state"] == S.PENDING else "signal.rejected",
-        signal_id=row["id"], name=row["name"], disposition=row["disp"], step_key=row["step"],
-    )  # fmt: skip
+        conn,
+        row["inst"],
+        "signal.accepted" if row["state"] == S.PENDING else "signal.rejected",
+        signal_id=row["id"],
+        name=row["name"],
+        disposition=row["disp"],
+        step_key=row["step"],
+    )
 
 
 def _events(conn: Connection, rows: list[Any]) -> list[Any]:
     for r in rows:
         events.emit(
-            conn, r.instance_id, f"signal.{str(r.state).lower()}", signal_id=r.id, disposition=r.disposition,
+            conn,
+            r.instance_id,
+            f"signal.{str(r.state).lower()}",
+            signal_id=r.id,
+            disposition=r.disposition,
             wait_id=r.consumed_wait_id,
-        )  # fmt: skip
+        )
     return rows
 
 

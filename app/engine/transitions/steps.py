@@ -26,7 +26,9 @@ _BUMP = "revision = revision + 1, updated_at = now()"
 def insert_all(conn: Connection, iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
     """The steps of a new instance, in one statement: the ``$root`` (SUCCEEDED) and every declared step
     BLOCKED. Returns the declared steps' rows by key, as ``store.read_steps`` would read them."""
-    rows = [{"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}]
+    rows: list[dict[str, Any]] = [
+        {"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}
+    ]
     rows += [
         {
             "id": new_id(),
@@ -52,13 +54,29 @@ def insert_all(conn: Connection, iid: str, specs: list[dict]) -> dict[str, dict[
 
 # A step row as inserted (BLOCKED, revision 1, no activation), in ``store.read_steps``' shape.
 _NEW_STEP: dict[str, Any] = {
-    "state": S.BLOCKED, "revision": 1, "activation_id": None, "activation_sequence": None, "task_id": None,
-    "act_state": None, "act_input": MISSING, "act_output": MISSING, "act_error": MISSING, "task_attempts": None,
-    "child_instance_id": None, "activated_at": None, "completed_at": None, "poll_used_rounds": None,
-    "poll_first_round": None, "poll_first_round_attempts_used": None, "poll_round_attempts": None,
-    "poll_deadline_at": None, "poll_last_task_id": None, "poll_current_task_id": None, "poll_next_at": None,
+    "state": S.BLOCKED,
+    "revision": 1,
+    "activation_id": None,
+    "activation_sequence": None,
+    "task_id": None,
+    "act_state": None,
+    "act_input": MISSING,
+    "act_output": MISSING,
+    "act_error": MISSING,
+    "task_attempts": None,
+    "child_instance_id": None,
+    "activated_at": None,
+    "completed_at": None,
+    "poll_used_rounds": None,
+    "poll_first_round": None,
+    "poll_first_round_attempts_used": None,
+    "poll_round_attempts": None,
+    "poll_deadline_at": None,
+    "poll_last_task_id": None,
+    "poll_current_task_id": None,
+    "poll_next_at": None,
     "poll_resolved_at": None,
-}  # fmt: skip
+}
 
 
 def insert_activation(
@@ -122,9 +140,14 @@ def activate(
         {"id": step["id"], "s": state, "a": act_id, "seq": seq, "t": task_id, "from": states(allowed)},
     )
     events.emit(
-        conn, row.instance_id, "step.activated", step_key=step["key"], activation_id=act_id, sequence=seq,
+        conn,
+        row.instance_id,
+        "step.activated",
+        step_key=step["key"],
+        activation_id=act_id,
+        sequence=seq,
         state=state,
-    )  # fmt: skip
+    )
 
 
 def set_active(conn: Connection, step: dict, task_id: str) -> None:
@@ -193,8 +216,13 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
         "WHERE id = :a AND state = ANY(:from) RETURNING id",
         {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error), "from": allowed},
     )
-    events.emit(conn, row.instance_id, f"step.{state.lower()}", step_key=step["key"],
-                activation_id=step["activation_id"])  # fmt: skip
+    events.emit(
+        conn,
+        row.instance_id,
+        f"step.{state.lower()}",
+        step_key=step["key"],
+        activation_id=step["activation_id"],
+    )
 
 
 def succeed(conn: Connection, step: dict, output: Any) -> None:

@@ -28,9 +28,14 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
     """An open task closed (completed, failed, timed out, cancelled): its event and its quota count."""
     quotas.task(conn, row.namespace_id, row.queue, -1)
     events.emit(
-        conn, row.instance_id, event_type, task_id=row.id, step_key=row.step_key, activation_id=row.activation_id,
+        conn,
+        row.instance_id,
+        event_type,
+        task_id=row.id,
+        step_key=row.step_key,
+        activation_id=row.activation_id,
         purpose=row.purpose,
-    )  # fmt: skip
+    )
 
 
 def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
@@ -48,9 +53,15 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :roun
     )
     quotas.task(conn, row["ns"], row["queue"], +1)
     events.emit(
-        conn, row["inst"], "task.created", task_id=row["id"], step_key=row["key"], activation_id=row["act"],
-        queue=row["queue"], purpose=row.get("purpose", "STEP"),
-    )  # fmt: skip
+        conn,
+        row["inst"],
+        "task.created",
+        task_id=row["id"],
+        step_key=row["key"],
+        activation_id=row["act"],
+        queue=row["queue"],
+        purpose=row.get("purpose", "STEP"),
+    )
 
 
 _CLAIM = text(

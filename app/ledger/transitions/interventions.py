@@ -30,9 +30,12 @@ def _close_open_attempts(prior_cte: str, moved_cte: str, status: str, error: str
     from the OPEN_ATTEMPT facts ``prior_cte`` read under the row lock before ``moved_cte`` cleared them."""
     insert = insert_final_attempts(
         f"{prior_cte} p JOIN {moved_cte} m ON m.id = p.id WHERE p.attempt_id IS NOT NULL",
-        status=f"'{status}'", response="NULL", error=error, error_code=error_code,
+        status=f"'{status}'",
+        response="NULL",
+        error=error,
+        error_code=error_code,
         duration_ms="(extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int",
-    )  # fmt: skip
+    )
     return f"\n, closed AS (\n    {insert}\n)"
 
 
