@@ -124,8 +124,8 @@ def complete(task_id: str, body: dict):
     epoch = body["epoch"]
 
     def work(conn):
-        task_in_scope(conn, task_id)
-        t = tasks.complete(conn, current_principal().namespace_id, task_id, epoch, body["output"])
+        p = current_principal()
+        t = tasks.complete(conn, p.namespace_id, task_id, epoch, body["output"], p.can_use_queue)
         return 200, success({"task": tasks.task_view(t)})
 
     return idempotent(work)
@@ -157,8 +157,8 @@ def _complete_one(item: dict) -> dict:
     task_id, epoch, output = item["id"], item["epoch"], item["output"]
     try:
         with transaction() as conn:
-            task_in_scope(conn, task_id)
-            t = tasks.complete(conn, current_principal().namespace_id, task_id, epoch, output)
+            p = current_principal()
+            t = tasks.complete(conn, p.namespace_id, task_id, epoch, output, p.can_use_queue)
         return {"id": task_id, "status": 200, "task": tasks.task_view(t)}
     except LedgerflowError as err:  # this item's transaction rolled back; the others stand
         with get_engine().connect() as conn:
@@ -226,14 +226,9 @@ def fail(task_id: str, body: dict):
     err = body["error"]
 
     def work(conn):
-        task_in_scope(conn, task_id)
-        t = tasks.fail(
-            conn,
-            current_principal().namespace_id,
-            task_id,
-            epoch,
-            {"message": err["message"], "retryable": err["retryable"]},
-        )
+        p = current_principal()
+        error = {"message": err["message"], "retryable": err["retryable"]}
+        t = tasks.fail(conn, p.namespace_id, task_id, epoch, error, p.can_use_queue)
         return 200, success({"task": tasks.task_view(t)})
 
     return idempotent(work)

@@ -46,8 +46,8 @@ from app.engine.decide.model import (
     SetProgress,
     SettleCancel,
 )
-from app.engine.states import InstanceState, StepKind
-from app.engine.store import MISSING, read_instance, step_specs, version_document
+from app.engine.states import InstanceState, StepKind, StepState
+from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
 from app.engine.transitions import instances as inst_moves
 from app.engine.transitions import steps as step_moves
 from app.engine.transitions import waits as wait_moves
@@ -121,7 +121,7 @@ def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error
         after["error"] = error
     oplog.advance(
         conn,
-        read_instance(conn, instance_id),
+        {"id": instance_id},
         f"workflow.step.{what}",
         target_type="step",
         target_id=step["key"],
@@ -129,11 +129,29 @@ def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error
     )
 
 
-def complete_step(conn: Connection, instance_id: str, step: dict, output: Any) -> dict:
-    """The current activation succeeded with ``output`` (MISSING = no output); successors start."""
+def complete_step(
+    conn: Connection,
+    instance_id: str,
+    step: dict,
+    output: Any,
+    *,
+    inst: dict | None = None,
+    rows: dict[str, dict] | None = None,
+) -> dict:
+    """The current activation succeeded with ``output`` (MISSING = no output); successors start.
+    ``inst`` and ``rows`` (the instance row and every step row by key, ``step`` among them), when the
+    caller has just read them under the lock: progress then settles without reading them again."""
     step_moves.succeed(conn, step, output)
     _audit_step(conn, instance_id, step, "succeeded")
-    return settle_progress(conn, instance_id)
+    if inst is None or rows is None:
+        return settle_progress(conn, instance_id)
+    settled = {
+        **step,
+        "state": StepState.SUCCEEDED,
+        "act_state": StepState.SUCCEEDED,
+        "revision": step["revision"] + 1,
+    }
+    return settle_progress(conn, instance_id, inst, {**rows, step["key"]: settled})
 
 
 def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> dict:
@@ -161,9 +179,12 @@ def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) 
     if task.get("purpose") == "COMPENSATION":
         stopping.compensation_task_ended(conn, inst, task, kind, value)
         return
-    step, step_view = snapshot.step(conn, inst["id"], task["step_key"])
+    rows = {r["key"]: r for r in read_steps(conn, inst["id"])}  # settle_progress reads them next
+    step = rows.get(task["step_key"])
     spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
-    verdict = decide_tasks.task_ended(snapshot.inst_model(inst), step_view, task, spec, kind, value)
+    verdict = decide_tasks.task_ended(
+        snapshot.inst_model(inst), snapshot.step_model(step), task, spec, kind, value
+    )
     if isinstance(verdict, Ignore):
         return
     if isinstance(verdict, Collect):
@@ -174,7 +195,8 @@ def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) 
         _poll_task_ended(conn, inst, step, spec, kind, value)
         return
     if isinstance(verdict, CompleteStep):
-        complete_step(conn, inst["id"], step, verdict.output if verdict.output is not MISSING else None)
+        output = verdict.output if verdict.output is not MISSING else None
+        complete_step(conn, inst["id"], step, output, inst=inst, rows=rows)
     elif isinstance(verdict, RetryTask):
         if verdict.delay <= 0:
             start_next_attempt(conn, inst, step, spec)

@@ -4,7 +4,7 @@ context (input, business key, outputs of succeeded steps)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, overload
 
 from sqlalchemy import Connection
@@ -84,20 +84,42 @@ def poll(conn: Connection, activation_id: str, interval_seconds: float = 0) -> t
 
 
 def mapping_context(conn: Connection, inst: dict, steps: Iterable[dict] | None = None) -> dict[str, Any]:
-    """What mappings read: the input, the business key and the outputs of the succeeded steps. With the
-    instance's step rows at hand (``steps``) and none of them succeeded, nothing is read."""
+    """What mappings read: the input, the business key and the outputs of the succeeded steps. The
+    outputs are read when a mapping first refers to one (``$.steps...``), and never when the instance's
+    step rows at hand (``steps``) show none succeeded."""
     if steps is not None and not any(s["state"] == StepState.SUCCEEDED for s in steps):
-        return {"input": inst["input"], "business_key": inst["business_key"], "steps": {}}
-    rows = run(
-        conn,
-        "SELECT s.key, a.output::text AS output FROM workflow_steps s "
-        "JOIN workflow_activations a ON a.id = s.activation_id "
-        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
-        {"id": inst["id"]},
-    )
-    outputs = {r.key: jparse(r.output) for r in rows}
-    return {
-        "input": inst["input"],
-        "business_key": inst["business_key"],
-        "steps": {k: v for k, v in outputs.items() if v is not MISSING},
-    }
+        outputs: Mapping[str, Any] = {}
+    else:
+        outputs = _Outputs(conn, inst["id"])
+    return {"input": inst["input"], "business_key": inst["business_key"], "steps": outputs}
+
+
+class _Outputs(Mapping[str, Any]):
+    """The outputs of an instance's succeeded steps by key, read with one statement on first use (in
+    the transaction of the mapping that needs them)."""
+
+    def __init__(self, conn: Connection, instance_id: str) -> None:
+        self._conn, self._id = conn, instance_id
+        self._read: dict[str, Any] | None = None
+
+    def _all(self) -> dict[str, Any]:
+        if self._read is None:
+            rows = run(
+                self._conn,
+                "SELECT s.key, a.output::text AS output FROM workflow_steps s "
+                "JOIN workflow_activations a ON a.id = s.activation_id "
+                "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
+                {"id": self._id},
+            )
+            found = {r.key: jparse(r.output) for r in rows}
+            self._read = {k: v for k, v in found.items() if v is not MISSING}
+        return self._read
+
+    def __getitem__(self, key: str) -> Any:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())

@@ -34,6 +34,10 @@ INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, ve
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
        parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation"""
 _INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
+_INSTANCE_OF_TASK = (
+    f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = "
+    "(SELECT instance_id FROM workflow_tasks WHERE id = :t AND namespace_id = :ns) FOR UPDATE"
+)
 
 
 @overload
@@ -57,6 +61,15 @@ def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
     row = instance_row(run(conn, _INSTANCE + " FOR UPDATE", {"id": instance_id}).first())
     if row is None:
         raise NotFound("workflow not found")
+    return row
+
+
+def lock_instance_of_task(conn: Connection, task_id: str, namespace_id: str) -> dict[str, Any]:
+    """``lock_instance`` of the instance of task ``task_id`` of ``namespace_id`` (one statement; the
+    task row is not locked: lock it next). NotFound when there is no such task."""
+    row = instance_row(run(conn, _INSTANCE_OF_TASK, {"t": task_id, "ns": namespace_id}).first())
+    if row is None:
+        raise NotFound("task not found")
     return row
 
 

@@ -5,13 +5,14 @@ the task to its queue: the claim query takes CLAIMED tasks whose lease passed (b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, overload
 
 from sqlalchemy import Connection, Row
 
 from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
-from app.engine.store import MISSING, jparse, lock_instance
+from app.engine.store import MISSING, jparse, lock_instance_of_task
 from app.engine.transitions import tasks as task_moves
 from app.engine.transitions.tasks import TASK_COLS as _TASK_COLS
 from app.errors import NotFound, StateConflict
@@ -75,11 +76,17 @@ def heartbeat(conn: Connection, namespace_id: str, task_id: str, epoch: int, lea
     return _task(row)
 
 
-def _locked_for_result(conn: Connection, namespace_id: str, task_id: str, epoch: int) -> tuple[dict, dict]:
-    """Lock instance, then task; refuse an old epoch or a settled task without changing anything."""
-    task = read_task(conn, task_id, namespace_id)
-    inst = lock_instance(conn, task["instance_id"])
+def _locked_for_result(
+    conn: Connection, namespace_id: str, task_id: str, epoch: int, queue_ok: Callable[[str], bool] | None
+) -> tuple[dict, dict]:
+    """Lock instance (found through the task, in one statement), then task; refuse a task outside the
+    caller's queues, an old epoch or a settled task without changing anything."""
+    if not is_hex32(task_id):
+        raise NotFound("task not found")
+    inst = lock_instance_of_task(conn, task_id, namespace_id)
     task = read_task(conn, task_id, namespace_id, lock=True)
+    if queue_ok is not None and not queue_ok(task["queue"]):
+        raise NotFound("not found")
     if task["epoch"] != epoch or task["state"] != "CLAIMED":
         raise StateConflict(
             f"task attempt epoch {epoch} is not the current claim (epoch {task['epoch']}, state "
@@ -101,18 +108,36 @@ def return_expired_leases(conn: Connection, limit: int = 1000) -> int:
     return task_moves.return_expired(conn, limit)
 
 
-def complete(conn: Connection, namespace_id: str, task_id: str, epoch: int, output: Any) -> dict:
-    inst, task = _locked_for_result(conn, namespace_id, task_id, epoch)
-    task_moves.complete(conn, task_id, epoch, output)
+def complete(
+    conn: Connection,
+    namespace_id: str,
+    task_id: str,
+    epoch: int,
+    output: Any,
+    queue_ok: Callable[[str], bool] | None = None,
+) -> dict:
+    """The claim of epoch ``epoch`` ends with ``output``; the step (and its successors) advance in the
+    same transaction. ``queue_ok``: the caller's queue scope (a task on another queue is not found).
+    Returns the task as it now is."""
+    inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
+    done = _task(task_moves.complete(conn, task_id, epoch, output))
     advance.task_ended(conn, inst, task, "completed", output)
-    return read_task(conn, task_id, namespace_id)
+    return done
 
 
-def fail(conn: Connection, namespace_id: str, task_id: str, epoch: int, error: dict) -> dict:
-    inst, task = _locked_for_result(conn, namespace_id, task_id, epoch)
-    task_moves.fail(conn, task_id, epoch, error)
+def fail(
+    conn: Connection,
+    namespace_id: str,
+    task_id: str,
+    epoch: int,
+    error: dict,
+    queue_ok: Callable[[str], bool] | None = None,
+) -> dict:
+    """Like ``complete``, the claim failing with ``error`` (then the step's retry policy)."""
+    inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
+    done = _task(task_moves.fail(conn, task_id, epoch, error))
     advance.task_ended(conn, inst, task, "failed", error)
-    return read_task(conn, task_id, namespace_id)
+    return done
 
 
 TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "TASK_TIMEOUT"}

@@ -29,7 +29,6 @@ from web.console.common import (
     read,
 )
 from web.console.workflows import switcher, viewed_namespace
-from web.engine_common import task_in_scope
 
 WORK = Scope.TASKS_WORK
 PAGE_SIZE = 100
@@ -126,8 +125,7 @@ def task_complete(task_id: str) -> Response:
         )
         p = principal()
         with transaction() as conn:
-            task_in_scope(conn, task_id)
-            t = tasks.complete(conn, p.namespace_id, task_id, body["epoch"], body["output"])
+            t = tasks.complete(conn, p.namespace_id, task_id, body["epoch"], body["output"], p.can_use_queue)
         _forget(task_id)
         return done(f"Task {task_id} completed ({t['state']}).", "console.tasks_page")
 
@@ -145,8 +143,7 @@ def task_fail(task_id: str) -> Response:
         body = schemas.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
         p = principal()
         with transaction() as conn:
-            task_in_scope(conn, task_id)
-            t = tasks.fail(conn, p.namespace_id, task_id, body["epoch"], dict(body["error"]))
+            t = tasks.fail(conn, p.namespace_id, task_id, body["epoch"], dict(body["error"]), p.can_use_queue)
         _forget(task_id)
         return done(f"Task {task_id} failed ({t['state']}).", "console.tasks_page")
 

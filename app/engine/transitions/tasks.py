@@ -109,30 +109,34 @@ RETURNING {TASK_COLS}
     )
 
 
-def complete(conn: Connection, task_id: str, epoch: int, output: Any) -> None:
+def complete(conn: Connection, task_id: str, epoch: int, output: Any) -> Any:
+    """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is."""
     row = one(
         conn,
         "task complete",
         task_id,
         [S.CLAIMED],
-        f"UPDATE workflow_tasks SET state = 'COMPLETED', output = CAST(:o AS jsonb), {_DONE} "
-        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' {_EVENT_COLS}",
+        f"UPDATE workflow_tasks AS t SET state = 'COMPLETED', output = CAST(:o AS jsonb), {_DONE} "
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
         {"id": task_id, "epoch": epoch, "o": jdump(output)},
     )
     _task_event(conn, "task.completed", row)
+    return row
 
 
-def fail(conn: Connection, task_id: str, epoch: int, error: Any) -> None:
+def fail(conn: Connection, task_id: str, epoch: int, error: Any) -> Any:
+    """CLAIMED (this epoch) -> FAILED; returns the row (``TASK_COLS``) as it now is."""
     row = one(
         conn,
         "task fail",
         task_id,
         [S.CLAIMED],
-        f"UPDATE workflow_tasks SET state = 'FAILED', error = CAST(:e AS jsonb), {_DONE} "
-        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' {_EVENT_COLS}",
+        f"UPDATE workflow_tasks AS t SET state = 'FAILED', error = CAST(:e AS jsonb), {_DONE} "
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
         {"id": task_id, "epoch": epoch, "e": jdump(error)},
     )
     _task_event(conn, "task.failed", row)
+    return row
 
 
 def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -> bool:
