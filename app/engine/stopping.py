@@ -41,7 +41,6 @@ from app.engine.transitions import tasks as task_moves
 from app.engine.transitions import waits as wait_moves
 from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
-from app.ledger.models import JOB_TYPE_TYPE
 from app.ledger.states import CLEAR_SCOPE, EXTERNAL_OUTCOME_UNKNOWN, JobType
 from app.ledger.suspend import clear_jobs
 from app.sql import run
@@ -57,26 +56,28 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
     wait_moves.cancel_open(conn, instance_id=iid)
     if state != InstanceState.SUCCEEDED:
         step_moves.cancel_open(conn, iid)
-    jobs = run(
-        conn,
-        "SELECT id FROM workflow_jobs WHERE instance_id = :id AND status IN ('pending', 'paused') "
-        f"AND type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) ORDER BY id",
-        {"id": iid, "types": sorted(t.value for t in CLEAR_SCOPE)},
-    )
-    for (job_id,) in jobs.all():
-        ledger_moves.cancel_job(conn, job_id, f"workflow {state.lower()}")
+    ledger_moves.cancel_waiting(conn, iid, sorted(t.value for t in CLEAR_SCOPE), f"workflow {state.lower()}")
     if state != InstanceState.SUCCEEDED:
         stop_children(conn, inst, state, error)
     signal_match.close_pending(conn, iid)
 
 
-def end(conn: Connection, inst: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> dict:
+def end(
+    conn: Connection,
+    inst: dict,
+    state: str,
+    *,
+    output: Any = MISSING,
+    error: Any = MISSING,
+    work_closed: bool = False,
+) -> dict:
     """The terminal state with completed_at (an error recorded when the stop began is kept), the
-    audit row, and the parent's ``subprocess_join`` (same transaction)."""
+    audit row, and the parent's ``subprocess_join`` (same transaction). ``work_closed``: the caller
+    closed the instance's work (``close_work``) in this transaction, with nothing opened since."""
     iid = inst["id"]
-    inst_moves.end(conn, iid, state, output=output, error=error)
-    task_moves.cancel_open(conn, instance_id=iid)  # compensation tasks of an abandoned chain
-    current = read_instance(conn, iid)
+    current = inst_moves.end(conn, iid, state, output=output, error=error)
+    if not work_closed:
+        task_moves.cancel_open(conn, instance_id=iid)  # compensation tasks of an abandoned chain
     oplog.advance(
         conn, inst, f"workflow.{state.lower()}", before={"state": inst["state"]}, after={"state": state}
     )
@@ -95,7 +96,7 @@ def end(conn: Connection, inst: dict, state: str, *, output: Any = MISSING, erro
 def finish(conn: Connection, inst: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> dict:
     """End the instance now: close its work, then the terminal state."""
     close_work(conn, inst, state, error)
-    return end(conn, inst, state, output=output, error=error)
+    return end(conn, inst, state, output=output, error=error, work_closed=True)
 
 
 def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING) -> None:

@@ -3,17 +3,17 @@
 Who moves a parent job between statuses (every move is a guarded UPDATE in ``app/ledger/transitions/``):
 
 - ``pending``   in: enqueue, automatic retry (settle / drain reclaim), manual retry, instance resume.
-                out: claim (-> running), suspend (-> paused), clear/skip (-> canceled).
+                out: claim (-> running), suspend (-> paused), clear/skip/instance end (-> canceled).
 - ``running``   in: claim only.
                 out: settle (-> succeeded / pending / failed / dead), drain reclaim (-> pending / dead),
                      hand back at worker shutdown (-> pending due at once, or dead when an external
                      outcome is unknown),
                      suspend (-> paused, or dead when an external outcome is unknown), clear/skip (-> canceled).
-- ``paused``    in: suspend.   out: resume (-> pending), clear/skip (-> canceled).
+- ``paused``    in: suspend.   out: resume (-> pending), clear/skip/instance end (-> canceled).
 - ``succeeded`` in: settle.    out: none (terminal).
 - ``failed``    in: settle (handler asked for a manual decision).  out: manual retry, skip.
 - ``dead``      in: settle, drain, suspend.  out: manual retry, skip.
-- ``canceled``  in: skip, clear.  out: manual retry.
+- ``canceled``  in: skip, clear, instance end (``cancel_waiting``: its waiting jobs only).  out: manual retry.
 """
 
 from __future__ import annotations

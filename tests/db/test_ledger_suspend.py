@@ -175,3 +175,35 @@ def test_clear_cancels_paused_running_and_dead_jobs_of_the_scope(db):
     assert [a["status"] for a in attempts(db, running)] == ["canceled"]
     assert job(db, done)["status"] == "succeeded"
     assert scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'running'") == 0
+
+
+def test_cancel_waiting_cancels_only_the_waiting_jobs_of_the_types_in_one_statement(db):
+    """An instance that ends cancels its pending and paused jobs of the given types (generation + 1) and
+    leaves a running one, a dead one, other types and other instances as they are."""
+    paused = add_job(db, "delay_wake", {"n": 1}, instance_id=INSTANCE, delay_ms=60_000)
+    with transaction(db) as conn:
+        suspend_jobs(conn, INSTANCE)
+    pending = add_job(db, "task_timeout", {"n": 2}, instance_id=INSTANCE, delay_ms=60_000)
+    running = add_job(db, "subprocess_join", {"n": 3}, instance_id=INSTANCE)
+    claim_one(db)
+    dead = add_job(db, "delay_wake", {"n": 4}, instance_id=INSTANCE, delay_ms=60_000)
+    with transaction(db) as conn:
+        conn.execute(text("UPDATE workflow_jobs SET status = 'dead' WHERE id = :id"), {"id": dead})
+    other_type = add_job(db, "event_dispatch", {"n": 5}, instance_id=INSTANCE, delay_ms=60_000)
+    other_instance = add_job(db, "task_timeout", {"n": 6}, instance_id=OTHER, delay_ms=60_000)
+    types = ["delay_wake", "task_timeout", "subprocess_join"]
+    with transaction(db) as conn:
+        canceled = transitions.cancel_waiting(conn, INSTANCE, types, "workflow succeeded")
+    assert sorted(r["id"] for r in canceled) == sorted([paused, pending])
+    for j in (paused, pending):
+        jr = job(db, j)
+        assert (jr["status"], jr["error_code"], jr["last_error"], jr["remaining_ms"]) == (
+            "canceled",
+            "CANCELED",
+            "workflow succeeded",
+            None,
+        )
+    assert job(db, pending)["generation"] == 2
+    assert job(db, running)["status"] == "running" and job(db, running)["lease_token"] is not None
+    assert job(db, dead)["status"] == "dead"
+    assert job(db, other_type)["status"] == "pending" and job(db, other_instance)["status"] == "pending"

@@ -77,9 +77,12 @@ def touch(conn: Connection, iid: str) -> dict[str, Any]:
     )
 
 
-def end(conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
+def end(
+    conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING
+) -> dict[str, Any]:
     """The terminal state, once: SUCCEEDED (with output), FAILED (stop_kind FAILURE unless a stop was
-    already recorded), CANCELLED. An error recorded when the stop began is kept."""
+    already recorded), CANCELLED. An error recorded when the stop began is kept. Returns the row as it
+    now is."""
     row = one(
         conn,
         f"instance -> {state}",
@@ -91,12 +94,13 @@ UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), out
     stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
     stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
                              ELSE stop_requested_at END
-WHERE id = :id AND state = ANY(:from) RETURNING namespace_id
+WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}
 """,
         {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
     )
     quotas.instance(conn, row.namespace_id, -1)
     events.emit(conn, iid, f"workflow.{state.lower()}")
+    return instance_row(row)
 
 
 def pause(conn: Connection, iid: str) -> None:

@@ -26,6 +26,7 @@ from app.ledger.transitions.executor import (
 )
 from app.ledger.transitions.interventions import (
     cancel_job,
+    cancel_waiting,
     clear_instance,
     reclaim_expired,
     reclaim_lost_node,
@@ -42,6 +43,7 @@ __all__ = [
     "PG_SESSION_SETTINGS",
     "Settlement",
     "cancel_job",
+    "cancel_waiting",
     "claim",
     "clear_instance",
     "hand_back",

@@ -179,11 +179,11 @@ def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(_RESUME, {"instance_id": instance_id})]
 
 
-def _cancel_sql(where: str) -> str:
+def _cancel_sql(where: str, order: str = "") -> str:
     return f"""
 WITH prior AS (
     SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
-    WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead')
+    WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead') {order}
     FOR UPDATE
 ), moved AS (
     UPDATE workflow_jobs j
@@ -210,6 +210,15 @@ _CLEAR_KEEP_UNKNOWN = text(
     )
 )
 _CANCEL_ONE = text(_cancel_sql("j.id = :id"))
+# the jobs of an instance that wait to run (pending or paused), not one that runs or has ended; locked in
+# id order, like a loop over them would
+_CANCEL_WAITING = text(
+    _cancel_sql(
+        f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) "
+        "AND j.status IN ('pending', 'paused')",
+        "ORDER BY j.id",
+    )
+)
 
 
 def clear_instance(
@@ -219,6 +228,18 @@ def clear_instance(
     ``keep_unknown``: leave jobs whose external outcome is (or may be) unknown untouched."""
     rows = conn.execute(
         _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR,
+        {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def cancel_waiting(
+    conn: Connection, instance_id: str, types: Sequence[str], reason: str
+) -> list[dict[str, Any]]:
+    """An instance ends: its pending | paused jobs of ``types`` -> canceled (generation + 1), in one
+    statement; running ones are left to finish (their engine step finds the instance ended)."""
+    rows = conn.execute(
+        _CANCEL_WAITING,
         {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
     )
     return [dict(r._mapping) for r in rows]
