@@ -97,6 +97,7 @@ class _Batches(CommitBuffer):
     def __init__(self) -> None:
         self.by_instance: dict[str, _Batch] = {}
         self.jobs: dict[str, int | None] = {}  # the dispatch job of each instance (None: nobody listens)
+        self.known: dict[str, tuple[bool, str]] = {}  # (listened, trace id) read before the first event
 
     def statements(self) -> list[tuple[str, dict[str, Any]]]:
         out = []
@@ -156,11 +157,12 @@ _INTEREST = text(
 
 
 def known_listeners(conn: Connection, iid: str, listened: bool, trace_id: str) -> None:
-    """Record what this transaction already knows of ``iid``'s listeners (a new instance's INSERT read
-    it), so that its first event asks nothing more."""
-    jobs = _batches(conn).jobs
-    if iid not in jobs:
-        jobs[iid] = _new_dispatch_job(conn, iid, trace_id) if listened else None
+    """Record what this transaction already knows of ``iid``'s listeners (a new instance's INSERT or the
+    instance lock read it), so that its first event asks nothing more; the dispatch job is created with
+    that first event (a transaction without events creates none)."""
+    batches = _batches(conn)
+    if iid not in batches.jobs:
+        batches.known[iid] = (listened, trace_id)
 
 
 def _new_dispatch_job(conn: Connection, iid: str, trace_id: str) -> int:
@@ -178,10 +180,15 @@ def _new_dispatch_job(conn: Connection, iid: str, trace_id: str) -> int:
 
 def _dispatch_job(conn: Connection, iid: str) -> int | None:
     """The ``event_dispatch`` job of this transaction for ``iid`` (created with its first event)."""
-    jobs = _batches(conn).jobs
+    batches = _batches(conn)
+    jobs = batches.jobs
     if iid not in jobs:
-        row = run(conn, _INTEREST, {"iid": iid}).first()
-        jobs[iid] = _new_dispatch_job(conn, iid, row.trace_id) if row is not None and row.listened else None
+        known = batches.known.pop(iid, None)
+        if known is None:
+            row = run(conn, _INTEREST, {"iid": iid}).first()
+            known = (row is not None and row.listened, row.trace_id if row is not None else "")
+        listened, trace_id = known
+        jobs[iid] = _new_dispatch_job(conn, iid, trace_id) if listened else None
     return jobs[iid]
 
 

@@ -12,6 +12,7 @@ from cachetools import LRUCache
 from sqlalchemy import Connection, Row
 
 from app import jsonx
+from app.engine import events
 from app.errors import NotFound
 from app.sql import run
 
@@ -34,9 +35,15 @@ INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, ve
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
        parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation"""
 _INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
-_INSTANCE_OF_TASK = (
-    f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = "
-    "(SELECT instance_id FROM workflow_tasks WHERE id = :t AND namespace_id = :ns) FOR UPDATE"
+# A lock is the first statement of an engine transaction: it also asks what the transaction's first event
+# would ask next (``events.known_listeners``: is anyone listening to the namespace's events?).
+_LOCKED = (
+    f"SELECT {INSTANCE_COLUMNS}, {events.listened_sql('namespace_id')} AS listened FROM workflow_instances"
+)
+_LOCK = _LOCKED + " WHERE id = :id FOR UPDATE"
+_LOCK_OF_TASK = (
+    _LOCKED
+    + " WHERE id = (SELECT instance_id FROM workflow_tasks WHERE id = :t AND namespace_id = :ns) FOR UPDATE"
 )
 
 
@@ -58,19 +65,24 @@ def instance_row(row: Row[Any] | None) -> dict[str, Any] | None:
 
 def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
     """Lock order: the instance row first, then tasks / jobs (ARCHITECTURE, L-CLAIM-5)."""
-    row = instance_row(run(conn, _INSTANCE + " FOR UPDATE", {"id": instance_id}).first())
+    row = instance_row(run(conn, _LOCK, {"id": instance_id}).first())
     if row is None:
         raise NotFound("workflow not found")
+    return _listeners_known(conn, row)
+
+
+def _listeners_known(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
+    events.known_listeners(conn, row["id"], row.pop("listened"), row["trace_id"])
     return row
 
 
 def lock_instance_of_task(conn: Connection, task_id: str, namespace_id: str) -> dict[str, Any]:
     """``lock_instance`` of the instance of task ``task_id`` of ``namespace_id`` (one statement; the
     task row is not locked: lock it next). NotFound when there is no such task."""
-    row = instance_row(run(conn, _INSTANCE_OF_TASK, {"t": task_id, "ns": namespace_id}).first())
+    row = instance_row(run(conn, _LOCK_OF_TASK, {"t": task_id, "ns": namespace_id}).first())
     if row is None:
         raise NotFound("task not found")
-    return row
+    return _listeners_known(conn, row)
 
 
 def read_instance(conn: Connection, instance_id: str, namespace_id: str | None = None) -> dict[str, Any]:

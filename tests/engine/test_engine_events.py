@@ -155,3 +155,36 @@ def test_a_listener_in_another_namespace_fans_out_nothing_here(eng) -> None:
     with eng.connect() as conn:
         n = conn.execute(text("SELECT count(*) FROM workflow_jobs WHERE type = 'event_dispatch'")).scalar()
     assert n == 0
+
+
+def test_the_instance_lock_answers_the_listener_question_and_creates_no_job_without_an_event(eng) -> None:
+    """The instance lock also reads whether the namespace listens (the first event asks nothing more);
+    a transaction that locks and emits nothing fans out nothing, one that emits gets one job."""
+    from app.engine.store import lock_instance
+
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, DOC)
+    iid = start(eng, ns, def_id, {})["id"]
+    _subscribe(eng, ns)
+
+    def dispatch_jobs() -> list:
+        with eng.connect() as conn:
+            return conn.execute(
+                text("SELECT trace_id FROM workflow_jobs WHERE type = 'event_dispatch' AND instance_id = :i"),
+                {"i": iid},
+            ).all()
+
+    with transaction(eng) as conn:
+        lock_instance(conn, iid)
+    assert dispatch_jobs() == []
+    with transaction(eng) as conn:
+        inst = lock_instance(conn, iid)
+        assert "listened" not in inst
+        events.emit(conn, iid, "workflow.paused")
+    with eng.connect() as conn:
+        trace = conn.execute(
+            text("SELECT trace_id FROM workflow_instances WHERE id = :i"), {"i": iid}
+        ).scalar()
+    assert [r.trace_id for r in dispatch_jobs()] == [trace]
+    paused = [r for r in _events(eng, iid) if r.type == "workflow.paused"]
+    assert len(paused) == 1 and paused[0].dispatch_job_id is not None
