@@ -32,10 +32,7 @@ from app.engine.store import (
     step_specs,
     version_document,
 )
-from app.engine.transitions import instances as inst_moves
-from app.engine.transitions import steps as step_moves
-from app.engine.transitions import tasks as task_moves
-from app.engine.transitions import waits as wait_moves
+from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import NotFound, StateConflict
 from app.sql import run
 
@@ -75,7 +72,7 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
         _close(conn, step, StepState.SUCCEEDED, output=req["output"])
     else:
         _close(conn, step, StepState.FAILED, error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]})
-    inst_moves.touch(conn, instance_id)
+    instance_moves.touch(conn, instance_id)
     _leave_review(
         conn, instance_id, failed_step=step if action == "FAIL_STEP" else None, reason=req["reason"]
     )
@@ -155,9 +152,9 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
             error={"step_key": failed_step["key"], "code": "FAILED_BY_OPERATOR", "message": reason},
         )
         return
-    if left or inst["state"] not in inst_moves.REVIEWABLE:
+    if left or inst["state"] not in instance_moves.REVIEWABLE:
         return
-    inst_moves.leave_review(
+    instance_moves.leave_review(
         conn, iid, InstanceState.CANCELLING if cancelling else InstanceState.RUNNING, bump=False
     )
     if cancelling:

@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 from app.engine import advance, stopping
 from app.engine.states import TERMINAL, InstanceState
 from app.engine.store import lock_instance, read_instance
-from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import instance_moves
 from app.errors import StateConflict
 from app.sql import run
 
@@ -80,7 +80,7 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
             conn, inst, InstanceState.FAILED, error={"code": "FAILED_BY_OPERATOR", "message": req["reason"]}
         )
         return inst, read_instance(conn, instance_id), summary
-    inst_moves.leave_review(
+    instance_moves.leave_review(
         conn, instance_id, InstanceState.CANCELLING if cancelling else InstanceState.RUNNING
     )
     if cancelling:

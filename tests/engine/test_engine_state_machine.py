@@ -16,8 +16,7 @@ from app.db import transaction
 from app.engine import retention as engine_retention
 from app.engine import tasks
 from app.engine.store import read_step
-from app.engine.transitions import TransitionRefused
-from app.engine.transitions import steps as step_moves
+from app.engine.transitions import TransitionRefused, step_moves
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
 from app.ledger.retention import RetentionPolicy
