@@ -9,7 +9,7 @@ here:
 - ``task_ended``       a task's result or time-out: the retry policy, the POLL rounds, a cancel's
                        collection, a compensation task.
 
-Callers (``tasks``, ``control``, ``signals``, ``recovery``, ``review``, ``instances`` and the job handlers
+Callers (``task_protocol``, ``control``, ``signals``, ``recovery``, ``instances`` and the job handlers
 in ``handlers/``) hold the instance lock; nothing here calls back into them.
 
 Step moves made elsewhere, and why (each then settles progress here, or ends the instance):
