@@ -6,7 +6,7 @@ from __future__ import annotations
 
 BUILTIN_HANDLER_MODULES: tuple[str, ...] = (
     "app.engine.handlers.timers",
-    "app.engine.handlers.tasks",
+    "app.engine.handlers.task_timeouts",
     "app.engine.handlers.subprocess",
     "app.engine.handlers.compensation",
     "app.engine.handlers.triggers",

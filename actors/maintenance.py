@@ -8,7 +8,7 @@ import actors.broker  # noqa: F401 - binds the actor to the configured broker
 from app.db import get_engine
 from app.engine import retention as engine_retention
 from app.engine.handlers import outbound
-from app.engine.tasks import return_expired_leases
+from app.engine.task_protocol import return_expired_leases
 from app.integrations import retention as integrations_retention
 from app.ledger import retention, rollup
 from app.ledger.drain import DrainReport, drain

@@ -150,7 +150,7 @@ def run_workflow(namespace_id: str, steps: int) -> str:
     every claimed task but the last one of each chain is completed (so most steps are done, some
     active), each completion advancing the instance as a worker's would."""
     from app.db import transaction
-    from app.engine import definitions, instances, tasks
+    from app.engine import definitions, instances, task_protocol
     from app.settings import TASK_LEASE_SECONDS
 
     chains = 10
@@ -173,14 +173,16 @@ def run_workflow(namespace_id: str, steps: int) -> str:
     done = 0
     while done < steps - chains:
         with transaction() as conn:
-            claimed = tasks.claim(conn, namespace_id, ["bench-q"], 16, TASK_LEASE_SECONDS.get())
+            claimed = task_protocol.claim(conn, namespace_id, ["bench-q"], 16, TASK_LEASE_SECONDS.get())
         if not claimed:
             break
         for t in claimed:
             if done >= steps - chains:
                 break
             with transaction() as conn:
-                tasks.complete(conn, namespace_id, t["id"], t["epoch"], {"step": t["step_key"], "ok": True})
+                task_protocol.complete(
+                    conn, namespace_id, t["id"], t["epoch"], {"step": t["step_key"], "ok": True}
+                )
             done += 1
     return inst["id"]
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.db import get_engine, transaction
-from app.engine import definitions, instances, tasks
+from app.engine import definitions, instances, task_protocol
 from app.ledger import handlers
 
 PROJECT = ("app.", "web.", "actors.", "ledgerflow.")
@@ -79,11 +79,11 @@ def main() -> None:
     inst, mods, crossings = trace(start)
     print(f"start:          {len(mods):3d} modules, {crossings:4d} module crossings")
     with transaction(engine) as conn:
-        task = tasks.claim(conn, ns, ["q"], 1, 60)[0]
+        task = task_protocol.claim(conn, ns, ["q"], 1, 60)[0]
 
     def complete() -> Any:
         with transaction(engine) as conn:
-            return tasks.complete(conn, ns, task["id"], task["epoch"], {"ok": True})
+            return task_protocol.complete(conn, ns, task["id"], task["epoch"], {"ok": True})
 
     _, mods2, c2 = trace(complete)
     print(f"task complete:  {len(mods2):3d} modules, {c2:4d} module crossings")

@@ -1,6 +1,6 @@
 """marshmallow schemas of recovery (X-RECOVER), the operation audit (W-AUDIT) and step history
 (X-HIST). ``RecoveryRequest`` loads exactly what ``app.engine.recovery.recover`` and
-``app.engine.review.resolve_instance`` take."""
+``app.engine.recovery.resolve_instance`` take."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import app.engine.handlers.compensation  # noqa: F401 - registers the compensati
 from app import audit
 from app.auth import ALL_SCOPES, Principal, Scope, authenticate, create_credential
 from app.db import get_engine, transaction
-from app.engine import definitions, instances, operations, oplog, tasks
+from app.engine import definitions, instances, operations, oplog, task_protocol
 from app.ids import new_id
 from app.integrations import automation, schedules, subscriptions
 from app.ledger import handlers
@@ -111,14 +111,16 @@ def _start(p: Principal, def_id: str, inp: Any, business_key: str = "") -> str:
 def _work(p: Principal, queue: str, *, output: Any = None, fail: str | None = None) -> str:
     """Claim the next task of ``queue`` and complete it (or fail it, not retryable)."""
     with transaction() as conn:
-        [task] = tasks.claim(conn, p.namespace_id, [queue], 1, TASK_LEASE_SECONDS.get())
+        [task] = task_protocol.claim(conn, p.namespace_id, [queue], 1, TASK_LEASE_SECONDS.get())
     with transaction() as conn:
         if fail is None:
-            tasks.complete(
+            task_protocol.complete(
                 conn, p.namespace_id, task["id"], task["epoch"], output if output is not None else {}
             )
         else:
-            tasks.fail(conn, p.namespace_id, task["id"], task["epoch"], {"message": fail, "retryable": False})
+            task_protocol.fail(
+                conn, p.namespace_id, task["id"], task["epoch"], {"message": fail, "retryable": False}
+            )
     return task["id"]
 
 

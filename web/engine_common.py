@@ -9,7 +9,7 @@ from sqlalchemy import Connection
 
 from app import audit
 from app.auth import Principal, Scope, missing_permission_message
-from app.engine import instances, tasks
+from app.engine import instances, task_protocol
 from app.engine.operations import check_queue_scope, visible_instance
 from app.errors import PermissionDenied
 from web.auth import current_principal
@@ -57,6 +57,6 @@ def start_audit(principal: Principal, request_id: str) -> Callable[[Connection, 
 def task_in_scope(conn: Connection, task_id: str) -> dict:
     """X-TASK: a task of the caller's namespace on a queue in the credential's scope; else 404."""
     principal = current_principal()
-    task = tasks.read_task(conn, task_id, principal.namespace_id)
+    task = task_protocol.read_task(conn, task_id, principal.namespace_id)
     check_queue_scope(principal, [task["queue"]])
     return task

@@ -13,7 +13,7 @@ import web.long_poll as long_poll
 from app import settings
 from app.auth import Scope
 from app.db import get_engine, transaction
-from app.engine import tasks
+from app.engine import task_protocol
 from app.engine.operations import check_queue_scope
 from app.errors import LedgerflowError
 from schemas.tasks import (
@@ -56,7 +56,7 @@ def claim(body: dict):
     def work(conn):
         # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
         final = time.monotonic() >= deadline or long_poll.shutting_down()
-        got = tasks.claim(
+        got = task_protocol.claim(
             conn, principal.namespace_id, queues, body["max_tasks"], settings.TASK_LEASE_SECONDS.get()
         )
         if not got and not final:
@@ -70,7 +70,7 @@ def claim(body: dict):
 
 
 def _claimed(t: dict) -> dict:
-    view = tasks.task_view(t)
+    view = task_protocol.task_view(t)
     return {
         "id": t["id"],
         "queue": t["queue"],
@@ -104,8 +104,8 @@ def _lease(task_id: str, epoch: int, seconds: float):
 
     def work(conn):
         task_in_scope(conn, task_id)
-        t = tasks.heartbeat(conn, current_principal().namespace_id, task_id, epoch, seconds)
-        return 200, success({"task": tasks.task_view(t)})
+        t = task_protocol.heartbeat(conn, current_principal().namespace_id, task_id, epoch, seconds)
+        return 200, success({"task": task_protocol.task_view(t)})
 
     return idempotent(work)
 
@@ -125,8 +125,8 @@ def complete(task_id: str, body: dict):
 
     def work(conn):
         p = current_principal()
-        t = tasks.complete(conn, p.namespace_id, task_id, epoch, body["output"], p.can_use_queue)
-        return 200, success({"task": tasks.task_view(t)})
+        t = task_protocol.complete(conn, p.namespace_id, task_id, epoch, body["output"], p.can_use_queue)
+        return 200, success({"task": task_protocol.task_view(t)})
 
     return idempotent(work)
 
@@ -158,13 +158,13 @@ def _complete_one(item: dict) -> dict:
     try:
         with transaction() as conn:
             p = current_principal()
-            t = tasks.complete(conn, p.namespace_id, task_id, epoch, output, p.can_use_queue)
-        return {"id": task_id, "status": 200, "task": tasks.task_view(t)}
+            t = task_protocol.complete(conn, p.namespace_id, task_id, epoch, output, p.can_use_queue)
+        return {"id": task_id, "status": 200, "task": task_protocol.task_view(t)}
     except LedgerflowError as err:  # this item's transaction rolled back; the others stand
         with get_engine().connect() as conn:
             done = _applied_before(conn, task_id, epoch, output)
         if done is not None:
-            return {"id": task_id, "status": 200, "task": tasks.task_view(done), "replayed": True}
+            return {"id": task_id, "status": 200, "task": task_protocol.task_view(done), "replayed": True}
         return {"id": task_id, "status": err.status, "error": {"code": err.code, "message": err.message}}
 
 
@@ -228,8 +228,8 @@ def fail(task_id: str, body: dict):
     def work(conn):
         p = current_principal()
         error = {"message": err["message"], "retryable": err["retryable"]}
-        t = tasks.fail(conn, p.namespace_id, task_id, epoch, error, p.can_use_queue)
-        return 200, success({"task": tasks.task_view(t)})
+        t = task_protocol.fail(conn, p.namespace_id, task_id, epoch, error, p.can_use_queue)
+        return 200, success({"task": task_protocol.task_view(t)})
 
     return idempotent(work)
 
@@ -239,4 +239,4 @@ def fail(task_id: str, body: dict):
 @requires(Scope.TASKS_WORK)
 def get_task(task_id: str):
     with get_engine().connect() as conn:
-        return ok(tasks.task_view(task_in_scope(conn, task_id)))
+        return ok(task_protocol.task_view(task_in_scope(conn, task_id)))

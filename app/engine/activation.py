@@ -11,8 +11,7 @@ from sqlalchemy import Connection
 
 from app.engine import mapping, oplog, work
 from app.engine.states import StepKind, StepState
-from app.engine.transitions import steps as step_moves
-from app.engine.transitions import waits as wait_moves
+from app.engine.transitions import step_moves, wait_moves
 from app.ledger.states import JobType
 
 K = StepKind

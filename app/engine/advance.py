@@ -9,7 +9,7 @@ here:
 - ``task_ended``       a task's result or time-out: the retry policy, the POLL rounds, a cancel's
                        collection, a compensation task.
 
-Callers (``tasks``, ``control``, ``signals``, ``recovery``, ``review``, ``instances`` and the job handlers
+Callers (``task_protocol``, ``control``, ``signals``, ``recovery``, ``instances`` and the job handlers
 in ``handlers/``) hold the instance lock; nothing here calls back into them.
 
 Step moves made elsewhere, and why (each then settles progress here, or ends the instance):
@@ -48,9 +48,7 @@ from app.engine.decide.model import (
 )
 from app.engine.states import InstanceState, StepKind, StepState
 from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
-from app.engine.transitions import instances as inst_moves
-from app.engine.transitions import steps as step_moves
-from app.engine.transitions import waits as wait_moves
+from app.engine.transitions import instance_moves, step_moves, wait_moves
 from app.sql import run
 
 # a generous bound: every iteration activates at least one step or ends the loop
@@ -110,8 +108,8 @@ def settle_progress(
             return stopping.finish(conn, inst, InstanceState.SUCCEEDED, output=output)
         assert isinstance(effect, SetProgress)
         if effect.state is None:
-            return inst_moves.touch(conn, instance_id)
-        return inst_moves.set_progress(conn, instance_id, effect.state)
+            return instance_moves.touch(conn, instance_id)
+        return instance_moves.set_progress(conn, instance_id, effect.state)
     raise RuntimeError(f"workflow {instance_id}: progress did not settle")  # pragma: no cover
 
 

@@ -26,8 +26,7 @@ from app.engine.decide import stopping as decide
 from app.engine.decide.model import Pause, Refuse, Resume
 from app.engine.snapshot import inst_model
 from app.engine.store import lock_instance, read_instance
-from app.engine.transitions import instances as inst_moves
-from app.engine.transitions import tasks as task_moves
+from app.engine.transitions import instance_moves, task_moves
 from app.errors import StateConflict
 from app.ledger.suspend import resume_jobs, suspend_jobs
 from app.sql import run
@@ -53,7 +52,7 @@ def control(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict]:
 def pause(conn: Connection, inst: dict) -> None:
     """``paused`` gates task claims and new activations; suspend-scope jobs keep their remaining
     milliseconds; an unknown external outcome found while pausing sends the instance to review."""
-    inst_moves.pause(conn, inst["id"])
+    instance_moves.pause(conn, inst["id"])
     moved = suspend_jobs(conn, inst["id"])
     dead = [m["id"] for m in moved if m["status"] == "dead"]
     if dead:
@@ -61,7 +60,7 @@ def pause(conn: Connection, inst: dict) -> None:
 
 
 def resume(conn: Connection, inst: dict) -> None:
-    paused_for = inst_moves.resume(conn, inst["id"])
+    paused_for = instance_moves.resume(conn, inst["id"])
     rows = resume_jobs(conn, inst["id"])
     # the deadlines of the open tasks move on by the pause, as their instance's task_timeout job did
     task_moves.postpone_deadlines(conn, inst["id"], paused_for)

@@ -12,7 +12,7 @@ from app import audit
 from app import cursor as cursors
 from app.engine.documents import KEY_RE
 from app.engine.store import MISSING, jparse
-from app.engine.tasks import task_view
+from app.engine.task_protocol import task_view
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
 from app.jsonx import rfc3339

@@ -15,8 +15,7 @@ from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE
 from app.engine.store import MISSING, read_instance
-from app.engine.transitions import instances as inst_moves
-from app.engine.transitions import steps as step_moves
+from app.engine.transitions import instance_moves, step_moves
 from app.errors import FieldError, InvalidArgument
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
@@ -90,7 +89,7 @@ def start_workflow(
     if errors:
         raise InvalidArgument("input does not satisfy the pinned version's input contract", errors=errors)
     iid = new_id()
-    inst = inst_moves.create(
+    inst = instance_moves.create(
         conn,
         {
             "id": iid,

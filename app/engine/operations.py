@@ -20,9 +20,9 @@ from sqlalchemy import Connection
 from app import audit
 from app.auth import Principal
 from app.db import get_engine, transaction
-from app.engine import control, instances, oplog, recovery, review, signals
+from app.engine import control, instances, oplog, recovery, signals
 from app.engine.store import read_instance
-from app.engine.tasks import return_expired_leases
+from app.engine.task_protocol import return_expired_leases
 from app.errors import NotFound, StateConflict
 from app.ids import is_hex32
 from app.ledger import drain, hints, nodes, status, transitions
@@ -76,7 +76,7 @@ def recover_workflow(
     instance in review (audited against the instance; ``{"instance", "resolution", "operation_id"}``)."""
     visible_instance(conn, principal, instance_id)
     if req["action"] == "RESOLVE_INSTANCE":
-        before, after, summary = review.resolve_instance(conn, instance_id, req)
+        before, after, summary = recovery.resolve_instance(conn, instance_id, req)
         detail, target = {"resolution": summary}, {}
     else:
         before, after, step = recovery.recover(conn, instance_id, req)

@@ -14,10 +14,7 @@ from app.engine.decide.model import Consume
 from app.engine.snapshot import step_model
 from app.engine.states import StepKind
 from app.engine.store import read_signal, read_step, read_wait
-from app.engine.transitions import signals as signal_moves
-from app.engine.transitions import steps as step_moves
-from app.engine.transitions import tasks as task_moves
-from app.engine.transitions import waits as wait_moves
+from app.engine.transitions import signal_moves, step_moves, task_moves, wait_moves
 from app.sql import run
 
 

@@ -42,7 +42,7 @@ from app.engine.store import (
     step_specs,
     version_document,
 )
-from app.engine.transitions import signals as signal_moves
+from app.engine.transitions import signal_moves
 from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339

@@ -8,47 +8,47 @@ event) are pure functions in ``app/engine/decide/``; ``app/engine/advance.py`` a
 
 Instance (``workflow_instances.state``; ``paused`` is a flag beside it, not a state):
 
-- ``RUNNING``      in: ``instances.create``; ``instances.set_progress`` (a step is ACTIVE, or nothing waits);
-                   ``instances.leave_review``.  out: any move below.
-- ``WAITING``      in: ``instances.set_progress`` (only waits remain: timers, signals, retry backoff, poll
+- ``RUNNING``      in: ``instance_moves.create``; ``instance_moves.set_progress`` (a step is ACTIVE, or nothing waits);
+                   ``instance_moves.leave_review``.  out: any move below.
+- ``WAITING``      in: ``instance_moves.set_progress`` (only waits remain: timers, signals, retry backoff, poll
                    interval).  out: ``set_progress`` -> RUNNING, ``request_cancel``, ``to_review``, ``end``.
-- ``CANCELLING``   in: ``instances.request_cancel`` (operator / parent cancel), ``instances.start_compensation``
+- ``CANCELLING``   in: ``instance_moves.request_cancel`` (operator / parent cancel), ``instance_moves.start_compensation``
                    (a failing instance runs its compensations).  out: ``end`` (CANCELLED / FAILED after the
                    last compensation), ``to_review``.
-- ``NEEDS_REVIEW`` in: ``instances.to_review`` (unknown external outcome, failed compensation).
+- ``NEEDS_REVIEW`` in: ``instance_moves.to_review`` (unknown external outcome, failed compensation).
                    out: ``leave_review`` (operator recovery) -> RUNNING / CANCELLING, ``end``.
-- ``SUCCEEDED`` / ``FAILED`` / ``CANCELLED``  in: ``instances.end`` only.  out: none (terminal).
+- ``SUCCEEDED`` / ``FAILED`` / ``CANCELLED``  in: ``instance_moves.end`` only.  out: none (terminal).
 
 Step (``workflow_steps.state``) and its current activation (``workflow_activations.state``, same values):
 
-- ``BLOCKED``      in: ``instances.create`` (``steps.insert_all``).  out: ``steps.activate`` -> ACTIVE / WAITING.
-- ``ACTIVE``       in: ``steps.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``steps.set_active`` (next task attempt,
+- ``BLOCKED``      in: ``instance_moves.create`` (``step_moves.insert_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING.
+- ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,
                    next poll round).  out: ``set_waiting``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
-- ``WAITING``      in: ``steps.activate`` (TIMER, SIGNAL), ``steps.set_waiting`` (retry backoff, poll interval).
+- ``WAITING``      in: ``step_moves.activate`` (TIMER, SIGNAL), ``step_moves.set_waiting`` (retry backoff, poll interval).
                    out: ``set_active``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
-- ``NEEDS_REVIEW`` in: ``steps.to_review`` (also a TRIGGER whose call has an unknown outcome).  out: ``steps.close`` / ``steps.activate`` (operator recovery).
-- ``SUCCEEDED``    in: ``steps.succeed`` (task result, timer, signal, child, trigger answer), ``steps.close`` (operator).
-                   out: ``steps.activate`` (operator RETRY_STEP only).
-- ``FAILED`` / ``CANCELLED``  in: ``steps.fail`` / ``steps.cancel_*`` / ``steps.close``.
-                   out: ``steps.activate`` (operator RETRY_STEP only).
+- ``NEEDS_REVIEW`` in: ``step_moves.to_review`` (also a TRIGGER whose call has an unknown outcome).  out: ``step_moves.close`` / ``step_moves.activate`` (operator recovery).
+- ``SUCCEEDED``    in: ``step_moves.succeed`` (task result, timer, signal, child, trigger answer), ``step_moves.close`` (operator).
+                   out: ``step_moves.activate`` (operator RETRY_STEP only).
+- ``FAILED`` / ``CANCELLED``  in: ``step_moves.fail`` / ``step_moves.cancel_*`` / ``step_moves.close``.
+                   out: ``step_moves.activate`` (operator RETRY_STEP only).
 - ``SKIPPED``      reserved by the schema; no transition enters it today.
 
-An activation row is created by ``steps.activate`` in ACTIVE / WAITING and leaves that state exactly once
+An activation row is created by ``step_moves.activate`` in ACTIVE / WAITING and leaves that state exactly once
 (succeed, fail, cancel, review, close); a new activation is a new row with ``sequence + 1``.
 
 Task (``workflow_tasks.state``):
 
-- ``PENDING``    in: ``tasks.insert``; ``tasks.return_expired`` (lease passed).  out: ``claim``, ``cancel_*``,
+- ``PENDING``    in: ``task_moves.insert``; ``task_moves.return_expired`` (lease passed).  out: ``claim``, ``cancel_*``,
                  ``time_out``.
-- ``CLAIMED``    in: ``tasks.claim`` (epoch + 1).  out: ``complete``, ``fail``, ``time_out``, ``return_expired``,
+- ``CLAIMED``    in: ``task_moves.claim`` (epoch + 1).  out: ``complete``, ``fail``, ``time_out``, ``return_expired``,
                  ``cancel_*``.
 - ``COMPLETED`` / ``FAILED`` / ``TIMED_OUT`` / ``CANCELLED``  terminal.
 
-Wait (``workflow_waits.state``): ``WAITING`` in: ``waits.insert``; out: ``waits.resolve`` (timer due, signal
-consumed, poll resolved) -> RESOLVED, ``waits.expire`` -> EXPIRED, ``waits.cancel_*`` -> CANCELLED.
+Wait (``workflow_waits.state``): ``WAITING`` in: ``wait_moves.insert``; out: ``wait_moves.resolve`` (timer due, signal
+consumed, poll resolved) -> RESOLVED, ``wait_moves.expire`` -> EXPIRED, ``wait_moves.cancel_*`` -> CANCELLED.
 
-Signal (``workflow_signals.state``): ``PENDING`` in: ``signals.insert``; out: ``signals.settle`` -> CONSUMED /
-REJECTED, ``signals.expire`` -> EXPIRED, ``signals.close_pending`` -> REJECTED (WORKFLOW_ENDED). A signal for
+Signal (``workflow_signals.state``): ``PENDING`` in: ``signal_moves.insert``; out: ``signal_moves.settle`` -> CONSUMED /
+REJECTED, ``signal_moves.expire`` -> EXPIRED, ``signal_moves.close_pending`` -> REJECTED (WORKFLOW_ENDED). A signal for
 an older activation is inserted REJECTED (STALE_ACTIVATION) directly.
 """
 

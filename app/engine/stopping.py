@@ -35,10 +35,7 @@ from app.engine.decide.model import (
 from app.engine.snapshot import inst_model
 from app.engine.states import TERMINAL, InstanceState, StepState, StopKind
 from app.engine.store import MISSING, lock_instance, read_instance, read_step, step_specs, version_document
-from app.engine.transitions import instances as inst_moves
-from app.engine.transitions import steps as step_moves
-from app.engine.transitions import tasks as task_moves
-from app.engine.transitions import waits as wait_moves
+from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
 from app.ledger.states import CLEAR_SCOPE, EXTERNAL_OUTCOME_UNKNOWN, JobType
@@ -75,7 +72,7 @@ def end(
     audit row, and the parent's ``subprocess_join`` (same transaction). ``work_closed``: the caller
     closed the instance's work (``close_work``) in this transaction, with nothing opened since."""
     iid = inst["id"]
-    current = inst_moves.end(conn, iid, state, output=output, error=error)
+    current = instance_moves.end(conn, iid, state, output=output, error=error)
     if not work_closed:
         task_moves.cancel_open(conn, instance_id=iid)  # compensation tasks of an abandoned chain
     oplog.advance(
@@ -105,7 +102,7 @@ def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING
     parent close policy. Lock order: parent (already locked), then each child."""
     code = error.get("code") if isinstance(error, dict) else None
     reason = f"parent workflow {inst['id']} {state.lower()}" + (f" ({code})" if code else "")
-    for child_id in inst_moves.unfinished_children(conn, inst["id"]):
+    for child_id in instance_moves.unfinished_children(conn, inst["id"]):
         child = lock_instance(conn, child_id)
         if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
             continue
@@ -142,7 +139,7 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
     ]
     if keys:
         step_moves.to_review(conn, iid, keys)
-    inst_moves.to_review(conn, iid)
+    instance_moves.to_review(conn, iid)
     oplog.advance(
         conn,
         read_instance(conn, iid),
@@ -161,7 +158,7 @@ def request_cancel(
     if isinstance(verdict, Refuse):
         raise StateConflict(verdict.message)
     iid = inst["id"]
-    inst_moves.request_cancel(conn, iid)
+    instance_moves.request_cancel(conn, iid)
     unknown = [] if reviewed else unknown_outcome_jobs(conn, iid)
     clear_jobs(conn, iid, reason, keep_unknown=True)
     # waiting work stops: unclaimed (or lease-expired) tasks, open waits, children
@@ -228,7 +225,7 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
             step_moves.fail(conn, step, verdict.output)
         else:
             step_moves.cancel(conn, step)
-        inst_moves.touch(conn, inst["id"])
+        instance_moves.touch(conn, inst["id"])
         oplog.advance(
             conn,
             inst,
@@ -265,7 +262,7 @@ def stop(conn: Connection, inst: dict, state: str, *, error: Any = MISSING) -> d
     close_work(conn, inst, state, error)
     comp = verdict.comp
     kind = StopKind.CANCEL if state == InstanceState.CANCELLED else StopKind.FAILURE
-    inst_moves.start_compensation(conn, iid, comp, stop_kind=kind, error=error)
+    instance_moves.start_compensation(conn, iid, comp, stop_kind=kind, error=error)
     current = read_instance(conn, iid)
     _issue(conn, current, comp)
     oplog.advance(
@@ -301,7 +298,7 @@ def compensation_task_ended(conn: Connection, inst: dict, task: dict, kind: str,
     item = comp["plan"][k]
     after = {"step_key": item["step_key"], "task_id": task["id"], "order": k + 1}
     if isinstance(verdict, CompensationFailed):
-        inst_moves.save_compensation(conn, inst["id"], verdict.comp, InstanceState.NEEDS_REVIEW)
+        instance_moves.save_compensation(conn, inst["id"], verdict.comp, InstanceState.NEEDS_REVIEW)
         oplog.advance(
             conn,
             inst,
@@ -333,10 +330,10 @@ def compensation_continue(conn: Connection, inst: dict) -> dict:
 
 def apply_compensation(conn: Connection, inst: dict, verdict: End | Compensate) -> dict:
     if isinstance(verdict, Compensate):
-        inst_moves.save_compensation(conn, inst["id"], verdict.comp, InstanceState.CANCELLING)
+        instance_moves.save_compensation(conn, inst["id"], verdict.comp, InstanceState.CANCELLING)
         _issue(conn, inst, verdict.comp)
         return read_instance(conn, inst["id"])
-    inst_moves.save_compensation(conn, inst["id"], verdict.comp or {})
+    instance_moves.save_compensation(conn, inst["id"], verdict.comp or {})
     return end(conn, read_instance(conn, inst["id"]), verdict.state)
 
 
@@ -344,7 +341,7 @@ def abandon(conn: Connection, inst: dict, state: str) -> dict:
     """An operator ends a stopping instance now: the remaining compensations are not run."""
     comp = inst.get("compensation") or {}
     if comp:
-        inst_moves.save_compensation(conn, inst["id"], {**comp, "state": "ABANDONED"})
+        instance_moves.save_compensation(conn, inst["id"], {**comp, "state": "ABANDONED"})
     return end(conn, read_instance(conn, inst["id"]), state)
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from app.db import transaction_state
 from app.engine.store import jdump
-from app.engine.transitions import tasks as task_moves
+from app.engine.transitions import task_moves
 from app.ids import new_id
 from app.ledger.enqueue import arm, enqueue
 from app.ledger.states import JobType
@@ -118,7 +118,7 @@ def create_task(
 def arm_task_deadlines(conn: Connection, inst: dict, seconds: float) -> None:
     """The instance's ``task_timeout`` job is due no later than ``seconds`` from now (a task's deadline
     is now() + its timeout in the same transaction: now() is the transaction's start). ONE such job per
-    instance enforces the deadlines of all its open tasks (``handlers.tasks``): a task costs no job of
+    instance enforces the deadlines of all its open tasks (``handlers.task_timeouts``): a task costs no job of
     its own, created and canceled. Asked once per transaction and instance for the earliest."""
     armed: dict[str, float] = transaction_state(conn).setdefault("task_deadlines_armed", {})
     if armed.get(inst["id"], float("inf")) <= seconds:

@@ -14,12 +14,16 @@ from tests.engine.helpers import ENGINE_TABLES
 @pytest.fixture
 def eng(engine) -> Iterator:
     import app.engine.handlers.subprocess
-    import app.engine.handlers.tasks
+    import app.engine.handlers.task_timeouts
     import app.engine.handlers.timers
     from app.ledger import handlers
 
     saved = dict(handlers._handlers)  # restored after the test
-    for mod in (app.engine.handlers.timers, app.engine.handlers.tasks, app.engine.handlers.subprocess):
+    for mod in (
+        app.engine.handlers.timers,
+        app.engine.handlers.task_timeouts,
+        app.engine.handlers.subprocess,
+    ):
         for name in ("delay_wake", "task_timeout", "subprocess_spawn", "subprocess_join"):
             fn = getattr(mod, name, None)
             if fn is not None:

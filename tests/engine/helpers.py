@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from app.auth import ALL_SCOPES, Principal, create_credential
 from app.db import transaction
-from app.engine import definitions, instances, tasks
+from app.engine import definitions, instances, task_protocol
 from app.ledger import handlers
 from app.ledger.outcome import outcome_of
 from tests.ledger_helpers import claim, context_for, settle, settlement
@@ -115,14 +115,14 @@ def run_jobs(engine: Engine, limit: int = 50, queue: str | None = None) -> list[
 
 def claim_task(engine: Engine, ns: str, queue: str, lease: float = 60.0) -> dict:
     with transaction(engine) as conn:
-        got = tasks.claim(conn, ns, [queue], 1, lease)
+        got = task_protocol.claim(conn, ns, [queue], 1, lease)
     assert got, f"no task on {queue}"
     return got[0]
 
 
 def complete_task(engine: Engine, ns: str, task: dict, output: Any) -> dict:
     with transaction(engine) as conn:
-        return tasks.complete(conn, ns, task["id"], task["epoch"], output)
+        return task_protocol.complete(conn, ns, task["id"], task["epoch"], output)
 
 
 def instance(engine: Engine, iid: str) -> dict:

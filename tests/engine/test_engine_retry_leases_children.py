@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import tasks
+from app.engine import task_protocol
 from app.errors import InvalidArgument, StateConflict
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, instance, make_due, publish, run_jobs, start, step
@@ -26,7 +26,7 @@ def _task_doc(retry: dict, queue: str = "rq", **extra) -> dict:
 
 def _fail(eng, task: dict, retryable: bool = True) -> None:
     with transaction(eng) as conn:
-        tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "boom", "retryable": retryable})
+        task_protocol.fail(conn, NS, task["id"], task["epoch"], {"message": "boom", "retryable": retryable})
 
 
 def _retry_jobs(eng, iid: str) -> list:
@@ -53,10 +53,17 @@ def _open_tasks(eng, iid: str) -> int:
 
 # -- retry backoff ----------------------------------------------------------------------------------
 def test_backoff_curve_defaults_and_caps():
-    assert [tasks.retry_delay_seconds({}, n) for n in (1, 2, 3, 5, 6, 9)] == [30, 60, 120, 480, 900, 900]
+    assert [task_protocol.retry_delay_seconds({}, n) for n in (1, 2, 3, 5, 6, 9)] == [
+        30,
+        60,
+        120,
+        480,
+        900,
+        900,
+    ]
     policy = {"backoff_seconds": 5, "max_backoff_seconds": 12}
-    assert [tasks.retry_delay_seconds(policy, n) for n in (1, 2, 3)] == [5, 10, 12]
-    assert tasks.retry_delay_seconds({"backoff_seconds": 0}, 4) == 0
+    assert [task_protocol.retry_delay_seconds(policy, n) for n in (1, 2, 3)] == [5, 10, 12]
+    assert task_protocol.retry_delay_seconds({"backoff_seconds": 0}, 4) == 0
 
 
 def test_retry_policy_fields_are_validated(eng):
@@ -165,16 +172,16 @@ def test_drain_returns_expired_task_leases_to_their_queue(eng):
     _expire_lease(eng, t["id"])
     # a result for the expired claim is refused at once (before any sweep or re-claim)
     with pytest.raises(StateConflict), transaction(eng) as conn:
-        tasks.complete(conn, NS, t["id"], t["epoch"], {"late": True})
+        task_protocol.complete(conn, NS, t["id"], t["epoch"], {"late": True})
     with pytest.raises(StateConflict), transaction(eng) as conn:
-        tasks.heartbeat(conn, NS, t["id"], t["epoch"], 60)
+        task_protocol.heartbeat(conn, NS, t["id"], t["epoch"], 60)
     assert _task_row(eng, t["id"])["state"] == "CLAIMED"
     report = run_drain()
     assert report.ran and report.swept["task_leases"] >= 1
     row = _task_row(eng, t["id"])
     assert row["state"] == "PENDING" and row["lease_expires_at"] is None and row["epoch"] == 1
     with eng.connect() as conn:
-        view = tasks.task_view(tasks.read_task(conn, t["id"], NS))
+        view = task_protocol.task_view(task_protocol.read_task(conn, t["id"], NS))
     assert view["state"] == "PENDING" and "lease_expires_at" not in view
     assert step(eng, NS, iid, "t")["step"]["state"] == "ACTIVE"
     again = claim_task(eng, NS, "rq")
@@ -197,7 +204,7 @@ def test_sweep_leaves_live_leases_and_cancelling_instances(eng):
             {"i": cancelling_iid},
         )
     with transaction(eng) as conn:
-        assert tasks.return_expired_leases(conn) == 0
+        assert task_protocol.return_expired_leases(conn) == 0
     assert _task_row(eng, live["id"])["state"] == "CLAIMED"
     assert _task_row(eng, held["id"])["state"] == "CLAIMED"  # the cancel's settlement decides
 
@@ -238,7 +245,9 @@ def test_parent_step_failure_cancels_running_child(eng):
     pid, cid = _started_parent_with_child(eng)
     _fail_side = claim_task(eng, NS, "side-q")
     with transaction(eng) as conn:
-        tasks.fail(conn, NS, _fail_side["id"], _fail_side["epoch"], {"message": "no", "retryable": False})
+        task_protocol.fail(
+            conn, NS, _fail_side["id"], _fail_side["epoch"], {"message": "no", "retryable": False}
+        )
     parent = instance(eng, pid)
     assert parent["state"] == "FAILED" and parent["stop_kind"] == "FAILURE"
     child = instance(eng, cid)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import control, recovery, review, tasks
+from app.engine import control, recovery, task_protocol
 from app.errors import StateConflict
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, instance, publish, run_jobs, start, step
@@ -79,7 +79,7 @@ def _actions(eng, iid: str) -> list[str]:
 
 def _fail(eng, task: dict, retryable: bool = False) -> None:
     with transaction(eng) as conn:
-        tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "boom", "retryable": retryable})
+        task_protocol.fail(conn, NS, task["id"], task["epoch"], {"message": "boom", "retryable": retryable})
 
 
 def test_step_failure_compensates_one_at_a_time_in_reverse_then_fails(saga_eng):
@@ -136,7 +136,7 @@ def test_deadline_failure_compensates_before_failed(saga_eng):
     assert inst["state"] == "CANCELLING" and inst["stop_kind"] == "FAILURE"
     with transaction(eng) as conn:  # the deadline stopped the step work: its late result is refused
         with pytest.raises(StateConflict):
-            tasks.complete(conn, NS, in_flight["id"], in_flight["epoch"], {})
+            task_protocol.complete(conn, NS, in_flight["id"], in_flight["epoch"], {})
     _outbound(eng)
     undo = claim_task(eng, NS, "undo")
     assert undo["input"]["compensate"] == "a"
@@ -150,7 +150,7 @@ def test_deadline_failure_compensates_before_failed(saga_eng):
 
 def _resolve(eng, iid: str, resolution: str, reason: str = "checked by hand") -> tuple:
     with transaction(eng) as conn:
-        return review.resolve_instance(conn, iid, {"resolution": resolution, "reason": reason})
+        return recovery.resolve_instance(conn, iid, {"resolution": resolution, "reason": reason})
 
 
 def test_failed_compensation_goes_to_review_then_continue(saga_eng):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import control, tasks
+from app.engine import control, task_protocol
 from app.ids import new_id
 from tests.engine.helpers import claim_task, instance, make_due, publish, run_jobs, start
 
@@ -35,7 +35,7 @@ def _cancel(eng, iid: str, reason: str = "stop") -> dict:
 
 def _claim(eng, queue: str) -> list:
     with transaction(eng) as conn:
-        return tasks.claim(conn, NS, [queue], 4, 60.0)
+        return task_protocol.claim(conn, NS, [queue], 4, 60.0)
 
 
 def _expire_leases(eng, iid: str) -> None:

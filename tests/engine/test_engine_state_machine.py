@@ -14,10 +14,9 @@ from sqlalchemy import text
 
 from app.db import transaction
 from app.engine import retention as engine_retention
-from app.engine import tasks
+from app.engine import task_protocol
 from app.engine.store import read_step
-from app.engine.transitions import TransitionRefused
-from app.engine.transitions import steps as step_moves
+from app.engine.transitions import TransitionRefused, step_moves
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
 from app.ledger.retention import RetentionPolicy
@@ -101,7 +100,7 @@ def test_a_settled_task_writes_no_job_the_instances_one_timeout_job_stays(eng):
         ).scalar()
     assert armed[0].run_at == deadline  # due at the task's deadline (the same transaction's now())
     with transaction(eng) as conn:
-        tasks.complete(conn, NS, task["id"], task["epoch"], {"ok": True})
+        task_protocol.complete(conn, NS, task["id"], task["epoch"], {"ok": True})
     assert _timeout_jobs(eng, iid) == armed  # untouched: nothing written for the settled task
     assert step(eng, NS, iid, "wait")["step"]["state"] == "WAITING"
 
@@ -112,7 +111,7 @@ def test_a_failed_task_writes_no_job_and_its_retry_keeps_the_one_timeout_job(eng
     armed = _timeout_jobs(eng, iid)
     task = claim_task(eng, NS, "q")
     with transaction(eng) as conn:
-        tasks.fail(conn, NS, task["id"], task["epoch"], {"message": "try again", "retryable": True})
+        task_protocol.fail(conn, NS, task["id"], task["epoch"], {"message": "try again", "retryable": True})
     assert step(eng, NS, iid, "t")["step"]["state"] == "WAITING"  # the retry backoff
     assert _timeout_jobs(eng, iid) == armed
 
@@ -167,7 +166,7 @@ def test_a_job_naming_another_instances_row_is_dead_and_changes_nothing(eng, kin
     if task["instance_id"] != victim:
         victim, attacker = attacker, victim
     with transaction(eng) as conn:
-        tasks.complete(conn, NS, task["id"], task["epoch"], {})
+        task_protocol.complete(conn, NS, task["id"], task["epoch"], {})
         timer = read_step(conn, victim, "wait")
         victim_task = conn.execute(
             text("SELECT id FROM workflow_tasks WHERE instance_id = :i AND state = 'PENDING'"), {"i": victim}

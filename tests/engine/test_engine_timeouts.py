@@ -126,10 +126,10 @@ def test_poll_rounds_exhausted(eng):
     iid = start(eng, NS, def_id, {})["id"]
     t = claim_task(eng, NS, "pq")
     from app.db import transaction
-    from app.engine import tasks
+    from app.engine import task_protocol
 
     with transaction(eng) as conn:  # a failed attempt retries within the round
-        tasks.fail(conn, NS, t["id"], t["epoch"], {"message": "x", "retryable": True})
+        task_protocol.fail(conn, NS, t["id"], t["epoch"], {"message": "x", "retryable": True})
     p = step(eng, NS, iid, "p")["poll"]
     assert p["used_rounds"] == 0 and p["first_round_attempts_used"] == 2 and p["current_task_id"] != t["id"]
     complete_task(eng, NS, claim_task(eng, NS, "pq"), {"done": False})

@@ -50,12 +50,12 @@ def test_no_engine_state_write_outside_the_transitions() -> None:
 
 # Transitions that write a state column without an event, and why (docs/integrations.md lists them):
 NO_EVENT = {
-    "steps.insert_all": "the steps of a new instance start BLOCKED; workflow.started covers them",
-    "steps.insert_activation": "the activation row; step.activated follows in steps.activate",
-    "steps.end_activation_for_retry": "an operator RETRY_STEP; step.activated of the new activation follows",
-    "tasks.claim": "delivery of work to a task worker (lock-free, many instances at once)",
-    "tasks.return_expired": "the lease sweep returns a claim; no business state changes",
-    "instances.set_compensation_task": "bookkeeping of the saga's current task (task.created follows)",
+    "step_moves.insert_all": "the steps of a new instance start BLOCKED; workflow.started covers them",
+    "step_moves.insert_activation": "the activation row; step.activated follows in step_moves.activate",
+    "step_moves.end_activation_for_retry": "an operator RETRY_STEP; step.activated of the new activation follows",
+    "task_moves.claim": "delivery of work to a task worker (lock-free, many instances at once)",
+    "task_moves.return_expired": "the lease sweep returns a claim; no business state changes",
+    "instance_moves.set_compensation_task": "bookkeeping of the saga's current task (task.created follows)",
 }
 
 
@@ -65,7 +65,7 @@ def test_every_state_writing_transition_writes_an_event() -> None:
     import ast
 
     missing = []
-    for module in ("instances", "steps", "tasks", "signals"):
+    for module in ("instance_moves", "step_moves", "task_moves", "signal_moves"):
         path = TRANSITIONS / f"{module}.py"
         source = path.read_text()
         tree = ast.parse(source)

@@ -22,7 +22,7 @@ from sqlalchemy import text
 
 from app.ledger.states import WORKER_SHUTDOWN
 from tests.engine.helpers import publish
-from tests.engine.test_schedules import DOC, NS, backdate, create
+from tests.integrations.test_schedules import DOC, NS, backdate, create
 from tests.ledger_helpers import add_job, attempts, job, scalar, wait_for
 from tests.web.wf_live import make_namespace, waiting_long_polls
 

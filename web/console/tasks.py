@@ -12,7 +12,7 @@ import schemas
 from app import settings
 from app.auth import Scope
 from app.db import transaction
-from app.engine import lookup, tasks
+from app.engine import lookup, task_protocol
 from app.engine.operations import check_queue_scope
 from app.errors import NotFound
 from schemas.tasks import ClaimRequest, CompleteRequest, FailRequest
@@ -46,7 +46,7 @@ def _tasks_page() -> str:
     def load(c: Any) -> dict[str, Any]:
         ns = viewed_namespace(c)
         queues = p.queues if ns["id"] == p.namespace_id else None
-        rows = tasks.open_tasks(c, ns["id"], queues, PAGE_SIZE)
+        rows = task_protocol.open_tasks(c, ns["id"], queues, PAGE_SIZE)
         return {
             "ns": ns,
             "namespaces": switcher(c),
@@ -58,7 +58,7 @@ def _tasks_page() -> str:
     own = data["ns"]["id"] == p.namespace_id
     mine = _claimed() if own else {}
     open_ = [
-        tasks.task_view(t) | {"mine": mine.get(t["id"]) == t["epoch"] and t["state"] == "CLAIMED"}
+        task_protocol.task_view(t) | {"mine": mine.get(t["id"]) == t["epoch"] and t["state"] == "CLAIMED"}
         for t in data["rows"]
     ]
     queues = sorted({t["queue"] for t in open_} | set(p.queues or ())) if own else []
@@ -91,7 +91,9 @@ def task_claim() -> Response:
         p = principal()
         check_queue_scope(p, body["queues"])
         with transaction() as conn:
-            got = tasks.claim(conn, p.namespace_id, body["queues"], 1, settings.TASK_LEASE_SECONDS.get())
+            got = task_protocol.claim(
+                conn, p.namespace_id, body["queues"], 1, settings.TASK_LEASE_SECONDS.get()
+            )
         if not got:
             return done(f"No open task on {body['queues'][0]} right now.", "console.tasks_page")
         mine = _claimed()
@@ -125,7 +127,9 @@ def task_complete(task_id: str) -> Response:
         )
         p = principal()
         with transaction() as conn:
-            t = tasks.complete(conn, p.namespace_id, task_id, body["epoch"], body["output"], p.can_use_queue)
+            t = task_protocol.complete(
+                conn, p.namespace_id, task_id, body["epoch"], body["output"], p.can_use_queue
+            )
         _forget(task_id)
         return done(f"Task {task_id} completed ({t['state']}).", "console.tasks_page")
 
@@ -143,7 +147,9 @@ def task_fail(task_id: str) -> Response:
         body = schemas.load(FailRequest(), {"epoch": _epoch(task_id), "error": err})
         p = principal()
         with transaction() as conn:
-            t = tasks.fail(conn, p.namespace_id, task_id, body["epoch"], dict(body["error"]), p.can_use_queue)
+            t = task_protocol.fail(
+                conn, p.namespace_id, task_id, body["epoch"], dict(body["error"]), p.can_use_queue
+            )
         _forget(task_id)
         return done(f"Task {task_id} failed ({t['state']}).", "console.tasks_page")
 

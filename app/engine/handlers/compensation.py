@@ -13,7 +13,7 @@ from app.engine.decide import stopping as decide
 from app.engine.decide.model import Ignore
 from app.engine.handlers.common import run_advance
 from app.engine.snapshot import inst_model
-from app.engine.transitions import instances as inst_moves
+from app.engine.transitions import instance_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.sql import run
@@ -55,7 +55,7 @@ def compensation_action(ctx: JobContext):
         if isinstance(item, Ignore):
             return {"skipped": item.reason}
         task_id = create_compensation_task(conn, inst, item, index)
-        inst_moves.set_compensation_task(conn, inst["id"], task_id)
+        instance_moves.set_compensation_task(conn, inst["id"], task_id)
         oplog.advance(
             conn,
             inst,

@@ -22,7 +22,7 @@ from app.engine.handlers import outbound
 from app.engine.handlers.common import bind
 from app.engine.states import TERMINAL
 from app.engine.store import MISSING, lock_instance, step_specs, version_document
-from app.engine.tasks import read_task, task_view
+from app.engine.task_protocol import read_task, task_view
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.http import HttpRejected

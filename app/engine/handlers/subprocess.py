@@ -12,8 +12,7 @@ from app.engine.handlers.common import bind, run_advance, step_of_activation
 from app.engine.snapshot import step_model
 from app.engine.states import StepState
 from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
-from app.engine.transitions import instances as inst_moves
-from app.engine.transitions import steps as step_moves
+from app.engine.transitions import instance_moves, step_moves
 from app.errors import InvalidArgument, NotFound
 from app.ledger import handlers
 from app.ledger.context import JobContext
@@ -54,7 +53,7 @@ def subprocess_spawn(ctx: JobContext):
             )
             return {"rejected": exc.message}
         step_moves.set_child(conn, step, child["id"])
-        inst_moves.touch(conn, inst["id"])
+        instance_moves.touch(conn, inst["id"])
         return {"child_id": child["id"]}
 
     return run_advance(ctx, write)

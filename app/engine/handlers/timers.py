@@ -17,7 +17,7 @@ from app.engine.decide.model import FailStep, Ignore
 from app.engine.handlers.common import bind, run_advance, step_of_activation
 from app.engine.snapshot import inst_model, step_model
 from app.engine.store import MISSING, step_specs, version_document
-from app.engine.transitions import waits as wait_moves
+from app.engine.transitions import wait_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import PermanentError

@@ -10,7 +10,7 @@ functions in ``app/engine/decide/``. ``tests/unit/test_engine_write_scan.py`` ch
 module writes these columns.
 """
 
-from app.engine.transitions import instances, signals, steps, tasks, waits
+from app.engine.transitions import instance_moves, signal_moves, step_moves, task_moves, wait_moves
 from app.engine.transitions._guard import TransitionRefused
 
-__all__ = ["TransitionRefused", "instances", "signals", "steps", "tasks", "waits"]
+__all__ = ["TransitionRefused", "instance_moves", "signal_moves", "step_moves", "task_moves", "wait_moves"]

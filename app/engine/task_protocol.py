@@ -13,8 +13,8 @@ from sqlalchemy import Connection, Row
 from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.store import MISSING, jparse, lock_instance_of_task
-from app.engine.transitions import tasks as task_moves
-from app.engine.transitions.tasks import TASK_COLS as _TASK_COLS
+from app.engine.transitions import task_moves
+from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import NotFound, StateConflict
 from app.ids import is_hex32
 from app.jsonx import rfc3339

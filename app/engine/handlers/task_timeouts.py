@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from app.engine import tasks
+from app.engine import task_protocol
 from app.engine.handlers.common import bind, run_advance
 from app.ledger import handlers
 from app.ledger.context import JobContext
@@ -18,13 +18,13 @@ from app.sql import run
 def task_timeout(ctx: JobContext):
     named = (ctx.payload or {}).get("task_id") or ctx.task_id
     if not named:
-        return run_advance(ctx, tasks.time_out_due)
+        return run_advance(ctx, task_protocol.time_out_due)
     task_id = str(named)
 
     def write(conn: Connection, inst: dict) -> dict:
         owner = run(conn, "SELECT instance_id FROM workflow_tasks WHERE id = :id", {"id": task_id}).scalar()
         bind("task", task_id, owner, inst["id"])
-        if not tasks.time_out(conn, inst, task_id):
+        if not task_protocol.time_out(conn, inst, task_id):
             return {"skipped": "the task was settled before its deadline"}
         return {"timed_out": task_id}
 
