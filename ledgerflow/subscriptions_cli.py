@@ -115,13 +115,16 @@ def _toggle(enabled: bool) -> Any:
 
     @subscriptions.command(verb)
     @click.argument("subscription_id")
+    @click.option("--reason", help="why (written to the audit)")
     @click.option("--yes", "-y", is_flag=True)
     @operator_command(MANAGE)
-    def cmd(principal: Any, as_json: bool, subscription_id: str, yes: bool) -> None:
+    def cmd(principal: Any, as_json: bool, subscription_id: str, reason: str | None, yes: bool) -> None:
         from app.integrations import subscriptions as subs
 
         _confirm(f"{verb} subscription {subscription_id}?", yes)
-        data = _write(lambda c: subs.set_enabled(c, principal, cli_request_id(), subscription_id, enabled))
+        data = _write(
+            lambda c: subs.set_enabled(c, principal, cli_request_id(), subscription_id, enabled, reason)
+        )
         _show(data, as_json, f"subscription {verb}d")
 
     cmd.__doc__ = f"{verb.capitalize()} a subscription" + (" (clears its failure count)." if enabled else ".")

@@ -229,3 +229,38 @@ def test_redeliver_with_an_empty_delivery_id_is_one_line(clean_credentials):
         token = create_credential(conn, namespace="n", name="op", scopes=sorted(ALL_SCOPES)).token
     r = cli("subscriptions", "redeliver", "a" * 32, "--delivery", "", "--yes", "--token", token)
     one_line(r, 1, "Error: subscription not found")
+
+
+def test_subscription_enable_and_disable_take_a_reason_for_the_audit(clean_credentials):
+    """``subscriptions disable|enable --reason`` writes the reason to the audit row, as the API and the
+    console do (the CLI had no way to give one)."""
+    from sqlalchemy import text
+
+    from app.auth import ALL_SCOPES, create_credential
+    from app.db import transaction
+    from app.ids import new_id
+
+    sid = new_id()
+    with transaction() as conn:
+        cred = create_credential(conn, namespace="n-reason", name="op", scopes=sorted(ALL_SCOPES))
+        conn.execute(
+            text(
+                "INSERT INTO event_subscriptions (id, namespace_id, url, event_types, secret) "
+                "VALUES (:id, :ns, 'https://example.com/h', '{*}', 'c2VjcmV0')"
+            ),
+            {"id": sid, "ns": cred.namespace_id},
+        )
+    for verb in ("disable", "enable"):
+        r = cli(
+            "subscriptions", verb, sid, "--reason", f"{verb} for maintenance", "--yes", "--token", cred.token
+        )
+        assert r.exit_code == 0, r.output
+    with transaction() as conn:
+        reasons = conn.execute(
+            text("SELECT action, reason FROM operation_audit WHERE target_id = :s ORDER BY created_at, id"),
+            {"s": sid},
+        ).all()
+    assert [tuple(x) for x in reasons] == [
+        ("event_subscription.disable", "disable for maintenance"),
+        ("event_subscription.enable", "enable for maintenance"),
+    ]
