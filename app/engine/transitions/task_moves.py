@@ -111,31 +111,28 @@ RETURNING {TASK_COLS}
 
 def complete(conn: Connection, task_id: str, epoch: int, output: Any) -> Any:
     """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is."""
-    row = one(
-        conn,
-        "task complete",
-        task_id,
-        [S.CLAIMED],
-        f"UPDATE workflow_tasks AS t SET state = 'COMPLETED', output = CAST(:o AS jsonb), {_DONE} "
-        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
-        {"id": task_id, "epoch": epoch, "o": jdump(output)},
-    )
-    _task_event(conn, "task.completed", row)
-    return row
+    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output)
 
 
 def fail(conn: Connection, task_id: str, epoch: int, error: Any) -> Any:
     """CLAIMED (this epoch) -> FAILED; returns the row (``TASK_COLS``) as it now is."""
+    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error)
+
+
+def _end_claim(
+    conn: Connection, what: str, task_id: str, epoch: int, state: str, column: str, value: Any
+) -> Any:
+    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error)."""
     row = one(
         conn,
-        "task fail",
+        what,
         task_id,
         [S.CLAIMED],
-        f"UPDATE workflow_tasks AS t SET state = 'FAILED', error = CAST(:e AS jsonb), {_DONE} "
+        f"UPDATE workflow_tasks AS t SET state = :s, {column} = CAST(:v AS jsonb), {_DONE} "
         f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
-        {"id": task_id, "epoch": epoch, "e": jdump(error)},
+        {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value)},
     )
-    _task_event(conn, "task.failed", row)
+    _task_event(conn, f"task.{state.lower()}", row)
     return row
 
 
