@@ -224,3 +224,34 @@ def test_retention_removes_settled_signals_of_finished_instances_only(eng):
         assert engine_retention.prune_signals(conn, 100, policy=RetentionPolicy(jobs_days=7)) == 1
         left = conn.execute(text("SELECT instance_id, state FROM workflow_signals ORDER BY 1, 2")).all()
     assert sorted(map(tuple, left)) == sorted([(done, "PENDING"), (live, "CONSUMED"), (live, "PENDING")])
+
+
+def test_a_step_and_its_activation_settle_together_or_not_at_all(eng):
+    """``step_moves.succeed`` moves the step and its current activation in one statement: when the
+    activation may not move (here: it already ended), the move is refused naming the activation and the
+    step stays as it was."""
+    def_id = publish(eng, NS, DOC)
+    iid = start(eng, NS, def_id, {})["id"]
+    with eng.connect() as conn:
+        row = read_step(conn, iid, "t")
+    assert row is not None and row["state"] == "ACTIVE"
+    with transaction(eng) as conn:
+        conn.execute(
+            text("UPDATE workflow_activations SET state = 'CANCELLED' WHERE id = :a"),
+            {"a": row["activation_id"]},
+        )
+    with pytest.raises(TransitionRefused, match="activation of t -> SUCCEEDED"), transaction(eng) as conn:
+        step_moves.succeed(conn, row, {"ok": True})
+    with eng.connect() as conn:
+        after = read_step(conn, iid, "t")
+    assert after is not None and (after["state"], after["revision"]) == ("ACTIVE", row["revision"])
+    with transaction(eng) as conn:  # the activation back as it was: the same move goes through
+        conn.execute(
+            text("UPDATE workflow_activations SET state = 'ACTIVE' WHERE id = :a"),
+            {"a": row["activation_id"]},
+        )
+    with transaction(eng) as conn:
+        step_moves.succeed(conn, row, {"ok": True})
+    with eng.connect() as conn:
+        done = read_step(conn, iid, "t")
+    assert done is not None and (done["state"], done["act_state"]) == ("SUCCEEDED", "SUCCEEDED")

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, jdump, jparse
-from app.engine.transitions._guard import many, one, states
+from app.engine.transitions._guard import TransitionRefused, many, one, states
 from app.ids import new_id
 from app.sql import defer, run
 
@@ -196,26 +196,41 @@ def touch(conn: Connection, step: dict) -> None:
     )
 
 
+_SETTLE = f"""
+WITH s AS (
+    UPDATE workflow_steps SET state = :s, {_BUMP}
+    WHERE id = :id AND activation_id = :a AND state = ANY(:from) RETURNING instance_id
+), a AS (
+    UPDATE workflow_activations SET state = :s, completed_at = now(),
+        output = COALESCE(CAST(:o AS jsonb), output), error = COALESCE(CAST(:e AS jsonb), error)
+    WHERE id = :a AND state = ANY(:from) AND EXISTS (SELECT 1 FROM s) RETURNING id
+)
+SELECT s.instance_id, EXISTS (SELECT 1 FROM a) AS activation_moved FROM s
+"""
+
+
 def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
+    """The step and its current activation leave ``allowed`` for ``state``, together, in one statement:
+    the activation moves only when the step did, and either one refused refuses the move."""
     row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
-        f"UPDATE workflow_steps SET state = :s, {_BUMP} WHERE id = :id AND activation_id = :a "
-        "AND state = ANY(:from) RETURNING instance_id",
-        {"id": step["id"], "a": step["activation_id"], "s": state, "from": allowed},
+        _SETTLE,
+        {
+            "id": step["id"],
+            "a": step["activation_id"],
+            "s": state,
+            "from": allowed,
+            "o": jdump(output),
+            "e": jdump(error),
+        },
     )
-    one(
-        conn,
-        f"activation of {step['key']} -> {state}",
-        step["activation_id"],
-        allowed,
-        "UPDATE workflow_activations SET state = :s, completed_at = now(), "
-        "output = COALESCE(CAST(:o AS jsonb), output), error = COALESCE(CAST(:e AS jsonb), error) "
-        "WHERE id = :a AND state = ANY(:from) RETURNING id",
-        {"a": step["activation_id"], "s": state, "o": jdump(output), "e": jdump(error), "from": allowed},
-    )
+    if not row.activation_moved:
+        raise TransitionRefused(
+            f"activation of {step['key']} -> {state}", step["activation_id"], states(allowed)
+        )
     events.emit(
         conn,
         row.instance_id,
