@@ -179,7 +179,9 @@ def test_cancel_without_in_flight_work_ends_at_once_and_clears_jobs(ops):  # noq
     inst = c.control_workflow(wid, "CANCEL", 1, "not needed").instance
     assert inst.state == "CANCELLED" and inst.completed_at and inst.stop_kind == "CANCEL"
     statuses = {r[0] for r in sql("SELECT status FROM workflow_jobs WHERE instance_id = :i", i=wid)}
-    assert statuses == {"canceled"}
+    assert statuses == {"canceled"}, sql(
+        "SELECT type, status, payload::text FROM workflow_jobs WHERE instance_id = :i", i=wid
+    )
     assert c.get_workflow_step(wid, "t").wait["state"] == "CANCELLED"
     with pytest.raises(StateConflict):
         c.control_workflow(wid, "RESUME", 2, "too late")
