@@ -37,13 +37,14 @@ INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, ve
 _INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
 # A lock is the first statement of an engine transaction: it also asks what the transaction's first event
 # would ask next (``events.known_listeners``: is anyone listening to the namespace's events?).
-_LOCKED = (
-    f"SELECT {INSTANCE_COLUMNS}, {events.listened_sql('namespace_id')} AS listened FROM workflow_instances"
-)
-_LOCK = _LOCKED + " WHERE id = :id FOR UPDATE"
+# The question names the instance's namespace qualified: unqualified, ``namespace_id`` inside it would be
+# the listener's own column (anyone listening anywhere would count).
+_LOCKED = f"SELECT {INSTANCE_COLUMNS}, {events.listened_sql('i.namespace_id')} AS listened FROM workflow_instances i"
+_LOCK = _LOCKED + " WHERE i.id = :id FOR UPDATE"
 _LOCK_OF_TASK = (
     _LOCKED
-    + " WHERE id = (SELECT instance_id FROM workflow_tasks WHERE id = :t AND namespace_id = :ns) FOR UPDATE"
+    + " WHERE i.id = (SELECT t.instance_id FROM workflow_tasks t WHERE t.id = :t AND t.namespace_id = :ns)"
+    " FOR UPDATE"
 )
 
 

@@ -188,3 +188,24 @@ def test_the_instance_lock_answers_the_listener_question_and_creates_no_job_with
     assert [r.trace_id for r in dispatch_jobs()] == [trace]
     paused = [r for r in _events(eng, iid) if r.type == "workflow.paused"]
     assert len(paused) == 1 and paused[0].dispatch_job_id is not None
+
+
+def test_the_instance_lock_counts_only_listeners_of_the_instances_own_namespace(eng) -> None:
+    """Regression: the lock's listener question named ``namespace_id`` unqualified, which inside it is
+    the listener's own column: an enabled subscription in any namespace gave every locked transaction
+    of every namespace an ``event_dispatch`` job."""
+    from app.engine.store import lock_instance
+
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, DOC)
+    iid = start(eng, ns, def_id, {})["id"]
+    _subscribe(eng, "elsewhere-" + new_id()[:8])
+    with transaction(eng) as conn:
+        lock_instance(conn, iid)
+        events.emit(conn, iid, "workflow.paused")
+    with eng.connect() as conn:
+        n = conn.execute(
+            text("SELECT count(*) FROM workflow_jobs WHERE type = 'event_dispatch' AND instance_id = :i"),
+            {"i": iid},
+        ).scalar()
+    assert n == 0
