@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
 from app.engine.states import StepState
-from app.engine.store import MISSING, jparse, read_instance, read_step, read_steps
+from app.engine.store import MISSING, jparse, read_instance, read_steps
 from app.sql import run
 
 
@@ -60,11 +60,6 @@ def load(
 def of(inst: dict, rows: dict[str, dict]) -> Snapshot:
     """The decision snapshot of an instance row and its step rows (by key)."""
     return Snapshot(inst=inst_model(inst), steps=tuple(step_model(s) for s in rows.values()))
-
-
-def step(conn: Connection, instance_id: str, key: str) -> tuple[dict | None, Step | None]:
-    row = read_step(conn, instance_id, key)
-    return row, step_model(row)
 
 
 _POLL = """

@@ -10,8 +10,8 @@ from flask import render_template, request
 
 from app.auth import Scope
 from app.engine import definitions, overview
-from web.console import diagrams
 from web.console.common import bp, page, pager, principal, read
+from web.console.diagrams import graph
 
 READ = Scope.DEFINITIONS_READ
 PAGE_SIZE = 50
@@ -59,6 +59,4 @@ def version(definition_id: str, version: str) -> str:
         for s in steps_doc
         if s["key"] == key
     ]
-    return render_template(
-        "console/version.html", **data, steps=ordered, graph=diagrams.graph(ordered, layers)
-    )
+    return render_template("console/version.html", **data, steps=ordered, graph=graph(ordered, layers))

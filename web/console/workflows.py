@@ -30,7 +30,6 @@ from app.errors import InvalidArgument, NotFound
 from schemas.workflow_control import ControlRequest
 from schemas.workflow_history import RecoveryRequest
 from schemas.workflows import ListQuery
-from web.console import diagrams
 from web.console.common import (
     FormState,
     bp,
@@ -46,6 +45,7 @@ from web.console.common import (
     require_confirmation,
     rfc3339_of_local,
 )
+from web.console.diagrams import graph, timeline
 from web.http import request_id
 
 READ = Scope.WORKFLOWS_READ
@@ -162,10 +162,8 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         ),
         "steps": steps,
         "failure": _why(conn, inst, steps),
-        "graph": diagrams.graph(steps, overview.graph_layers(steps)),
-        "timeline": diagrams.timeline(
-            [s["key"] for s in steps], spans["activations"], spans["attempts"], now
-        ),
+        "graph": graph(steps, overview.graph_layers(steps)),
+        "timeline": timeline([s["key"] for s in steps], spans["activations"], spans["attempts"], now),
         "spans_truncated": spans["truncated"],
         "signals": signals.list_signals(conn, inst, HISTORY_PAGE, None)["items"],
         "events": history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None),
