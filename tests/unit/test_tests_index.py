@@ -26,3 +26,27 @@ def test_an_import_is_resolved_to_the_module_it_names() -> None:
         "app.engine.store",
         "app.engine.handlers.timers",
     }
+
+
+def test_a_test_file_is_named_after_the_module_its_name_spells_best() -> None:
+    modules = index.source_modules()
+
+    def named(path: str, imported: frozenset[str] = frozenset()) -> set[str]:
+        return index.named_after(index.ROOT / path, set(imported), modules)
+
+    # the module's name alone, or with an aspect after it
+    assert named("tests/unit/test_outcome.py") == {"app.ledger.outcome"}
+    assert named("tests/web/test_jobs_reads.py") == {"web.jobs"}
+    # a longer name wins: ops_cli over ops, a package's name before the module's over the module's alone
+    assert named("tests/observability/test_ops_cli.py") == {"ledgerflow.ops_cli"}
+    assert named("tests/web/test_console_workflows.py") == {"web.console.workflows"}
+    assert named("tests/db/test_ledger_http.py") == {"app.ledger.http"}
+    # among modules of one name: the folder's package, then what the file imports, then the shallowest
+    assert named("tests/web/test_auth_permissions.py", frozenset({"app.auth"})) == {"web.auth"}
+    assert named("tests/unit/test_triggers.py", frozenset({"app.engine.decide.triggers"})) == {
+        "app.engine.decide.triggers"
+    }
+    assert named("tests/web/test_workflows_start.py") == {"web.workflows"}
+    # a name that is no module's, and a module's name only as a part of a word
+    assert named("tests/workers/test_processes.py") == set()
+    assert named("tests/chaos/test_fault_suite.py") == set()
