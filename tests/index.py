@@ -124,7 +124,8 @@ def render() -> str:
         "",
     ]
     lines += [
-        f"- `{folder}/`: {', '.join(f'`{stem}`' for stem in stems)}" for folder, stems in unnamed.items()
+        f"- `{folder}/`: {', '.join(f'`{stem}`' for stem in stems)}"
+        for folder, stems in sorted(unnamed.items())
     ]
     return "\n".join(lines) + "\n"
 

@@ -28,7 +28,7 @@ def test_production_refuses_the_development_cursor_key(monkeypatch):
     monkeypatch.setenv("LEDGERFLOW_ENV", "production")
     monkeypatch.setenv(
         "LEDGERFLOW_SECRET_KEY", "k" * 48
-    )  # the console's key (tests/unit/test_production_settings.py)
+    )  # the console's key (tests/unit/test_settings_production.py)
     monkeypatch.delenv("LEDGERFLOW_CURSOR_SECRET", raising=False)
     with pytest.raises(RuntimeError, match="LEDGERFLOW_CURSOR_SECRET"):
         create_app()

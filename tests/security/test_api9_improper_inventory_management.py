@@ -17,7 +17,7 @@ def test_every_route_is_documented_with_its_security():
         for r in app.url_map.iter_rules()
         if r.endpoint != "static"
         # HTML, not API: the operator console (its routes and scopes are inventoried by
-        # tests/web/test_permissions.py) and the problem-type documentation page
+        # tests/web/test_auth_permissions.py) and the problem-type documentation page
         and not r.rule.startswith(("/console", "/docs/problems"))
         for m in r.methods - {"HEAD", "OPTIONS"}
     }

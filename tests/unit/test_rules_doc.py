@@ -2,7 +2,7 @@
 entry links the code that implements it and the tests that check it, and every link of the page leads
 somewhere: the file exists, a ``#anchor`` names a heading of that file, a ``file::test`` names a test in it.
 The same holds for the links of docs/decisions/ and CONTRIBUTING.md, and for the files and tests they
-name in backticks (``tests/db/test_ledger_claim.py::test_claim_order...``), except in a decision's
+name in backticks (``tests/db/test_executor_claim.py::test_claim_order...``), except in a decision's
 **History** (which names what is gone). No database."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from sqlalchemy import text
 from app.auth import ALL_SCOPES, create_credential
 from app.db import get_engine, transaction
 from tests.web.test_console import _csrf, login
-from tests.web.test_workflows_recovery_audit import DOC
+from tests.web.test_workflow_history_recovery_audit import DOC
 from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ops, unknown_outcome_job  # noqa: F401
 

@@ -206,7 +206,7 @@ def test_task_failure_retry_policy_then_failed(wf_ns):  # noqa: F811
             "deadline_seconds": 600,
             "steps": [
                 # backoff 0: attempt 2 at once (no ledger worker here to run the backoff's delay_wake;
-                # tests/engine/test_engine_retry_leases_children.py covers the default backoff)
+                # tests/engine/test_task_protocol_retry_leases_children.py covers the default backoff)
                 {
                     "key": "t",
                     "kind": "TASK",
