@@ -8,7 +8,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import control, work
+from app.engine import control, stopping, work
 from app.engine.store import read_instance
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, instance, make_due, publish, run_jobs, start, step
@@ -230,3 +230,25 @@ def test_a_deadline_wake_enqueued_before_the_watch_still_fails_its_instance(eng)
     inst = instance(eng, iid)
     assert inst["state"] == "FAILED" and inst["stop_kind"] == "FAILURE"
     assert [j.status for j in _deadline_jobs(eng, iid) if j.type == "task_timeout"] == ["canceled"]
+
+
+def test_a_watch_canceled_with_the_work_is_armed_again_later_in_the_same_transaction(eng):
+    """The transaction's arm cache forgets a watch canceled with the instance's work: a task created
+    after it in the same transaction (a compensation, a retry) is watched, whatever was armed before."""
+    def_id = publish(eng, NS, _doc(600, {"key": "a", "kind": "TASK", "queue": "wq4", "timeout_seconds": 60}))
+    iid = start(eng, NS, def_id, {})["id"]
+    with transaction(eng) as conn:
+        inst = read_instance(conn, iid)
+        work.arm_watch(conn, inst, 5)  # earlier than the task: the watch moves
+        stopping.close_work(conn, inst, "FAILED")  # the work closes: the pending watch is canceled
+        work.arm_watch(conn, inst, 3600)  # asked later than before: still a watch of its own
+    assert [j.status for j in _deadline_jobs(eng, iid)] == ["canceled", "pending"]
+    with eng.connect() as conn:
+        due_in = conn.execute(
+            text(
+                "SELECT extract(epoch FROM run_at - now()) FROM workflow_jobs WHERE instance_id = :i "
+                "AND type = 'task_timeout' AND status = 'pending'"
+            ),
+            {"i": iid},
+        ).scalar()
+    assert 3500 < due_in <= 3600
