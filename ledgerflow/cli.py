@@ -23,8 +23,8 @@ from ledgerflow.cli_common import BAD_INPUT, Failure, expected_failure, one_line
 # in task workers (ledgerflow.client.TaskWorker), not in ledger handlers. Every type has a built-in
 # handler (actors.handler_modules); tests/docs checks this table, the pools and the docs against the code.
 JOB_TYPES: dict[str, str] = {
-    "delay_wake": "timers, retry backoffs, signal waits, deadlines",
-    "task_timeout": "a task that ran past its timeout",
+    "delay_wake": "timers, retry backoffs, poll rounds, signal waits",
+    "task_timeout": "an instance's watch: its deadline and its open tasks' deadlines",
     "subprocess_spawn": "starts a SUBWORKFLOW child",
     "subprocess_join": "completes a SUBWORKFLOW step",
     "schedule_launch": "one fire of a schedule",

@@ -44,7 +44,7 @@ class _ProcessStorage(MemoryStorage):
     last one ended, i.e. a new thread for almost every request (~0.3 ms of CPU each). Here the
     same clean-up runs inline at most once per MEMORY_EXPIRY_SECONDS; the windows themselves are
     unchanged (a moving window counts only unexpired entries whether or not they were dropped yet).
-    Overrides the private method of limits 5.8 (pinned); tests/unit/test_rate_limit_storage.py fails
+    Overrides the private method of limits 5.8 (pinned); tests/unit/test_ratelimit_storage.py fails
     if a new version renames it."""
 
     def __init__(self) -> None:

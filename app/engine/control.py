@@ -7,9 +7,9 @@
   in-flight tasks are still collected. A running unsafe call with an open marker goes to the
   "needs confirmation" dead letter and the instance to NEEDS_REVIEW.
 - RESUME: jobs come back with exactly their remainder and the domain deadlines they enforce (timer /
-  signal wait, poll round, signal expiry) follow them; open tasks' deadlines move on by the pause (their
-  instance's one ``task_timeout`` job moved on by as much); the workflow deadline never moves;
-  NEEDS_REVIEW stays.
+  signal wait, poll round, signal expiry) follow them; open tasks' deadlines move on by the pause; the
+  workflow deadline never moves; the instance's watch (its one ``task_timeout`` job, which enforces
+  both) is then due at the earlier of the two; NEEDS_REVIEW stays.
 - CANCEL: CANCELLING with cancel_requested_at / stop_kind CANCEL / stop_requested_at (a first stop
   target is kept); waiting work stops; clear-scope jobs are canceled; claimed tasks keep their permit
   until they end (``collect_during_cancel``); then completed steps that declare a compensation are
@@ -62,7 +62,7 @@ def pause(conn: Connection, inst: dict) -> None:
 def resume(conn: Connection, inst: dict) -> None:
     paused_for = instance_moves.resume(conn, inst["id"])
     rows = resume_jobs(conn, inst["id"])
-    # the deadlines of the open tasks move on by the pause, as their instance's task_timeout job did
+    # the deadlines of the open tasks move on by the pause (their watch follows: ``sync_resumed``)
     task_moves.postpone_deadlines(conn, inst["id"], paused_for)
     sync_resumed(conn, [r["id"] for r in rows])
     if inst["stop_requested_at"] is None:
@@ -80,7 +80,17 @@ _SYNC = [
     """UPDATE workflow_signals s SET expires_at = j.run_at, updated_at = now() FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'signal_expiry'
          AND s.id = j.payload->>'signal_id' AND s.state = 'PENDING'""",
-    # W-CTL-2: the workflow deadline is never extended by a pause
+    # the instance's watch: due at the earlier of the workflow deadline, never extended by a pause
+    # (W-CTL-2), and its open tasks' deadlines, moved on by the pause (``postpone_deadlines``, before)
+    """UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
+       FROM workflow_instances i CROSS JOIN LATERAL (
+           SELECT LEAST(CASE WHEN i.stop_requested_at IS NULL THEN i.deadline_at END,
+                        (SELECT min(t.deadline_at) FROM workflow_tasks t
+                         WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED'))) AS due) d
+       WHERE j.id = ANY(:ids) AND j.type = 'task_timeout' AND j.task_id IS NULL
+         AND j.payload->>'task_id' IS NULL AND i.id = j.instance_id AND j.status = 'pending'
+         AND d.due IS NOT NULL AND j.run_at <> d.due""",
+    # a deadline job enqueued before the watch (a delay_wake with wake 'deadline'): never extended either
     """UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, i.deadline_at) FROM workflow_instances i
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'deadline'
          AND i.id = j.instance_id AND j.status = 'pending'""",

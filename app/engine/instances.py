@@ -14,6 +14,7 @@ from app.engine import advance, quotas, work
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE
+from app.engine.states import TERMINAL
 from app.engine.store import MISSING, read_instance
 from app.engine.transitions import instance_moves, step_moves
 from app.errors import FieldError, InvalidArgument
@@ -111,9 +112,11 @@ def start_workflow(
     rows = step_moves.insert_all(conn, iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
-    work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
-    # the audit and the deadline job left the instance and its steps as they were inserted
+    # the audit left the instance and its steps as they were inserted
     started = advance.settle_progress(conn, iid, inst, rows)
+    if started["state"] not in TERMINAL and started["stop_requested_at"] is None:
+        # the workflow deadline: the instance's watch, which its first tasks (if any) armed earlier
+        work.arm_watch(conn, started, doc["deadline_seconds"])
     quotas.check(conn, namespace_id, ver["queues"])
     return started
 

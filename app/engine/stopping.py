@@ -54,6 +54,7 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
     if state != InstanceState.SUCCEEDED:
         step_moves.cancel_open(conn, iid)
     ledger_moves.cancel_waiting(conn, iid, sorted(t.value for t in CLEAR_SCOPE), f"workflow {state.lower()}")
+    work.watch_cleared(conn, iid)
     if state != InstanceState.SUCCEEDED:
         stop_children(conn, inst, state, error)
     signal_match.close_pending(conn, iid)
@@ -161,6 +162,7 @@ def request_cancel(
     instance_moves.request_cancel(conn, iid)
     unknown = [] if reviewed else unknown_outcome_jobs(conn, iid)
     clear_jobs(conn, iid, reason, keep_unknown=True)
+    work.watch_cleared(conn, iid)
     # waiting work stops: unclaimed (or lease-expired) tasks, open waits, children
     task_moves.cancel_open(conn, instance_id=iid, step_only=True, unclaimed_or_expired=True)
     wait_moves.cancel_open(conn, instance_id=iid)

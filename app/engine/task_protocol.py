@@ -10,7 +10,7 @@ from typing import Any, overload
 
 from sqlalchemy import Connection, Row
 
-from app.engine import advance, work
+from app.engine import advance
 from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.store import MISSING, jparse, lock_instance_of_task
 from app.engine.transitions import task_moves
@@ -143,30 +143,23 @@ def fail(
 TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "TASK_TIMEOUT"}
 
 
-def time_out_due(conn: Connection, inst: dict) -> dict:
-    """The instance's ``task_timeout`` job: every open task of ``inst`` past its deadline times out (then
-    the retry policy), and the job is armed again for the earliest deadline of the tasks still open."""
+def time_out_overdue(conn: Connection, inst: dict, before: Any = None) -> list[str]:
+    """Every open task of ``inst`` past its deadline (and, with ``before``, due before it) times out
+    (then the retry policy), earliest first; the ids of those timed out. The instance's watch calls it
+    (``handlers.task_timeouts``)."""
     due = run(
         conn,
         "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
-        "AND deadline_at <= now() ORDER BY deadline_at, id",
-        {"i": inst["id"]},
+        "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
+        "ORDER BY deadline_at, id",
+        {"i": inst["id"], "before": before},
     ).scalars()
-    timed_out = [task_id for task_id in due if time_out(conn, inst, task_id)]
-    nxt = run(
-        conn,
-        "SELECT EXTRACT(EPOCH FROM min(deadline_at) - now())::float8 FROM workflow_tasks "
-        "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED')",
-        {"i": inst["id"]},
-    ).scalar()
-    if nxt is not None:
-        work.arm_task_deadlines(conn, inst, max(0.0, nxt))
-    return {"timed_out": timed_out}
+    return [task_id for task_id in due if time_out(conn, inst, task_id)]
 
 
 def time_out(conn: Connection, inst: dict, task_id: str) -> bool:
-    """The ``task_timeout`` job: an open task of ``inst`` past its deadline times out (then the retry
-    policy). False when it was settled first or is not due."""
+    """An open task of ``inst`` past its deadline times out (then the retry policy). False when it was
+    settled first or is not due."""
     if not task_moves.try_time_out(conn, task_id, inst["id"], TIMEOUT_ERROR):
         return False
     task = read_task(conn, task_id, inst["namespace_id"])

@@ -1,6 +1,7 @@
 """The units of work the engine issues, inside the caller's transaction (instance row locked first):
 ledger jobs (one idempotency key per engine event, so a replayed decision enqueues nothing twice)
-and tasks (their deadlines are enforced by their instance's one ``task_timeout`` job)."""
+and tasks. An instance's deadlines (its own and its open tasks') are enforced by ONE job per instance,
+its watch (type ``task_timeout``, ``arm_watch``)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def wake(
     step_key: str | None = None,
     **payload: Any,
 ) -> None:
-    """A ``delay_wake`` job (timer, signal timeout / expiry, poll round, task retry, deadline, cancel settle)."""
+    """A ``delay_wake`` job (timer, signal timeout / expiry, poll round, task retry, cancel settle)."""
     job(
         conn,
         inst,
@@ -85,7 +86,7 @@ def create_task(
     compensation_of_output: str | None = None,
     purpose: str = "STEP",
 ) -> str:
-    """A task on its queue plus the ``task_timeout`` job that enforces its deadline. A compensation
+    """A task on its queue; its instance's watch is due no later than its deadline. A compensation
     task's input also carries the compensated activation's output (``compensation_of_output``: the
     output as JSON text, ``None`` for SQL NULL)."""
     task_id = new_id()
@@ -111,16 +112,17 @@ def create_task(
         },
         input_sql=input_sql,
     )
-    arm_task_deadlines(conn, inst, timeout_seconds)
+    arm_watch(conn, inst, timeout_seconds)
     return task_id
 
 
-def arm_task_deadlines(conn: Connection, inst: dict, seconds: float) -> None:
-    """The instance's ``task_timeout`` job is due no later than ``seconds`` from now (a task's deadline
-    is now() + its timeout in the same transaction: now() is the transaction's start). ONE such job per
-    instance enforces the deadlines of all its open tasks (``handlers.task_timeouts``): a task costs no job of
-    its own, created and canceled. Asked once per transaction and instance for the earliest."""
-    armed: dict[str, float] = transaction_state(conn).setdefault("task_deadlines_armed", {})
+def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
+    """The instance's watch is due no later than ``seconds`` from now (a task's deadline is now() + its
+    timeout in the same transaction: now() is the transaction's start; the workflow deadline is
+    ``deadline_at``). ONE ``task_timeout`` job per instance enforces the workflow deadline and the
+    deadlines of all its open tasks (``handlers.task_timeouts``): neither the instance nor a task costs a
+    job of its own, created and canceled. Asked once per transaction and instance for the earliest."""
+    armed: dict[str, float] = transaction_state(conn).setdefault("watch_armed", {})
     if armed.get(inst["id"], float("inf")) <= seconds:
         return
     armed[inst["id"]] = seconds
@@ -132,6 +134,12 @@ def arm_task_deadlines(conn: Connection, inst: dict, seconds: float) -> None:
         delay_ms=seconds * 1000,
         trace_id=inst["trace_id"],
     )
+
+
+def watch_cleared(conn: Connection, instance_id: str) -> None:
+    """The instance's pending watch was canceled in this transaction (its work closed): the next
+    ``arm_watch`` of the transaction arms a new one, whatever it asked before."""
+    transaction_state(conn).get("watch_armed", {}).pop(instance_id, None)
 
 
 def step_task(

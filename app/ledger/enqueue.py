@@ -144,8 +144,8 @@ def arm(
 ) -> None:
     """A timer of ``instance_id``: its one pending job of ``job_type`` is due no later than ``delay_ms`` from
     now (created, moved earlier, or left as it is), with the transaction's next statement. For timers that
-    cover many rows of an instance, e.g. the deadlines of its open tasks (``task_timeout``): one job per
-    instance instead of one created and canceled per row. The caller holds the instance's lock."""
+    cover many rows of an instance, e.g. its deadline and the deadlines of its open tasks (the engine's
+    watch, ``task_timeout``): one job per instance instead of one created and canceled per row. The caller holds the instance's lock."""
     jt = JobType(job_type)
     body = {} if payload is None else payload
     defer(

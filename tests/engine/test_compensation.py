@@ -127,7 +127,7 @@ def test_deadline_failure_compensates_before_failed(saga_eng):
         conn.execute(text("UPDATE workflow_instances SET deadline_at = now() WHERE id = :i"), {"i": iid})
         conn.execute(
             text(
-                "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :i AND payload->>'wake' = 'deadline'"
+                "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :i AND type = 'task_timeout' AND status = 'pending'"
             ),
             {"i": iid},
         )

@@ -136,6 +136,13 @@ def test_non_retryable_failure_and_stale_retry_wake(eng):
             text("UPDATE workflow_instances SET deadline_at = now() - interval '1 ms' WHERE id = :i"),
             {"i": iid},
         )
+        conn.execute(  # the instance's watch enforces the deadline: due before the retry wake
+            text(
+                "UPDATE workflow_jobs SET run_at = now() - interval '1 ms' WHERE instance_id = :i "
+                "AND type = 'task_timeout' AND status = 'pending'"
+            ),
+            {"i": iid},
+        )
     make_due(eng)
     run_jobs(eng)
     assert instance(eng, iid)["state"] == "FAILED" and _open_tasks(eng, iid) == 0
@@ -277,7 +284,7 @@ def test_parent_deadline_cancels_child_with_task_in_flight(eng):
         )
         conn.execute(
             text(
-                "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :i AND payload->>'wake' = 'deadline'"
+                "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :i AND type = 'task_timeout' AND status = 'pending'"
             ),
             {"i": pid},
         )

@@ -81,8 +81,8 @@ def test_deadline_fails_the_instance(eng):
         )
         conn.execute(
             text(
-                "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :id AND payload->>'wake' = "
-                "'deadline'"
+                "UPDATE workflow_jobs SET run_at = now() WHERE instance_id = :id AND type = 'task_timeout' "
+                "AND status = 'pending'"
             ),
             {"id": iid},
         )

@@ -34,8 +34,9 @@ def test_pause_keeps_timer_remainder_and_resume_does_not_extend_deadline(ops, sp
         i=wid,
     )
     assert status == "paused" and 28_500 <= remaining <= 30_000
+    # the instance's watch (its one task_timeout job) enforces the deadline: paused with it
     [(dl_status,)] = sql(
-        "SELECT status FROM workflow_jobs WHERE instance_id = :i AND payload->>'wake' = 'deadline'", i=wid
+        "SELECT status FROM workflow_jobs WHERE instance_id = :i AND type = 'task_timeout'", i=wid
     )
     assert dl_status == "paused"
     # stale decision → 409; the original key replays the first frozen decision
@@ -51,7 +52,7 @@ def test_pause_keeps_timer_remainder_and_resume_does_not_extend_deadline(ops, sp
     assert not resumed.instance.paused and resumed.instance.control_revision == 3
     [(run_in_ms, run_at, dl_run_at)] = sql(
         "SELECT extract(epoch FROM j.run_at - now()) * 1000, j.run_at, "
-        "(SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND payload->>'wake' = 'deadline') "
+        "(SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'task_timeout') "
         "FROM workflow_jobs j WHERE j.instance_id = :i AND j.payload->>'wake' = 'timer'",
         i=wid,
     )

@@ -1,24 +1,79 @@
-"""``task_timeout`` jobs: one per instance (``work.arm_task_deadlines``) times out every open task of its
-instance past its deadline and arms itself again for the next; the step's retry policy (TASK) or its
-round budget (POLL) decides what comes next (``advance.task_ended``). A job naming one task (``task_id``,
-enqueued before migration 0018_i27) times out that task only."""
+"""``task_timeout`` jobs: ONE per open instance, its watch (``work.arm_watch``), enforces the workflow
+deadline and the deadlines of the instance's open tasks. It is due at the earlier of the two (a new task
+moves it earlier; a pause keeps its remainder and a resume sets it to the earlier of the workflow
+deadline, which never moves, and the open tasks' deadlines, moved on by the pause: ``control``). When it
+runs, in time order:
+
+- every open task whose deadline passed before the workflow deadline times out; the step's retry policy
+  (TASK) or its round budget (POLL) decides what comes next (``advance.task_ended``);
+- then, the workflow deadline passed and no stop requested: the instance FAILS (DEADLINE_EXCEEDED,
+  stop_kind FAILURE; its open tasks are canceled, completed steps compensated: ``stopping.stop``);
+- an instance whose stop was requested has no deadline left: only its tasks' deadlines count (a
+  compensation task times out like any other);
+
+then it arms itself again for the next due time while the instance is still open. The job of an instance
+that ended was canceled with its work (L-PAUSE-4).
+
+Rows enqueued by earlier releases keep working: a job naming one task (``task_id``, before migration
+0018_i27) times out that task only; a ``delay_wake`` job with wake ``deadline`` (before the watch) still
+fails its instance (``handlers.timers``): for such an instance both enforce the deadline, and the second
+finds it stopped."""
 
 from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from app.engine import task_protocol
+from app.engine import stopping, task_protocol, work
+from app.engine.decide import stopping as decide_stopping
+from app.engine.decide.model import Stop
 from app.engine.handlers.common import bind, run_advance
+from app.engine.snapshot import inst_model
+from app.engine.states import TERMINAL
+from app.engine.store import read_instance
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.sql import run
+
+# Seconds from now to the instance's next due time: its earliest open task deadline and, unless it is
+# stopping or ended, its workflow deadline (NULL: nothing left to watch).
+_NEXT_DUE = """
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
+    CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+         THEN i.deadline_at END) - now())::float8
+FROM workflow_instances i WHERE i.id = :i
+"""
+
+
+def watch(conn: Connection, inst: dict) -> dict:
+    """The instance's watch job (see the module's description)."""
+    stopping_before = inst["stop_requested_at"] is not None
+    timed_out = task_protocol.time_out_overdue(conn, inst, None if stopping_before else inst["deadline_at"])
+    out: dict = {"timed_out": timed_out}
+    current = read_instance(conn, inst["id"]) if timed_out else inst
+    if current["state"] in TERMINAL:
+        return out
+    if current["stop_requested_at"] is None:
+        due = bool(
+            run(conn, "SELECT CAST(:d AS timestamptz) <= now()", {"d": current["deadline_at"]}).scalar()
+        )
+        verdict = decide_stopping.deadline_passed(inst_model(current), due)
+        if isinstance(verdict, Stop):
+            stopping.apply_stop(conn, current, verdict)
+            out["failed"] = "DEADLINE_EXCEEDED"
+    elif not stopping_before:  # a time-out stopped it: no workflow deadline comes first any more
+        out["timed_out"] += task_protocol.time_out_overdue(conn, current)
+    nxt = run(conn, _NEXT_DUE, {"i": inst["id"]}).scalar()
+    if nxt is not None:
+        work.arm_watch(conn, current, max(0.0, nxt))
+    return out
 
 
 @handlers.register("task_timeout")
 def task_timeout(ctx: JobContext):
     named = (ctx.payload or {}).get("task_id") or ctx.task_id
     if not named:
-        return run_advance(ctx, task_protocol.time_out_due)
+        return run_advance(ctx, watch)
     task_id = str(named)
 
     def write(conn: Connection, inst: dict) -> dict:

@@ -1,7 +1,8 @@
 """``delay_wake`` jobs, one table of wakes: a TIMER step is due, a SIGNAL wait timed out, a POLL round
-is due, a TASK step's retry backoff passed, an instance's deadline passed (then it FAILS, stop_kind
-FAILURE), an early signal expired, a cancel's in-flight leases ran out. Each wake asks its decision in
-``app.engine.decide`` and applies it through ``app.engine.advance`` / ``stopping``. An unknown wake
+is due, a TASK step's retry backoff passed, an early signal expired, a cancel's in-flight leases ran out;
+and ``deadline``: an instance's deadline passed (then it FAILS, stop_kind FAILURE), a wake only jobs
+enqueued before instances had a watch carry (the watch, ``handlers.task_timeouts``, enforces the
+deadline now). Each wake asks its decision in ``app.engine.decide`` and applies it through ``app.engine.advance`` / ``stopping``. An unknown wake
 is a permanent failure (the job is dead), never a silent success."""
 
 from __future__ import annotations
