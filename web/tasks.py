@@ -31,7 +31,7 @@ from web.auth import current_principal, requires
 from web.engine_common import task_in_scope
 from web.http import ok, success
 from web.meta import doc
-from web.mutation import NothingYet, Replay, idempotent, mutation
+from web.mutation import NothingYet, idempotent, idempotent_on_rows, mutation
 from web.strict import body
 
 bp = Blueprint("tasks", __name__)
@@ -40,9 +40,16 @@ bp = Blueprint("tasks", __name__)
 @bp.post("/v1/tasks/claim")
 @doc(
     summary="Claim tasks from queues (long-poll up to 30 s)",
+    description=(
+        "Each claimed task's `epoch` is incremented. The claimed tasks keep the request's Idempotency-Key "
+        "(no receipt is stored): resent with the same key and body, the claim claims nothing and answers "
+        "the same tasks at the same epochs (`Idempotent-Replayed: true`; `lease_expires_at` as the lease "
+        "now stands, absent once that claim ended); the same key with another body is 409 "
+        "IDEMPOTENCY_CONFLICT. An empty answer keeps nothing: the same key may claim again."
+    ),
     response=ClaimResponse,
     tags=["tasks"],
-    errors=(400, 401, 403, 404),
+    errors=(400, 401, 403, 404, 409),
 )
 @requires(Scope.TASKS_WORK)
 @mutation
@@ -53,30 +60,39 @@ def claim(body: dict):
     check_queue_scope(principal, queues)
     deadline = time.monotonic() + body["wait_seconds"]
 
-    def work(conn):
+    def work(conn, key):
         # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
         final = time.monotonic() >= deadline or long_poll.shutting_down()
-        got = task_protocol.claim(
-            conn, principal.namespace_id, queues, body["max_tasks"], settings.TASK_LEASE_SECONDS.get()
+        # the claimed tasks keep the key: they are this claim's receipt (a resend answers them again)
+        got, replayed = task_protocol.claim_keyed(
+            conn,
+            principal.namespace_id,
+            queues,
+            body["max_tasks"],
+            settings.TASK_LEASE_SECONDS.get(),
+            key.key,
+            key.fp,
         )
         if not got and not final:
-            raise NothingYet  # an empty try rolls back (no receipt kept)
-        return 200, success({"tasks": [_claimed(t) for t in got]})
+            raise NothingYet  # an empty try rolls back (nothing written)
+        return 200, success({"tasks": [_claimed(t) for t in got]}), replayed
 
     if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups
-        return idempotent(work, replay=Replay.STORED)
+        return idempotent_on_rows(work)
     with long_poll.waiting_claim(principal, queues, settings.CLAIM_POLL_SECONDS.get()) as wait:
-        return idempotent(work, replay=Replay.STORED, wait_until=deadline, wait=wait)
+        return idempotent_on_rows(work, wait_until=deadline, wait=wait)
 
 
 def _claimed(t: dict) -> dict:
+    """A claimed task as the claim answers it (a resent claim: as it now is at that claim's epoch; a claim
+    already ended, by a result or by its lease, shows no ``lease_expires_at``)."""
     view = task_protocol.task_view(t)
     return {
         "id": t["id"],
         "queue": t["queue"],
         "input": view.get("input"),
         "epoch": t["epoch"],
-        "lease_expires_at": view.get("lease_expires_at"),
+        **({"lease_expires_at": view["lease_expires_at"]} if "lease_expires_at" in view else {}),
         "workflow_id": t["instance_id"],
         "step_key": t["step_key"],
         "attempt": t["attempt"],
