@@ -183,3 +183,53 @@ def test_a_resent_batch_completion_answers_the_same_and_writes_no_receipt(wf_ns,
     ]
     assert refused["status"] == 409 and refused["error"]["code"] == "STATE_CONFLICT"
     assert _receipts(engine, "POST /v1/tasks/complete") == 0
+
+
+def test_a_resent_single_completion_answers_the_same_and_writes_no_receipt(wf_ns, engine):  # noqa: F811
+    """``POST /v1/tasks/{id}/complete``: the completed task (state, epoch, output) is the receipt."""
+    [wid] = _start_tasks(wf_ns, 1, "cs")
+    [task] = _claim(wf_ns, uuid.uuid4().hex, "cs", 1).json()["data"]["tasks"]
+    path, key = f"/v1/tasks/{task['id']}/complete", uuid.uuid4().hex
+    body = {"epoch": task["epoch"], "output": {"n": 9007199254740993}}
+    first = _raw(wf_ns, "POST", path, body, key=key, who="worker")
+    again = _raw(wf_ns, "POST", path, body, key=key, who="worker")
+    assert first.status_code == again.status_code == 200, again.text
+    assert "Idempotent-Replayed" not in first.headers and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["data"] == first.json()["data"]
+    assert first.json()["data"]["task"]["state"] == "COMPLETED"
+    # the same key with another output is refused and changes nothing
+    other = _raw(wf_ns, "POST", path, {**body, "output": {"n": 2}}, key=key, who="worker")
+    assert other.status_code == 409 and other.json()["code"] == "STATE_CONFLICT", other.text
+    assert wf_ns.client().get_workflow(wid).state == "SUCCEEDED"
+    with engine.connect() as conn:
+        output = conn.execute(
+            text("SELECT output::text FROM workflow_tasks WHERE id = :i"), {"i": task["id"]}
+        ).scalar_one()
+    assert output == '{"n": 9007199254740993}'
+    assert _receipts(engine, f"POST {path}") == 0
+
+
+def test_a_resent_failure_answers_the_same_and_runs_the_retry_policy_once(wf_ns, engine):  # noqa: F811
+    c = wf_ns.client()
+    d = c.create_definition("fail-" + uuid.uuid4().hex[:8])
+    step = {"key": "t", "kind": "TASK", "queue": "cf", "retry": {"max_attempts": 3, "backoff_seconds": 0}}
+    c.publish_version(d["id"], {**TASK_DOC, "steps": [step]})
+    wid = c.start_workflow(d["id"], "v1", {}).instance.id
+    [task] = _claim(wf_ns, uuid.uuid4().hex, "cf", 1).json()["data"]["tasks"]
+    path, key = f"/v1/tasks/{task['id']}/fail", uuid.uuid4().hex
+    body = {"epoch": task["epoch"], "error": {"message": "flaky", "retryable": True}}
+    first = _raw(wf_ns, "POST", path, body, key=key, who="worker")
+    again = _raw(wf_ns, "POST", path, body, key=key, who="worker")
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.headers["Idempotent-Replayed"] == "true" and again.json()["data"] == first.json()["data"]
+    other = _raw(
+        wf_ns, "POST", path, {**body, "error": {"message": "other", "retryable": True}}, key=key, who="worker"
+    )
+    assert other.status_code == 409 and other.json()["code"] == "STATE_CONFLICT", other.text
+    with engine.connect() as conn:
+        attempts = conn.execute(
+            text("SELECT attempt, state FROM workflow_tasks WHERE instance_id = :i ORDER BY attempt"),
+            {"i": wid},
+        ).all()
+    assert [tuple(a) for a in attempts] == [(1, "FAILED"), (2, "PENDING")]  # one retry, not two
+    assert _receipts(engine, f"POST {path}") == 0
