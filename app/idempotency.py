@@ -9,6 +9,10 @@ first rolled back); it waits at most ``WAIT_SECONDS`` and otherwise gets 409 IDE
 Retry-After. A long poll's empty tries (``web.mutation.NothingYet``) therefore write nothing.
 
 Errors are not stored: a request that failed (4xx/5xx, rolled back) can be resent with the same key.
+
+A mutation whose own rows can keep its key writes no receipt row (``execute_on_rows``): a task claim
+marks the tasks it claims with its key and fingerprint (``workflow_tasks.claim_key``), and a resend
+answers those tasks again. It takes the same key lock, sent with its first statement.
 """
 
 from __future__ import annotations
@@ -85,6 +89,14 @@ _INSERT = text(
 )
 
 
+# The key's lock alone, for a mutation whose own rows are its receipt (``execute_on_rows``): the same
+# lock timeout dance as ``_CLAIM``, without the receipt read.
+_LOCK = text(
+    "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), "
+    "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
+    "SELECT set_config('lock_timeout', o.old, true) AS restored FROM o CROSS JOIN l"
+)
+
 _UNIQUE = "uq_idempotency_receipts_key"
 
 
@@ -103,7 +115,7 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
     try:
         found = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
     except OperationalError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available: first still in flight
+        if _in_flight(exc):  # the first is still in flight
             raise IdempotencyConflict(
                 "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
             ) from None
@@ -152,6 +164,44 @@ def execute_once(
             continue
         return StoredResponse(status=status, body=body_text, replayed=False)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Key:
+    """One request's Idempotency-Key: its scope, route and key, and the request's fingerprint."""
+
+    scope: str
+    route: str
+    key: str
+    fp: str
+
+
+def _in_flight(exc: OperationalError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) == "55P03"  # lock_not_available: a duplicate in flight
+
+
+def execute_on_rows(
+    k: Key, work: Callable[[Connection], tuple[int, Any, bool]], *, engine: Engine | None = None
+) -> StoredResponse:
+    """Run ``work(conn)`` once per key in one transaction, for a mutation whose own rows keep the key and
+    the fingerprint (a task claim: ``workflow_tasks.claim_key``), so no receipt row is written.
+
+    The key's lock is sent with ``work``'s first statement (one round trip): a duplicate in flight is
+    waited for, at most ``WAIT_SECONDS`` (then IdempotencyConflict with Retry-After), and ``work``'s
+    statements, each with a snapshot taken after the lock, see what the duplicate committed. ``work``
+    returns ``(status, body, replayed)``: it finds the rows of a first request with this key and answers
+    them again (``replayed``), or raises IdempotencyConflict when their fingerprint is not ``k.fp``."""
+    with transaction(engine) as conn:
+        defer(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
+        try:
+            status, body, replayed = work(conn)
+        except OperationalError as exc:
+            if _in_flight(exc):
+                raise IdempotencyConflict(
+                    "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
+                ) from None
+            raise
+    return StoredResponse(status=status, body=jsonx.dumps(body), replayed=replayed)
 
 
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:

@@ -69,30 +69,12 @@ def idempotent(
     With ``wait_until`` (a ``time.monotonic()`` deadline) ``work`` may raise ``NothingYet``: each try
     is one short transaction, retried after ``wait(seconds_left)`` returns (a long poll: see
     ``web.long_poll``; without ``wait`` it sleeps 1 s between tries)."""
-    principal = current_principal()
-    key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
-    # one scope per resource: ``/v1/workflows`` and ``/v1/workflows/`` are the same route (a trailing
-    # slash must not let one key start two instances)
-    path = request.path.rstrip("/") or "/"
-    route = f"{request.method} {path}"
-    # a route without a body (DELETE) may be called without one: no Content-Type needed then
-    sent = bool(request.content_length) or request.headers.get("Transfer-Encoding") == "chunked"
-    fp = idempotency.fingerprint(request.method, path, read_json_body() if sent or request.mimetype else None)
-    scope = (
-        f"{principal.namespace_id}/{principal.credential_id}" if per_credential else principal.namespace_id
-    )
-    while True:
-        try:
-            stored = idempotency.execute_once(scope=scope, route=route, key=key, fp=fp, work=work)
-            break
-        except NothingYet:
-            if wait_until is None:
-                raise
-            left = max(0.0, wait_until - time.monotonic())
-            if wait is not None:
-                wait(left)
-            else:
-                time.sleep(min(1.0, left))
+    k = _request_key(per_credential)
+
+    def once() -> idempotency.StoredResponse:
+        return idempotency.execute_once(scope=k.scope, route=k.route, key=k.key, fp=k.fp, work=work)
+
+    stored = _until_something(once, wait_until, wait)
     if not stored.replayed:
         return raw_json_response(stored.body, stored.status)
     headers = {REPLAYED_HEADER: "true"}
@@ -103,3 +85,59 @@ def idempotent(
     if isinstance(body.get("data"), dict) and "deduplicated" in body["data"]:
         body["data"]["deduplicated"] = True
     return json_response(body, 200 if stored.status == 201 else stored.status, headers)
+
+
+def idempotent_on_rows(
+    work: Callable[[Connection, idempotency.Key], tuple[int, Any, bool]],
+    *,
+    wait_until: float | None = None,
+    wait: Callable[[float], None] | None = None,
+) -> Response:
+    """``idempotent`` for a mutation whose own rows keep its Idempotency-Key (a task claim: the tasks it
+    claimed carry the key and the fingerprint), so no receipt row is written
+    (``app.idempotency.execute_on_rows``). ``work(conn, key)`` returns ``(status, body, replayed)``: a
+    replay answers the rows the key marks again, with this request's id and ``Idempotent-Replayed:
+    true``; same key + other body -> 409 IDEMPOTENCY_CONFLICT. ``wait_until`` / ``wait`` / ``NothingYet``
+    as in ``idempotent`` (an empty try writes nothing)."""
+    k = _request_key(False)
+    stored = _until_something(
+        lambda: idempotency.execute_on_rows(k, lambda conn: work(conn, k)), wait_until, wait
+    )
+    headers = {REPLAYED_HEADER: "true"} if stored.replayed else None
+    return raw_json_response(stored.body, stored.status, headers)
+
+
+def _request_key(per_credential: bool) -> idempotency.Key:
+    """This request's Idempotency-Key: scope (the namespace, or the credential with ``per_credential``),
+    route (method + path) and the fingerprint of the request."""
+    principal = current_principal()
+    key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
+    # one scope per resource: ``/v1/workflows`` and ``/v1/workflows/`` are the same route (a trailing
+    # slash must not let one key start two instances)
+    path = request.path.rstrip("/") or "/"
+    # a route without a body (DELETE) may be called without one: no Content-Type needed then
+    sent = bool(request.content_length) or request.headers.get("Transfer-Encoding") == "chunked"
+    fp = idempotency.fingerprint(request.method, path, read_json_body() if sent or request.mimetype else None)
+    scope = (
+        f"{principal.namespace_id}/{principal.credential_id}" if per_credential else principal.namespace_id
+    )
+    return idempotency.Key(scope=scope, route=f"{request.method} {path}", key=key, fp=fp)
+
+
+def _until_something(
+    once: Callable[[], idempotency.StoredResponse],
+    wait_until: float | None,
+    wait: Callable[[float], None] | None,
+) -> idempotency.StoredResponse:
+    """``once()``, tried again while it raises ``NothingYet`` until ``wait_until`` (see ``idempotent``)."""
+    while True:
+        try:
+            return once()
+        except NothingYet:
+            if wait_until is None:
+                raise
+            left = max(0.0, wait_until - time.monotonic())
+            if wait is not None:
+                wait(left)
+            else:
+                time.sleep(min(1.0, left))

@@ -31,7 +31,7 @@ from web.auth import current_principal, requires
 from web.engine_common import task_in_scope
 from web.http import ok, success
 from web.meta import doc
-from web.mutation import NothingYet, Replay, idempotent, mutation
+from web.mutation import REPLAYED_HEADER, NothingYet, idempotent, idempotent_on_rows, mutation
 from web.strict import body
 
 bp = Blueprint("tasks", __name__)
@@ -40,9 +40,16 @@ bp = Blueprint("tasks", __name__)
 @bp.post("/v1/tasks/claim")
 @doc(
     summary="Claim tasks from queues (long-poll up to 30 s)",
+    description=(
+        "Each claimed task's `epoch` is incremented. The claimed tasks keep the request's Idempotency-Key "
+        "(no receipt is stored): resent with the same key and body, the claim claims nothing and answers "
+        "the same tasks at the same epochs (`Idempotent-Replayed: true`; `lease_expires_at` as the lease "
+        "now stands, absent once that claim ended); the same key with another body is 409 "
+        "IDEMPOTENCY_CONFLICT. An empty answer keeps nothing: the same key may claim again."
+    ),
     response=ClaimResponse,
     tags=["tasks"],
-    errors=(400, 401, 403, 404),
+    errors=(400, 401, 403, 404, 409),
 )
 @requires(Scope.TASKS_WORK)
 @mutation
@@ -53,30 +60,39 @@ def claim(body: dict):
     check_queue_scope(principal, queues)
     deadline = time.monotonic() + body["wait_seconds"]
 
-    def work(conn):
+    def work(conn, key):
         # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
         final = time.monotonic() >= deadline or long_poll.shutting_down()
-        got = task_protocol.claim(
-            conn, principal.namespace_id, queues, body["max_tasks"], settings.TASK_LEASE_SECONDS.get()
+        # the claimed tasks keep the key: they are this claim's receipt (a resend answers them again)
+        got, replayed = task_protocol.claim_keyed(
+            conn,
+            principal.namespace_id,
+            queues,
+            body["max_tasks"],
+            settings.TASK_LEASE_SECONDS.get(),
+            key.key,
+            key.fp,
         )
         if not got and not final:
-            raise NothingYet  # an empty try rolls back (no receipt kept)
-        return 200, success({"tasks": [_claimed(t) for t in got]})
+            raise NothingYet  # an empty try rolls back (nothing written)
+        return 200, success({"tasks": [_claimed(t) for t in got]}), replayed
 
     if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups
-        return idempotent(work, replay=Replay.STORED)
+        return idempotent_on_rows(work)
     with long_poll.waiting_claim(principal, queues, settings.CLAIM_POLL_SECONDS.get()) as wait:
-        return idempotent(work, replay=Replay.STORED, wait_until=deadline, wait=wait)
+        return idempotent_on_rows(work, wait_until=deadline, wait=wait)
 
 
 def _claimed(t: dict) -> dict:
+    """A claimed task as the claim answers it (a resent claim: as it now is at that claim's epoch; a claim
+    already ended, by a result or by its lease, shows no ``lease_expires_at``)."""
     view = task_protocol.task_view(t)
     return {
         "id": t["id"],
         "queue": t["queue"],
         "input": view.get("input"),
         "epoch": t["epoch"],
-        "lease_expires_at": view.get("lease_expires_at"),
+        **({"lease_expires_at": view["lease_expires_at"]} if "lease_expires_at" in view else {}),
         "workflow_id": t["instance_id"],
         "step_key": t["step_key"],
         "attempt": t["attempt"],
@@ -113,6 +129,11 @@ def _lease(task_id: str, epoch: int, seconds: float):
 @bp.post("/v1/tasks/<task_id>/complete")
 @doc(
     summary="Complete a claimed task with its output",
+    description=(
+        "No receipt is stored: the completed task is the record. Resending a completion that was applied "
+        "(same epoch and output) answers 200 again with `Idempotent-Replayed: true`; another output for "
+        "that epoch is 409 STATE_CONFLICT."
+    ),
     tags=["tasks"],
     errors=(400, 401, 403, 404, 409),
     response=TaskResultResponse,
@@ -121,14 +142,33 @@ def _lease(task_id: str, epoch: int, seconds: float):
 @mutation
 @body(CompleteRequest)
 def complete(task_id: str, body: dict):
-    epoch = body["epoch"]
+    return _result(task_id, body["epoch"], "COMPLETED", body["output"])
 
-    def work(conn):
-        p = current_principal()
-        t = task_protocol.complete(conn, p.namespace_id, task_id, epoch, body["output"], p.can_use_queue)
-        return 200, success({"task": task_protocol.task_view(t)})
 
-    return idempotent(work)
+def _result(task_id: str, epoch: int, state: str, value: Any):
+    """A single result (``complete`` or ``fail``) with no receipt row: the task row is its receipt. A
+    resend of a result that was applied (the task ended in ``state`` at ``epoch`` with this very
+    ``value``) answers 200 again with ``Idempotent-Replayed: true``; any other result for an ended claim
+    is refused as it would be without a key (409 STATE_CONFLICT)."""
+    t, replayed = _settle(task_id, epoch, state, value)
+    return ok({"task": task_protocol.task_view(t)}, headers={REPLAYED_HEADER: "true"} if replayed else None)
+
+
+def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, bool]:
+    """End the claim ``epoch`` of ``task_id`` in ``state`` (COMPLETED with an output, FAILED with an
+    error) in its own transaction: ``(task, replayed)``. When it is refused because this very result was
+    applied before, the task as it is, replayed; else the refusal is raised."""
+    try:
+        with transaction() as conn:
+            p = current_principal()
+            end = task_protocol.complete if state == "COMPLETED" else task_protocol.fail
+            return end(conn, p.namespace_id, task_id, epoch, value, p.can_use_queue), False
+    except LedgerflowError:  # rolled back
+        with get_engine().connect() as conn:
+            done = _applied_before(conn, task_id, epoch, state, value)
+        if done is None:
+            raise
+        return done, True
 
 
 @bp.post("/v1/tasks/complete")
@@ -154,27 +194,28 @@ def complete_many(body: dict):
 
 
 def _complete_one(item: dict) -> dict:
-    task_id, epoch, output = item["id"], item["epoch"], item["output"]
-    try:
-        with transaction() as conn:
-            p = current_principal()
-            t = task_protocol.complete(conn, p.namespace_id, task_id, epoch, output, p.can_use_queue)
-        return {"id": task_id, "status": 200, "task": task_protocol.task_view(t)}
-    except LedgerflowError as err:  # this item's transaction rolled back; the others stand
-        with get_engine().connect() as conn:
-            done = _applied_before(conn, task_id, epoch, output)
-        if done is not None:
-            return {"id": task_id, "status": 200, "task": task_protocol.task_view(done), "replayed": True}
+    task_id = item["id"]
+    try:  # this item's own transaction: when it rolls back, the others stand
+        t, replayed = _settle(task_id, item["epoch"], "COMPLETED", item["output"])
+    except LedgerflowError as err:
         return {"id": task_id, "status": err.status, "error": {"code": err.code, "message": err.message}}
+    return {
+        "id": task_id,
+        "status": 200,
+        "task": task_protocol.task_view(t),
+        **({"replayed": True} if replayed else {}),
+    }
 
 
-def _applied_before(conn, task_id: str, epoch: int, output: Any) -> dict | None:
-    """The task when it is COMPLETED by this very completion (same epoch, same output), else None."""
+def _applied_before(conn, task_id: str, epoch: int, state: str, value: Any) -> dict | None:
+    """The task when this very result ended it (``state`` at ``epoch``, the same output or error), else
+    None."""
     try:
         t = task_in_scope(conn, task_id)
     except LedgerflowError:
         return None
-    if t["state"] == "COMPLETED" and t["epoch"] == epoch and _same_json(t["output"], output):
+    column = "output" if state == "COMPLETED" else "error"
+    if t["state"] == state and t["epoch"] == epoch and _same_json(t[column], value):
         return t
     return None
 
@@ -214,6 +255,11 @@ def release(task_id: str, body: dict):
 @bp.post("/v1/tasks/<task_id>/fail")
 @doc(
     summary="Fail a claimed task (retryable or not)",
+    description=(
+        "No receipt is stored: the failed task is the record. Resending a failure that was applied (same "
+        "epoch and error) answers 200 again with `Idempotent-Replayed: true` (the retry policy ran once); "
+        "another error for that epoch is 409 STATE_CONFLICT."
+    ),
     tags=["tasks"],
     errors=(400, 401, 403, 404, 409),
     response=TaskResultResponse,
@@ -222,16 +268,10 @@ def release(task_id: str, body: dict):
 @mutation
 @body(FailRequest)
 def fail(task_id: str, body: dict):
-    epoch = body["epoch"]
     err = body["error"]
-
-    def work(conn):
-        p = current_principal()
-        error = {"message": err["message"], "retryable": err["retryable"]}
-        t = task_protocol.fail(conn, p.namespace_id, task_id, epoch, error, p.can_use_queue)
-        return 200, success({"task": task_protocol.task_view(t)})
-
-    return idempotent(work)
+    return _result(
+        task_id, body["epoch"], "FAILED", {"message": err["message"], "retryable": err["retryable"]}
+    )
 
 
 @bp.get("/v1/tasks/<task_id>")

@@ -227,6 +227,10 @@ tasks = Table(
     Column("completed_at", DateTime(timezone=True)),
     # a step's own task (STEP) or a compensation task created by a compensation_action job (COMPENSATION)
     Column("purpose", Text, nullable=False, server_default=text("'STEP'")),
+    # the Idempotency-Key and request fingerprint of the claim that holds the current epoch (NULL: a claim
+    # without a key, or never claimed): the claim's receipt (``task_moves.claim``, migration 0019)
+    Column("claim_key", Text),
+    Column("claim_fingerprint", Text),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )
@@ -239,6 +243,13 @@ Index(
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
 )
 Index("ix_workflow_tasks_instance", tasks.c.instance_id)
+# A resent claim finds the tasks its key claimed (``task_moves.claim``).
+Index(
+    "ix_workflow_tasks_claim_key",
+    tasks.c.namespace_id,
+    tasks.c.claim_key,
+    postgresql_where=text("claim_key IS NOT NULL"),
+)
 # The quota check's claims whose lease expired (pending again): only claimed tasks, the work in flight.
 Index(
     "ix_workflow_tasks_claimed_lease",

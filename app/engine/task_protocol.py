@@ -15,7 +15,7 @@ from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.store import MISSING, jparse, lock_instance_of_task
 from app.engine.transitions import task_moves
 from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
-from app.errors import NotFound, StateConflict
+from app.errors import IdempotencyConflict, NotFound, StateConflict
 from app.ids import is_hex32
 from app.jsonx import rfc3339
 from app.sql import run
@@ -61,8 +61,36 @@ def open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | No
 def claim(
     conn: Connection, namespace_id: str, queues: list[str], max_tasks: int, lease_seconds: float
 ) -> list[dict]:
-    rows = task_moves.claim(conn, namespace_id, queues, max_tasks, lease_seconds)
-    return sorted((_task(r) for r in rows), key=lambda t: (t["created_at"], t["id"]))
+    """A claim without an Idempotency-Key (the console's): up to ``max_tasks`` tasks, oldest first."""
+    return claim_keyed(conn, namespace_id, queues, max_tasks, lease_seconds, None, None)[0]
+
+
+def claim_keyed(
+    conn: Connection,
+    namespace_id: str,
+    queues: list[str],
+    max_tasks: int,
+    lease_seconds: float,
+    key: str | None,
+    fingerprint: str | None,
+) -> tuple[list[dict], bool]:
+    """A claim whose receipt is kept on the tasks it claims (``workflow_tasks.claim_key``): ``(tasks,
+    replayed)``. The first claim with ``key`` claims up to ``max_tasks`` tasks, oldest first, and marks
+    them with ``key`` and ``fingerprint``; a claim with a ``key`` that marks tasks already claims nothing
+    and answers those tasks again, as they now are at the epoch that claim gave them (``replayed``), or
+    raises IdempotencyConflict when the first claim's request had another ``fingerprint``. A claim that
+    found nothing marks nothing: the key can still claim. Run it after the key's lock
+    (``app.idempotency.execute_on_rows``), so that a duplicate in flight is seen."""
+    rows = task_moves.claim(
+        conn, namespace_id, queues, max_tasks, lease_seconds, key=key, fingerprint=fingerprint
+    )
+    replayed = bool(rows) and rows[0].replayed
+    if replayed and any(r.claim_fingerprint != fingerprint for r in rows):
+        raise IdempotencyConflict("this Idempotency-Key was already used with a different request")
+    tasks = sorted((_task(r) for r in rows), key=lambda t: (t["created_at"], t["id"]))
+    for t in tasks:
+        del t["claim_fingerprint"], t["replayed"]
+    return tasks, replayed
 
 
 def heartbeat(conn: Connection, namespace_id: str, task_id: str, epoch: int, lease_seconds: float) -> dict:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 import uuid
 
+import pytest
 from sqlalchemy import text
 
 from app import idempotency
 from app.db import transaction
+from app.errors import IdempotencyConflict
 from app.sql import run
 
 
@@ -72,3 +74,62 @@ def test_a_duplicate_in_flight_waits_for_the_first_and_replays_it_or_owns_the_ke
                 text("SELECT count(*) FROM idempotency_receipts WHERE key = :k"), {"k": key}
             ).scalar_one()
         assert n == 1
+
+
+def test_a_claim_in_flight_with_the_same_key_is_waited_for_and_answered_again(engine):
+    """A task claim keeps its key on the tasks it claims (no receipt row): a duplicate that arrives while
+    the first is still in its transaction waits on the key's lock, then reads with a snapshot taken after
+    the first committed, and answers the first's tasks instead of claiming others."""
+    from app.engine import task_protocol
+    from tests.engine.helpers import publish, start
+
+    ns = "ns-" + uuid.uuid4().hex[:8]
+    def_id = publish(
+        engine,
+        ns,
+        {
+            "version": "v1",
+            "input_schema": {},
+            "deadline_seconds": 600,
+            "steps": [{"key": "t", "kind": "TASK", "queue": "q"}],
+        },
+    )
+    for i in range(3):
+        start(engine, ns, def_id, {"i": i})
+    k = idempotency.Key(scope=ns, route="POST /v1/tasks/claim", key=uuid.uuid4().hex, fp="f1")
+    first_claimed, answers = threading.Event(), []
+
+    def claim(conn, pause: bool) -> tuple[int, list, bool]:
+        tasks, replayed = task_protocol.claim_keyed(conn, ns, ["q"], 2, 60, k.key, k.fp)
+        if pause:
+            first_claimed.set()
+            run(conn, "SELECT pg_sleep(0.3)")  # the second is waiting on the key's lock meanwhile
+        return 200, [[t["id"], t["epoch"]] for t in tasks], replayed
+
+    def second() -> None:
+        first_claimed.wait(10)
+        answers.append(idempotency.execute_on_rows(k, lambda conn: claim(conn, False), engine=engine))
+
+    t = threading.Thread(target=second)
+    t.start()
+    first = idempotency.execute_on_rows(k, lambda conn: claim(conn, True), engine=engine)
+    t.join(20)
+    assert not first.replayed and len(first.json()) == 2
+    assert answers[0].replayed and answers[0].json() == first.json()
+    with engine.connect() as conn:
+        states = conn.execute(
+            text("SELECT state, count(*) FROM workflow_tasks WHERE namespace_id = :ns GROUP BY state"),
+            {"ns": ns},
+        ).all()
+        receipts = conn.execute(
+            text("SELECT count(*) FROM idempotency_receipts WHERE scope = :ns"), {"ns": ns}
+        ).scalar_one()
+    assert sorted(states) == [("CLAIMED", 2), ("PENDING", 1)] and receipts == 0
+    # the same key with another request is refused, and claims nothing
+    other = idempotency.Key(scope=ns, route=k.route, key=k.key, fp="f2")
+    with pytest.raises(IdempotencyConflict):
+        idempotency.execute_on_rows(
+            other,
+            lambda conn: (200, task_protocol.claim_keyed(conn, ns, ["q"], 2, 60, k.key, "f2")[0], True),
+            engine=engine,
+        )

@@ -64,9 +64,17 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :roun
     )
 
 
+# The claim and its receipt in one statement. ``prior``: the tasks a claim with this Idempotency-Key
+# (``:key``; NULL for a claim without one, which finds none) took, still at the epoch it gave them (a later
+# claim of a task overwrites its key); when there are any, nothing is claimed and they are answered again
+# (``replayed``). Otherwise the picked tasks are claimed and carry the key and the request's fingerprint.
 _CLAIM = text(
     f"""
-WITH picked AS (
+WITH prior AS MATERIALIZED (
+    SELECT {TASK_COLS}, t.claim_fingerprint FROM workflow_tasks t
+    WHERE t.namespace_id = :ns AND t.claim_key = CAST(:key AS text)
+),
+picked AS (
     SELECT t.id FROM workflow_tasks t
     WHERE t.namespace_id = :ns AND t.queue = ANY(CAST(:queues AS text[]))
       AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))
@@ -76,21 +84,53 @@ WITH picked AS (
       AND (t.purpose = 'COMPENSATION'
            OR NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id
                           AND (i.paused OR i.cancel_requested_at IS NOT NULL OR i.state = 'CANCELLING')))
+      AND NOT EXISTS (SELECT 1 FROM prior)
     ORDER BY t.created_at, t.id
     LIMIT :n
     FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE workflow_tasks t SET state = 'CLAIMED', epoch = t.epoch + 1, updated_at = now(),
+        lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at),
+        claim_key = CAST(:key AS text), claim_fingerprint = CAST(:fp AS text)
+    FROM picked WHERE t.id = picked.id
+    RETURNING {TASK_COLS}, t.claim_fingerprint
 )
-UPDATE workflow_tasks t SET state = 'CLAIMED', epoch = t.epoch + 1, updated_at = now(),
-    lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at)
-FROM picked WHERE t.id = picked.id
-RETURNING {TASK_COLS}
+SELECT claimed.*, false AS replayed FROM claimed
+UNION ALL
+SELECT prior.*, true FROM prior
 """
 )
 
 
-def claim(conn: Connection, namespace_id: str, queues: list[str], n: int, lease_seconds: float) -> list[Any]:
-    """PENDING (or CLAIMED with an expired lease) -> CLAIMED, epoch + 1, oldest first."""
-    return list(run(conn, _CLAIM, {"ns": namespace_id, "queues": queues, "n": n, "lease": lease_seconds}))
+def claim(
+    conn: Connection,
+    namespace_id: str,
+    queues: list[str],
+    n: int,
+    lease_seconds: float,
+    *,
+    key: str | None = None,
+    fingerprint: str | None = None,
+) -> list[Any]:
+    """PENDING (or CLAIMED with an expired lease) -> CLAIMED, epoch + 1, oldest first; the claimed rows
+    keep ``key`` and ``fingerprint`` (the request's Idempotency-Key and fingerprint). When tasks carry
+    ``key`` already, nothing is claimed and those rows are returned (``replayed`` true, with the
+    ``claim_fingerprint`` of the request that claimed them)."""
+    return list(
+        run(
+            conn,
+            _CLAIM,
+            {
+                "ns": namespace_id,
+                "queues": queues,
+                "n": n,
+                "lease": lease_seconds,
+                "key": key,
+                "fp": fingerprint if key is not None else None,
+            },
+        )
+    )
 
 
 def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:
