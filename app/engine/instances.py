@@ -114,7 +114,7 @@ def start_workflow(
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
     # the audit and the deadline job left the instance and its steps as they were inserted
     started = advance.settle_progress(conn, iid, inst, rows)
-    quotas.check(conn, namespace_id, ver["queues"])
+    quotas.check(conn, namespace_id, iid, ver["queues"])
     return started
 
 
