@@ -75,11 +75,14 @@ def start_workflow(
     parent: tuple[str, str] | None = None,
     on_created: Callable[[Connection, dict], None] | None = None,
     schedule: tuple[str, datetime] | None = None,
+    automation_chain: list[str] | None = None,
 ) -> dict:
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
     the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
     once the instance row exists, before its first activations (the start audit row comes first).
-    ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance."""
+    ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance;
+    ``automation_chain``: the automation rules that started it (X-AUTO), likewise. The instance row is
+    inserted as the start settles it and written at most once more (``advance.settle_progress``)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
     if check_queues is not None:
@@ -106,6 +109,7 @@ def start_workflow(
             "parent_step": parent[1] if parent else None,
             "schedule": schedule[0] if schedule else None,
             "schedule_fire_at": schedule[1] if schedule else None,
+            "chain": automation_chain,
         },
     )
     rows = step_moves.insert_all(conn, iid, doc["steps"])
@@ -113,7 +117,7 @@ def start_workflow(
         on_created(conn, inst)
     work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=inst["deadline_at"])
     # the audit and the deadline job left the instance and its steps as they were inserted
-    started = advance.settle_progress(conn, iid, inst, rows)
+    started = advance.settle_progress(conn, iid, inst, rows, new=True)
     quotas.check(conn, namespace_id, iid, ver["queues"])
     return started
 
