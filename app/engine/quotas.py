@@ -9,8 +9,9 @@ no quota row.
 
 **The tasks are counted where they are.** The open (PENDING or CLAIMED) tasks of a namespace, and of each
 queue, are counted by the check from ``ix_workflow_tasks_claim`` (the claim path's partial index: open
-tasks only, by namespace and queue), each count bounded by what its cap needs (``LIMIT``): the work of
-a check grows with the namespace's open tasks up to its cap, never past it. A queue's PENDING tasks are
+tasks only, by namespace and queue), each count bounded by what its cap needs (``LIMIT``), and a queue's
+only when the namespace's are enough to fill it: the work of a check grows with the namespace's open
+tasks up to its cap, never past it. A queue's PENDING tasks are
 its open tasks minus its live claims (``ix_workflow_tasks_claimed_lease``: claimed tasks only, the work
 in flight). The start's own tasks, already inserted when the check runs, are left out.
 
@@ -69,9 +70,12 @@ _OPEN = "state IN ('PENDING', 'CLAIMED')"  # the predicate of ix_workflow_tasks_
 # The figures of one start: the committed unfinished instances of the namespace (this transaction's own
 # change is not written before its commit), its open tasks and, per queue of the definition, its PENDING
 # tasks (open minus live claims; queue NULL when it has none), the start's own tasks left out. Each count
-# stops where its cap is reached (a figure at its cap is refused whatever lies past it). ``far``: every
-# cap leaves room for every start that may be in flight, and then the namespace's start lock is taken in
-# SHARE mode by the same statement.
+# stops where its cap is reached (a figure at its cap is refused whatever lies past it). A queue's tasks
+# are not counted when the namespace's, counted whole (``whole``: below their bound), are too few to
+# reach the queue's cap (with the margin of the starts in flight in the SHARED statement): no queue holds
+# more than its namespace, and ``pending`` is then 0, which decides nothing. ``far``: every cap leaves
+# room for every start that may be in flight, and then the namespace's start lock is taken in SHARE mode
+# by the same statement.
 _FIGURES = """
 WITH u AS MATERIALIZED (
     SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight
@@ -79,20 +83,26 @@ WITH u AS MATERIALIZED (
 own AS MATERIALIZED (
     SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own AND {open} GROUP BY queue),
 o AS MATERIALIZED (
-    SELECT count(*) - (SELECT COALESCE(sum(n), 0) FROM own) AS open_tasks
-    FROM (SELECT 1 FROM workflow_tasks WHERE namespace_id = :ns AND {open}
-          LIMIT GREATEST(:work_limit - (SELECT unfinished FROM u), 0) + (SELECT COALESCE(sum(n), 0) FROM own)) x),
+    SELECT c.n - w.own AS open_tasks, c.n < w.bound AS whole
+    FROM (SELECT GREATEST(:work_limit - (SELECT unfinished FROM u), 0) + s.own AS bound, s.own
+          FROM (SELECT COALESCE(sum(n), 0) AS own FROM own) s) w
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM workflow_tasks WHERE namespace_id = :ns AND {open} LIMIT w.bound) x) c),
 q AS MATERIALIZED (
-    SELECT q.queue, q.n, c.open - l.live - COALESCE(own.n, 0) AS pending
+    SELECT q.queue, q.n,
+           CASE WHEN o.whole AND o.open_tasks + {margin} < :queue_limit THEN 0 ELSE (
+               SELECT c.open - c.live - COALESCE(own.n, 0) FROM (
+                   SELECT l.live, (
+                       SELECT count(*) FROM (
+                           SELECT 1 FROM workflow_tasks t WHERE t.namespace_id = :ns AND t.queue = q.queue
+                           AND t.{open} LIMIT :queue_limit + l.live + COALESCE(own.n, 0)) x) AS open
+                   FROM (SELECT count(*) AS live FROM workflow_tasks t
+                         WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED'
+                         AND t.lease_expires_at > now()) l) c)
+           END AS pending
     FROM unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n)
-    LEFT JOIN own ON own.queue = q.queue
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS live FROM workflow_tasks t
-        WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED' AND t.lease_expires_at > now()) l
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS open FROM (
-            SELECT 1 FROM workflow_tasks t WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.{open}
-            LIMIT :queue_limit + l.live + COALESCE(own.n, 0)) x) c),
+    LEFT JOIN own ON own.queue = q.queue CROSS JOIN o CROSS JOIN u),
 f AS MATERIALIZED (
     SELECT u.unfinished + u.flight < :instance_limit
        AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * {tasks} >= :queue_limit)
@@ -103,8 +113,12 @@ SELECT q.queue, q.pending, u.unfinished, o.open_tasks, f.far,
 FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true
 ORDER BY q.n
 """
-_SHARED = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, lock="true"))
-_EXACT = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, lock="false"))
+_SHARED = text(
+    _FIGURES.format(
+        tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin=f"u.flight * {TASKS_PER_TRANSACTION}", lock="true"
+    )
+)
+_EXACT = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false"))
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 
 

@@ -192,3 +192,23 @@ def test_the_check_counts_open_tasks_from_the_rows_without_the_starts_own(eng, m
     with pytest.raises(QuotaExceeded) as e:
         start(eng, ns, def_id, {})
     assert e.value.code == "APPLICATION_FULL"
+
+
+def test_a_queue_quota_counts_its_queue_whatever_the_namespace_holds(eng, monkeypatch):
+    """The check counts a queue's tasks only when the namespace holds enough open tasks to fill it; then it
+    counts that queue's, not the namespace's: tasks of other queues never fill it."""
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)  # opens a task on qc.a
+    other = publish(
+        eng, ns, {**TWO_QUEUES, "steps": [{"key": "x", "kind": "TASK", "queue": "qc.other"}]}, name="other"
+    )
+    for _ in range(4):
+        start(eng, ns, other, {})
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "2")  # the namespace's 4 open tasks could fill it
+    start(eng, ns, def_id, {})
+    start(eng, ns, def_id, {})  # qc.a: 1 pending before it
+    with pytest.raises(QuotaExceeded) as e:
+        start(eng, ns, def_id, {})  # qc.a: 2
+    assert e.value.code == "QUEUE_FULL" and "'qc.a'" in str(e.value)
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "7")  # the namespace's 6 cannot: not counted
+    start(eng, ns, def_id, {})
