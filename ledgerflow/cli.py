@@ -136,8 +136,8 @@ def db_upgrade(revision: str) -> None:
 
 @db.command("repair-quota-counts")
 def db_repair_quota_counts() -> None:
-    """Recount the quota counters from the instances and tasks (when `ledgerflow doctor` says they
-    differ). Holds writers of those two tables for the recount."""
+    """Recount the quota counters from the instances (when `ledgerflow doctor` says they differ).
+    Holds writers of the instance table for the recount."""
     from app.db import transaction
     from app.engine.quotas import repair as repair_quota_counts
 

@@ -312,10 +312,10 @@ def check_quota_counts() -> list[Check]:
     from app.engine.quotas import drift as quota_count_drift
 
     with _engine().connect() as conn:
-        conn.exec_driver_sql("SET LOCAL statement_timeout = '30s'")  # a recount of the open work
+        conn.exec_driver_sql("SET LOCAL statement_timeout = '30s'")  # a recount of the unfinished instances
         drift = quota_count_drift(conn, limit=5)
     if not drift:
-        return [Check("quota counts", OK, "the quota counters agree with the instances and tasks")]
+        return [Check("quota counts", OK, "the quota counters agree with the unfinished instances")]
     sample = "; ".join(
         f"{d['namespace_id']} {d['what']}: kept {d['kept']}, counted {d['counted']}" for d in drift
     )
@@ -324,8 +324,8 @@ def check_quota_counts() -> list[Check]:
             "quota counts",
             FAIL,
             f"the quota counters differ from the rows ({sample})",
-            "something wrote the instance or task tables without their triggers (TRUNCATE, replication "
-            "role, triggers disabled): run `ledgerflow db repair-quota-counts`",
+            "something wrote the instance table behind the engine (TRUNCATE, a bulk load, a hand-made "
+            "change): run `ledgerflow db repair-quota-counts`",
         )
     ]
 

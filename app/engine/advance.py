@@ -56,13 +56,21 @@ MAX_ROUNDS = 10_000
 
 
 def settle_progress(
-    conn: Connection, instance_id: str, inst: dict | None = None, rows: dict[str, dict] | None = None
+    conn: Connection,
+    instance_id: str,
+    inst: dict | None = None,
+    rows: dict[str, dict] | None = None,
+    *,
+    new: bool = False,
 ) -> dict:
     """Activate every step whose dependencies succeeded, then recompute the instance state. ``inst``:
     the instance row, when the caller has just read or written it (a new instance) and nothing wrote it
     since; an Activate round writes no column of the instance row either, so the next round reuses it.
     ``rows``: the step rows by key, likewise (a new instance's, as inserted); an Activate round that
-    consumed no early signal moved only the steps it activated, so the next round reuses them too."""
+    consumed no early signal moved only the steps it activated, so the next round reuses them too.
+    ``new``: the instance was inserted by this transaction (a start), already RUNNING at the revision of
+    its first move (``instance_moves.create``): a start that leaves it RUNNING writes its row no more,
+    one that leaves it WAITING writes the state alone."""
     doc: dict | None = None
     for _ in range(MAX_ROUNDS):
         if rows is None:
@@ -107,6 +115,10 @@ def settle_progress(
                 )
             return stopping.finish(conn, inst, InstanceState.SUCCEEDED, output=output)
         assert isinstance(effect, SetProgress)
+        if new and effect.state is not None:
+            if effect.state == inst["state"]:
+                return inst  # the row was inserted as this move leaves it
+            return instance_moves.set_progress(conn, instance_id, effect.state, bump=False)
         if effect.state is None:
             return instance_moves.touch(conn, instance_id)
         return instance_moves.set_progress(conn, instance_id, effect.state)

@@ -76,11 +76,14 @@ def start_workflow(
     parent: tuple[str, str] | None = None,
     on_created: Callable[[Connection, dict], None] | None = None,
     schedule: tuple[str, datetime] | None = None,
+    automation_chain: list[str] | None = None,
 ) -> dict:
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
     the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
     once the instance row exists, before its first activations (the start audit row comes first).
-    ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance."""
+    ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance;
+    ``automation_chain``: the automation rules that started it (X-AUTO), likewise. The instance row is
+    inserted as the start settles it and written at most once more (``advance.settle_progress``)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
     if check_queues is not None:
@@ -107,17 +110,18 @@ def start_workflow(
             "parent_step": parent[1] if parent else None,
             "schedule": schedule[0] if schedule else None,
             "schedule_fire_at": schedule[1] if schedule else None,
+            "chain": automation_chain,
         },
     )
     rows = step_moves.insert_all(conn, iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
     # the audit left the instance and its steps as they were inserted
-    started = advance.settle_progress(conn, iid, inst, rows)
+    started = advance.settle_progress(conn, iid, inst, rows, new=True)
     if started["state"] not in TERMINAL and started["stop_requested_at"] is None:
         # the workflow deadline: the instance's watch, which its first tasks (if any) armed earlier
         work.arm_watch(conn, started, doc["deadline_seconds"])
-    quotas.check(conn, namespace_id, ver["queues"])
+    quotas.check(conn, namespace_id, iid, ver["queues"])
     return started
 
 

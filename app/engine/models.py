@@ -234,7 +234,8 @@ tasks = Table(
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )
-# The claim path: open tasks of a queue in creation order (CLAIMED ones come back once their lease expired).
+# The claim path: open tasks of a queue in creation order (CLAIMED ones come back once their lease expired);
+# the quota check counts a namespace's and a queue's open tasks from it.
 Index(
     "ix_workflow_tasks_claim",
     tasks.c.namespace_id,
@@ -259,19 +260,17 @@ Index(
     postgresql_where=text("state = 'CLAIMED'"),
 )
 
-# W-START-8 / W-ERR quotas without counting rows at every start (migrations 0017, 0018_i27): per namespace
-# and stripe (the committing backend's pid modulo 16), the unfinished instances, the open (PENDING or
-# CLAIMED) tasks and each queue's open tasks (``{"queue": n}``). ``app.engine.quotas`` adds a
-# transaction's changes with one statement at its commit (none when they cancel out);
-# ``app.engine.quotas.check`` sums the stripes.
+# W-START-8 / W-ERR quotas without counting the instances at every start (migrations 0017, 0018_i27,
+# 0019_quota_tasks): per namespace and stripe (the committing backend's pid modulo 16), the unfinished
+# instances. ``app.engine.quotas`` adds a transaction's change with one statement at its commit (a start
+# or an end of an instance; none when they cancel out); ``app.engine.quotas.check`` sums the stripes and
+# counts the open tasks from ``ix_workflow_tasks_claim``.
 quota_counts = Table(
     "workflow_quota_counts",
     metadata,
     Column("namespace_id", Text, primary_key=True),
     Column("stripe", SmallInteger, primary_key=True),
     Column("unfinished", BigInteger, nullable=False, server_default=text("0")),
-    Column("open_tasks", BigInteger, nullable=False, server_default=text("0")),
-    Column("open_by_queue", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
 )
 
 signals = Table(

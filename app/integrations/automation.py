@@ -573,10 +573,6 @@ def start_from_event(
             raise PermissionDenied(why)
 
     def created(c: Connection, inst: dict) -> None:
-        c.execute(
-            text("UPDATE workflow_instances SET automation_chain = CAST(:ch AS text[]) WHERE id = :i"),
-            {"ch": new_chain, "i": inst["id"]},
-        )
         oplog.advance(
             c,
             inst,
@@ -589,7 +585,9 @@ def start_from_event(
             },
         )
 
-    inst = instances.start_workflow(conn, ns, body, check_queues=check_queues, on_created=created)
+    inst = instances.start_workflow(
+        conn, ns, body, check_queues=check_queues, on_created=created, automation_chain=new_chain
+    )
     return {"workflow_id": inst["id"]}
 
 

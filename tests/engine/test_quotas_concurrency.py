@@ -63,3 +63,26 @@ def test_concurrent_starts_never_exceed_the_queue_quota(eng, monkeypatch):
     def_id = publish(eng, ns, DOC)
     ok, refused = _race(eng, ns, def_id, 10)
     assert len(ok) == 3 and {e.code for e in refused} == {"QUEUE_FULL"}
+
+
+def test_concurrent_starts_never_exceed_the_application_quota(eng, monkeypatch):
+    """APPLICATION_FULL counts the open tasks from their rows at the check: concurrent starts still end
+    exactly where one at a time would (each start is 1 instance + 2 tasks; admitted while the work before
+    it is below 10: at 0, 3, 6 and 9 units)."""
+    monkeypatch.setenv("LEDGERFLOW_APPLICATION_WORK_LIMIT", "10")
+    ns = "ns-" + new_id()[:8]
+    two_tasks = {
+        **DOC,
+        "steps": [
+            {"key": "a", "kind": "TASK", "queue": "quota.a"},
+            {"key": "b", "kind": "TASK", "queue": "quota.b"},
+        ],
+    }
+    def_id = publish(eng, ns, two_tasks)
+    ok, refused = _race(eng, ns, def_id, 10)
+    assert len(ok) == 4 and {e.code for e in refused} == {"APPLICATION_FULL"}
+    with eng.connect() as conn:
+        tasks = conn.execute(
+            text("SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns"), {"ns": ns}
+        ).scalar_one()
+    assert tasks == 8

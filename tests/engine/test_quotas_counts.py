@@ -1,7 +1,8 @@
-"""The quota counts (``app.engine.quotas``: written by the engine once per transaction) always equal what a
-recount of the rows gives, whatever moves the instances and tasks went through; a rolled back transaction
-leaves them untouched; a start's check reads counter rows, not the namespace's rows; and a transaction whose
-changes cancel out writes no count."""
+"""The quota count of unfinished instances (``app.engine.quotas``: written by the engine once per transaction,
+at an instance's start and end) always equals what a recount of the rows gives, whatever moves the
+instances and tasks went through; a rolled back transaction leaves it untouched; a start's check reads the
+counter rows for the instances, not the instance rows; the open tasks are counted from their rows, so no
+task change writes a quota row, and a start's own tasks are left out of its check."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy import text
 
 from app.db import transaction
 from app.engine import control, instances, quotas
-from app.errors import LimitExceeded
+from app.errors import LimitExceeded, QuotaExceeded
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, publish, start
 
@@ -29,28 +30,29 @@ TWO_QUEUES = {
 _RECOUNT = """
 SELECT (SELECT count(*) FROM workflow_instances WHERE namespace_id = :ns
           AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) AS unfinished,
-       (SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')) AS open_tasks,
-       (SELECT COALESCE(jsonb_object_agg(queue, c), '{}'::jsonb) FROM (
-            SELECT queue, count(*) AS c FROM workflow_tasks WHERE namespace_id = :ns
-            AND state IN ('PENDING', 'CLAIMED') GROUP BY queue) x) AS open_by_queue
+       (SELECT count(*) FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')) AS open_tasks
 """
-_COUNTERS = """
-SELECT COALESCE(sum(unfinished), 0) AS unfinished, COALESCE(sum(open_tasks), 0) AS open_tasks,
-       COALESCE((SELECT jsonb_object_agg(k, s) FROM (
-            SELECT k, sum(v::bigint) AS s FROM workflow_quota_counts, jsonb_each_text(open_by_queue) AS e(k, v)
-            WHERE namespace_id = :ns GROUP BY k HAVING sum(v::bigint) <> 0) y), '{}'::jsonb) AS open_by_queue
-FROM workflow_quota_counts WHERE namespace_id = :ns
-"""
+_COUNTERS = "SELECT COALESCE(sum(unfinished), 0) FROM workflow_quota_counts WHERE namespace_id = :ns"
 
 
 def _assert_counts_match(eng, ns: str) -> dict:
+    """The kept count of unfinished instances equals the recount; returns the recount (and the open tasks)."""
     with eng.connect() as conn:
         truth = dict(conn.execute(text(_RECOUNT), {"ns": ns}).one()._mapping)
-        kept = dict(conn.execute(text(_COUNTERS), {"ns": ns}).one()._mapping)
-    assert {
-        k: int(v) if k != "open_by_queue" else {q: int(n) for q, n in v.items()} for k, v in kept.items()
-    } == truth
+        kept = conn.execute(text(_COUNTERS), {"ns": ns}).scalar_one()
+    assert kept == truth["unfinished"]
     return truth
+
+
+def _versions(eng, ns: str) -> set:
+    """The row versions (``xmin``) of the namespace's count rows: unchanged when nothing wrote them."""
+    with eng.connect() as conn:
+        return set(
+            conn.execute(
+                text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
+                {"ns": ns},
+            ).all()
+        )
 
 
 def test_counts_follow_every_move_of_instances_and_tasks(eng):
@@ -139,7 +141,7 @@ def test_drift_is_found_and_repaired(eng):
         conn.execute(text("TRUNCATE workflow_quota_counts"))
     with eng.connect() as conn:
         drift = {d["what"]: (d["kept"], d["counted"]) for d in quotas.drift(conn)}
-    assert drift == {"unfinished": (0, 3), "open_tasks": (0, 3), "open:qc.a": (0, 3)}
+    assert drift == {"unfinished": (0, 3)}
     check = check_quota_counts()[0]
     assert check.status == "fail" and "repair-quota-counts" in check.fix
     r = CliRunner().invoke(main, ["db", "repair-quota-counts"])
@@ -150,35 +152,63 @@ def test_drift_is_found_and_repaired(eng):
         assert quotas.drift(conn) == []
 
 
-def test_a_task_step_that_opens_the_next_task_on_its_queue_writes_no_count(eng):
-    """The counts are written once per transaction, and not at all when its changes cancel out:
-    completing task ``a`` opens ``b`` on the same queue (open tasks -1 +1); a claim changes no count.
+def test_no_task_change_writes_a_quota_row(eng):
+    """The open tasks are counted from their rows: a task's claim, its completion (which opens the next task,
+    here on another queue) and its failure write no quota row; only an instance's start and end do.
     Unchanged row versions (``xmin``) of the namespace's count rows show that nothing was written."""
-    same_queue = {
-        **TWO_QUEUES,
-        "steps": [
-            {**TWO_QUEUES["steps"][0], "queue": "qc.same"},
-            {**TWO_QUEUES["steps"][1], "queue": "qc.same"},
-        ],
-    }
     ns = "ns-" + new_id()[:8]
-    def_id = publish(eng, ns, same_queue)
+    def_id = publish(eng, ns, TWO_QUEUES)
     start(eng, ns, def_id, {})
+    before = _versions(eng, ns)
+    task = claim_task(eng, ns, "qc.a")
+    assert _versions(eng, ns) == before
+    complete_task(eng, ns, task, {"ok": True})  # a closes, b opens on qc.b
+    assert _versions(eng, ns) == before
+    assert _assert_counts_match(eng, ns) == {"unfinished": 1, "open_tasks": 1}
+    complete_task(eng, ns, claim_task(eng, ns, "qc.b"), {"ok": True})  # the end: -1 instance
+    assert _versions(eng, ns) != before
+    assert _assert_counts_match(eng, ns) == {"unfinished": 0, "open_tasks": 0}
 
-    def versions() -> set:
-        with eng.connect() as conn:
-            return set(
-                conn.execute(
-                    text("SELECT stripe, xmin::text FROM workflow_quota_counts WHERE namespace_id = :ns"),
-                    {"ns": ns},
-                ).all()
-            )
 
-    before = versions()
-    task = claim_task(eng, ns, "qc.same")
-    complete_task(eng, ns, task, {"ok": True})
-    assert versions() == before
-    assert _assert_counts_match(eng, ns)["open_tasks"] == 1
-    complete_task(eng, ns, claim_task(eng, ns, "qc.same"), {"ok": True})  # the end: -1 task, -1 instance
-    assert versions() != before
-    assert _assert_counts_match(eng, ns) == {"unfinished": 0, "open_tasks": 0, "open_by_queue": {}}
+def test_the_check_counts_open_tasks_from_the_rows_without_the_starts_own(eng, monkeypatch):
+    """QUEUE_FULL and APPLICATION_FULL come from the task rows as they are when the start checks: tasks
+    closed behind the engine's back free the quota at once (no count to drift), and the start's own tasks,
+    already inserted when it checks, are not counted (a start into an empty queue of quota 1 passes)."""
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "1")
+    start(eng, ns, def_id, {})  # its own task on qc.a is not counted against it
+    with pytest.raises(QuotaExceeded) as e:
+        start(eng, ns, def_id, {})
+    assert e.value.code == "QUEUE_FULL"
+    with eng.begin() as conn:
+        conn.execute(
+            text("UPDATE workflow_tasks SET state = 'CANCELLED' WHERE namespace_id = :ns"), {"ns": ns}
+        )
+    start(eng, ns, def_id, {})
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "100")
+    monkeypatch.setenv("LEDGERFLOW_APPLICATION_WORK_LIMIT", "4")  # 2 unfinished + 1 open task: 3 units
+    start(eng, ns, def_id, {})  # 3 unfinished + 2 open tasks: full
+    with pytest.raises(QuotaExceeded) as e:
+        start(eng, ns, def_id, {})
+    assert e.value.code == "APPLICATION_FULL"
+
+
+def test_a_queue_quota_counts_its_queue_whatever_the_namespace_holds(eng, monkeypatch):
+    """The check counts a queue's tasks only when the namespace holds enough open tasks to fill it; then it
+    counts that queue's, not the namespace's: tasks of other queues never fill it."""
+    ns = "ns-" + new_id()[:8]
+    def_id = publish(eng, ns, TWO_QUEUES)  # opens a task on qc.a
+    other = publish(
+        eng, ns, {**TWO_QUEUES, "steps": [{"key": "x", "kind": "TASK", "queue": "qc.other"}]}, name="other"
+    )
+    for _ in range(4):
+        start(eng, ns, other, {})
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "2")  # the namespace's 4 open tasks could fill it
+    start(eng, ns, def_id, {})
+    start(eng, ns, def_id, {})  # qc.a: 1 pending before it
+    with pytest.raises(QuotaExceeded) as e:
+        start(eng, ns, def_id, {})  # qc.a: 2
+    assert e.value.code == "QUEUE_FULL" and "'qc.a'" in str(e.value)
+    monkeypatch.setenv("LEDGERFLOW_QUEUE_PENDING_LIMIT", "7")  # the namespace's 6 cannot: not counted
+    start(eng, ns, def_id, {})

@@ -21,18 +21,28 @@ _W_COLUMNS = ", ".join("w." + c.strip() for c in INSTANCE_COLUMNS.split(","))
 _CONTROL = "control_revision = control_revision + 1, " + _BUMP
 
 
+# The revision a new instance is inserted with: the start's one move of its progress (``set_progress``,
+# RUNNING) already counted, so that a start whose first steps leave it RUNNING writes its row once.
+STARTED_REVISION = 2
+
+
 def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
-    """A new instance, RUNNING (W-START-6); returns it as ``store.read_instance`` would."""
+    """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
+    ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
+    first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
+    None. Returns it as ``store.read_instance`` would."""
     created = one(
         conn,
         "instance create",
         row["id"],
         [],
         f"""
-INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
-    business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id, schedule_fire_at)
-VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', CAST(:input AS jsonb), :bk, CAST(:queues AS text[]),
-    now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :schedule, :schedule_fire_at)
+INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, revision,
+    input, business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id,
+    schedule_fire_at, automation_chain)
+VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', {STARTED_REVISION}, CAST(:input AS jsonb), :bk,
+    CAST(:queues AS text[]), now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :schedule,
+    :schedule_fire_at, CAST(:chain AS text[]))
 RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace_id")} AS listened
 """,
         row,
@@ -44,15 +54,16 @@ RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace
     return inst
 
 
-def set_progress(conn: Connection, iid: str, state: str) -> dict[str, Any]:
+def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -> dict[str, Any]:
     """RUNNING <-> WAITING as the steps move (``decide.progress``); an event when the state changed.
+    ``bump`` False: the row already counts this move in ``revision`` (a new instance, ``create``).
     Returns the instance as ``store.read_instance`` would."""
     row = one(
         conn,
         f"instance -> {state}",
         iid,
         ADVANCING,
-        f"UPDATE workflow_instances w SET state = :s, {_BUMP} FROM (SELECT state AS old FROM workflow_instances "
+        f"UPDATE workflow_instances w SET state = :s{', ' + _BUMP if bump else ''} FROM (SELECT state AS old FROM workflow_instances "
         f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
         {"id": iid, "s": state, "from": states(ADVANCING)},
     )

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from app.engine import events, quotas
+from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many, maybe, one, states
@@ -25,8 +25,7 @@ _EVENT_COLS = "RETURNING id, namespace_id, queue, instance_id, step_key, activat
 
 
 def _task_event(conn: Connection, event_type: str, row: Any) -> None:
-    """An open task closed (completed, failed, timed out, cancelled): its event and its quota count."""
-    quotas.task(conn, row.namespace_id, row.queue, -1)
+    """An open task closed (completed, failed, timed out, cancelled): its event."""
     events.emit(
         conn,
         row.instance_id,
@@ -51,7 +50,6 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :roun
 """,
         {"round": None, "purpose": "STEP", "output": None, **row},
     )
-    quotas.task(conn, row["ns"], row["queue"], +1)
     events.emit(
         conn,
         row["inst"],
