@@ -182,11 +182,11 @@ INVARIANTS: list[tuple[str, str]] = [
     ),
     (
         "no activation doubled (one activation per step of a finished workflow)",
-        "SELECT count(*) FROM (SELECT step_id FROM workflow_activations GROUP BY 1 HAVING count(*) > 1) d",
+        "SELECT count(*) FROM (SELECT step_id FROM workflow_all_activations GROUP BY 1 HAVING count(*) > 1) d",
     ),
     (
         "at most one open activation per step",
-        "SELECT count(*) FROM (SELECT step_id FROM workflow_activations WHERE state IN ('ACTIVE', 'WAITING') "
+        "SELECT count(*) FROM (SELECT step_id FROM workflow_all_activations WHERE state IN ('ACTIVE', 'WAITING') "
         "GROUP BY 1 HAVING count(*) > 1) d",
     ),
     (

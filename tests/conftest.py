@@ -42,6 +42,13 @@ UNIT_DIR = ROOT / "tests" / "unit"
 def pytest_configure(config: pytest.Config) -> None:
     os.environ["LEDGERFLOW_REDIS_NAMESPACE"] = f"lf-test-{_SESSION}"
     os.environ.setdefault("PYTHONPATH", str(ROOT))
+    # the built-in handlers, registered once for the session as a worker process does: a handler module
+    # registers at its first import, so a test that saved and restored the registry around that import
+    # would leave every later test without it (``tests.ledger_helpers.restore_handlers``)
+    from actors.handler_modules import BUILTIN_HANDLER_MODULES
+    from app.ledger import handlers
+
+    handlers.load_modules(BUILTIN_HANDLER_MODULES)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:

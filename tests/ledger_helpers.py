@@ -11,12 +11,19 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from app.db import transaction
-from app.ledger import hints, transitions
+from app.ledger import handlers, hints, transitions
 from app.ledger.context import JobContext
 from app.ledger.enqueue import enqueue
 
 ADVANCE = "workflow-ledger"
 OUTBOUND = "workflow-ledger-outbound"
+
+
+def restore_handlers(saved: dict[str, handlers.Handler]) -> None:
+    """The handler registry back as ``saved`` (the built-in handlers are registered once for the whole
+    session by ``tests/conftest.py``, so every snapshot holds them)."""
+    handlers._handlers.clear()
+    handlers._handlers.update(saved)
 
 
 def add_job(engine: Engine, job_type: str = "delay_wake", payload: Any = None, **kw: Any) -> int:

@@ -38,15 +38,14 @@ def activate(
     kind = step["kind"]
     act_input = activation_input(kind, spec, mctx)
     state = StepState.WAITING if kind in (K.TIMER, K.SIGNAL) else StepState.ACTIVE
-    act_id, seq = step_moves.insert_activation(
+    act = step_moves.insert_activation(
         conn,
-        inst["id"],
         step,
-        state,
         act_input,
         task_attempts=1 if kind == K.TASK else 0,
         poll_deadline=inst["deadline_at"] if kind == K.POLL else None,
     )
+    act_id, seq = act.id, act.sequence
     task_id = None
     if kind == K.TASK:
         task_id = work.step_task(conn, inst, {**step, "activation_id": act_id}, spec, act_input, attempt=1)
@@ -112,7 +111,7 @@ def activate(
                 correlation_key=None,
                 inst_deadline=inst["deadline_at"],
             )
-    step_moves.activate(conn, step, state, act_id, seq, task_id=task_id, allowed=allowed)
+    step_moves.activate(conn, step, state, act, task_id=task_id, allowed=allowed)
     if kind == K.POLL:
         start_poll_round(conn, inst, {**step, "activation_id": act_id}, spec, used_rounds=0, round_attempts=0)
     oplog.advance(
@@ -137,9 +136,9 @@ def activate(
 def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:
     """An activation whose input mapping was refused (``mapping.MappingTooLarge``): the activation row
     exists (no input, no work) so the step can fail through ``advance.fail_step`` with the reason."""
-    act_id, seq = step_moves.insert_activation(conn, inst["id"], step, StepState.ACTIVE, None)
-    step_moves.activate(conn, step, StepState.ACTIVE, act_id, seq)
-    return {**step, "activation_id": act_id, "activation_sequence": seq, "state": StepState.ACTIVE}
+    act = step_moves.insert_activation(conn, step, None)
+    step_moves.activate(conn, step, StepState.ACTIVE, act)
+    return {**step, "activation_id": act.id, "activation_sequence": act.sequence, "state": StepState.ACTIVE}
 
 
 def start_poll_round(

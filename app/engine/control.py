@@ -74,9 +74,9 @@ _SYNC = [
     """UPDATE workflow_waits w SET deadline_at = j.run_at FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' IN ('timer', 'signal_timeout')
          AND w.activation_id = j.payload->>'activation_id' AND w.state = 'WAITING'""",
-    """UPDATE workflow_activations a SET poll_next_at = j.run_at FROM workflow_jobs j
+    """UPDATE workflow_steps s SET poll_next_at = j.run_at FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'poll'
-         AND a.id = j.payload->>'activation_id' AND a.poll_next_at IS NOT NULL""",
+         AND s.activation_id = j.payload->>'activation_id' AND s.poll_next_at IS NOT NULL""",
     """UPDATE workflow_signals s SET expires_at = j.run_at, updated_at = now() FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'signal_expiry'
          AND s.id = j.payload->>'signal_id' AND s.state = 'PENDING'""",

@@ -43,7 +43,7 @@ SELECT a.id, a.sequence, a.state, a.input::text AS input, a.output::text AS outp
        a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
        w.id AS wait_id, w.kind AS wait_kind, w.state AS wait_state, w.deadline_at AS wait_deadline_at,
        w.winner_signal_id, w.resolved_at AS wait_resolved_at, w.correlation_key
-FROM workflow_activations a LEFT JOIN workflow_waits w ON w.activation_id = a.id
+FROM workflow_all_activations a LEFT JOIN workflow_waits w ON w.activation_id = a.id
 WHERE a.step_id = :s AND (CAST(:before AS integer) IS NULL OR a.sequence < :before)
 ORDER BY a.sequence DESC LIMIT :lim
 """,
@@ -101,7 +101,7 @@ def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | Non
     rows = run(
         conn,
         f"""
-SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_activations a ON a.id = t.activation_id
+SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id
 WHERE t.step_id = :s AND t.purpose = 'STEP'
   AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
 ORDER BY t.created_at DESC, t.id DESC LIMIT :lim

@@ -133,6 +133,33 @@ Index(
     postgresql_where=text("parent_instance_id IS NOT NULL"),
 )
 
+
+def _poll_columns() -> list[Column]:
+    """POLL bookkeeping (W-STEP-3) of an activation."""
+    return [
+        Column("poll_used_rounds", Integer),
+        Column("poll_first_round", Integer),
+        Column("poll_first_round_attempts_used", Integer),
+        Column("poll_round_attempts", Integer),
+        Column("poll_deadline_at", DateTime(timezone=True)),
+        Column("poll_last_task_id", Text),
+        Column("poll_current_task_id", Text),
+        Column("poll_next_at", DateTime(timezone=True)),
+        Column("poll_resolved_at", DateTime(timezone=True)),
+    ]
+
+
+def _activation_columns() -> list[Column]:
+    """The current activation's bookkeeping on its step row (nullable: a BLOCKED step has none)."""
+    return [
+        Column("task_attempts", Integer),
+        Column("child_instance_id", Text),
+        *_poll_columns(),
+        Column("activated_at", DateTime(timezone=True)),
+        Column("completed_at", DateTime(timezone=True)),
+    ]
+
+
 steps = Table(
     "workflow_steps",
     metadata,
@@ -148,11 +175,22 @@ steps = Table(
     Column("task_id", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the current activation (``activation_id``, ``activation_sequence``): its own state, input,
+    # output, error and bookkeeping live on the step row; a replaced one is copied to workflow_activations
+    Column("act_state", Text),
+    Column("act_input", JSONB),
+    Column("act_output", JSONB),
+    Column("act_error", JSONB),
+    *_activation_columns(),
     CheckConstraint(_in("state", StepState), name="ck_workflow_steps_state"),
+    CheckConstraint(_in("act_state", StepState), name="ck_workflow_steps_act_state"),
     CheckConstraint(_in("kind", StepKind), name="ck_workflow_steps_kind"),
     UniqueConstraint("instance_id", "key", name="uq_workflow_steps_key"),
 )
 
+# Activations a later activation of the same step replaced (an operator's RETRY_STEP), copied from the
+# step row by ``step_moves.insert_activation``; ``workflow_all_activations`` (a view, migration 0019) is
+# this table plus every step's current activation, which is what the history reads.
 activations = Table(
     "workflow_activations",
     metadata,
@@ -166,29 +204,26 @@ activations = Table(
     Column("error", JSONB),
     Column("task_attempts", Integer, nullable=False, server_default=text("0")),
     Column("child_instance_id", Text),
-    # POLL bookkeeping (W-STEP-3)
-    Column("poll_used_rounds", Integer),
-    Column("poll_first_round", Integer),
-    Column("poll_first_round_attempts_used", Integer),
-    Column("poll_round_attempts", Integer),
-    Column("poll_deadline_at", DateTime(timezone=True)),
-    Column("poll_last_task_id", Text),
-    Column("poll_current_task_id", Text),
-    Column("poll_next_at", DateTime(timezone=True)),
-    Column("poll_resolved_at", DateTime(timezone=True)),
+    *_poll_columns(),
     Column("activated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("completed_at", DateTime(timezone=True)),
     CheckConstraint(_in("state", StepState), name="ck_workflow_activations_state"),
     UniqueConstraint("step_id", "sequence", name="uq_workflow_activations_sequence"),
 )
 Index("ix_workflow_activations_instance", activations.c.instance_id)
+# a task, a wait or a job names an activation: the step that runs it now
+Index(
+    "ix_workflow_steps_activation",
+    steps.c.activation_id,
+    postgresql_where=text("activation_id IS NOT NULL"),
+)
 
 waits = Table(
     "workflow_waits",
     metadata,
     Column("id", Text, primary_key=True),
     Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
-    Column("activation_id", Text, ForeignKey("workflow_activations.id"), nullable=False),
+    Column("activation_id", Text, nullable=False),  # the step's current activation or a replaced one
     Column("kind", Text, nullable=False),
     Column("state", Text, nullable=False, server_default=text("'WAITING'")),
     Column("name", Text),
@@ -211,7 +246,7 @@ tasks = Table(
     Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
     Column("step_id", Text, ForeignKey("workflow_steps.id"), nullable=False),
     Column("step_key", Text, nullable=False),
-    Column("activation_id", Text, ForeignKey("workflow_activations.id"), nullable=False),
+    Column("activation_id", Text, nullable=False),  # the step's current activation or a replaced one
     Column("queue", Text, nullable=False),
     Column("state", Text, nullable=False, server_default=text("'PENDING'")),
     Column("input", JSONB),

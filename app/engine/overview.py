@@ -206,7 +206,7 @@ def spans(conn: Connection, instance_id: str, limit: int = MAX_SPANS) -> dict[st
     ``truncated`` says when there were more."""
     acts = run(
         conn,
-        "SELECT s.key, a.sequence, a.state, a.activated_at AS start, a.completed_at AS end FROM workflow_activations a "
+        "SELECT s.key, a.sequence, a.state, a.activated_at AS start, a.completed_at AS end FROM workflow_all_activations a "
         "JOIN workflow_steps s ON s.id = a.step_id WHERE a.instance_id = :i ORDER BY a.activated_at, a.id LIMIT :n",
         {"i": instance_id, "n": limit + 1},
     ).all()

@@ -65,7 +65,7 @@ def of(inst: dict, rows: dict[str, dict]) -> Snapshot:
 _POLL = """
 SELECT poll_used_rounds, poll_round_attempts, poll_current_task_id, poll_deadline_at <= now() AS past_deadline,
        now() + make_interval(secs => :interval) > poll_deadline_at AS next_round_late
-FROM workflow_activations WHERE id = :id
+FROM workflow_steps WHERE activation_id = :id
 """
 
 
@@ -101,8 +101,7 @@ class _Outputs(Mapping[str, Any]):
         if self._read is None:
             rows = run(
                 self._conn,
-                "SELECT s.key, a.output::text AS output FROM workflow_steps s "
-                "JOIN workflow_activations a ON a.id = s.activation_id "
+                "SELECT s.key, s.act_output::text AS output FROM workflow_steps s "
                 "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
                 {"id": self._id},
             )

@@ -19,7 +19,7 @@ Instance (``workflow_instances.state``; ``paused`` is a flag beside it, not a st
                    out: ``leave_review`` (operator recovery) -> RUNNING / CANCELLING, ``end``.
 - ``SUCCEEDED`` / ``FAILED`` / ``CANCELLED``  in: ``instance_moves.end`` only.  out: none (terminal).
 
-Step (``workflow_steps.state``) and its current activation (``workflow_activations.state``, same values):
+Step (``workflow_steps.state``) and its current activation (``workflow_steps.act_state``, same values):
 
 - ``BLOCKED``      in: ``instance_moves.create`` (``step_moves.insert_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING.
 - ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,
@@ -33,8 +33,9 @@ Step (``workflow_steps.state``) and its current activation (``workflow_activatio
                    out: ``step_moves.activate`` (operator RETRY_STEP only).
 - ``SKIPPED``      reserved by the schema; no transition enters it today.
 
-An activation row is created by ``step_moves.activate`` in ACTIVE / WAITING and leaves that state exactly once
-(succeed, fail, cancel, review, close); a new activation is a new row with ``sequence + 1``.
+An activation is begun by ``step_moves.activate`` in ACTIVE / WAITING, on its step's row, and leaves that state
+exactly once (succeed, fail, cancel, review, close); a new activation (``sequence + 1``, an operator's RETRY_STEP)
+first copies the current one to ``workflow_activations`` (``step_moves.insert_activation``).
 
 Task (``workflow_tasks.state``):
 

@@ -168,8 +168,8 @@ def request_cancel(
     wait_moves.cancel_open(conn, instance_id=iid)
     for (child_id,) in run(
         conn,
-        "SELECT a.child_instance_id FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
-        "JOIN workflow_instances c ON c.id = a.child_instance_id "
+        "SELECT s.child_instance_id FROM workflow_steps s "
+        "JOIN workflow_instances c ON c.id = s.child_instance_id "
         "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
         "AND c.cancel_requested_at IS NULL ORDER BY 1",
         {"id": iid},
@@ -245,8 +245,8 @@ def compensation_plan(conn: Connection, inst: dict) -> list[dict]:
     specs = step_specs(version_document(conn, inst["definition_version_id"]))
     done = run(
         conn,
-        "SELECT s.key, a.id AS activation_id, row_number() OVER (ORDER BY a.completed_at, a.id) AS ord "
-        "FROM workflow_steps s JOIN workflow_activations a ON a.id = s.activation_id "
+        "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
+        "FROM workflow_steps s "
         "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
         {"id": inst["id"]},
     ).all()

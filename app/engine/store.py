@@ -123,12 +123,11 @@ def step_specs(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 _STEPS = """
 SELECT s.id, s.key, s.kind, s.state, s.revision, s.after, s.activation_id, s.activation_sequence, s.task_id,
-       a.state AS act_state, a.input::text AS act_input, a.output::text AS act_output,
-       a.error::text AS act_error,
-       a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
-       a.poll_used_rounds, a.poll_first_round, a.poll_first_round_attempts_used, a.poll_round_attempts,
-       a.poll_deadline_at, a.poll_last_task_id, a.poll_current_task_id, a.poll_next_at, a.poll_resolved_at
-FROM workflow_steps s LEFT JOIN workflow_activations a ON a.id = s.activation_id
+       s.act_state, s.act_input::text AS act_input, s.act_output::text AS act_output, s.act_error::text AS act_error,
+       s.task_attempts, s.child_instance_id, s.activated_at, s.completed_at,
+       s.poll_used_rounds, s.poll_first_round, s.poll_first_round_attempts_used, s.poll_round_attempts,
+       s.poll_deadline_at, s.poll_last_task_id, s.poll_current_task_id, s.poll_next_at, s.poll_resolved_at
+FROM workflow_steps s
 WHERE s.instance_id = :id AND s.kind <> 'ROOT'
 """
 

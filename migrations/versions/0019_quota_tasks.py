@@ -10,14 +10,14 @@ The downgrade adds the two columns back and fills them from the rows (tasks lock
 meanwhile), as migration 0018_i27 left them.
 
 Revision ID: 0019_quota_tasks
-Revises: 0018_i28
+Revises: 0019_claimkey
 Create Date: 2026-12-03
 """
 
 from alembic import op
 
 revision = "0019_quota_tasks"
-down_revision = "0018_i28"
+down_revision = "0019_claimkey"
 branch_labels = None
 depends_on = None
 

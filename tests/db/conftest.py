@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from app.ledger import handlers, hints
-from tests.ledger_helpers import RecordingPublisher, install_recorder
+from tests.ledger_helpers import RecordingPublisher, install_recorder, restore_handlers
 
 
 @pytest.fixture
@@ -28,8 +28,7 @@ def handler_registry() -> Iterator[None]:
     """Lets a test register handlers; the registry is restored afterwards."""
     saved = dict(handlers._handlers)
     yield
-    handlers._handlers.clear()
-    handlers._handlers.update(saved)
+    restore_handlers(saved)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from tests.conftest import LEDGER_TABLES
 from tests.engine.helpers import ENGINE_TABLES
+from tests.ledger_helpers import restore_handlers
 
 
 @pytest.fixture
@@ -31,5 +32,4 @@ def eng(engine) -> Iterator:
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {ENGINE_TABLES}, {LEDGER_TABLES} RESTART IDENTITY CASCADE"))
     yield engine
-    handlers._handlers.clear()
-    handlers._handlers.update(saved)
+    restore_handlers(saved)

@@ -60,7 +60,7 @@ def _snapshot(eng, iid: str) -> tuple:
                 text(f"SELECT array_agg(state ORDER BY id) FROM workflow_{t} WHERE instance_id = :i"),
                 {"i": iid},
             ).scalar()
-            for t in ("steps", "activations", "tasks", "waits", "signals")
+            for t in ("steps", "all_activations", "tasks", "waits", "signals")
         )
         return rows + tuple(
             conn.execute(
@@ -227,9 +227,9 @@ def test_retention_removes_settled_signals_of_finished_instances_only(eng):
 
 
 def test_a_step_and_its_activation_settle_together_or_not_at_all(eng):
-    """``step_moves.succeed`` moves the step and its current activation in one statement: when the
-    activation may not move (here: it already ended), the move is refused naming the activation and the
-    step stays as it was."""
+    """``step_moves.succeed`` moves the step and its current activation (held on the step row) in one
+    guarded statement: when the activation may not move (here: it already ended), the move is refused
+    and the step stays as it was."""
     def_id = publish(eng, NS, DOC)
     iid = start(eng, NS, def_id, {})["id"]
     with eng.connect() as conn:
@@ -237,17 +237,20 @@ def test_a_step_and_its_activation_settle_together_or_not_at_all(eng):
     assert row is not None and row["state"] == "ACTIVE"
     with transaction(eng) as conn:
         conn.execute(
-            text("UPDATE workflow_activations SET state = 'CANCELLED' WHERE id = :a"),
+            text("UPDATE workflow_steps SET act_state = 'CANCELLED' WHERE activation_id = :a"),
             {"a": row["activation_id"]},
         )
-    with pytest.raises(TransitionRefused, match="activation of t -> SUCCEEDED"), transaction(eng) as conn:
+    with (
+        pytest.raises(TransitionRefused, match="step t and its activation -> SUCCEEDED"),
+        transaction(eng) as conn,
+    ):
         step_moves.succeed(conn, row, {"ok": True})
     with eng.connect() as conn:
         after = read_step(conn, iid, "t")
     assert after is not None and (after["state"], after["revision"]) == ("ACTIVE", row["revision"])
     with transaction(eng) as conn:  # the activation back as it was: the same move goes through
         conn.execute(
-            text("UPDATE workflow_activations SET state = 'ACTIVE' WHERE id = :a"),
+            text("UPDATE workflow_steps SET act_state = 'ACTIVE' WHERE activation_id = :a"),
             {"a": row["activation_id"]},
         )
     with transaction(eng) as conn:

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.engine.helpers import ENGINE_TABLES
+from tests.ledger_helpers import restore_handlers
 from tests.web.conftest import API_TABLES, app, clean, client, make_job, monitor, operator, token  # noqa: F401
 
 ALL_TABLES = f"{ENGINE_TABLES}, workflow_signals"
@@ -31,8 +32,7 @@ def handler_registry() -> Iterator[None]:
 
     saved = dict(handlers._handlers)
     yield
-    handlers._handlers.clear()
-    handlers._handlers.update(saved)
+    restore_handlers(saved)
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -
     activation must belong to ``instance_id``."""
     row = run(
         conn,
-        "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_activations a "
+        "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_all_activations a "
         "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a",
         {"a": str(activation_id)},
     ).first()

@@ -23,7 +23,7 @@ def create_compensation_task(conn: Connection, inst: dict, item: dict, index: in
     row = run(
         conn,
         "SELECT s.id AS step_id, a.output::text AS output FROM workflow_steps s "
-        "JOIN workflow_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a",
+        "JOIN workflow_all_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a",
         {"i": inst["id"], "k": item["step_key"], "a": item["activation_id"]},
     ).first()
     task_input = {

@@ -1,10 +1,12 @@
-"""Every write of ``workflow_steps.state`` and ``workflow_activations.state``. A step and its current
-activation move together; each move is guarded by the states it may leave and bumps the step's
+"""Every write of ``workflow_steps.state`` and of its current activation (``act_state`` and the
+activation's columns on the step row; ``workflow_activations`` holds only replaced activations). A step
+and its current activation move together; each move is guarded by the states it may leave and bumps the step's
 ``revision``. Set moves (every open step of an instance) return the keys they moved."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -12,7 +14,7 @@ from sqlalchemy import Connection
 from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, jdump, jparse
-from app.engine.transitions._guard import TransitionRefused, many, one, states
+from app.engine.transitions._guard import many, one, states
 from app.ids import new_id
 from app.sql import defer, run
 
@@ -79,73 +81,106 @@ _NEW_STEP: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class NewActivation:
+    """The next activation of a step, as ``activate`` writes it onto the step row."""
+
+    id: str
+    sequence: int
+    input: Any
+    task_attempts: int
+    poll_deadline: Any
+
+
+# the current activation of a step, copied to workflow_activations before a new one replaces it
+_ARCHIVE = """
+INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, output, error, task_attempts,
+    child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts,
+    poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at,
+    completed_at)
+SELECT activation_id, instance_id, id, activation_sequence, act_state, act_input, act_output, act_error,
+    COALESCE(task_attempts, 0), child_instance_id, poll_used_rounds, poll_first_round,
+    poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at, poll_last_task_id,
+    poll_current_task_id, poll_next_at, poll_resolved_at, COALESCE(activated_at, now()), completed_at
+FROM workflow_steps WHERE id = :step AND activation_id = :a
+"""
+
+
 def insert_activation(
     conn: Connection,
-    iid: str,
     step: dict,
-    state: str,
     act_input: Any,
     *,
     task_attempts: int = 0,
     poll_deadline: Any = None,
-) -> tuple[str, int]:
-    """The next activation row (sequence + 1) of ``step`` in ``state`` (ACTIVE / WAITING); the step
-    points at it once ``activate`` ran (its task or wait is created in between)."""
-    seq = (step["activation_sequence"] or 0) + 1
-    act_id = new_id()
-    poll = poll_deadline is not None
-    defer(
-        conn,
-        "INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, task_attempts, "
-        "poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, "
-        "poll_deadline_at) VALUES (:id, :inst, :step, :seq, :state, CAST(:input AS jsonb), :attempts, :z, "
-        ":one, :z, :z, :pd)",
-        {
-            "id": act_id,
-            "inst": iid,
-            "step": step["id"],
-            "seq": seq,
-            "state": state,
-            "input": jdump(act_input),
-            "attempts": task_attempts,
-            "z": 0 if poll else None,
-            "one": 1 if poll else None,
-            "pd": poll_deadline,
-        },
+) -> NewActivation:
+    """The next activation (sequence + 1) of ``step``: its id now (its task or wait names it), its row
+    is the step's own once ``activate`` ran. A step that already had an activation (an operator's
+    RETRY_STEP) first copies that one to ``workflow_activations``: the only write an activation costs
+    beyond its step's."""
+    if step["activation_id"] is not None:
+        defer(conn, _ARCHIVE, {"step": step["id"], "a": step["activation_id"]})
+    return NewActivation(
+        id=new_id(),
+        sequence=(step["activation_sequence"] or 0) + 1,
+        input=act_input,
+        task_attempts=task_attempts,
+        poll_deadline=poll_deadline,
     )
-    return act_id, seq
+
+
+_ACTIVATE = f"""
+UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq,
+    task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END),
+    act_state = :s, act_input = CAST(:input AS jsonb), act_output = NULL, act_error = NULL,
+    task_attempts = :attempts, child_instance_id = NULL, poll_used_rounds = :z, poll_first_round = :one,
+    poll_first_round_attempts_used = :z, poll_round_attempts = :z, poll_deadline_at = :pd,
+    poll_last_task_id = NULL, poll_current_task_id = NULL, poll_next_at = NULL, poll_resolved_at = NULL,
+    activated_at = now(), completed_at = NULL, {_BUMP}
+WHERE id = :id AND state = ANY(:from) RETURNING instance_id
+"""
 
 
 def activate(
     conn: Connection,
     step: dict,
     state: str,
-    act_id: str,
-    seq: int,
+    act: NewActivation,
     *,
     task_id: str | None = None,
     allowed: list[str] | None = None,
 ) -> None:
-    """The step runs activation ``act_id``: from BLOCKED (dependencies succeeded) or, for an
-    operator's RETRY_STEP, from ``RESOLVABLE``."""
+    """The step runs activation ``act`` (in ``state``, ACTIVE / WAITING): from BLOCKED (dependencies
+    succeeded) or, for an operator's RETRY_STEP, from ``RESOLVABLE``."""
     allowed = allowed or [S.BLOCKED]
+    poll = act.poll_deadline is not None
     row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
-        f"UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq, "
-        f"task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END), {_BUMP} "
-        "WHERE id = :id AND state = ANY(:from) RETURNING instance_id",
-        {"id": step["id"], "s": state, "a": act_id, "seq": seq, "t": task_id, "from": states(allowed)},
+        _ACTIVATE,
+        {
+            "id": step["id"],
+            "s": state,
+            "a": act.id,
+            "seq": act.sequence,
+            "t": task_id,
+            "from": states(allowed),
+            "input": jdump(act.input),
+            "attempts": act.task_attempts,
+            "z": 0 if poll else None,
+            "one": 1 if poll else None,
+            "pd": act.poll_deadline,
+        },
     )
     events.emit(
         conn,
         row.instance_id,
         "step.activated",
         step_key=step["key"],
-        activation_id=act_id,
-        sequence=seq,
+        activation_id=act.id,
+        sequence=act.sequence,
         state=state,
     )
 
@@ -185,36 +220,20 @@ def set_waiting(conn: Connection, step: dict) -> None:
     events.emit(conn, row.instance_id, "step.waiting", step_key=step["key"], activation_id=row.activation_id)
 
 
-def touch(conn: Connection, step: dict) -> None:
-    one(
-        conn,
-        f"step {step['key']} revision",
-        step["id"],
-        OPEN,
-        f"UPDATE workflow_steps SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
-        {"id": step["id"], "from": OPEN},
-    )
-
-
 _SETTLE = f"""
-WITH s AS (
-    UPDATE workflow_steps SET state = :s, {_BUMP}
-    WHERE id = :id AND activation_id = :a AND state = ANY(:from) RETURNING instance_id
-), a AS (
-    UPDATE workflow_activations SET state = :s, completed_at = now(),
-        output = COALESCE(CAST(:o AS jsonb), output), error = COALESCE(CAST(:e AS jsonb), error)
-    WHERE id = :a AND state = ANY(:from) AND EXISTS (SELECT 1 FROM s) RETURNING id
-)
-SELECT s.instance_id, EXISTS (SELECT 1 FROM a) AS activation_moved FROM s
+UPDATE workflow_steps SET state = :s, act_state = :s, completed_at = now(),
+    act_output = COALESCE(CAST(:o AS jsonb), act_output), act_error = COALESCE(CAST(:e AS jsonb), act_error),
+    {_BUMP}
+WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from) RETURNING instance_id
 """
 
 
 def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
-    """The step and its current activation leave ``allowed`` for ``state``, together, in one statement:
-    the activation moves only when the step did, and either one refused refuses the move."""
+    """The step and its current activation leave ``allowed`` for ``state``, together (one row): when
+    either may not move, neither does."""
     row = one(
         conn,
-        f"step {step['key']} -> {state}",
+        f"step {step['key']} and its activation -> {state}",
         step["id"],
         allowed,
         _SETTLE,
@@ -227,10 +246,6 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
             "e": jdump(error),
         },
     )
-    if not row.activation_moved:
-        raise TransitionRefused(
-            f"activation of {step['key']} -> {state}", step["activation_id"], states(allowed)
-        )
     events.emit(
         conn,
         row.instance_id,
@@ -262,31 +277,29 @@ def end_activation_for_retry(conn: Connection, step: dict) -> None:
     """Operator RETRY_STEP: the current activation ends (CANCELLED unless it already settled)."""
     run(
         conn,
-        "UPDATE workflow_activations SET state = CASE WHEN state IN ('SUCCEEDED', 'FAILED') THEN state "
-        "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :a",
-        {"a": step["activation_id"]},
+        "UPDATE workflow_steps SET act_state = CASE WHEN act_state IN ('SUCCEEDED', 'FAILED') THEN act_state "
+        "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :id AND activation_id = :a",
+        {"id": step["id"], "a": step["activation_id"]},
     )
 
 
 def _move_open(
     conn: Connection, iid: str, state: str, where: str, params: dict, *, completed: bool
 ) -> list[tuple[str, str | None]]:
-    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation) -> ``state``;
-    returns (key, activation id) of each step moved."""
+    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation, when that is
+    still open) -> ``state``; returns (key, activation id) of each step moved."""
+    done = (
+        "CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END"
+        if completed
+        else "s.completed_at"
+    )
     rows = many(
         conn,
-        f"UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now() "
+        f"UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(), "
+        f"act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END, completed_at = {done} "
         f"WHERE s.instance_id = :id AND s.state = ANY(:from){where} RETURNING s.key, s.activation_id",
         {"id": iid, "s": state, "from": OPEN, **params},
     )
-    acts = [r.activation_id for r in rows if r.activation_id]
-    if acts:
-        done = ", completed_at = now()" if completed else ""
-        many(
-            conn,
-            f"UPDATE workflow_activations SET state = :s{done} WHERE id = ANY(:a) AND state = ANY(:from) RETURNING id",
-            {"a": acts, "s": state, "from": OPEN},
-        )
     return [(r.key, r.activation_id) for r in rows]
 
 
@@ -316,7 +329,9 @@ def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
 def activation_input_of(conn: Connection, act_id: str) -> Any:
     return jparse(
-        run(conn, "SELECT input::text FROM workflow_activations WHERE id = :id", {"id": act_id}).scalar_one()
+        run(
+            conn, "SELECT act_input::text FROM workflow_steps WHERE activation_id = :id", {"id": act_id}
+        ).scalar_one()
     )
 
 
@@ -324,11 +339,11 @@ def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, t
     run(
         conn,
         """
-UPDATE workflow_activations SET poll_round_attempts = :att, poll_current_task_id = :task,
+UPDATE workflow_steps SET poll_round_attempts = :att, poll_current_task_id = :task,
     poll_last_task_id = :task, poll_next_at = NULL,
     poll_first_round_attempts_used = CASE WHEN :rnd = poll_first_round THEN :att
                                           ELSE poll_first_round_attempts_used END
-WHERE id = :id
+WHERE activation_id = :id
 """,
         {"id": act_id, "att": attempts, "task": task_id, "rnd": rnd},
     )
@@ -344,14 +359,14 @@ def poll_task_ended(
         sets += ", poll_used_rounds = poll_used_rounds + 1, poll_round_attempts = 0, poll_resolved_at = now()"
     elif used is not None:
         sets += ", poll_used_rounds = :u, poll_round_attempts = 0"
-    run(conn, f"UPDATE workflow_activations SET {sets} WHERE id = :id", {"id": act_id, "u": used})
+    run(conn, f"UPDATE workflow_steps SET {sets} WHERE activation_id = :id", {"id": act_id, "u": used})
 
 
 def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
     run(
         conn,
-        "UPDATE workflow_activations SET poll_resolved_at = now(), poll_next_at = NULL, "
-        "poll_current_task_id = NULL WHERE id = :a",
+        "UPDATE workflow_steps SET poll_resolved_at = now(), poll_next_at = NULL, "
+        "poll_current_task_id = NULL WHERE activation_id = :a",
         {"a": act_id},
     )
 
@@ -360,7 +375,7 @@ def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
     """The next round is due ``seconds`` from now; returns that time."""
     return run(
         conn,
-        "UPDATE workflow_activations SET poll_next_at = now() + make_interval(secs => :s) WHERE id = :id "
+        "UPDATE workflow_steps SET poll_next_at = now() + make_interval(secs => :s) WHERE activation_id = :id "
         "RETURNING poll_next_at",
         {"id": act_id, "s": seconds},
     ).scalar_one()
@@ -369,16 +384,19 @@ def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
 def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
     run(
         conn,
-        "UPDATE workflow_activations SET task_attempts = :n WHERE id = :id",
+        "UPDATE workflow_steps SET task_attempts = :n WHERE activation_id = :id",
         {"id": act_id, "n": attempts},
     )
 
 
 def set_child(conn: Connection, step: dict, child_id: str) -> None:
-    """A SUBWORKFLOW activation records its child (step and instance revisions follow)."""
-    run(
+    """A SUBWORKFLOW activation records its child (a new step revision; the instance's follows)."""
+    one(
         conn,
-        "UPDATE workflow_activations SET child_instance_id = :c WHERE id = :a",
-        {"c": child_id, "a": step["activation_id"]},
+        f"step {step['key']} child",
+        step["id"],
+        OPEN,
+        f"UPDATE workflow_steps SET child_instance_id = :c, {_BUMP} WHERE id = :id AND activation_id = :a "
+        "AND state = ANY(:from) RETURNING id",
+        {"id": step["id"], "a": step["activation_id"], "c": child_id, "from": OPEN},
     )
-    touch(conn, step)
