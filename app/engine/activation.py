@@ -130,6 +130,7 @@ def activate(
         "task_id": task_id,
         "act_state": state,
         "task_attempts": 1 if kind == K.TASK else 0,
+        "stored": True,
     }
 
 
@@ -138,7 +139,13 @@ def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:
     exists (no input, no work) so the step can fail through ``advance.fail_step`` with the reason."""
     act = step_moves.insert_activation(conn, step, None)
     step_moves.activate(conn, inst["id"], step, StepState.ACTIVE, act)
-    return {**step, "activation_id": act.id, "activation_sequence": act.sequence, "state": StepState.ACTIVE}
+    return {
+        **step,
+        "activation_id": act.id,
+        "activation_sequence": act.sequence,
+        "state": StepState.ACTIVE,
+        "stored": True,
+    }
 
 
 def start_poll_round(

@@ -166,6 +166,7 @@ def blocked_step(instance_id: str, spec: dict[str, Any]) -> dict[str, Any]:
         "kind": spec["kind"],
         **BLOCKED_STEP,
         "after": list(spec.get("after", [])),
+        "stored": False,
     }
 
 
@@ -176,7 +177,7 @@ SELECT i.definition_version_id AS version_id, s.id, s.key, s.kind, s.state, s.re
        s.task_attempts, s.child_instance_id, s.activated_at, s.completed_at,
        s.poll_used_rounds, s.poll_first_round, s.poll_first_round_attempts_used, s.poll_round_attempts,
        s.poll_deadline_at, s.poll_last_task_id, s.poll_current_task_id, s.poll_next_at, s.poll_resolved_at
-FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id{key}
+FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT'{key}
 WHERE i.id = :id
 """
 _STEPS_ALL = _STEPS.format(key="")
@@ -186,6 +187,7 @@ _STEPS_ONE = _STEPS.format(key=" AND s.key = :key")
 def _step(row: Any) -> dict[str, Any]:
     d = dict(row._mapping)
     del d["version_id"]
+    d["stored"] = True  # a row exists (``step_moves.activate`` updates it rather than inserting one)
     for k in ("act_input", "act_output", "act_error"):
         d[k] = jparse(d[k])
     return d

@@ -121,3 +121,31 @@ def test_two_transactions_activating_the_same_step_let_exactly_one_through(eng):
             {"i": iid},
         ).all()
     assert [(r.activation_id, r.state) for r in rows] == [(first_act, "WAITING")]
+
+
+def test_a_blocked_row_an_older_release_stored_is_activated_in_place(eng):
+    """During a deploy a process of the previous release may still start workflows with BLOCKED rows
+    (and a ``$root``). The step is activated by updating that row (its id kept: the task references it),
+    and readers never list the ``$root``."""
+    iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
+    legacy_id = new_id()
+    with transaction(eng) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) VALUES "
+                "(:id, :i, 'wait', 'TIMER', 'BLOCKED', ARRAY['t']), (:root, :i, '$root', 'ROOT', 'SUCCEEDED', '{}')"
+            ),
+            {"id": legacy_id, "root": new_id(), "i": iid},
+        )
+    with eng.connect() as conn:
+        assert [s["key"] for s in read_steps(conn, iid)] == ["t", "u", "wait"]
+    task = claim_task(eng, NS, "lazy-q")
+    with transaction(eng) as conn:
+        task_protocol.complete(conn, NS, task["id"], task["epoch"], {})
+    with eng.connect() as conn:
+        wait = read_step(conn, iid, "wait")
+    assert wait is not None and (wait["id"], wait["state"], wait["activation_sequence"]) == (
+        legacy_id,
+        "WAITING",
+        1,
+    )

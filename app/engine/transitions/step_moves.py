@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, blocked_step, jdump, jparse
-from app.engine.transitions._guard import many, one, states
+from app.engine.transitions._guard import TransitionRefused, many, one, states
 from app.ids import new_id
 from app.sql import defer, run
 
@@ -119,7 +119,11 @@ def activate(
     succeeded: the step's row is inserted) or, for an operator's RETRY_STEP, from ``RESOLVABLE`` (its
     row is updated)."""
     allowed = allowed or [S.BLOCKED]
-    first = allowed == [S.BLOCKED]
+    # no row yet: the first activation inserts it. A stored row (an operator's RETRY_STEP, or a BLOCKED
+    # row an older release inserted at its start) is updated, guarded by ``allowed`` as ever.
+    first = step.get("stored") is False
+    if first and S.BLOCKED not in allowed:
+        raise TransitionRefused(f"step {step['key']} -> {state}", step["id"], states(allowed))
     poll = act.poll_deadline is not None
     row = one(
         conn,
