@@ -111,7 +111,7 @@ def activate(
                 correlation_key=None,
                 inst_deadline=inst["deadline_at"],
             )
-    step_moves.activate(conn, step, state, act, task_id=task_id, allowed=allowed)
+    step_moves.activate(conn, inst["id"], step, state, act, task_id=task_id, allowed=allowed)
     if kind == K.POLL:
         start_poll_round(conn, inst, {**step, "activation_id": act_id}, spec, used_rounds=0, round_attempts=0)
     oplog.advance(
@@ -130,6 +130,7 @@ def activate(
         "task_id": task_id,
         "act_state": state,
         "task_attempts": 1 if kind == K.TASK else 0,
+        "stored": True,
     }
 
 
@@ -137,8 +138,14 @@ def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:
     """An activation whose input mapping was refused (``mapping.MappingTooLarge``): the activation row
     exists (no input, no work) so the step can fail through ``advance.fail_step`` with the reason."""
     act = step_moves.insert_activation(conn, step, None)
-    step_moves.activate(conn, step, StepState.ACTIVE, act)
-    return {**step, "activation_id": act.id, "activation_sequence": act.sequence, "state": StepState.ACTIVE}
+    step_moves.activate(conn, inst["id"], step, StepState.ACTIVE, act)
+    return {
+        **step,
+        "activation_id": act.id,
+        "activation_sequence": act.sequence,
+        "state": StepState.ACTIVE,
+        "stored": True,
+    }
 
 
 def start_poll_round(

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 from app import audit
 from app import cursor as cursors
 from app.engine.documents import KEY_RE
-from app.engine.store import MISSING, jparse
+from app.engine.store import MISSING, jparse, read_step
 from app.engine.task_protocol import task_view
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
@@ -20,16 +20,11 @@ from app.sql import run
 
 
 def _step_id(conn: Connection, inst: dict, key: str) -> str:
-    row = None
-    if KEY_RE.fullmatch(key):
-        row = run(
-            conn,
-            "SELECT id FROM workflow_steps WHERE instance_id = :i AND key = :k AND kind <> 'ROOT'",
-            {"i": inst["id"], "k": key},
-        ).first()
-    if row is None:
+    """The id of declared step ``key`` (a BLOCKED step has no row yet, and no history: its id names none)."""
+    step = read_step(conn, inst["id"], key) if KEY_RE.fullmatch(key) else None
+    if step is None:
         raise NotFound("step not found")
-    return row.id
+    return str(step["id"])
 
 
 def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:

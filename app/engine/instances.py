@@ -113,7 +113,7 @@ def start_workflow(
             "chain": automation_chain,
         },
     )
-    rows = step_moves.insert_all(conn, iid, doc["steps"])
+    rows = step_moves.blocked_all(iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
     # the audit left the instance and its steps as they were inserted

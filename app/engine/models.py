@@ -244,7 +244,13 @@ tasks = Table(
     Column("id", Text, primary_key=True),
     Column("namespace_id", Text, nullable=False),
     Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
-    Column("step_id", Text, ForeignKey("workflow_steps.id"), nullable=False),
+    # checked at commit: a step's first task is inserted before the step's row (``step_moves.activate``)
+    Column(
+        "step_id",
+        Text,
+        ForeignKey("workflow_steps.id", deferrable=True, initially="DEFERRED"),
+        nullable=False,
+    ),
     Column("step_key", Text, nullable=False),
     Column("activation_id", Text, nullable=False),  # the step's current activation or a replaced one
     Column("queue", Text, nullable=False),

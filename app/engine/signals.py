@@ -89,7 +89,7 @@ def send(
             field="target_step_key",
         )
     step = read_step(conn, instance_id, req["target_step_key"])
-    assert step is not None  # every step of the document has its row from the start
+    assert step is not None  # every step of the document is read (a BLOCKED one from the document)
     current = step["activation_sequence"] or 0
     seq = req["target_activation_sequence"]
     where = decide.target(req["target_step_key"], seq, current)

@@ -21,7 +21,9 @@ Instance (``workflow_instances.state``; ``paused`` is a flag beside it, not a st
 
 Step (``workflow_steps.state``) and its current activation (``workflow_steps.act_state``, same values):
 
-- ``BLOCKED``      in: ``instance_moves.create`` (``step_moves.insert_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING.
+- ``BLOCKED``      not stored: a declared step without a row (``store.read_steps`` reads it from the pinned document;
+                   a start writes none, ``step_moves.blocked_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING
+                   (inserts the step's row; a row already there refuses the move).
 - ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,
                    next poll round).  out: ``set_waiting``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
 - ``WAITING``      in: ``step_moves.activate`` (TIMER, SIGNAL), ``step_moves.set_waiting`` (retry backoff, poll interval).
@@ -83,7 +85,7 @@ ActivationState = StepState  # an activation carries the state of its step's cur
 
 
 class StepKind(StrEnum):
-    ROOT = "ROOT"
+    ROOT = "ROOT"  # the $root row starts used to store (none since migration 0020); kept for the kind check
     TASK = "TASK"
     SIGNAL = "SIGNAL"
     TIMER = "TIMER"

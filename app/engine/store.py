@@ -6,6 +6,7 @@ JSON columns are selected ``::text`` and parsed with ``app.jsonx`` so numbers st
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any, overload
 
 from cachetools import LRUCache
@@ -121,27 +122,89 @@ def step_specs(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["key"]: s for s in document["steps"]}
 
 
+# A step that has not been activated yet (BLOCKED) has no row: the pinned definition document declares
+# it, and the readers below add it, in the shape of a stored row (revision 1, no activation), under the
+# id its row gets when it is first activated (``step_row_id``: the same for every reader and the writer).
+BLOCKED_STEP: dict[str, Any] = {
+    "state": "BLOCKED",
+    "revision": 1,
+    "activation_id": None,
+    "activation_sequence": None,
+    "task_id": None,
+    "act_state": None,
+    "act_input": MISSING,
+    "act_output": MISSING,
+    "act_error": MISSING,
+    "task_attempts": None,
+    "child_instance_id": None,
+    "activated_at": None,
+    "completed_at": None,
+    "poll_used_rounds": None,
+    "poll_first_round": None,
+    "poll_first_round_attempts_used": None,
+    "poll_round_attempts": None,
+    "poll_deadline_at": None,
+    "poll_last_task_id": None,
+    "poll_current_task_id": None,
+    "poll_next_at": None,
+    "poll_resolved_at": None,
+}
+_STEP_IDS = uuid.UUID("6c1f7e0a-3b5d-4f3e-9a57-2d0c8b1e4f60")
+
+
+def step_row_id(instance_id: str, key: str) -> str:
+    """The id of step ``key`` of ``instance_id``: derived (32 hex), so that a BLOCKED step, which has no
+    row, shows the id its row will have once activated."""
+    return uuid.uuid5(_STEP_IDS, f"{instance_id}/{key}").hex
+
+
+def blocked_step(instance_id: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Declared step ``spec`` of ``instance_id`` as long as it is not activated, as ``read_steps`` reads it."""
+    return {
+        "id": step_row_id(instance_id, spec["key"]),
+        "key": spec["key"],
+        "kind": spec["kind"],
+        **BLOCKED_STEP,
+        "after": list(spec.get("after", [])),
+        "stored": False,
+    }
+
+
 _STEPS = """
-SELECT s.id, s.key, s.kind, s.state, s.revision, s.after, s.activation_id, s.activation_sequence, s.task_id,
-       s.act_state, s.act_input::text AS act_input, s.act_output::text AS act_output, s.act_error::text AS act_error,
+SELECT i.definition_version_id AS version_id, s.id, s.key, s.kind, s.state, s.revision, s.after, s.activation_id,
+       s.activation_sequence, s.task_id, s.act_state, s.act_input::text AS act_input,
+       s.act_output::text AS act_output, s.act_error::text AS act_error,
        s.task_attempts, s.child_instance_id, s.activated_at, s.completed_at,
        s.poll_used_rounds, s.poll_first_round, s.poll_first_round_attempts_used, s.poll_round_attempts,
        s.poll_deadline_at, s.poll_last_task_id, s.poll_current_task_id, s.poll_next_at, s.poll_resolved_at
-FROM workflow_steps s
-WHERE s.instance_id = :id AND s.kind <> 'ROOT'
+FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT'{key}
+WHERE i.id = :id
 """
+_STEPS_ALL = _STEPS.format(key="")
+_STEPS_ONE = _STEPS.format(key=" AND s.key = :key")
 
 
 def _step(row: Any) -> dict[str, Any]:
     d = dict(row._mapping)
+    del d["version_id"]
+    d["stored"] = True  # a row exists (``step_moves.activate`` updates it rather than inserting one)
     for k in ("act_input", "act_output", "act_error"):
         d[k] = jparse(d[k])
     return d
 
 
 def read_steps(conn: Connection, instance_id: str, key: str | None = None) -> list[dict[str, Any]]:
-    sql = _STEPS + (" AND s.key = :key" if key is not None else "") + " ORDER BY s.key"
-    return [_step(r) for r in run(conn, sql, {"id": instance_id, "key": key})]
+    """Every declared step of the instance (or step ``key``), by key: the stored rows (activated steps)
+    and the BLOCKED ones, which have no row (``blocked_step``). [] for an unknown instance or key."""
+    rows = run(conn, _STEPS_ALL if key is None else _STEPS_ONE, {"id": instance_id, "key": key}).all()
+    if not rows:
+        return []
+    stored = {r.key: _step(r) for r in rows if r.key is not None}
+    specs = version_document(conn, rows[0].version_id)["steps"]
+    for spec in specs:
+        if spec["key"] not in stored and (key is None or spec["key"] == key):
+            stored[spec["key"]] = blocked_step(instance_id, spec)
+    return [stored[k] for k in sorted(stored)]
 
 
 def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | None:

@@ -50,7 +50,6 @@ def test_no_engine_state_write_outside_the_transitions() -> None:
 
 # Transitions that write a state column without an event, and why (docs/integrations.md lists them):
 NO_EVENT = {
-    "step_moves.insert_all": "the steps of a new instance start BLOCKED; workflow.started covers them",
     "step_moves.insert_activation": "the activation row; step.activated follows in step_moves.activate",
     "step_moves.end_activation_for_retry": "an operator RETRY_STEP; step.activated of the new activation follows",
     "task_moves.claim": "delivery of work to a task worker (lock-free, many instances at once)",

@@ -5,7 +5,6 @@ and its current activation move together; each move is guarded by the states it 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +12,8 @@ from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
-from app.engine.store import MISSING, jdump, jparse
-from app.engine.transitions._guard import many, one, states
+from app.engine.store import MISSING, blocked_step, jdump, jparse
+from app.engine.transitions._guard import TransitionRefused, many, one, states
 from app.ids import new_id
 from app.sql import defer, run
 
@@ -25,60 +24,11 @@ RESOLVABLE = states([S.ACTIVE, S.WAITING, S.FAILED, S.CANCELLED, S.NEEDS_REVIEW]
 _BUMP = "revision = revision + 1, updated_at = now()"
 
 
-def insert_all(conn: Connection, iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
-    """The steps of a new instance, in one statement: the ``$root`` (SUCCEEDED) and every declared step
-    BLOCKED. Returns the declared steps' rows by key, as ``store.read_steps`` would read them."""
-    rows: list[dict[str, Any]] = [
-        {"id": new_id(), "key": "$root", "kind": "ROOT", "state": S.SUCCEEDED, "after": []}
-    ]
-    rows += [
-        {
-            "id": new_id(),
-            "key": st["key"],
-            "kind": st["kind"],
-            "state": S.BLOCKED,
-            "after": st.get("after", []),
-        }
-        for st in specs
-    ]
-    defer(
-        conn,
-        "INSERT INTO workflow_steps (id, instance_id, key, kind, state, after) "
-        "SELECT r.id, :inst, r.key, r.kind, r.state, r.after "
-        "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id text, key text, kind text, state text, after text[])",
-        {"inst": iid, "rows": json.dumps(rows)},
-    )
-    return {
-        r["key"]: {**_NEW_STEP, "id": r["id"], "key": r["key"], "kind": r["kind"], "after": r["after"]}
-        for r in sorted(rows[1:], key=lambda r: r["key"])
-    }
-
-
-# A step row as inserted (BLOCKED, revision 1, no activation), in ``store.read_steps``' shape.
-_NEW_STEP: dict[str, Any] = {
-    "state": S.BLOCKED,
-    "revision": 1,
-    "activation_id": None,
-    "activation_sequence": None,
-    "task_id": None,
-    "act_state": None,
-    "act_input": MISSING,
-    "act_output": MISSING,
-    "act_error": MISSING,
-    "task_attempts": None,
-    "child_instance_id": None,
-    "activated_at": None,
-    "completed_at": None,
-    "poll_used_rounds": None,
-    "poll_first_round": None,
-    "poll_first_round_attempts_used": None,
-    "poll_round_attempts": None,
-    "poll_deadline_at": None,
-    "poll_last_task_id": None,
-    "poll_current_task_id": None,
-    "poll_next_at": None,
-    "poll_resolved_at": None,
-}
+def blocked_all(iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
+    """The steps of a new instance: every declared step BLOCKED, which is not stored (a step's row is
+    inserted when it is first activated: ``activate``). Writes nothing; returns the steps by key, as
+    ``store.read_steps`` reads them."""
+    return {st["key"]: blocked_step(iid, st) for st in sorted(specs, key=lambda st: st["key"])}
 
 
 @dataclass(frozen=True)
@@ -129,7 +79,21 @@ def insert_activation(
     )
 
 
-_ACTIVATE = f"""
+_ACT_COLUMNS = """activation_id, activation_sequence, task_id, act_state, act_input, act_output, act_error,
+    task_attempts, child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used,
+    poll_round_attempts, poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at,
+    poll_resolved_at, activated_at, completed_at"""
+# the first activation of a BLOCKED step, which has no row: its row, inserted ACTIVE / WAITING (revision 2,
+# as when the BLOCKED row of revision 1 was updated). A row already there (another transaction activated
+# the step first) refuses the move, as a step no longer BLOCKED did.
+_ACTIVATE_FIRST = f"""
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, {_ACT_COLUMNS})
+VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
+    :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
+"""
+# a new activation of a stored step (an operator's RETRY_STEP)
+_ACTIVATE_AGAIN = f"""
 UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq,
     task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END),
     act_state = :s, act_input = CAST(:input AS jsonb), act_output = NULL, act_error = NULL,
@@ -143,6 +107,7 @@ WHERE id = :id AND state = ANY(:from) RETURNING instance_id
 
 def activate(
     conn: Connection,
+    iid: str,
     step: dict,
     state: str,
     act: NewActivation,
@@ -150,18 +115,28 @@ def activate(
     task_id: str | None = None,
     allowed: list[str] | None = None,
 ) -> None:
-    """The step runs activation ``act`` (in ``state``, ACTIVE / WAITING): from BLOCKED (dependencies
-    succeeded) or, for an operator's RETRY_STEP, from ``RESOLVABLE``."""
+    """Step ``step`` of instance ``iid`` runs activation ``act`` (in ``state``, ACTIVE / WAITING): from BLOCKED (dependencies
+    succeeded: the step's row is inserted) or, for an operator's RETRY_STEP, from ``RESOLVABLE`` (its
+    row is updated)."""
     allowed = allowed or [S.BLOCKED]
+    # no row yet: the first activation inserts it. A stored row (an operator's RETRY_STEP, or a BLOCKED
+    # row an older release inserted at its start) is updated, guarded by ``allowed`` as ever.
+    first = step.get("stored") is False
+    if first and S.BLOCKED not in allowed:
+        raise TransitionRefused(f"step {step['key']} -> {state}", step["id"], states(allowed))
     poll = act.poll_deadline is not None
     row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
-        _ACTIVATE,
+        _ACTIVATE_FIRST if first else _ACTIVATE_AGAIN,
         {
             "id": step["id"],
+            "inst": iid,
+            "key": step["key"],
+            "kind": step["kind"],
+            "after": list(step["after"]),
             "s": state,
             "a": act.id,
             "seq": act.sequence,
