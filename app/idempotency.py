@@ -77,10 +77,13 @@ def _sorted(o: Any) -> Any:
 # read. The read has the statement's snapshot, taken before a wait for a duplicate in flight: when that
 # duplicate commits its receipt meanwhile, this request goes on as if it owned the key, and its own receipt
 # then fails its commit on the unique key (``execute_once`` runs it again, which replays the first).
-_CLAIM = text(
+_KEY_LOCKED = (
     "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), "
     "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
-    "SELECT set_config('lock_timeout', o.old, true) AS restored, r.fingerprint, r.status_code, r.response "
+    "SELECT set_config('lock_timeout', o.old, true) AS restored"
+)
+_CLAIM = text(
+    _KEY_LOCKED + ", r.fingerprint, r.status_code, r.response "
     "FROM o CROSS JOIN l LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key"
 )
 _INSERT = text(
@@ -89,13 +92,9 @@ _INSERT = text(
 )
 
 
-# The key's lock alone, for a mutation whose own rows are its receipt (``execute_on_rows``): the same
-# lock timeout dance as ``_CLAIM``, without the receipt read.
-_LOCK = text(
-    "WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), "
-    "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
-    "SELECT set_config('lock_timeout', o.old, true) AS restored FROM o CROSS JOIN l"
-)
+# The key's lock alone, for a mutation whose own rows are its receipt (``execute_on_rows``): ``_CLAIM``
+# without the receipt read.
+_LOCK = text(_KEY_LOCKED + " FROM o CROSS JOIN l")
 
 _UNIQUE = "uq_idempotency_receipts_key"
 
@@ -116,9 +115,7 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
         found = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
     except OperationalError as exc:
         if _in_flight(exc):  # the first is still in flight
-            raise IdempotencyConflict(
-                "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
-            ) from None
+            raise _still_in_progress() from None
         raise
     if found.fingerprint is None:
         return None
@@ -180,6 +177,12 @@ def _in_flight(exc: OperationalError) -> bool:
     return getattr(exc.orig, "sqlstate", None) == "55P03"  # lock_not_available: a duplicate in flight
 
 
+def _still_in_progress() -> IdempotencyConflict:
+    return IdempotencyConflict(
+        "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
+    )
+
+
 def execute_on_rows(
     k: Key, work: Callable[[Connection], tuple[int, Any, bool]], *, engine: Engine | None = None
 ) -> StoredResponse:
@@ -197,9 +200,7 @@ def execute_on_rows(
             status, body, replayed = work(conn)
         except OperationalError as exc:
             if _in_flight(exc):
-                raise IdempotencyConflict(
-                    "a request with this Idempotency-Key is still in progress; retry later", retry_after=1
-                ) from None
+                raise _still_in_progress() from None
             raise
     return StoredResponse(status=status, body=jsonx.dumps(body), replayed=replayed)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from app.engine import advance, stopping
+from app.engine import advance, stopping, work
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import Pause, Refuse, Resume
 from app.engine.snapshot import inst_model
@@ -82,11 +82,8 @@ _SYNC = [
          AND s.id = j.payload->>'signal_id' AND s.state = 'PENDING'""",
     # the instance's watch: due at the earlier of the workflow deadline, never extended by a pause
     # (W-CTL-2), and its open tasks' deadlines, moved on by the pause (``postpone_deadlines``, before)
-    """UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
-       FROM workflow_instances i CROSS JOIN LATERAL (
-           SELECT LEAST(CASE WHEN i.stop_requested_at IS NULL THEN i.deadline_at END,
-                        (SELECT min(t.deadline_at) FROM workflow_tasks t
-                         WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED'))) AS due) d
+    f"""UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
+       FROM workflow_instances i CROSS JOIN LATERAL (SELECT {work.WATCH_DUE_SQL} AS due) d
        WHERE j.id = ANY(:ids) AND j.type = 'task_timeout' AND j.task_id IS NULL
          AND j.payload->>'task_id' IS NULL AND i.id = j.instance_id AND j.status = 'pending'
          AND d.due IS NOT NULL AND j.run_at <> d.due""",

@@ -136,6 +136,15 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
     )
 
 
+# When the watch of instance ``i`` (a row of workflow_instances) is due: the earliest deadline of its open
+# tasks and, unless its stop was requested or it ended, its workflow deadline (NULL: nothing to watch).
+# The watch re-arms itself with it (``handlers.task_timeouts``) and RESUME puts it there (``control``).
+WATCH_DUE_SQL = """LEAST(
+    (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
+    CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+         THEN i.deadline_at END)"""
+
+
 def watch_cleared(conn: Connection, instance_id: str) -> None:
     """The instance's pending watch was canceled in this transaction (its work closed): the next
     ``arm_watch`` of the transaction arms a new one, whatever it asked before."""

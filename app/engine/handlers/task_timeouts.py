@@ -36,13 +36,7 @@ from app.sql import run
 
 # Seconds from now to the instance's next due time: its earliest open task deadline and, unless it is
 # stopping or ended, its workflow deadline (NULL: nothing left to watch).
-_NEXT_DUE = """
-SELECT EXTRACT(EPOCH FROM LEAST(
-    (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
-    CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-         THEN i.deadline_at END) - now())::float8
-FROM workflow_instances i WHERE i.id = :i
-"""
+_NEXT_DUE = f"SELECT EXTRACT(EPOCH FROM {work.WATCH_DUE_SQL} - now())::float8 FROM workflow_instances i WHERE i.id = :i"
 
 
 def watch(conn: Connection, inst: dict) -> dict:
