@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterable
 from typing import Any, overload
 
 from cachetools import LRUCache
@@ -122,6 +123,26 @@ def step_specs(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["key"]: s for s in document["steps"]}
 
 
+# What ``read_steps`` needs of a version's steps (key, kind, after), kept per process beside the
+# documents: every step read adds the BLOCKED steps, and parsing the whole document for three fields on
+# each task completion is work the hot path need not do. Bounded by the steps it holds.
+Declared = tuple[tuple[str, str, tuple[str, ...]], ...]
+_declared: LRUCache[str, Declared] = LRUCache(maxsize=200_000, getsizeof=len)
+
+
+def declared_steps(conn: Connection, version_id: str) -> Declared:
+    with _documents_lock:
+        got = _declared.get(version_id)
+    if got is None:
+        got = tuple(
+            (s["key"], s["kind"], tuple(s.get("after", [])))
+            for s in version_document(conn, version_id)["steps"]
+        )
+        with _documents_lock:
+            _declared[version_id] = got
+    return got
+
+
 # A step that has not been activated yet (BLOCKED) has no row: the pinned definition document declares
 # it, and the readers below add it, in the shape of a stored row (revision 1, no activation), under the
 # id its row gets when it is first activated (``step_row_id``: the same for every reader and the writer).
@@ -158,14 +179,14 @@ def step_row_id(instance_id: str, key: str) -> str:
     return uuid.uuid5(_STEP_IDS, f"{instance_id}/{key}").hex
 
 
-def blocked_step(instance_id: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Declared step ``spec`` of ``instance_id`` as long as it is not activated, as ``read_steps`` reads it."""
+def blocked_step(instance_id: str, key: str, kind: str, after: Iterable[str]) -> dict[str, Any]:
+    """Declared step ``key`` of ``instance_id`` as long as it is not activated, as ``read_steps`` reads it."""
     return {
-        "id": step_row_id(instance_id, spec["key"]),
-        "key": spec["key"],
-        "kind": spec["kind"],
+        "id": step_row_id(instance_id, key),
+        "key": key,
+        "kind": kind,
         **BLOCKED_STEP,
-        "after": list(spec.get("after", [])),
+        "after": list(after),
         "stored": False,
     }
 
@@ -200,10 +221,9 @@ def read_steps(conn: Connection, instance_id: str, key: str | None = None) -> li
     if not rows:
         return []
     stored = {r.key: _step(r) for r in rows if r.key is not None}
-    specs = version_document(conn, rows[0].version_id)["steps"]
-    for spec in specs:
-        if spec["key"] not in stored and (key is None or spec["key"] == key):
-            stored[spec["key"]] = blocked_step(instance_id, spec)
+    for k, kind, after in declared_steps(conn, rows[0].version_id):
+        if k not in stored and (key is None or k == key):
+            stored[k] = blocked_step(instance_id, k, kind, after)
     return [stored[k] for k in sorted(stored)]
 
 

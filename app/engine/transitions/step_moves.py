@@ -28,7 +28,10 @@ def blocked_all(iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
     """The steps of a new instance: every declared step BLOCKED, which is not stored (a step's row is
     inserted when it is first activated: ``activate``). Writes nothing; returns the steps by key, as
     ``store.read_steps`` reads them."""
-    return {st["key"]: blocked_step(iid, st) for st in sorted(specs, key=lambda st: st["key"])}
+    return {
+        st["key"]: blocked_step(iid, st["key"], st["kind"], st.get("after", []))
+        for st in sorted(specs, key=lambda st: st["key"])
+    }
 
 
 @dataclass(frozen=True)
