@@ -566,9 +566,25 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         """Complete up to 16 claimed tasks in one request: ``[(task_id, epoch, output), ...]``. Each is
         answered on its own (``CompletionResult``, same order): a stale epoch is a 409 item, not an
         error of the call; a completion applied before answers 200 again (``replayed``)."""
-        body = {"tasks": [{"id": i, "epoch": e, "output": o} for i, e, o in completions]}
-        d = self.request("POST", "/v1/tasks/complete", body=body, idempotency_key=idempotency_key)
-        return [CompletionResult.from_api(r) for r in d["data"]["results"]]
+        return self.complete_and_claim(completions, idempotency_key=idempotency_key)[0]
+
+    def complete_and_claim(
+        self,
+        completions: Iterable[tuple[str, int, Any]],
+        queues: Iterable[str] = (),
+        *,
+        max_tasks: int = 0,
+        idempotency_key: str | None = None,
+    ) -> tuple[list[CompletionResult], list[Task]]:
+        """``complete_tasks``, then (with ``max_tasks`` > 0) claim up to ``max_tasks`` tasks of ``queues``
+        in the same request, without waiting: ``(results, claimed tasks)``. The claim is a claim with
+        this request's Idempotency-Key: resent with the same key, it answers the same tasks again."""
+        body: dict[str, Any] = {"tasks": [{"id": i, "epoch": e, "output": o} for i, e, o in completions]}
+        if max_tasks > 0:
+            body["claim"] = {"queues": sorted(set(queues)), "max_tasks": max_tasks}
+        d = self.request("POST", "/v1/tasks/complete", body=body, idempotency_key=idempotency_key)["data"]
+        claimed = [Task.from_api(t) for t in d.get("claimed", ())]
+        return [CompletionResult.from_api(r) for r in d["results"]], claimed
 
     def release_task(self, task_id: str, epoch: int) -> Task:
         """Hand a claimed task back to its queue now (its lease ends; no attempt is counted)."""

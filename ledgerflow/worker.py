@@ -76,9 +76,14 @@ class TaskApi(Protocol):
 
     def heartbeat_task(self, task_id: str, epoch: int) -> Task: ...
 
-    def complete_tasks(
-        self, completions: list[tuple[str, int, Any]], *, idempotency_key: str | None = None
-    ) -> list[CompletionResult]: ...
+    def complete_and_claim(
+        self,
+        completions: list[tuple[str, int, Any]],
+        queues: list[str],
+        *,
+        max_tasks: int = 0,
+        idempotency_key: str | None = None,
+    ) -> tuple[list[CompletionResult], list[Task]]: ...
 
     def complete_task(self, task_id: str, epoch: int, output: Any) -> Task: ...
 
@@ -138,6 +143,7 @@ class _Outcome:
     retryable: bool = True
     size: int = 0  # the output's bytes of JSON
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same key for every resend
+    holds_slot: bool = False  # a completion whose slot its report refills (see TaskWorker._refills)
 
 
 class TaskWorker:
@@ -201,6 +207,9 @@ class TaskWorker:
         self._flights: dict[tuple[str, int], _Flight] = {}
         self._busy = 0  # functions running (claimed and not yet returned)
         self._unreported = 0  # results waiting for the reporter
+        self._claiming = 0  # slots a claim in flight asked tasks for
+        self._refills = 0  # free slots kept for the report of the completion that freed them
+        self._refill_ok = True  # False: the server takes no ``claim`` with completions (or run_once)
         self._outcomes: queue.Queue[_Outcome | None] = queue.Queue()
         self._slot_queue: queue.Queue[_Flight | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -298,6 +307,7 @@ class TaskWorker:
     def run_once(self, wait_seconds: int | None = None) -> int:
         """Claim once (for every free slot), run those tasks, report them, return how many ran."""
         self._begin(None)
+        self._refill_ok = False  # exactly one claim
         try:
             n = self._claim_once(self.wait_seconds if wait_seconds is None else wait_seconds)
             with self._cond:
@@ -350,20 +360,28 @@ class TaskWorker:
                 log.warning("%s; retrying in 1 s", exc)
                 self._stop.wait(1.0)
 
+    def _free(self) -> int:
+        """Slots that no task, claim in flight or pending refill holds (under ``_cond``)."""
+        return self.concurrency - self._busy - self._claiming - self._refills
+
     def _has_room(self) -> bool:
         # results waiting for the server count too, so that an outage never piles up claimed work
-        return self._busy < self.concurrency and self._unreported < max(self.concurrency, MAX_BATCH)
+        return self._free() > 0 and self._unreported < max(self.concurrency, MAX_BATCH)
 
     def _claim_once(self, wait_seconds: int) -> int:
         with self._cond:
-            free = self.concurrency - self._busy
-        if free <= 0:
-            return 0
-        tasks = self.client.claim_tasks(
-            sorted(self.functions), wait_seconds=wait_seconds, max_tasks=min(free, MAX_CLAIM)
-        )
-        for t in tasks:
-            self._dispatch(t)
+            free = min(self._free(), MAX_CLAIM)
+            if free <= 0:
+                return 0
+            self._claiming += free
+        try:
+            tasks = self.client.claim_tasks(sorted(self.functions), wait_seconds=wait_seconds, max_tasks=free)
+            for t in tasks:
+                self._dispatch(t)
+        finally:
+            with self._cond:
+                self._claiming -= free
+                self._cond.notify_all()
         return len(tasks)
 
     def _dispatch(self, t: Task) -> None:
@@ -462,6 +480,10 @@ class TaskWorker:
                 self._flights.pop((flight.task.id, flight.task.epoch), None)
             else:
                 self._unreported += 1
+                if outcome.error is None and self._refill_ok and not self._stop.is_set():
+                    # the slot waits for this completion's request, which claims a task for it
+                    outcome.holds_slot = True
+                    self._refills += 1
             self._cond.notify_all()
         if outcome is not None:
             self._outcomes.put(outcome)
@@ -484,7 +506,9 @@ class TaskWorker:
     # -- the reporter ------------------------------------------------------------------------
     def _reporter(self) -> None:
         carry: list[_Outcome] = []
+        refill, key = 0, ""
         while True:
+            resend = bool(carry)  # then the same key and the same claim: the server answers its tasks again
             batch = carry or self._next_outcomes()
             carry = []
             if batch is None:
@@ -496,9 +520,11 @@ class TaskWorker:
                     self._reported(o)
             done = [o for o in live if o.error is None]
             failed = [o for o in live if o.error is not None]
+            if not resend and done:
+                refill, key = min(MAX_CLAIM, sum(1 for o in done if o.holds_slot)), done[0].key
             try:
                 if done:
-                    self._send_completions(done)
+                    self._send_completions(done, refill, key)
                 for o in failed:
                     self._send_failure(o)
             except _PASSING as exc:
@@ -550,16 +576,28 @@ class TaskWorker:
             self._outcomes.put(o)
         return out
 
-    def _send_completions(self, done: list[_Outcome]) -> None:
+    def _send_completions(self, done: list[_Outcome], refill: int, key: str) -> None:
+        """Complete ``done`` in one request that also claims ``refill`` tasks for the slots they freed."""
         items = [(o.flight.task.id, o.flight.task.epoch, o.output) for o in done]
+        if self._stop.is_set() or not self._refill_ok:
+            refill = 0
         try:
-            results = self.client.complete_tasks(items, idempotency_key=done[0].key)
-        except InvalidArgument:
+            results, claimed = self.client.complete_and_claim(
+                items, sorted(self.functions), max_tasks=refill, idempotency_key=key
+            )
+        except InvalidArgument as exc:
+            if refill and any(str(e.get("field", "")).startswith("claim") for e in exc.errors):
+                log.info("the server takes no claim with completions: this worker claims separately")
+                self._refill_ok = False  # a server of an earlier release
+                self._send_completions(done, 0, key)
+                return
             if len(done) == 1:
                 raise
             for o in done:  # one item the server refuses must not hold back the others
-                self._send_completions([o])
+                self._send_completions([o], 1 if o.holds_slot else 0, o.key)
             return
+        for t in claimed:
+            self._dispatch(t)
         for o, r in zip(done, results, strict=True):
             if r.status == 200:
                 log.info("%s completed in %s", o.flight.label, o.flight.took())
@@ -593,6 +631,9 @@ class TaskWorker:
     def _reported(self, o: _Outcome) -> None:
         with self._cond:
             self._unreported -= 1
+            if o.holds_slot:  # its request is over: a slot it did not refill goes back to the claimer
+                o.holds_slot = False
+                self._refills -= 1
             self._flights.pop((o.flight.task.id, o.flight.task.epoch), None)
             self._cond.notify_all()
 
@@ -642,7 +683,8 @@ class TaskWorker:
         self._outcomes = queue.Queue()
         self._slot_queue = queue.Queue()
         self._flights.clear()
-        self._busy = self._unreported = 0
+        self._busy = self._unreported = self._claiming = self._refills = 0
+        self._refill_ok = True
         threads = [threading.Thread(target=self._heartbeater, name="ledgerflow-task-heartbeat", daemon=True)]
         threads += [
             threading.Thread(target=self._reporter, name=f"ledgerflow-task-reporter-{i}", daemon=True)

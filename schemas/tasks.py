@@ -23,8 +23,8 @@ def epoch() -> fields.Integer:
     )
 
 
-class ClaimRequest(Strict):
-    queues = fields.List(
+def _queues() -> fields.List:
+    return fields.List(
         text(
             "a queue name",
             lambda v: None if QUEUE_RE.fullmatch(v) else "a queue name",
@@ -37,8 +37,23 @@ class ClaimRequest(Strict):
             "null": "an array of 1 to 16 queue names",
         },
     )
+
+
+def _max_tasks() -> fields.Integer:
+    return integer(1, 16, "an integer from 1 to 16", load_default=1)
+
+
+class ClaimRequest(Strict):
+    queues = _queues()
     wait_seconds = integer(0, 30, "an integer from 0 to 30", load_default=0)
-    max_tasks = integer(1, 16, "an integer from 1 to 16", load_default=1)
+    max_tasks = _max_tasks()
+
+
+class ClaimNext(Strict):
+    """The ``claim`` of ``POST /v1/tasks/complete``: claim right after the completions, without waiting."""
+
+    queues = _queues()
+    max_tasks = _max_tasks()
 
 
 class EpochRequest(Strict):
@@ -117,6 +132,13 @@ class CompleteManyRequest(Strict):
             "required": f"an array of 1 to {MAX_BATCH} completions",
         },
     )
+    claim = fields.Nested(
+        ClaimNext,
+        metadata={
+            "description": "then claim up to `max_tasks` more tasks of `queues` at once (no waiting), "
+            "answered in `claimed`: a worker reports its results and refills the freed slots in one request"
+        },
+    )
 
 
 # --------------------------------------------------------------------------- responses
@@ -177,6 +199,10 @@ class CompleteResult(Loose):
 
 class CompletedMany(Loose):
     results = fields.List(fields.Nested(CompleteResult), required=True)
+    claimed = fields.List(
+        fields.Nested(ClaimedTask),
+        metadata={"description": "with `claim`: the tasks it claimed (maybe none)"},
+    )
 
 
 ClaimResponse = envelope(Claimed, "ClaimResponse")

@@ -124,6 +124,16 @@ def _request_key(per_credential: bool) -> idempotency.Key:
     return idempotency.Key(scope=scope, route=f"{request.method} {path}", key=key, fp=fp)
 
 
+def request_key_as(path: str, body: Any) -> idempotency.Key:
+    """The Idempotency-Key of this request as a POST of ``body`` to ``path`` would have it: one part of a
+    request that does what another route does (the ``claim`` of ``POST /v1/tasks/complete`` is a claim
+    with the request's key), so that a resend of either meets the other's rows."""
+    principal = current_principal()
+    key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
+    fp = idempotency.fingerprint("POST", path, body)
+    return idempotency.Key(scope=principal.namespace_id, route=f"POST {path}", key=key, fp=fp)
+
+
 def _until_something(
     once: Callable[[], idempotency.StoredResponse],
     wait_until: float | None,

@@ -10,12 +10,13 @@ from typing import Any
 from flask import Blueprint
 
 import web.long_poll as long_poll
-from app import settings
+from app import idempotency, settings
 from app.auth import Scope
 from app.db import get_engine, transaction
 from app.engine import task_protocol
 from app.engine.operations import check_queue_scope
 from app.errors import LedgerflowError
+from app.idempotency import Key
 from schemas.tasks import (
     ClaimRequest,
     ClaimResponse,
@@ -31,7 +32,14 @@ from web.auth import current_principal, requires
 from web.engine_common import task_in_scope
 from web.http import ok, success
 from web.meta import doc
-from web.mutation import REPLAYED_HEADER, NothingYet, idempotent, idempotent_on_rows, mutation
+from web.mutation import (
+    REPLAYED_HEADER,
+    NothingYet,
+    idempotent,
+    idempotent_on_rows,
+    mutation,
+    request_key_as,
+)
 from web.strict import body
 
 bp = Blueprint("tasks", __name__)
@@ -63,24 +71,30 @@ def claim(body: dict):
     def work(conn, key):
         # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
         final = time.monotonic() >= deadline or long_poll.shutting_down()
-        # the claimed tasks keep the key: they are this claim's receipt (a resend answers them again)
-        got, replayed = task_protocol.claim_keyed(
-            conn,
-            principal.namespace_id,
-            queues,
-            body["max_tasks"],
-            settings.TASK_LEASE_SECONDS.get(),
-            key.key,
-            key.fp,
-        )
+        got, replayed = _claim_keyed(conn, queues, body["max_tasks"], key)
         if not got and not final:
             raise NothingYet  # an empty try rolls back (nothing written)
-        return 200, success({"tasks": [_claimed(t) for t in got]}), replayed
+        return 200, success({"tasks": got}), replayed
 
     if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups
         return idempotent_on_rows(work)
     with long_poll.waiting_claim(principal, queues, settings.CLAIM_POLL_SECONDS.get()) as wait:
         return idempotent_on_rows(work, wait_until=deadline, wait=wait)
+
+
+def _claim_keyed(conn, queues: list[str], max_tasks: int, key: Key) -> tuple[list[dict], bool]:
+    """Claim up to ``max_tasks`` of the caller's ``queues`` (the claimed tasks keep the key: they are the
+    claim's receipt, a resend answers them again): ``(claimed tasks as answered, replayed)``."""
+    got, replayed = task_protocol.claim_keyed(
+        conn,
+        current_principal().namespace_id,
+        queues,
+        max_tasks,
+        settings.TASK_LEASE_SECONDS.get(),
+        key.key,
+        key.fp,
+    )
+    return [_claimed(t) for t in got], replayed
 
 
 def _claimed(t: dict) -> dict:
@@ -180,7 +194,13 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
         "status and error that item alone would get (404 NOT_FOUND, 409 STATE_CONFLICT). An item is "
         "idempotent by itself: repeating a completion that was applied (same id, epoch and output) "
         "answers 200 with `replayed: true`, so a whole request can be resent after a lost answer. The "
-        "request as a whole answers 200 unless it is invalid or the service is unavailable."
+        "request as a whole answers 200 unless it is invalid or the service is unavailable.\n\n"
+        "With `claim` ({queues, max_tasks}), the request then claims up to `max_tasks` tasks at once, "
+        "answered in `claimed`: exactly `POST /v1/tasks/claim` with `wait_seconds` 0 and this request's "
+        "Idempotency-Key (a resend with the same key and `claim` answers the same tasks again; the same key "
+        "with another `claim` is 409 IDEMPOTENCY_CONFLICT). The claim runs after the completions, so it can "
+        "take the task that a completion just created; its queues are checked before any item is completed "
+        "(403 for a queue outside the credential's scope)."
     ),
     tags=["tasks"],
     errors=(400, 401, 403),
@@ -190,7 +210,21 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
 @mutation
 @body(CompleteManyRequest)
 def complete_many(body: dict):
-    return ok({"results": [_complete_one(item) for item in body["tasks"]]})
+    nxt = body.get("claim")
+    if nxt is not None:  # refused before any completion: a claim that cannot run must not half-run
+        queues = sorted(set(nxt["queues"]))
+        check_queue_scope(current_principal(), queues)
+    data: dict[str, Any] = {"results": [_complete_one(item) for item in body["tasks"]]}
+    if nxt is not None:
+        # the claim with this request's key, as POST /v1/tasks/claim would make it (no wait)
+        key = request_key_as(
+            "/v1/tasks/claim", {"queues": queues, "max_tasks": nxt["max_tasks"], "wait_seconds": 0}
+        )
+        stored = idempotency.execute_on_rows(
+            key, lambda conn: (200, *_claim_keyed(conn, queues, nxt["max_tasks"], key))
+        )
+        data["claimed"] = stored.json()
+    return ok(data)
 
 
 def _complete_one(item: dict) -> dict:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ledgerflow.client import Client, NonRetryableError, StateConflict, Task, TaskWorker
+from ledgerflow.client import Client, InvalidArgument, NonRetryableError, StateConflict, Task, TaskWorker
 from tests.web.wf_ops import until
 
 DEADLINE = 60.0  # generous: the machine is shared
@@ -48,6 +48,7 @@ class Recording(Client):
         super().__init__(*a, **kw)
         self.claims: list[int] = []
         self.batches: list[int] = []
+        self.refilled = 0  # tasks claimed by completion requests
         self.beats: list[tuple[str, int, str]] = []  # (task id, thread id, thread name)
         self.beat_event = threading.Condition()
 
@@ -55,10 +56,14 @@ class Recording(Client):
         self.claims.append(max_tasks)
         return super().claim_tasks(queues, wait_seconds=wait_seconds, max_tasks=max_tasks)
 
-    def complete_tasks(self, completions, *, idempotency_key=None):
+    def complete_and_claim(self, completions, queues=(), *, max_tasks=0, idempotency_key=None):
         completions = list(completions)
         self.batches.append(len(completions))
-        return super().complete_tasks(completions, idempotency_key=idempotency_key)
+        results, claimed = super().complete_and_claim(
+            completions, queues, max_tasks=max_tasks, idempotency_key=idempotency_key
+        )
+        self.refilled += len(claimed)
+        return results, claimed
 
     def heartbeat_task(self, task_id, epoch):
         t = super().heartbeat_task(task_id, epoch)
@@ -340,8 +345,68 @@ def test_batch_completion_answers_each_item_and_is_idempotent_per_task(wf_ns):
         w.complete_task(stale.id, stale.epoch, "late")
     assert w.complete_tasks([(stale2.id, stale2.epoch, "ok")])[0].status == 200
     assert [c.get_workflow(x).state for x in wids] == ["SUCCEEDED"] * 3
-    from ledgerflow.client import InvalidArgument
 
     with pytest.raises(InvalidArgument) as e:
         w.complete_tasks([(a.id, a.epoch, 1), (a.id, a.epoch, 1)])
     assert "each task at most once" in str(e.value)
+
+
+def _chain_definition(c: Client, queue: str, steps: int) -> str:
+    d = c.create_definition("chain-" + uuid.uuid4().hex[:8])
+    chain: list[dict[str, Any]] = [
+        {"key": f"s{i}", "kind": "TASK", "queue": queue, **({"after": [f"s{i - 1}"]} if i else {})}
+        for i in range(steps)
+    ]
+    c.publish_version(d["id"], {"version": "v1", "input_schema": {}, "deadline_seconds": 600, "steps": chain})
+    return d["id"]
+
+
+def test_a_completion_claims_the_next_step_for_the_slot_it_freed(wf_ns):
+    """One slot, one workflow of three TASK steps: the first claim gets step 0; each completion request
+    claims the step its completion created (the slot it freed waits for it, so the claimer never races
+    it); the last completion finds nothing and gives the slot back to the claimer."""
+    c = _client(wf_ns)
+    [wid] = _start(c, _chain_definition(c, "chain", 3), 1)
+    rec = Recording(wf_ns.url, wf_ns.tokens["worker"])
+    worker = TaskWorker(rec, wait_seconds=1, concurrency=1)
+    ran: list[str] = []
+
+    @worker.task("chain")
+    def work(task: Task) -> str:
+        ran.append(task.step_key)
+        return task.step_key
+
+    with worker.in_background():
+        assert c.wait_for_workflow(wid, timeout=DEADLINE).state == "SUCCEEDED"
+    assert ran == ["s0", "s1", "s2"]
+    assert rec.batches == [1, 1, 1]
+    assert rec.refilled == 2  # s1 and s2 came with the completions of s0 and s1
+
+
+class OldServer(Recording):
+    """A server of an earlier release: ``claim`` in a completion request is an unknown field (400)."""
+
+    def complete_and_claim(self, completions, queues=(), *, max_tasks=0, idempotency_key=None):
+        if max_tasks:
+            self.refused = getattr(self, "refused", 0) + 1
+            raise InvalidArgument(
+                400, "INVALID_ARGUMENT", "invalid", errors=[{"field": "claim", "message": "unknown field"}]
+            )
+        return super().complete_and_claim(completions, queues, idempotency_key=idempotency_key)
+
+
+def test_a_server_without_claim_on_completions_gets_plain_completions(wf_ns, caplog):
+    c = _client(wf_ns)
+    [wid] = _start(c, _chain_definition(c, "old", 3), 1)
+    rec = OldServer(wf_ns.url, wf_ns.tokens["worker"])
+    worker = TaskWorker(rec, wait_seconds=1, concurrency=2)
+
+    @worker.task("old")
+    def work(task: Task) -> str:
+        return task.step_key
+
+    with caplog.at_level(logging.INFO, logger="ledgerflow.worker"), worker.in_background():
+        assert c.wait_for_workflow(wid, timeout=DEADLINE).state == "SUCCEEDED"
+    assert rec.refused == 1  # asked once, then never again
+    assert rec.refilled == 0 and sum(rec.batches) == 3 and len(rec.claims) >= 3
+    assert "takes no claim with completions" in caplog.text

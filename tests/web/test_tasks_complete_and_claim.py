@@ -1,0 +1,116 @@
+"""X-TASK ``POST /v1/tasks/complete`` with ``claim``: the completions, then a claim with the request's
+Idempotency-Key (as ``POST /v1/tasks/claim`` with ``wait_seconds`` 0) in the same request. The claim
+takes the task the completion just created; a resend answers the same results and the same tasks; the
+same key with another claim is refused; a queue outside the credential's scope is refused before any
+completion."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from tests.web.test_task_claim_receipts import _states
+from tests.web.test_workflows_start import _raw
+from tests.web.wf_live import wf_ns, wf_server  # noqa: F401
+
+DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 3600}
+
+
+def _two_step(ns, queue: str, n: int = 1) -> list[str]:
+    """``n`` workflows TASK a -> TASK b, both on ``queue``; their ids."""
+    c = ns.client()
+    d = c.create_definition("cc-" + uuid.uuid4().hex[:8])
+    steps = [
+        {"key": "a", "kind": "TASK", "queue": queue},
+        {"key": "b", "kind": "TASK", "queue": queue, "after": ["a"]},
+    ]
+    c.publish_version(d["id"], {**DOC, "steps": steps})
+    return [c.start_workflow(d["id"], "v1", {"i": i}).instance.id for i in range(n)]
+
+
+def _complete(ns, key: str, items: list[dict], claim: dict | None, who: str = "worker") -> httpx.Response:
+    body: dict = {"tasks": items}
+    if claim is not None:
+        body["claim"] = claim
+    return _raw(ns, "POST", "/v1/tasks/complete", body, key=key, who=who)
+
+
+def _claim_one(ns, queue: str) -> dict:
+    r = _raw(
+        ns, "POST", "/v1/tasks/claim", {"queues": [queue], "max_tasks": 1}, key=uuid.uuid4().hex, who="worker"
+    )
+    assert r.status_code == 200, r.text
+    [t] = r.json()["data"]["tasks"]
+    return t
+
+
+def test_the_completion_claims_the_task_it_created_and_a_resend_answers_the_same(wf_ns, engine):  # noqa: F811
+    [wid] = _two_step(wf_ns, "cc1")
+    a = _claim_one(wf_ns, "cc1")
+    assert a["step_key"] == "a"
+    key = uuid.uuid4().hex
+    items = [{"id": a["id"], "epoch": a["epoch"], "output": {"x": 1}}]
+    first = _complete(wf_ns, key, items, {"queues": ["cc1"], "max_tasks": 4})
+    assert first.status_code == 200, first.text
+    data = first.json()["data"]
+    assert [(r["id"], r["status"]) for r in data["results"]] == [(a["id"], 200)]
+    [b] = data["claimed"]  # step b's task, created by that completion, claimed by the same request
+    assert (b["workflow_id"], b["step_key"], b["epoch"]) == (wid, "b", 1)
+    assert "lease_expires_at" in b
+    assert _states(engine, [wid])[wid] == ("CLAIMED", 1)
+
+    again = _complete(wf_ns, key, items, {"queues": ["cc1"], "max_tasks": 4})  # a lost answer, resent
+    assert again.status_code == 200, again.text
+    data2 = again.json()["data"]
+    assert data2["results"][0]["replayed"] is True
+    assert data2["claimed"] == data["claimed"]  # the same task at the same epoch, nothing claimed anew
+    assert _states(engine, [wid])[wid] == ("CLAIMED", 1)
+
+    other = _complete(wf_ns, key, items, {"queues": ["cc1"], "max_tasks": 2})
+    assert other.status_code == 409 and other.json()["code"] == "IDEMPOTENCY_CONFLICT"
+
+    done = _complete(
+        wf_ns,
+        uuid.uuid4().hex,
+        [{"id": b["id"], "epoch": 1, "output": 2}],
+        {"queues": ["cc1"], "max_tasks": 1},
+    )
+    assert done.status_code == 200 and done.json()["data"]["claimed"] == []  # nothing left: no wait
+    assert wf_ns.client().get_workflow(wid).state == "SUCCEEDED"
+
+
+def test_without_claim_the_answer_has_no_claimed(wf_ns):  # noqa: F811
+    _two_step(wf_ns, "cc2")
+    a = _claim_one(wf_ns, "cc2")
+    r = _complete(wf_ns, uuid.uuid4().hex, [{"id": a["id"], "epoch": a["epoch"], "output": 1}], None)
+    assert r.status_code == 200 and "claimed" not in r.json()["data"]
+    assert _claim_one(wf_ns, "cc2")["step_key"] == "b"  # left for the next claim
+
+
+def test_a_claim_outside_the_scope_is_refused_before_any_completion(wf_ns, engine):  # noqa: F811
+    [wid] = _two_step(wf_ns, "q1")
+    r = _raw(wf_ns, "POST", "/v1/tasks/claim", {"queues": ["q1"]}, key=uuid.uuid4().hex, who="worker_q1")
+    [a] = r.json()["data"]["tasks"]
+    items = [{"id": a["id"], "epoch": a["epoch"], "output": 1}]
+    refused = _complete(
+        wf_ns, uuid.uuid4().hex, items, {"queues": ["q1", "q2"], "max_tasks": 1}, who="worker_q1"
+    )
+    assert refused.status_code in (403, 404), refused.text
+    assert _states(engine, [wid])[wid] == ("CLAIMED", a["epoch"])  # a is not completed
+    ok = _complete(wf_ns, uuid.uuid4().hex, items, {"queues": ["q1"], "max_tasks": 1}, who="worker_q1")
+    assert ok.status_code == 200 and ok.json()["data"]["claimed"][0]["step_key"] == "b"
+
+
+def test_an_invalid_claim_is_400_naming_the_field(wf_ns):  # noqa: F811
+    _two_step(wf_ns, "cc3")
+    a = _claim_one(wf_ns, "cc3")
+    items = [{"id": a["id"], "epoch": a["epoch"], "output": 1}]
+    for claim, field in (
+        ({"queues": ["cc3"], "max_tasks": 17}, "claim.max_tasks"),
+        ({"queues": [], "max_tasks": 1}, "claim.queues"),
+        ({"queues": ["cc3"], "wait_seconds": 5}, "claim.wait_seconds"),
+    ):
+        r = _complete(wf_ns, uuid.uuid4().hex, items, claim)
+        assert r.status_code == 400, r.text
+        assert field in {e["field"] for e in r.json()["errors"]}, r.text
