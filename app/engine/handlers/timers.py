@@ -42,7 +42,7 @@ class WaitReceipt:
     (or by a signal, a poll, a cancel) holds no receipt of this one, and the wake runs and is skipped."""
 
     instance_id: str | None
-    activation_id: Any  # as the job's payload names it (None or a foreign id: no wait, no receipt)
+    activation_id: str | None  # as the job's payload names it (none, or a foreign one: no receipt)
     answer: str  # the key of the wake's result: "fired", "expired"
 
     def read(self, conn: Connection, operation_key: str) -> tuple[bool, Any]:
@@ -155,8 +155,8 @@ def delay_wake(ctx: JobContext):
     name = p.get("wake")
     if name in WAIT_WAKES:
         ends_wait, answer = WAIT_WAKES[name]
-        op = ctx.operation_key
-        receipt = WaitReceipt(ctx.instance_id, p.get("activation_id"), answer)
+        op, act = ctx.operation_key, p.get("activation_id")
+        receipt = WaitReceipt(ctx.instance_id, None if act is None else str(act), answer)
         return run_advance(ctx, lambda conn, inst: ends_wait(conn, inst, p, op), receipt=receipt)
     wake = WAKES.get(name)  # type: ignore[arg-type]  # any value: None when unknown
     if wake is None:

@@ -85,7 +85,7 @@ _ENDED_BY = (
 )
 
 
-def ended_by(conn: Connection, iid: str | None, act_id: Any, operation_key: str) -> str | None:
+def ended_by(conn: Connection, iid: str | None, act_id: str | None, operation_key: str) -> str | None:
     """Lock the wait of activation ``act_id`` of instance ``iid``; the key of its step when the job
     operation ``operation_key`` resolved or expired it (``try_resolve_due``, ``try_expire_due``), else None
     (still WAITING, ended otherwise, or no such wait)."""
