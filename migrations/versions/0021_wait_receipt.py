@@ -7,8 +7,9 @@ retry of the same operation would reuse the result instead of advancing again (L
 now also sets ``resolved_by_operation`` to the job's operation key, and a retry of that operation finds
 its own key on the wait (``app.engine.handlers.timers.WaitReceipt``): no receipt row is written.
 
-A nullable column without a default: adding it changes no stored row. Waits resolved before it stay
-NULL (no operation is recorded for them); their jobs ended long ago or still have their receipt rows.
+A nullable column without a default: adding it changes no stored row. Waits ended before it stay NULL:
+a retry of such a wait's job (a rare job whose settle was lost across the deploy) finds no record on the
+wait, runs the wake, finds the wait ended and answers "skipped"; the effect is not repeated.
 
 Revision ID: 0021_wait_receipt
 Revises: 0020_lazy_steps
