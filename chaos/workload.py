@@ -171,6 +171,12 @@ INVARIANTS: list[tuple[str, str]] = [
         "HAVING count(*) > 1) d",
     ),
     (
+        "every fired timer's wait names the job operation that fired it (its receipt)",
+        "SELECT count(*) FROM workflow_waits w WHERE w.kind = 'TIMER' AND w.state = 'RESOLVED' AND NOT EXISTS "
+        "(SELECT 1 FROM workflow_jobs j WHERE j.type = 'delay_wake' AND j.operation_key = w.resolved_by_operation "
+        "AND j.payload->>'activation_id' = w.activation_id)",
+    ),
+    (
         "every workflow of the workload SUCCEEDED",
         "SELECT count(*) FROM workflow_instances WHERE id = ANY(:wfs) AND state <> 'SUCCEEDED'",
     ),

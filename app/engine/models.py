@@ -232,6 +232,9 @@ waits = Table(
     Column("deadline_at", DateTime(timezone=True)),
     Column("winner_signal_id", Text),
     Column("resolved_at", DateTime(timezone=True)),
+    # the operation key of the delay_wake job that resolved (timer) or expired (signal timeout) the wait:
+    # its receipt (``handlers.timers.WaitReceipt``); NULL when a signal, a poll or a cancel ended it
+    Column("resolved_by_operation", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint(_in("state", WaitState), name="ck_workflow_waits_state"),
     CheckConstraint("kind IN ('SIGNAL', 'TIMER')", name="ck_workflow_waits_kind"),

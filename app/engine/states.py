@@ -47,8 +47,10 @@ Task (``workflow_tasks.state``):
                  ``cancel_*``.
 - ``COMPLETED`` / ``FAILED`` / ``TIMED_OUT`` / ``CANCELLED``  terminal.
 
-Wait (``workflow_waits.state``): ``WAITING`` in: ``wait_moves.insert``; out: ``wait_moves.resolve`` (timer due, signal
-consumed, poll resolved) -> RESOLVED, ``wait_moves.expire`` -> EXPIRED, ``wait_moves.cancel_*`` -> CANCELLED.
+Wait (``workflow_waits.state``): ``WAITING`` in: ``wait_moves.insert``; out: ``wait_moves.try_resolve_due`` (timer
+due), ``resolve_by_signal`` (signal consumed), ``resolve_open`` (poll resolved) -> RESOLVED, ``try_expire_due`` ->
+EXPIRED, ``cancel_open`` -> CANCELLED. The two ``*_due`` moves record the job operation that made them
+(``resolved_by_operation``): the wait is that job's effect receipt (``handlers.timers.WaitReceipt``).
 
 Signal (``workflow_signals.state``): ``PENDING`` in: ``signal_moves.insert``; out: ``signal_moves.settle`` -> CONSUMED /
 REJECTED, ``signal_moves.expire`` -> EXPIRED, ``signal_moves.close_pending`` -> REJECTED (WORKFLOW_ENDED). A signal for

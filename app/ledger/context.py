@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, text
 
@@ -42,6 +42,21 @@ LockFirst = Callable[[Connection], object]  # its result is not used
 
 class _ReceiptTaken(Exception):
     """Internal: the receipt of this step was committed by a concurrent execution."""
+
+
+class RowReceipt(Protocol):
+    """The receipt of an effect kept on the business row its write moves, instead of a
+    ``workflow_job_effects`` row (L-EFFECT-1; ``JobContext.effect(..., receipt=...)``).
+
+    The write's guarded statement records the operation that moved the row (``JobContext.operation_key``)
+    in the same UPDATE, so the business write and its receipt are one row write in one transaction.
+    ``read`` runs first in the effect's fenced transaction: it locks the row, so an execution of the same
+    operation running meanwhile is waited for and then seen (as the receipt's unique key does for
+    receipt rows), and answers ``(True, result)`` when ``operation_key`` moved the row, with the result
+    that execution answered, else ``(False, None)``: then the write runs (and may find the row moved by
+    another operation: that is its own business answer)."""
+
+    def read(self, conn: Connection, operation_key: str) -> tuple[bool, Any]: ...
 
 
 @dataclass
@@ -146,14 +161,21 @@ class JobContext:
             row = run(conn, _READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()
         return (row is not None, row.result if row else None)
 
-    def effect(self, step_key: str, write: Callable[[Connection], Any]) -> Any:
+    def effect(
+        self, step_key: str, write: Callable[[Connection], Any], *, receipt: RowReceipt | None = None
+    ) -> Any:
         """Run an internal business write exactly once per (operation_key, step_key) (L-EFFECT-1).
 
         ``write(conn)`` runs in a fenced transaction together with the receipt insert; a retry of
-        the same operation returns the stored result without calling ``write`` again."""
-        found, stored = self.receipt(step_key)
-        if found:
-            return stored
+        the same operation returns the stored result without calling ``write`` again. The receipt is
+        read inside that transaction only (after the instance and job locks), not before it too.
+
+        ``receipt``: the write keeps its receipt on the row it moves (``RowReceipt``): no receipt row is
+        inserted, ``receipt.read`` answers a retry of the operation, and ``step_key`` is not stored."""
+        if receipt is not None:
+            with self.transaction() as conn:
+                found, stored = receipt.read(conn, self.operation_key)
+                return stored if found else write(conn)
         try:
             with self.transaction() as conn:
                 row = run(conn, _READ_RECEIPT, {"op": self.operation_key, "step": step_key}).first()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -122,3 +123,74 @@ def test_concurrent_attempts_of_one_operation_produce_one_effect(db, orders):
     assert _count(db) == 1 and _count(db, "workflow_job_effects") == 1
     assert results[0] == results[1], results
     assert isinstance(results[0], dict)
+
+
+def test_an_effect_reads_its_receipt_once_inside_its_transaction(db, orders, monkeypatch):
+    """The receipt is read after the job's lock, in the effect's transaction, and not on a connection of
+    its own before it as well: one read and one insert reach ``workflow_job_effects``."""
+    add_job(db, "delay_wake", {"order": 1})
+    ctx = context_for(claim_one(db), db)
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        sent.append(" ".join(str(query).split()))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    ctx.effect("create-order", Writer("first"))
+    monkeypatch.undo()
+    receipts = [s.split()[0] for s in sent if "workflow_job_effects" in s]
+    assert receipts == ["SELECT", "INSERT"], sent
+    assert sent.index(next(s for s in sent if "workflow_job_effects" in s)) > sent.index(
+        next(s for s in sent if "FROM workflow_jobs" in s)
+    )  # read under the job's lock
+
+
+class OrderNote:
+    """A ``RowReceipt`` of the test: the write moves one order's note and records the operation that
+    did (``effect_orders.note`` = 'done by <operation key>')."""
+
+    def __init__(self, order_id: int) -> None:
+        self.order_id = order_id
+
+    def read(self, conn, operation_key):
+        note = conn.execute(
+            text("SELECT note FROM effect_orders WHERE id = :id FOR UPDATE"), {"id": self.order_id}
+        ).scalar()
+        return (True, {"moved": self.order_id}) if note == f"done by {operation_key}" else (False, None)
+
+
+def test_a_row_receipt_keeps_the_receipt_on_the_moved_row(db, orders):
+    """``effect(..., receipt=...)``: the write stamps the row it moves with its operation; no receipt
+    row is inserted; a retry of the operation answers from the row without writing; another
+    operation's write runs and finds the row moved."""
+    with transaction(db) as conn:
+        order = conn.execute(text("INSERT INTO effect_orders (note) VALUES ('open') RETURNING id")).scalar()
+    calls: list[int] = []
+
+    def run_effect(row):
+        ctx = context_for(row, db)
+
+        def write(conn):
+            calls.append(row["attempts"])
+            moved = conn.execute(
+                text("UPDATE effect_orders SET note = :n WHERE id = :id AND note = 'open' RETURNING id"),
+                {"n": f"done by {ctx.operation_key}", "id": order},
+            ).first()
+            return {"moved": order} if moved else {"skipped": "already moved"}
+
+        return ctx.effect("move", write, receipt=OrderNote(order))
+
+    j = add_job(db, "delay_wake", {"order": order})
+    first = claim_one(db)
+    assert run_effect(first) == {"moved": order}
+    assert scalar(db, "SELECT note FROM effect_orders") == f"done by {first['operation_key']}"
+    assert _count(db, "workflow_job_effects") == 0
+    assert settle(db, [settlement(first, "retry", error="failed after the commit")], base=0) == {j: "pending"}
+    second = claim_one(db)
+    assert second["attempts"] == 2 and run_effect(second) == {"moved": order}
+    assert calls == [1]  # the retry did not write
+    add_job(db, "delay_wake", {"order": order}, operation_key="op-other")
+    assert run_effect(claim_one(db)) == {"skipped": "already moved"}
+    assert calls == [1, 1] and _count(db, "workflow_job_effects") == 0

@@ -143,7 +143,8 @@ def test_poll_rounds_exhausted(eng):
 
 
 def test_retried_timer_job_advances_once(eng):
-    """The handler's write and its receipt commit together; a second run of the same operation reuses it."""
+    """The timer's write and its receipt (the wait, resolved by the job's operation) commit together; a
+    second run of the same operation reuses it."""
     from app.ledger import handlers
     from tests.ledger_helpers import claim, context_for
 

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 from app.engine.states import TERMINAL
 from app.engine.store import lock_instance, read_step
 from app.errors import NotFound
-from app.ledger.context import JobContext
+from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import run
 
@@ -22,9 +22,19 @@ class ForeignReference(PermanentError):
     code = "FOREIGN_REFERENCE"
 
 
-def run_advance(ctx: JobContext, write: Callable[[Connection, dict], Any], *, step: str = "advance") -> Any:
+def run_advance(
+    ctx: JobContext,
+    write: Callable[[Connection, dict], Any],
+    *,
+    step: str = "advance",
+    receipt: RowReceipt | None = None,
+) -> Any:
     """Lock the instance row before the job row (``ctx.lock_first``) and run ``write`` once per
-    operation through an effect receipt, so a retried job never advances a step twice."""
+    operation through an effect receipt, so a retried job never advances a step twice: a
+    ``workflow_job_effects`` row, or ``receipt`` when ``write`` records its operation on the row it
+    moves (``JobContext.effect``; the timer's wait, ``handlers.timers.WaitReceipt``). The receipt is
+    read before the instance's state is: a retry answers what its operation did even after the
+    workflow moved on or ended."""
     instance_id = ctx.instance_id
     if not instance_id:  # an engine job is always enqueued with its instance: this one was made by hand
         raise ReferenceNotFound("the job names no workflow instance")
@@ -45,7 +55,7 @@ def run_advance(ctx: JobContext, write: Callable[[Connection, dict], Any], *, st
             return {"skipped": f"workflow is {inst['state']}"}
         return write(conn, inst)
 
-    result = ctx.effect(step, _write)
+    result = ctx.effect(step, _write, receipt=receipt)
     if isinstance(result, dict) and "skipped" in result:
         return Skip(str(result["skipped"]))
     return result

@@ -3,11 +3,18 @@ is due, a TASK step's retry backoff passed, an early signal expired, a cancel's 
 and ``deadline``: an instance's deadline passed (then it FAILS, stop_kind FAILURE), a wake only jobs
 enqueued before instances had a watch carry (the watch, ``handlers.task_timeouts``, enforces the
 deadline now). Each wake asks its decision in ``app.engine.decide`` and applies it through ``app.engine.advance`` / ``stopping``. An unknown wake
-is a permanent failure (the job is dead), never a silent success."""
+is a permanent failure (the job is dead), never a silent success.
+
+The two wakes that end a wait (``timer``, ``signal_timeout``) keep their effect receipt on the wait: the
+guarded UPDATE that resolves or expires it records the job's operation, and a retry of that operation
+finds it there (``WaitReceipt``) instead of in a ``workflow_job_effects`` row. The others write a
+receipt row (``run_advance``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -25,23 +32,41 @@ from app.ledger.outcome import PermanentError
 from app.sql import run
 
 
-def _timer(conn: Connection, inst: dict, p: dict) -> dict:
+@dataclass(frozen=True)
+class WaitReceipt:
+    """The receipt of a wake that ends a wait, kept on the wait (``app.ledger.context.RowReceipt``):
+    ``wait_moves.try_resolve_due`` / ``try_expire_due`` record the job's operation key on the wait in
+    the UPDATE that ends it, so the ended wait is the record of the wake's result, as an ended task is
+    the record of its result. A retry of the same operation finds its key there and answers
+    ``{answer: step key}`` again, what the first execution answered; a wait ended by another operation
+    (or by a signal, a poll, a cancel) holds no receipt of this one, and the wake runs and is skipped."""
+
+    instance_id: str | None
+    activation_id: str | None  # as the job's payload names it (none, or a foreign one: no receipt)
+    answer: str  # the key of the wake's result: "fired", "expired"
+
+    def read(self, conn: Connection, operation_key: str) -> tuple[bool, Any]:
+        step_key = wait_moves.ended_by(conn, self.instance_id, self.activation_id, operation_key)
+        return (False, None) if step_key is None else (True, {self.answer: step_key})
+
+
+def _timer(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
     step = step_of_activation(conn, p["activation_id"], inst["id"])
     if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
         return {"skipped": skip.reason}
     assert step is not None  # timer_due answers Ignore without a step
-    if not wait_moves.try_resolve_due(conn, p["activation_id"]):
+    if not wait_moves.try_resolve_due(conn, p["activation_id"], operation_key):
         return {"skipped": "the timer is not due or already resolved"}
     advance.complete_step(conn, inst["id"], step, MISSING)
     return {"fired": step["key"]}
 
 
-def _signal_timeout(conn: Connection, inst: dict, p: dict) -> dict:
+def _signal_timeout(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
     step = step_of_activation(conn, p["activation_id"], inst["id"])
     if isinstance(skip := decide.signal_timeout(step_model(step)), Ignore):
         return {"skipped": skip.reason}
     assert step is not None  # signal_timeout answers Ignore without a step
-    if not wait_moves.try_expire_due(conn, p["activation_id"]):
+    if not wait_moves.try_expire_due(conn, p["activation_id"], operation_key):
         return {"skipped": "the wait was resolved or is not due"}
     advance.fail_step(conn, inst["id"], step, dict(decide.SIGNAL_TIMEOUT))
     return {"expired": step["key"]}
@@ -107,9 +132,15 @@ def _cancel_settle(conn: Connection, inst: dict, p: dict) -> dict:
     return {"state": stopping.settle_cancel(conn, inst["id"])["state"]}
 
 
+# the wakes that end a wait: each records its operation on the wait (the operation key is its last
+# argument), and the key of its result names the wait's receipt (``WaitReceipt.answer``)
+WAIT_WAKES: dict[str, tuple[Callable[[Connection, dict, dict, str], dict], str]] = {
+    "timer": (_timer, "fired"),
+    "signal_timeout": (_signal_timeout, "expired"),
+}
+
+# the other wakes: their receipt is a ``workflow_job_effects`` row
 WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
-    "timer": _timer,
-    "signal_timeout": _signal_timeout,
     "poll": _poll,
     "task_retry": _task_retry,
     "deadline": _deadline,
@@ -121,7 +152,14 @@ WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
 @handlers.register("delay_wake")
 def delay_wake(ctx: JobContext):
     p = ctx.payload or {}
-    wake = WAKES.get(p.get("wake"))  # type: ignore[arg-type]  # any value: None when unknown
+    name = p.get("wake")
+    if name in WAIT_WAKES:
+        ends_wait, answer = WAIT_WAKES[name]
+        op, act = ctx.operation_key, p.get("activation_id")
+        receipt = WaitReceipt(ctx.instance_id, None if act is None else str(act), answer)
+        return run_advance(ctx, lambda conn, inst: ends_wait(conn, inst, p, op), receipt=receipt)
+    wake = WAKES.get(name)  # type: ignore[arg-type]  # any value: None when unknown
     if wake is None:
-        raise PermanentError(f"unknown wake {p.get('wake')!r}: one of {', '.join(sorted(WAKES))}")
+        known = ", ".join(sorted([*WAIT_WAKES, *WAKES]))
+        raise PermanentError(f"unknown wake {name!r}: one of {known}")
     return run_advance(ctx, lambda conn, inst: wake(conn, inst, p))

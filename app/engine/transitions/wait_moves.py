@@ -46,30 +46,51 @@ def insert(
     ).scalar_one()
 
 
-def try_resolve_due(conn: Connection, act_id: str) -> bool:
-    """A timer fired: WAITING and due -> RESOLVED (False: not due, or settled first)."""
+def try_resolve_due(conn: Connection, act_id: str, operation_key: str) -> bool:
+    """A timer fired: WAITING and due -> RESOLVED by the job operation ``operation_key``, recorded on
+    the wait (its receipt, ``ended_by``). False: not due, or settled first."""
     return (
         maybe(
             conn,
-            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
+            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
             "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
-            {"a": act_id},
+            {"a": act_id, "op": operation_key},
         )
         is not None
     )
 
 
-def try_expire_due(conn: Connection, act_id: str) -> bool:
-    """A signal wait's timeout passed: WAITING and due -> EXPIRED."""
+def try_expire_due(conn: Connection, act_id: str, operation_key: str) -> bool:
+    """A signal wait's timeout passed: WAITING and due -> EXPIRED by the job operation ``operation_key``
+    (recorded as by ``try_resolve_due``)."""
     return (
         maybe(
             conn,
-            "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now() "
+            "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now(), resolved_by_operation = :op "
             "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
-            {"a": act_id},
+            {"a": act_id, "op": operation_key},
         )
         is not None
     )
+
+
+# The wait is locked whether or not this operation ended it: an execution of the same operation that
+# runs meanwhile waits here for this one's commit and then reads its stamp (the row is re-read after the
+# lock). The step key is looked up only when the stamp is this operation's.
+_ENDED_BY = (
+    "SELECT w.resolved_by_operation = :op AS mine, CASE WHEN w.resolved_by_operation = :op THEN "
+    "(SELECT s.key FROM workflow_all_activations a JOIN workflow_steps s ON s.id = a.step_id "
+    "WHERE a.id = w.activation_id) END AS step_key "
+    "FROM workflow_waits w WHERE w.activation_id = :a AND w.instance_id = :i FOR UPDATE OF w"
+)
+
+
+def ended_by(conn: Connection, iid: str | None, act_id: str | None, operation_key: str) -> str | None:
+    """Lock the wait of activation ``act_id`` of instance ``iid``; the key of its step when the job
+    operation ``operation_key`` resolved or expired it (``try_resolve_due``, ``try_expire_due``), else None
+    (still WAITING, ended otherwise, or no such wait)."""
+    row = run(conn, _ENDED_BY, {"a": act_id, "i": iid, "op": operation_key}).first()
+    return row.step_key if row is not None and row.mine else None
 
 
 def resolve_by_signal(conn: Connection, wait_id: str, signal_id: str) -> bool:

@@ -1,0 +1,268 @@
+"""A timer's wait is the receipt of its firing (L-EFFECT-1, ``handlers.timers.WaitReceipt``): the
+UPDATE that resolves the wait records the job's operation, no ``workflow_job_effects`` row is written,
+and a retry of the same operation (settle lost, lease taken over, a manual retry) answers the first
+execution's result without advancing again; a stale execution is fenced; an execution of another
+operation finds the wait ended and is skipped. The same holds for a signal wait's timeout."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from app.db import transaction
+from app.engine.handlers import timers
+from app.engine.transitions import wait_moves
+from app.ids import new_id
+from app.ledger import handlers, transitions
+from app.ledger.drain import drain
+from app.ledger.outcome import JobAborted, PermanentError, Skip
+from tests.engine.helpers import claim_task, complete_task, instance, make_due, publish, start, step
+from tests.ledger_helpers import add_job, claim, context_for, scalar, settle, settlement, wait_for
+
+NS = "ns-" + new_id()[:8]
+
+TIMER_DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "steps": [
+        {"key": "w", "kind": "TIMER", "delay_seconds": 30},
+        {"key": "t", "kind": "TASK", "queue": "wr.q", "after": ["w"]},
+    ],
+}
+
+SIGNAL_DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 600,
+    "signals": [{"name": "done", "payload_version": "v1", "schema": {}}],
+    "steps": [
+        {
+            "key": "s",
+            "kind": "SIGNAL",
+            "signal": "done",
+            "payload_version": "v1",
+            "correlation": "$.business_key",
+            "timeout_seconds": 5,
+        }
+    ],
+}
+
+
+def _due_timer(eng, doc=TIMER_DOC, wake="timer", **start_kw) -> tuple[str, dict]:
+    """A started instance whose ``wake`` job is due and claimed (a short lease); (instance id, claimed row)."""
+    iid = start(eng, NS, publish(eng, NS, doc), {}, **start_kw)["id"]
+    make_due(eng)
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE workflow_waits SET deadline_at = now() - interval '1 ms'"))
+    [row] = [r for r in claim(eng, limit=5, lease_seconds=0.3) if r["payload"].get("wake") == wake]
+    return iid, row
+
+
+def _run(eng, row) -> object:
+    return handlers.resolve("delay_wake")(context_for(row, eng))
+
+
+def _wait(eng, iid: str) -> tuple:
+    with eng.connect() as conn:
+        return tuple(
+            conn.execute(
+                text("SELECT state, resolved_by_operation FROM workflow_waits WHERE instance_id = :i"),
+                {"i": iid},
+            ).one()
+        )
+
+
+def _tasks(eng, iid: str) -> int:
+    return scalar(eng, "SELECT count(*) FROM workflow_tasks WHERE instance_id = :i", i=iid)
+
+
+def _reclaim(eng, settings, row) -> dict:
+    """What the drain does once the claimed ``row``'s lease has run out: the job is pending again and
+    claimed anew (same generation, new lease token, next attempt)."""
+    wait_for(
+        lambda: scalar(eng, "SELECT lease_until <= now() FROM workflow_jobs WHERE id = :id", id=row["id"])
+    )
+    report = drain(eng, replace(settings, backoff_base_seconds=0.0))
+    assert [(r["id"], r["status"]) for r in report.reclaimed] == [(row["id"], "pending")]
+    [again] = claim(eng)
+    assert again["id"] == row["id"] and again["lease_token"] != row["lease_token"]
+    return again
+
+
+def test_a_timer_fires_with_its_wait_as_the_receipt(eng):
+    iid, row = _due_timer(eng)
+    assert _run(eng, row) == {"fired": "w"}
+    assert _wait(eng, iid) == ("RESOLVED", row["operation_key"])
+    assert scalar(eng, "SELECT count(*) FROM workflow_job_effects") == 0
+    assert step(eng, NS, iid, "w")["step"]["state"] == "SUCCEEDED" and _tasks(eng, iid) == 1
+
+
+def test_committed_effect_then_lost_settle_fires_once_and_the_retry_answers_the_same(eng, settings):
+    """The worker committed the timer's effect and died before settling the job: the drain hands the
+    job out again and the retry answers {"fired": ...} from the wait, even after the workflow moved
+    on to its end, without advancing anything."""
+    iid, row = _due_timer(eng)
+    assert _run(eng, row) == {"fired": "w"}  # committed; the settle never comes
+    complete_task(eng, NS, claim_task(eng, NS, "wr.q"), {"ok": True})
+    done = instance(eng, iid)
+    assert done["state"] == "SUCCEEDED"
+
+    again = _reclaim(eng, settings, row)
+    assert again["attempts"] == 2
+    assert _run(eng, again) == {"fired": "w"}  # not "skipped: workflow is SUCCEEDED"
+    assert instance(eng, iid)["revision"] == done["revision"] and _tasks(eng, iid) == 1
+    assert settle(eng, [settlement(again, "succeeded", result={"fired": "w"})]) == {row["id"]: "succeeded"}
+    assert scalar(eng, "SELECT count(*) FROM workflow_job_effects") == 0
+
+
+def test_a_manual_retry_of_the_same_operation_answers_the_same(eng):
+    """A manual retry moves the job to a new generation and keeps its operation key (same input):
+    the wait answers it; a retry with a changed payload is another operation and is skipped."""
+    iid, row = _due_timer(eng)
+    assert _run(eng, row) == {"fired": "w"}
+    assert settle(eng, [settlement(row, "dead", error="lost after the commit")]) == {row["id"]: "dead"}
+    rev = instance(eng, iid)["revision"]
+    with transaction(eng) as conn:
+        assert transitions.retry_job(conn, row["id"])["generation"] == row["generation"] + 1
+    [retried] = claim(eng)
+    assert retried["operation_key"] == row["operation_key"]
+    assert _run(eng, retried) == {"fired": "w"}
+    assert settle(eng, [settlement(retried, "dead", error="again")]) == {row["id"]: "dead"}
+    with transaction(eng) as conn:
+        transitions.retry_job(conn, row["id"], payload=row["payload"], operation_key="op-changed")
+    [changed] = claim(eng)
+    assert isinstance(out := _run(eng, changed), Skip), out
+    assert instance(eng, iid)["revision"] == rev and _tasks(eng, iid) == 1
+
+
+def test_a_stale_execution_is_fenced_and_writes_nothing(eng, settings):
+    """The first execution stalls past its lease before writing; the drain hands the job to a second
+    one. The stale one is fenced (ownership lost) and the wait stays WAITING until the owner fires it."""
+    iid, stale = _due_timer(eng)
+    owner = _reclaim(eng, settings, stale)
+    with pytest.raises(JobAborted):
+        _run(eng, stale)
+    assert _wait(eng, iid) == ("WAITING", None) and _tasks(eng, iid) == 0
+    assert _run(eng, owner) == {"fired": "w"}
+    with pytest.raises(JobAborted):  # and after the owner's commit, still fenced (no stored answer)
+        _run(eng, stale)
+    assert _wait(eng, iid) == ("RESOLVED", owner["operation_key"]) and _tasks(eng, iid) == 1
+
+
+def test_a_wait_ended_by_another_operation_is_skipped(eng):
+    """A second job of another operation for the same activation finds the wait resolved by the first:
+    skipped, nothing advances; so is a wake whose wait was stamped by another operation while its step
+    still waits (the guarded UPDATE refuses it)."""
+    iid, row = _due_timer(eng)
+    assert _run(eng, row) == {"fired": "w"}
+    rev = instance(eng, iid)["revision"]
+    other = add_job(eng, "delay_wake", row["payload"], instance_id=iid, operation_key="op-other")
+    [other_row] = [r for r in claim(eng, limit=5) if r["id"] == other]
+    assert isinstance(out := _run(eng, other_row), Skip), out
+    assert instance(eng, iid)["revision"] == rev and _tasks(eng, iid) == 1
+    assert _wait(eng, iid) == ("RESOLVED", row["operation_key"])
+
+    iid2, row2 = _due_timer(eng)
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE workflow_waits SET state = 'RESOLVED', resolved_by_operation = 'op-other' WHERE instance_id = :i"
+            ),
+            {"i": iid2},
+        )
+    out = _run(eng, row2)
+    assert isinstance(out, Skip) and "already resolved" in out.reason, out
+    assert step(eng, NS, iid2, "w")["step"]["state"] == "WAITING" and _tasks(eng, iid2) == 0
+
+
+def test_concurrent_executions_of_one_operation_fire_once_and_answer_alike(eng):
+    """Two jobs carrying the timer's operation key run at once: one fires, the other waits for it and
+    answers the same result from the wait."""
+    iid, row = _due_timer(eng)
+    twin = add_job(eng, "delay_wake", row["payload"], instance_id=iid, operation_key=row["operation_key"])
+    [twin_row] = [r for r in claim(eng, limit=5) if r["id"] == twin]
+    results: dict[int, object] = {}
+
+    def go(i: int, r: dict) -> None:
+        try:
+            results[i] = _run(eng, r)
+        except BaseException as exc:  # reported by the assertion
+            results[i] = exc
+
+    threads = [threading.Thread(target=go, args=(i, r)) for i, r in enumerate((row, twin_row))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert results == {0: {"fired": "w"}, 1: {"fired": "w"}}
+    assert _tasks(eng, iid) == 1 and scalar(eng, "SELECT count(*) FROM workflow_job_effects") == 0
+
+
+def test_ended_by_waits_for_an_uncommitted_resolve_and_then_sees_it(eng):
+    """The receipt read locks the wait: a reader of the same operation blocks while another
+    transaction resolves it, then answers from the committed row."""
+    iid, row = _due_timer(eng)
+    act = row["payload"]["activation_id"]
+    op = row["operation_key"]
+    seen: list[object] = []
+    with transaction(eng) as conn:
+        assert wait_moves.try_resolve_due(conn, act, op)
+
+        def read() -> None:
+            with transaction(eng) as c2:
+                seen.append(wait_moves.ended_by(c2, iid, act, op))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and seen == []  # blocked on the row lock
+    reader.join(10)
+    assert seen == ["w"]
+    with eng.connect() as conn:
+        assert wait_moves.ended_by(conn, iid, act, "op-other") is None
+        assert wait_moves.ended_by(conn, "another-instance", act, op) is None
+
+
+def test_a_timer_firing_sends_no_statement_to_the_receipt_table(eng, monkeypatch):
+    """Counted as the psycopg cursor executions they are: the firing neither reads nor writes
+    ``workflow_job_effects``."""
+    _, row = _due_timer(eng)
+    ctx = context_for(row, eng)
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    assert handlers.resolve("delay_wake")(ctx) == {"fired": "w"}
+    monkeypatch.undo()
+    assert [s for s in sent if "workflow_job_effects" in s] == []
+    assert [s for s in sent if "resolved_by_operation" in s]  # the wait's read and its stamp
+
+
+def test_a_signal_timeout_is_received_on_its_wait_too(eng, settings):
+    iid, row = _due_timer(eng, SIGNAL_DOC, "signal_timeout", business_key="b")
+    assert _run(eng, row) == {"expired": "s"}
+    assert _wait(eng, iid) == ("EXPIRED", row["operation_key"])
+    failed = instance(eng, iid)
+    assert failed["state"] == "FAILED"
+    again = _reclaim(eng, settings, row)
+    assert _run(eng, again) == {"expired": "s"}
+    assert instance(eng, iid)["revision"] == failed["revision"]
+    assert scalar(eng, "SELECT count(*) FROM workflow_job_effects") == 0
+
+
+def test_an_unknown_wake_names_every_wake():
+    ctx = type("Ctx", (), {"payload": {"wake": "bogus"}})()
+    with pytest.raises(PermanentError) as err:
+        timers.delay_wake(ctx)
+    assert str(err.value) == (
+        "unknown wake 'bogus': one of cancel_settle, deadline, poll, signal_expiry, signal_timeout, task_retry, timer"
+    )
