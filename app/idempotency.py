@@ -12,7 +12,10 @@ Errors are not stored: a request that failed (4xx/5xx, rolled back) can be resen
 
 A mutation whose own rows can keep its key writes no receipt row (``execute_on_rows``): a task claim
 marks the tasks it claims with its key and fingerprint (``workflow_tasks.claim_key``), and a resend
-answers those tasks again. It takes the same key lock, sent with its first statement.
+answers those tasks again. It takes the same key lock, sent with its first statement. A workflow start
+keeps its key on its instance and its response on its event batch (``app.engine.start_keys``, with the
+lock and its read in one statement: ``locked_read``); receipts of starts accepted before that are still
+read here until they expire.
 """
 
 from __future__ import annotations
