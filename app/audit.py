@@ -1,5 +1,7 @@
 """Operation audit (SPEC W-AUDIT, L-API-1): one row per mutation, written in the same transaction
-as the change, read newest first with an opaque cursor bound to the query."""
+as the change, read newest first with an opaque cursor bound to the query. A workflow start's entry and
+the engine's are written with the workflow's event batch instead (``app.engine.oplog``); reads list
+them all."""
 
 from __future__ import annotations
 
@@ -29,8 +31,9 @@ RETURNING created_at
 COLUMNS = """id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
     operation_id, reason, evidence_ref, request_id, before::text AS before, after::text AS after,
     created_at"""
-# Reads go through the view ``workflow_operations``: these rows and the engine's audit entries of its
-# advances, which are written with the workflow's event batches (``app.engine.events.audit_advance``); an
+# Reads go through the view ``workflow_operations``: these rows and the audit entries written with the
+# workflow's event batches, the engine's advances (``app.engine.events.audit_advance``) and the
+# ``workflow.start`` of a start with its actor (``events.audit_by``: a start writes no row here); an
 # entry's id names its batch (its first 29 hex digits and ``000``), which a read by id looks up.
 _READ_FROM = "workflow_operations"
 

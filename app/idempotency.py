@@ -12,7 +12,10 @@ Errors are not stored: a request that failed (4xx/5xx, rolled back) can be resen
 
 A mutation whose own rows can keep its key writes no receipt row (``execute_on_rows``): a task claim
 marks the tasks it claims with its key and fingerprint (``workflow_tasks.claim_key``), and a resend
-answers those tasks again. It takes the same key lock, sent with its first statement.
+answers those tasks again. It takes the same key lock, sent with its first statement. A workflow start
+keeps its key on its instance and its response on its event batch (``app.engine.start_keys``, with the
+lock and its read in one statement: ``locked_read``); receipts of starts accepted before that are still
+read here until they expire.
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ _KEY_LOCKED = (
     "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
     "SELECT set_config('lock_timeout', o.old, true) AS restored"
 )
-_CLAIM = text(
-    _KEY_LOCKED + ", r.fingerprint, r.status_code, r.response "
+_CLAIM = (
+    ", r.fingerprint, r.status_code, r.response "
     "FROM o CROSS JOIN l LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key"
 )
 _INSERT = text(
@@ -103,24 +106,34 @@ def _lock_key(scope: str, route: str, key: str) -> str:
     return f"lf-idem:{scope}\n{route}\n{key}"
 
 
-def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> StoredResponse | None:
-    """Claim ``key`` inside ``conn``'s transaction. None: this request owns the key, go on and call
-    ``complete``. A StoredResponse: replay it (same request). Raises IdempotencyConflict when the
-    key was used with another request, or when a duplicate is still in flight after WAIT_SECONDS."""
-    params = {"scope": scope, "route": route, "key": key, "lock_key": _lock_key(scope, route, key)}
+def locked_read(conn: Connection, k: Key, reads: str, params: dict[str, Any]) -> Any:
+    """The key's lock and a read in ONE statement, the transaction's first: ``reads`` continues the
+    lock's SELECT (``", <columns> FROM o CROSS JOIN l <joins>"``, with ``params``). Returns its row. The
+    read has the statement's snapshot, taken before a wait for a duplicate in flight (see ``_CLAIM``): the
+    rows that keep the key need a unique key, whose violation makes the caller run the request again.
+    Raises IdempotencyConflict when a duplicate is still in flight after WAIT_SECONDS."""
     # Wait at most WAIT_SECONDS for a duplicate in flight (it holds the key's lock). A timeout aborts the
     # transaction, which the caller rolls back on the IdempotencyConflict: nothing else of it can have
     # happened yet (no savepoint needed).
+    args = {**params, "wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)}
     try:
-        found = run(conn, _CLAIM, {**params, "wait": f"{WAIT_SECONDS}s"}).one()
+        return run(conn, _KEY_LOCKED + reads, args).one()
     except OperationalError as exc:
         if _in_flight(exc):  # the first is still in flight
             raise _still_in_progress() from None
         raise
+
+
+def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> StoredResponse | None:
+    """Claim ``key`` inside ``conn``'s transaction. None: this request owns the key, go on and call
+    ``complete``. A StoredResponse: replay it (same request). Raises IdempotencyConflict when the
+    key was used with another request, or when a duplicate is still in flight after WAIT_SECONDS."""
+    k = Key(scope=scope, route=route, key=key, fp=fp)
+    found = locked_read(conn, k, _CLAIM, {"scope": scope, "route": route, "key": key})
     if found.fingerprint is None:
         return None
     if found.fingerprint != fp:
-        raise IdempotencyConflict("this Idempotency-Key was already used with a different request")
+        raise used_otherwise()
     return StoredResponse(status=found.status_code, body=found.response, replayed=True)
 
 
@@ -156,11 +169,16 @@ def execute_once(
         except IntegrityError as exc:
             # a duplicate committed its receipt while this one waited for the key (see _CLAIM): this
             # transaction rolled back; the next try replays the duplicate's receipt
-            if attempt == 2 or getattr(getattr(exc.orig, "diag", None), "constraint_name", None) != _UNIQUE:
+            if attempt == 2 or not violates(exc, _UNIQUE):
                 raise
             continue
         return StoredResponse(status=status, body=body_text, replayed=False)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def violates(exc: IntegrityError, constraint: str) -> bool:
+    """Whether ``exc`` is a violation of the unique key (or constraint) named ``constraint``."""
+    return getattr(getattr(exc.orig, "diag", None), "constraint_name", None) == constraint
 
 
 @dataclass(frozen=True)
@@ -175,6 +193,11 @@ class Key:
 
 def _in_flight(exc: OperationalError) -> bool:
     return getattr(exc.orig, "sqlstate", None) == "55P03"  # lock_not_available: a duplicate in flight
+
+
+def used_otherwise() -> IdempotencyConflict:
+    """The 409 of a key used before with another request (another fingerprint)."""
+    return IdempotencyConflict("this Idempotency-Key was already used with a different request")
 
 
 def _still_in_progress() -> IdempotencyConflict:

@@ -1,5 +1,5 @@
 """Helpers shared by the workflow blueprints and the console: the instance and task lookups of W-API-1
-and X-TASK for the calling principal, the queue rules and the audit row of a start."""
+and X-TASK for the calling principal, the queue rules and the audit entry of a start."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection
 
-from app import audit
 from app.auth import Principal, Scope, missing_permission_message
-from app.engine import instances, task_protocol
+from app.engine import instances, oplog, task_protocol
 from app.engine.operations import check_queue_scope, visible_instance
 from app.errors import PermissionDenied
 from web.auth import current_principal
@@ -36,20 +35,12 @@ def start_queue_check(principal: Principal) -> Callable[[list[str]], None]:
 
 
 def start_audit(principal: Principal, request_id: str) -> Callable[[Connection, dict], None]:
-    """The ``on_created`` of a start (``instances.start_workflow``): its ``workflow.start`` audit row,
-    written as soon as the instance row exists, so it precedes the audit of its first activations."""
+    """The ``on_created`` of a start (``instances.start_workflow``): its ``workflow.start`` audit entry,
+    written with the start's event batch (no ``operation_audit`` row), made as soon as the instance row
+    exists, so it precedes the audit entries of its first activations."""
 
     def record(conn: Connection, created: dict) -> None:
-        audit.record(
-            conn,
-            principal=principal,
-            request_id=request_id,
-            action="workflow.start",
-            target_type="workflow",
-            target_id=created["id"],
-            workflow_id=created["id"],
-            after=instances.instance_view(created),
-        )
+        oplog.started(conn, principal, created["id"], instances.instance_view(created), request_id=request_id)
 
     return record
 

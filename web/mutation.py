@@ -1,7 +1,9 @@
 """Idempotent mutations (SPEC W-API-2): ``@mutation`` declares the required ``Idempotency-Key`` header;
-``idempotent(work)`` — the one idempotency wrapper of every route — runs ``work(conn)`` once per
+``idempotent(work)`` — the idempotency wrapper of every route but two — runs ``work(conn)`` once per
 (namespace, method + path, Idempotency-Key) in one transaction with the receipt, and replays the
-stored response. Audit rows written by ``work`` share that transaction."""
+stored response. Audit rows written by ``work`` share that transaction. A task claim
+(``idempotent_on_rows``) and a workflow start (``idempotent_start``) keep the key on their own rows
+instead of a receipt row."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from flask import Response, request
 from sqlalchemy import Connection
 
 from app import idempotency, jsonx
+from app.engine import start_keys
 from web.auth import current_principal
 from web.http import json_response, raw_json_response, request_id
 from web.meta import meta
@@ -74,7 +77,20 @@ def idempotent(
     def once() -> idempotency.StoredResponse:
         return idempotency.execute_once(scope=k.scope, route=k.route, key=k.key, fp=k.fp, work=work)
 
-    stored = _until_something(once, wait_until, wait)
+    return _answer(_until_something(once, wait_until, wait), replay)
+
+
+def idempotent_start(work: Callable[[Connection, idempotency.Key], tuple[str, Any]]) -> Response:
+    """``idempotent`` for a workflow start, whose own rows keep its Idempotency-Key: the instance the key
+    and the fingerprint, its event batch the response (``app.engine.start_keys``), so neither a receipt
+    row is written. ``work(conn, key)`` starts the instance with ``start_key=(key.key, key.fp)`` and
+    returns ``(instance id, body)``; the answer is 201 and a replay answers as ``Replay.RECEIPT``."""
+    k = _request_key(False)
+    return _answer(start_keys.execute_start(k, work), Replay.RECEIPT)
+
+
+def _answer(stored: idempotency.StoredResponse, replay: Replay) -> Response:
+    """The response of a first request, or of a replay as ``replay`` says."""
     if not stored.replayed:
         return raw_json_response(stored.body, stored.status)
     headers = {REPLAYED_HEADER: "true"}

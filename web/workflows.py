@@ -21,7 +21,7 @@ from web.auth import current_principal, requires
 from web.engine_common import load_instance, start_audit, start_queue_check
 from web.http import ok, request_id, success
 from web.meta import doc
-from web.mutation import idempotent, mutation
+from web.mutation import idempotent_start, mutation
 from web.strict import body, query
 
 bp = Blueprint("workflows", __name__)
@@ -41,7 +41,7 @@ bp = Blueprint("workflows", __name__)
 def start_workflow(body: dict):
     principal = current_principal()
 
-    def work(conn):
+    def work(conn, key):
         inst = instances.start_workflow(
             conn,
             principal.namespace_id,
@@ -49,11 +49,12 @@ def start_workflow(body: dict):
             check_queues=start_queue_check(principal),
             on_created=start_audit(principal, request_id()),
             trace_id=tracing.current_trace_id(),  # tracing on: the ledger trace id = the OTel trace id
+            start_key=(key.key, key.fp),
         )
         view = instances.instance_view(inst)
-        return 201, success({"instance": view, "deduplicated": False})
+        return inst["id"], success({"instance": view, "deduplicated": False})
 
-    return idempotent(work)
+    return idempotent_start(work)
 
 
 @bp.get("/v1/workflows/<instance_id>")

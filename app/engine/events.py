@@ -4,8 +4,10 @@ change of an instance, step, task or signal is one event of the transaction of t
 
 Like Temporal's history nodes, the events of one transaction and instance are written as ONE row of
 ``workflow_event_batches`` at its commit (``app.sql.buffer``), with the audit entries of the engine's
-advances in that transaction (``audit``, from ``app.engine.oplog``) and the instance summary as the
-transaction left it: an event costs no row and no update of the instance row of its own.
+advances in that transaction (``audit``, from ``app.engine.oplog``; a start's ``workflow.start`` entry
+too, with its actor) and the instance summary as the transaction left it: an event costs no row and no
+update of the instance row of its own. The batch a ``POST /v1/workflows`` writes for its new instance
+also keeps the start's response (``start_response``, for a resent start: ``app.engine.start_keys``).
 The view ``workflow_events`` shows one row per event: a stable id (the batch's id with the event's
 ordinal in its last three hex digits), the instance's next sequence number (continuing from the
 instance's newest batch: every writer of an instance's events holds its row lock), a type from
@@ -28,6 +30,7 @@ from sqlalchemy import Connection, text
 from app import jsonx
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
+from app.observability.logs import redact_url_fields
 from app.sql import CommitBuffer, buffer, run
 
 # Every event type, with what moves it (docs/integrations.md lists them for users).
@@ -71,11 +74,11 @@ BATCH_AUDIT = 2048
 # One batch: the events continue the instance's sequence from its newest batch (none: from 1).
 _INSERT_BATCH = """
 INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance,
-    trace_id, events, audit, dispatch_job_id)
+    trace_id, events, audit, dispatch_job_id, start_response)
 SELECT :id, i.namespace_id, i.id, CASE WHEN :n > 0 THEN s.last + 1 END, CASE WHEN :n > 0 THEN s.last + :n END,
     i.definition_id, jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
         'state', i.state, 'paused', i.paused, 'business_key', i.business_key),
-    i.trace_id, CAST(:events AS jsonb), CAST(:audit AS jsonb), :job
+    i.trace_id, CAST(:events AS jsonb), CAST(:audit AS jsonb), :job, :response
 FROM workflow_instances i,
     LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s
 WHERE i.id = :iid
@@ -83,16 +86,17 @@ WHERE i.id = :iid
 
 
 class _Batch:
-    __slots__ = ("events", "audit", "job")
+    __slots__ = ("events", "audit", "job", "response")
 
     def __init__(self, job: int | None) -> None:
         self.events: list[str] = []  # JSON texts of {"type", "data"}
-        self.audit: list[str] = []  # JSON texts of the engine's audit entries
+        self.audit: list[str] = []  # JSON texts of the audit entries (the engine's, a start's)
         self.job = job
+        self.response: str | None = None  # the exact response of the start that created the instance
 
 
 class _Batches(CommitBuffer):
-    """The events and engine audit entries of one transaction, by instance, written at its commit."""
+    """The events and audit entries of one transaction, by instance, written at its commit."""
 
     def __init__(self) -> None:
         self.by_instance: dict[str, _Batch] = {}
@@ -113,6 +117,7 @@ class _Batches(CommitBuffer):
                     "events": "[" + ",".join(evs) + "]",
                     "audit": "[" + ",".join(aud) + "]",
                     "job": b.job,
+                    "response": b.response if k == 0 else None,
                 }
                 out.append((_INSERT_BATCH, params))
         return out
@@ -226,3 +231,45 @@ def audit_advance(
     if after is not None:
         entry["after"] = after
     _batch(conn, instance_id).audit.append(jsonx.dumps(entry))
+
+
+def audit_by(
+    conn: Connection,
+    instance_id: str,
+    action: str,
+    *,
+    actor_id: str,
+    actor_name: str | None,
+    request_id: str | None,
+    target_type: str,
+    target_id: str,
+    after: Any = None,
+) -> None:
+    """One audit entry of ``instance_id`` made by a caller (the ``workflow.start`` of a start), written
+    with the transaction's batch instead of an ``operation_audit`` row: the view ``workflow_operations``
+    lists it with the columns ``app.audit.record`` would have written (actor, request id, ``after``; a URL
+    in ``after`` shows no user info or query values), dated by its transaction's start, so it precedes
+    the engine's entries of that transaction."""
+    entry: dict[str, Any] = {
+        "action": action,
+        "target_type": target_type,
+        "target_id": str(target_id),
+        "actor_id": actor_id,
+        "actor_name": actor_name,
+        "request_id": request_id,
+    }
+    if after is not None:
+        entry["after"] = redact_url_fields(after)
+    _batch(conn, instance_id).audit.append(jsonx.dumps(entry))
+
+
+def start_response(conn: Connection, instance_id: str, body: str) -> None:
+    """The exact response body of the start that created ``instance_id`` in this transaction, written
+    with its batch (``workflow_event_batches.start_response``, read by ``app.engine.start_keys``); the
+    start's last write. When a savepoint already wrote the instance's batch (a first step that starts a
+    child), a batch without events holds it (no dispatch job: it has nothing to fan out)."""
+    batches = _batches(conn)
+    found = batches.by_instance.get(instance_id)
+    if found is None:
+        found = batches.by_instance[instance_id] = _Batch(None)
+    found.response = body

@@ -77,12 +77,15 @@ def start_workflow(
     on_created: Callable[[Connection, dict], None] | None = None,
     schedule: tuple[str, datetime] | None = None,
     automation_chain: list[str] | None = None,
+    start_key: tuple[str, str] | None = None,
 ) -> dict:
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
     the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
     once the instance row exists, before its first activations (the start audit row comes first).
     ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance;
-    ``automation_chain``: the automation rules that started it (X-AUTO), likewise. The instance row is
+    ``automation_chain``: the automation rules that started it (X-AUTO), likewise; ``start_key``: the
+    (Idempotency-Key, fingerprint) of the start request, kept on the row (``app.engine.start_keys``),
+    which fails on the key's unique index when a duplicate holds it. The instance row is
     inserted as the start settles it and written at most once more (``advance.settle_progress``)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
@@ -111,6 +114,8 @@ def start_workflow(
             "schedule": schedule[0] if schedule else None,
             "schedule_fire_at": schedule[1] if schedule else None,
             "chain": automation_chain,
+            "start_key": start_key[0] if start_key else None,
+            "start_fp": start_key[1] if start_key else None,
         },
     )
     rows = step_moves.blocked_all(iid, doc["steps"])

@@ -109,6 +109,11 @@ instances = Table(
     # X-AUTO: the automation rules that led to an instance a rule started, oldest first (the last
     # one started it; the length is its automation depth); NULL when no rule started it
     Column("automation_chain", ARRAY(Text)),
+    # W-START-7: the Idempotency-Key of the ``POST /v1/workflows`` request that created the instance and
+    # that request's fingerprint (migration 0021); NULL for a start without a key (console, schedule,
+    # rule, child) and once a start with the same key, after the key's retention, took it over
+    Column("start_key", Text),
+    Column("start_fingerprint", Text),
     CheckConstraint(_in("state", InstanceState), name="ck_workflow_instances_state"),
     CheckConstraint(
         "stop_kind IS NULL OR stop_kind IN ('CANCEL', 'FAILURE')", name="ck_workflow_instances_stop"
@@ -126,6 +131,13 @@ Index(
     instances.c.schedule_id,
     instances.c.created_at,
     postgresql_where=text("schedule_id IS NOT NULL"),
+)
+Index(
+    "uq_workflow_instances_start_key",
+    instances.c.namespace_id,
+    instances.c.start_key,
+    unique=True,
+    postgresql_where=text("start_key IS NOT NULL"),
 )
 Index(
     "ix_workflow_instances_parent",
@@ -359,7 +371,9 @@ Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=tex
 # it. Written by ``app.engine.events`` at commit; read through the views ``workflow_events`` (one row per
 # event) and ``workflow_operations`` (the operation audit with the engine's entries). ``dispatch_job_id``
 # names the ``event_dispatch`` job that fans the batch out (NULL when the namespace had no subscription
-# or rule at that moment).
+# or rule at that moment). ``audit`` also holds the ``workflow.start`` entry of a start, with its actor
+# (migration 0021), and ``start_response`` the exact response of a ``POST /v1/workflows`` on the batch
+# that start wrote for its instance (NULL on every other batch; ``app.engine.start_keys``).
 event_batches = Table(
     "workflow_event_batches",
     metadata,
@@ -376,6 +390,7 @@ event_batches = Table(
     Column("dispatch_job_id", BigInteger),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("audited_at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
+    Column("start_response", Text),
 )
 Index("uq_workflow_event_batches_seq", event_batches.c.instance_id, event_batches.c.last_seq, unique=True)
 Index("ix_workflow_event_batches_instance", event_batches.c.namespace_id, event_batches.c.instance_id)

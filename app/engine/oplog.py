@@ -1,6 +1,8 @@
 """Operation audit of a workflow (W-AUDIT-3): start, engine advances, control and recovery.
 
-Engine advances have no caller: they are recorded with the system actor ``system:engine``."""
+Engine advances have no caller: they are recorded with the system actor ``system:engine``. The engine's
+entries and a start's ``workflow.start`` entry are written with the transaction's event batch
+(``app.engine.events``); an operator's decisions are ``operation_audit`` rows (``app.audit``)."""
 
 from __future__ import annotations
 
@@ -79,4 +81,23 @@ def operation(
         evidence_ref=evidence_ref,
         before=before,
         after=after,
+    )
+
+
+def started(
+    conn: Connection, principal: Principal, instance_id: str, view: dict, *, request_id: str | None
+) -> None:
+    """The ``workflow.start`` entry of a start by ``principal`` (``after``: the instance as inserted,
+    ``view``), written with the start's event batch, before the engine's entries of its first
+    activations (``events.audit_by``): a start writes no ``operation_audit`` row."""
+    events.audit_by(
+        conn,
+        instance_id,
+        "workflow.start",
+        actor_id=principal.actor_id,
+        actor_name=principal.name,
+        request_id=request_id,
+        target_type="workflow",
+        target_id=instance_id,
+        after=view,
     )

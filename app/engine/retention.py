@@ -8,6 +8,7 @@ from functools import partial
 
 from sqlalchemy import Connection
 
+from app.idempotency import RETENTION_HOURS
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
 from app.sql import run
 
@@ -40,10 +41,13 @@ def prune_signals(conn: Connection, limit: int, *, policy: RetentionPolicy) -> i
 
 def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
     """Event batches of finished instances: after the job retention, or, when a batch also holds audit
-    entries of the engine's advances, after the audit retention (a namespace's longer one wins)."""
+    entries (the engine's advances, a start), after the audit retention (a namespace's longer one wins);
+    a start's batch, which keeps its response for a resent start, never before its Idempotency-Key
+    expires (``app.idempotency.RETENTION_HOURS``) whatever the retentions say."""
     params: dict = {
         "days": policy.jobs_days,
         "audit_days": policy.audit_days,
+        "key_hours": RETENTION_HOURS,
         "limit": max(limit, policy.batch),
     }
     keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
@@ -61,6 +65,7 @@ DELETE FROM workflow_event_batches WHERE id IN (
     SELECT x.id FROM workflow_event_batches x JOIN workflow_instances i ON i.id = x.instance_id
     WHERE x.created_at < now() - make_interval(secs => :days * 86400)
       AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400){extra}))
+      AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => :key_hours))
       AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING id

@@ -189,16 +189,8 @@ def _start(
     }
 
     def audit_start(c: Connection, created: dict) -> None:
-        audit.record(
-            c,
-            principal=oplog.system_principal(s["namespace_id"]),
-            request_id=None,
-            action="workflow.start",
-            target_type="workflow",
-            target_id=created["id"],
-            workflow_id=created["id"],
-            after=instances.instance_view(created),
-        )
+        principal = oplog.system_principal(s["namespace_id"])
+        oplog.started(c, principal, created["id"], instances.instance_view(created), request_id=None)
 
     try:
         with conn.begin_nested():

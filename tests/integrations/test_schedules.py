@@ -123,6 +123,20 @@ def test_tick_coalesces_missed_periods_into_one_launch(sched) -> None:
     assert inp["region"] == "eu" and inp["fired_at"].startswith(f.fire_at.strftime("%Y-%m-%dT%H:%M"))
     assert [a.action for a in actions] == ["schedule.create", "schedule.fire"]
     assert actions[1].after["skipped_missed"] == 4 and actions[1].after["status"] == "LAUNCHED"
+    # the instance's own audit: its start (by the engine, an entry of its start's event batch, not an
+    # operation_audit row) first, then the schedule's fire, then its first activation
+    with sched.connect() as conn:
+        ops = conn.execute(
+            text(
+                "SELECT action, actor_id, actor_name, batch_id IS NOT NULL AS in_batch, after "
+                "FROM workflow_operations WHERE workflow_id = :i ORDER BY created_at, id"
+            ),
+            {"i": f.instance_id},
+        ).all()
+    assert [o.action for o in ops][:2] == ["workflow.start", "schedule.fire"]
+    start = ops[0]
+    assert (start.actor_id, start.actor_name, start.in_batch) == ("system:engine", "ledgerflow engine", True)
+    assert start.after["id"] == f.instance_id and start.after["schedule_id"] == s["id"]
 
 
 def test_one_fire_time_starts_one_instance_even_when_handed_out_twice(sched) -> None:

@@ -1,7 +1,7 @@
 """Forms that create work: start a workflow on a pinned version (W-START) and send a signal to a waiting
 step (W-SIG). Each is validated by the API's own schema (``StartRequest``, ``SignalRequest``) and the
 engine's contract checks; a refusal shows the form again with each error beside its field and every
-value kept. The start writes the API's ``workflow.start`` audit row; the signal goes through
+value kept. The start writes the API's ``workflow.start`` audit entry; the signal goes through
 ``app.engine.operations.send_signal`` (acceptance audited on the signal)."""
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
     """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
     ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
     first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
-    None. Returns it as ``store.read_instance`` would."""
+    None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
+    request (``app.engine.start_keys``) or None. Returns it as ``store.read_instance`` would."""
     created = one(
         conn,
         "instance create",
@@ -39,10 +40,10 @@ def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
         f"""
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, revision,
     input, business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id,
-    schedule_fire_at, automation_chain)
+    schedule_fire_at, automation_chain, start_key, start_fingerprint)
 VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', {STARTED_REVISION}, CAST(:input AS jsonb), :bk,
     CAST(:queues AS text[]), now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :schedule,
-    :schedule_fire_at, CAST(:chain AS text[]))
+    :schedule_fire_at, CAST(:chain AS text[]), :start_key, :start_fp)
 RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace_id")} AS listened
 """,
         row,
