@@ -67,7 +67,7 @@ def test_downgrade_keeps_a_recent_start_replayable_and_its_audit_entry_and_upgra
     entry = _start_entry(eng, ns, wid)
     assert (entry["actor_id"], entry["actor_name"], entry["request_id"]) == ("c" * 32, "the starter", "req-1")
 
-    command.downgrade(alembic_config(url), "0020_lazy_steps")
+    command.downgrade(alembic_config(url), "0021_wait_receipt")
     with eng.connect() as conn:
         receipt = conn.execute(
             text(
