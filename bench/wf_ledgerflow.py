@@ -318,7 +318,9 @@ def run_ledgerflow(
         admin = Client(base, client_token)
         def_id = admin.ensure_definition(f"bench-{shape.name}", definition(shape))["id"]
         admin.close()
-        starts_t, workers_t = CountingTransport(), CountingTransport()
+        starts_t, workers_t = CountingTransport(), CountingTransport()  # shared by the clients: closed here
+        stack.callback(starts_t.close)
+        stack.callback(workers_t.close)
         workers = Workers(base, worker_token, workers_t)
         workers.start()
         stopped = False

@@ -149,9 +149,26 @@ def _warn_if_plain_http(base_url: str) -> None:
         )
 
 
+class _Borrowed(httpx.BaseTransport):
+    """A transport given to ``Client(transport=...)``: the caller's, perhaps shared by several clients.
+    ``Client.close()`` leaves it open: closing it closes every connection of its pool, also the one
+    another client is reading an answer from (that reader then waits on a dead descriptor until its
+    read timeout and resends; decision "A transport given to Client is the caller's")."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        pass  # the caller closes its transport
+
+
 class Client(WorkflowControlMixin, IntegrationsMixin):
     """``Client()`` reads LEDGERFLOW_URL (default http://127.0.0.1:5000) and LEDGERFLOW_TOKEN;
-    ``Client(url, token)`` takes them directly."""
+    ``Client(url, token)`` takes them directly. ``close()`` closes the client's own connections; a
+    ``transport`` given to it stays open (the caller's, and it may serve other clients)."""
 
     def __init__(
         self,
@@ -182,7 +199,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         self._http = httpx.Client(
             base_url=self.base_url if self._config_problem is None else DEFAULT_URL,
             timeout=timeout,
-            transport=transport,
+            transport=_Borrowed(transport) if transport is not None else None,
             headers={"Authorization": f"Bearer {token}"},
         )
         self.retries, self.backoff = retries, backoff

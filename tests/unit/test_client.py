@@ -3,6 +3,9 @@ revisions are ints; numbers and null survive exactly."""
 
 from __future__ import annotations
 
+import http.server
+import threading
+
 import httpx
 import pytest
 
@@ -148,3 +151,59 @@ def test_control_signal_recovery_calls_retry_with_the_same_key(call, data):
     res = call(c)
     assert len(seen) == 2 and seen[0] == seen[1] and seen[0][0]  # same key, same body
     assert not res.deduplicated
+
+
+def test_closing_one_client_leaves_a_shared_transport_to_the_others():
+    """Regression: ``Client.close()`` closed the transport it was given, and with it every connection of
+    that pool, also the one another Client sharing the transport was reading its answer from. That
+    reader then waited on a closed descriptor (or on the new connection that reused its number) until
+    its 40 s read timeout, and resent the request: the bench's 4 starting threads share one counting
+    transport, and the first to finish stalled another's start_workflow for 20-40 s (decision "A
+    transport given to Client is the caller's")."""
+    arrived, answer, paths = threading.Event(), threading.Event(), []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # kept-alive connections, as gunicorn's
+
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            arrived.set()
+            answer.wait(10)
+            body = b'{"ok":true}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    shared = httpx.HTTPTransport()
+    try:
+        reader = Client(base, "t", transport=shared, timeout=5, retries=0)
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(_call(reader, "/slow")))
+        t.start()
+        assert arrived.wait(5)  # the reader's request is in: it is waiting for the answer
+        Client(base, "t", transport=shared).close()  # another client of the same transport is done
+        answer.set()
+        t.join(10)
+        assert got == [{"ok": True}]  # answered, not cut off nor timed out
+        assert paths == ["/slow"]  # and not resent
+        assert _call(Client(base, "t", transport=shared, retries=0), "/after") == {"ok": True}
+    finally:
+        answer.set()
+        shared.close()
+        server.shutdown()
+        server.server_close()
+
+
+def _call(client: Client, path: str) -> object:
+    try:
+        return client.request("GET", path)
+    except Exception as exc:  # the assertion shows it
+        return exc
