@@ -216,22 +216,37 @@ def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dic
         if len(group) == 1:
             out.append(group[0])
         elif group:
-            parts: list[str] = []
             merged: dict[str, Any] = {}
-            for i, (sql, args) in enumerate(group):
-                parts.append(f"w{i} AS ({_renamed(sql, f'w{i}_')})")
+            for i, (_, args) in enumerate(group):
                 merged.update({f"w{i}_{k}": v for k, v in args.items()})
-            out.append(("WITH " + ", ".join(parts) + " SELECT 1", merged))
+            out.append((_combined(tuple(sql for sql, _ in group)), merged))
         group.clear()
 
     for sql, args in statements:
-        if _WRITE.match(sql):
+        if _is_write(sql):
             group.append((sql, args))
         else:
             close()
             out.append((sql, args))
     close()
     return out
+
+
+# The statements are the program's (a handful of shapes per transaction kind): the text of a combination
+# is made once per process, not renamed by regular expression at every commit.
+@lru_cache(maxsize=1024)
+def _combined(sqls: tuple[str, ...]) -> str:
+    """The one statement of ``combine`` for the writes ``sqls``, in order."""
+    return (
+        "WITH "
+        + ", ".join(f"w{i} AS ({_renamed(sql, f'w{i}_')})" for i, sql in enumerate(sqls))
+        + " SELECT 1"
+    )
+
+
+@lru_cache(maxsize=2048)
+def _is_write(sql: str) -> bool:
+    return _WRITE.match(sql) is not None
 
 
 def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:

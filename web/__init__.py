@@ -54,9 +54,13 @@ def create_app() -> Flask:
         if request.method == "OPTIONS" and resp.status_code == 200 and not resp.get_data():
             resp.status_code = 204  # automatic OPTIONS: Allow header only, no body
             del resp.headers["Content-Type"]
-        resp.headers["X-Request-Id"] = g.get("request_id") or new_request_id()
-        for name, value in SECURITY_HEADERS.items():  # a page that needs its own (a console) sets it first
-            resp.headers.setdefault(name, value)
+        headers = resp.headers
+        headers["X-Request-Id"] = g.get("request_id") or new_request_id()
+        # a page that needs its own (a console) sets it first; one pass over the headers, not one per name
+        present = {name.lower() for name, _ in headers}
+        for name, value in SECURITY_HEADERS.items():
+            if name.lower() not in present:
+                headers.add(name, value)
         return resp
 
     errors.register(app)

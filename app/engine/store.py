@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Row
 from app import jsonx
 from app.engine import events
 from app.errors import NotFound
+from app.ids import name_id
 from app.sql import run
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
@@ -170,13 +171,13 @@ BLOCKED_STEP: dict[str, Any] = {
     "poll_next_at": None,
     "poll_resolved_at": None,
 }
-_STEP_IDS = uuid.UUID("6c1f7e0a-3b5d-4f3e-9a57-2d0c8b1e4f60")
+_STEP_IDS = uuid.UUID("6c1f7e0a-3b5d-4f3e-9a57-2d0c8b1e4f60").bytes
 
 
 def step_row_id(instance_id: str, key: str) -> str:
     """The id of step ``key`` of ``instance_id``: derived (32 hex), so that a BLOCKED step, which has no
     row, shows the id its row will have once activated."""
-    return uuid.uuid5(_STEP_IDS, f"{instance_id}/{key}").hex
+    return name_id(_STEP_IDS, f"{instance_id}/{key}")  # uuid5(namespace, name).hex
 
 
 def blocked_step(instance_id: str, key: str, kind: str, after: Iterable[str]) -> dict[str, Any]:

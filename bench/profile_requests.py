@@ -1,0 +1,324 @@
+"""CPU per API request of the web app, measured in-process: the real app (``web.create_app``) through
+Flask's test client on a real PostgreSQL and Redis, a TASK -> TASK workflow at a time (start, claim,
+batch complete, claim, batch complete), without gunicorn and without HTTP.
+
+    PYTHONPATH=. .venv/bin/python -m bench.profile_requests [--n 400] [--warmup 40] [--profile]
+        [--top 25] [--sort tottime] [--kinds start,claim,complete]
+
+``DATABASE_URL`` names the server (a scratch database is created, migrated and dropped); ``REDIS_URL``
+is used as the web process would (the rate limiter; without it the limiter keeps its windows in memory).
+The run uses ``bench.starts``' settings (log level WARNING, ``LEDGERFLOW_METRICS=0``, a rate limit one
+credential does not reach) unless the environment sets them.
+
+Prints, per request kind, the median and mean CPU of this thread per request (``time.thread_time``: no
+network wait, little noise from other processes on a shared machine), the wall time, and the SQL
+statements of one steady-state request (psycopg cursor executions, as ``bench.starts`` counts them).
+With ``--profile`` the same loop runs once more under cProfile, one profile per kind, and prints each
+kind's ``--top`` functions (by ``--sort``: tottime or cumulative). Numbers, not assertions; not a test."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import signal
+import statistics
+import sys
+import sysconfig
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from sqlalchemy import create_engine, make_url, text
+
+KINDS = ("start", "claim", "complete")
+QUEUE = "bench.prof"
+DOC = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 3600,
+    "steps": [
+        {"key": "a", "kind": "TASK", "queue": QUEUE},
+        {"key": "b", "kind": "TASK", "queue": QUEUE, "after": ["a"]},
+    ],
+}
+
+
+class Session:
+    """The app, a client credential (definitions and starts) and a task worker credential."""
+
+    def __init__(self, url: str) -> None:
+        from app.auth import Scope, create_credential
+        from app.db import get_engine, transaction
+        from app.settings import get_settings
+        from web import create_app
+
+        os.environ["DATABASE_URL"] = url
+        get_settings.cache_clear()
+        ns = "prof-" + uuid.uuid4().hex[:6]
+        with transaction(get_engine()) as conn:
+            client = create_credential(
+                conn,
+                namespace=ns,
+                name="client",
+                scopes=[
+                    Scope.DEFINITIONS_PUBLISH,
+                    Scope.DEFINITIONS_READ,
+                    Scope.WORKFLOWS_START,
+                    Scope.WORKFLOWS_READ,
+                    Scope.TASKS_SUBMIT,
+                ],
+            )
+            worker = create_credential(conn, namespace=ns, name="worker", scopes=[Scope.TASKS_WORK])
+        self.client_auth = {"Authorization": f"Bearer {client.token}"}
+        self.worker_auth = {"Authorization": f"Bearer {worker.token}"}
+        self.http = create_app().test_client()
+        d = self.post("/v1/workflow-definitions", {"name": "prof"}, self.client_auth)["data"]
+        def_id = d["definition"]["id"] if "definition" in d else d["id"]
+        self.post(f"/v1/workflow-definitions/{def_id}/versions", DOC, self.client_auth, status=(200, 201))
+        self.start_body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
+
+    def post(self, path: str, body: Any, auth: dict[str, str], status: tuple[int, ...] = (200, 201)) -> Any:
+        r = self.http.post(path, json=body, headers={**auth, "Idempotency-Key": uuid.uuid4().hex})
+        if r.status_code not in status:
+            raise RuntimeError(f"{path}: {r.status_code} {r.get_data(as_text=True)[:300]}")
+        return r.get_json()
+
+    # one request of each kind
+    def start(self) -> Any:
+        return self.post("/v1/workflows", self.start_body, self.client_auth)
+
+    def claim(self) -> Any:
+        body = {"queues": [QUEUE], "max_tasks": 1, "wait_seconds": 0}
+        tasks = self.post("/v1/tasks/claim", body, self.worker_auth)["data"]["tasks"]
+        if len(tasks) != 1:
+            raise RuntimeError(f"claimed {len(tasks)} tasks, expected 1")
+        return tasks[0]
+
+    def complete(self, task: dict) -> Any:
+        item = {"id": task["id"], "epoch": task["epoch"], "output": {"ok": True}}
+        res = self.post("/v1/tasks/complete", {"tasks": [item]}, self.worker_auth)["data"]["results"]
+        if res[0]["status"] != 200:
+            raise RuntimeError(f"complete: {res[0]}")
+        return res
+
+
+def one_workflow(
+    s: Session, measure: Callable[[str, Callable[[], Any]], Any], starts_only: bool = False
+) -> None:
+    """start -> claim -> complete -> claim -> complete, each request through ``measure(kind, call)``
+    (``starts_only``: the start alone, its tasks left pending)."""
+    measure("start", s.start)
+    if starts_only:
+        return
+    for _ in range(2):
+        task = measure("claim", s.claim)
+        measure("complete", lambda t=task: s.complete(t))
+
+
+def statements(s: Session) -> dict[str, int]:
+    """SQL statements (psycopg cursor executions) of one steady-state request of each kind."""
+    import psycopg
+
+    counts = dict.fromkeys(KINDS, 0)
+    execute = psycopg.Cursor.execute
+    current: list[str] = []
+
+    def counted(self, query, *args, **kwargs):  # psycopg's signature
+        counts[current[0]] += 1
+        return execute(self, query, *args, **kwargs)
+
+    def measure(kind: str, call: Callable[[], Any]) -> Any:
+        current[:] = [kind]
+        return call()
+
+    psycopg.Cursor.execute = counted  # type: ignore[method-assign]
+    try:
+        one_workflow(s, measure)
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    return {k: v // (2 if k != "start" else 1) for k, v in counts.items()}
+
+
+def sample_profile(s: Session, args: argparse.Namespace) -> None:
+    """Sample the stack every ``--interval-ms`` of this process's CPU time (``ITIMER_PROF``: user and
+    system time, so a wait for PostgreSQL costs nothing and a syscall counts), per request kind; print
+    each kind's functions by self or total share of the samples. Unlike cProfile it adds no cost per
+    function call, so many small calls are not overweighted."""
+    here = sys._getframe()
+    samples: dict[str, Counter[tuple[tuple[str, str], ...]]] = {k: Counter() for k in KINDS}
+    current: list[str | None] = [None]
+
+    def on_sample(signum: int, frame: FrameType | None) -> None:
+        kind = current[0]
+        if kind is None or frame is None:
+            return
+        stack = []
+        while frame is not None and frame.f_code is not here.f_code:
+            code = frame.f_code
+            stack.append((code.co_filename, code.co_qualname))
+            frame = frame.f_back
+        samples[kind][tuple(stack)] += 1
+
+    cpu: Counter[str] = Counter()
+
+    def sampled(kind: str, call: Callable[[], Any]) -> Any:
+        current[0] = kind
+        c0 = time.thread_time()
+        try:
+            return call()
+        finally:
+            current[0] = None
+            cpu[kind] += time.thread_time() - c0
+
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    site = str(Path(sysconfig.get_paths()["purelib"])) + "/"
+    stdlib = str(Path(sysconfig.get_paths()["stdlib"])) + "/"
+
+    def name(where: tuple[str, str]) -> str:
+        path = where[0].replace(site, "").replace(root, "").replace(stdlib, "")
+        return f"{where[1]} ({path})"
+
+    signal.signal(signal.SIGPROF, on_sample)
+    signal.setitimer(signal.ITIMER_PROF, args.interval_ms / 1000, args.interval_ms / 1000)
+    try:
+        for _ in range(args.n):
+            one_workflow(s, sampled, args.starts_only)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+    if args.collapsed:  # flamegraph.pl's input: root;...;leaf count
+        with open(args.collapsed, "w") as f:
+            for k in KINDS:
+                for stack, n in samples[k].items():
+                    f.write(";".join([k, *(name(w) for w in reversed(stack))]) + f" {n}\n")
+    for k in args.kinds.split(","):
+        total = sum(samples[k].values())
+        if not total:
+            continue
+        own: Counter[str] = Counter()
+        inclusive: Counter[str] = Counter()
+        for stack, n in samples[k].items():
+            own[name(stack[0])] += n
+            for where in {name(w) for w in stack}:
+                inclusive[where] += n
+        # the kernel delivers the signal at its tick at the earliest (every 1-4 ms of CPU, not every
+        # --interval-ms): a function's µs are its share of the samples times the CPU measured per request
+        per = cpu[k] * 1e6 / (args.n * (1 if k == "start" else 2))
+        print(f"\n===== {k}: {total} samples, {per:.0f} µs CPU per request (under the sampler)")
+        print(f"| {args.sort} % | µs per request | function |\n|---|---|---|")
+        for where, n in (own if args.sort == "self" else inclusive).most_common(args.top):
+            print(f"| {100 * n / total:.1f} | {n * per / total:.0f} | {where} |")
+
+
+def c_profile(s: Session, args: argparse.Namespace) -> None:
+    """The loop again under cProfile (timed by this thread's CPU time), one profile per kind."""
+    profiles = {k: cProfile.Profile(time.thread_time) for k in KINDS}
+
+    def profiled(kind: str, call: Callable[[], Any]) -> Any:
+        prof = profiles[kind]
+        prof.enable()
+        try:
+            return call()
+        finally:
+            prof.disable()
+
+    for _ in range(args.n):
+        one_workflow(s, profiled, args.starts_only)
+    sort = "cumulative" if args.sort in ("total", "cumulative") else "tottime"
+    for k in args.kinds.split(","):
+        out = io.StringIO()
+        pstats.Stats(profiles[k], stream=out).sort_stats(sort).print_stats(args.top)
+        print(f"\n===== {k}: cProfile, {sort}, per {args.n * (1 if k == 'start' else 2)} requests")
+        print(out.getvalue())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.profile_requests")
+    p.add_argument(
+        "--n", type=int, default=400, help="workflows measured (each: 1 start, 2 claims, 2 completes)"
+    )
+    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument(
+        "--profile",
+        choices=("sample", "cprofile"),
+        help="then run the loop again under a profiler: sample (CPU-time sampling, unbiased) or cprofile",
+    )
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--sort", default="self", help="sample: self or total; cprofile: tottime or cumulative")
+    p.add_argument(
+        "--collapsed", metavar="FILE", help="sample: also write the stacks (flamegraph.pl's input)"
+    )
+    p.add_argument("--interval-ms", type=float, default=0.5, help="sample: CPU time between samples (asked)")
+    p.add_argument("--kinds", default=",".join(KINDS), help="the kinds whose profile is printed")
+    p.add_argument(
+        "--starts-only",
+        action="store_true",
+        help="the measured loops make starts alone (for an outside profiler: py-spy, perf, strace -c)",
+    )
+    args = p.parse_args()
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("LEDGERFLOW_METRICS", "0")
+    os.environ.setdefault("LEDGERFLOW_RATE_LIMIT", "100000/second")
+
+    server = make_url(os.environ["DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://", 1))
+    db = f"lf_prof_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{db}"'))
+    try:
+        from app.migrate import upgrade
+
+        url = server.set(database=db).render_as_string(hide_password=False)
+        upgrade(url)
+        s = Session(url.replace("+psycopg", ""))
+        for _ in range(args.warmup):
+            one_workflow(s, lambda kind, call: call())
+
+        cpu: dict[str, list[float]] = {k: [] for k in KINDS}
+        wall: dict[str, list[float]] = {k: [] for k in KINDS}
+
+        def timed(kind: str, call: Callable[[], Any]) -> Any:
+            c0, w0 = time.thread_time(), time.perf_counter()
+            out = call()
+            cpu[kind].append(time.thread_time() - c0)
+            wall[kind].append(time.perf_counter() - w0)
+            return out
+
+        for _ in range(args.n):
+            one_workflow(s, timed, args.starts_only)
+        counted = statements(s)
+        print(f"{args.n} workflows (TASK -> TASK) after {args.warmup} warm-up; CPU of the request thread")
+        print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements |")
+        print("|---|---|---|---|---|---|")
+        total = 0.0
+        for k in KINDS if not args.starts_only else ("start",):
+            med, mean = statistics.median(cpu[k]) * 1e6, statistics.fmean(cpu[k]) * 1e6
+            total += mean * len(cpu[k]) / args.n
+            print(
+                f"| {k} | {len(cpu[k])} | {med:.0f} | {mean:.0f} | {statistics.median(wall[k]) * 1000:.2f} "
+                f"| {counted[k]} |"
+            )
+        if not args.starts_only:
+            print(f"CPU per workflow (5 requests): {total / 1000:.2f} ms")
+
+        if args.profile == "sample":
+            sample_profile(s, args)
+        elif args.profile == "cprofile":
+            c_profile(s, args)
+    finally:
+        from app.db import get_engine
+
+        get_engine().dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
