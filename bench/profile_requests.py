@@ -1,6 +1,7 @@
 """CPU per API request of the web app, measured in-process: the real app (``web.create_app``) through
-Flask's test client on a real PostgreSQL and Redis, a TASK -> TASK workflow at a time (start, claim,
-batch complete, claim, batch complete), without gunicorn and without HTTP.
+Flask's test client on a real PostgreSQL and Redis, a TASK -> TASK workflow at a time as ``TaskWorker``
+runs it (start, claim, then each batch completion claims for the slot it freed: a's completion claims b,
+b's claims nothing), without gunicorn and without HTTP.
 
     PYTHONPATH=. .venv/bin/python -m bench.profile_requests [--n 400] [--warmup 40] [--profile]
         [--top 25] [--sort tottime] [--kinds start,claim,complete]
@@ -101,12 +102,15 @@ class Session:
             raise RuntimeError(f"claimed {len(tasks)} tasks, expected 1")
         return tasks[0]
 
-    def complete(self, task: dict) -> Any:
+    def complete(self, task: dict) -> list[dict]:
+        """Complete ``task`` and claim one more in the same request, as ``TaskWorker`` does (the slot the
+        completion freed); the tasks it claimed."""
         item = {"id": task["id"], "epoch": task["epoch"], "output": {"ok": True}}
-        res = self.post("/v1/tasks/complete", {"tasks": [item]}, self.worker_auth)["data"]["results"]
-        if res[0]["status"] != 200:
-            raise RuntimeError(f"complete: {res[0]}")
-        return res
+        body = {"tasks": [item], "claim": {"queues": [QUEUE], "max_tasks": 1}}
+        data = self.post("/v1/tasks/complete", body, self.worker_auth)["data"]
+        if data["results"][0]["status"] != 200:
+            raise RuntimeError(f"complete: {data['results'][0]}")
+        return data["claimed"]
 
 
 def one_workflow(
@@ -117,9 +121,12 @@ def one_workflow(
     measure("start", s.start)
     if starts_only:
         return
-    for _ in range(2):
-        task = measure("claim", s.claim)
-        measure("complete", lambda t=task: s.complete(t))
+    task = measure("claim", s.claim)
+    for step in ("b", None):  # a's completion claims b (created by it); b's claims nothing
+        claimed = measure("complete", lambda t=task: s.complete(t))
+        if [c["step_key"] for c in claimed] != ([step] if step else []):
+            raise RuntimeError(f"the completion claimed {claimed}, expected step {step}")
+        task = claimed[0] if claimed else task
 
 
 def statements(s: Session) -> dict[str, int]:
@@ -143,7 +150,7 @@ def statements(s: Session) -> dict[str, int]:
         one_workflow(s, measure)
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
-    return {k: v // (2 if k != "start" else 1) for k, v in counts.items()}
+    return {k: v // (2 if k == "complete" else 1) for k, v in counts.items()}
 
 
 def sample_profile(s: Session, args: argparse.Namespace) -> None:
@@ -305,7 +312,7 @@ def main() -> None:
                 f"| {counted[k]} |"
             )
         if not args.starts_only:
-            print(f"CPU per workflow (5 requests): {total / 1000:.2f} ms")
+            print(f"CPU per workflow (4 requests): {total / 1000:.2f} ms")
 
         if args.profile == "sample":
             sample_profile(s, args)
