@@ -266,3 +266,22 @@ def test_an_unknown_wake_names_every_wake():
     assert str(err.value) == (
         "unknown wake 'bogus': one of cancel_settle, deadline, poll, signal_expiry, signal_timeout, task_retry, timer"
     )
+
+
+def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
+    """``run_advance`` locks the instance before the job (``lock_first``) and its write uses that row:
+    one locking read of the instance per firing, not a second one inside the write."""
+    _, row = _due_timer(eng)
+    ctx = context_for(row, eng)
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        sent.append(" ".join(str(query).split()))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    assert handlers.resolve("delay_wake")(ctx) == {"fired": "w"}
+    monkeypatch.undo()
+    locks = [s for s in sent if "FROM workflow_instances" in s and s.endswith("WHERE i.id = %(id)s FOR UPDATE")]
+    assert len(locks) == 1, locks

@@ -8,12 +8,15 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.db import transaction_state
 from app.engine.states import TERMINAL
 from app.engine.store import lock_instance, read_step
 from app.errors import NotFound
 from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import run
+
+_LOCKED = "run_advance.instance"  # transaction_state key: the instance row lock_first read
 
 
 class ForeignReference(PermanentError):
@@ -41,16 +44,19 @@ def run_advance(
 
     def lock_first(conn: Connection) -> dict:
         try:
-            return lock_instance(conn, instance_id)
+            inst = lock_instance(conn, instance_id)
         except NotFound:  # instances are never deleted: this one never existed
             raise ReferenceNotFound(
                 f"the job names workflow instance {instance_id}, which does not exist"
             ) from None
+        transaction_state(conn)[_LOCKED] = inst  # the row as this transaction locked it
+        return inst
 
     ctx.lock_first = lock_first
 
     def _write(conn: Connection) -> Any:
-        inst = lock_instance(conn, instance_id)  # already locked by lock_first: a re-read
+        # the row lock_first locked and read in this transaction (nothing wrote it since), else a read
+        inst = transaction_state(conn).pop(_LOCKED, None) or lock_instance(conn, instance_id)
         if inst["state"] in TERMINAL:
             return {"skipped": f"workflow is {inst['state']}"}
         return write(conn, inst)
