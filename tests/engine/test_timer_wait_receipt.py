@@ -283,5 +283,7 @@ def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     assert handlers.resolve("delay_wake")(ctx) == {"fired": "w"}
     monkeypatch.undo()
-    locks = [s for s in sent if "FROM workflow_instances" in s and s.endswith("WHERE i.id = %(id)s FOR UPDATE")]
+    locks = [
+        s for s in sent if "FROM workflow_instances" in s and s.endswith("WHERE i.id = %(id)s FOR UPDATE")
+    ]
     assert len(locks) == 1, locks
