@@ -23,8 +23,13 @@ bytecode: $(STAMP)
 run: $(STAMP) bytecode
 	$(BIN)/ledgerflow dev
 
+# The suite in TEST_WORKERS processes (pytest-xdist), each a whole pytest session with its own database
+# and Redis namespace (tests/conftest.py); a test file stays in one process (--dist loadfile), so its
+# module fixtures start once. Half the suite's time is waiting on processes it starts (workers, `make
+# run`, schedulers): two processes overlap those waits. TEST_WORKERS=0 runs in this process (--pdb, -s).
+TEST_WORKERS ?= 2
 test: $(STAMP) bytecode
-	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # the fuzzers of `make test` run longer, with new examples each time (a few minutes): hostile strings and
 # bytes in every parameter of every route (tests/security), and schemathesis over the OpenAPI document
