@@ -157,22 +157,31 @@ def execute_once(
 
     ``work`` returns ``(status, body)``; the body is serialised exactly (``jsonx.dumps``) and stored.
     A replay returns the stored status and body with ``replayed=True``."""
-    for attempt in (1, 2):
-        try:
-            with transaction(engine) as conn:
-                stored = claim(conn, scope=scope, route=route, key=key, fp=fp)
-                if stored is not None:
-                    return stored
-                status, body = work(conn)
-                body_text = jsonx.dumps(body)
-                complete(conn, scope=scope, route=route, key=key, status=status, body=body_text, fp=fp)
-        except IntegrityError as exc:
-            # a duplicate committed its receipt while this one waited for the key (see _CLAIM): this
-            # transaction rolled back; the next try replays the duplicate's receipt
-            if attempt == 2 or not violates(exc, _UNIQUE):
-                raise
-            continue
+
+    def attempt() -> StoredResponse:
+        with transaction(engine) as conn:
+            stored = claim(conn, scope=scope, route=route, key=key, fp=fp)
+            if stored is not None:
+                return stored
+            status, body = work(conn)
+            body_text = jsonx.dumps(body)
+            complete(conn, scope=scope, route=route, key=key, status=status, body=body_text, fp=fp)
         return StoredResponse(status=status, body=body_text, replayed=False)
+
+    return replaying_a_duplicate(attempt, _UNIQUE)
+
+
+def replaying_a_duplicate(attempt: Callable[[], StoredResponse], unique: str) -> StoredResponse:
+    """``attempt()``, one transaction that reads the key after its lock and keeps the key under the
+    unique index ``unique``; run once more when its commit fails on that index: a duplicate committed
+    the key while this one waited for the key's lock (its read had the statement's earlier snapshot,
+    see ``_KEY_LOCKED``), so this one rolled back and the next attempt answers the duplicate's."""
+    for n in (1, 2):
+        try:
+            return attempt()
+        except IntegrityError as exc:
+            if n == 2 or not violates(exc, unique):
+                raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -26,13 +26,19 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import IntegrityError
 
 from app import jsonx
 from app.db import transaction
 from app.engine import events
 from app.errors import IdempotencyConflict
-from app.idempotency import RETENTION_HOURS, Key, StoredResponse, locked_read, used_otherwise, violates
+from app.idempotency import (
+    RETENTION_HOURS,
+    Key,
+    StoredResponse,
+    locked_read,
+    replaying_a_duplicate,
+    used_otherwise,
+)
 from app.sql import defer
 
 STARTED = 201  # the status of every accepted start (an error is not kept: it may be resent)
@@ -80,23 +86,19 @@ def execute_start(
     A resent start returns that body with ``replayed=True``; another request with the key raises
     IdempotencyConflict (so does a duplicate still in flight after ``WAIT_SECONDS``)."""
     params = {"scope": k.scope, "route": k.route, "key": k.key, "hours": RETENTION_HOURS}
-    for attempt in (1, 2):
-        try:
-            with transaction(engine) as conn:
-                found = locked_read(conn, k, _READ, params)
-                stored = _answer(found, k.fp)
-                if stored is not None:
-                    return stored
-                if found.instance_id is not None:  # the key expired: this start takes it over
-                    defer(conn, _FREE, {"id": found.instance_id, "key": k.key})
-                instance_id, body = work(conn, k)
-                body_text = jsonx.dumps(body)
-                events.start_response(conn, instance_id, body_text)
-        except IntegrityError as exc:
-            # a duplicate committed its instance while this one waited for the key (see _READ): this
-            # transaction rolled back; the next try answers the duplicate's
-            if attempt == 2 or not violates(exc, _UNIQUE):
-                raise
-            continue
+
+    def attempt() -> StoredResponse:
+        with transaction(engine) as conn:
+            found = locked_read(conn, k, _READ, params)
+            stored = _answer(found, k.fp)
+            if stored is not None:
+                return stored
+            if found.instance_id is not None:  # the key expired: this start takes it over
+                defer(conn, _FREE, {"id": found.instance_id, "key": k.key})
+            instance_id, body = work(conn, k)
+            body_text = jsonx.dumps(body)
+            events.start_response(conn, instance_id, body_text)
         return StoredResponse(status=STARTED, body=body_text, replayed=False)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    # a duplicate that committed its instance while this one waited for the key (see _READ): answered
+    return replaying_a_duplicate(attempt, _UNIQUE)
