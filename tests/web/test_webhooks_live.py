@@ -104,10 +104,13 @@ def test_a_sigkilled_outbound_worker_loses_and_duplicates_nothing(ops, receiver,
     def deliveries() -> list[dict]:
         return c.list_deliveries(sub["id"])["items"]
 
-    until(
-        lambda: all(d["status"] in ("succeeded", "unknown") for d in deliveries()) and len(deliveries()) == 8,
-        timeout=60,
-    )
+    def settled() -> bool:
+        # one read per look: the list grows while the new worker fans the remaining events out, so two
+        # reads could see 4 settled rows, then 8 rows (4 still pending), and pass too early
+        ds = deliveries()
+        return len(ds) == 8 and all(d["status"] in ("succeeded", "unknown") for d in ds)
+
+    until(settled, timeout=60)
     counts = receiver.ids("/slow")
     assert max(counts.values()) == 1, counts  # no duplicate
     unknown = {d["event_id"] for d in deliveries() if d["status"] == "unknown"}
