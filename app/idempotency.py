@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -100,6 +100,7 @@ _INSERT = text(
 _LOCK = text(_KEY_LOCKED + " FROM o CROSS JOIN l")
 
 _UNIQUE = "uq_idempotency_receipts_key"
+T = TypeVar("T")
 
 
 def _lock_key(scope: str, route: str, key: str) -> str:
@@ -218,23 +219,31 @@ def _still_in_progress() -> IdempotencyConflict:
 def execute_on_rows(
     k: Key, work: Callable[[Connection], tuple[int, Any, bool]], *, engine: Engine | None = None
 ) -> StoredResponse:
+    """``on_rows`` for a whole response: ``work`` returns ``(status, body, replayed)`` and the body is
+    serialised exactly (``jsonx.dumps``)."""
+    status, body, replayed = on_rows(k, work, engine=engine)
+    return StoredResponse(status=status, body=jsonx.dumps(body), replayed=replayed)
+
+
+def on_rows(k: Key, work: Callable[[Connection], T], *, engine: Engine | None = None) -> T:
     """Run ``work(conn)`` once per key in one transaction, for a mutation whose own rows keep the key and
-    the fingerprint (a task claim: ``workflow_tasks.claim_key``), so no receipt row is written.
+    the fingerprint (a task claim: ``workflow_tasks.claim_key``), so no receipt row is written; returns
+    what ``work`` returns, once committed.
 
     The key's lock is sent with ``work``'s first statement (one round trip): a duplicate in flight is
     waited for, at most ``WAIT_SECONDS`` (then IdempotencyConflict with Retry-After), and ``work``'s
     statements, each with a snapshot taken after the lock, see what the duplicate committed. ``work``
-    returns ``(status, body, replayed)``: it finds the rows of a first request with this key and answers
-    them again (``replayed``), or raises IdempotencyConflict when their fingerprint is not ``k.fp``."""
+    finds the rows of a first request with this key and answers them again, or raises
+    IdempotencyConflict when their fingerprint is not ``k.fp``."""
     with transaction(engine) as conn:
         defer(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
         try:
-            status, body, replayed = work(conn)
+            done = work(conn)
         except OperationalError as exc:
             if _in_flight(exc):
                 raise _still_in_progress() from None
             raise
-    return StoredResponse(status=status, body=jsonx.dumps(body), replayed=replayed)
+    return done
 
 
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:

@@ -127,27 +127,29 @@ def _request_key(per_credential: bool) -> idempotency.Key:
     """This request's Idempotency-Key: scope (the namespace, or the credential with ``per_credential``),
     route (method + path) and the fingerprint of the request."""
     principal = current_principal()
-    key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
     # one scope per resource: ``/v1/workflows`` and ``/v1/workflows/`` are the same route (a trailing
     # slash must not let one key start two instances)
     path = request.path.rstrip("/") or "/"
     # a route without a body (DELETE) may be called without one: no Content-Type needed then
     sent = bool(request.content_length) or request.headers.get("Transfer-Encoding") == "chunked"
-    fp = idempotency.fingerprint(request.method, path, read_json_body() if sent or request.mimetype else None)
     scope = (
         f"{principal.namespace_id}/{principal.credential_id}" if per_credential else principal.namespace_id
     )
-    return idempotency.Key(scope=scope, route=f"{request.method} {path}", key=key, fp=fp)
+    return _key(scope, request.method, path, read_json_body() if sent or request.mimetype else None)
+
+
+def _key(scope: str, method: str, path: str, body: Any) -> idempotency.Key:
+    """This request's Idempotency-Key in ``scope`` for ``method`` ``path`` with ``body``."""
+    key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
+    fp = idempotency.fingerprint(method, path, body)
+    return idempotency.Key(scope=scope, route=f"{method} {path}", key=key, fp=fp)
 
 
 def request_key_as(path: str, body: Any) -> idempotency.Key:
     """The Idempotency-Key of this request as a POST of ``body`` to ``path`` would have it: one part of a
     request that does what another route does (the ``claim`` of ``POST /v1/tasks/complete`` is a claim
     with the request's key), so that a resend of either meets the other's rows."""
-    principal = current_principal()
-    key = idempotency.validate_key(request.headers.get("Idempotency-Key"))
-    fp = idempotency.fingerprint("POST", path, body)
-    return idempotency.Key(scope=principal.namespace_id, route=f"POST {path}", key=key, fp=fp)
+    return _key(current_principal().namespace_id, "POST", path, body)
 
 
 def _until_something(

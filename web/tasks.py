@@ -220,10 +220,9 @@ def complete_many(body: dict):
         key = request_key_as(
             "/v1/tasks/claim", {"queues": queues, "max_tasks": nxt["max_tasks"], "wait_seconds": 0}
         )
-        stored = idempotency.execute_on_rows(
-            key, lambda conn: (200, *_claim_keyed(conn, queues, nxt["max_tasks"], key))
-        )
-        data["claimed"] = stored.json()
+        data["claimed"] = idempotency.on_rows(
+            key, lambda conn: _claim_keyed(conn, queues, nxt["max_tasks"], key)
+        )[0]
     return ok(data)
 
 

@@ -220,17 +220,18 @@ def audit_advance(
 ) -> None:
     """One audit entry of an engine advance of ``instance_id`` (actor ``system:engine``), written with
     the transaction's batch; listed with the operation audit (the view ``workflow_operations``)."""
-    entry = {
-        "action": action,
-        "target_type": target_type,
-        "target_id": str(target_id),
-        "operation_id": operation_id,
-    }
-    if before is not None:
-        entry["before"] = before
-    if after is not None:
-        entry["after"] = after
-    _batch(conn, instance_id).audit.append(jsonx.dumps(entry))
+    _audit(
+        conn,
+        instance_id,
+        {
+            "action": action,
+            "target_type": target_type,
+            "target_id": str(target_id),
+            "operation_id": operation_id,
+        },
+        before=before,
+        after=after,
+    )
 
 
 def audit_by(
@@ -250,7 +251,7 @@ def audit_by(
     lists it with the columns ``app.audit.record`` would have written (actor, request id, ``after``; a URL
     in ``after`` shows no user info or query values), dated by its transaction's start, so it precedes
     the engine's entries of that transaction."""
-    entry: dict[str, Any] = {
+    entry = {
         "action": action,
         "target_type": target_type,
         "target_id": str(target_id),
@@ -258,8 +259,17 @@ def audit_by(
         "actor_name": actor_name,
         "request_id": request_id,
     }
+    _audit(conn, instance_id, entry, after=None if after is None else redact_url_fields(after))
+
+
+def _audit(
+    conn: Connection, instance_id: str, entry: dict[str, Any], *, before: Any = None, after: Any = None
+) -> None:
+    """Append one audit entry (with ``before`` / ``after`` when given) to the instance's batch."""
+    if before is not None:
+        entry["before"] = before
     if after is not None:
-        entry["after"] = redact_url_fields(after)
+        entry["after"] = after
     _batch(conn, instance_id).audit.append(jsonx.dumps(entry))
 
 
