@@ -63,7 +63,8 @@ class HintBroker(RedisBroker):
         super().__init__(**kwargs)
         self._hint_script = self.client.register_script(_HINT_SCRIPT)
         # Called with no argument by a consumer of that Dramatiq queue when its doorbell rings, before
-        # it fetches the message (see _DoorbellConsumer): the early wake-up of a local pool.
+        # it fetches the message (see _DoorbellConsumer): the early wake-up of a local pool, which
+        # clears the queue's coalescing flag first (actors/hints.py).
         self.doorbell_listeners: dict[str, Callable[[], None]] = {}
 
     @property
@@ -128,10 +129,10 @@ class _DoorbellConsumer(_RedisConsumer):
                 )
                 listener = self.broker.doorbell_listeners.get(self.queue_name) if rang else None
                 if listener is not None:
-                    # Early wake-up: the local pool claims now, without waiting for the message's
-                    # fetch, dispatch to a worker thread and the flag's clearing (~1 ms). The message
-                    # still follows and nudges again after clearing the coalescing flag, so a job
-                    # committed while the flag was still set is claimed then: nothing is lost.
+                    # Early wake-up: the listener (actors/hints.py) clears the coalescing flag and the
+                    # local pool claims now, without waiting for the message's fetch and dispatch to a
+                    # worker thread (~1 ms). The message still follows; its actor nudges again only if
+                    # the flag was set anew since (it clears it first), so nothing is lost.
                     listener()
             else:
                 time.sleep(BUSY_RECHECK_SECONDS)

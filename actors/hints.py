@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import cast
 
@@ -28,15 +29,31 @@ def _redis() -> Redis:
     return cast(RedisBroker, broker).client
 
 
-def _on_hint(queue: str) -> None:
-    metrics.hint_wakeup(queue)
-    # Clear the coalescing flag *before* the claim, so a later enqueue publishes a fresh hint.
+def _clear_then_nudge(queue: str, *, always: bool) -> None:
+    """Clear the queue's coalescing flag, then nudge the local pool: its pass starts after every publish
+    that found the flag set, so a job committed meanwhile is claimed now. Whoever clears the flag nudges
+    after it; with ``always`` False (the hint's message) the nudge is skipped when the flag was already
+    gone: the doorbell that rang for this very hint cleared it and nudged the pool after (or it expired,
+    after ``hint_flag_ttl_ms``, longer than the poll that then covers it). One pass per hint, not two.
+    A failed clear still nudges."""
+    cleared = True
     try:
-        _redis().delete(_flag(queue))
+        cleared = bool(_redis().delete(_flag(queue)))
     finally:
         nudge = LOCAL_NUDGERS.get(queue)
-        if nudge is not None:
+        if nudge is not None and (always or cleared):
             nudge()
+
+
+def _on_hint(queue: str) -> None:
+    metrics.hint_wakeup(queue)
+    _clear_then_nudge(queue, always=False)
+
+
+def _rang(queue: str) -> None:
+    """The queue's doorbell rang in an idle consumer of this process: the pool claims now, without waiting
+    for Dramatiq to fetch the message and run its actor (~1 ms)."""
+    _clear_then_nudge(queue, always=True)
 
 
 @dramatiq.actor(queue_name=QUEUE_OF_POOL[Pool.ADVANCE], max_retries=0, max_age=60_000, time_limit=10_000)
@@ -54,11 +71,12 @@ _ACTOR_OF_QUEUE = {QUEUE_OF_POOL[Pool.ADVANCE]: wake_advance, QUEUE_OF_POOL[Pool
 
 def register_local_pool(queue: str, nudge: Callable[[], None]) -> None:
     """Route ``queue``'s hints to a pool of this process: the hint actor nudges it after clearing the
-    coalescing flag, and (with the doorbell broker) the idle consumer nudges it as soon as the
-    doorbell rings, before the message is fetched."""
+    coalescing flag, and (with the doorbell broker) the idle consumer clears it and nudges as soon as
+    the doorbell rings, before the message is fetched; the message's actor then finds the flag gone and
+    leaves the pool alone."""
     LOCAL_NUDGERS[queue] = nudge
     if isinstance(broker, HintBroker):
-        broker.doorbell_listeners[queue] = nudge
+        broker.doorbell_listeners[queue] = functools.partial(_rang, queue)
 
 
 def publish(queue: str) -> bool:
