@@ -133,7 +133,7 @@ def _listened(conn: Connection) -> bool:
 
 _CURSOR = "ledgerflow_sql_cursor"
 _DEFERRED_CURSOR = "ledgerflow_sql_deferred_cursor"
-_DEFERRED = "ledgerflow_sql_deferred"  # (the root transaction, [(sql, params), ...])
+_DEFERRED = "ledgerflow_sql_deferred"  # (the root transaction, [(sql, params), ...], {index: on_rows})
 
 
 def _driver(conn: Connection) -> psycopg.Connection[Any]:
@@ -151,13 +151,16 @@ def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     return cur
 
 
-def _take_deferred(conn: Connection) -> list[tuple[str, dict[str, Any]]]:
-    """The statements ``defer`` queued in this transaction (and none of a transaction that ended
-    without running them: the queue names its transaction)."""
+Deferred = tuple[list[tuple[str, dict[str, Any]]], dict[int, Callable[[list[Any]], None]]]
+
+
+def _take_deferred(conn: Connection) -> Deferred:
+    """The statements ``defer`` queued in this transaction, and the readers of those whose rows are read
+    (by index); none of a transaction that ended without running them: the queue names its transaction."""
     entry = conn.info.pop(_DEFERRED, None)
     if entry is None or entry[0] is not conn.get_transaction():
-        return []
-    return entry[1]
+        return [], {}
+    return entry[1], entry[2]
 
 
 def defer(
@@ -166,32 +169,58 @@ def defer(
     params: Mapping[str, Any] | None = None,
     *,
     now: bool = True,
+    on_rows: Callable[[list[Any]], None] | None = None,
 ) -> None:
-    """Queue a statement whose result nobody reads (an insert of a row nothing reads back in this
+    """Queue a statement whose result nobody waits for (an insert of a row nothing reads back in this
     transaction, a setting): it is sent with the transaction's next statement, or before its commit, in
     one round trip (psycopg's pipeline mode), in the order of the calls. Its error, if any, is raised
-    there. Taken at once, as ``run``, when SQLAlchemy's cursor events are listened to (``now``; the
-    commit's own flush passes False: it sends what it queued itself)."""
+    there. ``on_rows``: called with the statement's rows once they are back, still inside the transaction
+    (before its commit); such a statement is sent on its own, never combined. Taken at once, as ``run``,
+    when SQLAlchemy's cursor events are listened to (``now``; the commit's own flush passes False: it
+    sends what it queued itself)."""
     sql = statement.text if isinstance(statement, TextClause) else statement
     if now and _listened(conn):
-        run(conn, sql, params)
+        rows = run(conn, sql, params).all()
+        if on_rows is not None:
+            on_rows(rows)
         return
     if not conn.in_transaction():
         conn.begin()
     txn = conn.get_transaction()
     entry = conn.info.get(_DEFERRED)
     if entry is None or entry[0] is not txn:
-        statements: list[tuple[str, dict[str, Any]]] = []
-        entry = conn.info[_DEFERRED] = (txn, statements)
-    entry[1].append((sql, dict(params or {})))
+        queued: Deferred = ([], {})
+        entry = conn.info[_DEFERRED] = (txn, *queued)
+    statements, readers = entry[1], entry[2]
+    if on_rows is not None:
+        readers[len(statements)] = on_rows
+    statements.append((sql, dict(params or {})))
 
 
-def _send_deferred(conn: Connection, deferred: list[tuple[str, dict[str, Any]]]) -> None:
-    """Inside an open pipeline: queue the deferred statements (their results are dropped), each run of
-    consecutive writes as ONE statement (``combine``)."""
+def _send_deferred(conn: Connection, deferred: Deferred) -> list[tuple[psycopg.Cursor[Any], Callable]]:
+    """Inside an open pipeline: queue the deferred statements, each run of consecutive writes as ONE
+    statement (``combine``), their results dropped, except those with a reader: each on a cursor of its
+    own, returned with its reader for ``_read_deferred`` once the pipeline has synced."""
+    statements, readers = deferred
     dcur = _cursor(conn, _DEFERRED_CURSOR)
-    for sql, args in combine(deferred):
-        dcur.execute(pyformat(sql), args)
+    reading: list[tuple[psycopg.Cursor[Any], Callable]] = []
+    start = 0
+    for i in sorted(readers) + [len(statements)]:
+        for sql, args in combine(statements[start:i]):
+            dcur.execute(pyformat(sql), args)
+        if i < len(statements):
+            cur = _driver(conn).cursor()
+            cur.execute(pyformat(statements[i][0]), statements[i][1])
+            reading.append((cur, readers[i]))
+        start = i + 1
+    return reading
+
+
+def _read_deferred(reading: list[tuple[psycopg.Cursor[Any], Callable]]) -> None:
+    for cur, on_rows in reading:
+        rows = cur.fetchall() if cur.pgresult is not None and cur.pgresult.nfields else []
+        cur.close()
+        on_rows(rows)
 
 
 _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
@@ -262,10 +291,11 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     args = dict(params or {})
     deferred = _take_deferred(conn)
     try:
-        if deferred:
+        if deferred[0]:
             with _driver(conn).pipeline():
-                _send_deferred(conn, deferred)
+                reading = _send_deferred(conn, deferred)
                 cur.execute(pyformat(sql), args)
+            _read_deferred(reading)
         else:
             cur.execute(pyformat(sql), args)
         if cur.pgresult is not None and cur.pgresult.nfields:
@@ -276,7 +306,7 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     except psycopg.Error as exc:
         # SQLAlchemy's rules: wrap in its exception classes, invalidate a broken connection (the cursor is
         # ours to keep: it stays open for the connection's next statement)
-        failed = "; ".join([d[0] for d in deferred] + [sql])
+        failed = "; ".join([d[0] for d in deferred[0]] + [sql])
         conn._handle_dbapi_exception(exc, failed, args, None, None)
     return Result(rows, cur.rowcount)
 
@@ -324,13 +354,14 @@ def _flush(conn: Connection, *, buffers: bool = False) -> None:
     if buffers:
         _drain_buffers(conn)
     deferred = _take_deferred(conn)
-    if not deferred:
+    if not deferred[0]:
         return
     try:
         with _driver(conn).pipeline():
-            _send_deferred(conn, deferred)
+            reading = _send_deferred(conn, deferred)
+        _read_deferred(reading)
     except psycopg.Error as exc:
-        conn._handle_dbapi_exception(exc, "; ".join(d[0] for d in deferred), {}, None, None)
+        conn._handle_dbapi_exception(exc, "; ".join(d[0] for d in deferred[0]), {}, None, None)
 
 
 # Every engine (class listeners): the deferred statements of a transaction run before SQLAlchemy executes

@@ -108,7 +108,8 @@ def enqueue(
 
 # One pending (or paused) job of a type per instance, due no later than :delay_ms from now: inserted when
 # there is none, moved earlier when it is due later (a paused one keeps the smaller remainder). The caller
-# holds the instance's lock, so two arms of one instance never race.
+# holds the instance's lock, so two arms of one instance never race. Its rows: the job it inserted or
+# moved (none when it left the job as it was).
 _ARM = """
 WITH cur AS (
     SELECT id, status, run_at, remaining_ms FROM workflow_jobs
@@ -123,13 +124,16 @@ moved AS (
     FROM cur WHERE j.id = cur.id
       AND ((cur.status = 'pending' AND cur.run_at > now() + CAST(:delay_ms AS float8) * interval '1 millisecond')
            OR (cur.status = 'paused' AND cur.remaining_ms > CAST(:delay_ms AS float8)))
-    RETURNING j.id)
-INSERT INTO workflow_jobs (type, queue, payload, instance_id, priority, run_at, max_attempts,
-    execution_timeout_ms, operation_key, trace_id, traceparent)
-SELECT CAST(:type AS workflow_job_type), CAST(:queue AS workflow_job_queue), CAST(:payload AS jsonb),
-    :instance_id, 0, now() + CAST(:delay_ms AS float8) * interval '1 millisecond', :max_attempts,
-    :execution_timeout_ms, :operation_key, :trace_id, :traceparent
-WHERE NOT EXISTS (SELECT 1 FROM cur)
+    RETURNING j.id),
+created AS (
+    INSERT INTO workflow_jobs (type, queue, payload, instance_id, priority, run_at, max_attempts,
+        execution_timeout_ms, operation_key, trace_id, traceparent)
+    SELECT CAST(:type AS workflow_job_type), CAST(:queue AS workflow_job_queue), CAST(:payload AS jsonb),
+        :instance_id, 0, now() + CAST(:delay_ms AS float8) * interval '1 millisecond', :max_attempts,
+        :execution_timeout_ms, :operation_key, :trace_id, :traceparent
+    WHERE NOT EXISTS (SELECT 1 FROM cur)
+    RETURNING id)
+SELECT id FROM moved UNION ALL SELECT id FROM created
 """
 
 
@@ -148,6 +152,13 @@ def arm(
     watch, ``task_timeout``): one job per instance instead of one created and canceled per row. The caller holds the instance's lock."""
     jt = JobType(job_type)
     body = {} if payload is None else payload
+
+    def hint(rows: list[Any]) -> None:
+        # L-CLAIM-4: the job this created (or moved earlier) publishes its hint after the commit; a job
+        # left as it was is not news (the watch re-armed at each step of a workflow for a later deadline)
+        if rows:
+            publish_after_commit(conn, [jt.pool.queue])
+
     defer(
         conn,
         _ARM,
@@ -164,8 +175,8 @@ def arm(
             "trace_id": trace_id,
             "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
         },
+        on_rows=hint,
     )
-    publish_after_commit(conn, [jt.pool.queue])
 
 
 def _enqueued(conn: Connection, jt: JobType) -> None:

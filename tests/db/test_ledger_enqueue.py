@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.db import _engine_for, db_now, transaction
 from app.ledger import hints
-from app.ledger.enqueue import enqueue, operation_key_for
+from app.ledger.enqueue import arm, enqueue, operation_key_for
 from tests.ledger_helpers import ADVANCE, OUTBOUND, add_job, install_recorder, job, scalar, wait_for
 
 
@@ -97,6 +97,40 @@ def test_hint_is_published_only_after_commit(db):
         assert seen_committed == [3, 3]
     finally:
         hints.set_publisher(None)
+
+
+def test_an_arm_publishes_its_hint_only_when_it_created_or_moved_the_job(db, recorder):
+    """L-CLAIM-4 for ``arm`` (one pending job of a type per instance): the job it creates, or moves
+    earlier, publishes its hint after the commit; an arm that leaves the job as it was publishes nothing
+    (the engine's watch is re-armed for a later deadline at every step of a workflow: one hint message and
+    one claim pass per step for nothing, before)."""
+    iid = "arm-" + operation_key_for("x", "y")[:12]
+
+    def arm_in_tx(delay_ms: float) -> list[str]:
+        recorder.sent.clear()
+        with transaction(db) as conn:
+            arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=delay_ms, trace_id="t")
+            run_at = conn.execute(text("SELECT 1")).scalar()  # the arm rides with this statement
+            assert run_at == 1 and recorder.sent == []  # read inside the transaction, sent after it
+        return list(recorder.sent)
+
+    assert arm_in_tx(300_000) == [ADVANCE]  # created
+    assert arm_in_tx(600_000) == []  # due later than the job: left as it is
+    assert arm_in_tx(300_000) == []  # already about as early (moved only when due later)
+    assert arm_in_tx(60_000) == [ADVANCE]  # moved earlier
+    assert _count(db, "instance_id = :i", i=iid) == 1
+    # the arm sent at the commit's own flush (nothing after it in the transaction) publishes too
+    recorder.sent.clear()
+    with transaction(db) as conn:
+        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=1_000, trace_id="t")
+    assert recorder.sent == [ADVANCE]
+    # and a rollback publishes nothing, even for a job the arm moved
+    recorder.sent.clear()
+    with pytest.raises(Rollback), transaction(db) as conn:
+        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=10, trace_id="t")
+        conn.execute(text("SELECT 1"))
+        raise Rollback
+    assert recorder.sent == []
 
 
 def test_rollback_publishes_nothing_and_discards_the_job(db, recorder):

@@ -201,3 +201,39 @@ def test_commit_buffers_are_written_at_commit_and_dropped_by_a_rollback(db):
                 raise RuntimeError
         with conn.begin():
             assert [r.k for r in run(conn, "SELECT k FROM fast_b ORDER BY k")] == ["a", "b", "before"]
+
+
+def test_a_deferred_statements_rows_reach_its_reader_inside_the_transaction(db, monkeypatch):
+    """``defer(..., on_rows=...)``: the statement rides in the next round trip like any deferred one, on
+    its own (never combined with the writes around it), and its rows reach the reader before the commit,
+    whether a later statement or the commit's own flush sends it, and on SQLAlchemy's path too."""
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    got: list[list] = []
+    with transaction(db) as conn:
+        _table(conn)
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        defer(conn, "INSERT INTO fast_d VALUES ('a')")
+        defer(conn, "INSERT INTO fast_d VALUES ('b') RETURNING k", on_rows=lambda rows: got.append(rows))
+        defer(conn, "INSERT INTO fast_d VALUES ('c')")
+        defer(conn, "INSERT INTO fast_d VALUES ('d')")
+        assert got == []
+        assert _keys(conn) == ["a", "b", "c", "d"]
+        monkeypatch.undo()
+        assert [[tuple(r) for r in rows] for rows in got] == [[("b",)]]
+        # a (combined) write, the read statement, a (combined) pair of writes, then the read
+        assert len(sent) == 4 and sent[2].startswith("WITH w0 AS (INSERT INTO fast_d VALUES ('c')")
+        defer(conn, "DELETE FROM fast_d WHERE k = 'zz' RETURNING k", on_rows=lambda rows: got.append(rows))
+    assert got[1] == []  # sent by the commit's flush; no row
+    listened: list[str] = []
+    with transaction(db) as conn:
+        event.listen(conn, "before_cursor_execute", lambda *a: listened.append(a[2]))
+        defer(conn, "SELECT 7 AS n", on_rows=lambda rows: got.append(rows))
+        assert got[2][0].n == 7 and len(listened) == 1  # taken at once on SQLAlchemy's path
