@@ -5,9 +5,11 @@ JSON columns are selected ``::text`` and parsed with ``app.jsonx`` so numbers st
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any, overload
 
 from cachetools import LRUCache
@@ -44,11 +46,33 @@ _INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
 # the listener's own column (anyone listening anywhere would count).
 _LOCKED = f"SELECT {INSTANCE_COLUMNS}, {events.listened_sql('i.namespace_id')} AS listened FROM workflow_instances i"
 _LOCK = _LOCKED + " WHERE i.id = :id FOR UPDATE"
-_LOCK_OF_TASK = (
-    _LOCKED
-    + " WHERE i.id = (SELECT t.instance_id FROM workflow_tasks t WHERE t.id = :t AND t.namespace_id = :ns)"
-    " FOR UPDATE"
-)
+
+
+def _qualified(columns: str, alias: str) -> str:
+    """``columns`` (a list of ``name`` or ``name::type AS name`` items) with each column read from
+    ``alias``, for a statement that joins another table with the same column names."""
+    return ", ".join(re.sub(r"^(\w+)", rf"{alias}.\1", c.strip()) for c in columns.split(","))
+
+
+@lru_cache(maxsize=4)
+def _lock_with_row_sql(table: str, row_columns: str) -> tuple[str, tuple[str, ...]]:
+    """The instance's lock and the lock of one of its rows of ``table`` (alias ``t``), in one statement:
+    ``row_columns`` (``t.name`` or ``<expression> AS name`` items, no comma inside one) come back as
+    ``r__<name>``. Returns the statement and the row's column names."""
+    names, exprs = [], []
+    for item in (c.strip() for c in row_columns.split(",")):
+        expr, _, name = item.rpartition(" AS ")
+        if not expr:
+            expr, name = item, item.split(".", 1)[1]
+        names.append(name)
+        exprs.append(f"{expr} AS r__{name}")
+    sql = (
+        f"SELECT {_qualified(INSTANCE_COLUMNS, 'i')}, {events.listened_sql('i.namespace_id')} AS listened, "
+        f"{', '.join(exprs)} FROM workflow_instances i JOIN {table} t ON t.instance_id = i.id "
+        # locks in this order: the instance first, then its row (the lock order of every transaction)
+        "WHERE t.id = :t AND t.namespace_id = :ns FOR UPDATE OF i, t"
+    )
+    return sql, tuple(names)
 
 
 @overload
@@ -80,13 +104,23 @@ def _listeners_known(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def lock_instance_of_task(conn: Connection, task_id: str, namespace_id: str) -> dict[str, Any]:
-    """``lock_instance`` of the instance of task ``task_id`` of ``namespace_id`` (one statement; the
-    task row is not locked: lock it next). NotFound when there is no such task."""
-    row = instance_row(run(conn, _LOCK_OF_TASK, {"t": task_id, "ns": namespace_id}).first())
+def lock_instance_and_task(
+    conn: Connection, task_id: str, namespace_id: str, task_columns: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``lock_instance`` of the instance of task ``task_id`` of ``namespace_id`` and the task's row lock,
+    in ONE statement (instance first, then the task: PostgreSQL takes ``FOR UPDATE OF i, t`` in that
+    order, and rereads both rows at their latest versions when it had to wait). Returns the instance and
+    the task's ``task_columns`` as they come (JSON as text). NotFound when there is no such task."""
+    sql, names = _lock_with_row_sql("workflow_tasks", task_columns)
+    row = run(conn, sql, {"t": task_id, "ns": namespace_id}).first()
     if row is None:
         raise NotFound("task not found")
-    return _listeners_known(conn, row)
+    values = row._mapping
+    task = {n: values[f"r__{n}"] for n in names}
+    inst = instance_row(row)
+    for n in names:
+        del inst[f"r__{n}"]
+    return _listeners_known(conn, inst), task
 
 
 def read_instance(conn: Connection, instance_id: str, namespace_id: str | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Row
 
 from app.engine import advance
 from app.engine.decide.tasks import retry_delay_seconds
-from app.engine.store import MISSING, jparse, lock_instance_of_task
+from app.engine.store import MISSING, jparse, lock_instance_and_task
 from app.engine.transitions import task_moves
 from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import IdempotencyConflict, NotFound, StateConflict
@@ -30,7 +30,11 @@ def _task(row: Row[Any] | None) -> dict[str, Any] | None: ...
 def _task(row: Row[Any] | None) -> dict[str, Any] | None:
     if row is None:
         return None
-    d = dict(row._mapping)
+    return _task_of(dict(row._mapping))
+
+
+def _task_of(d: dict[str, Any]) -> dict[str, Any]:
+    """A task as the engine reads it from its ``TASK_COLS`` (JSON as text): the JSON parsed, in place."""
     for k in ("input", "output", "error"):
         d[k] = jparse(d[k])
     return d
@@ -107,12 +111,12 @@ def heartbeat(conn: Connection, namespace_id: str, task_id: str, epoch: int, lea
 def _locked_for_result(
     conn: Connection, namespace_id: str, task_id: str, epoch: int, queue_ok: Callable[[str], bool] | None
 ) -> tuple[dict, dict]:
-    """Lock instance (found through the task, in one statement), then task; refuse a task outside the
+    """Lock instance (found through the task), then task, in one statement; refuse a task outside the
     caller's queues, an old epoch or a settled task without changing anything."""
     if not is_hex32(task_id):
         raise NotFound("task not found")
-    inst = lock_instance_of_task(conn, task_id, namespace_id)
-    task = read_task(conn, task_id, namespace_id, lock=True)
+    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _TASK_COLS)
+    task = _task_of(row)
     if queue_ok is not None and not queue_ok(task["queue"]):
         raise NotFound("not found")
     if task["epoch"] != epoch or task["state"] != "CLAIMED":
