@@ -19,6 +19,7 @@ from app import settings  # noqa: E402 - after the patching, on purpose (it impo
 # a bad setting stops the master with one line before the app is imported (importing it reads settings)
 settings.exit_on_bad_settings()
 
+from web import green_wait  # noqa: E402 - after the patching, on purpose
 from web.gunicorn_conf import (  # noqa: E402 - after the patching, on purpose
     TimeoutGeventWorker,
     child_exit,  # noqa: F401 - a gunicorn hook
@@ -28,6 +29,8 @@ from web.gunicorn_conf import (  # noqa: E402 - after the patching, on purpose
     on_starting,  # noqa: F401 - a gunicorn hook
     post_worker_init,  # noqa: F401 - a gunicorn hook
 )
+
+green_wait.install()  # psycopg asks the kernel first, gevent's hub only when not ready (web/green_wait.py)
 
 # gevent, with client sockets that time out when idle (web/gunicorn_conf.py, docs/operations.md)
 worker_class = TimeoutGeventWorker
