@@ -200,7 +200,7 @@ def defer(
 def _send_deferred(conn: Connection, deferred: Deferred) -> list[tuple[psycopg.Cursor[Any], Callable]]:
     """Inside an open pipeline: queue the deferred statements, each run of consecutive writes as ONE
     statement (``combine``), their results dropped, except those with a reader: each on a cursor of its
-    own, returned with its reader for ``_read_deferred`` once the pipeline has synced."""
+    own, returned with its reader for ``_pipelined`` to call once the pipeline has synced."""
     statements, readers = deferred
     dcur = _cursor(conn, _DEFERRED_CURSOR)
     reading: list[tuple[psycopg.Cursor[Any], Callable]] = []
@@ -216,7 +216,13 @@ def _send_deferred(conn: Connection, deferred: Deferred) -> list[tuple[psycopg.C
     return reading
 
 
-def _read_deferred(reading: list[tuple[psycopg.Cursor[Any], Callable]]) -> None:
+def _pipelined(conn: Connection, deferred: Deferred, last: Callable[[], object] | None = None) -> None:
+    """The deferred statements, then ``last`` (a statement of the caller's), in one round trip; then the
+    readers of the deferred statements get their rows."""
+    with _driver(conn).pipeline():
+        reading = _send_deferred(conn, deferred)
+        if last is not None:
+            last()
     for cur, on_rows in reading:
         rows = cur.fetchall() if cur.pgresult is not None and cur.pgresult.nfields else []
         cur.close()
@@ -292,10 +298,7 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     deferred = _take_deferred(conn)
     try:
         if deferred[0]:
-            with _driver(conn).pipeline():
-                reading = _send_deferred(conn, deferred)
-                cur.execute(pyformat(sql), args)
-            _read_deferred(reading)
+            _pipelined(conn, deferred, lambda: cur.execute(pyformat(sql), args))
         else:
             cur.execute(pyformat(sql), args)
         if cur.pgresult is not None and cur.pgresult.nfields:
@@ -357,9 +360,7 @@ def _flush(conn: Connection, *, buffers: bool = False) -> None:
     if not deferred[0]:
         return
     try:
-        with _driver(conn).pipeline():
-            reading = _send_deferred(conn, deferred)
-        _read_deferred(reading)
+        _pipelined(conn, deferred)
     except psycopg.Error as exc:
         conn._handle_dbapi_exception(exc, "; ".join(d[0] for d in deferred[0]), {}, None, None)
 

@@ -55,12 +55,12 @@ def _qualified(columns: str, alias: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _lock_with_row_sql(table: str, row_columns: str) -> tuple[str, tuple[str, ...]]:
-    """The instance's lock and the lock of one of its rows of ``table`` (alias ``t``), in one statement:
-    ``row_columns`` (``t.name`` or ``<expression> AS name`` items, no comma inside one) come back as
-    ``r__<name>``. Returns the statement and the row's column names."""
+def _lock_with_task_sql(task_columns: str) -> tuple[str, tuple[str, ...]]:
+    """The instance's lock and its task's (alias ``t``), in one statement: ``task_columns`` (``t.name``
+    or ``<expression> AS name`` items, no comma inside one) come back as ``r__<name>``. Returns the
+    statement and the task's column names."""
     names, exprs = [], []
-    for item in (c.strip() for c in row_columns.split(",")):
+    for item in (c.strip() for c in task_columns.split(",")):
         expr, _, name = item.rpartition(" AS ")
         if not expr:
             expr, name = item, item.split(".", 1)[1]
@@ -68,8 +68,8 @@ def _lock_with_row_sql(table: str, row_columns: str) -> tuple[str, tuple[str, ..
         exprs.append(f"{expr} AS r__{name}")
     sql = (
         f"SELECT {_qualified(INSTANCE_COLUMNS, 'i')}, {events.listened_sql('i.namespace_id')} AS listened, "
-        f"{', '.join(exprs)} FROM workflow_instances i JOIN {table} t ON t.instance_id = i.id "
-        # locks in this order: the instance first, then its row (the lock order of every transaction)
+        f"{', '.join(exprs)} FROM workflow_instances i JOIN workflow_tasks t ON t.instance_id = i.id "
+        # locks in this order: the instance first, then its task (the lock order of every transaction)
         "WHERE t.id = :t AND t.namespace_id = :ns FOR UPDATE OF i, t"
     )
     return sql, tuple(names)
@@ -111,7 +111,7 @@ def lock_instance_and_task(
     in ONE statement (instance first, then the task: PostgreSQL takes ``FOR UPDATE OF i, t`` in that
     order, and rereads both rows at their latest versions when it had to wait). Returns the instance and
     the task's ``task_columns`` as they come (JSON as text). NotFound when there is no such task."""
-    sql, names = _lock_with_row_sql("workflow_tasks", task_columns)
+    sql, names = _lock_with_task_sql(task_columns)
     row = run(conn, sql, {"t": task_id, "ns": namespace_id}).first()
     if row is None:
         raise NotFound("task not found")

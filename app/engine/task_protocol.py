@@ -40,10 +40,10 @@ def _task_of(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def read_task(conn: Connection, task_id: str, namespace_id: str, *, lock: bool = False) -> dict:
+def read_task(conn: Connection, task_id: str, namespace_id: str) -> dict:
     if not is_hex32(task_id):
         raise NotFound("task not found")
-    sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE t.id = :id" + (" FOR UPDATE" if lock else "")
+    sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE t.id = :id"
     task = _task(run(conn, sql, {"id": task_id}).first())
     if task is None or task["namespace_id"] != namespace_id:
         raise NotFound("task not found")
