@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 
 from app.db import after_commit, transaction_state
 from app.ids import new_id
-from app.ledger.hints import publish_after_commit
+from app.ledger.hints import publish_after_commit, worth_a_hint
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
 from app.observability import metrics, tracing
 from app.settings import get_settings
@@ -94,15 +94,17 @@ def enqueue(
         "trace_id": trace_id or new_id(),
         "traceparent": traceparent or (tracing.current_traceparent() if tracing.ENABLED else None),
     }
+    # a job due beyond two short polls is found by the pools' own passes in time (hints.worth_a_hint)
+    hinted = run_at is not None or worth_a_hint(delay_ms)
     if later:
         defer(conn, _INSERT_LATER, params)
-        _enqueued(conn, jt)
+        _enqueued(conn, jt, hinted)
         return EnqueuedJob(id=0, created=True)
     row = run(conn, _INSERT, params).first()
     if row is None:  # the key exists (its inserter committed)
         existing = run(conn, _BY_KEY, {"key": idempotency_key}).scalar_one()
         return EnqueuedJob(id=existing, created=False)
-    _enqueued(conn, jt)
+    _enqueued(conn, jt, hinted)
     return EnqueuedJob(id=row.id, created=True)
 
 
@@ -155,8 +157,9 @@ def arm(
 
     def hint(rows: list[Any]) -> None:
         # L-CLAIM-4: the job this created (or moved earlier) publishes its hint after the commit; a job
-        # left as it was is not news (the watch re-armed at each step of a workflow for a later deadline)
-        if rows:
+        # left as it was is not news (the watch re-armed at each step of a workflow for a later deadline),
+        # nor is one due beyond two short polls (the pools' passes find it in time: hints.worth_a_hint)
+        if rows and worth_a_hint(delay_ms):
             publish_after_commit(conn, [jt.pool.queue])
 
     defer(
@@ -179,8 +182,9 @@ def arm(
     )
 
 
-def _enqueued(conn: Connection, jt: JobType) -> None:
-    publish_after_commit(conn, [jt.pool.queue])
+def _enqueued(conn: Connection, jt: JobType, hinted: bool) -> None:
+    if hinted:
+        publish_after_commit(conn, [jt.pool.queue])
     if metrics.ENABLED:
         _count_after_commit(conn, jt.value, jt.pool.value)
 

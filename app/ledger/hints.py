@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from app.db import after_commit, transaction_state
 from app.observability import metrics
+from app.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,18 @@ def publish_now(queue: str) -> bool:
             _last_error_log = now
             log.warning("wake hint for %s not published (%s); pools will poll", queue, exc)
         return False
+
+
+def worth_a_hint(delay_ms: float) -> bool:
+    """Whether a job due ``delay_ms`` after its transaction's start needs a wake hint: one due within two
+    short polls does; one due later does not. Every idle pool passes at least once per short poll
+    (``LEDGERFLOW_POLL_SECONDS``), and each pass learns when the queue's next pending job falls due and
+    sleeps until then (``next_due_in``), so such a job starts on time without a hint: a hint only shortens
+    the wait before a pool's next pass (L-CLAIM-3), and it cannot make a job due before its ``run_at``.
+    The engine's watch (a deadline minutes or hours away, armed at every start) sent one Dramatiq message
+    and cost one claim pass per workflow for nothing before. Two polls, not one: the job commits after its
+    transaction's ``now()``, and a pass takes time."""
+    return delay_ms < 2_000 * get_settings().poll_seconds
 
 
 def publish_after_commit(conn: Connection, queues: Iterable[str]) -> None:

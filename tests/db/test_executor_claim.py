@@ -14,7 +14,8 @@ from psycopg import sql as pg_sql
 from sqlalchemy import text
 
 from app.db import transaction
-from app.ledger import handlers, transitions
+from app.ledger import handlers, hints, transitions
+from app.ledger.enqueue import enqueue
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
 from app.ledger.transitions import executor
@@ -436,3 +437,30 @@ def test_a_pool_starts_a_delayed_job_when_it_falls_due_not_at_the_next_poll(db, 
         assert ran.wait(30), "the delayed job did not start before the short poll"
     finally:
         pool.stop(timeout=5)
+
+
+def test_a_job_enqueued_beyond_two_polls_without_a_hint_starts_when_due(
+    db, fast_settings, handler_registry, recorder, monkeypatch
+):
+    """A job due beyond two short polls publishes no hint (hints.worth_a_hint): a running, idle pool
+    finds it at its next poll pass, then sleeps until it falls due; it never starts early."""
+    monkeypatch.setattr(hints, "get_settings", lambda: fast_settings)  # the horizon: 2 x 0.2 s
+    ran = threading.Event()
+    handlers.register("delay_wake", lambda ctx: ran.set(), replace=True)
+    pool = LedgerPool(Pool.ADVANCE, settings=fast_settings, engine=db, worker_id="far", slots=1)
+    pool.start()
+    pool.nudge()
+    try:
+        with transaction(db) as conn:
+            jid = enqueue(conn, "delay_wake", {"n": 1}, delay_ms=1000).id
+        assert recorder.sent == []  # no hint: the pool's own passes find it
+        assert ran.wait(30), "the job due beyond two polls never started"
+    finally:
+        pool.stop(timeout=5)
+    early = scalar(
+        db,
+        "SELECT count(*) FROM workflow_job_executions e JOIN workflow_jobs j ON j.id = e.job_id "
+        "WHERE j.id = :id AND e.started_at < j.run_at",
+        id=jid,
+    )
+    assert early == 0

@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from app.db import _engine_for, db_now, transaction
 from app.ledger import hints
 from app.ledger.enqueue import arm, enqueue, operation_key_for
+from app.settings import get_settings
 from tests.ledger_helpers import ADVANCE, OUTBOUND, add_job, install_recorder, job, scalar, wait_for
 
 
@@ -99,12 +100,18 @@ def test_hint_is_published_only_after_commit(db):
         hints.set_publisher(None)
 
 
+def _horizon_ms() -> float:
+    """Two short polls: the delay from which a job needs no hint (hints.worth_a_hint)."""
+    return 2_000 * get_settings().poll_seconds
+
+
 def test_an_arm_publishes_its_hint_only_when_it_created_or_moved_the_job(db, recorder):
     """L-CLAIM-4 for ``arm`` (one pending job of a type per instance): the job it creates, or moves
     earlier, publishes its hint after the commit; an arm that leaves the job as it was publishes nothing
     (the engine's watch is re-armed for a later deadline at every step of a workflow: one hint message and
     one claim pass per step for nothing, before)."""
     iid = "arm-" + operation_key_for("x", "y")[:12]
+    h = _horizon_ms()
 
     def arm_in_tx(delay_ms: float) -> list[str]:
         recorder.sent.clear()
@@ -114,15 +121,15 @@ def test_an_arm_publishes_its_hint_only_when_it_created_or_moved_the_job(db, rec
             assert run_at == 1 and recorder.sent == []  # read inside the transaction, sent after it
         return list(recorder.sent)
 
-    assert arm_in_tx(300_000) == [ADVANCE]  # created
-    assert arm_in_tx(600_000) == []  # due later than the job: left as it is
-    assert arm_in_tx(300_000) == []  # already about as early (moved only when due later)
-    assert arm_in_tx(60_000) == [ADVANCE]  # moved earlier
+    assert arm_in_tx(h * 0.75) == [ADVANCE]  # created
+    assert arm_in_tx(h * 0.9) == []  # due later than the job: left as it is
+    assert arm_in_tx(h * 0.75) == []  # already about as early (moved only when due later)
+    assert arm_in_tx(h * 0.25) == [ADVANCE]  # moved earlier
     assert _count(db, "instance_id = :i", i=iid) == 1
     # the arm sent at the commit's own flush (nothing after it in the transaction) publishes too
     recorder.sent.clear()
     with transaction(db) as conn:
-        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=1_000, trace_id="t")
+        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=h * 0.1, trace_id="t")
     assert recorder.sent == [ADVANCE]
     # and a rollback publishes nothing, even for a job the arm moved
     recorder.sent.clear()
@@ -131,6 +138,32 @@ def test_an_arm_publishes_its_hint_only_when_it_created_or_moved_the_job(db, rec
         conn.execute(text("SELECT 1"))
         raise Rollback
     assert recorder.sent == []
+
+
+def test_a_job_due_beyond_two_short_polls_publishes_no_hint(db, recorder):
+    """Every idle pool passes once per short poll and sleeps until the next due job it saw, so a job due
+    beyond two polls starts on time without a hint (``hints.worth_a_hint``). The engine's watch (a
+    deadline minutes away, armed at every start) sent a Dramatiq message and cost a claim pass per
+    workflow before. Fails before: every created job published."""
+    h = _horizon_ms()
+    iid = "far-" + operation_key_for("far", "y")[:12]
+    with transaction(db) as conn:
+        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=h * 100, trace_id="t")  # created, far
+        enqueue(conn, "delay_wake", {"n": "far"}, delay_ms=h + 1)
+        enqueue(conn, "delay_wake", {"n": "later"}, delay_ms=h * 50, later=True)
+    assert recorder.sent == []
+    assert _count(db) == 3
+    with transaction(db) as conn:  # moved earlier, still beyond the horizon: no hint either
+        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=h * 10, trace_id="t")
+    assert recorder.sent == []
+    with transaction(db) as conn:  # moved within two polls: a hint
+        arm(conn, "task_timeout", {}, instance_id=iid, delay_ms=h / 2, trace_id="t")
+    assert recorder.sent == [ADVANCE]
+    recorder.sent.clear()
+    with transaction(db) as conn:  # due within the horizon, and a job with an absolute run_at: hints
+        enqueue(conn, "webhook_delivery", {"n": "soon"}, delay_ms=h - 1)
+        enqueue(conn, "delay_wake", {"n": "at"}, run_at=db_now(conn) + timedelta(hours=1))
+    assert sorted(recorder.sent) == sorted([OUTBOUND, ADVANCE])
 
 
 def test_rollback_publishes_nothing_and_discards_the_job(db, recorder):
