@@ -7,6 +7,9 @@ One worker is a few threads around your functions:
 - **slots**: ``concurrency`` threads for plain functions; ``async def`` functions run as tasks of one
   asyncio event loop (the worker's own thread, or the caller's loop with ``run_async()``), limited by
   the same ``concurrency``;
+- **claiming ahead**: while tasks are short next to a round trip to the server, the worker holds up to
+  ``concurrency`` more claimed tasks than it runs, so that a slot that frees starts the next task at
+  once instead of waiting for the completion request that claims it (see ``TaskWorker``);
 - **reporters** (one, and up to 4 side by side at higher ``concurrency``) send results as they come:
   completions in batches (``POST /v1/tasks/complete``, up to 16 per request, each item answered on
   its own), failures one by one. A slot is free again as
@@ -58,6 +61,7 @@ MAX_CLAIM = 16  # the protocol's max_tasks per claim (X-TASK)
 MAX_BATCH = 16  # completions per POST /v1/tasks/complete
 MAX_OUTPUT_BYTES = 256 * 1024  # a task's output (X-TASK, like a workflow input)
 BATCH_BYTES = 448 * 1024  # a completion request stays under the API's 512 KiB body limit
+SMOOTHING = 0.2  # weight of the newest sample in the running means of task and request times
 MAX_REPORTERS = 4  # result requests in flight at once
 FLUSH_SECONDS = 5.0  # after the grace, how long results still waiting may take to go out
 _PASSING = (ServerUnreachable, Unavailable, RateLimited)  # clears by itself: try again
@@ -92,6 +96,14 @@ class TaskApi(Protocol):
     def release_task(self, task_id: str, epoch: int) -> Task: ...
 
 
+_NOT_STARTED = object()  # an async task claimed ahead that was handed back before it started
+
+
+def _mean(mean: float | None, sample: float) -> float:
+    """A running mean that follows the recent samples (``SMOOTHING``)."""
+    return sample if mean is None else mean + SMOOTHING * (sample - mean)
+
+
 def _short(ident: str | None) -> str:
     return (ident or "?")[:8]
 
@@ -122,8 +134,10 @@ class _Flight:
     label: str
     interval: float
     next_beat: float
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)  # claimed
+    began: float | None = None  # its function started (a task claimed ahead waits for a slot until then)
     ended: float | None = None  # when the function returned or raised
+    dropped: bool = False  # never started, and no longer counted (handed back, or its lease lost)
     lost: bool = False  # a heartbeat was refused: the result will be refused too
     released: bool = False  # handed back at shutdown
     future: concurrent.futures.Future[Any] | None = None  # an async function's run on the loop
@@ -132,7 +146,7 @@ class _Flight:
     beating: threading.Lock = field(default_factory=threading.Lock)
 
     def took(self) -> str:
-        return f"{((self.ended or time.monotonic()) - self.started) * 1000:.0f} ms"
+        return f"{((self.ended or time.monotonic()) - (self.began or self.started)) * 1000:.0f} ms"
 
 
 @dataclass
@@ -175,6 +189,16 @@ class TaskWorker:
     ``shutdown_grace_seconds`` (default 20) to finish and be reported; those still running then are
     handed back to their queue (``POST /v1/tasks/{id}/release``: due again at once, no attempt
     counted), and their ``async`` functions are cancelled.
+
+    ``claim_ahead`` (default True): a slot that frees would otherwise wait one round trip (the
+    completion request that claims its next task) before it runs again, which bounds a worker of
+    short tasks to ``concurrency`` tasks per round trip. The worker keeps running means of how long
+    its functions take and how long a completion request takes, and claims up to
+    ``concurrency * request time / function time`` tasks more than it runs (at most ``concurrency``
+    more): as many as its slots finish during one request. Tasks that take long next to a request
+    (a second against a few milliseconds) are never claimed ahead, so they stay in the queue for
+    other workers. A task claimed ahead is CLAIMED on the server, heartbeaten like a running one, and
+    handed back at once by ``stop()``; ``concurrency`` still bounds what runs at once.
     """
 
     def __init__(
@@ -186,6 +210,7 @@ class TaskWorker:
         *,
         concurrency: int = 1,
         shutdown_grace_seconds: float = 20.0,
+        claim_ahead: bool = True,
     ) -> None:
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer of at least 1, not {concurrency!r}")
@@ -198,6 +223,7 @@ class TaskWorker:
         self.heartbeat_seconds = heartbeat_seconds  # default: a third of the lease
         self.concurrency = concurrency
         self.shutdown_grace_seconds = shutdown_grace_seconds
+        self.claim_ahead = claim_ahead
         self.functions: dict[str, TaskFunction] = {}
         for queue_name, fn in (functions or {}).items():
             self.register(queue_name, fn)
@@ -217,6 +243,9 @@ class TaskWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._own_loop = False
         self._fatal: BaseException | None = None
+        self._run_s: float | None = None  # running mean of a function's time (successful tasks)
+        self._request_s: float | None = None  # running mean of a completion request's time
+        self._async_slots: asyncio.Semaphore | None = None
 
     # -- registration ------------------------------------------------------------------------
     def task(self, queue: str) -> Callable[[TaskFunction], TaskFunction]:
@@ -360,9 +389,18 @@ class TaskWorker:
                 log.warning("%s; retrying in 1 s", exc)
                 self._stop.wait(1.0)
 
+    def _ahead(self) -> int:
+        """How many tasks to hold claimed beyond the slots: as many as the slots finish during one
+        completion request, at most ``concurrency`` (none before both times were measured)."""
+        run, request = self._run_s, self._request_s
+        if not self.claim_ahead or run is None or request is None:
+            return 0
+        return min(self.concurrency, int(self.concurrency * request / max(run, 1e-6)))
+
     def _free(self) -> int:
-        """Slots that no task, claim in flight or pending refill holds (under ``_cond``)."""
-        return self.concurrency - self._busy - self._claiming - self._refills
+        """Room that no task (running or claimed ahead), claim in flight or pending refill holds (under
+        ``_cond``)."""
+        return self.concurrency + self._ahead() - self._busy - self._claiming - self._refills
 
     def _has_room(self) -> bool:
         # results waiting for the server count too, so that an outage never piles up claimed work
@@ -409,17 +447,38 @@ class TaskWorker:
             self._cond.notify_all()
         if is_async(fn):
             assert self._loop is not None
-            flight.future = asyncio.run_coroutine_threadsafe(self._call_async(fn, t), self._loop)
+            flight.future = asyncio.run_coroutine_threadsafe(self._call_async(fn, flight), self._loop)
             flight.future.add_done_callback(lambda f: self._async_done(flight, f))
         else:
             self._slot_queue.put(flight)
 
     # -- slots -------------------------------------------------------------------------------
+    def _may_begin(self, flight: _Flight) -> bool:
+        """Whether a slot starts ``flight`` now: not once the worker stops (``_end`` hands back a task
+        claimed ahead), nor one whose lease was lost while it waited (no longer counted, then)."""
+        with self._cond:
+            if self._stop.is_set() or flight.dropped:
+                return False
+            if flight.lost or flight.released:
+                self._drop(flight)
+                return False
+            flight.began = time.monotonic()
+            return True
+
+    def _drop(self, flight: _Flight) -> None:
+        """A flight that never started is no longer counted (under ``_cond``)."""
+        flight.dropped = True
+        self._busy -= 1
+        self._flights.pop((flight.task.id, flight.task.epoch), None)
+        self._cond.notify_all()
+
     def _slot(self) -> None:
         while True:
             flight = self._slot_queue.get()
             if flight is None:
                 return
+            if not self._may_begin(flight):
+                continue
             try:
                 output = self.functions[flight.task.queue](flight.task)
                 if inspect.isawaitable(output):
@@ -431,11 +490,18 @@ class TaskWorker:
             else:
                 self._finished(flight, output=output)
 
-    @staticmethod
-    async def _call_async(fn: Callable[[Task], Awaitable[Any]], t: Task) -> Any:
-        return await fn(t)
+    async def _call_async(self, fn: Callable[[Task], Awaitable[Any]], flight: _Flight) -> Any:
+        assert self._async_slots is not None
+        async with self._async_slots:  # ``concurrency`` at once, tasks claimed ahead included
+            if not self._may_begin(flight):
+                return _NOT_STARTED
+            return await fn(flight.task)
 
     def _async_done(self, flight: _Flight, fut: concurrent.futures.Future[Any]) -> None:
+        if flight.dropped or (
+            not fut.cancelled() and fut.exception() is None and fut.result() is _NOT_STARTED
+        ):
+            return  # never started: ``_end`` or ``_may_begin`` counted it out
         if fut.cancelled():
             self._finished(flight, error=None, cancelled=True)
             return
@@ -455,7 +521,11 @@ class TaskWorker:
         error: BaseException | None = None,
         cancelled: bool = False,
     ) -> None:
+        if flight.dropped:  # a task claimed ahead, handed back before it started
+            return
         flight.ended = time.monotonic()
+        if error is None and not cancelled and flight.began is not None:
+            self._run_s = _mean(self._run_s, flight.ended - flight.began)
         outcome: _Outcome | None = None
         if flight.lost or flight.released or cancelled:
             why = (
@@ -581,10 +651,12 @@ class TaskWorker:
         items = [(o.flight.task.id, o.flight.task.epoch, o.output) for o in done]
         if self._stop.is_set() or not self._refill_ok:
             refill = 0
+        sent = time.monotonic()
         try:
             results, claimed = self.client.complete_and_claim(
                 items, sorted(self.functions), max_tasks=refill, idempotency_key=key
             )
+            self._request_s = _mean(self._request_s, time.monotonic() - sent)
         except InvalidArgument as exc:
             if refill and any(str(e.get("field", "")).startswith("claim") for e in exc.errors):
                 log.info("the server takes no claim with completions: this worker claims separately")
@@ -685,6 +757,8 @@ class TaskWorker:
         self._flights.clear()
         self._busy = self._unreported = self._claiming = self._refills = 0
         self._refill_ok = True
+        self._run_s = self._request_s = None
+        self._async_slots = asyncio.Semaphore(self.concurrency)
         threads = [threading.Thread(target=self._heartbeater, name="ledgerflow-task-heartbeat", daemon=True)]
         threads += [
             threading.Thread(target=self._reporter, name=f"ledgerflow-task-reporter-{i}", daemon=True)
@@ -708,6 +782,13 @@ class TaskWorker:
     def _end(self) -> None:
         """After the claimer stopped: wait out the grace, hand back what still runs, flush results."""
         grace_end = (self._stop_at or time.monotonic()) + self.shutdown_grace_seconds
+        with self._cond:  # tasks claimed ahead go back to their queue at once
+            waiting = [f for f in self._flights.values() if f.began is None]
+            for f in waiting:
+                self._drop(f)
+        for f in waiting:
+            if not (f.lost or f.released):
+                self._release(f)
         with self._cond:
             if self._busy:
                 log.info(

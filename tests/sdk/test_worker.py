@@ -99,7 +99,8 @@ def test_concurrency_runs_n_tasks_at_once_and_claims_and_completes_in_batches(wf
     assert [d.state for d in done] == ["SUCCEEDED"] * n
     assert sorted(d.output["r"]["i"] for d in done) == list(range(n))
     assert len({d.output["r"]["thread"] for d in done}) == n  # n slots, one task each
-    assert max(rec.claims) == n  # one claim asks for every free slot
+    assert rec.claims[0] == n  # one claim asks for every free slot
+    assert max(rec.claims) <= 2 * n  # later ones also for tasks claimed ahead: at most n more
     assert sum(rec.batches) == n and all(b <= 16 for b in rec.batches)
 
 
