@@ -19,7 +19,9 @@ DOC = {
     "version": "v1",
     "input_schema": {},
     "deadline_seconds": 600,
-    "steps": [{"key": "a", "kind": "TASK", "queue": "hint.q"}],
+    # a 1 s TIMER: its ``delay_wake`` job is due within two short polls, so it is hinted (a job due later,
+    # like the watch of a 600 s deadline, is found by the pools' own passes: hints.worth_a_hint)
+    "steps": [{"key": "a", "kind": "TIMER", "delay_seconds": 1}],
 }
 
 
@@ -47,4 +49,4 @@ def test_the_web_process_publishes_the_wake_hints_of_the_jobs_its_requests_creat
     )
     assert r.status_code == 201, r.get_data(as_text=True)
     if not redis_client.exists(flag):  # pragma: no cover - the flag is cleared only by a hint consumer
-        pytest.fail("the start's deadline / task_timeout jobs published no hint for the advance pool")
+        pytest.fail("the start's delay_wake job published no hint for the advance pool")
