@@ -290,13 +290,15 @@ tasks = Table(
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )
-# The claim path: open tasks of a queue in creation order (CLAIMED ones come back once their lease expired);
-# the quota check counts a namespace's and a queue's open tasks from it.
+# The claim path: open tasks of a queue in claim order, created_at then id (CLAIMED ones come back once their
+# lease expired), read in order up to the tasks a claim takes (migration 0022); the quota check counts a
+# namespace's and a queue's open tasks from it.
 Index(
     "ix_workflow_tasks_claim",
     tasks.c.namespace_id,
     tasks.c.queue,
     tasks.c.created_at,
+    tasks.c.id,
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
 )
 Index("ix_workflow_tasks_instance", tasks.c.instance_id)

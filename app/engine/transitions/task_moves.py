@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, TextClause, text
 
 from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
@@ -66,26 +66,48 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :roun
 # (``:key``; NULL for a claim without one, which finds none) took, still at the epoch it gave them (a later
 # claim of a task overwrites its key); when there are any, nothing is claimed and they are answered again
 # (``replayed``). Otherwise the picked tasks are claimed and carry the key and the request's fingerprint.
-_CLAIM = text(
-    f"""
-WITH prior AS MATERIALIZED (
-    SELECT {TASK_COLS}, t.claim_fingerprint FROM workflow_tasks t
-    WHERE t.namespace_id = :ns AND t.claim_key = CAST(:key AS text)
-),
-picked AS (
-    SELECT t.id FROM workflow_tasks t
-    WHERE t.namespace_id = :ns AND t.queue = ANY(CAST(:queues AS text[]))
-      AND (t.state = 'PENDING' OR (t.state = 'CLAIMED' AND t.lease_expires_at <= now()))
+#
+# The pick reads a queue's open tasks from ``ix_workflow_tasks_claim`` in claim order (created_at, id) and
+# stops at ``:n`` it could lock: it visits the claimed tasks ahead of them and the tasks it takes, never the
+# whole backlog (migration 0022: before, every open task of the namespace was read and sorted at every
+# claim). The instance's hold is a correlated lookup per task visited (its primary key), never a scan of the
+# instances. With several queues, each queue is read so (at most ``:n`` locked per queue) and the oldest
+# ``:n`` of them are claimed; the others stay PENDING, locked until this statement's transaction ends.
+_PICK_WHERE = """t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')
+      AND (t.state = 'PENDING' OR t.lease_expires_at <= now())
       AND t.deadline_at > now()
       -- W-CTL: a paused, cancelling or stopping instance grants no new execution, not even a task
       -- whose lease expired (the cancel's settlement decides it); L-PAUSE-3: compensation is not held
       AND (t.purpose = 'COMPENSATION'
-           OR NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = t.instance_id
-                          AND (i.paused OR i.cancel_requested_at IS NOT NULL OR i.state = 'CANCELLING')))
-      AND NOT EXISTS (SELECT 1 FROM prior)
+           OR NOT (SELECT i.paused OR i.cancel_requested_at IS NOT NULL OR i.state = 'CANCELLING'
+                   FROM workflow_instances i WHERE i.id = t.instance_id))
+      AND NOT EXISTS (SELECT 1 FROM prior)"""
+_PICK_ONE_QUEUE = f"""
+    SELECT t.id FROM workflow_tasks t
+    WHERE t.queue = :queue AND {_PICK_WHERE}
     ORDER BY t.created_at, t.id
     LIMIT :n
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED"""
+_PICK_QUEUES = f"""
+    SELECT p.id FROM unnest(CAST(:queues AS text[])) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT t.id, t.created_at FROM workflow_tasks t
+        WHERE t.queue = q.queue AND {_PICK_WHERE}
+        ORDER BY t.created_at, t.id
+        LIMIT :n
+        FOR UPDATE OF t SKIP LOCKED) p
+    ORDER BY p.created_at, p.id
+    LIMIT :n"""
+
+
+def _claim_sql(pick: str) -> TextClause:
+    return text(
+        f"""
+WITH prior AS MATERIALIZED (
+    SELECT {TASK_COLS}, t.claim_fingerprint FROM workflow_tasks t
+    WHERE t.namespace_id = :ns AND t.claim_key = CAST(:key AS text)
+),
+picked AS ({pick}
 ),
 claimed AS (
     UPDATE workflow_tasks t SET state = 'CLAIMED', epoch = t.epoch + 1, updated_at = now(),
@@ -98,7 +120,11 @@ SELECT claimed.*, false AS replayed FROM claimed
 UNION ALL
 SELECT prior.*, true FROM prior
 """
-)
+    )
+
+
+_CLAIM_ONE_QUEUE = _claim_sql(_PICK_ONE_QUEUE)
+_CLAIM_QUEUES = _claim_sql(_PICK_QUEUES)
 
 
 def claim(
@@ -115,13 +141,17 @@ def claim(
     keep ``key`` and ``fingerprint`` (the request's Idempotency-Key and fingerprint). When tasks carry
     ``key`` already, nothing is claimed and those rows are returned (``replayed`` true, with the
     ``claim_fingerprint`` of the request that claimed them)."""
+    names = sorted(set(queues))
+    if not names:
+        return []
     return list(
         run(
             conn,
-            _CLAIM,
+            _CLAIM_ONE_QUEUE if len(names) == 1 else _CLAIM_QUEUES,
             {
                 "ns": namespace_id,
-                "queues": queues,
+                "queue": names[0] if len(names) == 1 else None,
+                "queues": names,
                 "n": n,
                 "lease": lease_seconds,
                 "key": key,
