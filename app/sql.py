@@ -180,9 +180,9 @@ def defer(
     sends what it queued itself)."""
     sql = statement.text if isinstance(statement, TextClause) else statement
     if now and _listened(conn):
-        rows = run(conn, sql, params).all()
-        if on_rows is not None:
-            on_rows(rows)
+        result = run(conn, sql, params)
+        if on_rows is not None:  # such a statement returns rows; an INSERT without RETURNING has none to read
+            on_rows(result.all())
         return
     if not conn.in_transaction():
         conn.begin()

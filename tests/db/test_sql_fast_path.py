@@ -99,6 +99,26 @@ def _keys(conn) -> list[str]:
     return [r.k for r in run(conn, "SELECT k FROM fast_d ORDER BY k")]
 
 
+def test_a_deferred_write_without_rows_works_while_cursor_events_are_listened_to(db):
+    """Regression: with a cursor-event listener (OpenTelemetry's database spans, a test counting statements)
+    ``defer`` runs the statement at once on SQLAlchemy's path, and read its rows even when it returns none:
+    an INSERT without RETURNING raised ResourceClosedError."""
+    seen: list[str] = []
+
+    def listen(conn, cursor, statement, *args):
+        seen.append(statement)
+
+    event.listen(db, "before_cursor_execute", listen)
+    try:
+        with transaction(db) as conn:
+            _table(conn)
+            defer(conn, "INSERT INTO fast_d (k) VALUES (:k)", {"k": "listened"})
+            assert _keys(conn) == ["listened"]
+    finally:
+        event.remove(db, "before_cursor_execute", listen)
+    assert any("INSERT INTO fast_d" in s for s in seen)
+
+
 def test_deferred_statements_run_in_order_before_the_next_statement(db):
     with transaction(db) as conn:
         _table(conn)
