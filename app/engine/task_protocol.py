@@ -10,7 +10,7 @@ from typing import Any, overload
 
 from sqlalchemy import Connection, Row
 
-from app.engine import advance
+from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.store import MISSING, jparse, lock_instance_and_task
 from app.engine.transitions import task_moves
@@ -21,6 +21,9 @@ from app.jsonx import rfc3339
 from app.sql import run
 
 __all__ = ["retry_delay_seconds"]
+
+# A result's task columns, and its deadline in seconds from the transaction's now() (``work.watch_covers``).
+_RESULT_COLS = _TASK_COLS + ", EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS deadline_in"
 
 
 @overload
@@ -115,7 +118,7 @@ def _locked_for_result(
     caller's queues, an old epoch or a settled task without changing anything."""
     if not is_hex32(task_id):
         raise NotFound("task not found")
-    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _TASK_COLS)
+    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _RESULT_COLS)
     task = _task_of(row)
     if queue_ok is not None and not queue_ok(task["queue"]):
         raise NotFound("not found")
@@ -128,6 +131,9 @@ def _locked_for_result(
         raise StateConflict(
             f"the lease of task attempt epoch {epoch} expired; the task was returned to its queue"
         )
+    # a live claim ends before the task's deadline (its lease never passes it): the instance's watch is due
+    # no later than that deadline, so the next step's task, due no earlier, arms nothing (work.watch_covers)
+    work.watch_covers(conn, inst["id"], task.pop("deadline_in"))
     return inst, task
 
 

@@ -145,6 +145,19 @@ WATCH_DUE_SQL = """LEAST(
          THEN i.deadline_at END)"""
 
 
+def watch_covers(conn: Connection, instance_id: str, seconds: float) -> None:
+    """The instance's watch is known to be due no later than ``seconds`` from the transaction's ``now()``:
+    an open task of it has that deadline, read under the instance's lock. Every open task's deadline is
+    watched (each task arms the watch when it is created, a resume re-arms it from the open tasks, and a
+    watch that fires re-arms itself from them before it ends; a watch running now re-arms after this
+    transaction, under the instance's lock, from the tasks it then finds). So a later ``arm_watch`` of this
+    transaction for a deadline no earlier sends nothing: a completion whose next step's task is due no
+    earlier than the task it completes arms nothing (one statement, and the row lock on the watch, less
+    per step)."""
+    armed: dict[str, float] = transaction_state(conn).setdefault("watch_armed", {})
+    armed[instance_id] = min(armed.get(instance_id, float("inf")), seconds)
+
+
 def watch_cleared(conn: Connection, instance_id: str) -> None:
     """The instance's pending watch was canceled in this transaction (its work closed): the next
     ``arm_watch`` of the transaction arms a new one, whatever it asked before."""

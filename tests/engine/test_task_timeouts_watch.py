@@ -252,3 +252,48 @@ def test_a_watch_canceled_with_the_work_is_armed_again_later_in_the_same_transac
             {"i": iid},
         ).scalar()
     assert 3500 < due_in <= 3600
+
+
+def _statements_on_jobs(eng, call) -> list[str]:
+    """The statements on ``workflow_jobs`` that ``call()`` sends (SQLAlchemy's cursor events: ``app.sql``
+    takes SQLAlchemy's path while they are listened to)."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def listen(conn, cursor, statement, *args) -> None:
+        if "workflow_jobs" in statement:
+            seen.append(statement)
+
+    event.listen(eng, "before_cursor_execute", listen)
+    try:
+        call()
+    finally:
+        event.remove(eng, "before_cursor_execute", listen)
+    return seen
+
+
+def test_a_next_task_due_no_earlier_than_the_completed_one_arms_nothing(eng):
+    """The completed task was open under the instance's lock, so the watch is due no later than its
+    deadline (work.watch_covers): the next step's task, due later, sends no statement on the jobs (the arm
+    took a row lock on the watch at every step before). A next task due earlier moves the watch earlier."""
+    def_id = publish(
+        eng,
+        NS,
+        _doc(
+            600,
+            {"key": "a", "kind": "TASK", "queue": "cq", "timeout_seconds": 60},
+            {"key": "b", "kind": "TASK", "queue": "cq", "after": ["a"], "timeout_seconds": 60},
+            {"key": "c", "kind": "TASK", "queue": "cq", "after": ["b"], "timeout_seconds": 5},
+        ),
+    )
+    iid = start(eng, NS, def_id, {})["id"]
+    [watch] = _deadline_jobs(eng, iid)
+    assert _statements_on_jobs(eng, lambda: complete_task(eng, NS, claim_task(eng, NS, "cq"), {})) == []
+    times = _times(eng, iid)
+    assert _deadline_jobs(eng, iid) == [watch] and times["watch"] == watch.run_at <= times["tasks"]["b"]
+    assert len(_statements_on_jobs(eng, lambda: complete_task(eng, NS, claim_task(eng, NS, "cq"), {}))) == 1
+    times = _times(eng, iid)
+    assert times["watch"] == times["tasks"]["c"] < watch.run_at  # moved earlier, for c's 5 s
+    complete_task(eng, NS, claim_task(eng, NS, "cq"), {})
+    assert instance(eng, iid)["state"] == "SUCCEEDED"
