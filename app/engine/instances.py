@@ -118,6 +118,7 @@ def start_workflow(
             "start_fp": start_key[1] if start_key else None,
         },
     )
+    work.watch_absent(conn, iid)  # a new instance: its first arm is a plain insert
     rows = step_moves.blocked_all(iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)

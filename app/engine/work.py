@@ -126,6 +126,20 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
     if armed.get(inst["id"], float("inf")) <= seconds:
         return
     armed[inst["id"]] = seconds
+    absent: set[str] = transaction_state(conn).get("watch_absent", set())
+    if inst["id"] in absent:  # an instance this transaction inserted has no watch: insert it, combined
+        absent.discard(inst["id"])  # with the transaction's other inserts (the arm's lookup would find none)
+        enqueue(
+            conn,
+            JobType.TASK_TIMEOUT,
+            {},
+            instance_id=inst["id"],
+            delay_ms=seconds * 1000,
+            trace_id=inst["trace_id"],
+            operation_key=new_id(),  # each armed job is an operation of its own, as ``arm`` makes them
+            later=True,
+        )
+        return
     arm(
         conn,
         JobType.TASK_TIMEOUT,
@@ -143,6 +157,13 @@ WATCH_DUE_SQL = """LEAST(
     (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
     CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
          THEN i.deadline_at END)"""
+
+
+def watch_absent(conn: Connection, instance_id: str) -> None:
+    """``instance_id`` was inserted by this transaction: it has no watch yet, so the transaction's first
+    ``arm_watch`` inserts one with the transaction's other inserts (one statement for a start's rows)
+    instead of sending the arm's lookup on its own."""
+    transaction_state(conn).setdefault("watch_absent", set()).add(instance_id)
 
 
 def watch_covers(conn: Connection, instance_id: str, seconds: float) -> None:
