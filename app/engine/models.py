@@ -252,6 +252,9 @@ waits = Table(
     CheckConstraint("kind IN ('SIGNAL', 'TIMER')", name="ck_workflow_waits_kind"),
     UniqueConstraint("activation_id", name="uq_workflow_waits_activation"),
 )
+# An instance's WAITING waits: the end of an instance cancels them (migration 0023; before, that UPDATE read
+# every wait of every tenant).
+Index("ix_workflow_waits_open", waits.c.instance_id, postgresql_where=text("state = 'WAITING'"))
 
 tasks = Table(
     "workflow_tasks",

@@ -34,7 +34,15 @@ from app.engine.decide.model import (
 )
 from app.engine.snapshot import inst_model
 from app.engine.states import TERMINAL, InstanceState, StepState, StopKind
-from app.engine.store import MISSING, lock_instance, read_instance, read_step, step_specs, version_document
+from app.engine.store import (
+    MISSING,
+    lock_instance,
+    open_work,
+    read_instance,
+    read_step,
+    step_specs,
+    version_document,
+)
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
@@ -49,15 +57,19 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
     instance succeeded), pending clear-scope jobs are canceled, unfinished children get a cancel
     request (``state`` FAILED / CANCELLED) and pending signals are closed."""
     iid = inst["id"]
-    task_moves.cancel_open(conn, instance_id=iid)
-    wait_moves.cancel_open(conn, instance_id=iid)
+    left = open_work(conn, iid)  # one read; the moves below only for what is open
+    if left.tasks:
+        task_moves.cancel_open(conn, instance_id=iid)
+    if left.waits:
+        wait_moves.cancel_open(conn, instance_id=iid)
     if state != InstanceState.SUCCEEDED:
         step_moves.cancel_open(conn, iid)
     ledger_moves.cancel_waiting(conn, iid, sorted(t.value for t in CLEAR_SCOPE), f"workflow {state.lower()}")
     work.watch_cleared(conn, iid)
     if state != InstanceState.SUCCEEDED:
         stop_children(conn, inst, state, error)
-    signal_match.close_pending(conn, iid)
+    if left.signals:
+        signal_match.close_pending(conn, iid)
 
 
 def end(

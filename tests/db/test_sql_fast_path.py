@@ -4,15 +4,13 @@ path whenever something listens to its cursor events."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound, OperationalError
 
 from app.db import transaction
 from app.sql import Result, defer, pyformat, run
+from tests.engine.helpers import statements_seen
 
 
 def test_placeholders_casts_and_percent_signs():
@@ -78,23 +76,8 @@ def test_a_first_statement_begins_the_transaction_as_sqlalchemy_would(db):
             run(conn, "SELECT * FROM fast_v")
 
 
-@contextmanager
-def _listened(engine) -> Iterator[list[str]]:
-    """The statements SQLAlchemy's cursor events see on ``engine`` meanwhile (``run`` then takes its path)."""
-    seen: list[str] = []
-
-    def listen(conn, cursor, statement, *args):
-        seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", listen)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", listen)
-
-
 def test_cursor_event_listeners_see_every_statement(db):
-    with _listened(db) as seen, transaction(db) as conn:
+    with statements_seen(db) as seen, transaction(db) as conn:
         assert run(conn, "SELECT CAST(:x AS int) AS x", {"x": 4}).first().x == 4
     assert any("SELECT" in s and "AS x" in s for s in seen)
 
@@ -112,7 +95,7 @@ def test_a_deferred_write_without_rows_works_while_cursor_events_are_listened_to
     """Regression: with a cursor-event listener (OpenTelemetry's database spans, a test counting statements)
     ``defer`` runs the statement at once on SQLAlchemy's path, and read its rows even when it returns none:
     an INSERT without RETURNING raised ResourceClosedError."""
-    with _listened(db) as seen, transaction(db) as conn:
+    with statements_seen(db) as seen, transaction(db) as conn:
         _table(conn)
         defer(conn, "INSERT INTO fast_d (k) VALUES (:k)", {"k": "listened"})
         assert _keys(conn) == ["listened"]

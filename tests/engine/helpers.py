@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from app.auth import ALL_SCOPES, Principal, create_credential
 from app.db import transaction
@@ -137,3 +139,19 @@ def step(engine: Engine, ns: str, iid: str, key: str) -> dict:
 
     with engine.connect() as conn:
         return step_view(conn, iid, ns, key)
+
+
+@contextmanager
+def statements_seen(engine: Engine) -> Iterator[list[str]]:
+    """The statements SQLAlchemy's cursor events see on ``engine`` meanwhile (``app.sql`` takes
+    SQLAlchemy's path while they are listened to, and runs each deferred statement at once)."""
+    seen: list[str] = []
+
+    def listen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", listen)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", listen)

@@ -13,8 +13,10 @@ from typing import Any
 from sqlalchemy import text
 
 from app.db import transaction
+from app.engine import store
 from app.engine.transitions import task_moves
 from app.sql import pyformat
+from tests.engine.helpers import claim_task, complete_task, publish, start, statements_seen
 
 NS = "ns-claim-plan"
 BACKLOG = 2000
@@ -102,3 +104,49 @@ def test_a_claim_still_takes_the_oldest_claimable_tasks(eng) -> None:
     with transaction(eng) as conn:
         got = [r.id for r in task_moves.claim(conn, NS, ["zz", "q", "q"], 2, 60)]
     assert got == [f"{NS}-t{g:05d}" for g in range(first + 3, first + 5)]
+
+
+def test_an_ending_instance_finds_its_open_work_by_index(eng) -> None:
+    """The end of an instance reads what it left open (``store.open_work``) and cancels its waiting waits
+    through indexes: no sequential scan of every tenant's waits (migration 0023; fails before, when
+    ``workflow_waits`` had no index on its instance)."""
+    _fill(eng)
+    with transaction(eng) as conn:
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        conn.execute(
+            text(
+                """
+INSERT INTO workflow_waits (id, instance_id, activation_id, kind, state, created_at)
+SELECT 'w' || g, :ns || '-i' || g, 'a' || g, 'TIMER', CASE WHEN g % 100 = 0 THEN 'WAITING' ELSE 'RESOLVED' END,
+    now()
+FROM generate_series(1, :n) g"""
+            ),
+            {"ns": NS, "n": BACKLOG},
+        )
+    with eng.connect() as conn:
+        conn.execute(text("ANALYZE workflow_waits"))
+    cancel = text(
+        "UPDATE workflow_waits SET state = 'CANCELLED' WHERE instance_id = :i AND state = 'WAITING'"
+    )
+    for statement in (text(store._OPEN_WORK), cancel):
+        nodes = _plan(eng, statement, {"i": f"{NS}-i100"})
+        assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], [n.get("Relation Name") for n in nodes]
+
+
+def test_an_instance_that_ends_with_nothing_open_sends_no_cancel(eng) -> None:
+    """Nothing open at the end (the common case): one read, no UPDATE of tasks, waits or signals."""
+    doc = {
+        "version": "v1",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [{"key": "a", "kind": "TASK", "queue": "end.q"}],
+    }
+    start(eng, NS, publish(eng, NS, doc), {})
+    task = claim_task(eng, NS, "end.q")
+    with statements_seen(eng) as seen:
+        complete_task(eng, NS, task, {})
+    cancels = [
+        s for s in seen if s.lstrip().startswith("UPDATE workflow_") and ("CANCELLED" in s or "REJECTED" in s)
+    ]
+    assert cancels == []
+    assert [s for s in seen if "EXISTS (SELECT 1 FROM workflow_waits" in s]

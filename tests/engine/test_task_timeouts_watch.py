@@ -11,7 +11,17 @@ from app.db import transaction
 from app.engine import control, stopping, work
 from app.engine.store import read_instance
 from app.ids import new_id
-from tests.engine.helpers import claim_task, complete_task, instance, make_due, publish, run_jobs, start, step
+from tests.engine.helpers import (
+    claim_task,
+    complete_task,
+    instance,
+    make_due,
+    publish,
+    run_jobs,
+    start,
+    statements_seen,
+    step,
+)
 
 NS = "ns-" + new_id()[:8]
 
@@ -255,22 +265,10 @@ def test_a_watch_canceled_with_the_work_is_armed_again_later_in_the_same_transac
 
 
 def _statements_on_jobs(eng, call) -> list[str]:
-    """The statements on ``workflow_jobs`` that ``call()`` sends (SQLAlchemy's cursor events: ``app.sql``
-    takes SQLAlchemy's path while they are listened to)."""
-    from sqlalchemy import event
-
-    seen: list[str] = []
-
-    def listen(conn, cursor, statement, *args) -> None:
-        if "workflow_jobs" in statement:
-            seen.append(statement)
-
-    event.listen(eng, "before_cursor_execute", listen)
-    try:
+    """The statements on ``workflow_jobs`` that ``call()`` sends."""
+    with statements_seen(eng) as seen:
         call()
-    finally:
-        event.remove(eng, "before_cursor_execute", listen)
-    return seen
+    return [s for s in seen if "workflow_jobs" in s]
 
 
 def test_a_next_task_due_no_earlier_than_the_completed_one_arms_nothing(eng):
