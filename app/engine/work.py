@@ -127,19 +127,8 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
         return
     armed[inst["id"]] = seconds
     absent: set[str] = transaction_state(conn).get("watch_absent", set())
-    if inst["id"] in absent:  # an instance this transaction inserted has no watch: insert it, combined
-        absent.discard(inst["id"])  # with the transaction's other inserts (the arm's lookup would find none)
-        enqueue(
-            conn,
-            JobType.TASK_TIMEOUT,
-            {},
-            instance_id=inst["id"],
-            delay_ms=seconds * 1000,
-            trace_id=inst["trace_id"],
-            operation_key=new_id(),  # each armed job is an operation of its own, as ``arm`` makes them
-            later=True,
-        )
-        return
+    new = inst["id"] in absent  # an instance this transaction inserted has no watch: a plain insert, combined
+    absent.discard(inst["id"])  # with the transaction's other inserts (the arm's lookup would find none)
     arm(
         conn,
         JobType.TASK_TIMEOUT,
@@ -147,6 +136,7 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
         instance_id=inst["id"],
         delay_ms=seconds * 1000,
         trace_id=inst["trace_id"],
+        absent=new,
     )
 
 

@@ -147,13 +147,34 @@ def arm(
     instance_id: str,
     delay_ms: float,
     trace_id: str,
+    absent: bool = False,
 ) -> None:
     """A timer of ``instance_id``: its one pending job of ``job_type`` is due no later than ``delay_ms`` from
     now (created, moved earlier, or left as it is), with the transaction's next statement. For timers that
     cover many rows of an instance, e.g. its deadline and the deadlines of its open tasks (the engine's
-    watch, ``task_timeout``): one job per instance instead of one created and canceled per row. The caller holds the instance's lock."""
+    watch, ``task_timeout``): one job per instance instead of one created and canceled per row. The caller holds the instance's lock.
+    ``absent``: the caller knows the instance has no such job (it inserted the instance in this
+    transaction): the job is a plain insert, combined with the transaction's other writes."""
     jt = JobType(job_type)
     body = {} if payload is None else payload
+    params = {
+        "type": jt.value,
+        "queue": jt.pool.queue,
+        "payload": json.dumps(body),
+        "instance_id": instance_id,
+        "delay_ms": float(delay_ms),
+        "max_attempts": DEFAULT_MAX_ATTEMPTS[jt],
+        "execution_timeout_ms": _default_timeout_ms(),
+        # each job this arms is an operation of its own (its effect receipts are its own)
+        "operation_key": new_id(),
+        "trace_id": trace_id,
+        "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
+    }
+    if absent:
+        none = dict.fromkeys(("task_id", "step_key", "run_at", "idempotency_key"))
+        defer(conn, _INSERT_LATER, {**params, **none, "priority": 0})
+        _enqueued(conn, jt, worth_a_hint(delay_ms))
+        return
 
     def hint(rows: list[Any]) -> None:
         # L-CLAIM-4: the job this created (or moved earlier) publishes its hint after the commit; a job
@@ -162,24 +183,7 @@ def arm(
         if rows and worth_a_hint(delay_ms):
             publish_after_commit(conn, [jt.pool.queue])
 
-    defer(
-        conn,
-        _ARM,
-        {
-            "type": jt.value,
-            "queue": jt.pool.queue,
-            "payload": json.dumps(body),
-            "instance_id": instance_id,
-            "delay_ms": float(delay_ms),
-            "max_attempts": DEFAULT_MAX_ATTEMPTS[jt],
-            "execution_timeout_ms": _default_timeout_ms(),
-            # each job this arms is an operation of its own (its effect receipts are its own)
-            "operation_key": new_id(),
-            "trace_id": trace_id,
-            "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
-        },
-        on_rows=hint,
-    )
+    defer(conn, _ARM, params, on_rows=hint)
 
 
 def _enqueued(conn: Connection, jt: JobType, hinted: bool) -> None:
