@@ -122,11 +122,12 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
     ``deadline_at``). ONE ``task_timeout`` job per instance enforces the workflow deadline and the
     deadlines of all its open tasks (``handlers.task_timeouts``): neither the instance nor a task costs a
     job of its own, created and canceled. Asked once per transaction and instance for the earliest."""
-    armed: dict[str, float] = transaction_state(conn).setdefault("watch_armed", {})
+    state = transaction_state(conn)
+    armed: dict[str, float] = state.setdefault("watch_armed", {})
     if armed.get(inst["id"], float("inf")) <= seconds:
         return
     armed[inst["id"]] = seconds
-    absent: set[str] = transaction_state(conn).get("watch_absent", set())
+    absent: set[str] = state.get("watch_absent", set())
     new = inst["id"] in absent  # an instance this transaction inserted has no watch: a plain insert, combined
     absent.discard(inst["id"])  # with the transaction's other inserts (the arm's lookup would find none)
     arm(

@@ -170,20 +170,22 @@ def arm(
         "trace_id": trace_id,
         "traceparent": tracing.current_traceparent() if tracing.ENABLED else None,
     }
+    # a job due beyond two short polls is found by the pools' own passes in time (hints.worth_a_hint)
+    hinted = worth_a_hint(delay_ms)
     if absent:
         none = dict.fromkeys(("task_id", "step_key", "run_at", "idempotency_key"))
         defer(conn, _INSERT_LATER, {**params, **none, "priority": 0})
-        _enqueued(conn, jt, worth_a_hint(delay_ms))
+        _enqueued(conn, jt, hinted)
         return
 
     def hint(rows: list[Any]) -> None:
         # L-CLAIM-4: the job this created (or moved earlier) publishes its hint after the commit; a job
-        # left as it was is not news (the watch re-armed at each step of a workflow for a later deadline),
-        # nor is one due beyond two short polls (the pools' passes find it in time: hints.worth_a_hint)
-        if rows and worth_a_hint(delay_ms):
+        # left as it was is not news (the watch re-armed at each step of a workflow for a later deadline)
+        if rows:
             publish_after_commit(conn, [jt.pool.queue])
 
-    defer(conn, _ARM, params, on_rows=hint)
+    # no reader (and no cursor of its own) when no hint can follow
+    defer(conn, _ARM, params, on_rows=hint if hinted else None)
 
 
 def _enqueued(conn: Connection, jt: JobType, hinted: bool) -> None:
