@@ -21,6 +21,7 @@ settings.exit_on_bad_settings()
 
 from web import green_wait  # noqa: E402 - after the patching, on purpose
 from web.gunicorn_conf import (  # noqa: E402 - after the patching, on purpose
+    AppAccessLogger,
     TimeoutGeventWorker,
     child_exit,  # noqa: F401 - a gunicorn hook
     graceful_timeout,  # noqa: F401 - gunicorn's setting
@@ -34,6 +35,7 @@ green_wait.install()  # psycopg asks the kernel first, gevent's hub only when no
 
 # gevent, with client sockets that time out when idle (web/gunicorn_conf.py, docs/operations.md)
 worker_class = TimeoutGeventWorker
+logger_class = AppAccessLogger  # the app logs each request itself
 worker_connections = 200
 # the wait for a request's line and headers (the first one, and between kept-alive requests)
 keepalive = header_timeout()
