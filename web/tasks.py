@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from flask import Blueprint
+from sqlalchemy.exc import DBAPIError
 
 import web.long_poll as long_poll
 from app import idempotency, settings
@@ -189,9 +190,11 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
 @doc(
     summary="Complete up to 16 claimed tasks (each answered on its own)",
     description=(
-        "Each item is completed in its own short transaction, exactly as `POST /v1/tasks/{id}/complete` "
-        "would, and answered in `results` (same order) with its own `status`: 200 with the task, or the "
-        "status and error that item alone would get (404 NOT_FOUND, 409 STATE_CONFLICT). An item is "
+        "Each item is completed exactly as `POST /v1/tasks/{id}/complete` would, in the order given, and "
+        "answered in `results` (same order) with its own `status`: 200 with the task, or the status and "
+        "error that item alone would get (404 NOT_FOUND, 409 STATE_CONFLICT). The items share one short "
+        "transaction when every one of them applies; when one is refused, each is completed in its own "
+        "transaction, so the others stand. An item is "
         "idempotent by itself: repeating a completion that was applied (same id, epoch and output) "
         "answers 200 with `replayed: true`, so a whole request can be resent after a lost answer. The "
         "request as a whole answers 200 unless it is invalid or the service is unavailable.\n\n"
@@ -214,7 +217,7 @@ def complete_many(body: dict):
     if nxt is not None:  # refused before any completion: a claim that cannot run must not half-run
         queues = sorted(set(nxt["queues"]))
         check_queue_scope(current_principal(), queues)
-    data: dict[str, Any] = {"results": [_complete_one(item) for item in body["tasks"]]}
+    data: dict[str, Any] = {"results": _complete_items(body["tasks"])}
     if nxt is not None:
         # the claim with this request's key, as POST /v1/tasks/claim would make it (no wait)
         key = request_key_as(
@@ -226,12 +229,51 @@ def complete_many(body: dict):
     return ok(data)
 
 
+# What makes a batch's shared transaction give way to one transaction per item: another request held a
+# lock the batch needed (two batches that lock two instances in opposite orders deadlock; PostgreSQL ends
+# one of them), or a serialization failure. Any other database error is the request's (500).
+_CONTENDED = frozenset(
+    {"40P01", "40001", "55P03"}
+)  # deadlock_detected, serialization_failure, lock_not_available
+
+
+def _complete_items(items: list[dict]) -> list[dict]:
+    """The items' answers, in order. A task worker's batch (its tasks that ended meanwhile) is applied in
+    ONE transaction, in the order given, when every item applies: one BEGIN and one COMMIT, and the
+    event rows of all its instances written together at the commit, instead of a transaction per item.
+    When an item is refused (a lease lost, a result sent again) or the transaction meets another
+    request's lock, it rolls back whole and each item is completed in its own transaction, exactly as
+    alone: the answers are those of items applied one after the other, either way."""
+    if len(items) > 1:
+        p = current_principal()
+        try:
+            with transaction() as conn:
+                done = [
+                    task_protocol.complete(
+                        conn, p.namespace_id, item["id"], item["epoch"], item["output"], p.can_use_queue
+                    )
+                    for item in items
+                ]
+        except LedgerflowError:
+            pass  # rolled back: one transaction per item decides each
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) not in _CONTENDED:
+                raise
+        else:
+            return [_completed(item["id"], t, False) for item, t in zip(items, done, strict=True)]
+    return [_complete_one(item) for item in items]
+
+
 def _complete_one(item: dict) -> dict:
     task_id = item["id"]
     try:  # this item's own transaction: when it rolls back, the others stand
         t, replayed = _settle(task_id, item["epoch"], "COMPLETED", item["output"])
     except LedgerflowError as err:
         return {"id": task_id, "status": err.status, "error": {"code": err.code, "message": err.message}}
+    return _completed(task_id, t, replayed)
+
+
+def _completed(task_id: str, t: dict, replayed: bool) -> dict:
     return {
         "id": task_id,
         "status": 200,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import httpx
+from sqlalchemy import text
 
 from tests.web.test_task_claim_receipts import _states
 from tests.web.test_workflows_start import _raw
@@ -114,3 +115,39 @@ def test_an_invalid_claim_is_400_naming_the_field(wf_ns):  # noqa: F811
         r = _complete(wf_ns, uuid.uuid4().hex, items, claim)
         assert r.status_code == 400, r.text
         assert field in {e["field"] for e in r.json()["errors"]}, r.text
+
+
+def _writers(engine, task_ids: list[str]) -> dict[str, str]:
+    """The transaction that last wrote each task row (``xmin``)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, xmin::text AS x FROM workflow_tasks WHERE id = ANY(:i)"), {"i": task_ids}
+        )
+        return {r.id: r.x for r in rows}
+
+
+def test_a_batch_that_applies_whole_is_one_transaction_and_one_refused_item_gives_each_its_own(
+    wf_ns,  # noqa: F811
+    engine,
+):
+    wids = _two_step(wf_ns, "cc5", n=3)
+    firsts = [_claim_one(wf_ns, "cc5") for _ in wids]
+    items = [{"id": t["id"], "epoch": t["epoch"], "output": i} for i, t in enumerate(firsts)]
+    r = _complete(wf_ns, uuid.uuid4().hex, items, None)
+    assert r.status_code == 200, r.text
+    assert [x["status"] for x in r.json()["data"]["results"]] == [200, 200, 200]
+    assert len(set(_writers(engine, [t["id"] for t in firsts]).values())) == 1  # one commit for the three
+
+    seconds = [_claim_one(wf_ns, "cc5") for _ in wids]  # the b steps, created by those completions
+    assert sorted(t["step_key"] for t in seconds) == ["b", "b", "b"]
+    stale = seconds[1]
+    path = f"/v1/tasks/{stale['id']}/release"
+    released = _raw(wf_ns, "POST", path, {"epoch": stale["epoch"]}, key=uuid.uuid4().hex, who="worker")
+    assert released.status_code == 200, released.text
+    items = [{"id": t["id"], "epoch": t["epoch"], "output": "b"} for t in seconds]
+    r = _complete(wf_ns, uuid.uuid4().hex, items, None)
+    assert [x["status"] for x in r.json()["data"]["results"]] == [200, 409, 200]  # the others stand
+    applied = _writers(engine, [seconds[0]["id"], seconds[2]["id"]])
+    assert len(set(applied.values())) == 2  # each in its own transaction once one item was refused
+    states = {t["workflow_id"]: wf_ns.client().get_workflow(t["workflow_id"]).state for t in seconds}
+    assert [states[t["workflow_id"]] for t in seconds] == ["SUCCEEDED", "RUNNING", "SUCCEEDED"]
