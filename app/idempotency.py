@@ -236,14 +236,20 @@ def on_rows(k: Key, work: Callable[[Connection], T], *, engine: Engine | None = 
     finds the rows of a first request with this key and answers them again, or raises
     IdempotencyConflict when their fingerprint is not ``k.fp``."""
     with transaction(engine) as conn:
-        defer(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
-        try:
-            done = work(conn)
-        except OperationalError as exc:
-            if _in_flight(exc):
-                raise _still_in_progress() from None
-            raise
+        done = on_rows_in(conn, k, work)
     return done
+
+
+def on_rows_in(conn: Connection, k: Key, work: Callable[[Connection], T]) -> T:
+    """``on_rows`` inside the caller's transaction ``conn`` (what ``work`` did commits with the caller's
+    writes, or rolls back with them)."""
+    defer(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
+    try:
+        return work(conn)
+    except OperationalError as exc:
+        if _in_flight(exc):
+            raise _still_in_progress() from None
+        raise
 
 
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:

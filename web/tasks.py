@@ -4,10 +4,12 @@ read, and the completion of up to 16 tasks in one request."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 from flask import Blueprint
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 import web.long_poll as long_poll
@@ -192,9 +194,10 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
     description=(
         "Each item is completed exactly as `POST /v1/tasks/{id}/complete` would, in the order given, and "
         "answered in `results` (same order) with its own `status`: 200 with the task, or the status and "
-        "error that item alone would get (404 NOT_FOUND, 409 STATE_CONFLICT). The items share one short "
-        "transaction when every one of them applies; when one is refused, each is completed in its own "
-        "transaction, so the others stand. An item is "
+        "error that item alone would get (404 NOT_FOUND, 409 STATE_CONFLICT). The items, and the claim "
+        "below, share one short transaction when every one of them applies; when one is refused, each "
+        "item is completed in its own transaction, so the others stand, and the claim runs in another. "
+        "An item is "
         "idempotent by itself: repeating a completion that was applied (same id, epoch and output) "
         "answers 200 with `replayed: true`, so a whole request can be resent after a lost answer. The "
         "request as a whole answers 200 unless it is invalid or the service is unavailable.\n\n"
@@ -214,54 +217,66 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
 @body(CompleteManyRequest)
 def complete_many(body: dict):
     nxt = body.get("claim")
+    claim: tuple[Key, Callable[[Connection], list[dict]]] | None = None
     if nxt is not None:  # refused before any completion: a claim that cannot run must not half-run
         queues = sorted(set(nxt["queues"]))
         check_queue_scope(current_principal(), queues)
-    data: dict[str, Any] = {"results": _complete_items(body["tasks"])}
-    if nxt is not None:
         # the claim with this request's key, as POST /v1/tasks/claim would make it (no wait)
         key = request_key_as(
             "/v1/tasks/claim", {"queues": queues, "max_tasks": nxt["max_tasks"], "wait_seconds": 0}
         )
-        data["claimed"] = idempotency.on_rows(
-            key, lambda conn: _claim_keyed(conn, queues, nxt["max_tasks"], key)
-        )[0]
+        claim = (key, lambda conn: _claim_keyed(conn, queues, nxt["max_tasks"], key)[0])
+    items = body["tasks"]
+    together = _together(items, claim)
+    if together is not None:
+        results, claimed = together
+    else:  # each item in its own transaction, then the claim in its own
+        results = [_complete_one(item) for item in items]
+        claimed = idempotency.on_rows(claim[0], claim[1]) if claim is not None else None
+    data: dict[str, Any] = {"results": results}
+    if claim is not None:
+        data["claimed"] = claimed
     return ok(data)
 
 
-# What makes a batch's shared transaction give way to one transaction per item: another request held a
-# lock the batch needed (two batches that lock two instances in opposite orders deadlock; PostgreSQL ends
-# one of them), or a serialization failure. Any other database error is the request's (500).
+# What makes a request's shared transaction give way to one transaction per item: another request held a
+# lock it needed (two batches that lock two instances in opposite orders deadlock; PostgreSQL ends one of
+# them), or a serialization failure. Any other database error is the request's (500).
 _CONTENDED = frozenset(
     {"40P01", "40001", "55P03"}
 )  # deadlock_detected, serialization_failure, lock_not_available
 
 
-def _complete_items(items: list[dict]) -> list[dict]:
-    """The items' answers, in order. A task worker's batch (its tasks that ended meanwhile) is applied in
-    ONE transaction, in the order given, when every item applies: one BEGIN and one COMMIT, and the
-    event rows of all its instances written together at the commit, instead of a transaction per item.
-    When an item is refused (a lease lost, a result sent again) or the transaction meets another
-    request's lock, it rolls back whole and each item is completed in its own transaction, exactly as
-    alone: the answers are those of items applied one after the other, either way."""
-    if len(items) > 1:
-        p = current_principal()
-        try:
-            with transaction() as conn:
-                done = [
-                    task_protocol.complete(
-                        conn, p.namespace_id, item["id"], item["epoch"], item["output"], p.can_use_queue
-                    )
-                    for item in items
-                ]
-        except LedgerflowError:
-            pass  # rolled back: one transaction per item decides each
-        except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) not in _CONTENDED:
-                raise
-        else:
-            return [_completed(item["id"], t, False) for item, t in zip(items, done, strict=True)]
-    return [_complete_one(item) for item in items]
+def _together(
+    items: list[dict], claim: tuple[Key, Callable[[Connection], list[dict]]] | None
+) -> tuple[list[dict], list[dict] | None] | None:
+    """A task worker's batch (its tasks that ended meanwhile, and the claim for the slots they freed) in
+    ONE transaction, the items in the order given, then the claim (which can take a task a completion
+    created): one BEGIN and one COMMIT, and the event rows of all its instances written together at the
+    commit, instead of a transaction per item and one for the claim. The answers and the claimed tasks,
+    or None when an item is refused (a lease lost, a result sent again), the claim is refused, or the
+    transaction meets another request's lock: then it rolled back whole, and the caller completes each
+    item in its own transaction and claims in another, exactly as alone. Either way the answers are those
+    of items applied one after the other."""
+    if len(items) < 2 and claim is None:
+        return None
+    p = current_principal()
+    try:
+        with transaction() as conn:
+            done = [
+                task_protocol.complete(
+                    conn, p.namespace_id, item["id"], item["epoch"], item["output"], p.can_use_queue
+                )
+                for item in items
+            ]
+            claimed = idempotency.on_rows_in(conn, claim[0], claim[1]) if claim is not None else None
+    except LedgerflowError:
+        return None  # rolled back: one transaction per item decides each
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) not in _CONTENDED:
+            raise
+        return None
+    return [_completed(item["id"], t, False) for item, t in zip(items, done, strict=True)], claimed
 
 
 def _complete_one(item: dict) -> dict:

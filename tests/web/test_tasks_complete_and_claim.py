@@ -151,3 +151,14 @@ def test_a_batch_that_applies_whole_is_one_transaction_and_one_refused_item_give
     assert len(set(applied.values())) == 2  # each in its own transaction once one item was refused
     states = {t["workflow_id"]: wf_ns.client().get_workflow(t["workflow_id"]).state for t in seconds}
     assert [states[t["workflow_id"]] for t in seconds] == ["SUCCEEDED", "RUNNING", "SUCCEEDED"]
+
+
+def test_the_completion_and_its_claim_are_one_transaction(wf_ns, engine):  # noqa: F811
+    _two_step(wf_ns, "cc6")
+    a = _claim_one(wf_ns, "cc6")
+    items = [{"id": a["id"], "epoch": a["epoch"], "output": 1}]
+    r = _complete(wf_ns, uuid.uuid4().hex, items, {"queues": ["cc6"], "max_tasks": 1})
+    assert r.status_code == 200, r.text
+    [b] = r.json()["data"]["claimed"]
+    writers = _writers(engine, [a["id"], b["id"]])
+    assert writers[a["id"]] == writers[b["id"]]  # a completed, b created and claimed: one commit
