@@ -10,8 +10,10 @@ no quota row.
 **The tasks are counted where they are.** The open (PENDING or CLAIMED) tasks of a namespace, and of each
 queue, are counted by the check from ``ix_workflow_tasks_claim`` (the claim path's partial index: open
 tasks only, by namespace and queue), each count bounded by what its cap needs (``LIMIT``), and a queue's
-only when the namespace's are enough to fill it: the work of a check grows with the namespace's open
-tasks up to its cap, never past it. A queue's PENDING tasks are
+only when the namespace's are enough to fill it: the work of a count grows with the namespace's open
+tasks up to its cap, never past it. From ``COUNT_EVERY_START_BELOW`` open tasks on, a process reuses a
+count one of its starts made for ``KNOWN_SECONDS`` instead of counting at every start (far from the caps
+only: near one the check counts exactly, see below). A queue's PENDING tasks are
 its open tasks minus its live claims (``ix_workflow_tasks_claimed_lease``: claimed tasks only, the work
 in flight). The start's own tasks, already inserted when the check runs, are left out.
 
@@ -26,6 +28,7 @@ they come from the count rows or from the task rows. Under either lock a start n
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -83,12 +86,14 @@ WITH u AS MATERIALIZED (
 own AS MATERIALIZED (
     SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own AND {open} GROUP BY queue),
 o AS MATERIALIZED (
-    SELECT c.n - w.own AS open_tasks, c.n < w.bound AS whole
+    SELECT COALESCE(CAST(:known AS bigint), c.n - w.own) AS open_tasks,
+           CAST(:known AS bigint) IS NOT NULL OR c.n < w.bound AS whole
     FROM (SELECT GREATEST(:work_limit - (SELECT unfinished FROM u), 0) + s.own AS bound, s.own
           FROM (SELECT COALESCE(sum(n), 0) AS own FROM own) s) w
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
-            SELECT 1 FROM workflow_tasks WHERE namespace_id = :ns AND {open} LIMIT w.bound) x) c),
+            SELECT 1 FROM workflow_tasks WHERE namespace_id = :ns AND {open}
+            LIMIT CASE WHEN CAST(:known AS bigint) IS NULL THEN w.bound ELSE 0 END) x) c),
 q AS MATERIALIZED (
     SELECT q.queue, q.n,
            CASE WHEN o.whole AND o.open_tasks + {margin} < :queue_limit THEN 0 ELSE (
@@ -108,7 +113,7 @@ f AS MATERIALIZED (
        AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * {tasks} >= :queue_limit)
        AND u.unfinished + o.open_tasks + u.flight * (1 + {tasks}) < :work_limit AS far
     FROM u CROSS JOIN o)
-SELECT q.queue, q.pending, u.unfinished, o.open_tasks, f.far,
+SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far,
        CASE WHEN f.far AND {lock} THEN pg_advisory_xact_lock_shared(hashtextextended(:k, 0))::text END AS locked
 FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true
 ORDER BY q.n
@@ -120,6 +125,36 @@ _SHARED = text(
 )
 _EXACT = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false"))
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
+
+
+# A namespace with many open tasks is not counted again by every start: the count is work that grows with
+# the backlog (~0.25 µs per open task, 25 ms at 100,000), paid by the database every tenant shares. Below
+# COUNT_EVERY_START_BELOW open tasks every start counts them (bounded work); from there on a process reuses
+# the count one of its starts made for KNOWN_SECONDS (far from the caps only: a start near a cap counts
+# exactly under the EXCLUSIVE lock, whatever is known). What the figure can miss is the tasks opened in
+# that second, by the starts in flight (inside the margin) and by the steps that completions opened.
+COUNT_EVERY_START_BELOW = 2_000
+KNOWN_SECONDS = 1.0
+_KNOWN_MAX = 1_024  # namespaces remembered per process
+_known: dict[str, tuple[int, float]] = {}  # namespace_id -> (open tasks, when counted: _clock())
+_clock = time.monotonic
+
+
+def _known_open_tasks(namespace_id: str) -> int | None:
+    """The namespace's open tasks as this process counted them less than KNOWN_SECONDS ago, or None."""
+    entry = _known.get(namespace_id)
+    if entry is None or _clock() - entry[1] >= KNOWN_SECONDS:
+        return None
+    return entry[0]
+
+
+def _remember_open_tasks(namespace_id: str, open_tasks: int) -> None:
+    if open_tasks < COUNT_EVERY_START_BELOW:
+        _known.pop(namespace_id, None)
+        return
+    if len(_known) >= _KNOWN_MAX and namespace_id not in _known:
+        _known.pop(next(iter(_known)))  # the oldest remembered first
+    _known[namespace_id] = (open_tasks, _clock())
 
 
 def check(conn: Connection, namespace_id: str, instance_id: str, queues: list[str]) -> None:
@@ -141,10 +176,13 @@ def check(conn: Connection, namespace_id: str, instance_id: str, queues: list[st
         "queue_limit": settings.QUEUE_PENDING_LIMIT.get(),
         "work_limit": settings.APPLICATION_WORK_LIMIT.get(),
     }
-    rows = run(conn, _SHARED, params).all()
+    known = _known_open_tasks(namespace_id)
+    rows = run(conn, _SHARED, {**params, "known": known}).all()
     if not rows[0].far:
         defer(conn, _LOCK, {"k": params["k"]})
-        rows = run(conn, _EXACT, params).all()
+        rows = run(conn, _EXACT, {**params, "known": None}).all()
+    elif known is None and rows[0].whole:
+        _remember_open_tasks(namespace_id, int(rows[0].open_tasks))
     unfinished, open_tasks = rows[0].unfinished, rows[0].open_tasks
     if unfinished >= params["instance_limit"]:
         raise LimitExceeded(
