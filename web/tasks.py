@@ -241,10 +241,9 @@ def complete_many(body: dict):
 
 # What makes a request's shared transaction give way to one transaction per item: another request held a
 # lock it needed (two batches that lock two instances in opposite orders deadlock; PostgreSQL ends one of
-# them), or a serialization failure. Any other database error is the request's (500).
-_CONTENDED = frozenset(
-    {"40P01", "40001", "55P03"}
-)  # deadlock_detected, serialization_failure, lock_not_available
+# them), or a serialization failure. Any other database error is the request's (500). The SQLSTATEs:
+# deadlock_detected, serialization_failure, lock_not_available.
+_CONTENDED = frozenset({"40P01", "40001", "55P03"})
 
 
 def _together(

@@ -6,6 +6,8 @@ completion."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 import httpx
@@ -162,3 +164,76 @@ def test_the_completion_and_its_claim_are_one_transaction(wf_ns, engine):  # noq
     [b] = r.json()["data"]["claimed"]
     writers = _writers(engine, [a["id"], b["id"]])
     assert writers[a["id"]] == writers[b["id"]]  # a completed, b created and claimed: one commit
+
+
+def _lock_waits(engine, n: int, *, not_on: int | None = None) -> None:
+    """Until ``n`` backends wait for a lock (none of them for one that backend ``not_on`` holds), bounded
+    by the test's deadline."""
+    deadline = time.monotonic() + 30
+    while True:
+        with engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+                    "AND NOT COALESCE(CAST(:pid AS int) = ANY(pg_blocking_pids(pid)), false)"
+                ),
+                {"pid": not_on},
+            ).scalar_one()
+        if waiting >= n:
+            return
+        assert time.monotonic() < deadline, f"{waiting} of {n} requests wait for a lock"
+        time.sleep(0.02)
+
+
+def test_two_batches_that_deadlock_are_each_completed_item_by_item(wf_ns, engine):  # noqa: F811
+    """Two batches lock two instances in opposite orders: PostgreSQL ends one of the two transactions
+    (deadlock_detected), which then completes its items one by one; both answer every item 200."""
+    c = wf_ns.client()
+    d = c.create_definition("dl-" + uuid.uuid4().hex[:8])
+    steps = [{"key": "a1", "kind": "TASK", "queue": "cc7"}, {"key": "a2", "kind": "TASK", "queue": "cc7"}]
+    c.publish_version(d["id"], {**DOC, "steps": steps})
+    x, y = (c.start_workflow(d["id"], "v1", {"i": i}).instance.id for i in range(2))
+    tasks = [_claim_one(wf_ns, "cc7") for _ in range(4)]
+    by = {(t["workflow_id"], t["step_key"]): t for t in tasks}
+
+    def item(t: dict) -> dict:
+        return {"id": t["id"], "epoch": t["epoch"], "output": t["step_key"]}
+
+    first = [item(by[(x, "a1")]), item(by[(y, "a1")])]  # locks x, then y
+    second = [item(by[(y, "a2")]), item(by[(x, "a2")])]  # locks y, then x
+    answers: dict[str, httpx.Response] = {}
+    holders = [engine.connect() for _ in range(2)]
+    try:
+        pids = []
+        for conn, wid in zip(holders, (x, y), strict=True):  # x and y held, so both batches queue up
+            conn.begin()
+            conn.execute(text("SELECT 1 FROM workflow_instances WHERE id = :i FOR UPDATE"), {"i": wid})
+            pids.append(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+        def send(name: str, items: list[dict]) -> None:
+            answers[name] = _complete(wf_ns, uuid.uuid4().hex, items, None)
+
+        batches = [
+            threading.Thread(target=send, args=args) for args in (("first", first), ("second", second))
+        ]
+        batches[0].start()
+        _lock_waits(engine, 1)  # the first batch waits for x
+        batches[1].start()
+        _lock_waits(engine, 2)  # the second waits for y
+        holders[0].rollback()  # the first locks x, then waits for y behind the second
+        _lock_waits(engine, 2, not_on=pids[0])
+        holders[1].rollback()  # the second gets y, then waits for x, which the first holds: a deadlock
+        for t in batches:
+            t.join(60)
+    finally:
+        for conn in holders:
+            conn.close()
+    for name in ("first", "second"):
+        r = answers[name]
+        assert r.status_code == 200, r.text
+        assert [a["status"] for a in r.json()["data"]["results"]] == [200, 200], r.text
+    commits = sorted(
+        len(set(_writers(engine, [i["id"] for i in batch]).values())) for batch in (first, second)
+    )
+    assert commits == [1, 2]  # one batch committed whole; the other, ended by the deadlock, item by item
+    assert {c.get_workflow(w).state for w in (x, y)} == {"SUCCEEDED"}
