@@ -322,7 +322,7 @@ Index(
 )
 
 # W-START-8 / W-ERR quotas without counting the instances at every start (migrations 0017, 0018_i27,
-# 0019_quota_tasks): per namespace and stripe (the committing backend's pid modulo 16), the unfinished
+# 0019_quota_tasks): per namespace and stripe (the committing backend's pid modulo 64), the unfinished
 # instances. ``app.engine.quotas`` adds a transaction's change with one statement at its commit (a start
 # or an end of an instance; none when they cancel out); ``app.engine.quotas.check`` sums the stripes and
 # counts the open tasks from ``ix_workflow_tasks_claim``.
