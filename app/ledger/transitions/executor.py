@@ -226,6 +226,7 @@ _SETTLE_CTES = f"""input AS (
     -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
     SELECT {OPEN_ATTEMPT}
     FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
 ), settled AS (
     UPDATE workflow_jobs j
     -- A failure while a side-effect marker is open is an unknown external outcome whatever the
@@ -262,7 +263,10 @@ _SETTLE_CTES = f"""input AS (
     -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
     -- would let the pool's generic plan read every running job through the partial running-lease
     -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
-    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    -- ``j.id = ANY(:ids)``, the same ids again: the planner estimates the JSON batch at 100 rows and, with a
+    -- few thousand kept jobs, hashed the whole table at every settle (a sequential scan per pool pass);
+    -- given the ids it looks each one up by primary key, whatever the table keeps.
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
     RETURNING j.id, j.status, j.run_at, u.token
 ), closed AS (
     {
@@ -314,6 +318,8 @@ def _settle_params(items: Sequence[Settlement], backoff_base: float, backoff_cap
         # outcome_of makes a result JSON PostgreSQL takes (no NaN, no NUL) and a retry_after finite; what
         # PostgreSQL would still refuse fails the statement, which the pool retries, never the loop thread
         "items": json.dumps(batch),
+        # the batch's ids as an array literal: one string for psycopg to send, not a list to dump
+        "ids": "{" + ",".join(str(int(i.job_id)) for i in items) + "}",
         "backoff_base": backoff_base,
         "backoff_cap": backoff_cap,
     }
