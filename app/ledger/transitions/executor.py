@@ -124,9 +124,9 @@ def _claimed_sql() -> str:
     SET status = 'running',
         attempts = j.attempts + 1,
         lease_token = gen_random_uuid(),
-        execution_deadline = now() + j.execution_timeout_ms * interval '1 millisecond',
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
         lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
-                            now() + j.execution_timeout_ms * interval '1 millisecond'),
+                            now() + j.execution_timeout_ms * interval '1ms'),
         attempt_id = nextval('{ATTEMPT_ID_SEQUENCE}'), worker_id = :worker_id, attempt_started_at = now(),
         updated_at = now()
     FROM picked WHERE j.id = picked.id
@@ -216,7 +216,13 @@ class Settlement:
 
 # The settlements arrive as ONE json parameter (an array of objects, see ``_settle_params``), not as nine
 # arrays: psycopg dumps a list parameter in Python, element by element, the largest single cost of the
-# pool loop's own CPU per pass in profiles; ``json.dumps`` of the batch runs in C.
+# pool loop's own CPU per pass in profiles; ``json.dumps`` of the batch runs in C. Their ids come again as
+# ``:ids`` (``j.id = ANY(:ids)`` where ``workflow_jobs`` is read): the planner estimates the JSON batch at 100
+# rows and, with a few thousand kept jobs, hashed the whole table at every settle (a sequential scan per
+# pool pass); given the ids it looks each one up by primary key, whatever the table keeps. (No comment
+# inside the SQL: the pool's statement must stay within psycopg's conversion cache, 4096 bytes.)
+# A failure while a side-effect marker is open, as ``last_error`` says it (then the handler's own error).
+UNSAFE_FAILURE = "failed during an unsafe external call: outcome needs confirmation; "
 _SETTLE_CTES = f"""input AS (
     SELECT * FROM json_to_recordset(CAST(:items AS json))
         AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
@@ -244,13 +250,11 @@ _SETTLE_CTES = f"""input AS (
                       ELSE j.run_at END,
         result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
         last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
-                          WHEN j.effect_marker IS NOT NULL
-                               AND u.code IS DISTINCT FROM '{EXTERNAL_OUTCOME_UNKNOWN}'
-                          THEN 'failed during an unsafe external call: outcome needs confirmation; '
-                               || coalesce(u.error, '')
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
                           ELSE u.error END,
         error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
-                          WHEN j.effect_marker IS NOT NULL THEN '{EXTERNAL_OUTCOME_UNKNOWN}'
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
                           ELSE u.code END,
         effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
         lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
@@ -263,9 +267,6 @@ _SETTLE_CTES = f"""input AS (
     -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
     -- would let the pool's generic plan read every running job through the partial running-lease
     -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
-    -- ``j.id = ANY(:ids)``, the same ids again: the planner estimates the JSON batch at 100 rows and, with a
-    -- few thousand kept jobs, hashed the whole table at every settle (a sequential scan per pool pass);
-    -- given the ids it looks each one up by primary key, whatever the table keeps.
     WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
     RETURNING j.id, j.status, j.run_at, u.token
 ), closed AS (
@@ -320,6 +321,9 @@ def _settle_params(items: Sequence[Settlement], backoff_base: float, backoff_cap
         "items": json.dumps(batch),
         # the batch's ids as an array literal: one string for psycopg to send, not a list to dump
         "ids": "{" + ",".join(str(int(i.job_id)) for i in items) + "}",
+        # texts passed as parameters, not written in the statement: it must stay within psycopg's cache
+        "unknown": EXTERNAL_OUTCOME_UNKNOWN,
+        "unsafe": UNSAFE_FAILURE,
         "backoff_base": backoff_base,
         "backoff_cap": backoff_cap,
     }
