@@ -267,6 +267,12 @@ class Setting(Generic[T]):
     def is_set(self) -> bool:
         return bool(_environ.get(self.name))
 
+    def provide(self, make: Callable[[], str]) -> None:
+        """When unset, set it to ``make()`` for this process and the processes it starts (a key that every
+        worker of a server must share)."""
+        if not self.is_set():
+            _environ[self.name] = make()
+
     def __repr__(self) -> str:
         return f"<Setting {self.name}>"
 

@@ -289,8 +289,7 @@ def dev(port: int | None, host: str | None) -> None:
     _refuse_port_in_use(bound, web_port)  # before anything starts (a second `make run`)
     ensure_environment()
     ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
-    if not SECRET_KEY.is_set():  # one console session key for every web worker, kept across restarts
-        os.environ[SECRET_KEY.name] = session_key()
+    SECRET_KEY.provide(session_key)  # one console session key for every web worker, kept across restarts
     upgrade(get_settings().database_url)
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"

@@ -19,7 +19,6 @@ Connection timeouts (docs/operations.md "Serving model"): a client holds a worke
 """
 
 import math
-import os
 import secrets
 import signal
 import sys
@@ -79,8 +78,8 @@ def on_starting(server):  # gunicorn's hook signature
             "".join(f"ledgerflow: refusing to start (LEDGERFLOW_ENV=production): {p}\n" for p in problems)
         )
         raise SystemExit(1)  # in the master, before any worker exists
-    if not settings.is_production() and not settings.SECRET_KEY.is_set():
-        os.environ[settings.SECRET_KEY.name] = secrets.token_urlsafe(48)  # inherited by the forked workers
+    if not settings.is_production():
+        settings.SECRET_KEY.provide(lambda: secrets.token_urlsafe(48))  # inherited by the forked workers
 
 
 def post_worker_init(worker):  # gunicorn's hook signature

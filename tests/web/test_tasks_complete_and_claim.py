@@ -7,12 +7,12 @@ completion."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import httpx
 from sqlalchemy import text
 
+from tests.ledger_helpers import wait_for
 from tests.web.test_task_claim_receipts import _states
 from tests.web.test_workflows_start import _raw
 from tests.web.wf_live import wf_ns, wf_server  # noqa: F401
@@ -166,23 +166,20 @@ def test_the_completion_and_its_claim_are_one_transaction(wf_ns, engine):  # noq
     assert writers[a["id"]] == writers[b["id"]]  # a completed, b created and claimed: one commit
 
 
+_LOCK_WAITS = text(
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+    "AND NOT COALESCE(CAST(:pid AS int) = ANY(pg_blocking_pids(pid)), false)"
+)
+
+
 def _lock_waits(engine, n: int, *, not_on: int | None = None) -> None:
-    """Until ``n`` backends wait for a lock (none of them for one that backend ``not_on`` holds), bounded
-    by the test's deadline."""
-    deadline = time.monotonic() + 30
-    while True:
+    """Until ``n`` backends wait for a lock (none of them for one that backend ``not_on`` holds)."""
+
+    def waiting() -> bool:
         with engine.connect() as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
-                    "AND NOT COALESCE(CAST(:pid AS int) = ANY(pg_blocking_pids(pid)), false)"
-                ),
-                {"pid": not_on},
-            ).scalar_one()
-        if waiting >= n:
-            return
-        assert time.monotonic() < deadline, f"{waiting} of {n} requests wait for a lock"
-        time.sleep(0.02)
+            return conn.execute(_LOCK_WAITS, {"pid": not_on}).scalar_one() >= n
+
+    wait_for(waiting, timeout=30)
 
 
 def test_two_batches_that_deadlock_are_each_completed_item_by_item(wf_ns, engine):  # noqa: F811
