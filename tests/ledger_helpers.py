@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, text
 
+from app.auth import principals
 from app.db import transaction
 from app.ledger import handlers, hints, transitions
 from app.ledger.context import JobContext
@@ -148,3 +150,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+@contextmanager
+def credential_change_heard() -> Iterator[None]:
+    """Around a change to credentials made outside ``app.auth`` (plain SQL): return once this process's
+    principal cache heard it (the NOTIFY at commit reaches it within milliseconds), or at once when the
+    process hears nothing (it then keeps nothing)."""
+    before = principals.generation()
+    yield
+    wait_for(lambda: principals.generation() != before or not principals.hears_any())

@@ -1,7 +1,9 @@
 """Bearer authentication and per-endpoint scopes: ``@requires(Scope.X, ...)`` or ``@public``.
 
 Every route of the app carries one of the two (a test enumerates the url map). 401 with
-``WWW-Authenticate: Bearer`` for a missing, unknown or revoked token; 403 for a missing scope."""
+``WWW-Authenticate: Bearer`` for a missing, unknown or revoked token; 403 for a missing scope. A token
+this process authenticated in the last few seconds is not read again while no credential changed
+(``app.auth.PrincipalCache``; the changes are heard on ``web.listener``'s connection)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import g, request
+from sqlalchemy import Connection
 
 import web.ratelimit as ratelimit
-from app.auth import Principal, authenticate, missing_permission_message
+from app.auth import Principal, authenticate_kept, missing_permission_message
 from app.db import get_engine
 from app.errors import PermissionDenied, Unauthenticated
+from app.settings import get_settings
+from web.listener import listener
 from web.meta import meta
 from web.strict import reject_undeclared_query
 
@@ -44,6 +49,11 @@ def require_platform(what: str) -> None:
         )
 
 
+def _autocommit() -> Connection:
+    """A connection for one read in autocommit: no BEGIN / ROLLBACK round trips around it."""
+    return get_engine().connect().execution_options(isolation_level="AUTOCOMMIT")
+
+
 def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Authenticate the caller and require *all* ``scopes``; sets ``g.principal``."""
     if not scopes:
@@ -53,9 +63,8 @@ def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             token = _bearer()
-            # one read in autocommit: no BEGIN / ROLLBACK round trips around it
-            with get_engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                principal = authenticate(conn, token)
+            listener.ensure_started()  # its LISTEN is what lets this process keep principals
+            principal = authenticate_kept(_autocommit, get_settings().database_url, token)
             if principal is None:
                 raise Unauthenticated("the bearer token is unknown or revoked")
             missing = [s for s in scopes if s not in principal.scopes]

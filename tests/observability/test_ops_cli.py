@@ -15,6 +15,7 @@ from app.auth import create_credential
 from app.db import transaction
 from ledgerflow.doctor import doctor
 from ledgerflow.ops_cli import jobs, workflows
+from tests.ledger_helpers import credential_change_heard
 from tests.observability.conftest import scalar
 
 MONITOR, OPERATE = "workflow:instance:monitor", "workflow:engine:operate"
@@ -91,7 +92,7 @@ def test_the_api_permission_rules(fresh, issue, make_job):
     assert "workflow:engine:operate (granted by --engine-operate)" in r.stderr  # names the switch, as the API
     operate_only, cred = issue(OPERATE)
     assert run(jobs, ["list"], operate_only).exit_code == 1  # reads need the monitor scope, as the API
-    with transaction(fresh) as conn:
+    with credential_change_heard(), transaction(fresh) as conn:
         conn.execute(text("UPDATE credentials SET revoked_at = now() WHERE id = :i"), {"i": cred})
     assert "revoked" in run(jobs, ["retry", str(job), "--yes"], operate_only).stderr
     assert scalar(fresh, "SELECT status FROM workflow_jobs WHERE id = :i", i=job) == "dead"

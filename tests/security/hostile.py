@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from app.auth import ALL_SCOPES, Principal, create_credential
 from app.db import get_engine, transaction
+from tests.ledger_helpers import credential_change_heard
 
 OUT = "workflow-ledger-outbound"
 TIMER_DOC = {
@@ -63,7 +64,8 @@ def author(namespace: str, scopes: Any = ALL_SCOPES, *, ns_id: str | None = None
 
 
 def revoke(credential_id: str) -> None:
-    sql("UPDATE credentials SET revoked_at = now() WHERE id = :i", i=credential_id)
+    with credential_change_heard():
+        sql("UPDATE credentials SET revoked_at = now() WHERE id = :i", i=credential_id)
 
 
 def sql(query: str, **params: Any) -> list:
