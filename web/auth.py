@@ -49,7 +49,7 @@ def require_platform(what: str) -> None:
         )
 
 
-def _autocommit() -> Connection:
+def autocommit_connection() -> Connection:
     """A connection for one read in autocommit: no BEGIN / ROLLBACK round trips around it."""
     return get_engine().connect().execution_options(isolation_level="AUTOCOMMIT")
 
@@ -64,7 +64,7 @@ def requires(*scopes: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             token = _bearer()
             listener.ensure_started()  # its LISTEN is what lets this process keep principals
-            principal = authenticate_kept(_autocommit, get_settings().database_url, token)
+            principal = authenticate_kept(autocommit_connection, get_settings().database_url, token)
             if principal is None:
                 raise Unauthenticated("the bearer token is unknown or revoked")
             missing = [s for s in scopes if s not in principal.scopes]
