@@ -82,7 +82,9 @@ class Listener:
         conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         while True:
             try:
-                with psycopg.connect(conninfo, autocommit=True) as conn:
+                # named with its process, so that an operator (and a test) can tell whose it is
+                name = f"ledgerflow-listener-{os.getpid()}"
+                with psycopg.connect(conninfo, autocommit=True, application_name=name) as conn:
                     conn.execute(f"LISTEN {TASK_CHANNEL}")
                     conn.execute(f"LISTEN {CREDENTIALS_CHANNEL}")
                     principals.hearing(app_url)

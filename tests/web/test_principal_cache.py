@@ -5,6 +5,8 @@ process that hears nothing, reads every time. Real PostgreSQL, the app in this p
 
 from __future__ import annotations
 
+import os
+
 import psycopg
 import pytest
 from sqlalchemy import make_url, text
@@ -83,8 +85,9 @@ def test_a_process_whose_listen_connection_is_lost_keeps_nothing_until_it_listen
     with clean.connect() as conn:
         pid = conn.execute(
             text(
-                "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN lf_credentials' AND datname = current_database()"
-            )
+                "SELECT pid FROM pg_stat_activity WHERE application_name = :name AND query = 'LISTEN lf_credentials'"
+            ),
+            {"name": f"ledgerflow-listener-{os.getpid()}"},  # this process's (web.listener names it)
         ).scalar_one()
         conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
     wait_for(lambda: not principals.hears(_url()))  # the kept principal went with the connection
