@@ -310,7 +310,7 @@ REDIS_NAMESPACE = _services.declare("LEDGERFLOW_REDIS_NAMESPACE", "ledgerflow", 
 ENV = _services.declare("LEDGERFLOW_ENV", "development", one_of("development", "production"), "`production`: the web process refuses to start without its own LEDGERFLOW_CURSOR_SECRET and LEDGERFLOW_SECRET_KEY")
 DB_TRANSACTION_POOLING = _services.declare("LEDGERFLOW_DB_TRANSACTION_POOLING", False, FLAG, "on: DATABASE_URL goes through a pooler in transaction mode (PgBouncer): session settings per transaction, prepared statements off, LISTEN only through LEDGERFLOW_LISTEN_DATABASE_URL (docs/operations.md, \"PgBouncer\")")
 PREPARED_STATEMENTS = _services.declare("LEDGERFLOW_PREPARED_STATEMENTS", None, FLAG, "off: psycopg never prepares a statement (`prepare_threshold=None`), the pool's pass included; PgBouncer before 1.21 needs it off", shown="on (off with transaction pooling)")
-LISTEN_DATABASE_URL = _services.declare("LEDGERFLOW_LISTEN_DATABASE_URL", None, _POSTGRES_URL, "a direct PostgreSQL URL for the web process's long-poll LISTEN connection (behind a transaction pooler)", shown="DATABASE_URL (none with transaction pooling)")
+LISTEN_DATABASE_URL = _services.declare("LEDGERFLOW_LISTEN_DATABASE_URL", None, _POSTGRES_URL, "a direct PostgreSQL URL for the web process's LISTEN connection (long-poll wake-ups and credential changes; behind a transaction pooler)", shown="DATABASE_URL (none with transaction pooling)")
 
 _ledger = Section("Ledger workers", "the `worker-advance` and `worker-outbound` pools and the `scheduler`")
 HANDLERS = _ledger.declare("LEDGERFLOW_HANDLERS", (), Parse(_modules, "comma-separated Python module names"), "extra ledger handler modules a worker loads")
