@@ -364,11 +364,15 @@ class PrincipalCache:
 principals = PrincipalCache()
 
 
+def _token_hash(token: str) -> str | None:
+    """The SHA-256 a token is stored as, or None for what cannot be a token (empty, over 256 characters)."""
+    return hash_token(token) if token and len(token) <= 256 else None
+
+
 def authenticate(conn: Connection, token: str) -> Principal | None:
     """The principal of a live token, or None (unknown or revoked: the caller answers 401)."""
-    if not token or len(token) > 256:
-        return None
-    return authenticate_hash(conn, hash_token(token))
+    token_hash = _token_hash(token)
+    return None if token_hash is None else authenticate_hash(conn, token_hash)
 
 
 def authenticate_hash(conn: Connection, token_hash: str) -> Principal | None:
@@ -384,9 +388,9 @@ def authenticate_kept(
     ``CACHE_SECONDS``, with no credential change heard since, reads nothing (``connect`` is not called);
     otherwise one read on ``connect()``, whose answer is kept when it may be. ``url``: the database
     ``connect`` reaches."""
-    if not token or len(token) > 256:
+    token_hash = _token_hash(token)
+    if token_hash is None:
         return None
-    token_hash = hash_token(token)
     principal = principals.get(url, token_hash)
     if principal is not None:
         return principal

@@ -53,17 +53,17 @@ class Listener:
         self._pid = 0
         self._off = False
 
+    def _running(self) -> bool:
+        """This process's listening thread runs (or this process has no listener)."""
+        thread = self._thread
+        return thread is not None and self._pid == os.getpid() and (self._off or thread.is_alive())
+
     def ensure_started(self) -> None:
         """Start the listening thread of this process unless it runs (or there is no listener)."""
-        thread = self._thread
-        if thread is not None and self._pid == os.getpid() and (self._off or thread.is_alive()):
+        if self._running():  # every request asks: no lock when it runs
             return
         with self._lock:
-            if (
-                self._thread is not None
-                and self._pid == os.getpid()
-                and (self._thread.is_alive() or self._off)
-            ):
+            if self._running():
                 return
             self._off = listen_url() is None
             self._pid = os.getpid()
