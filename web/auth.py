@@ -3,7 +3,7 @@
 Every route of the app carries one of the two (a test enumerates the url map). 401 with
 ``WWW-Authenticate: Bearer`` for a missing, unknown or revoked token; 403 for a missing scope. A token
 this process authenticated in the last few seconds is not read again while no credential changed
-(``app.auth.PrincipalCache``; the changes are heard on ``web.listener``'s connection)."""
+(``app.principal_cache.PrincipalCache``; the changes are heard on ``web.listener``'s connection)."""
 
 from __future__ import annotations
 

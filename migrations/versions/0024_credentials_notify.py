@@ -1,6 +1,6 @@
 """A change to a credential or a namespace is announced (issue 27): ``NOTIFY lf_credentials`` at commit.
 
-Each web process keeps the principals of the tokens it authenticated (``app.auth.PrincipalCache``) only
+Each web process keeps the principals of the tokens it authenticated (``app.principal_cache.PrincipalCache``) only
 while its LISTEN connection hears this channel; a revocation (an UPDATE of ``credentials``), a deletion,
 a TRUNCATE, or any change to ``namespaces`` empties every process's cache when it commits, whoever made it
 (the CLI, the console, plain SQL). One notification per statement, no payload: the cache is emptied whole.

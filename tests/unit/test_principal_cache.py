@@ -1,4 +1,4 @@
-"""``app.auth.PrincipalCache``: what a web process keeps of the tokens it authenticated, and when it may
+"""``app.principal_cache.PrincipalCache``: what a web process keeps of the tokens it authenticated, and when it may
 use it. Pure logic (a fake clock, no database); the live cache with its LISTEN connection is tested in
 tests/web/test_principal_cache.py."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.auth import Principal, PrincipalCache
+from app.auth import Principal
+from app.principal_cache import PrincipalCache
 
 URL = "postgresql://db/app"
 
@@ -89,7 +90,7 @@ def test_the_oldest_entry_goes_first_when_full():
 def test_a_forked_child_uses_nothing_of_its_parent(monkeypatch):
     cache = _heard()
     cache.put(URL, "h", _principal(), cache.generation())
-    monkeypatch.setattr("app.auth.os.getpid", lambda: -1)
+    monkeypatch.setattr("app.principal_cache.os.getpid", lambda: -1)
     assert cache.get(URL, "h") is None and not cache.hears_any()
 
 

@@ -1,4 +1,4 @@
-"""A web process keeps the principal of a token it authenticated (``app.auth.PrincipalCache``) while its
+"""A web process keeps the principal of a token it authenticated (``app.principal_cache.PrincipalCache``) while its
 LISTEN connection (``web.listener``) hears every credential change: a known token's request reads no
 credential row; a revocation reaches it at commit however it is made; an expiring credential, or a
 process that hears nothing, reads every time. Real PostgreSQL, the app in this process."""
@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import make_url, text
 
-from app.auth import CACHE_SECONDS, Scope, create_credential, hash_token, principals, revoke_credential
+from app.auth import Scope, create_credential, hash_token, principals, revoke_credential
 from app.db import transaction
+from app.principal_cache import CACHE_SECONDS
 from app.settings import get_settings
 from tests.engine.helpers import statements_seen
 from tests.ledger_helpers import credential_change_heard, wait_for
