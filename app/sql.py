@@ -23,10 +23,12 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event, text
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 
-# SQLAlchemy's own rule for a text statement's bind names (sqlalchemy.sql.elements.TextClause): a
-# ``:name`` not preceded by a colon, a word character or a backslash, and not followed by a colon
-# (so ``x::text`` is a cast); ``\:`` is a literal colon.
-_BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?!:)")
+# SQLAlchemy's rule for a text statement's bind names (sqlalchemy.sql.elements.TextClause): a ``:name``
+# not preceded by a colon, a word character or a backslash, and not followed by a colon (so ``x::text`` is
+# a cast); ``\:`` is a literal colon. One difference: the whole name or nothing (SQLAlchemy's pattern
+# backtracks, so that ``:ab::int`` binds ``:a`` and leaves ``b::int``, and a ``$1`` before a digit reads
+# as ``$10``): such a statement fails here instead of binding the wrong name. Write ``CAST(:ab AS int)``.
+_BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?![:\w])")
 B = TypeVar("B", bound="CommitBuffer")
 
 
@@ -34,6 +36,35 @@ B = TypeVar("B", bound="CommitBuffer")
 def pyformat(sql: str) -> str:
     """``sql`` with psycopg's placeholders: ``:name`` -> ``%(name)s``, a literal ``%`` doubled."""
     return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
+
+
+@lru_cache(maxsize=2048)
+def positional(sql: str) -> tuple[bytes, tuple[str, ...]]:
+    """``sql`` with PostgreSQL's own placeholders, as the server takes them (``:name`` -> ``$1``, the same
+    name the same number), encoded, and the names in their numbers' order. Converted once per statement
+    and process: psycopg parses its ``%(name)s`` placeholders at every execution of a statement longer
+    than 4 KiB or beyond its cache of 128 (most of a completion's statements), ~50 µs each."""
+    names: dict[str, int] = {}
+
+    def number(m: re.Match[str]) -> str:
+        return f"${names.setdefault(m.group(1), len(names) + 1)}"
+
+    return _BIND.sub(number, sql).replace("\\:", ":").encode(), tuple(names)
+
+
+def statement_text(query: Any) -> str:
+    """The text of a statement as psycopg's ``Cursor.execute`` receives it (this module sends bytes with
+    ``$n`` placeholders), for a spy that reads what is sent."""
+    return query.decode() if isinstance(query, bytes | bytearray) else str(query)
+
+
+def _bound(sql: str, params: Mapping[str, Any]) -> tuple[bytes, list[Any]]:
+    """``sql`` and ``params`` as a ``psycopg.RawCursor`` executes them."""
+    query, names = positional(sql)
+    try:
+        return query, [params[n] for n in names]
+    except KeyError as exc:  # what psycopg says of a named placeholder without a value
+        raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
 
 
 @lru_cache(maxsize=1024)
@@ -147,7 +178,7 @@ def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     driver: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]  # as in _driver
     cur = pooled.info.get(key)  # one cursor per DBAPI connection and use, made at its first statement here
     if cur is None or cur.closed or cur.connection is not driver:
-        cur = pooled.info[key] = driver.cursor()  # tuples; ``_row_maker`` makes them rows
+        cur = pooled.info[key] = psycopg.RawCursor(driver)  # tuples (``_row_maker`` makes them rows)
     return cur
 
 
@@ -207,10 +238,10 @@ def _send_deferred(conn: Connection, deferred: Deferred) -> list[tuple[psycopg.C
     start = 0
     for i in sorted(readers) + [len(statements)]:
         for sql, args in combine(statements[start:i]):
-            dcur.execute(pyformat(sql), args)
+            dcur.execute(*_bound(sql, args))
         if i < len(statements):
-            cur = _driver(conn).cursor()
-            cur.execute(pyformat(statements[i][0]), statements[i][1])
+            cur = psycopg.RawCursor(_driver(conn))
+            cur.execute(*_bound(*statements[i]))
             reading.append((cur, readers[i]))
         start = i + 1
     return reading
@@ -298,9 +329,9 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     deferred = _take_deferred(conn)
     try:
         if deferred[0]:
-            _pipelined(conn, deferred, lambda: cur.execute(pyformat(sql), args))
+            _pipelined(conn, deferred, lambda: cur.execute(*_bound(sql, args)))
         else:
-            cur.execute(pyformat(sql), args)
+            cur.execute(*_bound(sql, args))
         if cur.pgresult is not None and cur.pgresult.nfields:
             make = _row_maker(sql, cur)
             rows = [make(t) for t in cur.fetchall()]
@@ -353,16 +384,30 @@ def _drain_buffers(conn: Connection) -> None:
             defer(conn, sql, params, now=False)
 
 
-def _flush(conn: Connection, *, buffers: bool = False) -> None:
+def _flush(conn: Connection, *, buffers: bool = False, commit: bool = False) -> None:
+    """Send the deferred statements (with ``buffers``: the commit buffers' first). With ``commit`` (the
+    root transaction's commit, about to be sent): the COMMIT goes in the same round trip, after them,
+    unless a reader waits for the rows of one (a reader runs inside the transaction: its COMMIT then
+    follows on its own, as SQLAlchemy sends it). The driver's own commit then finds nothing open."""
     if buffers:
         _drain_buffers(conn)
     deferred = _take_deferred(conn)
     if not deferred[0]:
         return
+    last = _committer(conn) if commit and not deferred[1] else None
     try:
-        _pipelined(conn, deferred)
+        _pipelined(conn, deferred, last)
     except psycopg.Error as exc:
-        conn._handle_dbapi_exception(exc, "; ".join(d[0] for d in deferred[0]), {}, None, None)
+        failed = [d[0] for d in deferred[0]] + (["COMMIT"] if last is not None else [])
+        conn._handle_dbapi_exception(exc, "; ".join(failed), {}, None, None)
+
+
+def _committer(conn: Connection) -> Callable[[], object]:
+    """The COMMIT of ``conn``'s transaction as a pipelined statement. psycopg reads the transaction's
+    state from the server (libpq's transaction status), so its ``commit()`` after this one sends nothing;
+    never prepared (a transaction command)."""
+    cur = _cursor(conn, _DEFERRED_CURSOR)
+    return lambda: cur.execute("COMMIT", prepare=False)
 
 
 # Every engine (class listeners): the deferred statements of a transaction run before SQLAlchemy executes
@@ -376,7 +421,23 @@ def _flush_before_execute(conn: Connection, *args: Any) -> None:
 
 @event.listens_for(Engine, "commit")
 def _flush_before_commit(conn: Connection) -> None:
-    _flush(conn, buffers=True)
+    try:
+        _flush(conn, buffers=True, commit=True)
+    except Exception:
+        # SQLAlchemy sends no ROLLBACK for a transaction whose commit failed (it expects the driver's
+        # COMMIT to have ended it): a statement or a reader that failed here would leave the server's
+        # transaction open, and the connection's next transaction would carry on inside it
+        _rollback_quietly(conn)
+        raise
+
+
+def _rollback_quietly(conn: Connection) -> None:
+    if conn.invalidated or conn.connection.dbapi_connection is None:
+        return
+    try:
+        _driver(conn).rollback()
+    except psycopg.Error:
+        pass  # a broken connection: SQLAlchemy invalidates it with the error being raised
 
 
 @event.listens_for(Engine, "savepoint")

@@ -129,28 +129,47 @@ def one_workflow(
         task = claimed[0] if claimed else task
 
 
-def statements(s: Session) -> dict[str, int]:
-    """SQL statements (psycopg cursor executions) of one steady-state request of each kind."""
+def statements(s: Session) -> dict[str, tuple[int, int]]:
+    """SQL statements (psycopg cursor executions) and round trips of one steady-state request of each
+    kind. A round trip is a wait for the server's answer: a statement sent outside a pipeline, a
+    pipeline's sync, a transaction command the driver sends on its own (its BEGIN, its COMMIT)."""
     import psycopg
 
-    counts = dict.fromkeys(KINDS, 0)
-    execute = psycopg.Cursor.execute
+    counts = {k: [0, 0] for k in KINDS}
+    execute, wait, command = psycopg.Cursor.execute, psycopg.Connection.wait, psycopg.Connection._exec_command
     current: list[str] = []
 
     def counted(self, query, *args, **kwargs):  # psycopg's signature
-        counts[current[0]] += 1
+        counts[current[0]][0] += query != "COMMIT"  # a transaction command (pipelined): not a statement
         return execute(self, query, *args, **kwargs)
+
+    def waited(self, gen, *args, **kwargs):
+        name = getattr(gen, "__qualname__", "")
+        if name == "BasePipeline._exit_gen" or (name == "BaseCursor._execute_gen" and self._pipeline is None):
+            counts[current[0]][1] += 1
+        return wait(self, gen, *args, **kwargs)
+
+    def commanded(self, *args, **kwargs):  # BEGIN / COMMIT / ROLLBACK: psycopg waits for each at once
+        counts[current[0]][1] += 1
+        return command(self, *args, **kwargs)
 
     def measure(kind: str, call: Callable[[], Any]) -> Any:
         current[:] = [kind]
         return call()
 
     psycopg.Cursor.execute = counted  # type: ignore[method-assign]
+    psycopg.Connection.wait = waited  # type: ignore[method-assign]
+    psycopg.Connection._exec_command = commanded  # type: ignore[method-assign]
     try:
         one_workflow(s, measure)
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
-    return {k: v // (2 if k == "complete" else 1) for k, v in counts.items()}
+        psycopg.Connection.wait = wait  # type: ignore[method-assign]
+        psycopg.Connection._exec_command = command  # type: ignore[method-assign]
+    return {
+        k: (v[0] // (2 if k == "complete" else 1), v[1] // (2 if k == "complete" else 1))
+        for k, v in counts.items()
+    }
 
 
 def sample_profile(s: Session, args: argparse.Namespace) -> None:
@@ -301,15 +320,15 @@ def main() -> None:
             one_workflow(s, timed, args.starts_only)
         counted = statements(s)
         print(f"{args.n} workflows (TASK -> TASK) after {args.warmup} warm-up; CPU of the request thread")
-        print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements |")
-        print("|---|---|---|---|---|---|")
+        print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements | round trips |")
+        print("|---|---|---|---|---|---|---|")
         total = 0.0
         for k in KINDS if not args.starts_only else ("start",):
             med, mean = statistics.median(cpu[k]) * 1e6, statistics.fmean(cpu[k]) * 1e6
             total += mean * len(cpu[k]) / args.n
             print(
                 f"| {k} | {len(cpu[k])} | {med:.0f} | {mean:.0f} | {statistics.median(wall[k]) * 1000:.2f} "
-                f"| {counted[k]} |"
+                f"| {counted[k][0]} | {counted[k][1]} |"
             )
         if not args.starts_only:
             print(f"CPU per workflow (4 requests): {total / 1000:.2f} ms")

@@ -443,6 +443,7 @@ class RunResult:
     active_s: float = 0.0  # the counting window from the first start to the last workflow done (s)
     # Ledgerflow only: 429 answers seen by the SDK (it retries them), and the idle probe
     http_429: int | None = None
+    http_requests: int | None = None  # every answer the SDK got, the task workers' and the starts'
     probe_n: int = 0
     probe_hop_ms: list[float] = field(default_factory=list)
     probe_timer_late_ms: list[float] = field(default_factory=list)

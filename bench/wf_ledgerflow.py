@@ -374,6 +374,7 @@ def run_ledgerflow(
         )
         ids = [s[0] for s in started]
         res.http_429 = starts_t.status.get(429, 0) + workers_t.status.get(429, 0)
+        res.http_requests = sum(starts_t.status.values()) + sum(workers_t.status.values())
         if res.http_429:
             res.notes.append(
                 f"429 answers (retried by the SDK): {starts_t.status.get(429, 0)} to starts, "

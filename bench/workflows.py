@@ -144,6 +144,11 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
         add("row deletes / workflow", lambda r: f"{w.deletes:.1f}" if (w := per(r)) else "-")
     add("transactions / workflow", lambda r: f"{w.xacts:.1f}" if (w := per(r)) else "-")
     add("CPU ms / workflow: PG+engine+client", _cpu)
+    if any(r.http_requests is not None for r in results.values()):
+        add(
+            "HTTP requests / workflow",
+            lambda r: f"{r.http_requests / r.n:.2f}" if r.http_requests is not None and r.n else "-",
+        )
     if any(r.http_429 is not None for r in results.values()):
         add(
             "429 answers (retried by the SDK)", lambda r: f"{r.http_429:,}" if r.http_429 is not None else "-"

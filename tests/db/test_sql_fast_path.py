@@ -9,7 +9,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound, OperationalError
 
 from app.db import transaction
-from app.sql import Result, defer, pyformat, run
+from app.sql import Result, defer, pyformat, run, statement_text
 from tests.engine.helpers import statements_seen
 
 
@@ -156,7 +156,7 @@ def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):
     execute = psycopg.Cursor.execute
 
     def counted(self, query, *args, **kwargs):
-        sent.append(str(query))
+        sent.append(statement_text(query))
         return execute(self, query, *args, **kwargs)
 
     with transaction(db) as conn:
@@ -216,7 +216,7 @@ def test_a_deferred_statements_rows_reach_its_reader_inside_the_transaction(db, 
     execute = psycopg.Cursor.execute
 
     def counted(self, query, *args, **kwargs):
-        sent.append(str(query))
+        sent.append(statement_text(query))
         return execute(self, query, *args, **kwargs)
 
     got: list[list] = []
@@ -240,3 +240,90 @@ def test_a_deferred_statements_rows_reach_its_reader_inside_the_transaction(db, 
         event.listen(conn, "before_cursor_execute", lambda *a: listened.append(a[2]))
         defer(conn, "SELECT 7 AS n", on_rows=lambda rows: got.append(rows))
         assert got[2][0].n == 7 and len(listened) == 1  # taken at once on SQLAlchemy's path
+
+
+# --------------------------------------------------------------------------- the commit's round trip
+def _sent(monkeypatch) -> tuple[list[str], list[bytes]]:
+    """What the driver waits for (``psycopg.Connection.wait``: once per statement queued, pipeline entered
+    or left, transaction command), and the transaction commands it sends on their own (BEGIN, COMMIT,
+    ROLLBACK: ``_exec_command``; a COMMIT executed by a cursor in a pipeline is not one of them)."""
+    import psycopg
+
+    waits: list[str] = []
+    commands: list[bytes] = []
+    wait, exec_command = psycopg.Connection.wait, psycopg.Connection._exec_command
+
+    def waited(self, gen, *args, **kwargs):
+        waits.append(getattr(gen, "__qualname__", repr(gen)))
+        return wait(self, gen, *args, **kwargs)
+
+    def command(self, cmd, *args, **kwargs):
+        commands.append(bytes(cmd) if isinstance(cmd, bytes | bytearray) else str(cmd).encode())
+        return exec_command(self, cmd, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "wait", waited)
+    monkeypatch.setattr(psycopg.Connection, "_exec_command", command)
+    return waits, commands
+
+
+def test_the_commit_rides_in_the_round_trip_of_the_statements_deferred_to_it(db, monkeypatch):
+    """The statements a transaction deferred to its commit and the COMMIT itself go in ONE round trip (one
+    pipeline, synced once); what they wrote is committed; the driver's own commit then sends nothing."""
+    with db.connect() as conn:
+        with conn.begin():
+            run(conn, "CREATE TEMP TABLE fast_k (k text PRIMARY KEY)")
+        conn.begin()
+        run(conn, "SELECT 1")  # the transaction is open on the server
+        defer(conn, "INSERT INTO fast_k VALUES ('a')")
+        defer(conn, "SELECT 1")  # not a write: a statement of its own, in the same round trip
+        waits, commands = _sent(monkeypatch)
+        conn.commit()
+        monkeypatch.undo()
+        assert commands == [], commands
+        assert [w for w in waits if w != "BaseCursor._execute_gen"] == [
+            "BasePipeline._enter_gen",
+            "BasePipeline._exit_gen",  # the one sync: INSERT, SELECT, COMMIT
+            "BaseConnection._commit_gen",  # SQLAlchemy's commit: nothing left to send
+        ], waits
+        assert conn.connection.driver_connection.info.transaction_status == 0  # IDLE: committed
+        with conn.begin():
+            assert run(conn, "SELECT k FROM fast_k").scalars().all() == ["a"]
+
+
+def test_a_failing_statement_deferred_to_the_commit_commits_nothing(db):
+    """Regression: SQLAlchemy sends no ROLLBACK after a failed commit, so a statement that failed at the
+    commit left the server's transaction open (aborted), and the connection's next transaction failed."""
+    with db.connect() as conn:
+        with conn.begin():
+            run(conn, "CREATE TEMP TABLE fast_f (k text PRIMARY KEY)")
+            run(conn, "INSERT INTO fast_f VALUES ('taken')")
+        with pytest.raises(IntegrityError) as e, conn.begin():
+            run(conn, "INSERT INTO fast_f VALUES ('first')")
+            defer(conn, "INSERT INTO fast_f VALUES ('taken')")
+        assert e.value.orig.sqlstate == "23505" and "INSERT INTO fast_f" in str(e.value)
+        with conn.begin():  # nothing of it committed, and the connection is usable
+            assert run(conn, "SELECT k FROM fast_f").scalars().all() == ["taken"]
+
+
+def test_a_reader_of_a_statement_deferred_to_the_commit_runs_before_the_commit(db, monkeypatch):
+    """A deferred statement with a reader (``on_rows``) keeps its reader inside the transaction: the
+    COMMIT is not sent with it, and a reader that refuses what it read rolls the transaction back.
+    Regression: the transaction stayed open on the server, and the connection's next one went on inside it
+    (it saw, and would have committed, the refused write)."""
+
+    def refuse(rows: list) -> None:
+        raise RuntimeError(f"refused {len(rows)} rows")
+
+    with db.connect() as conn:
+        with conn.begin():
+            run(conn, "CREATE TEMP TABLE fast_r (k text PRIMARY KEY)")
+        with pytest.raises(RuntimeError, match="refused 1 rows"), conn.begin():
+            defer(conn, "INSERT INTO fast_r VALUES ('a') RETURNING k", on_rows=refuse)
+        with conn.begin():
+            assert run(conn, "SELECT count(*) FROM fast_r").scalar_one() == 0
+            defer(conn, "INSERT INTO fast_r VALUES ('b') RETURNING k", on_rows=lambda rows: None)
+            _, commands = _sent(monkeypatch)
+        monkeypatch.undo()
+        assert commands == [b"COMMIT"]  # after the reader, on its own
+        with conn.begin():
+            assert run(conn, "SELECT k FROM fast_r").scalars().all() == ["b"]
