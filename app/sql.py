@@ -26,8 +26,9 @@ from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 # SQLAlchemy's rule for a text statement's bind names (sqlalchemy.sql.elements.TextClause): a ``:name``
 # not preceded by a colon, a word character or a backslash, and not followed by a colon (so ``x::text`` is
 # a cast); ``\:`` is a literal colon. One difference: the whole name or nothing (SQLAlchemy's pattern
-# backtracks, so that ``:ab::int`` binds ``:a`` and leaves ``b::int``, and a ``$1`` before a digit reads
-# as ``$10``): such a statement fails here instead of binding the wrong name. Write ``CAST(:ab AS int)``.
+# backtracks, so that ``:ab::int`` binds ``:a`` and leaves ``b::int``, and ``:_0::int`` became
+# ``%(_)s0::int``, which psycopg sends as ``$10::int``, parameter ten): such a statement fails here
+# instead of binding the wrong name. Write ``CAST(:ab AS int)``.
 _BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?![:\w])")
 B = TypeVar("B", bound="CommitBuffer")
 
@@ -36,35 +37,6 @@ B = TypeVar("B", bound="CommitBuffer")
 def pyformat(sql: str) -> str:
     """``sql`` with psycopg's placeholders: ``:name`` -> ``%(name)s``, a literal ``%`` doubled."""
     return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
-
-
-@lru_cache(maxsize=2048)
-def positional(sql: str) -> tuple[bytes, tuple[str, ...]]:
-    """``sql`` with PostgreSQL's own placeholders, as the server takes them (``:name`` -> ``$1``, the same
-    name the same number), encoded, and the names in their numbers' order. Converted once per statement
-    and process: psycopg parses its ``%(name)s`` placeholders at every execution of a statement longer
-    than 4 KiB or beyond its cache of 128 (most of a completion's statements), ~50 µs each."""
-    names: dict[str, int] = {}
-
-    def number(m: re.Match[str]) -> str:
-        return f"${names.setdefault(m.group(1), len(names) + 1)}"
-
-    return _BIND.sub(number, sql).replace("\\:", ":").encode(), tuple(names)
-
-
-def statement_text(query: Any) -> str:
-    """The text of a statement as psycopg's ``Cursor.execute`` receives it (this module sends bytes with
-    ``$n`` placeholders), for a spy that reads what is sent."""
-    return query.decode() if isinstance(query, bytes | bytearray) else str(query)
-
-
-def _bound(sql: str, params: Mapping[str, Any]) -> tuple[bytes, list[Any]]:
-    """``sql`` and ``params`` as a ``psycopg.RawCursor`` executes them."""
-    query, names = positional(sql)
-    try:
-        return query, [params[n] for n in names]
-    except KeyError as exc:  # what psycopg says of a named placeholder without a value
-        raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
 
 
 @lru_cache(maxsize=1024)
@@ -178,7 +150,7 @@ def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     driver: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]  # as in _driver
     cur = pooled.info.get(key)  # one cursor per DBAPI connection and use, made at its first statement here
     if cur is None or cur.closed or cur.connection is not driver:
-        cur = pooled.info[key] = psycopg.RawCursor(driver)  # tuples (``_row_maker`` makes them rows)
+        cur = pooled.info[key] = driver.cursor()  # tuples; ``_row_maker`` makes them rows
     return cur
 
 
@@ -238,10 +210,10 @@ def _send_deferred(conn: Connection, deferred: Deferred) -> list[tuple[psycopg.C
     start = 0
     for i in sorted(readers) + [len(statements)]:
         for sql, args in combine(statements[start:i]):
-            dcur.execute(*_bound(sql, args))
+            dcur.execute(pyformat(sql), args)
         if i < len(statements):
-            cur = psycopg.RawCursor(_driver(conn))
-            cur.execute(*_bound(*statements[i]))
+            cur = _driver(conn).cursor()
+            cur.execute(pyformat(statements[i][0]), statements[i][1])
             reading.append((cur, readers[i]))
         start = i + 1
     return reading
@@ -329,9 +301,9 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     deferred = _take_deferred(conn)
     try:
         if deferred[0]:
-            _pipelined(conn, deferred, lambda: cur.execute(*_bound(sql, args)))
+            _pipelined(conn, deferred, lambda: cur.execute(pyformat(sql), args))
         else:
-            cur.execute(*_bound(sql, args))
+            cur.execute(pyformat(sql), args)
         if cur.pgresult is not None and cur.pgresult.nfields:
             make = _row_maker(sql, cur)
             rows = [make(t) for t in cur.fetchall()]

@@ -27,7 +27,6 @@ from sqlalchemy import create_engine, make_url, text
 from app.auth import Scope, create_credential, principals
 from app.db import transaction
 from app.migrate import upgrade
-from app.sql import statement_text
 from bench.run import children, closed_port, cpu_seconds, loadavg, postgres_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +152,7 @@ def statements_per_start(url: str, token: str, body: dict) -> int:
 
     def counted(self, query, *args, **kwargs):
         if query != "COMMIT":  # a transaction command, pipelined with the last statements: not counted
-            seen.append(statement_text(query)[:60])
+            seen.append(str(query)[:60])
         return execute(self, query, *args, **kwargs)
 
     psycopg.Cursor.execute = counted  # type: ignore[method-assign]

@@ -11,7 +11,6 @@ from sqlalchemy import text
 
 from app.db import transaction
 from app.ledger import transitions
-from app.sql import statement_text
 from tests.ledger_helpers import add_job, claim_one, context_for, job, scalar, settle, settlement
 
 
@@ -135,7 +134,7 @@ def test_an_effect_reads_its_receipt_once_inside_its_transaction(db, orders, mon
     execute = psycopg.Cursor.execute
 
     def counted(self, query, *args, **kwargs):
-        sent.append(" ".join(statement_text(query).split()))
+        sent.append(" ".join(str(query).split()))
         return execute(self, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
