@@ -360,13 +360,14 @@ def _flush(conn: Connection, *, buffers: bool = False, commit: bool = False) -> 
     """Send the deferred statements (with ``buffers``: the commit buffers' first). With ``commit`` (the
     root transaction's commit, about to be sent): the COMMIT goes in the same round trip, after them,
     unless a reader waits for the rows of one (a reader runs inside the transaction: its COMMIT then
-    follows on its own, as SQLAlchemy sends it). The driver's own commit then finds nothing open."""
+    follows on its own, as SQLAlchemy sends it) or the connection is in autocommit (nothing to commit).
+    The driver's own commit then finds nothing open."""
     if buffers:
         _drain_buffers(conn)
     deferred = _take_deferred(conn)
     if not deferred[0]:
         return
-    last = _committer(conn) if commit and not deferred[1] else None
+    last = _committer(conn) if commit and not deferred[1] and not _driver(conn).autocommit else None
     try:
         _pipelined(conn, deferred, last)
     except psycopg.Error as exc:

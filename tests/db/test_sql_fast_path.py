@@ -327,3 +327,32 @@ def test_a_reader_of_a_statement_deferred_to_the_commit_runs_before_the_commit(d
         assert commands == [b"COMMIT"]  # after the reader, on its own
         with conn.begin():
             assert run(conn, "SELECT k FROM fast_r").scalars().all() == ["b"]
+
+
+def test_an_autocommit_connection_sends_its_deferred_statements_without_a_commit(db, monkeypatch):
+    """In autocommit each statement commits itself: the commit's flush sends what was deferred and no
+    COMMIT (PostgreSQL would warn of no transaction in progress)."""
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    with db.connect() as setup, setup.begin():
+        run(setup, "CREATE TABLE IF NOT EXISTS fast_auto (k text PRIMARY KEY)")
+        run(setup, "TRUNCATE fast_auto")
+    try:
+        with db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            with conn.begin():
+                monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+                defer(conn, "INSERT INTO fast_auto VALUES ('a')")
+            monkeypatch.undo()
+        assert "COMMIT" not in sent and any("fast_auto" in s for s in sent), sent
+        with transaction(db) as conn:
+            assert run(conn, "SELECT k FROM fast_auto").scalars().all() == ["a"]
+    finally:
+        with transaction(db) as conn:
+            run(conn, "DROP TABLE IF EXISTS fast_auto")
