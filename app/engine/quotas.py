@@ -137,7 +137,10 @@ _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 # the count one of its starts made for KNOWN_SECONDS (far from the caps only: a start near a cap counts
 # exactly under the EXCLUSIVE lock, whatever is known). What the figure can miss is the tasks opened in
 # that second, by the starts in flight (inside the margin) and by the steps that completions opened.
-COUNT_EVERY_START_BELOW = 2_000
+# 256: below it a count is about the work of one simple statement (~0.06 ms); it was 2,000 (up to ~0.5 ms
+# per start: PostgreSQL's CPU per start in `bench.starts`, whose backlog grows past 2,000, went 3.95 / 4.01
+# -> 3.37 / 3.65 ms when lowered).
+COUNT_EVERY_START_BELOW = 256
 KNOWN_SECONDS = 1.0
 _KNOWN_MAX = 1_024  # namespaces remembered per process
 _known: dict[str, tuple[int, float]] = {}  # namespace_id -> (open tasks, when counted: _clock())
