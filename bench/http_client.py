@@ -39,8 +39,9 @@ TOKEN = "t" * 43
 PATH = "/v1/workflows"
 
 
-def senders(base: str, port: int) -> dict[str, Callable[[], None]]:
-    """One request of each library (each keeps its connection between calls)."""
+def senders(port: int) -> dict[str, Callable[[], None]]:
+    """One request of each library to 127.0.0.1:``port`` (each keeps its connection between calls)."""
+    base = f"http://127.0.0.1:{port}"
     plain = httpx.Client(base_url=base)
     sdk = Client(base, TOKEN)._http  # the SDK's configured client: its timeout, headers, transport
     conn = http.client.HTTPConnection("127.0.0.1", port)
@@ -75,7 +76,7 @@ def main() -> None:
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         server = gunicorn("bare:app", port, env, Path(tmp), workers=1)
         try:
-            sends = senders(f"http://127.0.0.1:{port}", port)
+            sends = senders(port)
             cpu: dict[str, list[float]] = {name: [] for name in sends}
             for _ in range(args.rounds):
                 for name, send in sends.items():

@@ -38,6 +38,8 @@ from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
+from app.sql import COMMIT
+
 KINDS = ("start", "claim", "complete")
 QUEUE = "bench.prof"
 DOC = {
@@ -140,7 +142,7 @@ def statements(s: Session) -> dict[str, tuple[int, int]]:
     current: list[str] = []
 
     def counted(self, query, *args, **kwargs):  # psycopg's signature
-        counts[current[0]][0] += query != "COMMIT"  # a transaction command (pipelined): not a statement
+        counts[current[0]][0] += query != COMMIT  # a transaction command (pipelined): not a statement
         return execute(self, query, *args, **kwargs)
 
     def waited(self, gen, *args, **kwargs):
@@ -166,10 +168,8 @@ def statements(s: Session) -> dict[str, tuple[int, int]]:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         psycopg.Connection.wait = wait  # type: ignore[method-assign]
         psycopg.Connection._exec_command = command  # type: ignore[method-assign]
-    return {
-        k: (v[0] // (2 if k == "complete" else 1), v[1] // (2 if k == "complete" else 1))
-        for k, v in counts.items()
-    }
+    per = {k: 2 if k == "complete" else 1 for k in KINDS}  # a workflow completes twice
+    return {k: (n // per[k], trips // per[k]) for k, (n, trips) in counts.items()}
 
 
 def sample_profile(s: Session, args: argparse.Namespace) -> None:

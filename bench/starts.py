@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, make_url, text
 from app.auth import Scope, create_credential, principals
 from app.db import transaction
 from app.migrate import upgrade
+from app.sql import COMMIT
 from bench.run import children, closed_port, cpu_seconds, loadavg, postgres_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +152,7 @@ def statements_per_start(url: str, token: str, body: dict) -> int:
     execute = psycopg.Cursor.execute
 
     def counted(self, query, *args, **kwargs):
-        if query != "COMMIT":  # a transaction command, pipelined with the last statements: not counted
+        if query != COMMIT:  # a transaction command, pipelined with the last statements: not counted
             seen.append(str(query)[:60])
         return execute(self, query, *args, **kwargs)
 

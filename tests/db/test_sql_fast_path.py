@@ -147,9 +147,8 @@ def test_a_deferred_statements_error_is_raised_by_the_next_statement(db):
         assert run(conn, "SELECT 1").scalar_one() == 1
 
 
-def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):
-    """Writes queued one after the other reach PostgreSQL as one statement (``combine``), and
-    they still see the rows a foreign key names when the same statement inserts them."""
+def _executed(monkeypatch) -> list[str]:
+    """Every statement the driver executes from now until ``monkeypatch.undo()``, as its text."""
     import psycopg
 
     sent: list[str] = []
@@ -159,10 +158,17 @@ def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):
         sent.append(str(query))
         return execute(self, query, *args, **kwargs)
 
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return sent
+
+
+def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):
+    """Writes queued one after the other reach PostgreSQL as one statement (``combine``), and
+    they still see the rows a foreign key names when the same statement inserts them."""
     with transaction(db) as conn:
         run(conn, "CREATE TEMP TABLE fast_p (k text PRIMARY KEY)")
         run(conn, "CREATE TEMP TABLE fast_c (k text REFERENCES fast_p (k))")
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        sent = _executed(monkeypatch)
         defer(conn, "INSERT INTO fast_p VALUES (:k)", {"k": "p"})
         defer(conn, "INSERT INTO fast_c VALUES (:k)", {"k": "p"})
         defer(conn, "UPDATE fast_p SET k = k WHERE k = :k", {"k": "nothing"})
@@ -210,19 +216,10 @@ def test_a_deferred_statements_rows_reach_its_reader_inside_the_transaction(db, 
     """``defer(..., on_rows=...)``: the statement rides in the next round trip like any deferred one, on
     its own (never combined with the writes around it), and its rows reach the reader before the commit,
     whether a later statement or the commit's own flush sends it, and on SQLAlchemy's path too."""
-    import psycopg
-
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counted(self, query, *args, **kwargs):
-        sent.append(str(query))
-        return execute(self, query, *args, **kwargs)
-
     got: list[list] = []
     with transaction(db) as conn:
         _table(conn)
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        sent = _executed(monkeypatch)
         defer(conn, "INSERT INTO fast_d VALUES ('a')")
         defer(conn, "INSERT INTO fast_d VALUES ('b') RETURNING k", on_rows=lambda rows: got.append(rows))
         defer(conn, "INSERT INTO fast_d VALUES ('c')")
@@ -332,22 +329,13 @@ def test_a_reader_of_a_statement_deferred_to_the_commit_runs_before_the_commit(d
 def test_an_autocommit_connection_sends_its_deferred_statements_without_a_commit(db, monkeypatch):
     """In autocommit each statement commits itself: the commit's flush sends what was deferred and no
     COMMIT (PostgreSQL would warn of no transaction in progress)."""
-    import psycopg
-
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counted(self, query, *args, **kwargs):
-        sent.append(str(query))
-        return execute(self, query, *args, **kwargs)
-
     with db.connect() as setup, setup.begin():
         run(setup, "CREATE TABLE IF NOT EXISTS fast_auto (k text PRIMARY KEY)")
         run(setup, "TRUNCATE fast_auto")
     try:
         with db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             with conn.begin():
-                monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+                sent = _executed(monkeypatch)
                 defer(conn, "INSERT INTO fast_auto VALUES ('a')")
             monkeypatch.undo()
         assert "COMMIT" not in sent and any("fast_auto" in s for s in sent), sent
