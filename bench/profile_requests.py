@@ -38,17 +38,26 @@ from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
+from actors.handler_modules import BUILTIN_HANDLER_MODULES
+from app.ids import new_node_id
+from app.ledger import handlers
+from app.ledger.context import JobContext
+from app.ledger.pool import LedgerPool
+from app.ledger.states import Pool
 from app.sql import COMMIT
 
-KINDS = ("start", "claim", "complete")
+KINDS = ("start", "claim", "complete", "timer")
 QUEUE = "bench.prof"
-DOC = {
-    "version": "v1",
-    "input_schema": {},
-    "deadline_seconds": 3600,
-    "steps": [
+SHAPES = {
+    "task-task": [
         {"key": "a", "kind": "TASK", "queue": QUEUE},
         {"key": "b", "kind": "TASK", "queue": QUEUE, "after": ["a"]},
+    ],
+    # a TIMER of 0 s: its delay_wake job is due when a's completion commits, so the loop runs it at once
+    "task-timer-task": [
+        {"key": "a", "kind": "TASK", "queue": QUEUE},
+        {"key": "t", "kind": "TIMER", "delay_seconds": 0, "after": ["a"]},
+        {"key": "b", "kind": "TASK", "queue": QUEUE, "after": ["t"]},
     ],
 }
 
@@ -56,7 +65,7 @@ DOC = {
 class Session:
     """The app, a client credential (definitions and starts) and a task worker credential."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, shape: str) -> None:
         from app.auth import Scope, create_credential
         from app.db import get_engine, transaction
         from app.settings import get_settings
@@ -84,8 +93,14 @@ class Session:
         self.http = create_app().test_client()
         d = self.post("/v1/workflow-definitions", {"name": "prof"}, self.client_auth)["data"]
         def_id = d["definition"]["id"] if "definition" in d else d["id"]
-        self.post(f"/v1/workflow-definitions/{def_id}/versions", DOC, self.client_auth, status=(200, 201))
+        doc = {"version": "v1", "input_schema": {}, "deadline_seconds": 3600, "steps": SHAPES[shape]}
+        self.post(f"/v1/workflow-definitions/{def_id}/versions", doc, self.client_auth, status=(200, 201))
         self.start_body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
+        self.timers = shape == "task-timer-task"
+        handlers.load_modules(BUILTIN_HANDLER_MODULES)
+        self.pool = LedgerPool(
+            Pool.ADVANCE, settings=get_settings(), engine=get_engine(), worker_id=new_node_id()
+        )
 
     def post(self, path: str, body: Any, auth: dict[str, str], status: tuple[int, ...] = (200, 201)) -> Any:
         r = self.http.post(path, json=body, headers={**auth, "Idempotency-Key": uuid.uuid4().hex})
@@ -114,20 +129,35 @@ class Session:
             raise RuntimeError(f"complete: {data['results'][0]}")
         return data["claimed"]
 
+    def timer(self) -> None:
+        """The TIMER's ``delay_wake`` job as a ``worker-advance`` pool runs it, in this thread: the pass
+        that claims it, its handler's transaction, the pass that settles it."""
+        claimed = self.pool._settle_and_claim([], 1)
+        if [j["type"] for j in claimed] != ["delay_wake"]:
+            raise RuntimeError(f"the pool claimed {[j['type'] for j in claimed]}, expected one delay_wake")
+        done = self.pool._run_handler(JobContext.from_claim(claimed[0], self.pool.engine))
+        if done.kind != "succeeded" or self.pool._settle_and_claim([done], 0):
+            raise RuntimeError(f"the delay_wake job: {done.kind} {done.error}")
+
 
 def one_workflow(
     s: Session, measure: Callable[[str, Callable[[], Any]], Any], starts_only: bool = False
 ) -> None:
     """start -> claim -> complete -> claim -> complete, each request through ``measure(kind, call)``
-    (``starts_only``: the start alone, its tasks left pending)."""
+    (``starts_only``: the start alone, its tasks left pending). With a TIMER between the tasks, a's
+    completion claims nothing; the timer's job runs (kind ``timer``), then a claim takes b."""
     measure("start", s.start)
     if starts_only:
         return
     task = measure("claim", s.claim)
     for step in ("b", None):  # a's completion claims b (created by it); b's claims nothing
         claimed = measure("complete", lambda t=task: s.complete(t))
-        if [c["step_key"] for c in claimed] != ([step] if step else []):
-            raise RuntimeError(f"the completion claimed {claimed}, expected step {step}")
+        expected = [step] if step and not s.timers else []
+        if [c["step_key"] for c in claimed] != expected:
+            raise RuntimeError(f"the completion claimed {claimed}, expected {expected}")
+        if step and s.timers:
+            measure("timer", s.timer)
+            claimed = [measure("claim", s.claim)]
         task = claimed[0] if claimed else task
 
 
@@ -155,8 +185,11 @@ def statements(s: Session) -> dict[str, tuple[int, int]]:
         counts[current[0]][1] += 1
         return command(self, *args, **kwargs)
 
+    calls: Counter[str] = Counter()
+
     def measure(kind: str, call: Callable[[], Any]) -> Any:
         current[:] = [kind]
+        calls[kind] += 1
         return call()
 
     psycopg.Cursor.execute = counted  # type: ignore[method-assign]
@@ -168,8 +201,7 @@ def statements(s: Session) -> dict[str, tuple[int, int]]:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
         psycopg.Connection.wait = wait  # type: ignore[method-assign]
         psycopg.Connection._exec_command = command  # type: ignore[method-assign]
-    per = {k: 2 if k == "complete" else 1 for k in KINDS}  # a workflow completes twice
-    return {k: (n // per[k], trips // per[k]) for k, (n, trips) in counts.items()}
+    return {k: (n // calls[k], trips // calls[k]) for k, (n, trips) in counts.items() if calls[k]}
 
 
 def sample_profile(s: Session, args: argparse.Namespace) -> None:
@@ -193,9 +225,11 @@ def sample_profile(s: Session, args: argparse.Namespace) -> None:
         samples[kind][tuple(stack)] += 1
 
     cpu: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
 
     def sampled(kind: str, call: Callable[[], Any]) -> Any:
         current[0] = kind
+        calls[kind] += 1
         c0 = time.thread_time()
         try:
             return call()
@@ -235,7 +269,7 @@ def sample_profile(s: Session, args: argparse.Namespace) -> None:
                 inclusive[where] += n
         # the kernel delivers the signal at its tick at the earliest (every 1-4 ms of CPU, not every
         # --interval-ms): a function's µs are its share of the samples times the CPU measured per request
-        per = cpu[k] * 1e6 / (args.n * (1 if k == "start" else 2))
+        per = cpu[k] * 1e6 / calls[k]
         print(f"\n===== {k}: {total} samples, {per:.0f} µs CPU per request (under the sampler)")
         print(f"| {args.sort} % | µs per request | function |\n|---|---|---|")
         for where, n in (own if args.sort == "self" else inclusive).most_common(args.top):
@@ -245,8 +279,10 @@ def sample_profile(s: Session, args: argparse.Namespace) -> None:
 def c_profile(s: Session, args: argparse.Namespace) -> None:
     """The loop again under cProfile (timed by this thread's CPU time), one profile per kind."""
     profiles = {k: cProfile.Profile(time.thread_time) for k in KINDS}
+    calls: Counter[str] = Counter()
 
     def profiled(kind: str, call: Callable[[], Any]) -> Any:
+        calls[kind] += 1
         prof = profiles[kind]
         prof.enable()
         try:
@@ -260,7 +296,7 @@ def c_profile(s: Session, args: argparse.Namespace) -> None:
     for k in args.kinds.split(","):
         out = io.StringIO()
         pstats.Stats(profiles[k], stream=out).sort_stats(sort).print_stats(args.top)
-        print(f"\n===== {k}: cProfile, {sort}, per {args.n * (1 if k == 'start' else 2)} requests")
+        print(f"\n===== {k}: cProfile, {sort}, per {calls[k]} requests")
         print(out.getvalue())
 
 
@@ -270,6 +306,7 @@ def main() -> None:
         "--n", type=int, default=400, help="workflows measured (each: 1 start, 2 claims, 2 completes)"
     )
     p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="task-task")
     p.add_argument(
         "--profile",
         choices=("sample", "cprofile"),
@@ -302,7 +339,7 @@ def main() -> None:
 
         url = server.set(database=db).render_as_string(hide_password=False)
         upgrade(url)
-        s = Session(url.replace("+psycopg", ""))
+        s = Session(url.replace("+psycopg", ""), args.shape)
         for _ in range(args.warmup):
             one_workflow(s, lambda kind, call: call())
 
@@ -319,11 +356,11 @@ def main() -> None:
         for _ in range(args.n):
             one_workflow(s, timed, args.starts_only)
         counted = statements(s)
-        print(f"{args.n} workflows (TASK -> TASK) after {args.warmup} warm-up; CPU of the request thread")
+        print(f"{args.n} workflows ({args.shape}) after {args.warmup} warm-up; CPU of the request thread")
         print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements | round trips |")
         print("|---|---|---|---|---|---|---|")
         total = 0.0
-        for k in KINDS if not args.starts_only else ("start",):
+        for k in [k for k in KINDS if cpu[k]]:
             med, mean = statistics.median(cpu[k]) * 1e6, statistics.fmean(cpu[k]) * 1e6
             total += mean * len(cpu[k]) / args.n
             print(
@@ -331,7 +368,8 @@ def main() -> None:
                 f"| {counted[k][0]} | {counted[k][1]} |"
             )
         if not args.starts_only:
-            print(f"CPU per workflow (4 requests): {total / 1000:.2f} ms")
+            n = sum(len(cpu[k]) for k in KINDS) / args.n
+            print(f"CPU per workflow ({n:g} requests / jobs): {total / 1000:.2f} ms")
 
         if args.profile == "sample":
             sample_profile(s, args)

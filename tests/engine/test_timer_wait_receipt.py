@@ -287,3 +287,37 @@ def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
         s for s in sent if "FROM workflow_instances" in s and s.endswith("WHERE i.id = %(id)s FOR UPDATE")
     ]
     assert len(locks) == 1, locks
+
+
+def _statements_of(monkeypatch, call) -> tuple[object, list[str]]:
+    """``call()``'s answer and the statements it sent (psycopg cursor executions, whitespace folded)."""
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        sent.append(" ".join(str(query).split()))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    try:
+        return call(), sent
+    finally:
+        monkeypatch.undo()
+
+
+def test_a_timer_firing_reads_its_steps_once_and_no_receipt(eng, monkeypatch, settings):
+    """The firing reads the instance's steps once, under the lock, and settles progress from them and
+    the locked instance row (no second read of either); it reads no receipt, since the UPDATE that ends
+    the wait proves that no execution of its operation ended it before. A retry of the operation moves
+    nothing, so it reads the receipt, and answers what the first execution answered."""
+    iid, row = _due_timer(eng)
+    fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
+    assert fired == {"fired": "w"}
+    assert len([s for s in sent if "LEFT JOIN workflow_steps s" in s]) == 1, sent
+    assert [s for s in sent if s.startswith("SELECT") and "FROM workflow_instances WHERE id =" in s] == []
+    assert [s for s in sent if "FOR UPDATE OF w" in s] == []  # the receipt's read
+    assert [s for s in sent if "workflow_all_activations" in s] == []  # the step named it
+    again = _reclaim(eng, settings, row)
+    answer, sent = _statements_of(monkeypatch, lambda: _run(eng, again))
+    assert answer == {"fired": "w"} and len([s for s in sent if "FOR UPDATE OF w" in s]) == 1
+    assert _tasks(eng, iid) == 1

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from app.db import transaction_state
 from app.engine.states import TERMINAL
-from app.engine.store import lock_instance, read_step
+from app.engine.store import lock_instance, read_step, read_steps
 from app.errors import NotFound
 from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
@@ -78,6 +78,28 @@ def bind(kind: str, row_id: str, owner: str | None, instance_id: str) -> None:
 def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -> dict | None:
     """The step whose *current* activation is ``activation_id`` (None for an older activation); the
     activation must belong to ``instance_id``."""
+    current = _owner_of_activation(conn, activation_id, instance_id)
+    return read_step(conn, instance_id, current) if current is not None else None
+
+
+def steps_of_activation(
+    conn: Connection, activation_id: str, instance_id: str
+) -> tuple[dict | None, dict[str, dict]]:
+    """``step_of_activation`` and every step row of the instance by key, in one read when a step's current
+    activation is ``activation_id`` (the wake of a live step, as almost every one is): the rows a driver
+    call (``advance.complete_step``) takes instead of reading them again. Otherwise the activation is
+    looked up as ``step_of_activation`` does (an older activation: None; a foreign one: refused)."""
+    rows = {r["key"]: r for r in read_steps(conn, instance_id)}
+    for step in rows.values():
+        if step["activation_id"] == activation_id:
+            return step, rows
+    _owner_of_activation(conn, activation_id, instance_id)
+    return None, rows
+
+
+def _owner_of_activation(conn: Connection, activation_id: str, instance_id: str) -> str | None:
+    """The key of the step whose current activation is ``activation_id`` (None: an older activation of
+    it); refused unless the activation belongs to ``instance_id``."""
     row = run(
         conn,
         "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_all_activations a "
@@ -85,4 +107,4 @@ def step_of_activation(conn: Connection, activation_id: str, instance_id: str) -
         {"a": str(activation_id)},
     ).first()
     bind("activation", activation_id, row.instance_id if row else None, instance_id)
-    return read_step(conn, instance_id, row.key) if row.current else None
+    return row.key if row.current else None

@@ -22,7 +22,7 @@ from app.engine import activation, advance, signal_match, snapshot, stopping
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide import wakes as decide
 from app.engine.decide.model import FailStep, Ignore
-from app.engine.handlers.common import bind, run_advance, step_of_activation
+from app.engine.handlers.common import bind, run_advance, step_of_activation, steps_of_activation
 from app.engine.snapshot import inst_model, step_model
 from app.engine.store import MISSING, step_specs, version_document
 from app.engine.transitions import wait_moves
@@ -37,9 +37,10 @@ class WaitReceipt:
     """The receipt of a wake that ends a wait, kept on the wait (``app.ledger.context.RowReceipt``):
     ``wait_moves.try_resolve_due`` / ``try_expire_due`` record the job's operation key on the wait in
     the UPDATE that ends it, so the ended wait is the record of the wake's result, as an ended task is
-    the record of its result. A retry of the same operation finds its key there and answers
-    ``{answer: step key}`` again, what the first execution answered; a wait ended by another operation
-    (or by a signal, a poll, a cancel) holds no receipt of this one, and the wake runs and is skipped."""
+    the record of its result. A retry of the same operation finds the wait ended, writes nothing, then finds
+    its key there and answers ``{answer: step key}`` again, what the first execution answered; a wait
+    ended by another operation (or by a signal, a poll, a cancel) holds no receipt of this one, and the
+    wake is skipped."""
 
     instance_id: str | None
     activation_id: str | None  # as the job's payload names it (none, or a foreign one: no receipt)
@@ -49,15 +50,21 @@ class WaitReceipt:
         step_key = wait_moves.ended_by(conn, self.instance_id, self.activation_id, operation_key)
         return (False, None) if step_key is None else (True, {self.answer: step_key})
 
+    def moved(self, result: Any) -> bool:
+        """The wake ended the wait: its result names the step (every other answer wrote nothing)."""
+        return isinstance(result, dict) and self.answer in result
+
 
 def _timer(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
-    step = step_of_activation(conn, p["activation_id"], inst["id"])
+    step, rows = steps_of_activation(conn, str(p["activation_id"]), inst["id"])
     if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
         return {"skipped": skip.reason}
     assert step is not None  # timer_due answers Ignore without a step
     if not wait_moves.try_resolve_due(conn, p["activation_id"], operation_key):
         return {"skipped": "the timer is not due or already resolved"}
-    advance.complete_step(conn, inst["id"], step, MISSING)
+    # ``inst`` is the row run_advance locked, ``rows`` were read under that lock; resolving the wait wrote
+    # neither: progress settles from them without reading them again
+    advance.complete_step(conn, inst["id"], step, MISSING, inst=inst, rows=rows)
     return {"fired": step["key"]}
 
 
