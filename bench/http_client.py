@@ -9,8 +9,10 @@ same POST (a JSON body, an Authorization and an Idempotency-Key header, the answ
 kept-alive connection, through:
 
 - ``httpx``: ``httpx.Client()`` with its defaults;
-- ``sdk``: the SDK's own ``httpx.Client`` as ``ledgerflow.client.Client`` configures it (``Client._http``);
-- ``http.client``: the standard library's ``HTTPConnection``.
+- ``sdk``: ``ledgerflow.client.Client.request`` as a user calls it (the body's JSON, the answer's, the
+  retry loop), over the SDK's own kept-alive connections (``ledgerflow.wire``, its default);
+- ``sdk over httpx``: the same call through an httpx transport given to ``Client`` (as with a proxy);
+- ``http.client``: the standard library's ``HTTPConnection``, bare.
 
 ``DATABASE_URL`` is only read by ``gunicorn.conf.py``'s settings (never connected to). Prints this thread's
 CPU per request (``time.thread_time``: no wait for the server counted) for each
@@ -43,7 +45,8 @@ def senders(port: int) -> dict[str, Callable[[], None]]:
     """One request of each library to 127.0.0.1:``port`` (each keeps its connection between calls)."""
     base = f"http://127.0.0.1:{port}"
     plain = httpx.Client(base_url=base)
-    sdk = Client(base, TOKEN)._http  # the SDK's configured client: its timeout, headers, transport
+    sdk = Client(base, TOKEN)
+    sdk_httpx = Client(base, TOKEN, transport=httpx.HTTPTransport())
     conn = http.client.HTTPConnection("127.0.0.1", port)
     auth = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -51,15 +54,17 @@ def senders(port: int) -> dict[str, Callable[[], None]]:
         plain.post(PATH, json=BODY, headers={**auth, "Idempotency-Key": uuid.uuid4().hex}).json()
 
     def via_sdk() -> None:
-        headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
-        sdk.request("POST", PATH, content=json.dumps(BODY).encode(), headers=headers).json()
+        sdk.request("POST", PATH, body=BODY)
+
+    def via_sdk_httpx() -> None:
+        sdk_httpx.request("POST", PATH, body=BODY)
 
     def via_stdlib() -> None:
         headers = {**auth, "Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
         conn.request("POST", PATH, body=json.dumps(BODY).encode(), headers=headers)
         json.loads(conn.getresponse().read())
 
-    return {"httpx": via_httpx, "sdk": via_sdk, "http.client": via_stdlib}
+    return {"httpx": via_httpx, "sdk": via_sdk, "sdk over httpx": via_sdk_httpx, "http.client": via_stdlib}
 
 
 def main() -> None:

@@ -82,6 +82,7 @@ from ledgerflow.sdk_types import (  # re-exported: the SDK's public names
     _seg,
     _time,
 )
+from ledgerflow.wire import Answer, Connections, TransportFailure, proxied, reason_of
 from ledgerflow.worker import NonRetryableError, TaskWorker
 
 log = logging.getLogger("ledgerflow.client")
@@ -94,7 +95,7 @@ def server_url() -> str:
     return (os.environ.get("LEDGERFLOW_URL") or DEFAULT_URL).rstrip("/")
 
 
-def _transient(resp: httpx.Response) -> bool:
+def _transient(resp: Answer) -> bool:
     """503 (the server or its database is away) and 429 RATE_LIMITED (a per-credential window or
     long-poll cap: the request did nothing) clear by themselves; a quota's 429 does not."""
     if resp.status_code == 503:
@@ -106,15 +107,6 @@ def _transient(resp: httpx.Response) -> bool:
         return code == "RATE_LIMITED"
     except (ValueError, AttributeError):
         return False
-
-
-def _reason(exc: httpx.TransportError) -> str:
-    text = str(exc) or type(exc).__name__
-    if "refused" in text.lower():
-        return "connection refused"
-    if isinstance(exc, httpx.TimeoutException):
-        return "no answer in time"
-    return text
 
 
 def run_script(main: Callable[[], Any]) -> None:
@@ -196,16 +188,47 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
                 "--namespace NS --name NAME <switches> --token-only` and export LEDGERFLOW_TOKEN=<token>"
             )
         _warn_if_plain_http(self.base_url)
-        self._http = httpx.Client(
-            base_url=self.base_url if self._config_problem is None else DEFAULT_URL,
-            timeout=timeout,
-            transport=_Borrowed(transport) if transport is not None else None,
-            headers={"Authorization": f"Bearer {token}"},
-        )
+        base = self.base_url if self._config_problem is None else DEFAULT_URL
+        auth = {"Authorization": f"Bearer {token}"}
+        # the SDK's own kept-alive connections (``ledgerflow.wire``: a third of httpx's CPU per request),
+        # unless the caller gives a transport or a proxy applies: httpx then
+        self._http: httpx.Client | None = None
+        self._wire: Connections | None = None
+        if transport is None and not proxied(base):
+            self._wire = Connections(base, timeout=timeout, headers=auth)
+        else:
+            self._http = httpx.Client(
+                base_url=base,
+                timeout=timeout,
+                transport=_Borrowed(transport) if transport is not None else None,
+                headers=auth,
+            )
         self.retries, self.backoff = retries, backoff
 
     def close(self) -> None:
-        self._http.close()
+        if self._wire is not None:
+            self._wire.close()
+        if self._http is not None:
+            self._http.close()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        params: dict[str, Any] | None,
+        headers: dict[str, str],
+    ) -> Answer:
+        """One exchange with the server; ``TransportFailure`` when no answer came."""
+        if self._wire is not None:
+            return self._wire.request(method, path, content=content, params=params, headers=headers)
+        assert self._http is not None
+        try:
+            return Answer.of(
+                self._http.request(method, path, content=content, params=params, headers=headers)
+            )
+        except httpx.TransportError as exc:
+            raise TransportFailure(reason_of(exc)) from exc
 
     def __enter__(self) -> Client:
         return self
@@ -235,10 +258,10 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
             content = _dumps(body).encode()
         for attempt in range(self.retries + 1):
             try:
-                resp = self._http.request(method, path, content=content, params=params, headers=headers)
-            except httpx.TransportError as exc:
+                resp = self._send(method, path, content, params, headers)
+            except TransportFailure as exc:
                 if attempt >= self.retries:
-                    raise ServerUnreachable(self.base_url, _reason(exc)) from exc
+                    raise ServerUnreachable(self.base_url, exc.reason) from exc
                 time.sleep(self.backoff * 2**attempt)
                 continue
             if attempt < self.retries and _transient(resp):
@@ -249,7 +272,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
             return self._result(resp)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _result(self, resp: httpx.Response) -> Any:
+    def _result(self, resp: Answer) -> Any:
         if resp.status_code < 400:
             try:
                 return _loads(resp.content)
@@ -271,7 +294,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         if code == "UNAUTHENTICATED":
             message = f"{message} (check {self.token_source})"
         elif not p and resp.status_code == 404:
-            message = f"{resp.request.url.path} is not a Ledgerflow API at {self.base_url} (LEDGERFLOW_URL)"
+            message = f"{resp.path} is not a Ledgerflow API at {self.base_url} (LEDGERFLOW_URL)"
         ra = resp.headers.get("Retry-After")
         raise _BY_CODE.get(code, ApiError)(
             resp.status_code,
