@@ -105,7 +105,8 @@ def test_403_names_the_switch_and_problem_types_resolve(wf_ns):  # noqa: F811
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     for p in PROBLEMS:
         assert f'<section id="{p.slug}">' in page.text, p.code
-    bad = httpx.get(wf_ns.url + "/v1/workflow-definitions?limit=0", headers=worker._http.headers).json()
+    auth = {"Authorization": "Bearer " + wf_ns.tokens["worker"]}
+    bad = httpx.get(wf_ns.url + "/v1/workflow-definitions?limit=0", headers=auth).json()
     assert bad["code"] == "PERMISSION_DENIED"
 
 
