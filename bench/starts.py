@@ -1,5 +1,6 @@
 """Workflow starts per second through the real web process, beside a bare Flask JSON
-endpoint on the same gunicorn settings (the Procfile's: ``gunicorn.conf.py``, gevent, 2 workers) and the same client.
+endpoint on the same gunicorn settings (the Procfile's: ``gunicorn.conf.py``, gevent, 2 workers) and the same client
+(the SDK's ``Client``, ``request("POST", "/v1/workflows", body=...)``: what ``start_workflow`` sends).
 
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.starts [--seconds 8] [--clients 1,2,8]
         [--workers 2]
@@ -29,6 +30,7 @@ from app.db import transaction
 from app.migrate import upgrade
 from app.sql import COMMIT
 from bench.run import children, closed_port, cpu_seconds, loadavg, postgres_cpu_seconds
+from ledgerflow.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE_APP = """
@@ -83,14 +85,16 @@ def load(
     lock = threading.Lock()
     stop_at = time.monotonic() + seconds
 
+    base, path = url.split("/v1/", 1)
+    token = headers.get("Authorization", "Bearer -").removeprefix("Bearer ")
+
     def run() -> None:
-        with httpx.Client(timeout=30) as c:
+        # the SDK's Client, as a program that starts workflows sends them (an error answer raises)
+        with Client(base, token, timeout=30, retries=0) as c:
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter()
-                r = c.post(url, json=body, headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+                c.request("POST", "/v1/" + path, body=body)
                 took = time.perf_counter() - t0
-                if r.status_code not in (200, 201):
-                    raise RuntimeError(f"{r.status_code} {r.text[:200]}")
                 with lock:
                     latencies.append(took)
 
