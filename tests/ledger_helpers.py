@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, text
 
 from app.auth import principals
@@ -160,3 +161,17 @@ def credential_change_heard() -> Iterator[None]:
     before = principals.generation()
     yield
     wait_for(lambda: principals.generation() != before or not principals.hears_any())
+
+
+def statements_sent(monkeypatch: Any) -> list[str]:
+    """Every statement the driver executes from now until ``monkeypatch.undo()`` (psycopg cursor
+    executions), its text with whitespace folded to single spaces."""
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(" ".join(str(query).split()))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return sent

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import threading
 
-import psycopg
 import pytest
 from sqlalchemy import text
 
 from app.db import transaction
 from app.ledger import transitions
-from tests.ledger_helpers import add_job, claim_one, context_for, job, scalar, settle, settlement
+from tests.ledger_helpers import (
+    add_job,
+    claim_one,
+    context_for,
+    job,
+    scalar,
+    settle,
+    settlement,
+    statements_sent,
+)
 
 
 @pytest.fixture
@@ -130,14 +138,7 @@ def test_an_effect_reads_its_receipt_once_inside_its_transaction(db, orders, mon
     its own before it as well: one read and one insert reach ``workflow_job_effects``."""
     add_job(db, "delay_wake", {"order": 1})
     ctx = context_for(claim_one(db), db)
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counted(self, query, *args, **kwargs):
-        sent.append(" ".join(str(query).split()))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    sent = statements_sent(monkeypatch)
     ctx.effect("create-order", Writer("first"))
     monkeypatch.undo()
     receipts = [s.split()[0] for s in sent if "workflow_job_effects" in s]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -21,7 +20,16 @@ from app.ledger import handlers, transitions
 from app.ledger.drain import drain
 from app.ledger.outcome import JobAborted, PermanentError, Skip
 from tests.engine.helpers import claim_task, complete_task, instance, make_due, publish, start, step
-from tests.ledger_helpers import add_job, claim, context_for, scalar, settle, settlement, wait_for
+from tests.ledger_helpers import (
+    add_job,
+    claim,
+    context_for,
+    scalar,
+    settle,
+    settlement,
+    statements_sent,
+    wait_for,
+)
 
 NS = "ns-" + new_id()[:8]
 
@@ -232,17 +240,8 @@ def test_a_timer_firing_sends_no_statement_to_the_receipt_table(eng, monkeypatch
     """Counted as the psycopg cursor executions they are: the firing neither reads nor writes
     ``workflow_job_effects``."""
     _, row = _due_timer(eng)
-    ctx = context_for(row, eng)
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counted(self, query, *args, **kwargs):
-        sent.append(str(query))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    assert handlers.resolve("delay_wake")(ctx) == {"fired": "w"}
-    monkeypatch.undo()
+    fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
+    assert fired == {"fired": "w"}
     assert [s for s in sent if "workflow_job_effects" in s] == []
     assert [s for s in sent if "resolved_by_operation" in s]  # the wait's read and its stamp
 
@@ -272,17 +271,8 @@ def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
     """``run_advance`` locks the instance before the job (``lock_first``) and its write uses that row:
     one locking read of the instance per firing, not a second one inside the write."""
     _, row = _due_timer(eng)
-    ctx = context_for(row, eng)
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counted(self, query, *args, **kwargs):
-        sent.append(" ".join(str(query).split()))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    assert handlers.resolve("delay_wake")(ctx) == {"fired": "w"}
-    monkeypatch.undo()
+    fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
+    assert fired == {"fired": "w"}
     locks = [
         s for s in sent if "FROM workflow_instances" in s and s.endswith("WHERE i.id = %(id)s FOR UPDATE")
     ]
@@ -290,15 +280,8 @@ def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
 
 
 def _statements_of(monkeypatch, call) -> tuple[object, list[str]]:
-    """``call()``'s answer and the statements it sent (psycopg cursor executions, whitespace folded)."""
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counted(self, query, *args, **kwargs):
-        sent.append(" ".join(str(query).split()))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    """``call()``'s answer and the statements it sent (``statements_sent``)."""
+    sent = statements_sent(monkeypatch)
     try:
         return call(), sent
     finally:
