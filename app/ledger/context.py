@@ -55,10 +55,11 @@ class RowReceipt(Protocol):
     found the row unmoved), and the result is the answer. Otherwise the write wrote nothing, and ``read``
     answers ``(True, result)`` when ``operation_key`` moved the row earlier, with the result that execution
     answered (the answer of a retry), else ``(False, None)``: the write's own answer stands (the row was
-    moved by another operation, or not yet due). ``read`` locks the row; two executions of one operation
-    are serialized before either (the fenced transaction locks the job row, and an engine job's the
-    instance row first), so the second one sees the first one's write. A write that moves the row reads
-    nothing more: one statement less per effect than reading the receipt first."""
+    moved by another operation, or not yet due). Two executions of one operation at once are serialized by
+    the row itself (and before it by the job row, or an engine job's instance row, which the fenced
+    transaction locks first): the second one's guarded UPDATE waits for the first one's commit, then finds
+    the row moved, and its ``read`` finds the first one's key. A write that moves the row reads nothing
+    more: one statement less per effect than reading the receipt first."""
 
     def read(self, conn: Connection, operation_key: str) -> tuple[bool, Any]: ...
 
