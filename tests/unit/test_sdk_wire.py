@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import http.server
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx
@@ -26,7 +30,7 @@ class Server:
     the connections it accepted; ``close_idle()`` closes every connection between two requests, as
     gunicorn's keep-alive timeout does. ``/missing`` answers 404 with no body."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[Path, Path] | None = None) -> None:
         self.connections = 0
         self.sockets: list[socket.socket] = []
         self.release = threading.Event()
@@ -74,8 +78,13 @@ class Server:
                 pass  # a client that gave up on its answer (the time-out test)
 
         self.http = Quiet(("127.0.0.1", 0), Handler)
+        if tls is not None:  # (certificate, key)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.http.socket = ctx.wrap_socket(self.http.socket, server_side=True)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.http.server_address[1]}"
 
     def close_idle(self) -> None:
         for s in self.sockets:
@@ -199,3 +208,28 @@ def test_queries_are_encoded_as_httpx_encodes_them(params):
     ours = parse_qsl(query_string(params), keep_blank_values=True)
     theirs = parse_qsl(urlsplit(str(httpx.Request("GET", "http://h/p", params=params).url)).query, True)
     assert ours == theirs
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_https_is_verified_as_httpx_verifies_it(tmp_path, monkeypatch):
+    """A server whose certificate no trusted authority signed is refused (the certificate check is on);
+    with that certificate named by SSL_CERT_FILE, as httpx reads it, the same call goes through."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
+        + ["-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    server = Server(tls=(cert, key))
+    try:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        with pytest.raises(ServerUnreachable) as err:
+            Client(server.url, "t", retries=0).request("GET", "/v1/x")
+        assert "certificate verify failed" in str(err.value)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        c = Client(server.url, "t", retries=0)
+        assert c._wire is not None and c.request("GET", "/v1/x")["path"] == "/v1/x"
+    finally:
+        server.stop()
