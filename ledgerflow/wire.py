@@ -127,18 +127,15 @@ class Connections:
         url = f"{target}?{query_string(params)}" if params else target
         sent = {**self._headers, **headers}
         conn, reused = self._take()
-        try:
-            return self._exchange(conn, method, url, content, sent, target)
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            if not reused or isinstance(exc, TimeoutError):
-                raise TransportFailure(reason_of(exc)) from exc
-        conn = self._new()  # the server closed the idle connection: once more on a new one
-        try:
-            return self._exchange(conn, method, url, content, sent, target)
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise TransportFailure(reason_of(exc)) from exc
+        while True:
+            try:
+                return self._exchange(conn, method, url, content, sent, target)
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if not reused or isinstance(exc, TimeoutError):
+                    raise TransportFailure(reason_of(exc)) from exc
+            # the server closed the idle connection: once more on a new one
+            conn, reused = self._new(), False
 
     def close(self) -> None:
         with self._lock:
