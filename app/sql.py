@@ -80,6 +80,27 @@ def _row_maker(sql: str, cur: psycopg.Cursor) -> Any:
     return maker
 
 
+@lru_cache(maxsize=256)
+def _split_at(names: tuple[str, ...], prefix: str) -> tuple[list[int], Any, list[int], Any]:
+    first = [i for i, n in enumerate(names) if not n.startswith(prefix)]
+    second = [i for i, n in enumerate(names) if n.startswith(prefix)]
+    return (
+        first,
+        _row_class(tuple(names[i] for i in first))._make,
+        second,
+        _row_class(tuple(names[i][len(prefix) :] for i in second))._make,
+    )
+
+
+def split_rows(rows: list[Any], prefix: str) -> tuple[Any, list[Any]]:
+    """The rows of a statement that returns one row of its own beside each row of a read whose columns are
+    named ``<prefix><name>`` (``WITH w AS (... RETURNING ...) SELECT w.*, r.* FROM w CROSS JOIN (...) r``):
+    the one row (its columns, from the first row) and the read's rows (prefix removed), each read like
+    ``run``'s rows. ``rows`` is not empty."""
+    first, make_first, second, make_second = _split_at(tuple(rows[0]._mapping), prefix)
+    return make_first(rows[0][i] for i in first), [make_second(r[i] for i in second) for r in rows]
+
+
 class Result:
     """The rows of one statement, read eagerly (hot-path statements return a few rows)."""
 
@@ -287,10 +308,59 @@ def _is_write(sql: str) -> bool:
     return _WRITE.match(sql) is not None
 
 
+_TARGET = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(?:ONLY\s+)?([\w.\"]+)", re.I)
+_VALUES_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+([\w.\"]+)[^;]*?\bVALUES\b", re.I)
+_READS = re.compile(r"\b(SELECT|WITH|FROM|JOIN|TABLE)\b", re.I)
+
+
+@lru_cache(maxsize=2048)
+def _write_target(sql: str) -> str | None:
+    """The table an INSERT / UPDATE / DELETE writes (as written, lower case), None for anything else."""
+    m = _TARGET.match(sql)
+    return m.group(1).lower() if m else None
+
+
+@lru_cache(maxsize=2048)
+def values_insert_target(sql: str) -> str | None:
+    """The table of ``sql`` when it is an ``INSERT ... VALUES`` that reads no table: no subquery, no CTE,
+    no ``FROM`` / ``JOIN`` anywhere (its ``ON CONFLICT`` and ``RETURNING`` see its own table only), else
+    None. Such a statement may share one snapshot with writes of OTHER tables queued before it (``run``):
+    it reads nothing they write."""
+    m = _VALUES_INSERT.match(sql)
+    if m is None or _READS.search(sql, m.end(1)):
+        return None
+    return m.group(1).lower()
+
+
+def absorbs(queued: list[tuple[str, dict[str, Any]]], sql: str) -> bool:
+    """Whether ``sql`` and the writes ``queued`` before it may be ONE statement (data-modifying CTEs, then
+    ``sql``) with the same outcome as sending them one after the other: every queued statement is a write
+    of a table other than ``sql``'s, and ``sql`` is an ``INSERT ... VALUES`` (``values_insert_target``),
+    which reads no table they write. (What the queued writes read, they read before ``sql``'s row either
+    way. Foreign keys are checked at the statement's end, after all of its writes.)"""
+    target = values_insert_target(sql)
+    if target is None or not queued:
+        return False
+    for q, _ in queued:
+        written = _write_target(q) if _is_write(q) else None
+        if written is None or written == target:
+            return False
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _absorbed(queued: tuple[str, ...], sql: str) -> str:
+    """The one statement of ``absorbs``: the queued writes as CTEs ``w0``, ``w1``, ... (parameters renamed
+    ``w<i>_<name>``), then ``sql`` (parameters renamed ``m_<name>``), whose rows the statement returns."""
+    ctes = ", ".join(f"w{i} AS ({_renamed(q, f'w{i}_')})" for i, q in enumerate(queued))
+    return f"WITH {ctes} {_renamed(sql, 'm_')}"
+
+
 def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:
     """Execute one text statement in ``conn``'s transaction (beginning it as SQLAlchemy would), after
-    the statements ``defer`` queued, in the same round trip; returns a ``Result`` (or SQLAlchemy's own
-    result when cursor events are listened to)."""
+    the statements ``defer`` queued, in the same round trip (in the same statement when ``absorbs`` says
+    the outcome is the same: an ``INSERT ... VALUES`` after writes of other tables); returns a ``Result``
+    (or SQLAlchemy's own result when cursor events are listened to)."""
     sql = statement.text if isinstance(statement, TextClause) else statement
     if _listened(conn):
         return conn.execute(text(sql), dict(params or {}))
@@ -300,7 +370,13 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     args = dict(params or {})
     deferred = _take_deferred(conn)
     try:
-        if deferred[0]:
+        if deferred[0] and not deferred[1] and absorbs(deferred[0], sql):
+            # the queued writes and this INSERT as one statement (one statement less to parse, plan, send)
+            merged = {f"m_{k}": v for k, v in args.items()}
+            for i, (_, a) in enumerate(deferred[0]):
+                merged.update({f"w{i}_{k}": v for k, v in a.items()})
+            cur.execute(pyformat(_absorbed(tuple(q for q, _ in deferred[0]), sql)), merged)
+        elif deferred[0]:
             _pipelined(conn, deferred, lambda: cur.execute(pyformat(sql), args))
         else:
             cur.execute(pyformat(sql), args)

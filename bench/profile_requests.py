@@ -161,10 +161,11 @@ def one_workflow(
         task = claimed[0] if claimed else task
 
 
-def statements(s: Session) -> dict[str, tuple[int, int]]:
+def statements(s: Session, show: int = 0) -> dict[str, tuple[int, int]]:
     """SQL statements (psycopg cursor executions) and round trips of one steady-state request of each
     kind. A round trip is a wait for the server's answer: a statement sent outside a pipeline, a
-    pipeline's sync, a transaction command the driver sends on its own (its BEGIN, its COMMIT)."""
+    pipeline's sync, a transaction command the driver sends on its own (its BEGIN, its COMMIT).
+    ``show``: also print each statement's first ``show`` characters, in order, per kind."""
     import psycopg
 
     counts = {k: [0, 0] for k in KINDS}
@@ -173,6 +174,9 @@ def statements(s: Session) -> dict[str, tuple[int, int]]:
 
     def counted(self, query, *args, **kwargs):  # psycopg's signature
         counts[current[0]][0] += query != COMMIT  # a transaction command (pipelined): not a statement
+        if show:
+            sql = query if isinstance(query, str) else repr(query)
+            print(f"  {current[0]:>8} {' '.join(sql.split())[:show]}")
         return execute(self, query, *args, **kwargs)
 
     def waited(self, gen, *args, **kwargs):
@@ -320,6 +324,13 @@ def main() -> None:
     p.add_argument("--interval-ms", type=float, default=0.5, help="sample: CPU time between samples (asked)")
     p.add_argument("--kinds", default=",".join(KINDS), help="the kinds whose profile is printed")
     p.add_argument(
+        "--show-sql",
+        type=int,
+        default=0,
+        metavar="CHARS",
+        help="print the statements of one steady-state workflow, in order (their first CHARS characters)",
+    )
+    p.add_argument(
         "--starts-only",
         action="store_true",
         help="the measured loops make starts alone (for an outside profiler: py-spy, perf, strace -c)",
@@ -355,7 +366,7 @@ def main() -> None:
 
         for _ in range(args.n):
             one_workflow(s, timed, args.starts_only)
-        counted = statements(s)
+        counted = statements(s, args.show_sql)
         print(f"{args.n} workflows ({args.shape}) after {args.warmup} warm-up; CPU of the request thread")
         print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements | round trips |")
         print("|---|---|---|---|---|---|---|")

@@ -183,13 +183,19 @@ def follow(conn: Connection, instance_id: str, step: dict, verdict: CompleteStep
         fail_step(conn, instance_id, step, verdict.error)
 
 
-def task_ended(conn: Connection, inst: dict, task: dict, kind: str, value: Any) -> None:
+def task_ended(
+    conn: Connection, inst: dict, task: dict, kind: str, value: Any, steps: list[dict] | None = None
+) -> None:
     """Apply a task outcome (``kind`` completed / failed; ``value`` output / error) to its step when
-    the task belongs to the step's current activation; a compensation task moves the saga instead."""
+    the task belongs to the step's current activation; a compensation task moves the saga instead.
+    ``steps``: every step of the instance as ``read_steps`` reads them, when the caller read them under the
+    lock after the last step move (with the task's own move: ``task_moves.complete``)."""
     if task.get("purpose") == "COMPENSATION":
         stopping.compensation_task_ended(conn, inst, task, kind, value)
         return
-    rows = {r["key"]: r for r in read_steps(conn, inst["id"])}  # settle_progress reads them next
+    if steps is None:
+        steps = read_steps(conn, inst["id"])
+    rows = {r["key"]: r for r in steps}  # settle_progress reads them next
     step = rows.get(task["step_key"])
     spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
     verdict = decide_tasks.task_ended(

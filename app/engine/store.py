@@ -19,7 +19,7 @@ from app import jsonx
 from app.engine import events
 from app.errors import NotFound
 from app.ids import name_id
-from app.sql import run
+from app.sql import run, split_rows
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
 
@@ -242,18 +242,43 @@ def blocked_step(instance_id: str, key: str, kind: str, after: Iterable[str]) ->
     }
 
 
-_STEPS = """
-SELECT i.definition_version_id AS version_id, s.id, s.key, s.kind, s.state, s.revision, s.after, s.activation_id,
-       s.activation_sequence, s.task_id, s.act_state, s.act_input::text AS act_input,
-       s.act_output::text AS act_output, s.act_error::text AS act_error,
-       s.task_attempts, s.child_instance_id, s.activated_at, s.completed_at,
-       s.poll_used_rounds, s.poll_first_round, s.poll_first_round_attempts_used, s.poll_round_attempts,
-       s.poll_deadline_at, s.poll_last_task_id, s.poll_current_task_id, s.poll_next_at, s.poll_resolved_at
-FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT'{key}
-WHERE i.id = :id
-"""
-_STEPS_ALL = _STEPS.format(key="")
-_STEPS_ONE = _STEPS.format(key=" AND s.key = :key")
+# The columns of a step row, as every reader reads them (JSON as text): (expression, name).
+_STEP_COLUMNS = (
+    *((f"s.{c}", c) for c in ("id", "key", "kind", "state", "revision", "after", "activation_id")),
+    *((f"s.{c}", c) for c in ("activation_sequence", "task_id", "act_state")),
+    *((f"s.{c}::text", c) for c in ("act_input", "act_output", "act_error")),
+    *((f"s.{c}", c) for c in ("task_attempts", "child_instance_id", "activated_at", "completed_at")),
+    *(
+        (f"s.{c}", c)
+        for c in (
+            "poll_used_rounds",
+            "poll_first_round",
+            "poll_first_round_attempts_used",
+            "poll_round_attempts",
+            "poll_deadline_at",
+            "poll_last_task_id",
+            "poll_current_task_id",
+            "poll_next_at",
+            "poll_resolved_at",
+        )
+    ),
+)
+
+
+def _steps_sql(prefix: str, instance: str, key: str = "") -> str:
+    """The stored steps of instance ``:<instance>`` (step ``:key`` alone with ``key``), one row per step, its
+    columns named ``<prefix><name>``; one row of NULL step columns when none is stored, none for an unknown
+    instance."""
+    columns = ", ".join(f"{e} AS {prefix}{n}" for e, n in _STEP_COLUMNS)
+    return (
+        f"SELECT i.definition_version_id AS {prefix}version_id, {columns} "
+        f"FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT'{key} "
+        f"WHERE i.id = :{instance}"
+    )
+
+
+_STEPS_ALL = _steps_sql("", "id")
+_STEPS_ONE = _steps_sql("", "id", " AND s.key = :key")
 
 
 def _step(row: Any) -> dict[str, Any]:
@@ -269,6 +294,12 @@ def read_steps(conn: Connection, instance_id: str, key: str | None = None) -> li
     """Every declared step of the instance (or step ``key``), by key: the stored rows (activated steps)
     and the BLOCKED ones, which have no row (``blocked_step``). [] for an unknown instance or key."""
     rows = run(conn, _STEPS_ALL if key is None else _STEPS_ONE, {"id": instance_id, "key": key}).all()
+    return _declared_steps_of(conn, instance_id, rows, key)
+
+
+def _declared_steps_of(
+    conn: Connection, instance_id: str, rows: list[Any], key: str | None = None
+) -> list[dict[str, Any]]:
     if not rows:
         return []
     stored = {r.key: _step(r) for r in rows if r.key is not None}
@@ -276,6 +307,32 @@ def read_steps(conn: Connection, instance_id: str, key: str | None = None) -> li
         if k not in stored and (key is None or k == key):
             stored[k] = blocked_step(instance_id, k, kind, after)
     return [stored[k] for k in sorted(stored)]
+
+
+_STEP_PREFIX = "step__"
+
+
+@lru_cache(maxsize=64)
+def _with_steps_sql(write: str) -> str:
+    return (
+        f"WITH w AS ({write}) SELECT w.*, st.* FROM w "
+        f"CROSS JOIN ({_steps_sql(_STEP_PREFIX, 'steps_of_instance')}) st"
+    )
+
+
+def write_reading_steps(
+    conn: Connection, write: str, params: dict[str, Any], instance_id: str
+) -> tuple[Any | None, list[dict[str, Any]]]:
+    """``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's; no returned column
+    named ``step__...``) and ``read_steps(instance_id)``, in ONE statement: (the write's row, the steps), or
+    (None, []) when the write moved no row. The steps are read in the write's snapshot, as they were
+    before it: the write must change no step. Run it under the instance's lock (every step move holds it),
+    and the steps are the ones a statement of their own would read next."""
+    rows = run(conn, _with_steps_sql(write), {**params, "steps_of_instance": instance_id}).all()
+    if not rows:
+        return None, []
+    written, steps = split_rows(rows, _STEP_PREFIX)
+    return written, _declared_steps_of(conn, instance_id, steps)
 
 
 def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | None:

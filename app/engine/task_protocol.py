@@ -158,8 +158,9 @@ def complete(
     same transaction. ``queue_ok``: the caller's queue scope (a task on another queue is not found).
     Returns the task as it now is."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
-    done = _task(task_moves.complete(conn, task_id, epoch, output))
-    advance.task_ended(conn, inst, task, "completed", output)
+    row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"])
+    advance.task_ended(conn, inst, task, "completed", output, steps)
+    done = _task(row)
     return done
 
 
@@ -173,8 +174,9 @@ def fail(
 ) -> dict:
     """Like ``complete``, the claim failing with ``error`` (then the step's retry policy)."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
-    done = _task(task_moves.fail(conn, task_id, epoch, error))
-    advance.task_ended(conn, inst, task, "failed", error)
+    row, steps = task_moves.fail(conn, task_id, epoch, error, inst["id"])
+    advance.task_ended(conn, inst, task, "failed", error, steps)
+    done = _task(row)
     return done
 
 

@@ -177,6 +177,53 @@ def test_consecutive_deferred_writes_are_one_statement(db, monkeypatch):
     assert len(sent) == 2 and sent[0].startswith("WITH w0 AS (INSERT INTO fast_p")
 
 
+def test_an_insert_of_values_after_deferred_writes_of_other_tables_is_one_statement_with_them(
+    db, monkeypatch
+):
+    """A step's first activation: its task was queued (``defer``), then the step's row is inserted with
+    RETURNING. Both reach PostgreSQL as ONE statement (``absorbs``): the INSERT's rows come back as they
+    would alone, a foreign key to a row of the same statement holds (checked at its end), and a queued
+    write's error is raised by the statement. It failed before: two statements, in one round trip."""
+    with transaction(db) as conn:
+        run(conn, "CREATE TEMP TABLE fast_s (k text PRIMARY KEY, n int)")
+        run(conn, "CREATE TEMP TABLE fast_t (k text PRIMARY KEY, s text NOT NULL REFERENCES fast_s (k))")
+        _table(conn)
+        sent = _executed(monkeypatch)
+        defer(conn, "INSERT INTO fast_t (k, s) VALUES (:k, :s)", {"k": "t1", "s": "s1"})
+        defer(conn, "UPDATE fast_d SET k = :k WHERE k = :old", {"k": "x", "old": "none"})
+        row = run(
+            conn,
+            "INSERT INTO fast_s (k, n) VALUES (:k, :n) ON CONFLICT (k) DO NOTHING RETURNING k, n",
+            {"k": "s1", "n": 1},
+        ).one()
+        monkeypatch.undo()
+        assert (row.k, row.n) == ("s1", 1)
+        assert run(conn, "SELECT s FROM fast_t").scalar_one() == "s1"
+    assert len(sent) == 1 and sent[0].startswith("WITH w0 AS (INSERT INTO fast_t")
+    with pytest.raises(IntegrityError) as e, transaction(db) as conn:
+        run(conn, "CREATE TEMP TABLE fast_u (k text PRIMARY KEY)")
+        run(conn, "CREATE TEMP TABLE fast_v (k text PRIMARY KEY)")
+        run(conn, "INSERT INTO fast_u VALUES ('x')")
+        defer(conn, "INSERT INTO fast_u VALUES ('x')")  # a duplicate key
+        run(conn, "INSERT INTO fast_v (k) VALUES (:k)", {"k": "y"})
+    assert e.value.orig.sqlstate == "23505" and "fast_u" in str(e.value)
+
+
+def test_a_statement_that_may_read_a_deferred_write_is_sent_after_it(db, monkeypatch):
+    """An INSERT of the same table, or one that reads a table, still sees the deferred rows (its own
+    statement, after them)."""
+    with transaction(db) as conn:
+        _table(conn)
+        sent = _executed(monkeypatch)
+        defer(conn, "INSERT INTO fast_d VALUES (:k)", {"k": "a"})
+        run(conn, "INSERT INTO fast_d (k) VALUES ('b') ON CONFLICT (k) DO NOTHING")
+        defer(conn, "INSERT INTO fast_d VALUES (:k)", {"k": "c"})
+        run(conn, "INSERT INTO fast_d (k) SELECT k || 'x' FROM fast_d WHERE k = 'c'")
+        monkeypatch.undo()
+        assert _keys(conn) == ["a", "b", "c", "cx"]
+    assert len(sent) == 4
+
+
 def test_commit_buffers_are_written_at_commit_and_dropped_by_a_rollback(db):
     """``app.sql.buffer``: what a transaction accumulates is written once, at its commit (or when a
     savepoint is set: a rollback to it drops only what was buffered after it)."""

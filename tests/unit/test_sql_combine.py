@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sql import combine
+from app.sql import _absorbed, absorbs, combine, values_insert_target
 
 
 def test_consecutive_writes_are_one_statement_and_a_select_keeps_its_place() -> None:
@@ -56,3 +56,35 @@ def test_every_statement_and_parameter_is_kept_once_in_order(stmts: list[tuple[s
     for sql, params in out:  # every parameter a statement names is given, under that name
         names = {n for n in params}
         assert all(f":{n}" in sql for n in names)
+
+
+# --------------------------------------------------------------------------- absorbs: the next INSERT too
+def test_an_insert_of_values_absorbs_writes_of_other_tables() -> None:
+    queued = [("INSERT INTO a (x) VALUES (:x)", {"x": 1}), ("UPDATE b SET y = :y WHERE k = :k", {})]
+    step = "INSERT INTO c (k, v) VALUES (:k, now()) ON CONFLICT (k) DO NOTHING RETURNING k"
+    assert absorbs(queued, step)
+    assert values_insert_target(step) == "c"
+    assert _absorbed(tuple(q for q, _ in queued), step) == (
+        "WITH w0 AS (INSERT INTO a (x) VALUES (:w0_x)), w1 AS (UPDATE b SET y = :w1_y WHERE k = :w1_k) "
+        "INSERT INTO c (k, v) VALUES (:m_k, now()) ON CONFLICT (k) DO NOTHING RETURNING k"
+    )
+
+
+def test_a_statement_that_reads_a_table_or_a_queued_write_of_its_own_table_absorbs_nothing() -> None:
+    queued = [("INSERT INTO a (x) VALUES (:x)", {"x": 1})]
+    for reads in (
+        "INSERT INTO c (k) SELECT k FROM a",
+        "INSERT INTO c (k) SELECT x FROM (VALUES (1)) v(x)",
+        "INSERT INTO c (k) VALUES ((SELECT max(x) FROM a))",
+        "WITH n AS (SELECT 1) INSERT INTO c (k) VALUES (1)",
+        "INSERT INTO c (k) VALUES (1) ON CONFLICT (k) DO UPDATE SET k = (SELECT 2)",
+        "UPDATE c SET k = 1",
+        "SELECT 1",
+    ):
+        assert not absorbs(queued, reads), reads
+    assert not absorbs([("INSERT INTO c (k) VALUES (2)", {})], "INSERT INTO c (k) VALUES (1)")  # same table
+    assert not absorbs(
+        [("SELECT pg_advisory_xact_lock(1)", {})], "INSERT INTO c (k) VALUES (1)"
+    )  # not a write
+    assert not absorbs([], "INSERT INTO c (k) VALUES (1)")
+    assert values_insert_target("insert into c (from_x) values (1) returning from_x") == "c"  # a column name

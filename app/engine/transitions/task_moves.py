@@ -9,8 +9,8 @@ from sqlalchemy import Connection, TextClause, text
 
 from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
-from app.engine.store import jdump
-from app.engine.transitions._guard import many, maybe, one, states
+from app.engine.store import jdump, write_reading_steps
+from app.engine.transitions._guard import TransitionRefused, many, maybe, states
 from app.sql import defer, run
 
 S = TaskState
@@ -177,31 +177,44 @@ RETURNING {TASK_COLS}
     )
 
 
-def complete(conn: Connection, task_id: str, epoch: int, output: Any) -> Any:
-    """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is."""
-    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output)
+def complete(
+    conn: Connection, task_id: str, epoch: int, output: Any, instance_id: str
+) -> tuple[Any, list[dict]]:
+    """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is, and the steps of its
+    instance ``instance_id`` as ``store.read_steps`` reads them (in the same statement)."""
+    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id)
 
 
-def fail(conn: Connection, task_id: str, epoch: int, error: Any) -> Any:
-    """CLAIMED (this epoch) -> FAILED; returns the row (``TASK_COLS``) as it now is."""
-    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error)
+def fail(conn: Connection, task_id: str, epoch: int, error: Any, instance_id: str) -> tuple[Any, list[dict]]:
+    """CLAIMED (this epoch) -> FAILED; returns the row (``TASK_COLS``) as it now is, and the steps of its
+    instance (as ``complete``)."""
+    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error, instance_id)
 
 
 def _end_claim(
-    conn: Connection, what: str, task_id: str, epoch: int, state: str, column: str, value: Any
-) -> Any:
-    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error)."""
-    row = one(
+    conn: Connection,
+    what: str,
+    task_id: str,
+    epoch: int,
+    state: str,
+    column: str,
+    value: Any,
+    instance_id: str,
+) -> tuple[Any, list[dict]]:
+    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error). The steps, which
+    the caller reads next to settle the task's step, come back from the same statement: it moves no step,
+    and the caller holds the instance's lock (``store.write_reading_steps``)."""
+    row, steps = write_reading_steps(
         conn,
-        what,
-        task_id,
-        [S.CLAIMED],
         f"UPDATE workflow_tasks AS t SET state = :s, {column} = CAST(:v AS jsonb), {_DONE} "
         f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
         {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value)},
+        instance_id,
     )
+    if row is None:
+        raise TransitionRefused(what, task_id, [S.CLAIMED])
     _task_event(conn, f"task.{state.lower()}", row)
-    return row
+    return row, steps
 
 
 def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -> bool:
