@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC
 from decimal import Decimal
 
 import pytest
@@ -112,3 +113,59 @@ def test_strings_and_keys_are_written_as_the_json_module_writes_them(value):
     """``jsonx.dumps`` quotes strings with the json module's C quoting function instead of calling
     ``json.dumps`` per string: the text must be the same, lone surrogates included."""
     assert jsonx.dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- dumps: the C encoder's text
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**60), max_value=10**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+    | st.datetimes(timezones=st.just(UTC) | st.none())
+    | st.dates()
+    | st.uuids()
+)
+_keys = st.text() | st.integers() | st.booleans() | st.none() | st.floats(allow_nan=False)
+_values = st.recursive(
+    _leaves,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_values)
+@settings(max_examples=400, deadline=None)
+def test_the_fast_encoder_writes_what_the_exact_one_writes(value):
+    """``dumps`` goes through the standard library's C encoder; its text is ``_enc``'s, character for
+    character, for every value that has no Decimal (ints of any size, floats, strings with any code
+    point, times, dates, UUIDs, tuples, keys of every kind it takes)."""
+    assert jsonx.dumps(value) == jsonx._dumps_exact(value)
+
+
+@given(_values, st.decimals(allow_nan=False, allow_infinity=False))
+@settings(max_examples=200, deadline=None)
+def test_a_value_with_a_decimal_is_written_digit_for_digit(value, number):
+    doc = {"before": value, "n": number, "list": [value, number]}
+    text = jsonx.dumps(doc)
+    assert text == jsonx._dumps_exact(doc)
+    assert f'"n":{number}' in text
+
+
+def test_values_the_encoder_refuses_are_refused_with_the_exact_encoders_errors():
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    assert jsonx.dumps(MappingProxyType({"a": (1, 2)})) == '{"a":[1,2]}'  # a Mapping that is no dict
+    assert jsonx.dumps(OrderedDict(b=Decimal("1.50"))) == '{"b":1.50}'
+    for bad, error in (
+        (float("nan"), ValueError),
+        ({"x": [float("inf")]}, ValueError),
+        (Decimal("NaN"), ValueError),
+        ({1, 2}, TypeError),
+        ({"x": object()}, TypeError),
+    ):
+        with pytest.raises(error):
+            jsonx.dumps(bad)
