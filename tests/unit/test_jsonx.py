@@ -129,9 +129,11 @@ _leaves = (
 _keys = st.text() | st.integers() | st.booleans() | st.none() | st.floats(allow_nan=False)
 _values = st.recursive(
     _leaves,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(_keys, inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(_keys, inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
