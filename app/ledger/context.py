@@ -146,25 +146,18 @@ class JobContext:
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         """A short business transaction that locks the instance (if any), then the job, and
-        checks generation + lease + deadline before and after the caller's writes (L-CLAIM-5).
-
-        The check after the writes needs no statement: the job row's lock answered the seconds left until
-        the deadline by the database's clock, read after this process's clock was read (``sent``); while
-        less than that has passed here since ``sent``, less has passed since the database's reading too,
-        so the database's clock is still before the deadline (both clocks advance at the same rate)."""
+        checks generation + lease + deadline before and after the caller's writes (L-CLAIM-5)."""
         self.check()
         with transaction(self.engine) as conn:
             if self.lock_first is not None:
                 self.lock_first(conn)
-            sent = time.monotonic()
-            left = transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token)
-            if left is None:
+            if not transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token):
                 metrics.fenced_write("transaction")
                 self.abort("ownership lost")
                 raise JobAborted("ownership lost")
             yield conn
             # the row lock is held, so nobody can fence us meanwhile; the deadline may pass
-            if time.monotonic() - sent < left:
+            if run(conn, "SELECT clock_timestamp() < :d", {"d": self.execution_deadline}).scalar():
                 return
             self.abort("execution deadline passed")
             raise JobAborted("execution deadline passed")

@@ -505,21 +505,17 @@ def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[d
 # --------------------------------------------------------------------------- ownership check (executor)
 _LOCK_OWNED = text(
     """
-SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS seconds_left FROM workflow_jobs
+SELECT id, clock_timestamp() < execution_deadline AS in_time FROM workflow_jobs
 WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
 FOR UPDATE
 """
 )
 
 
-def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> float | None:
-    """Lock the job row if this executor still owns it and is within its deadline: the seconds left
-    until the deadline (database time, as the statement read its clock: no later than the row was
-    locked), else None."""
+def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> bool:
+    """Lock the job row if this executor still owns it and is within its deadline."""
     row = conn.execute(_LOCK_OWNED, {"id": job_id, "gen": generation, "token": lease_token}).first()
-    if row is None or row.seconds_left is None or row.seconds_left <= 0:
-        return None
-    return float(row.seconds_left)
+    return bool(row and row.in_time)
 
 
 _SET_MARKER = text(
