@@ -54,6 +54,11 @@ def author(ns: str) -> Principal:
     return Principal(issued.credential_id, issued.name, ns, ns, frozenset(issued.scopes), None)
 
 
+def definition(*steps: dict, deadline_seconds: int = 600) -> dict:
+    """A definition document of ``steps`` (version v1, any input)."""
+    return {"version": "v1", "input_schema": {}, "deadline_seconds": deadline_seconds, "steps": list(steps)}
+
+
 def publish(engine: Engine, ns: str, doc: dict, name: str | None = None) -> str:
     import uuid
 

@@ -6,19 +6,13 @@ the engine's moves cover it; these count statements."""
 from __future__ import annotations
 
 from app.ids import new_id
-from tests.engine.helpers import claim_task, complete_task, instance, publish, start, step
+from tests.engine.helpers import claim_task, complete_task, definition, instance, publish, start, step
 from tests.ledger_helpers import statements_sent
 
 NS = "ns-" + new_id()[:8]
-DOC = {
-    "version": "v1",
-    "input_schema": {},
-    "deadline_seconds": 600,
-    "steps": [
-        {"key": "a", "kind": "TASK", "queue": "stq"},
-        {"key": "b", "kind": "TASK", "queue": "stq", "after": ["a"]},
-    ],
-}
+DOC = definition(
+    {"key": "a", "kind": "TASK", "queue": "stq"}, {"key": "b", "kind": "TASK", "queue": "stq", "after": ["a"]}
+)
 
 
 def _verbs(sent: list[str]) -> list[str]:

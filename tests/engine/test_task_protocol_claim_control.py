@@ -9,13 +9,13 @@ from sqlalchemy import text
 from app.db import transaction
 from app.engine import control, task_protocol
 from app.ids import new_id
-from tests.engine.helpers import claim_task, instance, make_due, publish, run_jobs, start
+from tests.engine.helpers import claim_task, definition, instance, make_due, publish, run_jobs, start
 
 NS = "ns-" + new_id()[:8]
 
 
 def _doc(*steps: dict) -> dict:
-    return {"version": "v1", "input_schema": {}, "deadline_seconds": 3600, "steps": list(steps)}
+    return definition(*steps, deadline_seconds=3600)
 
 
 def _cancel(eng, iid: str, reason: str = "stop") -> dict:

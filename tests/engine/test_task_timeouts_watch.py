@@ -14,6 +14,7 @@ from app.ids import new_id
 from tests.engine.helpers import (
     claim_task,
     complete_task,
+    definition,
     instance,
     make_due,
     publish,
@@ -107,7 +108,7 @@ def _control(eng, iid: str, op: str, revision: int) -> None:
 
 
 def _doc(deadline: int, *steps: dict) -> dict:
-    return {"version": "v1", "input_schema": {}, "deadline_seconds": deadline, "steps": list(steps)}
+    return definition(*steps, deadline_seconds=deadline)
 
 
 def test_a_workflow_has_exactly_one_watch_job(eng):
