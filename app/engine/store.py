@@ -314,24 +314,30 @@ _STEP_PREFIX = "step__"
 
 @lru_cache(maxsize=64)
 def _with_steps_sql(write: str) -> str:
+    # the write's row beside the first step row only (a task's output, up to 256 KiB, is not sent once per
+    # step); the instance's row makes at least one step row (its LEFT JOIN), so the write's row always comes
+    # back when it moved one
+    steps = ", ".join(f"st.{_STEP_PREFIX}{n}" for n in ("version_id", *(n for _, n in _STEP_COLUMNS)))
     return (
-        f"WITH w AS ({write}) SELECT w.*, st.* FROM w "
-        f"CROSS JOIN ({_steps_sql(_STEP_PREFIX, 'steps_of_instance')}) st"
+        f"WITH w AS ({write}) SELECT w.*, {steps} FROM (SELECT q.*, row_number() OVER () AS nth FROM "
+        f"({_steps_sql(_STEP_PREFIX, 'steps_of_instance')}) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth"
     )
 
 
 def write_reading_steps(
     conn: Connection, write: str, params: dict[str, Any], instance_id: str
 ) -> tuple[Any | None, list[dict[str, Any]]]:
-    """``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's; no returned column
-    named ``step__...``) and ``read_steps(instance_id)``, in ONE statement: (the write's row, the steps), or
-    (None, []) when the write moved no row. The steps are read in the write's snapshot, as they were
-    before it: the write must change no step. Run it under the instance's lock (every step move holds it),
-    and the steps are the ones a statement of their own would read next."""
+    """``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's, with a column that is
+    never NULL; no returned column named ``step__...``) and ``read_steps(instance_id)``, in ONE statement:
+    (the write's row, the steps), or (None, []) when the write moved no row. The steps are read in the
+    write's snapshot, as they were before it: the write must change no step. Run it under the instance's
+    lock (every step move holds it), and the steps are the ones a statement of their own would read next."""
     rows = run(conn, _with_steps_sql(write), {**params, "steps_of_instance": instance_id}).all()
     if not rows:
         return None, []
     written, steps = split_rows(rows, _STEP_PREFIX)
+    if all(v is None for v in written):  # the write moved no row (its columns are the LEFT JOIN's NULLs)
+        return None, []
     return written, _declared_steps_of(conn, instance_id, steps)
 
 

@@ -42,3 +42,30 @@ def test_a_completion_reads_the_steps_with_the_task_move_and_inserts_the_next_ta
     assert step(eng, NS, iid, "b")["step"]["state"] == "ACTIVE"
     complete_task(eng, NS, claim_task(eng, NS, "stq"), {"ok": 2})
     assert instance(eng, iid)["state"] == "SUCCEEDED"
+
+
+def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
+    """The task's columns (its output may be 256 KiB) ride beside the first step row only, not once per
+    step; a move that matched no row answers no row and no steps."""
+    from sqlalchemy import text
+
+    from app.db import transaction
+    from app.engine import store
+    from app.engine.transitions.task_moves import TASK_COLS
+
+    doc = definition(*({"key": f"s{i}", "kind": "TASK", "queue": "wide"} for i in range(6)))
+    iid = start(eng, NS, publish(eng, NS, doc), {})["id"]
+    task = claim_task(eng, NS, "wide")
+    move = (
+        "UPDATE workflow_tasks AS t SET updated_at = now() WHERE id = :id AND epoch = :epoch "
+        f"RETURNING {TASK_COLS}"
+    )
+    with transaction(eng) as conn:
+        rows = conn.execute(
+            text(store._with_steps_sql(move)),
+            {"id": task["id"], "epoch": task["epoch"], "steps_of_instance": iid},
+        ).all()
+        assert len(rows) == 6 and [r.id for r in rows].count(task["id"]) == 1 and rows[0].id == task["id"]
+        row, steps = store.write_reading_steps(conn, move, {"id": task["id"], "epoch": task["epoch"]}, iid)
+        assert row.id == task["id"] and sorted(s["key"] for s in steps) == [f"s{i}" for i in range(6)]
+        assert store.write_reading_steps(conn, move, {"id": task["id"], "epoch": 99}, iid) == (None, [])
