@@ -337,7 +337,9 @@ def absorbs(queued: list[tuple[str, dict[str, Any]]], sql: str) -> bool:
     ``sql``) with the same outcome as sending them one after the other: every queued statement is a write
     of a table other than ``sql``'s, and ``sql`` is an ``INSERT ... VALUES`` (``values_insert_target``),
     which reads no table they write. (What the queued writes read, they read before ``sql``'s row either
-    way. Foreign keys are checked at the statement's end, after all of its writes.)"""
+    way. Foreign keys are checked at the statement's end, after all of its writes. The functions a VALUES
+    list calls are PostgreSQL's own, ``now()``, ``make_interval``, ``pg_backend_pid()``: no function of this
+    project reads a table.)"""
     target = values_insert_target(sql)
     if target is None or not queued:
         return False
