@@ -93,10 +93,10 @@ def _split_at(names: tuple[str, ...], prefix: str) -> tuple[list[int], Any, list
 
 
 def split_rows(rows: list[Any], prefix: str) -> tuple[Any, list[Any]]:
-    """The rows of a statement that returns one row of its own beside each row of a read whose columns are
-    named ``<prefix><name>`` (``WITH w AS (... RETURNING ...) SELECT w.*, r.* FROM w CROSS JOIN (...) r``):
-    the one row (its columns, from the first row) and the read's rows (prefix removed), each read like
-    ``run``'s rows. ``rows`` is not empty."""
+    """The rows of a statement that returns one row of its own beside the rows of a read whose columns are
+    named ``<prefix><name>`` (``WITH w AS (... RETURNING ...) SELECT w.*, r.... FROM (...) r LEFT JOIN w ON
+    <r's first row>``): the one row (its columns, from the first row) and the read's rows (prefix removed),
+    each read like ``run``'s rows. ``rows`` is not empty."""
     first, make_first, second, make_second = _split_at(tuple(rows[0]._mapping), prefix)
     return make_first(rows[0][i] for i in first), [make_second(r[i] for i in second) for r in rows]
 
