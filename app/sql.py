@@ -313,11 +313,16 @@ _VALUES_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+([\w.\"]+)[^;]*?\bVALUES\b", r
 _READS = re.compile(r"\b(SELECT|WITH|FROM|JOIN|TABLE)\b", re.I)
 
 
+def _table(name: str) -> str:
+    """A table's name as written, without its schema and quotes, lower case: ``public."T"`` -> ``t``."""
+    return name.rsplit(".", 1)[-1].strip('"').lower()
+
+
 @lru_cache(maxsize=2048)
 def _write_target(sql: str) -> str | None:
-    """The table an INSERT / UPDATE / DELETE writes (as written, lower case), None for anything else."""
+    """The table an INSERT / UPDATE / DELETE writes (``_table``), None for anything else."""
     m = _TARGET.match(sql)
-    return m.group(1).lower() if m else None
+    return _table(m.group(1)) if m else None
 
 
 @lru_cache(maxsize=2048)
@@ -329,7 +334,7 @@ def values_insert_target(sql: str) -> str | None:
     m = _VALUES_INSERT.match(sql)
     if m is None or _READS.search(sql, m.end(1)):
         return None
-    return m.group(1).lower()
+    return _table(m.group(1))
 
 
 def absorbs(queued: list[tuple[str, dict[str, Any]]], sql: str) -> bool:

@@ -83,6 +83,7 @@ def test_a_statement_that_reads_a_table_or_a_queued_write_of_its_own_table_absor
     ):
         assert not absorbs(queued, reads), reads
     assert not absorbs([("INSERT INTO c (k) VALUES (2)", {})], "INSERT INTO c (k) VALUES (1)")  # same table
+    assert not absorbs([('UPDATE public."C" SET k = 2', {})], "INSERT INTO c (k) VALUES (1)")  # so written
     assert not absorbs(
         [("SELECT pg_advisory_xact_lock(1)", {})], "INSERT INTO c (k) VALUES (1)"
     )  # not a write
