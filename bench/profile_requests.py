@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import logging
 import os
 import pstats
 import signal
@@ -36,8 +37,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from sqlalchemy import create_engine, make_url, text
-
 from actors.handler_modules import BUILTIN_HANDLER_MODULES
 from app.ids import new_node_id
 from app.ledger import handlers
@@ -45,6 +44,7 @@ from app.ledger.context import JobContext
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
 from app.sql import COMMIT
+from bench.run import scratch_database
 
 KINDS = ("start", "claim", "complete", "timer")
 QUEUE = "bench.prof"
@@ -340,59 +340,55 @@ def main() -> None:
     os.environ.setdefault("LEDGERFLOW_METRICS", "0")
     os.environ.setdefault("LEDGERFLOW_RATE_LIMIT", "100000/second")
 
-    server = make_url(os.environ["DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://", 1))
-    db = f"lf_prof_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    try:
-        from app.migrate import upgrade
+    with scratch_database("lf_prof") as url:
+        try:
+            _measure(url, args)
+        finally:
+            from app.db import get_engine
 
-        url = server.set(database=db).render_as_string(hide_password=False)
-        upgrade(url)
-        s = Session(url.replace("+psycopg", ""), args.shape)
-        for _ in range(args.warmup):
-            one_workflow(s, lambda kind, call: call())
+            get_engine().dispose()  # the app's connections, before the database is dropped
+            # the in-process app's LISTEN connection ends with the database: not news here
+            logging.getLogger("web.listener").setLevel(logging.ERROR)
 
-        cpu: dict[str, list[float]] = {k: [] for k in KINDS}
-        wall: dict[str, list[float]] = {k: [] for k in KINDS}
 
-        def timed(kind: str, call: Callable[[], Any]) -> Any:
-            c0, w0 = time.thread_time(), time.perf_counter()
-            out = call()
-            cpu[kind].append(time.thread_time() - c0)
-            wall[kind].append(time.perf_counter() - w0)
-            return out
+def _measure(url: str, args: argparse.Namespace) -> None:
+    """The measurement (and the profile, if asked) in the scratch database ``url``."""
+    s = Session(url.replace("+psycopg", ""), args.shape)
+    for _ in range(args.warmup):
+        one_workflow(s, lambda kind, call: call())
 
-        for _ in range(args.n):
-            one_workflow(s, timed, args.starts_only)
-        counted = statements(s, args.show_sql)
-        print(f"{args.n} workflows ({args.shape}) after {args.warmup} warm-up; CPU of the request thread")
-        print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements | round trips |")
-        print("|---|---|---|---|---|---|---|")
-        total = 0.0
-        for k in [k for k in KINDS if cpu[k]]:
-            med, mean = statistics.median(cpu[k]) * 1e6, statistics.fmean(cpu[k]) * 1e6
-            total += mean * len(cpu[k]) / args.n
-            print(
-                f"| {k} | {len(cpu[k])} | {med:.0f} | {mean:.0f} | {statistics.median(wall[k]) * 1000:.2f} "
-                f"| {counted[k][0]} | {counted[k][1]} |"
-            )
-        if not args.starts_only:
-            n = sum(len(cpu[k]) for k in KINDS) / args.n
-            print(f"CPU per workflow ({n:g} requests / jobs): {total / 1000:.2f} ms")
+    cpu: dict[str, list[float]] = {k: [] for k in KINDS}
+    wall: dict[str, list[float]] = {k: [] for k in KINDS}
 
-        if args.profile == "sample":
-            sample_profile(s, args)
-        elif args.profile == "cprofile":
-            c_profile(s, args)
-    finally:
-        from app.db import get_engine
+    def timed(kind: str, call: Callable[[], Any]) -> Any:
+        c0, w0 = time.thread_time(), time.perf_counter()
+        out = call()
+        cpu[kind].append(time.thread_time() - c0)
+        wall[kind].append(time.perf_counter() - w0)
+        return out
 
-        get_engine().dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-        admin.dispose()
+    for _ in range(args.n):
+        one_workflow(s, timed, args.starts_only)
+    counted = statements(s, args.show_sql)
+    print(f"{args.n} workflows ({args.shape}) after {args.warmup} warm-up; CPU of the request thread")
+    print("| request | n | CPU µs p50 | CPU µs mean | wall ms p50 | SQL statements | round trips |")
+    print("|---|---|---|---|---|---|---|")
+    total = 0.0
+    for k in [k for k in KINDS if cpu[k]]:
+        med, mean = statistics.median(cpu[k]) * 1e6, statistics.fmean(cpu[k]) * 1e6
+        total += mean * len(cpu[k]) / args.n
+        print(
+            f"| {k} | {len(cpu[k])} | {med:.0f} | {mean:.0f} | {statistics.median(wall[k]) * 1000:.2f} "
+            f"| {counted[k][0]} | {counted[k][1]} |"
+        )
+    if not args.starts_only:
+        n = sum(len(cpu[k]) for k in KINDS) / args.n
+        print(f"CPU per workflow ({n:g} requests / jobs): {total / 1000:.2f} ms")
+
+    if args.profile == "sample":
+        sample_profile(s, args)
+    elif args.profile == "cprofile":
+        c_profile(s, args)
 
 
 if __name__ == "__main__":

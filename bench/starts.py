@@ -12,6 +12,7 @@ gunicorn workers (the Procfile's 2 by default). Numbers, not assertions; run it 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import subprocess
@@ -23,13 +24,12 @@ import uuid
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine
 
 from app.auth import Scope, create_credential, principals
 from app.db import transaction
-from app.migrate import upgrade
 from app.sql import COMMIT
-from bench.run import children, closed_port, cpu_seconds, loadavg, postgres_cpu_seconds
+from bench.run import children, closed_port, cpu_seconds, loadavg, postgres_cpu_seconds, scratch_database
 from ledgerflow.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,94 +181,84 @@ def main() -> None:
         help="gunicorn workers of both servers (the Procfile's: 2); vary it to see starts grow with web processes",
     )
     args = p.parse_args()
-    server = os.environ["DATABASE_URL"]
-    db = f"lf_bench_starts_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(
-        make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database="postgres"),
-        isolation_level="AUTOCOMMIT",
-    )
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{db}"'))
-    url = make_url(server.replace("postgresql://", "postgresql+psycopg://", 1)).set(database=db)
-    url_s = url.render_as_string(hide_password=False)
-    upgrade(url_s)
-    engine = create_engine(url_s)
-    ns = "bench-" + uuid.uuid4().hex[:6]
-    with transaction(engine) as conn:
-        token = create_credential(
-            conn,
-            namespace=ns,
-            name="bench",
-            scopes=[
-                Scope.DEFINITIONS_PUBLISH,
-                Scope.WORKFLOWS_START,
-                Scope.TASKS_SUBMIT,
-                Scope.WORKFLOWS_READ,
-                Scope.DEFINITIONS_READ,
-            ],
-        ).token
-    env = {
-        **os.environ,
-        "DATABASE_URL": url_s.replace("+psycopg", ""),
-        "PYTHONPATH": str(ROOT),
-        "LOG_LEVEL": "WARNING",
-        "LEDGERFLOW_METRICS": "0",
-        # one credential drives every start: its rate limit (100/s by default) would cap the run
-        "LEDGERFLOW_RATE_LIMIT": "100000/second",
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.pop("REDIS_URL", None)  # hints are not what is measured here
-    port, bare_port = closed_port(), closed_port()
-    tmp = Path(tempfile.mkdtemp())
-    (tmp / "bare.py").write_text(BARE_APP)
-    procs = [
-        gunicorn("web:create_app()", port, env, ROOT, args.workers),
-        gunicorn("bare:app", bare_port, env, tmp, args.workers),
-    ]
-    try:
-        h = {"Authorization": f"Bearer {token}"}
-        base = f"http://127.0.0.1:{port}"
-        d = httpx.post(
-            f"{base}/v1/workflow-definitions",
-            json={"name": "bench"},
-            headers={**h, "Idempotency-Key": uuid.uuid4().hex},
-        ).json()["data"]
-        def_id = d["definition"]["id"] if "definition" in d else d["id"]
-        httpx.post(
-            f"{base}/v1/workflow-definitions/{def_id}/versions",
-            json=DOC,
-            headers={**h, "Idempotency-Key": uuid.uuid4().hex},
-        ).raise_for_status()
-        body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
-        print(f"load average at start: {loadavg()}")
-        print(
-            f"SQL statements per start (authentication included): {statements_per_start(env['DATABASE_URL'], token, body)}"
-        )
-        print("CPU ms per request: web (gunicorn) / PostgreSQL / load client")
-        print(
-            "| clients | starts/s | p50 ms | p99 ms | CPU ms per start | bare Flask req/s | CPU ms per bare request | ratio |"
-        )
-        print("|---|---|---|---|---|---|---|---|")
-        split, bare_split = CpuSplit(procs[0]), CpuSplit(procs[1])
-        for c in (int(x) for x in args.clients.split(",")):
-            split.start()
-            rate, lat = load(f"{base}/v1/workflows", h, body, c, args.seconds)
-            cpu = split.stop(len(lat))
-            bare_split.start()
-            bare, bare_lat = load(f"http://127.0.0.1:{bare_port}/v1/workflows", {}, body, c, args.seconds)
-            bare_cpu = bare_split.stop(len(bare_lat))
-            p99 = statistics.quantiles(lat, n=100)[98] if len(lat) > 1 else lat[0]
+    with scratch_database("lf_bench_starts") as url_s:
+        engine = create_engine(url_s)
+        ns = "bench-" + uuid.uuid4().hex[:6]
+        with transaction(engine) as conn:
+            token = create_credential(
+                conn,
+                namespace=ns,
+                name="bench",
+                scopes=[
+                    Scope.DEFINITIONS_PUBLISH,
+                    Scope.WORKFLOWS_START,
+                    Scope.TASKS_SUBMIT,
+                    Scope.WORKFLOWS_READ,
+                    Scope.DEFINITIONS_READ,
+                ],
+            ).token
+        env = {
+            **os.environ,
+            "DATABASE_URL": url_s.replace("+psycopg", ""),
+            "PYTHONPATH": str(ROOT),
+            "LOG_LEVEL": "WARNING",
+            "LEDGERFLOW_METRICS": "0",
+            # one credential drives every start: its rate limit (100/s by default) would cap the run
+            "LEDGERFLOW_RATE_LIMIT": "100000/second",
+        }
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        env.pop("REDIS_URL", None)  # hints are not what is measured here
+        port, bare_port = closed_port(), closed_port()
+        tmp = Path(tempfile.mkdtemp())
+        (tmp / "bare.py").write_text(BARE_APP)
+        procs = [
+            gunicorn("web:create_app()", port, env, ROOT, args.workers),
+            gunicorn("bare:app", bare_port, env, tmp, args.workers),
+        ]
+        try:
+            h = {"Authorization": f"Bearer {token}"}
+            base = f"http://127.0.0.1:{port}"
+            d = httpx.post(
+                f"{base}/v1/workflow-definitions",
+                json={"name": "bench"},
+                headers={**h, "Idempotency-Key": uuid.uuid4().hex},
+            ).json()["data"]
+            def_id = d["definition"]["id"] if "definition" in d else d["id"]
+            httpx.post(
+                f"{base}/v1/workflow-definitions/{def_id}/versions",
+                json=DOC,
+                headers={**h, "Idempotency-Key": uuid.uuid4().hex},
+            ).raise_for_status()
+            body = {"definition_id": def_id, "version": "v1", "input": {"n": 1}}
+            print(f"load average at start: {loadavg()}")
             print(
-                f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {cpu} | {bare:.0f} | "
-                f"{bare_cpu} | {rate / bare:.0%} |"
+                f"SQL statements per start (authentication included): {statements_per_start(env['DATABASE_URL'], token, body)}"
             )
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(20)
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+            print("CPU ms per request: web (gunicorn) / PostgreSQL / load client")
+            print(
+                "| clients | starts/s | p50 ms | p99 ms | CPU ms per start | bare Flask req/s | CPU ms per bare request | ratio |"
+            )
+            print("|---|---|---|---|---|---|---|---|")
+            split, bare_split = CpuSplit(procs[0]), CpuSplit(procs[1])
+            for c in (int(x) for x in args.clients.split(",")):
+                split.start()
+                rate, lat = load(f"{base}/v1/workflows", h, body, c, args.seconds)
+                cpu = split.stop(len(lat))
+                bare_split.start()
+                bare, bare_lat = load(f"http://127.0.0.1:{bare_port}/v1/workflows", {}, body, c, args.seconds)
+                bare_cpu = bare_split.stop(len(bare_lat))
+                p99 = statistics.quantiles(lat, n=100)[98] if len(lat) > 1 else lat[0]
+                print(
+                    f"| {c} | {rate:.0f} | {statistics.median(lat) * 1000:.1f} | {p99 * 1000:.1f} | {cpu} | {bare:.0f} | "
+                    f"{bare_cpu} | {rate / bare:.0%} |"
+                )
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(20)
+            engine.dispose()
+            # the in-process app's LISTEN connection (``statements_per_start``) ends with the database
+            logging.getLogger("web.listener").setLevel(logging.ERROR)
 
 
 if __name__ == "__main__":
