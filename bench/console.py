@@ -18,11 +18,10 @@ import os
 import re
 import statistics
 import time
-import uuid
 
 import psycopg
 
-from bench.run import libpq, loadavg, log, percentile, with_database
+from bench.run import libpq, loadavg, log, percentile, scratch_database
 
 FILL = """
 INSERT INTO workflow_jobs (type, queue, status, payload, attempts, max_attempts, generation, last_error,
@@ -61,18 +60,13 @@ def main() -> None:
     ap.add_argument("--attempts", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args()
-    server = libpq(os.environ["DATABASE_URL"])
-    db = f"lf_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    try:
-        run(with_database(server, db), args)
-    finally:
-        from app.db import get_engine
+    with scratch_database("lf_bench_console") as url:
+        try:
+            run(libpq(url), args)
+        finally:
+            from app.db import get_engine
 
-        get_engine().dispose()
-        with psycopg.connect(with_database(server, "postgres"), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            get_engine().dispose()
 
 
 def run(dsn: str, args: argparse.Namespace) -> None:

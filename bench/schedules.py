@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import text
+
+from bench.run import scratch_database
 
 
 def _pure() -> None:
@@ -45,26 +46,15 @@ def _pure() -> None:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    server = make_url(os.environ["DATABASE_URL"].replace("postgresql://", "postgresql+psycopg://", 1))
-    name = f"lf_bench_sched_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = server.set(database=name).render_as_string(hide_password=False)
-    os.environ["DATABASE_URL"] = url
-    try:
-        from app.migrate import upgrade
+    with scratch_database("lf_bench_sched") as url:
+        os.environ["DATABASE_URL"] = url
+        try:
+            _run(n)
+            _pure()
+        finally:
+            from app.db import get_engine
 
-        upgrade(url)
-        _run(n)
-        _pure()
-    finally:
-        from app.db import get_engine
-
-        get_engine().dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+            get_engine().dispose()
 
 
 def _run(n: int) -> None:
