@@ -137,4 +137,6 @@ def test_the_quick_fault_run_through_pgbouncer_keeps_every_invariant(through_pgb
         names = [d.name for d in cur.description]
         stats = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     transactions = sum(s["total_xact_count"] for s in stats if s["database"].startswith("lf_chaos_"))
-    assert transactions > 1000, stats
+    # at least a transaction per job (its effect) and per workflow (its start): a fixed figure (it was 1000)
+    # counted the pools' idle passes too, as many as the run's seconds, and failed once the work got faster
+    assert transactions >= result.jobs + result.workflows, stats
