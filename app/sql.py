@@ -13,7 +13,6 @@ statements), ``run`` takes SQLAlchemy's own path, so those listeners still see e
 
 from __future__ import annotations
 
-import re
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
@@ -23,20 +22,9 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event, text
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 
-# SQLAlchemy's rule for a text statement's bind names (sqlalchemy.sql.elements.TextClause): a ``:name``
-# not preceded by a colon, a word character or a backslash, and not followed by a colon (so ``x::text`` is
-# a cast); ``\:`` is a literal colon. One difference: the whole name or nothing (SQLAlchemy's pattern
-# backtracks, so that ``:ab::int`` binds ``:a`` and leaves ``b::int``, and ``:_0::int`` became
-# ``%(_)s0::int``, which psycopg sends as ``$10::int``, parameter ten): such a statement fails here
-# instead of binding the wrong name. Write ``CAST(:ab AS int)``.
-_BIND = re.compile(r"(?<![:\w\x5c]):(\w+)(?![:\w])")
+from app.sql_text import absorbed, absorbs, combine, pyformat
+
 B = TypeVar("B", bound="CommitBuffer")
-
-
-@lru_cache(maxsize=2048)
-def pyformat(sql: str) -> str:
-    """``sql`` with psycopg's placeholders: ``:name`` -> ``%(name)s``, a literal ``%`` doubled."""
-    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
 
 
 @lru_cache(maxsize=1024)
@@ -253,116 +241,6 @@ def _pipelined(conn: Connection, deferred: Deferred, last: Callable[[], object] 
         on_rows(rows)
 
 
-_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.I)
-
-
-def _renamed(sql: str, prefix: str) -> str:
-    """``sql`` with each ``:name`` placeholder renamed ``:<prefix>name``."""
-    return _BIND.sub(lambda m: f":{prefix}{m.group(1)}", sql)
-
-
-def combine(statements: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """Consecutive INSERT / UPDATE / DELETE statements as one statement of data-modifying CTEs (
-    a workflow start's inserts are one statement instead of six), their parameters renamed apart; any
-    other statement (a SELECT of a setting or a lock) stays as it is, in its place. The writes of one
-    combined statement share its snapshot, so none may read what another of them writes: ``defer`` is for
-    writes nobody reads back in the transaction, and the rows a foreign key names exist before (or are
-    inserted by the same statement: PostgreSQL checks foreign keys at the statement's end)."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    group: list[tuple[str, dict[str, Any]]] = []
-
-    def close() -> None:
-        if len(group) == 1:
-            out.append(group[0])
-        elif group:
-            merged: dict[str, Any] = {}
-            for i, (_, args) in enumerate(group):
-                merged.update({f"w{i}_{k}": v for k, v in args.items()})
-            out.append((_combined(tuple(sql for sql, _ in group)), merged))
-        group.clear()
-
-    for sql, args in statements:
-        if _is_write(sql):
-            group.append((sql, args))
-        else:
-            close()
-            out.append((sql, args))
-    close()
-    return out
-
-
-# The statements are the program's (a handful of shapes per transaction kind): the text of a combination
-# is made once per process, not renamed by regular expression at every commit.
-@lru_cache(maxsize=1024)
-def _combined(sqls: tuple[str, ...]) -> str:
-    """The one statement of ``combine`` for the writes ``sqls``, in order."""
-    return (
-        "WITH "
-        + ", ".join(f"w{i} AS ({_renamed(sql, f'w{i}_')})" for i, sql in enumerate(sqls))
-        + " SELECT 1"
-    )
-
-
-@lru_cache(maxsize=2048)
-def _is_write(sql: str) -> bool:
-    return _WRITE.match(sql) is not None
-
-
-_TARGET = re.compile(r"^\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+(?:ONLY\s+)?([\w.\"]+)", re.I)
-_VALUES_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+([\w.\"]+)[^;]*?\bVALUES\b", re.I)
-_READS = re.compile(r"\b(SELECT|WITH|FROM|JOIN|TABLE)\b", re.I)
-
-
-def _table(name: str) -> str:
-    """A table's name as written, without its schema and quotes, lower case: ``public."T"`` -> ``t``."""
-    return name.rsplit(".", 1)[-1].strip('"').lower()
-
-
-@lru_cache(maxsize=2048)
-def _write_target(sql: str) -> str | None:
-    """The table an INSERT / UPDATE / DELETE writes (``_table``), None for anything else."""
-    m = _TARGET.match(sql)
-    return _table(m.group(1)) if m else None
-
-
-@lru_cache(maxsize=2048)
-def values_insert_target(sql: str) -> str | None:
-    """The table of ``sql`` when it is an ``INSERT ... VALUES`` that reads no table: no subquery, no CTE,
-    no ``FROM`` / ``JOIN`` anywhere (its ``ON CONFLICT`` and ``RETURNING`` see its own table only), else
-    None. Such a statement may share one snapshot with writes of OTHER tables queued before it (``run``):
-    it reads nothing they write."""
-    m = _VALUES_INSERT.match(sql)
-    if m is None or _READS.search(sql, m.end(1)):
-        return None
-    return _table(m.group(1))
-
-
-def absorbs(queued: list[tuple[str, dict[str, Any]]], sql: str) -> bool:
-    """Whether ``sql`` and the writes ``queued`` before it may be ONE statement (data-modifying CTEs, then
-    ``sql``) with the same outcome as sending them one after the other: every queued statement is a write
-    of a table other than ``sql``'s, and ``sql`` is an ``INSERT ... VALUES`` (``values_insert_target``),
-    which reads no table they write. (What the queued writes read, they read before ``sql``'s row either
-    way. Foreign keys are checked at the statement's end, after all of its writes. The functions a VALUES
-    list calls are PostgreSQL's own, ``now()``, ``make_interval``, ``pg_backend_pid()``: no function of this
-    project reads a table.)"""
-    target = values_insert_target(sql)
-    if target is None or not queued:
-        return False
-    for q, _ in queued:
-        written = _write_target(q) if _is_write(q) else None
-        if written is None or written == target:
-            return False
-    return True
-
-
-@lru_cache(maxsize=1024)
-def _absorbed(queued: tuple[str, ...], sql: str) -> str:
-    """The one statement of ``absorbs``: the queued writes as CTEs ``w0``, ``w1``, ... (parameters renamed
-    ``w<i>_<name>``), then ``sql`` (parameters renamed ``m_<name>``), whose rows the statement returns."""
-    ctes = ", ".join(f"w{i} AS ({_renamed(q, f'w{i}_')})" for i, q in enumerate(queued))
-    return f"WITH {ctes} {_renamed(sql, 'm_')}"
-
-
 def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:
     """Execute one text statement in ``conn``'s transaction (beginning it as SQLAlchemy would), after
     the statements ``defer`` queued, in the same round trip (in the same statement when ``absorbs`` says
@@ -379,10 +257,8 @@ def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any]
     try:
         if deferred[0] and not deferred[1] and absorbs(deferred[0], sql):
             # the queued writes and this INSERT as one statement (one statement less to parse, plan, send)
-            merged = {f"m_{k}": v for k, v in args.items()}
-            for i, (_, a) in enumerate(deferred[0]):
-                merged.update({f"w{i}_{k}": v for k, v in a.items()})
-            cur.execute(pyformat(_absorbed(tuple(q for q, _ in deferred[0]), sql)), merged)
+            one, merged = absorbed(deferred[0], sql, args)
+            cur.execute(pyformat(one), merged)
         elif deferred[0]:
             _pipelined(conn, deferred, lambda: cur.execute(pyformat(sql), args))
         else:

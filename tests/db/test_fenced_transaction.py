@@ -24,6 +24,14 @@ def notes(db):
         conn.execute(text("DROP TABLE fenced_notes"))
 
 
+def _wait_past_deadline(db, job_id: int) -> None:
+    """Until the job's execution deadline has passed by the database's clock."""
+    while not scalar(
+        db, "SELECT execution_deadline <= clock_timestamp() FROM workflow_jobs WHERE id = :id", id=job_id
+    ):
+        time.sleep(0.05)
+
+
 def _write(conn, note: str) -> None:
     conn.execute(text("INSERT INTO fenced_notes (note) VALUES (:n)"), {"n": note})
 
@@ -35,10 +43,7 @@ def test_writes_past_the_execution_deadline_roll_back(db, notes):
     ctx = context_for(claim_one(db), db)
     with pytest.raises(JobAborted, match="execution deadline passed"), ctx.transaction() as conn:
         _write(conn, "too late")
-        while not scalar(
-            db, "SELECT execution_deadline <= clock_timestamp() FROM workflow_jobs WHERE id = :id", id=job_id
-        ):
-            time.sleep(0.05)
+        _wait_past_deadline(db, job_id)
     assert scalar(db, "SELECT count(*) FROM fenced_notes") == 0
     assert ctx.aborted and ctx.abort_reason == "execution deadline passed"
 
@@ -49,10 +54,7 @@ def test_a_transaction_of_a_job_past_its_deadline_writes_nothing(db, notes):
     job_id = add_job(db, "delay_wake", {}, execution_timeout_ms=1000)
     ctx = context_for(claim_one(db), db)
     ctx.deadline_monotonic = float("inf")  # only the database's clock decides here
-    while not scalar(
-        db, "SELECT execution_deadline <= clock_timestamp() FROM workflow_jobs WHERE id = :id", id=job_id
-    ):
-        time.sleep(0.05)
+    _wait_past_deadline(db, job_id)
     with pytest.raises(JobAborted), ctx.transaction() as conn:
         _write(conn, "never")
     assert scalar(db, "SELECT count(*) FROM fenced_notes") == 0

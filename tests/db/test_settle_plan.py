@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.db import transaction
 from app.ledger.transitions import executor
-from app.sql import pyformat
+from app.sql_text import pyformat
 from tests.ledger_helpers import add_job, claim_one, settle, settlement
 
 KEPT = 3000  # finished jobs the table keeps

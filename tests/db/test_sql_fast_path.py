@@ -9,7 +9,8 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, MultipleResultsFound, NoResultFound, OperationalError
 
 from app.db import transaction
-from app.sql import Result, defer, pyformat, run
+from app.sql import Result, defer, run
+from app.sql_text import pyformat
 from tests.engine.helpers import statements_seen
 
 

@@ -1,6 +1,6 @@
 """What a task's completion sends to PostgreSQL: the task's own move and the read of its instance's steps
 are ONE statement (``store.write_reading_steps``), and the next step's first task and row are ONE
-statement (``app.sql.absorbs``). The outcome is the one of the statements sent one by one: the tests of
+statement (``app.sql_text.absorbs``). The outcome is the one of the statements sent one by one: the tests of
 the engine's moves cover it; these count statements."""
 
 from __future__ import annotations

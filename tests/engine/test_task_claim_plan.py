@@ -15,7 +15,7 @@ from sqlalchemy import text
 from app.db import transaction
 from app.engine import store
 from app.engine.transitions import task_moves
-from app.sql import pyformat
+from app.sql_text import pyformat
 from tests.engine.helpers import claim_task, complete_task, publish, start, statements_seen
 
 NS = "ns-claim-plan"

@@ -1,4 +1,4 @@
-"""``app.sql.combine``: consecutive deferred writes become one statement of data-modifying CTEs, their
+"""``app.sql_text.combine``: consecutive deferred writes become one statement of data-modifying CTEs, their
 parameters renamed apart; any other statement keeps its place."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sql import _absorbed, absorbs, combine, values_insert_target
+from app.sql_text import _absorbed, absorbs, combine, values_insert_target
 
 
 def test_consecutive_writes_are_one_statement_and_a_select_keeps_its_place() -> None:

@@ -1,4 +1,4 @@
-"""``app.sql.pyformat``: a statement's ``:name`` placeholders as psycopg's ``%(name)s``, with SQLAlchemy's
+"""``app.sql_text.pyformat``: a statement's ``:name`` placeholders as psycopg's ``%(name)s``, with SQLAlchemy's
 rules for what is a placeholder (not a cast's ``::``, not ``\\:``), a name bound whole or not at all."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sql import pyformat
+from app.sql_text import pyformat
 
 
 def test_placeholders_casts_literal_colons_and_percent_signs() -> None:

@@ -24,7 +24,8 @@ from sqlalchemy import Connection, text
 from app.ledger.models import ATTEMPT_STATUS_TYPE, JOB_STATUS_TYPE
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN, WORKER_SHUTDOWN
 from app.observability import logs
-from app.sql import column_names, pyformat
+from app.sql import column_names
+from app.sql_text import pyformat
 
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
