@@ -115,6 +115,15 @@ def _cpu(r: RunResult) -> str:
     return f"{c['postgres']:.1f}+{c['engine']:.1f}+{c['client']:.1f}"
 
 
+def further_cpu(long: dict[str, float], short: dict[str, float], extra_steps: int) -> str:
+    """A further TASK step's CPU, as ``_cpu`` writes a workflow's: ``(long - short) / extra_steps`` for
+    PostgreSQL, the engine's processes and this bench process."""
+    if not long or not short:
+        return "-"
+    parts = ((long[k] - short[k]) / max(extra_steps, 1) for k in ("postgres", "engine", "client"))
+    return "+".join(f"{x:.1f}" for x in parts)
+
+
 def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     cols = [v for v in VARIANTS if v in results]
     row = "  {:<38}" + " {:>15}" * len(cols)
@@ -197,6 +206,11 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
                 )
             )
             lines.append(row.format("transactions", *(f"{s.xacts:.1f}" for s in steps.values())))
+            cpu = [
+                further_cpu(results["chain10"][v].cpu_ms, results["task-task"][v].cpu_ms, CHAIN_EXTRA)
+                for v in steps
+            ]
+            lines.append(row.format("CPU ms: PG+engine+client", *cpu))
             lines.append("")
     # Ledgerflow per table
     lf = {name: r["ledgerflow"].per_workflow() for name, r in results.items() if "ledgerflow" in r}

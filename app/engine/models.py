@@ -284,6 +284,9 @@ tasks = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("completed_at", DateTime(timezone=True)),
+    # the instance's created_at, the claim order's first key (migration 0025): written with every task; NULL
+    # only on tasks closed before that migration
+    Column("instance_created_at", DateTime(timezone=True)),
     # a step's own task (STEP) or a compensation task created by a compensation_action job (COMPENSATION)
     Column("purpose", Text, nullable=False, server_default=text("'STEP'")),
     # the Idempotency-Key and request fingerprint of the claim that holds the current epoch (NULL: a claim
@@ -293,13 +296,14 @@ tasks = Table(
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )
-# The claim path: open tasks of a queue in claim order, created_at then id (CLAIMED ones come back once their
-# lease expired), read in order up to the tasks a claim takes (migration 0022); the quota check counts a
-# namespace's and a queue's open tasks from it.
+# The claim path: open tasks of a queue in claim order, the workflows started first (instance_created_at),
+# then created_at and id (CLAIMED ones come back once their lease expired), read in order up to the tasks a
+# claim takes (migrations 0022, 0025); the quota check counts a namespace's and a queue's open tasks from it.
 Index(
     "ix_workflow_tasks_claim",
     tasks.c.namespace_id,
     tasks.c.queue,
+    tasks.c.instance_created_at,
     tasks.c.created_at,
     tasks.c.id,
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),

@@ -109,6 +109,7 @@ def create_task(
             "timeout": timeout_seconds,
             "purpose": purpose,
             "output": compensation_of_output,
+            "started": inst["created_at"],
         },
         input_sql=input_sql,
     )

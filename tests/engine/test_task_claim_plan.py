@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import store
+from app.engine import store, task_protocol
 from app.engine.transitions import task_moves
 from app.sql_text import pyformat
-from tests.engine.helpers import claim_task, complete_task, publish, start, statements_seen
+from tests.engine.helpers import claim_task, complete_task, definition, publish, start, statements_seen
 
 NS = "ns-claim-plan"
 BACKLOG = 2000
@@ -45,11 +45,11 @@ FROM generate_series(1, :n) g"""
                 text(
                     """
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, state,
-    epoch, attempt, deadline_at, created_at, updated_at, purpose, lease_expires_at)
+    epoch, attempt, deadline_at, created_at, updated_at, purpose, lease_expires_at, instance_created_at)
 SELECT :ns || '-t' || lpad(g::text, 5, '0'), :ns, :ns || '-i' || g, 's', 'k', 'a', 'q',
     CASE WHEN g <= :ahead THEN 'CLAIMED' ELSE 'PENDING' END, 1, 1, now() + interval '1 hour',
     now() - interval '1 hour' + g * interval '1 ms', now(), 'STEP',
-    CASE WHEN g <= :ahead THEN now() + interval '1 minute' END
+    CASE WHEN g <= :ahead THEN now() + interval '1 minute' END, now() - interval '2 hours' + g * interval '1 ms'
 FROM generate_series(1, :n) g"""
                 ),
                 {"ns": ns, "n": n, "ahead": CLAIMED_AHEAD},
@@ -150,3 +150,42 @@ def test_an_instance_that_ends_with_nothing_open_sends_no_cancel(eng) -> None:
     ]
     assert cancels == []
     assert [s for s in seen if "EXISTS (SELECT 1 FROM workflow_waits" in s]
+
+
+CHAIN = definition(
+    {"key": "s1", "kind": "TASK", "queue": "cq"},
+    {"key": "s2", "kind": "TASK", "queue": "cq", "after": ["s1"]},
+)
+
+
+def _claim(eng, queues: list[str], n: int) -> list[tuple[str, str]]:
+    with transaction(eng) as conn:
+        return [(t["instance_id"], t["step_key"]) for t in task_protocol.claim(conn, NS, queues, n, 60)]
+
+
+def test_a_claim_serves_the_workflows_started_first(eng) -> None:
+    """A workflow's next step is claimed before the first steps of the workflows started after it, though
+    its task was created after theirs (migration 0025). Fails before: the claim took tasks by their own
+    creation, so under a backlog every workflow's next step queued behind every younger workflow's first."""
+    def_id = publish(eng, NS, CHAIN)
+    a, b, c = (start(eng, NS, def_id, {})["id"] for _ in range(3))
+    first = claim_task(eng, NS, "cq")
+    assert (first["instance_id"], first["step_key"]) == (a, "s1")
+    complete_task(eng, NS, first, {})  # a's s2 is created now, after b's and c's s1
+    assert _claim(eng, ["cq"], 1) == [(a, "s2")]
+    assert _claim(eng, ["zz", "cq"], 2) == [(b, "s1"), (c, "s1")]  # several queues: the same order
+
+
+def test_the_tasks_of_one_workflow_keep_their_creation_order(eng) -> None:
+    """Parallel steps of one instance share its creation time: they are claimed as they were created."""
+    doc = definition(*({"key": f"p{i}", "kind": "TASK", "queue": "cq"} for i in range(3)))
+    iid = start(eng, NS, publish(eng, NS, doc), {})["id"]
+    with eng.connect() as conn:
+        made = [
+            r.step_key
+            for r in conn.execute(
+                text("SELECT step_key FROM workflow_tasks WHERE instance_id = :i ORDER BY created_at, id"),
+                {"i": iid},
+            )
+        ]
+    assert [k for _, k in _claim(eng, ["cq"], 3)] == made

@@ -63,6 +63,13 @@ def test_per_workflow_and_each_further_step() -> None:
     assert step.tables == {"events": (1.0, 0.0, 0.0), "extra": (0.5, 0.0, 0.0), "jobs": (1.0, 2.0, 0.0)}
 
 
+def test_each_further_step_cpu_is_the_difference_per_extra_step() -> None:
+    long = {"postgres": 24.0, "engine": 41.0, "client": 6.2}
+    short = {"postgres": 7.2, "engine": 9.0, "client": 1.4}
+    assert workflows.further_cpu(long, short, 8) == "2.1+4.0+0.6"
+    assert workflows.further_cpu({}, short, 8) == "-"  # a run without CPU figures
+
+
 def test_counts_table_lists_tables_and_totals() -> None:
     pw = per_workflow(Counts({"workflow_jobs": (8, 10, 0), "idle": (0, 0, 0)}, 40), 2)
     text = "\n".join(counts_table({"task-task": pw}))

@@ -38,15 +38,16 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
 
 
 def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
-    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds (sent with the transaction's next
-    statement: nothing reads it back before)."""
+    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
+    ``started``, its instance's ``created_at`` (sent with the transaction's next statement: nothing reads
+    it back before)."""
     defer(
         conn,
         f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
-    attempt, poll_round, deadline_at, purpose)
+    attempt, poll_round, deadline_at, purpose, instance_created_at)
 VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
-    now() + make_interval(secs => :timeout), :purpose)
+    now() + make_interval(secs => :timeout), :purpose, :started)
 """,
         {"round": None, "purpose": "STEP", "output": None, **row},
     )
@@ -67,12 +68,13 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :roun
 # claim of a task overwrites its key); when there are any, nothing is claimed and they are answered again
 # (``replayed``). Otherwise the picked tasks are claimed and carry the key and the request's fingerprint.
 #
-# The pick reads a queue's open tasks from ``ix_workflow_tasks_claim`` in claim order (created_at, id) and
+# The pick reads a queue's open tasks from ``ix_workflow_tasks_claim`` in claim order (the workflows started
+# first: instance_created_at, then the task's created_at and id; migration 0025) and
 # stops at ``:n`` it could lock: it visits the claimed tasks ahead of them and the tasks it takes, never the
 # whole backlog (migration 0022: before, every open task of the namespace was read and sorted at every
 # claim). The instance's hold is a correlated lookup per task visited (its primary key), never a scan of the
-# instances. With several queues, each queue is read so (at most ``:n`` locked per queue) and the oldest
-# ``:n`` of them are claimed; the others stay PENDING, locked until this statement's transaction ends.
+# instances. With several queues, each queue is read so (at most ``:n`` locked per queue) and the first
+# ``:n`` of them in claim order are claimed; the others stay PENDING, locked until this statement's transaction ends.
 _PICK_WHERE = """t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')
       AND (t.state = 'PENDING' OR t.lease_expires_at <= now())
       AND t.deadline_at > now()
@@ -85,18 +87,18 @@ _PICK_WHERE = """t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')
 _PICK_ONE_QUEUE = f"""
     SELECT t.id FROM workflow_tasks t
     WHERE t.queue = :queue AND {_PICK_WHERE}
-    ORDER BY t.created_at, t.id
+    ORDER BY t.instance_created_at, t.created_at, t.id
     LIMIT :n
     FOR UPDATE SKIP LOCKED"""
 _PICK_QUEUES = f"""
     SELECT p.id FROM unnest(CAST(:queues AS text[])) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT t.id, t.created_at FROM workflow_tasks t
+        SELECT t.id, t.instance_created_at, t.created_at FROM workflow_tasks t
         WHERE t.queue = q.queue AND {_PICK_WHERE}
-        ORDER BY t.created_at, t.id
+        ORDER BY t.instance_created_at, t.created_at, t.id
         LIMIT :n
         FOR UPDATE OF t SKIP LOCKED) p
-    ORDER BY p.created_at, p.id
+    ORDER BY p.instance_created_at, p.created_at, p.id
     LIMIT :n"""
 
 
