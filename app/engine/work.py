@@ -10,13 +10,13 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import transaction_state
+from app.engine.documents import DEFAULT_TASK_TIMEOUT_SECONDS
 from app.engine.store import jdump
 from app.engine.transitions import task_moves
 from app.ids import new_id
 from app.ledger.enqueue import arm, enqueue
 from app.ledger.states import JobType
 
-DEFAULT_TASK_TIMEOUT_SECONDS = 300
 COMPENSATION_TASK_SECONDS = 7 * 24 * 3600
 
 
