@@ -130,6 +130,50 @@ def test_migration_0013_moves_running_attempts_onto_their_job_rows(scratch):
         assert pk == "PRIMARY KEY (job_id, generation, attempt)"
 
 
+def test_migration_0025_ranks_the_open_tasks_by_their_instance(scratch):
+    """Upgrading with tasks open: each open task takes its instance's creation time as its claim rank (the
+    claim order of migration 0025), a closed one keeps NULL, and the claim index orders by it. Foreign keys
+    are not checked while the rows are made (``session_replication_role``): only these two tables matter."""
+    url, eng = scratch
+    upgrade(url, "0024_credentials_notify")
+    with eng.begin() as conn:
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        conn.execute(
+            text(
+                "INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, "
+                "state, revision, paused, control_revision, input, queues, deadline_at, trace_id, created_at, "
+                "updated_at) VALUES "
+                "('old', 'ns', 'd', 'dv', 'v1', 'RUNNING', 1, false, 1, '{}', '{}', now() + interval '1 hour', 't', "
+                "'2026-01-01T00:00:00Z', now()), "
+                "('new', 'ns', 'd', 'dv', 'v1', 'RUNNING', 1, false, 1, '{}', '{}', now() + interval '1 hour', 't', "
+                "'2026-06-01T00:00:00Z', now())"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, "
+                "state, deadline_at, created_at) VALUES "
+                "('t-new', 'ns', 'new', 's', 'k', 'a', 'q', 'PENDING', now() + interval '1 hour', '2026-06-01T00:00:01Z'), "
+                "('t-old', 'ns', 'old', 's', 'k', 'a', 'q', 'CLAIMED', now() + interval '1 hour', '2026-06-02T00:00:00Z'), "
+                "('t-done', 'ns', 'old', 's', 'k', 'a', 'q', 'COMPLETED', now() + interval '1 hour', '2026-01-01T00:00:01Z')"
+            )
+        )
+    upgrade(url)
+    with eng.connect() as conn:
+        ranks = dict(
+            conn.execute(
+                text(
+                    "SELECT id, to_char(instance_created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM workflow_tasks"
+                )
+            ).all()
+        )
+        assert ranks == {"t-new": "2026-06-01", "t-old": "2026-01-01", "t-done": None}
+        index = conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_workflow_tasks_claim'")
+        ).scalar()
+        assert "(namespace_id, queue, instance_created_at, created_at, id)" in index
+
+
 def test_trace_lookups_go_through_the_trace_hash_index(db):
     """``trace_is`` (the trace chain and the job list filter) and ``trace_match_sql`` (replay) are
     served by the trace index on the id's 64-bit hash, and match the whole id only."""
