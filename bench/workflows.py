@@ -107,21 +107,23 @@ def _lat(values: Sequence[float]) -> str:
     return _q(values, fmt)
 
 
-def _cpu(r: RunResult) -> str:
+_CPU_PARTS = ("postgres", "engine", "client")
+
+
+def _cpu_text(c: dict[str, float]) -> str:
     """PostgreSQL (the engine database's backends) + the engine's own processes + this bench process."""
-    c = r.cpu_ms
-    if not c:
-        return "-"
-    return f"{c['postgres']:.1f}+{c['engine']:.1f}+{c['client']:.1f}"
+    return "+".join(f"{c[k]:.1f}" for k in _CPU_PARTS) if c else "-"
+
+
+def _cpu(r: RunResult) -> str:
+    return _cpu_text(r.cpu_ms)
 
 
 def further_cpu(long: dict[str, float], short: dict[str, float], extra_steps: int) -> str:
-    """A further TASK step's CPU, as ``_cpu`` writes a workflow's: ``(long - short) / extra_steps`` for
-    PostgreSQL, the engine's processes and this bench process."""
+    """A further TASK step's CPU, written as a workflow's: ``(long - short) / extra_steps`` for each part."""
     if not long or not short:
         return "-"
-    parts = ((long[k] - short[k]) / max(extra_steps, 1) for k in ("postgres", "engine", "client"))
-    return "+".join(f"{x:.1f}" for x in parts)
+    return _cpu_text({k: (long[k] - short[k]) / max(extra_steps, 1) for k in _CPU_PARTS})
 
 
 def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:

@@ -109,7 +109,7 @@ def create_task(
             "timeout": timeout_seconds,
             "purpose": purpose,
             "output": compensation_of_output,
-            "started": inst["created_at"],
+            "instance_created_at": inst["created_at"],
         },
         input_sql=input_sql,
     )

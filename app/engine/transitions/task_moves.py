@@ -39,15 +39,15 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
 
 def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
     """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
-    ``started``, its instance's ``created_at`` (sent with the transaction's next statement: nothing reads
-    it back before)."""
+    ``instance_created_at`` (its instance's ``created_at``), sent with the transaction's next statement:
+    nothing reads it back before."""
     defer(
         conn,
         f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, poll_round, deadline_at, purpose, instance_created_at)
 VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
-    now() + make_interval(secs => :timeout), :purpose, :started)
+    now() + make_interval(secs => :timeout), :purpose, :instance_created_at)
 """,
         {"round": None, "purpose": "STEP", "output": None, **row},
     )
@@ -69,12 +69,13 @@ VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :roun
 # (``replayed``). Otherwise the picked tasks are claimed and carry the key and the request's fingerprint.
 #
 # The pick reads a queue's open tasks from ``ix_workflow_tasks_claim`` in claim order (the workflows started
-# first: instance_created_at, then the task's created_at and id; migration 0025) and
-# stops at ``:n`` it could lock: it visits the claimed tasks ahead of them and the tasks it takes, never the
+# first: instance_created_at, then the task's created_at and id; migration 0025) and stops at ``:n`` it
+# could lock: it visits the claimed tasks ahead of them and the tasks it takes, never the
 # whole backlog (migration 0022: before, every open task of the namespace was read and sorted at every
 # claim). The instance's hold is a correlated lookup per task visited (its primary key), never a scan of the
 # instances. With several queues, each queue is read so (at most ``:n`` locked per queue) and the first
-# ``:n`` of them in claim order are claimed; the others stay PENDING, locked until this statement's transaction ends.
+# ``:n`` of them in claim order are claimed; the others stay PENDING, locked until this statement's
+# transaction ends.
 _PICK_WHERE = """t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')
       AND (t.state = 'PENDING' OR t.lease_expires_at <= now())
       AND t.deadline_at > now()
