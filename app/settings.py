@@ -367,7 +367,7 @@ SECRET_KEY = _web.declare("LEDGERFLOW_SECRET_KEY", None, TEXT, "signs the consol
 _observability = Section("Logs, metrics and traces", "every process")
 LOG_LEVEL = _observability.declare("LOG_LEVEL", "INFO", one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "log level of the server processes")
 LOG_FORMAT = _observability.declare("LOG_FORMAT", None, one_of("json", "console"), "one JSON object per line, or readable lines", shown="`json` when stderr is not a terminal, else `console`")
-PROMETHEUS_MULTIPROC_DIR = _observability.declare("PROMETHEUS_MULTIPROC_DIR", None, TEXT, "shared directory of the processes' metrics on one host; empty it before starting them", shown="— (`ledgerflow dev` sets one under `.data/`)")
+PROMETHEUS_MULTIPROC_DIR = _observability.declare("PROMETHEUS_MULTIPROC_DIR", None, TEXT, "shared directory of the processes' metrics on one host; empty it before starting them", shown="— (`ledgerflow dev` sets one under its data folder, `LEDGERFLOW_DATA_DIR`)")
 METRICS = _observability.declare("LEDGERFLOW_METRICS", True, FLAG, "off turns the process-level instruments off")
 METRICS_LEDGER_TTL = _observability.declare("LEDGERFLOW_METRICS_LEDGER_TTL", 5.0, number(0, 3600), "seconds the ledger part of `/metrics` is cached per process")
 METRICS_PORT = _observability.declare("LEDGERFLOW_METRICS_PORT", None, integer(1, 65535), "workers and scheduler: serve this host's process metrics on this port (no auth)")

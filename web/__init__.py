@@ -35,6 +35,7 @@ SECURITY_HEADERS = {
 def create_app() -> Flask:
     settings.validate()  # a bad value of any setting: SettingError, one line naming the variable
     settings.refuse_unsafe_production()  # e.g. the development cursor key in production: no start
+    db.name_process("web")  # application_name of its connections (app.db)
     db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db)
     # L-CLAIM-4: the jobs a request creates (timers, task deadlines, event fan-out, children...) publish
     # their wake hints after its commit, as a worker's do; without this they waited for a pool's 2 s poll
