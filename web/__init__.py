@@ -19,6 +19,7 @@ from web.strict import MAX_BODY_BYTES, check_path, check_query
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
+from web.workflow_retention import bp as workflow_retention_bp
 from web.workflows import bp as workflows_bp
 
 # Every response: JSON is never sniffed as something else, never framed, never cached
@@ -82,6 +83,7 @@ def create_app() -> Flask:
     app.register_blueprint(tasks_bp)
     app.register_blueprint(workflow_control_bp)
     app.register_blueprint(workflow_history_bp)
+    app.register_blueprint(workflow_retention_bp)
     app.register_blueprint(schedules_bp)
     console.install(app)  # the operator console under /console (L-UI-1)
     app.register_blueprint(integrations_bp)

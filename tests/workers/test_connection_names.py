@@ -88,6 +88,7 @@ def test_every_connection_of_make_run_names_its_process_and_metrics_stay_in_its_
         names = _names(engine)
         assert "" not in names, names
         assert all(n.startswith("ledgerflow-") for n in names), names
+        assert proc.poll() is None, log.read_text()  # every process still up (a pool whose loop died exits)
         metrics = data_dir / "prometheus-multiproc"
         assert metrics.is_dir() and any(metrics.iterdir()), log.read_text()
         assert sentinel.read_bytes() == b"another server's metrics"
