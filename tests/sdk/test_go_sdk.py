@@ -7,7 +7,6 @@ Without Go the tests fail with one line saying so: they are never skipped."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -41,16 +40,36 @@ def test_go_vet_and_the_unit_tests_pass(go, scratch):
     assert "ok" in unit.stdout
 
 
-def test_the_go_scenario_runs_against_the_server(go, scratch, wf_server):
-    binary = scratch / "scenario"
-    build = run_go(go, scratch, "build", "-o", str(binary), "./examples/scenario")
+def _run_example(
+    go: str, scratch: Path, server: str, example: str
+) -> tuple[str, subprocess.CompletedProcess]:
+    """Build ``sdk/go/examples/<example>`` and run it against ``server`` with a new namespace's
+    credential of every scope; returns the token and the finished process."""
+    binary = scratch / example
+    build = run_go(go, scratch, "build", "-o", str(binary), f"./examples/{example}")
     assert build.returncode == 0, build.stdout + build.stderr
-    ns = make_namespace(wf_server)
+    ns = make_namespace(server)
     with transaction() as conn:
         token = create_credential(conn, namespace=ns.name, name="go-sdk", scopes=sorted(ALL_SCOPES)).token
-    env = {**go_env(scratch), "LEDGERFLOW_URL": wf_server, "LEDGERFLOW_TOKEN": token}
+    env = {**go_env(scratch), "LEDGERFLOW_URL": server, "LEDGERFLOW_TOKEN": token}
     ran = subprocess.run([str(binary)], env=env, capture_output=True, text=True, timeout=180)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    return token, ran
+
+
+def test_the_readmes_first_workflow_in_go_runs(go, scratch, wf_server):
+    _, ran = _run_example(go, scratch, wf_server, "first_workflow")
+    last = ran.stdout.strip().splitlines()[-1]
+    assert last.startswith("SUCCEEDED: ")
+    assert json.loads(last.removeprefix("SUCCEEDED: ")) == {
+        "greeting": "Hello, Ada!",
+        "note": "Hello, Ada! Your first workflow ran.",
+    }
+    assert "hello.greet: task" in ran.stderr and "completed in" in ran.stderr
+
+
+def test_the_go_scenario_runs_against_the_server(go, scratch, wf_server):
+    token, ran = _run_example(go, scratch, wf_server, "scenario")
     seen = json.loads(ran.stdout)
 
     assert seen["versions"] == 1 and seen["first_state"] == "RUNNING" and not seen["first_deduplicated"]
@@ -82,8 +101,14 @@ def test_the_go_scenario_runs_against_the_server(go, scratch, wf_server):
         assert wf.output["prep"] == {"prepared": True, "n": 9007199254740993}
         assert wf.output["ship"]["receipt"] == {"ok": True, "big": 18446744073709551617}
         assert str(c.get_workflow_steps(seen["workflow_id"]).revision) == seen["steps_revision"]
-        assert c.get_workflow_operation(
-            seen["workflow_id"],
-            next(o.id for o in c.list_workflow_operations(seen["workflow_id"]) if o.action == "workflow.control.pause"),
-        ).actor_id == seen["pause_actor"]
-    assert os.path.isfile(binary)
+        assert (
+            c.get_workflow_operation(
+                seen["workflow_id"],
+                next(
+                    o.id
+                    for o in c.list_workflow_operations(seen["workflow_id"])
+                    if o.action == "workflow.control.pause"
+                ),
+            ).actor_id
+            == seen["pause_actor"]
+        )
