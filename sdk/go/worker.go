@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,10 +118,19 @@ type flight struct {
 	beating  sync.Mutex // held during a heartbeat and a release: a release never precedes a heartbeat in progress
 	lost     atomic.Bool
 	released atomic.Bool
-	ended    chan struct{} // closed when the handler returned
-	settled  chan struct{} // closed when its result was answered (or given up)
-	once     sync.Once
+	// slot is what became of the slot the task holds: slotHeld, then slotFreed (runFlight gives it
+	// back) or slotHandedOn (the completion request claimed a task that took it over)
+	slot    atomic.Int32
+	ended   chan struct{} // closed when the handler returned
+	settled chan struct{} // closed when its result was answered (or given up)
+	once    sync.Once
 }
+
+const (
+	slotHeld int32 = iota
+	slotFreed
+	slotHandedOn
+)
 
 func (f *flight) settle() { f.once.Do(func() { close(f.settled) }) }
 
@@ -138,14 +148,17 @@ type outcome struct {
 // run is the state of one Run.
 type run struct {
 	w        *TaskWorker
+	ctx      context.Context
 	queues   []string
+	handlers map[string]TaskHandler
+	refillOK atomic.Bool   // false: the server takes no claim with completions (an earlier release)
 	slots    chan struct{} // a token per task held (claimed and not yet settled)
 	outcomes chan *outcome
 	stop     chan struct{} // closed when the helpers (reporter, heartbeats) stop
 	stopping atomic.Bool
 	mu       sync.Mutex
 	flights  map[*flight]struct{}
-	handlers sync.WaitGroup // handlers running
+	running  sync.WaitGroup // handlers running
 	helpers  sync.WaitGroup // the reporter
 	fatalMu  sync.Mutex
 	fatal    error
@@ -176,8 +189,9 @@ func (w *TaskWorker) Run(ctx context.Context) error {
 	if len(handlers) == 0 {
 		return errors.New("ledgerflow: no task handlers: register one with worker.Register(queue, handler)")
 	}
-	r := &run{w: w, slots: make(chan struct{}, w.opts.Concurrency), stop: make(chan struct{}),
+	r := &run{w: w, ctx: ctx, handlers: handlers, slots: make(chan struct{}, w.opts.Concurrency), stop: make(chan struct{}),
 		outcomes: make(chan *outcome, w.opts.Concurrency), flights: map[*flight]struct{}{}, fatalCh: make(chan struct{})}
+	r.refillOK.Store(true)
 	for q := range handlers {
 		r.queues = append(r.queues, q)
 	}
@@ -185,7 +199,7 @@ func (w *TaskWorker) Run(ctx context.Context) error {
 	r.logf("task worker ready: queues %v at %s (%d at a time)", r.queues, w.client.BaseURL(), w.opts.Concurrency)
 	r.helpers.Add(1)
 	go r.reporter()
-	r.claimLoop(ctx, handlers)
+	r.claimLoop(ctx)
 	r.shutdown()
 	r.fatalMu.Lock()
 	defer r.fatalMu.Unlock()
@@ -200,7 +214,7 @@ func passing(err error) bool {
 	return errors.As(err, &unreachable) || errors.As(err, &unknown) || (errors.As(err, &apiErr) && transient(apiErr))
 }
 
-func (r *run) claimLoop(ctx context.Context, handlers map[string]TaskHandler) {
+func (r *run) claimLoop(ctx context.Context) {
 	for {
 		select { // one free slot at least
 		case r.slots <- struct{}{}:
@@ -238,7 +252,7 @@ func (r *run) claimLoop(ctx context.Context, handlers map[string]TaskHandler) {
 			continue
 		}
 		for i := range tasks {
-			r.dispatch(ctx, &tasks[i], handlers)
+			r.dispatch(&tasks[i])
 		}
 	}
 }
@@ -268,7 +282,8 @@ func (r *run) claim(ctx context.Context, n int) ([]Task, error) {
 	}
 }
 
-func (r *run) dispatch(ctx context.Context, t *Task, handlers map[string]TaskHandler) {
+// dispatch starts a claimed task on the slot it was claimed for (the caller holds its token).
+func (r *run) dispatch(t *Task) {
 	label := fmt.Sprintf("%s: task %s (step %s, workflow %s", t.Queue, short(t.ID), t.StepKey, short(t.WorkflowID))
 	if t.Attempt > 1 {
 		label += fmt.Sprintf(", attempt %d", t.Attempt)
@@ -288,9 +303,9 @@ func (r *run) dispatch(ctx context.Context, t *Task, handlers map[string]TaskHan
 		}
 	}
 	hctx, cancel := context.WithCancel(context.Background())
-	f := &flight{task: *t, label: label, interval: interval, handler: handlers[t.Queue], ctx: hctx, cancel: cancel,
+	f := &flight{task: *t, label: label, interval: interval, handler: r.handlers[t.Queue], ctx: hctx, cancel: cancel,
 		began: time.Now(), ended: make(chan struct{}), settled: make(chan struct{})}
-	if ctx.Err() != nil || r.stopping.Load() || f.handler == nil {
+	if r.ctx.Err() != nil || r.stopping.Load() || f.handler == nil {
 		// claimed by a long poll that ended after the stop (or of a queue without a handler): back now
 		r.release(f, "the worker is stopping")
 		close(f.ended)
@@ -301,7 +316,7 @@ func (r *run) dispatch(ctx context.Context, t *Task, handlers map[string]TaskHan
 	r.mu.Lock()
 	r.flights[f] = struct{}{}
 	r.mu.Unlock()
-	r.handlers.Add(1)
+	r.running.Add(1)
 	go r.heartbeat(f)
 	go r.runFlight(f)
 }
@@ -319,11 +334,13 @@ func (r *run) runFlight(f *flight) {
 		delete(r.flights, f)
 		r.mu.Unlock()
 		f.cancel()
-		<-r.slots
+		if f.slot.CompareAndSwap(slotHeld, slotFreed) {
+			<-r.slots
+		}
 	}()
 	output, err := r.call(f)
 	close(f.ended)
-	r.handlers.Done()
+	r.running.Done()
 	if f.lost.Load() || f.released.Load() {
 		why := "its lease was lost"
 		if f.released.Load() {
@@ -481,12 +498,18 @@ func (r *run) resend(flights []*flight, send func(ctx context.Context) error) er
 	}
 }
 
+// sendCompletions completes done in one request that also claims as many tasks (when the worker
+// runs on): a slot its completion frees runs the next task as soon as the answer arrives, one request
+// per task instead of two, and the task a completion just created can be among them.
 func (r *run) sendCompletions(done []*outcome) {
 	req := CompleteTasksRequest{}
 	flights := make([]*flight, len(done))
 	for i, o := range done {
 		req.Tasks = append(req.Tasks, CompletionItem{ID: o.f.task.ID, Epoch: o.f.task.Epoch, Output: o.output})
 		flights[i] = o.f
+	}
+	if r.refillOK.Load() && !r.stopping.Load() && r.ctx.Err() == nil {
+		req.Claim = &ClaimNext{Queues: r.queues, MaxTasks: len(done)}
 	}
 	key := NewIdempotencyKey() // the same key for every resend of this request
 	var resp *CompleteTasksResponse
@@ -495,6 +518,12 @@ func (r *run) sendCompletions(done []*outcome) {
 		return err
 	})
 	if err != nil {
+		if req.Claim != nil && claimRefused(err) {
+			r.logf("the server takes no claim with completions: this worker claims separately")
+			r.refillOK.Store(false)
+			r.sendCompletions(done)
+			return
+		}
 		if IsCode(err, CodeInvalidArgument) && len(done) > 1 {
 			for _, o := range done { // one item the server refuses must not hold back the others
 				r.sendCompletions([]*outcome{o})
@@ -510,6 +539,7 @@ func (r *run) sendCompletions(done []*outcome) {
 		}
 		return
 	}
+	r.refill(resp.Claimed, flights)
 	for i, o := range done {
 		if i < len(resp.Results) && resp.Results[i].Status == 200 {
 			r.logf("%s completed in %s", o.f.label, o.f.took())
@@ -522,6 +552,43 @@ func (r *run) sendCompletions(done []*outcome) {
 			r.logf("%s finished in %s, but the result was refused (epoch %d: %d %s)", o.f.label, o.f.took(), o.f.task.Epoch, res.Status, msg)
 		}
 		o.f.settle()
+	}
+}
+
+// claimRefused: a 400 naming the claim field (a server of an earlier release takes no claim with
+// completions).
+func claimRefused(err error) bool {
+	var apiErr *Error
+	if !errors.As(err, &apiErr) || apiErr.Code != CodeInvalidArgument {
+		return false
+	}
+	for _, f := range apiErr.Errors {
+		if strings.HasPrefix(f.Field, "claim") {
+			return true
+		}
+	}
+	return false
+}
+
+// refill starts the tasks a completion request claimed, each on the slot of one of the completed
+// flights (before they settle and give their slots back); a task no slot is left for goes back.
+func (r *run) refill(claimed []Task, flights []*flight) {
+	next := 0
+	for i := range claimed {
+		took := false
+		for ; next < len(flights) && !took; next++ {
+			took = flights[next].slot.CompareAndSwap(slotHeld, slotHandedOn)
+		}
+		if !took {
+			select {
+			case r.slots <- struct{}{}:
+			default:
+				f := &flight{task: claimed[i], label: claimed[i].Queue + ": task " + short(claimed[i].ID), cancel: func() {}}
+				r.release(f, "no free slot")
+				continue
+			}
+		}
+		r.dispatch(&claimed[i])
 	}
 }
 
@@ -553,7 +620,7 @@ func (r *run) sendFailure(o *outcome) {
 func (r *run) shutdown() {
 	r.stopping.Store(true)
 	finished := make(chan struct{})
-	go func() { r.handlers.Wait(); close(finished) }()
+	go func() { r.running.Wait(); close(finished) }()
 	r.mu.Lock()
 	running := len(r.flights)
 	r.mu.Unlock()

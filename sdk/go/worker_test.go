@@ -23,6 +23,8 @@ type fakeTasks struct {
 	heartbeat int                 // the status heartbeats answer
 	completed map[string]string   // task id -> output
 	failed    map[string]string   // task id -> message
+	noRefill  bool                // answer a claim with completions 400 (a server of an earlier release)
+	refilled  int                 // tasks claimed by completion requests
 }
 
 func newFakeTasks(n int) *fakeTasks {
@@ -75,15 +77,29 @@ func (f *fakeTasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				ID     string          `json:"id"`
 				Output json.RawMessage `json:"output"`
 			} `json:"tasks"`
+			Claim *ClaimNext `json:"claim"`
 		}
 		_ = json.Unmarshal(raw, &req)
+		if req.Claim != nil && f.noRefill {
+			w.WriteHeader(400)
+			_, _ = w.Write([]byte(`{"code":"INVALID_ARGUMENT","message":"invalid","errors":[{"field":"claim","message":"unknown field"}]}`))
+			return
+		}
+		var claimed []any
+		if req.Claim != nil {
+			for len(claimed) < req.Claim.MaxTasks && len(f.pending) > 0 {
+				claimed = append(claimed, task(f.pending[0]))
+				f.pending = f.pending[1:]
+			}
+			f.refilled += len(claimed)
+		}
 		var results []any
 		for _, t := range req.Tasks {
 			f.calls["complete"] = append(f.calls["complete"], t.ID)
 			f.completed[t.ID] = string(t.Output)
 			results = append(results, map[string]any{"id": t.ID, "status": 200, "task": task(t.ID)})
 		}
-		answer(200, map[string]any{"results": results})
+		answer(200, map[string]any{"results": results, "claimed": claimed})
 	case len(parts) == 2:
 		id, action := parts[0], parts[1]
 		f.calls[action] = append(f.calls[action], id)
@@ -134,7 +150,14 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 }
 
 func TestWorkerRunsAtMostConcurrencyAtOnceAndCompletesAll(t *testing.T) {
+	for _, noRefill := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noRefill=%v", noRefill), func(t *testing.T) { concurrencyAndAll(t, noRefill) })
+	}
+}
+
+func concurrencyAndAll(t *testing.T, noRefill bool) {
 	fake := newFakeTasks(12)
+	fake.noRefill = noRefill
 	w := workerOf(t, fake, WorkerOptions{Concurrency: 3})
 	var mu sync.Mutex
 	running, most := 0, 0
@@ -169,6 +192,9 @@ func TestWorkerRunsAtMostConcurrencyAtOnceAndCompletesAll(t *testing.T) {
 	defer fake.mu.Unlock()
 	if fake.failed[fmt.Sprintf("%032d", 5)] != "bad input" || fake.completed[fmt.Sprintf("%032d", 0)] != `{"n":18446744073709551617}` {
 		t.Fatalf("%v %v", fake.failed, fake.completed)
+	}
+	if noRefill == (fake.refilled > 0) {
+		t.Fatalf("refilled %d", fake.refilled) // completions claim the next tasks unless the server refuses it
 	}
 	for _, asked := range fake.calls["claim"] {
 		if n, _ := strconv.Atoi(asked); n > 3 || n < 1 {
