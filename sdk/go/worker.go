@@ -61,7 +61,8 @@ const NoPollWait = time.Duration(-1)
 // heartbeaten; a heartbeat answered 409 or 404 means the lease is lost: the handler's context is
 // cancelled and its result is not sent. Results go out as they come, completions together (up to
 // 16 per POST /v1/tasks/complete), failures one by one; a slot is free again once its result was
-// accepted or refused. Network errors, 503 and 429 RATE_LIMITED are retried by the client (same
+// accepted or refused. A completion request also claims as many tasks as it completes, which start
+// at once on the slots it frees (one request per task instead of two). Network errors, 503 and 429 RATE_LIMITED are retried by the client (same
 // key), then again every second with the same key until the server answers or the lease is lost.
 //
 // When ctx ends, Run stops claiming (a claim in its long poll ends within PollWait and the tasks it
