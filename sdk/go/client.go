@@ -130,6 +130,8 @@ type call struct {
 	query  url.Values
 	body   any
 	key    string
+	// timeout of one attempt when longer than the client's (a claim's long poll)
+	timeout time.Duration
 }
 
 // do sends a call with the retry policy (see the package documentation) and decodes the answer's
@@ -212,7 +214,11 @@ func (c *Client) do(ctx context.Context, cl call, out any) (int, error) {
 // attempt sends the request once. wrote: the request was written to a connection (it may have
 // reached the server). apiErr: the server answered an error; err: no (usable) answer.
 func (c *Client) attempt(ctx context.Context, cl call, target string, payload []byte, out any) (status int, wrote bool, apiErr *Error, err error) {
-	actx, cancel := context.WithTimeout(ctx, c.timeout)
+	timeout := c.timeout
+	if cl.timeout > timeout {
+		timeout = cl.timeout
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wroteFlag atomic.Bool
 	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{

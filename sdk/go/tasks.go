@@ -110,7 +110,10 @@ func (c *Client) ClaimTasks(ctx context.Context, key string, req ClaimRequest) (
 	var out struct {
 		Tasks []Task `json:"tasks"`
 	}
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/claim", body: req, key: key}, &out); err != nil {
+	// an attempt waits for the long poll and then some
+	longPoll := time.Duration(req.WaitSeconds)*time.Second + 10*time.Second
+	cl := call{method: http.MethodPost, path: "/v1/tasks/claim", body: req, key: key, timeout: longPoll}
+	if _, err := c.do(ctx, cl, &out); err != nil {
 		return nil, err
 	}
 	return out.Tasks, nil

@@ -306,7 +306,14 @@ func (r *run) dispatch(t *Task) {
 	hctx, cancel := context.WithCancel(context.Background())
 	f := &flight{task: *t, label: label, interval: interval, handler: r.handlers[t.Queue], ctx: hctx, cancel: cancel,
 		began: time.Now(), ended: make(chan struct{}), settled: make(chan struct{})}
-	if r.ctx.Err() != nil || r.stopping.Load() || f.handler == nil {
+	r.mu.Lock() // shutdown sets stopping under it: no handler starts once it waits for them
+	start := r.ctx.Err() == nil && !r.stopping.Load() && f.handler != nil
+	if start {
+		r.flights[f] = struct{}{}
+		r.running.Add(1)
+	}
+	r.mu.Unlock()
+	if !start {
 		// claimed by a long poll that ended after the stop (or of a queue without a handler): back now
 		r.release(f, "the worker is stopping")
 		close(f.ended)
@@ -314,10 +321,6 @@ func (r *run) dispatch(t *Task) {
 		<-r.slots
 		return
 	}
-	r.mu.Lock()
-	r.flights[f] = struct{}{}
-	r.mu.Unlock()
-	r.running.Add(1)
 	go r.heartbeat(f)
 	go r.runFlight(f)
 }
@@ -619,7 +622,9 @@ func (r *run) sendFailure(o *outcome) {
 
 // shutdown: running tasks get the grace, those still running are handed back, results flush.
 func (r *run) shutdown() {
+	r.mu.Lock()
 	r.stopping.Store(true)
+	r.mu.Unlock()
 	finished := make(chan struct{})
 	go func() { r.running.Wait(); close(finished) }()
 	r.mu.Lock()
