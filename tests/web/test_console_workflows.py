@@ -102,7 +102,7 @@ SAGA = {
 }
 
 
-def test_a_failed_compensation_is_the_cause_of_the_review_and_the_step_page_shows_it(console, ops, spawn_worker):  # noqa: F811
+def test_compensation_failure_is_the_review_cause(console, ops, spawn_worker):  # noqa: F811
     """Issue 47, point 9: a workflow in NEEDS_REVIEW because its compensation failed showed the step failure
     that began the stop as its cause ("TASK_FAILED — from step flight"), and the undo's error nowhere but in
     a folded audit entry."""
