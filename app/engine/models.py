@@ -128,8 +128,9 @@ Index(
     postgresql_where=text("state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
 )
 Index("ix_workflow_instances_business_key", instances.c.namespace_id, instances.c.business_key)
-Index(  # retention of finished workflows: the oldest ends first (app.engine.retention)
+Index(  # finished workflows by end, per namespace (app.engine.retention, app.engine.summary)
     "ix_workflow_instances_finished",
+    instances.c.namespace_id,
     instances.c.completed_at,
     instances.c.id,
     postgresql_where=text("state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),

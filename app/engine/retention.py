@@ -75,18 +75,23 @@ _DUE = """i.completed_at + make_interval(secs => COALESCE(
          WHERE o.ns = i.namespace_id), :days) * 86400)"""
 _REMOVES_AT = f"GREATEST({_DUE}, i.hold_until)"
 
-# The finished instances that may go now, oldest end first (``ix_workflow_instances_finished``).
+# The finished instances that may go now: each namespace's oldest ends first (``ix_workflow_instances_finished``),
+# at most ``limit`` of each, then ``limit`` in all.
 _REMOVABLE = f"""
-SELECT i.id FROM workflow_instances i
-WHERE {_ENDED}
-  AND i.completed_at < now() - make_interval(secs => :least_days * 86400)
-  AND {_REMOVES_AT} < now()
-  AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT {sql_in("j.status", FINISHED)})
-  AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id
-                  AND NOT {sql_in("p.state", _ENDED_STATES)})
-ORDER BY i.completed_at, i.id
+SELECT r.id FROM namespaces n CROSS JOIN LATERAL (
+    SELECT i.id, i.completed_at FROM workflow_instances i
+    WHERE i.namespace_id = n.id AND {_ENDED}
+      AND i.completed_at < now() - make_interval(secs => :least_days * 86400)
+      AND {_REMOVES_AT} < now()
+      AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT {sql_in("j.status", FINISHED)})
+      AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id
+                      AND NOT {sql_in("p.state", _ENDED_STATES)})
+    ORDER BY i.completed_at, i.id
+    LIMIT :limit
+    FOR UPDATE OF i SKIP LOCKED
+) r
+ORDER BY r.completed_at, r.id
 LIMIT :limit
-FOR UPDATE OF i SKIP LOCKED
 """
 
 # One batch of finished workflows with everything that is theirs alone (each by an index of its table). The

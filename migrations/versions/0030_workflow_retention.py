@@ -2,9 +2,10 @@
 
 ``workflow_instances.hold_until``: an operator's hold (``PUT /v1/workflows/{id}/hold``) keeps a finished
 workflow at least until then, whatever its namespace's retention says. ``ix_workflow_instances_finished``
-orders finished instances by their end, so that the drain's ``retention_workflows`` sweep reads the oldest
-ones first and stops at its batch (an unfinished instance is not in the index). Both are cheap to add: a
-nullable column without a default rewrites nothing, and the index holds finished instances only.
+orders each namespace's finished instances by their end: the drain's ``retention_workflows`` sweep reads
+the oldest ones of each namespace first and stops at its batch, and the console's overview reads the
+newest (an unfinished instance is not in the index). Both are cheap to add: a nullable column without a
+default rewrites nothing, and the index holds finished instances only.
 
 Revision ID: 0030_workflow_retention
 Revises: 0025_claim_by_start
@@ -22,7 +23,7 @@ depends_on = None
 def upgrade() -> None:
     op.execute("ALTER TABLE workflow_instances ADD COLUMN hold_until timestamptz")
     op.execute(
-        "CREATE INDEX ix_workflow_instances_finished ON workflow_instances (completed_at, id) "
+        "CREATE INDEX ix_workflow_instances_finished ON workflow_instances (namespace_id, completed_at, id) "
         "WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
     )
 
