@@ -30,8 +30,8 @@ const (
 // FieldError is one entry of an error answer's "errors": a field (e.g. "input.amount", "cursor")
 // and what is wrong with it.
 type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
+	Field   string `json:"field"`   // the field's path in the request, e.g. "input.amount" or "cursor"
+	Message string `json:"message"` // what is wrong with it
 }
 
 // Error is an error answer of the API (application/problem+json). Use errors.As to get it from any
@@ -84,11 +84,11 @@ func IsCode(err error, code string) bool {
 // server answers its stored first answer (for a start: the first snapshot, deduplicated), otherwise it
 // applies it now. Err is the last failure (an *Error 503 or a network error); Unwrap returns it.
 type UnknownOutcomeError struct {
-	Method         string
-	Path           string
+	Method         string // the request's method
+	Path           string // the request's path
 	IdempotencyKey string // the key every attempt of the call carried
 	Attempts       int    // how many times the request was sent
-	Err            error
+	Err            error  // the last failure: an *Error 503, a network error or the context's error
 }
 
 func (e *UnknownOutcomeError) Error() string {
