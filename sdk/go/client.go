@@ -102,7 +102,10 @@ func NewClient(baseURL, token string, opts ...Options) *Client {
 		// kept-alive connections for a worker's concurrent heartbeats, claims and results (as the
 		// Python SDK keeps 16 idle; Go's default keeps 2 per host)
 		transport.MaxIdleConnsPerHost = 16
-		c.http = &http.Client{Transport: transport}
+		// a redirect is answered as it is (as httpx does): following one would turn a POST into a GET
+		c.http = &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
 	}
 	switch {
 	case !strings.HasPrefix(baseURL, "http://") && !strings.HasPrefix(baseURL, "https://"):

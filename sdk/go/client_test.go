@@ -391,3 +391,12 @@ func TestListQueriesAndCursor(t *testing.T) {
 		t.Fatal(err, rec.queries)
 	}
 }
+
+func TestARedirectIsNotFollowed(t *testing.T) {
+	c, rec, _ := serve(t, answer{status: 307, body: "moved", header: map[string]string{"Location": "/elsewhere"}})
+	_, err := c.StartWorkflow(context.Background(), "", StartWorkflowRequest{})
+	var apiErr *Error
+	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "not JSON") || rec.requests != 1 {
+		t.Fatal(err, rec.paths)
+	}
+}
