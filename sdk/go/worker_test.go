@@ -168,7 +168,19 @@ func concurrencyAndAll(t *testing.T, noRefill bool) {
 			most = running
 		}
 		mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		if task.ID <= fmt.Sprintf("%032d", 1) { // the first claim's tasks 0 and 1 wait for each other
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				both := most >= 2
+				mu.Unlock()
+				if both {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		time.Sleep(time.Millisecond)
 		mu.Lock()
 		running--
 		mu.Unlock()
