@@ -2,6 +2,7 @@ package ledgerflow
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -179,4 +180,25 @@ func (c *Client) GetDefinitionVersion(ctx context.Context, definitionID, version
 		return nil, err
 	}
 	return &out, nil
+}
+
+// WaitForWorkflow reads the workflow every interval (0: 250 ms, as the Python SDK's
+// wait_for_workflow) until it is SUCCEEDED, FAILED or CANCELLED, and returns it; it does not fail
+// for a FAILED or CANCELLED workflow (check State). It ends with ctx (give it a deadline).
+func (c *Client) WaitForWorkflow(ctx context.Context, id string, interval time.Duration) (*WorkflowInstance, error) {
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	for {
+		w, err := c.GetWorkflow(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if w.Finished() {
+			return w, nil
+		}
+		if err := sleepCtx(ctx, interval); err != nil {
+			return nil, fmt.Errorf("ledgerflow: workflow %s is still %s: %w", id, w.State, err)
+		}
+	}
 }
