@@ -78,9 +78,9 @@ func IsCode(err error, code string) bool {
 	return errors.As(err, &e) && e.Code == code
 }
 
-// UnknownOutcomeError: a mutation may or may not have taken effect. Its last attempt answered 503
-// UNAVAILABLE, or the connection failed (or the context ended) after the request was sent, and the
-// retries ran out. Resend the same command with IdempotencyKey: if the first one was applied the
+// UnknownOutcomeError: a mutation may or may not have taken effect. An attempt was answered 503
+// UNAVAILABLE, or its connection failed after the request was sent, and the retries ran out (or the
+// context ended). Resend the same command with IdempotencyKey: if the first one was applied the
 // server answers its stored first answer (for a start: the first snapshot, deduplicated), otherwise it
 // applies it now. Err is the last failure (an *Error 503 or a network error); Unwrap returns it.
 type UnknownOutcomeError struct {
