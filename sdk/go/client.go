@@ -36,7 +36,8 @@ type Options struct {
 	// Timeout of one attempt, the answer included (default 40 s; a claim long-polls up to 30 s).
 	Timeout time.Duration
 	// HTTPClient sends the requests (default: a client of its own over a clone of
-	// http.DefaultTransport, which honours HTTP_PROXY / HTTPS_PROXY / NO_PROXY).
+	// http.DefaultTransport, which honours HTTP_PROXY / HTTPS_PROXY / NO_PROXY, keeping up to 16
+	// idle connections). Its own Timeout, if any, bounds every attempt too.
 	HTTPClient *http.Client
 	// UserAgent is sent with every request (default "ledgerflow-go").
 	UserAgent string
@@ -97,7 +98,14 @@ func NewClient(baseURL, token string, opts ...Options) *Client {
 	}
 	c.http = o.HTTPClient
 	if c.http == nil {
-		c.http = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		// kept-alive connections for a worker's concurrent heartbeats, claims and results (as the
+		// Python SDK keeps 16 idle; Go's default keeps 2 per host)
+		transport.MaxIdleConnsPerHost = 16
+		// a redirect is answered as it is (as httpx does): following one would turn a POST into a GET
+		c.http = &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
 	}
 	switch {
 	case !strings.HasPrefix(baseURL, "http://") && !strings.HasPrefix(baseURL, "https://"):

@@ -391,3 +391,27 @@ func TestListQueriesAndCursor(t *testing.T) {
 		t.Fatal(err, rec.queries)
 	}
 }
+
+func TestARedirectIsNotFollowed(t *testing.T) {
+	c, rec, _ := serve(t, answer{status: 307, body: "moved", header: map[string]string{"Location": "/elsewhere"}})
+	_, err := c.StartWorkflow(context.Background(), "", StartWorkflowRequest{})
+	var apiErr *Error
+	if !errors.As(err, &apiErr) || !strings.Contains(apiErr.Message, "not JSON") || rec.requests != 1 {
+		t.Fatal(err, rec.paths)
+	}
+}
+
+func TestWaitForWorkflowReadsUntilFinished(t *testing.T) {
+	running := answer{status: 200, body: `{"request_id":"r","data":{"id":"w","state":"RUNNING","revision":"2","control_revision":"1","paused":false,"input":{},"business_key":"","deadline_at":"2026-01-01T00:00:00Z","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}}`}
+	c, rec, _ := serve(t, running, running, answer{status: 200, file: "recorded/workflow_big_revision.json"})
+	w, err := c.WaitForWorkflow(context.Background(), "w", time.Millisecond)
+	if err != nil || w.State != StateSucceeded || rec.requests != 3 {
+		t.Fatal(err, rec.requests)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	c2, _, _ := serve(t, running)
+	if _, err := c2.WaitForWorkflow(ctx, "w", time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+}

@@ -28,9 +28,9 @@
 // else Backoff·2^attempt (0.2 s, 0.4 s, 0.8 s, 1.6 s). A quota's 429 (QUEUE_FULL, APPLICATION_FULL) and
 // every other error are returned at once. GET requests are retried the same way.
 //
-// When a mutation's retries run out and it may have taken effect (the last answers were 503, or the
-// connection failed after the request was sent), the error is an [*UnknownOutcomeError] carrying the key
-// used: resend the same command with that key, and the server answers the stored first answer if it
+// When a mutation's retries run out (or its context ends) and it may have taken effect (an attempt
+// was answered 503, or its connection failed after the request was sent), the error is an
+// [*UnknownOutcomeError] carrying the key used: resend the same command with that key, and the server answers the stored first answer if it
 // was applied. A request that never left (connection refused) is an [*UnreachableError]. An answer of
 // the API is an [*Error] (status, code, message, request id, field errors); all three work with
 // errors.As, and an UnknownOutcomeError unwraps to the *Error 503 or network error behind it.

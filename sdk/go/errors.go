@@ -30,8 +30,8 @@ const (
 // FieldError is one entry of an error answer's "errors": a field (e.g. "input.amount", "cursor")
 // and what is wrong with it.
 type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
+	Field   string `json:"field"`   // the field's path in the request, e.g. "input.amount" or "cursor"
+	Message string `json:"message"` // what is wrong with it
 }
 
 // Error is an error answer of the API (application/problem+json). Use errors.As to get it from any
@@ -78,17 +78,17 @@ func IsCode(err error, code string) bool {
 	return errors.As(err, &e) && e.Code == code
 }
 
-// UnknownOutcomeError: a mutation may or may not have taken effect. Its last attempt answered 503
-// UNAVAILABLE, or the connection failed (or the context ended) after the request was sent, and the
-// retries ran out. Resend the same command with IdempotencyKey: if the first one was applied the
+// UnknownOutcomeError: a mutation may or may not have taken effect. An attempt was answered 503
+// UNAVAILABLE, or its connection failed after the request was sent, and the retries ran out (or the
+// context ended). Resend the same command with IdempotencyKey: if the first one was applied the
 // server answers its stored first answer (for a start: the first snapshot, deduplicated), otherwise it
 // applies it now. Err is the last failure (an *Error 503 or a network error); Unwrap returns it.
 type UnknownOutcomeError struct {
-	Method         string
-	Path           string
+	Method         string // the request's method
+	Path           string // the request's path
 	IdempotencyKey string // the key every attempt of the call carried
 	Attempts       int    // how many times the request was sent
-	Err            error
+	Err            error  // the last failure: an *Error 503, a network error or the context's error
 }
 
 func (e *UnknownOutcomeError) Error() string {

@@ -22,10 +22,10 @@ const (
 // Queue, Epoch, WorkflowID, StepKey, Input, Attempt, DeadlineAt, LeaseExpiresAt); a task read or
 // settled also carries its State and times.
 type Task struct {
-	ID         string `json:"id"`
-	Queue      string `json:"queue"`
-	WorkflowID string `json:"workflow_id"`
-	StepKey    string `json:"step_key"`
+	ID         string `json:"id"`          // the task's id (32 hex digits)
+	Queue      string `json:"queue"`       // the queue it was claimed from
+	WorkflowID string `json:"workflow_id"` // the workflow it belongs to
+	StepKey    string `json:"step_key"`    // the step it runs
 	// Epoch grows with every claim; every heartbeat, completion, failure and release names it (an
 	// old epoch is 409 STATE_CONFLICT: the lease was lost).
 	Epoch int64 `json:"epoch"`
@@ -41,12 +41,13 @@ type Task struct {
 	PollRound *int `json:"poll_round,omitempty"`
 	// State (PENDING, CLAIMED, COMPLETED, FAILED, ...): "" in claim answers.
 	State string `json:"state,omitempty"`
-	// Output / Error of a settled task; absent otherwise.
-	Output      RawJSON    `json:"output,omitempty"`
+	// Output of a completed task; absent otherwise (an explicit null is kept).
+	Output RawJSON `json:"output,omitempty"`
+	// Error of a failed task ({message, retryable}); absent otherwise.
 	Error       RawJSON    `json:"error,omitempty"`
-	CreatedAt   *time.Time `json:"created_at,omitempty"` // nil in claim answers
-	UpdatedAt   *time.Time `json:"updated_at,omitempty"` // nil in claim answers
-	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	CreatedAt   *time.Time `json:"created_at,omitempty"`   // nil in claim answers
+	UpdatedAt   *time.Time `json:"updated_at,omitempty"`   // nil in claim answers
+	CompletedAt *time.Time `json:"completed_at,omitempty"` // when it was settled; nil before
 }
 
 // ClaimRequest is the body of ClaimTasks.
@@ -58,33 +59,34 @@ type ClaimRequest struct {
 
 // CompletionItem is one completion of CompleteTasks.
 type CompletionItem struct {
-	ID     string `json:"id"`
-	Epoch  int64  `json:"epoch"`
+	ID     string `json:"id"`     // the task (each task once per request)
+	Epoch  int64  `json:"epoch"`  // the epoch it was claimed at
 	Output any    `json:"output"` // the step's output (a nil Output is an explicit null)
 }
 
 // ClaimNext is CompleteTasksRequest's optional claim.
 type ClaimNext struct {
-	Queues   []string `json:"queues"`
+	Queues   []string `json:"queues"`    // the queues to take tasks of
 	MaxTasks int      `json:"max_tasks"` // 1–16
 }
 
 // CompleteTasksRequest is the body of CompleteTasks: 1–16 completions (each task once) and,
 // optionally, a claim made after them in the same request (no waiting).
 type CompleteTasksRequest struct {
-	Tasks []CompletionItem `json:"tasks"`
-	Claim *ClaimNext       `json:"claim,omitempty"`
+	Tasks []CompletionItem `json:"tasks"`           // 1–16 completions, applied in this order
+	Claim *ClaimNext       `json:"claim,omitempty"` // nil: claim nothing
 }
 
 // CompletionResult answers one item of CompleteTasks: Status 200 with the completed Task
 // (Replayed: this completion had been applied before), or the status and error this item alone
 // would get (404 NOT_FOUND, 409 STATE_CONFLICT).
 type CompletionResult struct {
-	ID       string `json:"id"`
-	Status   int    `json:"status"`
-	Task     *Task  `json:"task,omitempty"`
-	Replayed bool   `json:"replayed,omitempty"`
-	Error    *struct {
+	ID       string `json:"id"`                 // the item's task
+	Status   int    `json:"status"`             // 200, or the status this item alone would get
+	Task     *Task  `json:"task,omitempty"`     // the completed task (status 200); nil otherwise
+	Replayed bool   `json:"replayed,omitempty"` // true: this completion had been applied before
+	// Error is why the item was refused (status 404 or 409); nil with status 200.
+	Error *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error,omitempty"`
@@ -92,8 +94,8 @@ type CompletionResult struct {
 
 // CompleteTasksResponse: one result per item, in the request's order, and the claimed tasks.
 type CompleteTasksResponse struct {
-	Results []CompletionResult `json:"results"`
-	Claimed []Task             `json:"claimed,omitempty"`
+	Results []CompletionResult `json:"results"`           // one per item, in the request's order
+	Claimed []Task             `json:"claimed,omitempty"` // the tasks the claim took (none without Claim)
 }
 
 type taskAnswer struct {

@@ -24,9 +24,9 @@ const WebhookTolerance = 5 * time.Minute
 // rule's secret ("whsec_" + base64). Now is the clock (nil: time.Now); Tolerance the timestamp's
 // tolerance (0: WebhookTolerance).
 type WebhookVerifier struct {
-	Secret    string
-	Tolerance time.Duration
-	Now       func() time.Time
+	Secret    string           // the subscription's or rule's secret: "whsec_" + base64
+	Tolerance time.Duration    // how far the timestamp may be from now (0: WebhookTolerance)
+	Now       func() time.Time // the clock (nil: time.Now)
 }
 
 // VerifyWebhook checks a delivery as the Python SDK's verify_webhook does: one of the

@@ -94,15 +94,15 @@ type envelope[T any] struct {
 // Page is one page of a list: its items, newest first, and the cursor of the next page ("" on the
 // last page). A cursor works only for the list (and filters) that produced it.
 type Page[T any] struct {
-	Items      []T    `json:"items"`
-	NextCursor string `json:"next_cursor,omitempty"`
+	Items      []T    `json:"items"`                 // newest first
+	NextCursor string `json:"next_cursor,omitempty"` // "" on the last page
 }
 
 // PageRequest is a list's page: Limit 1–100 (0: the server's default, 20) and the Cursor of the page
 // before ("" for the first page). The seed calls it HistoryPageRequest for the operation audit.
 type PageRequest struct {
-	Limit  int
-	Cursor string
+	Limit  int    // 1–100; 0: the server's default (20)
+	Cursor string // the NextCursor of the page before; "" for the first page
 }
 
 // HistoryPageRequest is the seed's name for the page of ListWorkflowOperations.

@@ -32,8 +32,8 @@ func NonRetryable(err error) error { return &NonRetryableError{Err: err} }
 type WorkerOptions struct {
 	// Concurrency: how many tasks run at once, each on its own goroutine (default 1).
 	Concurrency int
-	// PollWait is how long a claim long-polls when nothing is due (default 10 s, at most 30 s;
-	// NoPollWait for none).
+	// PollWait is how long a claim long-polls when nothing is due, in whole seconds (default 10 s,
+	// at most 30 s; NoPollWait for none).
 	PollWait time.Duration
 	// HeartbeatInterval (default: a third of the lease left when the task was claimed, at least
 	// 200 ms; 10 s when the claim gave no lease time).

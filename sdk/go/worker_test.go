@@ -25,6 +25,8 @@ type fakeTasks struct {
 	failed    map[string]string   // task id -> message
 	noRefill  bool                // answer a claim with completions 400 (a server of an earlier release)
 	refilled  int                 // tasks claimed by completion requests
+	failClaim int                 // answer this many claims 503 first
+	claimKeys []string            // the Idempotency-Key of every claim
 }
 
 func newFakeTasks(n int) *fakeTasks {
@@ -57,6 +59,13 @@ func (f *fakeTasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/tasks/"), "/")
 	switch {
 	case r.URL.Path == "/v1/tasks/claim":
+		f.claimKeys = append(f.claimKeys, r.Header.Get("Idempotency-Key"))
+		if f.failClaim > 0 {
+			f.failClaim--
+			w.WriteHeader(503)
+			_, _ = w.Write([]byte(`{"code":"UNAVAILABLE","message":"the database is away"}`))
+			return
+		}
 		var req ClaimRequest
 		_ = json.Unmarshal(raw, &req)
 		f.calls["claim"] = append(f.calls["claim"], fmt.Sprint(req.MaxTasks))
@@ -168,7 +177,19 @@ func concurrencyAndAll(t *testing.T, noRefill bool) {
 			most = running
 		}
 		mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		if task.ID <= fmt.Sprintf("%032d", 1) { // the first claim's tasks 0 and 1 wait for each other
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				both := most >= 2
+				mu.Unlock()
+				if both {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		time.Sleep(time.Millisecond)
 		mu.Lock()
 		running--
 		mu.Unlock()
@@ -264,5 +285,28 @@ func TestARevokedTokenStopsTheWorkerWithTheError(t *testing.T) {
 	err := w.Run(context.Background())
 	if !IsCode(err, CodeUnauthenticated) {
 		t.Fatal(err)
+	}
+}
+
+func TestAClaimOfUnknownOutcomeIsResentWithItsKey(t *testing.T) {
+	fake := newFakeTasks(1)
+	fake.failClaim = 3 // the client's two attempts, then the worker's resend's first attempt
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	client := NewClient(srv.URL, "tok", Options{Retries: 1, Backoff: time.Millisecond})
+	w := NewTaskWorker(client, WorkerOptions{Logger: quietLogger(t), PollWait: NoPollWait})
+	w.Register("q", func(ctx context.Context, task *Task) (any, error) { return "ok", nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitUntil(t, "the task completed", func() bool { return fake.count("complete") == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.claimKeys) < 4 || fake.claimKeys[0] != fake.claimKeys[3] {
+		t.Fatalf("claim keys %v", fake.claimKeys) // the fourth attempt (the answered one) resends the first key
 	}
 }

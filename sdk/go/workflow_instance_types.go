@@ -56,8 +56,8 @@ type WorkflowInstance struct {
 	BusinessKey string `json:"business_key"`
 	// DeadlineAt is the workflow's overall deadline, fixed at the start.
 	DeadlineAt time.Time `json:"deadline_at"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	CreatedAt  time.Time `json:"created_at"` // when it was started
+	UpdatedAt  time.Time `json:"updated_at"` // when it last changed (its revision with it)
 	// Output is the workflow's output: absent (IsAbsent) until it has one; a succeeded workflow's
 	// output may be an explicit null (IsNull).
 	Output RawJSON `json:"output,omitempty"`
@@ -84,7 +84,7 @@ func (w *WorkflowInstance) Finished() bool {
 // answers the snapshot of the first acceptance again (Deduplicated true, HTTP 200 instead of 201):
 // it is not the current state, read that with GetWorkflow.
 type StartWorkflowResponse struct {
-	Instance     WorkflowInstance `json:"instance"`
+	Instance     WorkflowInstance `json:"instance"`     // the workflow as it was when this key's start was accepted
 	Deduplicated bool             `json:"deduplicated"` // true: the stored first answer of this key
 }
 
@@ -93,7 +93,7 @@ type StartWorkflowResponse struct {
 type WorkflowSteps struct {
 	InstanceID string         `json:"instance_id"`     // the workflow's id
 	Revision   uint64         `json:"revision,string"` // the workflow's revision
-	Steps      []WorkflowStep `json:"steps"`
+	Steps      []WorkflowStep `json:"steps"`           // ordered by key
 }
 
 // WorkflowStep is one step with its current activation.
@@ -115,17 +115,18 @@ type WorkflowStep struct {
 
 // WorkflowStepDetail is GetWorkflowStep's answer: one step and its current activation.
 type WorkflowStepDetail struct {
-	InstanceID string       `json:"instance_id"`
+	InstanceID string       `json:"instance_id"`     // the workflow's id
 	Revision   uint64       `json:"revision,string"` // the workflow's revision, read with the step
-	Step       WorkflowStep `json:"step"`
+	Step       WorkflowStep `json:"step"`            // the step and its current activation
 	// Input of the current activation; absent before activation. An explicit null is kept.
 	Input RawJSON `json:"input,omitempty"`
 	// Output of the current activation; absent while there is none. An explicit null is kept.
 	Output RawJSON `json:"output,omitempty"`
 	// Error of the current activation ({code, message, ...}); absent while there is none.
 	Error RawJSON `json:"error,omitempty"`
-	// ActivatedAt / CompletedAt of the current activation; nil while it has none.
+	// ActivatedAt is when the current activation began; nil before the first activation.
 	ActivatedAt *time.Time `json:"activated_at,omitempty"`
+	// CompletedAt is when the current activation ended; nil while it runs or waits.
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
 	// Poll is a POLL step's progress; nil for other kinds.
 	Poll *PollProgress `json:"poll,omitempty"`
@@ -139,12 +140,12 @@ type WorkflowStepDetail struct {
 
 // PollProgress is a POLL step's rounds.
 type PollProgress struct {
-	UsedRounds             int        `json:"used_rounds"`
-	FirstRound             int        `json:"first_round"`
-	FirstRoundAttemptsUsed int        `json:"first_round_attempts_used"`
-	MaxRounds              int        `json:"max_rounds"`
-	MaxAttemptsPerRound    int        `json:"max_attempts_per_round"`
-	IntervalMS             int64      `json:"interval_ms"`
+	UsedRounds             int        `json:"used_rounds"`               // rounds run so far
+	FirstRound             int        `json:"first_round"`               // the current activation's first round
+	FirstRoundAttemptsUsed int        `json:"first_round_attempts_used"` // attempts its first round used
+	MaxRounds              int        `json:"max_rounds"`                // the definition's round limit
+	MaxAttemptsPerRound    int        `json:"max_attempts_per_round"`    // the definition's attempts per round
+	IntervalMS             int64      `json:"interval_ms"`               // the wait between rounds
 	DeadlineAt             *time.Time `json:"deadline_at,omitempty"`     // nil when the poll has no deadline
 	LastTaskID             string     `json:"last_task_id,omitempty"`    // the current activation's last round's task
 	CurrentTaskID          string     `json:"current_task_id,omitempty"` // the round running now; "" between rounds
@@ -154,16 +155,16 @@ type PollProgress struct {
 
 // StepWait is the current wait of a step (a signal or a timer).
 type StepWait struct {
-	ID    string `json:"id"`
+	ID    string `json:"id"`    // the wait's id (a consumed signal names it: ConsumedWaitID)
 	Kind  string `json:"kind"`  // SIGNAL, TIMER, ...
 	State string `json:"state"` // WAITING, RESOLVED, ...
 	// Name and PayloadVersion of the awaited signal; "" for a TIMER.
 	Name           string     `json:"name,omitempty"`
-	PayloadVersion string     `json:"payload_version,omitempty"`
-	CorrelationKey string     `json:"correlation_key,omitempty"` // matched exactly (trailing spaces too)
-	DeadlineAt     *time.Time `json:"deadline_at,omitempty"`     // the wait's original deadline; nil when none
-	WinnerSignalID string     `json:"winner_signal_id,omitempty"`
-	ResolvedAt     *time.Time `json:"resolved_at,omitempty"`
+	PayloadVersion string     `json:"payload_version,omitempty"`  // "" for a TIMER
+	CorrelationKey string     `json:"correlation_key,omitempty"`  // matched exactly (trailing spaces too)
+	DeadlineAt     *time.Time `json:"deadline_at,omitempty"`      // the wait's original deadline; nil when none
+	WinnerSignalID string     `json:"winner_signal_id,omitempty"` // the signal that resolved it; "" before
+	ResolvedAt     *time.Time `json:"resolved_at,omitempty"`      // when it was resolved; nil before
 }
 
 // WorkflowControlRequest is the body of ControlWorkflow.
@@ -180,8 +181,8 @@ type WorkflowControlRequest struct {
 // WorkflowControlResponse is ControlWorkflow's answer: the workflow after the decision. Resent with
 // the same key it answers the first decision again (Deduplicated).
 type WorkflowControlResponse struct {
-	Instance     WorkflowInstance `json:"instance"`
-	Deduplicated bool             `json:"deduplicated"`
+	Instance     WorkflowInstance `json:"instance"`     // the workflow after the decision (ControlRevision grown)
+	Deduplicated bool             `json:"deduplicated"` // true: the stored first answer of this key
 }
 
 // SendWorkflowSignalRequest is the body of SendWorkflowSignal.
@@ -201,21 +202,21 @@ type SendWorkflowSignalRequest struct {
 
 // WorkflowSignal is an accepted signal.
 type WorkflowSignal struct {
-	ID                       string  `json:"id"`
-	NamespaceID              string  `json:"namespace_id"`
-	WorkflowID               string  `json:"workflow_id"`
-	Revision                 uint64  `json:"revision,string"` // the signal's revision (grows as its state changes)
-	Name                     string  `json:"name"`
-	PayloadVersion           string  `json:"payload_version"`
-	TargetStepKey            string  `json:"target_step_key"`
-	TargetActivationSequence uint32  `json:"target_activation_sequence"`
-	CorrelationKey           string  `json:"correlation_key"`
-	Payload                  RawJSON `json:"payload"`  // as sent (may be an explicit null)
-	ActorID                  string  `json:"actor_id"` // the credential that sent it
+	ID                       string  `json:"id"`                         // the signal's id (GetWorkflowSignal takes it)
+	NamespaceID              string  `json:"namespace_id"`               // the workflow's namespace
+	WorkflowID               string  `json:"workflow_id"`                // the workflow it was sent to
+	Revision                 uint64  `json:"revision,string"`            // the signal's revision (grows as its state changes)
+	Name                     string  `json:"name"`                       // as sent
+	PayloadVersion           string  `json:"payload_version"`            // as sent
+	TargetStepKey            string  `json:"target_step_key"`            // as sent
+	TargetActivationSequence uint32  `json:"target_activation_sequence"` // as sent
+	CorrelationKey           string  `json:"correlation_key"`            // as sent (trailing spaces kept)
+	Payload                  RawJSON `json:"payload"`                    // as sent (may be an explicit null)
+	ActorID                  string  `json:"actor_id"`                   // the credential that sent it
 	// State: PENDING, then CONSUMED, REJECTED or EXPIRED.
 	State      string    `json:"state"`
-	AcceptedAt time.Time `json:"accepted_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
+	AcceptedAt time.Time `json:"accepted_at"` // when it was accepted
+	ExpiresAt  time.Time `json:"expires_at"`  // a PENDING signal expires then (EXPIRED)
 	// EvidenceRef as sent; "" when none was.
 	EvidenceRef string `json:"evidence_ref,omitempty"`
 	// Disposition says why a signal was REJECTED (e.g. CORRELATION_MISMATCH, WAIT_CLOSED,
@@ -228,8 +229,8 @@ type WorkflowSignal struct {
 // SendWorkflowSignalResponse is SendWorkflowSignal's answer. Resent with the same key it answers
 // the first acceptance's snapshot again (Deduplicated).
 type SendWorkflowSignalResponse struct {
-	Signal       WorkflowSignal `json:"signal"`
-	Deduplicated bool           `json:"deduplicated"`
+	Signal       WorkflowSignal `json:"signal"`       // the signal as it was accepted
+	Deduplicated bool           `json:"deduplicated"` // true: the stored first answer of this key
 }
 
 // WorkflowOperation is one entry of a workflow's operation audit. The list leaves out Reason,
@@ -240,15 +241,17 @@ type WorkflowOperation struct {
 	OperationID string    `json:"operation_id"` // the operation (one request may write several entries)
 	ActorID     string    `json:"actor_id"`     // who did it (a credential id, or the engine)
 	Action      string    `json:"action"`       // e.g. workflow.started, workflow.control.pause
-	CreatedAt   time.Time `json:"created_at"`
+	CreatedAt   time.Time `json:"created_at"`   // when it happened
 	// SignalID is set on signal-resource audit entries only.
 	SignalID string `json:"signal_id,omitempty"`
 	// Reason given with the operation; "" when none (and always in list items).
 	Reason string `json:"reason,omitempty"`
 	// EvidenceRef given with the operation; "" when none (and always in list items).
 	EvidenceRef string `json:"evidence_ref,omitempty"`
-	// Before / After: JSON summaries of the state the operation changed; absent in list items,
-	// possibly an explicit null in GetWorkflowOperation.
+	// Before is a JSON summary of the state before the operation: absent in list items, an
+	// explicit null in GetWorkflowOperation when there was none (a start).
 	Before RawJSON `json:"before,omitempty"`
-	After  RawJSON `json:"after,omitempty"`
+	// After is a JSON summary of the state after the operation: absent in list items, possibly an
+	// explicit null in GetWorkflowOperation.
+	After RawJSON `json:"after,omitempty"`
 }

@@ -2,6 +2,7 @@ package ledgerflow
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,13 +18,13 @@ type ListWorkflowsRequest struct {
 	BusinessKey       string     // exactly this business key
 	BusinessKeyPrefix string     // business keys starting with this
 	ScheduleID        string     // launched by this schedule
-	CreatedAfter      *time.Time // bounds of created_at, updated_at and deadline_at (sent as RFC 3339 UTC)
-	CreatedBefore     *time.Time
-	UpdatedAfter      *time.Time
-	UpdatedBefore     *time.Time
-	DeadlineBefore    *time.Time
-	Limit             int    // 1–100 (0: the server's default, 20)
-	Cursor            string // NextCursor of the page before (bound to the namespace and these filters)
+	CreatedAfter      *time.Time // created after this time (sent as RFC 3339 UTC)
+	CreatedBefore     *time.Time // created before this time
+	UpdatedAfter      *time.Time // last changed after this time
+	UpdatedBefore     *time.Time // last changed before this time
+	DeadlineBefore    *time.Time // whose deadline is before this time
+	Limit             int        // 1–100 (0: the server's default, 20)
+	Cursor            string     // NextCursor of the page before (bound to the namespace and these filters)
 }
 
 func (r ListWorkflowsRequest) query() url.Values {
@@ -67,31 +68,31 @@ func (c *Client) ListWorkflows(ctx context.Context, req ListWorkflowsRequest) (*
 
 // Definition is a workflow definition with its published versions (newest first).
 type Definition struct {
-	ID          string       `json:"id"`
-	NamespaceID string       `json:"namespace_id"`
+	ID          string       `json:"id"`                    // the definition's id (StartWorkflowRequest.DefinitionID)
+	NamespaceID string       `json:"namespace_id"`          // the credential's namespace
 	Name        string       `json:"name"`                  // unique in the namespace
 	Description string       `json:"description,omitempty"` // "" when it has none
-	Versions    []VersionRef `json:"versions"`
-	CreatedAt   time.Time    `json:"created_at"`
-	UpdatedAt   time.Time    `json:"updated_at"`
+	Versions    []VersionRef `json:"versions"`              // its published versions, newest first
+	CreatedAt   time.Time    `json:"created_at"`            // when it was created
+	UpdatedAt   time.Time    `json:"updated_at"`            // when it last changed
 }
 
 // VersionRef is a published version as a definition lists it.
 type VersionRef struct {
-	ID        string    `json:"id"`      // the version's id (WorkflowInstance.DefinitionVersionID)
-	Version   string    `json:"version"` // its name, e.g. "v1"
-	Queues    []string  `json:"queues"`  // the task queues its steps use
-	CreatedAt time.Time `json:"created_at"`
+	ID        string    `json:"id"`         // the version's id (WorkflowInstance.DefinitionVersionID)
+	Version   string    `json:"version"`    // its name, e.g. "v1"
+	Queues    []string  `json:"queues"`     // the task queues its steps use
+	CreatedAt time.Time `json:"created_at"` // when it was published
 }
 
 // DefinitionVersion is a published (immutable) version.
 type DefinitionVersion struct {
-	ID           string    `json:"id"`
-	DefinitionID string    `json:"definition_id"`
-	Version      string    `json:"version"`
-	Queues       []string  `json:"queues"`
+	ID           string    `json:"id"`                    // the version's id (WorkflowInstance.DefinitionVersionID)
+	DefinitionID string    `json:"definition_id"`         // its definition
+	Version      string    `json:"version"`               // its name, e.g. "v1"
+	Queues       []string  `json:"queues"`                // the task queues its steps use
 	Description  string    `json:"description,omitempty"` // the document's description; "" when none
-	CreatedAt    time.Time `json:"created_at"`
+	CreatedAt    time.Time `json:"created_at"`            // when it was published
 	// Document is the published document; absent in ListDefinitionVersions' items.
 	Document RawJSON `json:"document,omitempty"`
 }
@@ -104,14 +105,14 @@ type CreateDefinitionRequest struct {
 
 // DefinitionResponse is CreateDefinition's answer.
 type DefinitionResponse struct {
-	Definition   Definition `json:"definition"`
-	Deduplicated bool       `json:"deduplicated"`
+	Definition   Definition `json:"definition"`   // the new definition (no versions yet)
+	Deduplicated bool       `json:"deduplicated"` // true: the stored first answer of this key
 }
 
 // PublishVersionResponse is PublishVersion's answer.
 type PublishVersionResponse struct {
-	Version      DefinitionVersion `json:"version"`
-	Deduplicated bool              `json:"deduplicated"`
+	Version      DefinitionVersion `json:"version"`      // the published version with its document
+	Deduplicated bool              `json:"deduplicated"` // true: the stored first answer of this key
 }
 
 // CreateDefinition creates a definition (POST /v1/workflow-definitions; definitions:publish).
@@ -179,4 +180,25 @@ func (c *Client) GetDefinitionVersion(ctx context.Context, definitionID, version
 		return nil, err
 	}
 	return &out, nil
+}
+
+// WaitForWorkflow reads the workflow every interval (0: 250 ms, as the Python SDK's
+// wait_for_workflow) until it is SUCCEEDED, FAILED or CANCELLED, and returns it; it does not fail
+// for a FAILED or CANCELLED workflow (check State). It ends with ctx (give it a deadline).
+func (c *Client) WaitForWorkflow(ctx context.Context, id string, interval time.Duration) (*WorkflowInstance, error) {
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	for {
+		w, err := c.GetWorkflow(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if w.Finished() {
+			return w, nil
+		}
+		if err := sleepCtx(ctx, interval); err != nil {
+			return nil, fmt.Errorf("ledgerflow: workflow %s is still %s: %w", id, w.State, err)
+		}
+	}
 }

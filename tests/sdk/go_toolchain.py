@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = ROOT / "sdk" / "go"
@@ -25,12 +28,31 @@ def find_go() -> str | None:
     return next((c for c in CANDIDATES if os.access(c, os.X_OK)), None)
 
 
+def require_go() -> str:
+    """The ``go`` command, or the test fails with one line saying Go is missing (never a skip)."""
+    found = find_go()
+    if found is None:
+        pytest.fail(NOT_INSTALLED, pytrace=False)
+    return found
+
+
+def gofmt_of(go: str) -> str:
+    """The ``gofmt`` installed beside ``go``."""
+    return shutil.which("gofmt") or str(Path(os.path.realpath(go)).parent / "gofmt")
+
+
+# the build cache outlives a test session (go's cache is safe for concurrent processes), in the temp
+# directory: a second run compiles nothing again
+CACHE = Path(tempfile.gettempdir()) / f"ledgerflow-go-cache-{os.getuid()}"
+
+
 def go_env(scratch: Path) -> dict[str, str]:
-    """The environment of a ``go`` command: caches and GOPATH under ``scratch``, no downloads."""
+    """The environment of a ``go`` command: the build cache in the temp directory, GOPATH under
+    ``scratch``, no downloads."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GO")}
     return {
         **env,
-        "GOCACHE": str(scratch / "cache"),
+        "GOCACHE": str(CACHE),
         "GOPATH": str(scratch / "gopath"),
         "GOMODCACHE": str(scratch / "gopath" / "mod"),
         "GOPROXY": "off",

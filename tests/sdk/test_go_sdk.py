@@ -15,16 +15,8 @@ import pytest
 from app.auth import ALL_SCOPES, create_credential
 from app.db import transaction
 from ledgerflow.client import Client
-from tests.sdk.go_toolchain import NOT_INSTALLED, find_go, go_env, run_go
+from tests.sdk.go_toolchain import SDK, go_env, gofmt_of, require_go, run_go
 from tests.web.wf_live import make_namespace
-
-
-@pytest.fixture(scope="module")
-def go() -> str:
-    found = find_go()
-    if found is None:
-        pytest.fail(NOT_INSTALLED, pytrace=False)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +24,12 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("go")
 
 
-def test_go_vet_and_the_unit_tests_pass(go, scratch):
+def test_go_vet_and_the_unit_tests_pass(scratch):
+    go = require_go()
+    unformatted = subprocess.run(
+        [gofmt_of(go), "-l", "."], cwd=SDK, capture_output=True, text=True, timeout=120
+    )
+    assert unformatted.returncode == 0 and unformatted.stdout == "", unformatted.stdout + unformatted.stderr
     vet = run_go(go, scratch, "vet", "./...")
     assert vet.returncode == 0, vet.stdout + vet.stderr
     unit = run_go(go, scratch, "test", "-count=1", "./...")
@@ -57,8 +54,8 @@ def _run_example(
     return token, ran
 
 
-def test_the_readmes_first_workflow_in_go_runs(go, scratch, wf_server):
-    _, ran = _run_example(go, scratch, wf_server, "first_workflow")
+def test_the_readmes_first_workflow_in_go_runs(scratch, wf_server):
+    _, ran = _run_example(require_go(), scratch, wf_server, "first_workflow")
     last = ran.stdout.strip().splitlines()[-1]
     assert last.startswith("SUCCEEDED: ")
     assert json.loads(last.removeprefix("SUCCEEDED: ")) == {
@@ -68,8 +65,8 @@ def test_the_readmes_first_workflow_in_go_runs(go, scratch, wf_server):
     assert "hello.greet: task" in ran.stderr and "completed in" in ran.stderr
 
 
-def test_the_go_scenario_runs_against_the_server(go, scratch, wf_server):
-    token, ran = _run_example(go, scratch, wf_server, "scenario")
+def test_the_go_scenario_runs_against_the_server(scratch, wf_server):
+    token, ran = _run_example(require_go(), scratch, wf_server, "scenario")
     seen = json.loads(ran.stdout)
 
     assert seen["versions"] == 1 and seen["first_state"] == "RUNNING" and not seen["first_deduplicated"]

@@ -75,17 +75,11 @@ func run() error {
 		return err
 	}
 	fmt.Println("started workflow", started.Instance.ID)
-	for {
-		wf, err := client.GetWorkflow(ctx, started.Instance.ID)
-		if err != nil {
-			return err
-		}
-		if wf.Finished() {
-			fmt.Printf("%s: %s\n", wf.State, wf.Output)
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+	wf, err := client.WaitForWorkflow(ctx, started.Instance.ID, 0)
+	if err != nil {
+		return err
 	}
+	fmt.Printf("%s: %s\n", wf.State, wf.Output)
 	stopWorker()
 	return <-workerDone
 }

@@ -128,10 +128,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("signal: %w", err)
 	}
-	done, err := waitFor(ctx, func() (*ledgerflow.WorkflowInstance, bool, error) {
-		w, err := client.GetWorkflow(ctx, id)
-		return w, err == nil && w.Finished(), err
-	})
+	done, err := client.WaitForWorkflow(ctx, id, 100*time.Millisecond)
 	if err != nil {
 		return fmt.Errorf("waiting for the end: %w", err)
 	}
