@@ -32,7 +32,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from app import jsonx
 from app.db import transaction
 from app.errors import IdempotencyConflict, InvalidArgument
-from app.sql import defer, run
+from app.sql import run
 
 WAIT_SECONDS = 10
 RETENTION_HOURS = 24
@@ -139,8 +139,8 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
 
 
 def complete(conn: Connection, *, scope: str, route: str, key: str, status: int, body: str, fp: str) -> None:
-    """The receipt, written with the transaction's other writes (sent before its commit)."""
-    defer(
+    """The receipt, in ``conn``'s transaction."""
+    run(
         conn, _INSERT, {"scope": scope, "route": route, "key": key, "fp": fp, "status": status, "body": body}
     )
 
@@ -230,7 +230,7 @@ def on_rows(k: Key, work: Callable[[Connection], T], *, engine: Engine | None = 
     the fingerprint (a task claim: ``workflow_tasks.claim_key``), so no receipt row is written; returns
     what ``work`` returns, once committed.
 
-    The key's lock is sent with ``work``'s first statement (one round trip): a duplicate in flight is
+    The key's lock is taken first, in a statement of its own: a duplicate in flight is
     waited for, at most ``WAIT_SECONDS`` (then IdempotencyConflict with Retry-After), and ``work``'s
     statements, each with a snapshot taken after the lock, see what the duplicate committed. ``work``
     finds the rows of a first request with this key and answers them again, or raises
@@ -243,8 +243,8 @@ def on_rows(k: Key, work: Callable[[Connection], T], *, engine: Engine | None = 
 def on_rows_in(conn: Connection, k: Key, work: Callable[[Connection], T]) -> T:
     """``on_rows`` inside the caller's transaction ``conn`` (what ``work`` did commits with the caller's
     writes, or rolls back with them)."""
-    defer(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
     try:
+        run(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
         return work(conn)
     except OperationalError as exc:
         if _in_flight(exc):

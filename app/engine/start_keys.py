@@ -39,7 +39,7 @@ from app.idempotency import (
     replaying_a_duplicate,
     used_otherwise,
 )
-from app.sql import defer
+from app.sql import run
 
 STARTED = 201  # the status of every accepted start (an error is not kept: it may be resent)
 _UNIQUE = "uq_workflow_instances_start_key"
@@ -94,7 +94,7 @@ def execute_start(
             if stored is not None:
                 return stored
             if found.instance_id is not None:  # the key expired: this start takes it over
-                defer(conn, _FREE, {"id": found.instance_id, "key": k.key})
+                run(conn, _FREE, {"id": found.instance_id, "key": k.key})
             instance_id, body = work(conn, k)
             body_text = jsonx.dumps(body)
             events.start_response(conn, instance_id, body_text)

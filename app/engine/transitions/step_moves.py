@@ -5,7 +5,8 @@ and its current activation move together; each move is guarded by the states it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
@@ -14,8 +15,10 @@ from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, blocked_step, jdump, jparse
 from app.engine.transitions._guard import TransitionRefused, many, one, states
+from app.engine.transitions.task_moves import TASK_INSERT
 from app.ids import new_id
-from app.sql import defer, run
+from app.ledger.enqueue import JOB_INSERT_UNREAD
+from app.sql import query, run
 
 S = StepState
 OPEN = states(STEP_OPEN)
@@ -45,6 +48,17 @@ class NewActivation:
     poll_deadline: Any
 
 
+@dataclass
+class Activation:
+    """The rows a step's activation writes beside the step's own: its task (``task_moves.insert``) and
+    its jobs (a TIMER's wake, a SUBWORKFLOW's spawn, a new instance's watch: ``app.ledger.enqueue``), each a
+    dict of the parameters of ``task_insert`` / ``job_insert_unread``. A first activation writes them
+    with the step's row, in ONE statement (``step_activate_first``)."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+
 # the current activation of a step, copied to workflow_activations before a new one replaces it
 _ARCHIVE = """
 INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, output, error, task_attempts,
@@ -57,6 +71,7 @@ SELECT activation_id, instance_id, id, activation_sequence, act_state, act_input
     poll_current_task_id, poll_next_at, poll_resolved_at, COALESCE(activated_at, now()), completed_at
 FROM workflow_steps WHERE id = :step AND activation_id = :a
 """
+STEP_ARCHIVE_ACTIVATION = query("step_archive_activation", _ARCHIVE)
 
 
 def insert_activation(
@@ -72,7 +87,7 @@ def insert_activation(
     RETRY_STEP) first copies that one to ``workflow_activations``: the only write an activation costs
     beyond its step's."""
     if step["activation_id"] is not None:
-        defer(conn, _ARCHIVE, {"step": step["id"], "a": step["activation_id"]})
+        run(conn, STEP_ARCHIVE_ACTIVATION, {"step": step["id"], "a": step["activation_id"]})
     return NewActivation(
         id=new_id(),
         sequence=(step["activation_sequence"] or 0) + 1,
@@ -82,21 +97,47 @@ def insert_activation(
     )
 
 
-_ACT_COLUMNS = """activation_id, activation_sequence, task_id, act_state, act_input, act_output, act_error,
-    task_attempts, child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used,
-    poll_round_attempts, poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at,
-    poll_resolved_at, activated_at, completed_at"""
-# the first activation of a BLOCKED step, which has no row: its row, inserted ACTIVE / WAITING (revision 2,
-# as when the BLOCKED row of revision 1 was updated). A row already there (another transaction activated
-# the step first) refuses the move, as a step no longer BLOCKED did.
-_ACTIVATE_FIRST = f"""
-INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, {_ACT_COLUMNS})
+# The first activation of a BLOCKED step, which has no row: its task and jobs (``Activation``: 0..n rows
+# each, as JSON records), then its row, inserted ACTIVE / WAITING (revision 2, as when the BLOCKED row of
+# revision 1 was updated). A row already there (another transaction activated the step first) refuses the
+# move, as a step no longer BLOCKED did (the task and jobs then go with the transaction's rollback). The
+# task's key to its step is checked at commit (DEFERRABLE INITIALLY DEFERRED); the rows of one statement
+# read nothing the others write.
+STEP_ACTIVATE_FIRST = query(
+    "step_activate_first",
+    """
+WITH task AS (
+    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+        attempt, poll_round, deadline_at, purpose, instance_created_at)
+    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
+        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
+    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
+        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
+        instance_created_at timestamptz)),
+job AS (
+    INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
+        max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
+    SELECT CAST(j.type AS workflow_job_type), CAST(j.queue AS workflow_job_queue), CAST(j.payload AS jsonb),
+        j.instance_id, j.task_id, j.step_key, j.priority,
+        COALESCE(j.run_at, now() + j.delay_ms * interval '1 millisecond'),
+        j.max_attempts, j.execution_timeout_ms, j.operation_key, j.idempotency_key, j.trace_id, j.traceparent
+    FROM json_to_recordset(CAST(:jobs AS json)) AS j(type text, queue text, payload text, instance_id text,
+        task_id text, step_key text, priority int, run_at timestamptz, delay_ms float8, max_attempts int,
+        execution_timeout_ms bigint, operation_key text, idempotency_key text, trace_id text, traceparent text)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING)
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
+    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
+    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
 VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
     :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
 ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
-"""
+""",
+)
 # a new activation of a stored step (an operator's RETRY_STEP)
-_ACTIVATE_AGAIN = f"""
+STEP_ACTIVATE_AGAIN = query(
+    "step_activate_again",
+    f"""
 UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq,
     task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END),
     act_state = :s, act_input = CAST(:input AS jsonb), act_output = NULL, act_error = NULL,
@@ -105,7 +146,8 @@ UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = 
     poll_last_task_id = NULL, poll_current_task_id = NULL, poll_next_at = NULL, poll_resolved_at = NULL,
     activated_at = now(), completed_at = NULL, {_BUMP}
 WHERE id = :id AND state = ANY(:from) RETURNING instance_id
-"""
+""",
+)
 
 
 def activate(
@@ -117,10 +159,11 @@ def activate(
     *,
     task_id: str | None = None,
     allowed: list[str] | None = None,
+    work: Activation | None = None,
 ) -> None:
     """Step ``step`` of instance ``iid`` runs activation ``act`` (in ``state``, ACTIVE / WAITING): from BLOCKED (dependencies
-    succeeded: the step's row is inserted) or, for an operator's RETRY_STEP, from ``RESOLVABLE`` (its
-    row is updated)."""
+    succeeded: the step's row is inserted, with ``work``'s rows, in one statement) or, for an operator's
+    RETRY_STEP, from ``RESOLVABLE`` (``work``'s rows are inserted, then its row is updated)."""
     allowed = allowed or [S.BLOCKED]
     # no row yet: the first activation inserts it. A stored row (an operator's RETRY_STEP, or a BLOCKED
     # row an older release inserted at its start) is updated, guarded by ``allowed`` as ever.
@@ -128,12 +171,18 @@ def activate(
     if first and S.BLOCKED not in allowed:
         raise TransitionRefused(f"step {step['key']} -> {state}", step["id"], states(allowed))
     poll = act.poll_deadline is not None
+    work = work or Activation()
+    if not first:
+        for task in work.tasks:
+            run(conn, TASK_INSERT, task)
+        for job in work.jobs:
+            run(conn, JOB_INSERT_UNREAD, job)
     row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
-        _ACTIVATE_FIRST if first else _ACTIVATE_AGAIN,
+        STEP_ACTIVATE_FIRST if first else STEP_ACTIVATE_AGAIN,
         {
             "id": step["id"],
             "inst": iid,
@@ -150,6 +199,11 @@ def activate(
             "z": 0 if poll else None,
             "one": 1 if poll else None,
             "pd": act.poll_deadline,
+            **(
+                {"tasks": json.dumps(work.tasks, default=str), "jobs": json.dumps(work.jobs, default=str)}
+                if first
+                else {}
+            ),
         },
     )
     events.emit(

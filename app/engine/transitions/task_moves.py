@@ -11,7 +11,7 @@ from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump, write_reading_steps
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
-from app.sql import defer, run
+from app.sql import query, run
 
 S = TaskState
 OPEN = states(TASK_OPEN)
@@ -37,20 +37,41 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
     )
 
 
-def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
-    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
-    ``instance_created_at`` (its instance's ``created_at``), sent with the transaction's next statement:
-    nothing reads it back before."""
-    defer(
-        conn,
-        f"""
+TASK_INSERT = query(
+    "task_insert",
+    """
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, poll_round, deadline_at, purpose, instance_created_at)
-VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb), :attempt, :round,
     now() + make_interval(secs => :timeout), :purpose, :instance_created_at)
 """,
-        {"round": None, "purpose": "STEP", "output": None, **row},
-    )
+)
+# a compensation task: its input also carries the compensated activation's output (``:output``, JSON text,
+# NULL for SQL NULL)
+TASK_INSERT_COMPENSATION = query(
+    "task_insert_compensation",
+    """
+INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+    attempt, poll_round, deadline_at, purpose, instance_created_at)
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue,
+    CAST(:input AS jsonb) || jsonb_build_object('output', COALESCE(CAST(:output AS jsonb), 'null'::jsonb)),
+    :attempt, :round, now() + make_interval(secs => :timeout), :purpose, :instance_created_at)
+""",
+)
+
+
+def insert(conn: Connection, row: dict[str, Any], *, into: list[dict[str, Any]] | None = None) -> None:
+    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
+    ``instance_created_at`` (its instance's ``created_at``). ``into``: the row is appended there instead,
+    for the statement of its step's first activation, which inserts it with the step's row
+    (``step_moves.activate``)."""
+    params = {"round": None, "purpose": "STEP", "output": None, **row}
+    if into is not None:
+        if params["purpose"] == "COMPENSATION":
+            raise ValueError("a compensation task is inserted on its own")
+        into.append(params)
+    else:
+        run(conn, TASK_INSERT_COMPENSATION if params["purpose"] == "COMPENSATION" else TASK_INSERT, params)
     events.emit(
         conn,
         row["inst"],
