@@ -248,7 +248,7 @@ def run(
     except psycopg.Error as exc:
         if span is not None:
             tracing.end_db_span(span, exc)
-        raise sqlalchemy_error(conn, exc, name or sql, cur) from exc
+        raise sqlalchemy_error(conn, exc, sql if name is None else f"{name}: {sql}", args, cur) from exc
     if span is not None:
         tracing.end_db_span(span, None)
     return Result(rows, cur.rowcount)
@@ -271,7 +271,9 @@ def run_raw(
     return cur
 
 
-def sqlalchemy_error(conn: Connection, exc: psycopg.Error, statement: str, cur: Any = None) -> BaseException:
+def sqlalchemy_error(
+    conn: Connection, exc: psycopg.Error, statement: str, params: Mapping[str, Any], cur: Any = None
+) -> BaseException:
     """``exc`` as SQLAlchemy raises a driver's error (its exception classes, parameters hidden); a broken
     connection is invalidated first, as SQLAlchemy does, so the pool replaces it."""
     driver = conn.connection.dbapi_connection
@@ -280,7 +282,7 @@ def sqlalchemy_error(conn: Connection, exc: psycopg.Error, statement: str, cur: 
         conn.invalidate(exc)
     return DBAPIError.instance(
         statement,
-        None,
+        params,
         exc,
         psycopg.Error,
         hide_parameters=True,
@@ -351,7 +353,7 @@ def _write_buffers(conn: Connection, *, commit: bool) -> None:
             if last:
                 cur.execute(COMMIT, prepare=False)  # never prepared: a transaction command
     except psycopg.Error as exc:
-        raise sqlalchemy_error(conn, exc, names + (", COMMIT" if last else ""), cur) from exc
+        raise sqlalchemy_error(conn, exc, names + (", COMMIT" if last else ""), {}, cur) from exc
 
 
 # Every engine (class listeners): the commit buffers are written before the transaction commits and
