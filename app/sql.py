@@ -19,15 +19,16 @@ The one thing written later than its call is what a transaction writes at its co
 the engine's event batch with its quota counts), sent in one round trip with the COMMIT itself.
 
 A plain text (``run(conn, "SELECT ...")``) still runs, under no name: statements off the hot path
-(operators' reads, maintenance) that have not been named yet. ``RECORD``, when a test sets it to a set,
-collects ``(name, text)`` of every execution, so that a test can hold that the hot path runs only named
-statements (``tests/db/test_named_statements.py``)."""
+(operators' reads, maintenance) that have not been named yet. ``observing`` tells a test of every
+statement run, so that it can hold that the hot path runs only named statements
+(``tests/engine/test_named_statements.py``)."""
 
 from __future__ import annotations
 
 import logging
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar, cast
 
@@ -76,8 +77,20 @@ def query(name: str, text: str) -> Query:
     return q
 
 
-# Set to a set by a test: every execution of ``run`` / ``run_raw`` adds (name or None, the sent text).
-RECORD: set[tuple[str | None, str]] | None = None
+# Told of every statement ``run`` / ``run_raw`` executes, before it is sent: (name or None, the text
+# sent, its parameters). Tests count and read statements so (``observing``); the product adds none.
+Observer = Callable[[str | None, str, Mapping[str, Any]], None]
+OBSERVERS: list[Observer] = []
+
+
+@contextmanager
+def observing(observer: Observer) -> Iterator[None]:
+    """``observer`` is told of every statement run meanwhile (in any thread)."""
+    OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        OBSERVERS.remove(observer)
 
 
 @lru_cache(maxsize=1024)
@@ -216,10 +229,10 @@ def _named(statement: Query | str | TextClause) -> tuple[str | None, str]:
     return None, pyformat(text_)
 
 
-def _observe(name: str | None, sql: str) -> Any:
-    """Before an execution: the record of a test, the log line, and the statement's span (or None)."""
-    if RECORD is not None:
-        RECORD.add((name, sql))
+def _observe(name: str | None, sql: str, params: Mapping[str, Any] | None) -> Any:
+    """Before an execution: the observers, the log line, and the statement's span (or None)."""
+    for observer in OBSERVERS:
+        observer(name, sql, params or {})
     if log.isEnabledFor(logging.DEBUG):
         log.debug("sql %s", name or "(unnamed)")
     if tracing.ENABLED and OTEL_DB_SPANS.get():
@@ -237,7 +250,7 @@ def run(
         conn.begin()  # what SQLAlchemy's autobegin does at a connection's first statement
     cur = _cursor(conn, _CURSOR)
     args = dict(params or {})
-    span = _observe(name, sql)
+    span = _observe(name, sql, args)
     try:
         cur.execute(sql, args)
         if cur.pgresult is not None and cur.pgresult.nfields:
@@ -259,7 +272,7 @@ def run_raw(
 ) -> psycopg.Cursor[Any]:
     """Execute a named statement on a raw psycopg cursor (the ledger pool's own connection, which has no
     SQLAlchemy around it), observed as ``run`` observes; psycopg's errors are the caller's to handle."""
-    span = _observe(statement.name, statement.sql)
+    span = _observe(statement.name, statement.sql, params)
     try:
         cur.execute(statement.sql, params, prepare=prepare)
     except psycopg.Error as exc:

@@ -97,14 +97,37 @@ def insert_activation(
     )
 
 
-# The first activation of a BLOCKED step, which has no row: its task and jobs (``Activation``: 0..n rows
-# each, as JSON records), then its row, inserted ACTIVE / WAITING (revision 2, as when the BLOCKED row of
-# revision 1 was updated). A row already there (another transaction activated the step first) refuses the
-# move, as a step no longer BLOCKED did (the task and jobs then go with the transaction's rollback). The
-# task's key to its step is checked at commit (DEFERRABLE INITIALLY DEFERRED); the rows of one statement
-# read nothing the others write.
+# The first activation of a BLOCKED step, which has no row: its tasks (``Activation.tasks``: 0..n rows as JSON
+# records), then its row, inserted ACTIVE / WAITING (revision 2, as when the BLOCKED row of revision 1 was
+# updated). A row already there (another transaction activated the step first) refuses the move, as a step
+# no longer BLOCKED did (the task then goes with the transaction's rollback). The task's key to its step is
+# checked at commit (DEFERRABLE INITIALLY DEFERRED); the writes of one statement read nothing the others
+# write. A TASK step's next activation is this statement with one task.
 STEP_ACTIVATE_FIRST = query(
     "step_activate_first",
+    """
+WITH task AS (
+    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+        attempt, poll_round, deadline_at, purpose, instance_created_at)
+    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
+        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
+    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
+        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
+        instance_created_at timestamptz))
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
+    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
+    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
+VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
+    :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
+""",
+)
+# ``step_activate_first`` with the activation's jobs (``Activation.jobs``: a TIMER's wake, a SUBWORKFLOW's
+# spawn, a TRIGGER's dispatch, an external approval's dispatch, a new instance's watch; 1..n rows as JSON
+# records; a job whose idempotency key exists is left as it is).
+STEP_ACTIVATE_FIRST_WITH_JOBS = query(
+    "step_activate_first_with_jobs",
     """
 WITH task AS (
     INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
@@ -134,7 +157,6 @@ VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS
 ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
 """,
 )
-# a new activation of a stored step (an operator's RETRY_STEP)
 STEP_ACTIVATE_AGAIN = query(
     "step_activate_again",
     f"""
@@ -148,6 +170,14 @@ UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = 
 WHERE id = :id AND state = ANY(:from) RETURNING instance_id
 """,
 )
+
+
+def _rows(work: Activation) -> dict[str, str]:
+    """``work``'s rows as the parameters of ``step_activate_first`` (``_with_jobs``)."""
+    rows = {"tasks": json.dumps(work.tasks, default=str)}
+    if work.jobs:
+        rows["jobs"] = json.dumps(work.jobs, default=str)
+    return rows
 
 
 def activate(
@@ -182,7 +212,9 @@ def activate(
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
-        STEP_ACTIVATE_FIRST if first else STEP_ACTIVATE_AGAIN,
+        (STEP_ACTIVATE_FIRST_WITH_JOBS if work.jobs else STEP_ACTIVATE_FIRST)
+        if first
+        else STEP_ACTIVATE_AGAIN,
         {
             "id": step["id"],
             "inst": iid,
@@ -199,11 +231,7 @@ def activate(
             "z": 0 if poll else None,
             "one": 1 if poll else None,
             "pd": act.poll_deadline,
-            **(
-                {"tasks": json.dumps(work.tasks, default=str), "jobs": json.dumps(work.jobs, default=str)}
-                if first
-                else {}
-            ),
+            **(_rows(work) if first else {}),
         },
     )
     events.emit(
