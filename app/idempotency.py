@@ -140,9 +140,7 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
 
 def complete(conn: Connection, *, scope: str, route: str, key: str, status: int, body: str, fp: str) -> None:
     """The receipt, in ``conn``'s transaction."""
-    run(
-        conn, _INSERT, {"scope": scope, "route": route, "key": key, "fp": fp, "status": status, "body": body}
-    )
+    run(conn, _INSERT, {"scope": scope, "route": route, "key": key, "fp": fp, "status": status, "body": body})
 
 
 def execute_once(

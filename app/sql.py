@@ -225,8 +225,13 @@ def _named(statement: Query | str | TextClause) -> tuple[str | None, str]:
     """(name, the text psycopg is given) of a statement."""
     if isinstance(statement, Query):
         return statement.name, statement.sql
-    text_ = statement.text if isinstance(statement, TextClause) else statement
-    return None, pyformat(text_)
+    return None, _sent_text(statement.text if isinstance(statement, TextClause) else statement)
+
+
+@lru_cache(maxsize=2048)
+def _sent_text(text_: str) -> str:
+    """An unnamed statement as ``Query`` sends a named one (compacted, psycopg's placeholders)."""
+    return pyformat(compact_sql(text_))
 
 
 def _observe(name: str | None, sql: str, params: Mapping[str, Any] | None) -> Any:

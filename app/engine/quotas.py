@@ -36,7 +36,7 @@ from sqlalchemy import Connection, text
 from app import settings
 from app.engine import commit_batch
 from app.errors import LimitExceeded, QuotaExceeded
-from app.sql import run
+from app.sql import query, run
 
 # the most tasks one engine transaction opens: every step of a definition (128) activated at once, and as
 # many compensation tasks
@@ -102,13 +102,16 @@ SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far,
 FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true
 ORDER BY q.n
 """
-_SHARED = text(
+_SHARED = query(
+    "quota_figures_shared",
     _FIGURES.format(
         tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin=f"u.flight * {TASKS_PER_TRANSACTION}", lock="true"
-    )
+    ),
 )
-_EXACT = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false"))
-_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
+_EXACT = query(
+    "quota_figures_exact", _FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false")
+)
+_LOCK = query("quota_start_lock", "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 
 
 # A namespace with many open tasks is not counted again by every start: the count is work that grows with

@@ -18,7 +18,7 @@ from app.ledger import transitions
 from app.ledger.http import SafeHttp
 from app.ledger.outcome import JobAborted
 from app.observability import metrics
-from app.sql import run
+from app.sql import query, run
 
 _READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
 _WRITE_RECEIPT = text(
@@ -64,6 +64,10 @@ class RowReceipt(Protocol):
     def read(self, conn: Connection, operation_key: str) -> tuple[bool, Any]: ...
 
     def moved(self, result: Any) -> bool: ...
+
+
+# still inside the attempt's execution deadline (database time), asked at the end of a handler's transaction
+_WITHIN_DEADLINE = query("job_within_deadline", "SELECT clock_timestamp() < :d")
 
 
 @dataclass
@@ -157,7 +161,7 @@ class JobContext:
                 raise JobAborted("ownership lost")
             yield conn
             # the row lock is held, so nobody can fence us meanwhile; the deadline may pass
-            if run(conn, "SELECT clock_timestamp() < :d", {"d": self.execution_deadline}).scalar():
+            if run(conn, _WITHIN_DEADLINE, {"d": self.execution_deadline}).scalar():
                 return
             self.abort("execution deadline passed")
             raise JobAborted("execution deadline passed")

@@ -12,6 +12,7 @@ from app.engine import events, quotas
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
 from app.engine.store import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.transitions._guard import many, one, states
+from app.sql import query
 
 S = InstanceState
 OPEN = [s for s in values(InstanceState) if s not in TERMINAL]
@@ -26,18 +27,9 @@ _CONTROL = "control_revision = control_revision + 1, " + _BUMP
 STARTED_REVISION = 2
 
 
-def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
-    """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
-    ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
-    first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
-    None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
-    request (``app.engine.start_keys``) or None. Returns it as ``store.read_instance`` would."""
-    created = one(
-        conn,
-        "instance create",
-        row["id"],
-        [],
-        f"""
+_CREATE = query(
+    "instance_create",
+    f"""
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, revision,
     input, business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id,
     schedule_fire_at, automation_chain, start_key, start_fingerprint)
@@ -46,13 +38,35 @@ VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', {STARTED_REVISION}, CAST(:inp
     :schedule_fire_at, CAST(:chain AS text[]), :start_key, :start_fp)
 RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace_id")} AS listened
 """,
-        row,
-    )
+)
+
+
+def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
+    ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
+    first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
+    None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
+    request (``app.engine.start_keys``) or None. Returns it as ``store.read_instance`` would."""
+    created = one(conn, "instance create", row["id"], [], _CREATE, row)
     inst = instance_row(created)
     quotas.instance(conn, inst["namespace_id"], +1)
     events.known_listeners(conn, row["id"], inst.pop("listened"), inst["trace_id"])
     events.emit(conn, row["id"], "workflow.started")
     return inst
+
+
+# RUNNING <-> WAITING; ``o.old``: the state before (an event only when it changed)
+_SET_PROGRESS = query(
+    "instance_set_progress",
+    f"UPDATE workflow_instances w SET state = :s, {_BUMP} FROM (SELECT state AS old FROM workflow_instances "
+    f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+)
+# the same when the row already counts this move in its revision (a new instance: ``create``)
+_SET_PROGRESS_UNBUMPED = query(
+    "instance_set_progress_unbumped",
+    f"UPDATE workflow_instances w SET state = :s FROM (SELECT state AS old FROM workflow_instances "
+    f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+)
 
 
 def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -> dict[str, Any]:
@@ -64,8 +78,7 @@ def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -
         f"instance -> {state}",
         iid,
         ADVANCING,
-        f"UPDATE workflow_instances w SET state = :s{', ' + _BUMP if bump else ''} FROM (SELECT state AS old FROM workflow_instances "
-        f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+        _SET_PROGRESS if bump else _SET_PROGRESS_UNBUMPED,
         {"id": iid, "s": state, "from": states(ADVANCING)},
     )
     inst = instance_row(row)
@@ -89,6 +102,19 @@ def touch(conn: Connection, iid: str) -> dict[str, Any]:
     )
 
 
+_END = query(
+    "instance_end",
+    f"""
+UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
+    error = COALESCE(CAST(:error AS jsonb), error),
+    stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
+    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
+                             ELSE stop_requested_at END
+WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}
+""",
+)
+
+
 def end(
     conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING
 ) -> dict[str, Any]:
@@ -100,14 +126,7 @@ def end(
         f"instance -> {state}",
         iid,
         OPEN,
-        f"""
-UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
-    error = COALESCE(CAST(:error AS jsonb), error),
-    stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
-    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
-                             ELSE stop_requested_at END
-WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}
-""",
+        _END,
         {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
     )
     quotas.instance(conn, row.namespace_id, -1)

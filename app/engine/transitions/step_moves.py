@@ -286,6 +286,7 @@ UPDATE workflow_steps SET state = :s, act_state = :s, completed_at = now(),
     {_BUMP}
 WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from) RETURNING instance_id
 """
+STEP_SETTLE = query("step_settle", _SETTLE)
 
 
 def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
@@ -296,7 +297,7 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
         f"step {step['key']} and its activation -> {state}",
         step["id"],
         allowed,
-        _SETTLE,
+        STEP_SETTLE,
         {
             "id": step["id"],
             "a": step["activation_id"],

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, text
+from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump, write_reading_steps
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
-from app.sql import query, run
+from app.sql import Query, query, run
 
 S = TaskState
 OPEN = states(TASK_OPEN)
@@ -124,8 +124,9 @@ _PICK_QUEUES = f"""
     LIMIT :n"""
 
 
-def _claim_sql(pick: str) -> TextClause:
-    return text(
+def _claim_sql(name: str, pick: str) -> Query:
+    return query(
+        name,
         f"""
 WITH prior AS MATERIALIZED (
     SELECT {TASK_COLS}, t.claim_fingerprint FROM workflow_tasks t
@@ -143,12 +144,12 @@ claimed AS (
 SELECT claimed.*, false AS replayed FROM claimed
 UNION ALL
 SELECT prior.*, true FROM prior
-"""
+""",
     )
 
 
-_CLAIM_ONE_QUEUE = _claim_sql(_PICK_ONE_QUEUE)
-_CLAIM_QUEUES = _claim_sql(_PICK_QUEUES)
+_CLAIM_ONE_QUEUE = _claim_sql("task_claim", _PICK_ONE_QUEUE)
+_CLAIM_QUEUES = _claim_sql("task_claim_queues", _PICK_QUEUES)
 
 
 def claim(
@@ -215,6 +216,22 @@ def fail(conn: Connection, task_id: str, epoch: int, error: Any, instance_id: st
     return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error, instance_id)
 
 
+# The end of a claim, with its output (a completion) or its error (a failure); run as
+# ``task_complete_reading_steps`` / ``task_fail_reading_steps`` (``store.write_reading_steps``).
+_END_CLAIM = {
+    "output": query(
+        "task_complete",
+        f"UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), {_DONE} "
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
+    ),
+    "error": query(
+        "task_fail",
+        f"UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), {_DONE} "
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
+    ),
+}
+
+
 def _end_claim(
     conn: Connection,
     what: str,
@@ -230,8 +247,7 @@ def _end_claim(
     and the caller holds the instance's lock (``store.write_reading_steps``)."""
     row, steps = write_reading_steps(
         conn,
-        f"UPDATE workflow_tasks AS t SET state = :s, {column} = CAST(:v AS jsonb), {_DONE} "
-        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
+        _END_CLAIM[column],
         {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value)},
         instance_id,
     )

@@ -1,0 +1,70 @@
+"""Every statement of the hot path is a named statement of the source (``app.sql.query``): a workflow's
+start, its tasks' claims and completions, a TIMER step's firing by the ledger's pool and the pool's own
+passes run through ``app.sql``'s one helper, each statement under a name whose text is the one sent, and
+nothing on SQLAlchemy's own path. What ``pg_stat_statements`` (or a database log) would show is so
+findable in a file: ``app.sql.QUERIES[name]`` is defined beside the module that owns its table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+
+from app.ids import new_id
+from app.sql import QUERIES, observing
+from tests.engine.helpers import (
+    claim_task,
+    complete_task,
+    definition,
+    instance,
+    make_due,
+    publish,
+    run_jobs,
+    start,
+)
+
+NS = "ns-" + new_id()[:8]
+DOC = definition(
+    {"key": "a", "kind": "TASK", "queue": "named.q"},
+    {"key": "t", "kind": "TIMER", "delay_seconds": 0, "after": ["a"]},
+    {"key": "b", "kind": "TASK", "queue": "named.q", "after": ["t"]},
+)
+
+
+def _hot_path(eng: Any, def_id: str) -> str:
+    iid = start(eng, NS, def_id, {"n": 1})["id"]
+    complete_task(eng, NS, claim_task(eng, NS, "named.q"), {"ok": 1})
+    make_due(eng)
+    assert run_jobs(eng)  # the timer fires
+    complete_task(eng, NS, claim_task(eng, NS, "named.q"), {"ok": 2})
+    return iid
+
+
+def test_the_hot_path_runs_only_named_statements_through_the_one_helper(eng):
+    def_id = publish(eng, NS, DOC)  # published before: a definition's writes are not the hot path
+    _hot_path(eng, def_id)  # and its version cached by the process, as in steady state
+    ran: list[tuple[str | None, str]] = []
+    on_sqlalchemy: list[str] = []
+
+    def sqlalchemy_path(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        on_sqlalchemy.append(statement)
+
+    event.listen(eng, "before_cursor_execute", sqlalchemy_path)
+    try:
+        with observing(lambda name, sql, params: ran.append((name, sql))):
+            iid = _hot_path(eng, def_id)
+    finally:
+        event.remove(eng, "before_cursor_execute", sqlalchemy_path)
+    assert instance(eng, iid)["state"] == "SUCCEEDED"
+    unnamed = sorted({sql[:120] for name, sql in ran if name is None})
+    assert unnamed == [], "\n".join(unnamed)
+    for name, sql in ran:
+        assert name is not None and QUERIES[name].sql == sql, name
+    # SQLAlchemy's own path: only the test helpers' time travel (make_due) and the pool's ping at checkout
+    assert [
+        s
+        for s in on_sqlalchemy
+        if s.strip() != ";"
+        and "run_at = now() - interval" not in s
+        and "deadline_at = now() - interval" not in s
+    ] == []
