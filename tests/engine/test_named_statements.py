@@ -68,3 +68,34 @@ def test_the_hot_path_runs_only_named_statements_through_the_one_helper(eng):
         and "run_at = now() - interval" not in s
         and "deadline_at = now() - interval" not in s
     ] == []
+
+
+def _names_run(eng: Any, def_id: str, ended: list[str]) -> list[str | None]:
+    ran: list[str | None] = []
+    with observing(lambda name, sql, params: ran.append(name)):
+        ended.append(_hot_path(eng, def_id))
+    return ran
+
+
+def test_tracing_on_and_off_send_the_same_statements_and_each_has_its_span(eng):
+    """The same named statements, in the same order, whether tracing is on or off (it used to switch
+    ``app.sql.run`` onto SQLAlchemy's path); with tracing on, each is a ``db <name>`` span."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.observability import tracing
+
+    def_id = publish(eng, NS, DOC)
+    _hot_path(eng, def_id)  # the version cached, as in steady state
+    ended: list[str] = []
+    off = _names_run(eng, def_id, ended)
+    exporter = InMemorySpanExporter()
+    assert tracing.setup("test", exporter=exporter, set_global=False)
+    try:
+        on = _names_run(eng, def_id, ended)
+    finally:
+        tracing.shutdown()
+    assert on == off and None not in on
+    spans = [s.name for s in exporter.get_finished_spans() if s.name.startswith("db ")]
+    assert spans == [f"db {name}" for name in on]
+    assert _names_run(eng, def_id, ended) == off  # and off again
+    assert [instance(eng, iid)["state"] for iid in ended] == ["SUCCEEDED"] * 3
