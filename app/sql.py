@@ -295,7 +295,8 @@ def sqlalchemy_error(
     """``exc`` as SQLAlchemy raises a driver's error (its exception classes, parameters hidden); a broken
     connection is invalidated first, as SQLAlchemy does, so the pool replaces it."""
     driver = conn.connection.dbapi_connection
-    broken = bool(driver is not None and conn.dialect.is_disconnect(exc, driver, cur))
+    # SQLAlchemy types a driver's error as its DBAPI protocol's; psycopg's is one
+    broken = bool(driver is not None and conn.dialect.is_disconnect(cast(Any, exc), driver, cur))
     if broken and not conn.invalidated:
         conn.invalidate(exc)
     return DBAPIError.instance(
