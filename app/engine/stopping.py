@@ -48,7 +48,7 @@ from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
 from app.ledger.states import CLEAR_SCOPE, EXTERNAL_OUTCOME_UNKNOWN, JobType
 from app.ledger.suspend import clear_jobs
-from app.sql import run
+from app.sql import query, run
 
 
 # --------------------------------------------------------------------------- the end
@@ -253,15 +253,16 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
 
 
 # --------------------------------------------------------------------------- saga (X-AUTO)
+_SUCCEEDED_TASK_STEPS = query(
+    "steps_succeeded_tasks",
+    "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
+    "FROM workflow_steps s WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
+)
+
+
 def compensation_plan(conn: Connection, inst: dict) -> list[dict]:
     specs = step_specs(version_document(conn, inst["definition_version_id"]))
-    done = run(
-        conn,
-        "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
-        "FROM workflow_steps s "
-        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
-        {"id": inst["id"]},
-    ).all()
+    done = run(conn, _SUCCEEDED_TASK_STEPS, {"id": inst["id"]}).all()
     return decide.compensation_plan(
         [{"step_key": r.key, "activation_id": r.activation_id, "order": r.ord} for r in done], specs
     )

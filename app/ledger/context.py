@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 
 from app.db import transaction
 from app.ledger import transitions
@@ -20,21 +20,26 @@ from app.ledger.outcome import JobAborted
 from app.observability import metrics
 from app.sql import query, run
 
-_READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
-_WRITE_RECEIPT = text(
+_READ_RECEIPT = query(
+    "job_effect_read",
+    "SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step",
+)
+_WRITE_RECEIPT = query(
+    "job_effect_insert",
     """
 INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)
 VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
-"""
+""",
 )
 
-_WRITE_RECEIPT_IF_FIRST = text(
+_WRITE_RECEIPT_IF_FIRST = query(
+    "job_effect_insert_if_first",
     """
 INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)
 VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
 ON CONFLICT (operation_key, step_key) DO NOTHING
 RETURNING id
-"""
+""",
 )
 
 LockFirst = Callable[[Connection], object]  # its result is not used

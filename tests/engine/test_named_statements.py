@@ -10,6 +10,8 @@ from typing import Any
 
 from sqlalchemy import event
 
+from app.db import transaction
+from app.engine import task_protocol
 from app.ids import new_id
 from app.sql import QUERIES, observing
 from tests.engine.helpers import (
@@ -99,3 +101,49 @@ def test_tracing_on_and_off_send_the_same_statements_and_each_has_its_span(eng):
     assert spans == [f"db {name}" for name in on]
     assert _names_run(eng, def_id, ended) == off  # and off again
     assert [instance(eng, iid)["state"] for iid in ended] == ["SUCCEEDED"] * 3
+
+
+RETRIED = definition(
+    {"key": "a", "kind": "TASK", "queue": "named.r", "retry": {"max_attempts": 3, "backoff_seconds": 0}},
+    {
+        "key": "b",
+        "kind": "TASK",
+        "queue": "named.r",
+        "after": ["a"],
+        "retry": {"max_attempts": 2, "backoff_seconds": 5},
+    },
+)
+
+
+def _fail(eng: Any) -> None:
+    task = claim_task(eng, NS, "named.r")
+    with transaction(eng) as conn:
+        task_protocol.fail(conn, NS, task["id"], task["epoch"], {"message": "no", "retryable": True})
+
+
+def _retries(eng: Any, def_id: str) -> str:
+    """A heartbeat, a failure retried at once, a failure retried after a backoff (its wake), the last
+    attempt's failure failing the workflow."""
+    iid = start(eng, NS, def_id, {})["id"]
+    task = claim_task(eng, NS, "named.r")
+    with transaction(eng) as conn:
+        task_protocol.heartbeat(conn, NS, task["id"], task["epoch"], 30)
+        task_protocol.fail(conn, NS, task["id"], task["epoch"], {"message": "no", "retryable": True})
+    complete_task(eng, NS, claim_task(eng, NS, "named.r"), {"ok": 1})
+    _fail(eng)
+    make_due(eng)
+    assert run_jobs(eng)  # the backoff's wake
+    _fail(eng)
+    return iid
+
+
+def test_retries_and_failures_run_only_named_statements(eng):
+    def_id = publish(eng, NS, RETRIED)
+    _retries(eng, def_id)  # steady state: the version cached
+    ran: list[tuple[str | None, str]] = []
+    with observing(lambda name, sql, params: ran.append((name, sql))):
+        iid = _retries(eng, def_id)
+    assert instance(eng, iid)["state"] == "FAILED"
+    unnamed = sorted({sql[:120] for name, sql in ran if name is None})
+    assert unnamed == [], "\n".join(unnamed)
+    assert all(QUERIES[name].sql == sql for name, sql in ran if name is not None)

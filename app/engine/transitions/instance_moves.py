@@ -262,14 +262,20 @@ def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -
     events.emit(conn, iid, "workflow.recovered", state=state)
 
 
+_UNFINISHED_CHILDREN = query(
+    "instance_unfinished_children",
+    "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND stop_requested_at IS NULL "
+    "AND state = ANY(:open) ORDER BY id",
+)
+
+
 def unfinished_children(conn: Connection, iid: str) -> list[str]:
     """Children of ``iid`` that are not ending yet (read; the caller locks each before moving it)."""
     return [
         r[0]
         for r in many(
             conn,
-            "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND stop_requested_at IS NULL "
-            "AND state = ANY(:open) ORDER BY id",
+            _UNFINISHED_CHILDREN,
             {"id": iid, "open": OPEN},
         )
     ]

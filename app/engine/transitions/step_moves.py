@@ -18,7 +18,7 @@ from app.engine.transitions._guard import TransitionRefused, many, one, states
 from app.engine.transitions.task_moves import TASK_INSERT
 from app.ids import new_id
 from app.ledger.enqueue import JOB_INSERT_UNREAD
-from app.sql import query, run
+from app.sql import Query, query, run
 
 S = StepState
 OPEN = states(STEP_OPEN)
@@ -245,6 +245,18 @@ def activate(
     )
 
 
+_SET_ACTIVE = query(
+    "step_set_active",
+    f"UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, {_BUMP} WHERE id = :id AND state = ANY(:from) "
+    "RETURNING instance_id, activation_id",
+)
+_SET_WAITING = query(
+    "step_set_waiting",
+    f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) "
+    "RETURNING instance_id, activation_id",
+)
+
+
 def set_active(conn: Connection, step: dict, task_id: str) -> None:
     """The next task attempt / poll round runs: ACTIVE and pointing at its task."""
     row = one(
@@ -252,8 +264,7 @@ def set_active(conn: Connection, step: dict, task_id: str) -> None:
         f"step {step['key']} -> ACTIVE",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING instance_id, activation_id",
+        _SET_ACTIVE,
         {"id": step["id"], "t": task_id, "from": OPEN},
     )
     events.emit(
@@ -273,8 +284,7 @@ def set_waiting(conn: Connection, step: dict) -> None:
         f"step {step['key']} -> WAITING",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING instance_id, activation_id",
+        _SET_WAITING,
         {"id": step["id"], "from": OPEN},
     )
     events.emit(conn, row.instance_id, "step.waiting", step_key=step["key"], activation_id=row.activation_id)
@@ -344,36 +354,47 @@ def end_activation_for_retry(conn: Connection, step: dict) -> None:
     )
 
 
+# Every ACTIVE / WAITING step of an instance (and its activation, when that is still open) -> ``:s``,
+# returning (key, activation id) of each step moved: all of them, those with no in-flight STEP task (a
+# claimed task keeps its permit during a cancel), or the ``:keys`` whose external outcome is unknown (their
+# activations stay open, unfinished: no completed_at).
+_CANCEL_OPEN = query(
+    "step_cancel_open",
+    """UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(),
+    act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END,
+    completed_at = CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END
+WHERE s.instance_id = :id AND s.state = ANY(:from) RETURNING s.key, s.activation_id""",
+)
+_CANCEL_OPEN_IDLE = query(
+    "step_cancel_open_idle",
+    """UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(),
+    act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END,
+    completed_at = CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END
+WHERE s.instance_id = :id AND s.state = ANY(:from)
+  AND NOT EXISTS (SELECT 1 FROM workflow_tasks t WHERE t.activation_id = s.activation_id
+                  AND t.purpose = 'STEP' AND t.state = 'CLAIMED' AND t.lease_expires_at > now())
+RETURNING s.key, s.activation_id""",
+)
+_TO_REVIEW = query(
+    "step_to_review",
+    """UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(),
+    act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END, completed_at = s.completed_at
+WHERE s.instance_id = :id AND s.state = ANY(:from) AND s.key = ANY(:keys) RETURNING s.key, s.activation_id""",
+)
+
+
 def _move_open(
-    conn: Connection, iid: str, state: str, where: str, params: dict, *, completed: bool
+    conn: Connection, statement: Query, iid: str, state: str, **params: Any
 ) -> list[tuple[str, str | None]]:
-    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation, when that is
-    still open) -> ``state``; returns (key, activation id) of each step moved."""
-    done = (
-        "CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END"
-        if completed
-        else "s.completed_at"
-    )
-    rows = many(
-        conn,
-        f"UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(), "
-        f"act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END, completed_at = {done} "
-        f"WHERE s.instance_id = :id AND s.state = ANY(:from){where} RETURNING s.key, s.activation_id",
-        {"id": iid, "s": state, "from": OPEN, **params},
-    )
+    """``statement`` (one of the three above) for instance ``iid``, to ``state``."""
+    rows = many(conn, statement, {"id": iid, "s": state, "from": OPEN, **params})
     return [(r.key, r.activation_id) for r in rows]
 
 
 def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[str]:
     """Every ACTIVE / WAITING step of the instance (and its activation) -> CANCELLED. ``idle_only``:
     only those with no in-flight STEP task (a claimed task keeps its permit during a cancel)."""
-    idle = (
-        " AND NOT EXISTS (SELECT 1 FROM workflow_tasks t WHERE t.activation_id = s.activation_id "
-        "AND t.purpose = 'STEP' AND t.state = 'CLAIMED' AND t.lease_expires_at > now())"
-        if idle_only
-        else ""
-    )
-    moved = _move_open(conn, iid, S.CANCELLED, idle, {}, completed=True)
+    moved = _move_open(conn, _CANCEL_OPEN_IDLE if idle_only else _CANCEL_OPEN, iid, S.CANCELLED)
     for key, act in moved:
         events.emit(conn, iid, "step.cancelled", step_key=key, activation_id=act)
     return [k for k, _ in moved]
@@ -381,7 +402,7 @@ def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[
 
 def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
     """Steps whose external outcome is unknown -> NEEDS_REVIEW (with their activations)."""
-    moved = _move_open(conn, iid, S.NEEDS_REVIEW, " AND s.key = ANY(:keys)", {"keys": keys}, completed=False)
+    moved = _move_open(conn, _TO_REVIEW, iid, S.NEEDS_REVIEW, keys=keys)
     for key, act in moved:
         events.emit(conn, iid, "step.needs_review", step_key=key, activation_id=act)
     return [k for k, _ in moved]
@@ -442,12 +463,13 @@ def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
     ).scalar_one()
 
 
+_SET_TASK_ATTEMPTS = query(
+    "step_set_task_attempts", "UPDATE workflow_steps SET task_attempts = :n WHERE activation_id = :id"
+)
+
+
 def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
-    run(
-        conn,
-        "UPDATE workflow_steps SET task_attempts = :n WHERE activation_id = :id",
-        {"id": act_id, "n": attempts},
-    )
+    run(conn, _SET_TASK_ATTEMPTS, {"id": act_id, "n": attempts})
 
 
 def set_child(conn: Connection, step: dict, child_id: str) -> None:

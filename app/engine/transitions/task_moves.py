@@ -186,20 +186,22 @@ def claim(
     )
 
 
-def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:
-    """The lease of the current claim moves on (never past the task deadline); None when the claim
-    is no longer current (fenced)."""
-    return maybe(
-        conn,
-        f"""
+_HEARTBEAT = query(
+    "task_heartbeat",
+    f"""
 UPDATE workflow_tasks t SET lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at),
     updated_at = now()
 WHERE t.id = :id AND t.epoch = :epoch AND t.state = 'CLAIMED' AND t.deadline_at > now()
   AND t.lease_expires_at > now()
 RETURNING {TASK_COLS}
 """,
-        {"id": task_id, "epoch": epoch, "lease": lease_seconds},
-    )
+)
+
+
+def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:
+    """The lease of the current claim moves on (never past the task deadline); None when the claim
+    is no longer current (fenced)."""
+    return maybe(conn, _HEARTBEAT, {"id": task_id, "epoch": epoch, "lease": lease_seconds})
 
 
 def complete(
