@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import event
 
 from app.db import transaction
-from app.engine import task_protocol
+from app.engine import control, signals, task_protocol
 from app.ids import new_id
 from app.sql import QUERIES, observing
 from tests.engine.helpers import (
@@ -144,6 +144,69 @@ def test_retries_and_failures_run_only_named_statements(eng):
     with observing(lambda name, sql, params: ran.append((name, sql))):
         iid = _retries(eng, def_id)
     assert instance(eng, iid)["state"] == "FAILED"
+    unnamed = sorted({sql[:120] for name, sql in ran if name is None})
+    assert unnamed == [], "\n".join(unnamed)
+    assert all(QUERIES[name].sql == sql for name, sql in ran if name is not None)
+
+
+SIGNALLED = {
+    "version": "v1",
+    "input_schema": {},
+    "deadline_seconds": 3600,
+    "signals": [{"name": "ping", "payload_version": "v1", "schema": {"type": "object"}}],
+    "steps": [
+        {
+            "key": "receipt",
+            "kind": "SIGNAL",
+            "after": [],
+            "signal": "ping",
+            "payload_version": "v1",
+            "correlation": "first",
+            "timeout_seconds": 3000,
+        },
+        {"key": "w", "kind": "TASK", "queue": "named.s", "after": ["receipt"]},
+    ],
+}
+
+
+def _signalled_then_cancelled(eng: Any, def_id: str) -> str:
+    """A signal consumed by its wait, the next task claimed, then the workflow cancelled (its claimed
+    task settles the cancel when its lease is gone)."""
+    iid = start(eng, NS, def_id, {})["id"]
+    with transaction(eng) as conn:
+        signals.send(
+            conn,
+            iid,
+            "someone",
+            {
+                "name": "ping",
+                "payload_version": "v1",
+                "target_step_key": "receipt",
+                "target_activation_sequence": 1,
+                "correlation_key": "first",
+                "payload": {},
+                "reason": "r",
+                "evidence_ref": None,
+            },
+        )
+    claim_task(eng, NS, "named.s")
+    with transaction(eng) as conn:
+        revision = int(instance(eng, iid)["control_revision"])
+        control.control(
+            conn, iid, {"operation": "CANCEL", "expected_control_revision": revision, "reason": "x"}
+        )
+    make_due(eng)
+    run_jobs(eng)
+    return iid
+
+
+def test_signals_and_cancels_run_only_named_statements(eng):
+    def_id = publish(eng, NS, SIGNALLED)
+    _signalled_then_cancelled(eng, def_id)
+    ran: list[tuple[str | None, str]] = []
+    with observing(lambda name, sql, params: ran.append((name, sql))):
+        iid = _signalled_then_cancelled(eng, def_id)
+    assert instance(eng, iid)["state"] in ("CANCELLING", "CANCELLED")
     unnamed = sorted({sql[:120] for name, sql in ran if name is None})
     assert unnamed == [], "\n".join(unnamed)
     assert all(QUERIES[name].sql == sql for name, sql in ran if name is not None)

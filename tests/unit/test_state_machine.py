@@ -59,8 +59,8 @@ def _code(func: object, depth: int = 2) -> str:
             found.append(value)
         elif isinstance(getattr(value, "text", None), str):
             found.append(value.text)
-        elif isinstance(value, dict):
-            found.append(repr(value))
+        elif isinstance(value, dict):  # a table of statements (by filter, by kind) or of states
+            found += [getattr(v, "text", None) or repr(v) for v in value.values()]
     return "\n".join(found)
 
 

@@ -87,6 +87,12 @@ def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -
     return inst
 
 
+_Q_INSTANCE_TOUCH = query(
+    "instance_touch",
+    f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}",
+)
+
+
 def touch(conn: Connection, iid: str) -> dict[str, Any]:
     """Background progress without a state change (a step moved): ``revision`` + 1. Returns the
     instance as ``store.read_instance`` would."""
@@ -96,7 +102,7 @@ def touch(conn: Connection, iid: str) -> dict[str, Any]:
             "instance revision",
             iid,
             OPEN,
-            f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}",
+            _Q_INSTANCE_TOUCH,
             {"id": iid, "from": OPEN},
         )
     )
@@ -134,17 +140,32 @@ def end(
     return instance_row(row)
 
 
+_Q_INSTANCE_PAUSE = query(
+    "instance_pause",
+    f"UPDATE workflow_instances SET paused = true, paused_at = now(), {_CONTROL} "
+    "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
+)
+
+
 def pause(conn: Connection, iid: str) -> None:
     one(
         conn,
         "pause",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET paused = true, paused_at = now(), {_CONTROL} "
-        "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
+        _Q_INSTANCE_PAUSE,
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.paused")
+
+
+_Q_INSTANCE_RESUME = query(
+    "instance_resume",
+    f"UPDATE workflow_instances w SET paused = false, paused_at = NULL, {_CONTROL} "
+    "FROM (SELECT paused_at AS was FROM workflow_instances WHERE id = :id) o "
+    "WHERE w.id = :id AND w.paused AND w.state = ANY(:from) "
+    "RETURNING COALESCE(now() - o.was, interval '0') AS paused_for",
+)
 
 
 def resume(conn: Connection, iid: str) -> Any:
@@ -154,10 +175,7 @@ def resume(conn: Connection, iid: str) -> Any:
         "resume",
         iid,
         OPEN,
-        f"UPDATE workflow_instances w SET paused = false, paused_at = NULL, {_CONTROL} "
-        "FROM (SELECT paused_at AS was FROM workflow_instances WHERE id = :id) o "
-        "WHERE w.id = :id AND w.paused AND w.state = ANY(:from) "
-        "RETURNING COALESCE(now() - o.was, interval '0') AS paused_for",
+        _Q_INSTANCE_RESUME,
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.resumed")
@@ -167,6 +185,16 @@ def resume(conn: Connection, iid: str) -> Any:
 CANCELLABLE = [S.RUNNING, S.WAITING, S.NEEDS_REVIEW]
 
 
+_Q_INSTANCE_REQUEST_CANCEL = query(
+    "instance_request_cancel",
+    f"""
+UPDATE workflow_instances SET state = 'CANCELLING', {_CONTROL}, cancel_requested_at = now(),
+    stop_kind = COALESCE(stop_kind, 'CANCEL'), stop_requested_at = COALESCE(stop_requested_at, now())
+WHERE id = :id AND cancel_requested_at IS NULL AND state = ANY(:from) RETURNING id
+""",
+)
+
+
 def request_cancel(conn: Connection, iid: str) -> None:
     """W-CTL CANCEL: CANCELLING with cancel_requested_at; a first stop target is kept."""
     one(
@@ -174,14 +202,21 @@ def request_cancel(conn: Connection, iid: str) -> None:
         "cancel",
         iid,
         CANCELLABLE,
-        f"""
-UPDATE workflow_instances SET state = 'CANCELLING', {_CONTROL}, cancel_requested_at = now(),
-    stop_kind = COALESCE(stop_kind, 'CANCEL'), stop_requested_at = COALESCE(stop_requested_at, now())
-WHERE id = :id AND cancel_requested_at IS NULL AND state = ANY(:from) RETURNING id
-""",
+        _Q_INSTANCE_REQUEST_CANCEL,
         {"id": iid, "from": states(CANCELLABLE)},
     )
     events.emit(conn, iid, "workflow.cancelling")
+
+
+_Q_INSTANCE_START_COMPENSATION = query(
+    "instance_start_compensation",
+    f"""
+UPDATE workflow_instances SET state = 'CANCELLING', {_BUMP}, compensation = CAST(:c AS jsonb),
+    error = COALESCE(CAST(:e AS jsonb), error), stop_kind = COALESCE(stop_kind, :k),
+    stop_requested_at = COALESCE(stop_requested_at, now())
+WHERE id = :id AND state = ANY(:from) RETURNING id
+""",
+)
 
 
 def start_compensation(conn: Connection, iid: str, comp: dict, *, stop_kind: str, error: Any) -> None:
@@ -191,15 +226,17 @@ def start_compensation(conn: Connection, iid: str, comp: dict, *, stop_kind: str
         "start compensation",
         iid,
         OPEN,
-        f"""
-UPDATE workflow_instances SET state = 'CANCELLING', {_BUMP}, compensation = CAST(:c AS jsonb),
-    error = COALESCE(CAST(:e AS jsonb), error), stop_kind = COALESCE(stop_kind, :k),
-    stop_requested_at = COALESCE(stop_requested_at, now())
-WHERE id = :id AND state = ANY(:from) RETURNING id
-""",
+        _Q_INSTANCE_START_COMPENSATION,
         {"id": iid, "c": jdump(comp), "e": jdump(error), "k": stop_kind, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.compensating", stop_kind=stop_kind)
+
+
+_Q_INSTANCE_SAVE_COMPENSATION = query(
+    "instance_save_compensation",
+    f"UPDATE workflow_instances SET compensation = CAST(:c AS jsonb), state = COALESCE(:s, state), {_BUMP} "
+    "WHERE id = :id AND state = ANY(:from) RETURNING id",
+)
 
 
 def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None = None) -> None:
@@ -210,12 +247,18 @@ def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None 
         f"compensation -> {comp.get('state')}",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET compensation = CAST(:c AS jsonb), state = COALESCE(:s, state), {_BUMP} "
-        "WHERE id = :id AND state = ANY(:from) RETURNING id",
+        _Q_INSTANCE_SAVE_COMPENSATION,
         {"id": iid, "c": jdump(comp), "s": state, "from": OPEN},
     )
     if state == S.NEEDS_REVIEW:
         events.emit(conn, iid, "workflow.needs_review", reason="compensation failed")
+
+
+_Q_INSTANCE_SET_COMPENSATION_TASK = query(
+    "instance_set_compensation_task",
+    "UPDATE workflow_instances SET compensation = compensation || jsonb_build_object('task_id', "
+    f"CAST(:t AS text)), {_BUMP} WHERE id = :id AND state = 'CANCELLING' RETURNING id",
+)
 
 
 def set_compensation_task(conn: Connection, iid: str, task_id: str) -> None:
@@ -224,10 +267,16 @@ def set_compensation_task(conn: Connection, iid: str, task_id: str) -> None:
         "compensation task",
         iid,
         [S.CANCELLING],
-        "UPDATE workflow_instances SET compensation = compensation || jsonb_build_object('task_id', "
-        f"CAST(:t AS text)), {_BUMP} WHERE id = :id AND state = 'CANCELLING' RETURNING id",
+        _Q_INSTANCE_SET_COMPENSATION_TASK,
         {"id": iid, "t": task_id},
     )
+
+
+_Q_INSTANCE_TO_REVIEW = query(
+    "instance_to_review",
+    f"UPDATE workflow_instances SET state = 'NEEDS_REVIEW', {_BUMP} WHERE id = :id AND state = ANY(:from) "
+    "RETURNING id",
+)
 
 
 def to_review(conn: Connection, iid: str) -> None:
@@ -237,14 +286,23 @@ def to_review(conn: Connection, iid: str) -> None:
         "instance -> NEEDS_REVIEW",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET state = 'NEEDS_REVIEW', {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING id",
+        _Q_INSTANCE_TO_REVIEW,
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.needs_review", reason="external outcome unknown")
 
 
 REVIEWABLE = [S.NEEDS_REVIEW, S.RUNNING, S.WAITING, S.CANCELLING]
+
+
+_LEAVE_REVIEW = query(
+    "instance_leave_review",
+    f"UPDATE workflow_instances SET state = :s, {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+)
+_LEAVE_REVIEW_UNBUMPED = query(
+    "instance_leave_review_unbumped",
+    "UPDATE workflow_instances SET state = :s WHERE id = :id AND state = ANY(:from) RETURNING id",
+)
 
 
 def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -> None:
@@ -255,8 +313,7 @@ def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -
         f"instance -> {state}",
         iid,
         REVIEWABLE,
-        f"UPDATE workflow_instances SET state = :s{', ' + _BUMP if bump else ''} WHERE id = :id "
-        "AND state = ANY(:from) RETURNING id",
+        _LEAVE_REVIEW if bump else _LEAVE_REVIEW_UNBUMPED,
         {"id": iid, "s": state, "from": states(REVIEWABLE)},
     )
     events.emit(conn, iid, "workflow.recovered", state=state)

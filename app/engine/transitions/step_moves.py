@@ -344,12 +344,18 @@ def close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, er
     _settle(conn, step, state, RESOLVABLE, output=output, error=error)
 
 
+_Q_STEP_END_ACTIVATION_FOR_RETRY = query(
+    "step_end_activation_for_retry",
+    "UPDATE workflow_steps SET act_state = CASE WHEN act_state IN ('SUCCEEDED', 'FAILED') THEN act_state "
+    "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :id AND activation_id = :a",
+)
+
+
 def end_activation_for_retry(conn: Connection, step: dict) -> None:
     """Operator RETRY_STEP: the current activation ends (CANCELLED unless it already settled)."""
     run(
         conn,
-        "UPDATE workflow_steps SET act_state = CASE WHEN act_state IN ('SUCCEEDED', 'FAILED') THEN act_state "
-        "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :id AND activation_id = :a",
+        _Q_STEP_END_ACTIVATION_FOR_RETRY,
         {"id": step["id"], "a": step["activation_id"]},
     )
 
@@ -409,26 +415,49 @@ def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
+_Q_STEP_ACTIVATION_INPUT_OF = query(
+    "step_activation_input_of",
+    "SELECT act_input::text FROM workflow_steps WHERE activation_id = :id",
+)
+
+
 def activation_input_of(conn: Connection, act_id: str) -> Any:
-    return jparse(
-        run(
-            conn, "SELECT act_input::text FROM workflow_steps WHERE activation_id = :id", {"id": act_id}
-        ).scalar_one()
-    )
+    return jparse(run(conn, _Q_STEP_ACTIVATION_INPUT_OF, {"id": act_id}).scalar_one())
 
 
-def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
-    run(
-        conn,
-        """
+_Q_STEP_POLL_ROUND_STARTED = query(
+    "step_poll_round_started",
+    """
 UPDATE workflow_steps SET poll_round_attempts = :att, poll_current_task_id = :task,
     poll_last_task_id = :task, poll_next_at = NULL,
     poll_first_round_attempts_used = CASE WHEN :rnd = poll_first_round THEN :att
                                           ELSE poll_first_round_attempts_used END
 WHERE activation_id = :id
 """,
+)
+
+
+def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
+    run(
+        conn,
+        _Q_STEP_POLL_ROUND_STARTED,
         {"id": act_id, "att": attempts, "task": task_id, "rnd": rnd},
     )
+
+
+_POLL_TASK_ENDED = query(
+    "step_poll_task_ended", "UPDATE workflow_steps SET poll_current_task_id = NULL WHERE activation_id = :id"
+)
+_POLL_RESOLVED = query(
+    "step_poll_round_resolved",
+    "UPDATE workflow_steps SET poll_current_task_id = NULL, poll_used_rounds = poll_used_rounds + 1, "
+    "poll_round_attempts = 0, poll_resolved_at = now() WHERE activation_id = :id",
+)
+_POLL_USED_UP = query(
+    "step_poll_rounds_used",
+    "UPDATE workflow_steps SET poll_current_task_id = NULL, poll_used_rounds = :u, poll_round_attempts = 0 "
+    "WHERE activation_id = :id",
+)
 
 
 def poll_task_ended(
@@ -436,29 +465,37 @@ def poll_task_ended(
 ) -> None:
     """The round's task ended: ``resolved`` (done: the round counts as used), or the round is used up
     (``used`` rounds), or neither (another attempt of the same round follows)."""
-    sets = "poll_current_task_id = NULL"
-    if resolved:
-        sets += ", poll_used_rounds = poll_used_rounds + 1, poll_round_attempts = 0, poll_resolved_at = now()"
-    elif used is not None:
-        sets += ", poll_used_rounds = :u, poll_round_attempts = 0"
-    run(conn, f"UPDATE workflow_steps SET {sets} WHERE activation_id = :id", {"id": act_id, "u": used})
+    statement = _POLL_RESOLVED if resolved else _POLL_USED_UP if used is not None else _POLL_TASK_ENDED
+    run(conn, statement, {"id": act_id, "u": used})
+
+
+_Q_STEP_POLL_RESOLVED_BY_SIGNAL = query(
+    "step_poll_resolved_by_signal",
+    "UPDATE workflow_steps SET poll_resolved_at = now(), poll_next_at = NULL, "
+    "poll_current_task_id = NULL WHERE activation_id = :a",
+)
 
 
 def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
     run(
         conn,
-        "UPDATE workflow_steps SET poll_resolved_at = now(), poll_next_at = NULL, "
-        "poll_current_task_id = NULL WHERE activation_id = :a",
+        _Q_STEP_POLL_RESOLVED_BY_SIGNAL,
         {"a": act_id},
     )
+
+
+_Q_STEP_POLL_SCHEDULE = query(
+    "step_poll_schedule",
+    "UPDATE workflow_steps SET poll_next_at = now() + make_interval(secs => :s) WHERE activation_id = :id "
+    "RETURNING poll_next_at",
+)
 
 
 def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
     """The next round is due ``seconds`` from now; returns that time."""
     return run(
         conn,
-        "UPDATE workflow_steps SET poll_next_at = now() + make_interval(secs => :s) WHERE activation_id = :id "
-        "RETURNING poll_next_at",
+        _Q_STEP_POLL_SCHEDULE,
         {"id": act_id, "s": seconds},
     ).scalar_one()
 
@@ -472,6 +509,13 @@ def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
     run(conn, _SET_TASK_ATTEMPTS, {"id": act_id, "n": attempts})
 
 
+_Q_STEP_SET_CHILD = query(
+    "step_set_child",
+    f"UPDATE workflow_steps SET child_instance_id = :c, {_BUMP} WHERE id = :id AND activation_id = :a "
+    "AND state = ANY(:from) RETURNING id",
+)
+
+
 def set_child(conn: Connection, step: dict, child_id: str) -> None:
     """A SUBWORKFLOW activation records its child (a new step revision; the instance's follows)."""
     one(
@@ -479,7 +523,6 @@ def set_child(conn: Connection, step: dict, child_id: str) -> None:
         f"step {step['key']} child",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET child_instance_id = :c, {_BUMP} WHERE id = :id AND activation_id = :a "
-        "AND state = ANY(:from) RETURNING id",
+        _Q_STEP_SET_CHILD,
         {"id": step["id"], "a": step["activation_id"], "c": child_id, "from": OPEN},
     )

@@ -259,12 +259,18 @@ def _end_claim(
     return row, steps
 
 
+_Q_TASK_TRY_TIME_OUT = query(
+    "task_try_time_out",
+    f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
+    f"WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() {_EVENT_COLS}",
+)
+
+
 def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -> bool:
     """An open task of ``instance_id`` past its deadline -> TIMED_OUT (False: settled or not due)."""
     row = maybe(
         conn,
-        f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
-        f"WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() {_EVENT_COLS}",
+        _Q_TASK_TRY_TIME_OUT,
         {"id": task_id, "inst": instance_id, "e": jdump(error), "from": OPEN},
     )
     if row is None:
@@ -273,15 +279,35 @@ def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -
     return True
 
 
+_Q_TASK_POSTPONE_DEADLINES = query(
+    "task_postpone_deadlines",
+    "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
+    "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+)
+
+
 def postpone_deadlines(conn: Connection, instance_id: str, by: Any) -> None:
     """An instance resumed after a pause of ``by`` (an interval): its open tasks' deadlines move on by it
     (L-PAUSE-1: a suspended deadline keeps its remainder). No state changes."""
     run(
         conn,
-        "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
-        "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+        _Q_TASK_POSTPONE_DEADLINES,
         {"i": instance_id, "by": by},
     )
+
+
+_Q_TASK_RETURN_EXPIRED = query(
+    "task_return_expired",
+    """
+UPDATE workflow_tasks t SET state = 'PENDING', lease_expires_at = NULL, updated_at = now()
+FROM (SELECT id FROM workflow_tasks w WHERE w.state = 'CLAIMED' AND w.lease_expires_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM workflow_instances i
+                        WHERE i.id = w.instance_id AND i.cancel_requested_at IS NOT NULL)
+      ORDER BY w.lease_expires_at, w.id LIMIT :n FOR UPDATE OF w SKIP LOCKED) picked
+WHERE t.id = picked.id AND t.state = 'CLAIMED'
+RETURNING t.id
+""",
+)
 
 
 def return_expired(conn: Connection, limit: int) -> int:
@@ -291,18 +317,42 @@ def return_expired(conn: Connection, limit: int) -> int:
     return len(
         many(
             conn,
-            """
-UPDATE workflow_tasks t SET state = 'PENDING', lease_expires_at = NULL, updated_at = now()
-FROM (SELECT id FROM workflow_tasks w WHERE w.state = 'CLAIMED' AND w.lease_expires_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM workflow_instances i
-                        WHERE i.id = w.instance_id AND i.cancel_requested_at IS NOT NULL)
-      ORDER BY w.lease_expires_at, w.id LIMIT :n FOR UPDATE OF w SKIP LOCKED) picked
-WHERE t.id = picked.id AND t.state = 'CLAIMED'
-RETURNING t.id
-""",
+            _Q_TASK_RETURN_EXPIRED,
             {"n": limit},
         )
     )
+
+
+# Open tasks -> CANCELLED, each filter its statement (the cancels the engine makes):
+# (of, step_only, pending_only, expired_claims_only, unclaimed_or_expired) -> statement
+_CANCEL_OPEN = {
+    ("instance", False, False, False, False): query(
+        "task_cancel_open",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND instance_id = :inst "
+        f"{_EVENT_COLS}",
+    ),
+    ("instance", True, False, False, True): query(
+        "task_cancel_unclaimed_or_expired_steps",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND instance_id = :inst "
+        "AND purpose = 'STEP' AND (state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now())) "
+        f"{_EVENT_COLS}",
+    ),
+    ("instance", True, False, True, False): query(
+        "task_cancel_expired_step_claims",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND instance_id = :inst "
+        f"AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at <= now() {_EVENT_COLS}",
+    ),
+    ("activation", True, False, False, False): query(
+        "task_cancel_open_of_activation",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND activation_id = :act "
+        f"AND purpose = 'STEP' {_EVENT_COLS}",
+    ),
+    ("activation", False, True, False, False): query(
+        "task_cancel_pending_of_activation",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND activation_id = :act "
+        f"AND state = 'PENDING' {_EVENT_COLS}",
+    ),
+}
 
 
 def cancel_open(
@@ -317,27 +367,13 @@ def cancel_open(
 ) -> list[str]:
     """Open tasks of an instance or of one activation -> CANCELLED; returns their ids. Filters:
     ``step_only`` (not compensation tasks), ``pending_only`` (PENDING), ``expired_claims_only``
-    (CLAIMED with a passed lease), ``unclaimed_or_expired`` (PENDING, or CLAIMED with a passed lease)."""
-    where = ["state = ANY(:from)"]
-    if instance_id is not None:
-        where.append("instance_id = :inst")
-    if activation_id is not None:
-        where.append("activation_id = :act")
-    if step_only:
-        where.append("purpose = 'STEP'")
-    if pending_only:
-        where.append("state = 'PENDING'")
-    if expired_claims_only:
-        where.append("state = 'CLAIMED' AND lease_expires_at <= now()")
-    if unclaimed_or_expired:
-        where.append("(state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))")
+    (CLAIMED with a passed lease), ``unclaimed_or_expired`` (PENDING, or CLAIMED with a passed lease): the
+    combinations of ``_CANCEL_OPEN``."""
     if instance_id is None and activation_id is None:
         raise ValueError("cancel_open needs an instance or an activation")
-    rows = many(
-        conn,
-        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE {' AND '.join(where)} {_EVENT_COLS}",
-        {"inst": instance_id, "act": activation_id, "from": OPEN},
-    )
+    of = "instance" if activation_id is None else "activation"
+    statement = _CANCEL_OPEN[(of, step_only, pending_only, expired_claims_only, unclaimed_or_expired)]
+    rows = many(conn, statement, {"inst": instance_id, "act": activation_id, "from": OPEN})
     for r in rows:
         _task_event(conn, "task.cancelled", r)
     return [r.id for r in rows]

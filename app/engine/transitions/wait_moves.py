@@ -122,16 +122,29 @@ def ended_by(conn: Connection, iid: str | None, act_id: str | None, operation_ke
     return row.step_key if row is not None and row.mine else None
 
 
+_Q_WAIT_RESOLVE_BY_SIGNAL = query(
+    "wait_resolve_by_signal",
+    "UPDATE workflow_waits SET state = 'RESOLVED', winner_signal_id = :s, resolved_at = now() "
+    "WHERE id = :w AND state = 'WAITING' RETURNING id",
+)
+
+
 def resolve_by_signal(conn: Connection, wait_id: str, signal_id: str) -> bool:
     return (
         maybe(
             conn,
-            "UPDATE workflow_waits SET state = 'RESOLVED', winner_signal_id = :s, resolved_at = now() "
-            "WHERE id = :w AND state = 'WAITING' RETURNING id",
+            _Q_WAIT_RESOLVE_BY_SIGNAL,
             {"w": wait_id, "s": signal_id},
         )
         is not None
     )
+
+
+_Q_WAIT_RESOLVE_OPEN = query(
+    "wait_resolve_open",
+    "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
+    "WHERE activation_id = :a AND state = 'WAITING' RETURNING id",
+)
 
 
 def resolve_open(conn: Connection, act_id: str) -> int:
@@ -139,22 +152,29 @@ def resolve_open(conn: Connection, act_id: str) -> int:
     return len(
         many(
             conn,
-            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
-            "WHERE activation_id = :a AND state = 'WAITING' RETURNING id",
+            _Q_WAIT_RESOLVE_OPEN,
             {"a": act_id},
         )
     )
+
+
+_CANCEL_OPEN = query(
+    "wait_cancel_open",
+    "UPDATE workflow_waits SET state = 'CANCELLED' WHERE instance_id = :v AND state = 'WAITING' RETURNING id",
+)
+_CANCEL_OPEN_OF_ACTIVATION = query(
+    "wait_cancel_open_of_activation",
+    "UPDATE workflow_waits SET state = 'CANCELLED' WHERE activation_id = :v AND state = 'WAITING' RETURNING id",
+)
 
 
 def cancel_open(conn: Connection, *, instance_id: str | None = None, activation_id: str | None = None) -> int:
     """WAITING waits of an instance or of one activation -> CANCELLED."""
     if instance_id is None and activation_id is None:
         raise ValueError("cancel_open needs an instance or an activation")
-    col, val = ("instance_id", instance_id) if instance_id is not None else ("activation_id", activation_id)
-    return len(
-        many(
-            conn,
-            f"UPDATE workflow_waits SET state = 'CANCELLED' WHERE {col} = :v AND state = 'WAITING' RETURNING id",
-            {"v": val},
-        )
+    statement, val = (
+        (_CANCEL_OPEN, instance_id)
+        if instance_id is not None
+        else (_CANCEL_OPEN_OF_ACTIVATION, activation_id)
     )
+    return len(many(conn, statement, {"v": val}))
