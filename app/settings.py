@@ -389,7 +389,7 @@ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _observability.declare("OTEL_EXPORTER_OTLP_
 OTEL_TRACES_EXPORTER = _observability.declare("OTEL_TRACES_EXPORTER", frozenset(), Parse(_exporters, "comma-separated otlp, console, none"), "`console` or `otlp` turns tracing on; `none` keeps it off", shown="otlp when an endpoint is set")
 OTEL_SERVICE_NAME = _observability.declare("OTEL_SERVICE_NAME", None, TEXT, "the service name of the traces", shown="`ledgerflow-<process>`")
 OTEL_SDK_DISABLED = _observability.declare("OTEL_SDK_DISABLED", False, FLAG, "on keeps tracing off whatever else is set")
-OTEL_DB_SPANS = _observability.declare("LEDGERFLOW_OTEL_DB_SPANS", True, FLAG, "off drops the SQL query spans (planned: opentelemetry-instrumentation-sqlalchemy 0.66b1 does not instrument the pinned SQLAlchemy 2.1, so none are made today)")
+OTEL_DB_SPANS = _observability.declare("LEDGERFLOW_OTEL_DB_SPANS", True, FLAG, "off drops the SQL statement spans (`app.sql` makes one per named statement it runs, `db <name>`; the statements sent are the same either way)")
 
 # Relations between settings, checked with them: (setting, does it hold, what it must be).
 RELATIONS: tuple[tuple[Setting[Any], Callable[[], bool], Callable[[], str]], ...] = (

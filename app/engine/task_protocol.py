@@ -18,7 +18,7 @@ from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import IdempotencyConflict, NotFound, StateConflict
 from app.ids import is_hex32
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 __all__ = ["retry_delay_seconds"]
 
@@ -43,11 +43,13 @@ def _task_of(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+_READ_TASK = query("task_read", f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE t.id = :id")
+
+
 def read_task(conn: Connection, task_id: str, namespace_id: str) -> dict:
     if not is_hex32(task_id):
         raise NotFound("task not found")
-    sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE t.id = :id"
-    task = _task(run(conn, sql, {"id": task_id}).first())
+    task = _task(run(conn, _READ_TASK, {"id": task_id}).first())
     if task is None or task["namespace_id"] != namespace_id:
         raise NotFound("task not found")
     return task

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
@@ -26,9 +26,32 @@ from app.ids import new_id
 from app.integrations import schedule_times as times
 from app.integrations.schedules import launch_input, read_schedule
 from app.jsonx import rfc3339
+from app.sql import query, run
 
 MAX_CANCEL_PREVIOUS = 20  # earlier instances a cancel_previous launch cancels, at most
 FIRES_KEPT = 1000  # fire rows kept per schedule (older ones are pruned by the launch, 100 at a time)
+
+
+_FIRE_RECORD = query(
+    "schedule_fire_record",
+    "UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id",
+)
+_FIRES_PRUNE = query(
+    "schedule_fires_prune",
+    "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
+    "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)",
+)
+_FIRE_INSERT = query(
+    "schedule_fire_insert",
+    "INSERT INTO workflow_schedule_fires (id, schedule_id, namespace_id, fire_at, kind, status, "
+    "skipped_count, skipped_capped, job_id) VALUES (:id, :s, :ns, :at, :kind, 'SKIPPED', :sk, :cap, :job) "
+    "ON CONFLICT (schedule_id, fire_at) DO NOTHING RETURNING id",
+)
+_OPEN_INSTANCES = query(
+    "schedule_open_instances",
+    "SELECT id FROM workflow_instances WHERE schedule_id = :s AND state <> ALL(:t) "
+    "ORDER BY created_at LIMIT :n",
+)
 
 
 def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, Any]:
@@ -42,12 +65,9 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
         s = read_schedule(conn, ns, sid, lock=True)
     except NotFound:
         return {"skipped": "the schedule was deleted"}
-    fire_id = conn.execute(
-        text(
-            "INSERT INTO workflow_schedule_fires (id, schedule_id, namespace_id, fire_at, kind, status, "
-            "skipped_count, skipped_capped, job_id) VALUES (:id, :s, :ns, :at, :kind, 'SKIPPED', :sk, :cap, :job) "
-            "ON CONFLICT (schedule_id, fire_at) DO NOTHING RETURNING id"
-        ),
+    fire_id = run(
+        conn,
+        _FIRE_INSERT,
         {
             "id": new_id(),
             "s": sid,
@@ -63,11 +83,9 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
         return {"skipped": f"fire time {rfc3339(fire_at)} was already handled"}
     unfinished = [
         r.id
-        for r in conn.execute(
-            text(
-                "SELECT id FROM workflow_instances WHERE schedule_id = :s AND state <> ALL(:t) "
-                "ORDER BY created_at LIMIT :n"
-            ),
+        for r in run(
+            conn,
+            _OPEN_INSTANCES,
             {"s": sid, "t": sorted(TERMINAL), "n": MAX_CANCEL_PREVIOUS},
         )
     ]
@@ -91,17 +109,16 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
             instance_id, reason = None, f"{exc.code}: {exc.message}"
             _pause(conn, s, reason)
     status = "LAUNCHED" if instance_id else "SKIPPED"
-    conn.execute(
-        text("UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id"),
+    run(
+        conn,
+        _FIRE_RECORD,
         {"id": fire_id, "st": status, "r": reason, "i": instance_id},
     )
     # bounded history: the tick never hands out a fire time at or before next_fire_at again, so pruned
     # rows are not needed for "exactly once"
-    conn.execute(
-        text(
-            "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
-            "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)"
-        ),
+    run(
+        conn,
+        _FIRES_PRUNE,
         {"s": sid, "keep": FIRES_KEPT},
     )
     result = {
@@ -151,13 +168,18 @@ def _may_start(author: Principal | None, queues: list[str]) -> None:
         raise PermissionDenied(why)
 
 
+_Q_SCHEDULE_FIRE_PAUSE = query(
+    "schedule_fire_pause",
+    "UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
+    "WHERE id = :id AND NOT paused",
+)
+
+
 def _pause(conn: Connection, s: dict[str, Any], reason: str) -> None:
     """The schedule may not act for its author: it pauses itself, audited with the reason."""
-    conn.execute(
-        text(
-            "UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
-            "WHERE id = :id AND NOT paused"
-        ),
+    run(
+        conn,
+        _Q_SCHEDULE_FIRE_PAUSE,
         {"id": s["id"]},
     )
     audit.record(
