@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from app.engine import stopping
 from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
-from app.sql import run
+from app.sql import query, run
 
 MAX_SPANS = 2000  # activations + task attempts drawn on one timeline
 REVIEW_STATES = ("NEEDS_REVIEW",)
@@ -206,11 +206,14 @@ def review_cause(conn: Connection, inst: Mapping[str, Any]) -> dict[str, Any] | 
 
 # a step's compensation tasks (the saga's undos), newest first; a step is compensated at most once per
 # stop, so a handful at most
-COMPENSATION_TASKS = """
+COMPENSATION_TASKS = query(
+    "step_compensation_tasks",
+    """
 SELECT id, state, attempt, error::text AS error, created_at, completed_at FROM workflow_tasks
 WHERE instance_id = :i AND step_key = :k AND purpose = 'COMPENSATION'
 ORDER BY created_at DESC, id DESC LIMIT 20
-"""
+""",
+)
 
 
 def compensation_tasks(conn: Connection, instance_id: str, step_key: str | None) -> list[dict[str, Any]]:

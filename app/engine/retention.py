@@ -33,7 +33,7 @@ from app.settings import (
     WORKFLOW_RETENTION_BY_NAMESPACE,
     WORKFLOW_RETENTION_DAYS,
 )
-from app.sql import run
+from app.sql import query, run
 
 _ENDED_STATES = sorted(str(s) for s in TERMINAL)
 _ENDED = sql_in("i.state", _ENDED_STATES)
@@ -97,7 +97,9 @@ LIMIT :limit
 # One batch of finished workflows with everything that is theirs alone (each by an index of its table). The
 # foreign keys (steps, activations, waits, tasks, signals -> instance; activations, tasks -> step) are
 # checked at the end of the statement, when every sub-statement has run.
-REMOVE_FINISHED_WORKFLOWS = f"""
+REMOVE_FINISHED_WORKFLOWS = query(
+    "workflow_remove_finished",
+    f"""
 WITH doomed AS ({_REMOVABLE}),
 s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)),
 w AS (DELETE FROM workflow_waits WHERE activation_id IN (  -- by activation: waits have no index by instance
@@ -110,23 +112,30 @@ st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
 e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb)
 DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed)
 RETURNING id
-"""
+""",
+)
 
 # The finished workflows of a namespace that retention removes next, in the order it will (the oldest end
 # first, read from ``ix_workflow_instances_finished``); a workflow held past its retention is not among them.
-NEXT_REMOVALS = f"""
+NEXT_REMOVALS = query(
+    "workflow_next_removals",
+    f"""
 SELECT i.id, i.definition_id, i.version, i.state, i.business_key, i.completed_at, i.hold_until
 FROM workflow_instances i
 WHERE i.namespace_id = :ns AND {_ENDED}
   AND (i.hold_until IS NULL OR i.hold_until <= {_DUE})
 ORDER BY i.completed_at, i.id
 LIMIT :limit
-"""
+""",
+)
 
-SET_HOLD = """
+SET_HOLD = query(
+    "workflow_set_hold",
+    """
 UPDATE workflow_instances SET hold_until = :until WHERE id = :id
 RETURNING id, state, completed_at, hold_until
-"""
+""",
+)
 
 
 def prune_workflows(conn: Connection, limit: int, *, policy: WorkflowRetention) -> int:

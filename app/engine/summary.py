@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.sql import run
+from app.sql import Query, query, run
 
 RECENT_CAP = 100_000  # ended workflows read for the last day's figures
 LIST_LIMIT = 5
@@ -28,16 +28,21 @@ _SCOPE = "(CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[]
 _UNFINISHED = "i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
 
 # the live work by definition and state (paused counted apart)
-SUMMARY_UNFINISHED = f"""
+SUMMARY_UNFINISHED = query(
+    "summary_unfinished",
+    f"""
 SELECT i.definition_id, i.state, count(*) AS n, count(*) FILTER (WHERE i.paused) AS paused
 FROM workflow_instances i
 WHERE i.namespace_id = :ns AND {_UNFINISHED} AND {_SCOPE}
 GROUP BY 1, 2
-"""
+""",
+)
 
 # the ends of the last day, newest first, at most RECENT_CAP of them, by definition and final state, with
 # the last hour apart
-SUMMARY_RECENT = f"""
+SUMMARY_RECENT = query(
+    "summary_recent_ends",
+    f"""
 WITH recent AS (
     SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i
     WHERE i.namespace_id = :ns AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
@@ -47,7 +52,8 @@ WITH recent AS (
 SELECT definition_id, state, count(*) AS day,
        count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') AS hour
 FROM recent GROUP BY 1, 2
-"""
+""",
+)
 
 # the oldest running / the longest waiting (unchanged the longest) / open reviews, a few each
 SUMMARY_OLDEST = f"""
@@ -56,9 +62,12 @@ FROM workflow_instances i
 WHERE i.namespace_id = :ns AND i.state = :state AND {_SCOPE}
 ORDER BY {{order}} LIMIT :lim
 """
-SUMMARY_OLDEST_RUNNING = SUMMARY_OLDEST.replace("{order}", "i.created_at, i.id")
-SUMMARY_LONGEST_WAITING = SUMMARY_OLDEST.replace("{order}", "i.updated_at, i.id")
-SUMMARY_REVIEWS = SUMMARY_OLDEST.replace("{order}", "i.updated_at, i.id")
+SUMMARY_OLDEST_STARTED = query(
+    "summary_oldest_started", SUMMARY_OLDEST.replace("{order}", "i.created_at, i.id")
+)
+SUMMARY_LONGEST_UNCHANGED = query(
+    "summary_longest_unchanged", SUMMARY_OLDEST.replace("{order}", "i.updated_at, i.id")
+)
 
 
 def namespace_summary(
@@ -94,7 +103,7 @@ def namespace_summary(
         )
     rows.sort(key=lambda r: (-sum(r["unfinished"].values()), -sum(r["day"].values()), r["definition_id"]))
 
-    def listed(sql: str, state: str) -> list[dict[str, Any]]:
+    def listed(sql: Query, state: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in run(conn, sql, {**base, "state": state, "lim": LIST_LIMIT})]
 
     return {
@@ -102,9 +111,9 @@ def namespace_summary(
         "definitions": rows,
         "recent_capped": ended >= RECENT_CAP,
         "recent_cap": RECENT_CAP,
-        "oldest_running": listed(SUMMARY_OLDEST_RUNNING, "RUNNING"),
-        "longest_waiting": listed(SUMMARY_LONGEST_WAITING, "WAITING"),
-        "reviews": listed(SUMMARY_REVIEWS, "NEEDS_REVIEW"),
+        "oldest_running": listed(SUMMARY_OLDEST_STARTED, "RUNNING"),
+        "longest_waiting": listed(SUMMARY_LONGEST_UNCHANGED, "WAITING"),
+        "reviews": listed(SUMMARY_LONGEST_UNCHANGED, "NEEDS_REVIEW"),
     }
 
 
