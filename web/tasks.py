@@ -200,16 +200,17 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
         "An item is "
         "idempotent by itself: repeating a completion that was applied (same id, epoch and output) "
         "answers 200 with `replayed: true`, so a whole request can be resent after a lost answer. The "
-        "request as a whole answers 200 unless it is invalid or the service is unavailable.\n\n"
+        "request as a whole answers 200 unless it is invalid, its `claim` is refused (below) or the "
+        "service is unavailable.\n\n"
         "With `claim` ({queues, max_tasks}), the request then claims up to `max_tasks` tasks at once, "
         "answered in `claimed`: exactly `POST /v1/tasks/claim` with `wait_seconds` 0 and this request's "
         "Idempotency-Key (a resend with the same key and `claim` answers the same tasks again; the same key "
         "with another `claim` is 409 IDEMPOTENCY_CONFLICT). The claim runs after the completions, so it can "
         "take the task that a completion just created; its queues are checked before any item is completed "
-        "(403 for a queue outside the credential's scope)."
+        "(404 for a queue outside the credential's scope)."
     ),
     tags=["tasks"],
-    errors=(400, 401, 403),
+    errors=(400, 401, 403, 404, 409),
     response=CompleteManyResponse,
 )
 @requires(Scope.TASKS_WORK)
