@@ -9,14 +9,14 @@ written with it (NULL: a result without a key of its own, a batch item, a time-o
 migration), so that request is told apart. A nullable column without a default: no table rewrite.
 
 Revision ID: 0026_task_result_key
-Revises: 0025_claim_by_start
+Revises: 0030_workflow_retention
 Create Date: 2026-12-05
 """
 
 from alembic import op
 
 revision = "0026_task_result_key"
-down_revision = "0025_claim_by_start"
+down_revision = "0030_workflow_retention"
 branch_labels = None
 depends_on = None
 
