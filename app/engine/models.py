@@ -302,6 +302,9 @@ tasks = Table(
     # without a key, or never claimed): the claim's receipt (``task_moves.claim``, migration 0019)
     Column("claim_key", Text),
     Column("claim_fingerprint", Text),
+    # the Idempotency-Key of the result (``/complete`` or ``/fail``) that ended the claim (NULL: a batch item,
+    # a time-out or a cancel): the same key with another body is told apart (migration 0026_task_result_key)
+    Column("result_key", Text),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )
