@@ -1,0 +1,341 @@
+"""The failover scenario (``postgres-failover``): the four Procfile processes on a primary and a
+synchronous standby managed by pg_auto_failover (chaos/autofailover.py), their DATABASE_URL naming both
+nodes (libpq's multi-host form, ``target_session_attrs=read-write``), under load (starts, early
+signals, task completions through the SDK's task worker, timers, subworkflows, outbound ledger jobs);
+the primary fails over twice: the manager's switchover, then the primary's node killed (SIGKILL of
+its keeper and postmaster) and brought back as the standby.
+
+The run keeps its own log of events (``failover-events.log`` in the cluster's directory: the faults,
+the monitor's view of the primary, every API answer the clients got) and prints, per failover, the
+seconds from the primary's loss to its standby's promotion, to the first 2xx the API answered after
+the promotion and to the pools' first claim. Checked from the database afterwards: every acknowledged
+start, signal and task completion has its effect, no effect doubled, every workflow SUCCEEDED; no
+answer was a 500."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine, text
+
+from app.settings import normalize_database_url
+from chaos.autofailover import Formation
+from chaos.harness import Cluster, retry_db, wait_until
+from chaos.scenarios import Result, Size, run
+from chaos.workload import Workload
+from ledgerflow.client import Client, CompletionResult
+from ledgerflow.wire import Answer, TransportFailure
+
+NAME = "postgres-failover"
+# the processes' settings besides the suite's short leases: a 503's Retry-After of 1 s (the SDKs wait
+# it out and resend with the same key) and 2 s per host to connect
+SETTINGS = {"LEDGERFLOW_DB_RETRY_AFTER_SECONDS": "1", "LEDGERFLOW_DB_CONNECT_TIMEOUT_SECONDS": "2"}
+RECOVERY_GOAL_SECONDS = 15.0
+
+
+@dataclass
+class Journal:
+    """The run's own log: timestamped events (wall clock, comparable with the database's now() on this
+    host) and every answer of the API."""
+
+    path: Path | None = None
+    events: list[tuple[float, str]] = field(default_factory=list)
+    answers: list[tuple[float, float, str, int]] = field(default_factory=list)  # sent, done, path, status
+    completed: list[str] = field(default_factory=list)  # task ids whose completion was answered 200
+    signals: list[str] = field(default_factory=list)  # signal ids the API accepted
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def event(self, what: str, at: float | None = None) -> float:
+        at = time.time() if at is None else at
+        with self._lock:
+            self.events.append((at, what))
+            if self.path is not None:
+                with open(self.path, "a") as f:
+                    f.write(f"{at:.3f} {what}\n")
+        return at
+
+    def answer(self, sent: float, path: str, status: int) -> None:
+        with self._lock:
+            self.answers.append((sent, time.time(), path, status))
+
+    def first_2xx_after(self, t: float) -> float | None:
+        with self._lock:
+            return min(
+                (done for sent, done, _, s in self.answers if sent >= t and 200 <= s < 300), default=None
+            )
+
+
+class RecordingClient(Client):
+    """The SDK's client, noting every answer (status and time) and every acknowledged completion."""
+
+    journal: Journal
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        params: dict[str, Any] | None,
+        headers: dict[str, str],
+    ) -> Answer:
+        sent = time.time()
+        try:
+            resp = super()._send(method, path, content, params, headers)
+        except TransportFailure:
+            self.journal.answer(sent, path, 0)
+            raise
+        self.journal.answer(sent, path, resp.status_code)
+        return resp
+
+    def complete_and_claim(self, *args: Any, **kwargs: Any) -> tuple[list[CompletionResult], list]:
+        results, claimed = super().complete_and_claim(*args, **kwargs)
+        with self.journal._lock:
+            self.journal.completed.extend(r.id for r in results if r.status == 200)
+        return results, claimed
+
+
+class FailoverWorkload(Workload):
+    """The suite's workload with a signal per workflow, every client call recorded in the journal."""
+
+    journal: Journal
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.with_signal = True
+        self.journal = CURRENT.journal
+
+    def client(self) -> Client:
+        c = RecordingClient(self.web_url, self.token, timeout=10, retries=40, backoff=0.25)
+        c.journal = self.journal
+        return c
+
+    def send_signal(self, c: Client, instance_id: str, order: str) -> str:
+        sid = super().send_signal(c, instance_id, order)
+        with self.journal._lock:
+            self.journal.signals.append(sid)
+        return sid
+
+    def more_invariants(self, engine: Engine) -> dict[str, int]:
+        """Every acknowledged effect is in the database (ACKNOWLEDGED)."""
+        j = self.journal
+        ids = {"starts": self.instance_ids, "signals": j.signals, "completed": sorted(set(j.completed))}
+
+        def once() -> dict[str, int]:
+            with engine.connect() as conn:
+                return {
+                    name: int(conn.execute(text(sql), {"ids": ids.get(key, [])}).scalar_one())
+                    for name, sql, key in ACKNOWLEDGED
+                }
+
+        return retry_db(once)
+
+
+@dataclass
+class _Current:
+    """What the fault needs beyond the cluster (``run`` builds the workload itself)."""
+
+    formation: Formation | None = None
+    journal: Journal = field(default_factory=Journal)
+
+
+CURRENT = _Current()
+
+
+def _feed(load: Workload, size: Size, stop: threading.Event) -> threading.Thread:
+    """A start (with its signal) and outbound jobs every 0.5 s, until ``stop`` or ``size.workflows``."""
+
+    def feed() -> None:
+        c = load.client()
+        while not stop.is_set() and len(load.instance_ids) < size.workflows:
+            load.start_workflows(1, client=c)
+            load.enqueue_jobs(max(1, size.jobs // size.workflows), work_seconds=0.2)
+            time.sleep(0.5)
+
+    t = threading.Thread(target=feed, name="chaos-failover-feed", daemon=True)
+    t.start()
+    return t
+
+
+def _probe(load: Workload, journal: Journal, stop: threading.Event) -> threading.Thread:
+    """An authenticated read every 0.2 s, not retried: the API's answers while the primary is away."""
+
+    def probe() -> None:
+        with httpx.Client(timeout=3) as c:
+            while not stop.is_set():
+                sent = time.time()
+                try:
+                    r = c.get(
+                        f"{load.web_url}/v1/workflows",
+                        params={"limit": "1"},
+                        headers={"Authorization": f"Bearer {load.token}"},
+                    )
+                    journal.answer(sent, "probe", r.status_code)
+                except httpx.HTTPError:
+                    journal.answer(sent, "probe", 0)
+                time.sleep(0.2)
+
+    t = threading.Thread(target=probe, name="chaos-failover-probe", daemon=True)
+    t.start()
+    return t
+
+
+def _watch(formation: Formation, journal: Journal, stop: threading.Event) -> threading.Thread:
+    """The monitor's view of the primary, each change logged."""
+
+    def watch() -> None:
+        last: str | None = "?"
+        while not stop.is_set():
+            now = formation.primary()
+            if now != last:
+                journal.event(f"primary {now}")
+                last = now
+            time.sleep(0.1)
+
+    t = threading.Thread(target=watch, name="chaos-failover-watch", daemon=True)
+    t.start()
+    return t
+
+
+def _promoted_at(journal: Journal, after: float, node: str) -> float | None:
+    return min((t for t, what in journal.events if t >= after and what == f"primary {node}"), default=None)
+
+
+def _first_claim_after(cluster: Cluster, t: float) -> float | None:
+    def once() -> float | None:
+        with cluster.engine.connect() as conn:  # type: ignore[union-attr]
+            value = conn.execute(
+                text(
+                    "SELECT extract(epoch FROM min(started_at)) FROM workflow_job_executions "
+                    "WHERE started_at >= to_timestamp(:t)"
+                ),
+                {"t": t},
+            ).scalar()
+        return None if value is None else float(value)
+
+    return retry_db(once)
+
+
+def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> None:
+    formation, journal = CURRENT.formation, CURRENT.journal
+    assert formation is not None and isinstance(load, FailoverWorkload)
+    journal.path = cluster.workdir / "failover-events.log"
+    stop, feeding = threading.Event(), threading.Event()
+    threads = [_watch(formation, journal, stop), _probe(load, journal, stop)]
+    feed = _feed(load, size, feeding)
+    figures: list[tuple[str, float, float | None]] = []
+    try:
+        for kind in ("switchover", "sigkill"):
+            time.sleep(3)  # load on the current primary first
+            old = formation.primary()
+            assert old is not None, "no primary before the fault"
+            lost = journal.event(f"fault {kind} of primary {old}")
+            if kind == "switchover":
+                formation.switchover()
+            else:
+                formation.kill_node(old)
+            new = formation.wait_promoted(other_than=old)
+            result.faults += 1
+            promoted = _promoted_at(journal, lost, new) or time.time()
+            first_2xx = wait_until(lambda p=promoted: journal.first_2xx_after(p), 60)
+            claim = wait_until(lambda p=promoted: _first_claim_after(cluster, p), 60)
+            journal.event(f"first 2xx after promotion of {new}", first_2xx)
+            journal.event(f"first pool claim after promotion of {new}", claim)
+            figures.append((kind, lost, promoted))
+            result.notes.append(
+                f"{kind}: primary {old} -> {new}; promoted {promoted - lost:.1f} s after the loss; first 2xx "
+                f"{first_2xx - lost:.1f} s after the loss ({first_2xx - promoted:.1f} s after the promotion); "
+                f"pools' first claim {claim - lost:.1f} s after the loss ({claim - promoted:.1f} s after)"
+            )
+            result.invariants[f"{kind}: first 2xx within {RECOVERY_GOAL_SECONDS:g} s of the promotion"] = int(
+                first_2xx - promoted > RECOVERY_GOAL_SECONDS
+            )
+            if kind == "sigkill":
+                formation.restart_node(old)
+                journal.event(f"node {old} restarted")
+                formation.wait_healthy()
+                journal.event(f"node {old} is the standby again")
+    finally:
+        feeding.set()
+        feed.join(30)
+        stop.set()
+        for t in threads:
+            t.join(5)
+    statuses = [s for _, _, _, s in journal.answers]
+    result.invariants["answers of 500 (every client call and probe)"] = sum(
+        1 for s in statuses if s >= 500 and s != 503
+    )
+    result.notes.append(
+        f"API answers: {len(statuses)}, of which 503: {statuses.count(503)}, no answer: {statuses.count(0)}; "
+        f"acknowledged: {len(load.instance_ids)} starts, {len(journal.signals)} signals, "
+        f"{len(journal.completed)} task completions"
+    )
+    errors = sum(cluster.logs("web").count(s) for s in ("unhandled error", "database error\n"))
+    result.invariants["no unhandled error in the web log"] = errors
+
+
+# ------------------------------------------------------------------------ checks after the run
+ACKNOWLEDGED: list[tuple[str, str, str]] = [
+    (
+        "every acknowledged start exists",
+        "SELECT cardinality(CAST(:ids AS text[])) - count(*) FROM workflow_instances WHERE id = ANY(:ids)",
+        "starts",
+    ),
+    (
+        "every acknowledged signal was consumed",
+        "SELECT cardinality(CAST(:ids AS text[])) - count(*) FROM workflow_signals WHERE id = ANY(:ids) AND state = 'CONSUMED'",
+        "signals",
+    ),
+    (
+        "every acknowledged task completion is COMPLETED",
+        "SELECT cardinality(CAST(:ids AS text[])) - count(*) FROM workflow_tasks WHERE id = ANY(:ids) AND state = 'COMPLETED'",
+        "completed",
+    ),
+    (
+        "no signal accepted twice for one step",
+        "SELECT count(*) FROM (SELECT workflow_id FROM workflow_signals WHERE state = 'CONSUMED' "
+        "GROUP BY workflow_id, target_step_key HAVING count(*) > 1) d",
+        "",
+    ),
+]
+
+
+def run_failover(size: Size, *, keep_failed: bool = False, timeout: float = 240) -> Result:
+    """Start the formation, run the scenario on it, stop it."""
+    formation = Formation()
+    CURRENT.formation, CURRENT.journal = formation, Journal()
+    try:
+        started = time.monotonic()
+        formation.start()
+        setup = time.monotonic() - started
+    except Exception as exc:
+        formation.stop()
+        return Result(NAME, error=f"{type(exc).__name__}: {exc}")
+    try:
+        server = normalize_database_url(formation.url("postgres"))
+        result = run(
+            NAME,
+            size,
+            server,
+            timeout=timeout,
+            keep_failed=keep_failed,
+            settings=SETTINGS,
+            scenario=(fail_over, {"advance": 2, "outbound": 2}),
+            process_url_for=formation.url,
+            workload=FailoverWorkload,
+        )
+        result.notes.insert(
+            0, f"pg_auto_failover formation ready in {setup:.0f} s; DATABASE_URL {formation.url('…')}"
+        )
+        return result
+    finally:
+        formation.stop()
+
+
+# the most the feed starts (one every 0.5 s while the faults run) and the outbound jobs beside them
+QUICK = Size(workflows=40, jobs=40, kills=0, stops=0, backend_kills=0, redis_seconds=0, starts=0)
+FULL = Size(workflows=100, jobs=200, kills=0, stops=0, backend_kills=0, redis_seconds=0, starts=0)
