@@ -111,7 +111,10 @@ class Formation:
             os.chown(self.workdir, uid, -1)
         mon = self.workdir / "monitor"
         common = ["--pgctl", str(PG_BIN / "pg_ctl"), "--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl"]
-        self._run("create", "monitor", "--pgdata", str(mon), "--pgport", str(self.monitor_port), *common)
+        port = str(self.monitor_port)
+        self._run(
+            "create", "monitor", "--pgdata", str(mon), "--pgport", port, "--listen", "127.0.0.1", *common
+        )
         for name, value in MONITOR_SETTINGS.items():  # read at the monitor's start
             with open(mon / "postgresql.auto.conf", "a") as f:
                 f.write(f"{name} = '{value}'\n")

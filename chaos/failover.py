@@ -14,15 +14,20 @@ answer was a 500."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import Engine, text
 
+from app.auth import Scope, create_credential
+from app.db import transaction
 from app.settings import normalize_database_url
 from chaos.autofailover import Formation
 from chaos.harness import Cluster, retry_db, wait_until
@@ -33,8 +38,12 @@ from ledgerflow.wire import Answer, TransportFailure
 
 NAME = "postgres-failover"
 # the processes' settings besides the suite's short leases: a 503's Retry-After of 1 s (the SDKs wait
-# it out and resend with the same key) and 2 s per host to connect
-SETTINGS = {"LEDGERFLOW_DB_RETRY_AFTER_SECONDS": "1", "LEDGERFLOW_DB_CONNECT_TIMEOUT_SECONDS": "2"}
+# it out and resend with the same key), 2 s per host to connect, the local webhook receiver allowed
+SETTINGS = {
+    "LEDGERFLOW_DB_RETRY_AFTER_SECONDS": "1",
+    "LEDGERFLOW_DB_CONNECT_TIMEOUT_SECONDS": "2",
+    "LEDGERFLOW_OUTBOUND_ALLOW": "127.0.0.1/32",  # the local webhook receiver
+}
 RECOVERY_GOAL_SECONDS = 15.0
 
 
@@ -99,15 +108,83 @@ class RecordingClient(Client):
         return results, claimed
 
 
+class Receiver:
+    """A local webhook receiver: every delivery's ``webhook-id`` and event, answered 204."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[str, dict]] = []
+        lock = threading.Lock()
+        deliveries = self.deliveries
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with lock:
+                    deliveries.append((self.headers.get("webhook-id") or "", json.loads(body or b"{}")))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, name="chaos-webhooks", daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def succeeded(self) -> set[str]:
+        """The workflows whose ``workflow.succeeded`` event arrived."""
+        return {
+            e.get("workflow_id", "")
+            for _, e in list(self.deliveries)
+            if e.get("type") == "workflow.succeeded"
+        }
+
+    def one_event_per_id(self) -> int:
+        """Webhook ids delivered as two different events (a retry must resend the same event)."""
+        seen: dict[str, set[str]] = {}
+        for hook_id, event in list(self.deliveries):
+            seen.setdefault(hook_id, set()).add(json.dumps(event, sort_keys=True))
+        return sum(1 for bodies in seen.values() if len(bodies) > 1)
+
+    def one_id_per_event(self) -> int:
+        """Events of one workflow and sequence number that came under two ids (an event written twice)."""
+        ids: dict[tuple[str, Any], set[str]] = {}
+        for hook_id, event in list(self.deliveries):
+            ids.setdefault((event.get("workflow_id", ""), event.get("seq")), set()).add(hook_id)
+        return sum(1 for found in ids.values() if len(found) > 1)
+
+
 class FailoverWorkload(Workload):
-    """The suite's workload with a signal per workflow, every client call recorded in the journal."""
+    """The suite's workload with a signal per workflow and a webhook subscription to a local receiver
+    (``workflow.*`` of the parent definition), every client call recorded in the journal."""
 
     journal: Journal
+    receiver: Receiver | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.with_signal = True
         self.journal = CURRENT.journal
+
+    def setup(self) -> None:
+        super().setup()
+        self.receiver = Receiver()
+        with transaction(self.engine) as conn:
+            token = create_credential(
+                conn, namespace=self.namespace, name="chaos-hooks", scopes=[Scope.INTEGRATIONS_MANAGE]
+            ).token
+        Client(self.web_url, token, timeout=10).create_subscription(
+            self.receiver.url, ["workflow.*"], definition_id=self.definition_id
+        )
+
+    def stop_task_worker(self) -> None:
+        super().stop_task_worker()
+        if self.receiver is not None:
+            self.receiver.stop()
 
     def client(self) -> Client:
         c = RecordingClient(self.web_url, self.token, timeout=10, retries=40, backoff=0.25)
@@ -121,7 +198,18 @@ class FailoverWorkload(Workload):
         return sid
 
     def more_invariants(self, engine: Engine) -> dict[str, int]:
-        """Every acknowledged effect is in the database (ACKNOWLEDGED)."""
+        """Every acknowledged effect is in the database (ACKNOWLEDGED); every workflow's end reached the
+        webhook receiver, each event under one id and each id one event."""
+        hooks = self.receiver
+        assert hooks is not None
+        want = set(self.instance_ids)
+        with contextlib.suppress(TimeoutError):  # deliveries trail the workflows' ends by a pass or two
+            wait_until(lambda: want <= hooks.succeeded(), 60, interval=0.5)
+        found = {
+            "every workflow's workflow.succeeded webhook delivered": len(want - hooks.succeeded()),
+            "no webhook id delivered as two different events": hooks.one_event_per_id(),
+            "no event delivered under two webhook ids": hooks.one_id_per_event(),
+        }
         j = self.journal
         ids = {"starts": self.instance_ids, "signals": j.signals, "completed": sorted(set(j.completed))}
 
@@ -132,7 +220,7 @@ class FailoverWorkload(Workload):
                     for name, sql, key in ACKNOWLEDGED
                 }
 
-        return retry_db(once)
+        return {**found, **retry_db(once)}
 
 
 @dataclass
@@ -227,7 +315,6 @@ def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> N
     stop, feeding = threading.Event(), threading.Event()
     threads = [_watch(formation, journal, stop), _probe(load, journal, stop)]
     feed = _feed(load, size, feeding)
-    figures: list[tuple[str, float, float | None]] = []
     try:
         for kind in ("switchover", "sigkill"):
             time.sleep(3)  # load on the current primary first
@@ -245,7 +332,6 @@ def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> N
             claim = wait_until(lambda p=promoted: _first_claim_after(cluster, p), 60)
             journal.event(f"first 2xx after promotion of {new}", first_2xx)
             journal.event(f"first pool claim after promotion of {new}", claim)
-            figures.append((kind, lost, promoted))
             result.notes.append(
                 f"{kind}: primary {old} -> {new}; promoted {promoted - lost:.1f} s after the loss; first 2xx "
                 f"{first_2xx - lost:.1f} s after the loss ({first_2xx - promoted:.1f} s after the promotion); "
@@ -297,8 +383,8 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
     ),
     (
         "no signal accepted twice for one step",
-        "SELECT count(*) FROM (SELECT workflow_id FROM workflow_signals WHERE state = 'CONSUMED' "
-        "GROUP BY workflow_id, target_step_key HAVING count(*) > 1) d",
+        "SELECT count(*) FROM (SELECT instance_id FROM workflow_signals WHERE state = 'CONSUMED' "
+        "GROUP BY instance_id, target_step_key, target_activation_sequence HAVING count(*) > 1) d",
         "",
     ),
 ]
