@@ -205,7 +205,16 @@ class FailoverWorkload(Workload):
         want = set(self.instance_ids)
         with contextlib.suppress(TimeoutError):  # deliveries trail the workflows' ends by a pass or two
             wait_until(lambda: want <= hooks.succeeded(), 60, interval=0.5)
+        formation = CURRENT.formation
+        assert formation is not None
+        try:
+            formation.wait_healthy(90)
+            rejoined = 0
+        except TimeoutError:
+            rejoined = 1
+        self.journal.event(f"the formation is a primary and a secondary again: {not rejoined}")
         found = {
+            "the killed node rejoined as the standby": rejoined,
             "every workflow's workflow.succeeded webhook delivered": len(want - hooks.succeeded()),
             "no webhook id delivered as two different events": hooks.one_event_per_id(),
             "no event delivered under two webhook ids": hooks.one_id_per_event(),
@@ -317,7 +326,7 @@ def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> N
     feed = _feed(load, size, feeding)
     try:
         for kind in ("switchover", "sigkill"):
-            time.sleep(3)  # load on the current primary first
+            time.sleep(2)  # load on the current primary first
             old = formation.primary()
             assert old is not None, "no primary before the fault"
             lost = journal.event(f"fault {kind} of primary {old}")
@@ -340,11 +349,9 @@ def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> N
             result.invariants[f"{kind}: first 2xx within {RECOVERY_GOAL_SECONDS:g} s of the promotion"] = int(
                 first_2xx - promoted > RECOVERY_GOAL_SECONDS
             )
-            if kind == "sigkill":
+            if kind == "sigkill":  # back as the standby (checked with the invariants, at the end)
                 formation.restart_node(old)
                 journal.event(f"node {old} restarted")
-                formation.wait_healthy()
-                journal.event(f"node {old} is the standby again")
     finally:
         feeding.set()
         feed.join(30)
@@ -390,8 +397,11 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
 ]
 
 
-def run_failover(size: Size, *, keep_failed: bool = False, timeout: float = 240) -> Result:
-    """Start the formation, run the scenario on it, stop it."""
+def run_failover(
+    size: Size, *, keep_failed: bool = False, timeout: float = 240, workers_per_pool: int = 2
+) -> Result:
+    """Start the formation, run the scenario on it (``workers_per_pool`` worker processes in each of
+    the two pools), stop it."""
     formation = Formation()
     CURRENT.formation, CURRENT.journal = formation, Journal()
     try:
@@ -410,7 +420,7 @@ def run_failover(size: Size, *, keep_failed: bool = False, timeout: float = 240)
             timeout=timeout,
             keep_failed=keep_failed,
             settings=SETTINGS,
-            scenario=(fail_over, {"advance": 2, "outbound": 2}),
+            scenario=(fail_over, {"advance": workers_per_pool, "outbound": workers_per_pool}),
             process_url_for=formation.url,
             workload=FailoverWorkload,
         )
