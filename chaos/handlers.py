@@ -14,7 +14,6 @@ from sqlalchemy import Connection, text
 from app.ledger import handlers
 from app.ledger.context import JobContext
 
-
 # the built-in delivery (loaded before LEDGERFLOW_HANDLERS): it still POSTs the deliveries of real
 # subscriptions (the failover scenario's webhook receiver); the suite's own jobs carry ``work_seconds``
 _BUILT_IN = handlers.registered().get("webhook_delivery")
