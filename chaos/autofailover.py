@@ -202,10 +202,9 @@ class Formation:
     def primary(self) -> str | None:
         """The node the monitor has made the writable one (reported and goal state agree)."""
         try:
-            states = self.states()
+            return primary_of(self.states())
         except psycopg.Error:
             return None
-        return next((n for n, (rep, goal) in states.items() if rep == goal and rep in WRITABLE), None)
 
     def wait_promoted(self, other_than: str, timeout: float = 90) -> str:
         """Wait until a node other than ``other_than`` is the writable one; its name."""
@@ -245,6 +244,11 @@ class Formation:
         """``pg_autoctl run`` on a lost node: it rejoins as the standby of the new primary."""
         node = self.nodes[name]
         node.proc = self._spawn(f"node-{name}.log", "run", "--pgdata", str(node.pgdata))
+
+
+def primary_of(states: dict[str, tuple[str, str]]) -> str | None:
+    """The writable node of ``Formation.states()`` (its reported and goal state agree), or None."""
+    return next((n for n, (rep, goal) in states.items() if rep == goal and rep in WRITABLE), None)
 
 
 def _postmaster_pid(pgdata: Path) -> int | None:

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 from sqlalchemy import Engine, text
 
 from app.auth import Scope, create_credential
 from app.db import transaction
 from app.settings import normalize_database_url
-from chaos.autofailover import Formation
+from chaos.autofailover import Formation, primary_of
 from chaos.harness import Cluster, retry_db, wait_until
 from chaos.scenarios import Result, Size, run
 from chaos.workload import Workload
@@ -200,6 +201,7 @@ class FailoverWorkload(Workload):
     def more_invariants(self, engine: Engine) -> dict[str, int]:
         """Every acknowledged effect is in the database (ACKNOWLEDGED); every workflow's end reached the
         webhook receiver, each event under one id and each id one event."""
+        self.journal.event("the workload is quiet")
         hooks = self.receiver
         assert hooks is not None
         want = set(self.instance_ids)
@@ -282,12 +284,20 @@ def _probe(load: Workload, journal: Journal, stop: threading.Event) -> threading
 
 
 def _watch(formation: Formation, journal: Journal, stop: threading.Event) -> threading.Thread:
-    """The monitor's view of the primary, each change logged."""
+    """The monitor's view of the nodes and of the primary, each change logged."""
 
     def watch() -> None:
         last: str | None = "?"
+        seen: dict[str, tuple[str, str]] | None = None
         while not stop.is_set():
-            now = formation.primary()
+            try:
+                states = formation.states()
+            except psycopg.Error:
+                states = {}
+            if states != seen:
+                journal.event("nodes " + " ".join(f"{n}={r}/{g}" for n, (r, g) in sorted(states.items())))
+                seen = states
+            now = primary_of(states)
             if now != last:
                 journal.event(f"primary {now}")
                 last = now
@@ -389,10 +399,17 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
         "completed",
     ),
     (
-        "no signal accepted twice for one step",
-        "SELECT count(*) FROM (SELECT instance_id FROM workflow_signals WHERE state = 'CONSUMED' "
+        "no signal accepted twice for one step (one signal per workflow was sent)",
+        "SELECT count(*) FROM (SELECT instance_id FROM workflow_signals "
         "GROUP BY instance_id, target_step_key, target_activation_sequence HAVING count(*) > 1) d",
         "",
+    ),
+    (
+        "no start applied twice (one workflow per acknowledged start and its Idempotency-Key)",
+        "SELECT count(*) - cardinality(CAST(:ids AS text[])) FROM workflow_instances i "
+        "WHERE i.parent_instance_id IS NULL AND i.definition_id = "
+        "(SELECT definition_id FROM workflow_instances WHERE id = (CAST(:ids AS text[]))[1])",
+        "starts",
     ),
 ]
 
