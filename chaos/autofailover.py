@@ -79,6 +79,7 @@ class Formation:
             f"PATH={PG_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             f"XDG_CONFIG_HOME={self.workdir / 'config'}",
             f"XDG_DATA_HOME={self.workdir / 'share'}",
+            f"XDG_RUNTIME_DIR={self.workdir / 'run'}",  # pid files (else under /tmp/pg_autoctl)
             f"HOME={self.workdir}",
         ]
         user = self._user()
@@ -106,9 +107,11 @@ class Formation:
             raise FileNotFoundError(MISSING)
         self.exe = exe
         user = self._user()
+        (self.workdir / "run").mkdir(mode=0o700)
         if user:
             uid = pwd.getpwnam(user).pw_uid
             os.chown(self.workdir, uid, -1)
+            os.chown(self.workdir / "run", uid, -1)
         mon = self.workdir / "monitor"
         common = ["--pgctl", str(PG_BIN / "pg_ctl"), "--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl"]
         port = str(self.monitor_port)
@@ -147,7 +150,9 @@ class Formation:
         for node in self.nodes.values():
             self._stop(node.proc, node.pgdata)
         self._stop(self.monitor, self.workdir / "monitor")
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        for path in self.workdir.iterdir():  # the data goes, the logs stay (a few kB)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
 
     def _stop(self, proc: subprocess.Popen | None, pgdata: Path) -> None:
         if proc is not None and proc.poll() is None:
