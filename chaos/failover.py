@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from app.db import transaction
 from app.settings import normalize_database_url
 from chaos.autofailover import Formation, primary_of
 from chaos.harness import Cluster, retry_db, wait_until
-from chaos.scenarios import Result, Size, run
+from chaos.scenarios import Result, Size, _late_writes, run
 from chaos.workload import Workload
 from ledgerflow.client import Client, CompletionResult
 from ledgerflow.wire import Answer, TransportFailure
@@ -386,6 +387,12 @@ def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> N
     )
     errors = sum(cluster.logs("web").count(s) for s in ("unhandled error", "database error\n"))
     result.invariants["no unhandled error in the web log"] = errors
+    workers = cluster.logs("worker")
+    reclaimed = sum(int(n) for n in re.findall(r"reclaimed (\d+) expired lease", workers))
+    result.notes.append(
+        f"jobs whose lease lapsed meanwhile: {reclaimed} reclaimed and run again; late writes of their "
+        f"first executors refused: {_late_writes(workers)}"
+    )
 
 
 # ------------------------------------------------------------------------ checks after the run
