@@ -390,8 +390,8 @@ def fail_over(cluster: Cluster, load: Workload, size: Size, result: Result) -> N
     workers = cluster.logs("worker")
     reclaimed = sum(int(n) for n in re.findall(r"reclaimed (\d+) expired lease", workers))
     result.notes.append(
-        f"jobs whose lease lapsed meanwhile: {reclaimed} reclaimed and run again; late writes of their "
-        f"first executors refused: {_late_writes(workers)}"
+        f"leases reclaimed by the pools meanwhile (those jobs run again): {reclaimed}; late writes of "
+        f"fenced executors refused: {_late_writes(workers)}"
     )
 
 
