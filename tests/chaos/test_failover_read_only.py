@@ -88,3 +88,19 @@ def test_the_api_answers_503_with_retry_after_while_the_server_takes_no_writes(
     assert r.status_code == 503, r.data
     assert r.headers["Retry-After"] == "2"
     assert r.get_json(force=True)["code"] == "UNAVAILABLE"
+
+
+def test_a_statement_run_through_app_sql_is_judged_the_same(engine):
+    from app.sql import run
+
+    with engine.connect() as conn:
+        conn.execute(text("SET default_transaction_read_only = on"))
+        conn.commit()
+        with pytest.raises(DBAPIError) as e:
+            run(conn, "CREATE TABLE lf_never_created (x int)")
+    assert e.value.connection_invalidated
+    with engine.connect() as conn:
+        conn.execute(text("SET TRANSACTION READ ONLY"))
+        with pytest.raises(DBAPIError) as e:
+            run(conn, "CREATE TABLE lf_never_created (x int)")
+    assert not e.value.connection_invalidated
