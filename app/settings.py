@@ -139,11 +139,29 @@ def url(*schemes: str) -> Parse[str]:
 
 
 def normalize_database_url(url: str) -> str:
-    """Heroku hands out ``postgres://`` URLs; SQLAlchemy wants an explicit driver (psycopg 3)."""
-    for prefix in ("postgres://", "postgresql://"):
+    """Heroku hands out ``postgres://`` URLs; SQLAlchemy wants an explicit driver (psycopg 3).
+
+    libpq's multi-host form, which names a primary and its standbys (docs/operations.md, "High
+    availability"), ``postgresql://user@h1:5432,h2:5433/db?target_session_attrs=read-write``, becomes
+    SQLAlchemy's ``postgresql+psycopg://user@/db?host=h1:5432&host=h2:5433&target_session_attrs=...``
+    (a host without a port gets 5432, as in libpq); psycopg then tries the hosts in order."""
+    for prefix in ("postgres://", "postgresql://", "postgresql+psycopg://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
+            return _multi_host_as_query("postgresql+psycopg://" + url[len(prefix) :])
     return url
+
+
+def _multi_host_as_query(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    split = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:split], rest[split:]
+    user, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return url
+    path, question, query = tail.partition("?")
+    named = [h if re.search(r"(:\d+)$", h) else f"{h}:5432" for h in hosts.split(",") if h]
+    params = "&".join([*(f"host={h}" for h in named), *([query] if query else [])])
+    return f"{scheme}://{user}{at}{path or '/'}?{params}"
 
 
 _POSTGRES_URL = url("postgres", "postgresql", "postgresql+psycopg")
@@ -321,6 +339,8 @@ ENV = _services.declare("LEDGERFLOW_ENV", "development", one_of("development", "
 DB_TRANSACTION_POOLING = _services.declare("LEDGERFLOW_DB_TRANSACTION_POOLING", False, FLAG, "on: DATABASE_URL goes through a pooler in transaction mode (PgBouncer): session settings per transaction, prepared statements off, LISTEN only through LEDGERFLOW_LISTEN_DATABASE_URL (docs/operations.md, \"PgBouncer\")")
 PREPARED_STATEMENTS = _services.declare("LEDGERFLOW_PREPARED_STATEMENTS", None, FLAG, "off: psycopg never prepares a statement (`prepare_threshold=None`), the pool's pass included; PgBouncer before 1.21 needs it off", shown="on (off with transaction pooling)")
 LISTEN_DATABASE_URL = _services.declare("LEDGERFLOW_LISTEN_DATABASE_URL", None, _POSTGRES_URL, "a direct PostgreSQL URL for the web process's LISTEN connection (long-poll wake-ups and credential changes; behind a transaction pooler)", shown="DATABASE_URL (none with transaction pooling)")
+DB_CONNECT_TIMEOUT_SECONDS = _services.declare("LEDGERFLOW_DB_CONNECT_TIMEOUT_SECONDS", 5, integer(2, 300), "how long a new database connection waits for each host of DATABASE_URL before it tries the next (libpq `connect_timeout`; one set in DATABASE_URL wins): bounds how long a request or a pool waits on a primary that vanished (docs/operations.md, \"High availability\")")
+DB_RETRY_AFTER_SECONDS = _services.declare("LEDGERFLOW_DB_RETRY_AFTER_SECONDS", 5, integer(1, 300), "`Retry-After` of the API's 503 `UNAVAILABLE` while no writable PostgreSQL is reachable (a restart, a failover); the SDKs wait it out, at most 5 s, and resend with the same Idempotency-Key")
 
 _ledger = Section("Ledger workers", "the `worker-advance` and `worker-outbound` pools and the `scheduler`")
 HANDLERS = _ledger.declare("LEDGERFLOW_HANDLERS", (), Parse(_modules, "comma-separated Python module names"), "extra ledger handler modules a worker loads")
