@@ -20,6 +20,8 @@ _HELP = {
     "engine_operate": "workflow:engine:operate (job ledger retry / skip / replay)",
     "task_worker": "tasks:work (claim and settle tasks; --queue restricts it)",
     "integration_access": "integrations:manage (event subscriptions, webhook deliveries, automation rules)",
+    "credential_access": "credentials:manage (issue, list and revoke the namespace's credentials through the "
+    "API, never with more rights than its own)",
 }
 
 
