@@ -251,7 +251,12 @@ def credentials_page(
 
 
 def revoke_credential_as(
-    conn: Connection, issuer: Principal, credential_id: str, *, request_id: str | None, reason: str | None = None
+    conn: Connection,
+    issuer: Principal,
+    credential_id: str,
+    *,
+    request_id: str | None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     """Revoke a credential of ``issuer``'s namespace through the API: only one that holds no more than the
     issuer (a lesser credential never locks out a greater one); another namespace's is not found. One

@@ -593,11 +593,15 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         queues: Iterable[str] | None = None,
         platform: bool = False,
         expires_in_seconds: int | None = None,
+        namespace: str | None = None,
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
         """Issue a credential of this namespace with at most the calling credential's rights:
-        ``{"token": ..., "credential": {...}}``; the token is shown this once."""
+        ``{"token": ..., "credential": {...}}``; the token is shown this once. ``namespace``: when given,
+        the calling credential's own (the only one it issues in)."""
         body: dict[str, Any] = {"name": name, "switches": list(switches), "scopes": list(scopes)}
+        if namespace is not None:
+            body["namespace"] = namespace
         if queues is not None:
             body["queues"] = list(queues)
         if platform:

@@ -22,7 +22,10 @@ def _one_of(allowed: frozenset[str] | set[str], what: str) -> fields.String:
 
 class IssueCredentialRequest(Strict):
     name = text(
-        _NAME, lambda v: None if NAME_RE.fullmatch(v) else _NAME, missing="required", metadata={"pattern": NAME_RE.pattern}
+        _NAME,
+        lambda v: None if NAME_RE.fullmatch(v) else _NAME,
+        missing="required",
+        metadata={"pattern": NAME_RE.pattern},
     )
     scopes = fields.List(
         _one_of(ALL_SCOPES, "a scope"),
@@ -55,7 +58,9 @@ class IssueCredentialRequest(Strict):
 
 
 class RevokeCredentialRequest(Strict):
-    reason = fields.String(validate=validate.Length(min=1, max=1024), metadata={"description": "why (audited)"})
+    reason = fields.String(
+        validate=validate.Length(min=1, max=1024), metadata={"description": "why (audited)"}
+    )
 
 
 class ListCredentialsQuery(Strict):

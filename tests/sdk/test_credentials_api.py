@@ -89,7 +89,9 @@ def test_a_credential_never_issues_more_than_it_holds(operator, wf_server, engin
     assert n == 0
 
     # what it issued can issue again only within that (a credential with credentials:manage alone)
-    manager = Client(wf_server, client.issue_credential("manager", scopes=[Scope.CREDENTIALS_MANAGE])["token"])
+    manager = Client(
+        wf_server, client.issue_credential("manager", scopes=[Scope.CREDENTIALS_MANAGE])["token"]
+    )
     with pytest.raises(PermissionDenied):
         manager.issue_credential("reader", scopes=[Scope.WORKFLOWS_READ])
     # a lesser credential cannot revoke a greater one; another namespace's is not found
