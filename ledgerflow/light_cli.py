@@ -473,14 +473,16 @@ def cmd_workflows_signal(args: argparse.Namespace) -> None:
 
 
 def _api(
-    method: str, path: Callable[[argparse.Namespace], str], body: Callable[..., Any] | None = None
-) -> Any:
-    """A command that is one API call, printing its ``data`` as JSON."""
+    method: str, path: str, body: Callable[[argparse.Namespace], dict[str, Any]] | None = None
+) -> Callable[[argparse.Namespace], None]:
+    """A command that is one API call to ``path`` (``{name}``: the argument ``name``), printing its
+    ``data`` as JSON."""
 
     def run(args: argparse.Namespace) -> None:
         sent = ABSENT if body is None else body(args)
         params = {"limit": str(args.limit)} if getattr(args, "limit", None) else None
-        _out(_client(args).request(method, path(args), body=sent, params=params)["data"])
+        where = path.format(**{k: _seg(v) for k, v in vars(args).items() if isinstance(v, str)})
+        _out(_client(args).request(method, where, body=sent, params=params)["data"])
 
     return run
 
@@ -653,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # tasks
     sub = group("tasks", "Tasks: show one, claim, complete, fail or release (a person doing a human task).")
-    p = command(sub, "show", _api("GET", lambda a: f"/v1/tasks/{_seg(a.task_id)}"), "One task.")
+    p = command(sub, "show", _api("GET", "/v1/tasks/{task_id}"), "One task.")
     p.add_argument("task_id")
     p = command(sub, "claim", cmd_tasks_claim, "Claim tasks of QUEUE (tasks:work).")
     p.add_argument("--queue", dest="queues", action="append", required=True)
@@ -663,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = command(
             sub,
             verb,
-            _api("POST", lambda a, v=verb: f"/v1/tasks/{_seg(a.task_id)}/{v}", _task_body(verb)),
+            _api("POST", f"/v1/tasks/{{task_id}}/{verb}", _task_body(verb)),
             f"{verb.capitalize()} a claimed task (its epoch from the claim).",
         )
         p.add_argument("task_id")
@@ -676,14 +678,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # schedules
     sub = group("schedules", "Schedules: list, show, fires, create, pause / resume, launch (now), delete.")
-    p = command(sub, "list", _api("GET", lambda a: "/v1/schedules"), "The namespace's schedules.", paged)
+    p = command(sub, "list", _api("GET", "/v1/schedules"), "The namespace's schedules.", paged)
     for name, path, help_text in (
         ("show", "", "One schedule."),
         ("fires", "/fires", "Its latest fires."),
     ):
-        p = command(
-            sub, name, _api("GET", lambda a, s=path: f"/v1/schedules/{_seg(a.schedule_id)}{s}"), help_text
-        )
+        p = command(sub, name, _api("GET", f"/v1/schedules/{{schedule_id}}{path}"), help_text)
         p.add_argument("schedule_id")
     for name, help_text in (
         ("pause", "Pause a schedule."),
@@ -693,7 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = command(
             sub,
             name,
-            _api("POST", lambda a, n=name: f"/v1/schedules/{_seg(a.schedule_id)}/{n}", _empty),
+            _api("POST", f"/v1/schedules/{{schedule_id}}/{name}", _empty),
             help_text,
         )
         p.add_argument("schedule_id")
@@ -714,13 +714,13 @@ def build_parser() -> argparse.ArgumentParser:
     # subscriptions
     sub = group("subscriptions", "Event subscriptions (signed webhooks); needs --integration-access.")
     base = "/v1/event-subscriptions"
-    command(sub, "list", _api("GET", lambda a: base), "The namespace's subscriptions.", paged)
-    p = command(sub, "show", _api("GET", lambda a: f"{base}/{_seg(a.subscription_id)}"), "One subscription.")
+    command(sub, "list", _api("GET", base), "The namespace's subscriptions.", paged)
+    p = command(sub, "show", _api("GET", base + "/{subscription_id}"), "One subscription.")
     p.add_argument("subscription_id")
     p = command(
         sub,
         "deliveries",
-        _api("GET", lambda a: f"{base}/{_seg(a.subscription_id)}/deliveries"),
+        _api("GET", base + "/{subscription_id}/deliveries"),
         "Its deliveries.",
         paged,
     )
@@ -729,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = command(
             sub,
             verb,
-            _api("POST", lambda a, v=verb: f"{base}/{_seg(a.subscription_id)}/{v}", _reason_body),
+            _api("POST", f"{base}/{{subscription_id}}/{verb}", _reason_body),
             f"{verb.capitalize()} a subscription.",
         )
         p.add_argument("subscription_id")
