@@ -17,7 +17,6 @@ import pytest
 
 from app.auth import Scope, create_credential
 from app.db import transaction
-from tests.web.wf_live import wf_server  # noqa: F401
 from tests.web.wf_ops import ENGINE_WORKER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +47,10 @@ def sdk_venv(tmp_path_factory) -> Path:
 
 
 def test_the_sdk_command_runs_the_documented_session_through_the_api(
-    sdk_venv, wf_server, spawn_worker, tmp_path  # noqa: F811
+    sdk_venv,
+    wf_server,
+    spawn_worker,
+    tmp_path,
 ):
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
     with transaction() as conn:  # the namespace operator's token, issued on the server
@@ -96,7 +98,7 @@ def test_the_sdk_command_runs_the_documented_session_through_the_api(
 
     published = run("definitions", "publish", str(APPROVAL), "--name", "approval", token=token)
     assert "version v1 published" in published.stdout
-    assert "workflows start approval --input '{\"order\": \"...\"}'" in published.stdout
+    assert 'workflows start approval --input \'{"order": "..."}\'' in published.stdout
 
     watcher = subprocess.Popen(
         [ledgerflow, "workflows", "start", "approval", "--input", '{"order": "A-1"}', "--watch"],
