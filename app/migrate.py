@@ -5,7 +5,6 @@ head and does nothing. A transaction-level lock also holds through PgBouncer in 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -13,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.files import ROOT
 
 
 def alembic_config(url: str) -> Config:

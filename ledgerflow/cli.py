@@ -277,7 +277,7 @@ def dev(port: int | None, host: str | None) -> None:
     from app.settings import BIND_HOST, PORT, SECRET_KEY, get_settings
     from ledgerflow import procfile
     from ledgerflow.client import server_url
-    from ledgerflow.devenv import ROOT, ensure_environment, session_key
+    from ledgerflow.devenv import ROOT, data_dir, ensure_environment, session_key
 
     os.environ["PORT"] = str(port or PORT.get())
     if host:
@@ -288,7 +288,7 @@ def dev(port: int | None, host: str | None) -> None:
     bound, web_port = BIND_HOST.get(), PORT.get()
     _refuse_port_in_use(bound, web_port)  # before anything starts (a second `make run`)
     ensure_environment()
-    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
+    ops_cli.dev_environment(data_dir())  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
     SECRET_KEY.provide(session_key)  # one console session key for every web worker, kept across restarts
     if ensure_database(get_settings().database_url):
         click.echo("[ledgerflow] the database DATABASE_URL names did not exist: created it")
