@@ -5,7 +5,6 @@ head and does nothing. A transaction-level lock also holds through PgBouncer in 
 
 from __future__ import annotations
 
-
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
