@@ -549,11 +549,8 @@ def _api_parent(url: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     if url:
         p.add_argument("--url", default=None, help="the server (or $LEDGERFLOW_URL; default :5000)")
-    p.add_argument(
-        "--token",
-        default=os.environ.get("LEDGERFLOW_TOKEN"),
-        help="credential token (or $LEDGERFLOW_TOKEN)",
-    )
+    # unset: the client reads $LEDGERFLOW_TOKEN (as it reads $LEDGERFLOW_URL)
+    p.add_argument("--token", default=None, help="credential token (or $LEDGERFLOW_TOKEN)")
     return p
 
 
