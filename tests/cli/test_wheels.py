@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -78,8 +79,10 @@ def _free_port() -> int:
 def test_both_wheels_install_alone_run_dev_the_first_workflow_and_a_worker(wheels, engine, tmp_path):
     work = tmp_path / "elsewhere"  # the working folder: no checkout here
     work.mkdir()
-    server_bin = _venv(tmp_path / "server-venv", wheels["server"])
-    sdk_bin = _venv(tmp_path / "sdk-venv", wheels["sdk"])
+    with ThreadPoolExecutor(2) as pool:  # the two installs overlap (pip waits on files and processes)
+        server = pool.submit(_venv, tmp_path / "server-venv", wheels["server"])
+        sdk = pool.submit(_venv, tmp_path / "sdk-venv", wheels["sdk"])
+        server_bin, sdk_bin = server.result(), sdk.result()
     listed = _run([str(sdk_bin / "python"), "-m", "pip", "list", "--format=freeze"], cwd=work).stdout.lower()
     assert "ledgerflow-sdk==" in listed and "sqlalchemy" not in listed and "flask" not in listed
 
