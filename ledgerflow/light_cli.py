@@ -561,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     yes = argparse.ArgumentParser(add_help=False)
     yes.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     paged = argparse.ArgumentParser(add_help=False)
-    paged.add_argument("--limit", type=int, default=20, choices=range(1, 101), metavar="1-100")
+    paged.add_argument("--limit", type=_limit, default=20, metavar="1-100")
     paged.add_argument("--cursor")
 
     parser = _Parser(
@@ -751,6 +751,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=_server_only(name))
     return parser
+
+
+def _limit(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an integer from 1 to 100")
+    return int(raw)
 
 
 def _empty(args: argparse.Namespace) -> dict[str, Any]:
