@@ -5,6 +5,7 @@ them all."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,7 @@ from sqlalchemy import Connection, text
 from app import auth, jsonx
 from app import cursor as cursors
 from app.auth import IssuedCredential, Principal
+from app.errors import NotFound, PermissionDenied, Unauthenticated
 from app.ids import new_id
 from app.observability.logs import redact_url_fields
 from app.sql import run
@@ -94,17 +96,21 @@ def _system(namespace_id: str, actor_name: str) -> Principal:
     )
 
 
-def issue_credential(conn: Connection, *, actor_name: str, **kwargs: Any) -> IssuedCredential:
-    """``auth.create_credential`` plus its audit row (``credential.issue``) in the credential's
-    namespace; the row never holds the token, only its id, name, scopes and expiry."""
-    issued = auth.create_credential(conn, **kwargs)
-    after = {
+def _issued_after(issued: IssuedCredential) -> dict[str, Any]:
+    """What a ``credential.issue`` audit row keeps: never the token, only its id, name, scopes and expiry."""
+    return {
         "name": issued.name,
         "scopes": list(issued.scopes),
         "queues": None if issued.queues is None else list(issued.queues),
         "platform": issued.platform,
         "expires_at": None if issued.expires_at is None else jsonx.rfc3339(issued.expires_at),
     }
+
+
+def issue_credential(conn: Connection, *, actor_name: str, **kwargs: Any) -> IssuedCredential:
+    """``auth.create_credential`` plus its audit row (``credential.issue``) in the credential's
+    namespace; the row never holds the token, only its id, name, scopes and expiry."""
+    issued = auth.create_credential(conn, **kwargs)
     record(
         conn,
         principal=_system(issued.namespace_id, actor_name),
@@ -112,7 +118,7 @@ def issue_credential(conn: Connection, *, actor_name: str, **kwargs: Any) -> Iss
         action="credential.issue",
         target_type="credential",
         target_id=issued.credential_id,
-        after=after,
+        after=_issued_after(issued),
     )
     return issued
 
@@ -124,6 +130,149 @@ def revoke_credential(conn: Connection, credential_id: str, *, actor_name: str) 
         conn,
         principal=_system(row["namespace_id"], actor_name),
         request_id=None,
+        action="credential.revoke",
+        target_type="credential",
+        target_id=credential_id,
+        after={"name": row["name"], "revoked_at": jsonx.rfc3339(row["revoked_at"])},
+    )
+    return row
+
+
+_ISSUER = text(
+    "SELECT EXTRACT(EPOCH FROM c.expires_at - now()) AS left_seconds FROM credentials c "
+    f"WHERE c.id = :id AND {auth.LIVE_CREDENTIAL} FOR SHARE"
+)
+
+
+def issue_credential_as(
+    conn: Connection,
+    issuer: Principal,
+    *,
+    request_id: str | None,
+    name: str,
+    scopes: Sequence[str],
+    queues: Sequence[str] | None = None,
+    platform: bool = False,
+    expires_in_seconds: int | None = None,
+    namespace: str | None = None,
+) -> IssuedCredential:
+    """Issue a credential through the API on behalf of ``issuer`` (``credentials:manage``): never with more
+    than the issuer holds (``auth.delegation_problem``: scopes, platform reach, queues, namespace), never
+    outliving the issuer (an issuer that expires gives its expiry at most); one ``credential.issue`` audit
+    row whose actor is the issuer."""
+    problem = auth.delegation_problem(issuer, scopes, queues, platform=platform, namespace=namespace)
+    if problem is not None:
+        raise PermissionDenied(problem)
+    row = run(conn, _ISSUER, {"id": issuer.credential_id}).first()
+    if row is None:
+        raise Unauthenticated("the issuing credential was revoked or has expired")
+    if row.left_seconds is not None:
+        left = max(int(row.left_seconds), 1)
+        if expires_in_seconds is None:
+            expires_in_seconds = left
+        elif expires_in_seconds > left:
+            raise PermissionDenied(
+                f"the issuing credential expires in {left} s: a credential it issues cannot outlive it"
+            )
+    issued = auth.create_credential(
+        conn,
+        namespace=issuer.namespace,
+        name=name,
+        scopes=scopes,
+        queues=queues,
+        platform=platform,
+        expires_in_seconds=expires_in_seconds,
+    )
+    record(
+        conn,
+        principal=issuer,
+        request_id=request_id,
+        action="credential.issue",
+        target_type="credential",
+        target_id=issued.credential_id,
+        after=_issued_after(issued),
+    )
+    return issued
+
+
+_IN_NAMESPACE = text(
+    "SELECT name, scopes, queues, platform FROM credentials WHERE id = :id AND namespace_id = :ns"
+)
+_PAGE = text(
+    """
+SELECT c.id, c.name, c.token_prefix, c.scopes, c.queues, c.platform, c.created_at, c.expires_at, c.revoked_at
+FROM credentials c
+WHERE c.namespace_id = :ns AND (CAST(:id AS text) IS NULL OR c.id = :id)
+  AND (CAST(:c_created AS timestamptz) IS NULL OR (c.created_at, c.id) > (:c_created, :c_id))
+ORDER BY c.created_at, c.id
+LIMIT :limit
+"""
+)
+
+
+def credentials_page(
+    conn: Connection, issuer: Principal, limit: int, cursor: str | None, *, credential_id: str | None = None
+) -> dict[str, Any]:
+    """One page of ``issuer``'s namespace's credentials (or the one ``credential_id``), oldest first
+    (never a token or its hash: the token's first characters identify it); ``next_cursor`` is bound to
+    the namespace."""
+    binding = {"ns": issuer.namespace_id, "list": "credentials"}
+    params: dict[str, Any] = {
+        "ns": issuer.namespace_id,
+        "id": credential_id,
+        "limit": limit + 1,
+        "c_created": None,
+        "c_id": None,
+    }
+    if cursor is not None:
+        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
+        params.update(c_created=pos["c"], c_id=pos["i"])
+    rows = run(conn, _PAGE, params).all()
+    items = [
+        {
+            "id": r.id,
+            "name": r.name,
+            "namespace": issuer.namespace,
+            "token_prefix": r.token_prefix,
+            "scopes": list(r.scopes),
+            "queues": None if r.queues is None else list(r.queues),
+            "platform": r.platform,
+            "created_at": jsonx.rfc3339(r.created_at),
+            "expires_at": None if r.expires_at is None else jsonx.rfc3339(r.expires_at),
+            "revoked_at": None if r.revoked_at is None else jsonx.rfc3339(r.revoked_at),
+        }
+        for r in rows[:limit]
+    ]
+    out: dict[str, Any] = {"items": items}
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        out["next_cursor"] = cursors.encode({"c": last.created_at.isoformat(), "i": last.id}, binding)
+    return out
+
+
+def revoke_credential_as(
+    conn: Connection,
+    issuer: Principal,
+    credential_id: str,
+    *,
+    request_id: str | None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """Revoke a credential of ``issuer``'s namespace through the API: only one that holds no more than the
+    issuer (a lesser credential never locks out a greater one); another namespace's is not found. One
+    ``credential.revoke`` audit row whose actor is the issuer; revoking again changes nothing."""
+    target = run(conn, _IN_NAMESPACE, {"id": credential_id, "ns": issuer.namespace_id}).first()
+    if target is None:
+        raise NotFound(f"no credential {credential_id} in namespace {issuer.namespace}")
+    problem = auth.delegation_problem(issuer, target.scopes, target.queues, platform=target.platform)
+    if problem is not None:
+        raise PermissionDenied(f"cannot revoke {target.name}: {problem}")
+    row = auth.revoke_credential(conn, credential_id)
+    record(
+        conn,
+        principal=issuer,
+        request_id=request_id,
+        reason=reason,
         action="credential.revoke",
         target_type="credential",
         target_id=credential_id,

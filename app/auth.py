@@ -42,6 +42,8 @@ class Scope:
     TASKS_WORK = "tasks:work"
     # Event subscriptions and automation rules (X-EVENT, X-AUTO)
     INTEGRATIONS_MANAGE = "integrations:manage"
+    # Issue, list and revoke the namespace's credentials through the API (never beyond the issuer's own)
+    CREDENTIALS_MANAGE = "credentials:manage"
 
 
 ALL_SCOPES: frozenset[str] = frozenset(v for k, v in vars(Scope).items() if k.isupper())
@@ -60,6 +62,7 @@ SWITCHES: dict[str, tuple[str, ...]] = {
     "engine_operate": (Scope.ENGINE_OPERATE,),
     "task_worker": (Scope.TASKS_WORK,),
     "integration_access": (Scope.INTEGRATIONS_MANAGE,),
+    "credential_access": (Scope.CREDENTIALS_MANAGE,),
 }
 
 
@@ -173,6 +176,30 @@ def validate_permission_set(
                 field="queues",
             )
     return wanted
+
+
+def delegation_problem(
+    issuer: Principal,
+    scopes: Iterable[str],
+    queues: Sequence[str] | None = None,
+    *,
+    platform: bool = False,
+    namespace: str | None = None,
+) -> str | None:
+    """Why ``issuer`` may not issue (or revoke) a credential with these rights, or None when it may. A
+    credential issued through the API never holds more than its issuer: every scope is one the issuer
+    holds, the platform-wide reach only from a platform-wide issuer, a queue restriction at least as
+    narrow as the issuer's, and only in the issuer's own namespace."""
+    if namespace is not None and namespace != issuer.namespace:
+        return f"a credential of namespace {issuer.namespace!r} issues credentials in that namespace only"
+    beyond = sorted(set(scopes) - issuer.scopes)
+    if beyond:
+        return f"a credential cannot grant permissions it does not hold itself: {', '.join(beyond)}"
+    if platform and not issuer.platform:
+        return "only a platform-wide credential can issue a platform-wide one"
+    if issuer.queues is not None and (queues is None or not set(queues) <= set(issuer.queues)):
+        return f"the issuing credential is restricted to the queue(s) {', '.join(issuer.queues)}"
+    return None
 
 
 def scopes_from_switches(**switches: bool) -> tuple[str, ...]:

@@ -5,15 +5,13 @@ head and does nothing. A transaction-level lock also holds through PgBouncer in 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.files import ROOT
 
 
 def alembic_config(url: str) -> Config:

@@ -31,7 +31,7 @@ DEFINITION = {
 }
 
 client = Client()  # LEDGERFLOW_URL and LEDGERFLOW_TOKEN
-worker = TaskWorker(client, wait_seconds=1)
+worker = TaskWorker(client, wait_seconds=1)  # a script: its claims wait at most 1 s, so it exits at once
 
 
 @worker.task("hello.greet")  # your code: one function per queue; its return value is the step's output

@@ -291,6 +291,8 @@ def dev(port: int | None, host: str | None) -> None:
     # shared PROMETHEUS_MULTIPROC_DIR under this server's own data folder (LEDGERFLOW_DATA_DIR), console logs
     ops_cli.dev_environment(data_dir())
     SECRET_KEY.provide(session_key)  # one console session key for every web worker, kept across restarts
+    if ensure_database(get_settings().database_url):
+        click.echo("[ledgerflow] the database DATABASE_URL names did not exist: created it")
     upgrade(get_settings().database_url)
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
@@ -309,6 +311,45 @@ def dev(port: int | None, host: str | None) -> None:
     # honcho starts each process in its own process group; SIGTERM / SIGINT reach this process, which
     # sends SIGTERM to every group (gunicorn and its workers included) and SIGKILL 25 s later
     raise SystemExit(procfile.run(ROOT / "Procfile", ROOT, int(web_port)))
+
+
+def ensure_database(url: str) -> bool:
+    """Create the database ``url`` names when it does not exist and the server lets this role (``CREATE
+    DATABASE`` on the server's maintenance database, ``postgres``); True when it was created. When the
+    role may not, a Failure says the one command to run. Any other connection problem is raised as it
+    was (the caller's one-line error)."""
+    import psycopg
+    from psycopg import sql
+    from sqlalchemy.engine import make_url
+
+    target = make_url(url).set(drivername="postgresql")
+    try:
+        psycopg.connect(target.render_as_string(hide_password=False), connect_timeout=10).close()
+        return False
+    except psycopg.OperationalError as exc:
+        missing = exc  # the database may be missing (libpq gives no SQLSTATE for it): ask the server
+    name = target.database or ""
+    maintenance = target.set(database="postgres")
+    try:
+        with psycopg.connect(
+            maintenance.render_as_string(hide_password=False), autocommit=True, connect_timeout=10
+        ) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                raise missing  # it exists: the first error was something else
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.errors.DuplicateDatabase:
+                return False  # created meanwhile (a second `make run`)
+            except psycopg.Error as exc:
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise Failure(
+                    f"the database {name!r} does not exist and this role cannot create it ({reason}); "
+                    "create it with a role that may, then run this again: "
+                    f"psql '{maintenance.render_as_string(hide_password=True)}' -c 'CREATE DATABASE \"{name}\"'"
+                ) from None
+    except psycopg.OperationalError:
+        raise missing from None  # the server itself cannot be reached: the first error says so
+    return True
 
 
 def _refuse_port_in_use(host: str, port: int) -> None:

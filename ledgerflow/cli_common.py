@@ -6,17 +6,23 @@ a conflict, a service that cannot be reached)."""
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-from typing import Any
 
 import click
 
 from app.settings import DATABASE_URL, SettingError
+from ledgerflow.light_cli import BAD_INPUT, FAILED, CommandError, describe, exit_code_for, prog
 
-BAD_INPUT = 2  # the command line is wrong: fix it and run it again
-FAILED = 1  # anything else
+__all__ = [
+    "BAD_INPUT",
+    "FAILED",
+    "Failure",
+    "describe",
+    "exit_code_for",
+    "expected_failure",
+    "one_line",
+    "prog",
+]
 
 
 class Failure(click.ClickException):
@@ -25,49 +31,6 @@ class Failure(click.ClickException):
     def __init__(self, message: str, exit_code: int = FAILED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def prog() -> str:
-    """How the user ran the command, for the next command a message suggests: ``.venv/bin/ledgerflow``
-    when typed so (the repository's venv is not on PATH), else ``ledgerflow``."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(argv0) == "ledgerflow" and os.sep in argv0:
-        try:
-            rel = os.path.relpath(argv0)
-        except ValueError:
-            return argv0
-        return (
-            rel
-            if rel.startswith("..") or os.path.isabs(rel)
-            else f"{'' if rel.startswith('.') else './'}{rel}"
-        )
-    return "ledgerflow"
-
-
-def exit_code_for(code: str) -> int:
-    """The exit status of an API error code: 2 for an invalid argument, 1 for the others."""
-    return BAD_INPUT if code == "INVALID_ARGUMENT" else FAILED
-
-
-def describe(exc: Any) -> str:
-    """One line of an ``app.errors`` error: its message, and the field errors it does not already say."""
-    message = str(getattr(exc, "message", "") or exc)
-    if hasattr(exc, "field_errors"):  # app.errors
-        pairs = [(e.field, e.message) for e in exc.field_errors]
-    else:  # the SDK's ApiError: the problem's ``errors``
-        pairs = [
-            (e.get("field"), e.get("message"))
-            for e in getattr(exc, "errors", []) or []
-            if isinstance(e, dict)
-        ]
-    fields = [f"{field}: {msg}" for field, msg in pairs]
-    if not fields:
-        return message
-    if message in fields or message == "; ".join(fields[:5]) or any(message == msg for _, msg in pairs):
-        return "; ".join(
-            fields
-        )  # the message only said the fields' messages: say them once, with their fields
-    return f"{message} ({'; '.join(fields)})"
 
 
 def one_line(exc: click.ClickException) -> str:
@@ -93,6 +56,8 @@ def expected_failure(exc: BaseException) -> Failure | None:
 
     if isinstance(exc, ServicesUnavailable):
         return Failure(str(exc))
+    if isinstance(exc, CommandError):  # the API commands shared with the SDK's command (ledgerflow.light_cli)
+        return Failure(exc.message, exit_code=exc.exit_code)
     if isinstance(exc, SettingError):  # a variable's value is not allowed: bad input, named
         return Failure(str(exc), exit_code=2)
     module = type(exc).__module__ or ""

@@ -39,6 +39,7 @@ from ledgerflow.control_client import (  # re-exported: control, signals, audit,
     SignalResult,
     WorkflowControlMixin,
     WorkflowSignal,
+    _page_params,
 )
 from ledgerflow.integrations_client import (  # re-exported: events, subscriptions, rules
     IntegrationsMixin,
@@ -88,6 +89,7 @@ from ledgerflow.worker import NonRetryableError, TaskWorker
 log = logging.getLogger("ledgerflow.client")
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+CREDENTIALS = "/api/workflows/engine/credentials"  # the operator API's credentials routes
 
 
 def server_url() -> str:
@@ -580,6 +582,53 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
                 "GET", f"/v1/workflow-definitions/{_seg(definition_id)}/versions/{_seg(version)}/contract"
             )
         )
+
+    # -- credentials (the operator API; the calling credential needs credentials:manage) ----
+    def issue_credential(
+        self,
+        name: str,
+        *,
+        switches: Iterable[str] = (),
+        scopes: Iterable[str] = (),
+        queues: Iterable[str] | None = None,
+        platform: bool = False,
+        expires_in_seconds: int | None = None,
+        namespace: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Issue a credential of this namespace with at most the calling credential's rights:
+        ``{"token": ..., "credential": {...}}``; the token is shown this once. ``namespace``: when given,
+        the calling credential's own (the only one it issues in)."""
+        body: dict[str, Any] = {"name": name, "switches": list(switches), "scopes": list(scopes)}
+        if namespace is not None:
+            body["namespace"] = namespace
+        if queues is not None:
+            body["queues"] = list(queues)
+        if platform:
+            body["platform"] = True
+        if expires_in_seconds is not None:
+            body["expires_in_seconds"] = expires_in_seconds
+        return _data(self.request("POST", CREDENTIALS, body=body, idempotency_key=idempotency_key))
+
+    def list_credentials(self, *, limit: int | None = None, cursor: str | None = None) -> Page:
+        """One page of this namespace's credentials, oldest first (never a token)."""
+        d = self.request("GET", CREDENTIALS, params=_page_params(limit, cursor))["data"]
+        return Page(d["items"], d.get("next_cursor"))
+
+    def revoke_credential(
+        self, credential_id: str, *, reason: str | None = None, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Revoke a credential of this namespace; its token answers 401 from then on."""
+        body = {} if reason is None else {"reason": reason}
+        credential: dict[str, Any] = _data(
+            self.request(
+                "POST",
+                f"{CREDENTIALS}/{_seg(credential_id)}/revoke",
+                body=body,
+                idempotency_key=idempotency_key,
+            )
+        )["credential"]
+        return credential
 
     # -- tasks -----------------------------------------------------------------------------
     def claim_tasks(self, queues: Iterable[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]:

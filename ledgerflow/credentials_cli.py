@@ -8,6 +8,7 @@ import click
 
 from app.auth import SWITCHES
 from ledgerflow.cli_common import BAD_INPUT, Failure
+from ledgerflow.light_cli import parse_duration
 
 _HELP = {
     "workflow_access": "definitions:read + definitions:publish",
@@ -20,6 +21,8 @@ _HELP = {
     "engine_operate": "workflow:engine:operate (job ledger retry / skip / replay)",
     "task_worker": "tasks:work (claim and settle tasks; --queue restricts it)",
     "integration_access": "integrations:manage (event subscriptions, webhook deliveries, automation rules)",
+    "credential_access": "credentials:manage (issue, list and revoke the namespace's credentials through the "
+    "API, never with more rights than its own)",
 }
 
 
@@ -86,7 +89,7 @@ def create(
 
     scopes = scopes_from_switches(**flags)
     try:
-        seconds = None if expires_in is None else _duration(expires_in)
+        seconds = None if expires_in is None else parse_duration(expires_in)
         # before anything is written
         validate_permission_set(scopes, list(queues) if queues else None, platform=platform)
         with transaction() as conn:
@@ -179,23 +182,6 @@ def revoke(credential_id: str) -> None:
     except NotFound as exc:
         raise Failure(exc.message) from None
     click.echo(f"revoked {row['id']} ({row['name']}) at {row['revoked_at'].isoformat()}")
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration(raw: str) -> int:
-    """``3600``, ``90m``, ``12h``, ``30d`` -> seconds (``--expires-in``)."""
-    from app.errors import InvalidArgument
-
-    value = raw.strip().lower()
-    unit = _UNITS.get(value[-1:], None)
-    number = value[:-1] if unit is not None else value
-    if not number.isdigit() or len(number) > 9:
-        raise InvalidArgument(
-            "--expires-in: a whole number of seconds, or with s / m / h / d", field="expires_in"
-        )
-    return int(number) * (unit or 1)
 
 
 def _actor() -> str:

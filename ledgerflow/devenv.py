@@ -18,9 +18,10 @@ import time
 import warnings
 from pathlib import Path
 
+from app import files
 from app.settings import DATA_DIR, DATABASE_URL, REDIS_URL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = files.ROOT  # the Procfile and its neighbours: the checkout, or where the server's wheel put them
 DB_NAME = "ledgerflow"
 
 
@@ -29,7 +30,7 @@ class ServicesUnavailable(RuntimeError):
 
 
 def data_dir(create: bool = True) -> Path:
-    path = Path(DATA_DIR.get() or ROOT / ".data").resolve()
+    path = Path(DATA_DIR.get() or files.DATA_ROOT / ".data").resolve()
     if create:
         try:
             path.mkdir(parents=True, exist_ok=True)

@@ -905,7 +905,7 @@ def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
         _emit_json(data)
         return
     from app import jsonx
-    from ledgerflow import step_table
+    from ledgerflow.workflows_cli import rich_step_table
 
     console = _console()
     inst = data["instance"]
@@ -919,7 +919,7 @@ def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
         )
     )
     details = data["step_details"]
-    console.print(step_table.table(f"{len(details)} step(s)", details))
+    console.print(rich_step_table(f"{len(details)} step(s)", details))
 
 
 def _control(

@@ -1,6 +1,9 @@
-"""A workflow's steps as a table for people: ``ledgerflow workflows show`` (read from the database) and
-``ledgerflow workflows watch`` (read through the API) print the same columns from the same step views
-(``app.engine.views.step_view``, which ``GET /v1/workflows/{id}/steps/{key}`` answers)."""
+"""A workflow's steps as a table for people: ``ledgerflow workflows show`` and ``watch`` (the server's
+command, read from the database or through the API, and the SDK's, through the API) print the same
+columns from the same step views (``app.engine.views.step_view``, which ``GET
+/v1/workflows/{id}/steps/{key}`` answers): the steps in the order of the definition's graph (each after
+the steps it waits for), the attempts a TASK step took, and the last failed attempt's error. Pure: part
+of the SDK distribution (the server's command draws these rows with rich, the SDK's as plain text)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-COLUMNS = ["step", "kind", "state", "#", "took", "output / error / waiting for"]
+COLUMNS = ["step", "kind", "state", "attempts", "took", "output / error / waiting for"]
 DETAIL_CHARS = 120
 
 
@@ -36,13 +39,16 @@ def _json(value: Any) -> str:
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
 
 
-def detail(view: dict[str, Any]) -> str:
-    """The one thing worth knowing about a step now: its output, its error, or what it waits for."""
+def _error(value: Any) -> str:
+    """An error for people: its message when it has one (with its code), else its JSON."""
+    if isinstance(value, dict) and isinstance(value.get("message"), str):
+        code = value.get("code") or value.get("type")
+        return _json(f"{code}: {value['message']}" if isinstance(code, str) else value["message"]).strip('"')
+    return _json(value)
+
+
+def _waiting_for(view: dict[str, Any]) -> str:
     step = view.get("step", view)
-    if "error" in view:
-        return "error: " + _json(view["error"])
-    if "output" in view:
-        return _json(view["output"])
     if view.get("next_attempt_at"):
         return f"next attempt at {view['next_attempt_at']}"
     if view.get("child_workflow_id"):
@@ -65,18 +71,52 @@ def detail(view: dict[str, Any]) -> str:
     return ""
 
 
+def detail(view: dict[str, Any]) -> str:
+    """The one thing worth knowing about a step now: its output, its error, or what it waits for; and
+    the error of its last failed attempt when one failed."""
+    if "error" in view:
+        now = "error: " + _error(view["error"])
+    elif "output" in view:
+        now = _json(view["output"])
+    else:
+        now = _waiting_for(view)
+    failed = view.get("last_failed_attempt")
+    if isinstance(failed, dict) and "error" not in view:
+        said = (
+            f"attempt {failed.get('attempt')} {str(failed.get('state', 'FAILED')).lower().replace('_', ' ')}"
+        )
+        now = "; ".join(p for p in (now, f"{said}: {_error(failed.get('error'))}") if p)
+    return now
+
+
+def graph_order(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``views`` so that every step comes after the steps it waits for (its ``after``), steps of one
+    depth in the order given; a view without ``after`` (an older server) counts as a first step."""
+    steps = {v.get("step", v)["key"]: v.get("step", v) for v in views}
+    depth: dict[str, int] = {}
+
+    def depth_of(key: str, seen: frozenset[str] = frozenset()) -> int:
+        if key not in depth:
+            before = [k for k in steps.get(key, {}).get("after") or () if k in steps and k not in seen]
+            depth[key] = 1 + max((depth_of(k, seen | {key}) for k in before), default=-1)
+        return depth[key]
+
+    position = {key: i for i, key in enumerate(steps)}
+    return sorted(views, key=lambda v: (depth_of(v.get("step", v)["key"]), position[v.get("step", v)["key"]]))
+
+
 def rows(views: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    """One row per step view (``{"step": summary, "input"?, "output"?, "error"?, ...}``)."""
+    """One row per step view (``{"step": summary, "input"?, "output"?, "error"?, ...}``), graph order."""
     out: list[tuple[str, ...]] = []
-    for view in views:
+    for view in graph_order(views):
         step = view.get("step", view)
-        seq = step.get("activation_sequence")
+        attempts = view.get("attempts")
         out.append(
             (
                 step["key"],
                 step["kind"],
                 step["state"],
-                "" if seq is None else str(seq),
+                "" if attempts is None else str(attempts),
                 _took(view),
                 detail(view),
             )
@@ -84,13 +124,11 @@ def rows(views: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     return out
 
 
-def table(title: str, views: list[dict[str, Any]]) -> Any:
-    """A rich Table of ``views``."""
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for c in COLUMNS:
-        t.add_column(c, overflow="fold", no_wrap=c in ("step", "kind", "state", "#", "took"))
-    for r in rows(views):
-        t.add_row(*r)
-    return t
+def text_table(title: str, views: list[dict[str, Any]]) -> str:
+    """The rows as plain text: a title line, a header and one line per step (the SDK's command)."""
+    lines = [COLUMNS, *[list(r) for r in rows(views)]]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS) - 1)]
+    out = [title]
+    for line in lines:
+        out.append("  ".join([c.ljust(w) for c, w in zip(line, widths, strict=False)] + [line[-1]]).rstrip())
+    return "\n".join(out)

@@ -9,19 +9,14 @@ server checks, audits and counts them like any other client's calls. Errors are 
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ledgerflow.cli_common import BAD_INPUT, Failure, prog
-from ledgerflow.sdk_types import ABSENT, NotFound
-
-FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+from ledgerflow import light_cli, step_table
+from ledgerflow.cli_common import prog
 
 
 def _client(url: str | None, token: str | None) -> Any:
@@ -37,13 +32,6 @@ def _api_options(fn: Any) -> Any:
     return click.option(
         "--url", envvar="LEDGERFLOW_URL", help="the server (or $LEDGERFLOW_URL; default :5000)"
     )(fn)
-
-
-def _json_value(raw: str, option: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise Failure(f"{option} is not JSON ({exc})", exit_code=BAD_INPUT) from None
 
 
 # ----------------------------------------------------------------------------------------- definitions
@@ -63,68 +51,19 @@ def definitions_publish(
     """Publish the definition document in FILE (JSON, with its "version"; docs/reference.md shows a
     complete one) as a version of definition NAME, creating the definition first if needed. Running it
     again with the same document does nothing; a changed document needs a new "version"."""
-    try:
-        document = json.loads(file.read_text())
-    except OSError as exc:
-        raise Failure(f"cannot read {file}: {exc.strerror}", exit_code=BAD_INPUT) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Failure(f"{file} is not a JSON document ({exc})", exit_code=BAD_INPUT) from None
-    if not isinstance(document, dict) or not isinstance(document.get("version"), str):
-        raise Failure(f'{file}: a definition document is a JSON object with a "version"', exit_code=BAD_INPUT)
-    name = name or file.stem
-    client = _client(url, token)
-    before = client.find_definition(name)
-    existed = before is not None and document["version"] in {v["version"] for v in before["versions"]}
-    d = client.ensure_definition(name, document, description=description)
-    what = "already published (the same document)" if existed else "published"
-    click.echo(f"definition {name} ({d['id']}): version {document['version']} {what}")
-    click.echo(f"start one: {prog()} workflows start {name} --input '{_example_input(document)}'")
-
-
-def _example_input(document: dict[str, Any]) -> str:
-    """A JSON input naming the required top-level fields of the input schema (placeholders)."""
-    schema = document.get("input_schema")
-    if not isinstance(schema, dict):
-        schema = {}
-    required = [f for f in schema.get("required", []) if isinstance(f, str)][:5]
-    props = schema.get("properties", {}) if isinstance(schema.get("properties"), dict) else {}
-    example = {}
-    for f in required:
-        spec = props.get(f)
-        kind = spec.get("type", "") if isinstance(spec, dict) else ""
-        example[f] = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}.get(kind, "...")
-    return json.dumps(example)
+    for line in light_cli.publish(_client(url, token), file, name, description):
+        click.echo(line)
 
 
 @definitions.command("list")
 @_api_options
 def definitions_list(url: str | None, token: str | None) -> None:
-    """The namespace's definitions and their versions, newest first."""
-    page = _client(url, token).list_definitions(limit=100)
-    for d in page.items:
-        versions = ", ".join(v["version"] for v in d.get("versions", [])) or "(no version yet)"
-        click.echo(f"{d['name']}  {d['id']}  versions: {versions}")
-    if not page.items:
-        click.echo(f"no definitions yet: {prog()} definitions publish FILE")
+    """The namespace's definitions, newest first, each with its versions (the newest first)."""
+    for line in light_cli.definition_lines(_client(url, token)):
+        click.echo(line)
 
 
 # ----------------------------------------------------------------------------------------- workflows
-def _resolve(client: Any, definition: str) -> dict[str, Any]:
-    """A definition by name, or by id (32 hex)."""
-    if re.fullmatch(r"[0-9a-f]{32}", definition):
-        try:
-            return client.get_definition(definition)
-        except NotFound:
-            pass
-    found = client.find_definition(definition)
-    if found is None:
-        raise Failure(
-            f"no definition named {definition!r} in this namespace: publish one first "
-            f"({prog()} definitions publish FILE)"
-        )
-    return found
-
-
 def start_command(workflows: click.Group) -> click.Command:
     @workflows.command("start")
     @click.argument("definition")
@@ -143,18 +82,10 @@ def start_command(workflows: click.Group) -> click.Command:
         token: str | None,
     ) -> None:
         """Start a workflow of DEFINITION (a name or an id) through the API and print its id."""
-        value = _json_value(input_json, "--input")
+        value = light_cli.json_arg(input_json, "--input")
         client = _client(url, token)
-        d = _resolve(client, definition)
-        versions = [v["version"] for v in d.get("versions", [])]
-        if not versions:
-            raise Failure(
-                f"definition {d['name']!r} has no published version yet (ledgerflow definitions publish)"
-            )
-        chosen = version or versions[0]
-        started = client.start_workflow(d["id"], chosen, value, business_key=business_key)
-        wid = started.instance.id
-        click.echo(f"started workflow {wid} ({d['name']} {chosen}): {started.instance.state}")
+        wid, line = light_cli.start(client, definition, version, value, business_key)
+        click.echo(line)
         if watch:
             _watch(client, wid, timeout=600)
         else:
@@ -176,57 +107,39 @@ def watch_command(workflows: click.Group) -> click.Command:
     return workflows_watch
 
 
-def _views(client: Any, workflow_id: str, cache: dict[str, tuple[str, dict]]) -> tuple[str, list[dict]]:
-    """(revision, one step view per step); a step's view is read again only when its revision moved."""
-    from ledgerflow.sdk_types import _seg
+def rich_step_table(title: str, views: list[dict[str, Any]]) -> Any:
+    """``step_table.rows`` of ``views`` as a rich Table (the server's command)."""
+    from rich.table import Table
 
-    data = client.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps")["data"]
-    views = []
-    for s in data["steps"]:
-        seen = cache.get(s["key"])
-        if seen is None or seen[0] != s["revision"]:
-            view = client.request("GET", f"/v1/workflows/{_seg(workflow_id)}/steps/{_seg(s['key'])}")["data"]
-            cache[s["key"]] = seen = (s["revision"], view)
-        views.append(seen[1])
-    return data["revision"], views
+    t = Table(title=title, title_justify="left")
+    for c in step_table.COLUMNS:
+        t.add_column(c, overflow="fold", no_wrap=c in ("step", "kind", "state", "attempts", "took"))
+    for r in step_table.rows(views):
+        t.add_row(*r)
+    return t
 
 
 def _watch(client: Any, workflow_id: str, timeout: float) -> None:
     from rich.console import Console
     from rich.live import Live
 
-    from ledgerflow import step_table
-
     console = Console(highlight=False)
-    cache: dict[str, tuple[str, dict]] = {}
-    deadline = time.monotonic() + timeout
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
-    last = None
+    last: list[str | None] = [None]
+
+    def show(inst: Any, revision: str, views: list[dict[str, Any]]) -> None:
+        if live is not None:
+            live.update(rich_step_table(light_cli.state_title(inst, revision), views), refresh=True)
+            return
+        line = ", ".join(f"{r[0]}={r[2]}" for r in step_table.rows(views))
+        if line != last[0]:
+            click.echo(f"revision {revision}: {line}")
+            last[0] = line
+
     with live if live is not None else contextlib.nullcontext():
-        while True:
-            inst = client.get_workflow(workflow_id)
-            revision, views = _views(client, workflow_id, cache)
-            title = f"workflow {workflow_id}: {inst.state}{' (paused)' if inst.paused else ''}, revision {revision}"
-            if live is not None:
-                live.update(step_table.table(title, views), refresh=True)
-            else:
-                line = ", ".join(f"{r[0]}={r[2]}" for r in step_table.rows(views))
-                if line != last:
-                    click.echo(f"revision {revision}: {line}")
-                    last = line
-            if inst.state in FINISHED:
-                break
-            if time.monotonic() > deadline:
-                raise Failure(
-                    f"workflow {workflow_id} is still {inst.state} after {timeout:g} s; "
-                    "is a task worker running for its queues?"
-                )
-            time.sleep(0.5)
+        inst, views = light_cli.watch(client, workflow_id, timeout, show)
     if live is None:
-        console.print(step_table.table(f"workflow {workflow_id}: {inst.state}", views))
-    if inst.output is not ABSENT:
-        click.echo(f"{inst.state}: output {json.dumps(inst.output, default=str)}")
-    else:
-        click.echo(f"{inst.state}" + (f" ({inst.stop_kind})" if inst.stop_kind else ""))
+        console.print(rich_step_table(f"workflow {workflow_id}: {inst.state}", views))
+    click.echo(light_cli.outcome_line(inst))
     if inst.state != "SUCCEEDED":
         sys.exit(1)

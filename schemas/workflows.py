@@ -202,6 +202,9 @@ class StepSummary(Loose):
     )
     state = fields.String(required=True)
     revision = fields.String(required=True)
+    after = fields.List(
+        fields.String(), metadata={"description": "the steps it waits for (the graph's edges)"}
+    )
     activation_id = fields.String()
     activation_sequence = fields.Integer()
     task_id = fields.String()
@@ -250,6 +253,12 @@ class StepDetail(Loose):
     completed_at = fields.DateTime()
     child_workflow_id = fields.String()
     next_attempt_at = fields.DateTime()
+    attempts = fields.Integer(
+        metadata={"description": "a TASK step: the attempts its activation took so far"}
+    )
+    last_failed_attempt = fields.Dict(
+        metadata={"description": "a TASK step: its last failed or timed-out attempt, {attempt, state, error}"}
+    )
     poll = fields.Nested(PollProgress)
     wait = fields.Nested(Wait)
 

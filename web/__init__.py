@@ -8,6 +8,7 @@ from actors import hints as hint_actors
 from app import db, settings
 from app.ids import new_request_id
 from web import console, errors, observability
+from web.credentials import bp as credentials_bp
 from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
 from web.integrations import bp as integrations_bp
@@ -78,6 +79,7 @@ def create_app() -> Flask:
     app.register_blueprint(openapi_bp)
     app.register_blueprint(problems_bp)
     app.register_blueprint(jobs_bp, url_prefix="/api/workflows/engine")
+    app.register_blueprint(credentials_bp, url_prefix="/api/workflows/engine")
     app.register_blueprint(definitions_bp)
     app.register_blueprint(workflows_bp)
     app.register_blueprint(tasks_bp)

@@ -28,6 +28,7 @@ def _summary(s: dict) -> dict[str, Any]:
         "kind": s["kind"],
         "state": s["state"],
         "revision": str(s["revision"]),
+        "after": list(s["after"]),
     }
     if s["activation_id"]:
         out["activation_id"] = s["activation_id"]
@@ -44,6 +45,13 @@ def steps_view(conn: Connection, instance_id: str, namespace_id: str) -> dict:
         "revision": str(inst["revision"]),
         "steps": [_summary(s) for s in read_steps(conn, instance_id)[:128]],
     }
+
+
+# the last attempt of an activation that failed or timed out, with its error (``ix_workflow_tasks_instance``)
+_LAST_FAILED_ATTEMPT = (
+    "SELECT attempt, state, error FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a "
+    "AND state IN ('FAILED', 'TIMED_OUT') ORDER BY attempt DESC, created_at DESC LIMIT 1"
+)
 
 
 def _t(v: Any) -> str | None:
@@ -69,6 +77,15 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
         out["completed_at"] = rfc3339(s["completed_at"])
     if s["kind"] == "SUBWORKFLOW" and s["child_instance_id"]:
         out["child_workflow_id"] = s["child_instance_id"]
+    if s["kind"] == "TASK" and s["task_attempts"]:
+        out["attempts"] = s["task_attempts"]  # the attempts this activation took so far
+        failed = run(conn, _LAST_FAILED_ATTEMPT, {"i": instance_id, "a": s["activation_id"]}).first()
+        if failed is not None:
+            out["last_failed_attempt"] = {
+                "attempt": failed.attempt,
+                "state": failed.state,
+                "error": failed.error,
+            }
     if s["kind"] == "TASK" and s["state"] == "WAITING":  # retry backoff: when the next attempt starts
         nxt = run(
             conn,

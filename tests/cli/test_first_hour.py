@@ -133,7 +133,7 @@ def test_publish_start_and_watch_the_first_workflow_from_the_shell(shell, tmp_pa
     assert watched.exit_code == 0, watched.output
     lines = watched.stdout.splitlines()
     assert lines[0].startswith("revision ") and "wait=" in lines[0]  # one line per change (not a terminal)
-    assert any("then=SUCCEEDED, wait=SUCCEEDED" in line for line in lines)
+    assert any("wait=SUCCEEDED, then=SUCCEEDED" in line for line in lines)  # graph order
     assert lines[-1] == 'SUCCEEDED: output {"greeting": "Ada"}'
     assert "│ wait │ TIMER │ SUCCEEDED │" in watched.stdout  # the final step table
 

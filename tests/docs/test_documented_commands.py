@@ -1,6 +1,7 @@
 """Every command block (```sh) of README.md and docs/tutorial.md, run in order against a live
-server started by `make run` itself, in a shell whose only extra setting is LEDGERFLOW_URL (the
-suite's server is not on port 5000, so `127.0.0.1:5000` in the blocks becomes its port too).
+server started by `make run` itself, in a shell whose only extra settings are LEDGERFLOW_URL and the
+server's PORT (the suite's server is not on port 5000: the README tells a second shell to set the same
+PORT as `make run`'s, and `127.0.0.1:5000` in the blocks becomes its port too).
 
 `make ...` lines are what started that server: their `VAR=value` prefixes are given to it (e.g.
 LEDGERFLOW_HANDLERS=examples.hello), and they are not run again. Exported variables carry from one
@@ -74,7 +75,7 @@ def server(request, tmp_path_factory):
 def run_blocks(doc: str, server, tmp_path: Path) -> str:
     state = tmp_path / "exports.sh"
     state.write_text("")
-    env = server.env(LEDGERFLOW_URL=server.url)
+    env = server.env(LEDGERFLOW_URL=server.url, PORT=str(server.port))
     env.pop("LEDGERFLOW_TOKEN", None)
     transcript = []
     ran = 0

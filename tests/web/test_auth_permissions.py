@@ -56,7 +56,7 @@ def test_ledger_routes_are_exactly_the_thirteen(app):
     ours = sorted(
         (m, re.sub(r"<(\w+)>", r"{\1}", r.rule[len(PREFIX) :]))
         for r in app.url_map.iter_rules()
-        if r.rule.startswith(PREFIX)
+        if r.rule.startswith(PREFIX + "/jobs")  # the ledger's (the operator API also issues credentials)
         for m in r.methods - {"HEAD", "OPTIONS"}
     )
     assert len(ours) == 13
