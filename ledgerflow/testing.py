@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -125,22 +126,25 @@ class LedgerflowServer:
             ("web", [*python, "web.kit_server"]),
             ("worker-advance", [*python, "ledgerflow.cli", "worker", "--pool", "advance"]),
             ("worker-outbound", [*python, "ledgerflow.cli", "worker", "--pool", "outbound"]),
-            ("scheduler", [*python, "ledgerflow.cli", "scheduler"]),
         ):
-            log = self.workdir / f"{name}.log"
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(
-                    argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-                )
-            self._processes.append(_Process(name, proc, log))
+            self._spawn(name, argv, env)
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+        # the scheduler (schedules' fires in real time, the drain) starts once the others run, and no test
+        # waits for it: time skipping hands out schedule fires itself
+        self._spawn("scheduler", [*python, "ledgerflow.cli", "scheduler"], env)
         self.timings.processes = time.monotonic() - began_processes
         self.timings.total = time.monotonic() - began
         return self
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        log = self.workdir / f"{name}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        self._processes.append(_Process(name, proc, log))
 
     def stop(self) -> None:
         for p in self._processes:
@@ -242,7 +246,8 @@ class LedgerflowServer:
         namespace = f"kit-{uuid.uuid4().hex[:12]}"
         scopes = sorted({s for granted in SWITCHES.values() for s in granted})
         with self.engine().begin() as conn:
-            issued = create_credential(conn, namespace=namespace, name=label[:60] or "test", scopes=scopes)
+            name = ("kit-" + re.sub(r"[^A-Za-z0-9._-]+", "-", label))[:64]  # e.g. the test's name
+            issued = create_credential(conn, namespace=namespace, name=name, scopes=scopes)
         return namespace, issued.token
 
     def environment(self, label: str = "test") -> LedgerflowEnv:
@@ -273,6 +278,13 @@ class LedgerflowEnv:
         """Decorator: run the function for every task of ``queue`` (the worker starts with the first
         workflow the env starts, or with ``start_worker()``)."""
         return self.worker.task(queue)
+
+    def register(self, functions: dict[str, Callable[..., Any]] | TaskWorker) -> None:
+        """Register every function of ``functions`` (queue -> function), or of another ``TaskWorker`` (your
+        application's worker module), on this env's worker."""
+        found = functions.functions if isinstance(functions, TaskWorker) else functions
+        for queue, fn in found.items():
+            self.worker.register(queue, fn)
 
     def start_worker(self) -> None:
         """Run the task worker in a thread until the test ends (no-op without functions, or when running)."""
