@@ -113,6 +113,7 @@ class LedgerflowServer:
         self._admin_url = ""
         self._processes: list[_Process] = []
         self._engine: Any = None
+        self.winding_down: list[threading.Thread] = []  # the workers of ended tests, ending their last poll
 
     # -- start / stop -------------------------------------------------------------------------------
     def start(self) -> LedgerflowServer:
@@ -147,6 +148,8 @@ class LedgerflowServer:
         self._processes.append(_Process(name, proc, log))
 
     def stop(self) -> None:
+        for thread in self.winding_down:
+            thread.join(10)
         for p in self._processes:
             if p.proc.poll() is None:
                 p.proc.terminate()
@@ -373,7 +376,9 @@ class LedgerflowEnv:
             wind_down()
         else:
             self.worker.stop()
-            threading.Thread(target=wind_down, name="ledgerflow-kit-wind-down", daemon=True).start()
+            thread = threading.Thread(target=wind_down, name="ledgerflow-kit-wind-down", daemon=True)
+            thread.start()
+            self.server.winding_down.append(thread)
 
 
 def _root() -> Path:

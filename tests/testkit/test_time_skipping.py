@@ -157,3 +157,35 @@ def test_namespaces_are_apart(ledgerflow_server):
     finally:
         first.close()
         second.close()
+
+
+NIGHTLY = {
+    "version": "v1",
+    "input_schema": {"type": "object"},
+    "deadline_seconds": 600,
+    "steps": [{"key": "report", "kind": "TASK", "queue": "kit.report"}],
+    "output": {"pages": "$.steps.report.output.pages"},
+}
+
+
+def test_a_schedule_fire_within_the_span_launches_now(ledgerflow_env):
+    env = ledgerflow_env
+
+    @env.task("kit.report")
+    def report(task: Task) -> dict:
+        return {"pages": 1}
+
+    definition = env.publish("nightly", NIGHTLY)
+    schedule = env.client.create_schedule("hourly", definition, "v1", {}, interval_seconds=3600)
+    env.start_worker()
+    assert env.skip_time(minutes=30)["schedules"] == 0  # the next fire is up to an hour away
+    moved = env.skip_time(hours=1)
+    assert moved["schedules"] == 1
+    deadline = time.monotonic() + 30
+    while not (fires := env.client.list_schedule_fires(schedule["id"])) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the launch job writes the fire
+    assert [f["status"] for f in fires] == ["LAUNCHED"]
+    done = env.wait(fires[0]["instance_id"])
+    assert done.state == "SUCCEEDED"
+    # its next fire moved past the span: a second skip of the same hour launches nothing more
+    assert env.skip_time(minutes=59)["schedules"] == 0
