@@ -144,7 +144,9 @@ class LedgerflowServer:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            )
         self._processes.append(_Process(name, proc, log))
 
     def stop(self) -> None:
@@ -228,7 +230,9 @@ class LedgerflowServer:
                 elif name != "web" and " ready" in text:
                     del waiting[name]
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the kit's processes did not start in {START_TIMEOUT:g} s: {sorted(waiting)}")
+                raise RuntimeError(
+                    f"the kit's processes did not start in {START_TIMEOUT:g} s: {sorted(waiting)}"
+                )
             time.sleep(0.02)
 
     # -- namespaces -----------------------------------------------------------------------------------
@@ -312,7 +316,9 @@ class LedgerflowEnv:
         self.start_worker()
         return self.client.start_workflow(def_id, version, {} if input is None else input).instance.id
 
-    def wait(self, workflow_id: str, *, states: Any = TERMINAL_STATES, timeout: float = 30.0) -> WorkflowInstance:
+    def wait(
+        self, workflow_id: str, *, states: Any = TERMINAL_STATES, timeout: float = 30.0
+    ) -> WorkflowInstance:
         """Wait until the workflow is in one of ``states`` (default: ended) and return it."""
         self.start_worker()
         return self.client.wait_for_workflow(workflow_id, states=states, timeout=timeout, interval=0.05)
@@ -329,7 +335,9 @@ class LedgerflowEnv:
                 return step
             if time.monotonic() > deadline:
                 seen = step.state if step is not None else "not started"
-                raise TimeoutError(f"step {key} of workflow {workflow_id} is {seen}, not {state}, after {timeout:g} s")
+                raise TimeoutError(
+                    f"step {key} of workflow {workflow_id} is {seen}, not {state}, after {timeout:g} s"
+                )
             time.sleep(0.05)
 
     # -- time -----------------------------------------------------------------------------------------
@@ -403,7 +411,9 @@ def ledgerflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledg
 
 
 @pytest.fixture
-def ledgerflow_env(ledgerflow_server: LedgerflowServer, request: pytest.FixtureRequest) -> Iterator[LedgerflowEnv]:
+def ledgerflow_env(
+    ledgerflow_server: LedgerflowServer, request: pytest.FixtureRequest
+) -> Iterator[LedgerflowEnv]:
     """A namespace of the test's own, with a client, a task worker and time skipping."""
     began = time.monotonic()
     env = ledgerflow_server.environment(request.node.name)
@@ -430,7 +440,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The kit's start-up and per-test cost, when a test of the session used it."""
     for server in _SERVERS:
         t = server.timings
-        per_test = f"{max(t.tests) * 1000:.0f} ms at most, {sum(t.tests) / len(t.tests) * 1000:.0f} ms mean" if t.tests else "-"
+        per_test = (
+            f"{max(t.tests) * 1000:.0f} ms at most, {sum(t.tests) / len(t.tests) * 1000:.0f} ms mean"
+            if t.tests
+            else "-"
+        )
         terminalreporter.write_line(
             f"ledgerflow test kit: first start {t.total:.2f} s (database {t.database:.2f} s, processes "
             f"{t.processes:.2f} s); per-test set-up and tear-down over {len(t.tests)} test(s): {per_test}"

@@ -38,7 +38,9 @@ def skip_time():
         or not math.isfinite(seconds)
         or not 0 < seconds <= time_skip.MAX_SECONDS
     ):
-        raise InvalidArgument(f"a number of seconds from 0 (excluded) to {time_skip.MAX_SECONDS}", field="seconds")
+        raise InvalidArgument(
+            f"a number of seconds from 0 (excluded) to {time_skip.MAX_SECONDS}", field="seconds"
+        )
     with transaction() as conn:
         skipped = time_skip.skip(conn, current_principal(), float(seconds), request_id=request_id())
     return ok({"skipped": skipped.to_dict()})

@@ -91,7 +91,11 @@ MOVE_POLLS = (
     "UPDATE workflow_steps SET "
     "poll_next_at = CASE WHEN " + _in_span("poll_next_at") + " THEN now() ELSE poll_next_at END, "
     "poll_deadline_at = CASE WHEN " + _in_span("poll_deadline_at") + " THEN now() ELSE poll_deadline_at END "
-    "WHERE instance_id = ANY(:ids) AND (" + _in_span("poll_next_at") + " OR " + _in_span("poll_deadline_at") + ") "
+    "WHERE instance_id = ANY(:ids) AND ("
+    + _in_span("poll_next_at")
+    + " OR "
+    + _in_span("poll_deadline_at")
+    + ") "
     "RETURNING id"
 )
 

@@ -5,7 +5,6 @@ time skipping where the workflow waits (a signal's 5 min timeout, the order exam
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from types import ModuleType
 

@@ -50,7 +50,11 @@ def test_an_ancestor_s_marker_turns_it_on(monkeypatch):
     """What the kit does: its own process id (an ancestor of the server) and a key."""
     monkeypatch.setenv("LEDGERFLOW_TEST_TIME_SKIPPING", f"{os.getppid()}:{KEY}")
     assert time_skip.enabled()
-    assert time_skip.key_matches(KEY) and not time_skip.key_matches(KEY[:-1] + "x") and not time_skip.key_matches(None)
+    assert (
+        time_skip.key_matches(KEY)
+        and not time_skip.key_matches(KEY[:-1] + "x")
+        and not time_skip.key_matches(None)
+    )
     assert _skip(create_app()).status_code == 401  # the route exists: it wants a credential
 
 

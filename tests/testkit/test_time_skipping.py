@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ledgerflow.client import Task
+from ledgerflow.client import NotFound, Task
 
 WAITS_A_DAY = {
     "version": "v1",
@@ -74,7 +74,9 @@ def test_a_timer_a_retry_backoff_and_a_signal_timeout_in_seconds(ledgerflow_env)
     assert moved["waits"] == 1 and moved["jobs"] >= 1
     done = env.wait(wid)
     took = time.monotonic() - began
-    print(f"\n1 h TIMER + 10 min retry backoff + 1 day SIGNAL timeout: ended {done.state} in {took:.2f} s of wall time")
+    print(
+        f"\n1 h TIMER + 10 min retry backoff + 1 day SIGNAL timeout: ended {done.state} in {took:.2f} s of wall time"
+    )
     assert attempts == [1, 2]
     assert done.state == "FAILED"
     assert env.client.get_workflow_step(wid, "approval").step.state == "FAILED"
@@ -152,7 +154,7 @@ def test_namespaces_are_apart(ledgerflow_server):
         first.skip_time(hours=1)
         first.wait_for_step(a, "charge", "ACTIVE")
         assert second.client.get_workflow_step(b, "cool_off").step.state == "WAITING"
-        with pytest.raises(Exception):
+        with pytest.raises(NotFound):
             first.client.get_workflow(b)  # another namespace's workflow is not found
     finally:
         first.close()
