@@ -237,6 +237,8 @@ class Wait(Loose):
     deadline_at = fields.DateTime(allow_none=True)
     winner_signal_id = fields.String()
     resolved_at = fields.DateTime()
+    paused = fields.Boolean()  # the workflow is paused: the wait's clock stands still
+    remaining_ms = fields.Integer()  # while paused: the time the wait has left
 
 
 class StepDetail(Loose):
@@ -250,6 +252,7 @@ class StepDetail(Loose):
     completed_at = fields.DateTime()
     child_workflow_id = fields.String()
     next_attempt_at = fields.DateTime()
+    next_attempt_remaining_ms = fields.Integer()  # while paused: the retry backoff's time left
     poll = fields.Nested(PollProgress)
     wait = fields.Nested(Wait)
 
