@@ -111,13 +111,25 @@ class LedgerflowServer:
         self.redis_url: str | None = None
         self.timings = Timings()
         self._admin_url = ""
+        self._created = False
         self._processes: list[_Process] = []
         self._engine: Any = None
         self.winding_down: list[threading.Thread] = []  # the workers of ended tests, ending their last poll
 
     # -- start / stop -------------------------------------------------------------------------------
     def start(self) -> LedgerflowServer:
+        """Create and migrate the database, start the processes and wait until they are ready (on any
+        failure everything started is stopped and the database dropped)."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
         began = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self._create_database()
         self.timings.database = time.monotonic() - began
         began_processes = time.monotonic()
@@ -129,17 +141,12 @@ class LedgerflowServer:
             ("worker-outbound", [*python, "ledgerflow.cli", "worker", "--pool", "outbound"]),
         ):
             self._spawn(name, argv, env)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
+        self._wait_ready()
         # the scheduler (schedules' fires in real time, the drain) starts once the others run, and no test
         # waits for it: time skipping hands out schedule fires itself
         self._spawn("scheduler", [*python, "ledgerflow.cli", "scheduler"], env)
         self.timings.processes = time.monotonic() - began_processes
         self.timings.total = time.monotonic() - began
-        return self
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         log = self.workdir / f"{name}.log"
@@ -161,9 +168,9 @@ class LedgerflowServer:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
-        if self._admin_url:
+        if self._created:
             self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-            self._admin_url = ""
+            self._created = False
 
     def _services(self) -> tuple[str, str | None]:
         """The PostgreSQL server and Redis to use: the environment's, or the embedded ones of `make run`."""
@@ -199,6 +206,7 @@ class LedgerflowServer:
         url = make_url(normalize_database_url(server))
         self._admin_url = url.set(database="postgres").render_as_string(hide_password=False)
         self._admin(f'CREATE DATABASE "{self.database}"')
+        self._created = True
         self.database_url = url.set(database=self.database).render_as_string(hide_password=False)
         upgrade(self.database_url)
 
