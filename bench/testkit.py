@@ -39,14 +39,30 @@ A_DAY = {
     "signals": [{"name": "ok", "payload_version": "v1", "schema": {"type": "object"}}],
     "steps": [
         {"key": "timer", "kind": "TIMER", "delay_seconds": 3600},
-        {"key": "task", "kind": "TASK", "queue": "bench.retry", "after": ["timer"], "retry": {"max_attempts": 2, "backoff_seconds": 600}},
-        {"key": "signal", "kind": "SIGNAL", "after": ["task"], "signal": "ok", "payload_version": "v1", "correlation": "c", "timeout_seconds": 86400},
+        {
+            "key": "task",
+            "kind": "TASK",
+            "queue": "bench.retry",
+            "after": ["timer"],
+            "retry": {"max_attempts": 2, "backoff_seconds": 600},
+        },
+        {
+            "key": "signal",
+            "kind": "SIGNAL",
+            "after": ["task"],
+            "signal": "ok",
+            "payload_version": "v1",
+            "correlation": "c",
+            "timeout_seconds": 86400,
+        },
     ],
 }
 
 
 def _line(name: str, values: list[float]) -> str:
-    return f"{name:<44} median {statistics.median(values):7.3f} s   max {max(values):7.3f} s   (n={len(values)})"
+    return (
+        f"{name:<44} median {statistics.median(values):7.3f} s   max {max(values):7.3f} s   (n={len(values)})"
+    )
 
 
 def _one_test(server: LedgerflowServer) -> tuple[float, float]:
