@@ -46,7 +46,7 @@ from app.settings import TEST_TIME_SKIPPING, is_production
 from app.sql import run
 
 MAX_SECONDS = 366 * 86_400  # a year: the longest span one call skips
-MAX_INSTANCES = 1_000  # open workflows one call moves (the answer says when more are left: call again)
+MAX_INSTANCES = 10_000  # open workflows one call looks at, in id order (``more``: there may be others)
 HEADER = "X-Ledgerflow-Time-Skipping-Key"
 _VALUE = re.compile(r"(\d{1,10}):([A-Za-z0-9_-]{32,128})")
 

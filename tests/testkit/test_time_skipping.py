@@ -191,3 +191,52 @@ def test_a_schedule_fire_within_the_span_launches_now(ledgerflow_env):
     assert done.state == "SUCCEEDED"
     # its next fire moved past the span: a second skip of the same hour launches nothing more
     assert env.skip_time(minutes=59)["schedules"] == 0
+
+
+def test_a_task_nobody_takes_times_out(ledgerflow_env):
+    env = ledgerflow_env
+    doc = {
+        "version": "v1",
+        "input_schema": {"type": "object"},
+        "deadline_seconds": 86400,
+        "steps": [{"key": "t", "kind": "TASK", "queue": "kit.nobody", "timeout_seconds": 300}],
+    }
+    wid = env.start(env.publish("nobody", doc), {})
+    env.wait_for_step(wid, "t", "ACTIVE")
+    assert env.skip_time(minutes=5)["tasks"] == 1
+    assert env.wait(wid).state == "FAILED"
+    assert "TIMEOUT" in str(env.client.get_workflow_step(wid, "t").error).upper()
+
+
+def test_a_poll_s_next_round_an_hour_later(ledgerflow_env):
+    env = ledgerflow_env
+    doc = {
+        "version": "v1",
+        "input_schema": {"type": "object"},
+        "deadline_seconds": 86400,
+        "steps": [
+            {
+                "key": "p",
+                "kind": "POLL",
+                "queue": "kit.poll",
+                "interval_ms": 3_600_000,
+                "max_rounds": 3,
+                "max_attempts_per_round": 1,
+            }
+        ],
+        "output": {"rounds": "$.steps.p.output.round"},
+    }
+
+    @env.task("kit.poll")
+    def poll(task: Task) -> dict:
+        return {"done": task.poll_round >= 2, "round": task.poll_round}
+
+    wid = env.start(env.publish("hourly-poll", doc), {})
+    deadline = time.monotonic() + 30
+    while env.client.get_workflow_step(wid, "p").poll.get("next_poll_at") is None:
+        assert time.monotonic() < deadline, "the first round did not end"
+        time.sleep(0.05)
+    moved = env.skip_time(hours=1)
+    assert moved["jobs"] >= 1 and moved["polls"] == 1
+    done = env.wait(wid)
+    assert (done.state, done.output) == ("SUCCEEDED", {"rounds": 2})
