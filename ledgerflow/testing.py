@@ -317,7 +317,7 @@ class LedgerflowEnv:
 
     def start(self, definition: str, input: Any = None, *, version: str | None = None) -> str:
         """Start a workflow of ``definition`` (an id or a name) and the worker; the workflow's id."""
-        found = self.client.find_definition(definition) if len(definition) != 32 else None
+        found = None if re.fullmatch(r"[0-9a-f]{32}", definition) else self.client.find_definition(definition)
         def_id = str(found["id"]) if found else definition
         if version is None:  # the newest published version
             version = str(self.client.list_definition_versions(def_id, limit=1).items[0]["version"])

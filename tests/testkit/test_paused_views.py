@@ -6,6 +6,7 @@ an ended workflow's console page shows no deadline. On the test kit's server (re
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -87,11 +88,11 @@ def test_a_paused_timer_shows_its_time_left(ledgerflow_env):
     env.wait_for_step(wid, "cool_off", "WAITING")
     _pause(env, wid)
     wait = env.client.get_workflow_step(wid, "cool_off").wait
-    assert wait["paused"] is True and 3_500_000 < wait["remaining_ms"] <= 3_600_000
+    assert wait["paused"] is True and 3_000_000 < wait["remaining_ms"] <= 3_600_000
     shown = _show(env, wid)
     assert "timer paused" in shown and " left" in shown and "timer until" not in shown
     page = _console(env).get(f"/console/workflows/{wid}").text
-    assert "fires: paused, 59 min" in page or "fires: paused, 1 h 0 min" in page
+    assert re.search(r"fires: paused, (1 h 0 min|[0-9]{1,2} min [0-9]{1,2} s) left", page)
     assert "fires <" not in page  # no fire time ("fires 2 min ago") while paused
     inst = env.client.get_workflow(wid)
     env.client.control_workflow(wid, "RESUME", inst.control_revision, "go on")
