@@ -34,12 +34,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
-from ledgerflow.client import TERMINAL_STATES, Client, NotFound, TaskWorker, WorkflowInstance
+if (
+    TYPE_CHECKING
+):  # imported where used: loading the plugin costs a pytest session that uses none of it nothing
+    from ledgerflow.client import Client, TaskWorker, WorkflowInstance
 
 KEY_HEADER = "X-Ledgerflow-Time-Skipping-Key"  # app.integrations.time_skip.HEADER (the kit imports no web)
 SKIP_PATH = "/v1/testing/time-skip"
@@ -279,6 +281,8 @@ class LedgerflowEnv:
     time skipping."""
 
     def __init__(self, server: LedgerflowServer, namespace: str, token: str) -> None:
+        from ledgerflow.client import Client, TaskWorker
+
         self.server = server
         self.url = server.url
         self.namespace = namespace
@@ -297,6 +301,8 @@ class LedgerflowEnv:
     def register(self, functions: dict[str, Callable[..., Any]] | TaskWorker) -> None:
         """Register every function of ``functions`` (queue -> function), or of another ``TaskWorker`` (your
         application's worker module), on this env's worker."""
+        from ledgerflow.client import TaskWorker
+
         found = functions.functions if isinstance(functions, TaskWorker) else functions
         for queue, fn in found.items():
             self.worker.register(queue, fn)
@@ -324,15 +330,18 @@ class LedgerflowEnv:
         self.start_worker()
         return self.client.start_workflow(def_id, version, {} if input is None else input).instance.id
 
-    def wait(
-        self, workflow_id: str, *, states: Any = TERMINAL_STATES, timeout: float = 30.0
-    ) -> WorkflowInstance:
+    def wait(self, workflow_id: str, *, states: Any = None, timeout: float = 30.0) -> WorkflowInstance:
         """Wait until the workflow is in one of ``states`` (default: ended) and return it."""
+        from ledgerflow.client import TERMINAL_STATES
+
         self.start_worker()
-        return self.client.wait_for_workflow(workflow_id, states=states, timeout=timeout, interval=0.05)
+        wanted = TERMINAL_STATES if states is None else states
+        return self.client.wait_for_workflow(workflow_id, states=wanted, timeout=timeout, interval=0.05)
 
     def wait_for_step(self, workflow_id: str, key: str, state: str = "WAITING", timeout: float = 30.0) -> Any:
         """Wait until step ``key`` is in ``state`` (e.g. a TIMER or SIGNAL step WAITING) and return it."""
+        from ledgerflow.client import NotFound
+
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -356,6 +365,8 @@ class LedgerflowEnv:
         retry backoffs, signal timeouts, task and workflow deadlines, schedule fires); returns what moved.
         Paused workflows are left as they are. One call looks at 10,000 open workflows of the namespace;
         with more, it skips again while that moves something."""
+        import httpx
+
         span = seconds + 60 * minutes + 3600 * hours + 86400 * days
         if span <= 0:
             raise ValueError("skip_time needs a positive span, e.g. skip_time(hours=1)")
