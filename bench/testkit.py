@@ -3,7 +3,8 @@
     PYTHONPATH=. .venv/bin/ledgerflow env -- .venv/bin/python -m bench.testkit [--starts 3] [--tests 20]
 
 - *first start*: ``LedgerflowServer.start()`` — its own database created and migrated, then the web
-  process and both worker pools until each said it is ready (the scheduler starts after them, unwaited),
+  process and the advance pool until each said it is ready (the outbound pool and the scheduler start
+  after them, unwaited),
   ``--starts`` times, each on a new database;
 - *per test*: what ``ledgerflow_env`` adds to a test — a namespace with its credential, a client and a
   task worker, then their close — ``--tests`` times on one server, each test running one one-task

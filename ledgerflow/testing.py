@@ -137,15 +137,14 @@ class LedgerflowServer:
         began_processes = time.monotonic()
         env = self._process_environment()
         python = [sys.executable, "-m"]
-        for name, argv in (
-            ("web", [*python, "web.kit_server"]),
-            ("worker-advance", [*python, "ledgerflow.cli", "worker", "--pool", "advance"]),
-            ("worker-outbound", [*python, "ledgerflow.cli", "worker", "--pool", "outbound"]),
-        ):
-            self._spawn(name, argv, env)
+        self._spawn("web", [*python, "web.kit_server"], env)
+        self._spawn("worker-advance", [*python, "ledgerflow.cli", "worker", "--pool", "advance"], env)
         self._wait_ready()
-        # the scheduler (schedules' fires in real time, the drain) starts once the others run, and no test
-        # waits for it: time skipping hands out schedule fires itself
+        # what most tests never need starts once the others run (two processes importing at once, not
+        # four), and no test waits for it: the outbound pool (TRIGGER calls, external dispatch, events,
+        # webhooks; a job waits in its queue until the pool is up) and the scheduler (schedules' fires in
+        # real time, the drain; time skipping hands out schedule fires itself)
+        self._spawn("worker-outbound", [*python, "ledgerflow.cli", "worker", "--pool", "outbound"], env)
         self._spawn("scheduler", [*python, "ledgerflow.cli", "scheduler"], env)
         self.timings.processes = time.monotonic() - began_processes
         self.timings.total = time.monotonic() - began
@@ -226,6 +225,7 @@ class LedgerflowServer:
         return env
 
     def _wait_ready(self) -> None:
+        """Until every process started so far said it is ready (the web process: its port)."""
         deadline = time.monotonic() + START_TIMEOUT
         waiting = {p.name: p for p in self._processes}
         while waiting:
