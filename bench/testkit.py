@@ -12,7 +12,8 @@
 - *time skipping*: a workflow with a 1 h TIMER, a TASK retried after a 10 min backoff and a SIGNAL with a
   1 day timeout, run to its end with ``skip_time`` (the wall time from its start to its end).
 
-Prints median and max. Numbers only, never assertions (the machine is shared).
+Also the CPU seconds each part used until the server was ready (``/proc/<pid>/stat``), which do not depend
+on the machine's load as the wall times do. Prints median and max. Numbers only, never assertions (the machine is shared).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.run import cpu_seconds, loadavg
 from ledgerflow.client import Task
 from ledgerflow.testing import LedgerflowEnv, LedgerflowServer
 
@@ -108,13 +110,19 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=3)
     parser.add_argument("--tests", type=int, default=20)
     args = parser.parse_args()
+    load = loadavg()
     starts, databases, processes, per_test, own, a_day = [], [], [], [], [], []
+    kit_cpu, web_cpu, advance_cpu = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(args.starts):
             server = LedgerflowServer(Path(tmp) / f"s{n}")
-            began = time.monotonic()
+            began, began_cpu = time.monotonic(), time.process_time()
             server.start()
             starts.append(time.monotonic() - began)
+            kit_cpu.append(time.process_time() - began_cpu)
+            pids = server.pids()
+            web_cpu.append(cpu_seconds(pids["web"]))
+            advance_cpu.append(cpu_seconds(pids["worker-advance"]))
             databases.append(server.timings.database)
             processes.append(server.timings.processes)
             try:
@@ -130,12 +138,18 @@ def main() -> None:
                         env.close()
             finally:
                 server.stop()
+    print(f"load average before: {load}, after: {loadavg()}")
     print(_line("first start (database + processes ready)", starts))
     print(_line("  of which: database created and migrated", databases))
     print(_line("  of which: processes until ready", processes))
     print(_line("per test: namespace + client + worker, close", per_test))
     print(_line("  (the test's one-task workflow itself)", own))
     print(_line("1 h TIMER + 10 min backoff + 1 d SIGNAL timeout", a_day))
+    # CPU seconds do not depend on what else the machine runs: on an idle machine with two cores the first
+    # start takes about the kit's CPU (database) plus the larger of the two processes' CPU (they start together)
+    print(_line("CPU: the test process during the start (migrations)", kit_cpu))
+    print(_line("CPU: the web process until ready", web_cpu))
+    print(_line("CPU: the advance pool until ready", advance_cpu))
 
 
 if __name__ == "__main__":

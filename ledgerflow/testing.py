@@ -149,6 +149,10 @@ class LedgerflowServer:
         self.timings.processes = time.monotonic() - began_processes
         self.timings.total = time.monotonic() - began
 
+    def pids(self) -> dict[str, int]:
+        """The process id of each process of the server by name (``web``, ``worker-advance``, ...)."""
+        return {p.name: p.proc.pid for p in self._processes}
+
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
