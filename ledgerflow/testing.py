@@ -117,6 +117,7 @@ class LedgerflowServer:
         self._processes: list[_Process] = []
         self._engine: Any = None
         self.winding_down: list[threading.Thread] = []  # the workers of ended tests, ending their last poll
+        self.notes: list[str] = []  # lines the tests asked to print at the end of the session (``env.note``)
 
     # -- start / stop -------------------------------------------------------------------------------
     def start(self) -> LedgerflowServer:
@@ -390,6 +391,11 @@ class LedgerflowEnv:
 
     advance = skip_time  # Temporal's word for it
 
+    def note(self, line: str) -> None:
+        """Print ``line`` at the end of the test session (with the kit's own figures; also under
+        pytest-xdist and without ``-s``): a measured time a test reports without asserting it."""
+        self.server.notes.append(line)
+
     def environ(self) -> dict[str, str]:
         """LEDGERFLOW_URL and LEDGERFLOW_TOKEN of this env: for a script run as a subprocess."""
         return {"LEDGERFLOW_URL": self.url, "LEDGERFLOW_TOKEN": self.token}
@@ -461,8 +467,8 @@ def ledgerflow_worker(ledgerflow_env: LedgerflowEnv) -> TaskWorker:
     return ledgerflow_env.worker
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The kit's start-up and per-test cost, when a test of the session used it."""
+def _summary_lines() -> list[str]:
+    lines = []
     for server in _SERVERS:
         t = server.timings
         per_test = (
@@ -470,7 +476,29 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             if t.tests
             else "-"
         )
-        terminalreporter.write_line(
+        lines.append(
             f"ledgerflow test kit: first start {t.total:.2f} s (database {t.database:.2f} s, processes "
             f"{t.processes:.2f} s); per-test set-up and tear-down over {len(t.tests)} test(s): {per_test}"
         )
+        lines.extend(f"ledgerflow test kit: {note}" for note in server.notes)
+    return lines
+
+
+_FROM_WORKERS: list[str] = []  # pytest-xdist: the lines of the worker processes, printed by the controller
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # set in a pytest-xdist worker only
+    if workeroutput is not None:
+        workeroutput["ledgerflow_test_kit"] = _summary_lines()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    _FROM_WORKERS.extend(getattr(node, "workeroutput", {}).get("ledgerflow_test_kit", []))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The kit's start-up and per-test cost (and the tests' ``env.note`` lines), when a test used it."""
+    for line in _summary_lines() + _FROM_WORKERS:
+        terminalreporter.write_line(line)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 
 import httpx
 import pytest
@@ -15,7 +14,7 @@ from app.integrations import time_skip
 from ledgerflow.testing import KEY_HEADER, SKIP_PATH
 from web import create_app
 
-KEY = secrets.token_urlsafe(32)
+KEY = "k" * 43  # fixed: pytest-xdist needs the same test ids in every worker
 
 
 def _skip(app, seconds=60):

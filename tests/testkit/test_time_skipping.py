@@ -74,8 +74,8 @@ def test_a_timer_a_retry_backoff_and_a_signal_timeout_in_seconds(ledgerflow_env)
     assert moved["waits"] == 1 and moved["jobs"] >= 1
     done = env.wait(wid)
     took = time.monotonic() - began
-    print(
-        f"\n1 h TIMER + 10 min retry backoff + 1 day SIGNAL timeout: ended {done.state} in {took:.2f} s of wall time"
+    env.note(
+        f"1 h TIMER + 10 min retry backoff + 1 day SIGNAL timeout: ended {done.state} in {took:.2f} s of wall time"
     )
     assert attempts == [1, 2]
     assert done.state == "FAILED"
