@@ -23,6 +23,7 @@ one of its ancestors (and never with LEDGERFLOW_ENV=production); requests carry 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -62,14 +63,17 @@ PROCESS_SETTINGS = {
 }
 
 
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGTERM when the test process dies (a killed pytest leaves nothing behind)."""
+def _die_with_parent() -> Callable[[], object] | None:
+    """Linux: a function for ``preexec_fn`` that makes the child get SIGTERM when the test process dies (a
+    killed pytest leaves nothing behind); None elsewhere. Looked up here, in the parent: the child runs it
+    between fork and exec, where importing a module could wait for a lock another thread held at the fork."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+    return functools.partial(prctl, 1, 15)  # PR_SET_PDEATHSIG, SIGTERM
 
 
 @dataclass
@@ -140,6 +144,7 @@ class LedgerflowServer:
         python = [sys.executable, "-m"]
         self._spawn("web", [*python, "web.kit_server"], env)
         self._spawn("worker-advance", [*python, "ledgerflow.cli", "worker", "--pool", "advance"], env)
+        self.new_namespace("warm-up")  # meanwhile: the connection pool and the modules the tests' set-up uses
         self._wait_ready()
         # what most tests never need starts once the others run (two processes importing at once, not
         # four), and no test waits for it: the outbound pool (TRIGGER calls, external dispatch, events,
@@ -158,7 +163,7 @@ class LedgerflowServer:
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent()
             )
         self._processes.append(_Process(name, proc, log))
 
