@@ -16,7 +16,7 @@ from app import cursor as cursors
 from app.auth import IssuedCredential, Principal
 from app.ids import new_id
 from app.observability.logs import redact_url_fields
-from app.sql import defer, run
+from app.sql import run
 
 _INSERT = text(
     """
@@ -58,7 +58,7 @@ def record(
     row belongs to (default: the principal's; an operator acting on another namespace's job writes a
     second row there)."""
     audit_id = new_id()
-    defer(
+    run(
         conn,
         _INSERT,
         {

@@ -65,11 +65,29 @@ def session_settings() -> dict[str, str]:
     }
 
 
+# What this process's connections say they are (``application_name``, seen in ``pg_stat_activity`` and the
+# server's log): ``ledgerflow-<process>``, named by each process at its start (web, worker-advance,
+# worker-outbound, scheduler, release); any other use of the code (the CLI, a script) is ``ledgerflow-cli``.
+# The pool's own connection and the web's LISTEN connection name themselves (``ledgerflow-advance-pool``,
+# ``ledgerflow-listener``).
+_process_name = "ledgerflow-cli"
+
+
+def name_process(process: str) -> None:
+    """Every database connection this process opens from now on is ``ledgerflow-<process>``."""
+    global _process_name
+    _process_name = f"ledgerflow-{process}"
+
+
+def application_name() -> str:
+    return _process_name
+
+
 def connect_args(options: dict[str, str] | None = None) -> dict[str, Any]:
-    """psycopg's connect arguments: ``options`` (session settings) as the ``options`` startup parameter
-    (not with transaction pooling: see ``transaction_pooling``), and ``prepare_threshold=None`` when
-    prepared statements are off."""
-    args: dict[str, Any] = {}
+    """psycopg's connect arguments: the process's ``application_name``; ``options`` (session settings)
+    as the ``options`` startup parameter (not with transaction pooling: see ``transaction_pooling``),
+    and ``prepare_threshold=None`` when prepared statements are off."""
+    args: dict[str, Any] = {"application_name": application_name()}
     if options and not transaction_pooling():
         args["options"] = " ".join(f"-c {k}={v}" for k, v in options.items())
     if not prepared_statements():
@@ -141,6 +159,10 @@ def _engine_for(url: str) -> Engine:
         _set_per_transaction(engine, session_settings())
 
     _ping_on_checkout(engine)
+
+    @event.listens_for(engine, "do_connect")
+    def _name_connection(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams["application_name"] = application_name()  # as named when it connects, not when created
 
     @event.listens_for(engine, "rollback")
     def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app import jsonx
 from app.db import transaction
 from app.errors import IdempotencyConflict, InvalidArgument
-from app.sql import defer, run
+from app.sql import Query, query, run
 
 WAIT_SECONDS = 10
 RETENTION_HOURS = 24
@@ -85,19 +85,29 @@ _KEY_LOCKED = (
     "l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) "
     "SELECT set_config('lock_timeout', o.old, true) AS restored"
 )
-_CLAIM = (
+_CLAIM_READ = (
     ", r.fingerprint, r.status_code, r.response "
     "FROM o CROSS JOIN l LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key"
 )
-_INSERT = text(
+
+
+def key_locked_read(name: str, reads: str) -> Query:
+    """The named statement of the key's lock and a read (``locked_read``): ``reads`` continues the lock's
+    SELECT (``", <columns> FROM o CROSS JOIN l <joins>"``)."""
+    return query(name, _KEY_LOCKED + reads)
+
+
+_CLAIM = key_locked_read("idempotency_key_claim", _CLAIM_READ)
+_INSERT = query(
+    "idempotency_receipt_insert",
     "INSERT INTO idempotency_receipts (scope, route, key, fingerprint, status_code, response) "
-    "VALUES (:scope, :route, :key, :fp, :status, :body)"
+    "VALUES (:scope, :route, :key, :fp, :status, :body)",
 )
 
 
 # The key's lock alone, for a mutation whose own rows are its receipt (``execute_on_rows``): ``_CLAIM``
 # without the receipt read.
-_LOCK = text(_KEY_LOCKED + " FROM o CROSS JOIN l")
+_LOCK = query("idempotency_key_lock", _KEY_LOCKED + " FROM o CROSS JOIN l")
 
 _UNIQUE = "uq_idempotency_receipts_key"
 T = TypeVar("T")
@@ -107,9 +117,9 @@ def _lock_key(scope: str, route: str, key: str) -> str:
     return f"lf-idem:{scope}\n{route}\n{key}"
 
 
-def locked_read(conn: Connection, k: Key, reads: str, params: dict[str, Any]) -> Any:
-    """The key's lock and a read in ONE statement, the transaction's first: ``reads`` continues the
-    lock's SELECT (``", <columns> FROM o CROSS JOIN l <joins>"``, with ``params``). Returns its row. The
+def locked_read(conn: Connection, k: Key, statement: Query, params: dict[str, Any]) -> Any:
+    """The key's lock and a read in ONE statement, the transaction's first: ``statement`` (made by
+    ``key_locked_read``, with ``params``). Returns its row. The
     read has the statement's snapshot, taken before a wait for a duplicate in flight (see ``_CLAIM``): the
     rows that keep the key need a unique key, whose violation makes the caller run the request again.
     Raises IdempotencyConflict when a duplicate is still in flight after WAIT_SECONDS."""
@@ -118,7 +128,7 @@ def locked_read(conn: Connection, k: Key, reads: str, params: dict[str, Any]) ->
     # happened yet (no savepoint needed).
     args = {**params, "wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)}
     try:
-        return run(conn, _KEY_LOCKED + reads, args).one()
+        return run(conn, statement, args).one()
     except OperationalError as exc:
         if _in_flight(exc):  # the first is still in flight
             raise _still_in_progress() from None
@@ -139,10 +149,8 @@ def claim(conn: Connection, *, scope: str, route: str, key: str, fp: str) -> Sto
 
 
 def complete(conn: Connection, *, scope: str, route: str, key: str, status: int, body: str, fp: str) -> None:
-    """The receipt, written with the transaction's other writes (sent before its commit)."""
-    defer(
-        conn, _INSERT, {"scope": scope, "route": route, "key": key, "fp": fp, "status": status, "body": body}
-    )
+    """The receipt, in ``conn``'s transaction."""
+    run(conn, _INSERT, {"scope": scope, "route": route, "key": key, "fp": fp, "status": status, "body": body})
 
 
 def execute_once(
@@ -230,7 +238,7 @@ def on_rows(k: Key, work: Callable[[Connection], T], *, engine: Engine | None = 
     the fingerprint (a task claim: ``workflow_tasks.claim_key``), so no receipt row is written; returns
     what ``work`` returns, once committed.
 
-    The key's lock is sent with ``work``'s first statement (one round trip): a duplicate in flight is
+    The key's lock is taken first, in a statement of its own: a duplicate in flight is
     waited for, at most ``WAIT_SECONDS`` (then IdempotencyConflict with Retry-After), and ``work``'s
     statements, each with a snapshot taken after the lock, see what the duplicate committed. ``work``
     finds the rows of a first request with this key and answers them again, or raises
@@ -243,8 +251,8 @@ def on_rows(k: Key, work: Callable[[Connection], T], *, engine: Engine | None = 
 def on_rows_in(conn: Connection, k: Key, work: Callable[[Connection], T]) -> T:
     """``on_rows`` inside the caller's transaction ``conn`` (what ``work`` did commits with the caller's
     writes, or rolls back with them)."""
-    defer(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
     try:
+        run(conn, _LOCK, {"wait": f"{WAIT_SECONDS}s", "lock_key": _lock_key(k.scope, k.route, k.key)})
         return work(conn)
     except OperationalError as exc:
         if _in_flight(exc):

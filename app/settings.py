@@ -188,15 +188,25 @@ def _networks_and_hosts(raw: str) -> str:
 MAX_RETENTION_DAYS = 36500.0
 
 
-def _days_by_namespace(raw: str) -> tuple[tuple[str, float], ...]:
+def _days_by_namespace(raw: str, least: float = 0.0) -> tuple[tuple[str, float], ...]:
     out: dict[str, float] = {}
     for item in filter(None, (p.strip() for p in raw.split(","))):
         name, sep, days = item.partition("=")
         value = float(days)
-        if not sep or not name.strip() or not 0 < value <= MAX_RETENTION_DAYS:
+        at_least = value >= least if least > 0 else value > 0  # ``least`` 0: any positive number of days
+        if not sep or not name.strip() or not (at_least and value <= MAX_RETENTION_DAYS):
             raise ValueError
         out[name.strip()] = value
     return tuple(out.items())
+
+
+# A finished workflow is kept at least a day: longer than a start's Idempotency-Key (24 h), so a resent
+# start always finds the workflow its key created (docs/reference.md, "Retention of finished workflows").
+MIN_WORKFLOW_RETENTION_DAYS = 1.0
+
+
+def _workflow_days_by_namespace(raw: str) -> tuple[tuple[str, float], ...]:
+    return _days_by_namespace(raw, MIN_WORKFLOW_RETENTION_DAYS)
 
 
 # The grammar of the ``limits`` library's parse_many (importing it costs ~0.1 s at every start), with
@@ -345,6 +355,8 @@ RETENTION_DAYS = _retention.declare("LEDGERFLOW_RETENTION_DAYS", 7.0, number(0.0
 DEAD_LETTER_RETENTION_DAYS = _retention.declare("LEDGERFLOW_DEAD_LETTER_RETENTION_DAYS", 30.0, number(0.01, MAX_RETENTION_DAYS), "days dead letters are kept")
 AUDIT_RETENTION_DAYS = _retention.declare("LEDGERFLOW_AUDIT_RETENTION_DAYS", 400.0, number(0.01, MAX_RETENTION_DAYS), "days the operation audit is kept")
 RETENTION_BY_NAMESPACE = _retention.declare("LEDGERFLOW_RETENTION_BY_NAMESPACE", (), Parse(_days_by_namespace, f"namespace_id=days,... with 0 < days <= {MAX_RETENTION_DAYS:g}"), "job retention of these namespaces instead of LEDGERFLOW_RETENTION_DAYS")
+WORKFLOW_RETENTION_DAYS = _retention.declare("LEDGERFLOW_WORKFLOW_RETENTION_DAYS", 30.0, number(MIN_WORKFLOW_RETENTION_DAYS, MAX_RETENTION_DAYS), "days a finished workflow (its instance, steps, tasks, waits, signals and events) is kept after it ended, unless held")
+WORKFLOW_RETENTION_BY_NAMESPACE = _retention.declare("LEDGERFLOW_WORKFLOW_RETENTION_BY_NAMESPACE", (), Parse(_workflow_days_by_namespace, f"namespace_id=days,... with {MIN_WORKFLOW_RETENTION_DAYS:g} <= days <= {MAX_RETENTION_DAYS:g}"), "workflow retention of these namespaces instead of LEDGERFLOW_WORKFLOW_RETENTION_DAYS")
 RETENTION_BATCH = _retention.declare("LEDGERFLOW_RETENTION_BATCH", 5000, integer(1, 100_000), "rows per retention DELETE")
 
 _outbound = Section("Outbound calls", "triggers, external dispatches and webhook deliveries")
@@ -368,7 +380,7 @@ TEST_TIME_SKIPPING = _web.declare("LEDGERFLOW_TEST_TIME_SKIPPING", None, TEXT, "
 _observability = Section("Logs, metrics and traces", "every process")
 LOG_LEVEL = _observability.declare("LOG_LEVEL", "INFO", one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "log level of the server processes")
 LOG_FORMAT = _observability.declare("LOG_FORMAT", None, one_of("json", "console"), "one JSON object per line, or readable lines", shown="`json` when stderr is not a terminal, else `console`")
-PROMETHEUS_MULTIPROC_DIR = _observability.declare("PROMETHEUS_MULTIPROC_DIR", None, TEXT, "shared directory of the processes' metrics on one host; empty it before starting them", shown="— (`ledgerflow dev` sets one under `.data/`)")
+PROMETHEUS_MULTIPROC_DIR = _observability.declare("PROMETHEUS_MULTIPROC_DIR", None, TEXT, "shared directory of the processes' metrics on one host; empty it before starting them", shown="— (`ledgerflow dev` sets one under its data folder, `LEDGERFLOW_DATA_DIR`)")
 METRICS = _observability.declare("LEDGERFLOW_METRICS", True, FLAG, "off turns the process-level instruments off")
 METRICS_LEDGER_TTL = _observability.declare("LEDGERFLOW_METRICS_LEDGER_TTL", 5.0, number(0, 3600), "seconds the ledger part of `/metrics` is cached per process")
 METRICS_PORT = _observability.declare("LEDGERFLOW_METRICS_PORT", None, integer(1, 65535), "workers and scheduler: serve this host's process metrics on this port (no auth)")
@@ -378,7 +390,7 @@ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = _observability.declare("OTEL_EXPORTER_OTLP_
 OTEL_TRACES_EXPORTER = _observability.declare("OTEL_TRACES_EXPORTER", frozenset(), Parse(_exporters, "comma-separated otlp, console, none"), "`console` or `otlp` turns tracing on; `none` keeps it off", shown="otlp when an endpoint is set")
 OTEL_SERVICE_NAME = _observability.declare("OTEL_SERVICE_NAME", None, TEXT, "the service name of the traces", shown="`ledgerflow-<process>`")
 OTEL_SDK_DISABLED = _observability.declare("OTEL_SDK_DISABLED", False, FLAG, "on keeps tracing off whatever else is set")
-OTEL_DB_SPANS = _observability.declare("LEDGERFLOW_OTEL_DB_SPANS", True, FLAG, "off drops the SQL query spans (planned: opentelemetry-instrumentation-sqlalchemy 0.66b1 does not instrument the pinned SQLAlchemy 2.1, so none are made today)")
+OTEL_DB_SPANS = _observability.declare("LEDGERFLOW_OTEL_DB_SPANS", True, FLAG, "off drops the SQL statement spans (`app.sql` makes one per named statement it runs, `db <name>`; the statements sent are the same either way)")
 
 # Relations between settings, checked with them: (setting, does it hold, what it must be).
 RELATIONS: tuple[tuple[Setting[Any], Callable[[], bool], Callable[[], str]], ...] = (

@@ -1,30 +1,96 @@
-"""Hand-written SQL on the hot paths, run on the connection's psycopg driver.
+"""The one way the domain runs SQL: named statements (``Query``), run by ``run`` on the connection's
+psycopg driver.
 
-``run(conn, sql, params)`` is what ``conn.execute(text(sql), params)`` does for a text statement —
-same transaction, same ``:name`` parameters, same errors (SQLAlchemy's exception classes, with a
-broken connection invalidated as SQLAlchemy does), and a result with the same reading methods
-(``first``, ``one``, ``scalar_one``, ``all``, ``mappings``, ``rowcount``; rows with attribute, index
-and ``_mapping`` access) — at about a third of the Python cost: SQLAlchemy builds a result description
-per execution of a text statement (psycopg column objects plus its own column map: ~0.1-0.2 ms of CPU
-for a 27-column row), which a workflow start paid some 30 times.
+A statement is written once, in full, beside the module that owns its table, under a name:
+``X = query("task_complete", "UPDATE workflow_tasks ...")``. ``run(conn, X, params)`` executes it in
+``conn``'s transaction (beginning one as SQLAlchemy's autobegin would) with SQLAlchemy's ``:name``
+parameters, and returns a ``Result`` with the reading methods of SQLAlchemy's (``first``, ``one``,
+``scalar_one``, ``all``, ``mappings``, ``rowcount``; rows with attribute, index and ``_mapping`` access).
+psycopg prepares a statement its connection runs often (``prepare_threshold``; off behind PgBouncer 1.18:
+``app.db.prepared_statements``), and a named statement's text never changes, so it is prepared once.
 
-When anything listens to SQLAlchemy's cursor events (OpenTelemetry's database spans, a test counting
-statements), ``run`` takes SQLAlchemy's own path, so those listeners still see every statement."""
+The statement's name is in the log (``app.sql`` at DEBUG) and, with tracing on, in a span of its own
+(``OTEL_DB_SPANS``); tracing changes nothing else: the same statements go out either way.
+
+Errors are SQLAlchemy's exception classes (``DBAPIError.instance``, parameters hidden), and a broken
+connection is invalidated as SQLAlchemy does (``Connection.invalidate``).
+
+The one thing written later than its call is what a transaction writes at its commit (``at_commit``:
+the engine's event batch with its quota counts), sent in one round trip with the COMMIT itself.
+
+A plain text (``run(conn, "SELECT ...")``) still runs, under no name: statements off the hot path
+(operators' reads, maintenance) that have not been named yet. ``observing`` tells a test of every
+statement run, so that it can hold that the hot path runs only named statements
+(``tests/engine/test_named_statements.py``)."""
 
 from __future__ import annotations
 
+import logging
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, TypeVar, cast
 
 import psycopg
-from sqlalchemy import Connection, Engine, TextClause, event, text
-from sqlalchemy.exc import MultipleResultsFound, NoResultFound
+from sqlalchemy import Connection, Engine, TextClause, event
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 
-from app.sql_text import absorbed, absorbs, combine, pyformat
+from app.observability import tracing
+from app.settings import OTEL_DB_SPANS
+from app.sql_text import compact_sql, pyformat
+
+log = logging.getLogger(__name__)
 
 B = TypeVar("B", bound="CommitBuffer")
+
+
+class Query:
+    """One named statement: ``name`` (unique in the program, as River's sqlc names), ``text`` (as
+    written, ``:name`` parameters) and ``sql`` (what psycopg is given: comments out, white space folded,
+    ``%(name)s`` placeholders)."""
+
+    __slots__ = ("name", "text", "sql")
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.text = text
+        self.sql = pyformat(compact_sql(text))
+
+    def __repr__(self) -> str:
+        return f"Query({self.name!r})"
+
+
+# Every named statement of the program, by name (filled as the modules that own them are imported).
+QUERIES: dict[str, Query] = {}
+
+
+def query(name: str, text: str) -> Query:
+    """The statement ``text`` under ``name``, registered in ``QUERIES``. A name is given once: the same
+    name with another text is a programming error."""
+    found = QUERIES.get(name)
+    if found is not None:
+        if found.text != text:
+            raise ValueError(f"two statements are named {name!r}")
+        return found
+    q = QUERIES[name] = Query(name, text)
+    return q
+
+
+# Told of every statement ``run`` / ``run_raw`` executes, before it is sent: (name or None, the text
+# sent, its parameters). Tests count and read statements so (``observing``); the product adds none.
+Observer = Callable[[str | None, str, Mapping[str, Any]], None]
+OBSERVERS: list[Observer] = []
+
+
+@contextmanager
+def observing(observer: Observer) -> Iterator[None]:
+    """``observer`` is told of every statement run meanwhile (in any thread)."""
+    OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        OBSERVERS.remove(observer)
 
 
 @lru_cache(maxsize=1024)
@@ -40,8 +106,6 @@ def _row_class(names: tuple[str, ...]) -> type[Any]:
 # The row class of each statement (its columns never change while the process runs: a migration that
 # changes them comes with a new release), so that the column names are decoded once, not per execution.
 _ROW_MAKERS: dict[tuple[str, int], Any] = {}
-
-
 _COLUMN_NAMES: dict[tuple[str, int], tuple[str, ...]] = {}
 
 
@@ -53,7 +117,7 @@ def column_names(sql: str, cur: psycopg.Cursor) -> tuple[str, ...]:
     names = _COLUMN_NAMES.get(key)
     if names is None:
         names = tuple(res.fname(i).decode() for i in range(res.nfields))  # type: ignore[union-attr]  # as above
-        if len(_COLUMN_NAMES) < 4096:  # bounded: statements are the program's, but f-strings vary
+        if len(_COLUMN_NAMES) < 4096:  # bounded: named statements are few, unnamed texts may vary
             _COLUMN_NAMES[key] = names
     return names
 
@@ -138,14 +202,8 @@ class Result:
         return Result([r._mapping for r in self._rows], self.rowcount)
 
 
-def _listened(conn: Connection) -> bool:
-    d = conn.dispatch
-    return bool(d.before_cursor_execute) or bool(d.after_cursor_execute)
-
-
 _CURSOR = "ledgerflow_sql_cursor"
-_DEFERRED_CURSOR = "ledgerflow_sql_deferred_cursor"
-_DEFERRED = "ledgerflow_sql_deferred"  # (the root transaction, [(sql, params), ...], {index: on_rows})
+_COMMIT_CURSOR = "ledgerflow_sql_commit_cursor"
 
 
 def _driver(conn: Connection) -> psycopg.Connection[Any]:
@@ -163,135 +221,113 @@ def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     return cur
 
 
-Deferred = tuple[list[tuple[str, dict[str, Any]]], dict[int, Callable[[list[Any]], None]]]
+def _named(statement: Query | str | TextClause) -> tuple[str | None, str]:
+    """(name, the text psycopg is given) of a statement."""
+    if isinstance(statement, Query):
+        return statement.name, statement.sql
+    return None, _sent_text(statement.text if isinstance(statement, TextClause) else statement)
 
 
-def _take_deferred(conn: Connection) -> Deferred:
-    """The statements ``defer`` queued in this transaction, and the readers of those whose rows are read
-    (by index); none of a transaction that ended without running them: the queue names its transaction."""
-    entry = conn.info.pop(_DEFERRED, None)
-    if entry is None or entry[0] is not conn.get_transaction():
-        return [], {}
-    return entry[1], entry[2]
+@lru_cache(maxsize=2048)
+def _sent_text(text_: str) -> str:
+    """An unnamed statement as ``Query`` sends a named one (compacted, psycopg's placeholders)."""
+    return pyformat(compact_sql(text_))
 
 
-def defer(
-    conn: Connection,
-    statement: str | TextClause,
-    params: Mapping[str, Any] | None = None,
-    *,
-    now: bool = True,
-    on_rows: Callable[[list[Any]], None] | None = None,
-) -> None:
-    """Queue a statement whose result nobody waits for (an insert of a row nothing reads back in this
-    transaction, a setting): it is sent with the transaction's next statement, or before its commit, in
-    one round trip (psycopg's pipeline mode), in the order of the calls. Its error, if any, is raised
-    there. ``on_rows``: called with the statement's rows once they are back, still inside the transaction
-    (before its commit); such a statement is sent on its own, never combined. Taken at once, as ``run``,
-    when SQLAlchemy's cursor events are listened to (``now``; the commit's own flush passes False: it
-    sends what it queued itself)."""
-    sql = statement.text if isinstance(statement, TextClause) else statement
-    if now and _listened(conn):
-        result = run(conn, sql, params)
-        if on_rows is not None:  # such a statement returns rows; an INSERT without RETURNING has none to read
-            on_rows(result.all())
-        return
-    if not conn.in_transaction():
-        conn.begin()
-    txn = conn.get_transaction()
-    entry = conn.info.get(_DEFERRED)
-    if entry is None or entry[0] is not txn:
-        queued: Deferred = ([], {})
-        entry = conn.info[_DEFERRED] = (txn, *queued)
-    statements, readers = entry[1], entry[2]
-    if on_rows is not None:
-        readers[len(statements)] = on_rows
-    statements.append((sql, dict(params or {})))
+def _observe(name: str | None, sql: str, params: Mapping[str, Any] | None) -> Any:
+    """Before an execution: the observers, the log line, and the statement's span (or None)."""
+    for observer in OBSERVERS:
+        observer(name, sql, params or {})
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("sql %s", name or "(unnamed)")
+    if tracing.ENABLED and OTEL_DB_SPANS.get():
+        return tracing.db_span(name or sql.split(None, 1)[0].upper(), sql)
+    return None
 
 
-def _send_deferred(conn: Connection, deferred: Deferred) -> list[tuple[psycopg.Cursor[Any], Callable]]:
-    """Inside an open pipeline: queue the deferred statements, each run of consecutive writes as ONE
-    statement (``combine``), their results dropped, except those with a reader: each on a cursor of its
-    own, returned with its reader for ``_pipelined`` to call once the pipeline has synced."""
-    statements, readers = deferred
-    dcur = _cursor(conn, _DEFERRED_CURSOR)
-    reading: list[tuple[psycopg.Cursor[Any], Callable]] = []
-    start = 0
-    for i in sorted(readers) + [len(statements)]:
-        for sql, args in combine(statements[start:i]):
-            dcur.execute(pyformat(sql), args)
-        if i < len(statements):
-            cur = _driver(conn).cursor()
-            cur.execute(pyformat(statements[i][0]), statements[i][1])
-            reading.append((cur, readers[i]))
-        start = i + 1
-    return reading
-
-
-def _pipelined(conn: Connection, deferred: Deferred, last: Callable[[], object] | None = None) -> None:
-    """The deferred statements, then ``last`` (a statement of the caller's), in one round trip; then the
-    readers of the deferred statements get their rows."""
-    with _driver(conn).pipeline():
-        reading = _send_deferred(conn, deferred)
-        if last is not None:
-            last()
-    for cur, on_rows in reading:
-        rows = cur.fetchall() if cur.pgresult is not None and cur.pgresult.nfields else []
-        cur.close()
-        on_rows(rows)
-
-
-def run(conn: Connection, statement: str | TextClause, params: Mapping[str, Any] | None = None) -> Any:
-    """Execute one text statement in ``conn``'s transaction (beginning it as SQLAlchemy would), after
-    the statements ``defer`` queued, in the same round trip (in the same statement when ``absorbs`` says
-    the outcome is the same: an ``INSERT ... VALUES`` after writes of other tables); returns a ``Result``
-    (or SQLAlchemy's own result when cursor events are listened to)."""
-    sql = statement.text if isinstance(statement, TextClause) else statement
-    if _listened(conn):
-        return conn.execute(text(sql), dict(params or {}))
+def run(
+    conn: Connection, statement: Query | str | TextClause, params: Mapping[str, Any] | None = None
+) -> Any:
+    """Execute one statement in ``conn``'s transaction (beginning it as SQLAlchemy would); returns a
+    ``Result``. The same path whatever listens (tracing, metrics, tests)."""
+    name, sql = _named(statement)
     if not conn.in_transaction():
         conn.begin()  # what SQLAlchemy's autobegin does at a connection's first statement
     cur = _cursor(conn, _CURSOR)
     args = dict(params or {})
-    deferred = _take_deferred(conn)
+    span = _observe(name, sql, args)
     try:
-        if deferred[0] and not deferred[1] and absorbs(deferred[0], sql):
-            # the queued writes and this INSERT as one statement (one statement less to parse, plan, send)
-            one, merged = absorbed(deferred[0], sql, args)
-            cur.execute(pyformat(one), merged)
-        elif deferred[0]:
-            _pipelined(conn, deferred, lambda: cur.execute(pyformat(sql), args))
-        else:
-            cur.execute(pyformat(sql), args)
+        cur.execute(sql, args)
         if cur.pgresult is not None and cur.pgresult.nfields:
             make = _row_maker(sql, cur)
             rows = [make(t) for t in cur.fetchall()]
         else:
             rows = []
     except psycopg.Error as exc:
-        # SQLAlchemy's rules: wrap in its exception classes, invalidate a broken connection (the cursor is
-        # ours to keep: it stays open for the connection's next statement)
-        failed = "; ".join([d[0] for d in deferred[0]] + [sql])
-        conn._handle_dbapi_exception(exc, failed, args, None, None)
+        if span is not None:
+            tracing.end_db_span(span, exc)
+        raise sqlalchemy_error(conn, exc, sql if name is None else f"{name}: {sql}", args, cur) from exc
+    if span is not None:
+        tracing.end_db_span(span, None)
     return Result(rows, cur.rowcount)
 
 
-# Per-transaction buffers written once, at commit (one event batch per transaction and instance,
-# one quota-count change per transaction): ``buffer(conn, key, factory)`` hands out the transaction's
-# buffer for ``key``; right before the deferred statements are sent at commit (or before a savepoint is
-# set), each buffer's ``statements()`` are deferred after the others. A rollback drops the buffers, and a
-# rollback to a savepoint drops what was buffered since it (they were written when it was set).
+def run_raw(
+    cur: psycopg.Cursor[Any], statement: Query, params: Mapping[str, Any] | None, *, prepare: bool | None
+) -> psycopg.Cursor[Any]:
+    """Execute a named statement on a raw psycopg cursor (the ledger pool's own connection, which has no
+    SQLAlchemy around it), observed as ``run`` observes; psycopg's errors are the caller's to handle."""
+    span = _observe(statement.name, statement.sql, params)
+    try:
+        cur.execute(statement.sql, params, prepare=prepare)
+    except psycopg.Error as exc:
+        if span is not None:
+            tracing.end_db_span(span, exc)
+        raise
+    if span is not None:
+        tracing.end_db_span(span, None)
+    return cur
+
+
+def sqlalchemy_error(
+    conn: Connection, exc: psycopg.Error, statement: str, params: Mapping[str, Any], cur: Any = None
+) -> BaseException:
+    """``exc`` as SQLAlchemy raises a driver's error (its exception classes, parameters hidden); a broken
+    connection is invalidated first, as SQLAlchemy does, so the pool replaces it."""
+    driver = conn.connection.dbapi_connection
+    # SQLAlchemy types a driver's error as its DBAPI protocol's; psycopg's is one
+    broken = bool(driver is not None and conn.dialect.is_disconnect(cast(Any, exc), driver, cur))
+    if broken and not conn.invalidated:
+        conn.invalidate(exc)
+    return DBAPIError.instance(
+        statement,
+        params,
+        exc,
+        psycopg.Error,
+        hide_parameters=True,
+        connection_invalidated=broken,
+        dialect=conn.dialect,
+        ismulti=False,
+    )
+
+
+# --------------------------------------------------------------------------- written at commit
+# What a transaction writes once, at its commit (the engine's event batch with its quota count changes):
+# ``at_commit(conn, key, factory)`` hands out the transaction's buffer for ``key``; at the root
+# transaction's commit each buffer's ``statements()`` (named) are sent, then the COMMIT, in one round trip
+# (psycopg's pipeline mode); before a savepoint is set they are written (so that a rollback to the
+# savepoint undoes exactly what followed it). A rollback drops the buffers.
 _BUFFERS = "ledgerflow_sql_buffers"  # (the root transaction, {key: buffer})
 
 
 class CommitBuffer:
     """What a transaction accumulates to write once at its commit."""
 
-    def statements(self) -> list[tuple[str, dict[str, Any]]]:  # pragma: no cover - an interface
+    def statements(self) -> list[tuple[Query, dict[str, Any]]]:  # pragma: no cover - an interface
         raise NotImplementedError
 
 
-def buffer(conn: Connection, key: str, factory: Callable[[], B]) -> B:
+def at_commit(conn: Connection, key: str, factory: Callable[[], B]) -> B:
     """The ``key`` buffer of ``conn``'s transaction (made by ``factory`` at first use)."""
     if not conn.in_transaction():
         conn.begin()
@@ -306,64 +342,49 @@ def buffer(conn: Connection, key: str, factory: Callable[[], B]) -> B:
     return found
 
 
-def _drain_buffers(conn: Connection) -> None:
+def _take_buffered(conn: Connection) -> list[tuple[Query, dict[str, Any]]]:
     entry = conn.info.pop(_BUFFERS, None)
     if entry is None or entry[0] is not conn.get_transaction():
-        return
-    for buf in entry[1].values():
-        for sql, params in buf.statements():
-            defer(conn, sql, params, now=False)
+        return []
+    return [s for buf in entry[1].values() for s in buf.statements()]
 
 
-def _flush(conn: Connection, *, buffers: bool = False, commit: bool = False) -> None:
-    """Send the deferred statements (with ``buffers``: the commit buffers' first). With ``commit`` (the
-    root transaction's commit, about to be sent): the COMMIT goes in the same round trip, after them,
-    unless a reader waits for the rows of one (a reader runs inside the transaction: its COMMIT then
-    follows on its own, as SQLAlchemy sends it) or the connection is in autocommit (nothing to commit).
-    The driver's own commit then finds nothing open."""
-    if buffers:
-        _drain_buffers(conn)
-    deferred = _take_deferred(conn)
-    if not deferred[0]:
-        return
-    last = _committer(conn) if commit and not deferred[1] and not _driver(conn).autocommit else None
-    try:
-        _pipelined(conn, deferred, last)
-    except psycopg.Error as exc:
-        failed = [d[0] for d in deferred[0]] + ([COMMIT] if last is not None else [])
-        conn._handle_dbapi_exception(exc, "; ".join(failed), {}, None, None)
-
-
-# The text of the COMMIT that ``_flush`` pipelines (a cursor execution, unlike the driver's own COMMIT):
-# statement counters leave it out (bench.starts, bench.profile_requests).
+# The text of the COMMIT sent in the pipeline of the commit buffers (a cursor execution, unlike the
+# driver's own COMMIT): statement counters leave it out (bench.starts, bench.profile_requests).
 COMMIT = "COMMIT"
 
 
-def _committer(conn: Connection) -> Callable[[], object]:
-    """The COMMIT of ``conn``'s transaction as a pipelined statement. psycopg reads the transaction's
-    state from the server (libpq's transaction status), so its ``commit()`` after this one sends nothing;
-    never prepared (a transaction command)."""
-    cur = _cursor(conn, _DEFERRED_CURSOR)
-    return lambda: cur.execute(COMMIT, prepare=False)
-
-
-# Every engine (class listeners): the deferred statements of a transaction run before SQLAlchemy executes
-# a statement of its own on the connection (so that it sees them), before the transaction commits and
-# before a savepoint is set (so that a rollback to the savepoint undoes exactly what followed it); a
-# rollback, to the savepoint or of the whole transaction, drops those not sent yet.
-@event.listens_for(Engine, "before_execute")
-def _flush_before_execute(conn: Connection, *args: Any) -> None:
-    _flush(conn)
-
-
-@event.listens_for(Engine, "commit")
-def _flush_before_commit(conn: Connection) -> None:
+def _write_buffers(conn: Connection, *, commit: bool) -> None:
+    """Send the commit buffers' statements; with ``commit`` (the root transaction's commit, about to be
+    sent) the COMMIT follows in the same round trip, unless the connection is in autocommit. psycopg reads
+    the transaction's state from the server, so the driver's own commit then sends nothing."""
+    statements = _take_buffered(conn)
+    if not statements:
+        return
+    driver = _driver(conn)
+    cur = _cursor(conn, _COMMIT_CURSOR)
+    last = commit and not driver.autocommit
+    names = ", ".join(q.name for q, _ in statements)
     try:
-        _flush(conn, buffers=True, commit=True)
+        with driver.pipeline():
+            for q, params in statements:
+                run_raw(cur, q, params, prepare=None)
+            if last:
+                cur.execute(COMMIT, prepare=False)  # never prepared: a transaction command
+    except psycopg.Error as exc:
+        raise sqlalchemy_error(conn, exc, names + (", COMMIT" if last else ""), {}, cur) from exc
+
+
+# Every engine (class listeners): the commit buffers are written before the transaction commits and
+# before a savepoint is set; a rollback (to the savepoint or of the whole transaction) drops them.
+@event.listens_for(Engine, "commit")
+def _write_before_commit(conn: Connection) -> None:
+    try:
+        _write_buffers(conn, commit=True)
     except Exception:
         # SQLAlchemy sends no ROLLBACK for a transaction whose commit failed (it expects the driver's
-        # COMMIT to have ended it): a statement or a reader that failed here would leave the server's
-        # transaction open, and the connection's next transaction would carry on inside it
+        # COMMIT to have ended it): a statement that failed here would leave the server's transaction
+        # open, and the connection's next transaction would carry on inside it
         _rollback_quietly(conn)
         raise
 
@@ -378,13 +399,12 @@ def _rollback_quietly(conn: Connection) -> None:
 
 
 @event.listens_for(Engine, "savepoint")
-def _flush_before_savepoint(conn: Connection, name: str) -> None:
-    _flush(conn, buffers=True)
+def _write_before_savepoint(conn: Connection, name: str) -> None:
+    _write_buffers(conn, commit=False)
 
 
 @event.listens_for(Engine, "rollback")
 @event.listens_for(Engine, "rollback_savepoint")
-def _drop_deferred(conn: Connection, *args: Any) -> None:
+def _drop_buffers(conn: Connection, *args: Any) -> None:
     if not conn.invalidated:
-        conn.info.pop(_DEFERRED, None)
         conn.info.pop(_BUFFERS, None)

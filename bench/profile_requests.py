@@ -43,7 +43,7 @@ from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
-from app.sql import COMMIT
+from app.sql import COMMIT, QUERIES
 from bench.run import scratch_database
 
 KINDS = ("start", "claim", "complete", "timer")
@@ -176,7 +176,9 @@ def statements(s: Session, show: int = 0) -> dict[str, tuple[int, int]]:
         counts[current[0]][0] += query != COMMIT  # a transaction command (pipelined): not a statement
         if show:
             sql = query if isinstance(query, str) else repr(query)
-            print(f"  {current[0]:>8} {' '.join(sql.split())[:show]}")
+            names = {q.sql: q.name for q in QUERIES.values()}  # app.sql's named statements
+            name = names.get(sql, "(unnamed)" if query != COMMIT else "")
+            print(f"  {current[0]:>8} {name:<34} {' '.join(sql.split())[:show]}")
         return execute(self, query, *args, **kwargs)
 
     def waited(self, gen, *args, **kwargs):

@@ -132,8 +132,8 @@ def statements_per_start(url: str, token: str, body: dict) -> int:
     """SQL statements of one start in steady state (authentication included: the token kept by the
     process once its LISTEN connection hears credential changes, ``app.principal_cache.PrincipalCache``; the
     definition version already cached), counted in-process as the psycopg cursor executions they are:
-    those of ``app.sql.run``, the combined deferred writes (``app.sql_text.combine``) and SQLAlchemy's own
-    (transaction control, BEGIN and COMMIT, is not a statement here, as before)."""
+    those of ``app.sql.run``, the commit batch (``app.sql.at_commit``) and SQLAlchemy's own (transaction
+    control, BEGIN and COMMIT, is not a statement here, as before)."""
     import psycopg
 
     os.environ["DATABASE_URL"] = url

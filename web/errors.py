@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response, request
+from gunicorn.http.errors import ParseException
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -85,6 +86,13 @@ def register(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
         return problem(_from_http(exc))
+
+    @app.errorhandler(ParseException)
+    def _bad_body(exc: ParseException) -> Response:
+        # gunicorn parsed the line and headers before the app ran: what it raises while the app reads
+        # the body is a body whose framing is broken (a chunk size that is off, a size that is not hex),
+        # a body cut short as much as one that stops early; gunicorn closes the connection after it
+        return problem(InvalidArgument("malformed request body"))
 
     @app.errorhandler(OperationalError)
     @app.errorhandler(PoolTimeout)

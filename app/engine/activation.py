@@ -47,8 +47,11 @@ def activate(
     )
     act_id, seq = act.id, act.sequence
     task_id = None
+    rows = step_moves.Activation()  # written with the step's row (one statement at a first activation)
     if kind == K.TASK:
-        task_id = work.step_task(conn, inst, {**step, "activation_id": act_id}, spec, act_input, attempt=1)
+        task_id = work.step_task(
+            conn, inst, {**step, "activation_id": act_id}, spec, act_input, attempt=1, into=rows
+        )
     elif kind == K.TIMER:
         due = wait_moves.insert(
             conn,
@@ -59,7 +62,14 @@ def activate(
             secs=spec["delay_seconds"],
         )
         work.wake(
-            conn, inst, "timer", key=f"timer:{act_id}", run_at=due, step_key=step["key"], activation_id=act_id
+            conn,
+            inst,
+            "timer",
+            key=f"timer:{act_id}",
+            run_at=due,
+            step_key=step["key"],
+            into=rows,
+            activation_id=act_id,
         )
     elif kind == K.SIGNAL:
         timeout = "timeout_seconds" in spec
@@ -87,16 +97,12 @@ def activate(
                 key=f"signal_timeout:{act_id}",
                 run_at=due,
                 step_key=step["key"],
+                into=rows,
                 activation_id=act_id,
             )
-    elif kind == K.SUBWORKFLOW:
-        work.job(
-            conn, inst, JobType.SUBPROCESS_SPAWN, {"activation_id": act_id}, key=act_id, step_key=step["key"]
-        )
-    elif kind == K.TRIGGER:
-        work.job(
-            conn, inst, JobType.TRIGGER_DISPATCH, {"activation_id": act_id}, key=act_id, step_key=step["key"]
-        )
+    elif kind in (K.SUBWORKFLOW, K.TRIGGER):
+        job_type = JobType.SUBPROCESS_SPAWN if kind == K.SUBWORKFLOW else JobType.TRIGGER_DISPATCH
+        work.job(conn, inst, job_type, {"activation_id": act_id}, key=act_id, step_key=step["key"], into=rows)
     elif kind == K.POLL:
         fs = spec.get("final_signal")
         if fs:
@@ -111,7 +117,7 @@ def activate(
                 correlation_key=None,
                 inst_deadline=inst["deadline_at"],
             )
-    step_moves.activate(conn, inst["id"], step, state, act, task_id=task_id, allowed=allowed)
+    step_moves.activate(conn, inst["id"], step, state, act, task_id=task_id, allowed=allowed, work=rows)
     if kind == K.POLL:
         start_poll_round(conn, inst, {**step, "activation_id": act_id}, spec, used_rounds=0, round_attempts=0)
     oplog.advance(

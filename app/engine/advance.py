@@ -49,7 +49,7 @@ from app.engine.decide.model import (
 from app.engine.states import InstanceState, StepKind, StepState
 from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
 from app.engine.transitions import instance_moves, step_moves, wait_moves
-from app.sql import run
+from app.sql import query, run
 
 # a generous bound: every iteration activates at least one step or ends the loop
 MAX_ROUNDS = 10_000
@@ -234,8 +234,11 @@ def task_ended(
         fail_step(conn, inst["id"], step, verdict.error)
 
 
+_DB_IN = query("db_time_in_seconds", "SELECT now() + make_interval(secs => :d)")
+
+
 def _db_in(conn: Connection, seconds: float) -> Any:
-    return run(conn, "SELECT now() + make_interval(secs => :d)", {"d": seconds}).scalar_one()
+    return run(conn, _DB_IN, {"d": seconds}).scalar_one()
 
 
 def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind: str, value: Any) -> None:

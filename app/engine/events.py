@@ -3,7 +3,7 @@ change of an instance, step, task or signal is one event of the transaction of t
 (``app.engine.transitions`` calls ``emit``), so a rollback writes no event and a commit never lacks one.
 
 Like Temporal's history nodes, the events of one transaction and instance are written as ONE row of
-``workflow_event_batches`` at its commit (``app.sql.buffer``), with the audit entries of the engine's
+``workflow_event_batches`` at its commit (``app.engine.commit_batch``), with the audit entries of the engine's
 advances in that transaction (``audit``, from ``app.engine.oplog``; a start's ``workflow.start`` entry
 too, with its actor) and the instance summary as the transaction left it: an event costs no row and no
 update of the instance row of its own. The batch a ``POST /v1/workflows`` writes for its new instance
@@ -28,10 +28,12 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import jsonx
+from app.engine import commit_batch
+from app.engine.commit_batch import CommitBatch, InstanceBatch
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url_fields
-from app.sql import CommitBuffer, buffer, run
+from app.sql import run
 
 # Every event type, with what moves it (docs/integrations.md lists them for users).
 EVENT_TYPES: dict[str, str] = {
@@ -66,66 +68,6 @@ EVENT_TYPES: dict[str, str] = {
 }
 
 MAX_EVENTS_PER_DISPATCH = 2000  # far above one transaction's events (steps are bounded per definition)
-# Events and audit entries of one batch row: their ids are the batch's first 29 hex digits and a 3-hex
-# ordinal (events 0..2047, audit entries 2048..4095); a transaction with more writes several batches.
-BATCH_EVENTS = 2048
-BATCH_AUDIT = 2048
-
-# One batch: the events continue the instance's sequence from its newest batch (none: from 1).
-_INSERT_BATCH = """
-INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance,
-    trace_id, events, audit, dispatch_job_id, start_response)
-SELECT :id, i.namespace_id, i.id, CASE WHEN :n > 0 THEN s.last + 1 END, CASE WHEN :n > 0 THEN s.last + :n END,
-    i.definition_id, jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
-        'state', i.state, 'paused', i.paused, 'business_key', i.business_key),
-    i.trace_id, CAST(:events AS jsonb), CAST(:audit AS jsonb), :job, :response
-FROM workflow_instances i,
-    LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s
-WHERE i.id = :iid
-"""
-
-
-class _Batch:
-    __slots__ = ("events", "audit", "job", "response")
-
-    def __init__(self, job: int | None) -> None:
-        self.events: list[str] = []  # JSON texts of {"type", "data"}
-        self.audit: list[str] = []  # JSON texts of the audit entries (the engine's, a start's)
-        self.job = job
-        self.response: str | None = None  # the exact response of the start that created the instance
-
-
-class _Batches(CommitBuffer):
-    """The events and audit entries of one transaction, by instance, written at its commit."""
-
-    def __init__(self) -> None:
-        self.by_instance: dict[str, _Batch] = {}
-        self.jobs: dict[str, int | None] = {}  # the dispatch job of each instance (None: nobody listens)
-        self.known: dict[str, tuple[bool, str]] = {}  # (listened, trace id) read before the first event
-
-    def statements(self) -> list[tuple[str, dict[str, Any]]]:
-        out = []
-        for iid, b in self.by_instance.items():
-            n_chunks = max(1, -(-len(b.events) // BATCH_EVENTS), -(-len(b.audit) // BATCH_AUDIT))
-            for k in range(n_chunks):
-                evs = b.events[k * BATCH_EVENTS : (k + 1) * BATCH_EVENTS]
-                aud = b.audit[k * BATCH_AUDIT : (k + 1) * BATCH_AUDIT]
-                params = {
-                    "id": batch_id(),
-                    "iid": iid,
-                    "n": len(evs),
-                    "events": "[" + ",".join(evs) + "]",
-                    "audit": "[" + ",".join(aud) + "]",
-                    "job": b.job,
-                    "response": b.response if k == 0 else None,
-                }
-                out.append((_INSERT_BATCH, params))
-        return out
-
-
-def batch_id() -> str:
-    """A new batch id: 29 random hex digits and ``000`` (the ordinal of its first event)."""
-    return new_id()[:29] + "000"
 
 
 def batch_of(item_id: str) -> str:
@@ -133,15 +75,15 @@ def batch_of(item_id: str) -> str:
     return item_id[:29] + "000"
 
 
-def _batches(conn: Connection) -> _Batches:
-    return buffer(conn, "workflow_event_batches", _Batches)
+def _batches(conn: Connection) -> CommitBatch:
+    return commit_batch.of(conn)
 
 
-def _batch(conn: Connection, iid: str) -> _Batch:
+def _batch(conn: Connection, iid: str) -> InstanceBatch:
     batches = _batches(conn)
     found = batches.by_instance.get(iid)
     if found is None:
-        found = batches.by_instance[iid] = _Batch(_dispatch_job(conn, iid))
+        found = batches.by_instance[iid] = InstanceBatch(_dispatch_job(conn, iid))
     return found
 
 
@@ -281,5 +223,5 @@ def start_response(conn: Connection, instance_id: str, body: str) -> None:
     batches = _batches(conn)
     found = batches.by_instance.get(instance_id)
     if found is None:
-        found = batches.by_instance[instance_id] = _Batch(None)
+        found = batches.by_instance[instance_id] = InstanceBatch(None)
     found.response = body

@@ -34,41 +34,21 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app import settings
+from app.engine import commit_batch
 from app.errors import LimitExceeded, QuotaExceeded
-from app.sql import CommitBuffer, buffer, defer, run
+from app.sql import query, run
 
-# Two backends whose pids share a stripe wait for each other's commit when they commit together (the row
-# lock of the upsert, held through the commit's WAL flush): with 16 stripes a start's commit-time statement
-# took 0.71 ms on average (max 26 ms) in the task-task bench, with 64 0.18 ms (max 1.9 ms); the check sums
-# the namespace's rows, 64 at most.
-STRIPES = 64
 # the most tasks one engine transaction opens: every step of a definition (128) activated at once, and as
 # many compensation tasks
 TASKS_PER_TRANSACTION = 256
 
 
 # --------------------------------------------------------------------------- the instance count
-class _Deltas(CommitBuffer):
-    """One transaction's changes of the unfinished instances, by namespace."""
-
-    def __init__(self) -> None:
-        self.by_ns: dict[str, int] = {}
-
-    def statements(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(_ADD, {"ns": ns, "u": n}) for ns, n in self.by_ns.items() if n]
-
-
-_ADD = f"""
-INSERT INTO workflow_quota_counts AS c (namespace_id, stripe, unfinished)
-VALUES (:ns, pg_backend_pid() % {STRIPES}, :u)
-ON CONFLICT (namespace_id, stripe) DO UPDATE SET unfinished = c.unfinished + EXCLUDED.unfinished
-"""
-
-
 def instance(conn: Connection, namespace_id: str, change: int) -> None:
-    """An instance of ``namespace_id`` began (+1) or ended (-1) in this transaction."""
-    deltas = buffer(conn, "workflow_quota_counts", _Deltas)
-    deltas.by_ns[namespace_id] = deltas.by_ns.get(namespace_id, 0) + change
+    """An instance of ``namespace_id`` began (+1) or ended (-1) in this transaction: written at its commit
+    (``app.engine.commit_batch``)."""
+    counts = commit_batch.of(conn).unfinished
+    counts[namespace_id] = counts.get(namespace_id, 0) + change
 
 
 # --------------------------------------------------------------------------- the check
@@ -122,13 +102,16 @@ SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far,
 FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true
 ORDER BY q.n
 """
-_SHARED = text(
+_SHARED = query(
+    "quota_figures_shared",
     _FIGURES.format(
         tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin=f"u.flight * {TASKS_PER_TRANSACTION}", lock="true"
-    )
+    ),
 )
-_EXACT = text(_FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false"))
-_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
+_EXACT = query(
+    "quota_figures_exact", _FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false")
+)
+_LOCK = query("quota_start_lock", "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 
 
 # A namespace with many open tasks is not counted again by every start: the count is work that grows with
@@ -186,7 +169,7 @@ def check(conn: Connection, namespace_id: str, instance_id: str, queues: list[st
     known = _known_open_tasks(namespace_id)
     rows = run(conn, _SHARED, {**params, "known": known}).all()
     if not rows[0].far:
-        defer(conn, _LOCK, {"k": params["k"]})
+        run(conn, _LOCK, {"k": params["k"]})
         rows = run(conn, _EXACT, {**params, "known": None}).all()
     elif known is None and rows[0].whole:
         _remember_open_tasks(namespace_id, int(rows[0].open_tasks))

@@ -15,7 +15,7 @@ from app.engine.snapshot import step_model
 from app.engine.states import StepKind
 from app.engine.store import read_signal, read_step, read_wait
 from app.engine.transitions import signal_moves, step_moves, task_moves, wait_moves
-from app.sql import run
+from app.sql import query, run
 
 
 def audit_settled(conn: Connection, rows: Any) -> None:
@@ -63,6 +63,13 @@ def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
     return True
 
 
+_Q_SIGNAL_MATCH_CONSUME_EARLY = query(
+    "signal_match_consume_early",
+    "SELECT id FROM workflow_signals WHERE instance_id = :i AND target_step_key = :k "
+    "AND target_activation_sequence = :s AND state = 'PENDING' ORDER BY accepted_at, id",
+)
+
+
 def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
     """Steps that just activated take their earliest matching PENDING signal (W-SIG-4)."""
     won = False
@@ -72,8 +79,7 @@ def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
             continue
         pending = run(
             conn,
-            "SELECT id FROM workflow_signals WHERE instance_id = :i AND target_step_key = :k "
-            "AND target_activation_sequence = :s AND state = 'PENDING' ORDER BY accepted_at, id",
+            _Q_SIGNAL_MATCH_CONSUME_EARLY,
             {"i": inst["id"], "k": key, "s": step["activation_sequence"]},
         ).all()
         for (sig_id,) in pending:

@@ -47,7 +47,7 @@ from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
 from app.settings import SIGNAL_LIMIT
-from app.sql import run
+from app.sql import query, run
 
 MAX_CORRELATION_BYTES = 512
 
@@ -55,6 +55,12 @@ MAX_CORRELATION_BYTES = 512
 def signal_limit() -> int:
     """W-SIG-3: accepted signals per instance over its whole life (lowered by tests)."""
     return SIGNAL_LIMIT.get()
+
+
+_Q_SIGNALS_SEND = query(
+    "signals_send",
+    "SELECT count(*) FROM workflow_signals WHERE instance_id = :id",
+)
 
 
 def send(
@@ -95,9 +101,7 @@ def send(
     where = decide.target(req["target_step_key"], seq, current)
     if isinstance(where, Refuse):
         raise StateConflict(where.message)
-    count = run(
-        conn, "SELECT count(*) FROM workflow_signals WHERE instance_id = :id", {"id": instance_id}
-    ).scalar_one()
+    count = run(conn, _Q_SIGNALS_SEND, {"id": instance_id}).scalar_one()
     if count >= signal_limit():
         raise LimitExceeded(
             "WORKFLOW_SIGNAL_LIMIT", f"the workflow already accepted {signal_limit()} signals (the limit)"
@@ -179,6 +183,14 @@ def signal_view(sig: dict) -> dict:
     return out
 
 
+_Q_SIGNALS_LIST_SIGNALS = query(
+    "signals_list_signals",
+    f"SELECT {_COLS} FROM workflow_signals WHERE instance_id = :id "
+    "AND (CAST(:at AS timestamptz) IS NULL OR (accepted_at, id) < (CAST(:at AS timestamptz), :aid)) "
+    "ORDER BY accepted_at DESC, id DESC LIMIT :lim",
+)
+
+
 def list_signals(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict:
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "k": "workflow_signals"}
     params: dict[str, Any] = {"id": inst["id"], "lim": limit + 1, "at": None, "aid": None}
@@ -187,9 +199,7 @@ def list_signals(conn: Connection, inst: dict, limit: int, cursor: str | None) -
         params.update(at=pos["t"], aid=pos["i"])
     rows = run(
         conn,
-        f"SELECT {_COLS} FROM workflow_signals WHERE instance_id = :id "
-        "AND (CAST(:at AS timestamptz) IS NULL OR (accepted_at, id) < (CAST(:at AS timestamptz), :aid)) "
-        "ORDER BY accepted_at DESC, id DESC LIMIT :lim",
+        _Q_SIGNALS_LIST_SIGNALS,
         params,
     ).all()
     items = [signal_row(r) for r in rows[:limit]]

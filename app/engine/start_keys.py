@@ -35,18 +35,19 @@ from app.idempotency import (
     RETENTION_HOURS,
     Key,
     StoredResponse,
+    key_locked_read,
     locked_read,
     replaying_a_duplicate,
     used_otherwise,
 )
-from app.sql import defer
+from app.sql import query, run
 
 STARTED = 201  # the status of every accepted start (an error is not kept: it may be resent)
 _UNIQUE = "uq_workflow_instances_start_key"
 
 # The key's instance (a start of the last RETENTION_HOURS owns the key: ``live``), the response its start
 # answered, and a receipt row of a start accepted before migration 0021.
-_READ = """, i.id AS instance_id, i.start_fingerprint,
+_READ_COLUMNS = """, i.id AS instance_id, i.start_fingerprint,
     i.created_at >= now() - make_interval(hours => :hours) AS live,
     (SELECT x.start_response FROM workflow_event_batches x
      WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL
@@ -56,8 +57,13 @@ FROM o CROSS JOIN l
 LEFT JOIN workflow_instances i ON i.namespace_id = :scope AND i.start_key = :key
 LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key"""
 
+_READ = key_locked_read("start_key_read", _READ_COLUMNS)
+
 # An expired key is taken over: the instance that held it keeps no key.
-_FREE = "UPDATE workflow_instances SET start_key = NULL, start_fingerprint = NULL WHERE id = :id AND start_key = :key"
+_FREE = query(
+    "start_key_free",
+    "UPDATE workflow_instances SET start_key = NULL, start_fingerprint = NULL WHERE id = :id AND start_key = :key",
+)
 
 
 def _answer(found: Any, fp: str) -> StoredResponse | None:
@@ -94,7 +100,7 @@ def execute_start(
             if stored is not None:
                 return stored
             if found.instance_id is not None:  # the key expired: this start takes it over
-                defer(conn, _FREE, {"id": found.instance_id, "key": k.key})
+                run(conn, _FREE, {"id": found.instance_id, "key": k.key})
             instance_id, body = work(conn, k)
             body_text = jsonx.dumps(body)
             events.start_response(conn, instance_id, body_text)

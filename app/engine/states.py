@@ -30,7 +30,7 @@ Step (``workflow_steps.state``) and its current activation (``workflow_steps.act
                    out: ``set_active``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
 - ``NEEDS_REVIEW`` in: ``step_moves.to_review`` (also a TRIGGER whose call has an unknown outcome).  out: ``step_moves.close`` / ``step_moves.activate`` (operator recovery).
 - ``SUCCEEDED``    in: ``step_moves.succeed`` (task result, timer, signal, child, trigger answer), ``step_moves.close`` (operator).
-                   out: ``step_moves.activate`` (operator RETRY_STEP only).
+                   out: none (``step_moves.RESOLVABLE``, the states an operator's RETRY_STEP may leave, leaves it out).
 - ``FAILED`` / ``CANCELLED``  in: ``step_moves.fail`` / ``step_moves.cancel_*`` / ``step_moves.close``.
                    out: ``step_moves.activate`` (operator RETRY_STEP only).
 - ``SKIPPED``      reserved by the schema; no transition enters it today.
@@ -60,6 +60,8 @@ an older activation is inserted REJECTED (STALE_ACTIVATION) directly.
 from __future__ import annotations
 
 from enum import StrEnum
+
+from app.ledger.states import Move
 
 
 class InstanceState(StrEnum):
@@ -147,3 +149,109 @@ ADVANCING: frozenset[str] = frozenset({InstanceState.RUNNING, InstanceState.WAIT
 
 def values(enum: type[StrEnum]) -> list[str]:
     return [m.value for m in enum]
+
+
+# --------------------------------------------------------------------------- the state machines, as data
+# Every move of the prose above as a row (``app.ledger.states.Move``): docs/state_machine.md is drawn from
+# these tables (``python -m app.engine.state_diagrams``), and tests/unit/test_state_machine.py holds them
+# against the transitions modules (each function exists, names its target states, and guards with the
+# states listed here).
+_I, _S, _T, _W, _G = InstanceState, StepState, TaskState, WaitState, SignalState
+_OPEN_INSTANCE = (_I.RUNNING, _I.WAITING, _I.CANCELLING, _I.NEEDS_REVIEW)
+_OPEN_STEP = (_S.ACTIVE, _S.WAITING)
+_RESOLVABLE = (_S.ACTIVE, _S.WAITING, _S.FAILED, _S.CANCELLED, _S.NEEDS_REVIEW)
+
+INSTANCE_MOVES: tuple[Move, ...] = (
+    Move("instance_moves.create", (), (_I.RUNNING,)),
+    Move(
+        "instance_moves.set_progress", (_I.RUNNING, _I.WAITING), (_I.RUNNING, _I.WAITING), "states.ADVANCING"
+    ),
+    Move(
+        "instance_moves.request_cancel",
+        (_I.RUNNING, _I.WAITING, _I.NEEDS_REVIEW),
+        (_I.CANCELLING,),
+        "instance_moves.CANCELLABLE",
+    ),
+    Move("instance_moves.start_compensation", _OPEN_INSTANCE, (_I.CANCELLING,), "instance_moves.OPEN"),
+    Move(
+        "instance_moves.save_compensation",
+        _OPEN_INSTANCE,
+        (_I.CANCELLING, _I.NEEDS_REVIEW),
+        "instance_moves.OPEN",
+    ),
+    Move("instance_moves.to_review", _OPEN_INSTANCE, (_I.NEEDS_REVIEW,), "instance_moves.OPEN"),
+    Move(
+        "instance_moves.leave_review",
+        (_I.NEEDS_REVIEW, _I.RUNNING, _I.WAITING, _I.CANCELLING),
+        (_I.RUNNING, _I.CANCELLING),
+        "instance_moves.REVIEWABLE",
+    ),
+    Move(
+        "instance_moves.end", _OPEN_INSTANCE, (_I.SUCCEEDED, _I.FAILED, _I.CANCELLED), "instance_moves.OPEN"
+    ),
+)
+
+# A step (``workflow_steps.state``); BLOCKED is not stored (a declared step without a row).
+STEP_MOVES: tuple[Move, ...] = (
+    Move("step_moves.blocked_all", (), (_S.BLOCKED,)),
+    Move("step_moves.activate", (_S.BLOCKED,), (_S.ACTIVE, _S.WAITING)),
+    Move("step_moves.activate", _RESOLVABLE, (_S.ACTIVE, _S.WAITING), "step_moves.RESOLVABLE"),
+    Move("step_moves.set_active", _OPEN_STEP, (_S.ACTIVE,), "step_moves.OPEN"),
+    Move("step_moves.set_waiting", _OPEN_STEP, (_S.WAITING,), "step_moves.OPEN"),
+    Move("step_moves.succeed", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
+    Move("step_moves.fail", _OPEN_STEP, (_S.FAILED,), "step_moves.OPEN"),
+    Move("step_moves.cancel", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
+    Move("step_moves.cancel_open", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
+    Move("step_moves.to_review", _OPEN_STEP, (_S.NEEDS_REVIEW,), "step_moves.OPEN"),
+    Move("step_moves.close", _RESOLVABLE, (_S.SUCCEEDED, _S.FAILED), "step_moves.RESOLVABLE"),
+)
+
+# A step's current activation (``workflow_steps.act_state``): begun by ``activate``, ended once; an
+# operator's RETRY_STEP copies it to ``workflow_activations`` and begins the next.
+ACTIVATION_MOVES: tuple[Move, ...] = (
+    Move("step_moves.activate", (), (_S.ACTIVE, _S.WAITING)),
+    Move("step_moves.succeed", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
+    Move("step_moves.fail", _OPEN_STEP, (_S.FAILED,), "step_moves.OPEN"),
+    Move("step_moves.cancel", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
+    Move("step_moves.cancel_open", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
+    Move(
+        "step_moves.end_activation_for_retry",
+        _OPEN_STEP + (_S.NEEDS_REVIEW,),
+        (_S.CANCELLED,),
+        "CASE WHEN act_state IN ('SUCCEEDED', 'FAILED') THEN act_state ELSE 'CANCELLED' END",
+    ),
+    Move("step_moves.to_review", _OPEN_STEP, (_S.NEEDS_REVIEW,), "step_moves.OPEN"),
+    Move("step_moves.close", _RESOLVABLE, (_S.SUCCEEDED, _S.FAILED), "step_moves.RESOLVABLE"),
+)
+
+TASK_MOVES: tuple[Move, ...] = (
+    Move("task_moves.insert", (), (_T.PENDING,)),
+    Move("task_moves.claim", (_T.PENDING, _T.CLAIMED), (_T.CLAIMED,)),
+    Move("task_moves.return_expired", (_T.CLAIMED,), (_T.PENDING,)),
+    Move("task_moves.complete", (_T.CLAIMED,), (_T.COMPLETED,)),
+    Move("task_moves.fail", (_T.CLAIMED,), (_T.FAILED,)),
+    Move("task_moves.try_time_out", (_T.PENDING, _T.CLAIMED), (_T.TIMED_OUT,), "task_moves.OPEN"),
+    Move("task_moves.cancel_open", (_T.PENDING, _T.CLAIMED), (_T.CANCELLED,), "task_moves.OPEN"),
+)
+
+WAIT_MOVES: tuple[Move, ...] = (
+    Move("wait_moves.insert", (), (_W.WAITING,)),
+    Move("wait_moves.try_resolve_due", (_W.WAITING,), (_W.RESOLVED,)),
+    Move("wait_moves.resolve_by_signal", (_W.WAITING,), (_W.RESOLVED,)),
+    Move("wait_moves.resolve_open", (_W.WAITING,), (_W.RESOLVED,)),
+    Move("wait_moves.try_expire_due", (_W.WAITING,), (_W.EXPIRED,)),
+    Move("wait_moves.cancel_open", (_W.WAITING,), (_W.CANCELLED,)),
+)
+
+SIGNAL_MOVES: tuple[Move, ...] = (
+    Move("signal_moves.insert", (), (_G.PENDING, _G.REJECTED)),
+    Move("signal_moves.settle", (_G.PENDING,), (_G.CONSUMED, _G.REJECTED)),
+    Move("signal_moves.try_expire", (_G.PENDING,), (_G.EXPIRED,)),
+    Move("signal_moves.close_pending", (_G.PENDING,), (_G.REJECTED,)),
+)
+
+# States no move enters yet (drawn apart, and the test knows them).
+UNREACHED: dict[str, frozenset[str]] = {
+    "step": frozenset({_S.SKIPPED}),
+    "activation": frozenset({_S.SKIPPED}),
+}

@@ -48,7 +48,7 @@ from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
 from app.ledger.states import CLEAR_SCOPE, EXTERNAL_OUTCOME_UNKNOWN, JobType
 from app.ledger.suspend import clear_jobs
-from app.sql import run
+from app.sql import query, run
 
 
 # --------------------------------------------------------------------------- the end
@@ -129,15 +129,27 @@ def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING
 
 
 # --------------------------------------------------------------------------- review
+_Q_STOPPING_UNKNOWN_OUTCOME_JOBS = query(
+    "stopping_unknown_outcome_jobs",
+    "SELECT id, step_key FROM workflow_jobs WHERE instance_id = :id AND "
+    "((status = 'running' AND effect_marker IS NOT NULL) OR (status = 'dead' AND error_code = :u)) "
+    "ORDER BY id",
+)
+
+
 def unknown_outcome_jobs(conn: Connection, iid: str) -> list[dict]:
     rows = run(
         conn,
-        "SELECT id, step_key FROM workflow_jobs WHERE instance_id = :id AND "
-        "((status = 'running' AND effect_marker IS NOT NULL) OR (status = 'dead' AND error_code = :u)) "
-        "ORDER BY id",
+        _Q_STOPPING_UNKNOWN_OUTCOME_JOBS,
         {"id": iid, "u": EXTERNAL_OUTCOME_UNKNOWN},
     )
     return [dict(r._mapping) for r in rows]
+
+
+_Q_STOPPING_TO_REVIEW = query(
+    "stopping_to_review",
+    "SELECT DISTINCT step_key FROM workflow_jobs WHERE id = ANY(:ids) AND step_key IS NOT NULL",
+)
 
 
 def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
@@ -146,7 +158,7 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
         r[0]
         for r in run(
             conn,
-            "SELECT DISTINCT step_key FROM workflow_jobs WHERE id = ANY(:ids) AND step_key IS NOT NULL",
+            _Q_STOPPING_TO_REVIEW,
             {"ids": job_ids},
         )
     ]
@@ -162,6 +174,15 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
 
 
 # --------------------------------------------------------------------------- cancel
+_Q_STOPPING_REQUEST_CANCEL = query(
+    "stopping_request_cancel",
+    "SELECT s.child_instance_id FROM workflow_steps s "
+    "JOIN workflow_instances c ON c.id = s.child_instance_id "
+    "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+    "AND c.cancel_requested_at IS NULL ORDER BY 1",
+)
+
+
 def request_cancel(
     conn: Connection, inst: dict, *, reason: str = "workflow canceled", reviewed: bool = False
 ) -> None:
@@ -180,10 +201,7 @@ def request_cancel(
     wait_moves.cancel_open(conn, instance_id=iid)
     for (child_id,) in run(
         conn,
-        "SELECT s.child_instance_id FROM workflow_steps s "
-        "JOIN workflow_instances c ON c.id = s.child_instance_id "
-        "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-        "AND c.cancel_requested_at IS NULL ORDER BY 1",
+        _Q_STOPPING_REQUEST_CANCEL,
         {"id": iid},
     ).all():
         child = lock_instance(conn, child_id)
@@ -198,6 +216,13 @@ def request_cancel(
     settle_cancel(conn, iid)
 
 
+_Q_STOPPING_SETTLE_CANCEL = query(
+    "stopping_settle_cancel",
+    "SELECT count(*) AS n, max(lease_expires_at) AS until FROM workflow_tasks WHERE instance_id = :id "
+    "AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at > now()",
+)
+
+
 def settle_cancel(conn: Connection, iid: str) -> dict:
     """CANCELLING with nothing in flight: compensations one after another in reverse completion
     order, then CANCELLED. A compensation chain already under way is left to itself."""
@@ -208,8 +233,7 @@ def settle_cancel(conn: Connection, iid: str) -> dict:
     step_moves.cancel_open(conn, iid, idle_only=True)
     flight = run(
         conn,
-        "SELECT count(*) AS n, max(lease_expires_at) AS until FROM workflow_tasks WHERE instance_id = :id "
-        "AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at > now()",
+        _Q_STOPPING_SETTLE_CANCEL,
         {"id": iid},
     ).first()
     verdict = decide.cancel_settle(inst_model(inst), in_flight=flight.n)
@@ -253,15 +277,16 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
 
 
 # --------------------------------------------------------------------------- saga (X-AUTO)
+_SUCCEEDED_TASK_STEPS = query(
+    "steps_succeeded_tasks",
+    "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
+    "FROM workflow_steps s WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
+)
+
+
 def compensation_plan(conn: Connection, inst: dict) -> list[dict]:
     specs = step_specs(version_document(conn, inst["definition_version_id"]))
-    done = run(
-        conn,
-        "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
-        "FROM workflow_steps s "
-        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
-        {"id": inst["id"]},
-    ).all()
+    done = run(conn, _SUCCEEDED_TASK_STEPS, {"id": inst["id"]}).all()
     return decide.compensation_plan(
         [{"step_key": r.key, "activation_id": r.activation_id, "order": r.ord} for r in done], specs
     )

@@ -19,7 +19,7 @@ from app import jsonx
 from app.engine import events
 from app.errors import NotFound
 from app.ids import name_id
-from app.sql import run, split_rows
+from app.sql import Query, query, run, split_rows
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
 
@@ -39,13 +39,13 @@ INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, ve
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
        parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation"""
-_INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id"
+_INSTANCE = query("instance_read", f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id")
 # A lock is the first statement of an engine transaction: it also asks what the transaction's first event
 # would ask next (``events.known_listeners``: is anyone listening to the namespace's events?).
 # The question names the instance's namespace qualified: unqualified, ``namespace_id`` inside it would be
 # the listener's own column (anyone listening anywhere would count).
 _LOCKED = f"SELECT {INSTANCE_COLUMNS}, {events.listened_sql('i.namespace_id')} AS listened FROM workflow_instances i"
-_LOCK = _LOCKED + " WHERE i.id = :id FOR UPDATE"
+_LOCK = query("instance_lock", _LOCKED + " WHERE i.id = :id FOR UPDATE")
 
 
 def _qualified(columns: str, alias: str) -> str:
@@ -55,10 +55,10 @@ def _qualified(columns: str, alias: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _lock_with_task_sql(task_columns: str) -> tuple[str, tuple[str, ...]]:
-    """The instance's lock and its task's (alias ``t``), in one statement: ``task_columns`` (``t.name``
-    or ``<expression> AS name`` items, no comma inside one) come back as ``r__<name>``. Returns the
-    statement and the task's column names."""
+def _lock_with_task_sql(task_columns: str) -> tuple[Query, tuple[str, ...]]:
+    """The instance's lock and its task's (alias ``t``), in one statement (``instance_lock_with_task``):
+    ``task_columns`` (``t.name`` or ``<expression> AS name`` items, no comma inside one) come back as
+    ``r__<name>``. Returns the statement and the task's column names."""
     names, exprs = [], []
     for item in (c.strip() for c in task_columns.split(",")):
         expr, _, name = item.rpartition(" AS ")
@@ -72,7 +72,7 @@ def _lock_with_task_sql(task_columns: str) -> tuple[str, tuple[str, ...]]:
         # locks in this order: the instance first, then its task (the lock order of every transaction)
         "WHERE t.id = :t AND t.namespace_id = :ns FOR UPDATE OF i, t"
     )
-    return sql, tuple(names)
+    return query("instance_lock_with_task", sql), tuple(names)
 
 
 @overload
@@ -111,8 +111,8 @@ def lock_instance_and_task(
     in ONE statement (instance first, then the task: PostgreSQL takes ``FOR UPDATE OF i, t`` in that
     order, and rereads both rows at their latest versions when it had to wait). Returns the instance and
     the task's ``task_columns`` as they come (JSON as text). NotFound when there is no such task."""
-    sql, names = _lock_with_task_sql(task_columns)
-    row = run(conn, sql, {"t": task_id, "ns": namespace_id}).first()
+    statement, names = _lock_with_task_sql(task_columns)
+    row = run(conn, statement, {"t": task_id, "ns": namespace_id}).first()
     if row is None:
         raise NotFound("task not found")
     values = row._mapping
@@ -126,10 +126,13 @@ def lock_instance_and_task(
 # What an ending instance has left open, each read through its index (open tasks by instance, the partial
 # indexes of WAITING waits and PENDING signals): one statement instead of an UPDATE per kind that finds
 # nothing, for an instance that ends with no work open (most do).
-_OPEN_WORK = """SELECT
+_OPEN_WORK = query(
+    "instance_open_work",
+    """SELECT
     EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED')) AS tasks,
     EXISTS (SELECT 1 FROM workflow_waits WHERE instance_id = :i AND state = 'WAITING') AS waits,
-    EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = :i AND state = 'PENDING') AS signals"""
+    EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = :i AND state = 'PENDING') AS signals""",
+)
 
 
 def open_work(conn: Connection, instance_id: str) -> Any:
@@ -155,15 +158,16 @@ _documents: LRUCache[str, str] = LRUCache(maxsize=DOCUMENT_CACHE_CHARS, getsizeo
 _documents_lock = threading.Lock()  # cachetools' caches are not thread-safe
 
 
+_DOCUMENT = query(
+    "definition_version_document", "SELECT document::text FROM workflow_definition_versions WHERE id = :id"
+)
+
+
 def version_document(conn: Connection, version_id: str) -> dict[str, Any]:
     with _documents_lock:
         raw = _documents.get(version_id)
     if raw is None:
-        raw = run(
-            conn,
-            "SELECT document::text FROM workflow_definition_versions WHERE id = :id",
-            {"id": version_id},
-        ).scalar_one()
+        raw = run(conn, _DOCUMENT, {"id": version_id}).scalar_one()
         if len(raw) <= DOCUMENT_CACHE_CHARS // 16:  # one document never evicts most of the others
             with _documents_lock:
                 _documents[version_id] = raw
@@ -277,8 +281,8 @@ def _steps_sql(prefix: str, instance: str, key: str = "") -> str:
     )
 
 
-_STEPS_ALL = _steps_sql("", "id")
-_STEPS_ONE = _steps_sql("", "id", " AND s.key = :key")
+_STEPS_ALL = query("steps_read", _steps_sql("", "id"))
+_STEPS_ONE = query("step_read", _steps_sql("", "id", " AND s.key = :key"))
 
 
 def _step(row: Any) -> dict[str, Any]:
@@ -314,6 +318,7 @@ _STEP_PREFIX = "step__"
 
 @lru_cache(maxsize=64)
 def _with_steps_sql(write: str) -> str:
+    """``write``, then the steps of ``:steps_of_instance`` in its snapshot (``write_reading_steps``)."""
     # the write's row beside the first step row only (a task's output, up to 256 KiB, is not sent once per
     # step); the instance's row makes at least one step row (its LEFT JOIN), so the write's row always comes
     # back when it moved one
@@ -324,15 +329,20 @@ def _with_steps_sql(write: str) -> str:
     )
 
 
+def reading_steps(write: Query) -> Query:
+    """The named statement of ``write_reading_steps`` for ``write``: ``<write's name>_reading_steps``."""
+    return query(f"{write.name}_reading_steps", _with_steps_sql(write.text))
+
+
 def write_reading_steps(
-    conn: Connection, write: str, params: dict[str, Any], instance_id: str
+    conn: Connection, write: Query, params: dict[str, Any], instance_id: str
 ) -> tuple[Any | None, list[dict[str, Any]]]:
     """``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's, with a column that is
     never NULL; no returned column named ``step__...``) and ``read_steps(instance_id)``, in ONE statement:
     (the write's row, the steps), or (None, []) when the write moved no row. The steps are read in the
     write's snapshot, as they were before it: the write must change no step. Run it under the instance's
     lock (every step move holds it), and the steps are the ones a statement of their own would read next."""
-    rows = run(conn, _with_steps_sql(write), {**params, "steps_of_instance": instance_id}).all()
+    rows = run(conn, reading_steps(write), {**params, "steps_of_instance": instance_id}).all()
     if not rows:
         return None, []
     written, steps = split_rows(rows, _STEP_PREFIX)
@@ -346,19 +356,24 @@ def read_step(conn: Connection, instance_id: str, key: str) -> dict[str, Any] | 
     return rows[0] if rows else None
 
 
+_WAIT = query(
+    "wait_read",
+    "SELECT id, kind, state, name, payload_version, correlation_key, deadline_at, winner_signal_id, "
+    "resolved_at FROM workflow_waits WHERE activation_id = :a",
+)
+
+
 def read_wait(conn: Connection, activation_id: str) -> dict[str, Any] | None:
-    row = run(
-        conn,
-        "SELECT id, kind, state, name, payload_version, correlation_key, deadline_at, winner_signal_id, "
-        "resolved_at FROM workflow_waits WHERE activation_id = :a",
-        {"a": activation_id},
-    ).first()
+    row = run(conn, _WAIT, {"a": activation_id}).first()
     return dict(row._mapping) if row else None
 
 
 _SIGNAL_COLS = """id, namespace_id, instance_id, revision, name, payload_version, target_step_key,
     target_activation_sequence, correlation_key, payload::text AS payload, actor_id, reason, evidence_ref, state,
     disposition, consumed_wait_id, accepted_at, expires_at, resolved_at"""
+
+
+_SIGNAL = query("signal_read", f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id")
 
 
 def signal_row(r: Any) -> dict[str, Any]:
@@ -368,7 +383,7 @@ def signal_row(r: Any) -> dict[str, Any]:
 
 
 def read_signal(conn: Connection, sig_id: str) -> dict[str, Any]:
-    r = run(conn, f"SELECT {_SIGNAL_COLS} FROM workflow_signals WHERE id = :id", {"id": sig_id}).first()
+    r = run(conn, _SIGNAL, {"id": sig_id}).first()
     if r is None:
         raise NotFound("signal not found")
     return signal_row(r)

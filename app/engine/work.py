@@ -13,6 +13,7 @@ from app.db import transaction_state
 from app.engine.documents import DEFAULT_TASK_TIMEOUT_SECONDS
 from app.engine.store import jdump
 from app.engine.transitions import task_moves
+from app.engine.transitions.step_moves import Activation
 from app.ids import new_id
 from app.ledger.enqueue import arm, enqueue
 from app.ledger.states import JobType
@@ -31,9 +32,11 @@ def job(
     task_id: str | None = None,
     run_at: Any = None,
     delay_ms: float = 0,
+    into: Activation | None = None,
 ) -> None:
     """An engine job of ``inst`` with idempotency key ``{job_type}:{key}`` and the instance's trace, due
-    at ``run_at`` or ``delay_ms`` from now (database time); its insert joins the transaction's next write."""
+    at ``run_at`` or ``delay_ms`` from now (database time). ``into``: its row goes with the step's first
+    activation (``step_moves.activate``) instead of a statement of its own."""
     enqueue(
         conn,
         job_type,
@@ -46,6 +49,7 @@ def job(
         idempotency_key=f"{job_type}:{key}",
         trace_id=inst["trace_id"],
         later=True,
+        into=None if into is None else into.jobs,
     )
 
 
@@ -57,6 +61,7 @@ def wake(
     key: str,
     run_at: Any,
     step_key: str | None = None,
+    into: Activation | None = None,
     **payload: Any,
 ) -> None:
     """A ``delay_wake`` job (timer, signal timeout / expiry, poll round, task retry, cancel settle)."""
@@ -68,6 +73,7 @@ def wake(
         key=key,
         step_key=step_key,
         run_at=run_at,
+        into=into,
     )
 
 
@@ -85,14 +91,12 @@ def create_task(
     poll_round: int | None = None,
     compensation_of_output: str | None = None,
     purpose: str = "STEP",
+    into: Activation | None = None,
 ) -> str:
     """A task on its queue; its instance's watch is due no later than its deadline. A compensation
     task's input also carries the compensated activation's output (``compensation_of_output``: the
     output as JSON text, ``None`` for SQL NULL)."""
     task_id = new_id()
-    input_sql = "CAST(:input AS jsonb)"
-    if purpose == "COMPENSATION":
-        input_sql += " || jsonb_build_object('output', COALESCE(CAST(:output AS jsonb), 'null'::jsonb))"
     task_moves.insert(
         conn,
         {
@@ -111,13 +115,13 @@ def create_task(
             "output": compensation_of_output,
             "instance_created_at": inst["created_at"],
         },
-        input_sql=input_sql,
+        into=None if into is None else into.tasks,
     )
-    arm_watch(conn, inst, timeout_seconds)
+    arm_watch(conn, inst, timeout_seconds, into=into)
     return task_id
 
 
-def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
+def arm_watch(conn: Connection, inst: dict, seconds: float, *, into: Activation | None = None) -> None:
     """The instance's watch is due no later than ``seconds`` from now (a task's deadline is now() + its
     timeout in the same transaction: now() is the transaction's start; the workflow deadline is
     ``deadline_at``). ONE ``task_timeout`` job per instance enforces the workflow deadline and the
@@ -129,8 +133,8 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
         return
     armed[inst["id"]] = seconds
     absent: set[str] = state.get("watch_absent", set())
-    new = inst["id"] in absent  # an instance this transaction inserted has no watch: a plain insert, combined
-    absent.discard(inst["id"])  # with the transaction's other inserts (the arm's lookup would find none)
+    new = inst["id"] in absent  # an instance this transaction inserted has no watch: a plain insert (with
+    absent.discard(inst["id"])  # its first step's row when ``into``), not the arm's lookup, which finds none
     arm(
         conn,
         JobType.TASK_TIMEOUT,
@@ -139,6 +143,7 @@ def arm_watch(conn: Connection, inst: dict, seconds: float) -> None:
         delay_ms=seconds * 1000,
         trace_id=inst["trace_id"],
         absent=new,
+        into=None if into is None else into.jobs,
     )
 
 
@@ -153,8 +158,8 @@ WATCH_DUE_SQL = """LEAST(
 
 def watch_absent(conn: Connection, instance_id: str) -> None:
     """``instance_id`` was inserted by this transaction: it has no watch yet, so the transaction's first
-    ``arm_watch`` inserts one with the transaction's other inserts (one statement for a start's rows)
-    instead of sending the arm's lookup on its own."""
+    ``arm_watch`` inserts one (with the first step's row: one statement) instead of sending the arm's
+    lookup."""
     transaction_state(conn).setdefault("watch_absent", set()).add(instance_id)
 
 
@@ -186,6 +191,7 @@ def step_task(
     *,
     attempt: int,
     poll_round: int | None = None,
+    into: Activation | None = None,
 ) -> str:
     """The task of attempt ``attempt`` (and POLL round ``poll_round``) of the step's current activation,
     on the step's queue with the step's timeout; with a ``dispatch`` target, its ``external_dispatch`` job."""
@@ -200,6 +206,7 @@ def step_task(
         attempt=attempt,
         timeout_seconds=spec.get("timeout_seconds", DEFAULT_TASK_TIMEOUT_SECONDS),
         poll_round=poll_round,
+        into=into,
     )
     if spec.get("dispatch"):  # an external approval system hears of every attempt's task
         job(
@@ -210,5 +217,6 @@ def step_task(
             key=task_id,
             step_key=step["key"],
             task_id=task_id,
+            into=into,
         )
     return task_id

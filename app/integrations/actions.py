@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
-
 from app import auth
 from app.errors import InvalidArgument, NotFound, PermissionDenied
 from app.ids import is_hex32
@@ -24,6 +22,7 @@ from app.integrations.webhooks import USER_AGENT, missing, signature
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import JobAborted, PermanentError, Skip
+from app.sql import query, run
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,8 @@ class Event:
     body: str
 
 
-_LOAD = text(
+_LOAD = query(
+    "action_load",
     """
 SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret,
        r.created_by, e.id AS event_id,
@@ -45,18 +45,23 @@ FROM automation_executions x
 JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id
 LEFT JOIN automation_rules r ON r.id = x.rule_id
 WHERE x.id = :id
-"""
+""",
+)
+
+
+_Q_ACTION_RECORD = query(
+    "action_record",
+    "UPDATE automation_executions SET status = :s, result = COALESCE(CAST(:r AS jsonb), result), "
+    "last_error = :e, updated_at = now() WHERE id = :id",
 )
 
 
 def _record(ctx: JobContext, xid: str, status: str, *, result: Any = None, err: str | None = None) -> None:
     try:
         with ctx.transaction() as conn:
-            conn.execute(
-                text(
-                    "UPDATE automation_executions SET status = :s, result = COALESCE(CAST(:r AS jsonb), result), "
-                    "last_error = :e, updated_at = now() WHERE id = :id"
-                ),
+            run(
+                conn,
+                _Q_ACTION_RECORD,
                 {
                     "id": xid,
                     "s": status,
@@ -99,7 +104,7 @@ def _stop(ctx: JobContext, row: Any, why: str) -> Skip:
 def automation_action(ctx: JobContext) -> Any:
     xid = (ctx.payload or {}).get("execution_id")
     with ctx.engine.connect() as conn:
-        row = conn.execute(_LOAD, {"id": xid}).first() if isinstance(xid, str) and is_hex32(xid) else None
+        row = run(conn, _LOAD, {"id": xid}).first() if isinstance(xid, str) and is_hex32(xid) else None
         acting = row is not None and (row.enabled or automation.admitted_while_disabled(row.disabled_reason))
         if acting and row is not None:  # (acting implies a row; said again for the type checker)
             author = auth.acting_principal(conn, row.created_by)

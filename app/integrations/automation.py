@@ -58,6 +58,7 @@ from app.jsonx import rfc3339
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url_fields
 from app.settings import RULE_RATE_PER_MINUTE
+from app.sql import query, run
 
 MAX_RULES = 100  # per namespace
 MAX_ACTION_BYTES = 16384
@@ -155,17 +156,22 @@ def validate_action(conn: Connection, ns: str, action: Any) -> tuple[dict[str, A
     return action, queues
 
 
+_Q_AUTOMATION_START_QUEUES = query(
+    "automation_start_queues",
+    "SELECT v.queues FROM workflow_definition_versions v JOIN workflow_definitions d "
+    "ON d.id = v.definition_id WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
+)
+
+
 def start_queues(conn: Connection, ns: str, action: dict[str, Any]) -> list[str]:
     """The task queues of a ``start_workflow`` action's pinned version (400 when it names none of ``ns``)."""
     def_id, version = action.get("definition_id"), action.get("version")
     if not isinstance(def_id, str) or not is_hex32(def_id):
         raise InvalidArgument("a 32-char hex definition id", field="action.definition_id")
     found = (
-        conn.execute(
-            text(
-                "SELECT v.queues FROM workflow_definition_versions v JOIN workflow_definitions d "
-                "ON d.id = v.definition_id WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v"
-            ),
+        run(
+            conn,
+            _Q_AUTOMATION_START_QUEUES,
             {"d": def_id, "ns": ns, "v": version},
         ).first()
         if isinstance(version, str)
@@ -212,6 +218,14 @@ def _check_author(p: Principal, kind: str, queues: Sequence[str]) -> None:
         raise PermissionDenied(f"a {kind} rule acts with its author's rights: {why}")
 
 
+_Q_AUTOMATION_CREATE_RULE = query(
+    "automation_create_rule",
+    f"INSERT INTO automation_rules (id, namespace_id, name, event_type, definition_id, conditions, action, "
+    f"secret, created_by) VALUES (:id, :ns, :name, :et, :def, CAST(:cond AS jsonb), CAST(:act AS jsonb), "
+    f":secret, :by) RETURNING {_COLS}",
+)
+
+
 def create_rule(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
     why = pattern_problem(req.get("event_type"))
@@ -239,12 +253,9 @@ def create_rule(conn: Connection, p: Principal, rid: str | None, req: dict) -> d
         "AUTOMATION_RULE_LIMIT",
         f"a namespace has at most {MAX_RULES} automation rules",
     )
-    row = conn.execute(
-        text(
-            f"INSERT INTO automation_rules (id, namespace_id, name, event_type, definition_id, conditions, action, "
-            f"secret, created_by) VALUES (:id, :ns, :name, :et, :def, CAST(:cond AS jsonb), CAST(:act AS jsonb), "
-            f":secret, :by) RETURNING {_COLS}"
-        ),
+    row = run(
+        conn,
+        _Q_AUTOMATION_CREATE_RULE,
         params,
     ).one()
     out = rule_view(row)
@@ -366,19 +377,25 @@ def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str 
 
 
 # --------------------------------------------------------------------------- fan-out (event_dispatch)
+_Q_AUTOMATION_ENABLED_RULES = query(
+    "automation_enabled_rules",
+    "SELECT id, namespace_id, event_type, definition_id, conditions FROM automation_rules "
+    "WHERE namespace_id = :ns AND enabled ORDER BY created_at, id LIMIT :n",
+)
+
+
 def enabled_rules(conn: Connection, ns: str) -> Sequence[Any]:
-    return conn.execute(
-        text(
-            "SELECT id, namespace_id, event_type, definition_id, conditions FROM automation_rules "
-            "WHERE namespace_id = :ns AND enabled ORDER BY created_at, id LIMIT :n"
-        ),
+    return run(
+        conn,
+        _Q_AUTOMATION_ENABLED_RULES,
         {"ns": ns, "n": MAX_RULES},
     ).all()
 
 
 # The chain of an instance: its own, else its nearest ancestor's (a sub-workflow of an instance a rule
 # started is that rule's work too); bounded walk up the parent links.
-_CHAIN = text(
+_CHAIN = query(
+    "automation_chain",
     """
 WITH RECURSIVE up AS (
     SELECT id, parent_instance_id, automation_chain, 1 AS n FROM workflow_instances WHERE id = :i
@@ -388,13 +405,19 @@ WITH RECURSIVE up AS (
     WHERE up.automation_chain IS NULL AND up.n < 32
 )
 SELECT automation_chain FROM up WHERE automation_chain IS NOT NULL ORDER BY n LIMIT 1
-"""
+""",
 )
 
 
 def chain_of(conn: Connection, instance_id: str) -> list[str]:
     """The automation rules that led to ``instance_id`` (oldest first; empty: no rule started it)."""
-    return list(conn.execute(_CHAIN, {"i": instance_id}).scalar() or [])
+    return list(run(conn, _CHAIN, {"i": instance_id}).scalar() or [])
+
+
+_Q_AUTOMATION_SIGNAL_RULES = query(
+    "automation_signal_rules",
+    "SELECT id, actor_id FROM workflow_signals WHERE id = ANY(:ids) AND actor_id LIKE 'automation:%'",
+)
 
 
 def _signal_rules(conn: Connection, events: Sequence[Any]) -> dict[str, str]:
@@ -407,10 +430,9 @@ def _signal_rules(conn: Connection, events: Sequence[Any]) -> dict[str, str]:
                 by_signal.setdefault(sid, []).append(ev.id)
     if not by_signal:
         return {}
-    rows = conn.execute(
-        text(
-            "SELECT id, actor_id FROM workflow_signals WHERE id = ANY(:ids) AND actor_id LIKE 'automation:%'"
-        ),
+    rows = run(
+        conn,
+        _Q_AUTOMATION_SIGNAL_RULES,
         {"ids": list(by_signal)},
     ).all()
     return {eid: r.actor_id[len(SIGNAL_ACTOR) :] for r in rows for eid in by_signal[r.id]}
@@ -434,20 +456,22 @@ def _matches(r: Any, ev: Any, doc: dict[str, Any] | None) -> bool:
     return not r.conditions or conditions_hold(r.conditions, doc or event_document(ev))
 
 
-_EXECUTION = text(
+_EXECUTION = query(
+    "automation_execution",
     "INSERT INTO automation_executions (id, namespace_id, rule_id, event_id, status, last_error) "
-    "VALUES (:id, :ns, :r, :e, :st, :err) ON CONFLICT (rule_id, event_id) DO NOTHING RETURNING id"
+    "VALUES (:id, :ns, :r, :e, :st, :err) ON CONFLICT (rule_id, event_id) DO NOTHING RETURNING id",
 )
 # The rule's budget window: a new one starts when the last began a minute ago or more. All expressions of
 # SET read the row as it was. NULL when the rule was disabled meanwhile.
-_SPEND = text(
+_SPEND = query(
+    "automation_spend",
     """
 UPDATE automation_rules SET
     budget_used = CASE WHEN budget_window_at > now() - interval '1 minute' THEN budget_used ELSE 0 END + :n,
     budget_window_at = CASE WHEN budget_window_at > now() - interval '1 minute' THEN budget_window_at ELSE now() END
 WHERE id = :id AND enabled
 RETURNING budget_used
-"""
+""",
 )
 
 
@@ -456,7 +480,8 @@ def _execution(
 ) -> str | None:
     """The execution row of (rule, event), or None when it exists already; ``skipped``: recorded as
     skipped with that reason (no job)."""
-    return conn.execute(
+    return run(
+        conn,
         _EXECUTION,
         {
             "id": new_id(),
@@ -469,6 +494,12 @@ def _execution(
     ).scalar()
 
 
+_Q_AUTOMATION_ACTION_JOB = query(
+    "automation_action_job",
+    "UPDATE automation_executions SET job_id = :j WHERE id = :id",
+)
+
+
 def _action_job(conn: Connection, ns: str, rule_id: str, event_id: str) -> bool:
     xid = _execution(conn, ns, rule_id, event_id)
     if xid is None:
@@ -477,19 +508,22 @@ def _action_job(conn: Connection, ns: str, rule_id: str, event_id: str) -> bool:
     job = enqueue(
         conn, "automation_action", {"execution_id": xid}, idempotency_key=key, operation_key=key[:64]
     )
-    conn.execute(
-        text("UPDATE automation_executions SET job_id = :j WHERE id = :id"), {"j": job.id, "id": xid}
-    )
+    run(conn, _Q_AUTOMATION_ACTION_JOB, {"j": job.id, "id": xid})
     return True
+
+
+_Q_AUTOMATION_DISABLE_RULE = query(
+    "automation_disable_rule",
+    f"UPDATE automation_rules SET enabled = false, disabled_reason = :why, revision = revision + 1, "
+    f"updated_at = now() WHERE id = :id AND enabled RETURNING {_COLS}",
+)
 
 
 def disable_rule(conn: Connection, ns: str, rule_id: str, reason: str) -> None:
     """The rule disables itself (rate budget spent, author revoked), saying why; audited as the engine."""
-    row = conn.execute(
-        text(
-            f"UPDATE automation_rules SET enabled = false, disabled_reason = :why, revision = revision + 1, "
-            f"updated_at = now() WHERE id = :id AND enabled RETURNING {_COLS}"
-        ),
+    row = run(
+        conn,
+        _Q_AUTOMATION_DISABLE_RULE,
         {"id": rule_id, "why": reason[:1000]},
     ).first()
     if row is not None:
@@ -531,7 +565,7 @@ def fan_out_events(conn: Connection, events: Sequence[Any], rules: Iterable[Any]
         evs = matched.get(r.id)
         if not evs:
             continue
-        used = conn.execute(_SPEND, {"id": r.id, "n": len(evs)}).scalar()
+        used = run(conn, _SPEND, {"id": r.id, "n": len(evs)}).scalar()
         if used is None:
             continue  # disabled since the rules were read
         allowed = max(0, min(len(evs), rate_budget() - (used - len(evs))))
@@ -604,13 +638,17 @@ def _sequence(value: Any) -> int:
     return int(text_)
 
 
+_Q_AUTOMATION_SIGNAL_FROM_EVENT = query(
+    "automation_signal_from_event",
+    "SELECT namespace_id FROM workflow_instances WHERE id = :i",
+)
+
+
 def signal_from_event(conn: Connection, ns: str, action: dict, doc: dict, rule_id: str) -> dict[str, Any]:
     wid = resolve(action["workflow_id"], doc)
     if not isinstance(wid, str) or not is_hex32(wid):
         raise InvalidArgument("the mapped workflow_id is not a workflow id", field="action.workflow_id")
-    owner = conn.execute(
-        text("SELECT namespace_id FROM workflow_instances WHERE id = :i"), {"i": wid}
-    ).scalar()
+    owner = run(conn, _Q_AUTOMATION_SIGNAL_FROM_EVENT, {"i": wid}).scalar()
     if owner != ns:
         raise NotFound("workflow not found")
     req = {

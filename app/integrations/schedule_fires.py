@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
@@ -24,30 +24,72 @@ from app.engine.store import lock_instance
 from app.errors import LedgerflowError, NotFound, PermissionDenied, StateConflict
 from app.ids import new_id
 from app.integrations import schedule_times as times
+from app.integrations.schedule_models import FIRE_KINDS
 from app.integrations.schedules import launch_input, read_schedule
 from app.jsonx import rfc3339
+from app.ledger.outcome import PermanentError, payload_id
+from app.sql import query, run
 
 MAX_CANCEL_PREVIOUS = 20  # earlier instances a cancel_previous launch cancels, at most
 FIRES_KEPT = 1000  # fire rows kept per schedule (older ones are pruned by the launch, 100 at a time)
 
 
+_FIRE_RECORD = query(
+    "schedule_fire_record",
+    "UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id",
+)
+_FIRES_PRUNE = query(
+    "schedule_fires_prune",
+    "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
+    "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)",
+)
+_FIRE_INSERT = query(
+    "schedule_fire_insert",
+    "INSERT INTO workflow_schedule_fires (id, schedule_id, namespace_id, fire_at, kind, status, "
+    "skipped_count, skipped_capped, job_id) VALUES (:id, :s, :ns, :at, :kind, 'SKIPPED', :sk, :cap, :job) "
+    "ON CONFLICT (schedule_id, fire_at) DO NOTHING RETURNING id",
+)
+_OPEN_INSTANCES = query(
+    "schedule_open_instances",
+    "SELECT id FROM workflow_instances WHERE schedule_id = :s AND state <> ALL(:t) "
+    "ORDER BY created_at LIMIT :n",
+)
+
+
+def _fire_of(payload: dict[str, Any]) -> tuple[datetime, str, int]:
+    """The fire a ``schedule_launch`` payload describes: (fire time, kind, skipped count). A field of the
+    wrong shape (a job enqueued by hand) is a PermanentError naming it: dead at once, nothing written."""
+    try:
+        fire_at = datetime.fromisoformat(str(payload["fire_at"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        raise PermanentError(
+            f"the job's payload field 'fire_at' is not an RFC 3339 time: {str(payload.get('fire_at'))[:64]!r}"
+        ) from None
+    if fire_at.tzinfo is None:
+        raise PermanentError(
+            f"the job's payload field 'fire_at' has no UTC offset: {str(payload['fire_at'])[:64]!r}"
+        )
+    kind = payload.get("kind", "SCHEDULED")
+    if kind not in FIRE_KINDS:
+        raise PermanentError(f"the job's payload field 'kind' is not one of {', '.join(FIRE_KINDS)}")
+    skipped = payload.get("skipped", 0)
+    if isinstance(skipped, bool) or not isinstance(skipped, int) or skipped < 0:
+        raise PermanentError(f"the job's payload field 'skipped' is not a count: {str(skipped)[:64]!r}")
+    return fire_at, kind, skipped
+
+
 def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, Any]:
     """The ``schedule_launch`` job's one write (run once through an effect receipt): record the fire,
     apply the overlap policy, start the instance; a refusal of the start is a SKIPPED fire."""
-    sid, ns = str(payload["schedule_id"]), str(payload["namespace_id"])
-    fire_at = datetime.fromisoformat(str(payload["fire_at"]).replace("Z", "+00:00"))
-    kind = payload.get("kind", "SCHEDULED")
-    skipped = int(payload.get("skipped", 0))
+    sid, ns = payload_id(payload, "schedule_id"), payload_id(payload, "namespace_id")
+    fire_at, kind, skipped = _fire_of(payload)
     try:
         s = read_schedule(conn, ns, sid, lock=True)
     except NotFound:
         return {"skipped": "the schedule was deleted"}
-    fire_id = conn.execute(
-        text(
-            "INSERT INTO workflow_schedule_fires (id, schedule_id, namespace_id, fire_at, kind, status, "
-            "skipped_count, skipped_capped, job_id) VALUES (:id, :s, :ns, :at, :kind, 'SKIPPED', :sk, :cap, :job) "
-            "ON CONFLICT (schedule_id, fire_at) DO NOTHING RETURNING id"
-        ),
+    fire_id = run(
+        conn,
+        _FIRE_INSERT,
         {
             "id": new_id(),
             "s": sid,
@@ -63,11 +105,9 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
         return {"skipped": f"fire time {rfc3339(fire_at)} was already handled"}
     unfinished = [
         r.id
-        for r in conn.execute(
-            text(
-                "SELECT id FROM workflow_instances WHERE schedule_id = :s AND state <> ALL(:t) "
-                "ORDER BY created_at LIMIT :n"
-            ),
+        for r in run(
+            conn,
+            _OPEN_INSTANCES,
             {"s": sid, "t": sorted(TERMINAL), "n": MAX_CANCEL_PREVIOUS},
         )
     ]
@@ -91,17 +131,16 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
             instance_id, reason = None, f"{exc.code}: {exc.message}"
             _pause(conn, s, reason)
     status = "LAUNCHED" if instance_id else "SKIPPED"
-    conn.execute(
-        text("UPDATE workflow_schedule_fires SET status = :st, reason = :r, instance_id = :i WHERE id = :id"),
+    run(
+        conn,
+        _FIRE_RECORD,
         {"id": fire_id, "st": status, "r": reason, "i": instance_id},
     )
     # bounded history: the tick never hands out a fire time at or before next_fire_at again, so pruned
     # rows are not needed for "exactly once"
-    conn.execute(
-        text(
-            "DELETE FROM workflow_schedule_fires WHERE id IN (SELECT id FROM workflow_schedule_fires "
-            "WHERE schedule_id = :s ORDER BY fire_at DESC OFFSET :keep LIMIT 100)"
-        ),
+    run(
+        conn,
+        _FIRES_PRUNE,
         {"s": sid, "keep": FIRES_KEPT},
     )
     result = {
@@ -151,13 +190,18 @@ def _may_start(author: Principal | None, queues: list[str]) -> None:
         raise PermissionDenied(why)
 
 
+_Q_SCHEDULE_FIRE_PAUSE = query(
+    "schedule_fire_pause",
+    "UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
+    "WHERE id = :id AND NOT paused",
+)
+
+
 def _pause(conn: Connection, s: dict[str, Any], reason: str) -> None:
     """The schedule may not act for its author: it pauses itself, audited with the reason."""
-    conn.execute(
-        text(
-            "UPDATE workflow_schedules SET paused = true, revision = revision + 1, updated_at = now() "
-            "WHERE id = :id AND NOT paused"
-        ),
+    run(
+        conn,
+        _Q_SCHEDULE_FIRE_PAUSE,
         {"id": s["id"]},
     )
     audit.record(

@@ -30,7 +30,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 from standardwebhooks.webhooks import Webhook
 
 from app.engine.events import MAX_EVENTS_PER_DISPATCH
@@ -54,18 +54,34 @@ from app.ledger.outcome import (
     Skip,
 )
 from app.observability.logs import redact_url
+from app.sql import query, run
 
 USER_AGENT = "Ledgerflow-Webhooks/1"
 
 
 # --------------------------------------------------------------------------- event_dispatch
+_DISPATCH_EVENTS = query(
+    "event_dispatch_events",
+    "SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body FROM workflow_events "
+    "WHERE dispatch_job_id = :j ORDER BY seq LIMIT :n",
+)
+_DISPATCH_SUBSCRIPTIONS = query(
+    "event_dispatch_subscriptions",
+    "SELECT id, event_types, definition_id FROM event_subscriptions WHERE namespace_id = :ns AND enabled "
+    "ORDER BY created_at, id LIMIT :n",
+)
+_DELIVERY_INSERT = query(
+    "webhook_delivery_insert",
+    "INSERT INTO webhook_deliveries (id, namespace_id, subscription_id, event_id, event_type) "
+    "VALUES (:id, :ns, :s, :e, :t) ON CONFLICT (event_id, subscription_id) DO NOTHING RETURNING id",
+)
+
+
 def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
     """Deliveries and rule executions of the events of dispatch job ``job_id`` (idempotent)."""
-    events = conn.execute(
-        text(
-            "SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body FROM workflow_events "
-            "WHERE dispatch_job_id = :j ORDER BY seq LIMIT :n"
-        ),
+    events = run(
+        conn,
+        _DISPATCH_EVENTS,
         {"j": job_id, "n": MAX_EVENTS_PER_DISPATCH},
     ).all()
     if not events:
@@ -73,11 +89,9 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
     ns = events[0].namespace_id
     # the job's own fan-out, so one instance's events (app.engine.events); a hand-made job is bounded too
     events = [ev for ev in events if ev.instance_id == events[0].instance_id]
-    subs = conn.execute(
-        text(
-            "SELECT id, event_types, definition_id FROM event_subscriptions WHERE namespace_id = :ns AND enabled "
-            "ORDER BY created_at, id LIMIT :n"
-        ),
+    subs = run(
+        conn,
+        _DISPATCH_SUBSCRIPTIONS,
         {"ns": ns, "n": MAX_SUBSCRIPTIONS},
     ).all()
     rules = automation.enabled_rules(conn, ns)
@@ -88,11 +102,9 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
                 s.event_types, ev.type
             ):
                 continue
-            did = conn.execute(
-                text(
-                    "INSERT INTO webhook_deliveries (id, namespace_id, subscription_id, event_id, event_type) "
-                    "VALUES (:id, :ns, :s, :e, :t) ON CONFLICT (event_id, subscription_id) DO NOTHING RETURNING id"
-                ),
+            did = run(
+                conn,
+                _DELIVERY_INSERT,
                 {"id": new_id(), "ns": ns, "s": s.id, "e": ev.id, "t": ev.type},
             ).scalar()
             if did is not None:
@@ -116,6 +128,12 @@ def missing(ctx: JobContext, what: str, row_id: Any) -> Skip:
     raise ReferenceNotFound(f"the job's payload names {what} {str(row_id)[:64]!r}, which does not exist")
 
 
+_INSTANCE_EXISTS = query(
+    "event_dispatch_instance_exists",
+    "SELECT 1 FROM workflow_instances WHERE id = :i",
+)
+
+
 @handlers.register("event_dispatch")
 def event_dispatch(ctx: JobContext) -> Any:
     result = ctx.effect("fan_out", lambda conn: fan_out(conn, ctx.job_id))
@@ -125,10 +143,7 @@ def event_dispatch(ctx: JobContext) -> Any:
     # written); instances are never deleted, so one that does not exist never did
     iid = ctx.instance_id or (ctx.payload or {}).get("instance_id")
     with ctx.engine.connect() as conn:
-        found = (
-            _is_id(iid)
-            and conn.execute(text("SELECT 1 FROM workflow_instances WHERE id = :i"), {"i": iid}).first()
-        )
+        found = _is_id(iid) and run(conn, _INSTANCE_EXISTS, {"i": iid}).first()
     if not found:
         raise ReferenceNotFound(f"the job names workflow instance {str(iid)[:64]!r}, which does not exist")
     return Skip("no event names this dispatch job (pruned by retention, or none was written)")
@@ -156,7 +171,8 @@ def signature(secrets_: list[str], msg_id: str, at: datetime, body: str) -> str:
     return " ".join(Webhook(s).sign(msg_id, at, body) for s in secrets_)
 
 
-_LOAD = text(
+_LOAD = query(
+    "webhook_delivery_load",
     """
 SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, e.body::text AS body,
        e.created_at AS event_at, s.url, s.secret, s.enabled, s.created_by,
@@ -165,15 +181,16 @@ FROM webhook_deliveries d
 JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id
 LEFT JOIN event_subscriptions s ON s.id = d.subscription_id
 WHERE d.id = :id
-"""
+""",
 )
 
-_RECORD = text(
+_RECORD = query(
+    "webhook_delivery_record",
     """
 UPDATE webhook_deliveries SET status = :st, attempts = attempts + 1, response_code = :code,
     latency_ms = :ms, last_error = :err, receipt = COALESCE(CAST(:receipt AS jsonb), receipt), updated_at = now()
 WHERE id = :id
-"""
+""",
 )
 
 
@@ -195,6 +212,25 @@ def _record(
         pass  # ownership lost: the next owner records its own attempt
 
 
+_COUNT_FAILURE = query(
+    "subscription_count_failure",
+    """
+UPDATE event_subscriptions SET consecutive_failures = consecutive_failures + 1,
+    enabled = CASE WHEN consecutive_failures + 1 >= :limit THEN false ELSE enabled END,
+    disabled_reason = CASE WHEN enabled AND consecutive_failures + 1 >= :limit
+        THEN 'disabled automatically after ' || (consecutive_failures + 1) || ' consecutive failed deliveries; last: '
+             || CAST(:err AS text) ELSE disabled_reason END,
+    revision = revision + CASE WHEN enabled AND consecutive_failures + 1 >= :limit THEN 1 ELSE 0 END,
+    updated_at = now()
+WHERE id = :s
+""",
+)
+_CLEAR_FAILURES = query(
+    "subscription_clear_failures",
+    "UPDATE event_subscriptions SET consecutive_failures = 0 WHERE id = :s AND consecutive_failures > 0",
+)
+
+
 def _write_record(
     ctx: JobContext,
     row: Any,
@@ -207,7 +243,8 @@ def _write_record(
     failed: bool,
 ) -> None:
     with ctx.transaction() as conn:
-        conn.execute(
+        run(
+            conn,
             _RECORD,
             {
                 "id": row.id,
@@ -219,35 +256,35 @@ def _write_record(
             },
         )
         if failed:
-            conn.execute(
-                text(
-                    """
-UPDATE event_subscriptions SET consecutive_failures = consecutive_failures + 1,
-    enabled = CASE WHEN consecutive_failures + 1 >= :limit THEN false ELSE enabled END,
-    disabled_reason = CASE WHEN enabled AND consecutive_failures + 1 >= :limit
-        THEN 'disabled automatically after ' || (consecutive_failures + 1) || ' consecutive failed deliveries; last: '
-             || CAST(:err AS text) ELSE disabled_reason END,
-    revision = revision + CASE WHEN enabled AND consecutive_failures + 1 >= :limit THEN 1 ELSE 0 END,
-    updated_at = now()
-WHERE id = :s
-"""
-                ),
+            run(
+                conn,
+                _COUNT_FAILURE,
                 {"s": row.subscription_id, "limit": disable_threshold(), "err": (err or "")[:500]},
             )
         elif status == "succeeded":
-            conn.execute(
-                text(
-                    "UPDATE event_subscriptions SET consecutive_failures = 0 WHERE id = :s AND consecutive_failures > 0"
-                ),
+            run(
+                conn,
+                _CLEAR_FAILURES,
                 {"s": row.subscription_id},
             )
+
+
+_DELIVERY_SKIP = query(
+    "webhook_delivery_skip",
+    "UPDATE webhook_deliveries SET status = 'skipped', last_error = :r, updated_at = now() WHERE id = :id",
+)
+_SUBSCRIPTION_DISABLE = query(
+    "subscription_disable",
+    "UPDATE event_subscriptions SET enabled = false, disabled_reason = :r, revision = revision + 1, "
+    "updated_at = now() WHERE id = :s AND enabled",
+)
 
 
 @handlers.register("webhook_delivery")
 def webhook_delivery(ctx: JobContext) -> Any:
     delivery_id = (ctx.payload or {}).get("delivery_id")
     with ctx.engine.connect() as conn:
-        row = conn.execute(_LOAD, {"id": delivery_id}).first() if _is_id(delivery_id) else None
+        row = run(conn, _LOAD, {"id": delivery_id}).first() if _is_id(delivery_id) else None
         author = None if row is None or row.url is None else author_problem(conn, row.created_by)
     if row is None:
         return missing(ctx, "webhook delivery", delivery_id)
@@ -260,18 +297,15 @@ def webhook_delivery(ctx: JobContext) -> Any:
             else f"the subscription's author may no longer have it deliver: {author}"
         )
         with ctx.transaction() as conn:
-            conn.execute(
-                text(
-                    "UPDATE webhook_deliveries SET status = 'skipped', last_error = :r, updated_at = now() WHERE id = :id"
-                ),
+            run(
+                conn,
+                _DELIVERY_SKIP,
                 {"id": row.id, "r": reason},
             )
             if author is not None:
-                conn.execute(
-                    text(
-                        "UPDATE event_subscriptions SET enabled = false, disabled_reason = :r, revision = revision + 1, "
-                        "updated_at = now() WHERE id = :s AND enabled"
-                    ),
+                run(
+                    conn,
+                    _SUBSCRIPTION_DISABLE,
                     {"s": row.subscription_id, "r": f"disabled automatically: {reason}"[:1000]},
                 )
         return Skip(reason)

@@ -11,30 +11,35 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 
 from app.db import transaction
 from app.ledger import transitions
 from app.ledger.http import SafeHttp
 from app.ledger.outcome import JobAborted
 from app.observability import metrics
-from app.sql import run
+from app.sql import query, run
 
-_READ_RECEIPT = text("SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step")
-_WRITE_RECEIPT = text(
+_READ_RECEIPT = query(
+    "job_effect_read",
+    "SELECT result FROM workflow_job_effects WHERE operation_key = :op AND step_key = :step",
+)
+_WRITE_RECEIPT = query(
+    "job_effect_insert",
     """
 INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)
 VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
-"""
+""",
 )
 
-_WRITE_RECEIPT_IF_FIRST = text(
+_WRITE_RECEIPT_IF_FIRST = query(
+    "job_effect_insert_if_first",
     """
 INSERT INTO workflow_job_effects (operation_key, step_key, job_id, generation, result)
 VALUES (:op, :step, :job_id, :gen, CAST(:result AS jsonb))
 ON CONFLICT (operation_key, step_key) DO NOTHING
 RETURNING id
-"""
+""",
 )
 
 LockFirst = Callable[[Connection], object]  # its result is not used
@@ -64,6 +69,10 @@ class RowReceipt(Protocol):
     def read(self, conn: Connection, operation_key: str) -> tuple[bool, Any]: ...
 
     def moved(self, result: Any) -> bool: ...
+
+
+# still inside the attempt's execution deadline (database time), asked at the end of a handler's transaction
+_WITHIN_DEADLINE = query("job_within_deadline", "SELECT clock_timestamp() < :d")
 
 
 @dataclass
@@ -157,7 +166,7 @@ class JobContext:
                 raise JobAborted("ownership lost")
             yield conn
             # the row lock is held, so nobody can fence us meanwhile; the deadline may pass
-            if run(conn, "SELECT clock_timestamp() < :d", {"d": self.execution_deadline}).scalar():
+            if run(conn, _WITHIN_DEADLINE, {"d": self.execution_deadline}).scalar():
                 return
             self.abort("execution deadline passed")
             raise JobAborted("execution deadline passed")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.db import after_commit, transaction_state
 from app.ids import new_id
@@ -16,7 +16,7 @@ from app.ledger.hints import publish_after_commit, worth_a_hint
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
 from app.observability import metrics, tracing
 from app.settings import get_settings
-from app.sql import defer, run
+from app.sql import query, run
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ def operation_key_for(job_type: str, payload: Any, links: tuple[Any, ...] = ()) 
     return hashlib.sha256(doc.encode()).hexdigest()[:32]
 
 
+# A job whose id nobody reads (a key that exists leaves its job as it is).
 _INSERT_LATER = """
 INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
     max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
@@ -39,8 +40,9 @@ VALUES (:type, :queue, CAST(:payload AS jsonb), :instance_id, :task_id, :step_ke
     :max_attempts, :execution_timeout_ms, :operation_key, :idempotency_key, :trace_id, :traceparent)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 """
-_INSERT = text(_INSERT_LATER + "RETURNING id")
-_BY_KEY = text("SELECT id FROM workflow_jobs WHERE idempotency_key = :key")
+JOB_INSERT_UNREAD = query("job_insert_unread", _INSERT_LATER)
+JOB_INSERT = query("job_insert", _INSERT_LATER + "RETURNING id")
+JOB_BY_KEY = query("job_by_key", "SELECT id FROM workflow_jobs WHERE idempotency_key = :key")
 
 
 def enqueue(
@@ -61,15 +63,17 @@ def enqueue(
     trace_id: str | None = None,
     traceparent: str | None = None,
     later: bool = False,
+    into: list[dict[str, Any]] | None = None,
 ) -> EnqueuedJob:
     """Insert a pending job in ``conn``'s transaction; its wake hint goes out after commit.
 
     A second enqueue with the same ``idempotency_key`` returns the existing job (the unique index
     arbitrates; if the first inserter rolls back, the waiting second insert proceeds).
 
-    ``later``: the caller needs neither the job's id nor whether it was created, so the insert is sent
-    with the transaction's next statement (``app.sql.defer``, combined with its other writes); the answer
-    is then ``EnqueuedJob(id=0, created=True)`` (an existing key is left as it is all the same).
+    ``later``: the caller needs neither the job's id nor whether it was created (``job_insert_unread``);
+    the answer is then ``EnqueuedJob(id=0, created=True)`` (an existing key is left as it is all the
+    same). ``into`` (with ``later``): the job's row is not inserted here but appended to ``into``, for a
+    statement of the caller's that inserts it with its own write (``step_moves.activate``).
 
     ``traceparent`` (W3C) defaults to the current span when tracing is on, so the job's attempts
     join the trace of whatever enqueued it (app/observability/tracing.py)."""
@@ -97,12 +101,15 @@ def enqueue(
     # a job due beyond two short polls is found by the pools' own passes in time (hints.worth_a_hint)
     hinted = run_at is not None or worth_a_hint(delay_ms)
     if later:
-        defer(conn, _INSERT_LATER, params)
+        if into is not None:
+            into.append(params)
+        else:
+            run(conn, JOB_INSERT_UNREAD, params)
         _enqueued(conn, jt, hinted)
         return EnqueuedJob(id=0, created=True)
-    row = run(conn, _INSERT, params).first()
+    row = run(conn, JOB_INSERT, params).first()
     if row is None:  # the key exists (its inserter committed)
-        existing = run(conn, _BY_KEY, {"key": idempotency_key}).scalar_one()
+        existing = run(conn, JOB_BY_KEY, {"key": idempotency_key}).scalar_one()
         return EnqueuedJob(id=existing, created=False)
     _enqueued(conn, jt, hinted)
     return EnqueuedJob(id=row.id, created=True)
@@ -112,7 +119,9 @@ def enqueue(
 # there is none, moved earlier when it is due later (a paused one keeps the smaller remainder). The caller
 # holds the instance's lock, so two arms of one instance never race. Its rows: the job it inserted or
 # moved (none when it left the job as it was).
-_ARM = """
+JOB_ARM = query(
+    "job_arm",
+    """
 WITH cur AS (
     SELECT id, status, run_at, remaining_ms FROM workflow_jobs
     WHERE instance_id = :instance_id AND type = :type AND status IN ('pending', 'paused')
@@ -136,7 +145,8 @@ created AS (
     WHERE NOT EXISTS (SELECT 1 FROM cur)
     RETURNING id)
 SELECT id FROM moved UNION ALL SELECT id FROM created
-"""
+""",
+)
 
 
 def arm(
@@ -148,13 +158,15 @@ def arm(
     delay_ms: float,
     trace_id: str,
     absent: bool = False,
+    into: list[dict[str, Any]] | None = None,
 ) -> None:
     """A timer of ``instance_id``: its one pending job of ``job_type`` is due no later than ``delay_ms`` from
     now (created, moved earlier, or left as it is), with the transaction's next statement. For timers that
     cover many rows of an instance, e.g. its deadline and the deadlines of its open tasks (the engine's
     watch, ``task_timeout``): one job per instance instead of one created and canceled per row. The caller holds the instance's lock.
     ``absent``: the caller knows the instance has no such job (it inserted the instance in this
-    transaction): the job is a plain insert, combined with the transaction's other writes."""
+    transaction): the job is a plain insert (``job_insert_unread``), or a row appended to ``into`` (see
+    ``enqueue``)."""
     jt = JobType(job_type)
     body = {} if payload is None else payload
     params = {
@@ -174,18 +186,18 @@ def arm(
     hinted = worth_a_hint(delay_ms)
     if absent:
         none = dict.fromkeys(("task_id", "step_key", "run_at", "idempotency_key"))
-        defer(conn, _INSERT_LATER, {**params, **none, "priority": 0})
+        row = {**params, **none, "priority": 0}
+        if into is not None:
+            into.append(row)
+        else:
+            run(conn, JOB_INSERT_UNREAD, row)
         _enqueued(conn, jt, hinted)
         return
-
-    def hint(rows: list[Any]) -> None:
-        # L-CLAIM-4: the job this created (or moved earlier) publishes its hint after the commit; a job
-        # left as it was is not news (the watch re-armed at each step of a workflow for a later deadline)
-        if rows:
-            publish_after_commit(conn, [jt.pool.queue])
-
-    # no reader (and no cursor of its own) when no hint can follow
-    defer(conn, _ARM, params, on_rows=hint if hinted else None)
+    moved = run(conn, JOB_ARM, params).first()
+    # L-CLAIM-4: the job this created (or moved earlier) publishes its hint after the commit; a job left as
+    # it was is not news (the watch re-armed at each step of a workflow for a later deadline)
+    if moved is not None and hinted:
+        publish_after_commit(conn, [jt.pool.queue])
 
 
 def _enqueued(conn: Connection, jt: JobType, hinted: bool) -> None:

@@ -19,6 +19,7 @@ Who moves a parent job between statuses (every move is a guarded UPDATE in ``app
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class JobStatus(StrEnum):
@@ -133,3 +134,53 @@ PERMANENT_ERROR = "PERMANENT_ERROR"
 CANCELED_BY_OPERATOR = "CANCELED"
 # The attempt was interrupted because its worker shut down (SIGTERM, a deploy): not a handler failure.
 WORKER_SHUTDOWN = "WORKER_SHUTDOWN"
+
+
+# --------------------------------------------------------------------------- the state machines, as data
+class Move(NamedTuple):
+    """One transition of a state machine: the function that makes it (``module.function`` under
+    ``app/ledger/transitions/`` or ``app/engine/transitions/``, or the module that inserts the row), the
+    states it may leave (``()``: the row is created) and the states it may enter. ``guard``: the
+    module-level constant that holds ``frm`` in the code (``module.NAME``), when the move reads its guard
+    from one. docs/state_machine.md is drawn from these tables (``python -m app.engine.state_diagrams``);
+    tests/unit/test_state_machine.py holds them against the code."""
+
+    by: str
+    frm: tuple[str, ...]
+    to: tuple[str, ...]
+    guard: str | None = None
+
+
+_J = JobStatus
+# workflow_jobs.status (the module docstring says who moves a job in and out of each)
+JOB_MOVES: tuple[Move, ...] = (
+    Move("enqueue.enqueue", (), (_J.PENDING,)),
+    Move("enqueue.arm", (), (_J.PENDING,)),
+    Move("executor.claim", (_J.PENDING,), (_J.RUNNING,)),
+    Move("executor.settle", (_J.RUNNING,), (_J.SUCCEEDED, _J.PENDING, _J.FAILED, _J.DEAD)),
+    Move("executor.hand_back", (_J.RUNNING,), (_J.PENDING, _J.DEAD)),
+    Move("interventions.reclaim_expired", (_J.RUNNING,), (_J.PENDING, _J.DEAD)),
+    Move("interventions.suspend_instance", (_J.PENDING, _J.RUNNING), (_J.PAUSED, _J.DEAD)),
+    Move("interventions.resume_instance", (_J.PAUSED,), (_J.PENDING,)),
+    Move(
+        "interventions.cancel_job",
+        (_J.PENDING, _J.RUNNING, _J.PAUSED, _J.FAILED, _J.DEAD),
+        (_J.CANCELED,),
+    ),
+    Move("interventions.cancel_waiting", (_J.PENDING, _J.PAUSED), (_J.CANCELED,)),
+    Move("interventions.retry_job", (_J.FAILED, _J.DEAD, _J.CANCELED), (_J.PENDING,)),
+)
+
+_A = AttemptStatus
+# workflow_job_executions.status: an attempt is open on its job row while the job runs (``running``), and
+# its final row is written once, by the move that ends it
+ATTEMPT_MOVES: tuple[Move, ...] = (
+    Move("executor.claim", (), (_A.RUNNING,)),
+    Move("executor.settle", (_A.RUNNING,), (_A.SUCCEEDED, _A.SKIPPED, _A.FAILED)),
+    Move("executor.hand_back", (_A.RUNNING,), (_A.FAILED, _A.CANCELED)),
+    Move("interventions.reclaim_expired", (_A.RUNNING,), (_A.FAILED,)),
+    Move("interventions.suspend_instance", (_A.RUNNING,), (_A.CANCELED,)),
+    Move("interventions.cancel_job", (_A.RUNNING,), (_A.CANCELED,)),
+)
+JOB_TERMINAL: frozenset[str] = frozenset({_J.SUCCEEDED})
+ATTEMPT_TERMINAL: frozenset[str] = frozenset({_A.SUCCEEDED, _A.SKIPPED, _A.FAILED, _A.CANCELED})

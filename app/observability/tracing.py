@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from app.settings import (
-    OTEL_DB_SPANS,
     OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
     OTEL_SDK_DISABLED,
@@ -105,12 +104,8 @@ def _instrument_libraries(provider: Any) -> None:
     httpx_inst = HTTPXClientInstrumentor()
     httpx_inst.instrument(tracer_provider=provider)
     _instrumented.append(httpx_inst)
-    if OTEL_DB_SPANS.get():
-        from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
-
-        sa_inst = SQLAlchemyInstrumentor()
-        sa_inst.instrument(tracer_provider=provider, enable_commenter=False)
-        _instrumented.append(sa_inst)
+    # SQL spans are app.sql's own (db_span), one per statement it runs, named: no driver or ORM
+    # instrumentation, so the statements sent do not depend on whether tracing is on
 
 
 def shutdown() -> None:
@@ -240,3 +235,24 @@ def span_ids() -> tuple[str, str] | None:
 
     sc = trace.get_current_span().get_span_context()
     return (f"{sc.trace_id:032x}", f"{sc.span_id:016x}") if sc.is_valid else None
+
+
+def db_span(name: str, statement: str) -> Any:
+    """A CLIENT span of one SQL statement (``app.sql``: one per execution, named ``db <statement name>``),
+    a child of the current span; ended by ``end_db_span``."""
+    from opentelemetry.trace import SpanKind
+
+    return _tracer.start_span(
+        f"db {name}",
+        kind=SpanKind.CLIENT,
+        attributes={"db.system": "postgresql", "db.operation.name": name, "db.query.text": statement},
+    )
+
+
+def end_db_span(span: Any, error: BaseException | None) -> None:
+    """End a statement's span; an error marks it (its class only: parameters never reach a span)."""
+    if error is not None:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+    span.end()

@@ -4,14 +4,14 @@ result that ended a paused workflow left ``paused: true`` for good, and RESUME t
 workflow had ended). Data only; the downgrade leaves the rows as they are.
 
 Revision ID: 0029_time_skip
-Revises: 0025_claim_by_start
+Revises: 0026_task_result_key
 Create Date: 2026-12-05
 """
 
 from alembic import op
 
 revision = "0029_time_skip"
-down_revision = "0025_claim_by_start"
+down_revision = "0026_task_result_key"
 branch_labels = None
 depends_on = None
 

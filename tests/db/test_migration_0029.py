@@ -18,7 +18,7 @@ DOC = {
 
 def test_an_ended_workflow_is_not_paused_after_the_upgrade(scratch):
     url, eng = scratch
-    upgrade(url, "0025_claim_by_start")
+    upgrade(url, "0026_task_result_key")  # the revision before this one
     def_id = publish(eng, "ns-mig", DOC)
     ended, open_ = (start(eng, "ns-mig", def_id, {})["id"] for _ in range(2))
     with eng.begin() as conn:  # as a signal that ended a paused workflow left it before the fix

@@ -15,6 +15,7 @@ from app.db import transaction
 from app.engine import definitions, instances, task_protocol
 from app.ledger import handlers
 from app.ledger.outcome import outcome_of
+from app.sql import observing
 from tests.ledger_helpers import claim, context_for, settle, settlement
 
 ENGINE_TABLES = (
@@ -148,8 +149,8 @@ def step(engine: Engine, ns: str, iid: str, key: str) -> dict:
 
 @contextmanager
 def statements_seen(engine: Engine) -> Iterator[list[str]]:
-    """The statements SQLAlchemy's cursor events see on ``engine`` meanwhile (``app.sql`` takes
-    SQLAlchemy's path while they are listened to, and runs each deferred statement at once)."""
+    """The statements run meanwhile: ``app.sql``'s (its observers) and those SQLAlchemy executes itself on
+    ``engine`` (its cursor events), each as the driver is given it."""
     seen: list[str] = []
 
     def listen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -157,6 +158,7 @@ def statements_seen(engine: Engine) -> Iterator[list[str]]:
 
     event.listen(engine, "before_cursor_execute", listen)
     try:
-        yield seen
+        with observing(lambda name, sql, params: seen.append(sql)):
+            yield seen
     finally:
         event.remove(engine, "before_cursor_execute", listen)

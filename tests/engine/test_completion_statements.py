@@ -1,6 +1,6 @@
 """What a task's completion sends to PostgreSQL: the task's own move and the read of its instance's steps
 are ONE statement (``store.write_reading_steps``), and the next step's first task and row are ONE
-statement (``app.sql_text.absorbs``). The outcome is the one of the statements sent one by one: the tests of
+statement (``step_moves.STEP_ACTIVATE_FIRST``, written out by hand). The outcome is the one of the statements sent one by one: the tests of
 the engine's moves cover it; these count statements."""
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
     from app.db import transaction
     from app.engine import store
     from app.engine.transitions.task_moves import TASK_COLS
+    from app.sql import query
 
     doc = definition(*({"key": f"s{i}", "kind": "TASK", "queue": "wide"} for i in range(6)))
     iid = start(eng, NS, publish(eng, NS, doc), {})["id"]
@@ -66,6 +67,7 @@ def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
             {"id": task["id"], "epoch": task["epoch"], "steps_of_instance": iid},
         ).all()
         assert len(rows) == 6 and [r.id for r in rows].count(task["id"]) == 1 and rows[0].id == task["id"]
-        row, steps = store.write_reading_steps(conn, move, {"id": task["id"], "epoch": task["epoch"]}, iid)
+        touch = query("test_task_touch", move)
+        row, steps = store.write_reading_steps(conn, touch, {"id": task["id"], "epoch": task["epoch"]}, iid)
         assert row.id == task["id"] and sorted(s["key"] for s in steps) == [f"s{i}" for i in range(6)]
-        assert store.write_reading_steps(conn, move, {"id": task["id"], "epoch": 99}, iid) == (None, [])
+        assert store.write_reading_steps(conn, touch, {"id": task["id"], "epoch": 99}, iid) == (None, [])

@@ -209,3 +209,31 @@ def test_the_instance_lock_counts_only_listeners_of_the_instances_own_namespace(
             {"i": iid},
         ).scalar()
     assert n == 0
+
+
+def test_a_transaction_with_more_events_than_a_batch_holds_writes_consecutive_batches(
+    eng, monkeypatch
+) -> None:
+    """Past ``BATCH_EVENTS`` events a transaction writes several batch rows of one instance in its one
+    commit statement (``engine_commit_batch``): each continues the sequence where the one before it ends
+    (the rows of one statement do not see each other: the statement numbers them itself), for each of two
+    instances."""
+    from app.engine import commit_batch
+
+    monkeypatch.setattr(commit_batch, "BATCH_EVENTS", 2)
+    def_id = publish(eng, NS, DOC)
+    first, second = (start(eng, NS, def_id, {})["id"] for _ in range(2))
+    before = {iid: len(_events(eng, iid)) for iid in (first, second)}
+    with transaction(eng) as conn:
+        for iid, n in ((first, 5), (second, 3)):
+            for _ in range(n):
+                events.emit(conn, iid, "step.active", step_key="work")
+    for iid, n in ((first, 5), (second, 3)):
+        seqs = [r.seq for r in _events(eng, iid)]
+        assert seqs == list(range(1, before[iid] + n + 1)), seqs
+    with eng.connect() as conn:
+        rows = conn.execute(
+            text("SELECT count(*) FROM workflow_event_batches WHERE instance_id = :i AND first_seq > :b"),
+            {"i": first, "b": before[first]},
+        ).scalar()
+    assert rows == 3  # 2 + 2 + 1

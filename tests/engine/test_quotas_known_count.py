@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.engine import quotas
 from app.errors import QuotaExceeded
 from app.ids import new_id
+from app.sql import observing
 from tests.engine.helpers import publish, start
 
 ONE_TASK = {
@@ -36,15 +37,12 @@ def _counted_by_a_start(eng, ns: str, def_id: str) -> list[Any]:
     statement counted the tasks)."""
     given: list[Any] = []
 
-    def seen(conn: Any, cursor: Any, statement: str, params: Any, *args: Any) -> None:
+    def seen(name: Any, statement: str, params: Any) -> None:
         if "FROM workflow_quota_counts WHERE namespace_id" in statement:
             given.append(params["known"])
 
-    event.listen(eng, "before_cursor_execute", seen)
-    try:
+    with observing(seen):
         start(eng, ns, def_id, {})
-    finally:
-        event.remove(eng, "before_cursor_execute", seen)
     return given
 
 

@@ -3,12 +3,12 @@ immutable, so every later advance and start reuses the text, parsed into a fresh
 
 from __future__ import annotations
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.db import transaction
 from app.engine import store
 from app.ids import new_id
-from tests.engine.helpers import publish
+from tests.engine.helpers import publish, statements_seen
 
 NS = "ns-" + new_id()[:8]
 DOC = {
@@ -28,22 +28,14 @@ def _version_id(engine, def_id: str) -> str:
 
 def test_a_version_document_is_read_once_and_handed_out_as_fresh_objects(eng):
     vid = _version_id(eng, publish(eng, NS, DOC))
-    reads: list[str] = []
-
-    def count(conn, cursor, statement, *args):
-        if "FROM workflow_definition_versions" in statement:
-            reads.append(statement)
-
-    event.listen(eng, "before_cursor_execute", count)
-    try:
+    with statements_seen(eng) as seen:
         with transaction(eng) as conn:
             first = store.version_document(conn, vid)
             first["steps"][0]["queue"] = "changed by a caller"
             second = store.version_document(conn, vid)
         with transaction(eng) as conn:
             third = store.version_document(conn, vid)
-    finally:
-        event.remove(eng, "before_cursor_execute", count)
+    reads = [s for s in seen if "FROM workflow_definition_versions" in s]
     assert len(reads) == 1  # the first call only
     assert second == third == DOC  # the caller's change reached neither
     assert second is not third

@@ -128,7 +128,7 @@ FROM generate_series(1, :n) g"""
     cancel = text(
         "UPDATE workflow_waits SET state = 'CANCELLED' WHERE instance_id = :i AND state = 'WAITING'"
     )
-    for statement in (text(store._OPEN_WORK), cancel):
+    for statement in (text(store._OPEN_WORK.text), cancel):
         nodes = _plan(eng, statement, {"i": f"{NS}-i100"})
         assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], [n.get("Relation Name") for n in nodes]
 

@@ -140,14 +140,12 @@ def test_a_result_locks_instance_then_task_in_one_statement(eng):
 def test_a_result_takes_its_locks_in_one_statement(eng):
     """The statements of a completion that lock rows before its first write: one (two before: the
     instance, then the task)."""
-    from sqlalchemy import event
+    from tests.engine.helpers import statements_seen
 
     def_id = publish(eng, NS, _doc({"key": "a", "kind": "TASK", "queue": "lk.one"}))
     start(eng, NS, def_id, {})
     task = claim_task(eng, NS, "lk.one")
-    sent: list[str] = []
-    with transaction(eng) as conn:
-        event.listen(conn, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    with statements_seen(eng) as sent, transaction(eng) as conn:
         task_protocol.complete(conn, NS, task["id"], task["epoch"], {"ok": 1})
     first_write = next(
         i for i, s in enumerate(sent) if s.lstrip().upper().startswith(("UPDATE", "INSERT", "WITH"))

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from psycopg import _queries
 
 from app.ledger.transitions import executor
+from app.sql_text import compact_sql
 
 
 def test_every_pool_statement_is_short_enough_for_psycopgs_conversion_cache():
@@ -27,7 +28,7 @@ SELECT 'a  -- not a comment', x::int  -- a comment
 FROM   t
 WHERE  s = 'it''s   kept'   -- another
 """
-    assert executor.compact_sql(sql) == "SELECT 'a  -- not a comment', x::int FROM t WHERE s = 'it''s   kept'"
+    assert compact_sql(sql) == "SELECT 'a  -- not a comment', x::int FROM t WHERE s = 'it''s   kept'"
 
 
 _literal = st.text(alphabet=st.sampled_from("ab -\n'"), max_size=12).map(
@@ -39,7 +40,7 @@ _token = st.sampled_from(["SELECT", "x", "::int", "(", ")", ",", "=", "  ", "\n"
 @given(st.lists(st.one_of(_literal, _token), max_size=30))
 def test_compact_sql_never_changes_a_string_literal(parts):
     sql = " ".join(parts)
-    compacted = executor.compact_sql(sql)
+    compacted = compact_sql(sql)
     literals = [p for p in parts if p.startswith("'")]
     at = 0
     for lit in literals:  # every literal survives verbatim and in order

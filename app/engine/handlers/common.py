@@ -14,7 +14,7 @@ from app.engine.store import lock_instance, read_step, read_steps
 from app.errors import NotFound
 from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
-from app.sql import run
+from app.sql import query, run
 
 _LOCKED = "run_advance.instance"  # transaction_state key: the instance row lock_first read
 
@@ -97,14 +97,16 @@ def steps_of_activation(
     return None, rows
 
 
+_ACTIVATION_OWNER = query(
+    "activation_owner",
+    "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_all_activations a "
+    "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a",
+)
+
+
 def _owner_of_activation(conn: Connection, activation_id: str, instance_id: str) -> str | None:
     """The key of the step whose current activation is ``activation_id`` (None: an older activation of
     it); refused unless the activation belongs to ``instance_id``."""
-    row = run(
-        conn,
-        "SELECT a.instance_id, s.key, s.activation_id = a.id AS current FROM workflow_all_activations a "
-        "JOIN workflow_steps s ON s.id = a.step_id WHERE a.id = :a",
-        {"a": str(activation_id)},
-    ).first()
+    row = run(conn, _ACTIVATION_OWNER, {"a": str(activation_id)}).first()
     bind("activation", activation_id, row.instance_id if row else None, instance_id)
     return row.key if row.current else None

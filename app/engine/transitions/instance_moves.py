@@ -12,6 +12,7 @@ from app.engine import events, quotas
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
 from app.engine.store import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.transitions._guard import many, one, states
+from app.sql import query
 
 S = InstanceState
 OPEN = [s for s in values(InstanceState) if s not in TERMINAL]
@@ -26,18 +27,9 @@ _CONTROL = "control_revision = control_revision + 1, " + _BUMP
 STARTED_REVISION = 2
 
 
-def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
-    """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
-    ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
-    first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
-    None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
-    request (``app.engine.start_keys``) or None. Returns it as ``store.read_instance`` would."""
-    created = one(
-        conn,
-        "instance create",
-        row["id"],
-        [],
-        f"""
+_CREATE = query(
+    "instance_create",
+    f"""
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, revision,
     input, business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id,
     schedule_fire_at, automation_chain, start_key, start_fingerprint)
@@ -46,13 +38,35 @@ VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', {STARTED_REVISION}, CAST(:inp
     :schedule_fire_at, CAST(:chain AS text[]), :start_key, :start_fp)
 RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace_id")} AS listened
 """,
-        row,
-    )
+)
+
+
+def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
+    ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
+    first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
+    None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
+    request (``app.engine.start_keys``) or None. Returns it as ``store.read_instance`` would."""
+    created = one(conn, "instance create", row["id"], [], _CREATE, row)
     inst = instance_row(created)
     quotas.instance(conn, inst["namespace_id"], +1)
     events.known_listeners(conn, row["id"], inst.pop("listened"), inst["trace_id"])
     events.emit(conn, row["id"], "workflow.started")
     return inst
+
+
+# RUNNING <-> WAITING; ``o.old``: the state before (an event only when it changed)
+_SET_PROGRESS = query(
+    "instance_set_progress",
+    f"UPDATE workflow_instances w SET state = :s, {_BUMP} FROM (SELECT state AS old FROM workflow_instances "
+    f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+)
+# the same when the row already counts this move in its revision (a new instance: ``create``)
+_SET_PROGRESS_UNBUMPED = query(
+    "instance_set_progress_unbumped",
+    f"UPDATE workflow_instances w SET state = :s FROM (SELECT state AS old FROM workflow_instances "
+    f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+)
 
 
 def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -> dict[str, Any]:
@@ -64,14 +78,19 @@ def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -
         f"instance -> {state}",
         iid,
         ADVANCING,
-        f"UPDATE workflow_instances w SET state = :s{', ' + _BUMP if bump else ''} FROM (SELECT state AS old FROM workflow_instances "
-        f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+        _SET_PROGRESS if bump else _SET_PROGRESS_UNBUMPED,
         {"id": iid, "s": state, "from": states(ADVANCING)},
     )
     inst = instance_row(row)
     if inst.pop("old") != state:
         events.emit(conn, iid, "workflow.running" if state == S.RUNNING else "workflow.waiting")
     return inst
+
+
+_Q_INSTANCE_TOUCH = query(
+    "instance_touch",
+    f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}",
+)
 
 
 def touch(conn: Connection, iid: str) -> dict[str, Any]:
@@ -83,10 +102,24 @@ def touch(conn: Connection, iid: str) -> dict[str, Any]:
             "instance revision",
             iid,
             OPEN,
-            f"UPDATE workflow_instances SET {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}",
+            _Q_INSTANCE_TOUCH,
             {"id": iid, "from": OPEN},
         )
     )
+
+
+_END = query(
+    "instance_end",
+    f"""
+UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
+    paused = false, paused_at = NULL,
+    error = COALESCE(CAST(:error AS jsonb), error),
+    stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
+    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
+                             ELSE stop_requested_at END
+WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}
+""",
+)
 
 
 def end(
@@ -102,20 +135,19 @@ def end(
         f"instance -> {state}",
         iid,
         OPEN,
-        f"""
-UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
-    paused = false, paused_at = NULL,
-    error = COALESCE(CAST(:error AS jsonb), error),
-    stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
-    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
-                             ELSE stop_requested_at END
-WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}
-""",
+        _END,
         {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
     )
     quotas.instance(conn, row.namespace_id, -1)
     events.emit(conn, iid, f"workflow.{state.lower()}")
     return instance_row(row)
+
+
+_Q_INSTANCE_PAUSE = query(
+    "instance_pause",
+    f"UPDATE workflow_instances SET paused = true, paused_at = now(), {_CONTROL} "
+    "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
+)
 
 
 def pause(conn: Connection, iid: str) -> None:
@@ -124,11 +156,19 @@ def pause(conn: Connection, iid: str) -> None:
         "pause",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET paused = true, paused_at = now(), {_CONTROL} "
-        "WHERE id = :id AND NOT paused AND state = ANY(:from) RETURNING id",
+        _Q_INSTANCE_PAUSE,
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.paused")
+
+
+_Q_INSTANCE_RESUME = query(
+    "instance_resume",
+    f"UPDATE workflow_instances w SET paused = false, paused_at = NULL, {_CONTROL} "
+    "FROM (SELECT paused_at AS was FROM workflow_instances WHERE id = :id) o "
+    "WHERE w.id = :id AND w.paused AND w.state = ANY(:from) "
+    "RETURNING COALESCE(now() - o.was, interval '0') AS paused_for",
+)
 
 
 def resume(conn: Connection, iid: str) -> Any:
@@ -138,10 +178,7 @@ def resume(conn: Connection, iid: str) -> Any:
         "resume",
         iid,
         OPEN,
-        f"UPDATE workflow_instances w SET paused = false, paused_at = NULL, {_CONTROL} "
-        "FROM (SELECT paused_at AS was FROM workflow_instances WHERE id = :id) o "
-        "WHERE w.id = :id AND w.paused AND w.state = ANY(:from) "
-        "RETURNING COALESCE(now() - o.was, interval '0') AS paused_for",
+        _Q_INSTANCE_RESUME,
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.resumed")
@@ -151,6 +188,16 @@ def resume(conn: Connection, iid: str) -> Any:
 CANCELLABLE = [S.RUNNING, S.WAITING, S.NEEDS_REVIEW]
 
 
+_Q_INSTANCE_REQUEST_CANCEL = query(
+    "instance_request_cancel",
+    f"""
+UPDATE workflow_instances SET state = 'CANCELLING', {_CONTROL}, cancel_requested_at = now(),
+    stop_kind = COALESCE(stop_kind, 'CANCEL'), stop_requested_at = COALESCE(stop_requested_at, now())
+WHERE id = :id AND cancel_requested_at IS NULL AND state = ANY(:from) RETURNING id
+""",
+)
+
+
 def request_cancel(conn: Connection, iid: str) -> None:
     """W-CTL CANCEL: CANCELLING with cancel_requested_at; a first stop target is kept."""
     one(
@@ -158,14 +205,21 @@ def request_cancel(conn: Connection, iid: str) -> None:
         "cancel",
         iid,
         CANCELLABLE,
-        f"""
-UPDATE workflow_instances SET state = 'CANCELLING', {_CONTROL}, cancel_requested_at = now(),
-    stop_kind = COALESCE(stop_kind, 'CANCEL'), stop_requested_at = COALESCE(stop_requested_at, now())
-WHERE id = :id AND cancel_requested_at IS NULL AND state = ANY(:from) RETURNING id
-""",
+        _Q_INSTANCE_REQUEST_CANCEL,
         {"id": iid, "from": states(CANCELLABLE)},
     )
     events.emit(conn, iid, "workflow.cancelling")
+
+
+_Q_INSTANCE_START_COMPENSATION = query(
+    "instance_start_compensation",
+    f"""
+UPDATE workflow_instances SET state = 'CANCELLING', {_BUMP}, compensation = CAST(:c AS jsonb),
+    error = COALESCE(CAST(:e AS jsonb), error), stop_kind = COALESCE(stop_kind, :k),
+    stop_requested_at = COALESCE(stop_requested_at, now())
+WHERE id = :id AND state = ANY(:from) RETURNING id
+""",
+)
 
 
 def start_compensation(conn: Connection, iid: str, comp: dict, *, stop_kind: str, error: Any) -> None:
@@ -175,15 +229,17 @@ def start_compensation(conn: Connection, iid: str, comp: dict, *, stop_kind: str
         "start compensation",
         iid,
         OPEN,
-        f"""
-UPDATE workflow_instances SET state = 'CANCELLING', {_BUMP}, compensation = CAST(:c AS jsonb),
-    error = COALESCE(CAST(:e AS jsonb), error), stop_kind = COALESCE(stop_kind, :k),
-    stop_requested_at = COALESCE(stop_requested_at, now())
-WHERE id = :id AND state = ANY(:from) RETURNING id
-""",
+        _Q_INSTANCE_START_COMPENSATION,
         {"id": iid, "c": jdump(comp), "e": jdump(error), "k": stop_kind, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.compensating", stop_kind=stop_kind)
+
+
+_Q_INSTANCE_SAVE_COMPENSATION = query(
+    "instance_save_compensation",
+    f"UPDATE workflow_instances SET compensation = CAST(:c AS jsonb), state = COALESCE(:s, state), {_BUMP} "
+    "WHERE id = :id AND state = ANY(:from) RETURNING id",
+)
 
 
 def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None = None) -> None:
@@ -194,12 +250,18 @@ def save_compensation(conn: Connection, iid: str, comp: dict, state: str | None 
         f"compensation -> {comp.get('state')}",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET compensation = CAST(:c AS jsonb), state = COALESCE(:s, state), {_BUMP} "
-        "WHERE id = :id AND state = ANY(:from) RETURNING id",
+        _Q_INSTANCE_SAVE_COMPENSATION,
         {"id": iid, "c": jdump(comp), "s": state, "from": OPEN},
     )
     if state == S.NEEDS_REVIEW:
         events.emit(conn, iid, "workflow.needs_review", reason="compensation failed")
+
+
+_Q_INSTANCE_SET_COMPENSATION_TASK = query(
+    "instance_set_compensation_task",
+    "UPDATE workflow_instances SET compensation = compensation || jsonb_build_object('task_id', "
+    f"CAST(:t AS text)), {_BUMP} WHERE id = :id AND state = 'CANCELLING' RETURNING id",
+)
 
 
 def set_compensation_task(conn: Connection, iid: str, task_id: str) -> None:
@@ -208,10 +270,16 @@ def set_compensation_task(conn: Connection, iid: str, task_id: str) -> None:
         "compensation task",
         iid,
         [S.CANCELLING],
-        "UPDATE workflow_instances SET compensation = compensation || jsonb_build_object('task_id', "
-        f"CAST(:t AS text)), {_BUMP} WHERE id = :id AND state = 'CANCELLING' RETURNING id",
+        _Q_INSTANCE_SET_COMPENSATION_TASK,
         {"id": iid, "t": task_id},
     )
+
+
+_Q_INSTANCE_TO_REVIEW = query(
+    "instance_to_review",
+    f"UPDATE workflow_instances SET state = 'NEEDS_REVIEW', {_BUMP} WHERE id = :id AND state = ANY(:from) "
+    "RETURNING id",
+)
 
 
 def to_review(conn: Connection, iid: str) -> None:
@@ -221,14 +289,23 @@ def to_review(conn: Connection, iid: str) -> None:
         "instance -> NEEDS_REVIEW",
         iid,
         OPEN,
-        f"UPDATE workflow_instances SET state = 'NEEDS_REVIEW', {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING id",
+        _Q_INSTANCE_TO_REVIEW,
         {"id": iid, "from": OPEN},
     )
     events.emit(conn, iid, "workflow.needs_review", reason="external outcome unknown")
 
 
 REVIEWABLE = [S.NEEDS_REVIEW, S.RUNNING, S.WAITING, S.CANCELLING]
+
+
+_LEAVE_REVIEW = query(
+    "instance_leave_review",
+    f"UPDATE workflow_instances SET state = :s, {_BUMP} WHERE id = :id AND state = ANY(:from) RETURNING id",
+)
+_LEAVE_REVIEW_UNBUMPED = query(
+    "instance_leave_review_unbumped",
+    "UPDATE workflow_instances SET state = :s WHERE id = :id AND state = ANY(:from) RETURNING id",
+)
 
 
 def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -> None:
@@ -239,11 +316,17 @@ def leave_review(conn: Connection, iid: str, state: str, *, bump: bool = True) -
         f"instance -> {state}",
         iid,
         REVIEWABLE,
-        f"UPDATE workflow_instances SET state = :s{', ' + _BUMP if bump else ''} WHERE id = :id "
-        "AND state = ANY(:from) RETURNING id",
+        _LEAVE_REVIEW if bump else _LEAVE_REVIEW_UNBUMPED,
         {"id": iid, "s": state, "from": states(REVIEWABLE)},
     )
     events.emit(conn, iid, "workflow.recovered", state=state)
+
+
+_UNFINISHED_CHILDREN = query(
+    "instance_unfinished_children",
+    "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND stop_requested_at IS NULL "
+    "AND state = ANY(:open) ORDER BY id",
+)
 
 
 def unfinished_children(conn: Connection, iid: str) -> list[str]:
@@ -252,8 +335,7 @@ def unfinished_children(conn: Connection, iid: str) -> list[str]:
         r[0]
         for r in many(
             conn,
-            "SELECT id FROM workflow_instances WHERE parent_instance_id = :id AND stop_requested_at IS NULL "
-            "AND state = ANY(:open) ORDER BY id",
+            _UNFINISHED_CHILDREN,
             {"id": iid, "open": OPEN},
         )
     ]

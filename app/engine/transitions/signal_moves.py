@@ -12,23 +12,29 @@ from app.engine import events
 from app.engine.states import SignalState
 from app.engine.store import jdump
 from app.engine.transitions._guard import many
-from app.sql import run
+from app.sql import query, run
 
 S = SignalState
 _SETTLED = "RETURNING id, namespace_id, instance_id, state, disposition, consumed_wait_id, revision"
 _BUMP = "resolved_at = now(), revision = revision + 1, updated_at = now()"
 
 
-def insert(conn: Connection, row: dict[str, Any]) -> None:
-    run(
-        conn,
-        """
+_Q_SIGNAL_INSERT = query(
+    "signal_insert",
+    """
 INSERT INTO workflow_signals (id, namespace_id, instance_id, name, payload_version, target_step_key,
     target_activation_sequence, correlation_key, payload, actor_id, reason, evidence_ref, state, disposition,
     expires_at, resolved_at)
 VALUES (:id, :ns, :inst, :name, :pv, :step, :seq, :corr, CAST(:payload AS jsonb), :actor, :reason, :evidence,
     :state, :disp, :expires, CASE WHEN :state = 'PENDING' THEN NULL ELSE now() END)
 """,
+)
+
+
+def insert(conn: Connection, row: dict[str, Any]) -> None:
+    run(
+        conn,
+        _Q_SIGNAL_INSERT,
         {**row, "payload": jdump(row["payload"])},
     )
     events.emit(
@@ -55,6 +61,13 @@ def _events(conn: Connection, rows: list[Any]) -> list[Any]:
     return rows
 
 
+_Q_SIGNAL_SETTLE = query(
+    "signal_settle",
+    f"UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, {_BUMP} "
+    f"WHERE id = :id AND state = 'PENDING' {_SETTLED}",
+)
+
+
 def settle(
     conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None
 ) -> list[Any]:
@@ -63,11 +76,17 @@ def settle(
         conn,
         many(
             conn,
-            f"UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, {_BUMP} "
-            f"WHERE id = :id AND state = 'PENDING' {_SETTLED}",
+            _Q_SIGNAL_SETTLE,
             {"id": sig_id, "s": state, "d": disposition, "w": wait_id},
         ),
     )
+
+
+_Q_SIGNAL_TRY_EXPIRE = query(
+    "signal_try_expire",
+    f"UPDATE workflow_signals SET state = 'EXPIRED', {_BUMP} "
+    f"WHERE id = :id AND instance_id = :inst AND state = 'PENDING' AND expires_at <= now() {_SETTLED}",
+)
 
 
 def try_expire(conn: Connection, sig_id: str, instance_id: str) -> list[Any]:
@@ -76,11 +95,17 @@ def try_expire(conn: Connection, sig_id: str, instance_id: str) -> list[Any]:
         conn,
         many(
             conn,
-            f"UPDATE workflow_signals SET state = 'EXPIRED', {_BUMP} "
-            f"WHERE id = :id AND instance_id = :inst AND state = 'PENDING' AND expires_at <= now() {_SETTLED}",
+            _Q_SIGNAL_TRY_EXPIRE,
             {"id": sig_id, "inst": instance_id},
         ),
     )
+
+
+_Q_SIGNAL_CLOSE_PENDING = query(
+    "signal_close_pending",
+    f"UPDATE workflow_signals SET state = 'REJECTED', disposition = 'WORKFLOW_ENDED', {_BUMP} "
+    f"WHERE instance_id = :id AND state = 'PENDING' {_SETTLED}",
+)
 
 
 def close_pending(conn: Connection, instance_id: str) -> list[Any]:
@@ -89,8 +114,7 @@ def close_pending(conn: Connection, instance_id: str) -> list[Any]:
         conn,
         many(
             conn,
-            f"UPDATE workflow_signals SET state = 'REJECTED', disposition = 'WORKFLOW_ENDED', {_BUMP} "
-            f"WHERE instance_id = :id AND state = 'PENDING' {_SETTLED}",
+            _Q_SIGNAL_CLOSE_PENDING,
             {"id": instance_id},
         ),
     )

@@ -5,7 +5,8 @@ and its current activation move together; each move is guarded by the states it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
@@ -14,8 +15,10 @@ from app.engine import events
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.store import MISSING, blocked_step, jdump, jparse
 from app.engine.transitions._guard import TransitionRefused, many, one, states
+from app.engine.transitions.task_moves import TASK_INSERT
 from app.ids import new_id
-from app.sql import defer, run
+from app.ledger.enqueue import JOB_INSERT_UNREAD
+from app.sql import Query, query, run
 
 S = StepState
 OPEN = states(STEP_OPEN)
@@ -45,6 +48,17 @@ class NewActivation:
     poll_deadline: Any
 
 
+@dataclass
+class Activation:
+    """The rows a step's activation writes beside the step's own: its task (``task_moves.insert``) and
+    its jobs (a TIMER's wake, a SUBWORKFLOW's spawn, a new instance's watch: ``app.ledger.enqueue``), each a
+    dict of the parameters of ``task_insert`` / ``job_insert_unread``. A first activation writes them
+    with the step's row, in ONE statement (``step_activate_first``)."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+
 # the current activation of a step, copied to workflow_activations before a new one replaces it
 _ARCHIVE = """
 INSERT INTO workflow_activations (id, instance_id, step_id, sequence, state, input, output, error, task_attempts,
@@ -57,6 +71,7 @@ SELECT activation_id, instance_id, id, activation_sequence, act_state, act_input
     poll_current_task_id, poll_next_at, poll_resolved_at, COALESCE(activated_at, now()), completed_at
 FROM workflow_steps WHERE id = :step AND activation_id = :a
 """
+STEP_ARCHIVE_ACTIVATION = query("step_archive_activation", _ARCHIVE)
 
 
 def insert_activation(
@@ -72,7 +87,7 @@ def insert_activation(
     RETRY_STEP) first copies that one to ``workflow_activations``: the only write an activation costs
     beyond its step's."""
     if step["activation_id"] is not None:
-        defer(conn, _ARCHIVE, {"step": step["id"], "a": step["activation_id"]})
+        run(conn, STEP_ARCHIVE_ACTIVATION, {"step": step["id"], "a": step["activation_id"]})
     return NewActivation(
         id=new_id(),
         sequence=(step["activation_sequence"] or 0) + 1,
@@ -82,21 +97,69 @@ def insert_activation(
     )
 
 
-_ACT_COLUMNS = """activation_id, activation_sequence, task_id, act_state, act_input, act_output, act_error,
-    task_attempts, child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used,
-    poll_round_attempts, poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at,
-    poll_resolved_at, activated_at, completed_at"""
-# the first activation of a BLOCKED step, which has no row: its row, inserted ACTIVE / WAITING (revision 2,
-# as when the BLOCKED row of revision 1 was updated). A row already there (another transaction activated
-# the step first) refuses the move, as a step no longer BLOCKED did.
-_ACTIVATE_FIRST = f"""
-INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, {_ACT_COLUMNS})
+# The first activation of a BLOCKED step, which has no row: its tasks (``Activation.tasks``: 0..n rows as JSON
+# records), then its row, inserted ACTIVE / WAITING (revision 2, as when the BLOCKED row of revision 1 was
+# updated). A row already there (another transaction activated the step first) refuses the move, as a step
+# no longer BLOCKED did (the task then goes with the transaction's rollback). The task's key to its step is
+# checked at commit (DEFERRABLE INITIALLY DEFERRED); the writes of one statement read nothing the others
+# write. A TASK step's next activation is this statement with one task.
+STEP_ACTIVATE_FIRST = query(
+    "step_activate_first",
+    """
+WITH task AS (
+    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+        attempt, poll_round, deadline_at, purpose, instance_created_at)
+    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
+        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
+    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
+        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
+        instance_created_at timestamptz))
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
+    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
+    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
 VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
     :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
 ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
-"""
-# a new activation of a stored step (an operator's RETRY_STEP)
-_ACTIVATE_AGAIN = f"""
+""",
+)
+# ``step_activate_first`` with the activation's jobs (``Activation.jobs``: a TIMER's wake, a SUBWORKFLOW's
+# spawn, a TRIGGER's dispatch, an external approval's dispatch, a new instance's watch; 1..n rows as JSON
+# records; a job whose idempotency key exists is left as it is).
+STEP_ACTIVATE_FIRST_WITH_JOBS = query(
+    "step_activate_first_with_jobs",
+    """
+WITH task AS (
+    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+        attempt, poll_round, deadline_at, purpose, instance_created_at)
+    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
+        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
+    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
+        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
+        instance_created_at timestamptz)),
+job AS (
+    INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
+        max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
+    SELECT CAST(j.type AS workflow_job_type), CAST(j.queue AS workflow_job_queue), CAST(j.payload AS jsonb),
+        j.instance_id, j.task_id, j.step_key, j.priority,
+        COALESCE(j.run_at, now() + j.delay_ms * interval '1 millisecond'),
+        j.max_attempts, j.execution_timeout_ms, j.operation_key, j.idempotency_key, j.trace_id, j.traceparent
+    FROM json_to_recordset(CAST(:jobs AS json)) AS j(type text, queue text, payload text, instance_id text,
+        task_id text, step_key text, priority int, run_at timestamptz, delay_ms float8, max_attempts int,
+        execution_timeout_ms bigint, operation_key text, idempotency_key text, trace_id text, traceparent text)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING)
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
+    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
+    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
+VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
+    :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
+""",
+)
+STEP_ACTIVATE_AGAIN = query(
+    "step_activate_again",
+    f"""
 UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = :seq,
     task_id = COALESCE(:t, CASE WHEN kind = 'POLL' THEN task_id END),
     act_state = :s, act_input = CAST(:input AS jsonb), act_output = NULL, act_error = NULL,
@@ -105,7 +168,16 @@ UPDATE workflow_steps SET state = :s, activation_id = :a, activation_sequence = 
     poll_last_task_id = NULL, poll_current_task_id = NULL, poll_next_at = NULL, poll_resolved_at = NULL,
     activated_at = now(), completed_at = NULL, {_BUMP}
 WHERE id = :id AND state = ANY(:from) RETURNING instance_id
-"""
+""",
+)
+
+
+def _rows(work: Activation) -> dict[str, str]:
+    """``work``'s rows as the parameters of ``step_activate_first`` (``_with_jobs``)."""
+    rows = {"tasks": json.dumps(work.tasks, default=str)}
+    if work.jobs:
+        rows["jobs"] = json.dumps(work.jobs, default=str)
+    return rows
 
 
 def activate(
@@ -117,10 +189,11 @@ def activate(
     *,
     task_id: str | None = None,
     allowed: list[str] | None = None,
+    work: Activation | None = None,
 ) -> None:
     """Step ``step`` of instance ``iid`` runs activation ``act`` (in ``state``, ACTIVE / WAITING): from BLOCKED (dependencies
-    succeeded: the step's row is inserted) or, for an operator's RETRY_STEP, from ``RESOLVABLE`` (its
-    row is updated)."""
+    succeeded: the step's row is inserted, with ``work``'s rows, in one statement) or, for an operator's
+    RETRY_STEP, from ``RESOLVABLE`` (``work``'s rows are inserted, then its row is updated)."""
     allowed = allowed or [S.BLOCKED]
     # no row yet: the first activation inserts it. A stored row (an operator's RETRY_STEP, or a BLOCKED
     # row an older release inserted at its start) is updated, guarded by ``allowed`` as ever.
@@ -128,12 +201,20 @@ def activate(
     if first and S.BLOCKED not in allowed:
         raise TransitionRefused(f"step {step['key']} -> {state}", step["id"], states(allowed))
     poll = act.poll_deadline is not None
+    work = work or Activation()
+    if not first:
+        for task in work.tasks:
+            run(conn, TASK_INSERT, task)
+        for job in work.jobs:
+            run(conn, JOB_INSERT_UNREAD, job)
     row = one(
         conn,
         f"step {step['key']} -> {state}",
         step["id"],
         allowed,
-        _ACTIVATE_FIRST if first else _ACTIVATE_AGAIN,
+        (STEP_ACTIVATE_FIRST_WITH_JOBS if work.jobs else STEP_ACTIVATE_FIRST)
+        if first
+        else STEP_ACTIVATE_AGAIN,
         {
             "id": step["id"],
             "inst": iid,
@@ -150,6 +231,7 @@ def activate(
             "z": 0 if poll else None,
             "one": 1 if poll else None,
             "pd": act.poll_deadline,
+            **(_rows(work) if first else {}),
         },
     )
     events.emit(
@@ -163,6 +245,18 @@ def activate(
     )
 
 
+_SET_ACTIVE = query(
+    "step_set_active",
+    f"UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, {_BUMP} WHERE id = :id AND state = ANY(:from) "
+    "RETURNING instance_id, activation_id",
+)
+_SET_WAITING = query(
+    "step_set_waiting",
+    f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) "
+    "RETURNING instance_id, activation_id",
+)
+
+
 def set_active(conn: Connection, step: dict, task_id: str) -> None:
     """The next task attempt / poll round runs: ACTIVE and pointing at its task."""
     row = one(
@@ -170,8 +264,7 @@ def set_active(conn: Connection, step: dict, task_id: str) -> None:
         f"step {step['key']} -> ACTIVE",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET state = 'ACTIVE', task_id = :t, {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING instance_id, activation_id",
+        _SET_ACTIVE,
         {"id": step["id"], "t": task_id, "from": OPEN},
     )
     events.emit(
@@ -191,8 +284,7 @@ def set_waiting(conn: Connection, step: dict) -> None:
         f"step {step['key']} -> WAITING",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET state = 'WAITING', {_BUMP} WHERE id = :id AND state = ANY(:from) "
-        "RETURNING instance_id, activation_id",
+        _SET_WAITING,
         {"id": step["id"], "from": OPEN},
     )
     events.emit(conn, row.instance_id, "step.waiting", step_key=step["key"], activation_id=row.activation_id)
@@ -204,6 +296,7 @@ UPDATE workflow_steps SET state = :s, act_state = :s, completed_at = now(),
     {_BUMP}
 WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from) RETURNING instance_id
 """
+STEP_SETTLE = query("step_settle", _SETTLE)
 
 
 def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
@@ -214,7 +307,7 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
         f"step {step['key']} and its activation -> {state}",
         step["id"],
         allowed,
-        _SETTLE,
+        STEP_SETTLE,
         {
             "id": step["id"],
             "a": step["activation_id"],
@@ -251,46 +344,63 @@ def close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, er
     _settle(conn, step, state, RESOLVABLE, output=output, error=error)
 
 
+_Q_STEP_END_ACTIVATION_FOR_RETRY = query(
+    "step_end_activation_for_retry",
+    "UPDATE workflow_steps SET act_state = CASE WHEN act_state IN ('SUCCEEDED', 'FAILED') THEN act_state "
+    "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :id AND activation_id = :a",
+)
+
+
 def end_activation_for_retry(conn: Connection, step: dict) -> None:
     """Operator RETRY_STEP: the current activation ends (CANCELLED unless it already settled)."""
     run(
         conn,
-        "UPDATE workflow_steps SET act_state = CASE WHEN act_state IN ('SUCCEEDED', 'FAILED') THEN act_state "
-        "ELSE 'CANCELLED' END, completed_at = COALESCE(completed_at, now()) WHERE id = :id AND activation_id = :a",
+        _Q_STEP_END_ACTIVATION_FOR_RETRY,
         {"id": step["id"], "a": step["activation_id"]},
     )
 
 
+# Every ACTIVE / WAITING step of an instance (and its activation, when that is still open) -> ``:s``,
+# returning (key, activation id) of each step moved: all of them, those with no in-flight STEP task (a
+# claimed task keeps its permit during a cancel), or the ``:keys`` whose external outcome is unknown (their
+# activations stay open, unfinished: no completed_at).
+_CANCEL_OPEN = query(
+    "step_cancel_open",
+    """UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(),
+    act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END,
+    completed_at = CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END
+WHERE s.instance_id = :id AND s.state = ANY(:from) RETURNING s.key, s.activation_id""",
+)
+_CANCEL_OPEN_IDLE = query(
+    "step_cancel_open_idle",
+    """UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(),
+    act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END,
+    completed_at = CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END
+WHERE s.instance_id = :id AND s.state = ANY(:from)
+  AND NOT EXISTS (SELECT 1 FROM workflow_tasks t WHERE t.activation_id = s.activation_id
+                  AND t.purpose = 'STEP' AND t.state = 'CLAIMED' AND t.lease_expires_at > now())
+RETURNING s.key, s.activation_id""",
+)
+_TO_REVIEW = query(
+    "step_to_review",
+    """UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(),
+    act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END, completed_at = s.completed_at
+WHERE s.instance_id = :id AND s.state = ANY(:from) AND s.key = ANY(:keys) RETURNING s.key, s.activation_id""",
+)
+
+
 def _move_open(
-    conn: Connection, iid: str, state: str, where: str, params: dict, *, completed: bool
+    conn: Connection, statement: Query, iid: str, state: str, **params: Any
 ) -> list[tuple[str, str | None]]:
-    """Every ACTIVE / WAITING step of the instance matching ``where`` (and its activation, when that is
-    still open) -> ``state``; returns (key, activation id) of each step moved."""
-    done = (
-        "CASE WHEN s.act_state = ANY(:from) THEN now() ELSE s.completed_at END"
-        if completed
-        else "s.completed_at"
-    )
-    rows = many(
-        conn,
-        f"UPDATE workflow_steps s SET state = :s, revision = s.revision + 1, updated_at = now(), "
-        f"act_state = CASE WHEN s.act_state = ANY(:from) THEN :s ELSE s.act_state END, completed_at = {done} "
-        f"WHERE s.instance_id = :id AND s.state = ANY(:from){where} RETURNING s.key, s.activation_id",
-        {"id": iid, "s": state, "from": OPEN, **params},
-    )
+    """``statement`` (one of the three above) for instance ``iid``, to ``state``."""
+    rows = many(conn, statement, {"id": iid, "s": state, "from": OPEN, **params})
     return [(r.key, r.activation_id) for r in rows]
 
 
 def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[str]:
     """Every ACTIVE / WAITING step of the instance (and its activation) -> CANCELLED. ``idle_only``:
     only those with no in-flight STEP task (a claimed task keeps its permit during a cancel)."""
-    idle = (
-        " AND NOT EXISTS (SELECT 1 FROM workflow_tasks t WHERE t.activation_id = s.activation_id "
-        "AND t.purpose = 'STEP' AND t.state = 'CLAIMED' AND t.lease_expires_at > now())"
-        if idle_only
-        else ""
-    )
-    moved = _move_open(conn, iid, S.CANCELLED, idle, {}, completed=True)
+    moved = _move_open(conn, _CANCEL_OPEN_IDLE if idle_only else _CANCEL_OPEN, iid, S.CANCELLED)
     for key, act in moved:
         events.emit(conn, iid, "step.cancelled", step_key=key, activation_id=act)
     return [k for k, _ in moved]
@@ -298,33 +408,56 @@ def cancel_open(conn: Connection, iid: str, *, idle_only: bool = False) -> list[
 
 def to_review(conn: Connection, iid: str, keys: list[str]) -> list[str]:
     """Steps whose external outcome is unknown -> NEEDS_REVIEW (with their activations)."""
-    moved = _move_open(conn, iid, S.NEEDS_REVIEW, " AND s.key = ANY(:keys)", {"keys": keys}, completed=False)
+    moved = _move_open(conn, _TO_REVIEW, iid, S.NEEDS_REVIEW, keys=keys)
     for key, act in moved:
         events.emit(conn, iid, "step.needs_review", step_key=key, activation_id=act)
     return [k for k, _ in moved]
 
 
 # ------------------------------------------------------------------ POLL bookkeeping (W-STEP-3)
+_Q_STEP_ACTIVATION_INPUT_OF = query(
+    "step_activation_input_of",
+    "SELECT act_input::text FROM workflow_steps WHERE activation_id = :id",
+)
+
+
 def activation_input_of(conn: Connection, act_id: str) -> Any:
-    return jparse(
-        run(
-            conn, "SELECT act_input::text FROM workflow_steps WHERE activation_id = :id", {"id": act_id}
-        ).scalar_one()
-    )
+    return jparse(run(conn, _Q_STEP_ACTIVATION_INPUT_OF, {"id": act_id}).scalar_one())
 
 
-def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
-    run(
-        conn,
-        """
+_Q_STEP_POLL_ROUND_STARTED = query(
+    "step_poll_round_started",
+    """
 UPDATE workflow_steps SET poll_round_attempts = :att, poll_current_task_id = :task,
     poll_last_task_id = :task, poll_next_at = NULL,
     poll_first_round_attempts_used = CASE WHEN :rnd = poll_first_round THEN :att
                                           ELSE poll_first_round_attempts_used END
 WHERE activation_id = :id
 """,
+)
+
+
+def poll_round_started(conn: Connection, act_id: str, rnd: int, attempts: int, task_id: str) -> None:
+    run(
+        conn,
+        _Q_STEP_POLL_ROUND_STARTED,
         {"id": act_id, "att": attempts, "task": task_id, "rnd": rnd},
     )
+
+
+_POLL_TASK_ENDED = query(
+    "step_poll_task_ended", "UPDATE workflow_steps SET poll_current_task_id = NULL WHERE activation_id = :id"
+)
+_POLL_RESOLVED = query(
+    "step_poll_round_resolved",
+    "UPDATE workflow_steps SET poll_current_task_id = NULL, poll_used_rounds = poll_used_rounds + 1, "
+    "poll_round_attempts = 0, poll_resolved_at = now() WHERE activation_id = :id",
+)
+_POLL_USED_UP = query(
+    "step_poll_rounds_used",
+    "UPDATE workflow_steps SET poll_current_task_id = NULL, poll_used_rounds = :u, poll_round_attempts = 0 "
+    "WHERE activation_id = :id",
+)
 
 
 def poll_task_ended(
@@ -332,39 +465,55 @@ def poll_task_ended(
 ) -> None:
     """The round's task ended: ``resolved`` (done: the round counts as used), or the round is used up
     (``used`` rounds), or neither (another attempt of the same round follows)."""
-    sets = "poll_current_task_id = NULL"
-    if resolved:
-        sets += ", poll_used_rounds = poll_used_rounds + 1, poll_round_attempts = 0, poll_resolved_at = now()"
-    elif used is not None:
-        sets += ", poll_used_rounds = :u, poll_round_attempts = 0"
-    run(conn, f"UPDATE workflow_steps SET {sets} WHERE activation_id = :id", {"id": act_id, "u": used})
+    statement = _POLL_RESOLVED if resolved else _POLL_USED_UP if used is not None else _POLL_TASK_ENDED
+    run(conn, statement, {"id": act_id, "u": used})
+
+
+_Q_STEP_POLL_RESOLVED_BY_SIGNAL = query(
+    "step_poll_resolved_by_signal",
+    "UPDATE workflow_steps SET poll_resolved_at = now(), poll_next_at = NULL, "
+    "poll_current_task_id = NULL WHERE activation_id = :a",
+)
 
 
 def poll_resolved_by_signal(conn: Connection, act_id: str) -> None:
     run(
         conn,
-        "UPDATE workflow_steps SET poll_resolved_at = now(), poll_next_at = NULL, "
-        "poll_current_task_id = NULL WHERE activation_id = :a",
+        _Q_STEP_POLL_RESOLVED_BY_SIGNAL,
         {"a": act_id},
     )
+
+
+_Q_STEP_POLL_SCHEDULE = query(
+    "step_poll_schedule",
+    "UPDATE workflow_steps SET poll_next_at = now() + make_interval(secs => :s) WHERE activation_id = :id "
+    "RETURNING poll_next_at",
+)
 
 
 def poll_schedule(conn: Connection, act_id: str, seconds: float) -> Any:
     """The next round is due ``seconds`` from now; returns that time."""
     return run(
         conn,
-        "UPDATE workflow_steps SET poll_next_at = now() + make_interval(secs => :s) WHERE activation_id = :id "
-        "RETURNING poll_next_at",
+        _Q_STEP_POLL_SCHEDULE,
         {"id": act_id, "s": seconds},
     ).scalar_one()
 
 
+_SET_TASK_ATTEMPTS = query(
+    "step_set_task_attempts", "UPDATE workflow_steps SET task_attempts = :n WHERE activation_id = :id"
+)
+
+
 def set_task_attempts(conn: Connection, act_id: str, attempts: int) -> None:
-    run(
-        conn,
-        "UPDATE workflow_steps SET task_attempts = :n WHERE activation_id = :id",
-        {"id": act_id, "n": attempts},
-    )
+    run(conn, _SET_TASK_ATTEMPTS, {"id": act_id, "n": attempts})
+
+
+_Q_STEP_SET_CHILD = query(
+    "step_set_child",
+    f"UPDATE workflow_steps SET child_instance_id = :c, {_BUMP} WHERE id = :id AND activation_id = :a "
+    "AND state = ANY(:from) RETURNING id",
+)
 
 
 def set_child(conn: Connection, step: dict, child_id: str) -> None:
@@ -374,7 +523,6 @@ def set_child(conn: Connection, step: dict, child_id: str) -> None:
         f"step {step['key']} child",
         step["id"],
         OPEN,
-        f"UPDATE workflow_steps SET child_instance_id = :c, {_BUMP} WHERE id = :id AND activation_id = :a "
-        "AND state = ANY(:from) RETURNING id",
+        _Q_STEP_SET_CHILD,
         {"id": step["id"], "a": step["activation_id"], "c": child_id, "from": OPEN},
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, text
+from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
 from app.engine.store import jdump, write_reading_steps
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
-from app.sql import defer, run
+from app.sql import Query, query, run
 
 S = TaskState
 OPEN = states(TASK_OPEN)
@@ -37,20 +37,41 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
     )
 
 
-def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
-    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
-    ``instance_created_at`` (its instance's ``created_at``), sent with the transaction's next statement:
-    nothing reads it back before."""
-    defer(
-        conn,
-        f"""
+TASK_INSERT = query(
+    "task_insert",
+    """
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, poll_round, deadline_at, purpose, instance_created_at)
-VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb), :attempt, :round,
     now() + make_interval(secs => :timeout), :purpose, :instance_created_at)
 """,
-        {"round": None, "purpose": "STEP", "output": None, **row},
-    )
+)
+# a compensation task: its input also carries the compensated activation's output (``:output``, JSON text,
+# NULL for SQL NULL)
+TASK_INSERT_COMPENSATION = query(
+    "task_insert_compensation",
+    """
+INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+    attempt, poll_round, deadline_at, purpose, instance_created_at)
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue,
+    CAST(:input AS jsonb) || jsonb_build_object('output', COALESCE(CAST(:output AS jsonb), 'null'::jsonb)),
+    :attempt, :round, now() + make_interval(secs => :timeout), :purpose, :instance_created_at)
+""",
+)
+
+
+def insert(conn: Connection, row: dict[str, Any], *, into: list[dict[str, Any]] | None = None) -> None:
+    """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
+    ``instance_created_at`` (its instance's ``created_at``). ``into``: the row is appended there instead,
+    for the statement of its step's first activation, which inserts it with the step's row
+    (``step_moves.activate``)."""
+    params = {"round": None, "purpose": "STEP", "output": None, **row}
+    if into is not None:
+        if params["purpose"] == "COMPENSATION":
+            raise ValueError("a compensation task is inserted on its own")
+        into.append(params)
+    else:
+        run(conn, TASK_INSERT_COMPENSATION if params["purpose"] == "COMPENSATION" else TASK_INSERT, params)
     events.emit(
         conn,
         row["inst"],
@@ -103,8 +124,9 @@ _PICK_QUEUES = f"""
     LIMIT :n"""
 
 
-def _claim_sql(pick: str) -> TextClause:
-    return text(
+def _claim_sql(name: str, pick: str) -> Query:
+    return query(
+        name,
         f"""
 WITH prior AS MATERIALIZED (
     SELECT {TASK_COLS}, t.claim_fingerprint FROM workflow_tasks t
@@ -122,12 +144,12 @@ claimed AS (
 SELECT claimed.*, false AS replayed FROM claimed
 UNION ALL
 SELECT prior.*, true FROM prior
-"""
+""",
     )
 
 
-_CLAIM_ONE_QUEUE = _claim_sql(_PICK_ONE_QUEUE)
-_CLAIM_QUEUES = _claim_sql(_PICK_QUEUES)
+_CLAIM_ONE_QUEUE = _claim_sql("task_claim", _PICK_ONE_QUEUE)
+_CLAIM_QUEUES = _claim_sql("task_claim_queues", _PICK_QUEUES)
 
 
 def claim(
@@ -164,34 +186,57 @@ def claim(
     )
 
 
-def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:
-    """The lease of the current claim moves on (never past the task deadline); None when the claim
-    is no longer current (fenced)."""
-    return maybe(
-        conn,
-        f"""
+_HEARTBEAT = query(
+    "task_heartbeat",
+    f"""
 UPDATE workflow_tasks t SET lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at),
     updated_at = now()
 WHERE t.id = :id AND t.epoch = :epoch AND t.state = 'CLAIMED' AND t.deadline_at > now()
   AND t.lease_expires_at > now()
 RETURNING {TASK_COLS}
 """,
-        {"id": task_id, "epoch": epoch, "lease": lease_seconds},
-    )
+)
+
+
+def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) -> Any:
+    """The lease of the current claim moves on (never past the task deadline); None when the claim
+    is no longer current (fenced)."""
+    return maybe(conn, _HEARTBEAT, {"id": task_id, "epoch": epoch, "lease": lease_seconds})
 
 
 def complete(
-    conn: Connection, task_id: str, epoch: int, output: Any, instance_id: str
+    conn: Connection, task_id: str, epoch: int, output: Any, instance_id: str, key: str | None = None
 ) -> tuple[Any, list[dict]]:
     """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is, and the steps of its
-    instance ``instance_id`` as ``store.read_steps`` reads them (in the same statement)."""
-    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id)
+    instance ``instance_id`` as ``store.read_steps`` reads them (in the same statement). ``key``: the
+    Idempotency-Key of the request, kept as ``result_key``."""
+    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id, key)
 
 
-def fail(conn: Connection, task_id: str, epoch: int, error: Any, instance_id: str) -> tuple[Any, list[dict]]:
+def fail(
+    conn: Connection, task_id: str, epoch: int, error: Any, instance_id: str, key: str | None = None
+) -> tuple[Any, list[dict]]:
     """CLAIMED (this epoch) -> FAILED; returns the row (``TASK_COLS``) as it now is, and the steps of its
     instance (as ``complete``)."""
-    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error, instance_id)
+    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error, instance_id, key)
+
+
+# The end of a claim, with its output (a completion) or its error (a failure); run as
+# ``task_complete_reading_steps`` / ``task_fail_reading_steps`` (``store.write_reading_steps``).
+_END_CLAIM = {
+    "output": query(
+        "task_complete",
+        f"UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), "
+        f"result_key = CAST(:key AS text), {_DONE} "
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
+    ),
+    "error": query(
+        "task_fail",
+        f"UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), "
+        f"result_key = CAST(:key AS text), {_DONE} "
+        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
+    ),
+}
 
 
 def _end_claim(
@@ -203,15 +248,16 @@ def _end_claim(
     column: str,
     value: Any,
     instance_id: str,
+    key: str | None,
 ) -> tuple[Any, list[dict]]:
-    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error). The steps, which
-    the caller reads next to settle the task's step, come back from the same statement: it moves no step,
-    and the caller holds the instance's lock (``store.write_reading_steps``)."""
+    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error), and the request's
+    Idempotency-Key ``key`` in ``result_key``. The steps, which the caller reads next to settle the task's
+    step, come back from the same statement: it moves no step, and the caller holds the instance's lock
+    (``store.write_reading_steps``)."""
     row, steps = write_reading_steps(
         conn,
-        f"UPDATE workflow_tasks AS t SET state = :s, {column} = CAST(:v AS jsonb), {_DONE} "
-        f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
-        {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value)},
+        _END_CLAIM[column],
+        {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value), "key": key},
         instance_id,
     )
     if row is None:
@@ -220,12 +266,18 @@ def _end_claim(
     return row, steps
 
 
+_Q_TASK_TRY_TIME_OUT = query(
+    "task_try_time_out",
+    f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
+    f"WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() {_EVENT_COLS}",
+)
+
+
 def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -> bool:
     """An open task of ``instance_id`` past its deadline -> TIMED_OUT (False: settled or not due)."""
     row = maybe(
         conn,
-        f"UPDATE workflow_tasks SET state = 'TIMED_OUT', error = CAST(:e AS jsonb), {_DONE} "
-        f"WHERE id = :id AND instance_id = :inst AND state = ANY(:from) AND deadline_at <= now() {_EVENT_COLS}",
+        _Q_TASK_TRY_TIME_OUT,
         {"id": task_id, "inst": instance_id, "e": jdump(error), "from": OPEN},
     )
     if row is None:
@@ -234,15 +286,35 @@ def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -
     return True
 
 
+_Q_TASK_POSTPONE_DEADLINES = query(
+    "task_postpone_deadlines",
+    "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
+    "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+)
+
+
 def postpone_deadlines(conn: Connection, instance_id: str, by: Any) -> None:
     """An instance resumed after a pause of ``by`` (an interval): its open tasks' deadlines move on by it
     (L-PAUSE-1: a suspended deadline keeps its remainder). No state changes."""
     run(
         conn,
-        "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
-        "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+        _Q_TASK_POSTPONE_DEADLINES,
         {"i": instance_id, "by": by},
     )
+
+
+_Q_TASK_RETURN_EXPIRED = query(
+    "task_return_expired",
+    """
+UPDATE workflow_tasks t SET state = 'PENDING', lease_expires_at = NULL, updated_at = now()
+FROM (SELECT id FROM workflow_tasks w WHERE w.state = 'CLAIMED' AND w.lease_expires_at <= now()
+        AND NOT EXISTS (SELECT 1 FROM workflow_instances i
+                        WHERE i.id = w.instance_id AND i.cancel_requested_at IS NOT NULL)
+      ORDER BY w.lease_expires_at, w.id LIMIT :n FOR UPDATE OF w SKIP LOCKED) picked
+WHERE t.id = picked.id AND t.state = 'CLAIMED'
+RETURNING t.id
+""",
+)
 
 
 def return_expired(conn: Connection, limit: int) -> int:
@@ -252,18 +324,42 @@ def return_expired(conn: Connection, limit: int) -> int:
     return len(
         many(
             conn,
-            """
-UPDATE workflow_tasks t SET state = 'PENDING', lease_expires_at = NULL, updated_at = now()
-FROM (SELECT id FROM workflow_tasks w WHERE w.state = 'CLAIMED' AND w.lease_expires_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM workflow_instances i
-                        WHERE i.id = w.instance_id AND i.cancel_requested_at IS NOT NULL)
-      ORDER BY w.lease_expires_at, w.id LIMIT :n FOR UPDATE OF w SKIP LOCKED) picked
-WHERE t.id = picked.id AND t.state = 'CLAIMED'
-RETURNING t.id
-""",
+            _Q_TASK_RETURN_EXPIRED,
             {"n": limit},
         )
     )
+
+
+# Open tasks -> CANCELLED, each filter its statement (the cancels the engine makes):
+# (of, step_only, pending_only, expired_claims_only, unclaimed_or_expired) -> statement
+_CANCEL_OPEN = {
+    ("instance", False, False, False, False): query(
+        "task_cancel_open",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND instance_id = :inst "
+        f"{_EVENT_COLS}",
+    ),
+    ("instance", True, False, False, True): query(
+        "task_cancel_unclaimed_or_expired_steps",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND instance_id = :inst "
+        "AND purpose = 'STEP' AND (state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now())) "
+        f"{_EVENT_COLS}",
+    ),
+    ("instance", True, False, True, False): query(
+        "task_cancel_expired_step_claims",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND instance_id = :inst "
+        f"AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at <= now() {_EVENT_COLS}",
+    ),
+    ("activation", True, False, False, False): query(
+        "task_cancel_open_of_activation",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND activation_id = :act "
+        f"AND purpose = 'STEP' {_EVENT_COLS}",
+    ),
+    ("activation", False, True, False, False): query(
+        "task_cancel_pending_of_activation",
+        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE state = ANY(:from) AND activation_id = :act "
+        f"AND state = 'PENDING' {_EVENT_COLS}",
+    ),
+}
 
 
 def cancel_open(
@@ -278,27 +374,13 @@ def cancel_open(
 ) -> list[str]:
     """Open tasks of an instance or of one activation -> CANCELLED; returns their ids. Filters:
     ``step_only`` (not compensation tasks), ``pending_only`` (PENDING), ``expired_claims_only``
-    (CLAIMED with a passed lease), ``unclaimed_or_expired`` (PENDING, or CLAIMED with a passed lease)."""
-    where = ["state = ANY(:from)"]
-    if instance_id is not None:
-        where.append("instance_id = :inst")
-    if activation_id is not None:
-        where.append("activation_id = :act")
-    if step_only:
-        where.append("purpose = 'STEP'")
-    if pending_only:
-        where.append("state = 'PENDING'")
-    if expired_claims_only:
-        where.append("state = 'CLAIMED' AND lease_expires_at <= now()")
-    if unclaimed_or_expired:
-        where.append("(state = 'PENDING' OR (state = 'CLAIMED' AND lease_expires_at <= now()))")
+    (CLAIMED with a passed lease), ``unclaimed_or_expired`` (PENDING, or CLAIMED with a passed lease): the
+    combinations of ``_CANCEL_OPEN``."""
     if instance_id is None and activation_id is None:
         raise ValueError("cancel_open needs an instance or an activation")
-    rows = many(
-        conn,
-        f"UPDATE workflow_tasks SET state = 'CANCELLED', {_DONE} WHERE {' AND '.join(where)} {_EVENT_COLS}",
-        {"inst": instance_id, "act": activation_id, "from": OPEN},
-    )
+    of = "instance" if activation_id is None else "activation"
+    statement = _CANCEL_OPEN[(of, step_only, pending_only, expired_claims_only, unclaimed_or_expired)]
+    rows = many(conn, statement, {"inst": instance_id, "act": activation_id, "from": OPEN})
     for r in rows:
         _task_event(conn, "task.cancelled", r)
     return [r.id for r in rows]

@@ -10,9 +10,42 @@ from sqlalchemy import Connection
 from app.engine.states import WaitState
 from app.engine.transitions._guard import many, maybe
 from app.ids import new_id
-from app.sql import run
+from app.sql import query, run
 
 S = WaitState
+
+
+# A WAITING wait, by its deadline: a TIMER's (``:secs`` from now), a SIGNAL's with a timeout (``:secs`` from
+# now, at most the instance's deadline), a SIGNAL's without one (the instance's deadline).
+_INSERT = {
+    "now() + make_interval(secs => :secs)": query(
+        "wait_insert_after_seconds",
+        "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, correlation_key, "
+        "deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, now() + make_interval(secs => :secs)) "
+        "RETURNING deadline_at",
+    ),
+    "LEAST(now() + make_interval(secs => :secs), :inst_deadline)": query(
+        "wait_insert_after_seconds_within_deadline",
+        "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, correlation_key, "
+        "deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, "
+        "LEAST(now() + make_interval(secs => :secs), :inst_deadline)) RETURNING deadline_at",
+    ),
+    ":inst_deadline": query(
+        "wait_insert_until_deadline",
+        "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, correlation_key, "
+        "deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, :inst_deadline) RETURNING deadline_at",
+    ),
+}
+_RESOLVE_DUE = query(
+    "wait_resolve_due",
+    "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
+    "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+)
+_EXPIRE_DUE = query(
+    "wait_expire_due",
+    "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now(), resolved_by_operation = :op "
+    "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+)
 
 
 def insert(
@@ -27,12 +60,10 @@ def insert(
     correlation_key: str | None = None,
     **params: Any,
 ) -> Any:
-    """A WAITING wait; returns its ``deadline_at`` (``deadline_sql`` over ``params``)."""
+    """A WAITING wait; returns its ``deadline_at`` (``deadline_sql``, one of ``_INSERT``'s, over ``params``)."""
     return run(
         conn,
-        "INSERT INTO workflow_waits (id, instance_id, activation_id, kind, name, payload_version, "
-        f"correlation_key, deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, {deadline_sql}) "
-        "RETURNING deadline_at",
+        _INSERT[deadline_sql],
         {
             "id": new_id(),
             "inst": iid,
@@ -52,8 +83,7 @@ def try_resolve_due(conn: Connection, act_id: str, operation_key: str) -> bool:
     return (
         maybe(
             conn,
-            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
-            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+            _RESOLVE_DUE,
             {"a": act_id, "op": operation_key},
         )
         is not None
@@ -66,8 +96,7 @@ def try_expire_due(conn: Connection, act_id: str, operation_key: str) -> bool:
     return (
         maybe(
             conn,
-            "UPDATE workflow_waits SET state = 'EXPIRED', resolved_at = now(), resolved_by_operation = :op "
-            "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+            _EXPIRE_DUE,
             {"a": act_id, "op": operation_key},
         )
         is not None
@@ -93,16 +122,29 @@ def ended_by(conn: Connection, iid: str | None, act_id: str | None, operation_ke
     return row.step_key if row is not None and row.mine else None
 
 
+_Q_WAIT_RESOLVE_BY_SIGNAL = query(
+    "wait_resolve_by_signal",
+    "UPDATE workflow_waits SET state = 'RESOLVED', winner_signal_id = :s, resolved_at = now() "
+    "WHERE id = :w AND state = 'WAITING' RETURNING id",
+)
+
+
 def resolve_by_signal(conn: Connection, wait_id: str, signal_id: str) -> bool:
     return (
         maybe(
             conn,
-            "UPDATE workflow_waits SET state = 'RESOLVED', winner_signal_id = :s, resolved_at = now() "
-            "WHERE id = :w AND state = 'WAITING' RETURNING id",
+            _Q_WAIT_RESOLVE_BY_SIGNAL,
             {"w": wait_id, "s": signal_id},
         )
         is not None
     )
+
+
+_Q_WAIT_RESOLVE_OPEN = query(
+    "wait_resolve_open",
+    "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
+    "WHERE activation_id = :a AND state = 'WAITING' RETURNING id",
+)
 
 
 def resolve_open(conn: Connection, act_id: str) -> int:
@@ -110,22 +152,29 @@ def resolve_open(conn: Connection, act_id: str) -> int:
     return len(
         many(
             conn,
-            "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now() "
-            "WHERE activation_id = :a AND state = 'WAITING' RETURNING id",
+            _Q_WAIT_RESOLVE_OPEN,
             {"a": act_id},
         )
     )
+
+
+_CANCEL_OPEN = query(
+    "wait_cancel_open",
+    "UPDATE workflow_waits SET state = 'CANCELLED' WHERE instance_id = :v AND state = 'WAITING' RETURNING id",
+)
+_CANCEL_OPEN_OF_ACTIVATION = query(
+    "wait_cancel_open_of_activation",
+    "UPDATE workflow_waits SET state = 'CANCELLED' WHERE activation_id = :v AND state = 'WAITING' RETURNING id",
+)
 
 
 def cancel_open(conn: Connection, *, instance_id: str | None = None, activation_id: str | None = None) -> int:
     """WAITING waits of an instance or of one activation -> CANCELLED."""
     if instance_id is None and activation_id is None:
         raise ValueError("cancel_open needs an instance or an activation")
-    col, val = ("instance_id", instance_id) if instance_id is not None else ("activation_id", activation_id)
-    return len(
-        many(
-            conn,
-            f"UPDATE workflow_waits SET state = 'CANCELLED' WHERE {col} = :v AND state = 'WAITING' RETURNING id",
-            {"v": val},
-        )
+    statement, val = (
+        (_CANCEL_OPEN, instance_id)
+        if instance_id is not None
+        else (_CANCEL_OPEN_OF_ACTIVATION, activation_id)
     )
+    return len(many(conn, statement, {"v": val}))

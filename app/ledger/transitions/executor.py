@@ -19,13 +19,12 @@ from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.rows import dict_row
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.ledger.models import ATTEMPT_STATUS_TYPE, JOB_STATUS_TYPE
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN, WORKER_SHUTDOWN
 from app.observability import logs
-from app.sql import column_names
-from app.sql_text import pyformat
+from app.sql import Query, column_names, query, run, run_raw
 
 # Columns an executor needs; returned by claim.
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
@@ -70,38 +69,6 @@ BACKOFF_SQL = (
 # than this (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is parsed again in Python at
 # every execution (~0.2 ms per pool pass for the settle + claim statement).
 PSYCOPG_CACHED_LENGTH = 4096
-
-
-def compact_sql(sql: str) -> str:
-    """``sql`` without its ``--`` comments and with every run of white space outside string literals
-    folded to one space: the same statement, shorter."""
-    out: list[str] = []
-    i, n, quoted = 0, len(sql), False
-    while i < n:
-        ch = sql[i]
-        if quoted:
-            out.append(ch)
-            quoted = ch != "'"
-        elif ch == "'":
-            out.append(ch)
-            quoted = True
-        elif sql.startswith("--", i):
-            i = sql.find("\n", i)
-            i = n if i < 0 else i
-            continue
-        elif ch.isspace():
-            if out and out[-1] != " ":
-                out.append(" ")
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out).strip()
-
-
-def _pyformat(sql: str) -> str:
-    """The same statement, compacted, with psycopg placeholders (``:name`` -> ``%(name)s``), for the
-    raw connection of the pool loop, which sends it as a prepared statement."""
-    return pyformat(compact_sql(sql))
 
 
 def _picked_sql(order: str, limit: int | None = None) -> str:
@@ -149,8 +116,8 @@ ORDER BY claimed.priority, claimed.run_at, claimed.id
 """
 
 
-CLAIM_BY_PRIORITY = text(_claim_sql("priority, run_at, id"))
-CLAIM_BY_DUE = text(_claim_sql("run_at, id"))
+CLAIM_BY_PRIORITY = query("job_claim_by_priority", _claim_sql("priority, run_at, id"))
+CLAIM_BY_DUE = query("job_claim_by_due", _claim_sql("run_at, id"))
 
 
 _BY_PRIORITY, _BY_DUE = "priority, run_at, id", "run_at, id"
@@ -171,9 +138,16 @@ def _prepare(conn: psycopg.Connection) -> bool | None:
     return None if conn.prepare_threshold is None else True
 
 
+# The pool's statements with their LIMIT inlined: one named statement per order and limit (a pool's limit
+# is its slots, a handful of values), e.g. ``pool_claim_by_due_4``.
 @lru_cache(maxsize=64)
+def _pg_claim_query(by_due: bool, limit: int) -> Query:
+    order = "by_due" if by_due else "by_priority"
+    return query(f"pool_claim_{order}_{limit}", _claim_sql(_BY_DUE if by_due else _BY_PRIORITY, limit))
+
+
 def _pg_claim_sql(by_due: bool, limit: int) -> str:
-    return _pyformat(_claim_sql(_BY_DUE if by_due else _BY_PRIORITY, limit))
+    return _pg_claim_query(by_due, limit).sql
 
 
 def claim(
@@ -194,11 +168,10 @@ def claim(
         return []
     params = {"queue": queue, "limit": limit, "worker_id": worker_id, "lease_seconds": lease_seconds}
     if isinstance(conn, psycopg.Connection):
-        sql = _pg_claim_sql(by_due, limit)
         with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(sql, params, prepare=_prepare(conn)).fetchall()
+            return run_raw(cur, _pg_claim_query(by_due, limit), params, prepare=_prepare(conn)).fetchall()
     stmt = CLAIM_BY_DUE if by_due else CLAIM_BY_PRIORITY
-    return [dict(r._mapping) for r in conn.execute(stmt, params)]
+    return [dict(r._mapping) for r in run(conn, stmt, params)]
 
 
 # --------------------------------------------------------------------------- settle: running -> *
@@ -288,7 +261,7 @@ _SETTLE_CTES = f"""input AS (
 }
 )"""
 
-_SETTLE = text(f"WITH {_SETTLE_CTES}\nSELECT id, status FROM settled")
+_SETTLE = query("job_settle", f"WITH {_SETTLE_CTES}\nSELECT id, status FROM settled")
 
 
 def settle(
@@ -300,7 +273,7 @@ def settle(
     executor's item is simply absent (its write changed nothing)."""
     if not items:
         return {}
-    rows = conn.execute(_SETTLE, _settle_params(items, backoff_base, backoff_cap))
+    rows = run(conn, _SETTLE, _settle_params(items, backoff_base, backoff_cap))
     return {r.id: r.status for r in rows}
 
 
@@ -358,8 +331,14 @@ ORDER BY c.priority, c.run_at, c.id
 
 
 @lru_cache(maxsize=64)
+def _pg_settle_and_claim_query(by_due: bool, limit: int) -> Query:
+    order = "by_due" if by_due else "by_priority"
+    sql = _settle_and_claim_sql(_BY_DUE if by_due else _BY_PRIORITY, limit)
+    return query(f"pool_settle_and_claim_{order}_{limit}", sql)
+
+
 def _pg_settle_and_claim_sql(by_due: bool, limit: int) -> str:
-    return _pyformat(_settle_and_claim_sql(_BY_DUE if by_due else _BY_PRIORITY, limit))
+    return _pg_settle_and_claim_query(by_due, limit).sql
 
 
 class Pass(NamedTuple):
@@ -390,10 +369,10 @@ def settle_and_claim(
     settle() and claim()."""
     params = _settle_params(items, backoff_base, backoff_cap)
     params.update(queue=queue, worker_id=worker_id, lease_seconds=lease_seconds)
-    sql = _pg_settle_and_claim_sql(by_due, max(0, limit))
+    q = _pg_settle_and_claim_query(by_due, max(0, limit))
     with conn.cursor() as cur:
-        tuples = cur.execute(sql, params, prepare=_prepare(conn)).fetchall()
-        names = column_names(sql, cur)
+        tuples = run_raw(cur, q, params, prepare=_prepare(conn)).fetchall()
+        names = column_names(q.sql, cur)
     rows = [dict(zip(names, t, strict=True)) for t in tuples]
     first = rows[0]
     ids, statuses = first.pop("settled_ids"), first.pop("settled_statuses")
@@ -408,7 +387,8 @@ def settle_and_claim(
 
 
 # --------------------------------------------------------------------------- lease renewal (no status change)
-_RENEW = text(
+_RENEW = query(
+    "job_renew_leases",
     """
 UPDATE workflow_jobs j
 SET lease_until = LEAST(now() + CAST(:lease_seconds AS double precision) * interval '1 second',
@@ -418,7 +398,7 @@ FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[]
 WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.status = 'running'
   AND j.execution_deadline > now()
 RETURNING j.id
-"""
+""",
 )
 
 
@@ -429,7 +409,8 @@ def renew_leases(
     the others have lost ownership or passed their deadline and must be aborted."""
     if not owned:
         return set()
-    rows = conn.execute(
+    rows = run(
+        conn,
         _RENEW,
         {
             "ids": [o[0] for o in owned],
@@ -447,7 +428,8 @@ def renew_leases(
 # grows by one: ``attempts`` still counts every claim, L-STATE-2). The attempt is recorded as
 # ``canceled`` with WORKER_SHUTDOWN. An open side-effect marker is an unknown external outcome, as
 # everywhere else (L-EFFECT-4): dead, marker kept, never re-sent automatically.
-_HAND_BACK = text(
+_HAND_BACK = query(
+    "job_hand_back",
     f"""
 WITH input AS (
     SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:gens AS int[]), CAST(:tokens AS uuid[])) AS u(id, gen, token)
@@ -486,7 +468,7 @@ WITH input AS (
     }
 )
 SELECT id, status, queue FROM moved
-"""
+""",
 )
 
 
@@ -496,7 +478,8 @@ def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[d
     moved jobs (``id``, ``status``, ``queue``); a job settled or fenced meanwhile is simply absent."""
     if not owned:
         return []
-    rows = conn.execute(
+    rows = run(
+        conn,
         _HAND_BACK,
         {"ids": [o[0] for o in owned], "gens": [o[1] for o in owned], "tokens": [o[2] for o in owned]},
     )
@@ -504,28 +487,30 @@ def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[d
 
 
 # --------------------------------------------------------------------------- ownership check (executor)
-_LOCK_OWNED = text(
+_LOCK_OWNED = query(
+    "job_lock_owned",
     """
 SELECT id, clock_timestamp() < execution_deadline AS in_time FROM workflow_jobs
 WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
 FOR UPDATE
-"""
+""",
 )
 
 
 def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> bool:
     """Lock the job row if this executor still owns it and is within its deadline."""
-    row = conn.execute(_LOCK_OWNED, {"id": job_id, "gen": generation, "token": lease_token}).first()
+    row = run(conn, _LOCK_OWNED, {"id": job_id, "gen": generation, "token": lease_token}).first()
     return bool(row and row.in_time)
 
 
-_SET_MARKER = text(
+_SET_MARKER = query(
+    "job_set_effect_marker",
     """
 UPDATE workflow_jobs SET effect_marker = CAST(:marker AS jsonb), updated_at = now()
 WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
   AND execution_deadline > clock_timestamp()
 RETURNING id
-"""
+""",
 )
 
 
@@ -538,7 +523,8 @@ def set_effect_marker(
     conn: Connection, job_id: int, generation: int, lease_token: str, marker: dict[str, Any] | None
 ) -> bool:
     """Record (or clear, with None) the side-effect marker of an unsafe external call (L-EFFECT-4)."""
-    row = conn.execute(
+    row = run(
+        conn,
         _SET_MARKER,
         {
             "id": job_id,

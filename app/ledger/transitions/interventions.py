@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import jsonx
 from app.ledger.models import JOB_QUEUE_TYPE, JOB_STATUS_TYPE, JOB_TYPE_TYPE
@@ -23,6 +23,7 @@ from app.ledger.transitions.executor import (
     OPEN_ATTEMPT,
     insert_final_attempts,
 )
+from app.sql import query, run
 
 
 def _close_open_attempts(prior_cte: str, moved_cte: str, status: str, error: str, error_code: str) -> str:
@@ -68,7 +69,8 @@ _RECLAIM_MOVE = f"""
 ){_close_open_attempts("stale", "reclaimed", "failed", "m.last_error", "m.error_code")}
 SELECT id, status, error_code, queue FROM reclaimed
 """
-_RECLAIM = text(
+_RECLAIM = query(
+    "job_reclaim_expired",
     f"""
 WITH stale AS (
     SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
@@ -79,11 +81,12 @@ WITH stale AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 """
-    + _RECLAIM_MOVE
+    + _RECLAIM_MOVE,
 )
 # A lost node's running jobs (its open attempt names it), whatever their lease says; refused while
 # the node is live (an active heartbeat within 90 s, as the runtime status counts it).
-_RECLAIM_NODE = text(
+_RECLAIM_NODE = query(
+    "job_reclaim_lost_node",
     f"""
 WITH stale AS (
     SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
@@ -94,7 +97,7 @@ WITH stale AS (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 """
-    + _RECLAIM_MOVE
+    + _RECLAIM_MOVE,
 )
 
 
@@ -104,8 +107,10 @@ def reclaim_expired(
     """running with a lost lease or a passed execution deadline -> pending (or dead: budget used up,
     or an open side-effect marker). Run by the drain for every queue and by each pool for its own
     queue (``queue``) every few seconds; SKIP LOCKED, so the two never wait on each other."""
-    rows = conn.execute(
-        _RECLAIM, {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "queue": queue}
+    rows = run(
+        conn,
+        _RECLAIM,
+        {"limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "queue": queue},
     )
     return [dict(r._mapping) for r in rows]
 
@@ -116,7 +121,8 @@ def reclaim_lost_node(
     """Directed recovery: the running jobs of a lost worker node, moved like an expired lease (pending
     and due at once, or dead when out of attempts or an unsafe external call was open), before their
     leases run out. Nothing moves while the node is live."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         _RECLAIM_NODE,
         {"node_id": node_id, "limit": limit, "backoff_base": backoff_base, "backoff_cap": backoff_cap},
     )
@@ -124,7 +130,8 @@ def reclaim_lost_node(
 
 
 # --------------------------------------------------------------------------- fencing moves (generation + 1)
-_SUSPEND = text(
+_SUSPEND = query(
+    "job_suspend_instance",
     f"""
 WITH prior AS (
     SELECT {OPEN_ATTEMPT}, j.status FROM workflow_jobs j
@@ -152,31 +159,30 @@ WITH prior AS (
     RETURNING j.id, j.status
 ){_close_open_attempts("prior", "moved", "canceled", "'instance suspended'", "NULL")}
 SELECT id, status FROM moved
-"""
+""",
 )
 
 
 def suspend_instance(conn: Connection, instance_id: str, types: Sequence[str]) -> list[dict[str, Any]]:
     """pending|running -> paused (remaining ms saved), or running with an open marker -> dead."""
-    return [
-        dict(r._mapping) for r in conn.execute(_SUSPEND, {"instance_id": instance_id, "types": list(types)})
-    ]
+    return [dict(r._mapping) for r in run(conn, _SUSPEND, {"instance_id": instance_id, "types": list(types)})]
 
 
-_RESUME = text(
+_RESUME = query(
+    "job_resume_instance",
     """
 UPDATE workflow_jobs j
 SET status = 'pending', run_at = now() + j.remaining_ms * interval '1 millisecond',
     remaining_ms = NULL, generation = j.generation + 1, updated_at = now()
 WHERE j.instance_id = :instance_id AND j.status = 'paused'
 RETURNING j.id, j.queue, j.run_at
-"""
+""",
 )
 
 
 def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
     """paused -> pending with exactly the saved remaining time."""
-    return [dict(r._mapping) for r in conn.execute(_RESUME, {"instance_id": instance_id})]
+    return [dict(r._mapping) for r in run(conn, _RESUME, {"instance_id": instance_id})]
 
 
 def _cancel_sql(where: str, order: str = "") -> str:
@@ -197,27 +203,30 @@ SELECT id, generation FROM moved
 """
 
 
-_CLEAR = text(
-    _cancel_sql(f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[]))")
+_CLEAR = query(
+    "job_clear_instance",
+    _cancel_sql(f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[]))"),
 )
 # W-CTL-3: an unsafe call with an unknown outcome stays where it is (running with its marker, or the
 # "needs confirmation" dead letter) for the operator; canceling cannot recall it (L-EFFECT-5).
-_CLEAR_KEEP_UNKNOWN = text(
+_CLEAR_KEEP_UNKNOWN = query(
+    "job_clear_instance_keep_unknown",
     _cancel_sql(
         f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) "
         f"AND NOT (j.status = 'running' AND j.effect_marker IS NOT NULL) "
         f"AND NOT (j.status = 'dead' AND j.error_code = '{EXTERNAL_OUTCOME_UNKNOWN}')"
-    )
+    ),
 )
-_CANCEL_ONE = text(_cancel_sql("j.id = :id"))
+_CANCEL_ONE = query("job_cancel", _cancel_sql("j.id = :id"))
 # the jobs of an instance that wait to run (pending or paused), not one that runs or has ended; locked in
 # id order, like a loop over them would
-_CANCEL_WAITING = text(
+_CANCEL_WAITING = query(
+    "job_cancel_waiting",
     _cancel_sql(
         f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) "
         "AND j.status IN ('pending', 'paused')",
         "ORDER BY j.id",
-    )
+    ),
 )
 
 
@@ -226,7 +235,8 @@ def clear_instance(
 ) -> list[dict[str, Any]]:
     """Cancel the instance's jobs of the clear scope; running executors lose ownership.
     ``keep_unknown``: leave jobs whose external outcome is (or may be) unknown untouched."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR,
         {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
     )
@@ -238,7 +248,8 @@ def cancel_waiting(
 ) -> list[dict[str, Any]]:
     """An instance ends: its pending | paused jobs of ``types`` -> canceled (generation + 1), in one
     statement; running ones are left to finish (their engine step finds the instance ended)."""
-    rows = conn.execute(
+    rows = run(
+        conn,
         _CANCEL_WAITING,
         {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
     )
@@ -247,11 +258,12 @@ def cancel_waiting(
 
 def cancel_job(conn: Connection, job_id: int, reason: str) -> dict[str, Any] | None:
     """Operator skip: pending|running|paused|failed|dead -> canceled (generation + 1)."""
-    row = conn.execute(_CANCEL_ONE, {"id": job_id, "code": CANCELED_BY_OPERATOR, "reason": reason}).first()
+    row = run(conn, _CANCEL_ONE, {"id": job_id, "code": CANCELED_BY_OPERATOR, "reason": reason}).first()
     return dict(row._mapping) if row else None
 
 
-_RETRY_ONE = text(
+_RETRY_ONE = query(
+    "job_retry",
     """
 UPDATE workflow_jobs j
 SET status = 'pending', generation = j.generation + 1, attempts = 0,
@@ -261,7 +273,7 @@ SET status = 'pending', generation = j.generation + 1, attempts = 0,
     effect_marker = NULL, error_code = NULL, finished_at = NULL, result = NULL, updated_at = now()
 WHERE j.id = :id AND j.status IN ('failed', 'dead', 'canceled')
 RETURNING j.id, j.queue, j.generation, j.run_at
-"""
+""",
 )
 
 
@@ -274,7 +286,8 @@ def retry_job(
     delay_ms: float = 0,
 ) -> dict[str, Any] | None:
     """Manual retry: failed|dead|canceled -> pending, generation + 1, attempts reset (L-STATE-4)."""
-    row = conn.execute(
+    row = run(
+        conn,
         _RETRY_ONE,
         {
             "id": job_id,
