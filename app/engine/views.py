@@ -18,7 +18,7 @@ from app.engine.store import (
 )
 from app.errors import NotFound
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 
 def _summary(s: dict) -> dict[str, Any]:
@@ -51,9 +51,10 @@ def _t(v: Any) -> str | None:
 
 
 # The time a paused wake of an activation has left (its suspended job keeps it: L-PAUSE).
-_PAUSED_REMAINING = (
+_PAUSED_REMAINING = query(
+    "step_view_paused_remaining",
     "SELECT remaining_ms FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' AND status = 'paused' "
-    "AND payload->>'activation_id' = :a AND payload->>'wake' = ANY(:wakes) ORDER BY id DESC LIMIT 1"
+    "AND payload->>'activation_id' = :a AND payload->>'wake' = ANY(:wakes) ORDER BY id DESC LIMIT 1",
 )
 
 

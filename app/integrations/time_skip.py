@@ -43,7 +43,7 @@ from app.integrations import schedules
 from app.ledger.hints import publish_after_commit
 from app.ledger.models import QUEUES
 from app.settings import TEST_TIME_SKIPPING, is_production
-from app.sql import run
+from app.sql import Query, query, run
 
 MAX_SECONDS = 366 * 86_400  # a year: the longest span one call skips
 MAX_INSTANCES = 10_000  # open workflows one call looks at, in id order (``more``: there may be others)
@@ -59,35 +59,42 @@ def _in_span(col: str) -> str:
 
 
 # The namespace's open, unpaused workflows, locked in id order (every advance locks its instance first).
-LOCK_INSTANCES = (
+LOCK_INSTANCES = query(
+    "time_skip_lock_instances",
     "SELECT id FROM workflow_instances WHERE namespace_id = :ns AND state NOT IN ("
     + _TERMINAL
-    + ") AND NOT paused ORDER BY id LIMIT :n FOR UPDATE"
+    + ") AND NOT paused ORDER BY id LIMIT :n FOR UPDATE",
 )
-MOVE_JOBS = (
+MOVE_JOBS = query(
+    "time_skip_jobs",
     "UPDATE workflow_jobs SET run_at = now(), updated_at = now() "
     "WHERE instance_id = ANY(:ids) AND status = 'pending' AND " + _in_span("run_at") + " "
-    "AND NOT (type = 'delay_wake' AND payload->>'wake' = 'cancel_settle') RETURNING queue::text"
+    "AND NOT (type = 'delay_wake' AND payload->>'wake' = 'cancel_settle') RETURNING queue::text",
 )
-MOVE_WAITS = (
+MOVE_WAITS = query(
+    "time_skip_waits",
     "UPDATE workflow_waits SET deadline_at = now() "
-    "WHERE instance_id = ANY(:ids) AND state = 'WAITING' AND " + _in_span("deadline_at") + " RETURNING id"
+    "WHERE instance_id = ANY(:ids) AND state = 'WAITING' AND " + _in_span("deadline_at") + " RETURNING id",
 )
-MOVE_TASKS = (
+MOVE_TASKS = query(
+    "time_skip_tasks",
     "UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() "
     "WHERE instance_id = ANY(:ids) AND state IN ('PENDING', 'CLAIMED') AND "
     + _in_span("deadline_at")
-    + " RETURNING id"
+    + " RETURNING id",
 )
-MOVE_SIGNALS = (
+MOVE_SIGNALS = query(
+    "time_skip_signals",
     "UPDATE workflow_signals SET expires_at = now(), updated_at = now() "
-    "WHERE instance_id = ANY(:ids) AND state = 'PENDING' AND " + _in_span("expires_at") + " RETURNING id"
+    "WHERE instance_id = ANY(:ids) AND state = 'PENDING' AND " + _in_span("expires_at") + " RETURNING id",
 )
-MOVE_DEADLINES = (
+MOVE_DEADLINES = query(
+    "time_skip_deadlines",
     "UPDATE workflow_instances SET deadline_at = now() "
-    "WHERE id = ANY(:ids) AND " + _in_span("deadline_at") + " RETURNING id"
+    "WHERE id = ANY(:ids) AND " + _in_span("deadline_at") + " RETURNING id",
 )
-MOVE_POLLS = (
+MOVE_POLLS = query(
+    "time_skip_polls",
     "UPDATE workflow_steps SET "
     "poll_next_at = CASE WHEN " + _in_span("poll_next_at") + " THEN now() ELSE poll_next_at END, "
     "poll_deadline_at = CASE WHEN " + _in_span("poll_deadline_at") + " THEN now() ELSE poll_deadline_at END "
@@ -96,7 +103,7 @@ MOVE_POLLS = (
     + " OR "
     + _in_span("poll_deadline_at")
     + ") "
-    "RETURNING id"
+    "RETURNING id",
 )
 
 
@@ -125,7 +132,7 @@ def skip(conn: Connection, principal: Principal, seconds: float, *, request_id: 
     args = {"ids": ids, "s": seconds}
     queues = [r.queue for r in run(conn, MOVE_JOBS, args).all()] if ids else []
 
-    def moved(statement: str) -> int:
+    def moved(statement: Query) -> int:
         return len(run(conn, statement, args).all()) if ids else 0
 
     result = Skipped(
