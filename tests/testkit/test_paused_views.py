@@ -124,3 +124,38 @@ def test_an_ended_workflow_shows_no_deadline(ledgerflow_env):
 )
 def test_time_left_for_people(ms, shown):
     assert left(ms) == shown
+
+
+def test_a_paused_retry_backoff_shows_its_time_left(ledgerflow_env):
+    env = ledgerflow_env
+    doc = {
+        "version": "v1",
+        "input_schema": {"type": "object"},
+        "deadline_seconds": 7200,
+        "steps": [
+            {
+                "key": "c",
+                "kind": "TASK",
+                "queue": "kit.flaky",
+                "retry": {"max_attempts": 2, "backoff_seconds": 600},
+            }
+        ],
+    }
+
+    @env.task("kit.flaky")
+    def flaky(task) -> dict:
+        if task.attempt == 1:
+            raise ConnectionError("busy")
+        return {}
+
+    wid = env.start(env.publish("flaky", doc), {})
+    env.wait_for_step(wid, "c", "WAITING")  # the 10 min backoff
+    _pause(env, wid)
+    step = env.client.get_workflow_step(wid, "c")
+    assert (
+        500_000
+        < env.client.request("GET", f"/v1/workflows/{wid}/steps/c")["data"]["next_attempt_remaining_ms"]
+        <= 600_000
+    )
+    assert step.next_attempt_at is not None
+    assert "next attempt paused" in _show(env, wid)
