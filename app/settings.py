@@ -395,6 +395,7 @@ HTTP_IDLE_TIMEOUT = _web.declare("LEDGERFLOW_HTTP_IDLE_TIMEOUT", 15.0, number(0.
 DEVELOPMENT_CURSOR_SECRET = "ledgerflow-cursor-v1"  # public: refused in production (production_problems)
 CURSOR_SECRET = _web.declare("LEDGERFLOW_CURSOR_SECRET", DEVELOPMENT_CURSOR_SECRET, TEXT, "key that signs list cursors; set one per deployment (32 characters or more)", shown="a public development key")
 SECRET_KEY = _web.declare("LEDGERFLOW_SECRET_KEY", None, TEXT, "signs the console's session cookie and CSRF tokens; the same value for every `web` process of a deployment; production refuses to start without one of 32 characters or more", shown="— (`make run`: one kept in `.data/console-secret-key`; the Procfile's gunicorn master: one for its workers)")
+TEST_TIME_SKIPPING = _web.declare("LEDGERFLOW_TEST_TIME_SKIPPING", None, TEXT, "set by the test kit (`ledgerflow.testing`) on the server it starts: `POST /v1/testing/time-skip` exists only there (docs/testing.md); a server started any other way refuses it and says so at start", shown="— (off)")
 
 _observability = Section("Logs, metrics and traces", "every process")
 LOG_LEVEL = _observability.declare("LOG_LEVEL", "INFO", one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "log level of the server processes")

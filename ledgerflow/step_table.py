@@ -39,6 +39,19 @@ def _json(value: Any) -> str:
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
 
 
+def left(ms: int) -> str:
+    """A paused wait's time left, for people: ``45 s``, ``59 min``, ``23 h 59 min``, ``2 d 3 h``."""
+    seconds = max(0, int(ms) // 1000)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours < 1:
+        return f"{minutes} min"
+    if days < 1:
+        return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
+    return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"
+
+
 def _error(value: Any) -> str:
     """An error for people: its message when it has one (with its code), else its JSON."""
     if isinstance(value, dict) and isinstance(value.get("message"), str):
@@ -49,17 +62,24 @@ def _error(value: Any) -> str:
 
 def _waiting_for(view: dict[str, Any]) -> str:
     step = view.get("step", view)
+    if view.get("next_attempt_remaining_ms") is not None:  # a paused backoff: its time left, not a time
+        return f"next attempt paused, {left(view['next_attempt_remaining_ms'])} left"
     if view.get("next_attempt_at"):
         return f"next attempt at {view['next_attempt_at']}"
     if view.get("child_workflow_id"):
         return f"child workflow {view['child_workflow_id']}"
     wait = view.get("wait")
     if isinstance(wait, dict) and wait.get("state") not in ("RESOLVED", "EXPIRED", "CANCELLED"):
+        paused = wait.get("paused") and wait.get("remaining_ms") is not None
         if wait.get("kind") == "TIMER":
+            if paused:
+                return f"timer paused, {left(wait['remaining_ms'])} left"
             return f"timer until {wait.get('deadline_at')}"
         what = f"signal {wait.get('name')} ({wait.get('payload_version')})"
         if wait.get("correlation_key") is not None:
             what += f", correlation key {wait['correlation_key']}"
+        if paused:
+            return what + f", timeout paused with {left(wait['remaining_ms'])} left"
         return what + (f", until {wait['deadline_at']}" if wait.get("deadline_at") else "")
     poll = view.get("poll")
     if isinstance(poll, dict) and not poll.get("resolved_at"):

@@ -240,6 +240,8 @@ class Wait(Loose):
     deadline_at = fields.DateTime(allow_none=True)
     winner_signal_id = fields.String()
     resolved_at = fields.DateTime()
+    paused = fields.Boolean()  # the workflow is paused: the wait's clock stands still
+    remaining_ms = fields.Integer()  # while paused: the time the wait has left
 
 
 class StepDetail(Loose):
@@ -259,6 +261,7 @@ class StepDetail(Loose):
     last_failed_attempt = fields.Dict(
         metadata={"description": "a TASK step: its last failed or timed-out attempt, {attempt, state, error}"}
     )
+    next_attempt_remaining_ms = fields.Integer()  # while paused: the retry backoff's time left
     poll = fields.Nested(PollProgress)
     wait = fields.Nested(Wait)
 

@@ -7,7 +7,7 @@ from flask import Flask, Response, g, request
 from actors import hints as hint_actors
 from app import db, settings
 from app.ids import new_request_id
-from web import console, errors, observability
+from web import console, errors, observability, testing
 from web.credentials import bp as credentials_bp
 from web.definitions import bp as definitions_bp
 from web.health import bp as health_bp
@@ -89,4 +89,5 @@ def create_app() -> Flask:
     app.register_blueprint(schedules_bp)
     console.install(app)  # the operator console under /console (L-UI-1)
     app.register_blueprint(integrations_bp)
+    testing.install(app)  # time skipping: only on a server the test kit started (docs/testing.md)
     return app

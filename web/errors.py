@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 from gunicorn.http.errors import ParseException
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -49,6 +49,11 @@ def problem(err: LedgerflowError) -> Response:
 def _from_http(exc: HTTPException) -> LedgerflowError:
     code = exc.code or 500
     if code == 404:
+        if request.path.startswith("/v1/testing/"):
+            return NotFound(
+                "no such resource: time skipping exists only on a server the test kit (ledgerflow.testing) "
+                "started (docs/testing.md)"
+            )
         return NotFound("no such resource")
     if code == 405:
         refused = MethodNotAllowed("method not allowed on this resource")

@@ -74,19 +74,21 @@ def _waits(conn: Connection, activation_ids: list[str]) -> dict[str, dict[str, A
     return {r.activation_id: dict(r._mapping) for r in rows}
 
 
-def _due_wakes(conn: Connection, instance_id: str) -> dict[str, tuple[datetime, str]]:
-    """``{activation id: (run_at, wake)}`` of the instance's next pending wake-up per activation (a
-    TIMER's fire, a retry's backoff, a signal wait's timeout, a POLL's next round): what the ledger will
-    do next and when."""
+def _due_wakes(conn: Connection, instance_id: str) -> dict[str, tuple[datetime, str, int | None]]:
+    """``{activation id: (run_at, wake, remaining ms)}`` of the instance's next pending wake-up per
+    activation (a TIMER's fire, a retry's backoff, a signal wait's timeout, a POLL's next round): what the
+    ledger will do next and when. A wake suspended by a pause has its time left (``remaining_ms``) instead:
+    its ``run_at`` passes while the workflow is paused."""
     rows = run(
         conn,
         "SELECT DISTINCT ON (payload->>'activation_id') payload->>'activation_id' AS activation_id, "
-        "payload->>'wake' AS wake, run_at FROM workflow_jobs "
+        "payload->>'wake' AS wake, run_at, CASE WHEN status = 'paused' THEN remaining_ms END AS remaining_ms "
+        "FROM workflow_jobs "
         "WHERE instance_id = :i AND type = 'delay_wake' AND status IN ('pending', 'paused') "
         "AND payload ? 'activation_id' ORDER BY payload->>'activation_id', run_at",
         {"i": instance_id},
     )
-    return {r.activation_id: (r.run_at, r.wake) for r in rows if r.activation_id}
+    return {r.activation_id: (r.run_at, r.wake, r.remaining_ms) for r in rows if r.activation_id}
 
 
 WAKE_LABELS = {
@@ -135,9 +137,13 @@ def steps_in_order(conn: Connection, inst: Mapping[str, Any]) -> list[dict[str, 
             item["wait"] = wait
         fire = wakes.get(s["activation_id"]) if s["activation_id"] else None
         if fire is None and wait is not None and wait["state"] == "WAITING" and wait["deadline_at"]:
-            fire = (wait["deadline_at"], "timer" if wait["kind"] == "TIMER" else "signal_timeout")
+            fire = (wait["deadline_at"], "timer" if wait["kind"] == "TIMER" else "signal_timeout", None)
         if fire is not None and s["state"] in ("ACTIVE", "WAITING"):
-            item["fires_at"], item["fires"] = fire[0], WAKE_LABELS.get(fire[1], fire[1])
+            item["fires"] = WAKE_LABELS.get(fire[1], fire[1])
+            if fire[2] is not None:  # paused: the time left, no fire time
+                item["paused_remaining_seconds"] = max(0, fire[2]) / 1000
+            else:
+                item["fires_at"] = fire[0]
         out.append(item)
     return out
 

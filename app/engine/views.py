@@ -18,7 +18,7 @@ from app.engine.store import (
 )
 from app.errors import NotFound
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 
 def _summary(s: dict) -> dict[str, Any]:
@@ -56,6 +56,25 @@ _LAST_FAILED_ATTEMPT = (
 
 def _t(v: Any) -> str | None:
     return rfc3339(v) if v is not None else None
+
+
+# The time a paused wake of an activation has left (its suspended job keeps it: L-PAUSE).
+_PAUSED_REMAINING = query(
+    "step_view_paused_remaining",
+    "SELECT remaining_ms FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' AND status = 'paused' "
+    "AND payload->>'activation_id' = :a AND payload->>'wake' = ANY(:wakes) ORDER BY id DESC LIMIT 1",
+)
+
+
+def paused_remaining_ms(
+    conn: Connection, inst: dict, activation_id: str, wakes: tuple[str, ...]
+) -> int | None:
+    """Milliseconds a paused instance's wake of ``activation_id`` (one of ``wakes``) has left; None when
+    the instance is not paused or the wake is not suspended."""
+    if not inst["paused"]:
+        return None
+    left = run(conn, _PAUSED_REMAINING, {"i": inst["id"], "a": activation_id, "wakes": list(wakes)}).scalar()
+    return None if left is None else max(0, int(left))
 
 
 def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -> dict:
@@ -96,6 +115,9 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
         ).scalar()
         if nxt is not None:
             out["next_attempt_at"] = rfc3339(nxt)
+        left = paused_remaining_ms(conn, inst, s["activation_id"], ("task_retry",))
+        if left is not None:  # paused: the backoff's time left, not a time that passes meanwhile
+            out["next_attempt_remaining_ms"] = left
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[key]
     if s["kind"] == "POLL":
         poll: dict[str, Any] = {
@@ -130,5 +152,10 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
                 wait["winner_signal_id"] = w["winner_signal_id"]
             if w["resolved_at"] is not None:
                 wait["resolved_at"] = _t(w["resolved_at"])
+            if w["state"] == "WAITING" and inst["paused"]:
+                wait["paused"] = True
+                left = paused_remaining_ms(conn, inst, s["activation_id"], ("timer", "signal_timeout"))
+                if left is not None:
+                    wait["remaining_ms"] = left
             out["wait"] = wait
     return out

@@ -509,6 +509,30 @@ def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
     return out
 
 
+def hand_out_due_by(conn: Connection, namespace_id: str, seconds: float, *, batch: int = TICK_BATCH) -> int:
+    """Time skipping (``app.integrations.time_skip``, test servers only): every active schedule of the
+    namespace whose next fire time falls within ``seconds`` from now gets its launch now, as the tick
+    would have handed it out at that time (its latest fire time in the span, earlier ones coalesced),
+    and ``next_fire_at`` moves past the span. At most ``batch`` schedules; returns how many."""
+    rows = conn.execute(
+        text(
+            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns AND NOT paused "
+            "AND next_fire_at <= now() + make_interval(secs => :s) "
+            "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED"
+        ),
+        {"ns": namespace_id, "s": seconds, "n": batch},
+    ).all()
+    until = db_now(conn) + timedelta(seconds=seconds)
+    handed = 0
+    for row in rows:
+        s = _row(row)
+        d = times.due(rule_of(s), s["next_fire_at"], until)
+        if d is not None:
+            _hand_out(conn, s, d)
+            handed += 1
+    return handed
+
+
 def _hand_out(conn: Connection, s: dict[str, Any], d: Any) -> Any:
     """The due fire ``d`` of schedule ``s`` (locked by the caller): its ``schedule_launch`` job, and
     ``next_fire_at`` moved past it."""

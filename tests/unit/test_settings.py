@@ -26,6 +26,7 @@ ALLOWED_READS = {
     ("ledgerflow/client.py", "LEDGERFLOW_URL"): "the SDK's server address",
     ("ledgerflow/client.py", "LEDGERFLOW_TOKEN"): "the SDK's credential",
     ("ledgerflow/cli.py", "PATH"): "`ledgerflow dev` puts its own bin folder first for honcho's processes",
+    ("ledgerflow/testing.py", "*"): "the test kit hands its environment on to the server processes it starts",
 }
 SDK_VARIABLES = {"LEDGERFLOW_URL", "LEDGERFLOW_TOKEN"}
 WRITES = {"update", "setdefault", "pop", "__setitem__", "__delitem__", "clear"}

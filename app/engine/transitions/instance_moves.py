@@ -112,6 +112,7 @@ _END = query(
     "instance_end",
     f"""
 UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
+    paused = false, paused_at = NULL,
     error = COALESCE(CAST(:error AS jsonb), error),
     stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
     stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
@@ -125,8 +126,10 @@ def end(
     conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING
 ) -> dict[str, Any]:
     """The terminal state, once: SUCCEEDED (with output), FAILED (stop_kind FAILURE unless a stop was
-    already recorded), CANCELLED. An error recorded when the stop began is kept. Returns the row as it
-    now is."""
+    already recorded), CANCELLED. An error recorded when the stop began is kept. A workflow that ends is
+    never paused: a pause stops new work, not the end that results of work already granted (a task in
+    flight, a signal its wait consumed) bring, so the end clears the flag (docs/reference.md, "Pause").
+    Returns the row as it now is."""
     row = one(
         conn,
         f"instance -> {state}",
