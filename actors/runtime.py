@@ -13,7 +13,7 @@ from actors import hints as hint_actors
 from actors import maintenance
 from actors.broker import broker, has_redis
 from actors.handler_modules import BUILTIN_HANDLER_MODULES
-from app.db import get_engine, transaction
+from app.db import get_engine, name_process, transaction
 from app.ids import new_node_id
 from app.integrations import schedules
 from app.ledger import handlers, nodes
@@ -45,6 +45,7 @@ def run_worker(pool_name: str) -> None:
     settings = get_settings()
     pool_enum = Pool(pool_name)
     tracing.setup(f"worker-{pool_enum}")  # before the engine exists, so its queries are traced too
+    name_process(f"worker-{pool_enum}")
     engine = get_engine()
     handlers.load_modules(BUILTIN_HANDLER_MODULES + settings.handler_modules)
     hint_actors.install_publisher()
@@ -109,6 +110,7 @@ def run_scheduler() -> None:
     schedule tick hand due schedules their ``schedule_launch`` jobs (X-SCHED)."""
     settings = get_settings()
     tracing.setup("scheduler")
+    name_process("scheduler")
     metrics.serve_process_metrics()
     hint_actors.install_publisher()
     engine = get_engine()

@@ -10,10 +10,19 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+import psycopg
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 
-from app.settings import DB_TRANSACTION_POOLING, PREPARED_STATEMENTS, STATEMENT_TIMEOUT_MS, get_settings
+from app.settings import (
+    DB_CONNECT_TIMEOUT_SECONDS,
+    DB_TRANSACTION_POOLING,
+    PREPARED_STATEMENTS,
+    STATEMENT_TIMEOUT_MS,
+    get_settings,
+    normalize_database_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +74,29 @@ def session_settings() -> dict[str, str]:
     }
 
 
+# What this process's connections say they are (``application_name``, seen in ``pg_stat_activity`` and the
+# server's log): ``ledgerflow-<process>``, named by each process at its start (web, worker-advance,
+# worker-outbound, scheduler, release); any other use of the code (the CLI, a script) is ``ledgerflow-cli``.
+# The pool's own connection and the web's LISTEN connection name themselves (``ledgerflow-advance-pool``,
+# ``ledgerflow-listener``).
+_process_name = "ledgerflow-cli"
+
+
+def name_process(process: str) -> None:
+    """Every database connection this process opens from now on is ``ledgerflow-<process>``."""
+    global _process_name
+    _process_name = f"ledgerflow-{process}"
+
+
+def application_name() -> str:
+    return _process_name
+
+
 def connect_args(options: dict[str, str] | None = None) -> dict[str, Any]:
-    """psycopg's connect arguments: ``options`` (session settings) as the ``options`` startup parameter
-    (not with transaction pooling: see ``transaction_pooling``), and ``prepare_threshold=None`` when
-    prepared statements are off."""
-    args: dict[str, Any] = {}
+    """psycopg's connect arguments: the process's ``application_name``; ``options`` (session settings)
+    as the ``options`` startup parameter (not with transaction pooling: see ``transaction_pooling``),
+    and ``prepare_threshold=None`` when prepared statements are off."""
+    args: dict[str, Any] = {"application_name": application_name()}
     if options and not transaction_pooling():
         args["options"] = " ".join(f"-c {k}={v}" for k, v in options.items())
     if not prepared_statements():
@@ -126,10 +153,73 @@ def _ping_on_checkout(engine: Engine) -> None:
             raise
 
 
+# High availability (docs/operations.md, "High availability"). DATABASE_URL may name a primary and its
+# standbys (libpq's multi-host form with ``target_session_attrs=read-write``): a new connection goes to
+# whichever host accepts writes now. A connection made before a failover is dropped by the old primary's
+# shutdown (57P01 / 57P02 / 57P03 or a closed socket, which SQLAlchemy already counts as a disconnect), or
+# meets a server that no longer accepts writes: SQLSTATE 25006 (``cannot execute ... in a read-only
+# transaction``) while the server reports itself in hot standby or read-only by default. Those errors
+# count as a disconnect too: SQLAlchemy then drops the connection and every pooled connection made
+# before it, the web answers 503 UNAVAILABLE with Retry-After (web/errors.py), and the next checkout
+# connects to the new primary. A 25006 of a transaction declared READ ONLY by the code itself (a bug)
+# stays an error.
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})  # admin / crash shutdown, cannot connect now
+_READ_ONLY_TRANSACTION = "25006"
+
+
+def server_not_writable(exc: BaseException, dbapi_conn: Any) -> bool:
+    """Whether the database error ``exc`` on ``dbapi_conn`` (a psycopg connection, or None) means the
+    server is going away or no longer accepts writes (a failover), not a fault of the statement."""
+    state = getattr(exc, "sqlstate", None)
+    if state in _SERVER_GONE:
+        return True
+    if state != _READ_ONLY_TRANSACTION:
+        return False
+    pgconn = getattr(dbapi_conn, "pgconn", None)
+    if pgconn is None:
+        return True  # no session to ask: treat it as the server's state, the safer reading
+    reported = {
+        name: (pgconn.parameter_status(name.encode()) or b"").decode()
+        for name in ("in_hot_standby", "default_transaction_read_only")
+    }
+    return "on" in reported.values()
+
+
+def _drop_on_failover(engine: Engine) -> None:
+    @event.listens_for(engine, "handle_error")
+    def _failover(ctx: ExceptionContext) -> None:
+        if ctx.is_disconnect or ctx.original_exception is None:
+            return
+        try:
+            dbapi_conn = ctx.connection.connection.dbapi_connection if ctx.connection is not None else None
+        except Exception:  # no live connection to ask (it failed while connecting)
+            dbapi_conn = None
+        if server_not_writable(ctx.original_exception, dbapi_conn):
+            ctx.is_disconnect = True  # the pool drops it and every connection made before it
+
+
+def with_connect_timeout(url: str | URL) -> URL:
+    """``url`` (libpq's multi-host form accepted) with ``connect_timeout`` =
+    ``LEDGERFLOW_DB_CONNECT_TIMEOUT_SECONDS`` unless it names its own: each host of a multi-host URL is
+    tried that long before the next."""
+    parsed = make_url(normalize_database_url(url) if isinstance(url, str) else url)
+    if "connect_timeout" in parsed.query:
+        return parsed
+    return parsed.update_query_dict({"connect_timeout": str(DB_CONNECT_TIMEOUT_SECONDS.get())})
+
+
+def psycopg_conninfo(url: str) -> str:
+    """A libpq connection string for a connection opened with psycopg itself (the LISTEN connection):
+    the same hosts, database and parameters as the engine's, multi-host URLs included."""
+    parsed = with_connect_timeout(url).set(drivername="postgresql+psycopg")
+    _, params = parsed.get_dialect()().create_connect_args(parsed)
+    return psycopg.conninfo.make_conninfo("", **params)
+
+
 @lru_cache(maxsize=8)
 def _engine_for(url: str) -> Engine:
     engine = create_engine(
-        url,
+        with_connect_timeout(url),
         pool_size=10,
         max_overflow=20,
         # a database error never carries the statement's parameters (tenant data, tokens) into an
@@ -141,6 +231,11 @@ def _engine_for(url: str) -> Engine:
         _set_per_transaction(engine, session_settings())
 
     _ping_on_checkout(engine)
+    _drop_on_failover(engine)
+
+    @event.listens_for(engine, "do_connect")
+    def _name_connection(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams["application_name"] = application_name()  # as named when it connects, not when created
 
     @event.listens_for(engine, "rollback")
     def _drop_hooks(conn: Connection) -> None:  # a rollback publishes nothing (L-CLAIM-4)

@@ -139,11 +139,29 @@ def url(*schemes: str) -> Parse[str]:
 
 
 def normalize_database_url(url: str) -> str:
-    """Heroku hands out ``postgres://`` URLs; SQLAlchemy wants an explicit driver (psycopg 3)."""
-    for prefix in ("postgres://", "postgresql://"):
+    """Heroku hands out ``postgres://`` URLs; SQLAlchemy wants an explicit driver (psycopg 3).
+
+    libpq's multi-host form, which names a primary and its standbys (docs/operations.md, "High
+    availability"), ``postgresql://user@h1:5432,h2:5433/db?target_session_attrs=read-write``, becomes
+    SQLAlchemy's ``postgresql+psycopg://user@/db?host=h1:5432&host=h2:5433&target_session_attrs=...``
+    (a host without a port gets 5432, as in libpq); psycopg then tries the hosts in order."""
+    for prefix in ("postgres://", "postgresql://", "postgresql+psycopg://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
+            return _multi_host_as_query("postgresql+psycopg://" + url[len(prefix) :])
     return url
+
+
+def _multi_host_as_query(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    split = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:split], rest[split:]
+    user, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return url
+    path, question, query = tail.partition("?")
+    named = [h if re.search(r"(:\d+)$", h) else f"{h}:5432" for h in hosts.split(",") if h]
+    params = "&".join([*(f"host={h}" for h in named), *([query] if query else [])])
+    return f"{scheme}://{user}{at}{path or '/'}?{params}"
 
 
 _POSTGRES_URL = url("postgres", "postgresql", "postgresql+psycopg")
@@ -188,15 +206,25 @@ def _networks_and_hosts(raw: str) -> str:
 MAX_RETENTION_DAYS = 36500.0
 
 
-def _days_by_namespace(raw: str) -> tuple[tuple[str, float], ...]:
+def _days_by_namespace(raw: str, least: float = 0.0) -> tuple[tuple[str, float], ...]:
     out: dict[str, float] = {}
     for item in filter(None, (p.strip() for p in raw.split(","))):
         name, sep, days = item.partition("=")
         value = float(days)
-        if not sep or not name.strip() or not 0 < value <= MAX_RETENTION_DAYS:
+        at_least = value >= least if least > 0 else value > 0  # ``least`` 0: any positive number of days
+        if not sep or not name.strip() or not (at_least and value <= MAX_RETENTION_DAYS):
             raise ValueError
         out[name.strip()] = value
     return tuple(out.items())
+
+
+# A finished workflow is kept at least a day: longer than a start's Idempotency-Key (24 h), so a resent
+# start always finds the workflow its key created (docs/reference.md, "Retention of finished workflows").
+MIN_WORKFLOW_RETENTION_DAYS = 1.0
+
+
+def _workflow_days_by_namespace(raw: str) -> tuple[tuple[str, float], ...]:
+    return _days_by_namespace(raw, MIN_WORKFLOW_RETENTION_DAYS)
 
 
 # The grammar of the ``limits`` library's parse_many (importing it costs ~0.1 s at every start), with
@@ -311,6 +339,8 @@ ENV = _services.declare("LEDGERFLOW_ENV", "development", one_of("development", "
 DB_TRANSACTION_POOLING = _services.declare("LEDGERFLOW_DB_TRANSACTION_POOLING", False, FLAG, "on: DATABASE_URL goes through a pooler in transaction mode (PgBouncer): session settings per transaction, prepared statements off, LISTEN only through LEDGERFLOW_LISTEN_DATABASE_URL (docs/operations.md, \"PgBouncer\")")
 PREPARED_STATEMENTS = _services.declare("LEDGERFLOW_PREPARED_STATEMENTS", None, FLAG, "off: psycopg never prepares a statement (`prepare_threshold=None`), the pool's pass included; PgBouncer before 1.21 needs it off", shown="on (off with transaction pooling)")
 LISTEN_DATABASE_URL = _services.declare("LEDGERFLOW_LISTEN_DATABASE_URL", None, _POSTGRES_URL, "a direct PostgreSQL URL for the web process's LISTEN connection (long-poll wake-ups and credential changes; behind a transaction pooler)", shown="DATABASE_URL (none with transaction pooling)")
+DB_CONNECT_TIMEOUT_SECONDS = _services.declare("LEDGERFLOW_DB_CONNECT_TIMEOUT_SECONDS", 5, integer(2, 300), "how long a new database connection waits for each host of DATABASE_URL before it tries the next (libpq `connect_timeout`; one set in DATABASE_URL wins): bounds how long a request or a pool waits on a primary that vanished (docs/operations.md, \"High availability\")")
+DB_RETRY_AFTER_SECONDS = _services.declare("LEDGERFLOW_DB_RETRY_AFTER_SECONDS", 5, integer(1, 300), "`Retry-After` of the API's 503 `UNAVAILABLE` while no writable PostgreSQL is reachable (a restart, a failover); the SDKs wait it out, at most 5 s, and resend with the same Idempotency-Key")
 
 _ledger = Section("Ledger workers", "the `worker-advance` and `worker-outbound` pools and the `scheduler`")
 HANDLERS = _ledger.declare("LEDGERFLOW_HANDLERS", (), Parse(_modules, "comma-separated Python module names"), "extra ledger handler modules a worker loads")
@@ -345,6 +375,8 @@ RETENTION_DAYS = _retention.declare("LEDGERFLOW_RETENTION_DAYS", 7.0, number(0.0
 DEAD_LETTER_RETENTION_DAYS = _retention.declare("LEDGERFLOW_DEAD_LETTER_RETENTION_DAYS", 30.0, number(0.01, MAX_RETENTION_DAYS), "days dead letters are kept")
 AUDIT_RETENTION_DAYS = _retention.declare("LEDGERFLOW_AUDIT_RETENTION_DAYS", 400.0, number(0.01, MAX_RETENTION_DAYS), "days the operation audit is kept")
 RETENTION_BY_NAMESPACE = _retention.declare("LEDGERFLOW_RETENTION_BY_NAMESPACE", (), Parse(_days_by_namespace, f"namespace_id=days,... with 0 < days <= {MAX_RETENTION_DAYS:g}"), "job retention of these namespaces instead of LEDGERFLOW_RETENTION_DAYS")
+WORKFLOW_RETENTION_DAYS = _retention.declare("LEDGERFLOW_WORKFLOW_RETENTION_DAYS", 30.0, number(MIN_WORKFLOW_RETENTION_DAYS, MAX_RETENTION_DAYS), "days a finished workflow (its instance, steps, tasks, waits, signals and events) is kept after it ended, unless held")
+WORKFLOW_RETENTION_BY_NAMESPACE = _retention.declare("LEDGERFLOW_WORKFLOW_RETENTION_BY_NAMESPACE", (), Parse(_workflow_days_by_namespace, f"namespace_id=days,... with {MIN_WORKFLOW_RETENTION_DAYS:g} <= days <= {MAX_RETENTION_DAYS:g}"), "workflow retention of these namespaces instead of LEDGERFLOW_WORKFLOW_RETENTION_DAYS")
 RETENTION_BATCH = _retention.declare("LEDGERFLOW_RETENTION_BATCH", 5000, integer(1, 100_000), "rows per retention DELETE")
 
 _outbound = Section("Outbound calls", "triggers, external dispatches and webhook deliveries")
@@ -367,7 +399,7 @@ SECRET_KEY = _web.declare("LEDGERFLOW_SECRET_KEY", None, TEXT, "signs the consol
 _observability = Section("Logs, metrics and traces", "every process")
 LOG_LEVEL = _observability.declare("LOG_LEVEL", "INFO", one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "log level of the server processes")
 LOG_FORMAT = _observability.declare("LOG_FORMAT", None, one_of("json", "console"), "one JSON object per line, or readable lines", shown="`json` when stderr is not a terminal, else `console`")
-PROMETHEUS_MULTIPROC_DIR = _observability.declare("PROMETHEUS_MULTIPROC_DIR", None, TEXT, "shared directory of the processes' metrics on one host; empty it before starting them", shown="— (`ledgerflow dev` sets one under `.data/`)")
+PROMETHEUS_MULTIPROC_DIR = _observability.declare("PROMETHEUS_MULTIPROC_DIR", None, TEXT, "shared directory of the processes' metrics on one host; empty it before starting them", shown="— (`ledgerflow dev` sets one under its data folder, `LEDGERFLOW_DATA_DIR`)")
 METRICS = _observability.declare("LEDGERFLOW_METRICS", True, FLAG, "off turns the process-level instruments off")
 METRICS_LEDGER_TTL = _observability.declare("LEDGERFLOW_METRICS_LEDGER_TTL", 5.0, number(0, 3600), "seconds the ledger part of `/metrics` is cached per process")
 METRICS_PORT = _observability.declare("LEDGERFLOW_METRICS_PORT", None, integer(1, 65535), "workers and scheduler: serve this host's process metrics on this port (no auth)")

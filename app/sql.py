@@ -36,6 +36,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 
+from app.db import server_not_writable
 from app.observability import tracing
 from app.settings import OTEL_DB_SPANS
 from app.sql_text import compact_sql, pyformat
@@ -293,10 +294,13 @@ def sqlalchemy_error(
     conn: Connection, exc: psycopg.Error, statement: str, params: Mapping[str, Any], cur: Any = None
 ) -> BaseException:
     """``exc`` as SQLAlchemy raises a driver's error (its exception classes, parameters hidden); a broken
-    connection is invalidated first, as SQLAlchemy does, so the pool replaces it."""
+    connection (or one to a server that no longer takes writes) is invalidated first, as SQLAlchemy does,
+    so the pool replaces it."""
     driver = conn.connection.dbapi_connection
-    # SQLAlchemy types a driver's error as its DBAPI protocol's; psycopg's is one
+    # SQLAlchemy types a driver's error as its DBAPI protocol's; psycopg's is one. A server that no longer
+    # takes writes (a failover) counts as broken too (app.db.server_not_writable, as the engine's hook)
     broken = bool(driver is not None and conn.dialect.is_disconnect(cast(Any, exc), driver, cur))
+    broken = broken or server_not_writable(exc, driver)
     if broken and not conn.invalidated:
         conn.invalidate(exc)
     return DBAPIError.instance(

@@ -251,6 +251,16 @@ class Monitor:
         self.own += 1
         return Snapshot(tables, xacts)
 
+    def sizes(self) -> dict[str, int]:
+        """Bytes on disk of each table of the database (heap, TOAST and indexes), every schema but the
+        system's; read outside the counting window."""
+        rows = self.conn.execute(
+            "SELECT n.nspname || '.' || c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p', 'm') "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+        ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def others(self) -> int:
         """Backends of the engine's database other than this monitor (read from ``postgres``: not counted)."""
         db = self.conn.info.dbname
@@ -411,6 +421,7 @@ def measure(
     log(f"{label}: settling {SETTLE_SECONDS:g} s (statistics flush)")
     time.sleep(SETTLE_SECONDS)
     log(f"{label}: {res.n} workflows from {CLIENT_THREADS} client threads{what}")
+    sizes_before = mon.sizes()
     with counting_window(mon) as window:
         res.load = loadavg()
         meter = CpuMeter(mon, engine_pids)
@@ -423,6 +434,9 @@ def measure(
         res.cpu_ms = meter.stop(res.n)
         stop()
     res.counts = window["counts"]
+    grown = {t: b - sizes_before.get(t, 0) for t, b in mon.sizes().items()}
+    res.bytes_by_table = {t: g / res.n for t, g in grown.items() if g and res.n}
+    res.bytes_per_workflow = sum(grown.values()) / res.n if res.n else None
     return started
 
 
@@ -449,6 +463,10 @@ class RunResult:
     probe_timer_late_ms: list[float] = field(default_factory=list)
     probe_latency_ms: list[float] = field(default_factory=list)
     failed: int = 0
+    # what the run's workflows left on disk: the database's tables (heap, TOAST, indexes) after the run
+    # minus before it (after the warm-up), per workflow; and by table
+    bytes_per_workflow: float | None = None
+    bytes_by_table: dict[str, float] = field(default_factory=dict)
     load: str = ""
     notes: list[str] = field(default_factory=list)
 

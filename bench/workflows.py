@@ -154,6 +154,10 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     if any((w := per(r)) and w.deletes >= 0.05 for r in results.values()):
         add("row deletes / workflow", lambda r: f"{w.deletes:.1f}" if (w := per(r)) else "-")
     add("transactions / workflow", lambda r: f"{w.xacts:.1f}" if (w := per(r)) else "-")
+    add(
+        "bytes on disk / workflow (kB)",
+        lambda r: f"{r.bytes_per_workflow / 1000:,.1f}" if r.bytes_per_workflow is not None else "-",
+    )
     add("CPU ms / workflow: PG+engine+client", _cpu)
     if any(r.http_requests is not None for r in results.values()):
         add(
@@ -226,6 +230,15 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
         )
         lines += counts_table(cols)
         lines.append("")
+    # where Ledgerflow's bytes go
+    sized = {
+        name: r["ledgerflow"]
+        for name, r in results.items()
+        if r.get("ledgerflow") and r["ledgerflow"].bytes_by_table
+    }
+    if sized:
+        lines += bytes_table(sized)
+        lines.append("")
     # the idle probe
     probes = [
         (name, r["ledgerflow"])
@@ -256,6 +269,26 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
     return "\n".join(lines).rstrip()
 
 
+def bytes_table(by_shape: dict[str, RunResult], top: int = 12) -> list[str]:
+    """Ledgerflow's bytes on disk per workflow by table (heap, TOAST and indexes), largest first."""
+    names = sorted(
+        {t for r in by_shape.values() for t in r.bytes_by_table},
+        key=lambda t: -max(r.bytes_by_table.get(t, 0.0) for r in by_shape.values()),
+    )[:top]
+    row = "  {:<38}" + " {:>15}" * len(by_shape)
+    lines = ["Ledgerflow bytes on disk per workflow by table (heap + TOAST + indexes; the largest)"]
+    lines.append(row.format("", *by_shape))
+    for t in names:
+        lines.append(
+            row.format(
+                t.removeprefix("public."),
+                *(f"{r.bytes_by_table.get(t, 0.0):,.0f}" for r in by_shape.values()),
+            )
+        )
+    lines.append(row.format("all tables", *(f"{r.bytes_per_workflow or 0:,.0f}" for r in by_shape.values())))
+    return lines
+
+
 def counts_report(results: dict[str, RunResult], n: int) -> str:
     cols: dict[str, PerWorkflow] = {k: pw for k, r in results.items() if (pw := r.per_workflow()) is not None}
     if "task-task" in cols and "chain10" in cols:
@@ -264,6 +297,10 @@ def counts_report(results: dict[str, RunResult], n: int) -> str:
         f"Ledgerflow database work per workflow (N = {n} per shape; inserts + updates [- deletes] per table)"
     ]
     lines += counts_table(cols)
+    sized = {name: r for name, r in results.items() if r.bytes_by_table}
+    if sized:
+        lines.append("")
+        lines += bytes_table(sized)
     for name, r in results.items():
         lines.extend(f"note ({name}): {n}" for n in r.notes)
         if r.failed:

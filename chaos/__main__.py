@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from chaos import pgbouncer
+from chaos import failover, pgbouncer
 from chaos.scenarios import FULL, OPT_IN, QUICK, SCENARIOS, Result, run
 
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         help="comma-separated scenario names: "
-        + ", ".join(SCENARIOS)
+        + ", ".join([*SCENARIOS, failover.NAME])
         + "; opt-in (restarts the PostgreSQL server): "
         + ", ".join(OPT_IN),
     )
@@ -69,11 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     if not server:
         print("error: DATABASE_URL is not set (run through `make chaos`)", file=sys.stderr)
         return 2
-    names = args.only.split(",") if args.only else list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS and n not in OPT_IN]
+    names = args.only.split(",") if args.only else [*SCENARIOS, failover.NAME]
+    unknown = [n for n in names if n not in SCENARIOS and n not in OPT_IN and n != failover.NAME]
     if unknown:
         print(
-            f"error: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
+            f"error: unknown scenario(s) {', '.join(unknown)}; "
+            f"choose from {', '.join([*SCENARIOS, failover.NAME])}",
             file=sys.stderr,
         )
         return 2
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             started = time.monotonic()
             print(f"running {name} ...", flush=True)
+            if name == failover.NAME:  # its own PostgreSQL pair (pg_auto_failover), never through PgBouncer
+                size = failover.QUICK if args.quick else failover.FULL
+                results.append(failover.run_failover(size, keep_failed=args.keep))
+                print(f"  done in {time.monotonic() - started:.0f} s", flush=True)
+                continue
             results.append(
                 run(
                     name,

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 from sqlalchemy import Engine, create_engine, make_url, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.migrate import upgrade
 from chaos.schema import EFFECTS_DDL
@@ -46,17 +46,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         time.sleep(interval)
 
 
-def retry_db(fn: Callable[[], Any], tries: int = 50, pause: float = 0.2) -> Any:
-    """Run ``fn`` again when the database connection is lost (a fault the suite itself injects)."""
+def retry_db(fn: Callable[[], Any], tries: int = 150, pause: float = 0.2) -> Any:
+    """Run ``fn`` again when the database connection is lost or cannot be made (a fault the suite itself
+    injects: a restart, a failover), for up to ``tries * pause`` seconds."""
     for attempt in range(tries):
         try:
             return fn()
         except DBAPIError as exc:
-            if (
-                not exc.connection_invalidated
-                and "terminating connection" not in str(exc)
-                or attempt == tries - 1
-            ):
+            lost = exc.connection_invalidated or isinstance(exc, OperationalError)
+            if not lost and "terminating connection" not in str(exc) or attempt == tries - 1:
                 raise
             time.sleep(pause)
     return None
@@ -90,6 +88,9 @@ class Cluster:
     # where the processes reach the server, when not directly (e.g. a PgBouncer in front of it); the
     # suite's own checks always read the server directly
     process_server_url: str | None = None
+    # the processes' DATABASE_URL for a database name, when it is not a URL of the server's form (the
+    # libpq multi-host URL of a highly available pair, chaos/autofailover.py)
+    process_url_for: Callable[[str], str] | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lf-chaos-")))
     procs: list[Proc] = field(default_factory=list)
     db_name: str = field(default_factory=lambda: f"lf_chaos_{uuid.uuid4().hex[:8]}")
@@ -105,6 +106,8 @@ class Cluster:
 
     @property
     def process_db_url(self) -> str:
+        if self.process_url_for is not None:
+            return self.process_url_for(self.db_name)
         server = self.process_server_url or self.server_url
         return make_url(server).set(database=self.db_name).render_as_string(hide_password=False)
 

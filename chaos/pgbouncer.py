@@ -59,7 +59,7 @@ def running(server_url: str) -> Iterator[str]:
     (workdir / "pgbouncer.ini").write_text(config(server_url, port, workdir))
     argv = [exe, str(workdir / "pgbouncer.ini")]
     if os.geteuid() == 0:  # PgBouncer refuses to run as root: as the database's or an unprivileged user
-        user = next((u for u in ("postgres", "nobody") if _exists(u)), None)
+        user = _socket_owner(url) or next((u for u in ("postgres", "nobody") if _exists(u)), None)
         if user is None:
             raise RuntimeError("running as root and neither a postgres nor a nobody user exists")
         shutil.chown(workdir, pwd.getpwnam(user).pw_uid)
@@ -80,6 +80,21 @@ def running(server_url: str) -> Iterator[str]:
             proc.kill()
             proc.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _socket_owner(url) -> str | None:
+    """The user owning the server's unix socket directory when the URL names one that is not root's (the
+    embedded PostgreSQL of `make test`: ``.data/pg``, mode 0700, owned by the ``pgserver`` user): only
+    that user can reach the socket, so PgBouncer runs as it. Run as ``postgres`` it could not, and every
+    client waited for a server connection until its query_wait_timeout (120 s)."""
+    host = url.query.get("host") or url.host or ""
+    if not str(host).startswith("/"):
+        return None
+    try:
+        owner = pwd.getpwuid(Path(str(host)).stat().st_uid).pw_name
+    except (OSError, KeyError):
+        return None
+    return owner if owner != "root" else None
 
 
 def _exists(user: str) -> bool:

@@ -427,13 +427,21 @@ def run(
     keep_failed: bool = False,
     process_server_url: str | None = None,
     settings: dict[str, str] | None = None,
+    scenario: tuple[Fault, dict[str, int]] | None = None,
+    process_url_for: Callable[[str], str] | None = None,
+    workload: type[Workload] = Workload,
 ) -> Result:
     """Run one scenario on a fresh database of ``server_url``; the processes reach it through
-    ``process_server_url`` when given (a PgBouncer), with ``settings`` added to their environment."""
-    fault, workers = QUICK_MIX if name == "mixed" else {**SCENARIOS, **OPT_IN}[name]
+    ``process_server_url`` when given (a PgBouncer), or at ``process_url_for(database name)``, with
+    ``settings`` added to their environment. ``scenario`` (fault, workers per pool) is given by a
+    scenario that brings its own servers (chaos/failover.py)."""
+    fault, workers = scenario or (QUICK_MIX if name == "mixed" else {**SCENARIOS, **OPT_IN}[name])
     result = Result(name)
     cluster = Cluster(
-        server_url, settings={**FAST, **(settings or {})}, process_server_url=process_server_url
+        server_url,
+        settings={**FAST, **(settings or {})},
+        process_server_url=process_server_url,
+        process_url_for=process_url_for,
     )
     load: Workload | None = None
     try:
@@ -444,7 +452,7 @@ def run(
         for pool, n in workers.items():
             for _ in range(n):
                 cluster.start_worker(pool)
-        load = Workload(cluster.engine, cluster.web_url)  # type: ignore[arg-type]
+        load = workload(cluster.engine, cluster.web_url)  # type: ignore[arg-type]
         load.setup()
         load.start_task_worker()
         fault(cluster, load, size, result)

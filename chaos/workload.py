@@ -27,12 +27,33 @@ CHILD = {
 }
 
 
-def parent_doc(child_id: str) -> dict:
+SIGNAL = "approved"
+
+
+def parent_doc(child_id: str, *, signal: bool = False) -> dict:
+    """TASK -> TIMER -> SUBWORKFLOW; with ``signal`` the TIMER also waits for a SIGNAL step ``approve``
+    (the signal is sent right after the start: accepted early, consumed when the step activates)."""
+    gate = [
+        {
+            "key": "approve",
+            "kind": "SIGNAL",
+            "signal": SIGNAL,
+            "payload_version": "v1",
+            "correlation": "$.input.order",
+            "after": ["work"],
+        }
+    ]
     return {
         "version": "v1",
         "input_schema": {},
         "deadline_seconds": 3600,
+        **(
+            {"signals": [{"name": SIGNAL, "payload_version": "v1", "schema": {"type": "object"}}]}
+            if signal
+            else {}
+        ),
         "steps": [
+            *(gate if signal else []),
             {
                 "key": "work",
                 "kind": "TASK",
@@ -41,7 +62,12 @@ def parent_doc(child_id: str) -> dict:
                 "input": {"n": "$.input.n"},
                 "retry": {"max_attempts": 5, "backoff_seconds": 1},
             },
-            {"key": "wait", "kind": "TIMER", "delay_seconds": 1, "after": ["work"]},
+            {
+                "key": "wait",
+                "kind": "TIMER",
+                "delay_seconds": 1,
+                "after": ["work", *(["approve"] if signal else [])],
+            },
             {
                 "key": "child",
                 "kind": "SUBWORKFLOW",
@@ -68,6 +94,8 @@ class Workload:
     job_ids: list[int] = field(default_factory=list)
     worker: TaskWorker | None = None
     _thread: threading.Thread | None = None
+    # the parent waits for a signal too (``send_signals``); the failover scenario's load
+    with_signal: bool = False
 
     def setup(self) -> None:
         with transaction(self.engine) as conn:
@@ -82,11 +110,14 @@ class Workload:
                     Scope.WORKFLOWS_START,
                     Scope.TASKS_SUBMIT,
                     Scope.TASKS_WORK,
+                    *([Scope.WORKFLOWS_SIGNAL] if self.with_signal else []),
                 ],
             ).token
         client = self.client()
         child = client.ensure_definition(f"{self.namespace}-child", CHILD)
-        parent = client.ensure_definition(f"{self.namespace}-parent", parent_doc(child["id"]))
+        parent = client.ensure_definition(
+            f"{self.namespace}-parent", parent_doc(child["id"], signal=self.with_signal)
+        )
         self.definition_id = parent["id"]
 
     def client(self) -> Client:
@@ -107,8 +138,27 @@ class Workload:
     def start_workflows(self, n: int, *, client: Client | None = None) -> None:
         c = client or self.client()
         for i in range(n):
-            started = c.start_workflow(self.definition_id, "v1", {"n": i}, idempotency_key=uuid.uuid4().hex)
+            started = c.start_workflow(
+                self.definition_id, "v1", {"n": i, "order": f"o-{i}"}, idempotency_key=uuid.uuid4().hex
+            )
             self.instance_ids.append(started.instance.id)
+            if self.with_signal:
+                self.send_signal(c, started.instance.id, f"o-{i}")
+
+    def send_signal(self, c: Client, instance_id: str, order: str) -> str:
+        """The ``approve`` step's signal (one Idempotency-Key, resent by the SDK as needed); its id."""
+        sent = c.send_workflow_signal(
+            instance_id,
+            name=SIGNAL,
+            payload_version="v1",
+            target_step_key="approve",
+            target_activation_sequence=1,
+            correlation_key=order,
+            payload={"ok": True},
+            reason="chaos load",
+            idempotency_key=uuid.uuid4().hex,
+        )
+        return sent.signal.id
 
     def enqueue_jobs(self, n: int, work_seconds: float = 0.4) -> list[int]:
         """``n`` outbound jobs in one transaction (again, whole, if the connection is lost)."""
@@ -122,6 +172,10 @@ class Workload:
         ids = retry_db(once)
         self.job_ids.extend(ids)
         return ids
+
+    def more_invariants(self, engine: Engine) -> dict[str, int]:
+        """A scenario's own invariants beyond INVARIANTS (violation counts), checked with them."""
+        return {}
 
     # ------------------------------------------------------------------ quiescence
     def unfinished(self) -> dict[str, int]:
@@ -207,4 +261,5 @@ def check_invariants(engine: Engine, load: Workload, drain_seconds: float) -> di
     """Every invariant's violation count (0 = holds)."""
     params: dict[str, Any] = {"jobs": load.job_ids, "wfs": load.instance_ids, "drain_seconds": drain_seconds}
     with engine.connect() as conn:
-        return {name: int(conn.execute(text(sql), params).scalar_one()) for name, sql in INVARIANTS}
+        found = {name: int(conn.execute(text(sql), params).scalar_one()) for name, sql in INVARIANTS}
+    return {**found, **load.more_invariants(engine)}

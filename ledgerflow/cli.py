@@ -277,7 +277,7 @@ def dev(port: int | None, host: str | None) -> None:
     from app.settings import BIND_HOST, PORT, SECRET_KEY, get_settings
     from ledgerflow import procfile
     from ledgerflow.client import server_url
-    from ledgerflow.devenv import ROOT, ensure_environment, session_key
+    from ledgerflow.devenv import ROOT, data_dir, ensure_environment, session_key
 
     os.environ["PORT"] = str(port or PORT.get())
     if host:
@@ -288,7 +288,8 @@ def dev(port: int | None, host: str | None) -> None:
     bound, web_port = BIND_HOST.get(), PORT.get()
     _refuse_port_in_use(bound, web_port)  # before anything starts (a second `make run`)
     ensure_environment()
-    ops_cli.dev_environment(ROOT / ".data")  # shared PROMETHEUS_MULTIPROC_DIR, console logs in a terminal
+    # shared PROMETHEUS_MULTIPROC_DIR under this server's own data folder (LEDGERFLOW_DATA_DIR), console logs
+    ops_cli.dev_environment(data_dir())
     SECRET_KEY.provide(session_key)  # one console session key for every web worker, kept across restarts
     upgrade(get_settings().database_url)
     if bound in ("0.0.0.0", "::"):

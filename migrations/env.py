@@ -14,7 +14,8 @@ config = context.config
 
 def run_migrations_online() -> None:
     url = config.attributes.get("url") or get_settings().database_url
-    engine = create_engine(url, connect_args=connect_args())  # no prepared statements behind PgBouncer
+    # no prepared statements behind PgBouncer; named as the Procfile's release phase in pg_stat_activity
+    engine = create_engine(url, connect_args={**connect_args(), "application_name": "ledgerflow-release"})
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata, compare_server_default=True)
         with context.begin_transaction():

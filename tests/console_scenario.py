@@ -388,6 +388,8 @@ def pages(s: Scenario) -> list[tuple[str, str]]:
     client test renders them all; the browser suite checks each with axe-core and screenshots it)."""
     wf, order = s.wf, s.defs["order"]
     return [
+        ("overview", "/console/overview"),
+        ("overview-other-namespace", f"/console/overview?ns={s.other_ns}"),
         ("jobs", "/console/jobs"),
         ("jobs-dead", "/console/jobs?status=dead"),
         ("job-dead", f"/console/jobs/{s.dead_job}"),

@@ -19,6 +19,7 @@ from web.strict import MAX_BODY_BYTES, check_path, check_query
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
+from web.workflow_retention import bp as workflow_retention_bp
 from web.workflows import bp as workflows_bp
 
 # Every response: JSON is never sniffed as something else, never framed, never cached
@@ -35,6 +36,7 @@ SECURITY_HEADERS = {
 def create_app() -> Flask:
     settings.validate()  # a bad value of any setting: SettingError, one line naming the variable
     settings.refuse_unsafe_production()  # e.g. the development cursor key in production: no start
+    db.name_process("web")  # application_name of its connections (app.db)
     db.ping_after_idle(2.0)  # not at every checkout: a request checks out twice (app.db)
     # L-CLAIM-4: the jobs a request creates (timers, task deadlines, event fan-out, children...) publish
     # their wake hints after its commit, as a worker's do; without this they waited for a pool's 2 s poll
@@ -81,6 +83,7 @@ def create_app() -> Flask:
     app.register_blueprint(tasks_bp)
     app.register_blueprint(workflow_control_bp)
     app.register_blueprint(workflow_history_bp)
+    app.register_blueprint(workflow_retention_bp)
     app.register_blueprint(schedules_bp)
     console.install(app)  # the operator console under /console (L-UI-1)
     app.register_blueprint(integrations_bp)

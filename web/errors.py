@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response
+from gunicorn.http.errors import ParseException
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
@@ -22,6 +23,7 @@ from app.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from app.settings import DB_RETRY_AFTER_SECONDS
 from web.http import PROBLEM_JSON, request_id
 from web.problems import type_url
 
@@ -81,16 +83,27 @@ def register(app: Flask) -> None:
     def _http(exc: HTTPException) -> Response:
         return problem(_from_http(exc))
 
+    @app.errorhandler(ParseException)
+    def _bad_body(exc: ParseException) -> Response:
+        # gunicorn parsed the line and headers before the app ran: what it raises while the app reads
+        # the body is a body whose framing is broken (a chunk size that is off, a size that is not hex),
+        # a body cut short as much as one that stops early; gunicorn closes the connection after it
+        return problem(InvalidArgument("malformed request body"))
+
+    # No writable PostgreSQL reachable (a restart, a failover: docs/operations.md, "High availability"):
+    # 503 with Retry-After, never 500; the pool has dropped the dead connections (app/db.py) and a later
+    # request connects to the new primary by itself.
     @app.errorhandler(OperationalError)
     @app.errorhandler(PoolTimeout)
     def _db_down(exc: Exception) -> Response:
         log.warning("database unavailable: %s", type(exc).__name__)
-        return problem(Unavailable())
+        return problem(Unavailable(retry_after=DB_RETRY_AFTER_SECONDS.get()))
 
     @app.errorhandler(DBAPIError)
     def _db_error(exc: DBAPIError) -> Response:
         if exc.connection_invalidated:
-            return problem(Unavailable())
+            log.warning("database connection lost: %s", type(exc.orig).__name__)
+            return problem(Unavailable(retry_after=DB_RETRY_AFTER_SECONDS.get()))
         log.exception("database error")
         return problem(Internal("internal error"))
 

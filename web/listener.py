@@ -24,10 +24,9 @@ import time
 from collections.abc import Iterator
 
 import psycopg
-from sqlalchemy import make_url
 
 from app.auth import principals
-from app.db import transaction_pooling
+from app.db import psycopg_conninfo, transaction_pooling
 from app.settings import LISTEN_DATABASE_URL, get_settings
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ class Listener:
             )
             return
         app_url = get_settings().database_url  # the database whose credentials this connection hears
-        conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        conninfo = psycopg_conninfo(url)  # a multi-host DATABASE_URL too (docs/operations.md)
         while True:
             try:
                 # named with its process, so that an operator (and a test) can tell whose it is

@@ -49,11 +49,13 @@ PROBLEMS: tuple[ProblemType, ...] = (
         "Use one of the methods in `Allow`."),
     ProblemType("STATE_CONFLICT", 409, "State conflict",
         "The request does not fit the resource's current state: a name or version that already "
-        "exists, a stale `expected_control_revision` or task `epoch`, a finished workflow.",
+        "exists, a stale `expected_control_revision` or task `epoch` (also a result for a claim that "
+        "another key already ended), a finished workflow.",
         "Read the resource again and decide with its current state."),
     ProblemType("IDEMPOTENCY_CONFLICT", 409, "Idempotency conflict",
-        "The Idempotency-Key was already used for a different request, or the first request with "
-        "this key is still running (then `Retry-After` is set).",
+        "The Idempotency-Key was already used for a different request (a task result: the key that "
+        "completed or failed the task, sent with another output, error or epoch), or the first request "
+        "with this key is still running (then `Retry-After` is set).",
         "Use a new key for a new request; resend the same request with the same key to get the "
         "stored answer."),
     ProblemType("WORKFLOW_INSTANCE_LIMIT", 409, "Workflow instance limit",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, request
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -18,7 +18,7 @@ from app.auth import Scope
 from app.db import get_engine, transaction
 from app.engine import task_protocol
 from app.engine.operations import check_queue_scope
-from app.errors import LedgerflowError
+from app.errors import LedgerflowError, StateConflict
 from app.idempotency import Key
 from schemas.tasks import (
     ClaimRequest,
@@ -147,9 +147,10 @@ def _lease(task_id: str, epoch: int, seconds: float):
 @doc(
     summary="Complete a claimed task with its output",
     description=(
-        "No receipt is stored: the completed task is the record. Resending a completion that was applied "
-        "(same epoch and output) answers 200 again with `Idempotent-Replayed: true`; another output for "
-        "that epoch is 409 STATE_CONFLICT."
+        "No receipt is stored: the completed task is the record (it keeps the Idempotency-Key). Resending "
+        "a completion that was applied (same epoch and output) answers 200 again with "
+        "`Idempotent-Replayed: true`; the key that completed it with another body (output or epoch) is 409 "
+        "IDEMPOTENCY_CONFLICT; another output for that epoch under another key is 409 STATE_CONFLICT."
     ),
     tags=["tasks"],
     errors=(400, 401, 403, 404, 409),
@@ -163,26 +164,33 @@ def complete(task_id: str, body: dict):
 
 
 def _result(task_id: str, epoch: int, state: str, value: Any):
-    """A single result (``complete`` or ``fail``) with no receipt row: the task row is its receipt. A
-    resend of a result that was applied (the task ended in ``state`` at ``epoch`` with this very
-    ``value``) answers 200 again with ``Idempotent-Replayed: true``; any other result for an ended claim
-    is refused as it would be without a key (409 STATE_CONFLICT)."""
-    t, replayed = _settle(task_id, epoch, state, value)
+    """A single result (``complete`` or ``fail``) with no receipt row: the task row is its receipt (with
+    the request's Idempotency-Key as ``result_key``). A resend of a result that was applied (the task ended
+    in ``state`` at ``epoch`` with this very ``value``) answers 200 again with ``Idempotent-Replayed:
+    true``; the key of the result that ended the claim sent with another body is 409 IDEMPOTENCY_CONFLICT;
+    any other result for an ended claim is refused as it would be without a key (409 STATE_CONFLICT)."""
+    t, replayed = _settle(task_id, epoch, state, value, request.headers["Idempotency-Key"])
     return ok({"task": task_protocol.task_view(t)}, headers={REPLAYED_HEADER: "true"} if replayed else None)
 
 
-def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, bool]:
+def _settle(task_id: str, epoch: int, state: str, value: Any, key: str | None = None) -> tuple[dict, bool]:
     """End the claim ``epoch`` of ``task_id`` in ``state`` (COMPLETED with an output, FAILED with an
-    error) in its own transaction: ``(task, replayed)``. When it is refused because this very result was
-    applied before, the task as it is, replayed; else the refusal is raised."""
+    error) in its own transaction: ``(task, replayed)``, keeping the request's Idempotency-Key ``key``
+    (None: a batch item, which has no key of its own). When it is refused because this very result was
+    applied before, the task as it is, replayed; because ``key`` ended the claim with another body,
+    IDEMPOTENCY_CONFLICT; else the refusal is raised."""
+    p = current_principal()
     try:
         with transaction() as conn:
-            p = current_principal()
             end = task_protocol.complete if state == "COMPLETED" else task_protocol.fail
-            return end(conn, p.namespace_id, task_id, epoch, value, p.can_use_queue), False
-    except LedgerflowError:  # rolled back
+            return end(conn, p.namespace_id, task_id, epoch, value, p.can_use_queue, key), False
+    except LedgerflowError as refused:  # rolled back
         with get_engine().connect() as conn:
             done = _applied_before(conn, task_id, epoch, state, value)
+            # a StateConflict names a task in the caller's scope (one outside it is NotFound)
+            if done is None and key is not None and isinstance(refused, StateConflict):
+                if task_protocol.ended_with_key(conn, p.namespace_id, task_id, state, key):
+                    raise idempotency.used_otherwise() from None
         if done is None:
             raise
         return done, True
@@ -200,16 +208,17 @@ def _settle(task_id: str, epoch: int, state: str, value: Any) -> tuple[dict, boo
         "An item is "
         "idempotent by itself: repeating a completion that was applied (same id, epoch and output) "
         "answers 200 with `replayed: true`, so a whole request can be resent after a lost answer. The "
-        "request as a whole answers 200 unless it is invalid or the service is unavailable.\n\n"
+        "request as a whole answers 200 unless it is invalid, its `claim` is refused (below) or the "
+        "service is unavailable.\n\n"
         "With `claim` ({queues, max_tasks}), the request then claims up to `max_tasks` tasks at once, "
         "answered in `claimed`: exactly `POST /v1/tasks/claim` with `wait_seconds` 0 and this request's "
         "Idempotency-Key (a resend with the same key and `claim` answers the same tasks again; the same key "
         "with another `claim` is 409 IDEMPOTENCY_CONFLICT). The claim runs after the completions, so it can "
         "take the task that a completion just created; its queues are checked before any item is completed "
-        "(403 for a queue outside the credential's scope)."
+        "(404 for a queue outside the credential's scope)."
     ),
     tags=["tasks"],
-    errors=(400, 401, 403),
+    errors=(400, 401, 403, 404, 409),
     response=CompleteManyResponse,
 )
 @requires(Scope.TASKS_WORK)
@@ -345,9 +354,10 @@ def release(task_id: str, body: dict):
 @doc(
     summary="Fail a claimed task (retryable or not)",
     description=(
-        "No receipt is stored: the failed task is the record. Resending a failure that was applied (same "
-        "epoch and error) answers 200 again with `Idempotent-Replayed: true` (the retry policy ran once); "
-        "another error for that epoch is 409 STATE_CONFLICT."
+        "No receipt is stored: the failed task is the record (it keeps the Idempotency-Key). Resending a "
+        "failure that was applied (same epoch and error) answers 200 again with `Idempotent-Replayed: "
+        "true` (the retry policy ran once); the key that failed it with another body (error or epoch) is "
+        "409 IDEMPOTENCY_CONFLICT; another error for that epoch under another key is 409 STATE_CONFLICT."
     ),
     tags=["tasks"],
     errors=(400, 401, 403, 404, 409),

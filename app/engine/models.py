@@ -114,6 +114,8 @@ instances = Table(
     # rule, child) and once a start with the same key, after the key's retention, took it over
     Column("start_key", Text),
     Column("start_fingerprint", Text),
+    # an operator's hold: retention keeps the finished workflow at least until then (migration 0030)
+    Column("hold_until", DateTime(timezone=True)),
     CheckConstraint(_in("state", InstanceState), name="ck_workflow_instances_state"),
     CheckConstraint(
         "stop_kind IS NULL OR stop_kind IN ('CANCEL', 'FAILURE')", name="ck_workflow_instances_stop"
@@ -126,6 +128,13 @@ Index(
     postgresql_where=text("state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
 )
 Index("ix_workflow_instances_business_key", instances.c.namespace_id, instances.c.business_key)
+Index(  # finished workflows by end, per namespace (app.engine.retention, app.engine.summary)
+    "ix_workflow_instances_finished",
+    instances.c.namespace_id,
+    instances.c.completed_at,
+    instances.c.id,
+    postgresql_where=text("state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
+)
 Index(
     "ix_workflow_instances_schedule",
     instances.c.schedule_id,
@@ -293,6 +302,9 @@ tasks = Table(
     # without a key, or never claimed): the claim's receipt (``task_moves.claim``, migration 0019)
     Column("claim_key", Text),
     Column("claim_fingerprint", Text),
+    # the Idempotency-Key of the result (``/complete`` or ``/fail``) that ended the claim (NULL: a batch item,
+    # a time-out or a cancel): the same key with another body is told apart (migration 0026_task_result_key)
+    Column("result_key", Text),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )

@@ -13,6 +13,7 @@ down, in ``app.ledger.ops_actions`` (its ``Actor`` carries the principal and req
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -20,7 +21,7 @@ from sqlalchemy import Connection
 from app import audit
 from app.auth import Principal
 from app.db import get_engine, transaction
-from app.engine import control, instances, oplog, recovery, signals
+from app.engine import control, instances, oplog, recovery, retention, signals
 from app.engine.store import read_instance
 from app.engine.task_protocol import return_expired_leases
 from app.errors import NotFound, StateConflict
@@ -212,3 +213,31 @@ def reclaim_node(
         after=after,
     )
     return after
+
+
+# --------------------------------------------------------------------------- retention of finished workflows
+def hold_workflow(
+    conn: Connection,
+    principal: Principal,
+    instance_id: str,
+    until: datetime | None,
+    reason: str,
+    *,
+    request_id: str,
+) -> dict[str, Any]:
+    """An operator's hold (or its release, ``until`` None): retention keeps the workflow at least until
+    ``until`` (``app.engine.retention``). Any workflow may be held, finished or not (a hold set while it
+    runs counts once it ends). Audited as ``workflow.hold``; answers the workflow's retention."""
+    inst = visible_instance(conn, principal, instance_id)
+    view = retention.set_hold(conn, inst, until)
+    view["operation_id"] = oplog.operation(
+        conn,
+        principal,
+        instance_id,
+        "workflow.hold",
+        request_id=request_id,
+        reason=reason,
+        before={"hold_until": inst.get("hold_until")},
+        after={"hold_until": view["hold_until"]},
+    )
+    return view

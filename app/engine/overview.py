@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from app.engine import stopping
 from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
-from app.sql import run
+from app.sql import query, run
 
 MAX_SPANS = 2000  # activations + task attempts drawn on one timeline
 REVIEW_STATES = ("NEEDS_REVIEW",)
@@ -181,11 +181,15 @@ def review_cause(conn: Connection, inst: Mapping[str, Any]) -> dict[str, Any] | 
     comp = inst.get("compensation") or {}
     if comp.get("state") == "FAILED" and comp.get("plan"):
         item = comp["plan"][min(comp.get("index", 0), len(comp["plan"]) - 1)]
+        undo = compensation_tasks(conn, inst["id"], item.get("step_key"))
+        error = undo[0]["error"] if undo else None
+        why = f" ({error_text(error)})" if error is not None else ""
         return {
             "code": "COMPENSATION_FAILED",
             "step_key": item.get("step_key"),
             "jobs": [],
-            "message": f"the compensation of step {item.get('step_key')} failed: resolve the workflow",
+            "message": f"the compensation of step {item.get('step_key')} failed{why}: resolve the workflow",
+            "task_id": undo[0]["id"] if undo else None,
         }
     jobs = stopping.unknown_outcome_jobs(conn, inst["id"])
     if jobs:
@@ -198,6 +202,34 @@ def review_cause(conn: Connection, inst: Mapping[str, Any]) -> dict[str, Any] | 
             "check it, then resolve" + (f" step {', '.join(keys)}" if keys else " the workflow"),
         }
     return None
+
+
+# a step's compensation tasks (the saga's undos), newest first; a step is compensated at most once per
+# stop, so a handful at most
+COMPENSATION_TASKS = query(
+    "step_compensation_tasks",
+    """
+SELECT id, state, attempt, error::text AS error, created_at, completed_at FROM workflow_tasks
+WHERE instance_id = :i AND step_key = :k AND purpose = 'COMPENSATION'
+ORDER BY created_at DESC, id DESC LIMIT 20
+""",
+)
+
+
+def compensation_tasks(conn: Connection, instance_id: str, step_key: str | None) -> list[dict[str, Any]]:
+    """The compensation tasks of a step, newest first, each with its error (parsed) when it failed."""
+    if not step_key:
+        return []
+    rows = run(conn, COMPENSATION_TASKS, {"i": instance_id, "k": step_key}).all()
+    return [{**r._mapping, "error": jparse(r.error)} for r in rows]
+
+
+def error_text(error: Any) -> str:
+    """One line of a task's error: its message (and code), or the JSON as it is."""
+    if isinstance(error, dict) and error.get("message"):
+        code = error.get("code")
+        return f"{code}: {error['message']}" if code else str(error["message"])
+    return str(error)
 
 
 def spans(conn: Connection, instance_id: str, limit: int = MAX_SPANS) -> dict[str, Any]:

@@ -1,16 +1,199 @@
-"""Retention of the engine's history: settled signals and outbox event batches of finished
-instances are removed by the drain after the ledger's job retention (``app.ledger.retention``), in
-small ``SKIP LOCKED`` batches, never touching a PENDING signal or an unfinished instance."""
+"""Retention of the engine's history, run by the drain in small ``SKIP LOCKED`` batches:
+
+- settled signals and outbox event batches of finished instances, after the ledger's job retention
+  (``app.ledger.retention``), never a PENDING signal or anything of an unfinished instance;
+- finished workflows themselves (``retention_workflows``): a workflow that ended more than its
+  namespace's workflow retention ago (``LEDGERFLOW_WORKFLOW_RETENTION_DAYS``, by namespace
+  ``LEDGERFLOW_WORKFLOW_RETENTION_BY_NAMESPACE``; at least a day) and is not held (``hold``) is removed
+  with its steps, activations, tasks, waits, signals and event batches, in one statement per batch. The
+  event batches that carry audit entries stay for the audit's own, longer retention (``prune_events``).
+  A workflow is kept while a job of it is unfinished (its events still being delivered, a dead letter
+  awaiting an operator) or while its parent is unfinished.
+
+What answers for a removed workflow (docs/reference.md, "Retention of finished workflows"): its routes
+answer 404 ``NOT_FOUND`` like any unknown id; the namespace's audit keeps its entries."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine.states import TERMINAL
+from app.errors import InvalidArgument
 from app.idempotency import RETENTION_HOURS
+from app.ledger.models import FINISHED, sql_in
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
-from app.sql import run
+from app.settings import (
+    MAX_RETENTION_DAYS,
+    RETENTION_BATCH,
+    WORKFLOW_RETENTION_BY_NAMESPACE,
+    WORKFLOW_RETENTION_DAYS,
+)
+from app.sql import query, run
+
+_ENDED_STATES = sorted(str(s) for s in TERMINAL)
+_ENDED = sql_in("i.state", _ENDED_STATES)
+
+
+@dataclass(frozen=True)
+class WorkflowRetention:
+    """How long finished workflows are kept: ``days`` unless their namespace has its own."""
+
+    days: float = WORKFLOW_RETENTION_DAYS.default
+    by_namespace: dict[str, float] = field(default_factory=dict)
+    batch: int = RETENTION_BATCH.default
+
+    def days_of(self, namespace_id: str) -> float:
+        return self.by_namespace.get(namespace_id, self.days)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "days": self.days,
+            "ns_ids": list(self.by_namespace),
+            "ns_days": list(self.by_namespace.values()),
+            # the shortest retention of any namespace: a range on the finished index before the per-row test
+            "least_days": min([self.days, *self.by_namespace.values()]),
+        }
+
+
+def workflow_retention_from_env() -> WorkflowRetention:
+    return WorkflowRetention(
+        days=WORKFLOW_RETENTION_DAYS.get(),
+        by_namespace=dict(WORKFLOW_RETENTION_BY_NAMESPACE.get()),
+        batch=RETENTION_BATCH.get(),
+    )
+
+
+# When a finished instance ``i`` is due for removal: its end plus its namespace's retention; with a hold
+# that ends later, that.
+_DUE = """i.completed_at + make_interval(secs => COALESCE(
+        (SELECT o.days FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
+         WHERE o.ns = i.namespace_id), :days) * 86400)"""
+_REMOVES_AT = f"GREATEST({_DUE}, i.hold_until)"
+
+# The finished instances that may go now: each namespace's oldest ends first (``ix_workflow_instances_finished``),
+# at most ``limit`` of each, then ``limit`` in all.
+_REMOVABLE = f"""
+SELECT r.id FROM namespaces n CROSS JOIN LATERAL (
+    SELECT i.id, i.completed_at FROM workflow_instances i
+    WHERE i.namespace_id = n.id AND {_ENDED}
+      AND i.completed_at < now() - make_interval(secs => :least_days * 86400)
+      AND {_REMOVES_AT} < now()
+      AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT {sql_in("j.status", FINISHED)})
+      AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id
+                      AND NOT {sql_in("p.state", _ENDED_STATES)})
+    ORDER BY i.completed_at, i.id
+    LIMIT :limit
+    FOR UPDATE OF i SKIP LOCKED
+) r
+ORDER BY r.completed_at, r.id
+LIMIT :limit
+"""
+
+# One batch of finished workflows with everything that is theirs alone (each by an index of its table). The
+# foreign keys (steps, activations, waits, tasks, signals -> instance; activations, tasks -> step) are
+# checked at the end of the statement, when every sub-statement has run.
+REMOVE_FINISHED_WORKFLOWS = query(
+    "workflow_remove_finished",
+    f"""
+WITH doomed AS ({_REMOVABLE}),
+s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)),
+w AS (DELETE FROM workflow_waits WHERE activation_id IN (  -- by activation: waits have no index by instance
+    SELECT st.activation_id FROM workflow_steps st WHERE st.instance_id IN (SELECT id FROM doomed)
+        AND st.activation_id IS NOT NULL
+    UNION ALL SELECT a.id FROM workflow_activations a WHERE a.instance_id IN (SELECT id FROM doomed))),
+t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)),
+a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)),
+st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
+e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb)
+DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed)
+RETURNING id
+""",
+)
+
+# The finished workflows of a namespace that retention removes next, in the order it will (the oldest end
+# first, read from ``ix_workflow_instances_finished``); a workflow held past its retention is not among them.
+NEXT_REMOVALS = query(
+    "workflow_next_removals",
+    f"""
+SELECT i.id, i.definition_id, i.version, i.state, i.business_key, i.completed_at, i.hold_until
+FROM workflow_instances i
+WHERE i.namespace_id = :ns AND {_ENDED}
+  AND (i.hold_until IS NULL OR i.hold_until <= {_DUE})
+ORDER BY i.completed_at, i.id
+LIMIT :limit
+""",
+)
+
+SET_HOLD = query(
+    "workflow_set_hold",
+    """
+UPDATE workflow_instances SET hold_until = :until WHERE id = :id
+RETURNING id, state, completed_at, hold_until
+""",
+)
+
+
+def prune_workflows(conn: Connection, limit: int, *, policy: WorkflowRetention) -> int:
+    """Remove one batch of finished workflows past their retention (the drain's ``retention_workflows``)."""
+    params = {**policy.params(), "limit": max(limit, policy.batch)}
+    return len(run(conn, REMOVE_FINISHED_WORKFLOWS, params).all())
+
+
+def removes_at(completed_at: datetime | None, days: float, hold_until: datetime | None) -> datetime | None:
+    """When retention may remove a workflow (as ``_REMOVES_AT`` says in SQL): None while it runs."""
+    if completed_at is None:
+        return None
+    at = completed_at + timedelta(days=days)
+    return max(at, hold_until) if hold_until is not None else at
+
+
+def _view(row: Any, days: float) -> dict[str, Any]:
+    return {
+        "workflow_id": row.id,
+        "state": row.state,
+        "completed_at": row.completed_at,
+        "hold_until": row.hold_until,
+        "retention_days": days,
+        "removes_at": removes_at(row.completed_at, days, row.hold_until),
+    }
+
+
+def next_removals(
+    conn: Connection, namespace_id: str, limit: int, policy: WorkflowRetention | None = None
+) -> dict[str, Any]:
+    """The namespace's retention and its finished workflows in the order retention will remove them
+    (``removes_at``: the end plus the retention, or the hold when later; removal happens at the first
+    drain after it, once the workflow has no unfinished job and no unfinished parent)."""
+    p = policy or workflow_retention_from_env()
+    days = p.days_of(namespace_id)
+    rows = run(conn, NEXT_REMOVALS, {**p.params(), "ns": namespace_id, "limit": limit}).all()
+    items = [
+        {
+            **_view(r, days),
+            "definition_id": r.definition_id,
+            "version": r.version,
+            "business_key": r.business_key,
+        }
+        for r in rows
+    ]
+    return {"retention_days": days, "items": items}
+
+
+def set_hold(
+    conn: Connection, inst: dict[str, Any], until: datetime | None, policy: WorkflowRetention | None = None
+) -> dict[str, Any]:
+    """Set (or, ``until`` None, release) the hold of a workflow read under the caller's checks; its
+    retention view. A hold later than ``MAX_RETENTION_DAYS`` ahead is refused."""
+    p = policy or workflow_retention_from_env()
+    if until is not None and until > datetime.now(UTC) + timedelta(days=MAX_RETENTION_DAYS):
+        raise InvalidArgument(field="hold_until", message=f"at most {MAX_RETENTION_DAYS:g} days ahead")
+    row = run(conn, SET_HOLD, {"id": inst["id"], "until": until}).one()
+    return _view(row, p.days_of(inst["namespace_id"]))
 
 
 def _prune_of_finished(
@@ -62,11 +245,12 @@ def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> in
         conn,
         f"""
 DELETE FROM workflow_event_batches WHERE id IN (
-    SELECT x.id FROM workflow_event_batches x JOIN workflow_instances i ON i.id = x.instance_id
+    SELECT x.id FROM workflow_event_batches x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400)
       AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400){extra}))
       AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => :key_hours))
-      AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      -- of a finished instance, or of one retention removed (its batches with audit entries stay till here)
+      AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT {_ENDED})
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING id
 """,
@@ -75,9 +259,10 @@ RETURNING id
     return len(rows)
 
 
-def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
+def sweeps(policy: RetentionPolicy | None = None, workflows: WorkflowRetention | None = None) -> list[Sweep]:
     p = policy or policy_from_env()
     return [
         ("retention_signals", partial(prune_signals, policy=p)),
         ("retention_events", partial(prune_events, policy=p)),
+        ("retention_workflows", partial(prune_workflows, policy=workflows or workflow_retention_from_env())),
     ]

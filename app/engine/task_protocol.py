@@ -155,12 +155,14 @@ def complete(
     epoch: int,
     output: Any,
     queue_ok: Callable[[str], bool] | None = None,
+    key: str | None = None,
 ) -> dict:
     """The claim of epoch ``epoch`` ends with ``output``; the step (and its successors) advance in the
     same transaction. ``queue_ok``: the caller's queue scope (a task on another queue is not found).
-    Returns the task as it now is."""
+    ``key``: the request's Idempotency-Key, kept with the result (``ended_with_key``). Returns the task as
+    it now is."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
-    row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"])
+    row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"], key)
     advance.task_ended(conn, inst, task, "completed", output, steps)
     done = _task(row)
     return done
@@ -173,13 +175,27 @@ def fail(
     epoch: int,
     error: dict,
     queue_ok: Callable[[str], bool] | None = None,
+    key: str | None = None,
 ) -> dict:
     """Like ``complete``, the claim failing with ``error`` (then the step's retry policy)."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
-    row, steps = task_moves.fail(conn, task_id, epoch, error, inst["id"])
+    row, steps = task_moves.fail(conn, task_id, epoch, error, inst["id"], key)
     advance.task_ended(conn, inst, task, "failed", error, steps)
     done = _task(row)
     return done
+
+
+def ended_with_key(conn: Connection, namespace_id: str, task_id: str, state: str, key: str) -> bool:
+    """True when the claim of ``task_id`` ended in ``state`` (COMPLETED or FAILED) by a result sent with the
+    Idempotency-Key ``key``: a result refused with that key is that key used again for another request."""
+    return bool(
+        run(
+            conn,
+            "SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE id = :id AND namespace_id = :ns "
+            "AND state = :s AND result_key = CAST(:key AS text))",
+            {"id": task_id, "ns": namespace_id, "s": state, "key": key},
+        ).scalar()
+    )
 
 
 TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "TASK_TIMEOUT"}

@@ -24,8 +24,10 @@ from app.engine.store import lock_instance
 from app.errors import LedgerflowError, NotFound, PermissionDenied, StateConflict
 from app.ids import new_id
 from app.integrations import schedule_times as times
+from app.integrations.schedule_models import FIRE_KINDS
 from app.integrations.schedules import launch_input, read_schedule
 from app.jsonx import rfc3339
+from app.ledger.outcome import PermanentError, payload_id
 from app.sql import query, run
 
 MAX_CANCEL_PREVIOUS = 20  # earlier instances a cancel_previous launch cancels, at most
@@ -54,13 +56,33 @@ _OPEN_INSTANCES = query(
 )
 
 
+def _fire_of(payload: dict[str, Any]) -> tuple[datetime, str, int]:
+    """The fire a ``schedule_launch`` payload describes: (fire time, kind, skipped count). A field of the
+    wrong shape (a job enqueued by hand) is a PermanentError naming it: dead at once, nothing written."""
+    try:
+        fire_at = datetime.fromisoformat(str(payload["fire_at"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        raise PermanentError(
+            f"the job's payload field 'fire_at' is not an RFC 3339 time: {str(payload.get('fire_at'))[:64]!r}"
+        ) from None
+    if fire_at.tzinfo is None:
+        raise PermanentError(
+            f"the job's payload field 'fire_at' has no UTC offset: {str(payload['fire_at'])[:64]!r}"
+        )
+    kind = payload.get("kind", "SCHEDULED")
+    if kind not in FIRE_KINDS:
+        raise PermanentError(f"the job's payload field 'kind' is not one of {', '.join(FIRE_KINDS)}")
+    skipped = payload.get("skipped", 0)
+    if isinstance(skipped, bool) or not isinstance(skipped, int) or skipped < 0:
+        raise PermanentError(f"the job's payload field 'skipped' is not a count: {str(skipped)[:64]!r}")
+    return fire_at, kind, skipped
+
+
 def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, Any]:
     """The ``schedule_launch`` job's one write (run once through an effect receipt): record the fire,
     apply the overlap policy, start the instance; a refusal of the start is a SKIPPED fire."""
-    sid, ns = str(payload["schedule_id"]), str(payload["namespace_id"])
-    fire_at = datetime.fromisoformat(str(payload["fire_at"]).replace("Z", "+00:00"))
-    kind = payload.get("kind", "SCHEDULED")
-    skipped = int(payload.get("skipped", 0))
+    sid, ns = payload_id(payload, "schedule_id"), payload_id(payload, "namespace_id")
+    fire_at, kind, skipped = _fire_of(payload)
     try:
         s = read_schedule(conn, ns, sid, lock=True)
     except NotFound:

@@ -76,6 +76,17 @@ class ReferenceNotFound(PermanentError):
     code = "REFERENCE_NOT_FOUND"
 
 
+def payload_id(payload: Any, field: str) -> str:
+    """The id a job's ``payload`` names under ``field``. A payload that names none there (the field missing,
+    null, empty, or not a string or an integer: a job enqueued by hand) names nothing: REFERENCE_NOT_FOUND
+    naming the field, at once (it was a ``KeyError``, retried to HANDLER_ERROR)."""
+    value = payload.get(field) if isinstance(payload, dict) else None
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        why = "missing" if value is None else f"not an id ({type(value).__name__})"
+        raise ReferenceNotFound(f"the job's payload names nothing: {field!r} is {why}")
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: str  # succeeded | skipped | retry | failed | dead

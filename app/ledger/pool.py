@@ -227,10 +227,10 @@ class LedgerPool:
             self._pg = psycopg.connect(
                 **params,
                 autocommit=True,  # each pass is one statement, hence one transaction
-                application_name=f"ledgerflow-{self.pool}-pool",
                 # behind a transaction pooler no session options (a pass then commits synchronously)
-                # and, by default, no prepared statements (app.db.connect_args)
-                **connect_args(session),
+                # and, by default, no prepared statements (app.db.connect_args); named apart from the
+                # process's other connections
+                **{**connect_args(session), "application_name": f"ledgerflow-{self.pool}-pool"},
             )
         return self._pg
 

@@ -106,3 +106,29 @@ def test_a_chunked_body_over_the_limit_is_413_on_the_real_server(web, ops):
         },
     )
     assert resp.status_code == 413, resp.text
+
+
+def _chunked(token: str, chunks: bytes) -> bytes:
+    """A POST whose body is sent with ``Transfer-Encoding: chunked``: ``chunks`` is the encoded body."""
+    return (
+        f"POST /v1/automation-rules HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Idempotency-Key: {uuid.uuid4().hex}\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode() + chunks
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        b"18\r\n" + b'{"name": "a-chunked-rule"}' + b"\r\n0\r\n\r\n",  # 26 bytes sent as 24: no CRLF after it
+        b"1e\r\n" + b'{"name": "a-chunked-rule"}' + b"\r\n0\r\n\r\n",  # 26 bytes sent as 30: no CRLF after it
+        b"zz\r\n" + b'{"name": "a-chunked-rule"}' + b"\r\n0\r\n\r\n",  # a size that is not hex
+    ],
+    ids=["size-too-small", "size-too-large", "size-not-hex"],
+)
+def test_a_malformed_chunked_body_is_400_on_the_real_server(web, ops, chunks):
+    """A chunked body whose encoding is broken is a body cut short: 400 (it was an unhandled 500), and the
+    connection is closed (where the next request would start is unknown)."""
+    answer = _let_go(_connect(web, _chunked(author(ops.ns.name).token, chunks)), time.monotonic() + 60)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"INVALID_ARGUMENT" in answer

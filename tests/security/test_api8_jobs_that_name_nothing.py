@@ -16,6 +16,7 @@ from app.db import transaction
 from app.ids import new_id
 from app.integrations import subscriptions
 from app.ledger.enqueue import enqueue
+from app.ledger.states import JobType
 from tests.engine.helpers import publish, start
 from tests.security.hostile import TIMER_DOC, author, drain_outbound, sql
 
@@ -51,6 +52,50 @@ def test_a_job_naming_a_row_that_never_existed_is_dead(outbound, job_type, paylo
     job_id = _job(job_type, payload, **kw)
     drain_outbound(outbound, limit=5)
     assert _outcome(job_id) == ("dead", "REFERENCE_NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("job_type", "payload", "code", "says"),
+    [
+        ("subprocess_spawn", {}, "REFERENCE_NOT_FOUND", "activation_id"),
+        ("subprocess_spawn", {"activation_id": None}, "REFERENCE_NOT_FOUND", "activation_id"),
+        ("subprocess_join", {}, "REFERENCE_NOT_FOUND", "child_id"),
+        ("subprocess_join", {"child_id": ["x"]}, "REFERENCE_NOT_FOUND", "child_id"),
+        ("trigger_dispatch", {}, "REFERENCE_NOT_FOUND", "activation_id"),
+        ("schedule_launch", {}, "REFERENCE_NOT_FOUND", "schedule_id"),
+        ("schedule_launch", {"schedule_id": new_id()}, "REFERENCE_NOT_FOUND", "namespace_id"),
+        (
+            "schedule_launch",
+            {"schedule_id": new_id(), "namespace_id": NS, "fire_at": "yesterday"},
+            "PERMANENT_ERROR",
+            "fire_at",
+        ),
+        (
+            "schedule_launch",
+            {"schedule_id": new_id(), "namespace_id": NS, "fire_at": "2026-01-01T00:00:00Z", "skipped": "x"},
+            "PERMANENT_ERROR",
+            "skipped",
+        ),
+    ],
+)
+def test_an_advance_job_with_a_malformed_payload_is_dead_saying_which_field(
+    eng, job_type, payload, code, says
+):
+    """An advance-pool job enqueued by an operator whose payload lacks the id it must name, or holds a
+    field of the wrong shape, is dead at once with a code and a message naming the field (it died of a
+    ``KeyError`` / ``ValueError`` after its retries, HANDLER_ERROR)."""
+    import app.engine.handlers.triggers
+    import app.integrations.schedule_jobs
+    from app.ledger import handlers
+    from tests.engine.helpers import run_jobs
+
+    handlers.register("trigger_dispatch", app.engine.handlers.triggers.trigger_dispatch, replace=True)
+    handlers.register("schedule_launch", app.integrations.schedule_jobs.schedule_launch, replace=True)
+    job_id = _job(job_type, payload, instance_id=new_id())
+    run_jobs(eng, limit=3, queue=JobType(job_type).pool.queue)
+    [(attempts, last_error)] = sql("SELECT attempts, last_error FROM workflow_jobs WHERE id = :i", i=job_id)
+    assert (_outcome(job_id), attempts) == (("dead", code), 1), last_error
+    assert says in last_error and "KeyError" not in last_error
 
 
 def test_a_row_removed_by_retention_is_a_skip(outbound):

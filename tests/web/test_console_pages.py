@@ -260,6 +260,9 @@ def test_rotating_a_secret_shows_it_once_and_never_in_the_cookie(admin, scenario
     assert (
         "HTTP 502" in page.data.decode() and "s3cret" not in page.data.decode()
     )  # the URL's query is redacted
+    pager = page.data.decode()
+    # issue 47: the plural of delivery
+    assert "deliverys" not in pager and re.search(r"\d+ (delivery|deliveries)\b", pager)
     r = admin.post(
         path + "/rotate", data={"grace_seconds": "60", "confirm": "yes", "csrf_token": _csrf(page.data)}
     )

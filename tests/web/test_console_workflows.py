@@ -12,7 +12,7 @@ from app.db import get_engine, transaction
 from tests.web.test_console import _csrf, login
 from tests.web.test_workflow_history_recovery_audit import DOC
 from tests.web.wf_live import wf_server  # noqa: F401
-from tests.web.wf_ops import ops, unknown_outcome_job  # noqa: F401
+from tests.web.wf_ops import ENGINE_WORKER_ENV, ops, unknown_outcome_job, until  # noqa: F401
 
 
 @pytest.fixture
@@ -92,3 +92,34 @@ def test_claim_then_fail_a_task_from_the_task_page(console, ops):  # noqa: F811
     assert ops.client.get_workflow(wid).state == "FAILED"
     again = console.post(f"/console/tasks/{task_id}/complete", data={"output": "{}", "csrf_token": csrf})
     assert again.status_code == 404  # no longer held by this session
+
+
+SAGA = {
+    "steps": [
+        {"key": "book", "kind": "TASK", "queue": "q1", "after": [], "compensation": {"queue": "undo"}},
+        {"key": "flight", "kind": "TASK", "queue": "q1", "after": ["book"]},
+    ]
+}
+
+
+def test_compensation_failure_is_the_review_cause(console, ops, spawn_worker):  # noqa: F811
+    """Issue 47, point 9: a workflow in NEEDS_REVIEW because its compensation failed showed the step failure
+    that began the stop as its cause ("TASK_FAILED — from step flight"), and the undo's error nowhere but in
+    a folded audit entry."""
+    spawn_worker("outbound", env=ENGINE_WORKER_ENV)  # issues the compensation task
+    wid = ops.start(ops.define(SAGA))
+    [t] = ops.worker.claim_tasks(["q1"])
+    ops.worker.complete_task(t.id, t.epoch, {"booked": True})
+    [t] = ops.worker.claim_tasks(["q1"])
+    ops.worker.fail_task(t.id, t.epoch, "no seats left", retryable=False)
+    undo = until(lambda: ops.worker.claim_tasks(["undo"]))[0]
+    ops.worker.fail_task(undo.id, undo.epoch, "refund service down", retryable=False)
+    until(lambda: ops.client.get_workflow(wid).state == "NEEDS_REVIEW")
+    page = console.get(f"/console/workflows/{wid}").get_data(as_text=True)
+    why = page.split('aria-label="Why"')[1].split("</section>")[0]
+    assert "Needs review: COMPENSATION_FAILED" in why and f"/console/workflows/{wid}/steps/book" in why
+    assert "refund service down" in why  # the undo's own error
+    assert 'id="failure-origin"' in why and "TASK_FAILED" in why and "from step" in why and "flight" in why
+    step = console.get(f"/console/workflows/{wid}/steps/book").get_data(as_text=True)
+    section = step.split('id="compensation"')[1]
+    assert "FAILED" in section and "refund service down" in section and undo.id[:8] in section

@@ -197,9 +197,19 @@ def test_a_resent_single_completion_answers_the_same_and_writes_no_receipt(wf_ns
     assert "Idempotent-Replayed" not in first.headers and again.headers["Idempotent-Replayed"] == "true"
     assert again.json()["data"] == first.json()["data"]
     assert first.json()["data"]["task"]["state"] == "COMPLETED"
-    # the same key with another output is refused and changes nothing
-    other = _raw(wf_ns, "POST", path, {**body, "output": {"n": 2}}, key=key, who="worker")
-    assert other.status_code == 409 and other.json()["code"] == "STATE_CONFLICT", other.text
+    # the same key with another output, or another epoch, is that key used for another request (W-ERR, the
+    # seed: "same key, changed request"); another key with another output is a result for an ended claim;
+    # neither changes anything
+    for changed in ({**body, "output": {"n": 2}}, {**body, "epoch": task["epoch"] + 1}):
+        other = _raw(wf_ns, "POST", path, changed, key=key, who="worker")
+        assert other.status_code == 409 and other.json()["code"] == "IDEMPOTENCY_CONFLICT", other.text
+    late = _raw(wf_ns, "POST", path, {**body, "output": {"n": 2}}, key=uuid.uuid4().hex, who="worker")
+    assert late.status_code == 409 and late.json()["code"] == "STATE_CONFLICT", late.text
+    # the key of a completion is not the key of a failure (another route): a failure with it is refused as
+    # a result for an ended claim
+    failed = {"epoch": task["epoch"], "error": {"message": "x", "retryable": False}}
+    wrong = _raw(wf_ns, "POST", f"/v1/tasks/{task['id']}/fail", failed, key=key, who="worker")
+    assert wrong.status_code == 409 and wrong.json()["code"] == "STATE_CONFLICT", wrong.text
     assert wf_ns.client().get_workflow(wid).state == "SUCCEEDED"
     with engine.connect() as conn:
         output = conn.execute(
@@ -222,10 +232,11 @@ def test_a_resent_failure_answers_the_same_and_runs_the_retry_policy_once(wf_ns,
     again = _raw(wf_ns, "POST", path, body, key=key, who="worker")
     assert first.status_code == again.status_code == 200, again.text
     assert again.headers["Idempotent-Replayed"] == "true" and again.json()["data"] == first.json()["data"]
-    other = _raw(
-        wf_ns, "POST", path, {**body, "error": {"message": "other", "retryable": True}}, key=key, who="worker"
-    )
-    assert other.status_code == 409 and other.json()["code"] == "STATE_CONFLICT", other.text
+    changed = {**body, "error": {"message": "other", "retryable": True}}
+    other = _raw(wf_ns, "POST", path, changed, key=key, who="worker")
+    assert other.status_code == 409 and other.json()["code"] == "IDEMPOTENCY_CONFLICT", other.text
+    late = _raw(wf_ns, "POST", path, changed, key=uuid.uuid4().hex, who="worker")
+    assert late.status_code == 409 and late.json()["code"] == "STATE_CONFLICT", late.text
     with engine.connect() as conn:
         attempts = conn.execute(
             text("SELECT attempt, state FROM workflow_tasks WHERE instance_id = :i ORDER BY attempt"),

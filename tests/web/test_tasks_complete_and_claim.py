@@ -12,10 +12,13 @@ import uuid
 import httpx
 from sqlalchemy import text
 
+from tests.conftest import ROOT
 from tests.ledger_helpers import wait_for
 from tests.web.test_task_claim_receipts import _states
 from tests.web.test_workflows_start import _raw
 from tests.web.wf_live import wf_ns, wf_server  # noqa: F401
+from web import create_app
+from web.openapi import build_spec
 
 DOC = {"version": "v1", "input_schema": {}, "deadline_seconds": 3600}
 
@@ -109,10 +112,28 @@ def test_a_claim_outside_the_scope_is_refused_before_any_completion(wf_ns, engin
     refused = _complete(
         wf_ns, uuid.uuid4().hex, items, {"queues": ["q1", "q2"], "max_tasks": 1}, who="worker_q1"
     )
-    assert refused.status_code in (403, 404), refused.text
+    # W-ERR (seed 004): a queue outside the credential's scope is 404 NOT_FOUND, as POST /v1/tasks/claim
+    assert (refused.status_code, refused.json()["code"]) == (404, "NOT_FOUND"), refused.text
     assert _states(engine, [wid])[wid] == ("CLAIMED", a["epoch"])  # a is not completed
     ok = _complete(wf_ns, uuid.uuid4().hex, items, {"queues": ["q1"], "max_tasks": 1}, who="worker_q1")
     assert ok.status_code == 200 and ok.json()["data"]["claimed"][0]["step_key"] == "b"
+
+
+def test_the_documents_say_what_a_claim_outside_the_scope_answers():
+    """The route's OpenAPI operation declares the 404 and 409 its claim answers, and its description and the
+    reference's row say 404 (they said 403, which it never answered)."""
+    app = create_app()
+    with app.app_context():
+        op = build_spec(app)["paths"]["/v1/tasks/complete"]["post"]
+    assert {"404", "409"} <= set(op["responses"])
+    assert "(404 for a queue outside the credential's scope)" in op["description"]
+    [row] = [
+        ln
+        for ln in (ROOT / "docs/reference.md").read_text().splitlines()
+        if ln.startswith("| `POST /v1/tasks/complete`")
+    ]
+    assert "a queue outside the credential's scope → 404 `NOT_FOUND` before any item is completed" in row
+    assert "→ 403" not in row
 
 
 def test_an_invalid_claim_is_400_naming_the_field(wf_ns):  # noqa: F811

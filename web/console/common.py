@@ -64,6 +64,7 @@ csrf = CSRFProtect()
 
 # Pages in the navigation: (endpoint, label, scope that shows it).
 NAV = (
+    ("console.overview", "Overview", Scope.WORKFLOWS_READ),
     ("console.jobs", "Job ledger", Scope.ENGINE_MONITOR),
     ("console.workflows", "Workflows", Scope.WORKFLOWS_READ),
     ("console.tasks_page", "Human tasks", Scope.TASKS_WORK),

@@ -185,17 +185,21 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
 
 
 def _why(conn: Connection, inst: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The failure and its step; for a review without a step error, what the review is about."""
+    """The failure and its step. A workflow in review waits for what the review is about (an unknown
+    external outcome, a failed compensation), which is shown as the cause; the failure that began the
+    stop, when there was one, is kept as ``origin``."""
     found = overview.failure(inst, steps)
     cause = overview.review_cause(conn, inst)
-    if cause is not None and (found is None or not found.get("code")):
-        return {
-            "code": cause["code"],
-            "message": cause["message"],
-            "step_key": cause["step_key"] or (found or {}).get("step_key"),
-            "detail": {"jobs": cause["jobs"]} if cause["jobs"] else {},
-        }
-    return found
+    if cause is None:
+        return found
+    origin = found if found is not None and found.get("code") and found.get("code") != cause["code"] else None
+    return {
+        "code": cause["code"],
+        "message": cause["message"],
+        "step_key": cause["step_key"] or (found or {}).get("step_key"),
+        "detail": {"jobs": cause["jobs"]} if cause["jobs"] else {},
+        "origin": origin,
+    }
 
 
 def _workflow_page(instance_id: str) -> str:
@@ -231,6 +235,7 @@ def workflow_step(instance_id: str, key: str) -> str:
             "step": steps[key],
             "activations": history.activations(conn, inst, key, HISTORY_PAGE, None)["items"],
             "rounds": history.rounds(conn, inst, key, HISTORY_PAGE, None)["items"],
+            "undos": overview.compensation_tasks(conn, inst["id"], key),
         }
 
     return render_template("console/step.html", **read(load))

@@ -16,11 +16,12 @@ from app.engine.transitions import instance_moves, step_moves
 from app.errors import InvalidArgument, NotFound
 from app.ledger import handlers
 from app.ledger.context import JobContext
+from app.ledger.outcome import payload_id
 
 
 @handlers.register("subprocess_spawn")
 def subprocess_spawn(ctx: JobContext):
-    activation_id = str((ctx.payload or {})["activation_id"])
+    activation_id = payload_id(ctx.payload, "activation_id")
 
     def write(conn: Connection, inst: dict) -> dict:
         step = step_of_activation(conn, activation_id, inst["id"])
@@ -61,7 +62,7 @@ def subprocess_spawn(ctx: JobContext):
 
 @handlers.register("subprocess_join")
 def subprocess_join(ctx: JobContext):
-    child_id = str((ctx.payload or {})["child_id"])
+    child_id = payload_id(ctx.payload, "child_id")
 
     def write(conn: Connection, inst: dict) -> dict:
         child = read_instance(conn, child_id)

@@ -26,7 +26,7 @@ from app.engine.store import MISSING, lock_instance, step_specs, version_documen
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.http import HttpRejected
-from app.ledger.outcome import ExternalOutcomeUnknown, RetryableError, Skip
+from app.ledger.outcome import ExternalOutcomeUnknown, RetryableError, Skip, payload_id
 
 
 def _plan(ctx: JobContext, activation_id: str) -> dict[str, Any] | Ignore:
@@ -46,7 +46,7 @@ def _plan(ctx: JobContext, activation_id: str) -> dict[str, Any] | Ignore:
 
 @handlers.register("trigger_dispatch")
 def trigger_dispatch(ctx: JobContext) -> Any:
-    activation_id = str((ctx.payload or {})["activation_id"])
+    activation_id = payload_id(ctx.payload, "activation_id")
     if not ctx.instance_id:
         return Skip("job has no instance")
     plan = _plan(ctx, activation_id)

@@ -205,17 +205,20 @@ def heartbeat(conn: Connection, task_id: str, epoch: int, lease_seconds: float) 
 
 
 def complete(
-    conn: Connection, task_id: str, epoch: int, output: Any, instance_id: str
+    conn: Connection, task_id: str, epoch: int, output: Any, instance_id: str, key: str | None = None
 ) -> tuple[Any, list[dict]]:
     """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is, and the steps of its
-    instance ``instance_id`` as ``store.read_steps`` reads them (in the same statement)."""
-    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id)
+    instance ``instance_id`` as ``store.read_steps`` reads them (in the same statement). ``key``: the
+    Idempotency-Key of the request, kept as ``result_key``."""
+    return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id, key)
 
 
-def fail(conn: Connection, task_id: str, epoch: int, error: Any, instance_id: str) -> tuple[Any, list[dict]]:
+def fail(
+    conn: Connection, task_id: str, epoch: int, error: Any, instance_id: str, key: str | None = None
+) -> tuple[Any, list[dict]]:
     """CLAIMED (this epoch) -> FAILED; returns the row (``TASK_COLS``) as it now is, and the steps of its
     instance (as ``complete``)."""
-    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error, instance_id)
+    return _end_claim(conn, "task fail", task_id, epoch, S.FAILED, "error", error, instance_id, key)
 
 
 # The end of a claim, with its output (a completion) or its error (a failure); run as
@@ -223,12 +226,14 @@ def fail(conn: Connection, task_id: str, epoch: int, error: Any, instance_id: st
 _END_CLAIM = {
     "output": query(
         "task_complete",
-        f"UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), {_DONE} "
+        f"UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), "
+        f"result_key = CAST(:key AS text), {_DONE} "
         f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
     ),
     "error": query(
         "task_fail",
-        f"UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), {_DONE} "
+        f"UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), "
+        f"result_key = CAST(:key AS text), {_DONE} "
         f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
     ),
 }
@@ -243,14 +248,16 @@ def _end_claim(
     column: str,
     value: Any,
     instance_id: str,
+    key: str | None,
 ) -> tuple[Any, list[dict]]:
-    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error). The steps, which
-    the caller reads next to settle the task's step, come back from the same statement: it moves no step,
-    and the caller holds the instance's lock (``store.write_reading_steps``)."""
+    """The current claim ends in ``state`` with ``value`` in ``column`` (output or error), and the request's
+    Idempotency-Key ``key`` in ``result_key``. The steps, which the caller reads next to settle the task's
+    step, come back from the same statement: it moves no step, and the caller holds the instance's lock
+    (``store.write_reading_steps``)."""
     row, steps = write_reading_steps(
         conn,
         _END_CLAIM[column],
-        {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value)},
+        {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value), "key": key},
         instance_id,
     )
     if row is None:

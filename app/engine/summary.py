@@ -1,0 +1,124 @@
+"""A namespace's workflows at a glance (the console's overview, its home page): what runs now, by state
+and definition; how the recent ones ended, by definition, with their failure rate over the last hour and
+day; the oldest running, the longest waiting and the open reviews.
+
+Every read is bounded before it runs, whatever the namespace holds:
+
+- the workflows that have not ended are read from ``ix_workflow_instances_unfinished`` (the live work);
+- the ended ones of the last day from ``ix_workflow_instances_finished`` (their end, newest first), at most
+  ``RECENT_CAP`` of them: past that the day's figures are those of its most recent ``RECENT_CAP`` ends,
+  and ``recent_capped`` says so (the rate stays a rate, over fewer ends);
+- the lists (oldest running, longest waiting, reviews) are ``LIST_LIMIT`` rows each.
+
+A credential limited to some queues sees only the workflows whose definitions stay within them, as in the
+workflow list (W-API-1)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.sql import Query, query, run
+
+RECENT_CAP = 100_000  # ended workflows read for the last day's figures
+LIST_LIMIT = 5
+_SCOPE = "(CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[]))"
+_UNFINISHED = "i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+
+# the live work by definition and state (paused counted apart)
+SUMMARY_UNFINISHED = query(
+    "summary_unfinished",
+    f"""
+SELECT i.definition_id, i.state, count(*) AS n, count(*) FILTER (WHERE i.paused) AS paused
+FROM workflow_instances i
+WHERE i.namespace_id = :ns AND {_UNFINISHED} AND {_SCOPE}
+GROUP BY 1, 2
+""",
+)
+
+# the ends of the last day, newest first, at most RECENT_CAP of them, by definition and final state, with
+# the last hour apart
+SUMMARY_RECENT = query(
+    "summary_recent_ends",
+    f"""
+WITH recent AS (
+    SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i
+    WHERE i.namespace_id = :ns AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      AND i.completed_at >= now() - interval '1 day' AND {_SCOPE}
+    ORDER BY i.completed_at DESC LIMIT :cap
+)
+SELECT definition_id, state, count(*) AS day,
+       count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') AS hour
+FROM recent GROUP BY 1, 2
+""",
+)
+
+# the oldest running / the longest waiting (unchanged the longest) / open reviews, a few each
+SUMMARY_OLDEST = f"""
+SELECT i.id, i.definition_id, i.version, i.state, i.paused, i.business_key, i.created_at, i.updated_at
+FROM workflow_instances i
+WHERE i.namespace_id = :ns AND i.state = :state AND {_SCOPE}
+ORDER BY {{order}} LIMIT :lim
+"""
+SUMMARY_OLDEST_STARTED = query(
+    "summary_oldest_started", SUMMARY_OLDEST.replace("{order}", "i.created_at, i.id")
+)
+SUMMARY_LONGEST_UNCHANGED = query(
+    "summary_longest_unchanged", SUMMARY_OLDEST.replace("{order}", "i.updated_at, i.id")
+)
+
+
+def namespace_summary(
+    conn: Connection, namespace_id: str, queues: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The overview of one namespace (module docstring). ``queues``: the credential's queue scope (None:
+    every queue)."""
+    base = {"ns": namespace_id, "queues": list(queues) if queues is not None else None}
+    defs: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"unfinished": {}, "paused": 0, "hour": {}, "day": {}}
+    )
+    unfinished: dict[str, int] = defaultdict(int)
+    for r in run(conn, SUMMARY_UNFINISHED, base):
+        d = defs[r.definition_id]
+        d["unfinished"][r.state] = int(r.n)
+        d["paused"] += int(r.paused)
+        unfinished[r.state] += int(r.n)
+    ended = 0
+    for r in run(conn, SUMMARY_RECENT, {**base, "cap": RECENT_CAP}):
+        d = defs[r.definition_id]
+        d["day"][r.state] = int(r.day)
+        d["hour"][r.state] = int(r.hour)
+        ended += int(r.day)
+    rows = []
+    for def_id, d in defs.items():
+        rows.append(
+            {
+                "definition_id": def_id,
+                **d,
+                "failure_rate_hour": failure_rate(d["hour"]),
+                "failure_rate_day": failure_rate(d["day"]),
+            }
+        )
+    rows.sort(key=lambda r: (-sum(r["unfinished"].values()), -sum(r["day"].values()), r["definition_id"]))
+
+    def listed(sql: Query, state: str) -> list[dict[str, Any]]:
+        return [dict(r._mapping) for r in run(conn, sql, {**base, "state": state, "lim": LIST_LIMIT})]
+
+    return {
+        "unfinished": dict(unfinished),
+        "definitions": rows,
+        "recent_capped": ended >= RECENT_CAP,
+        "recent_cap": RECENT_CAP,
+        "oldest_running": listed(SUMMARY_OLDEST_STARTED, "RUNNING"),
+        "longest_waiting": listed(SUMMARY_LONGEST_UNCHANGED, "WAITING"),
+        "reviews": listed(SUMMARY_LONGEST_UNCHANGED, "NEEDS_REVIEW"),
+    }
+
+
+def failure_rate(ended: dict[str, int]) -> float | None:
+    """FAILED among the ended workflows (CANCELLED ones are an operator's choice, not a failure, but they
+    count as ended); None when none ended."""
+    total = sum(ended.values())
+    return round(ended.get("FAILED", 0) / total, 4) if total else None

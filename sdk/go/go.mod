@@ -1,0 +1,3 @@
+module github.com/ledgerflow/ledgerflow/sdk/go
+
+go 1.19
