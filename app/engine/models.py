@@ -144,6 +144,37 @@ Index(
     instances.c.parent_instance_id,
     postgresql_where=text("parent_instance_id IS NOT NULL"),
 )
+# Find by what operators see (migration 0026, ``app.engine.finding``): an id prefix of >= 8 hex characters
+# and a business-key prefix in any case are range scans of these; the failure groups read the FAILED and
+# NEEDS_REVIEW instances of a namespace from the partial index.
+Index("ix_workflow_instances_id_prefix", instances.c.id, postgresql_ops={"id": "text_pattern_ops"})
+Index(
+    "ix_workflow_instances_key_lower",
+    instances.c.namespace_id,
+    text("lower(business_key) text_pattern_ops"),
+)
+Index(
+    "ix_workflow_instances_failed",
+    instances.c.namespace_id,
+    instances.c.definition_id,
+    postgresql_where=text("state IN ('FAILED', 'NEEDS_REVIEW')"),
+)
+
+# A rerun (``app.engine.rerun``, migration 0026): the new instance, the one it reruns (FAILED / CANCELLED),
+# the step it reran from (NULL: from the start), the steps whose outputs it copied, the reason and who asked.
+reruns = Table(
+    "workflow_reruns",
+    metadata,
+    Column("instance_id", Text, ForeignKey("workflow_instances.id"), primary_key=True),
+    Column("namespace_id", Text, nullable=False),
+    Column("rerun_of", Text, ForeignKey("workflow_instances.id"), nullable=False),
+    Column("from_step", Text),
+    Column("reason", Text, nullable=False),
+    Column("actor_id", Text, nullable=False),
+    Column("copied_steps", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+Index("ix_workflow_reruns_of", reruns.c.rerun_of, reruns.c.created_at)
 
 
 def _poll_columns() -> list[Column]:
@@ -194,6 +225,8 @@ steps = Table(
     Column("act_output", JSONB),
     Column("act_error", JSONB),
     *_activation_columns(),
+    # a rerun's copied step (SUCCEEDED, never run here): the instance whose output it copied (migration 0026)
+    Column("copied_from", Text),
     CheckConstraint(_in("state", StepState), name="ck_workflow_steps_state"),
     CheckConstraint(_in("act_state", StepState), name="ck_workflow_steps_act_state"),
     CheckConstraint(_in("kind", StepKind), name="ck_workflow_steps_kind"),
@@ -293,6 +326,10 @@ tasks = Table(
     # without a key, or never claimed): the claim's receipt (``task_moves.claim``, migration 0019)
     Column("claim_key", Text),
     Column("claim_fingerprint", Text),
+    # who ran the attempt and how it failed (migration 0026, ``app.engine.traces``): the identity of the worker
+    # of the latest claim ({host, pid, sdk}) and the failure it reported ({type, message, stack, worker})
+    Column("worker", JSONB),
+    Column("failure", JSONB),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )

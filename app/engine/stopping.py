@@ -259,7 +259,8 @@ def compensation_plan(conn: Connection, inst: dict) -> list[dict]:
         conn,
         "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
         "FROM workflow_steps s "
-        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
+        # a rerun's copied step is never compensated here: its effect belongs to the old run
+        "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK' AND s.copied_from IS NULL",
         {"id": inst["id"]},
     ).all()
     return decide.compensation_plan(

@@ -1,0 +1,57 @@
+"""Find workflows by what operators see (issue 47): an id prefix (at least 8 hex characters: the console,
+the worker logs and ``ledgerflow`` show 8), a business-key prefix in any case, and the failure filters of
+the failure groups (failing step, error code, normalised message). Each is a condition of the workflow
+list (``instances.list_instances``, the batch actions' filter); the prefixes are range scans of the
+indexes of migration 0026 (``ix_workflow_instances_id_prefix``, ``ix_workflow_instances_key_lower``):
+``text_pattern_ops`` compares bytes, so ``p <= x < p || U+10FFFF`` holds every ``x`` that starts with ``p``
+(the exact prefix test runs on the rows the range found)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from app.ledger.replay import normalized_error_sql
+
+MIN_ID_PREFIX = 8
+ID_PREFIX_RE = re.compile(r"^[0-9a-f]{8,32}$")
+TOP = "\U0010ffff"  # the greatest code point: after every string that starts with the prefix
+# the normalised message of an instance's error (numbers, ids, uuids, hosts folded as the ledger's clusters
+# fold a job's error: ``app.ledger.replay.normalized_error_sql``)
+ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")
+FILTERS = ("id_prefix", "business_key_prefix", "failed_step", "error_code", "error_group")
+
+
+def conditions(filters: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """The SQL conditions (on ``workflow_instances`` unaliased) of the filters above; adds their parameters."""
+    where: list[str] = []
+    if "id_prefix" in filters:
+        p = filters["id_prefix"].lower()
+        where.append("id ~>=~ :idp AND id ~<~ :idp_end")
+        params.update(idp=p, idp_end=p + "g")  # ids are hex: 'g' follows every hex digit
+    if "business_key_prefix" in filters:
+        p = filters["business_key_prefix"].lower()
+        where.append(
+            "lower(business_key) ~>=~ :bkp AND lower(business_key) ~<~ :bkp_end "
+            "AND left(lower(business_key), char_length(:bkp)) = :bkp"
+        )
+        params.update(bkp=p, bkp_end=p + TOP)
+    if "failed_step" in filters:
+        where.append("error->>'step_key' = :failed_step")
+        params["failed_step"] = filters["failed_step"]
+    if "error_code" in filters:
+        where.append("error->>'code' = :error_code")
+        params["error_code"] = filters["error_code"]
+    if "error_group" in filters:
+        where.append(f"{ERROR_GROUP_SQL} = :error_group")
+        params["error_group"] = filters["error_group"]
+    return where
+
+
+def search_filters(q: str) -> dict[str, str]:
+    """What the console's search box means by ``q``: a hex id prefix (8-32 characters) finds workflows by
+    id; anything else is a business-key prefix in any case."""
+    q = q.strip()
+    if ID_PREFIX_RE.fullmatch(q.lower()):
+        return {"id_prefix": q.lower()}
+    return {"business_key_prefix": q}
