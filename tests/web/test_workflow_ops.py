@@ -186,3 +186,40 @@ def test_failure_groups_of_300_failed_workflows_of_3_causes(ops: Ops):  # noqa: 
     body = {"action": "RERUN", "filter": g["rerun_filter"], "reason": "fixed", "preview": True}
     preview = ops.client.request("POST", "/v1/workflows/batch", body=body)["data"]
     assert preview["matched"] == 100 and preview["submitted"] == 100
+
+
+def test_a_failure_with_its_stack_trace_and_worker_identity_is_read_back(ops: Ops):  # noqa: F811
+    from ledgerflow.worker import TaskWorker, bounded_stack, identity
+
+    wid = ops.start(ops.define({"steps": [{"key": "pay", "kind": "TASK", "queue": "q1"}]}))
+
+    def pay(task):
+        raise KeyError("card 4111")
+
+    worker = TaskWorker(ops.worker, functions={"q1": pay}, wait_seconds=0)
+    assert worker.run_once(0) == 1
+    rounds = ops.client.request("GET", f"/v1/workflows/{wid}/steps/pay/rounds")["data"]["items"]
+    [attempt] = rounds
+    me = identity()
+    assert attempt["worker"] == me and me["pid"] > 0 and me["sdk"].startswith("ledgerflow-python/")
+    failure = attempt["failure"]
+    assert failure["type"] == "KeyError" and failure["message"] == "KeyError: 'card 4111'"
+    assert "Traceback (most recent call last)" in failure["stack"] and "in pay" in failure["stack"]
+    assert failure["worker"] == me
+    try:  # the bound: a long trace keeps its head and its end
+        raise ValueError("x" * 20_000 + " the end")
+    except ValueError as exc:
+        text = bounded_stack(exc)
+    assert len(text) <= 16 * 1024 and text.startswith("Traceback") and "characters left out" in text
+    assert text.endswith(" the end\n")
+
+
+def test_a_claim_names_its_worker_on_the_attempt(ops: Ops):  # noqa: F811
+    wid = ops.start(ops.define({"steps": [{"key": "t", "kind": "TASK", "queue": "q1"}]}))
+    who = {"host": "box-7", "pid": 4242, "sdk": "ledgerflow-go/0.3"}
+    [t] = ops.worker.claim_tasks(["q1"], worker=who)
+    [attempt] = ops.client.request("GET", f"/v1/workflows/{wid}/steps/t/rounds")["data"]["items"]
+    assert attempt["worker"] == who and "failure" not in attempt
+    with pytest.raises(ApiError) as e:  # bounded
+        ops.worker.claim_tasks(["q1"], worker={**who, "host": "x" * 300})
+    assert e.value.status == 400
