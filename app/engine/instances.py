@@ -198,6 +198,17 @@ def _list_where(
     return where, params
 
 
+def newest_sql(
+    namespace_id: str, filters: dict[str, Any], allowed_queues: tuple[str, ...] | None, limit: int
+) -> tuple[str, dict[str, Any]]:
+    """The ids of the newest ``limit`` instances the list's ``filters`` match: the statement and its
+    parameters (the list's first page, a batch action's selection; ``tests/db`` EXPLAINs it)."""
+    where, params = _list_where(namespace_id, filters, allowed_queues)
+    params["limit"] = limit
+    sql = f"SELECT id FROM workflow_instances WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
+    return sql, params
+
+
 def matching_ids(
     conn: Connection,
     namespace_id: str,
@@ -206,9 +217,7 @@ def matching_ids(
     limit: int,
 ) -> list[str]:
     """The ids of the newest ``limit`` instances the list's ``filters`` match (a batch action's selection)."""
-    where, params = _list_where(namespace_id, filters, allowed_queues)
-    params["limit"] = limit
-    sql = f"SELECT id FROM workflow_instances WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
+    sql, params = newest_sql(namespace_id, filters, allowed_queues, limit)
     return list(run(conn, sql, params).scalars())
 
 

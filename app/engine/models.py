@@ -151,7 +151,8 @@ Index("ix_workflow_instances_id_prefix", instances.c.id, postgresql_ops={"id": "
 Index(
     "ix_workflow_instances_key_lower",
     instances.c.namespace_id,
-    text("lower(business_key) text_pattern_ops"),
+    func.lower(instances.c.business_key).label("business_key_lower"),
+    postgresql_ops={"business_key_lower": "text_pattern_ops"},
 )
 Index(
     "ix_workflow_instances_failed",

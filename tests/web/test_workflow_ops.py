@@ -223,3 +223,31 @@ def test_a_claim_names_its_worker_on_the_attempt(ops: Ops):  # noqa: F811
     with pytest.raises(ApiError) as e:  # bounded
         ops.worker.claim_tasks(["q1"], worker={**who, "host": "x" * 300})
     assert e.value.status == 400
+
+
+def test_a_rerun_on_another_version_never_compensates_a_copied_step(ops: Ops):  # noqa: F811
+    def_id = ops.define(CHAIN)
+    wid = ops.start(def_id)
+    _run_until_c_fails(ops, wid)
+    v2 = {
+        "version": "v2",
+        "input_schema": {},
+        "deadline_seconds": 600,
+        "steps": [
+            {"key": "a", "kind": "TASK", "queue": "q1", "compensation": {"queue": "undo"}},
+            {"key": "b", "kind": "TASK", "queue": "q1", "after": ["a"], "compensation": {"queue": "undo"}},
+            {"key": "c", "kind": "TASK", "queue": "q1", "after": ["b"]},
+        ],
+    }
+    ops.client.publish_version(def_id, v2)
+    done = _rerun(ops, wid, from_step="b", version="v2")
+    new = done["instance"]["id"]
+    assert done["instance"]["version"] == "v2" and done["copied_steps"] == ["a"]
+    [t] = ops.worker.claim_tasks(["q1"])
+    assert (t.workflow_id, t.step_key) == (new, "b")
+    ops.worker.fail_task(t.id, t.epoch, "still broken", retryable=False)
+    # b failed, a was copied: nothing of this run to compensate, so it ends FAILED at once
+    assert ops.client.get_workflow(new).state == "FAILED"
+    # a rerun of a workflow that compensated nothing, from c on v1: a and b copied
+    again = _rerun(ops, wid, from_step="c")
+    assert again["copied_steps"] == ["a", "b"]
