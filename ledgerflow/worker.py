@@ -121,7 +121,12 @@ class TaskApi(Protocol):
     base_url: str
 
     def claim_tasks(
-        self, queues: list[str], *, wait_seconds: int = 0, max_tasks: int = 1, worker: dict[str, Any] | None = None
+        self,
+        queues: list[str],
+        *,
+        wait_seconds: int = 0,
+        max_tasks: int = 1,
+        worker: dict[str, Any] | None = None,
     ) -> list[Task]: ...
 
     def heartbeat_task(self, task_id: str, epoch: int) -> Task: ...

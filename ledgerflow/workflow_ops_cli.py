@@ -55,7 +55,11 @@ def workflows_rerun(
     from schemas import load
     from schemas.workflow_ops import RerunRequest
 
-    body = {"reason": reason, **({"from_step": from_step} if from_step else {}), **({"version": version} if version else {})}
+    body = {
+        "reason": reason,
+        **({"from_step": from_step} if from_step else {}),
+        **({"version": version} if version else {}),
+    }
     req = load(RerunRequest(), body)
     where = f"from step {from_step}" if from_step else "from the start"
     _confirm(f"Rerun workflow {instance_id} {where}?", yes)
@@ -135,7 +139,13 @@ def _show(result: dict[str, Any], as_json: bool) -> None:
         + (f", {result['remaining']} more match (run again)" if result["remaining"] else "")
     )
     if result["skipped"]:
-        console.print(_table("skipped", ["id", "state", "reason"], [(s["id"], s["status"] or "", s["reason"]) for s in result["skipped"][:50]]))
+        console.print(
+            _table(
+                "skipped",
+                ["id", "state", "reason"],
+                [(s["id"], s["status"] or "", s["reason"]) for s in result["skipped"][:50]],
+            )
+        )
 
 
 @workflows.command("failure-groups")
@@ -156,9 +166,20 @@ def workflows_failure_groups(principal: Any, as_json: bool, definition_id: str |
         _emit_json(data)
         return
     rows = [
-        (g["count"], g["definition_name"], g["step_key"] or "", g["error_code"] or "", g["message_group"], g["last_seen"])
+        (
+            g["count"],
+            g["definition_name"],
+            g["step_key"] or "",
+            g["error_code"] or "",
+            g["message_group"],
+            g["last_seen"],
+        )
         for g in data["groups"]
     ]
     _console().print(
-        _table(f"{data['group_count']} failure group(s)", ["count", "definition", "step", "code", "message", "last seen"], rows)
+        _table(
+            f"{data['group_count']} failure group(s)",
+            ["count", "definition", "step", "code", "message", "last seen"],
+            rows,
+        )
     )

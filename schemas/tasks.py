@@ -54,12 +54,15 @@ class WorkerIdentity(Strict):
 
     host = text("1-255 characters", _bounded(255), missing="required: 1-255 characters")
     pid = integer(0, 2**31 - 1, "an integer from 0 to 2147483647", missing="required: the process id")
-    sdk = text("1-64 characters", _bounded(64), missing="required: 1-64 characters (e.g. ledgerflow-python/1.2)")
+    sdk = text(
+        "1-64 characters", _bounded(64), missing="required: 1-64 characters (e.g. ledgerflow-python/1.2)"
+    )
 
 
 def _worker() -> fields.Nested:
     return fields.Nested(
-        WorkerIdentity, metadata={"description": "the worker's identity (host, pid, sdk), kept on the attempt"}
+        WorkerIdentity,
+        metadata={"description": "the worker's identity (host, pid, sdk), kept on the attempt"},
     )
 
 

@@ -138,7 +138,10 @@ class ListQuery(Strict):
     business_key_prefix = text(
         "a string",
         _no_nul_key,
-        metadata={"maxLength": MAX_BUSINESS_KEY, "description": "business keys that start with it, in any case"},
+        metadata={
+            "maxLength": MAX_BUSINESS_KEY,
+            "description": "business keys that start with it, in any case",
+        },
     )
     id_prefix = text(
         "8 to 32 hex characters",

@@ -8,7 +8,14 @@ from flask import Blueprint
 from app.auth import Scope
 from app.db import get_engine
 from app.engine import batch, failure_groups, rerun
-from schemas.workflow_ops import BatchRequest, BatchResponse, FailureGroupsResponse, GroupsQuery, RerunRequest, RerunResponse
+from schemas.workflow_ops import (
+    BatchRequest,
+    BatchResponse,
+    FailureGroupsResponse,
+    GroupsQuery,
+    RerunRequest,
+    RerunResponse,
+)
 from web.auth import current_principal, requires
 from web.http import ok, request_id, success
 from web.meta import doc

@@ -8,6 +8,7 @@ from app.auth import Scope
 from app.db import get_engine
 from app.engine import instances, rerun, views
 from app.observability import tracing
+from schemas.workflow_ops import LinkedInstanceResponse
 from schemas.workflows import (
     InstancePageResponse,
     InstanceResultResponse,
@@ -16,7 +17,6 @@ from schemas.workflows import (
     StepDetailResponse,
     StepsResponse,
 )
-from schemas.workflow_ops import LinkedInstanceResponse
 from web.auth import current_principal, requires
 from web.engine_common import load_instance, start_audit, start_queue_check
 from web.http import ok, request_id, success

@@ -36,7 +36,9 @@ def _refusal(conn: Connection, principal: Principal, inst: dict, req: dict) -> s
         verdict = decide.control(inst_model(inst), req["action"], inst["control_revision"])
         return verdict.message if isinstance(verdict, Refuse) else None
     try:
-        version = load_version(conn, principal.namespace_id, inst["definition_id"], req.get("version") or inst["version"])
+        version = load_version(
+            conn, principal.namespace_id, inst["definition_id"], req.get("version") or inst["version"]
+        )
         operations.check_queue_scope(principal, list(version["queues"]))
         rerun.plan(conn, inst, version, req.get("from_step"))
     except (StateConflict, NotFound) as exc:
@@ -44,7 +46,7 @@ def _refusal(conn: Connection, principal: Principal, inst: dict, req: dict) -> s
     return None
 
 
-def _act(conn: Connection, principal: Principal, inst: dict, req: dict, request_id: str | None) -> dict:
+def _act(conn: Connection, principal: Principal, inst: dict, req: dict, request_id: str) -> dict:
     if req["action"] == "RERUN":
         done = rerun.rerun_workflow(
             conn,
@@ -74,7 +76,9 @@ def select(conn: Connection, principal: Principal, req: dict) -> tuple[list[str]
     if "ids" in req:
         ids = list(dict.fromkeys(req["ids"]))
         if len(ids) > limit:
-            raise InvalidArgument(f"at most {limit} workflows per batch (LEDGERFLOW_WORKFLOW_BATCH_MAX)", field="ids")
+            raise InvalidArgument(
+                f"at most {limit} workflows per batch (LEDGERFLOW_WORKFLOW_BATCH_MAX)", field="ids"
+            )
         return ids, len(ids)
     f = req["filter"]
     ids = instances.matching_ids(conn, principal.namespace_id, f, principal.queues, limit)
@@ -86,7 +90,7 @@ def select(conn: Connection, principal: Principal, req: dict) -> tuple[list[str]
     return ids, matched
 
 
-def batch(conn: Connection, principal: Principal, req: dict, *, request_id: str | None) -> dict[str, Any]:
+def batch(conn: Connection, principal: Principal, req: dict, *, request_id: str) -> dict[str, Any]:
     """Run (or, with ``preview``, only judge) ``req['action']`` on the selection, in the caller's transaction."""
     ids, matched = select(conn, principal, req)
     preview = bool(req.get("preview"))
@@ -123,7 +127,11 @@ def batch(conn: Connection, principal: Principal, req: dict, *, request_id: str 
             target_id=operation_id,
             operation_id=operation_id,
             reason=req["reason"],
-            before={"requested": ids, "matched": matched, **({"filter": req["filter"]} if "filter" in req else {})},
+            before={
+                "requested": ids,
+                "matched": matched,
+                **({"filter": req["filter"]} if "filter" in req else {}),
+            },
             after={"submitted": [s["id"] for s in submitted], "skipped": [s["id"] for s in skipped]},
         )
     return {

@@ -7,21 +7,17 @@ written (a terminal workflow stays terminal): the link lives in ``workflow_rerun
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Connection
 
 from app.auth import Principal
 from app.engine import instances, oplog, rerun_rule
 from app.engine.definitions import load_version
 from app.engine.operations import check_queue_scope, visible_instance
+from app.engine.rerun_links import links
 from app.engine.store import read_steps, step_specs
 from app.engine.transitions import step_moves
 from app.errors import InvalidArgument, StateConflict
-from app.jsonx import rfc3339
 from app.sql import run
-
-MAX_LINKS = 20  # the newest reruns a view lists
 
 
 def _compensated(inst: dict) -> list[str]:
@@ -35,7 +31,8 @@ def plan(conn: Connection, old: dict, version: dict, from_step: str | None) -> l
     StateConflict with the rule's reason when it is refused."""
     old_steps = [rerun_rule.OldStep(s["key"], s["kind"], s["state"]) for s in read_steps(conn, old["id"])]
     new_steps = [
-        rerun_rule.NewStep(s["key"], s["kind"], tuple(s.get("after", []))) for s in version["document"]["steps"]
+        rerun_rule.NewStep(s["key"], s["kind"], tuple(s.get("after", [])))
+        for s in version["document"]["steps"]
     ]
     try:
         return rerun_rule.plan(old["state"], old_steps, _compensated(old), new_steps, from_step)
@@ -114,44 +111,6 @@ def rerun_workflow(
         after={"rerun_id": new["id"], "version": version["version"], **detail},
     )
     return {"instance": view, **detail, "operation_id": operation_id}
-
-
-def links(conn: Connection, instance_id: str) -> dict[str, Any]:
-    """The rerun links of an instance, for its views: ``rerun_of`` (the workflow it reruns, with the step
-    and reason) and ``reruns`` (its newest ``MAX_LINKS`` reruns); absent keys when there are none."""
-    rows = run(
-        conn,
-        "(SELECT 'of' AS dir, rerun_of AS other, from_step, reason, actor_id, copied_steps, created_at "
-        " FROM workflow_reruns WHERE instance_id = :i) UNION ALL "
-        "(SELECT 'by', instance_id, from_step, reason, actor_id, copied_steps, created_at "
-        " FROM workflow_reruns WHERE rerun_of = :i ORDER BY created_at DESC LIMIT :n)",
-        {"i": instance_id, "n": MAX_LINKS},
-    ).all()
-    out: dict[str, Any] = {}
-    for r in rows:
-        item = {
-            "id": r.other,
-            "from_step": r.from_step,
-            "reason": r.reason,
-            "actor_id": r.actor_id,
-            "copied_steps": list(r.copied_steps),
-            "created_at": rfc3339(r.created_at),
-        }
-        if r.dir == "of":
-            out["rerun_of"] = item
-        else:
-            out.setdefault("reruns", []).append(item)
-    return out
-
-
-def copied_marks(conn: Connection, instance_id: str) -> dict[str, str]:
-    """The copied steps of a rerun by key: the instance whose output each one copied ({} for any other)."""
-    rows = run(
-        conn,
-        "SELECT key, copied_from FROM workflow_steps WHERE instance_id = :i AND copied_from IS NOT NULL",
-        {"i": instance_id},
-    ).all()
-    return {r.key: r.copied_from for r in rows}
 
 
 def with_links(conn: Connection, view: dict) -> dict:

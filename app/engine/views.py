@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine.documents import KEY_RE
-from app.engine.rerun import copied_marks
+from app.engine.rerun_links import copied_marks
 from app.engine.store import (
     MISSING,
     read_instance,

@@ -18,7 +18,7 @@ def cli(token: str, *args: str):
     return CliRunner().invoke(main, list(args), env={"LEDGERFLOW_TOKEN": token}, prog_name="ledgerflow")
 
 
-def _token(ops: Ops) -> str:
+def _token(ops: Ops) -> str:  # noqa: F811
     with transaction() as conn:
         return create_credential(conn, namespace=ops.ns.name, name="cli-op", scopes=sorted(ALL_SCOPES)).token
 
@@ -41,6 +41,17 @@ def test_rerun_groups_and_batch_from_the_shell(ops: Ops):  # noqa: F811
     assert done["rerun_of"] == wid and done["copied_steps"] == ["a", "b"]
     r = cli(token, "workflows", "rerun", done["instance"]["id"], "--reason", "again", "--yes")
     assert r.exit_code == 1 and "FAILED or CANCELLED" in r.output  # the rerun runs: refused
-    r = cli(token, "workflows", "batch", "cancel", "--id", done["instance"]["id"], "--reason", "stop", "--yes", "--json")
+    r = cli(
+        token,
+        "workflows",
+        "batch",
+        "cancel",
+        "--id",
+        done["instance"]["id"],
+        "--reason",
+        "stop",
+        "--yes",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["submitted"] == 1

@@ -44,7 +44,9 @@ FROM generate_series(1, :n) g"""
         {"d": def_id, "v": ver_id, "n": N, "salt": def_id},
     )
     conn.execute(text("ANALYZE workflow_instances"))
-    return conn.execute(text("SELECT id FROM workflow_instances WHERE business_key = 'Order-777'")).scalar_one()
+    return conn.execute(
+        text("SELECT id FROM workflow_instances WHERE business_key = 'Order-777'")
+    ).scalar_one()
 
 
 def test_prefix_searches_use_their_indexes(engine):

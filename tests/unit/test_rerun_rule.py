@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from app.engine.rerun_rule import NewStep, OldStep, Refused, ancestors, descendants, plan
 
 # a -> b -> c, and d beside them (after a)
-GRAPH = [NewStep("a", "TASK", ()), NewStep("b", "TASK", ("a",)), NewStep("c", "TASK", ("b",)), NewStep("d", "SIGNAL", ("a",))]
+GRAPH = [
+    NewStep("a", "TASK", ()),
+    NewStep("b", "TASK", ("a",)),
+    NewStep("c", "TASK", ("b",)),
+    NewStep("d", "SIGNAL", ("a",)),
+]
 
 
 def old(**states: str) -> list[OldStep]:
@@ -49,10 +54,19 @@ def test_refusals():
 def dags(draw):
     n = draw(st.integers(1, 8))
     steps = [
-        NewStep(f"s{i}", draw(st.sampled_from(["TASK", "SIGNAL"])), tuple(sorted(draw(st.sets(st.sampled_from([f"s{j}" for j in range(i)]), max_size=3)) if i else ())))
+        NewStep(
+            f"s{i}",
+            draw(st.sampled_from(["TASK", "SIGNAL"])),
+            tuple(
+                sorted(draw(st.sets(st.sampled_from([f"s{j}" for j in range(i)]), max_size=3)) if i else ())
+            ),
+        )
         for i in range(n)
     ]
-    states = [OldStep(s.key, s.kind, draw(st.sampled_from(["SUCCEEDED", "FAILED", "BLOCKED", "CANCELLED"]))) for s in steps]
+    states = [
+        OldStep(s.key, s.kind, draw(st.sampled_from(["SUCCEEDED", "FAILED", "BLOCKED", "CANCELLED"])))
+        for s in steps
+    ]
     compensated = draw(st.sets(st.sampled_from([s.key for s in steps])))
     return steps, states, compensated, draw(st.sampled_from([None, *[s.key for s in steps]]))
 

@@ -22,7 +22,7 @@ CHAIN = {
 }
 
 
-def _run_until_c_fails(ops: Ops, wid: str) -> None:
+def _run_until_c_fails(ops: Ops, wid: str) -> None:  # noqa: F811
     """a and b succeed, c fails (not retryable): the workflow is FAILED."""
     for key in ("a", "b"):
         [t] = ops.worker.claim_tasks(["q1"])
@@ -34,11 +34,13 @@ def _run_until_c_fails(ops: Ops, wid: str) -> None:
     assert ops.client.get_workflow(wid).state == "FAILED"
 
 
-def _rerun(ops: Ops, wid: str, **body) -> dict:
-    return ops.client.request("POST", f"/v1/workflows/{wid}/rerun", body={"reason": "bug fixed", **body})["data"]
+def _rerun(ops: Ops, wid: str, **body) -> dict:  # noqa: F811
+    return ops.client.request("POST", f"/v1/workflows/{wid}/rerun", body={"reason": "bug fixed", **body})[
+        "data"
+    ]
 
 
-def _steps(ops: Ops, wid: str) -> dict[str, dict]:
+def _steps(ops: Ops, wid: str) -> dict[str, dict]:  # noqa: F811
     return {s["key"]: s for s in ops.client.request("GET", f"/v1/workflows/{wid}/steps")["data"]["steps"]}
 
 
@@ -107,8 +109,10 @@ def test_rerun_refusals(ops: Ops):  # noqa: F811
     assert e.value.status == 404
 
 
-def _start_many(ops: Ops, def_id: str, n: int, key: str) -> list[str]:
-    return [ops.client.start_workflow(def_id, "v1", {}, business_key=f"{key}-{i}").instance.id for i in range(n)]
+def _start_many(ops: Ops, def_id: str, n: int, key: str) -> list[str]:  # noqa: F811
+    return [
+        ops.client.start_workflow(def_id, "v1", {}, business_key=f"{key}-{i}").instance.id for i in range(n)
+    ]
 
 
 def test_batch_cancel_with_preview_over_a_filter_of_200(ops: Ops):  # noqa: F811
@@ -118,7 +122,11 @@ def test_batch_cancel_with_preview_over_a_filter_of_200(ops: Ops):  # noqa: F811
     body = {"action": "CANCEL", "filter": {"definition_id": def_id}, "reason": "bad deploy"}
     preview = ops.client.request("POST", "/v1/workflows/batch", body={**body, "preview": True})["data"]
     assert preview["preview"] is True and preview["operation_id"] is None
-    assert preview["matched"] == 200 and preview["submitted"] == 200 and sorted(preview["submitted_ids"]) == sorted(ids)
+    assert (
+        preview["matched"] == 200
+        and preview["submitted"] == 200
+        and sorted(preview["submitted_ids"]) == sorted(ids)
+    )
     assert all(ops.client.get_workflow(i).state == "WAITING" for i in ids[:5])  # nothing changed
     done = ops.client.request("POST", "/v1/workflows/batch", body=body)["data"]
     assert done["submitted"] == 200 and done["skipped_for_state"] == 0 and done["not_found"] == 0
@@ -126,7 +134,9 @@ def test_batch_cancel_with_preview_over_a_filter_of_200(ops: Ops):  # noqa: F811
     assert ops.client.get_workflow(other).state == "WAITING"
     with get_engine().connect() as conn:  # each workflow's own audit row, and the batch's
         n = conn.execute(
-            text("SELECT count(*) FROM operation_audit WHERE action = 'workflow.control.cancel' AND workflow_id = ANY(:ids)"),
+            text(
+                "SELECT count(*) FROM operation_audit WHERE action = 'workflow.control.cancel' AND workflow_id = ANY(:ids)"
+            ),
             {"ids": ids},
         ).scalar_one()
         assert n == 200
@@ -152,7 +162,9 @@ def test_search_by_id_prefix_and_business_key_prefix_in_another_case(ops: Ops): 
     ids = _start_many(ops, def_id, 3, "Order-ABC")
     found = ops.client.request("GET", "/v1/workflows", params={"id_prefix": ids[1][:8]})["data"]["items"]
     assert [i["id"] for i in found] == [ids[1]]
-    found = ops.client.request("GET", "/v1/workflows", params={"id_prefix": ids[1][:8].upper()})["data"]["items"]
+    found = ops.client.request("GET", "/v1/workflows", params={"id_prefix": ids[1][:8].upper()})["data"][
+        "items"
+    ]
     assert [i["id"] for i in found] == [ids[1]]
     found = ops.client.request("GET", "/v1/workflows", params={"business_key_prefix": "order-abc"})["data"]
     assert sorted(i["id"] for i in found["items"]) == sorted(ids)
