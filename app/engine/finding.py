@@ -11,7 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sqlalchemy import Connection
+
 from app.ledger.replay import normalized_error_sql
+from app.sql import run
 
 MIN_ID_PREFIX = 8
 ID_PREFIX_RE = re.compile(r"^[0-9a-f]{8,32}$")
@@ -55,3 +58,31 @@ def search_filters(q: str) -> dict[str, str]:
     if ID_PREFIX_RE.fullmatch(q.lower()):
         return {"id_prefix": q.lower()}
     return {"business_key_prefix": q}
+
+
+def prefix_matches(
+    conn: Connection, q: str, namespace_id: str | None, own_namespace: str, limit: int
+) -> list[dict[str, Any]]:
+    """The console's search box: workflows whose id starts with ``q`` (8-32 hex characters; in
+    ``namespace_id``, None: every namespace) or whose business key starts with ``q`` in any case (in
+    ``namespace_id``, or the caller's own namespace for a platform-wide reader), newest first, at most
+    ``limit``: ``{id, state, business_key, namespace}``."""
+    filters = search_filters(q)
+    params: dict[str, Any] = {"n": limit}
+    where = conditions(filters, params)
+    if "id_prefix" in filters:
+        params["ns"] = namespace_id
+        where.append("(CAST(:ns AS text) IS NULL OR namespace_id = :ns)")
+    else:
+        params["ns"] = namespace_id or own_namespace
+        where.append("namespace_id = :ns")
+    rows = run(
+        conn,
+        "SELECT i.id, i.state, i.business_key, n.name AS namespace FROM (SELECT id, state, business_key, "
+        "namespace_id, created_at FROM workflow_instances WHERE "
+        + " AND ".join(where)
+        + " ORDER BY created_at DESC, id DESC LIMIT :n) i JOIN namespaces n ON n.id = i.namespace_id "
+        "ORDER BY i.created_at DESC, i.id DESC",
+        params,
+    ).all()
+    return [dict(r._mapping) for r in rows]

@@ -69,3 +69,11 @@ def attempt_fields(row: dict[str, Any]) -> dict[str, Any]:
         if v is not MISSING:
             out[k] = v
     return out
+
+
+def failure_of_task(conn: Connection, task_id: str | None) -> dict[str, Any] | None:
+    """The failure recorded on attempt ``task_id`` (the task a step error names), or None."""
+    if not task_id:
+        return None
+    raw = run(conn, "SELECT failure::text FROM workflow_tasks WHERE id = :id", {"id": task_id}).scalar()
+    return None if raw is None else jsonx.loads_exact_db(raw)

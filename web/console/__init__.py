@@ -22,6 +22,7 @@ from web.console import (
     schedules,
     search,
     tasks,
+    workflow_ops,
     workflows,
 )
 from web.console.common import bp, csrf
