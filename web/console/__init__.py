@@ -40,6 +40,7 @@ __all__ = [
     "schedules",
     "search",
     "tasks",
+    "workflow_ops",
     "workflows",
 ]
 
