@@ -2,9 +2,9 @@
 the worker logs and ``ledgerflow`` show 8), a business-key prefix in any case, and the failure filters of
 the failure groups (failing step, error code, normalised message). Each is a condition of the workflow
 list (``instances.list_instances``, the batch actions' filter); the prefixes are range scans of the
-indexes of migration 0026 (``ix_workflow_instances_id_prefix``, ``ix_workflow_instances_key_lower``):
-``text_pattern_ops`` compares bytes, so ``p <= x < p || U+10FFFF`` holds every ``x`` that starts with ``p``
-(the exact prefix test runs on the rows the range found)."""
+indexes of migration 0026 (``ix_workflow_instances_id_prefix``, ``ix_workflow_instances_key_lower``,
+``text_pattern_ops``): a ``LIKE 'prefix%'`` whose pattern the planner sees (each statement is planned with
+its values) becomes a range of the index, and its row estimate is the prefix's own."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from app.sql import run
 
 MIN_ID_PREFIX = 8
 ID_PREFIX_RE = re.compile(r"^[0-9a-f]{8,32}$")
-TOP = "\U0010ffff"  # the greatest code point: after every string that starts with the prefix
 # the normalised message of an instance's error (numbers, ids, uuids, hosts folded as the ledger's clusters
 # fold a job's error: ``app.ledger.replay.normalized_error_sql``)
-ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")
+ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")  # also a key of ix_workflow_instances_failed
 FILTERS = ("id_prefix", "business_key_prefix", "failed_step", "error_code", "error_group")
 
 
@@ -29,16 +28,11 @@ def conditions(filters: dict[str, Any], params: dict[str, Any]) -> list[str]:
     """The SQL conditions (on ``workflow_instances`` unaliased) of the filters above; adds their parameters."""
     where: list[str] = []
     if "id_prefix" in filters:
-        p = filters["id_prefix"].lower()
-        where.append("id ~>=~ :idp AND id ~<~ :idp_end")
-        params.update(idp=p, idp_end=p + "g")  # ids are hex: 'g' follows every hex digit
+        where.append("id LIKE :idp")
+        params["idp"] = filters["id_prefix"].lower() + "%"  # hex: nothing to escape
     if "business_key_prefix" in filters:
-        p = filters["business_key_prefix"].lower()
-        where.append(
-            "lower(business_key) ~>=~ :bkp AND lower(business_key) ~<~ :bkp_end "
-            "AND left(lower(business_key), char_length(:bkp)) = :bkp"
-        )
-        params.update(bkp=p, bkp_end=p + TOP)
+        where.append("lower(business_key) LIKE :bkp")
+        params["bkp"] = like_prefix(filters["business_key_prefix"].lower())
     if "failed_step" in filters:
         where.append("error->>'step_key' = :failed_step")
         params["failed_step"] = filters["failed_step"]
@@ -49,6 +43,11 @@ def conditions(filters: dict[str, Any], params: dict[str, Any]) -> list[str]:
         where.append(f"{ERROR_GROUP_SQL} = :error_group")
         params["error_group"] = filters["error_group"]
     return where
+
+
+def like_prefix(value: str) -> str:
+    """A LIKE pattern (escape ``\\``) of the strings that start with ``value``."""
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def search_filters(q: str) -> dict[str, str]:

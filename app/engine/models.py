@@ -9,6 +9,7 @@ the JSON value ``null`` is stored as ``'null'::jsonb`` (explicit null kept).
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from sqlalchemy import (
@@ -39,7 +40,18 @@ from app.engine.states import (
     WaitState,
     values,
 )
+from app.ledger.replay import normalized_error_sql
 from app.metadata import metadata
+
+# the normalised message of an instance's error (``app.engine.finding.ERROR_GROUP_SQL``: the same expression)
+ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")
+
+
+def _as_postgres_shows_it(sql: str) -> str:
+    """``sql`` (the normalisation: ``E'...'`` literals whose only escape is ``\\\\``) as PostgreSQL renders
+    the index expression (standard literals), so that the migration test
+    compares like with like; the planner matches either form."""
+    return re.sub(r"E'((?:[^']|'')*)'", lambda m: "'" + m.group(1).replace("\\\\", "\\") + "'", sql)
 
 
 def _in(column: str, enum: type[StrEnum]) -> str:
@@ -158,6 +170,11 @@ Index(
     "ix_workflow_instances_failed",
     instances.c.namespace_id,
     instances.c.definition_id,
+    text("(error->>'step_key')"),
+    text("(error->>'code')"),
+    text(_as_postgres_shows_it(ERROR_GROUP_SQL)),
+    instances.c.state,
+    instances.c.completed_at,
     postgresql_where=text("state IN ('FAILED', 'NEEDS_REVIEW')"),
 )
 

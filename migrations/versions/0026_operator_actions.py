@@ -10,7 +10,11 @@
 - Search by what operators see: an index on the instance id with ``text_pattern_ops`` (a prefix of at least
   8 hex characters is a range scan) and one on the namespace and the lower-cased business key (a prefix in
   any case).
-- Failure groups: the FAILED and NEEDS_REVIEW instances of a namespace by definition (a partial index).
+- Failure groups: the FAILED and NEEDS_REVIEW instances of a namespace by definition, failing step, error
+  code and normalised message (a partial index whose keys are the groups' own, read index-only; the
+  normalisation below is ``app.engine.finding.ERROR_GROUP_SQL``, written out so that this migration never
+  changes: ``tests/unit/test_failure_group_index.py`` compares them). Its columns change only when an
+  instance ends or goes to review (a write that changes ``state`` already updates every index).
 
 The indexes are built inside the migration's transaction (writes to ``workflow_instances`` wait).
 
@@ -25,6 +29,9 @@ revision = "0026_operator_actions"
 down_revision = "0025_claim_by_start"
 branch_labels = None
 depends_on = None
+
+# ``app.engine.finding.ERROR_GROUP_SQL`` as of this revision (the ledger's failure-cluster normalisation)
+ERROR_GROUP = "left(btrim(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(COALESCE(error->>'message', ''), E'''[^'']*''', E'''<str>''', 'g'), E'\"[^\"]*\"', E'\"<str>\"', 'g'), E'([A-Za-z][A-Za-z0-9+.-]*)://[^/\\\\s:?#]+(:[0-9]+)?', E'\\\\1://<host>', 'g'), E'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', E'<id>', 'g'), E'\\\\m[0-9]{1,3}(\\\\.[0-9]{1,3}){3}(:[0-9]+)?\\\\M', E'<ip>', 'g'), E'\\\\m(0x)?[0-9a-fA-F]{8,}\\\\M', E'<id>', 'g'), E'[0-9]+(\\\\.[0-9]+)?', E'<n>', 'g'), E'\\\\s+', E' ', 'g')), 300)"
 
 
 def upgrade() -> None:
@@ -51,7 +58,8 @@ CREATE TABLE workflow_reruns (
         "(namespace_id, lower(business_key) text_pattern_ops)"
     )
     op.execute(
-        "CREATE INDEX ix_workflow_instances_failed ON workflow_instances (namespace_id, definition_id) "
+        "CREATE INDEX ix_workflow_instances_failed ON workflow_instances (namespace_id, definition_id, "
+        f"(error->>'step_key'), (error->>'code'), ({ERROR_GROUP}), state, completed_at) "
         "WHERE state IN ('FAILED', 'NEEDS_REVIEW')"
     )
 

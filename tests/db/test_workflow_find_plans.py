@@ -65,3 +65,33 @@ def test_prefix_searches_use_their_indexes(engine):
             assert len(list(conn.execute(text(sql), params).scalars())) == 11  # 777 and 7770..7779
         finally:
             tx.rollback()
+
+
+def test_failure_groups_are_counted_from_their_index(engine):
+    from app.engine import failure_groups
+
+    with engine.connect() as conn:
+        tx = conn.begin()
+        try:
+            _seed(conn)
+            conn.execute(
+                text(
+                    # a tenth of them failed (the rest succeeded), all of one cause
+                    "UPDATE workflow_instances SET completed_at = now(), "
+                    "state = CASE WHEN business_key LIKE '%0' THEN 'FAILED' ELSE 'SUCCEEDED' END, "
+                    "error = CASE WHEN business_key LIKE '%0' THEN jsonb_build_object('step_key', 'pay', "
+                    "'code', 'TASK_FAILED', 'message', 'card ' || business_key || ' declined') END "
+                    "WHERE namespace_id = 'ns-find'"
+                )
+            )
+            conn.execute(text("ANALYZE workflow_instances"))
+            params = {"ns": "ns-find", "def": None, "lim": 20, "allowed": None}
+            plan = json.dumps(
+                conn.execute(text("EXPLAIN (FORMAT JSON) " + failure_groups._GROUPS), params).scalar_one()
+            )
+            assert "ix_workflow_instances_failed" in plan, plan
+            got = failure_groups.groups(conn, "ns-find", None)
+            assert got["group_count"] == 1 and got["groups"][0]["count"] == N // 10
+            assert got["groups"][0]["message_group"] == "card Order-<n> declined"
+        finally:
+            tx.rollback()
