@@ -130,7 +130,7 @@ def batch(conn: Connection, principal: Principal, req: dict, *, request_id: str)
             before={
                 "requested": ids,
                 "matched": matched,
-                **({"filter": req["filter"]} if "filter" in req else {}),
+                **({"filter": {k: str(v) for k, v in req["filter"].items()}} if "filter" in req else {}),
             },
             after={"submitted": [s["id"] for s in submitted], "skipped": [s["id"] for s in skipped]},
         )

@@ -263,3 +263,26 @@ def test_a_rerun_on_another_version_never_compensates_a_copied_step(ops: Ops):  
     # a rerun of a workflow that compensated nothing, from c on v1: a and b copied
     again = _rerun(ops, wid, from_step="c")
     assert again["copied_steps"] == ["a", "b"]
+
+
+def test_a_batch_over_a_time_filter_audits_its_filter(ops: Ops):  # noqa: F811
+    def_id = ops.define({"steps": [{"key": "t", "kind": "TIMER", "delay_seconds": 3600}]})
+    ids = _start_many(ops, def_id, 2, "time")
+    body = {
+        "action": "RESUME",
+        "filter": {"definition_id": def_id, "created_after": "2020-01-01T00:00:00Z"},
+        "reason": "nothing is paused",
+    }
+    done = ops.client.request("POST", "/v1/workflows/batch", body=body)["data"]
+    assert done["matched"] == 2 and done["skipped_for_state"] == 2 and done["submitted"] == 0
+    assert sorted(s["id"] for s in done["skipped"]) == sorted(ids)
+    with get_engine().connect() as conn:
+        before = conn.execute(
+            text(
+                "SELECT before FROM operation_audit WHERE action = 'workflows.batch_resume' AND target_id = :o"
+            ),
+            {"o": done["operation_id"]},
+        ).scalar_one()
+    assert before["filter"]["definition_id"] == def_id and before["filter"]["created_after"].startswith(
+        "2020-01-01"
+    )
