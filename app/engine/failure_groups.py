@@ -1,6 +1,6 @@
 """Failure groups of workflows (issue 47): the FAILED and NEEDS_REVIEW workflows of a namespace grouped by
-definition, failing step, error code and normalised message (the ledger's normaliser:
-``finding.ERROR_GROUP_SQL``), largest first, each with its counts, first and last seen (when its workflows
+definition, failing step, error code and normalised message (the ledger's normaliser; the
+generated columns ``fail_step``, ``fail_code``, ``fail_group``, migration 0026), largest first, each with its counts, first and last seen (when its workflows
 ended; a workflow in review has not ended), samples, the list filter that selects its members (``GET
 /v1/workflows?...``) and the batch filter that reruns its FAILED members. The groups are counted from
 ``ix_workflow_instances_failed`` alone (its keys are the groups' own: an index-only scan, migration 0026);
@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine.finding import ERROR_GROUP_SQL
 from app.jsonx import rfc3339
 from app.sql import run
 
@@ -21,8 +20,7 @@ SAMPLES = 3
 
 _GROUPS_SQL = """
 SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM (
-    SELECT definition_id, error->>'step_key' AS step_key, error->>'code' AS code,
-           {group} AS message_group, count(*) AS count,
+    SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count,
            count(*) FILTER (WHERE state = 'FAILED') AS failed,
            count(*) FILTER (WHERE state = 'NEEDS_REVIEW') AS needs_review,
            min(completed_at) AS first_seen, max(completed_at) AS last_seen
@@ -36,16 +34,13 @@ LIMIT :lim
 """
 # every credential of the namespace: counted from the index alone; one limited to some queues: its queues'
 # workflows only (the rows are read)
-_GROUPS = _GROUPS_SQL.format(group=ERROR_GROUP_SQL, scope="")
-_GROUPS_SCOPED = _GROUPS_SQL.format(
-    group=ERROR_GROUP_SQL, scope="\n      AND queues <@ CAST(:allowed AS text[])"
-)
+_GROUPS = _GROUPS_SQL.format(scope="")
+_GROUPS_SCOPED = _GROUPS_SQL.format(scope="\n      AND queues <@ CAST(:allowed AS text[])")
 # the newest members of one group (its keys; NULL step / code matched as NULL)
-_SAMPLES = f"""
+_SAMPLES = """
 SELECT id, error->>'message' AS message FROM workflow_instances
 WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
-  AND (error->>'step_key') IS NOT DISTINCT FROM :step AND (error->>'code') IS NOT DISTINCT FROM :code
-  AND {ERROR_GROUP_SQL} = :grp
+  AND fail_step IS NOT DISTINCT FROM :step AND fail_code IS NOT DISTINCT FROM :code AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
 ORDER BY completed_at DESC NULLS FIRST, id DESC LIMIT :n
 """

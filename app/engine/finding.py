@@ -19,8 +19,9 @@ from app.sql import run
 MIN_ID_PREFIX = 8
 ID_PREFIX_RE = re.compile(r"^[0-9a-f]{8,32}$")
 # the normalised message of an instance's error (numbers, ids, uuids, hosts folded as the ledger's clusters
-# fold a job's error: ``app.ledger.replay.normalized_error_sql``)
-ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")  # also a key of ix_workflow_instances_failed
+# fold a job's error: ``app.ledger.replay.normalized_error_sql``): the generated column ``fail_group``
+# (``fail_step`` and ``fail_code`` are the error's step and code), migration 0026
+ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")
 FILTERS = ("id_prefix", "business_key_prefix", "failed_step", "error_code", "error_group")
 
 
@@ -34,13 +35,13 @@ def conditions(filters: dict[str, Any], params: dict[str, Any]) -> list[str]:
         where.append("lower(business_key) LIKE :bkp")
         params["bkp"] = like_prefix(filters["business_key_prefix"].lower())
     if "failed_step" in filters:
-        where.append("error->>'step_key' = :failed_step")
+        where.append("fail_step = :failed_step")
         params["failed_step"] = filters["failed_step"]
     if "error_code" in filters:
-        where.append("error->>'code' = :error_code")
+        where.append("fail_code = :error_code")
         params["error_code"] = filters["error_code"]
     if "error_group" in filters:
-        where.append(f"{ERROR_GROUP_SQL} = :error_group")
+        where.append("fail_group = :error_group")
         params["error_group"] = filters["error_group"]
     return where
 

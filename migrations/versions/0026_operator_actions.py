@@ -11,10 +11,12 @@
   8 hex characters is a range scan) and one on the namespace and the lower-cased business key (a prefix in
   any case).
 - Failure groups: the FAILED and NEEDS_REVIEW instances of a namespace by definition, failing step, error
-  code and normalised message (a partial index whose keys are the groups' own, read index-only; the
+  code and normalised message. The three keys are generated columns of the instance (``fail_step``,
+  ``fail_code``, ``fail_group``: PostgreSQL computes them from ``error`` at each write of the row; the
   normalisation below is ``app.engine.finding.ERROR_GROUP_SQL``, written out so that this migration never
-  changes: ``tests/unit/test_failure_group_index.py`` compares them). Its columns change only when an
-  instance ends or goes to review (a write that changes ``state`` already updates every index).
+  changes: ``tests/unit/test_failure_group_index.py`` compares them), so that the groups are counted from a
+  partial index alone (an index-only scan; PostgreSQL does not read an index of expressions only). Adding
+  them rewrites ``workflow_instances`` once.
 
 The indexes are built inside the migration's transaction (writes to ``workflow_instances`` wait).
 
@@ -57,15 +59,27 @@ CREATE TABLE workflow_reruns (
         "CREATE INDEX ix_workflow_instances_key_lower ON workflow_instances "
         "(namespace_id, lower(business_key) text_pattern_ops)"
     )
+    # the failure group's keys, kept by PostgreSQL on every write of the row (a NULL error: NULL, NULL, '')
     op.execute(
-        "CREATE INDEX ix_workflow_instances_failed ON workflow_instances (namespace_id, definition_id, "
-        f"(error->>'step_key'), (error->>'code'), ({ERROR_GROUP}), state, completed_at) "
-        "WHERE state IN ('FAILED', 'NEEDS_REVIEW')"
+        "ALTER TABLE workflow_instances ADD COLUMN fail_step text GENERATED ALWAYS AS (error->>'step_key') STORED"
+    )
+    op.execute(
+        "ALTER TABLE workflow_instances ADD COLUMN fail_code text GENERATED ALWAYS AS (error->>'code') STORED"
+    )
+    op.execute(
+        f"ALTER TABLE workflow_instances ADD COLUMN fail_group text GENERATED ALWAYS AS ({ERROR_GROUP}) STORED"
+    )
+    op.execute(
+        "CREATE INDEX ix_workflow_instances_failed ON workflow_instances (namespace_id, definition_id, fail_step, "
+        "fail_code, fail_group, state, completed_at) WHERE state IN ('FAILED', 'NEEDS_REVIEW')"
     )
 
 
 def downgrade() -> None:
     op.execute("DROP INDEX ix_workflow_instances_failed")
+    op.execute(
+        "ALTER TABLE workflow_instances DROP COLUMN fail_group, DROP COLUMN fail_code, DROP COLUMN fail_step"
+    )
     op.execute("DROP INDEX ix_workflow_instances_key_lower")
     op.execute("DROP INDEX ix_workflow_instances_id_prefix")
     op.execute("ALTER TABLE workflow_tasks DROP COLUMN failure")

@@ -17,7 +17,9 @@ def _clean(page: Page, name: str, phone: bool, problems: list[str]) -> None:
         problems.append(f"{name} (390 px): {overflow(page)} px wider than the screen")
 
 
-def test_rerun_search_batch_preview_and_groups_at_1280_and_390(browser: Browser, live_url: str, scenario: Scenario):
+def test_rerun_search_batch_preview_and_groups_at_1280_and_390(
+    browser: Browser, live_url: str, scenario: Scenario
+):
     problems: list[str] = []
     failed = scenario.wf["failed"]
     for viewport, phone in ((WIDE, False), (PHONE, True)):
