@@ -36,14 +36,22 @@ LIMIT :lim
 # workflows only (the rows are read)
 _GROUPS = _GROUPS_SQL.format(scope="")
 _GROUPS_SCOPED = _GROUPS_SQL.format(scope="\n      AND queues <@ CAST(:allowed AS text[])")
-# the newest members of one group (its keys; NULL step / code matched as NULL)
-_SAMPLES = """
+# the newest members of one group: its keys (a NULL step or code as NULL), read backwards along
+# ix_workflow_instances_failed (in review first, then the latest ended), the first few only
+_SAMPLES_SQL = """
 SELECT id, error->>'message' AS message FROM workflow_instances
 WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
-  AND fail_step IS NOT DISTINCT FROM :step AND fail_code IS NOT DISTINCT FROM :code AND fail_group = :grp
+  AND {step} AND {code} AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
-ORDER BY completed_at DESC NULLS FIRST, id DESC LIMIT :n
+ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
 """
+
+
+def _samples_sql(step: str | None, code: str | None) -> str:
+    return _SAMPLES_SQL.format(
+        step="fail_step IS NULL" if step is None else "fail_step = :step",
+        code="fail_code IS NULL" if code is None else "fail_code = :code",
+    )
 
 
 def groups(
@@ -65,7 +73,7 @@ def groups(
     for r in rows:
         samples = run(
             conn,
-            _SAMPLES,
+            _samples_sql(r.step_key, r.code),
             {
                 "ns": namespace_id,
                 "def": r.definition_id,
