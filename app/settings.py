@@ -369,6 +369,7 @@ QUOTA_RETRY_AFTER_SECONDS = _limits.declare("LEDGERFLOW_QUOTA_RETRY_AFTER_SECOND
 TASK_LEASE_SECONDS = _limits.declare("LEDGERFLOW_TASK_LEASE_SECONDS", 60.0, number(1, 86400), "a task claim's lease (heartbeats extend it)")
 CLAIM_POLL_SECONDS = _limits.declare("LEDGERFLOW_CLAIM_POLL_SECONDS", 5.0, number(0.1, 60), "how often a waiting task claim looks again without a wake-up (a new PENDING task wakes it at once)")
 SIGNAL_LIMIT = _limits.declare("LEDGERFLOW_SIGNAL_LIMIT", 1024, integer(1, 1_000_000), "signals one workflow may receive over its life")
+WORKFLOW_BATCH_MAX = _limits.declare("LEDGERFLOW_WORKFLOW_BATCH_MAX", 500, integer(1, 5000), "workflows one batch action (cancel, pause, resume, rerun) acts on per request; a filter matching more acts on the newest this many")
 
 _retention = Section("Retention", "what the drain deletes, and after how long")
 RETENTION_DAYS = _retention.declare("LEDGERFLOW_RETENTION_DAYS", 7.0, number(0.01, MAX_RETENTION_DAYS), "days finished jobs (with their receipts and settled signals) are kept")

@@ -1,5 +1,8 @@
 """``python -m bench.console``: server time of the console's job list and of the workflow page of a
-100-step instance, with 1,000,000 jobs in the ledger (the target: under 300 ms each).
+100-step instance, with 1,000,000 jobs in the ledger (the target: under 300 ms each); and, with
+``--workflows`` instances (1,000,000 by default, a tenth of them FAILED of three causes), the failure
+groups and the search by an 8-character id prefix and by a business-key prefix in another case (issue 47:
+the target p50 100 ms).
 
 Creates and drops its own database (``lf_bench_<random>``) on the server of ``DATABASE_URL``, fills
 ``workflow_jobs`` with ``--jobs`` rows (a mix of statuses, types and errors over the last day) and
@@ -45,6 +48,22 @@ SELECT g, 1, 1, CAST(CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END AS
        now() - (g %% 3600) * interval '1 second' + interval '5 ms', 5
 FROM generate_series(1, %s) g
 """
+# ``--workflows`` instances of one definition in the bench namespace: every tenth FAILED at one of three
+# steps with one of three causes (numbers and ids in the messages, folded by the failure groups)
+WORKFLOWS = """
+INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
+    business_key, queues, deadline_at, trace_id, created_at, updated_at, completed_at, error)
+SELECT md5('wf' || g), %(ns)s, %(d)s, %(v)s, 'v1',
+       CASE WHEN g %% 10 = 0 THEN 'FAILED' WHEN g %% 10 = 1 THEN 'RUNNING' ELSE 'SUCCEEDED' END,
+       '{}'::jsonb, 'Order-' || g, '{}', now() + interval '1 day', md5('t' || g),
+       now() - (g %% 86400) * interval '1 second', now(), CASE WHEN g %% 10 <> 1 THEN now() END,
+       CASE WHEN g %% 10 = 0 THEN jsonb_build_object(
+           'step_key', (ARRAY['pay', 'ship', 'mail'])[1 + (g / 10) %% 3], 'code', 'TASK_FAILED',
+           'task_id', md5('task' || g),
+           'message', (ARRAY['card ' || g || ' declined', 'carrier timeout after ' || (g %% 900) || ' ms',
+                             'mailbox ' || md5('m' || g) || ' full'])[1 + (g / 10) %% 3]) END
+FROM generate_series(1, %(n)s) g
+"""
 VARIANTS = {
     "first page (no filter)": "/console/jobs",
     "status=dead,failed": "/console/jobs?status=dead,failed",
@@ -59,6 +78,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--attempts", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument(
+        "--workflows", type=int, default=1_000_000, help="instances for the issue-47 pages (0: none)"
+    )
     args = ap.parse_args()
     with scratch_database("lf_bench_console") as url:
         try:
@@ -92,6 +114,7 @@ def run(dsn: str, args: argparse.Namespace) -> None:
         token = issued.token
     log(f"running a workflow of {args.steps} steps")
     workflow_id = run_workflow(issued.namespace_id, args.steps)
+    some_id = fill_workflows(dsn, issued.namespace_id, args.workflows) if args.workflows else None
     app = create_app()
     client = app.test_client()
     page = client.get("/console/login").get_data(as_text=True)
@@ -107,6 +130,15 @@ def run(dsn: str, args: argparse.Namespace) -> None:
         "runtime status panel (own request)": "/console/jobs/status-panel",
         f"workflow page ({args.steps} steps)": f"/console/workflows/{workflow_id}",
     }
+    if some_id is not None:  # issue 47, over --workflows instances
+        variants.update(
+            {
+                "failure groups (page)": "/console/workflows/failure-groups",
+                "search: 8-char id prefix": f"/console/workflows?id_prefix={some_id[:8]}",
+                "search: key prefix, other case": "/console/workflows?business_key_prefix=ORDER-77777",
+                "search box: 8-char id prefix": f"/console/search?q={some_id[:8]}",
+            }
+        )
     for name, url in variants.items():
         for _ in range(3):  # warm the connection pool and the caches
             client.get(url)
@@ -116,7 +148,7 @@ def run(dsn: str, args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             r = client.get(url)
             times.append((time.perf_counter() - t0) * 1000)
-            assert r.status_code == 200, r.status_code
+            assert r.status_code in (200, 302), r.status_code
             body = r.get_data(as_text=True)
             rows = (
                 body.count('name="job_ids"') if "/jobs" in url else body.count("/steps/")
@@ -137,6 +169,32 @@ def run(dsn: str, args: argparse.Namespace) -> None:
             f"{'second page (cursor)':<34} {statistics.median(times):8.1f} {percentile(times, 95):8.1f} "
             f"{max(times):8.1f}"
         )
+
+
+def fill_workflows(dsn: str, namespace_id: str, n: int) -> str:
+    """``n`` instances (see ``WORKFLOWS``) of a definition of their own; the id of one of them."""
+    from app.db import transaction
+    from app.engine import definitions
+
+    with transaction() as conn:
+        d = definitions.create_definition(conn, namespace_id, "bench-orders", None)
+        v = definitions.publish_version(
+            conn,
+            namespace_id,
+            d["id"],
+            {
+                "version": "v1",
+                "input_schema": {},
+                "deadline_seconds": 86400,
+                "steps": [{"key": "pay", "kind": "TIMER", "delay_seconds": 1}],
+            },
+        )
+    log(f"filling {n:,} workflows ({n // 10:,} FAILED)")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(WORKFLOWS, {"ns": namespace_id, "d": d["id"], "v": v["id"], "n": n})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE workflow_instances")
+        return str(conn.execute("SELECT md5('wf' || 77777)").fetchone()[0])  # type: ignore[index]
 
 
 def run_workflow(namespace_id: str, steps: int) -> str:

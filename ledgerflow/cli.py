@@ -375,7 +375,7 @@ def services_stop() -> None:
     stop_embedded()
 
 
-from ledgerflow import ops_cli, subscriptions_cli, workflows_cli  # noqa: E402
+from ledgerflow import ops_cli, subscriptions_cli, workflow_ops_cli, workflows_cli  # noqa: E402, F401
 from ledgerflow.credentials_cli import credentials  # noqa: E402
 from ledgerflow.doctor import doctor  # noqa: E402
 from ledgerflow.schedules_cli import schedules  # noqa: E402

@@ -631,8 +631,18 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         return credential
 
     # -- tasks -----------------------------------------------------------------------------
-    def claim_tasks(self, queues: Iterable[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]:
-        body = {"queues": list(queues), "wait_seconds": wait_seconds, "max_tasks": max_tasks}
+    def claim_tasks(
+        self,
+        queues: Iterable[str],
+        *,
+        wait_seconds: int = 0,
+        max_tasks: int = 1,
+        worker: dict[str, Any] | None = None,
+    ) -> list[Task]:
+        """``worker``: the claiming worker's identity (``ledgerflow.worker.identity()``), kept on the attempts."""
+        body: dict[str, Any] = {"queues": list(queues), "wait_seconds": wait_seconds, "max_tasks": max_tasks}
+        if worker is not None:
+            body["worker"] = worker
         data = self.request("POST", "/v1/tasks/claim", body=body)["data"]
         return [Task.from_api(t) for t in data["tasks"]]
 
@@ -664,6 +674,7 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         *,
         max_tasks: int = 0,
         idempotency_key: str | None = None,
+        worker: dict[str, Any] | None = None,
     ) -> tuple[list[CompletionResult], list[Task]]:
         """``complete_tasks``, then (with ``max_tasks`` > 0) claim up to ``max_tasks`` tasks of ``queues``
         in the same request, without waiting: ``(results, claimed tasks)``. The claim is a claim with
@@ -671,6 +682,8 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
         body: dict[str, Any] = {"tasks": [{"id": i, "epoch": e, "output": o} for i, e, o in completions]}
         if max_tasks > 0:
             body["claim"] = {"queues": sorted(set(queues)), "max_tasks": max_tasks}
+            if worker is not None:
+                body["claim"]["worker"] = worker
         d = self.request("POST", "/v1/tasks/complete", body=body, idempotency_key=idempotency_key)["data"]
         claimed = [Task.from_api(t) for t in d.get("claimed", ())]
         return [CompletionResult.from_api(r) for r in d["results"]], claimed
@@ -681,8 +694,27 @@ class Client(WorkflowControlMixin, IntegrationsMixin):
             self.request("POST", f"/v1/tasks/{_seg(task_id)}/release", body={"epoch": epoch})["data"]["task"]
         )
 
-    def fail_task(self, task_id: str, epoch: int, message: str, *, retryable: bool) -> Task:
-        body = {"epoch": epoch, "error": {"message": message, "retryable": retryable}}
+    def fail_task(
+        self,
+        task_id: str,
+        epoch: int,
+        message: str,
+        *,
+        retryable: bool,
+        exc_type: str | None = None,
+        stack: str | None = None,
+        worker: dict[str, Any] | None = None,
+    ) -> Task:
+        """``exc_type`` / ``stack``: the exception's type and (bounded) stack trace; ``worker``: the failing
+        worker's identity. The server keeps them on the attempt (``GET .../steps/{key}/rounds``)."""
+        error: dict[str, Any] = {"message": message, "retryable": retryable}
+        if exc_type is not None:
+            error["type"] = exc_type
+        if stack is not None:
+            error["stack"] = stack
+        body: dict[str, Any] = {"epoch": epoch, "error": error}
+        if worker is not None:
+            body["worker"] = worker
         return Task.from_api(
             self.request("POST", f"/v1/tasks/{_seg(task_id)}/fail", body=body)["data"]["task"]
         )

@@ -799,7 +799,7 @@ def _print_nodes(console: Any, nodes: list[dict[str, Any]]) -> None:
 @click.group("workflows")
 def workflows() -> None:
     """Workflow instances: start and watch one (through the API), list, show, pause / resume / cancel,
-    signal (as a named operator, audited)."""
+    signal, rerun, batch actions, failure groups (as a named operator, audited)."""
 
 
 def _instance_rows(items: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -29,10 +29,13 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
+import os
 import queue
+import socket
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -65,6 +68,47 @@ SMOOTHING = 0.2  # weight of the newest sample in the running means of task and 
 MAX_REPORTERS = 4  # result requests in flight at once
 FLUSH_SECONDS = 5.0  # after the grace, how long results still waiting may take to go out
 _PASSING = (ServerUnreachable, Unavailable, RateLimited)  # clears by itself: try again
+# A failure's trace (issue 47): the exception's type (module-qualified) and its formatted stack trace, at most
+# MAX_STACK_CHARS characters: a longer one keeps its first STACK_HEAD_CHARS and its end (the innermost frames
+# and the exception line), with a line that says how much was left out.
+MAX_TYPE_CHARS = 256
+MAX_STACK_CHARS = 16 * 1024
+STACK_HEAD_CHARS = 2 * 1024
+
+
+def _sdk_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ledgerflow")
+    except Exception:  # not installed as a distribution (a source checkout)
+        return "unknown"
+
+
+def identity() -> dict[str, Any]:
+    """Who runs the tasks: ``{"host", "pid", "sdk"}``, sent with every claim and failure (the server keeps
+    it on the attempt, so a failure can be traced to a machine and a process)."""
+    return {
+        "host": (socket.gethostname() or "unknown")[:255],
+        "pid": os.getpid(),
+        "sdk": f"ledgerflow-python/{_sdk_version()}"[:64],
+    }
+
+
+def exception_type(exc: BaseException) -> str:
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return name[:MAX_TYPE_CHARS]
+
+
+def bounded_stack(exc: BaseException) -> str:
+    """The exception's formatted traceback, bounded to ``MAX_STACK_CHARS`` (see above)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) <= MAX_STACK_CHARS:
+        return text
+    marker = "\n... ({} characters left out) ...\n"
+    tail = MAX_STACK_CHARS - STACK_HEAD_CHARS - len(marker.format(len(text)))
+    return text[:STACK_HEAD_CHARS] + marker.format(len(text) - STACK_HEAD_CHARS - tail) + text[-tail:]
 
 
 class NonRetryableError(Exception):
@@ -76,7 +120,14 @@ class TaskApi(Protocol):
 
     base_url: str
 
-    def claim_tasks(self, queues: list[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]: ...
+    def claim_tasks(
+        self,
+        queues: list[str],
+        *,
+        wait_seconds: int = 0,
+        max_tasks: int = 1,
+        worker: dict[str, Any] | None = None,
+    ) -> list[Task]: ...
 
     def heartbeat_task(self, task_id: str, epoch: int) -> Task: ...
 
@@ -87,11 +138,22 @@ class TaskApi(Protocol):
         *,
         max_tasks: int = 0,
         idempotency_key: str | None = None,
+        worker: dict[str, Any] | None = None,
     ) -> tuple[list[CompletionResult], list[Task]]: ...
 
     def complete_task(self, task_id: str, epoch: int, output: Any) -> Task: ...
 
-    def fail_task(self, task_id: str, epoch: int, message: str, *, retryable: bool) -> Task: ...
+    def fail_task(
+        self,
+        task_id: str,
+        epoch: int,
+        message: str,
+        *,
+        retryable: bool,
+        exc_type: str | None = None,
+        stack: str | None = None,
+        worker: dict[str, Any] | None = None,
+    ) -> Task: ...
 
     def release_task(self, task_id: str, epoch: int) -> Task: ...
 
@@ -155,6 +217,8 @@ class _Outcome:
     output: Any = None
     error: str | None = None  # set: the task failed
     retryable: bool = True
+    exc_type: str | None = None  # the failure's exception type and bounded stack trace
+    stack: str | None = None
     size: int = 0  # the output's bytes of JSON
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # the same key for every resend
     holds_slot: bool = False  # a completion whose slot its report refills (see TaskWorker._refills)
@@ -224,6 +288,7 @@ class TaskWorker:
         self.concurrency = concurrency
         self.shutdown_grace_seconds = shutdown_grace_seconds
         self.claim_ahead = claim_ahead
+        self.identity = identity()  # host, pid, SDK: sent with each claim and failure
         self.functions: dict[str, TaskFunction] = {}
         for queue_name, fn in (functions or {}).items():
             self.register(queue_name, fn)
@@ -413,7 +478,9 @@ class TaskWorker:
                 return 0
             self._claiming += free
         try:
-            tasks = self.client.claim_tasks(sorted(self.functions), wait_seconds=wait_seconds, max_tasks=free)
+            tasks = self.client.claim_tasks(
+                sorted(self.functions), wait_seconds=wait_seconds, max_tasks=free, worker=self.identity
+            )
             for t in tasks:
                 self._dispatch(t)
         finally:
@@ -541,6 +608,8 @@ class TaskWorker:
                 flight,
                 error=f"{type(error).__name__}: {error}"[:4000],
                 retryable=not isinstance(error, NonRetryableError),
+                exc_type=exception_type(error),
+                stack=bounded_stack(error),
             )
         else:
             outcome = self._checked_output(flight, output)
@@ -654,7 +723,7 @@ class TaskWorker:
         sent = time.monotonic()
         try:
             results, claimed = self.client.complete_and_claim(
-                items, sorted(self.functions), max_tasks=refill, idempotency_key=key
+                items, sorted(self.functions), max_tasks=refill, idempotency_key=key, worker=self.identity
             )
             self._request_s = _mean(self._request_s, time.monotonic() - sent)
         except InvalidArgument as exc:
@@ -687,7 +756,15 @@ class TaskWorker:
     def _send_failure(self, o: _Outcome) -> None:
         t = o.flight.task
         try:
-            self.client.fail_task(t.id, t.epoch, o.error or "", retryable=o.retryable)
+            self.client.fail_task(
+                t.id,
+                t.epoch,
+                o.error or "",
+                retryable=o.retryable,
+                exc_type=o.exc_type,
+                stack=o.stack,
+                worker=self.identity,
+            )
         except (StateConflict, NotFound):
             log.warning(
                 "%s failed in %s, but the failure was refused (epoch %s is stale)",

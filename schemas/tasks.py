@@ -12,6 +12,8 @@ from app.engine.instances import MAX_INPUT_BYTES
 from app.ids import is_hex32
 from schemas.base import Boolean, Loose, Strict, envelope, integer, json_bytes, json_value, text
 
+MAX_TYPE = 256  # a failure's exception type (issue 47)
+MAX_STACK = 16 * 1024  # a failure's stack trace: the SDK sends at most this (its head and its end)
 QUEUE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 EPOCH_MAX = 2**31 - 1
 OUTPUT_RULE = "output: at most 256 KiB of JSON without NUL characters"
@@ -43,10 +45,32 @@ def _max_tasks() -> fields.Integer:
     return integer(1, 16, "an integer from 1 to 16", load_default=1)
 
 
+def _bounded(n: int) -> Any:
+    return lambda v: None if 1 <= len(v) <= n and "\x00" not in v else f"1-{n} characters"
+
+
+class WorkerIdentity(Strict):
+    """Who claims or fails (issue 47): kept on the attempt (``workflow_tasks.worker`` / ``failure``)."""
+
+    host = text("1-255 characters", _bounded(255), missing="required: 1-255 characters")
+    pid = integer(0, 2**31 - 1, "an integer from 0 to 2147483647", missing="required: the process id")
+    sdk = text(
+        "1-64 characters", _bounded(64), missing="required: 1-64 characters (e.g. ledgerflow-python/1.2)"
+    )
+
+
+def _worker() -> fields.Nested:
+    return fields.Nested(
+        WorkerIdentity,
+        metadata={"description": "the worker's identity (host, pid, sdk), kept on the attempt"},
+    )
+
+
 class ClaimRequest(Strict):
     queues = _queues()
     wait_seconds = integer(0, 30, "an integer from 0 to 30", load_default=0)
     max_tasks = _max_tasks()
+    worker = _worker()
 
 
 class ClaimNext(Strict):
@@ -54,6 +78,7 @@ class ClaimNext(Strict):
 
     queues = _queues()
     max_tasks = _max_tasks()
+    worker = _worker()
 
 
 class EpochRequest(Strict):
@@ -89,11 +114,22 @@ class TaskError(Strict):
             "null": "true or false (never defaulted)",
         },
     )
+    type = text(
+        f"1-{MAX_TYPE} characters",
+        _bounded(MAX_TYPE),
+        metadata={"maxLength": MAX_TYPE, "description": "the exception's type (kept on the attempt)"},
+    )
+    stack = text(
+        f"1-{MAX_STACK} characters",
+        _bounded(MAX_STACK),
+        metadata={"maxLength": MAX_STACK, "description": "the stack trace (kept on the attempt)"},
+    )
 
 
 class FailRequest(Strict):
     epoch = epoch()
     error = fields.Nested(TaskError, required=True)
+    worker = _worker()
 
 
 MAX_BATCH = 16

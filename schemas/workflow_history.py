@@ -135,6 +135,14 @@ ActivationPage = page(Activation, "ActivationPage")
 class Round(Task):
     activation_id = fields.String(required=True)
     activation_sequence = fields.Integer(required=True)
+    worker = fields.Dict(
+        metadata={"description": "the identity (host, pid, sdk) of the worker of its latest claim"}
+    )
+    failure = fields.Dict(
+        metadata={
+            "description": "the failure its worker reported: type, message, stack (at most 16 KiB), worker"
+        }
+    )
 
 
 RoundPage = page(Round, "RoundPage")

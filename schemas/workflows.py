@@ -10,6 +10,7 @@ from typing import Any
 from marshmallow import ValidationError, fields, post_load, validates_schema
 
 from app.engine.documents import VERSION_RE
+from app.engine.finding import ID_PREFIX_RE
 from app.engine.instances import MAX_BUSINESS_KEY, MAX_INPUT_BYTES, STATES
 from app.ids import is_hex32
 from schemas.base import (
@@ -134,7 +135,34 @@ class ListQuery(Strict):
         metadata={"pattern": VERSION},
     )
     business_key = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
-    business_key_prefix = text("a string", _no_nul_key, metadata={"maxLength": MAX_BUSINESS_KEY})
+    business_key_prefix = text(
+        "a string",
+        _no_nul_key,
+        metadata={
+            "maxLength": MAX_BUSINESS_KEY,
+            "description": "business keys that start with it, in any case",
+        },
+    )
+    id_prefix = text(
+        "8 to 32 hex characters",
+        lambda v: None if ID_PREFIX_RE.fullmatch(v.lower()) else "8 to 32 hex characters",
+        metadata={"pattern": "^[0-9a-fA-F]{8,32}$", "description": "workflows whose id starts with it"},
+    )
+    failed_step = text(
+        "a step key",
+        lambda v: None if re.fullmatch(KEY, v) else "a step key",
+        metadata={"pattern": KEY, "description": "the step the workflow's error names (failure groups)"},
+    )
+    error_code = text(
+        "1-64 characters",
+        lambda v: None if 1 <= len(v) <= 64 and "\x00" not in v else "1-64 characters",
+        metadata={"maxLength": 64, "description": "the code of the workflow's error (failure groups)"},
+    )
+    error_group = text(
+        "1-300 characters",
+        lambda v: None if 1 <= len(v) <= 300 and "\x00" not in v else "1-300 characters",
+        metadata={"maxLength": 300, "description": "the normalised message of a failure group"},
+    )
     schedule_id = text(
         "a 32-char lowercase hex id",
         lambda v: None if is_hex32(v) else "a 32-char lowercase hex id",

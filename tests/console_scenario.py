@@ -400,6 +400,7 @@ def pages(s: Scenario) -> list[tuple[str, str]]:
         ("health", "/console/health"),
         ("workflows", "/console/workflows"),
         ("workflows-other-namespace", f"/console/workflows?ns={s.other_ns}"),
+        ("failure-groups", "/console/workflows/failure-groups"),
         ("workflow-running", f"/console/workflows/{wf['running']}"),
         ("workflow-failed", f"/console/workflows/{wf['failed']}"),
         ("workflow-compensated", f"/console/workflows/{wf['compensated']}"),

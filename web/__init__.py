@@ -20,6 +20,7 @@ from web.strict import MAX_BODY_BYTES, check_path, check_query
 from web.tasks import bp as tasks_bp
 from web.workflow_control import bp as workflow_control_bp
 from web.workflow_history import bp as workflow_history_bp
+from web.workflow_ops import bp as workflow_ops_bp
 from web.workflow_retention import bp as workflow_retention_bp
 from web.workflows import bp as workflows_bp
 
@@ -81,6 +82,7 @@ def create_app() -> Flask:
     app.register_blueprint(jobs_bp, url_prefix="/api/workflows/engine")
     app.register_blueprint(credentials_bp, url_prefix="/api/workflows/engine")
     app.register_blueprint(definitions_bp)
+    app.register_blueprint(workflow_ops_bp)  # before workflows_bp: /v1/workflows/batch, /failure-groups
     app.register_blueprint(workflows_bp)
     app.register_blueprint(tasks_bp)
     app.register_blueprint(workflow_control_bp)

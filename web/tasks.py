@@ -16,7 +16,7 @@ import web.long_poll as long_poll
 from app import idempotency, settings
 from app.auth import Scope
 from app.db import get_engine, transaction
-from app.engine import task_protocol
+from app.engine import task_protocol, traces
 from app.engine.operations import check_queue_scope
 from app.errors import LedgerflowError, StateConflict
 from app.idempotency import Key
@@ -74,7 +74,7 @@ def claim(body: dict):
     def work(conn, key):
         # a process that is stopping answers at once: ``{"tasks": []}`` means "poll again" to a worker
         final = time.monotonic() >= deadline or long_poll.shutting_down()
-        got, replayed = _claim_keyed(conn, queues, body["max_tasks"], key)
+        got, replayed = _claim_keyed(conn, queues, body["max_tasks"], key, body.get("worker"))
         if not got and not final:
             raise NothingYet  # an empty try rolls back (nothing written)
         return 200, success({"tasks": got}), replayed
@@ -85,9 +85,12 @@ def claim(body: dict):
         return idempotent_on_rows(work, wait_until=deadline, wait=wait)
 
 
-def _claim_keyed(conn, queues: list[str], max_tasks: int, key: Key) -> tuple[list[dict], bool]:
+def _claim_keyed(
+    conn, queues: list[str], max_tasks: int, key: Key, worker: dict | None = None
+) -> tuple[list[dict], bool]:
     """Claim up to ``max_tasks`` of the caller's ``queues`` (the claimed tasks keep the key: they are the
-    claim's receipt, a resend answers them again): ``(claimed tasks as answered, replayed)``."""
+    claim's receipt, a resend answers them again): ``(claimed tasks as answered, replayed)``. ``worker``:
+    the claiming worker's identity, kept on the claimed attempts (``traces``)."""
     got, replayed = task_protocol.claim_keyed(
         conn,
         current_principal().namespace_id,
@@ -97,6 +100,8 @@ def _claim_keyed(conn, queues: list[str], max_tasks: int, key: Key) -> tuple[lis
         key.key,
         key.fp,
     )
+    if not replayed:
+        traces.record_claims(conn, [t["id"] for t in got], worker)
     return [_claimed(t) for t in got], replayed
 
 
@@ -163,17 +168,20 @@ def complete(task_id: str, body: dict):
     return _result(task_id, body["epoch"], "COMPLETED", body["output"])
 
 
-def _result(task_id: str, epoch: int, state: str, value: Any):
+def _result(task_id: str, epoch: int, state: str, value: Any, failure: dict | None = None):
     """A single result (``complete`` or ``fail``) with no receipt row: the task row is its receipt (with
     the request's Idempotency-Key as ``result_key``). A resend of a result that was applied (the task ended
     in ``state`` at ``epoch`` with this very ``value``) answers 200 again with ``Idempotent-Replayed:
     true``; the key of the result that ended the claim sent with another body is 409 IDEMPOTENCY_CONFLICT;
-    any other result for an ended claim is refused as it would be without a key (409 STATE_CONFLICT)."""
-    t, replayed = _settle(task_id, epoch, state, value, request.headers["Idempotency-Key"])
+    any other result for an ended claim is refused as it would be without a key (409 STATE_CONFLICT).
+    ``failure``: what the worker said of a failure (type, stack, worker; ``app.engine.traces``)."""
+    t, replayed = _settle(task_id, epoch, state, value, request.headers["Idempotency-Key"], failure)
     return ok({"task": task_protocol.task_view(t)}, headers={REPLAYED_HEADER: "true"} if replayed else None)
 
 
-def _settle(task_id: str, epoch: int, state: str, value: Any, key: str | None = None) -> tuple[dict, bool]:
+def _settle(
+    task_id: str, epoch: int, state: str, value: Any, key: str | None = None, failure: dict | None = None
+) -> tuple[dict, bool]:
     """End the claim ``epoch`` of ``task_id`` in ``state`` (COMPLETED with an output, FAILED with an
     error) in its own transaction: ``(task, replayed)``, keeping the request's Idempotency-Key ``key``
     (None: a batch item, which has no key of its own). When it is refused because this very result was
@@ -183,7 +191,9 @@ def _settle(task_id: str, epoch: int, state: str, value: Any, key: str | None = 
     try:
         with transaction() as conn:
             end = task_protocol.complete if state == "COMPLETED" else task_protocol.fail
-            return end(conn, p.namespace_id, task_id, epoch, value, p.can_use_queue, key), False
+            t = end(conn, p.namespace_id, task_id, epoch, value, p.can_use_queue, key)
+            traces.record_failure(conn, task_id, epoch, failure)  # its type, stack, worker (issue 47)
+            return t, False
     except LedgerflowError as refused:  # rolled back
         with get_engine().connect() as conn:
             done = _applied_before(conn, task_id, epoch, state, value)
@@ -234,7 +244,7 @@ def complete_many(body: dict):
         key = request_key_as(
             "/v1/tasks/claim", {"queues": queues, "max_tasks": nxt["max_tasks"], "wait_seconds": 0}
         )
-        claim = (key, lambda conn: _claim_keyed(conn, queues, nxt["max_tasks"], key)[0])
+        claim = (key, lambda conn: _claim_keyed(conn, queues, nxt["max_tasks"], key, nxt.get("worker"))[0])
     items = body["tasks"]
     together = _together(items, claim)
     if together is not None:
@@ -369,7 +379,11 @@ def release(task_id: str, body: dict):
 def fail(task_id: str, body: dict):
     err = body["error"]
     return _result(
-        task_id, body["epoch"], "FAILED", {"message": err["message"], "retryable": err["retryable"]}
+        task_id,
+        body["epoch"],
+        "FAILED",
+        {"message": err["message"], "retryable": err["retryable"]},
+        traces.failure_of(err, body.get("worker")),
     )
 
 

@@ -6,11 +6,11 @@ from flask import Blueprint
 
 from app.auth import Scope
 from app.db import get_engine
-from app.engine import instances, views
+from app.engine import instances, rerun, views
 from app.observability import tracing
+from schemas.workflow_ops import LinkedInstanceResponse
 from schemas.workflows import (
     InstancePageResponse,
-    InstanceResponse,
     InstanceResultResponse,
     ListQuery,
     StartRequest,
@@ -59,12 +59,16 @@ def start_workflow(body: dict):
 
 @bp.get("/v1/workflows/<instance_id>")
 @doc(
-    summary="Read a workflow instance", response=InstanceResponse, tags=["workflows"], errors=(401, 403, 404)
+    summary="Read a workflow instance (with its rerun links)",
+    response=LinkedInstanceResponse,
+    tags=["workflows"],
+    errors=(401, 403, 404),
 )
 @requires(Scope.WORKFLOWS_READ)
 def get_workflow(instance_id: str):
     with get_engine().connect() as conn:
-        return ok(instances.instance_view(load_instance(conn, instance_id)))
+        # with its rerun links (issue 47): ``rerun_of`` and ``reruns``
+        return ok(rerun.with_links(conn, instances.instance_view(load_instance(conn, instance_id))))
 
 
 @bp.get("/v1/workflows")

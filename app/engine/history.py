@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 
 from app import audit
 from app import cursor as cursors
+from app.engine import traces
 from app.engine.documents import KEY_RE
 from app.engine.store import MISSING, jparse, read_step
 from app.engine.task_protocol import task_view
@@ -79,10 +80,11 @@ ORDER BY a.sequence DESC LIMIT :lim
     return out
 
 
-_TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
+_TASK_COLS = f"""t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
     t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round,
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
-    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence"""
+    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence,
+    {traces.COLUMNS}"""
 
 
 def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
@@ -111,6 +113,7 @@ ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
         view = task_view(d)
         view["activation_id"] = d["activation_id"]
         view["activation_sequence"] = d["activation_sequence"]
+        view.update(traces.attempt_fields(d))  # who ran it, how it failed (issue 47)
         items.append((d, view))
     out: dict[str, Any] = {"items": [v for _, v in items]}
     if len(rows) > limit:

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app import jsonx
-from app.engine import advance, quotas, work
+from app.engine import advance, finding, quotas, work
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE
@@ -78,6 +78,7 @@ def start_workflow(
     schedule: tuple[str, datetime] | None = None,
     automation_chain: list[str] | None = None,
     start_key: tuple[str, str] | None = None,
+    seed_steps: Callable[[Connection, dict, dict[str, dict]], dict[str, dict]] | None = None,
 ) -> dict:
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
     the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
@@ -85,7 +86,8 @@ def start_workflow(
     ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance;
     ``automation_chain``: the automation rules that started it (X-AUTO), likewise; ``start_key``: the
     (Idempotency-Key, fingerprint) of the start request, kept on the row (``app.engine.start_keys``),
-    which fails on the key's unique index when a duplicate holds it. The instance row is
+    which fails on the key's unique index when a duplicate holds it. ``seed_steps``: a rerun's copied steps,
+    written after ``on_created``; returns the step rows by key as they then are. The instance row is
     inserted as the start settles it and written at most once more (``advance.settle_progress``)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
@@ -122,6 +124,8 @@ def start_workflow(
     rows = step_moves.blocked_all(iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
+    if seed_steps is not None:
+        rows = seed_steps(conn, inst, rows)
     # the audit left the instance and its steps as they were inserted
     started = advance.settle_progress(conn, iid, inst, rows, new=True)
     if started["state"] not in TERMINAL and started["stop_requested_at"] is None:
@@ -183,9 +187,7 @@ def _list_where(
         if k in filters:
             where.append(f"{k} = :{k}")
             params[k] = filters[k]
-    if "business_key_prefix" in filters:
-        where.append("left(business_key, char_length(:bkp)) = :bkp")
-        params["bkp"] = filters["business_key_prefix"]
+    where += finding.conditions(filters, params)  # prefixes, failure filters (issue 47)
     for k, cond in TIME_FILTERS.items():
         if k in filters:
             where.append(cond)
@@ -194,6 +196,29 @@ def _list_where(
         where.append("queues <@ CAST(:allowed AS text[])")
         params["allowed"] = list(allowed_queues)
     return where, params
+
+
+def newest_sql(
+    namespace_id: str, filters: dict[str, Any], allowed_queues: tuple[str, ...] | None, limit: int
+) -> tuple[str, dict[str, Any]]:
+    """The ids of the newest ``limit`` instances the list's ``filters`` match: the statement and its
+    parameters (the list's first page, a batch action's selection; ``tests/db`` EXPLAINs it)."""
+    where, params = _list_where(namespace_id, filters, allowed_queues)
+    params["limit"] = limit
+    sql = f"SELECT id FROM workflow_instances WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
+    return sql, params
+
+
+def matching_ids(
+    conn: Connection,
+    namespace_id: str,
+    filters: dict[str, Any],
+    allowed_queues: tuple[str, ...] | None,
+    limit: int,
+) -> list[str]:
+    """The ids of the newest ``limit`` instances the list's ``filters`` match (a batch action's selection)."""
+    sql, params = newest_sql(namespace_id, filters, allowed_queues, limit)
+    return list(run(conn, sql, params).scalars())
 
 
 def count_instances(

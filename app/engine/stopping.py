@@ -280,7 +280,9 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
 _SUCCEEDED_TASK_STEPS = query(
     "steps_succeeded_tasks",
     "SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord "
-    "FROM workflow_steps s WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK'",
+    "FROM workflow_steps s WHERE s.instance_id = :id AND s.state = 'SUCCEEDED' AND s.kind = 'TASK' "
+    # a rerun's copied step is never compensated here: its effect belongs to the old run
+    "AND s.copied_from IS NULL",
 )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine.documents import KEY_RE
+from app.engine.rerun_links import copied_marks
 from app.engine.store import (
     MISSING,
     read_instance,
@@ -43,7 +44,7 @@ def steps_view(conn: Connection, instance_id: str, namespace_id: str) -> dict:
     return {
         "instance_id": inst["id"],
         "revision": str(inst["revision"]),
-        "steps": [_summary(s) for s in read_steps(conn, instance_id)[:128]],
+        "steps": _marked(conn, instance_id, [_summary(s) for s in read_steps(conn, instance_id)[:128]]),
     }
 
 
@@ -52,6 +53,15 @@ _LAST_FAILED_ATTEMPT = (
     "SELECT attempt, state, error FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a "
     "AND state IN ('FAILED', 'TIMED_OUT') ORDER BY attempt DESC, created_at DESC LIMIT 1"
 )
+
+
+def _marked(conn: Connection, instance_id: str, summaries: list[dict]) -> list[dict]:
+    """A rerun's copied steps say so: ``copied_from`` (the workflow whose output the step copied)."""
+    marks = copied_marks(conn, instance_id)
+    for s in summaries:
+        if s["key"] in marks:
+            s["copied_from"] = marks[s["key"]]
+    return summaries
 
 
 def _t(v: Any) -> str | None:
@@ -82,7 +92,11 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
     s = read_step(conn, instance_id, key) if KEY_RE.fullmatch(key) else None
     if s is None:
         raise NotFound("step not found")
-    out: dict[str, Any] = {"instance_id": inst["id"], "revision": str(inst["revision"]), "step": _summary(s)}
+    out: dict[str, Any] = {
+        "instance_id": inst["id"],
+        "revision": str(inst["revision"]),
+        "step": _marked(conn, instance_id, [_summary(s)])[0],
+    }
     if not s["activation_id"]:
         return out
     if s["act_input"] is not MISSING:

@@ -52,15 +52,15 @@ class Recording(Client):
         self.beats: list[tuple[str, int, str]] = []  # (task id, thread id, thread name)
         self.beat_event = threading.Condition()
 
-    def claim_tasks(self, queues, *, wait_seconds=0, max_tasks=1):
+    def claim_tasks(self, queues, *, wait_seconds=0, max_tasks=1, worker=None):
         self.claims.append(max_tasks)
-        return super().claim_tasks(queues, wait_seconds=wait_seconds, max_tasks=max_tasks)
+        return super().claim_tasks(queues, wait_seconds=wait_seconds, max_tasks=max_tasks, worker=worker)
 
-    def complete_and_claim(self, completions, queues=(), *, max_tasks=0, idempotency_key=None):
+    def complete_and_claim(self, completions, queues=(), *, max_tasks=0, idempotency_key=None, worker=None):
         completions = list(completions)
         self.batches.append(len(completions))
         results, claimed = super().complete_and_claim(
-            completions, queues, max_tasks=max_tasks, idempotency_key=idempotency_key
+            completions, queues, max_tasks=max_tasks, idempotency_key=idempotency_key, worker=worker
         )
         self.refilled += len(claimed)
         return results, claimed
@@ -387,7 +387,7 @@ def test_a_completion_claims_the_next_step_for_the_slot_it_freed(wf_ns):
 class OldServer(Recording):
     """A server of an earlier release: ``claim`` in a completion request is an unknown field (400)."""
 
-    def complete_and_claim(self, completions, queues=(), *, max_tasks=0, idempotency_key=None):
+    def complete_and_claim(self, completions, queues=(), *, max_tasks=0, idempotency_key=None, worker=None):
         if max_tasks:
             self.refused = getattr(self, "refused", 0) + 1
             raise InvalidArgument(

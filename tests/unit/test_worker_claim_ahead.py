@@ -39,7 +39,9 @@ class FakeServer:
         self.most_out = max(self.most_out, len(self.out))
         return tasks
 
-    def claim_tasks(self, queues: list[str], *, wait_seconds: int = 0, max_tasks: int = 1) -> list[Task]:
+    def claim_tasks(
+        self, queues: list[str], *, wait_seconds: int = 0, max_tasks: int = 1, worker: dict | None = None
+    ) -> list[Task]:
         with self.lock:
             self.lock.wait_for(lambda: self.pending, timeout=min(wait_seconds, 0.2))
             return self._take(max_tasks)
@@ -51,6 +53,7 @@ class FakeServer:
         *,
         max_tasks: int = 0,
         idempotency_key: str | None = None,
+        worker: dict | None = None,
     ) -> tuple[list[CompletionResult], list[Task]]:
         time.sleep(self.request_s)
         with self.lock:
@@ -76,7 +79,7 @@ class FakeServer:
         raise AssertionError("the worker completes in batches")
 
     def fail_task(
-        self, task_id: str, epoch: int, message: str, *, retryable: bool
+        self, task_id: str, epoch: int, message: str, *, retryable: bool, **trace: Any
     ) -> Task:  # pragma: no cover
         raise AssertionError(f"no task fails here: {message}")
 

@@ -23,6 +23,7 @@ from web.console import (
     schedules,
     search,
     tasks,
+    workflow_ops,
     workflows,
 )
 from web.console.common import bp, csrf
@@ -41,6 +42,7 @@ __all__ = [
     "schedules",
     "search",
     "tasks",
+    "workflow_ops",
     "workflows",
 ]
 

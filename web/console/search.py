@@ -10,7 +10,7 @@ from typing import Any
 from flask import Response, redirect, render_template, request, url_for
 
 from app.auth import Scope
-from app.engine import lookup
+from app.engine import finding, lookup
 from app.errors import NotFound
 from app.ids import is_hex32
 from app.integrations import automation, schedules, subscriptions
@@ -51,6 +51,17 @@ def _by_integration_id(conn: Any, term: str) -> list[lookup.Hit]:
     return hits
 
 
+def _by_prefix(conn: Any, term: str, reach: lookup.Reach) -> list[lookup.Hit]:
+    """Workflows by an id prefix (8+ hex characters) or a business-key prefix in any case."""
+    rows = finding.prefix_matches(
+        conn, term, reach.workflow_namespace, principal().namespace_id, lookup.SEARCH_LIMIT
+    )
+    return [
+        lookup.Hit("workflow", r["id"], f"business key {r['business_key']}", r["namespace"], r["state"])
+        for r in rows
+    ]
+
+
 def hit_url(h: lookup.Hit) -> str:
     return {
         "job": lambda: url_for("console.job", id=h.id),
@@ -73,7 +84,10 @@ def search() -> Response | str:
 
         def load(c: Any) -> list[lookup.Hit]:
             found = lookup.search(c, term, reach)
-            return found + (_by_integration_id(c, term) if is_hex32(term) else [])
+            found += _by_integration_id(c, term) if is_hex32(term) else []
+            if "workflow" in reach.kinds and not any(h.kind == "workflow" for h in found):
+                found += _by_prefix(c, term, reach)  # issue 47: what operators see (8-char ids, keys)
+            return found
 
         hits = read(load)
     if len(hits) == 1:

@@ -17,10 +17,10 @@ from sqlalchemy import Connection
 from werkzeug.datastructures import MultiDict
 
 import schemas
-from app import audit
+from app import audit, settings
 from app.auth import Scope
 from app.db import transaction
-from app.engine import history, instances, lookup, operations, overview, signals
+from app.engine import history, instances, lookup, operations, overview, rerun_links, signals, traces
 from app.engine.control import OPERATIONS
 from app.engine.operations import check_queue_scope
 from app.engine.recovery import RESOLUTIONS
@@ -60,6 +60,10 @@ LIST_FIELDS = (
     "version",
     "business_key",
     "business_key_prefix",
+    "id_prefix",
+    "failed_step",
+    "error_code",
+    "error_group",
     "created_after",
     "created_before",
     "schedule_id",
@@ -142,6 +146,7 @@ def workflows() -> tuple[str, int]:
         **data,
         filters=raw,
         states=instances.STATES,
+        batch_max=settings.WORKFLOW_BATCH_MAX.get(),
         pages=pager(request.args, data["next"], len(data["items"]), PAGE_SIZE, data["total"], COUNT_CAP),
     ), status_code
 
@@ -170,7 +175,11 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         "now": now,
         "has_output": inst["output"] is not MISSING,
         "acts_here": acts_here(inst),
+        # issue 47: the rerun links, the copied steps, the failing attempt's trace
+        "links": rerun_links.links(conn, instance_id),
+        "copied": rerun_links.copied_marks(conn, instance_id),
     }
+    out["trace"] = traces.failure_of_task(conn, (out["failure"] or {}).get("detail", {}).get("task_id"))
     if can(Scope.WORKFLOWS_AUDIT_READ):
         page_ = audit.list_entries(
             conn,
@@ -236,6 +245,7 @@ def workflow_step(instance_id: str, key: str) -> str:
             "activations": history.activations(conn, inst, key, HISTORY_PAGE, None)["items"],
             "rounds": history.rounds(conn, inst, key, HISTORY_PAGE, None)["items"],
             "undos": overview.compensation_tasks(conn, inst["id"], key),
+            "copied_from": rerun_links.copied_marks(conn, instance_id).get(key),
         }
 
     return render_template("console/step.html", **read(load))

@@ -526,3 +526,43 @@ def set_child(conn: Connection, step: dict, child_id: str) -> None:
         _Q_STEP_SET_CHILD,
         {"id": step["id"], "a": step["activation_id"], "c": child_id, "from": OPEN},
     )
+
+
+# a rerun's copied steps (``app.engine.rerun``): inserted SUCCEEDED with the old run's activation input and
+# output (and its child), never activated here; ``copied_from`` names the old instance. ``after`` is the new
+# version's, as a comma-separated list (a step key has no comma: ``documents.KEY_RE``).
+_COPY = f"""
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, {_ACT_COLUMNS}, copied_from)
+SELECT c.id, :inst, o.key, o.kind, 'SUCCEEDED', 2, COALESCE(string_to_array(NULLIF(c.after_csv, ''), ','), '{{}}'),
+    c.act, 1, NULL, 'SUCCEEDED', o.act_input, o.act_output, NULL, 0, o.child_instance_id,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now(), now(), o.instance_id
+FROM unnest(CAST(:ids AS text[]), CAST(:keys AS text[]), CAST(:acts AS text[]), CAST(:afters AS text[]))
+    AS c(id, key, act, after_csv)
+    JOIN workflow_steps o ON o.instance_id = :old AND o.key = c.key AND o.state = 'SUCCEEDED'
+RETURNING key, activation_id
+"""
+
+
+def copy_succeeded(conn: Connection, iid: str, old_iid: str, steps: list[dict]) -> None:
+    """A rerun's copied steps (``steps``: BLOCKED rows of the new instance ``iid``, as ``blocked_all`` made
+    them) inserted SUCCEEDED with the outputs of the same steps of ``old_iid``, each with its event."""
+    if not steps:
+        return
+    rows = many(
+        conn,
+        _COPY,
+        {
+            "inst": iid,
+            "old": old_iid,
+            "ids": [s["id"] for s in steps],
+            "keys": [s["key"] for s in steps],
+            "acts": [new_id() for _ in steps],
+            "afters": [",".join(s["after"]) for s in steps],
+        },
+    )
+    if len(rows) != len(steps):
+        raise TransitionRefused("rerun copy", iid, [S.SUCCEEDED])
+    for r in rows:
+        events.emit(
+            conn, iid, "step.succeeded", step_key=r.key, activation_id=r.activation_id, copied_from=old_iid
+        )

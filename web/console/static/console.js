@@ -22,7 +22,7 @@
     var all = document.getElementById("select-all");
     if (all) {
       all.addEventListener("change", function () {
-        document.querySelectorAll('input[name="job_ids"]').forEach(function (box) { box.checked = all.checked; });
+        document.querySelectorAll('input[name="job_ids"], input[name="ids"]').forEach(function (box) { box.checked = all.checked; });
       });
     }
     // The status panel is one line on a phone; on a wide screen it is open (CSS does it where the
