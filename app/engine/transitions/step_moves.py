@@ -531,16 +531,22 @@ def set_child(conn: Connection, step: dict, child_id: str) -> None:
 # a rerun's copied steps (``app.engine.rerun``): inserted SUCCEEDED with the old run's activation input and
 # output (and its child), never activated here; ``copied_from`` names the old instance. ``after`` is the new
 # version's, as a comma-separated list (a step key has no comma: ``documents.KEY_RE``).
-_COPY = f"""
-INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, {_ACT_COLUMNS}, copied_from)
-SELECT c.id, :inst, o.key, o.kind, 'SUCCEEDED', 2, COALESCE(string_to_array(NULLIF(c.after_csv, ''), ','), '{{}}'),
+_COPY = query(
+    "step_copy_succeeded",
+    """
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id, activation_sequence,
+    task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id, poll_used_rounds,
+    poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at, poll_last_task_id,
+    poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at, copied_from)
+SELECT c.id, :inst, o.key, o.kind, 'SUCCEEDED', 2, COALESCE(string_to_array(NULLIF(c.after_csv, ''), ','), '{}'),
     c.act, 1, NULL, 'SUCCEEDED', o.act_input, o.act_output, NULL, 0, o.child_instance_id,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now(), now(), o.instance_id
 FROM unnest(CAST(:ids AS text[]), CAST(:keys AS text[]), CAST(:acts AS text[]), CAST(:afters AS text[]))
     AS c(id, key, act, after_csv)
     JOIN workflow_steps o ON o.instance_id = :old AND o.key = c.key AND o.state = 'SUCCEEDED'
 RETURNING key, activation_id
-"""
+""",
+)
 
 
 def copy_succeeded(conn: Connection, iid: str, old_iid: str, steps: list[dict]) -> None:
