@@ -205,6 +205,7 @@ class StepSummary(Loose):
     activation_id = fields.String()
     activation_sequence = fields.Integer()
     task_id = fields.String()
+    skip_reason = fields.String(metadata={"enum": ["CONDITION_FALSE", "DEPENDENCIES_SKIPPED"]})
 
 
 class Steps(Loose):
@@ -239,6 +240,11 @@ class Wait(Loose):
     resolved_at = fields.DateTime()
 
 
+class SkipReason(Loose):
+    code = fields.String(required=True, metadata={"enum": ["CONDITION_FALSE", "DEPENDENCIES_SKIPPED"]})
+    message = fields.String(required=True)
+
+
 class StepDetail(Loose):
     instance_id = fields.String(required=True)
     revision = fields.String(required=True)
@@ -252,6 +258,7 @@ class StepDetail(Loose):
     next_attempt_at = fields.DateTime()
     poll = fields.Nested(PollProgress)
     wait = fields.Nested(Wait)
+    skipped = fields.Nested(SkipReason)
 
 
 InstanceResponse = envelope(Instance, "InstanceResponse")

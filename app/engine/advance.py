@@ -25,6 +25,7 @@ Step moves made elsewhere, and why (each then settles progress here, or ends the
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Connection
@@ -45,6 +46,7 @@ from app.engine.decide.model import (
     RetryTask,
     SetProgress,
     SettleCancel,
+    Skip,
 )
 from app.engine.states import InstanceState, StepKind, StepState
 from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
@@ -71,21 +73,43 @@ def settle_progress(
     ``new``: the instance was inserted by this transaction (a start), already RUNNING at the revision of
     its first move (``instance_moves.create``): a start that leaves it RUNNING writes its row no more,
     one that leaves it WAITING writes the state alone."""
-    doc: dict | None = None
+    pinned = _Pinned(conn)
     for _ in range(MAX_ROUNDS):
         if rows is None:
             inst, snap, rows = snapshot.load(conn, instance_id, inst)
         else:
             assert inst is not None
             snap = snapshot.of(inst, rows)
-        effect = decide_progress.progress(snap)
+        pinned.version_id = inst["definition_version_id"]
+        # the conditions and their context are read only for a step whose dependencies settled
+        mctx = snapshot.mapping_context(conn, inst, rows.values())
+        effect = decide_progress.progress(snap, pinned, mctx)
         if effect is None:
             return inst
-        if doc is None:
-            doc = version_document(conn, inst["definition_version_id"])
+        doc = pinned.document()
+        if isinstance(effect, Skip):
+            for key, code, message in effect.items:
+                step_moves.skip(conn, instance_id, rows[key], code, message)
+                oplog.advance(
+                    conn,
+                    inst,
+                    "workflow.step.skipped",
+                    target_type="step",
+                    target_id=key,
+                    after={"step_key": key, "code": code, "message": message},
+                )
+                rows = {
+                    **rows,
+                    key: {
+                        **rows[key],
+                        "state": StepState.SKIPPED,
+                        "revision": rows[key]["revision"] + 1,
+                        "stored": True,
+                    },
+                }
+            continue
         if isinstance(effect, Activate):
             specs = step_specs(doc)
-            mctx = snapshot.mapping_context(conn, inst, rows.values())
             activated: dict[str, dict] = {}
             for key in effect.keys:  # activating one step does not move another: the loaded rows hold
                 step = rows[key]
@@ -123,6 +147,38 @@ def settle_progress(
             return instance_moves.touch(conn, instance_id)
         return instance_moves.set_progress(conn, instance_id, effect.state)
     raise RuntimeError(f"workflow {instance_id}: progress did not settle")  # pragma: no cover
+
+
+class _Pinned(Mapping[str, Any]):
+    """The pinned document of the instance being settled, parsed once, and its steps' conditions by
+    key (what ``decide.progress`` reads of it): read on first use, which is never for a settled
+    instance."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.version_id = ""
+        self._doc: dict | None = None
+        self._conditions: dict[str, Any] | None = None
+
+    def document(self) -> dict:
+        if self._doc is None:
+            self._doc = version_document(self._conn, self.version_id)
+        return self._doc
+
+    def _all(self) -> dict[str, Any]:
+        if self._conditions is None:
+            steps = self.document()["steps"]
+            self._conditions = {st["key"]: st["condition"] for st in steps if "condition" in st}
+        return self._conditions
+
+    def __getitem__(self, key: str) -> Any:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error: Any = None) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.engine.contracts import schema_errors
+from app.engine.decide import conditions
 from app.errors import FieldError, InvalidArgument
 from app.ledger import destinations
 
@@ -30,7 +31,7 @@ REF_RE = re.compile(
 KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER")
 
 TOP_FIELDS = {"version", "description", "input_schema", "deadline_seconds", "signals", "steps", "output"}
-COMMON_STEP = {"key", "kind", "after", "description"}
+COMMON_STEP = {"key", "kind", "after", "description", "condition"}
 STEP_FIELDS = {
     "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation", "dispatch"},
     "TIMER": COMMON_STEP | {"delay_seconds"},
@@ -150,19 +151,34 @@ def _check_refs(
         errs.add(field, f"a mapping holds at most {MAX_REFERENCES} references (got {len(refs)})")
         return
     for ref in refs:
-        m = REF_RE.fullmatch(ref)
-        if not m:
-            errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
-            continue
-        step = m.group("step")
-        if step is None:
-            continue
-        if step not in keys:
-            errs.add(field, f"unknown step in reference {ref!r}")
-        elif allowed_steps is not None and step not in allowed_steps:
-            errs.add(
-                field, f"reference {ref!r} names a step that is not a (transitive) dependency of this step"
-            )
+        _check_ref(errs, field, ref, keys, allowed_steps)
+
+
+def _check_condition(errs: _Errors, f: str, cond: Any, keys: set[str], allowed_steps: set[str]) -> None:
+    """A step's ``condition`` (``app.engine.decide.conditions``): its operators, operands and
+    references, each problem at its own field path (``steps[3].condition.and[1].>[0]``)."""
+    problems, refs = conditions.check(cond, f)
+    for field, message in problems:
+        errs.add(field, message)
+    if len(refs) > MAX_REFERENCES:
+        errs.add(f, f"a condition holds at most {MAX_REFERENCES} references (got {len(refs)})")
+        return
+    for field, ref in refs:
+        _check_ref(errs, field, ref, keys, allowed_steps)
+
+
+def _check_ref(errs: _Errors, field: str, ref: str, keys: set[str], allowed_steps: set[str] | None) -> None:
+    m = REF_RE.fullmatch(ref)
+    if not m:
+        errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
+        return
+    step = m.group("step")
+    if step is None:
+        return
+    if step not in keys:
+        errs.add(field, f"unknown step in reference {ref!r}")
+    elif allowed_steps is not None and step not in allowed_steps:
+        errs.add(field, f"reference {ref!r} names a step that is not a (transitive) dependency of this step")
 
 
 def _find_cycle(after: dict[str, list[str]]) -> list[str] | None:
@@ -320,6 +336,10 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # one pass over the 
         st = steps[i]
         if isinstance(st, dict):
             _check_refs(errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key))
+            if "condition" in st:
+                _check_condition(
+                    errs, f"steps[{i}].condition", st["condition"], set(keys), ancestors(after, key)
+                )
             if st.get("kind") == "TRIGGER":
                 _check_refs(errs, f"steps[{i}].body", st.get("body"), set(keys), ancestors(after, key))
             if st.get("kind") == "SIGNAL" and isinstance(st.get("correlation"), str):

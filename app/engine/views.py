@@ -34,6 +34,8 @@ def _summary(s: dict) -> dict[str, Any]:
         out["activation_sequence"] = s["activation_sequence"]
     if s["kind"] == "TASK" and s["task_id"]:
         out["task_id"] = s["task_id"]
+    if s["state"] == "SKIPPED" and isinstance(s.get("act_error"), dict):
+        out["skip_reason"] = s["act_error"].get("code")
     return out
 
 
@@ -56,6 +58,10 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
     if s is None:
         raise NotFound("step not found")
     out: dict[str, Any] = {"instance_id": inst["id"], "revision": str(inst["revision"]), "step": _summary(s)}
+    if s["state"] == "SKIPPED" and s["act_error"] is not MISSING:  # the skip rule's reason, no activation
+        out["skipped"] = s["act_error"]
+        if s["completed_at"] is not None:
+            out["completed_at"] = rfc3339(s["completed_at"])
     if not s["activation_id"]:
         return out
     if s["act_input"] is not MISSING:
