@@ -53,25 +53,36 @@ def definitions() -> None:
 
 
 @definitions.command("publish")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", help="the definition's name (default: the file name without .json)")
+@click.argument("source")
+@click.option(
+    "--name", help="the definition's name (default: the file name without .json, or the workflow's name)"
+)
 @click.option("--description", help="the definition's description, when it is created")
 @_api_options
 def definitions_publish(
-    file: Path, name: str | None, description: str | None, url: str | None, token: str | None
+    source: str, name: str | None, description: str | None, url: str | None, token: str | None
 ) -> None:
-    """Publish the definition document in FILE (JSON, with its "version"; docs/reference.md shows a
-    complete one) as a version of definition NAME, creating the definition first if needed. Running it
-    again with the same document does nothing; a changed document needs a new "version"."""
-    try:
-        document = json.loads(file.read_text())
-    except OSError as exc:
-        raise Failure(f"cannot read {file}: {exc.strerror}", exit_code=BAD_INPUT) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Failure(f"{file} is not a JSON document ({exc})", exit_code=BAD_INPUT) from None
+    """Publish a definition document as a version of definition NAME, creating the definition first if
+    needed. SOURCE is a JSON file (with its "version"; docs/reference.md shows a complete one) or
+    MODULE:ATTRIBUTE, a workflow written in Python (``ledgerflow.workflow.Workflow``, imported from the
+    current directory). Running it again with the same document does nothing; a changed document needs
+    a new "version"."""
+    file = Path(source)
+    if not file.exists() and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", source):
+        document, default_name = _python_document(source)
+    else:
+        try:
+            document = json.loads(file.read_text())
+        except OSError as exc:
+            raise Failure(f"cannot read {file}: {exc.strerror}", exit_code=BAD_INPUT) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise Failure(f"{file} is not a JSON document ({exc})", exit_code=BAD_INPUT) from None
+        default_name = file.stem
     if not isinstance(document, dict) or not isinstance(document.get("version"), str):
-        raise Failure(f'{file}: a definition document is a JSON object with a "version"', exit_code=BAD_INPUT)
-    name = name or file.stem
+        raise Failure(
+            f'{source}: a definition document is a JSON object with a "version"', exit_code=BAD_INPUT
+        )
+    name = name or default_name
     client = _client(url, token)
     before = client.find_definition(name)
     existed = before is not None and document["version"] in {v["version"] for v in before["versions"]}
@@ -79,6 +90,30 @@ def definitions_publish(
     what = "already published (the same document)" if existed else "published"
     click.echo(f"definition {name} ({d['id']}): version {document['version']} {what}")
     click.echo(f"start one: {prog()} workflows start {name} --input '{_example_input(document)}'")
+
+
+def _python_document(source: str) -> tuple[Any, str]:
+    """The document and name of the workflow at MODULE:ATTRIBUTE (its declaration errors are one line)."""
+    import importlib
+
+    module_name, _, attr = source.partition(":")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise Failure(f"cannot load {source}: {exc}", exit_code=BAD_INPUT) from None
+    except ValueError as exc:  # ledgerflow.workflow.WorkflowError: a declaration the server would refuse
+        raise Failure(f"{source}: {exc}", exit_code=BAD_INPUT) from None
+    finally:
+        sys.path.remove(str(Path.cwd()))
+    if not callable(getattr(obj, "document", None)) or not isinstance(getattr(obj, "name", None), str):
+        raise Failure(f"{source} is not a workflow (ledgerflow.workflow.Workflow)", exit_code=BAD_INPUT)
+    try:
+        return obj.document(), obj.name
+    except ValueError as exc:
+        raise Failure(f"{source}: {exc}", exit_code=BAD_INPUT) from None
 
 
 def _example_input(document: dict[str, Any]) -> str:
