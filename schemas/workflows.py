@@ -240,6 +240,23 @@ class Wait(Loose):
     resolved_at = fields.DateTime()
 
 
+class FanOutElement(Loose):
+    index = fields.Integer(required=True)
+    task_id = fields.String(required=True)
+    state = fields.String(required=True)
+    attempt = fields.Integer(required=True)
+
+
+class FanOutProgress(Loose):
+    total = fields.Integer(required=True)
+    pending = fields.Integer(required=True, metadata={"description": "elements not started yet"})
+    running = fields.Integer(required=True)
+    done = fields.Integer(required=True)
+    failed = fields.Integer(required=True)
+    max_parallel = fields.Integer(required=True)
+    elements = fields.List(fields.Nested(FanOutElement), required=True)
+
+
 class SkipReason(Loose):
     code = fields.String(required=True, metadata={"enum": ["CONDITION_FALSE", "DEPENDENCIES_SKIPPED"]})
     message = fields.String(required=True)
@@ -259,6 +276,7 @@ class StepDetail(Loose):
     poll = fields.Nested(PollProgress)
     wait = fields.Nested(Wait)
     skipped = fields.Nested(SkipReason)
+    fan_out = fields.Nested(FanOutProgress)
 
 
 InstanceResponse = envelope(Instance, "InstanceResponse")

@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import activation, mapping, oplog, signal_match, snapshot, stopping, work
+from app.engine.decide import fanout as decide_fanout
 from app.engine.decide import progress as decide_progress
 from app.engine.decide import tasks as decide_tasks
 from app.engine.decide.model import (
@@ -123,6 +124,14 @@ def settle_progress(
                 rows = None  # a signal moved a step on: read them again
             else:
                 rows = {**rows, **activated}
+            # a fan-out over an empty array has no element to run: it succeeds with []
+            empty = [
+                k for k, r in activated.items() if "for_each" in specs[k] and r["act_input"]["items"] == []
+            ]
+            for key in empty:
+                step_moves.succeed(conn, activated[key], [])
+                _audit_step(conn, instance_id, activated[key], "succeeded")
+                rows = None
             continue  # with ``inst``: activations, tasks, waits, jobs and events leave the instance row as it was
         if isinstance(effect, SettleCancel):
             return stopping.settle_cancel(conn, instance_id)
@@ -254,6 +263,9 @@ def task_ended(
     rows = {r["key"]: r for r in steps}  # settle_progress reads them next
     step = rows.get(task["step_key"])
     spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+    if "for_each" in spec:
+        _element_ended(conn, inst, step, spec, task)
+        return
     verdict = decide_tasks.task_ended(
         snapshot.inst_model(inst), snapshot.step_model(step), task, spec, kind, value
     )
@@ -288,6 +300,43 @@ def task_ended(
     else:
         assert isinstance(verdict, FailStep)
         fail_step(conn, inst["id"], step, verdict.error)
+
+
+def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, task: dict) -> None:
+    """A task of an element of a fan-out step ended (``decide.fanout``): retry the element, start the
+    next ones, or settle the step (the elements' outputs in element order, or the first failure)."""
+    gate = decide_fanout.gate(snapshot.inst_model(inst), snapshot.step_model(step), task)
+    if isinstance(gate, Ignore):
+        return
+    if isinstance(gate, Collect):
+        stopping.collect(conn, inst, task, gate)
+        return
+    assert step is not None
+    items = step["act_input"]["items"]
+    progress, ended = snapshot.fanout_progress(
+        conn, inst["id"], step["activation_id"], len(items), task["id"]
+    )
+    verdict = decide_fanout.plan(spec, progress, ended)
+    if isinstance(verdict, CompleteStep):
+        outputs = snapshot.fanout_outputs(conn, inst["id"], step["activation_id"], len(items))
+        complete_step(conn, inst["id"], step, outputs)
+        return
+    if isinstance(verdict, FailStep):
+        fail_step(conn, inst["id"], step, verdict.error)
+        return
+    if isinstance(verdict, decide_fanout.RetryElement):
+        indexes, attempt = (verdict.index,), verdict.attempt
+    else:
+        indexes, attempt = verdict.indexes, 1
+    if indexes:
+        try:
+            activation.start_elements(
+                conn, inst, step, spec, items, indexes, snapshot.mapping_context(conn, inst), attempt
+            )
+        except mapping.MappingTooLarge as exc:
+            fail_step(conn, inst["id"], step, {**exc.error(), "element": indexes[0]})
+            return
+    settle_progress(conn, inst["id"])
 
 
 def _db_in(conn: Connection, seconds: float) -> Any:

@@ -293,6 +293,8 @@ tasks = Table(
     # without a key, or never claimed): the claim's receipt (``task_moves.claim``, migration 0019)
     Column("claim_key", Text),
     Column("claim_fingerprint", Text),
+    # the element index of a fan-out step's task (a TASK step with ``for_each``; migration 0027), else NULL
+    Column("element", Integer),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )

@@ -9,6 +9,7 @@ from typing import Any, overload
 
 from sqlalchemy import Connection
 
+from app.engine.decide.fanout import Element, Progress
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
 from app.engine.states import StepState
 from app.engine.store import MISSING, jparse, read_instance, read_steps
@@ -117,3 +118,39 @@ class _Outputs(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._all())
+
+
+# The latest task of each started element of a fan-out activation (``decide.fanout``), through the
+# instance's task index.
+_ELEMENTS = """
+SELECT DISTINCT ON (element) element, state, attempt, id, error::text AS error
+FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+ORDER BY element, attempt DESC
+"""
+_ELEMENT_OUTPUTS = """
+SELECT DISTINCT ON (element) element, state, output::text AS output
+FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+ORDER BY element, attempt DESC
+"""
+
+
+def fanout_progress(
+    conn: Connection, instance_id: str, activation_id: str, total: int, task_id: str | None = None
+) -> tuple[Progress, Element | None]:
+    """The elements of a fan-out activation, and the element whose latest task is ``task_id`` (None
+    when that task is not the latest of its element)."""
+    rows = run(conn, _ELEMENTS, {"i": instance_id, "a": activation_id}).all()
+    elements = tuple(
+        Element(r.element, r.state, r.attempt, r.id, None if r.error is None else jparse(r.error))
+        for r in rows
+    )
+    return Progress(total, elements), next((e for e in elements if e.task_id == task_id), None)
+
+
+def fanout_outputs(conn: Connection, instance_id: str, activation_id: str, total: int) -> list[Any]:
+    """The outputs of a fan-out's elements in element order (null for an element without output)."""
+    out: list[Any] = [None] * total
+    for r in run(conn, _ELEMENT_OUTPUTS, {"i": instance_id, "a": activation_id}):
+        if r.state == "COMPLETED" and r.output is not None and r.element < total:
+            out[r.element] = jparse(r.output)
+    return out

@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine.decide.fanout import FANOUT_DEFAULT_PARALLEL, Element, Progress
 from app.engine.documents import KEY_RE
 from app.engine.store import (
     MISSING,
@@ -48,6 +49,33 @@ def steps_view(conn: Connection, instance_id: str, namespace_id: str) -> dict:
     }
 
 
+# every started element's latest task (at most FAN_OUT_LISTED listed; the counts cover them all)
+_FAN_OUT = """
+SELECT DISTINCT ON (element) element, state, attempt, id
+FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+ORDER BY element, attempt DESC
+"""
+FAN_OUT_LISTED = 1000
+
+
+def _fan_out(conn: Connection, instance_id: str, s: dict, spec: dict) -> dict[str, Any]:
+    """A fan-out step's progress: elements pending (not started), running, done and failed, and the
+    task of each started element (its latest attempt)."""
+    items = s["act_input"].get("items")
+    total = len(items) if isinstance(items, list) else 0
+    rows = run(conn, _FAN_OUT, {"i": instance_id, "a": s["activation_id"]}).all()
+    progress = Progress(total, tuple(Element(r.element, r.state, r.attempt, r.id) for r in rows))
+    return {
+        "total": total,
+        **progress.by_state(),
+        "max_parallel": spec["for_each"].get("max_parallel", FANOUT_DEFAULT_PARALLEL),
+        "elements": [
+            {"index": r.element, "task_id": r.id, "state": r.state, "attempt": r.attempt}
+            for r in rows[:FAN_OUT_LISTED]
+        ],
+    }
+
+
 def _t(v: Any) -> str | None:
     return rfc3339(v) if v is not None else None
 
@@ -86,6 +114,8 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
         if nxt is not None:
             out["next_attempt_at"] = rfc3339(nxt)
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[key]
+    if "for_each" in spec and isinstance(s["act_input"], dict):
+        out["fan_out"] = _fan_out(conn, instance_id, s, spec)
     if s["kind"] == "POLL":
         poll: dict[str, Any] = {
             "used_rounds": s["poll_used_rounds"],

@@ -60,6 +60,10 @@ def lookup(ref: str, ctx: Any) -> Any:
         return ctx["business_key"]
     if ref.startswith("$.input"):
         return walk(ctx["input"], ref[len("$.input") :])
+    if ref == "$.index" or ref.startswith("$.item"):  # a fan-out element's mapping (``for_each``)
+        if ref == "$.index":
+            return ctx.get("index", ABSENT)
+        return walk(ctx["item"], ref[len("$.item") :]) if "item" in ctx else ABSENT
     body = ref[len("$.steps.") :]
     key, _, rest = body.partition(".output")
     outputs = ctx["steps"]

@@ -37,20 +37,32 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
     )
 
 
+# the task of element ``:element`` of a fan-out step (a STEP task; migration 0027)
+_INSERT_ELEMENT = """
+INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+    attempt, deadline_at, purpose, instance_created_at, element)
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb), :attempt,
+    now() + make_interval(secs => :timeout), 'STEP', :instance_created_at, :element)
+"""
+
+
 def insert(conn: Connection, row: dict[str, Any], *, input_sql: str = "CAST(:input AS jsonb)") -> None:
     """A PENDING task, due by ``deadline_at`` = now + ``timeout`` seconds, claimed in the order of
     ``instance_created_at`` (its instance's ``created_at``), sent with the transaction's next statement:
     nothing reads it back before."""
-    defer(
-        conn,
-        f"""
+    if row.get("element") is not None:  # one element of a fan-out step (its own statement)
+        defer(conn, _INSERT_ELEMENT, {"output": None, **row})
+    else:
+        defer(
+            conn,
+            f"""
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, poll_round, deadline_at, purpose, instance_created_at)
 VALUES (:id, :ns, :inst, :step, :key, :act, :queue, {input_sql}, :attempt, :round,
     now() + make_interval(secs => :timeout), :purpose, :instance_created_at)
 """,
-        {"round": None, "purpose": "STEP", "output": None, **row},
-    )
+            {"round": None, "purpose": "STEP", "output": None, **row},
+        )
     events.emit(
         conn,
         row["inst"],
