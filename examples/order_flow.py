@@ -1,6 +1,7 @@
 """The order workflow written in Python: a branch on the amount (a manual approval SIGNAL above the
-limit, an automatic approval task below it), the branches joined again, a stock reservation with a
-compensation, a timer, and a charge that may fail for good (the reservation is then released).
+limit, an automatic approval task below it), the branches joined again by a fan-out that reserves each
+order line, a hold with a compensation, a timer, and a charge that may fail for good (the hold is then
+released).
 
     .venv/bin/python examples/order_flow.py
 
@@ -57,25 +58,37 @@ def auto_approve(task: Task) -> dict:
     return {"by": "rule", "amount": task.input["amount"]}
 
 
-# the join: runs once, after whichever approval ran (the other one is SKIPPED)
+# the join: runs once, after whichever approval ran (the other one is SKIPPED); a fan-out over the
+# order's lines: one task per line, at most 4 at once, its output the lines' outputs in line order
 @wf.task(
     "orders.reserve",
     after=[manual, auto_approve],
-    input={"lines": wf.input["lines"], "manual": manual.output["by"], "auto": auto_approve.output["by"]},
-    compensation="orders.release",
+    for_each=wf.input["lines"],
+    max_parallel=4,
+    input={"sku": wf.item["sku"], "line": wf.index},
 )
 def reserve(task: Task) -> dict:
+    return {"reservation": f"R-{task.input['sku']}"}
+
+
+@wf.task(
+    "orders.hold",
+    after=[reserve],
+    input={"reserved": reserve.output, "manual": manual.output["by"], "auto": auto_approve.output["by"]},
+    compensation="orders.release",
+)
+def hold(task: Task) -> dict:
     approved_by = task.input.get("manual") or task.input.get("auto")
-    return {"reservations": [f"R-{line['sku']}" for line in task.input["lines"]], "approved_by": approved_by}
+    return {"reservations": [r["reservation"] for r in task.input["reserved"]], "approved_by": approved_by}
 
 
-@reserve.compensate
+@hold.compensate
 def release(task: Task) -> dict:
     # the compensation's input names the step it undoes and that step's output
     return {"released": task.input["output"]["reservations"]}
 
 
-cool_off = wf.timer("cool_off", seconds=1, after=[reserve])
+cool_off = wf.timer("cool_off", seconds=1, after=[hold])
 
 
 @wf.task(
@@ -89,8 +102,8 @@ def charge(task: Task) -> dict:
 
 wf.output(
     {
-        "approved_by": reserve.output["approved_by"],
-        "reservations": reserve.output["reservations"],
+        "approved_by": hold.output["approved_by"],
+        "reservations": hold.output["reservations"],
         "charged": charge.output["charged"],
     }
 )

@@ -265,6 +265,8 @@ class Workflow:
         self._output: Any = _MISSING
         self.input = Ref("$.input")
         self.business_key = Ref("$.business_key")
+        self.item = Ref("$.item")  # in a fan-out step's input: its element, and the element's index
+        self.index = Ref("$.index")
 
     # -- declaring steps ---------------------------------------------------------------------
     def _add(
@@ -334,19 +336,40 @@ class Workflow:
         retry: Mapping[str, int] | None = None,
         compensation: str | None = None,
         description: str | None = None,
+        for_each: Ref | list[Any] | None = None,
+        max_items: int | None = None,
+        max_parallel: int | None = None,
+        tolerance: int | None = None,
     ) -> Callable[[Callable[..., Any]], TaskStep]:
-        """Decorator: a TASK step run by the function (on ``queue``); its key is the function's name."""
+        """Decorator: a TASK step run by the function (on ``queue``); its key is the function's name.
+        With ``for_each`` (a reference to an array, or a list), a fan-out: one task per element (its
+        input may name ``wf.item`` and ``wf.index``), at most ``max_parallel`` at once, the step's output
+        the elements' outputs in order (docs/reference.md, "Fan-out")."""
 
         def deco(fn: Callable[..., Any]) -> TaskStep:
             step = TaskStep(self, key or fn.__name__, "TASK", fn, queue)
+            fan: dict[str, Any] = {}
+            if for_each is not None:
+                fan["items"] = for_each
+                for name, v in (
+                    ("max_items", max_items),
+                    ("max_parallel", max_parallel),
+                    ("tolerance", tolerance),
+                ):
+                    if v is not None:
+                        fan[name] = v
+            elif input is not _MISSING and _names_element(input):
+                raise WorkflowError(
+                    f"step {step.python_name}: wf.item / wf.index are for a fan-out step (for_each=)"
+                )
             step.fields = {
                 "queue": queue,
                 **({"timeout_seconds": timeout_seconds} if timeout_seconds is not None else {}),
                 **({"retry": dict(retry)} if retry is not None else {}),
                 **({"compensation": {"queue": compensation}} if compensation is not None else {}),
             }
-            self._add(step, after, when, description, {"input": input})
-            step.fields = _ordered(step.fields, ("description", "condition", "queue", "input"))
+            self._add(step, after, when, description, {"for_each": fan or _MISSING, "input": input})
+            step.fields = _ordered(step.fields, ("description", "condition", "queue", "for_each", "input"))
             return step
 
         return deco
@@ -537,6 +560,16 @@ class Workflow:
         for queue, fn in served.items():
             worker.register(queue, fn)
         return worker
+
+
+def _names_element(value: Any) -> bool:
+    if isinstance(value, Ref):
+        return value.path == "$.index" or value.path.startswith("$.item")
+    if isinstance(value, Mapping):
+        return any(_names_element(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_names_element(v) for v in value)
+    return False
 
 
 def _ordered(fields: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.engine.decide import conditions as dc
+from app.engine.decide import fanout as df
 from app.engine.decide import progress as dp
-from app.engine.decide.model import Activate, Finish, Inst, Skip, Snapshot, Step
+from app.engine.decide.model import Activate, CompleteStep, FailStep, Finish, Inst, Skip, Snapshot, Step
 from app.engine.documents import ancestors, validate_document
 from app.engine.states import TERMINAL
 from app.errors import InvalidArgument
@@ -319,3 +320,74 @@ def test_conditions_keep_the_invariants_under_random_events(
         else:
             m.deadline()
         m.check()
+
+
+# --------------------------------------------------------------------------- fan-out decisions
+FAN = {"for_each": {"items": "$.input.lines", "max_parallel": 3}, "retry": {"max_attempts": 2}}
+
+
+def _el(i: int, state: str, attempt: int = 1, error: object = None) -> df.Element:
+    return df.Element(i, state, attempt, f"t{i}-{attempt}", error)
+
+
+def test_fan_out_starts_max_parallel_then_fills_free_places_in_order() -> None:
+    assert df.plan(FAN, df.Progress(5), None) == df.StartElements((0, 1, 2))
+    assert df.plan(FAN, df.Progress(2), None) == df.StartElements((0, 1))
+    prog = df.Progress(5, (_el(0, "COMPLETED"), _el(1, "CLAIMED"), _el(2, "PENDING")))
+    assert df.plan(FAN, prog, prog.elements[0]) == df.StartElements((3,))
+    done = df.Progress(2, (_el(0, "COMPLETED"), _el(1, "COMPLETED")))
+    assert df.plan(FAN, done, done.elements[1]) == CompleteStep(None)
+
+
+def test_fan_out_retries_an_element_then_fails_once_the_others_ended() -> None:
+    failing = _el(1, "FAILED", 1, {"message": "x", "retryable": True})
+    assert df.plan(FAN, df.Progress(3, (_el(0, "CLAIMED"), failing)), failing) == df.RetryElement(1, 2)
+    final = _el(1, "FAILED", 2, {"message": "x", "retryable": True})
+    prog = df.Progress(5, (_el(0, "CLAIMED"), final, _el(2, "PENDING")))
+    assert df.plan(FAN, prog, final) == df.StartElements(())  # nothing new; the others in flight end first
+    prog = df.Progress(5, (_el(0, "COMPLETED"), final, _el(2, "COMPLETED")))
+    verdict = df.plan(FAN, prog, prog.elements[2])
+    assert isinstance(verdict, FailStep) and verdict.error["element"] == 1
+    assert verdict.error["code"] == df.ELEMENT_FAILED and verdict.error["failed_elements"] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 30), st.integers(1, 6), st.integers(0, 2), st.data())
+def test_fan_out_runs_every_element_once_within_max_parallel(n: int, par: int, tolerance: int, data) -> None:
+    """Random completions and failures: never more than max_parallel in flight, every element started
+    exactly once (plus its retries), and the step ends once, failed iff more than tolerance failed."""
+    spec = {
+        "for_each": {"items": "$.x", "max_parallel": par, "tolerance": tolerance},
+        "retry": {"max_attempts": 2},
+    }
+    latest: dict[int, df.Element] = {}
+    starts: list[int] = []
+
+    def apply(verdict: object) -> object:
+        if isinstance(verdict, df.StartElements):
+            for i in verdict.indexes:
+                assert i not in latest
+                starts.append(i)
+                latest[i] = _el(i, "PENDING")
+        elif isinstance(verdict, df.RetryElement):
+            latest[verdict.index] = _el(verdict.index, "PENDING", verdict.attempt)
+        return verdict
+
+    end = apply(df.plan(spec, df.Progress(n), None))
+    for _ in range(200):
+        if isinstance(end, (CompleteStep, FailStep)):
+            break
+        running = [e for e in latest.values() if e.state == "PENDING"]
+        assert 0 < len(running) <= par
+        e = data.draw(st.sampled_from(sorted(running, key=lambda x: x.index)))
+        state = data.draw(st.sampled_from(["COMPLETED", "COMPLETED", "FAILED"]))
+        latest[e.index] = df.Element(
+            e.index, state, e.attempt, e.task_id, {"retryable": data.draw(st.booleans())}
+        )
+        end = apply(df.plan(spec, df.Progress(n, tuple(latest[i] for i in sorted(latest))), latest[e.index]))
+    assert isinstance(end, (CompleteStep, FailStep))
+    assert sorted(starts) == sorted(set(starts))
+    failed = [e for e in latest.values() if e.state == "FAILED"]
+    assert isinstance(end, FailStep) == (len(failed) > tolerance)
+    if isinstance(end, CompleteStep):
+        assert sorted(latest) == list(range(n))

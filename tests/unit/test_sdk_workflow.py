@@ -230,3 +230,39 @@ def test_a_queue_served_by_two_functions_is_refused_at_register() -> None:
 
     with pytest.raises(WorkflowError, match="queue 'q' is served by another function"):
         wf.register(object())
+
+
+def test_a_fan_out_step_names_its_element() -> None:
+    wf = _wf()
+
+    @wf.task("q.lines")
+    def lines(task): ...
+
+    @wf.task(
+        "q.reserve",
+        after=[lines],
+        for_each=lines.output["lines"],
+        max_parallel=20,
+        tolerance=1,
+        input={"sku": wf.item["sku"], "n": wf.index},
+    )
+    def reserve(task): ...
+
+    assert wf.document()["steps"][1] == {
+        "key": "reserve",
+        "kind": "TASK",
+        "after": ["lines"],
+        "queue": "q.reserve",
+        "for_each": {"items": "$.steps.lines.output.lines", "max_parallel": 20, "tolerance": 1},
+        "input": {"sku": "$.item.sku", "n": "$.index"},
+    }
+    validate_document(wf.document())
+    with pytest.raises(WorkflowError, match="step plain: wf.item / wf.index are for a fan-out step"):
+
+        @wf.task("q", input={"sku": wf.item["sku"]})
+        def plain(task): ...
+
+    with pytest.raises(WorkflowError, match="step early: for_each refers to lines.output, but lines is not"):
+
+        @wf.task("q", for_each=lines.output["lines"])
+        def early(task): ...

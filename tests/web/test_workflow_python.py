@@ -1,5 +1,5 @@
 """Workflows written in Python against a live server (issue 44): the order example runs end to end
-(both branches, the join once, the compensation of a declined charge) with its functions registered by
+(both branches, the join once, a fan-out over the lines, the compensation of a declined charge) with its functions registered by
 ``Workflow.register``; its JSON twin and the Python form publish one version (the same document); and
 ``ledgerflow definitions publish MODULE:ATTRIBUTE`` publishes it idempotently, with one-line errors."""
 
@@ -93,6 +93,7 @@ def test_the_order_example_runs_both_branches_and_compensates(
         "manual_approval": "SKIPPED",
         "auto_approve": "SUCCEEDED",
         "reserve": "SUCCEEDED",
+        "hold": "SUCCEEDED",
         "cool_off": "SUCCEEDED",
         "charge": "FAILED",
     }
