@@ -58,7 +58,7 @@ ORDER BY element, attempt DESC
 FAN_OUT_LISTED = 1000
 
 
-def _fan_out(conn: Connection, instance_id: str, s: dict, spec: dict) -> dict[str, Any]:
+def fan_out_progress(conn: Connection, instance_id: str, s: dict, spec: dict) -> dict[str, Any]:
     """A fan-out step's progress: elements pending (not started), running, done and failed, and the
     task of each started element (its latest attempt)."""
     items = s["act_input"].get("items")
@@ -115,7 +115,7 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
             out["next_attempt_at"] = rfc3339(nxt)
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[key]
     if "for_each" in spec and isinstance(s["act_input"], dict):
-        out["fan_out"] = _fan_out(conn, instance_id, s, spec)
+        out["fan_out"] = fan_out_progress(conn, instance_id, s, spec)
     if s["kind"] == "POLL":
         poll: dict[str, Any] = {
             "used_rounds": s["poll_used_rounds"],

@@ -23,6 +23,16 @@ def _label(text: str, limit: int = MAX_LABEL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _note(s: Mapping[str, Any]) -> str:
+    """What the node's title adds to its state: a skip's reason, a fan-out's progress."""
+    skipped, fan = s.get("skipped"), s.get("fan_out")
+    if isinstance(skipped, Mapping):
+        return f" ({skipped.get('code')}: {skipped.get('message')})"
+    if isinstance(fan, Mapping):
+        return f" ({fan['done']}/{fan['total']} done, {fan['running']} running, {fan['failed']} failed)"
+    return ""
+
+
 def graph(steps: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict[str, Any]:
     """Nodes and edges of the step graph. ``steps``: in graph order, each with ``key``, ``state``,
     ``after``; ``layers``: each key's depth."""
@@ -43,6 +53,7 @@ def graph(steps: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict
             "label": _label(s["key"]),
             "state": s["state"],
             "kind": s.get("kind", ""),
+            "note": _note(s),
             "x": round(pos[s["key"]][0], 1),
             "y": round(pos[s["key"]][1], 1),
         }
