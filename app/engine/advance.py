@@ -324,6 +324,7 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
     if isinstance(verdict, FailStep):
         fail_step(conn, inst["id"], step, verdict.error)
         return
+    indexes: tuple[int, ...]
     if isinstance(verdict, decide_fanout.RetryElement):
         indexes, attempt = (verdict.index,), verdict.attempt
     else:

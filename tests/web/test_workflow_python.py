@@ -44,11 +44,11 @@ def token() -> str:
 
 
 def test_the_order_example_runs_both_branches_and_compensates(
-    wf_server,
+    wf_server,  # noqa: F811
     token,
     spawn_worker,
     monkeypatch,
-    capsys,  # noqa: F811
+    capsys,
 ) -> None:
     spawn_worker("advance", env=ENGINE_WORKER_ENV)  # the TIMER's job
     spawn_worker("outbound", env=ENGINE_WORKER_ENV)  # the compensation chain's jobs
@@ -106,10 +106,10 @@ def _cli(*args: str, env: dict[str, str]):
 
 
 def test_publish_module_attribute_is_idempotent_and_its_errors_are_one_line(
-    wf_server,
+    wf_server,  # noqa: F811
     token,
     tmp_path,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ) -> None:
     env = {"LEDGERFLOW_URL": wf_server, "LEDGERFLOW_TOKEN": token}
     first = _cli("definitions", "publish", "examples.order_flow:wf", env=env)
