@@ -410,6 +410,9 @@ def _normalize_ints(doc: dict) -> None:
         if isinstance(st.get("retry"), dict):
             for name in RETRY_FIELDS:
                 fix(st["retry"], name)
+        if isinstance(st.get("for_each"), dict):
+            for name in ("max_items", "max_parallel", "tolerance"):
+                fix(st["for_each"], name)
 
 
 def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:
@@ -495,6 +498,8 @@ def _check_for_each(errs: _Errors, f: str, st: dict) -> None:
         _int_in(errs, g + ".tolerance", fe["tolerance"], 0, FANOUT_MAX_ITEMS)
     items = fe.get("items")
     cap = fe.get("max_items", FANOUT_DEFAULT_ITEMS)
+    if isinstance(cap, Decimal) and cap == cap.to_integral_value():
+        cap = int(cap)
     if "items" not in fe:
         errs.add(
             g + ".items", "required: a reference to an array ($.input… or $.steps.KEY.output…) or an array"

@@ -391,3 +391,27 @@ def test_fan_out_runs_every_element_once_within_max_parallel(n: int, par: int, t
     assert isinstance(end, FailStep) == (len(failed) > tolerance)
     if isinstance(end, CompleteStep):
         assert sorted(latest) == list(range(n))
+
+
+def test_fan_out_numbers_written_as_decimals_are_stored_as_integers() -> None:
+    doc = {
+        "version": "1",
+        "input_schema": {},
+        "deadline_seconds": 60,
+        "steps": [
+            {
+                "key": "a",
+                "kind": "TASK",
+                "queue": "q",
+                "for_each": {"items": [1, 2, 3], "max_items": Decimal("2.0"), "max_parallel": Decimal("5.0")},
+            }
+        ],
+    }
+    with pytest.raises(InvalidArgument) as info:
+        validate_document(doc)
+    assert (
+        "FANOUT_TOO_LARGE" in {e.field: e.message for e in info.value.field_errors}["steps[0].for_each.items"]
+    )
+    doc["steps"][0]["for_each"]["max_items"] = Decimal("3.0")
+    fe = validate_document(doc)[0]["steps"][0]["for_each"]
+    assert (fe["max_items"], fe["max_parallel"]) == (3, 5) and type(fe["max_parallel"]) is int
