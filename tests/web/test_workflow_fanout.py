@@ -203,3 +203,20 @@ def test_more_elements_than_the_cap(client) -> None:
     wid = _start(client, _doc(), {"not": "a list"})
     assert client.wait_for_workflow(wid, timeout=30).state == "FAILED"
     assert client.get_workflow_step(wid, "reserve").error["code"] == "FANOUT_NOT_AN_ARRAY"
+
+
+def test_the_deadline_reaches_the_elements(client, spawn_worker) -> None:
+    from tests.web.wf_ops import ENGINE_WORKER_ENV
+
+    spawn_worker("advance", env=ENGINE_WORKER_ENV)  # the instance's watch (deadline and task deadlines)
+    doc = {**_doc(max_parallel=3), "deadline_seconds": 2}
+    wid = _start(client, doc, [{"sku": str(i)} for i in range(6)])
+    claimed = client.claim_tasks(["fan"], max_tasks=1)
+    assert len(claimed) == 1 and _open_element_tasks(wid) == 3
+    wf = client.wait_for_workflow(wid, timeout=60)
+    with transaction() as conn:
+        code = conn.execute(
+            text("SELECT error->>'code' FROM workflow_instances WHERE id = :i"), {"i": wid}
+        ).scalar()
+    assert wf.state == "FAILED" and code == "DEADLINE_EXCEEDED"
+    assert _open_element_tasks(wid) == 0  # every open element task was cancelled with the instance
