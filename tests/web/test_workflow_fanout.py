@@ -220,3 +220,23 @@ def test_the_deadline_reaches_the_elements(client, spawn_worker) -> None:
         ).scalar()
     assert wf.state == "FAILED" and code == "DEADLINE_EXCEEDED"
     assert _open_element_tasks(wid) == 0  # every open element task was cancelled with the instance
+
+
+def test_an_element_costs_one_task_row_and_nothing_else(client) -> None:
+    wid = _start(client, _doc(max_parallel=5), [{"sku": str(i)} for i in range(12)])
+    claimed = client.claim_tasks(["fan"], max_tasks=16)
+    while claimed:
+        _, claimed = client.complete_and_claim([(t.id, t.epoch, {}) for t in claimed], ["fan"], max_tasks=16)
+    _finish_after(client, wid)
+    assert client.wait_for_workflow(wid, timeout=30).state == "SUCCEEDED"
+    with transaction() as conn:
+        counts = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM workflow_tasks WHERE instance_id = :i AND element IS NOT NULL),"
+                " (SELECT count(*) FROM workflow_steps WHERE instance_id = :i),"
+                " (SELECT count(*) FROM workflow_activations WHERE instance_id = :i),"
+                " (SELECT count(*) FROM workflow_jobs WHERE instance_id = :i AND payload ? 'element')"
+            ),
+            {"i": wid},
+        ).one()
+    assert tuple(counts) == (12, 2, 0, 0)  # one task per element; the step's own row; no activation or job
