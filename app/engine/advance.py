@@ -322,7 +322,8 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
         complete_step(conn, inst["id"], step, outputs)
         return
     if isinstance(verdict, FailStep):
-        fail_step(conn, inst["id"], step, verdict.error)
+        first = decide_fanout.first_failure(snapshot.fanout_elements(conn, inst["id"], step["activation_id"]))
+        fail_step(conn, inst["id"], step, {**verdict.error, **first})
         return
     indexes: tuple[int, ...]
     if isinstance(verdict, decide_fanout.RetryElement):

@@ -120,8 +120,21 @@ class _Outputs(Mapping[str, Any]):
         return len(self._all())
 
 
-# The latest task of each started element of a fan-out activation (``decide.fanout``), through the
-# instance's task index.
+# A fan-out activation's element counts and the ended task's element (``decide.fanout``), through the
+# instance's task index: one statement per element end, counting (no JSON read).
+_ELEMENT_COUNTS = """
+WITH e AS (
+    SELECT element, state, attempt FROM workflow_tasks
+    WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+)
+SELECT (SELECT count(DISTINCT element) FROM e) AS started,
+       (SELECT count(*) FROM e WHERE state IN ('PENDING', 'CLAIMED')) AS running,
+       (SELECT count(*) FROM e WHERE state = 'COMPLETED') AS done,
+       t.element, t.state, t.attempt, t.id, t.error::text AS error,
+       NOT EXISTS (SELECT 1 FROM e WHERE e.element = t.element AND e.attempt > t.attempt) AS latest
+FROM workflow_tasks t WHERE t.id = :t
+"""
+# the latest task of every started element (read once, when the step fails)
 _ELEMENTS = """
 SELECT DISTINCT ON (element) element, state, attempt, id, error::text AS error
 FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
@@ -135,16 +148,24 @@ ORDER BY element, attempt DESC
 
 
 def fanout_progress(
-    conn: Connection, instance_id: str, activation_id: str, total: int, task_id: str | None = None
+    conn: Connection, instance_id: str, activation_id: str, total: int, task_id: str
 ) -> tuple[Progress, Element | None]:
-    """The elements of a fan-out activation, and the element whose latest task is ``task_id`` (None
-    when that task is not the latest of its element)."""
+    """The element counts of a fan-out activation, and the element of task ``task_id`` (None when
+    that task is not the latest of its element)."""
+    r = run(conn, _ELEMENT_COUNTS, {"i": instance_id, "a": activation_id, "t": task_id}).one()
+    ended = None
+    if r.latest and r.element is not None:
+        ended = Element(r.element, r.state, r.attempt, r.id, None if r.error is None else jparse(r.error))
+    return Progress(total, r.started, r.running, r.done), ended
+
+
+def fanout_elements(conn: Connection, instance_id: str, activation_id: str) -> list[Element]:
+    """The latest task of every started element of a fan-out activation."""
     rows = run(conn, _ELEMENTS, {"i": instance_id, "a": activation_id}).all()
-    elements = tuple(
+    return [
         Element(r.element, r.state, r.attempt, r.id, None if r.error is None else jparse(r.error))
         for r in rows
-    )
-    return Progress(total, elements), next((e for e in elements if e.task_id == task_id), None)
+    ]
 
 
 def fanout_outputs(conn: Connection, instance_id: str, activation_id: str, total: int) -> list[Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine.decide.fanout import FANOUT_DEFAULT_PARALLEL, Element, Progress
+from app.engine.decide.fanout import FANOUT_DEFAULT_PARALLEL, Progress
 from app.engine.documents import KEY_RE
 from app.engine.store import (
     MISSING,
@@ -64,7 +64,8 @@ def fan_out_progress(conn: Connection, instance_id: str, s: dict, spec: dict) ->
     items = s["act_input"].get("items")
     total = len(items) if isinstance(items, list) else 0
     rows = run(conn, _FAN_OUT, {"i": instance_id, "a": s["activation_id"]}).all()
-    progress = Progress(total, tuple(Element(r.element, r.state, r.attempt, r.id) for r in rows))
+    running = sum(1 for r in rows if r.state in ("PENDING", "CLAIMED"))
+    progress = Progress(total, len(rows), running, sum(1 for r in rows if r.state == "COMPLETED"))
     return {
         "total": total,
         **progress.by_state(),

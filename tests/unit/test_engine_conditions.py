@@ -333,22 +333,25 @@ def _el(i: int, state: str, attempt: int = 1, error: object = None) -> df.Elemen
 def test_fan_out_starts_max_parallel_then_fills_free_places_in_order() -> None:
     assert df.plan(FAN, df.Progress(5), None) == df.StartElements((0, 1, 2))
     assert df.plan(FAN, df.Progress(2), None) == df.StartElements((0, 1))
-    prog = df.Progress(5, (_el(0, "COMPLETED"), _el(1, "CLAIMED"), _el(2, "PENDING")))
-    assert df.plan(FAN, prog, prog.elements[0]) == df.StartElements((3,))
-    done = df.Progress(2, (_el(0, "COMPLETED"), _el(1, "COMPLETED")))
-    assert df.plan(FAN, done, done.elements[1]) == CompleteStep(None)
+    # 3 started, 2 running, 1 done: one free place, the next element in order
+    assert df.plan(FAN, df.Progress(5, 3, 2, 1), _el(0, "COMPLETED")) == df.StartElements((3,))
+    assert df.plan(FAN, df.Progress(2, 2, 0, 2), _el(1, "COMPLETED")) == CompleteStep(None)
 
 
 def test_fan_out_retries_an_element_then_fails_once_the_others_ended() -> None:
     failing = _el(1, "FAILED", 1, {"message": "x", "retryable": True})
-    assert df.plan(FAN, df.Progress(3, (_el(0, "CLAIMED"), failing)), failing) == df.RetryElement(1, 2)
+    assert df.plan(FAN, df.Progress(3, 2, 1, 0), failing) == df.RetryElement(1, 2)
     final = _el(1, "FAILED", 2, {"message": "x", "retryable": True})
-    prog = df.Progress(5, (_el(0, "CLAIMED"), final, _el(2, "PENDING")))
-    assert df.plan(FAN, prog, final) == df.StartElements(())  # nothing new; the others in flight end first
-    prog = df.Progress(5, (_el(0, "COMPLETED"), final, _el(2, "COMPLETED")))
-    verdict = df.plan(FAN, prog, prog.elements[2])
-    assert isinstance(verdict, FailStep) and verdict.error["element"] == 1
-    assert verdict.error["code"] == df.ELEMENT_FAILED and verdict.error["failed_elements"] == 1
+    # element 1 failed for good, 0 and 2 in flight: nothing new starts; the others end first
+    assert df.plan(FAN, df.Progress(5, 3, 2, 0), final) == df.StartElements(())
+    verdict = df.plan(FAN, df.Progress(5, 3, 0, 2), _el(2, "COMPLETED"))
+    assert verdict == FailStep({"code": df.ELEMENT_FAILED, "failed_elements": 1})
+    first = df.first_failure([_el(0, "COMPLETED"), final, _el(2, "COMPLETED"), _el(3, "TIMED_OUT")])
+    assert (
+        first["element"] == 1
+        and first["task_id"] == final.task_id
+        and "element 1 failed: x" in first["message"]
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -363,6 +366,10 @@ def test_fan_out_runs_every_element_once_within_max_parallel(n: int, par: int, t
     latest: dict[int, df.Element] = {}
     starts: list[int] = []
 
+    def progress() -> df.Progress:
+        states = [e.state for e in latest.values()]
+        return df.Progress(n, len(latest), states.count("PENDING"), states.count("COMPLETED"))
+
     def apply(verdict: object) -> object:
         if isinstance(verdict, df.StartElements):
             for i in verdict.indexes:
@@ -373,7 +380,7 @@ def test_fan_out_runs_every_element_once_within_max_parallel(n: int, par: int, t
             latest[verdict.index] = _el(verdict.index, "PENDING", verdict.attempt)
         return verdict
 
-    end = apply(df.plan(spec, df.Progress(n), None))
+    end = apply(df.plan(spec, progress(), None))
     for _ in range(200):
         if isinstance(end, (CompleteStep, FailStep)):
             break
@@ -384,7 +391,7 @@ def test_fan_out_runs_every_element_once_within_max_parallel(n: int, par: int, t
         latest[e.index] = df.Element(
             e.index, state, e.attempt, e.task_id, {"retryable": data.draw(st.booleans())}
         )
-        end = apply(df.plan(spec, df.Progress(n, tuple(latest[i] for i in sorted(latest))), latest[e.index]))
+        end = apply(df.plan(spec, progress(), latest[e.index]))
     assert isinstance(end, (CompleteStep, FailStep))
     assert sorted(starts) == sorted(set(starts))
     failed = [e for e in latest.values() if e.state == "FAILED"]

@@ -43,17 +43,26 @@ class Element:
 
 @dataclass(frozen=True)
 class Progress:
-    """What the elements of one activation have done (the latest task of each started element)."""
+    """What the elements of one activation have done: ``started`` elements (each has a task), of which
+    ``running`` have an open task and ``done`` a completed one; the others failed for good (an
+    element's retry is created in the transaction of its failure)."""
 
     total: int
-    elements: tuple[Element, ...] = ()
+    started: int = 0
+    running: int = 0
+    done: int = 0
+
+    @property
+    def failed(self) -> int:
+        return self.started - self.running - self.done
 
     def by_state(self) -> dict[str, int]:
-        out = {"pending": self.total - len(self.elements), "running": 0, "done": 0, "failed": 0}
-        for e in self.elements:
-            key = {"COMPLETED": "done", "PENDING": "running", "CLAIMED": "running"}.get(e.state, "failed")
-            out[key] += 1
-        return out
+        return {
+            "pending": self.total - self.started,
+            "running": self.running,
+            "done": self.done,
+            "failed": self.failed,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,37 +94,38 @@ def gate(inst: Inst, step: Step | None, task: dict[str, Any]) -> Ignore | Collec
 def plan(
     spec: dict[str, Any], progress: Progress, ended: Element | None
 ) -> RetryElement | StartElements | CompleteStep | FailStep:
-    """What follows the end of element ``ended``'s latest task (None: the activation just began)."""
+    """What follows the end of element ``ended``'s latest task (None: the activation just began, or the
+    task is not its element's latest). A ``FailStep`` names no element yet: the driver adds the first
+    failed element's index, task and error (read once, when the step fails)."""
     fe = spec["for_each"]
     policy = spec.get("retry", {})
     if ended is not None and ended.state in ("FAILED", "TIMED_OUT"):
         err = ended.error if isinstance(ended.error, dict) else {}
         if err.get("retryable", True) and ended.attempt < policy.get("max_attempts", 1):
             return RetryElement(ended.index, ended.attempt + 1)
-    failed = sorted(
-        (e for e in progress.elements if e.state in ("FAILED", "TIMED_OUT", "CANCELLED")),
-        key=lambda e: e.index,
-    )
-    running = sum(1 for e in progress.elements if e.state in ("PENDING", "CLAIMED"))
-    if len(failed) > fe.get("tolerance", 0):
-        if running:
+    if progress.failed > fe.get("tolerance", 0):
+        if progress.running:
             return StartElements()
-        first = failed[0]
-        err = first.error if isinstance(first.error, dict) else {}
-        return FailStep(
-            {
-                "code": ELEMENT_FAILED,
-                "message": f"element {first.index} failed: {err.get('message', first.state)}",
-                "element": first.index,
-                "task_id": first.task_id,
-                "error": err,
-                "failed_elements": len(failed),
-            }
-        )
-    started = len(progress.elements)
-    if started < progress.total:
-        room = fe.get("max_parallel", FANOUT_DEFAULT_PARALLEL) - running
-        return StartElements(tuple(range(started, min(progress.total, started + max(room, 0)))))
-    if running:
+        return FailStep({"code": ELEMENT_FAILED, "failed_elements": progress.failed})
+    if progress.started < progress.total:
+        room = fe.get("max_parallel", FANOUT_DEFAULT_PARALLEL) - progress.running
+        end = min(progress.total, progress.started + max(room, 0))
+        return StartElements(tuple(range(progress.started, end)))
+    if progress.running:
         return StartElements()
     return CompleteStep(None)  # the driver reads the outputs in element order
+
+
+def first_failure(elements: list[Element]) -> dict[str, Any]:
+    """The failed element of lowest index among every element's latest task, for the step's error."""
+    failed = [e for e in elements if e.state not in ("PENDING", "CLAIMED", "COMPLETED")]
+    if not failed:
+        return {}
+    first = min(failed, key=lambda e: e.index)
+    err = first.error if isinstance(first.error, dict) else {}
+    return {
+        "message": f"element {first.index} failed: {err.get('message', first.state)}",
+        "element": first.index,
+        "task_id": first.task_id,
+        "error": err,
+    }
