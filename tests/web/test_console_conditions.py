@@ -51,6 +51,7 @@ def test_skipped_steps_and_fan_out_progress_are_shown(console, ops) -> None:  # 
     assert "skipped: CONDITION_FALSE" in page
     assert "manual (TASK): SKIPPED (CONDITION_FALSE: condition is false: $.input.amount &gt; 1000)" in page
     assert "1/3 elements done, 2 running, 0 failed" in page
+    assert 'class="skipped"' in page and "skipped: CONDITION_FALSE</text>" in page  # the timeline's row
     step = console.get(f"/console/workflows/{wid}/steps/manual").data.decode()
     assert "<dt>Skipped</dt><dd>CONDITION_FALSE: condition is false: $.input.amount &gt; 1000</dd>" in step
     assert "Last error" not in step

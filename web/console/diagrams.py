@@ -88,9 +88,12 @@ def timeline(
     activations: Sequence[Mapping[str, Any]],
     attempts: Sequence[Mapping[str, Any]],
     now: datetime,
+    skipped: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Rows, bars and time ticks of the timeline (see the module text). Times are datetimes; an open
-    activation or attempt ends at ``now``."""
+    activation or attempt ends at ``now``. ``skipped``: the skip reason of each SKIPPED step by key (its
+    row has no bar; the reason is written in it)."""
+    skipped = skipped or {}
     keys = list(order)
     for a in [*activations, *attempts]:
         if a["key"] not in keys:
@@ -149,7 +152,8 @@ def timeline(
         "top": TL_TOP,
         "row": TL_ROW,
         "rows": [
-            {"key": _label(k, 20), "y": TL_TOP + i * TL_ROW + TL_ROW / 2 + 4} for i, k in enumerate(keys)
+            {"key": _label(k, 20), "y": TL_TOP + i * TL_ROW + TL_ROW / 2 + 4, "skipped": skipped.get(k)}
+            for i, k in enumerate(keys)
         ],
         "bars": bars,
         "ticks": ticks,
