@@ -173,11 +173,50 @@ def example_input(document: dict[str, Any]) -> str:
     return json.dumps(example)
 
 
-def publish(client: Client, file: Path, name: str | None, description: str | None) -> list[str]:
-    """``definitions publish``: publish FILE's document as a version of NAME (created if needed); the
-    lines to print (what happened, and how to start one)."""
-    document = read_document(file)
-    name = name or file.stem
+PYTHON_SOURCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def python_document(source: str) -> tuple[dict[str, Any], str]:
+    """The document and name of the workflow written in Python at MODULE:ATTRIBUTE
+    (``ledgerflow.workflow.Workflow``, imported from the current directory); its declaration errors are
+    one line."""
+    import importlib
+
+    module_name, _, attr = source.partition(":")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise CommandError(f"cannot load {source}: {exc}", BAD_INPUT) from None
+    except ValueError as exc:  # ledgerflow.workflow.WorkflowError: a declaration the server would refuse
+        raise CommandError(f"{source}: {exc}", BAD_INPUT) from None
+    finally:
+        sys.path.remove(str(Path.cwd()))
+    if not callable(getattr(obj, "document", None)) or not isinstance(getattr(obj, "name", None), str):
+        raise CommandError(f"{source} is not a workflow (ledgerflow.workflow.Workflow)", BAD_INPUT)
+    try:
+        document = obj.document()
+    except ValueError as exc:
+        raise CommandError(f"{source}: {exc}", BAD_INPUT) from None
+    return document, obj.name
+
+
+def source_document(source: str | Path) -> tuple[dict[str, Any], str]:
+    """``definitions publish``'s SOURCE: a JSON file, or MODULE:ATTRIBUTE (a workflow written in Python);
+    its document and the definition's default name (the file's stem, or the workflow's name)."""
+    file = Path(source)
+    if not file.exists() and PYTHON_SOURCE.fullmatch(str(source)):
+        return python_document(str(source))
+    return read_document(file), file.stem
+
+
+def publish(client: Client, source: str | Path, name: str | None, description: str | None) -> list[str]:
+    """``definitions publish``: publish SOURCE's document (a JSON file or MODULE:ATTRIBUTE) as a version of
+    NAME (created if needed); the lines to print (what happened, and how to start one)."""
+    document, default_name = source_document(source)
+    name = name or default_name
     before = client.find_definition(name)
     existed = before is not None and document["version"] in {v["version"] for v in before["versions"]}
     d = client.ensure_definition(name, document, description=description)
@@ -371,7 +410,7 @@ def cmd_credentials_revoke(args: argparse.Namespace) -> None:
 
 
 def cmd_definitions_publish(args: argparse.Namespace) -> None:
-    print("\n".join(publish(_client(args), Path(args.file), args.name, args.description)))
+    print("\n".join(publish(_client(args), args.source, args.name, args.description)))
 
 
 def cmd_definitions_list(args: argparse.Namespace) -> None:
@@ -604,9 +643,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     # definitions
     sub = group("definitions", "Workflow definitions: publish a document file, list them.")
-    p = command(sub, "publish", cmd_definitions_publish, "Publish the definition document in FILE.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--name", help="the definition's name (default: the file name without .json)")
+    p = command(
+        sub,
+        "publish",
+        cmd_definitions_publish,
+        "Publish the definition document in SOURCE: a JSON file, or MODULE:ATTRIBUTE (a workflow written "
+        "in Python, ledgerflow.workflow).",
+    )
+    p.add_argument("source", metavar="SOURCE")
+    p.add_argument(
+        "--name", help="the definition's name (default: the file name without .json, or the workflow's name)"
+    )
     p.add_argument("--description")
     command(sub, "list", cmd_definitions_list, "The namespace's definitions and their versions.")
 

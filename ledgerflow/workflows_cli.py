@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -41,17 +40,21 @@ def definitions() -> None:
 
 
 @definitions.command("publish")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", help="the definition's name (default: the file name without .json)")
+@click.argument("source")
+@click.option(
+    "--name", help="the definition's name (default: the file name without .json, or the workflow's name)"
+)
 @click.option("--description", help="the definition's description, when it is created")
 @_api_options
 def definitions_publish(
-    file: Path, name: str | None, description: str | None, url: str | None, token: str | None
+    source: str, name: str | None, description: str | None, url: str | None, token: str | None
 ) -> None:
-    """Publish the definition document in FILE (JSON, with its "version"; docs/reference.md shows a
-    complete one) as a version of definition NAME, creating the definition first if needed. Running it
-    again with the same document does nothing; a changed document needs a new "version"."""
-    for line in light_cli.publish(_client(url, token), file, name, description):
+    """Publish a definition document as a version of definition NAME, creating the definition first if
+    needed. SOURCE is a JSON file (with its "version"; docs/reference.md shows a complete one) or
+    MODULE:ATTRIBUTE, a workflow written in Python (``ledgerflow.workflow.Workflow``, imported from the
+    current directory). Running it again with the same document does nothing; a changed document needs
+    a new "version"."""
+    for line in light_cli.publish(_client(url, token), source, name, description):
         click.echo(line)
 
 

@@ -236,6 +236,7 @@ class StepSummary(Loose):
     activation_id = fields.String()
     activation_sequence = fields.Integer()
     task_id = fields.String()
+    skip_reason = fields.String(metadata={"enum": ["CONDITION_FALSE", "DEPENDENCIES_SKIPPED"]})
 
 
 class Steps(Loose):
@@ -272,6 +273,28 @@ class Wait(Loose):
     remaining_ms = fields.Integer()  # while paused: the time the wait has left
 
 
+class FanOutElement(Loose):
+    index = fields.Integer(required=True)
+    task_id = fields.String(required=True)
+    state = fields.String(required=True)
+    attempt = fields.Integer(required=True)
+
+
+class FanOutProgress(Loose):
+    total = fields.Integer(required=True)
+    pending = fields.Integer(required=True, metadata={"description": "elements not started yet"})
+    running = fields.Integer(required=True)
+    done = fields.Integer(required=True)
+    failed = fields.Integer(required=True)
+    max_parallel = fields.Integer(required=True)
+    elements = fields.List(fields.Nested(FanOutElement), required=True)
+
+
+class SkipReason(Loose):
+    code = fields.String(required=True, metadata={"enum": ["CONDITION_FALSE", "DEPENDENCIES_SKIPPED"]})
+    message = fields.String(required=True)
+
+
 class StepDetail(Loose):
     instance_id = fields.String(required=True)
     revision = fields.String(required=True)
@@ -292,6 +315,8 @@ class StepDetail(Loose):
     next_attempt_remaining_ms = fields.Integer()  # while paused: the retry backoff's time left
     poll = fields.Nested(PollProgress)
     wait = fields.Nested(Wait)
+    skipped = fields.Nested(SkipReason)
+    fan_out = fields.Nested(FanOutProgress)
 
 
 InstanceResponse = envelope(Instance, "InstanceResponse")

@@ -246,6 +246,35 @@ def build() -> Scenario:
                 evidence_ref=f"ticket:{100 + i}",
             )
     s.wf["signal"] = _start(admin, s.defs["receipt"], {"order": "B-2"})
+    # a branch not taken (SKIPPED, with its reason) and a fan-out with one of three elements done
+    branched = _define(
+        admin,
+        "order-branches",
+        {
+            "steps": [
+                {"key": "check", "kind": "TASK", "queue": "branch.check"},
+                {
+                    "key": "manual_approval",
+                    "kind": "TASK",
+                    "queue": "branch.manual",
+                    "after": ["check"],
+                    "condition": {">": ["$.input.amount", 1000]},
+                },
+                {
+                    "key": "reserve_lines",
+                    "kind": "TASK",
+                    "queue": "branch.lines",
+                    "after": ["check"],
+                    "for_each": {"items": "$.input.lines", "max_parallel": 2},
+                },
+            ]
+        },
+    )
+    s.wf["branched"] = _start(
+        admin, branched, {"amount": 20, "lines": [{"sku": "a"}, {"sku": "b"}, {"sku": "c"}]}
+    )
+    _work(admin, "branch.check", output={"ok": True})
+    _work(admin, "branch.lines", output={"reserved": "a"})
     s.trace_id = sql("SELECT trace_id FROM workflow_instances WHERE id = :i", i=s.wf["running"])[0][0]
 
     # the other namespace: a workflow whose job a platform-wide operator sees in the ledger
@@ -407,6 +436,9 @@ def pages(s: Scenario) -> list[tuple[str, str]]:
         ("workflow-needs-review", f"/console/workflows/{wf['review']}"),
         ("workflow-waiting-for-signal", f"/console/workflows/{wf['signal']}"),
         ("workflow-other-namespace", f"/console/workflows/{wf['other']}"),
+        ("workflow-branched", f"/console/workflows/{wf['branched']}"),
+        ("step-skipped", f"/console/workflows/{wf['branched']}/steps/manual_approval"),
+        ("step-fan-out", f"/console/workflows/{wf['branched']}/steps/reserve_lines"),
         ("step", f"/console/workflows/{wf['running']}/steps/cool_off"),
         ("signal-form", f"/console/workflows/{wf['signal']}/signal"),
         ("start-form", f"/console/workflows/start?definition_id={order}&version=v1"),

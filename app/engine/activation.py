@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import mapping, oplog, work
+from app.engine.decide import fanout as decide_fanout
 from app.engine.states import StepKind, StepState
 from app.engine.transitions import step_moves, wait_moves
 from app.ledger.states import JobType
@@ -17,7 +18,66 @@ from app.ledger.states import JobType
 K = StepKind
 
 
+class FanOutRefused(mapping.MappingTooLarge):
+    """A fan-out whose items are not an array, or hold more elements than its ``max_items``: the step
+    fails with the code, once (as a refused mapping does)."""
+
+    def __init__(self, code: str, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.details = details
+
+    def error(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.reason, **self.details}
+
+
+def fanout_items(spec: dict, mctx: dict) -> list[Any]:
+    """The array a fan-out step runs over (``for_each.items``: a reference or a literal array), checked
+    against its cap."""
+    fe = spec["for_each"]
+    items = mapping.resolve(fe["items"], mctx) if isinstance(fe["items"], str) else fe["items"]
+    if not isinstance(items, list):
+        kind = "absent" if items is None else type(items).__name__
+        raise FanOutRefused(
+            decide_fanout.NOT_AN_ARRAY, f"for_each.items {fe['items']!r} is not an array ({kind})"
+        )
+    cap = fe.get("max_items", decide_fanout.FANOUT_DEFAULT_ITEMS)
+    if len(items) > cap:
+        raise FanOutRefused(
+            decide_fanout.TOO_LARGE,
+            f"for_each.items has {len(items)} elements, more than max_items ({cap})",
+            count=len(items),
+            max_items=cap,
+        )
+    return items
+
+
+def start_elements(
+    conn: Connection,
+    inst: dict,
+    step: dict,
+    spec: dict,
+    items: list[Any],
+    indexes: Any,
+    mctx: dict,
+    attempt: int = 1,
+) -> list[str]:
+    """A task for each element in ``indexes`` (attempt ``attempt``) of the fan-out step's current
+    activation: its input is the step's ``input`` mapped with ``$.item`` / ``$.index`` (without one:
+    ``{"item", "index"}``). Raises ``MappingTooLarge`` like any mapping."""
+    ids = []
+    for i in indexes:
+        ctx = {**mctx, "item": items[i], "index": i}
+        task_input = (
+            mapping.resolve(spec["input"], ctx) if "input" in spec else {"item": items[i], "index": i}
+        )
+        ids.append(work.step_task(conn, inst, step, spec, task_input, attempt=attempt, element=i))
+    return ids
+
+
 def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
+    if kind == K.TASK and "for_each" in spec:  # the array, resolved once (the elements' tasks read it)
+        return {"items": fanout_items(spec, mctx)}
     if kind == K.TIMER:
         return {"delay_seconds": spec["delay_seconds"]}
     if kind == K.TRIGGER:  # the body to send, mapped once at activation (what a retry resends)
@@ -48,7 +108,14 @@ def activate(
     act_id, seq = act.id, act.sequence
     task_id = None
     rows = step_moves.Activation()  # written with the step's row (one statement at a first activation)
-    if kind == K.TASK:
+    if kind == K.TASK and "for_each" in spec:  # the first max_parallel elements, each its own statement
+        first = decide_fanout.plan(spec, decide_fanout.Progress(len(act_input["items"])), None)
+        indexes = first.indexes if isinstance(first, decide_fanout.StartElements) else ()
+        ids = start_elements(
+            conn, inst, {**step, "activation_id": act_id}, spec, act_input["items"], indexes, mctx
+        )
+        task_id = ids[0] if ids else None
+    elif kind == K.TASK:
         task_id = work.step_task(
             conn, inst, {**step, "activation_id": act_id}, spec, act_input, attempt=1, into=rows
         )
@@ -137,6 +204,7 @@ def activate(
         "act_state": state,
         "task_attempts": 1 if kind == K.TASK else 0,
         "stored": True,
+        "act_input": act_input,
     }
 
 

@@ -25,11 +25,13 @@ Step moves made elsewhere, and why (each then settles progress here, or ends the
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Connection
 
 from app.engine import activation, mapping, oplog, signal_match, snapshot, stopping, work
+from app.engine.decide import fanout as decide_fanout
 from app.engine.decide import progress as decide_progress
 from app.engine.decide import tasks as decide_tasks
 from app.engine.decide.model import (
@@ -45,6 +47,7 @@ from app.engine.decide.model import (
     RetryTask,
     SetProgress,
     SettleCancel,
+    Skip,
 )
 from app.engine.states import InstanceState, StepKind, StepState
 from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
@@ -71,21 +74,43 @@ def settle_progress(
     ``new``: the instance was inserted by this transaction (a start), already RUNNING at the revision of
     its first move (``instance_moves.create``): a start that leaves it RUNNING writes its row no more,
     one that leaves it WAITING writes the state alone."""
-    doc: dict | None = None
+    pinned = _Pinned(conn)
     for _ in range(MAX_ROUNDS):
         if rows is None:
             inst, snap, rows = snapshot.load(conn, instance_id, inst)
         else:
             assert inst is not None
             snap = snapshot.of(inst, rows)
-        effect = decide_progress.progress(snap)
+        pinned.version_id = inst["definition_version_id"]
+        # the conditions and their context are read only for a step whose dependencies settled
+        mctx = snapshot.mapping_context(conn, inst, rows.values())
+        effect = decide_progress.progress(snap, pinned, mctx)
         if effect is None:
             return inst
-        if doc is None:
-            doc = version_document(conn, inst["definition_version_id"])
+        doc = pinned.document()
+        if isinstance(effect, Skip):
+            for key, code, message in effect.items:
+                step_moves.skip(conn, instance_id, rows[key], code, message)
+                oplog.advance(
+                    conn,
+                    inst,
+                    "workflow.step.skipped",
+                    target_type="step",
+                    target_id=key,
+                    after={"step_key": key, "code": code, "message": message},
+                )
+                rows = {
+                    **rows,
+                    key: {
+                        **rows[key],
+                        "state": StepState.SKIPPED,
+                        "revision": rows[key]["revision"] + 1,
+                        "stored": True,
+                    },
+                }
+            continue
         if isinstance(effect, Activate):
             specs = step_specs(doc)
-            mctx = snapshot.mapping_context(conn, inst, rows.values())
             activated: dict[str, dict] = {}
             for key in effect.keys:  # activating one step does not move another: the loaded rows hold
                 step = rows[key]
@@ -99,6 +124,14 @@ def settle_progress(
                 rows = None  # a signal moved a step on: read them again
             else:
                 rows = {**rows, **activated}
+            # a fan-out over an empty array has no element to run: it succeeds with []
+            empty = [
+                k for k, r in activated.items() if "for_each" in specs[k] and r["act_input"]["items"] == []
+            ]
+            for key in empty:
+                step_moves.succeed(conn, activated[key], [])
+                _audit_step(conn, instance_id, activated[key], "succeeded")
+                rows = None
             continue  # with ``inst``: activations, tasks, waits, jobs and events leave the instance row as it was
         if isinstance(effect, SettleCancel):
             return stopping.settle_cancel(conn, instance_id)
@@ -123,6 +156,38 @@ def settle_progress(
             return instance_moves.touch(conn, instance_id)
         return instance_moves.set_progress(conn, instance_id, effect.state)
     raise RuntimeError(f"workflow {instance_id}: progress did not settle")  # pragma: no cover
+
+
+class _Pinned(Mapping[str, Any]):
+    """The pinned document of the instance being settled, parsed once, and its steps' conditions by
+    key (what ``decide.progress`` reads of it): read on first use, which is never for a settled
+    instance."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.version_id = ""
+        self._doc: dict | None = None
+        self._conditions: dict[str, Any] | None = None
+
+    def document(self) -> dict:
+        if self._doc is None:
+            self._doc = version_document(self._conn, self.version_id)
+        return self._doc
+
+    def _all(self) -> dict[str, Any]:
+        if self._conditions is None:
+            steps = self.document()["steps"]
+            self._conditions = {st["key"]: st["condition"] for st in steps if "condition" in st}
+        return self._conditions
+
+    def __getitem__(self, key: str) -> Any:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error: Any = None) -> None:
@@ -198,6 +263,9 @@ def task_ended(
     rows = {r["key"]: r for r in steps}  # settle_progress reads them next
     step = rows.get(task["step_key"])
     spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+    if "for_each" in spec:
+        _element_ended(conn, inst, step, spec, task)
+        return
     verdict = decide_tasks.task_ended(
         snapshot.inst_model(inst), snapshot.step_model(step), task, spec, kind, value
     )
@@ -235,6 +303,45 @@ def task_ended(
 
 
 _DB_IN = query("db_time_in_seconds", "SELECT now() + make_interval(secs => :d)")
+
+
+def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, task: dict) -> None:
+    """A task of an element of a fan-out step ended (``decide.fanout``): retry the element, start the
+    next ones, or settle the step (the elements' outputs in element order, or the first failure)."""
+    gate = decide_fanout.gate(snapshot.inst_model(inst), snapshot.step_model(step), task)
+    if isinstance(gate, Ignore):
+        return
+    if isinstance(gate, Collect):
+        stopping.collect(conn, inst, task, gate)
+        return
+    assert step is not None
+    items = step["act_input"]["items"]
+    progress, ended = snapshot.fanout_progress(
+        conn, inst["id"], step["activation_id"], len(items), task["id"]
+    )
+    verdict = decide_fanout.plan(spec, progress, ended)
+    if isinstance(verdict, CompleteStep):
+        outputs = snapshot.fanout_outputs(conn, inst["id"], step["activation_id"], len(items))
+        complete_step(conn, inst["id"], step, outputs)
+        return
+    if isinstance(verdict, FailStep):
+        first = decide_fanout.first_failure(snapshot.fanout_elements(conn, inst["id"], step["activation_id"]))
+        fail_step(conn, inst["id"], step, {**verdict.error, **first})
+        return
+    indexes: tuple[int, ...]
+    if isinstance(verdict, decide_fanout.RetryElement):
+        indexes, attempt = (verdict.index,), verdict.attempt
+    else:
+        indexes, attempt = verdict.indexes, 1
+    if indexes:
+        try:
+            activation.start_elements(
+                conn, inst, step, spec, items, indexes, snapshot.mapping_context(conn, inst), attempt
+            )
+        except mapping.MappingTooLarge as exc:
+            fail_step(conn, inst["id"], step, {**exc.error(), "element": indexes[0]})
+            return
+    settle_progress(conn, inst["id"])
 
 
 def _db_in(conn: Connection, seconds: float) -> Any:

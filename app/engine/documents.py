@@ -13,6 +13,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.engine.contracts import schema_errors
+from app.engine.decide import conditions
+from app.engine.decide.fanout import (
+    FANOUT_DEFAULT_ITEMS,
+    FANOUT_DEFAULT_PARALLEL,
+    FANOUT_MAX_ITEMS,
+    FANOUT_MAX_PARALLEL,
+)
 from app.errors import FieldError, InvalidArgument
 from app.ledger import destinations
 
@@ -28,11 +35,15 @@ REF_RE = re.compile(
     r"(?P<rest>(?:\.[A-Za-z0-9_-]+|\[\d+\])*)$"
 )
 KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER")
+# an element of a fan-out (a TASK step's ``for_each``): its input mapping may name the element and its index
+ELEMENT_REF_RE = re.compile(r"^\$\.(?:index|item(?:(?:\.[A-Za-z0-9_-]+|\[\d+\])*))$")
+
 
 TOP_FIELDS = {"version", "description", "input_schema", "deadline_seconds", "signals", "steps", "output"}
-COMMON_STEP = {"key", "kind", "after", "description"}
+COMMON_STEP = {"key", "kind", "after", "description", "condition"}
 STEP_FIELDS = {
-    "TASK": COMMON_STEP | {"queue", "input", "timeout_seconds", "retry", "compensation", "dispatch"},
+    "TASK": COMMON_STEP
+    | {"queue", "input", "timeout_seconds", "retry", "compensation", "dispatch", "for_each"},
     "TIMER": COMMON_STEP | {"delay_seconds"},
     "SIGNAL": COMMON_STEP | {"signal", "payload_version", "correlation", "timeout_seconds"},
     "SUBWORKFLOW": COMMON_STEP | {"definition_id", "version", "input"},
@@ -143,26 +154,49 @@ def references(value: Any) -> list[str]:
 
 
 def _check_refs(
-    errs: _Errors, field: str, value: Any, keys: set[str], allowed_steps: set[str] | None
+    errs: _Errors,
+    field: str,
+    value: Any,
+    keys: set[str],
+    allowed_steps: set[str] | None,
+    *,
+    element: bool = False,
 ) -> None:
     refs = references(value)
     if len(refs) > MAX_REFERENCES:
         errs.add(field, f"a mapping holds at most {MAX_REFERENCES} references (got {len(refs)})")
         return
     for ref in refs:
-        m = REF_RE.fullmatch(ref)
-        if not m:
-            errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
-            continue
-        step = m.group("step")
-        if step is None:
-            continue
-        if step not in keys:
-            errs.add(field, f"unknown step in reference {ref!r}")
-        elif allowed_steps is not None and step not in allowed_steps:
-            errs.add(
-                field, f"reference {ref!r} names a step that is not a (transitive) dependency of this step"
-            )
+        if element and ELEMENT_REF_RE.fullmatch(ref):
+            continue  # $.item… / $.index of a fan-out's element
+        _check_ref(errs, field, ref, keys, allowed_steps)
+
+
+def _check_condition(errs: _Errors, f: str, cond: Any, keys: set[str], allowed_steps: set[str]) -> None:
+    """A step's ``condition`` (``app.engine.decide.conditions``): its operators, operands and
+    references, each problem at its own field path (``steps[3].condition.and[1].>[0]``)."""
+    problems, refs = conditions.check(cond, f)
+    for field, message in problems:
+        errs.add(field, message)
+    if len(refs) > MAX_REFERENCES:
+        errs.add(f, f"a condition holds at most {MAX_REFERENCES} references (got {len(refs)})")
+        return
+    for field, ref in refs:
+        _check_ref(errs, field, ref, keys, allowed_steps)
+
+
+def _check_ref(errs: _Errors, field: str, ref: str, keys: set[str], allowed_steps: set[str] | None) -> None:
+    m = REF_RE.fullmatch(ref)
+    if not m:
+        errs.add(field, f"invalid reference {ref!r}: use $.input…, $.business_key or $.steps.KEY.output…")
+        return
+    step = m.group("step")
+    if step is None:
+        return
+    if step not in keys:
+        errs.add(field, f"unknown step in reference {ref!r}")
+    elif allowed_steps is not None and step not in allowed_steps:
+        errs.add(field, f"reference {ref!r} names a step that is not a (transitive) dependency of this step")
 
 
 def _find_cycle(after: dict[str, list[str]]) -> list[str] | None:
@@ -319,7 +353,22 @@ def validate_document(doc: Any) -> tuple[dict, list[str]]:  # one pass over the 
     for key, i in keys.items():
         st = steps[i]
         if isinstance(st, dict):
-            _check_refs(errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key))
+            fan = isinstance(st.get("for_each"), dict)
+            _check_refs(
+                errs, f"steps[{i}].input", st.get("input"), set(keys), ancestors(after, key), element=fan
+            )
+            if fan and isinstance(st["for_each"].get("items"), str):
+                _check_refs(
+                    errs,
+                    f"steps[{i}].for_each.items",
+                    st["for_each"]["items"],
+                    set(keys),
+                    ancestors(after, key),
+                )
+            if "condition" in st:
+                _check_condition(
+                    errs, f"steps[{i}].condition", st["condition"], set(keys), ancestors(after, key)
+                )
             if st.get("kind") == "TRIGGER":
                 _check_refs(errs, f"steps[{i}].body", st.get("body"), set(keys), ancestors(after, key))
             if st.get("kind") == "SIGNAL" and isinstance(st.get("correlation"), str):
@@ -361,6 +410,9 @@ def _normalize_ints(doc: dict) -> None:
         if isinstance(st.get("retry"), dict):
             for name in RETRY_FIELDS:
                 fix(st["retry"], name)
+        if isinstance(st.get("for_each"), dict):
+            for name in ("max_items", "max_parallel", "tolerance"):
+                fix(st["for_each"], name)
 
 
 def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple[str, str]]) -> None:
@@ -392,6 +444,8 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
                 _fields(errs, f + ".compensation.", comp, {"queue"})
         if "dispatch" in st:
             _check_dispatch(errs, f + ".dispatch", st["dispatch"])
+        if "for_each" in st:
+            _check_for_each(errs, f, st)
     elif kind == "TIMER" and "delay_seconds" in st:
         _int_in(errs, f + ".delay_seconds", st["delay_seconds"], 0, MAX_DEADLINE_SECONDS)
     elif kind == "SIGNAL":
@@ -426,6 +480,41 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
                 _contract(
                     errs, f, fs.get("signal"), fs.get("payload_version"), contracts, f + ".final_signal"
                 )
+
+
+def _check_for_each(errs: _Errors, f: str, st: dict) -> None:
+    """A fan-out: ``{items, max_items?, max_parallel?, tolerance?}`` (docs/reference.md, "Fan-out")."""
+    fe = st["for_each"]
+    g = f + ".for_each"
+    if not isinstance(fe, dict):
+        errs.add(g, "an object {items, max_items?, max_parallel?, tolerance?}")
+        return
+    _fields(errs, g + ".", fe, {"items", "max_items", "max_parallel", "tolerance"})
+    _int_in(errs, g + ".max_items", fe.get("max_items", FANOUT_DEFAULT_ITEMS), 1, FANOUT_MAX_ITEMS)
+    _int_in(
+        errs, g + ".max_parallel", fe.get("max_parallel", FANOUT_DEFAULT_PARALLEL), 1, FANOUT_MAX_PARALLEL
+    )
+    if "tolerance" in fe:
+        _int_in(errs, g + ".tolerance", fe["tolerance"], 0, FANOUT_MAX_ITEMS)
+    items = fe.get("items")
+    cap = fe.get("max_items", FANOUT_DEFAULT_ITEMS)
+    if isinstance(cap, Decimal) and cap == cap.to_integral_value():
+        cap = int(cap)
+    if "items" not in fe:
+        errs.add(
+            g + ".items", "required: a reference to an array ($.input… or $.steps.KEY.output…) or an array"
+        )
+    elif isinstance(items, list):
+        if _is_int(cap) and len(items) > cap:
+            errs.add(
+                g + ".items",
+                f"FANOUT_TOO_LARGE: the array has {len(items)} elements, more than max_items ({cap})",
+            )
+    elif not isinstance(items, str) or not items.startswith("$."):
+        errs.add(g + ".items", "a reference to an array ($.input… or $.steps.KEY.output…) or an array")
+    for name in ("compensation", "dispatch"):
+        if name in st:
+            errs.add(f"{f}.{name}", "not supported on a fan-out step (for_each)")
 
 
 def _check_dispatch(errs: _Errors, f: str, d: Any) -> None:

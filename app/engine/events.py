@@ -56,6 +56,7 @@ EVENT_TYPES: dict[str, str] = {
     "step.failed": "a step's activation failed",
     "step.cancelled": "a step's activation was cancelled",
     "step.needs_review": "a step's external outcome is unknown (NEEDS_REVIEW)",
+    "step.skipped": "a step was skipped without running (its condition was false, or every dependency was skipped)",
     "task.created": "a task was created (PENDING)",
     "task.completed": "a task was completed by its worker",
     "task.failed": "a task was failed by its worker",

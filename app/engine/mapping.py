@@ -10,17 +10,15 @@ N copies of the input. Exceeding either raises ``MappingTooLarge``."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+from app.engine.decide.conditions import ABSENT as _ABSENT
+from app.engine.decide.conditions import lookup
 from app.engine.documents import MAX_REFERENCES
 
 MAX_MAPPED_BYTES = 256 * 1024
-
-_PART = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
-_ABSENT = object()
 
 
 class MappingTooLarge(Exception):
@@ -72,35 +70,6 @@ def json_size(value: Any, limit: int) -> int:
         if total > limit:
             return total
     return total
-
-
-def _walk(value: Any, rest: str) -> Any:
-    for m in _PART.finditer(rest):
-        name, idx = m.group(1), m.group(2)
-        if name is not None:
-            if not isinstance(value, dict) or name not in value:
-                return _ABSENT
-            value = value[name]
-        else:
-            i = int(idx)
-            if not isinstance(value, list) or i >= len(value):
-                return _ABSENT
-            value = value[i]
-    return value
-
-
-def lookup(ref: str, ctx: dict[str, Any]) -> Any:
-    if ref.startswith("$.business_key"):
-        return ctx["business_key"]
-    if ref.startswith("$.input"):
-        return _walk(ctx["input"], ref[len("$.input") :])
-    # $.steps.KEY.output...
-    body = ref[len("$.steps.") :]
-    key, _, rest = body.partition(".output")
-    outputs = ctx["steps"]
-    if key not in outputs:
-        return _ABSENT
-    return _walk(outputs[key], rest)
 
 
 class _Budget:

@@ -357,6 +357,8 @@ tasks = Table(
     # of the latest claim ({host, pid, sdk}) and the failure it reported ({type, message, stack, worker})
     Column("worker", JSONB),
     Column("failure", JSONB),
+    # the element index of a fan-out step's task (a TASK step with ``for_each``; migration 0027), else NULL
+    Column("element", Integer),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import stopping
+from app.engine import stopping, views
 from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
 from app.sql import query, run
@@ -132,6 +132,10 @@ def steps_in_order(conn: Connection, inst: Mapping[str, Any]) -> list[dict[str, 
         for k, col in (("input", "act_input"), ("output", "act_output"), ("error", "act_error")):
             if s[col] is not MISSING:
                 item[k] = s[col]
+        if s["state"] == "SKIPPED":  # the skip rule's reason, not an error
+            item["skipped"] = item.pop("error", None)
+        if "for_each" in spec and s["activation_id"] and isinstance(s["act_input"], dict):
+            item["fan_out"] = views.fan_out_progress(conn, inst["id"], s, spec)
         wait = waits.get(s["activation_id"]) if s["activation_id"] else None
         if wait is not None:
             item["wait"] = wait

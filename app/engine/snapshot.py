@@ -9,10 +9,11 @@ from typing import Any, overload
 
 from sqlalchemy import Connection
 
+from app.engine.decide.fanout import Element, Progress
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
 from app.engine.states import StepState
 from app.engine.store import MISSING, jparse, read_instance, read_steps
-from app.sql import run
+from app.sql import query, run
 
 
 def inst_model(inst: dict) -> Inst:
@@ -117,3 +118,69 @@ class _Outputs(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._all())
+
+
+# A fan-out activation's element counts and the ended task's element (``decide.fanout``), through the
+# instance's task index: one statement per element end, counting (no JSON read).
+_ELEMENT_COUNTS = query(
+    "fanout_element_counts",
+    """
+WITH e AS (
+    SELECT element, state, attempt FROM workflow_tasks
+    WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+)
+SELECT (SELECT count(DISTINCT element) FROM e) AS started,
+       (SELECT count(*) FROM e WHERE state IN ('PENDING', 'CLAIMED')) AS running,
+       (SELECT count(*) FROM e WHERE state = 'COMPLETED') AS done,
+       t.element, t.state, t.attempt, t.id, t.error::text AS error,
+       NOT EXISTS (SELECT 1 FROM e WHERE e.element = t.element AND e.attempt > t.attempt) AS latest
+FROM workflow_tasks t WHERE t.id = :t
+""",
+)
+# the latest task of every started element (read once, when the step fails)
+_ELEMENTS = query(
+    "fanout_elements",
+    """
+SELECT DISTINCT ON (element) element, state, attempt, id, error::text AS error
+FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+ORDER BY element, attempt DESC
+""",
+)
+_ELEMENT_OUTPUTS = query(
+    "fanout_element_outputs",
+    """
+SELECT DISTINCT ON (element) element, state, output::text AS output
+FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+ORDER BY element, attempt DESC
+""",
+)
+
+
+def fanout_progress(
+    conn: Connection, instance_id: str, activation_id: str, total: int, task_id: str
+) -> tuple[Progress, Element | None]:
+    """The element counts of a fan-out activation, and the element of task ``task_id`` (None when
+    that task is not the latest of its element)."""
+    r = run(conn, _ELEMENT_COUNTS, {"i": instance_id, "a": activation_id, "t": task_id}).one()
+    ended = None
+    if r.latest and r.element is not None:
+        ended = Element(r.element, r.state, r.attempt, r.id, None if r.error is None else jparse(r.error))
+    return Progress(total, r.started, r.running, r.done), ended
+
+
+def fanout_elements(conn: Connection, instance_id: str, activation_id: str) -> list[Element]:
+    """The latest task of every started element of a fan-out activation."""
+    rows = run(conn, _ELEMENTS, {"i": instance_id, "a": activation_id}).all()
+    return [
+        Element(r.element, r.state, r.attempt, r.id, None if r.error is None else jparse(r.error))
+        for r in rows
+    ]
+
+
+def fanout_outputs(conn: Connection, instance_id: str, activation_id: str, total: int) -> list[Any]:
+    """The outputs of a fan-out's elements in element order (null for an element without output)."""
+    out: list[Any] = [None] * total
+    for r in run(conn, _ELEMENT_OUTPUTS, {"i": instance_id, "a": activation_id}):
+        if r.state == "COMPLETED" and r.output is not None and r.element < total:
+            out[r.element] = jparse(r.output)
+    return out

@@ -23,7 +23,7 @@ Step (``workflow_steps.state``) and its current activation (``workflow_steps.act
 
 - ``BLOCKED``      not stored: a declared step without a row (``store.read_steps`` reads it from the pinned document;
                    a start writes none, ``step_moves.blocked_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING
-                   (inserts the step's row; a row already there refuses the move).
+                   (inserts the step's row; a row already there refuses the move), ``step_moves.skip`` -> SKIPPED.
 - ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,
                    next poll round).  out: ``set_waiting``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
 - ``WAITING``      in: ``step_moves.activate`` (TIMER, SIGNAL), ``step_moves.set_waiting`` (retry backoff, poll interval).
@@ -33,7 +33,8 @@ Step (``workflow_steps.state``) and its current activation (``workflow_steps.act
                    out: none (``step_moves.RESOLVABLE``, the states an operator's RETRY_STEP may leave, leaves it out).
 - ``FAILED`` / ``CANCELLED``  in: ``step_moves.fail`` / ``step_moves.cancel_*`` / ``step_moves.close``.
                    out: ``step_moves.activate`` (operator RETRY_STEP only).
-- ``SKIPPED``      reserved by the schema; no transition enters it today.
+- ``SKIPPED``      in: ``step_moves.skip`` (from BLOCKED: its condition is false, or every dependency was skipped;
+                   the skip rule in ``decide/progress.py``).  out: none (a settled step, like SUCCEEDED for what follows).
 
 An activation is begun by ``step_moves.activate`` in ACTIVE / WAITING, on its step's row, and leaves that state
 exactly once (succeed, fail, cancel, review, close); a new activation (``sequence + 1``, an operator's RETRY_STEP)

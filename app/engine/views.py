@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine.decide.fanout import FANOUT_DEFAULT_PARALLEL, Progress
 from app.engine.documents import KEY_RE
 from app.engine.rerun_links import copied_marks
 from app.engine.store import (
@@ -36,6 +37,8 @@ def _summary(s: dict) -> dict[str, Any]:
         out["activation_sequence"] = s["activation_sequence"]
     if s["kind"] == "TASK" and s["task_id"]:
         out["task_id"] = s["task_id"]
+    if s["state"] == "SKIPPED" and isinstance(s.get("act_error"), dict):
+        out["skip_reason"] = s["act_error"].get("code")
     return out
 
 
@@ -62,6 +65,37 @@ def _marked(conn: Connection, instance_id: str, summaries: list[dict]) -> list[d
         if s["key"] in marks:
             s["copied_from"] = marks[s["key"]]
     return summaries
+
+
+# every started element's latest task (at most FAN_OUT_LISTED listed; the counts cover them all)
+_FAN_OUT = query(
+    "fanout_progress",
+    """
+SELECT DISTINCT ON (element) element, state, attempt, id
+FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
+ORDER BY element, attempt DESC
+""",
+)
+FAN_OUT_LISTED = 1000
+
+
+def fan_out_progress(conn: Connection, instance_id: str, s: dict, spec: dict) -> dict[str, Any]:
+    """A fan-out step's progress: elements pending (not started), running, done and failed, and the
+    task of each started element (its latest attempt)."""
+    items = s["act_input"].get("items")
+    total = len(items) if isinstance(items, list) else 0
+    rows = run(conn, _FAN_OUT, {"i": instance_id, "a": s["activation_id"]}).all()
+    running = sum(1 for r in rows if r.state in ("PENDING", "CLAIMED"))
+    progress = Progress(total, len(rows), running, sum(1 for r in rows if r.state == "COMPLETED"))
+    return {
+        "total": total,
+        **progress.by_state(),
+        "max_parallel": spec["for_each"].get("max_parallel", FANOUT_DEFAULT_PARALLEL),
+        "elements": [
+            {"index": r.element, "task_id": r.id, "state": r.state, "attempt": r.attempt}
+            for r in rows[:FAN_OUT_LISTED]
+        ],
+    }
 
 
 def _t(v: Any) -> str | None:
@@ -97,6 +131,10 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
         "revision": str(inst["revision"]),
         "step": _marked(conn, instance_id, [_summary(s)])[0],
     }
+    if s["state"] == "SKIPPED" and s["act_error"] is not MISSING:  # the skip rule's reason, no activation
+        out["skipped"] = s["act_error"]
+        if s["completed_at"] is not None:
+            out["completed_at"] = rfc3339(s["completed_at"])
     if not s["activation_id"]:
         return out
     if s["act_input"] is not MISSING:
@@ -133,6 +171,8 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
         if left is not None:  # paused: the backoff's time left, not a time that passes meanwhile
             out["next_attempt_remaining_ms"] = left
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[key]
+    if "for_each" in spec and isinstance(s["act_input"], dict):
+        out["fan_out"] = fan_out_progress(conn, instance_id, s, spec)
     if s["kind"] == "POLL":
         poll: dict[str, Any] = {
             "used_rounds": s["poll_used_rounds"],

@@ -92,6 +92,7 @@ def create_task(
     compensation_of_output: str | None = None,
     purpose: str = "STEP",
     into: Activation | None = None,
+    element: int | None = None,
 ) -> str:
     """A task on its queue; its instance's watch is due no later than its deadline. A compensation
     task's input also carries the compensated activation's output (``compensation_of_output``: the
@@ -114,6 +115,7 @@ def create_task(
             "purpose": purpose,
             "output": compensation_of_output,
             "instance_created_at": inst["created_at"],
+            **({"element": element} if element is not None else {}),
         },
         into=None if into is None else into.tasks,
     )
@@ -192,8 +194,9 @@ def step_task(
     attempt: int,
     poll_round: int | None = None,
     into: Activation | None = None,
+    element: int | None = None,
 ) -> str:
-    """The task of attempt ``attempt`` (and POLL round ``poll_round``) of the step's current activation,
+    """The task of attempt ``attempt`` (and POLL round ``poll_round``, or fan-out element ``element``) of the step's current activation,
     on the step's queue with the step's timeout; with a ``dispatch`` target, its ``external_dispatch`` job."""
     task_id = create_task(
         conn,
@@ -207,6 +210,7 @@ def step_task(
         timeout_seconds=spec.get("timeout_seconds", DEFAULT_TASK_TIMEOUT_SECONDS),
         poll_round=poll_round,
         into=into,
+        element=element,
     )
     if spec.get("dispatch"):  # an external approval system hears of every attempt's task
         job(

@@ -336,3 +336,27 @@ def test_live_refresh_pauses_while_a_form_is_filled(admin, live_url, scenario):
     page.wait_for_timeout(12_000)  # more than two refresh periods
     assert [u for u in seen if "/console/tasks" in u] == []
     page.close()
+
+
+def test_skipped_steps_and_fan_out_progress_at_1280_and_390(browser, live_url, scenario):
+    """A branch not taken says why on the workflow page (table, timeline) and its step page; a fan-out
+    shows its progress; both widths (the axe and overflow checks of every page cover these pages too)."""
+    wid = scenario.wf["branched"]
+    for viewport in (WIDE, PHONE):
+        ctx = login(browser, live_url, scenario.tokens["admin"], viewport)
+        page = ctx.new_page()
+        page.goto(live_url + f"/console/workflows/{wid}")
+        skipped = page.locator("#steps tbody tr", has_text="manual_approval")
+        expect(skipped).to_contain_text("SKIPPED")
+        expect(skipped).to_contain_text("skipped: CONDITION_FALSE")
+        expect(page.locator("#steps tbody tr", has_text="reserve_lines")).to_contain_text(
+            "1/3 elements done, 2 running, 0 failed"
+        )
+        expect(page.locator("svg.timeline text.skipped")).to_contain_text("skipped: CONDITION_FALSE")
+        page.goto(live_url + f"/console/workflows/{wid}/steps/manual_approval")
+        expect(page.locator(".facts")).to_contain_text(
+            "CONDITION_FALSE: condition is false: $.input.amount > 1000"
+        )
+        page.goto(live_url + f"/console/workflows/{wid}/steps/reserve_lines")
+        expect(page.locator(".facts")).to_contain_text("3 element(s): 0 pending, 2 running, 1 done, 0 failed")
+        ctx.close()

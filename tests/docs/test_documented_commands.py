@@ -32,6 +32,13 @@ OUTCOMES = {
     "examples/signals.py": ["is now CONSUMED", "SUCCEEDED: {"],
     "examples/pause_cancel.py": ["still ACTIVE (not claimed)", "SUCCEEDED: {'pages': 3}", "CANCELLED"],
     "examples/compensation.py": ["FAILED (stop_kind FAILURE); undone in this order: payment, hotel"],
+    "examples/order_flow.py": [
+        "order A-1: SUCCEEDED",
+        "  skipped: manual_approval",
+        "order B-2: SUCCEEDED",
+        "  skipped: auto_approve",
+        "order DECLINED-3: FAILED",
+    ],
     "examples/recovery.py": ["NEEDS_REVIEW", "resolved: COMPENSATION_FAILED", "FAILED (stop_kind FAILURE)"],
     "/jobs/runtime-status": ['"live_workers"'],
     "ledgerflow definitions publish": ["definition first_definition (", "version v1 published"],

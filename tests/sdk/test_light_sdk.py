@@ -97,7 +97,8 @@ def test_the_light_sdk_installs_alone_and_its_worker_runs_a_workflow(wf_ns, tmp_
 
     log = open(tmp_path / "worker.log", "w")  # closed below
     worker = subprocess.Popen(
-        [str(py), "-I", str(EXAMPLE / "worker.py")],
+        # -E -s: no PYTHONPATH, no user site; the script's folder (the example's own modules) is on the path
+        [str(py), "-E", "-s", str(EXAMPLE / "worker.py")],
         env=_env(
             tmp_path,
             LEDGERFLOW_URL=wf_ns.url,
@@ -110,7 +111,7 @@ def test_the_light_sdk_installs_alone_and_its_worker_runs_a_workflow(wf_ns, tmp_
     )
     try:
         start = subprocess.run(
-            [str(py), "-I", str(EXAMPLE / "start.py"), "invoice"],
+            [str(py), "-E", "-s", str(EXAMPLE / "start.py")],
             env=_env(tmp_path, LEDGERFLOW_URL=wf_ns.url, LEDGERFLOW_TOKEN=wf_ns.tokens["all"]),
             cwd=tmp_path,
             capture_output=True,

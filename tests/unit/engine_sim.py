@@ -28,6 +28,7 @@ from app.engine.decide.model import (
     RetryTask,
     SetProgress,
     SettleCancel,
+    Skip,
     Snapshot,
     Step,
     Stop,
@@ -57,6 +58,10 @@ class Model:
     ends: list[str] = field(default_factory=list)
     activated_while_paused: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    input: dict = field(default_factory=dict)
+    outputs: dict[str, object] = field(default_factory=dict)  # of the succeeded steps
+    skipped: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (code, message)
+    ever_activated: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ helpers
     def snap(self) -> Snapshot:
@@ -88,11 +93,25 @@ class Model:
                 self.set_step(key, S.CANCELLED)
 
     # ------------------------------------------------------------------ the driver, in memory
+    def ctx(self) -> dict:
+        return {"input": self.input, "business_key": None, "steps": dict(self.outputs)}
+
     def settle(self) -> None:
-        for _ in range(100):
-            effect = dp.progress(self.snap())
+        conds = {k: s["condition"] for k, s in self.specs.items() if "condition" in s}
+        for _ in range(300):
+            effect = dp.progress(self.snap(), conds, self.ctx())
             if effect is None:
                 return
+            if isinstance(effect, Skip):
+                if self.inst.paused:
+                    self.activated_while_paused.extend(k for k, _, _ in effect.items)
+                for key, code, message in effect.items:
+                    st = self.steps[key]
+                    if st.state != S.BLOCKED or key in self.skipped or key in self.ever_activated:
+                        raise InvariantBroken(f"skip of {key} in {st.state}")
+                    self.steps[key] = replace(st, state=S.SKIPPED)
+                    self.skipped[key] = (code, message)
+                continue
             if isinstance(effect, Activate):
                 if self.inst.paused:
                     self.activated_while_paused.extend(effect.keys)
@@ -110,6 +129,7 @@ class Model:
                         task_attempts=1 if st.kind == StepKind.TASK else 0,
                     )
                     self.activations.append((key, seq, state))
+                    self.ever_activated.append(key)
                 continue
             if isinstance(effect, SettleCancel):
                 self.settle_cancel()
@@ -165,13 +185,17 @@ class Model:
         if self.steps[key].state == S.ACTIVE and not self.inst.paused and not self.inst.cancel_requested:
             self.claimed.add(key)
 
-    def task_result(self, key: str, completed: bool, retryable: bool = True) -> None:
+    def task_result(self, key: str, completed: bool, retryable: bool = True, output: object = None) -> None:
         st = self.steps[key]
         if st.kind != StepKind.TASK or st.state != S.ACTIVE:
             return
         if self.inst.cancel_requested and key not in self.claimed:
             return  # an unclaimed task was canceled with the request
-        value = {"ok": True} if completed else {"retryable": retryable, "message": "x"}
+        value = (
+            ({"ok": True} if output is None else output)
+            if completed
+            else {"retryable": retryable, "message": "x"}
+        )
         task = {"id": f"t-{key}", "activation_id": st.activation_id}
         verdict = dt.task_ended(
             self.inst, st, task, self.specs[key], "completed" if completed else "failed", value
@@ -188,6 +212,7 @@ class Model:
             return
         if isinstance(verdict, CompleteStep):
             self.set_step(key, S.SUCCEEDED)
+            self.outputs[key] = verdict.output
             self.settle()
         elif isinstance(verdict, RetryTask):
             self.steps[key] = replace(st, task_attempts=verdict.attempt)
@@ -207,6 +232,7 @@ class Model:
         if st.kind == StepKind.TIMER:
             if dw.timer_due(st) is None:
                 self.set_step(key, S.SUCCEEDED)
+                self.outputs[key] = None
                 self.settle()
         elif st.kind == StepKind.TASK and dw.task_retry(st, st.task_attempts + 1) is None:
             pass  # the retry path with a delay is covered by task_result (the step stays WAITING)
@@ -271,6 +297,12 @@ class Model:
             open_ = [q for k, q, s in self.activations if k == key and s in STEP_OPEN]
             if len(open_) > 1:
                 raise InvariantBroken(f"step {key} has {len(open_)} current activations")
+        if len(self.ever_activated) != len(set(self.ever_activated)):
+            raise InvariantBroken(f"a step was activated twice: {self.ever_activated}")
+        if set(self.ever_activated) & set(self.skipped):
+            raise InvariantBroken(
+                f"steps both activated and skipped: {set(self.ever_activated) & set(self.skipped)}"
+            )
         if len(self.ends) > 1:
             raise InvariantBroken(f"the instance ended {len(self.ends)} times: {self.ends}")
         if self.activated_while_paused:
@@ -283,9 +315,11 @@ class Model:
             )
 
 
-def new_model(specs: list[dict]) -> Model:
+def new_model(specs: list[dict], input: dict | None = None) -> Model:
     steps = {
         s["key"]: Step(key=s["key"], kind=s["kind"], state=S.BLOCKED, after=tuple(s.get("after", ())))
         for s in specs
     }
-    return Model(inst=Inst(id="i", state=I.RUNNING), steps=steps, specs={s["key"]: s for s in specs})
+    return Model(
+        inst=Inst(id="i", state=I.RUNNING), steps=steps, specs={s["key"]: s for s in specs}, input=input or {}
+    )

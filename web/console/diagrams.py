@@ -23,6 +23,16 @@ def _label(text: str, limit: int = MAX_LABEL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _note(s: Mapping[str, Any]) -> str:
+    """What the node's title adds to its state: a skip's reason, a fan-out's progress."""
+    skipped, fan = s.get("skipped"), s.get("fan_out")
+    if isinstance(skipped, Mapping):
+        return f" ({skipped.get('code')}: {skipped.get('message')})"
+    if isinstance(fan, Mapping):
+        return f" ({fan['done']}/{fan['total']} done, {fan['running']} running, {fan['failed']} failed)"
+    return ""
+
+
 def graph(steps: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict[str, Any]:
     """Nodes and edges of the step graph. ``steps``: in graph order, each with ``key``, ``state``,
     ``after``; ``layers``: each key's depth."""
@@ -43,6 +53,7 @@ def graph(steps: Sequence[Mapping[str, Any]], layers: Mapping[str, int]) -> dict
             "label": _label(s["key"]),
             "state": s["state"],
             "kind": s.get("kind", ""),
+            "note": _note(s),
             "x": round(pos[s["key"]][0], 1),
             "y": round(pos[s["key"]][1], 1),
         }
@@ -77,9 +88,12 @@ def timeline(
     activations: Sequence[Mapping[str, Any]],
     attempts: Sequence[Mapping[str, Any]],
     now: datetime,
+    skipped: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Rows, bars and time ticks of the timeline (see the module text). Times are datetimes; an open
-    activation or attempt ends at ``now``."""
+    activation or attempt ends at ``now``. ``skipped``: the skip reason of each SKIPPED step by key (its
+    row has no bar; the reason is written in it)."""
+    skipped = skipped or {}
     keys = list(order)
     for a in [*activations, *attempts]:
         if a["key"] not in keys:
@@ -138,7 +152,8 @@ def timeline(
         "top": TL_TOP,
         "row": TL_ROW,
         "rows": [
-            {"key": _label(k, 20), "y": TL_TOP + i * TL_ROW + TL_ROW / 2 + 4} for i, k in enumerate(keys)
+            {"key": _label(k, 20), "y": TL_TOP + i * TL_ROW + TL_ROW / 2 + 4, "skipped": skipped.get(k)}
+            for i, k in enumerate(keys)
         ],
         "bars": bars,
         "ticks": ticks,

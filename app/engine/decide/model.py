@@ -59,6 +59,14 @@ class Activate:
 
 
 @dataclass(frozen=True)
+class Skip:
+    """These BLOCKED steps end SKIPPED without running: ``items`` are ``(key, code, message)``, code
+    ``CONDITION_FALSE`` or ``DEPENDENCIES_SKIPPED`` (the skip rule: ``decide/progress.py``)."""
+
+    items: tuple[tuple[str, str, str], ...]
+
+
+@dataclass(frozen=True)
 class Finish:
     """Every step succeeded: the instance ends SUCCEEDED with its output mapping."""
 

@@ -257,6 +257,48 @@ _SET_WAITING = query(
 )
 
 
+# A step the skip rule decides not to run (``decide/progress.py``): its row is inserted SKIPPED (revision 2,
+# as an activation's first row), with no activation and the reason in ``act_error`` (``{code, message}``,
+# shown as the step's ``skipped``). A row already there refuses the move, as for ``_ACTIVATE_FIRST``.
+_SKIP_FIRST = query(
+    "step_skip_first",
+    """
+INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, act_error, completed_at)
+VALUES (:id, :inst, :key, :kind, 'SKIPPED', 2, :after, CAST(:why AS jsonb), now())
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
+""",
+)
+# the same for a BLOCKED row an older release inserted at its instance's start
+_SKIP_STORED = query(
+    "step_skip_stored",
+    f"""
+UPDATE workflow_steps SET state = 'SKIPPED', act_error = CAST(:why AS jsonb), completed_at = now(), {_BUMP}
+WHERE id = :id AND state = 'BLOCKED' RETURNING instance_id
+""",
+)
+
+
+def skip(conn: Connection, iid: str, step: dict, code: str, message: str) -> None:
+    """BLOCKED -> SKIPPED: the step will not run (``code`` CONDITION_FALSE / DEPENDENCIES_SKIPPED)."""
+    first = step.get("stored") is False
+    one(
+        conn,
+        f"step {step['key']} -> SKIPPED",
+        step["id"],
+        [S.BLOCKED],
+        _SKIP_FIRST if first else _SKIP_STORED,
+        {
+            "id": step["id"],
+            "inst": iid,
+            "key": step["key"],
+            "kind": step["kind"],
+            "after": list(step["after"]),
+            "why": jdump({"code": code, "message": message}),
+        },
+    )
+    events.emit(conn, iid, "step.skipped", step_key=step["key"], reason=code)
+
+
 def set_active(conn: Connection, step: dict, task_id: str) -> None:
     """The next task attempt / poll round runs: ACTIVE and pointing at its task."""
     row = one(

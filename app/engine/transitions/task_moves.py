@@ -37,6 +37,16 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
     )
 
 
+# the task of element ``:element`` of a fan-out step (a STEP task; migration 0027)
+TASK_INSERT_ELEMENT = query(
+    "task_insert_element",
+    """
+INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+    attempt, deadline_at, purpose, instance_created_at, element)
+VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb), :attempt,
+    now() + make_interval(secs => :timeout), 'STEP', :instance_created_at, :element)
+""",
+)
 TASK_INSERT = query(
     "task_insert",
     """
@@ -66,7 +76,9 @@ def insert(conn: Connection, row: dict[str, Any], *, into: list[dict[str, Any]] 
     for the statement of its step's first activation, which inserts it with the step's row
     (``step_moves.activate``)."""
     params = {"round": None, "purpose": "STEP", "output": None, **row}
-    if into is not None:
+    if params.get("element") is not None:  # one element of a fan-out step: its own statement
+        run(conn, TASK_INSERT_ELEMENT, params)
+    elif into is not None:
         if params["purpose"] == "COMPENSATION":
             raise ValueError("a compensation task is inserted on its own")
         into.append(params)

@@ -3,32 +3,22 @@
     pip install /path/to/ledgerflow/sdk
     LEDGERFLOW_URL=https://... LEDGERFLOW_TOKEN=lf_... python worker.py     # until Ctrl-C or SIGTERM
 
-It serves the two queues of start.py: a plain function and an ``async def`` one, up to 8 tasks at once.
+It serves the steps of the invoice workflow (invoice.py): a plain function and an ``async def`` one,
+up to 8 tasks at once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 
-from ledgerflow.client import Client, Task, TaskWorker, run_script
+from invoice import wf
 
-worker = TaskWorker(Client(), concurrency=int(os.environ.get("WORKER_CONCURRENCY", "8")), wait_seconds=5)
+from ledgerflow.client import Client, TaskWorker, run_script
 
-
-@worker.task("invoices.render")
-def render(task: Task) -> dict:
-    # plain functions run in the worker's threads (up to `concurrency` at once): keep them thread-safe
-    lines = task.input["lines"]
-    return {"total": sum(line["amount"] for line in lines), "count": len(lines)}
-
-
-@worker.task("invoices.send")
-async def send(task: Task) -> dict:
-    # async functions run on one event loop: await your HTTP client, database driver, ...
-    await asyncio.sleep(0)
-    return {"sent_to": task.input["email"], "total": task.input["total"]}
+worker = wf.register(
+    TaskWorker(Client(), concurrency=int(os.environ.get("WORKER_CONCURRENCY", "8")), wait_seconds=5)
+)
 
 
 def main() -> None:
