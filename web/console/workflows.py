@@ -10,6 +10,7 @@ is shown leads to a 404); acting on a workflow stays with credentials of the wor
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from flask import Response, g, render_template, request
@@ -166,7 +167,7 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         "timeline": timeline([s["key"] for s in steps], spans["activations"], spans["attempts"], now),
         "spans_truncated": spans["truncated"],
         "signals": signals.list_signals(conn, inst, HISTORY_PAGE, None)["items"],
-        "events": history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None),
+        "events": _events(conn, inst),
         "now": now,
         "has_output": inst["output"] is not MISSING,
         "acts_here": acts_here(inst),
@@ -182,6 +183,34 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         )
         out["audit"] = {"items": page_.items, "next": page_.next_cursor}
     return out
+
+
+def _events(conn: Connection, inst: dict[str, Any]) -> dict[str, Any]:
+    """A page of the workflow's events, each row readable without unfolding its body: its step, task
+    and error (the task's or the activation's, ``history.event_errors``; a failed workflow's own),
+    the time since the previous event of the page and whether its UTC date differs from it."""
+    page_ = history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None)
+    errors = history.event_errors(conn, inst, page_["items"])
+    prev: datetime | None = None
+    rows = []
+    for e in page_["items"]:
+        at = datetime.fromisoformat(e["created_at"].replace("Z", "+00:00"))
+        error = errors.get(e["id"])
+        if error is None and e["type"] == "workflow.failed" and inst.get("error") not in (None, MISSING):
+            error = inst["error"]
+        rows.append(
+            {
+                **e,
+                "step_key": e["body"].get("step_key"),
+                "task_id": e["body"].get("task_id"),
+                "error": error,
+                "at": at,
+                "since_prev": None if prev is None else (at - prev).total_seconds(),
+                "new_day": prev is None or prev.date() != at.date(),
+            }
+        )
+        prev = at
+    return {**page_, "items": rows}
 
 
 def _why(conn: Connection, inst: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any] | None:

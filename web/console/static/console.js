@@ -18,7 +18,40 @@
     var elt = e.detail && e.detail.elt;
     if (elt && elt.hasAttribute && elt.hasAttribute("data-live") && filling()) { e.preventDefault(); }
   });
+  // JSON blocks: a copy button beside each (rendered hidden: without this script there is none).
+  function copyText(text, done) {
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(false); });
+      return;
+    }
+    var area = document.createElement("textarea");  // plain HTTP: the older way
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (err) { ok = false; }
+    document.body.removeChild(area);
+    done(ok);
+  }
+  function showCopyButtons(root) {
+    (root || document).querySelectorAll("button[data-copy]").forEach(function (b) { b.hidden = false; });
+  }
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("button[data-copy]");
+    if (!button) { return; }
+    var pre = button.parentNode.querySelector("pre");
+    if (!pre) { return; }
+    copyText(pre.textContent, function (ok) {
+      button.textContent = ok ? "Copied" : "Copy failed";
+      setTimeout(function () { button.textContent = "Copy"; }, 1500);
+    });
+  });
+  document.addEventListener("htmx:afterSwap", function (e) { showCopyButtons(e.target); });
   document.addEventListener("DOMContentLoaded", function () {
+    showCopyButtons(document);
     var all = document.getElementById("select-all");
     if (all) {
       all.addEventListener("change", function () {

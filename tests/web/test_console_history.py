@@ -1,0 +1,83 @@
+"""Issue 47, point 7 (and the links and names of point 8): the workflow page's event history reads without
+unfolding anything (step, task, error, the exact UTC time as text, the time since the previous event);
+JSON blocks fold and carry a copy button served by the console's own script (CSP: no inline script);
+dead deliveries, rule executions, schedules and rules link what they name, by name."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from tests.console_scenario import Scenario, build, sql
+from tests.web.test_console import login
+
+
+@pytest.fixture(scope="module")
+def scenario(app) -> Scenario:
+    return build()
+
+
+@pytest.fixture(scope="module")
+def admin(app, scenario: Scenario):
+    c = app.test_client()
+    assert login(c, scenario.tokens["admin"]).status_code == 302
+    return c
+
+
+def _page(client, path: str) -> str:
+    r = client.get(path)
+    assert r.status_code == 200, (path, r.status_code)
+    return html.unescape(r.get_data(as_text=True))
+
+
+def _rows(page: str, table_id: str) -> list[str]:
+    body = page.split(f'id="{table_id}"')[1].split("</table>")[0]
+    return re.findall(r"<tr[ >].*?</tr>", body, flags=re.S)[1:]  # without the header row
+
+
+def test_event_rows_show_step_task_error_and_times_as_text(admin, scenario):
+    wid = scenario.wf["failed"]
+    page = _page(admin, f"/console/workflows/{wid}")
+    rows = _rows(page, "event-history")
+    types = [re.search(r'data-label="Event">([\w.]+)', r).group(1) for r in rows]
+    assert types[0] == "workflow.started" and "task.failed" in types and types[-1] == "workflow.failed"
+    failed = rows[types.index("task.failed")]
+    task_id = sql("SELECT id FROM workflow_tasks WHERE instance_id = :i", i=wid)[0][0]
+    assert f'/console/workflows/{wid}/steps/score#attempts">score</a>' in failed
+    assert task_id[:8] in failed  # the task, on the row
+    assert "score service answered 503 twice" in failed.split('data-label="Error"')[1].split("</td>")[0]
+    assert "score service answered 503 twice" in rows[-1]  # the workflow's own failure on its event
+    # the exact UTC time is text of the cell (a phone has no hover), the date on the first row at least
+    first_at = rows[0].split('data-label="At (UTC)"')[1].split("</td>")[0]
+    assert re.search(r">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}</time>", first_at), first_at
+    assert "title=" not in first_at
+    # the time since the previous event: none on the first row, "+…" on every later one
+    gaps = [r.split('data-label="After previous">')[1].split("</td>")[0] for r in rows]
+    assert gaps[0] == "—" and all(
+        re.fullmatch(r"\+[\d.]+ (ms|s|min \d+ s|h \d+ min)", g) for g in gaps[1:]
+    ), gaps
+    # the body is still there, folded
+    assert '<details class="fold json"><summary>Body' in failed
+
+
+def test_audit_entries_show_their_utc_time_as_text(admin, scenario):
+    page = _page(admin, f"/console/workflows/{scenario.wf['review']}")
+    audit = page.split('class="timeline-list"')[1].split("</ol>")[0]
+    assert (
+        len(re.findall(r"<time datetime=\"[^\"]+Z\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}</time>", audit))
+        >= 20
+    )
+
+
+def test_json_blocks_fold_and_carry_a_copy_button_served_by_the_console_script(admin, app, scenario):
+    r = admin.get(f"/console/workflows/{scenario.wf['failed']}")
+    page = r.get_data(as_text=True)
+    inp = page.split('aria-label="Input"')[1].split("</section>")[0]
+    # a short block starts open, a long one folded; both can be folded and both have the button
+    assert '<details class="fold json" open><summary>Input <small>(3 lines)</small></summary>' in inp
+    assert '<button type="button" class="copy" data-copy hidden aria-label="Copy Input">Copy</button>' in inp
+    assert "<script>" not in page and "script-src 'self'" in r.headers["Content-Security-Policy"]
+    js = admin.get("/console/static/console.js").get_data(as_text=True)
+    assert "button[data-copy]" in js and "clipboard" in js
