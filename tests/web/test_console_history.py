@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+from app.db import transaction
+from app.integrations import subscriptions
 from tests.console_scenario import Scenario, build, sql
 from tests.web.test_console import login
 
@@ -81,3 +83,48 @@ def test_json_blocks_fold_and_carry_a_copy_button_served_by_the_console_script(a
     assert "<script>" not in page and "script-src 'self'" in r.headers["Content-Security-Policy"]
     js = admin.get("/console/static/console.js").get_data(as_text=True)
     assert "button[data-copy]" in js and "clipboard" in js
+
+
+# --------------------------------------------------------------------------- point 8: links and names
+def test_a_dead_delivery_links_its_subscription_and_the_events_workflow(admin, scenario):
+    wid = scenario.wf["failed"]
+    sub = _page(admin, f"/console/integrations/subscriptions/{scenario.subscription_id}")
+    row = next(r for r in re.findall(r"<tr>.*?</tr>", sub, flags=re.S) if "HTTP 502" in r)
+    assert f'href="/console/workflows/{wid}"' in row and "of workflow" in row
+    # the delivery's ledger job, dead: its page names the delivery's subscription and workflow
+    with transaction() as conn:
+        job_id = subscriptions.enqueue_delivery(conn, scenario.delivery_id, f"test:{wid}", delay_ms=3_600_000)
+    sql(
+        "UPDATE workflow_jobs SET status = 'dead', finished_at = now(), error_code = 'HTTP_502', "
+        "last_error = 'HTTP 502 from the receiver' WHERE id = :j",
+        j=job_id,
+    )
+    job = _page(admin, f"/console/jobs/{job_id}")
+    fact = job.split('id="delivery"')[1].split("</dd>")[0]
+    assert f'href="/console/integrations/subscriptions/{scenario.subscription_id}"' in fact
+    assert f'href="/console/workflows/{wid}"' in fact and "workflow.failed" in fact
+    assert "s3cret" not in fact  # the endpoint as the subscription pages show it: its query redacted
+
+
+def test_rule_executions_link_the_started_workflow_and_rules_name_definitions(admin, scenario):
+    wid, risk = scenario.wf["failed"], scenario.defs["risk"]
+    rule = _page(admin, f"/console/integrations/rules/{scenario.rule_id}")
+    done = next(r for r in re.findall(r"<tr>.*?</tr>", rule, flags=re.S) if "succeeded" in r)
+    assert f'Started workflow <a href="/console/workflows/{wid}">' in done and "workflow_id" not in done
+    facts = rule.split('class="facts"')[1].split("</dl>")[0]
+    assert f'<a class="def" href="/console/definitions/{risk}">risk-check</a>' in facts
+    assert f'<a class="def" href="/console/definitions/{risk}/versions/v1">risk-check v1</a>' in facts
+    assert risk[:8] not in re.sub(r'href="[^"]+"', "", facts)  # a name, not the id
+    listing = _page(admin, "/console/integrations")
+    assert f'<a class="def" href="/console/definitions/{risk}/versions/v1">risk-check v1</a>' in listing
+
+
+def test_schedules_name_the_definition_they_start(admin, scenario):
+    order = scenario.defs["order"]
+    listing = _page(admin, "/console/schedules")
+    row = next(r for r in re.findall(r"<tr>.*?</tr>", listing, flags=re.S) if "nightly-orders" in r)
+    assert f'<a class="def" href="/console/definitions/{order}/versions/v1">order-fulfilment v1</a>' in row
+    one = _page(admin, f"/console/schedules/{scenario.schedule_id}")
+    starts = one.split("<dt>Starts</dt>")[1].split("</dd>")[0]
+    assert f'<a class="def" href="/console/definitions/{order}">order-fulfilment</a>' in starts
+    assert order[:8] not in re.sub(r'href="[^"]+"', "", starts)
