@@ -336,3 +336,35 @@ def test_live_refresh_pauses_while_a_form_is_filled(admin, live_url, scenario):
     page.wait_for_timeout(12_000)  # more than two refresh periods
     assert [u for u in seen if "/console/tasks" in u] == []
     page.close()
+
+
+def test_event_history_reads_on_a_phone_and_json_blocks_copy(browser, live_url, scenario):
+    """Issue 47, point 7: on a 390 px screen (no hover) an event row shows its step, error and exact UTC
+    time as text; a JSON block folds and its copy button (the console's own script, under the CSP) puts
+    the block's text on the clipboard."""
+    ctx = login(
+        browser,
+        live_url,
+        scenario.tokens["admin"],
+        PHONE,
+        permissions=["clipboard-read", "clipboard-write"],
+    )
+    page = ctx.new_page()
+    page.goto(live_url + f"/console/workflows/{scenario.wf['failed']}")
+    row = page.locator("#event-history tbody tr", has_text="task.failed")
+    expect(row.locator('td[data-label="Step"]')).to_have_text("score")
+    expect(row.locator('td[data-label="Error"]')).to_contain_text("score service answered 503 twice")
+    at = row.locator('td[data-label="At (UTC)"] time')
+    expect(at).to_be_visible()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", at.inner_text())
+    expect(row.locator('td[data-label="After previous"]')).to_contain_text("+")
+    block = page.get_by_role("region", name="Input").locator("details.json")
+    expect(block).to_have_attribute("open", "")
+    copy = block.get_by_role("button", name="Copy Input")
+    expect(copy).to_be_visible()  # shown by console.js
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert '"customer": "C-7"' in page.evaluate("navigator.clipboard.readText()")
+    block.locator("summary").click()
+    expect(block).not_to_have_attribute("open", "")
+    ctx.close()
