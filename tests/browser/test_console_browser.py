@@ -368,3 +368,26 @@ def test_event_history_reads_on_a_phone_and_json_blocks_copy(browser, live_url, 
     block.locator("summary").click()
     expect(block).not_to_have_attribute("open", "")
     ctx.close()
+
+
+def test_a_fold_the_operator_closed_stays_closed_when_the_live_page_refreshes(admin, live_url, scenario):
+    page = admin.new_page()
+    page.goto(live_url + f"/console/workflows/{scenario.wf['running']}")
+    block = page.get_by_role("region", name="Input").locator("details.json")
+    expect(block).to_have_attribute("open", "")
+    block.locator("summary").click()
+    expect(block).not_to_have_attribute("open", "")
+    for _ in range(2):  # two refreshes of the live region (htmx, every few seconds)
+        with page.expect_response(
+            lambda r: (
+                f"/console/workflows/{scenario.wf['running']}" in r.url
+                and r.request.headers.get("hx-request") == "true"
+            ),
+            timeout=60_000,
+        ):
+            pass
+    page.wait_for_function("document.getElementById('wf-live') !== null")
+    expect(page.get_by_role("region", name="Input").locator("details.json")).not_to_have_attribute("open", "")
+    page.get_by_role("region", name="Input").locator("summary").click()  # the swapped-in block has its button
+    expect(page.get_by_role("region", name="Input").get_by_role("button", name="Copy Input")).to_be_visible()
+    page.close()

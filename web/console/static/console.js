@@ -49,7 +49,24 @@
       setTimeout(function () { button.textContent = "Copy"; }, 1500);
     });
   });
-  document.addEventListener("htmx:afterSwap", function (e) { showCopyButtons(e.target); });
+  // A live region keeps the folds (JSON blocks, panels) the operator opened or closed across its refresh.
+  var folds = null;
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var elt = e.detail && e.detail.elt;
+    if (elt && elt.id && elt.hasAttribute && elt.hasAttribute("data-live")) {
+      folds = { id: elt.id, open: Array.prototype.map.call(elt.querySelectorAll("details"), function (d) { return d.open; }) };
+    }
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    showCopyButtons(document);
+    if (!folds) { return; }
+    var region = document.getElementById(folds.id);
+    var all = region ? region.querySelectorAll("details") : [];
+    if (all.length === folds.open.length) {
+      for (var i = 0; i < all.length; i++) { all[i].open = folds.open[i]; }
+    }
+    folds = null;
+  });
   document.addEventListener("DOMContentLoaded", function () {
     showCopyButtons(document);
     var all = document.getElementById("select-all");
