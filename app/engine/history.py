@@ -219,6 +219,17 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     return out
 
 
+def event_time(conn: Connection, inst: dict, seq: int) -> str | None:
+    """When the instance's event ``seq`` was written (RFC 3339), None when there is none: the time a page
+    of events measures its first row from."""
+    row = run(
+        conn,
+        "SELECT created_at FROM workflow_events WHERE instance_id = :i AND seq = :s",
+        {"i": inst["id"], "s": seq},
+    ).one_or_none()
+    return None if row is None else rfc3339(row.created_at)
+
+
 # Event types whose row names an error: the task's (task.*) or the step activation's (step.*).
 _TASK_ERROR_EVENTS = ("task.failed", "task.timed_out")
 _STEP_ERROR_EVENTS = ("step.failed", "step.needs_review")

@@ -128,3 +128,18 @@ def test_schedules_name_the_definition_they_start(admin, scenario):
     starts = one.split("<dt>Starts</dt>")[1].split("</dd>")[0]
     assert f'<a class="def" href="/console/definitions/{order}">order-fulfilment</a>' in starts
     assert order[:8] not in re.sub(r'href="[^"]+"', "", starts)
+
+
+def test_a_later_page_of_events_measures_its_first_row_from_the_page_before(admin, scenario, monkeypatch):
+    monkeypatch.setattr("web.console.workflows.EVENTS_PAGE", 3)
+    wid = scenario.wf["failed"]
+    first = _page(admin, f"/console/workflows/{wid}")
+    assert len(_rows(first, "event-history")) == 3
+    newer = re.search(r'href="(\?events=[^"#]+)#events">Newer events', first).group(1)
+    rows = _rows(_page(admin, f"/console/workflows/{wid}{newer}"), "event-history")
+    assert re.search(r'data-label="#" class="num">4<', rows[0])
+    gap = rows[0].split('data-label="After previous">')[1].split("</td>")[0]
+    assert re.fullmatch(r"\+[\d.]+ (ms|s|min \d+ s|h \d+ min)", gap), gap
+    assert re.search(
+        r">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}</time>", rows[0]
+    )  # the page's first row has its date

@@ -185,16 +185,24 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
     return out
 
 
+def _utc(rfc3339: str) -> datetime:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+
+
 def _events(conn: Connection, inst: dict[str, Any]) -> dict[str, Any]:
     """A page of the workflow's events, each row readable without unfolding its body: its step, task
     and error (the task's or the activation's, ``history.event_errors``; a failed workflow's own),
-    the time since the previous event of the page and whether its UTC date differs from it."""
+    the time since the previous event (on a later page, the first row's from the page before) and
+    whether its UTC date is shown (the page's first row, and where the date changes)."""
     page_ = history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None)
     errors = history.event_errors(conn, inst, page_["items"])
     prev: datetime | None = None
+    if page_["items"] and page_["items"][0]["seq"] > 1:  # a later page: from the last event of the one before
+        before = history.event_time(conn, inst, page_["items"][0]["seq"] - 1)
+        prev = _utc(before) if before else None
     rows = []
     for e in page_["items"]:
-        at = datetime.fromisoformat(e["created_at"].replace("Z", "+00:00"))
+        at = _utc(e["created_at"])
         error = errors.get(e["id"])
         if error is None and e["type"] == "workflow.failed" and inst.get("error") not in (None, MISSING):
             error = inst["error"]
@@ -206,7 +214,7 @@ def _events(conn: Connection, inst: dict[str, Any]) -> dict[str, Any]:
                 "error": error,
                 "at": at,
                 "since_prev": None if prev is None else (at - prev).total_seconds(),
-                "new_day": prev is None or prev.date() != at.date(),
+                "new_day": not rows or prev is None or prev.date() != at.date(),
             }
         )
         prev = at
