@@ -200,7 +200,7 @@ def _events(conn: Connection, inst: dict[str, Any]) -> dict[str, Any]:
     if page_["items"] and page_["items"][0]["seq"] > 1:  # a later page: from the last event of the one before
         before = history.event_time(conn, inst, page_["items"][0]["seq"] - 1)
         prev = _utc(before) if before else None
-    rows = []
+    rows: list[dict[str, Any]] = []
     for e in page_["items"]:
         at = _utc(e["created_at"])
         error = errors.get(e["id"])
