@@ -362,7 +362,11 @@ def build() -> Scenario:
         id2=new_id(),
         ns=admin.namespace_id,
         sub=s.subscription_id,
-        ev=new_id(),
+        # the failed delivery is of a real event (its page links the event's workflow)
+        ev=sql(
+            "SELECT id FROM workflow_events WHERE instance_id = :i AND type = 'workflow.failed'",
+            i=s.wf["failed"],
+        )[0][0],
         ev2=new_id(),
     )
     sql(

@@ -220,3 +220,49 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     if len(rows) > limit:
         out["next_cursor"] = cursors.encode({"s": items[-1]["seq"]}, binding)
     return out
+
+
+def event_time(conn: Connection, inst: dict, seq: int) -> str | None:
+    """When the instance's event ``seq`` was written (RFC 3339), None when there is none: the time a page
+    of events measures its first row from."""
+    row = run(
+        conn,
+        "SELECT created_at FROM workflow_events WHERE instance_id = :i AND seq = :s",
+        {"i": inst["id"], "s": seq},
+    ).one_or_none()
+    return None if row is None else rfc3339(row.created_at)
+
+
+# Event types whose row names an error: the task's (task.*) or the step activation's (step.*).
+_TASK_ERROR_EVENTS = ("task.failed", "task.timed_out")
+_STEP_ERROR_EVENTS = ("step.failed", "step.needs_review")
+
+
+def event_errors(conn: Connection, inst: dict, items: list[dict]) -> dict[str, Any]:
+    """``{event id: error}`` for a page of ``events`` (a failed / timed-out task: the task's error; a
+    failed step or one in review: its activation's error). Events keep no error of their own (bounded
+    bodies); two statements for a page, by the primary keys the events name, within this instance."""
+    task_ids = sorted({str(e["body"].get("task_id")) for e in items if e["type"] in _TASK_ERROR_EVENTS})
+    act_ids = sorted({str(e["body"].get("activation_id")) for e in items if e["type"] in _STEP_ERROR_EVENTS})
+    found: dict[str, Any] = {}
+    for sql, ids in (
+        (
+            "SELECT id, error::text AS error FROM workflow_tasks WHERE instance_id = :i AND id = ANY(:ids)",
+            task_ids,
+        ),
+        (
+            "SELECT id, error::text AS error FROM workflow_all_activations WHERE instance_id = :i AND id = ANY(:ids)",
+            act_ids,
+        ),
+    ):
+        ids = [i for i in ids if is_hex32(i)]
+        if ids:
+            found.update(
+                {r.id: jparse(r.error) for r in run(conn, sql, {"i": inst["id"], "ids": ids}) if r.error}
+            )
+    out: dict[str, Any] = {}
+    for e in items:
+        key = "task_id" if e["type"] in _TASK_ERROR_EVENTS else "activation_id"
+        if e["type"] in _TASK_ERROR_EVENTS + _STEP_ERROR_EVENTS and e["body"].get(key) in found:
+            out[e["id"]] = found[e["body"][key]]
+    return out

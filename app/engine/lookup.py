@@ -68,6 +68,22 @@ def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[st
     return {r.id: r.name for r in rows}
 
 
+def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str | None]) -> dict[str, str]:
+    """``{event id: workflow id}`` of the namespace's events (``app.engine.events``: an event id is its
+    batch's id with a 3-hex ordinal, a batch is of one instance); ids that name no batch are left out.
+    One statement by primary key for a page of rows."""
+    ids = sorted({i for i in event_ids if i and is_hex32(i)})
+    if not ids:
+        return {}
+    rows = run(
+        conn,
+        "SELECT id, instance_id FROM workflow_event_batches WHERE namespace_id = :ns AND id = ANY(CAST(:ids AS text[]))",
+        {"ns": namespace_id, "ids": sorted({i[:29] + "000" for i in ids})},
+    )
+    batches = {r.id: r.instance_id for r in rows}
+    return {i: batches[i[:29] + "000"] for i in ids if i[:29] + "000" in batches}
+
+
 COUNT_BUDGET_MS = 150
 
 

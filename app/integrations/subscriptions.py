@@ -338,6 +338,34 @@ def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | No
     )
 
 
+def delivery_links(conn: Connection, delivery_id: str, ns: str | None) -> dict[str, Any] | None:
+    """What a delivery names, for the page of its ledger job: its namespace, subscription (id and
+    endpoint) and event (id, type, the workflow it is of); None when ``delivery_id`` names no delivery
+    of ``ns`` (None: of any namespace)."""
+    if not isinstance(delivery_id, str) or not is_hex32(delivery_id):
+        return None
+    row = conn.execute(
+        text(
+            "SELECT d.namespace_id, d.subscription_id, s.url, d.event_id, d.event_type, b.instance_id "
+            "FROM webhook_deliveries d JOIN event_subscriptions s ON s.id = d.subscription_id "
+            "LEFT JOIN workflow_event_batches b ON b.id = left(d.event_id, 29) || '000' "
+            "AND b.namespace_id = d.namespace_id "
+            "WHERE d.id = :id AND (CAST(:ns AS text) IS NULL OR d.namespace_id = :ns)"
+        ),
+        {"id": delivery_id, "ns": ns},
+    ).one_or_none()
+    if row is None:
+        return None
+    return {
+        "namespace_id": row.namespace_id,
+        "subscription_id": row.subscription_id,
+        "url": redact_url(row.url),
+        "event_id": row.event_id,
+        "event_type": row.event_type,
+        "workflow_id": row.instance_id,
+    }
+
+
 def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:
     """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key)."""
     job = enqueue(

@@ -360,3 +360,58 @@ def test_skipped_steps_and_fan_out_progress_at_1280_and_390(browser, live_url, s
         page.goto(live_url + f"/console/workflows/{wid}/steps/reserve_lines")
         expect(page.locator(".facts")).to_contain_text("3 element(s): 0 pending, 2 running, 1 done, 0 failed")
         ctx.close()
+
+
+def test_event_history_reads_on_a_phone_and_json_blocks_copy(browser, live_url, scenario):
+    """Issue 47, point 7: on a 390 px screen (no hover) an event row shows its step, error and exact UTC
+    time as text; a JSON block folds and its copy button (the console's own script, under the CSP) puts
+    the block's text on the clipboard."""
+    ctx = login(
+        browser,
+        live_url,
+        scenario.tokens["admin"],
+        PHONE,
+        permissions=["clipboard-read", "clipboard-write"],
+    )
+    page = ctx.new_page()
+    page.goto(live_url + f"/console/workflows/{scenario.wf['failed']}")
+    row = page.locator("#event-history tbody tr", has_text="task.failed")
+    expect(row.locator('td[data-label="Step"]')).to_have_text("score")
+    expect(row.locator('td[data-label="Error"]')).to_contain_text("score service answered 503 twice")
+    at = row.locator('td[data-label="At (UTC)"] time')
+    expect(at).to_be_visible()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", at.inner_text())
+    expect(row.locator('td[data-label="After previous"]')).to_contain_text("+")
+    block = page.get_by_role("region", name="Input").locator("details.json")
+    expect(block).to_have_attribute("open", "")
+    copy = block.get_by_role("button", name="Copy Input")
+    expect(copy).to_be_visible()  # shown by console.js
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert '"customer": "C-7"' in page.evaluate("navigator.clipboard.readText()")
+    block.locator("summary").click()
+    expect(block).not_to_have_attribute("open", "")
+    ctx.close()
+
+
+def test_a_fold_the_operator_closed_stays_closed_when_the_live_page_refreshes(admin, live_url, scenario):
+    page = admin.new_page()
+    page.goto(live_url + f"/console/workflows/{scenario.wf['running']}")
+    block = page.get_by_role("region", name="Input").locator("details.json")
+    expect(block).to_have_attribute("open", "")
+    block.locator("summary").click()
+    expect(block).not_to_have_attribute("open", "")
+    for _ in range(2):  # two refreshes of the live region (htmx, every few seconds)
+        with page.expect_response(
+            lambda r: (
+                f"/console/workflows/{scenario.wf['running']}" in r.url
+                and r.request.headers.get("hx-request") == "true"
+            ),
+            timeout=60_000,
+        ):
+            pass
+    page.wait_for_function("document.getElementById('wf-live') !== null")
+    expect(page.get_by_role("region", name="Input").locator("details.json")).not_to_have_attribute("open", "")
+    page.get_by_role("region", name="Input").locator("summary").click()  # the swapped-in block has its button
+    expect(page.get_by_role("region", name="Input").get_by_role("button", name="Copy Input")).to_be_visible()
+    page.close()

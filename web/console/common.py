@@ -502,6 +502,22 @@ def _ago(value: Any) -> Markup:
     )
 
 
+@bp.app_template_filter("at")
+def _at(value: Any, with_date: bool = True) -> Markup:
+    """An exact UTC time as visible text (``2026-12-05 11:49:22.123``, or the time of day alone when
+    ``with_date`` is false) with the relative time beside it, for rows read in order (event history,
+    audit): no hover needed, so a phone shows it too."""
+    when = _as_datetime(value)
+    if when is None:
+        return Markup("—")
+    shown = (
+        when.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S") + f".{when.microsecond // 1000:03d}"
+    )
+    return Markup('<time datetime="{}">{}</time> <small class="ago">{}</small>').format(
+        when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), shown, relative(when, datetime.now(UTC))
+    )
+
+
 def duration(seconds: float | None) -> str:
     """``850 ms`` / ``12.4 s`` / ``3 min 5 s`` / ``2 h 4 min``."""
     if seconds is None:

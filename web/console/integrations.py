@@ -9,10 +9,12 @@ from datetime import UTC
 from typing import Any
 
 from flask import Response, render_template, request
+from sqlalchemy import Connection
 
 import schemas
 from app.auth import Scope
 from app.db import transaction
+from app.engine import lookup
 from app.integrations import automation, subscriptions
 from app.ledger.ops_actions import Actor
 from schemas.integrations import ReasonRequest, RedeliverSinceRequest, RotateRequest
@@ -43,15 +45,18 @@ def _ns() -> str:
 def subscriptions_page() -> str:
     ns = _ns()
     subs_cursor, rules_cursor = request.args.get("cursor") or None, request.args.get("rules") or None
-    data = read(
-        lambda c: (
-            subscriptions.list_page(c, ns, PAGE_SIZE, subs_cursor),
-            automation.list_rules(c, ns, PAGE_SIZE, rules_cursor),
-        )
-    )
-    subs, rules = data
+
+    def load(c: Connection) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+        subs = subscriptions.list_page(c, ns, PAGE_SIZE, subs_cursor)
+        rules = automation.list_rules(c, ns, PAGE_SIZE, rules_cursor)
+        actions = [r["action"] if isinstance(r["action"], dict) else {} for r in rules["items"]]
+        wanted = [x.get("definition_id") or "" for x in (*subs["items"], *rules["items"], *actions)]
+        return subs, rules, lookup.definition_names(c, [str(w) for w in wanted])
+
+    subs, rules, names = read(load)
     return render_template(
         "console/integrations.html",
+        names=names,
         subs=subs["items"],
         rules=rules["items"],
         sub_pages=pager(request.args, subs.get("next_cursor"), len(subs["items"]), PAGE_SIZE),
@@ -64,14 +69,24 @@ def subscriptions_page() -> str:
 def _subscription_page(sid: str, secret: str | None = None) -> str:
     ns = _ns()
     cursor = request.args.get("cursor") or None if request.method == "GET" else None
-    data = read(
-        lambda c: (subscriptions.get(c, ns, sid), subscriptions.deliveries(c, ns, sid, PAGE_SIZE, cursor))
-    )
-    sub, log = data
+
+    def load(c: Connection) -> tuple[dict[str, Any], dict[str, Any], dict[str, str], dict[str, str]]:
+        sub = subscriptions.get(c, ns, sid)
+        log = subscriptions.deliveries(c, ns, sid, PAGE_SIZE, cursor)
+        return (
+            sub,
+            log,
+            lookup.event_workflows(c, ns, (d["event_id"] for d in log["items"])),
+            lookup.definition_names(c, [sub["definition_id"] or ""]),
+        )
+
+    sub, log, event_workflows, names = read(load)
     return render_template(
         "console/subscription.html",
         sub=sub,
         deliveries=log["items"],
+        event_workflows=event_workflows,
+        names=names,
         secret=secret,
         pages=pager(request.args, log.get("next_cursor"), len(log["items"]), PAGE_SIZE),
     )
@@ -189,16 +204,25 @@ def redeliver_since(sid: str) -> Response:
 def _rule_page(rule_id: str) -> str:
     ns = _ns()
     cursor = request.args.get("cursor") or None if request.method == "GET" else None
-    rule, log = read(
-        lambda c: (
-            automation.get_rule(c, ns, rule_id),
-            automation.executions(c, ns, rule_id, PAGE_SIZE, cursor),
+
+    def load(c: Connection) -> tuple[dict[str, Any], dict[str, Any], dict[str, str], dict[str, str]]:
+        rule = automation.get_rule(c, ns, rule_id)
+        log = automation.executions(c, ns, rule_id, PAGE_SIZE, cursor)
+        action = rule["action"] if isinstance(rule["action"], dict) else {}
+        return (
+            rule,
+            log,
+            lookup.event_workflows(c, ns, (x["event_id"] for x in log["items"])),
+            lookup.definition_names(c, [rule["definition_id"] or "", str(action.get("definition_id") or "")]),
         )
-    )
+
+    rule, log, event_workflows, names = read(load)
     return render_template(
         "console/rule.html",
         rule=rule,
         executions=log["items"],
+        event_workflows=event_workflows,
+        names=names,
         pages=pager(request.args, log.get("next_cursor"), len(log["items"]), PAGE_SIZE),
     )
 

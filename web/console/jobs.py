@@ -22,6 +22,7 @@ from app.db import transaction
 from app.engine import lookup
 from app.errors import InvalidArgument
 from app.ids import new_id
+from app.integrations import subscriptions
 from app.ledger import ops, ops_actions, replay, status
 from schemas.jobs import (
     BatchRetryBody,
@@ -162,14 +163,18 @@ def status_panel() -> str:
 def _job_page(job_id: int) -> str:
     ns = job_scope()
 
-    def load(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def load(c: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
         detail = ops.job_detail(c, job_id, ns)
-        return detail, lookup.instance_namespaces(c, [detail["instance_id"]])
+        delivery = None
+        if detail["type"] == "webhook_delivery" and isinstance(detail.get("payload"), dict):
+            delivery = subscriptions.delivery_links(c, detail["payload"].get("delivery_id"), ns)
+        return detail, lookup.instance_namespaces(c, [detail["instance_id"]]), delivery
 
-    detail, namespaces = read(load)
+    detail, namespaces, delivery = read(load)
     return render_template(
         "console/job.html",
         job=detail,
+        delivery=delivery,
         instance_ns=namespaces.get(detail["instance_id"] or ""),
         can_read_workflows=can(Scope.WORKFLOWS_READ),
         can_retry=ops_actions.retry_refusal(detail["status"], detail["attempts"]) is None,

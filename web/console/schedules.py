@@ -13,6 +13,7 @@ from flask import Response, render_template, request
 import schemas
 from app.auth import Scope
 from app.db import transaction
+from app.engine import lookup
 from app.errors import InvalidArgument
 from app.integrations import schedules
 from app.integrations.schedule_models import OVERLAP_POLICIES
@@ -43,10 +44,16 @@ EDIT_FIELDS = ("version", "cron", "timezone", "interval_seconds", "overlap", "fi
 def schedules_list() -> str:
     ns = principal().namespace_id
     cursor = request.args.get("cursor") or None
-    data = read(lambda c: schedules.list_schedules(c, ns, PAGE_SIZE, cursor))
+
+    def load(c: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        page_ = schedules.list_schedules(c, ns, PAGE_SIZE, cursor)
+        return page_, lookup.definition_names(c, (s["definition_id"] for s in page_["items"]))
+
+    data, names = read(load)
     return render_template(
         "console/schedules.html",
         items=data["items"],
+        names=names,
         pages=pager(request.args, data.get("next_cursor"), len(data["items"]), PAGE_SIZE),
     )
 
@@ -55,9 +62,11 @@ def _schedule_page(schedule_id: str) -> str:
     ns = principal().namespace_id
 
     def load(c: Any) -> dict[str, Any]:
+        s = schedules.get_schedule(c, ns, schedule_id)
         return {
-            "s": schedules.get_schedule(c, ns, schedule_id),
+            "s": s,
             "fires": schedules.list_fires(c, ns, schedule_id, FIRES)["items"],
+            "names": lookup.definition_names(c, [s["definition_id"]]),
         }
 
     return render_template("console/schedule.html", **read(load), overlaps=OVERLAP_POLICIES)

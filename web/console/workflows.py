@@ -10,6 +10,7 @@ is shown leads to a 404); acting on a workflow stays with credentials of the wor
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from flask import Response, g, render_template, request
@@ -177,7 +178,7 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         ),
         "spans_truncated": spans["truncated"],
         "signals": signals.list_signals(conn, inst, HISTORY_PAGE, None)["items"],
-        "events": history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None),
+        "events": _events(conn, inst),
         "now": now,
         "has_output": inst["output"] is not MISSING,
         "acts_here": acts_here(inst),
@@ -197,6 +198,42 @@ def _detail(conn: Connection, instance_id: str) -> dict[str, Any]:
         )
         out["audit"] = {"items": page_.items, "next": page_.next_cursor}
     return out
+
+
+def _utc(rfc3339: str) -> datetime:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+
+
+def _events(conn: Connection, inst: dict[str, Any]) -> dict[str, Any]:
+    """A page of the workflow's events, each row readable without unfolding its body: its step, task
+    and error (the task's or the activation's, ``history.event_errors``; a failed workflow's own),
+    the time since the previous event (on a later page, the first row's from the page before) and
+    whether its UTC date is shown (the page's first row, and where the date changes)."""
+    page_ = history.events(conn, inst, EVENTS_PAGE, request.args.get("events") or None)
+    errors = history.event_errors(conn, inst, page_["items"])
+    prev: datetime | None = None
+    if page_["items"] and page_["items"][0]["seq"] > 1:  # a later page: from the last event of the one before
+        before = history.event_time(conn, inst, page_["items"][0]["seq"] - 1)
+        prev = _utc(before) if before else None
+    rows: list[dict[str, Any]] = []
+    for e in page_["items"]:
+        at = _utc(e["created_at"])
+        error = errors.get(e["id"])
+        if error is None and e["type"] == "workflow.failed" and inst.get("error") not in (None, MISSING):
+            error = inst["error"]
+        rows.append(
+            {
+                **e,
+                "step_key": e["body"].get("step_key"),
+                "task_id": e["body"].get("task_id"),
+                "error": error,
+                "at": at,
+                "since_prev": None if prev is None else (at - prev).total_seconds(),
+                "new_day": not rows or prev is None or prev.date() != at.date(),
+            }
+        )
+        prev = at
+    return {**page_, "items": rows}
 
 
 def _why(conn: Connection, inst: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any] | None:
