@@ -133,6 +133,7 @@ def run(dsn: str, args: argparse.Namespace) -> None:
     if some_id is not None:  # issue 47, over --workflows instances
         variants.update(
             {
+                "overview (the console's home)": "/console/overview",
                 "failure groups (page)": "/console/workflows/failure-groups",
                 "search: 8-char id prefix": f"/console/workflows?id_prefix={some_id[:8]}",
                 "search: key prefix, other case": "/console/workflows?business_key_prefix=ORDER-77777",

@@ -8,7 +8,7 @@ import click
 
 from app.auth import SWITCHES
 from ledgerflow.cli_common import BAD_INPUT, Failure
-from ledgerflow.light_cli import parse_duration
+from ledgerflow.light_cli import CommandError, parse_duration
 
 _HELP = {
     "workflow_access": "definitions:read + definitions:publish",
@@ -107,6 +107,8 @@ def create(
                 platform=platform,
                 expires_in_seconds=seconds,
             )
+    except CommandError as exc:  # a bad --expires-in (ledgerflow.light_cli.parse_duration)
+        raise Failure(exc.message, exit_code=exc.exit_code) from None
     except InvalidArgument as exc:
         if "already exists" in exc.message:  # a conflict with what is there, not a bad argument
             raise Failure(f"{exc.message} (or add --replace to revoke it and issue a new token)") from None

@@ -308,11 +308,15 @@ class LedgerflowEnv:
         workflow the env starts, or with ``start_worker()``)."""
         return self.worker.task(queue)
 
-    def register(self, functions: dict[str, Callable[..., Any]] | TaskWorker) -> None:
-        """Register every function of ``functions`` (queue -> function), or of another ``TaskWorker`` (your
-        application's worker module), on this env's worker."""
+    def register(self, functions: dict[str, Callable[..., Any]] | TaskWorker | Any) -> None:
+        """Register every function of ``functions`` (queue -> function), of another ``TaskWorker`` (your
+        application's worker module), or of a workflow written in Python (``ledgerflow.workflow.Workflow``:
+        its steps' functions), on this env's worker."""
         from ledgerflow.client import TaskWorker
 
+        if callable(getattr(functions, "register", None)) and callable(getattr(functions, "document", None)):
+            functions.register(self.worker)  # a Workflow
+            return
         found = functions.functions if isinstance(functions, TaskWorker) else functions
         for queue, fn in found.items():
             self.worker.register(queue, fn)

@@ -17,7 +17,7 @@ import app.engine.handlers.compensation  # noqa: F401 - registers the compensati
 from app import audit
 from app.auth import ALL_SCOPES, Principal, Scope, authenticate, create_credential
 from app.db import get_engine, transaction
-from app.engine import definitions, instances, operations, oplog, task_protocol
+from app.engine import definitions, instances, operations, oplog, task_protocol, traces
 from app.ids import new_id
 from app.integrations import automation, schedules, subscriptions
 from app.ledger import handlers
@@ -108,8 +108,11 @@ def _start(p: Principal, def_id: str, inp: Any, business_key: str = "") -> str:
     return inst["id"]
 
 
-def _work(p: Principal, queue: str, *, output: Any = None, fail: str | None = None) -> str:
-    """Claim the next task of ``queue`` and complete it (or fail it, not retryable)."""
+def _work(
+    p: Principal, queue: str, *, output: Any = None, fail: str | None = None, stack: str | None = None
+) -> str:
+    """Claim the next task of ``queue`` and complete it (or fail it, not retryable; with ``stack``, as the
+    SDK's TaskWorker reports a failure: the exception's type, its stack trace and the worker)."""
     with transaction() as conn:
         [task] = task_protocol.claim(conn, p.namespace_id, [queue], 1, TASK_LEASE_SECONDS.get())
     with transaction() as conn:
@@ -118,10 +121,21 @@ def _work(p: Principal, queue: str, *, output: Any = None, fail: str | None = No
                 conn, p.namespace_id, task["id"], task["epoch"], output if output is not None else {}
             )
         else:
-            task_protocol.fail(
-                conn, p.namespace_id, task["id"], task["epoch"], {"message": fail, "retryable": False}
-            )
+            error = {"message": fail, "retryable": False}
+            task_protocol.fail(conn, p.namespace_id, task["id"], task["epoch"], error)
+            if stack is not None:
+                worker = {"host": "worker-7.internal", "pid": 4242, "sdk": "ledgerflow-sdk test"}
+                failure = traces.failure_of({**error, "type": "ScoreServiceError", "stack": stack}, worker)
+                traces.record_failure(conn, task["id"], task["epoch"], failure)
     return task["id"]
+
+
+SCORE_STACK = """Traceback (most recent call last):
+  File "/srv/risk/worker.py", line 41, in score
+    answer = client.score(customer)
+  File "/srv/risk/client.py", line 88, in score
+    raise ScoreServiceError(f"score service answered {status} twice")
+ScoreServiceError: score service answered 503 twice: customer C-7 not scored"""
 
 
 def _state(iid: str) -> str:
@@ -182,7 +196,7 @@ def build() -> Scenario:
         },
     )
     s.wf["failed"] = _start(admin, s.defs["risk"], {"customer": "C-7"})
-    _work(admin, "risk", fail="score service answered 503 twice: customer C-7 not scored")
+    _work(admin, "risk", fail="score service answered 503 twice: customer C-7 not scored", stack=SCORE_STACK)
     s.defs["payment"] = _define(
         admin,
         "payment",
@@ -211,6 +225,19 @@ def build() -> Scenario:
     )
     _work(admin, "undo", output={"released": "R-1"})
     until(lambda: _state(s.wf["compensated"]) == "FAILED", timeout=60)
+    # the same saga whose undo fails: NEEDS_REVIEW because of the compensation (issue 47, point 9)
+    s.wf["undo_failed"] = _start(admin, s.defs["payment"], {"amount": 250})
+    _work(admin, "payments", output={"reservation": "R-2"})
+    _work(admin, "payments", fail="card declined: card expired")
+    run_pool(
+        Pool.OUTBOUND,
+        lambda: sql(
+            "SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND purpose = 'COMPENSATION'",
+            i=s.wf["undo_failed"],
+        ),
+    )
+    _work(admin, "undo", fail="release of R-2 refused: the reservation service is read-only")
+    until(lambda: _state(s.wf["undo_failed"]) == "NEEDS_REVIEW", timeout=60)
     s.defs["receipt"] = _define(admin, "receipt", RECEIPT_DOC)
     s.wf["review"] = _start(admin, s.defs["receipt"], {"order": "A-1"})
     sql(
@@ -438,6 +465,9 @@ def pages(s: Scenario) -> list[tuple[str, str]]:
         ("workflow-failed", f"/console/workflows/{wf['failed']}"),
         ("workflow-compensated", f"/console/workflows/{wf['compensated']}"),
         ("workflow-needs-review", f"/console/workflows/{wf['review']}"),
+        ("workflow-compensation-failed", f"/console/workflows/{wf['undo_failed']}"),
+        ("step-compensation-failed", f"/console/workflows/{wf['undo_failed']}/steps/reserve"),
+        ("step-failed-with-trace", f"/console/workflows/{wf['failed']}/steps/score"),
         ("workflow-waiting-for-signal", f"/console/workflows/{wf['signal']}"),
         ("workflow-other-namespace", f"/console/workflows/{wf['other']}"),
         ("workflow-branched", f"/console/workflows/{wf['branched']}"),

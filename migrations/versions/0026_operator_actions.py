@@ -37,6 +37,10 @@ ERROR_GROUP = "left(btrim(regexp_replace(regexp_replace(regexp_replace(regexp_re
 
 
 def upgrade() -> None:
+    # an earlier migration of the same upgrade may have left deferred foreign-key checks pending on
+    # workflow_steps (0020 deletes BLOCKED rows that tasks may reference, checked at commit); PostgreSQL
+    # refuses to ALTER a table with pending trigger events, so they are checked here, now
+    op.execute("SET CONSTRAINTS ALL IMMEDIATE")
     op.execute(
         """
 CREATE TABLE workflow_reruns (
@@ -73,6 +77,7 @@ CREATE TABLE workflow_reruns (
         "CREATE INDEX ix_workflow_instances_failed ON workflow_instances (namespace_id, definition_id, fail_step, "
         "fail_code, fail_group, state, completed_at) WHERE state IN ('FAILED', 'NEEDS_REVIEW')"
     )
+    op.execute("SET CONSTRAINTS ALL DEFERRED")  # back to the tables' own (workflow_tasks -> workflow_steps)
 
 
 def downgrade() -> None:

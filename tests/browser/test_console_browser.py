@@ -415,3 +415,26 @@ def test_a_fold_the_operator_closed_stays_closed_when_the_live_page_refreshes(ad
     page.get_by_role("region", name="Input").locator("summary").click()  # the swapped-in block has its button
     expect(page.get_by_role("region", name="Input").get_by_role("button", name="Copy Input")).to_be_visible()
     page.close()
+
+
+def test_a_failed_undo_is_the_review_cause_and_a_failed_attempt_shows_its_trace_at_1280_and_390(
+    browser, live_url, scenario
+):
+    """Issue 47: a workflow in review because its compensation failed says so, with the undo's error and
+    the failure that began the stop (it showed the step failure alone); the compensated step's page lists
+    the failed undo; a failed attempt shows the worker that ran it and its stack trace. Both widths (the
+    axe and overflow checks of every page cover these pages too)."""
+    for viewport in (WIDE, PHONE):
+        ctx = login(browser, live_url, scenario.tokens["admin"], viewport)
+        page = ctx.new_page()
+        page.goto(live_url + f"/console/workflows/{scenario.wf['undo_failed']}")
+        why = page.get_by_role("region", name="Why")
+        expect(why).to_contain_text("Needs review: COMPENSATION_FAILED")
+        expect(why).to_contain_text("the reservation service is read-only")
+        expect(page.locator("#failure-origin")).to_contain_text("card expired")
+        page.goto(live_url + f"/console/workflows/{scenario.wf['undo_failed']}/steps/reserve")
+        expect(page.locator("#compensation + table")).to_contain_text("the reservation service is read-only")
+        page.goto(live_url + f"/console/workflows/{scenario.wf['failed']}/steps/score")
+        expect(page.locator("body")).to_contain_text("worker-7.internal")
+        expect(page.locator("body")).to_contain_text("ScoreServiceError")
+        ctx.close()

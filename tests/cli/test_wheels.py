@@ -135,7 +135,8 @@ def test_both_wheels_install_alone_run_dev_the_first_workflow_and_a_worker(wheel
         # the SDK's venv: the documented worker and starter (docs/sdk.md) against that server
         worker_log = open(tmp_path / "worker.log", "w")  # closed below
         worker = subprocess.Popen(
-            [str(sdk_bin / "python"), "-I", str(EXAMPLES / "worker.py")],
+            # -E -s, not -I: the example's modules import their sibling (invoice.py), from the script's folder
+            [str(sdk_bin / "python"), "-E", "-s", str(EXAMPLES / "worker.py")],
             cwd=work,
             env=_env(**api),
             stdout=worker_log,
@@ -143,7 +144,7 @@ def test_both_wheels_install_alone_run_dev_the_first_workflow_and_a_worker(wheel
         )
         try:
             started = _run(
-                [str(sdk_bin / "python"), "-I", str(EXAMPLES / "start.py"), "invoice"],
+                [str(sdk_bin / "python"), "-E", "-s", str(EXAMPLES / "start.py"), "invoice"],
                 cwd=work,
                 timeout=300,
                 **api,
