@@ -314,8 +314,9 @@ class LedgerflowEnv:
         its steps' functions), on this env's worker."""
         from ledgerflow.client import TaskWorker
 
-        if callable(getattr(functions, "register", None)) and callable(getattr(functions, "document", None)):
-            functions.register(self.worker)  # a Workflow
+        if not isinstance(functions, (dict, TaskWorker)):  # a Workflow: it registers its steps' functions
+            register: Callable[[TaskWorker], Any] = functions.register
+            register(self.worker)
             return
         found = functions.functions if isinstance(functions, TaskWorker) else functions
         for queue, fn in found.items():
