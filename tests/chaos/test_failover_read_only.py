@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from app.auth import Scope, create_credential
-from app.db import transaction
+from app.db import get_engine, transaction
 
 
 def _pid(engine) -> int:
@@ -22,7 +22,18 @@ def _pid(engine) -> int:
         return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def test_a_write_refused_by_a_read_only_server_drops_the_connection(engine):
+@pytest.fixture
+def own_engine(engine):
+    """An engine of the app's own making (app.db: its listeners) with a pool of its own, so that no pooled
+    connection another test of this process left behind takes part."""
+    url = engine.url.update_query_dict({"application_name": "lf-read-only-test"})
+    mine = get_engine(url.render_as_string(hide_password=False))
+    yield mine
+    mine.dispose()
+
+
+def test_a_write_refused_by_a_read_only_server_drops_the_connection(own_engine):
+    engine = own_engine
     pid = _pid(engine)
     with engine.connect() as conn:
         conn.execute(text("SET default_transaction_read_only = on"))  # as a demoted primary answers
