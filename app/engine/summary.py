@@ -4,7 +4,8 @@ day; the oldest running, the longest waiting and the open reviews.
 
 Every read is bounded before it runs, whatever the namespace holds:
 
-- the workflows that have not ended are read from ``ix_workflow_instances_unfinished`` (the live work);
+- the workflows that have not ended are read from ``ix_workflow_instances_unfinished`` (the live work), at
+  most ``LIVE_CAP`` of them: past that the counts are "at least" (``live_capped``);
 - the ended ones of the last day from ``ix_workflow_instances_finished`` (their end, newest first), at most
   ``RECENT_CAP`` of them: past that the day's figures are those of its most recent ``RECENT_CAP`` ends,
   and ``recent_capped`` says so (the rate stays a rate, over fewer ends);
@@ -22,7 +23,8 @@ from sqlalchemy import Connection
 
 from app.sql import Query, query, run
 
-RECENT_CAP = 100_000  # ended workflows read for the last day's figures
+RECENT_CAP = 10_000  # ended workflows read for the last day's figures (the most recent ones)
+LIVE_CAP = 20_000  # unfinished workflows read for the counts of the live work
 LIST_LIMIT = 5
 _SCOPE = "(CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[]))"
 _UNFINISHED = "i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
@@ -31,9 +33,9 @@ _UNFINISHED = "i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
 SUMMARY_UNFINISHED = query(
     "summary_unfinished",
     f"""
-SELECT i.definition_id, i.state, count(*) AS n, count(*) FILTER (WHERE i.paused) AS paused
-FROM workflow_instances i
-WHERE i.namespace_id = :ns AND {_UNFINISHED} AND {_SCOPE}
+SELECT definition_id, state, count(*) AS n, count(*) FILTER (WHERE paused) AS paused
+FROM (SELECT i.definition_id, i.state, i.paused FROM workflow_instances i
+      WHERE i.namespace_id = :ns AND {_UNFINISHED} AND {_SCOPE} LIMIT :cap) live
 GROUP BY 1, 2
 """,
 )
@@ -80,11 +82,13 @@ def namespace_summary(
         lambda: {"unfinished": {}, "paused": 0, "hour": {}, "day": {}}
     )
     unfinished: dict[str, int] = defaultdict(int)
-    for r in run(conn, SUMMARY_UNFINISHED, base):
+    live = 0
+    for r in run(conn, SUMMARY_UNFINISHED, {**base, "cap": LIVE_CAP}):
         d = defs[r.definition_id]
         d["unfinished"][r.state] = int(r.n)
         d["paused"] += int(r.paused)
         unfinished[r.state] += int(r.n)
+        live += int(r.n)
     ended = 0
     for r in run(conn, SUMMARY_RECENT, {**base, "cap": RECENT_CAP}):
         d = defs[r.definition_id]
@@ -111,6 +115,8 @@ def namespace_summary(
         "definitions": rows,
         "recent_capped": ended >= RECENT_CAP,
         "recent_cap": RECENT_CAP,
+        "live_capped": live >= LIVE_CAP,
+        "live_cap": LIVE_CAP,
         "oldest_running": listed(SUMMARY_OLDEST_STARTED, "RUNNING"),
         "longest_waiting": listed(SUMMARY_LONGEST_UNCHANGED, "WAITING"),
         "reviews": listed(SUMMARY_LONGEST_UNCHANGED, "NEEDS_REVIEW"),

@@ -12,7 +12,6 @@ from sqlalchemy import Connection
 
 from app.auth import Scope
 from app.engine import lookup, summary
-from app.ledger import status
 from web.console.common import bp, job_scope, page, principal, read
 from web.console.workflows import switcher, viewed_namespace
 
@@ -28,13 +27,13 @@ def overview() -> str:
         out = summary.namespace_summary(conn, ns["id"], queues)
         listed = [*out["oldest_running"], *out["longest_waiting"], *out["reviews"]]
         ids = [d["definition_id"] for d in out["definitions"]] + [i["definition_id"] for i in listed]
-        panel = status.runtime_status(conn) if p.has(Scope.ENGINE_MONITOR) and job_scope() is None else None
         return {
             **out,
             "ns": ns,
             "namespaces": switcher(conn),
             "names": lookup.definition_names(conn, ids),
-            "panel": panel,
+            # the ledger's status panel is its own request (as on the job ledger's page): the page does not wait
+            "ledger_panel": p.has(Scope.ENGINE_MONITOR) and job_scope() is None,
         }
 
     return render_template("console/overview.html", **read(load))
