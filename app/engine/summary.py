@@ -9,7 +9,9 @@ Every read is bounded before it runs, whatever the namespace holds:
 - the ended ones of the last day from ``ix_workflow_instances_finished`` (their end, newest first), at most
   ``RECENT_CAP`` of them: past that the day's figures are those of its most recent ``RECENT_CAP`` ends,
   and ``recent_capped`` says so (the rate stays a rate, over fewer ends);
-- the lists (oldest running, longest waiting, reviews) are ``LIST_LIMIT`` rows each.
+- the lists (oldest running, longest waiting, reviews) are ``LIST_LIMIT`` rows each; the oldest running
+  come from the index of all instances by start (it stops at the first few), the longest waiting and the
+  reviews from the same ``LIVE_CAP`` unfinished workflows as the counts.
 
 A credential limited to some queues sees only the workflows whose definitions stay within them, as in the
 workflow list (W-API-1)."""
@@ -21,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.sql import Query, query, run
+from app.sql import query, run
 
 RECENT_CAP = 10_000  # ended workflows read for the last day's figures (the most recent ones)
 LIVE_CAP = 20_000  # unfinished workflows read for the counts of the live work
@@ -57,18 +59,28 @@ FROM recent GROUP BY 1, 2
 """,
 )
 
-# the oldest running / the longest waiting (unchanged the longest) / open reviews, a few each
-SUMMARY_OLDEST = f"""
+# the oldest running (by start, from ``ix_workflow_instances_list``: it stops at the first few)
+SUMMARY_OLDEST_STARTED = query(
+    "summary_oldest_started",
+    f"""
 SELECT i.id, i.definition_id, i.version, i.state, i.paused, i.business_key, i.created_at, i.updated_at
 FROM workflow_instances i
-WHERE i.namespace_id = :ns AND i.state = :state AND {_SCOPE}
-ORDER BY {{order}} LIMIT :lim
-"""
-SUMMARY_OLDEST_STARTED = query(
-    "summary_oldest_started", SUMMARY_OLDEST.replace("{order}", "i.created_at, i.id")
+WHERE i.namespace_id = :ns AND i.state = 'RUNNING' AND {_SCOPE}
+ORDER BY i.created_at, i.id LIMIT :lim
+""",
 )
+# the longest waiting and the open reviews (unchanged the longest), a few of each, among at most ``:cap``
+# unfinished workflows (no index orders them by their last change: it would cost every instance update)
 SUMMARY_LONGEST_UNCHANGED = query(
-    "summary_longest_unchanged", SUMMARY_OLDEST.replace("{order}", "i.updated_at, i.id")
+    "summary_longest_unchanged",
+    f"""
+SELECT id, definition_id, version, state, paused, business_key, created_at, updated_at FROM (
+    SELECT live.*, row_number() OVER (PARTITION BY state ORDER BY updated_at, id) AS nth FROM (
+        SELECT i.id, i.definition_id, i.version, i.state, i.paused, i.business_key, i.created_at, i.updated_at
+        FROM workflow_instances i WHERE i.namespace_id = :ns AND {_UNFINISHED} AND {_SCOPE} LIMIT :cap
+    ) live WHERE state IN ('WAITING', 'NEEDS_REVIEW')
+) ranked WHERE nth <= :lim ORDER BY updated_at, id
+""",
 )
 
 
@@ -107,8 +119,11 @@ def namespace_summary(
         )
     rows.sort(key=lambda r: (-sum(r["unfinished"].values()), -sum(r["day"].values()), r["definition_id"]))
 
-    def listed(sql: Query, state: str) -> list[dict[str, Any]]:
-        return [dict(r._mapping) for r in run(conn, sql, {**base, "state": state, "lim": LIST_LIMIT})]
+    oldest = [dict(r._mapping) for r in run(conn, SUMMARY_OLDEST_STARTED, {**base, "lim": LIST_LIMIT})]
+    unchanged = [
+        dict(r._mapping)
+        for r in run(conn, SUMMARY_LONGEST_UNCHANGED, {**base, "lim": LIST_LIMIT, "cap": LIVE_CAP})
+    ]
 
     return {
         "unfinished": dict(unfinished),
@@ -117,9 +132,9 @@ def namespace_summary(
         "recent_cap": RECENT_CAP,
         "live_capped": live >= LIVE_CAP,
         "live_cap": LIVE_CAP,
-        "oldest_running": listed(SUMMARY_OLDEST_STARTED, "RUNNING"),
-        "longest_waiting": listed(SUMMARY_LONGEST_UNCHANGED, "WAITING"),
-        "reviews": listed(SUMMARY_LONGEST_UNCHANGED, "NEEDS_REVIEW"),
+        "oldest_running": oldest,
+        "longest_waiting": [r for r in unchanged if r["state"] == "WAITING"],
+        "reviews": [r for r in unchanged if r["state"] == "NEEDS_REVIEW"],
     }
 
 
