@@ -150,8 +150,11 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def scenario() -> Scenario:
+    """Built for each browser test module: another test file that runs between two of them in the same
+    process may TRUNCATE the namespaces and credentials (tests/web/conftest.py ``clean``), and a session's
+    scenario then has a token nobody knows."""
     return build()
 
 
