@@ -19,7 +19,7 @@ from app.db import transaction
 from app.ledger import nodes
 from ledgerflow.cli import main
 from ledgerflow.client import Client, StateConflict
-from tests.web.wf_live import wf_server  # noqa: F401
+from tests.web.wf_live import author_token, wf_server  # noqa: F401
 from tests.web.wf_ops import ENGINE_WORKER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,19 +99,7 @@ def test_enqueue_help_tells_the_pools_and_the_priority_order():
 def shell(wf_server, spawn_worker):  # noqa: F811
     """A second terminal: LEDGERFLOW_URL / LEDGERFLOW_TOKEN of a fresh namespace, and an advance worker
     (the TIMER steps)."""
-    with transaction() as conn:
-        token = create_credential(
-            conn,
-            namespace="sh-" + uuid.uuid4().hex[:8],
-            name="me",
-            scopes=[
-                Scope.DEFINITIONS_READ,
-                Scope.DEFINITIONS_PUBLISH,
-                Scope.WORKFLOWS_READ,
-                Scope.WORKFLOWS_START,
-                Scope.TASKS_SUBMIT,
-            ],
-        ).token
+    token = author_token("sh")
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
     return {"LEDGERFLOW_URL": wf_server, "LEDGERFLOW_TOKEN": token}
 

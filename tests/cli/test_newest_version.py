@@ -5,15 +5,12 @@ v2 then started v1)."""
 from __future__ import annotations
 
 import json
-import uuid
 
 from click.testing import CliRunner
 
-from app.auth import Scope, create_credential
-from app.db import transaction
 from ledgerflow.cli import main
 from ledgerflow.client import Client
-from tests.web.wf_live import wf_server  # noqa: F401
+from tests.web.wf_live import author_token, wf_server  # noqa: F401
 
 DOC = {
     "version": "v1",
@@ -24,19 +21,7 @@ DOC = {
 
 
 def test_start_without_version_takes_the_newest_and_the_publish_hint_does_too(wf_server, tmp_path):  # noqa: F811
-    with transaction() as conn:
-        token = create_credential(
-            conn,
-            namespace="nv-" + uuid.uuid4().hex[:8],
-            name="me",
-            scopes=[
-                Scope.DEFINITIONS_READ,
-                Scope.DEFINITIONS_PUBLISH,
-                Scope.WORKFLOWS_READ,
-                Scope.WORKFLOWS_START,
-                Scope.TASKS_SUBMIT,
-            ],
-        ).token
+    token = author_token("nv")
     env = {"LEDGERFLOW_URL": wf_server, "LEDGERFLOW_TOKEN": token}
     path = tmp_path / "longwait.json"
     for version in ("v1", "v2", "v10"):  # v10 sorts before v2 as text: the newest is the last published

@@ -5,16 +5,14 @@ server's command (from the database and through the API) and in the SDK's (throu
 from __future__ import annotations
 
 import re
-import uuid
 
 from click.testing import CliRunner
 
-from app.auth import Scope, create_credential
-from app.db import transaction
+from app.auth import Scope
 from ledgerflow import light_cli, step_table
 from ledgerflow.cli import main
 from ledgerflow.client import Client, Task, TaskWorker
-from tests.web.wf_live import wf_server  # noqa: F401
+from tests.web.wf_live import author_token, wf_server  # noqa: F401
 from tests.web.wf_ops import ENGINE_WORKER_ENV
 
 DOC = {
@@ -39,20 +37,7 @@ def _rows_in(text: str) -> list[str]:
 
 def test_steps_in_graph_order_with_attempts_and_the_failed_attempts_error(wf_server, spawn_worker, capsys):  # noqa: F811
     spawn_worker("advance", env=ENGINE_WORKER_ENV)
-    with transaction() as conn:
-        token = create_credential(
-            conn,
-            namespace="st-" + uuid.uuid4().hex[:8],
-            name="me",
-            scopes=[
-                Scope.DEFINITIONS_READ,
-                Scope.DEFINITIONS_PUBLISH,
-                Scope.WORKFLOWS_READ,
-                Scope.WORKFLOWS_START,
-                Scope.TASKS_SUBMIT,
-                Scope.TASKS_WORK,
-            ],
-        ).token
+    token = author_token("st", Scope.TASKS_WORK)
     client = Client(wf_server, token)
     d = client.ensure_definition("t45", DOC)
     failures = []

@@ -6,14 +6,13 @@ the API and print JSON."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
-from app.auth import SWITCHES, Scope, create_credential
-from app.db import transaction
+from app.auth import SWITCHES, Scope
 from ledgerflow import light_cli
 from ledgerflow.cli import main as server_main
+from tests.web.wf_live import author_token
 
 DOC = {
     "version": "v1",
@@ -40,21 +39,7 @@ def _run(capsys, *args: str) -> str:
 
 
 def test_tasks_schedules_and_subscriptions_through_the_api(wf_server, capsys, tmp_path):
-    with transaction() as conn:
-        token = create_credential(
-            conn,
-            namespace="lc-" + uuid.uuid4().hex[:8],
-            name="me",
-            scopes=[
-                Scope.DEFINITIONS_READ,
-                Scope.DEFINITIONS_PUBLISH,
-                Scope.WORKFLOWS_READ,
-                Scope.WORKFLOWS_START,
-                Scope.TASKS_SUBMIT,
-                Scope.TASKS_WORK,
-                Scope.INTEGRATIONS_MANAGE,
-            ],
-        ).token
+    token = author_token("lc", Scope.TASKS_WORK, Scope.INTEGRATIONS_MANAGE)
     api = ["--url", wf_server, "--token", token]
     (tmp_path / "review.json").write_text(json.dumps(DOC))
     _run(capsys, "definitions", "publish", str(tmp_path / "review.json"), *api)

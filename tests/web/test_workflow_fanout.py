@@ -11,29 +11,15 @@ import uuid
 import pytest
 from sqlalchemy import text
 
-from app.auth import Scope, create_credential
+from app.auth import Scope
 from app.db import transaction
 from ledgerflow.client import Client, InvalidArgument
-from tests.web.wf_live import wf_server  # noqa: F401
+from tests.web.wf_live import author_token, wf_server  # noqa: F401
 
 
 @pytest.fixture
 def client(wf_server) -> Client:  # noqa: F811
-    with transaction() as conn:
-        token = create_credential(
-            conn,
-            namespace="fan-" + uuid.uuid4().hex[:8],
-            name="me",
-            scopes=[
-                Scope.DEFINITIONS_READ,
-                Scope.DEFINITIONS_PUBLISH,
-                Scope.WORKFLOWS_READ,
-                Scope.WORKFLOWS_START,
-                Scope.WORKFLOWS_CONTROL,
-                Scope.TASKS_SUBMIT,
-                Scope.TASKS_WORK,
-            ],
-        ).token
+    token = author_token("fan", Scope.WORKFLOWS_CONTROL, Scope.TASKS_WORK)
     return Client(wf_server, token)
 
 

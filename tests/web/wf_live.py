@@ -26,6 +26,27 @@ def wf_server() -> Iterator[str]:
     server.shutdown()
 
 
+AUTHOR_SCOPES = (
+    "definitions:read",
+    "definitions:publish",
+    "workflows:read",
+    "workflows:start",
+    "tasks:submit",
+)
+
+
+def author_token(prefix: str, *extra: str) -> str:
+    """A token of a fresh namespace (``<prefix>-<8 hex>``) that may publish, start and read workflows
+    (and ``extra`` scopes): the credential a workflow author's shell holds."""
+    from app.auth import create_credential
+    from app.db import transaction
+
+    with transaction() as conn:
+        return create_credential(
+            conn, namespace=f"{prefix}-{uuid.uuid4().hex[:8]}", name="me", scopes=[*AUTHOR_SCOPES, *extra]
+        ).token
+
+
 @dataclass
 class Namespace:
     name: str
