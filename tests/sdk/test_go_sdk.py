@@ -113,7 +113,9 @@ def test_the_go_scenario_runs_against_the_server(scratch, wf_server):
 
         # the Go worker's failures, read back through the API: the type, the stack and the worker
         who = seen["identity"]
-        assert who["pid"] > 0 and who["sdk"].startswith("ledgerflow-go/") and who["host"] == socket.gethostname()
+        assert (
+            who["pid"] > 0 and who["sdk"].startswith("ledgerflow-go/") and who["host"] == socket.gethostname()
+        )
         assert seen["failed_states"] == {"error": "FAILED", "panic": "FAILED"}
         attempts = {
             mode: c.request("GET", f"/v1/workflows/{wid}/steps/charge/rounds")["data"]["items"]

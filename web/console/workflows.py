@@ -106,7 +106,9 @@ def acts_here(inst: dict[str, Any]) -> bool:
 
 
 # --------------------------------------------------------------------------- list
-DEFINITION_FIELD = "definition"  # the list's filter by definition: a name (or an id), from a datalist of names
+DEFINITION_FIELD = (
+    "definition"  # the list's filter by definition: a name (or an id), from a datalist of names
+)
 MAX_DEFINITION_FIELD = 128  # a definition name's length (an id is 32)
 
 
@@ -137,7 +139,9 @@ def workflows() -> tuple[str, int]:
         # the form has one definition field (a name or an id): an error of definition_id is shown there
         errors: dict[str, list[str]] = {}
         for e in exc.field_errors:
-            errors.setdefault(DEFINITION_FIELD if e.field == "definition_id" else e.field, []).append(e.message)
+            errors.setdefault(DEFINITION_FIELD if e.field == "definition_id" else e.field, []).append(
+                e.message
+            )
         g.form = FormState("filters", MultiDict(request.args), errors, None if errors else exc.message)
 
     def load(c: Connection) -> dict[str, Any]:
@@ -154,7 +158,9 @@ def workflows() -> tuple[str, int]:
                 if found is None:
                     raise InvalidArgument(f"no definition named {chosen!r} here", field=DEFINITION_FIELD)
                 if raw.get("definition_id", found["id"]) != found["id"]:
-                    raise InvalidArgument("names another definition than definition_id", field=DEFINITION_FIELD)
+                    raise InvalidArgument(
+                        "names another definition than definition_id", field=DEFINITION_FIELD
+                    )
                 raw["definition_id"] = found["id"]
             q = schemas.load(
                 ListQuery(),
