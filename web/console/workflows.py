@@ -148,7 +148,9 @@ def workflows() -> tuple[str, int]:
         ns = viewed_namespace(c)
         queues = None if ns["id"] != p.namespace_id else p.queues
         out: dict[str, Any] = {"ns": ns, "namespaces": switcher(c), "items": [], "next": None, "total": 0}
-        out["definition_names"] = lookup.namespace_definition_names(c, ns["id"])
+        # the filter's choices; the live refresh swaps the list alone (hx-select), so it reads none
+        refresh = request.headers.get("HX-Request") == "true"
+        out["definition_names"] = [] if refresh else lookup.namespace_definition_names(c, ns["id"])
         out["status"], out["chosen"] = 200, ""
         try:
             if chosen is not None:
