@@ -21,7 +21,7 @@ from app.errors import NotFound
 from app.ids import is_hex32
 from app.ledger import ops
 from app.ledger.models import jobs, trace_is
-from app.sql import run
+from app.sql import query, run
 
 MAX_NAMESPACES = 500
 SEARCH_LIMIT = 20
@@ -66,6 +66,32 @@ def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[st
         {"ids": ids},
     )
     return {r.id: r.name for r in rows}
+
+
+NAMES_MAX = 500  # the definition names a filter offers (the console's workflow list)
+
+DEFINITION_NAMES_OF_NAMESPACE = query(
+    "lookup_definition_names_of_namespace",
+    "SELECT name FROM workflow_definitions WHERE namespace_id = :ns ORDER BY name LIMIT :limit",
+)
+DEFINITION_BY_NAME_OR_ID = query(
+    "lookup_definition_by_name_or_id",
+    "SELECT id, name FROM workflow_definitions WHERE namespace_id = :ns AND (name = :v OR id = :v) "
+    "ORDER BY (name = :v) DESC LIMIT 1",
+)
+
+
+def namespace_definition_names(conn: Connection, namespace_id: str, limit: int = NAMES_MAX) -> list[str]:
+    """The first ``limit`` definition names of a namespace in name order (a filter's choices; the unique
+    ``(namespace_id, name)`` index serves it)."""
+    return list(run(conn, DEFINITION_NAMES_OF_NAMESPACE, {"ns": namespace_id, "limit": limit}).scalars())
+
+
+def definition_by_name_or_id(conn: Connection, namespace_id: str, value: str) -> dict[str, str] | None:
+    """``{id, name}`` of the namespace's definition named ``value`` (names are unique in a namespace), or
+    whose id it is; a name wins over an id. None when neither (one statement, by index)."""
+    row = run(conn, DEFINITION_BY_NAME_OR_ID, {"ns": namespace_id, "v": value}).first()
+    return None if row is None else {"id": row.id, "name": row.name}
 
 
 def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str | None]) -> dict[str, str]:

@@ -55,6 +55,8 @@ type ClaimRequest struct {
 	Queues      []string `json:"queues"`       // the queues to take tasks of. Required.
 	WaitSeconds int      `json:"wait_seconds"` // long-poll up to this long (0–30) when nothing is due
 	MaxTasks    int      `json:"max_tasks"`    // 1–16 (0 is sent as 1)
+	// Worker names the claiming worker; the server keeps it on the attempts claimed (nil: none).
+	Worker *WorkerIdentity `json:"worker,omitempty"`
 }
 
 // CompletionItem is one completion of CompleteTasks.
@@ -68,6 +70,8 @@ type CompletionItem struct {
 type ClaimNext struct {
 	Queues   []string `json:"queues"`    // the queues to take tasks of
 	MaxTasks int      `json:"max_tasks"` // 1–16
+	// Worker names the claiming worker (nil: none), as ClaimRequest.Worker.
+	Worker *WorkerIdentity `json:"worker,omitempty"`
 }
 
 // CompleteTasksRequest is the body of CompleteTasks: 1–16 completions (each task once) and,
@@ -149,20 +153,43 @@ func (c *Client) CompleteTask(ctx context.Context, id, key string, epoch int64, 
 	}{epoch, output})
 }
 
+// TaskError is why a task failed (FailRequest.Error).
+type TaskError struct {
+	// Message: at most 4096 characters (FailTaskWith cuts a longer one).
+	Message string `json:"message"`
+	// Retryable lets the step's retry policy try again.
+	Retryable bool `json:"retryable"`
+	// Type is the error's type, at most MaxErrorTypeChars characters ("": not sent). A TaskWorker
+	// sends ErrorTypeOf(err).
+	Type string `json:"type,omitempty"`
+	// Stack is a stack trace, at most MaxStackChars characters (FailTaskWith bounds a longer one
+	// with BoundedStack; "": not sent).
+	Stack string `json:"stack,omitempty"`
+}
+
+// FailRequest is the body of FailTaskWith. The server keeps Error.Type, Error.Stack and Worker
+// with the attempt that failed (the step's rounds: failure {type, message, stack, worker}).
+type FailRequest struct {
+	Epoch  int64           `json:"epoch"`            // the epoch the task was claimed at
+	Error  TaskError       `json:"error"`            // why it failed
+	Worker *WorkerIdentity `json:"worker,omitempty"` // the failing worker (nil: none)
+}
+
 // FailTask fails a claimed task (POST /v1/tasks/{id}/fail): retryable lets the step's retry policy
-// try again; message is at most 4096 characters (longer ones are cut).
+// try again; message is at most 4096 characters (longer ones are cut). FailTaskWith also sends the
+// error's type, a stack trace and the worker's identity.
 func (c *Client) FailTask(ctx context.Context, id, key string, epoch int64, message string, retryable bool) (*Task, error) {
-	if r := []rune(message); len(r) > maxErrorMessage {
-		message = string(r[:maxErrorMessage])
-	}
-	type taskError struct {
-		Message   string `json:"message"`
-		Retryable bool   `json:"retryable"`
-	}
-	return c.taskCall(ctx, id, "fail", key, struct {
-		Epoch int64     `json:"epoch"`
-		Error taskError `json:"error"`
-	}{epoch, taskError{message, retryable}})
+	return c.FailTaskWith(ctx, id, key, FailRequest{Epoch: epoch, Error: TaskError{Message: message, Retryable: retryable}})
+}
+
+// FailTaskWith fails a claimed task with req (POST /v1/tasks/{id}/fail). What is over the API's
+// bounds is cut to them rather than refused: the message to 4096 characters, the type to
+// MaxErrorTypeChars, the stack with BoundedStack (NUL characters are replaced).
+func (c *Client) FailTaskWith(ctx context.Context, id, key string, req FailRequest) (*Task, error) {
+	req.Error.Message = cut(clean(req.Error.Message), maxErrorMessage)
+	req.Error.Type = cut(clean(req.Error.Type), MaxErrorTypeChars)
+	req.Error.Stack = BoundedStack(req.Error.Stack)
+	return c.taskCall(ctx, id, "fail", key, req)
 }
 
 // ReleaseTask hands a claimed task back to its queue now (POST /v1/tasks/{id}/release): its lease

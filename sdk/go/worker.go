@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -76,6 +77,7 @@ type TaskWorker struct {
 	opts     WorkerOptions
 	mu       sync.Mutex
 	handlers map[string]TaskHandler
+	identity WorkerIdentity
 }
 
 // NewTaskWorker makes a worker of client with opts.
@@ -97,7 +99,7 @@ func NewTaskWorker(client *Client, opts WorkerOptions) *TaskWorker {
 	if opts.Logger == nil {
 		opts.Logger = log.New(os.Stderr, "", log.LstdFlags)
 	}
-	return &TaskWorker{client: client, opts: opts, handlers: map[string]TaskHandler{}}
+	return &TaskWorker{client: client, opts: opts, handlers: map[string]TaskHandler{}, identity: Identity()}
 }
 
 // Register runs h for every task of queue (before Run).
@@ -144,6 +146,8 @@ type outcome struct {
 	output    RawJSON
 	failure   string // set: the task failed
 	retryable bool
+	excType   string // the failure's type and stack trace ("": none)
+	stack     string
 }
 
 // run is the state of one Run.
@@ -262,7 +266,7 @@ func (r *run) claimLoop(ctx context.Context) {
 // (the server answers the tasks that claim took), every second, until it gets an answer.
 func (r *run) claim(ctx context.Context, n int) ([]Task, error) {
 	key := NewIdempotencyKey()
-	req := ClaimRequest{Queues: r.queues, WaitSeconds: int(r.w.opts.PollWait / time.Second), MaxTasks: n}
+	req := ClaimRequest{Queues: r.queues, WaitSeconds: int(r.w.opts.PollWait / time.Second), MaxTasks: n, Worker: &r.w.identity}
 	for {
 		// not bound to ctx: tasks claimed by a long poll that ends after ctx are handed back, not lost
 		cctx, cancel := context.WithTimeout(context.Background(), r.w.client.timeout+time.Duration(req.WaitSeconds)*time.Second)
@@ -342,7 +346,7 @@ func (r *run) runFlight(f *flight) {
 			<-r.slots
 		}
 	}()
-	output, err := r.call(f)
+	output, returnedAt, err := r.call(f)
 	close(f.ended)
 	r.running.Done()
 	if f.lost.Load() || f.released.Load() {
@@ -357,7 +361,8 @@ func (r *run) runFlight(f *flight) {
 	o := &outcome{f: f}
 	if err != nil {
 		var nr *NonRetryableError
-		o.failure, o.retryable = err.Error(), !errors.As(err, &nr)
+		trace := failureOf(err, returnedAt)
+		o.failure, o.retryable, o.excType, o.stack = trace.Message, !errors.As(err, &nr), trace.Type, trace.Stack
 	} else if raw, merr := marshal(output); merr != nil {
 		o.failure = "the output is not JSON: " + merr.Error()
 	} else if len(raw) > MaxOutputBytes {
@@ -378,14 +383,19 @@ func (r *run) runFlight(f *flight) {
 	}
 }
 
-// call runs the handler; a panic fails the task (retryable) instead of the worker.
-func (r *run) call(f *flight) (out any, err error) {
+// call runs the handler and, when it returns an error, takes the stack where it returned; a panic
+// fails the task (retryable, a *PanicError with the stack where it panicked) instead of the worker.
+func (r *run) call(f *flight) (out any, returnedAt []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
+			out, err = nil, &PanicError{Value: p, Stack: string(debug.Stack())}
 		}
 	}()
-	return f.handler(f.ctx, &f.task)
+	out, err = f.handler(f.ctx, &f.task)
+	if err != nil {
+		returnedAt = debug.Stack()
+	}
+	return out, returnedAt, err
 }
 
 func (r *run) heartbeat(f *flight) {
@@ -513,7 +523,7 @@ func (r *run) sendCompletions(done []*outcome) {
 		flights[i] = o.f
 	}
 	if r.refillOK.Load() && !r.stopping.Load() && r.ctx.Err() == nil {
-		req.Claim = &ClaimNext{Queues: r.queues, MaxTasks: len(done)}
+		req.Claim = &ClaimNext{Queues: r.queues, MaxTasks: len(done), Worker: &r.w.identity}
 	}
 	key := NewIdempotencyKey() // the same key for every resend of this request
 	var resp *CompleteTasksResponse
@@ -599,7 +609,8 @@ func (r *run) refill(claimed []Task, flights []*flight) {
 func (r *run) sendFailure(o *outcome) {
 	key := NewIdempotencyKey()
 	err := r.resend([]*flight{o.f}, func(ctx context.Context) error {
-		_, err := r.w.client.FailTask(ctx, o.f.task.ID, key, o.f.task.Epoch, o.failure, o.retryable)
+		_, err := r.w.client.FailTaskWith(ctx, o.f.task.ID, key, FailRequest{Epoch: o.f.task.Epoch, Worker: &r.w.identity,
+			Error: TaskError{Message: o.failure, Retryable: o.retryable, Type: o.excType, Stack: o.stack}})
 		return err
 	})
 	kind := "retryable"

@@ -19,18 +19,20 @@ import (
 type fakeTasks struct {
 	mu        sync.Mutex
 	pending   []string
-	calls     map[string][]string // action -> task ids (claim: the max_tasks asked)
-	heartbeat int                 // the status heartbeats answer
-	completed map[string]string   // task id -> output
-	failed    map[string]string   // task id -> message
-	noRefill  bool                // answer a claim with completions 400 (a server of an earlier release)
-	refilled  int                 // tasks claimed by completion requests
-	failClaim int                 // answer this many claims 503 first
-	claimKeys []string            // the Idempotency-Key of every claim
+	calls     map[string][]string    // action -> task ids (claim: the max_tasks asked)
+	heartbeat int                    // the status heartbeats answer
+	completed map[string]string      // task id -> output
+	failed    map[string]string      // task id -> message
+	noRefill  bool                   // answer a claim with completions 400 (a server of an earlier release)
+	refilled  int                    // tasks claimed by completion requests
+	failClaim int                    // answer this many claims 503 first
+	claimKeys []string               // the Idempotency-Key of every claim
+	fails     map[string]FailRequest // task id -> the failure's body
+	workers   []*WorkerIdentity      // the worker of every claim (and of every completion's claim)
 }
 
 func newFakeTasks(n int) *fakeTasks {
-	f := &fakeTasks{calls: map[string][]string{}, heartbeat: 200, completed: map[string]string{}, failed: map[string]string{}}
+	f := &fakeTasks{calls: map[string][]string{}, heartbeat: 200, completed: map[string]string{}, failed: map[string]string{}, fails: map[string]FailRequest{}}
 	for i := 0; i < n; i++ {
 		f.pending = append(f.pending, fmt.Sprintf("%032d", i))
 	}
@@ -68,6 +70,7 @@ func (f *fakeTasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		var req ClaimRequest
 		_ = json.Unmarshal(raw, &req)
+		f.workers = append(f.workers, req.Worker)
 		f.calls["claim"] = append(f.calls["claim"], fmt.Sprint(req.MaxTasks))
 		var out []any
 		for len(out) < req.MaxTasks && len(f.pending) > 0 {
@@ -96,6 +99,7 @@ func (f *fakeTasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		var claimed []any
 		if req.Claim != nil {
+			f.workers = append(f.workers, req.Claim.Worker)
 			for len(claimed) < req.Claim.MaxTasks && len(f.pending) > 0 {
 				claimed = append(claimed, task(f.pending[0]))
 				f.pending = f.pending[1:]
@@ -118,9 +122,10 @@ func (f *fakeTasks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if action == "fail" {
-			var req struct{ Error struct{ Message string } }
+			var req FailRequest
 			_ = json.Unmarshal(raw, &req)
 			f.failed[id] = req.Error.Message
+			f.fails[id] = req
 		}
 		answer(200, map[string]any{"task": task(id)})
 	default:

@@ -7,6 +7,7 @@ Without Go the tests fail with one line saying so: they are never skipped."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -109,3 +110,24 @@ def test_the_go_scenario_runs_against_the_server(scratch, wf_server):
             ).actor_id
             == seen["pause_actor"]
         )
+
+        # the Go worker's failures, read back through the API: the type, the stack and the worker
+        who = seen["identity"]
+        assert (
+            who["pid"] > 0 and who["sdk"].startswith("ledgerflow-go/") and who["host"] == socket.gethostname()
+        )
+        assert seen["failed_states"] == {"error": "FAILED", "panic": "FAILED"}
+        attempts = {
+            mode: c.request("GET", f"/v1/workflows/{wid}/steps/charge/rounds")["data"]["items"]
+            for mode, wid in seen["failing"].items()
+        }
+        [declined], [panicked] = attempts["error"], attempts["panic"]
+        assert declined["worker"] == who and panicked["worker"] == who  # the claims named the worker
+        failure = declined["failure"]
+        assert failure["type"] == "payments.CardDeclined"
+        assert failure["message"] == "charging: card declined (51)" and failure["worker"] == who
+        assert "goroutine " in failure["stack"] and "(*run).call" in failure["stack"]
+        failure = panicked["failure"]
+        assert failure["type"] == "panic(runtime.boundsError)" and failure["worker"] == who
+        assert failure["message"].startswith("panic: runtime error: index out of range")
+        assert "main.chargeCard(" in failure["stack"] and len(failure["stack"]) <= 16 * 1024

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ from app.integrations import automation
 from app.ledger.enqueue import enqueue
 from tests.console_scenario import Scenario, build, pages, sql
 from tests.web.test_console import _csrf, login
+from web.console.common import duration
+from web.console.workflows import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -413,3 +416,78 @@ def test_a_rule_that_disabled_itself_says_why_on_its_pages(admin, scenario):
         )
     assert "rate budget spent" in _text(admin.get(f"/console/integrations/rules/{rule['id']}"))
     assert "rate budget spent" in _text(admin.get("/console/integrations"))
+
+
+def _rows(body: str) -> dict[str, str]:
+    """The workflow list's rows by workflow id (the row's text)."""
+    rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+    out = {}
+    for row in rows:
+        found = re.search(r'href="/console/workflows/([0-9a-f]{32})"', row)
+        if found:
+            out[found.group(1)] = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", row))).strip()
+    return out
+
+
+def test_the_workflow_list_filters_by_definition_name_and_shows_ended_and_duration(admin, app, scenario):
+    """The definition filter takes a name (offered in a datalist of the namespace's names) or an id; the
+    old ``definition_id`` URL filter keeps working and shows the name; a name of no definition of the
+    namespace is refused in place. Every row shows when it ended (the exact UTC time as text, no hover
+    needed) and how long it ran, or how long it has been running."""
+    risk, order, wf = scenario.defs["risk"], scenario.defs["order"], scenario.wf
+    by_name = admin.get("/console/workflows?definition=risk-check")
+    assert by_name.status_code == 200
+    body = by_name.data.decode()
+    assert '<datalist id="definition-names">' in body
+    assert '<option value="risk-check">' in body and '<option value="order-fulfilment">' in body
+    assert '<option value="other-tenant-flow">' not in body  # another namespace's names are not offered
+    assert 'name="definition" type="text" value="risk-check"' in body
+    rows = _rows(body)
+    assert wf["failed"] in rows and wf["running"] not in rows and wf["review"] not in rows
+    assert f'name="filter_qs" value="definition_id={risk}"' in body  # "all matching" acts on the same set
+    # the live refresh (htmx swaps the list alone) reads no names
+    live = admin.get("/console/workflows?definition=risk-check", headers={"HX-Request": "true"})
+    assert live.status_code == 200 and set(_rows(live.data.decode())) == set(rows)
+    assert '<option value="risk-check">' not in live.data.decode()
+    # an id in the same field, and the URL filter of before: the same rows, the field shows the name
+    for path in (f"/console/workflows?definition={risk}", f"/console/workflows?definition_id={risk}"):
+        again = admin.get(path)
+        assert again.status_code == 200 and set(_rows(again.data.decode())) == set(rows), path
+        assert 'name="definition" type="text" value="risk-check"' in again.data.decode()
+    # refused in place: no such name here, a name and another definition's id, a name too long
+    for query, said in (
+        ("definition=no-such-flow", "no definition named 'no-such-flow' here"),
+        ("definition=other-tenant-flow", "no definition named 'other-tenant-flow' here"),
+        (f"definition=risk-check&definition_id={order}", "names another definition than definition_id"),
+        ("definition=" + "x" * 200, "a definition name"),
+        ("definition_id=nothex", "a 32-char lowercase hex id"),
+    ):
+        refused = admin.get(f"/console/workflows?{query}")
+        assert refused.status_code == 400, query
+        assert said in _text(refused) and 'aria-invalid="true"' in refused.data.decode(), query
+        assert _rows(refused.data.decode()) == {}
+    # a platform operator filters another namespace by its own names
+    other = admin.get(f"/console/workflows?ns={scenario.other_ns}&definition=other-tenant-flow")
+    assert other.status_code == 200 and wf["other"] in _rows(other.data.decode())
+
+    # the Ended and Duration columns
+    every = _rows(admin.get(f"/console/workflows?definition_id={risk}").data.decode())
+    [(created, completed)] = sql(
+        "SELECT created_at, completed_at FROM workflow_instances WHERE id = :i", i=wf["failed"]
+    )
+    ended = completed.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    took = (completed - created).total_seconds()
+    assert ended in every[wf["failed"]] and "running for" not in every[wf["failed"]]
+    assert duration(took) in every[wf["failed"]]
+    running = _rows(admin.get(f"/console/workflows?definition_id={order}").data.decode())[wf["running"]]
+    assert "running for " in running and "—" in running  # not ended
+
+
+def test_a_rows_timing():
+    now = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
+    done = {"state": "FAILED", "created_at": "2026-12-05T11:00:00Z", "completed_at": "2026-12-05T11:02:05.5Z"}
+    assert timing(done, now) == {"ended": datetime(2026, 12, 5, 11, 2, 5, 500000, tzinfo=UTC),
+                                 "duration_s": 125.5, "running": False}  # fmt: skip
+    live = {"state": "WAITING", "created_at": "2026-12-05T11:59:00Z"}
+    assert timing(live, now) == {"ended": None, "duration_s": 60.0, "running": True}
+    assert timing({"state": "CANCELLED", "created_at": "2026-12-05T11:00:00Z"}, now)["duration_s"] is None

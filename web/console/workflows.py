@@ -10,7 +10,7 @@ is shown leads to a 404); acting on a workflow stays with credentials of the wor
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Response, g, render_template, request
@@ -106,42 +106,91 @@ def acts_here(inst: dict[str, Any]) -> bool:
 
 
 # --------------------------------------------------------------------------- list
+DEFINITION_FIELD = (
+    "definition"  # the list's filter by definition: a name (or an id), from a datalist of names
+)
+MAX_DEFINITION_FIELD = 128  # a definition name's length (an id is 32)
+
+
+def timing(item: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A list row's end and duration: ``ended`` (when it ended, None while unfinished), ``duration_s``
+    (created to ended, or to now while unfinished) and ``running`` (unfinished)."""
+    created = _utc(item["created_at"])
+    ended = _utc(item["completed_at"]) if item.get("completed_at") else None
+    unfinished = item["state"] not in TERMINAL
+    end = now if unfinished or ended is None else ended
+    return {
+        "ended": None if unfinished else ended,
+        "duration_s": max(0.0, (end - created).total_seconds()) if (unfinished or ended) else None,
+        "running": unfinished,
+    }
+
+
 @bp.get("/workflows")
 @page(READ)
 def workflows() -> tuple[str, int]:
-    raw = {k: v for k, v in clean_args(request.args).items() if k in LIST_FIELDS}
-    query = {k: (rfc3339_of_local(v) if k in TIME_FIELDS else v) for k, v in raw.items()}
+    args = clean_args(request.args)
+    raw = {k: v for k, v in args.items() if k in LIST_FIELDS}
+    chosen = args.get(DEFINITION_FIELD) if isinstance(args.get(DEFINITION_FIELD), str) else None
     cursor = request.args.get("cursor")
-    status_code = 200
-    try:
-        q = schemas.load(
-            ListQuery(), {"limit": str(PAGE_SIZE), **query, **({"cursor": cursor} if cursor else {})}
-        )
-    except InvalidArgument as exc:
-        g.form = FormState(
-            "filters",
-            MultiDict(request.args),
-            {e.field: [e.message] for e in exc.field_errors},
-            None if exc.field_errors else exc.message,
-        )
-        q, status_code = None, 400
     p = principal()
+
+    def refuse(exc: InvalidArgument) -> None:
+        # the form has one definition field (a name or an id): an error of definition_id is shown there
+        errors: dict[str, list[str]] = {}
+        for e in exc.field_errors:
+            errors.setdefault(DEFINITION_FIELD if e.field == "definition_id" else e.field, []).append(
+                e.message
+            )
+        g.form = FormState("filters", MultiDict(request.args), errors, None if errors else exc.message)
 
     def load(c: Connection) -> dict[str, Any]:
         ns = viewed_namespace(c)
         queues = None if ns["id"] != p.namespace_id else p.queues
         out: dict[str, Any] = {"ns": ns, "namespaces": switcher(c), "items": [], "next": None, "total": 0}
-        if q is not None:
-            page_ = instances.list_instances(c, ns["id"], q["filters"], q["limit"], q["cursor"], queues)
-            out.update(
-                items=page_["items"],
-                next=page_.get("next_cursor"),
-                total=instances.count_instances(c, ns["id"], q["filters"], queues, COUNT_CAP),
+        # the filter's choices; the live refresh swaps the list alone (hx-select), so it reads none
+        refresh = request.headers.get("HX-Request") == "true"
+        out["definition_names"] = [] if refresh else lookup.namespace_definition_names(c, ns["id"])
+        out["status"], out["chosen"] = 200, ""
+        try:
+            if chosen is not None:
+                if len(chosen) > MAX_DEFINITION_FIELD or "\x00" in chosen:
+                    raise InvalidArgument("a definition name", field=DEFINITION_FIELD)
+                found = lookup.definition_by_name_or_id(c, ns["id"], chosen)
+                if found is None:
+                    raise InvalidArgument(f"no definition named {chosen!r} here", field=DEFINITION_FIELD)
+                if raw.get("definition_id", found["id"]) != found["id"]:
+                    raise InvalidArgument(
+                        "names another definition than definition_id", field=DEFINITION_FIELD
+                    )
+                raw["definition_id"] = found["id"]
+            q = schemas.load(
+                ListQuery(),
+                {
+                    "limit": str(PAGE_SIZE),
+                    **{k: (rfc3339_of_local(v) if k in TIME_FIELDS else v) for k, v in raw.items()},
+                    **({"cursor": cursor} if cursor else {}),
+                },
             )
-        out["names"] = lookup.definition_names(c, (i["definition_id"] for i in out["items"]))
+        except InvalidArgument as exc:
+            refuse(exc)
+            out["status"] = 400
+            out["names"] = {}
+            return out
+        page_ = instances.list_instances(c, ns["id"], q["filters"], q["limit"], q["cursor"], queues)
+        now = datetime.now(UTC)
+        out.update(
+            items=[{**i, **timing(i, now)} for i in page_["items"]],
+            next=page_.get("next_cursor"),
+            total=instances.count_instances(c, ns["id"], q["filters"], queues, COUNT_CAP),
+        )
+        ids = [i["definition_id"] for i in out["items"]] + [raw.get("definition_id", "")]
+        out["names"] = lookup.definition_names(c, ids)
+        out["chosen"] = out["names"].get(raw.get("definition_id", ""), "")
         return out
 
     data = read(load)
+    status_code = data.pop("status")
     return render_template(
         "console/workflows.html",
         **data,

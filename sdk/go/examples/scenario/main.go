@@ -2,7 +2,8 @@
 // LEDGERFLOW_URL with LEDGERFLOW_TOKEN (a credential with every workflow permission): publish a
 // definition, start a workflow, serve its tasks with a TaskWorker, pause and resume it, send it a
 // signal, read its steps, operations and one operation, and check that a replayed start answers the
-// first snapshot. It prints one JSON object of what it saw (tests/sdk/test_go_sdk.py checks it) and
+// first snapshot. Two workflows of a second definition fail in the worker (an error that names its
+// type, and a panic): the test reads their attempts back with the type, stack and worker identity. It prints one JSON object of what it saw (tests/sdk/test_go_sdk.py checks it) and
 // exits 1 with one line on stderr when anything fails.
 package main
 
@@ -57,6 +58,28 @@ func run() error {
 		return fmt.Errorf("list versions: %w", err)
 	}
 
+	// a definition whose one task fails in the worker (no retry)
+	failQueue := queue + "-fail"
+	failDef, err := client.CreateDefinition(ctx, "", ledgerflow.CreateDefinitionRequest{Name: name + "-fail"})
+	if err != nil {
+		return fmt.Errorf("create definition: %w", err)
+	}
+	if _, err := client.PublishVersion(ctx, failDef.Definition.ID, "", map[string]any{
+		"version": "v1", "input_schema": map[string]any{}, "deadline_seconds": 600,
+		"steps": []any{map[string]any{"key": "charge", "kind": "TASK", "queue": failQueue, "input": "$.input"}},
+	}); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	failing := map[string]string{} // mode -> workflow id
+	for _, mode := range []string{"error", "panic"} {
+		s, err := client.StartWorkflow(ctx, "", ledgerflow.StartWorkflowRequest{
+			DefinitionID: failDef.Definition.ID, Version: "v1", Input: map[string]any{"mode": mode}})
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		failing[mode] = s.Instance.ID
+	}
+
 	// start it with our own key (so that it can be resent)
 	startKey := "start-" + ledgerflow.NewIdempotencyKey()
 	startReq := ledgerflow.StartWorkflowRequest{
@@ -86,6 +109,18 @@ func run() error {
 			return map[string]any{"prepared": true, "n": in.N}, nil
 		}
 		return map[string]any{"shipped": true, "receipt": t.Input}, nil
+	})
+	worker.Register(failQueue, func(ctx context.Context, t *ledgerflow.Task) (any, error) {
+		var in struct {
+			Mode string `json:"mode"`
+		}
+		if err := t.Input.Decode(&in); err != nil {
+			return nil, err
+		}
+		if in.Mode == "panic" {
+			return chargeCard(nil), nil // index out of range: the worker recovers and reports it
+		}
+		return nil, ledgerflow.NonRetryable(fmt.Errorf("charging: %w", &cardDeclined{code: "51"}))
 	})
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- worker.Run(workerCtx) }()
@@ -139,6 +174,15 @@ func run() error {
 	resent, err := client.SendWorkflowSignal(ctx, id, signalKey, signalReq)
 	if err != nil {
 		return fmt.Errorf("signal again: %w", err)
+	}
+
+	failedStates := map[string]string{}
+	for mode, wid := range failing {
+		ended, err := client.WaitForWorkflow(ctx, wid, 100*time.Millisecond)
+		if err != nil {
+			return fmt.Errorf("waiting for the failing workflow: %w", err)
+		}
+		failedStates[mode] = ended.State
 	}
 
 	stopWorker()
@@ -227,6 +271,9 @@ func run() error {
 		"replay_updated_at":        replayed.Instance.UpdatedAt.Equal(started.Instance.UpdatedAt),
 		"conflict_code":            conflictCode,
 		"listed":                   len(listed.Items),
+		"failing":                  failing,
+		"failed_states":            failedStates,
+		"identity":                 ledgerflow.Identity(),
 	}
 	return json.NewEncoder(os.Stdout).Encode(summary)
 }
@@ -245,3 +292,12 @@ func waitFor[T any](ctx context.Context, get func() (T, bool, error)) (T, error)
 		}
 	}
 }
+
+// cardDeclined names its type for the failure the worker reports (ledgerflow.ErrorTyper).
+type cardDeclined struct{ code string }
+
+func (e *cardDeclined) Error() string     { return "card declined (" + e.code + ")" }
+func (e *cardDeclined) ErrorType() string { return "payments.CardDeclined" }
+
+// chargeCard panics with an index out of range when it has no cards.
+func chargeCard(cards []string) string { return cards[0] }
