@@ -414,7 +414,8 @@ def fanout_top_up(conn: Connection, inst: dict, reason: str) -> int:
                 conn,
                 inst,
                 JobType.SUBPROCESS_SPAWN,
-                {"activation_id": s["activation_id"]},
+                # its own operation (the operation key is the payload's): not the first spawn's receipt
+                {"activation_id": s["activation_id"], "top_up": f"{reason}:{inst['revision']}"},
                 key=f"{s['activation_id']}:{reason}:{inst['revision']}",
                 step_key=s["key"],
             )
