@@ -248,9 +248,7 @@ def test_an_elements_retry_waits_for_the_steps_backoff(client) -> None:
     assert "next_attempt_at" in view["elements"][0]
     with transaction() as conn:
         wait = conn.execute(
-            text(
-                "SELECT EXTRACT(EPOCH FROM next_attempt_at - now()) FROM workflow_tasks WHERE id = :t"
-            ),
+            text("SELECT EXTRACT(EPOCH FROM next_attempt_at - now()) FROM workflow_tasks WHERE id = :t"),
             {"t": first.id},
         ).scalar_one()
     assert 50 < wait <= 60  # backoff_seconds * 2^(attempt-1) for the first retry, as a plain task's

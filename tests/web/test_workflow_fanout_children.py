@@ -29,7 +29,9 @@ CHILD = {
     "version": "1",
     "input_schema": {"type": "object"},
     "deadline_seconds": 600,
-    "steps": [{"key": "work", "kind": "TASK", "queue": "kid", "input": {"sku": "$.input.sku", "n": "$.input.n"}}],
+    "steps": [
+        {"key": "work", "kind": "TASK", "queue": "kid", "input": {"sku": "$.input.sku", "n": "$.input.n"}}
+    ],
     "output": "$.steps.work.output",
 }
 
@@ -116,8 +118,16 @@ def test_a_child_fan_out_of_50_with_max_parallel_5_outputs_in_element_order(clie
     children = _children(wid)
     assert [e for e, _, _ in children] == list(range(50))  # one child per element, no more
     view = _fan_out(client, wid)
-    assert (view["total"], view["pending"], view["running"], view["done"], view["failed"]) == (50, 0, 0, 50, 0)
-    assert [(e["index"], e["child_workflow_id"]) for e in view["elements"]] == [(e, c) for e, c, _ in children]
+    assert (view["total"], view["pending"], view["running"], view["done"], view["failed"]) == (
+        50,
+        0,
+        0,
+        50,
+        0,
+    )
+    assert [(e["index"], e["child_workflow_id"]) for e in view["elements"]] == [
+        (e, c) for e, c, _ in children
+    ]
 
 
 def test_a_child_failing_for_good_fails_the_step_after_the_others_in_flight(client) -> None:
