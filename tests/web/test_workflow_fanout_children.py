@@ -21,7 +21,7 @@ from tests.web.wf_live import author_token, wf_server  # noqa: F401
 
 @pytest.fixture
 def client(wf_server) -> Client:  # noqa: F811
-    token = author_token("fanc", Scope.WORKFLOWS_CONTROL, Scope.TASKS_WORK)
+    token = author_token("fanc", Scope.WORKFLOWS_CONTROL, Scope.WORKFLOWS_RECOVERY, Scope.TASKS_WORK)
     return Client(wf_server, token)
 
 
@@ -241,3 +241,72 @@ def test_a_child_the_version_refuses_fails_the_step_with_its_element(client) -> 
     wf = client.wait_for_workflow(wid, timeout=30)
     error = client.get_workflow_step(wid, "each").error
     assert wf.state == "FAILED" and error["code"] == "CHILD_START_REJECTED" and error["element"] == 1
+
+
+def test_the_parents_deadline_reaches_the_children(client) -> None:
+    wid = _start(client, [{"sku": str(i)} for i in range(6)], max_parallel=3)
+    _jobs()
+    assert _unfinished(wid) == 3
+    with transaction() as conn:  # time travel: the parent's deadline passed, its watch is due
+        conn.execute(
+            text("UPDATE workflow_instances SET deadline_at = now() - interval '1 s' WHERE id = :i"),
+            {"i": wid},
+        )
+        conn.execute(
+            text(
+                "UPDATE workflow_jobs SET run_at = now() - interval '1 ms' WHERE instance_id = :i "
+                "AND type = 'task_timeout' AND status = 'pending'"
+            ),
+            {"i": wid},
+        )
+    _jobs()
+    wf = client.wait_for_workflow(wid, timeout=30)
+    with transaction() as conn:
+        code = conn.execute(
+            text("SELECT error->>'code' FROM workflow_instances WHERE id = :i"), {"i": wid}
+        ).scalar()
+    assert wf.state == "FAILED" and code == "DEADLINE_EXCEEDED"
+    children = _children(wid)
+    assert len(children) == 3 and {s for _, _, s in children} == {"CANCELLED"}
+
+
+def test_review_holds_new_children_and_a_retried_step_starts_new_ones(client) -> None:
+    """An unknown outcome on the fan-out step sends it (and the parent) to review: the children in
+    flight run on but no new one starts; RETRY_STEP cancels the old activation's unfinished children and
+    the new activation starts its own, once the parent runs again."""
+    from tests.web.wf_ops import unknown_outcome_job
+
+    wid = _start(client, [{"sku": str(i)} for i in range(4)], max_parallel=2)
+    _jobs()
+    old = _children(wid)
+    assert len(old) == 2
+    unknown_outcome_job(wid, "each")
+    wf = client.get_workflow(wid)
+    client.control_workflow(wid, "PAUSE", wf.control_revision, "look first")
+    assert client.get_workflow(wid).state == "NEEDS_REVIEW"
+    wf = client.get_workflow(wid)
+    client.control_workflow(wid, "RESUME", wf.control_revision, "still in review")
+    tasks = _kid_tasks(client, wid)
+    client.complete_task(tasks[0].id, tasks[0].epoch, {"old": 0})  # one old child ends during the review
+    _jobs()
+    assert len(_children(wid)) == 2  # no new child while in review
+    client.recover_workflow_step(wid, "RETRY_STEP", "each", "the call never went out")
+    _jobs()
+    children = _children(wid)
+    states = {cid: s for _, cid, s in children}
+    # the old activation's unfinished child got a cancel request (its claimed task keeps its permit)
+    assert states[old[0][1]] == "SUCCEEDED" and states[old[1][1]] == "CANCELLING"
+    client.complete_task(tasks[1].id, tasks[1].epoch, {"old": 1})
+    _jobs()
+    assert dict((cid, s) for _, cid, s in _children(wid))[old[1][1]] == "CANCELLED"
+    new = [c for c in children if c[1] not in (old[0][1], old[1][1])]
+    assert [e for e, _, _ in new] == [0, 1]  # the new activation starts from its first element
+    for _ in range(10):
+        tasks = _kid_tasks(client, wid)
+        if not tasks:
+            break
+        for n, t in tasks.items():
+            client.complete_task(t.id, t.epoch, {"new": n})
+        _jobs()
+    wf = client.wait_for_workflow(wid, timeout=30)
+    assert wf.state == "SUCCEEDED" and wf.output == {"all": [{"new": i} for i in range(4)]}
