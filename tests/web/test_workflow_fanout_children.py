@@ -310,3 +310,39 @@ def test_review_holds_new_children_and_a_retried_step_starts_new_ones(client) ->
         _jobs()
     wf = client.wait_for_workflow(wid, timeout=30)
     assert wf.state == "SUCCEEDED" and wf.output == {"all": [{"new": i} for i in range(4)]}
+
+
+def test_an_element_costs_one_child_and_its_join(client) -> None:
+    """The parent pays no row per element but the child's join job (as a plain child does; a plain child
+    also costs a spawn job of its own): one spawn for the step, no activation, task or wait row."""
+    wid = _start(client, [{"sku": str(i)} for i in range(12)], max_parallel=5)
+    _jobs()
+    for _ in range(20):
+        tasks = _kid_tasks(client, wid)
+        if not tasks:
+            break
+        for t in tasks.values():
+            client.complete_task(t.id, t.epoch, {})
+        _jobs()
+    assert client.wait_for_workflow(wid, timeout=30).state == "SUCCEEDED"
+    with transaction() as conn:
+        jobs = dict(
+            conn.execute(
+                text(
+                    "SELECT type, count(*) FROM workflow_jobs WHERE instance_id = :i AND type::text LIKE 'subprocess%' "
+                    "GROUP BY type"
+                ),
+                {"i": wid},
+            ).all()
+        )
+        counts = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM workflow_instances WHERE parent_instance_id = :i),"
+                " (SELECT count(*) FROM workflow_tasks WHERE instance_id = :i),"
+                " (SELECT count(*) FROM workflow_waits WHERE instance_id = :i),"
+                " (SELECT count(*) FROM workflow_activations WHERE instance_id = :i)"
+            ),
+            {"i": wid},
+        ).one()
+    assert jobs == {"subprocess_spawn": 1, "subprocess_join": 12}
+    assert tuple(counts) == (12, 0, 0, 0)
