@@ -95,8 +95,11 @@ def fan_out_progress(conn: Connection, instance_id: str, s: dict, spec: dict) ->
     if s["kind"] == "SUBWORKFLOW":
         return _children_progress(conn, s, spec, total)
     rows = run(conn, _FAN_OUT, {"i": instance_id, "a": s["activation_id"]}).all()
-    # an element waiting for its retry's backoff counts as running
-    running = sum(1 for r in rows if r.state in ("PENDING", "CLAIMED") or r.next_attempt_at is not None)
+    # an element waiting for its retry's backoff counts as running (while its step is open)
+    waits = s["state"] in ("ACTIVE", "WAITING")
+    running = sum(
+        1 for r in rows if r.state in ("PENDING", "CLAIMED") or (waits and r.next_attempt_at is not None)
+    )
     progress = Progress(total, len(rows), running, sum(1 for r in rows if r.state == "COMPLETED"))
     return {
         "total": total,
@@ -108,7 +111,11 @@ def fan_out_progress(conn: Connection, instance_id: str, s: dict, spec: dict) ->
                 "task_id": r.id,
                 "state": r.state,
                 "attempt": r.attempt,
-                **({"next_attempt_at": rfc3339(r.next_attempt_at)} if r.next_attempt_at is not None else {}),
+                **(
+                    {"next_attempt_at": rfc3339(r.next_attempt_at)}
+                    if waits and r.next_attempt_at is not None
+                    else {}
+                ),
             }
             for r in rows[:FAN_OUT_LISTED]
         ],
