@@ -346,3 +346,23 @@ def test_an_element_costs_one_child_and_its_join(client) -> None:
         ).one()
     assert jobs == {"subprocess_spawn": 1, "subprocess_join": 12}
     assert tuple(counts) == (12, 0, 0, 0)
+
+
+def test_a_full_namespace_starts_the_children_it_has_room_for_and_the_rest_later(client, monkeypatch) -> None:
+    """The namespace's limit of unfinished workflows applies to children as to any start: a top-up keeps
+    the children it could start, and each child's end starts the next ones as room frees."""
+    monkeypatch.setenv("LEDGERFLOW_INSTANCE_LIMIT", "3")  # the parent and two children
+    wid = _start(client, [{"sku": str(i)} for i in range(5)], max_parallel=4)
+    _jobs()
+    assert _unfinished(wid) == 2 and client.get_workflow(wid).state in ("RUNNING", "WAITING")
+    for _ in range(10):
+        tasks = _kid_tasks(client, wid)
+        if not tasks:
+            break
+        assert len(tasks) <= 2
+        for n, t in tasks.items():
+            client.complete_task(t.id, t.epoch, {"n": n})
+        _jobs()
+    wf = client.wait_for_workflow(wid, timeout=30)
+    assert wf.state == "SUCCEEDED" and wf.output == {"all": [{"n": i} for i in range(5)]}
+    assert len(_children(wid)) == 5

@@ -23,7 +23,7 @@ from app.engine.snapshot import step_model
 from app.engine.states import InstanceState, StepState
 from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
 from app.engine.transitions import instance_moves, step_moves
-from app.errors import InvalidArgument, NotFound
+from app.errors import InvalidArgument, LimitExceeded, NotFound, QuotaExceeded
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import payload_id
@@ -108,7 +108,8 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
     settle the step once every element ended (``decide.fanout.plan``)."""
     act = step["activation_id"]
     items = step["act_input"]["items"]
-    verdict = decide_fanout.plan(spec, snapshot.fanout_child_progress(conn, act, len(items)), None)
+    progress = snapshot.fanout_child_progress(conn, act, len(items))
+    verdict = decide_fanout.plan(spec, progress, None)
     if isinstance(verdict, CompleteStep):
         outputs: list[Any] = [None] * len(items)
         for c in snapshot.fanout_children(conn, act):
@@ -135,6 +136,7 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
     if inst["paused"] or inst["cancel_requested_at"] is not None or inst["state"] not in OPEN_TO_START:
         return {"started": 0, "held": inst["state"] + (" (paused)" if inst["paused"] else "")}
     mctx = snapshot.mapping_context(conn, inst)
+    started = 0
     for i in verdict.indexes:
         try:
             body = {
@@ -152,6 +154,12 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
                     element=(act, i),
                     on_created=_audit_start(step["key"], i),
                 )
+        except (QuotaExceeded, LimitExceeded):
+            # the namespace is full: the children started so far stay; the next child's end (its join)
+            # tries the next elements again. With none in flight nothing would: the job retries later.
+            if started == 0 and verdict.indexes[0] == i and progress.running == 0:
+                raise
+            break
         except mapping.MappingTooLarge as exc:
             advance.fail_step(conn, inst["id"], step, {**exc.error(), "element": i})
             return {"step": "failed"}
@@ -163,8 +171,10 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
                 {"code": "CHILD_START_REJECTED", "message": f"element {i}: {exc.message}", "element": i},
             )
             return {"step": "failed"}
-    instance_moves.touch(conn, inst["id"])
-    return {"started": len(verdict.indexes)}
+        started += 1
+    if started:
+        instance_moves.touch(conn, inst["id"])
+    return {"started": started}
 
 
 def _audit_start(step_key: str, element: int) -> Callable[[Connection, dict], None]:
