@@ -1,8 +1,8 @@
 """Activating a step: a numbered activation with its input mapped from ``$.input`` / ``$.steps``, and
 the work it waits for — a task (TASK), a timer wait + ``delay_wake`` (TIMER), a signal wait with an
 optional timeout (SIGNAL), a ``subprocess_spawn`` job (SUBWORKFLOW; with ``for_each`` it starts the first
-children), the first round's task and an
-optional final-signal wait (POLL), a ``trigger_dispatch`` job (TRIGGER). Inside the caller's transaction, instance row locked."""
+children), the first round's task and an optional final-signal wait (POLL), a ``trigger_dispatch`` job
+(TRIGGER). Inside the caller's transaction, instance row locked."""
 
 from __future__ import annotations
 
@@ -82,9 +82,8 @@ def element_input(spec: dict, mctx: dict, items: list[Any], i: int) -> Any:
 
 
 def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
-    if (
-        kind in (K.TASK, K.SUBWORKFLOW) and "for_each" in spec
-    ):  # the array, resolved once (the elements read it)
+    # a fan-out: the array, resolved once (the elements read it)
+    if kind in (K.TASK, K.SUBWORKFLOW) and "for_each" in spec:
         return {"items": fanout_items(spec, mctx)}
     if kind == K.TIMER:
         return {"delay_seconds": spec["delay_seconds"]}

@@ -332,9 +332,8 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
     indexes: tuple[int, ...]
     if isinstance(verdict, decide_fanout.RetryElement):
         delay = decide_fanout.retry_delay(spec, verdict)
-        if (
-            delay > 0
-        ):  # the element waits for its backoff (running meanwhile); an element_retry wake starts it
+        # with a backoff the element waits (counted as running meanwhile); an element_retry wake starts it
+        if delay > 0:
             due = task_moves.element_retry_at(conn, task["id"], delay)
             work.wake(
                 conn,
