@@ -348,20 +348,7 @@ class Workflow:
 
         def deco(fn: Callable[..., Any]) -> TaskStep:
             step = TaskStep(self, key or fn.__name__, "TASK", fn, queue)
-            fan: dict[str, Any] = {}
-            if for_each is not None:
-                fan["items"] = for_each
-                for name, v in (
-                    ("max_items", max_items),
-                    ("max_parallel", max_parallel),
-                    ("tolerance", tolerance),
-                ):
-                    if v is not None:
-                        fan[name] = v
-            elif input is not _MISSING and _names_element(input):
-                raise WorkflowError(
-                    f"step {step.python_name}: wf.item / wf.index are for a fan-out step (for_each=)"
-                )
+            fan = _fan_out(step, for_each, max_items, max_parallel, tolerance, input)
             step.fields = {
                 "queue": queue,
                 **({"timeout_seconds": timeout_seconds} if timeout_seconds is not None else {}),
@@ -461,11 +448,23 @@ class Workflow:
         after: Iterable[Step] = (),
         when: Cond | None = None,
         description: str | None = None,
+        for_each: Ref | list[Any] | None = None,
+        max_items: int | None = None,
+        max_parallel: int | None = None,
+        tolerance: int | None = None,
     ) -> Step:
-        """A SUBWORKFLOW step: a child instance of a published version."""
+        """A SUBWORKFLOW step: a child instance of a published version. With ``for_each`` (a reference
+        to an array, or a list), a fan-out: one child instance per element (its input may name
+        ``wf.item`` and ``wf.index``), at most ``max_parallel`` unfinished at once, the step's output the
+        children's outputs in element order (docs/reference.md, "Fan-out")."""
         step = Step(self, key, "SUBWORKFLOW", key)
+        fan = _fan_out(step, for_each, max_items, max_parallel, tolerance, input)
         step.fields = {"definition_id": definition_id, "version": version}
-        return self._add(step, after, when, description, {"input": input})
+        self._add(step, after, when, description, {"for_each": fan or _MISSING, "input": input})
+        step.fields = _ordered(
+            step.fields, ("description", "condition", "definition_id", "version", "for_each", "input")
+        )
+        return step
 
     def trigger(
         self,
@@ -570,6 +569,26 @@ def _names_element(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_names_element(v) for v in value)
     return False
+
+
+def _fan_out(
+    step: Step,
+    for_each: Any,
+    max_items: int | None,
+    max_parallel: int | None,
+    tolerance: int | None,
+    input: Any,
+) -> dict[str, Any]:
+    """A step's ``for_each`` object (empty: not a fan-out, and then its input may not name the element)."""
+    fan: dict[str, Any] = {}
+    if for_each is not None:
+        fan["items"] = for_each
+        for name, v in (("max_items", max_items), ("max_parallel", max_parallel), ("tolerance", tolerance)):
+            if v is not None:
+                fan[name] = v
+    elif input is not _MISSING and _names_element(input):
+        raise WorkflowError(f"step {step.python_name}: wf.item / wf.index are for a fan-out step (for_each=)")
+    return fan
 
 
 def _ordered(fields: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Activating a step: a numbered activation with its input mapped from ``$.input`` / ``$.steps``, and
 the work it waits for — a task (TASK), a timer wait + ``delay_wake`` (TIMER), a signal wait with an
-optional timeout (SIGNAL), a ``subprocess_spawn`` job (SUBWORKFLOW), the first round's task and an
-optional final-signal wait (POLL), a ``trigger_dispatch`` job (TRIGGER). Inside the caller's transaction, instance row locked."""
+optional timeout (SIGNAL), a ``subprocess_spawn`` job (SUBWORKFLOW; with ``for_each`` it starts the first
+children), the first round's task and an optional final-signal wait (POLL), a ``trigger_dispatch`` job
+(TRIGGER). Inside the caller's transaction, instance row locked."""
 
 from __future__ import annotations
 
@@ -67,16 +68,22 @@ def start_elements(
     ``{"item", "index"}``). Raises ``MappingTooLarge`` like any mapping."""
     ids = []
     for i in indexes:
-        ctx = {**mctx, "item": items[i], "index": i}
-        task_input = (
-            mapping.resolve(spec["input"], ctx) if "input" in spec else {"item": items[i], "index": i}
-        )
+        task_input = element_input(spec, mctx, items, i)
         ids.append(work.step_task(conn, inst, step, spec, task_input, attempt=attempt, element=i))
     return ids
 
 
+def element_input(spec: dict, mctx: dict, items: list[Any], i: int) -> Any:
+    """The input of element ``i`` (its task's, or its child workflow's): the step's ``input`` mapped with
+    ``$.item`` / ``$.index``; without one, ``{"item", "index"}``."""
+    if "input" not in spec:
+        return {"item": items[i], "index": i}
+    return mapping.resolve(spec["input"], {**mctx, "item": items[i], "index": i})
+
+
 def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
-    if kind == K.TASK and "for_each" in spec:  # the array, resolved once (the elements' tasks read it)
+    # a fan-out: the array, resolved once (the elements read it)
+    if kind in (K.TASK, K.SUBWORKFLOW) and "for_each" in spec:
         return {"items": fanout_items(spec, mctx)}
     if kind == K.TIMER:
         return {"delay_seconds": spec["delay_seconds"]}
@@ -167,7 +174,9 @@ def activate(
                 into=rows,
                 activation_id=act_id,
             )
-    elif kind in (K.SUBWORKFLOW, K.TRIGGER):
+    elif kind == K.SUBWORKFLOW and "for_each" in spec and not act_input["items"]:
+        pass  # no element, no child: the step succeeds with [] (``advance.settle_progress``)
+    elif kind in (K.SUBWORKFLOW, K.TRIGGER):  # a fan-out's spawn starts its first children
         job_type = JobType.SUBPROCESS_SPAWN if kind == K.SUBWORKFLOW else JobType.TRIGGER_DISPATCH
         work.job(conn, inst, job_type, {"activation_id": act_id}, key=act_id, step_key=step["key"], into=rows)
     elif kind == K.POLL:

@@ -51,7 +51,8 @@ from app.engine.decide.model import (
 )
 from app.engine.states import InstanceState, StepKind, StepState
 from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
-from app.engine.transitions import instance_moves, step_moves, wait_moves
+from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
+from app.ledger.states import JobType
 from app.sql import query, run
 
 # a generous bound: every iteration activates at least one step or ends the loop
@@ -330,6 +331,24 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
         return
     indexes: tuple[int, ...]
     if isinstance(verdict, decide_fanout.RetryElement):
+        delay = decide_fanout.retry_delay(spec, verdict)
+        # with a backoff the element waits (counted as running meanwhile); an element_retry wake starts it
+        if delay > 0:
+            due = task_moves.element_retry_at(conn, task["id"], delay)
+            work.wake(
+                conn,
+                inst,
+                "element_retry",
+                key=f"element_retry:{step['activation_id']}:{verdict.index}:{verdict.attempt}",
+                run_at=due,
+                step_key=step["key"],
+                activation_id=step["activation_id"],
+                element=verdict.index,
+                attempt=verdict.attempt,
+                task_id=task["id"],
+            )
+            settle_progress(conn, inst["id"])
+            return
         indexes, attempt = (verdict.index,), verdict.attempt
     else:
         indexes, attempt = verdict.indexes, 1
@@ -342,6 +361,65 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
             fail_step(conn, inst["id"], step, {**exc.error(), "element": indexes[0]})
             return
     settle_progress(conn, inst["id"])
+
+
+def element_retry_due(
+    conn: Connection, inst: dict, step: dict, spec: dict, task_id: str, attempt: int
+) -> dict:
+    """The backoff of a fan-out element's failed task ``task_id`` passed (an ``element_retry`` wake): its
+    next attempt ``attempt`` starts, unless the step stopped starting elements meanwhile (more failures
+    than its tolerance); then the element failed for good and the step settles as the elements end."""
+    element = task_moves.element_retry_ended(conn, task_id, step["activation_id"])
+    if element is None:
+        return {"skipped": "the element no longer waits for its retry"}
+    items = step["act_input"]["items"]
+    progress, _ = snapshot.fanout_progress(conn, inst["id"], step["activation_id"], len(items), task_id)
+    if progress.failed - 1 > spec["for_each"].get("tolerance", 0):
+        verdict = decide_fanout.plan(spec, progress, None)
+        if isinstance(verdict, FailStep):
+            first = decide_fanout.first_failure(
+                snapshot.fanout_elements(conn, inst["id"], step["activation_id"])
+            )
+            fail_step(conn, inst["id"], step, {**verdict.error, **first})
+            return {"element": element, "failed": True}
+        return {"element": element, "started": False}
+    try:
+        ids = activation.start_elements(
+            conn, inst, step, spec, items, (element,), snapshot.mapping_context(conn, inst), attempt
+        )
+    except mapping.MappingTooLarge as exc:
+        fail_step(conn, inst["id"], step, {**exc.error(), "element": element})
+        return {"element": element, "failed": True}
+    settle_progress(conn, inst["id"])
+    return {"element": element, "attempt": attempt, "task_id": ids[0]}
+
+
+def fanout_top_up(conn: Connection, inst: dict, reason: str) -> int:
+    """The parent may start fan-out children again (a resume, a review left): each ACTIVE SUBWORKFLOW
+    step with ``for_each`` gets a ``subprocess_spawn`` job, which starts the elements its free places allow
+    (``handlers.subprocess``). Returns how many were enqueued."""
+    steps = [
+        s
+        for s in read_steps(conn, inst["id"])
+        if s["kind"] == StepKind.SUBWORKFLOW and s["state"] == StepState.ACTIVE
+    ]
+    if not steps:
+        return 0
+    specs = step_specs(version_document(conn, inst["definition_version_id"]))
+    n = 0
+    for s in steps:
+        if "for_each" in specs.get(s["key"], {}):
+            work.job(
+                conn,
+                inst,
+                JobType.SUBPROCESS_SPAWN,
+                # its own operation (the operation key is the payload's): not the first spawn's receipt
+                {"activation_id": s["activation_id"], "top_up": f"{reason}:{inst['revision']}"},
+                key=f"{s['activation_id']}:{reason}:{inst['revision']}",
+                step_key=s["key"],
+            )
+            n += 1
+    return n
 
 
 def _db_in(conn: Connection, seconds: float) -> Any:

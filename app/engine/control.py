@@ -66,6 +66,7 @@ def resume(conn: Connection, inst: dict) -> None:
     task_moves.postpone_deadlines(conn, inst["id"], paused_for)
     sync_resumed(conn, [r["id"] for r in rows])
     if inst["stop_requested_at"] is None:
+        advance.fanout_top_up(conn, inst, "resume")  # fan-out children held back by the pause start
         advance.settle_progress(conn, inst["id"])  # activations held back by the pause start now
 
 

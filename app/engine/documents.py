@@ -35,7 +35,8 @@ REF_RE = re.compile(
     r"(?P<rest>(?:\.[A-Za-z0-9_-]+|\[\d+\])*)$"
 )
 KINDS = ("TASK", "SIGNAL", "TIMER", "POLL", "SUBWORKFLOW", "TRIGGER")
-# an element of a fan-out (a TASK step's ``for_each``): its input mapping may name the element and its index
+# an element of a fan-out (a TASK or SUBWORKFLOW step's ``for_each``): its input mapping may name the
+# element and its index
 ELEMENT_REF_RE = re.compile(r"^\$\.(?:index|item(?:(?:\.[A-Za-z0-9_-]+|\[\d+\])*))$")
 
 
@@ -46,7 +47,7 @@ STEP_FIELDS = {
     | {"queue", "input", "timeout_seconds", "retry", "compensation", "dispatch", "for_each"},
     "TIMER": COMMON_STEP | {"delay_seconds"},
     "SIGNAL": COMMON_STEP | {"signal", "payload_version", "correlation", "timeout_seconds"},
-    "SUBWORKFLOW": COMMON_STEP | {"definition_id", "version", "input"},
+    "SUBWORKFLOW": COMMON_STEP | {"definition_id", "version", "input", "for_each"},
     "TRIGGER": COMMON_STEP | {"url", "method", "headers", "body", "timeout_seconds"},
     "POLL": COMMON_STEP
     | {
@@ -462,6 +463,8 @@ def _check_kind(errs: _Errors, f: str, kind: str, st: dict, contracts: set[tuple
             not isinstance(v, str) or not VERSION_RE.fullmatch(v) or v.lower() == "latest"
         ):
             errs.add(f + ".version", 'must be a pinned version (never "latest")')
+        if "for_each" in st:
+            _check_for_each(errs, f, st)
     elif kind == "TRIGGER":
         _check_trigger(errs, f, st)
     elif kind == "POLL":

@@ -74,6 +74,7 @@ def start_workflow(
     check_queues: Callable[[list[str]], None] | None = None,
     trace_id: str | None = None,
     parent: tuple[str, str] | None = None,
+    element: tuple[str, int] | None = None,
     on_created: Callable[[Connection, dict], None] | None = None,
     schedule: tuple[str, datetime] | None = None,
     automation_chain: list[str] | None = None,
@@ -83,6 +84,7 @@ def start_workflow(
     """Create the instance, its steps, the first activations / tasks and their ledger jobs, all in
     the caller's transaction (W-START-6); wake hints go out after its commit. ``on_created`` runs
     once the instance row exists, before its first activations (the start audit row comes first).
+    ``element``: (the parent step's activation id, the element index) of a fan-out's child.
     ``schedule``: (schedule id, fire time) of a scheduled launch (X-SCHED), recorded on the instance;
     ``automation_chain``: the automation rules that started it (X-AUTO), likewise; ``start_key``: the
     (Idempotency-Key, fingerprint) of the start request, kept on the row (``app.engine.start_keys``),
@@ -113,6 +115,8 @@ def start_workflow(
             "trace": trace_id or new_id(),
             "parent": parent[0] if parent else None,
             "parent_step": parent[1] if parent else None,
+            "parent_act": element[0] if element else None,
+            "parent_element": element[1] if element else None,
             "schedule": schedule[0] if schedule else None,
             "schedule_fire_at": schedule[1] if schedule else None,
             "chain": automation_chain,

@@ -105,6 +105,10 @@ instances = Table(
     Column("compensation", JSONB),
     Column("parent_instance_id", Text),
     Column("parent_step_key", Text),
+    # a child started by a fan-out (a SUBWORKFLOW step with ``for_each``, migration 0031): the parent step's
+    # activation and the element's index; NULL for every other instance
+    Column("parent_activation_id", Text),
+    Column("parent_element", Integer),
     # X-SCHED: the schedule (app.integrations) and the fire time that launched the instance; no foreign
     # key: an instance outlives a deleted schedule
     Column("schedule_id", Text),
@@ -161,6 +165,12 @@ Index(
     "ix_workflow_instances_parent",
     instances.c.parent_instance_id,
     postgresql_where=text("parent_instance_id IS NOT NULL"),
+)
+Index(  # a fan-out activation's children in element order (migration 0031)
+    "ix_workflow_instances_fanout",
+    instances.c.parent_activation_id,
+    instances.c.parent_element,
+    postgresql_where=text("parent_activation_id IS NOT NULL"),
 )
 # Find by what operators see (migration 0026, ``app.engine.finding``): an id prefix of >= 8 hex characters
 # and a business-key prefix in any case are range scans of these; the failure groups read the FAILED and
@@ -359,6 +369,9 @@ tasks = Table(
     Column("failure", JSONB),
     # the element index of a fan-out step's task (a TASK step with ``for_each``; migration 0027), else NULL
     Column("element", Integer),
+    # on an element's failed task: when the element's next attempt starts (its step's retry backoff,
+    # migration 0031), else NULL; the element counts as running meanwhile
+    Column("next_attempt_at", DateTime(timezone=True)),
     CheckConstraint(_in("state", TaskState), name="ck_workflow_tasks_state"),
     CheckConstraint(_in("purpose", TaskPurpose), name="ck_workflow_tasks_purpose"),
 )

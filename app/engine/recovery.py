@@ -108,6 +108,8 @@ def recover(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, 
 def _stop_activation_work(conn: Connection, activation_id: str) -> None:
     task_moves.cancel_open(conn, activation_id=activation_id, step_only=True)
     wait_moves.cancel_open(conn, activation_id=activation_id)
+    # a fan-out's unfinished children: the activation that waits for them ends
+    stopping.stop_fanout_children(conn, activation_id, "the parent step was recovered by an operator")
 
 
 def _close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
@@ -178,6 +180,7 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
     if cancelling:
         stopping.settle_cancel(conn, iid)
     else:
+        advance.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
         advance.settle_progress(conn, iid)
 
 
@@ -241,5 +244,6 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
     elif resolution == "CANCEL":
         stopping.request_cancel(conn, read_instance(conn, instance_id), reason=req["reason"], reviewed=True)
     else:
+        advance.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
         advance.settle_progress(conn, instance_id)
     return inst, read_instance(conn, instance_id), summary

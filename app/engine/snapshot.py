@@ -126,11 +126,12 @@ _ELEMENT_COUNTS = query(
     "fanout_element_counts",
     """
 WITH e AS (
-    SELECT element, state, attempt FROM workflow_tasks
+    SELECT element, state, attempt, next_attempt_at FROM workflow_tasks
     WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
 )
 SELECT (SELECT count(DISTINCT element) FROM e) AS started,
-       (SELECT count(*) FROM e WHERE state IN ('PENDING', 'CLAIMED')) AS running,
+       -- an element whose next attempt waits for its backoff (``next_attempt_at``) is still running
+       (SELECT count(*) FROM e WHERE state IN ('PENDING', 'CLAIMED') OR next_attempt_at IS NOT NULL) AS running,
        (SELECT count(*) FROM e WHERE state = 'COMPLETED') AS done,
        t.element, t.state, t.attempt, t.id, t.error::text AS error,
        NOT EXISTS (SELECT 1 FROM e WHERE e.element = t.element AND e.attempt > t.attempt) AS latest
@@ -166,6 +167,47 @@ def fanout_progress(
     if r.latest and r.element is not None:
         ended = Element(r.element, r.state, r.attempt, r.id, None if r.error is None else jparse(r.error))
     return Progress(total, r.started, r.running, r.done), ended
+
+
+# A fan-out's children (a SUBWORKFLOW step with ``for_each``): one instance per started element, found by the
+# parent's activation (``ix_workflow_instances_fanout``).
+_CHILD_COUNTS = query(
+    "fanout_child_counts",
+    """
+SELECT count(*) AS started,
+       count(*) FILTER (WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) AS running,
+       count(*) FILTER (WHERE state = 'SUCCEEDED') AS done
+FROM workflow_instances WHERE parent_activation_id = :a
+""",
+)
+_CHILDREN = query(
+    "fanout_children",
+    """
+SELECT parent_element AS element, id, state, error::text AS error, output::text AS output
+FROM workflow_instances WHERE parent_activation_id = :a ORDER BY parent_element
+""",
+)
+
+
+def fanout_child_progress(conn: Connection, activation_id: str, total: int) -> Progress:
+    """The element counts of a fan-out activation whose elements are child workflows."""
+    r = run(conn, _CHILD_COUNTS, {"a": activation_id}).one()
+    return Progress(total, r.started, r.running, r.done)
+
+
+def fanout_children(conn: Connection, activation_id: str) -> list[dict[str, Any]]:
+    """Every started child of a fan-out activation in element order: ``element``, ``id``, ``state`` (the
+    instance's), ``error`` and ``output`` (parsed; None when absent)."""
+    return [
+        {
+            "element": r.element,
+            "id": r.id,
+            "state": r.state,
+            "error": None if r.error is None else jparse(r.error),
+            "output": None if r.output is None else jparse(r.output),
+        }
+        for r in run(conn, _CHILDREN, {"a": activation_id})
+    ]
 
 
 def fanout_elements(conn: Connection, instance_id: str, activation_id: str) -> list[Element]:

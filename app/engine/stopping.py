@@ -179,8 +179,33 @@ _Q_STOPPING_REQUEST_CANCEL = query(
     "SELECT s.child_instance_id FROM workflow_steps s "
     "JOIN workflow_instances c ON c.id = s.child_instance_id "
     "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-    "AND c.cancel_requested_at IS NULL ORDER BY 1",
+    "AND c.cancel_requested_at IS NULL "
+    # a fan-out's children (one per element, found by the step's activation)
+    "UNION SELECT c.id FROM workflow_steps s JOIN workflow_instances c ON c.parent_activation_id = s.activation_id "
+    "WHERE s.instance_id = :id AND s.state = 'ACTIVE' AND s.kind = 'SUBWORKFLOW' "
+    "AND c.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND c.cancel_requested_at IS NULL ORDER BY 1",
 )
+_FANOUT_CHILDREN_TO_STOP = query(
+    "stopping_fanout_children",
+    "SELECT id FROM workflow_instances WHERE parent_activation_id = :a AND stop_requested_at IS NULL "
+    "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY id",
+)
+
+
+def stop_fanout_children(conn: Connection, activation_id: str, reason: str) -> None:
+    """The unfinished children of a fan-out activation get a cancel request (its step was closed or
+    retried by an operator: nothing waits for them any more). Lock order: parent (locked), each child."""
+    for (child_id,) in run(conn, _FANOUT_CHILDREN_TO_STOP, {"a": activation_id}).all():
+        child = lock_instance(conn, child_id)
+        if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
+            continue
+        request_cancel(conn, child, reason=reason)
+        oplog.advance(
+            conn,
+            child,
+            "workflow.control.cancel",
+            after={"cause": reason, "parent": child["parent_instance_id"]},
+        )
 
 
 def request_cancel(

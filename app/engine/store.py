@@ -38,7 +38,7 @@ def jdump(value: Any) -> str | None:
 INSTANCE_COLUMNS = """id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
-       parent_instance_id, parent_step_key, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation"""
+       parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation"""
 _INSTANCE = query("instance_read", f"SELECT {INSTANCE_COLUMNS} FROM workflow_instances WHERE id = :id")
 # A lock is the first statement of an engine transaction: it also asks what the transaction's first event
 # would ask next (``events.known_listeners``: is anyone listening to the namespace's events?).

@@ -71,7 +71,7 @@ def _marked(conn: Connection, instance_id: str, summaries: list[dict]) -> list[d
 _FAN_OUT = query(
     "fanout_progress",
     """
-SELECT DISTINCT ON (element) element, state, attempt, id
+SELECT DISTINCT ON (element) element, state, attempt, id, next_attempt_at
 FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a AND element IS NOT NULL
 ORDER BY element, attempt DESC
 """,
@@ -79,21 +79,59 @@ ORDER BY element, attempt DESC
 FAN_OUT_LISTED = 1000
 
 
+# every started element's child workflow (a SUBWORKFLOW step's fan-out), in element order
+_FAN_OUT_CHILDREN = query(
+    "fanout_progress_children",
+    "SELECT parent_element AS element, id, state FROM workflow_instances WHERE parent_activation_id = :a "
+    "ORDER BY parent_element",
+)
+
+
 def fan_out_progress(conn: Connection, instance_id: str, s: dict, spec: dict) -> dict[str, Any]:
     """A fan-out step's progress: elements pending (not started), running, done and failed, and the
-    task of each started element (its latest attempt)."""
+    task (or child workflow) of each started element (its latest attempt)."""
     items = s["act_input"].get("items")
     total = len(items) if isinstance(items, list) else 0
+    if s["kind"] == "SUBWORKFLOW":
+        return _children_progress(conn, s, spec, total)
     rows = run(conn, _FAN_OUT, {"i": instance_id, "a": s["activation_id"]}).all()
-    running = sum(1 for r in rows if r.state in ("PENDING", "CLAIMED"))
+    # an element waiting for its retry's backoff counts as running (while its step is open)
+    waits = s["state"] in ("ACTIVE", "WAITING")
+    running = sum(
+        1 for r in rows if r.state in ("PENDING", "CLAIMED") or (waits and r.next_attempt_at is not None)
+    )
     progress = Progress(total, len(rows), running, sum(1 for r in rows if r.state == "COMPLETED"))
     return {
         "total": total,
         **progress.by_state(),
         "max_parallel": spec["for_each"].get("max_parallel", FANOUT_DEFAULT_PARALLEL),
         "elements": [
-            {"index": r.element, "task_id": r.id, "state": r.state, "attempt": r.attempt}
+            {
+                "index": r.element,
+                "task_id": r.id,
+                "state": r.state,
+                "attempt": r.attempt,
+                **(
+                    {"next_attempt_at": rfc3339(r.next_attempt_at)}
+                    if waits and r.next_attempt_at is not None
+                    else {}
+                ),
+            }
             for r in rows[:FAN_OUT_LISTED]
+        ],
+    }
+
+
+def _children_progress(conn: Connection, s: dict, spec: dict, total: int) -> dict[str, Any]:
+    rows = run(conn, _FAN_OUT_CHILDREN, {"a": s["activation_id"]}).all()
+    running = sum(1 for r in rows if r.state not in ("SUCCEEDED", "FAILED", "CANCELLED"))
+    progress = Progress(total, len(rows), running, sum(1 for r in rows if r.state == "SUCCEEDED"))
+    return {
+        "total": total,
+        **progress.by_state(),
+        "max_parallel": spec["for_each"].get("max_parallel", FANOUT_DEFAULT_PARALLEL),
+        "elements": [
+            {"index": r.element, "child_workflow_id": r.id, "state": r.state} for r in rows[:FAN_OUT_LISTED]
         ],
     }
 

@@ -359,6 +359,7 @@ def test_skipped_steps_and_fan_out_progress_at_1280_and_390(browser, live_url, s
         )
         page.goto(live_url + f"/console/workflows/{wid}/steps/reserve_lines")
         expect(page.locator(".facts")).to_contain_text("3 element(s): 0 pending, 2 running, 1 done, 0 failed")
+        expect(page.locator("#elements + table tbody tr")).to_have_count(3)  # each element, with its task
         ctx.close()
 
 

@@ -263,7 +263,7 @@ def test_an_unknown_wake_names_every_wake():
     with pytest.raises(PermanentError) as err:
         timers.delay_wake(ctx)
     assert str(err.value) == (
-        "unknown wake 'bogus': one of cancel_settle, deadline, poll, signal_expiry, signal_timeout, task_retry, timer"
+        "unknown wake 'bogus': one of cancel_settle, deadline, element_retry, poll, signal_expiry, signal_timeout, task_retry, timer"
     )
 
 

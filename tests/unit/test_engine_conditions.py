@@ -400,6 +400,85 @@ def test_fan_out_runs_every_element_once_within_max_parallel(n: int, par: int, t
         assert sorted(latest) == list(range(n))
 
 
+def test_an_elements_retry_waits_for_the_backoff_a_plain_task_of_the_step_waits() -> None:
+    from app.engine.decide.tasks import retry_delay_seconds
+
+    policy = {"max_attempts": 5, "backoff_seconds": 10, "max_backoff_seconds": 25}
+    spec = {**FAN, "retry": policy}
+    for attempt, delay in ((2, 10), (3, 20), (4, 25), (5, 25)):
+        assert df.retry_delay(spec, df.RetryElement(0, attempt)) == delay
+        assert delay == retry_delay_seconds(policy, attempt - 1)
+    assert df.retry_delay(FAN, df.RetryElement(3, 2)) == 30  # the default backoff, as a plain task's
+    assert (
+        df.retry_delay({**FAN, "retry": {"max_attempts": 2, "backoff_seconds": 0}}, df.RetryElement(0, 2))
+        == 0
+    )
+
+
+def test_a_child_elements_state_speaks_as_a_tasks() -> None:
+    assert [df.child_state(s) for s in ("RUNNING", "WAITING", "NEEDS_REVIEW", "CANCELLING")] == [
+        "CLAIMED"
+    ] * 4
+    assert [df.child_state(s) for s in ("SUCCEEDED", "FAILED", "CANCELLED")] == [
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+    ]
+    kids = [
+        df.Element(i, df.child_state(s), 1, f"c{i}", e)
+        for i, s, e in (
+            (0, "SUCCEEDED", None),
+            (1, "RUNNING", None),
+            (2, "CANCELLED", None),
+            (3, "FAILED", {"message": "m"}),
+        )
+    ]
+    first = df.first_failure(kids)
+    assert (first["element"], first["task_id"], first["message"]) == (2, "c2", "element 2 failed: CANCELLED")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 6), st.integers(0, 3), st.data())
+def test_child_fan_out_starts_each_element_one_child_within_max_parallel(
+    n: int, par: int, tolerance: int, data
+) -> None:
+    """A SUBWORKFLOW fan-out (no retries: a child that ended without success is an element failed for
+    good; every decision is made with ``ended=None`` from the activation's child counts): never more than
+    max_parallel children unfinished, one child per started element, elements started in order, and the
+    step ends once, failed iff more than tolerance children failed; it never ends with a child in flight."""
+    spec = {"for_each": {"items": "$.x", "max_parallel": par, "tolerance": tolerance}}
+    kids: dict[int, str] = {}  # element -> instance state
+
+    def progress() -> df.Progress:
+        states = list(kids.values())
+        running = sum(1 for s in states if df.child_state(s) == "CLAIMED")
+        return df.Progress(n, len(kids), running, states.count("SUCCEEDED"))
+
+    def apply(verdict: object) -> object:
+        if isinstance(verdict, df.StartElements):
+            assert list(verdict.indexes) == list(range(len(kids), len(kids) + len(verdict.indexes)))
+            for i in verdict.indexes:
+                kids[i] = "RUNNING"
+        assert not isinstance(verdict, df.RetryElement)
+        return verdict
+
+    end = apply(df.plan(spec, progress(), None))
+    for _ in range(300):
+        if isinstance(end, (CompleteStep, FailStep)):
+            break
+        running = [i for i, s in kids.items() if s == "RUNNING"]
+        assert 0 < len(running) <= par
+        i = data.draw(st.sampled_from(sorted(running)))
+        kids[i] = data.draw(st.sampled_from(["SUCCEEDED", "SUCCEEDED", "FAILED", "CANCELLED"]))
+        end = apply(df.plan(spec, progress(), None))
+    assert isinstance(end, (CompleteStep, FailStep))
+    assert "RUNNING" not in kids.values()
+    failed = [i for i, s in kids.items() if s in ("FAILED", "CANCELLED")]
+    assert isinstance(end, FailStep) == (len(failed) > tolerance)
+    if isinstance(end, CompleteStep):
+        assert sorted(kids) == list(range(n))
+
+
 def test_fan_out_numbers_written_as_decimals_are_stored_as_integers() -> None:
     doc = {
         "version": "1",

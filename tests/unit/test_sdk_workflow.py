@@ -266,3 +266,53 @@ def test_a_fan_out_step_names_its_element() -> None:
 
         @wf.task("q", for_each=lines.output["lines"])
         def early(task): ...
+
+
+def test_a_child_fan_out_is_its_json_twin_byte_for_byte() -> None:
+    import json
+
+    wf = _wf()
+
+    @wf.task("q.lines")
+    def lines(task): ...
+
+    pages = wf.child(
+        "pages",
+        definition_id="0" * 32,
+        version="3",
+        after=[lines],
+        for_each=lines.output["pages"],
+        max_items=500,
+        max_parallel=5,
+        tolerance=2,
+        input={"page": wf.item, "n": wf.index, "doc": wf.input["doc"]},
+        description="render each page",
+    )
+    wf.output({"rendered": pages.output})
+    twin = {
+        "key": "pages",
+        "kind": "SUBWORKFLOW",
+        "after": ["lines"],
+        "description": "render each page",
+        "definition_id": "0" * 32,
+        "version": "3",
+        "for_each": {
+            "items": "$.steps.lines.output.pages",
+            "max_items": 500,
+            "max_parallel": 5,
+            "tolerance": 2,
+        },
+        "input": {"page": "$.item", "n": "$.index", "doc": "$.input.doc"},
+    }
+
+    def canonical(doc: object) -> bytes:
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+    document = wf.document()
+    assert canonical(document["steps"][1]) == canonical(twin)
+    assert list(document["steps"][1]) == list(twin)  # and in the order the reference writes it
+    validate_document(json.loads(json.dumps(document)))
+    with pytest.raises(WorkflowError, match="step plain: wf.item / wf.index are for a fan-out step"):
+        wf.child("plain", definition_id="0" * 32, version="3", input={"x": wf.item})
+    with pytest.raises(WorkflowError, match="step early: for_each refers to lines.output, but lines is not"):
+        wf.child("early", definition_id="0" * 32, version="3", for_each=lines.output["pages"])

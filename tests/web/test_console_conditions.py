@@ -4,6 +4,7 @@ progress (issue 44), through the Flask test client on a live engine."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import text
 
 from app.auth import ALL_SCOPES, create_credential
 from app.db import transaction
@@ -57,3 +58,44 @@ def test_skipped_steps_and_fan_out_progress_are_shown(console, ops) -> None:  # 
     assert "Last error" not in step
     fan = console.get(f"/console/workflows/{wid}/steps/lines").data.decode()
     assert "3 element(s): 0 pending, 2 running, 1 done, 0 failed (at most 2 at once)" in fan
+
+
+def test_a_child_fan_outs_step_page_links_each_elements_child(console, ops) -> None:  # noqa: F811
+    from app.db import get_engine
+    from tests.engine.helpers import run_jobs
+
+    child = ops.define({"steps": [{"key": "work", "kind": "TASK", "queue": "kid.page"}]})
+    parent = ops.define(
+        {
+            "steps": [
+                {
+                    "key": "pages",
+                    "kind": "SUBWORKFLOW",
+                    "definition_id": child,
+                    "version": "v1",
+                    "for_each": {"items": "$.input.pages", "max_parallel": 2},
+                }
+            ]
+        }
+    )
+    wid = ops.start(parent, {"pages": ["a", "b", "c"]})
+    run_jobs(get_engine())  # the spawn starts the first two children
+    with transaction() as conn:
+        kids = (
+            conn.execute(
+                text(
+                    "SELECT id FROM workflow_instances WHERE parent_instance_id = :i ORDER BY parent_element"
+                ),
+                {"i": wid},
+            )
+            .scalars()
+            .all()
+        )
+    assert len(kids) == 2
+    page = console.get(f"/console/workflows/{wid}").data.decode()
+    assert "0/3 elements done, 2 running, 0 failed" in page
+    step = console.get(f"/console/workflows/{wid}/steps/pages").data.decode()
+    assert "3 element(s): 1 pending, 2 running, 0 done, 0 failed (at most 2 at once)" in step
+    assert "Child workflow</th>" in step
+    for kid in kids:
+        assert f'href="/console/workflows/{kid}"' in step

@@ -226,3 +226,60 @@ def test_an_element_costs_one_task_row_and_nothing_else(client) -> None:
             {"i": wid},
         ).one()
     assert tuple(counts) == (12, 2, 0, 0)  # one task per element; the step's own row; no activation or job
+
+
+def test_an_elements_retry_waits_for_the_steps_backoff(client) -> None:
+    """An element's next attempt follows the step's retry policy as a plain task's does: not claimable
+    before its backoff (the element counts as running meanwhile, so no other element takes its place);
+    once the backoff's wake is due, attempt 2 is handed out."""
+    from app.db import get_engine
+    from tests.engine.helpers import make_due, run_jobs
+
+    doc = _doc(max_parallel=1)
+    doc["steps"][0]["retry"] = {"max_attempts": 2, "backoff_seconds": 60}
+    wid = _start(client, doc, [{"sku": "a"}, {"sku": "b"}])
+    [first] = client.claim_tasks(["fan"], max_tasks=4)
+    assert first.input["n"] == 0
+    client.fail_task(first.id, first.epoch, "flaky", retryable=True)
+    run_jobs(get_engine())  # nothing is due: the backoff's wake waits a minute
+    assert client.claim_tasks(["fan"], max_tasks=4) == []  # neither the retry nor element 1
+    view = _fan_out(client, wid)
+    assert (view["pending"], view["running"], view["done"], view["failed"]) == (1, 1, 0, 0)
+    assert "next_attempt_at" in view["elements"][0]
+    with transaction() as conn:
+        wait = conn.execute(
+            text("SELECT EXTRACT(EPOCH FROM next_attempt_at - now()) FROM workflow_tasks WHERE id = :t"),
+            {"t": first.id},
+        ).scalar_one()
+    assert 50 < wait <= 60  # backoff_seconds * 2^(attempt-1) for the first retry, as a plain task's
+    make_due(get_engine())
+    run_jobs(get_engine())
+    [again] = client.claim_tasks(["fan"], max_tasks=4)
+    assert (again.input["n"], again.attempt) == (0, 2)
+    _, claimed = client.complete_and_claim([(again.id, again.epoch, {"ok": 0})], ["fan"], max_tasks=4)
+    assert [t.input["n"] for t in claimed] == [1]
+    client.complete_task(claimed[0].id, claimed[0].epoch, {"ok": 1})
+    _finish_after(client, wid)
+    wf = client.wait_for_workflow(wid, timeout=30)
+    assert wf.state == "SUCCEEDED" and wf.output["reserved"] == [{"ok": 0}, {"ok": 1}]
+
+
+def test_an_element_waiting_for_its_backoff_fails_for_good_when_the_step_stops_starting(client) -> None:
+    """Another element fails for good during an element's backoff: the retry does not start, and the
+    step fails with the first failed element once nothing is in flight."""
+    from app.db import get_engine
+    from tests.engine.helpers import make_due, run_jobs
+
+    doc = _doc(max_parallel=2)
+    doc["steps"][0]["retry"] = {"max_attempts": 2, "backoff_seconds": 60}
+    wid = _start(client, doc, [{"sku": "a"}, {"sku": "b"}, {"sku": "c"}])
+    tasks = {t.input["n"]: t for t in client.claim_tasks(["fan"], max_tasks=4)}
+    client.fail_task(tasks[0].id, tasks[0].epoch, "flaky", retryable=True)  # waits for its backoff
+    client.fail_task(tasks[1].id, tasks[1].epoch, "gone", retryable=False)  # failed for good
+    assert client.get_workflow(wid).state == "RUNNING"  # element 0 still counts as running
+    make_due(get_engine())
+    run_jobs(get_engine())
+    wf = client.wait_for_workflow(wid, timeout=30)
+    error = client.get_workflow_step(wid, "reserve").error
+    assert wf.state == "FAILED" and error["code"] == "FANOUT_ELEMENT_FAILED" and error["element"] == 0
+    assert _open_element_tasks(wid) == 0

@@ -1,10 +1,12 @@
-"""Fan-out over data (a TASK step with ``for_each``; docs/reference.md "Fan-out"): one task per element
-of an array, at most ``max_parallel`` in flight, each element retried by the step's retry policy; the
-step's output is the array of the elements' outputs in element order.
+"""Fan-out over data (a TASK or SUBWORKFLOW step with ``for_each``; docs/reference.md "Fan-out"): one
+task (or one child workflow) per element of an array, at most ``max_parallel`` in flight, each task
+element retried by the step's retry policy; the step's output is the array of the elements' outputs in
+element order.
 
-- an element's task completed: the element is done;
-- it failed: another attempt of the element (retryable, attempts left; at once), or the element failed
-  for good;
+- an element's task completed (its child succeeded): the element is done;
+- its task failed: another attempt of the element (retryable, attempts left; after the step's retry
+  backoff, ``retry_delay``), or the element failed for good; a child that failed or was cancelled is an
+  element failed for good (a SUBWORKFLOW step has no retry policy);
 - more than ``tolerance`` elements failed for good: no element starts any more, and once the elements in
   flight have ended the step fails with the first failed element's index and error
   (``FANOUT_ELEMENT_FAILED``);
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.decide.model import Collect, CompleteStep, FailStep, Ignore, Inst, Step
+from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.states import STEP_OPEN, TERMINAL
 
 # elements per step (default, and the platform's maximum a step may set), elements in flight
@@ -114,6 +117,22 @@ def plan(
     if progress.running:
         return StartElements()
     return CompleteStep(None)  # the driver reads the outputs in element order
+
+
+def retry_delay(spec: dict[str, Any], retry: RetryElement) -> int:
+    """Seconds before attempt ``retry.attempt`` of an element starts: the backoff a plain task of the
+    step waits before the same attempt (``decide.tasks.retry_delay_seconds``; 0: at once)."""
+    return retry_delay_seconds(spec.get("retry", {}), retry.attempt - 1)
+
+
+def child_state(instance_state: str) -> str:
+    """A fan-out child's state as the task state ``Element`` speaks of: open (``CLAIMED``), ``COMPLETED``
+    (it succeeded), or its end without success (``FAILED`` / ``CANCELLED``)."""
+    if instance_state == "SUCCEEDED":
+        return "COMPLETED"
+    if instance_state in TERMINAL:
+        return instance_state
+    return "CLAIMED"
 
 
 def first_failure(elements: list[Element]) -> dict[str, Any]:

@@ -115,6 +115,15 @@ def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
     return {"attempt": attempt, "task_id": task_id}
 
 
+def _element_retry(conn: Connection, inst: dict, p: dict) -> dict:
+    """A fan-out element's backoff passed: its next attempt starts (``advance.element_retry_due``)."""
+    step = step_of_activation(conn, p["activation_id"], inst["id"])
+    if step is None or step["state"] not in ("ACTIVE", "WAITING"):
+        return {"skipped": "the element's activation is no longer current"}
+    spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
+    return advance.element_retry_due(conn, inst, step, spec, str(p["task_id"]), int(p["attempt"]))
+
+
 def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
     due = bool(run(conn, "SELECT CAST(:d AS timestamptz) <= now()", {"d": inst["deadline_at"]}).scalar())
     verdict = decide_stopping.deadline_passed(inst_model(inst), due)
@@ -150,6 +159,7 @@ WAIT_WAKES: dict[str, tuple[Callable[[Connection, dict, dict, str], dict], str]]
 WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
     "poll": _poll,
     "task_retry": _task_retry,
+    "element_retry": _element_retry,
     "deadline": _deadline,
     "signal_expiry": _signal_expiry,
     "cancel_settle": _cancel_settle,

@@ -31,11 +31,11 @@ _CREATE = query(
     "instance_create",
     f"""
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, revision,
-    input, business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, schedule_id,
-    schedule_fire_at, automation_chain, start_key, start_fingerprint)
+    input, business_key, queues, deadline_at, trace_id, parent_instance_id, parent_step_key, parent_activation_id,
+    parent_element, schedule_id, schedule_fire_at, automation_chain, start_key, start_fingerprint)
 VALUES (:id, :ns, :def, :ver, :version, 'RUNNING', {STARTED_REVISION}, CAST(:input AS jsonb), :bk,
-    CAST(:queues AS text[]), now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :schedule,
-    :schedule_fire_at, CAST(:chain AS text[]), :start_key, :start_fp)
+    CAST(:queues AS text[]), now() + make_interval(secs => :deadline), :trace, :parent, :parent_step, :parent_act,
+    :parent_element, :schedule, :schedule_fire_at, CAST(:chain AS text[]), :start_key, :start_fp)
 RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace_id")} AS listened
 """,
 )

@@ -396,3 +396,29 @@ def cancel_open(
     for r in rows:
         _task_event(conn, "task.cancelled", r)
     return [r.id for r in rows]
+
+
+# ------------------------------------------------------------------ fan-out element retries (issue 44)
+_ELEMENT_RETRY_AT = query(
+    "task_element_retry_at",
+    "UPDATE workflow_tasks SET next_attempt_at = now() + make_interval(secs => :d) "
+    "WHERE id = :t AND element IS NOT NULL AND state NOT IN ('PENDING', 'CLAIMED', 'COMPLETED') "
+    "RETURNING next_attempt_at",
+)
+_ELEMENT_RETRY_ENDED = query(
+    "task_element_retry_ended",
+    "UPDATE workflow_tasks SET next_attempt_at = NULL "
+    "WHERE id = :t AND activation_id = :a AND next_attempt_at IS NOT NULL RETURNING element",
+)
+
+
+def element_retry_at(conn: Connection, task_id: str, seconds: float) -> Any:
+    """A fan-out element's failed task waits ``seconds`` for its next attempt (its step's retry backoff):
+    the element counts as running until then. Returns when the next attempt is due (database time)."""
+    return run(conn, _ELEMENT_RETRY_AT, {"t": task_id, "d": seconds}).scalar_one()
+
+
+def element_retry_ended(conn: Connection, task_id: str, activation_id: str) -> int | None:
+    """The backoff of element task ``task_id`` of activation ``activation_id`` passed: it waits no more.
+    Returns the element's index (None: the task waits for no retry, e.g. a second wake)."""
+    return run(conn, _ELEMENT_RETRY_ENDED, {"t": task_id, "a": activation_id}).scalar()
