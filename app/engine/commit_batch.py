@@ -24,6 +24,14 @@ STRIPES = 64
 BATCH_EVENTS = 2048
 BATCH_AUDIT = 2048
 
+# What a batch row stores of its instance (the compact form, migration 0031): only what the transaction
+# changed, ``{"state", "paused"}`` as it left them; the instance's id is ``instance_id`` and what never
+# changes (definition, version, business key, trace id) is read from the instance row by the views
+# ``workflow_events`` (``definition_id`` and ``trace_id`` are '' in a compact row). Rows written before
+# hold the whole summary and the ids, which the views prefer. A start's ``workflow.start`` audit entry
+# whose ``after`` is the instance object of the start's response stores ``"after_in_response": true``
+# instead: the view ``workflow_operations`` reads it from ``start_response`` (``compact_start_entry``).
+#
 # The quota counts: one upsert per namespace (its stripe: the committing backend's pid modulo STRIPES).
 # The batches: each continues its instance's sequence from the instance's newest batch (none: from 1); the
 # batches of one instance in this statement follow one another (``before``: the events of the batches
@@ -44,13 +52,46 @@ INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, la
     trace_id, events, audit, dispatch_job_id, start_response)
 SELECT b.id, i.namespace_id, i.id,
     CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END,
-    i.definition_id, jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
-        'state', i.state, 'paused', i.paused, 'business_key', i.business_key),
-    i.trace_id, CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
+    '', jsonb_build_object('state', i.state, 'paused', i.paused),
+    '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
 FROM b JOIN workflow_instances i ON i.id = b.iid,
     LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s
 """,
 )
+
+
+_START_ENTRY = '{"action":"workflow.start",'
+_AFTER = ',"after":'
+_RESPONSE_INSTANCE = '"data":{"instance":'
+
+
+def compact_start_entry(entry: str, response: str) -> str:
+    """The ``workflow.start`` audit entry ``entry`` (a JSON text written by ``app.jsonx``) without its
+    ``after`` when that is, text for text, the instance object of the start's response ``response``
+    (the view reads it from there); otherwise ``entry`` unchanged (e.g. a URL in the input, whose user
+    info and query values the audit does not keep but the response does). ``after`` is the entry's
+    last member (``events._audit``); the response's ``"data":{"instance":`` is taken only as its
+    top-level member (a raw ``"`` is never inside a JSON string), where the instance object begins."""
+    if not entry.startswith(_START_ENTRY) or not entry.endswith("}"):
+        return entry
+    at = entry.find(_AFTER)  # the members before it are strings or null: their text holds no raw '"'
+    start = response.find(_RESPONSE_INSTANCE)
+    if at < 0 or start < 0 or response[:start].count("{") != 1:  # not the response's top-level "data"
+        return entry
+    after = entry[at + len(_AFTER) : -1]
+    begin = start + len(_RESPONSE_INSTANCE)
+    if response[begin : begin + len(after)] != after or not _one_value(after):
+        return entry
+    return entry[:at] + ',"after_in_response":true}'
+
+
+def _one_value(text: str) -> bool:
+    """Is ``text`` exactly one JSON value (so that the response holds no longer value at that place)?"""
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return end == len(text)
 
 
 def batch_id() -> str:
@@ -85,6 +126,8 @@ class CommitBatch(CommitBuffer):
             return []
         rows: list[str] = []
         for iid, b in self.by_instance.items():
+            if b.response is not None and b.audit:
+                b.audit = [compact_start_entry(a, b.response) for a in b.audit]
             n_chunks = max(1, -(-len(b.events) // BATCH_EVENTS), -(-len(b.audit) // BATCH_AUDIT))
             for k in range(n_chunks):
                 evs = b.events[k * BATCH_EVENTS : (k + 1) * BATCH_EVENTS]

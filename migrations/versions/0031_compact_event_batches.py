@@ -1,0 +1,128 @@
+"""A workflow's event batches in fewer bytes (issue 50): a batch row stores what its transaction changed,
+not what the instance row already holds.
+
+- ``workflow_event_batches.instance`` of a new row is ``{"state", "paused"}`` as the transaction left
+  them; its ``definition_id`` and ``trace_id`` are ''. The view ``workflow_events`` builds every event's
+  body as before: the instance summary (``id``, ``definition_id``, ``version``, ``business_key``: what
+  never changes, read from ``workflow_instances``; ``state`` and ``paused`` from the row) and the trace
+  id, then the event's data. A row written before this migration (``definition_id`` not '') is read as
+  it is: existing rows are not rewritten.
+- A start's ``workflow.start`` audit entry whose ``after`` is, text for text, the instance object of the
+  start's response (``start_response``) stores ``"after_in_response": true`` instead of a second copy;
+  the view ``workflow_operations`` reads ``after`` from the response for such an entry.
+- ``ix_workflow_event_batches_instance`` (namespace, instance) is dropped: every read of an instance's
+  batches names the instance, and ``uq_workflow_event_batches_seq`` (instance, last_seq) serves it.
+
+The downgrade writes the compact rows back in the whole form (from the instance rows) and restores the
+views and the index.
+
+Revision ID: 0031_compact_event_batches
+Revises: 0027_conditions_fanout
+Create Date: 2026-12-05
+"""
+
+from alembic import op
+
+revision = "0031_compact_event_batches"
+down_revision = "0027_conditions_fanout"
+branch_labels = None
+depends_on = None
+
+EVENTS_VIEW = """
+CREATE OR REPLACE VIEW workflow_events AS
+SELECT left(b.id, 29) || lpad(to_hex((e.ord - 1)::int), 3, '0') AS id, b.id AS batch_id, b.namespace_id,
+       b.instance_id, b.first_seq + e.ord - 1 AS seq, e.ev ->> 'type' AS type,
+       CASE WHEN b.definition_id = '' THEN COALESCE(i.definition_id, '') ELSE b.definition_id END AS definition_id,
+       jsonb_build_object(
+           'instance', CASE WHEN b.definition_id = '' THEN jsonb_strip_nulls(jsonb_build_object(
+               'id', b.instance_id, 'definition_id', i.definition_id, 'version', i.version,
+               'business_key', i.business_key)) || b.instance ELSE b.instance END,
+           'trace_id', CASE WHEN b.definition_id = '' THEN COALESCE(i.trace_id, '') ELSE b.trace_id END
+       ) || (e.ev -> 'data') AS body,
+       b.dispatch_job_id, b.created_at
+FROM workflow_event_batches b
+LEFT JOIN workflow_instances i ON b.definition_id = '' AND i.id = b.instance_id
+CROSS JOIN LATERAL jsonb_array_elements(b.events) WITH ORDINALITY AS e(ev, ord)
+"""
+
+OPERATIONS_VIEW = """
+CREATE OR REPLACE VIEW workflow_operations AS
+SELECT id, NULL::text AS batch_id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
+       operation_id, reason, evidence_ref, request_id, before, after, created_at
+FROM operation_audit
+UNION ALL
+SELECT left(b.id, 29) || lpad(to_hex((2047 + a.ord)::int), 3, '0'), b.id, b.namespace_id,
+       COALESCE(a.e ->> 'actor_id', 'system:engine'),
+       CASE WHEN a.e ? 'actor_id' THEN a.e ->> 'actor_name' ELSE 'ledgerflow engine' END,
+       a.e ->> 'action', a.e ->> 'target_type', a.e ->> 'target_id', b.instance_id,
+       a.e ->> 'operation_id', a.e ->> 'reason', a.e ->> 'evidence_ref', a.e ->> 'request_id',
+       a.e -> 'before',
+       CASE WHEN a.e ? 'after_in_response' THEN CAST(b.start_response AS jsonb) -> 'data' -> 'instance'
+            ELSE a.e -> 'after' END,
+       CASE WHEN a.e ? 'actor_id' THEN b.created_at ELSE b.audited_at END
+FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord)
+"""
+
+# migrations 0018 / 0021
+OLD_EVENTS_VIEW = """
+CREATE OR REPLACE VIEW workflow_events AS
+SELECT left(b.id, 29) || lpad(to_hex((e.ord - 1)::int), 3, '0') AS id, b.id AS batch_id, b.namespace_id,
+       b.instance_id, b.first_seq + e.ord - 1 AS seq, e.ev ->> 'type' AS type, b.definition_id,
+       jsonb_build_object('instance', b.instance, 'trace_id', b.trace_id) || (e.ev -> 'data') AS body,
+       b.dispatch_job_id, b.created_at
+FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.events) WITH ORDINALITY AS e(ev, ord)
+"""
+
+OLD_OPERATIONS_VIEW = """
+CREATE OR REPLACE VIEW workflow_operations AS
+SELECT id, NULL::text AS batch_id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
+       operation_id, reason, evidence_ref, request_id, before, after, created_at
+FROM operation_audit
+UNION ALL
+SELECT left(b.id, 29) || lpad(to_hex((2047 + a.ord)::int), 3, '0'), b.id, b.namespace_id,
+       COALESCE(a.e ->> 'actor_id', 'system:engine'),
+       CASE WHEN a.e ? 'actor_id' THEN a.e ->> 'actor_name' ELSE 'ledgerflow engine' END,
+       a.e ->> 'action', a.e ->> 'target_type', a.e ->> 'target_id', b.instance_id,
+       a.e ->> 'operation_id', a.e ->> 'reason', a.e ->> 'evidence_ref', a.e ->> 'request_id',
+       a.e -> 'before', a.e -> 'after',
+       CASE WHEN a.e ? 'actor_id' THEN b.created_at ELSE b.audited_at END
+FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord)
+"""
+
+# A compact row in the whole form (the downgrade; tests/db/test_compact_event_batches.py reads both forms).
+WHOLE_FORM = (
+    """
+UPDATE workflow_event_batches b SET audit = (
+    SELECT jsonb_agg(CASE WHEN a.e ? 'after_in_response'
+                          THEN (a.e - 'after_in_response')
+                               || jsonb_build_object('after', CAST(b.start_response AS jsonb) -> 'data' -> 'instance')
+                          ELSE a.e END ORDER BY a.ord)
+    FROM jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord))
+WHERE b.definition_id = '' AND b.start_response IS NOT NULL AND b.audit <> '[]'::jsonb
+""",
+    """
+UPDATE workflow_event_batches b SET
+    definition_id = i.definition_id, trace_id = i.trace_id,
+    instance = jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
+        'business_key', i.business_key) || b.instance
+FROM workflow_instances i
+WHERE b.definition_id = '' AND i.id = b.instance_id
+""",
+)
+
+
+def upgrade() -> None:
+    op.execute(EVENTS_VIEW)
+    op.execute(OPERATIONS_VIEW)
+    op.execute("DROP INDEX IF EXISTS ix_workflow_event_batches_instance")
+
+
+def downgrade() -> None:
+    for statement in WHOLE_FORM:
+        op.execute(statement)
+    op.execute(OLD_EVENTS_VIEW)
+    op.execute(OLD_OPERATIONS_VIEW)
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS ix_workflow_event_batches_instance "
+        "ON workflow_event_batches (namespace_id, instance_id)"
+    )
