@@ -7,10 +7,12 @@ namespace). ``app.sql.at_commit`` sends it with the COMMIT in one round trip; a 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection
 
+from app import jsonx
 from app.ids import new_id
 from app.sql import CommitBuffer, Query, at_commit, query
 
@@ -94,6 +96,64 @@ def _one_value(text: str) -> bool:
     return end == len(text)
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def step_after(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """What the engine's audit entry ``workflow.<event_type>`` of a step says in ``after`` that its event
+    ``event_type`` (with ``data``) of the same batch says too (the view ``workflow_operations`` builds the
+    same from the stored event)."""
+    out = {"step_key": data.get("step_key"), "activation_id": data.get("activation_id")}
+    if event_type == "step.activated":
+        out["activation_sequence"] = data.get("sequence")
+    return out
+
+
+def compact_engine_entries(audit: list[str], events: list[str]) -> list[str]:
+    """The engine's audit entries of one batch row (``audit``; ``events``: that row's events) in the compact
+    form: an entry of a step whose event is in the row names that event (``"ev"``: its index) instead of
+    repeating the action, target and what ``after`` shares with the event (``step_after``); an engine
+    entry keeps no ``operation_id`` (each was a fresh id of its own: the view shows the entry's id, as the
+    API showed for an entry without one). An entry that the view would not read back exactly is kept."""
+    parsed: list[dict[str, Any]] | None = None
+    out: list[str] = []
+    for text in audit:
+        if '"actor_id":' in text or not text.startswith('{"action":"workflow.'):
+            out.append(text)  # a caller's entry (the start's): as written
+            continue
+        entry = json.loads(text, parse_float=Decimal)
+        if "actor_id" in entry or not isinstance(entry.get("operation_id"), str):
+            out.append(text)
+            continue
+        del entry["operation_id"]
+        action, after = entry["action"], entry.get("after")
+        if (
+            action.startswith("workflow.step.")
+            and entry.get("target_type") == "step"
+            and isinstance(after, dict)
+            and set(entry) == {"action", "target_type", "target_id", "after"}
+        ):
+            if parsed is None:
+                parsed = [json.loads(e, parse_float=Decimal) for e in events]
+            kind = action.removeprefix("workflow.")
+            for k, ev in enumerate(parsed):
+                data = ev.get("data")
+                if (
+                    ev.get("type") != kind
+                    or not isinstance(data, dict)
+                    or data.get("step_key") != entry["target_id"]
+                ):
+                    continue
+                shared = step_after(kind, data)
+                rest = {key: v for key, v in after.items() if key not in shared}
+                if _canonical({**rest, **shared}) == _canonical(after):
+                    entry = {"ev": k, **({"after": rest} if rest else {})}
+                    break
+        out.append(jsonx.dumps(entry))
+    return out
+
+
 def batch_id() -> str:
     """A new batch id: 29 random hex digits and ``000`` (the ordinal of its first event)."""
     return new_id()[:29] + "000"
@@ -129,6 +189,8 @@ class CommitBatch(CommitBuffer):
             if b.response is not None and b.audit:
                 b.audit = [compact_start_entry(a, b.response) for a in b.audit]
             n_chunks = max(1, -(-len(b.events) // BATCH_EVENTS), -(-len(b.audit) // BATCH_AUDIT))
+            if b.audit and n_chunks == 1:  # an entry names an event of its own row
+                b.audit = compact_engine_entries(b.audit, b.events)
             for k in range(n_chunks):
                 evs = b.events[k * BATCH_EVENTS : (k + 1) * BATCH_EVENTS]
                 aud = b.audit[k * BATCH_AUDIT : (k + 1) * BATCH_AUDIT]

@@ -10,6 +10,10 @@ not what the instance row already holds.
 - A start's ``workflow.start`` audit entry whose ``after`` is, text for text, the instance object of the
   start's response (``start_response``) stores ``"after_in_response": true`` instead of a second copy;
   the view ``workflow_operations`` reads ``after`` from the response for such an entry.
+- An engine audit entry of a step whose event is in the same row stores ``{"ev": index}`` (and what of
+  ``after`` the event does not say) instead of its action, target and ``after``; the view rebuilds them
+  from the event. An engine entry stores no ``operation_id`` (each was a fresh id used nowhere else):
+  the view shows the entry's own id, as the API already did for an entry without one.
 - ``ix_workflow_event_batches_instance`` (namespace, instance) is dropped: every read of an instance's
   batches names the instance, and ``uq_workflow_event_batches_seq`` (instance, last_seq) serves it.
 
@@ -45,22 +49,40 @@ LEFT JOIN workflow_instances i ON b.definition_id = '' AND i.id = b.instance_id
 CROSS JOIN LATERAL jsonb_array_elements(b.events) WITH ORDINALITY AS e(ev, ord)
 """
 
-OPERATIONS_VIEW = """
+# An engine entry's fields as the whole form had them (``e``: the entry, ``b``: its batch, ``x``: the
+# event it names, NULL when it names none): ``app.engine.commit_batch.compact_engine_entries``.
+ENTRY_ID = "left(b.id, 29) || lpad(to_hex((2047 + a.ord)::int), 3, '0')"
+ACTION = "CASE WHEN x.ev IS NULL THEN a.e ->> 'action' ELSE 'workflow.' || (x.ev ->> 'type') END"
+TARGET_TYPE = "CASE WHEN x.ev IS NULL THEN a.e ->> 'target_type' ELSE 'step' END"
+TARGET_ID = "CASE WHEN x.ev IS NULL THEN a.e ->> 'target_id' ELSE x.ev -> 'data' ->> 'step_key' END"
+OPERATION_ID = f"COALESCE(a.e ->> 'operation_id', CASE WHEN NOT a.e ? 'actor_id' THEN {ENTRY_ID} END)"
+AFTER = """CASE WHEN a.e ? 'after_in_response' THEN CAST(b.start_response AS jsonb) -> 'data' -> 'instance'
+            WHEN x.ev IS NULL THEN a.e -> 'after'
+            ELSE COALESCE(a.e -> 'after', '{}'::jsonb)
+                 || jsonb_build_object('step_key', x.ev -> 'data' -> 'step_key',
+                                       'activation_id', x.ev -> 'data' -> 'activation_id')
+                 || CASE WHEN x.ev ->> 'type' = 'step.activated'
+                         THEN jsonb_build_object('activation_sequence', x.ev -> 'data' -> 'sequence')
+                         ELSE '{}'::jsonb END END"""
+EVENT_OF_ENTRY = "(SELECT CASE WHEN a.e ? 'ev' THEN b.events -> CAST(a.e ->> 'ev' AS int) END AS ev) x"
+ENTRIES = f"""FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord)
+CROSS JOIN LATERAL {EVENT_OF_ENTRY}"""
+
+OPERATIONS_VIEW = f"""
 CREATE OR REPLACE VIEW workflow_operations AS
 SELECT id, NULL::text AS batch_id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
        operation_id, reason, evidence_ref, request_id, before, after, created_at
 FROM operation_audit
 UNION ALL
-SELECT left(b.id, 29) || lpad(to_hex((2047 + a.ord)::int), 3, '0'), b.id, b.namespace_id,
+SELECT {ENTRY_ID}, b.id, b.namespace_id,
        COALESCE(a.e ->> 'actor_id', 'system:engine'),
        CASE WHEN a.e ? 'actor_id' THEN a.e ->> 'actor_name' ELSE 'ledgerflow engine' END,
-       a.e ->> 'action', a.e ->> 'target_type', a.e ->> 'target_id', b.instance_id,
-       a.e ->> 'operation_id', a.e ->> 'reason', a.e ->> 'evidence_ref', a.e ->> 'request_id',
+       {ACTION}, {TARGET_TYPE}, {TARGET_ID}, b.instance_id,
+       {OPERATION_ID}, a.e ->> 'reason', a.e ->> 'evidence_ref', a.e ->> 'request_id',
        a.e -> 'before',
-       CASE WHEN a.e ? 'after_in_response' THEN CAST(b.start_response AS jsonb) -> 'data' -> 'instance'
-            ELSE a.e -> 'after' END,
+       {AFTER},
        CASE WHEN a.e ? 'actor_id' THEN b.created_at ELSE b.audited_at END
-FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord)
+{ENTRIES}
 """
 
 # migrations 0018 / 0021
@@ -91,14 +113,21 @@ FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) W
 
 # A compact row in the whole form (the downgrade; tests/db/test_compact_event_batches.py reads both forms).
 WHOLE_FORM = (
-    """
+    f"""
 UPDATE workflow_event_batches b SET audit = (
-    SELECT jsonb_agg(CASE WHEN a.e ? 'after_in_response'
-                          THEN (a.e - 'after_in_response')
-                               || jsonb_build_object('after', CAST(b.start_response AS jsonb) -> 'data' -> 'instance')
-                          ELSE a.e END ORDER BY a.ord)
-    FROM jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord))
-WHERE b.definition_id = '' AND b.start_response IS NOT NULL AND b.audit <> '[]'::jsonb
+    SELECT jsonb_agg(CASE WHEN a.e ? 'actor_id' AND NOT a.e ? 'after_in_response' THEN a.e
+                          WHEN a.e ? 'actor_id'
+                          THEN (a.e - 'after_in_response') || jsonb_build_object('after', {AFTER})
+                          ELSE jsonb_build_object(
+                              'action', {ACTION}, 'target_type', {TARGET_TYPE}, 'target_id', {TARGET_ID},
+                              'operation_id', {OPERATION_ID})
+                              || CASE WHEN a.e ? 'before' THEN jsonb_build_object('before', a.e -> 'before')
+                                      ELSE '{{}}'::jsonb END
+                              || CASE WHEN ({AFTER}) IS NULL THEN '{{}}'::jsonb
+                                      ELSE jsonb_build_object('after', {AFTER}) END
+                     END ORDER BY a.ord)
+    FROM jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord) CROSS JOIN LATERAL {EVENT_OF_ENTRY})
+WHERE b.definition_id = '' AND b.audit <> '[]'::jsonb
 """,
     """
 UPDATE workflow_event_batches b SET
