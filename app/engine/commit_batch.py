@@ -110,46 +110,87 @@ def step_after(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def compact_engine_entries(audit: list[str], events: list[str]) -> list[str]:
-    """The engine's audit entries of one batch row (``audit``; ``events``: that row's events) in the compact
-    form: an entry of a step whose event is in the row names that event (``"ev"``: its index) instead of
-    repeating the action, target and what ``after`` shares with the event (``step_after``); an engine
-    entry keeps no ``operation_id`` (each was a fresh id of its own: the view shows the entry's id, as the
-    API showed for an entry without one). An entry that the view would not read back exactly is kept."""
-    parsed: list[dict[str, Any]] | None = None
+def event_text(batch: InstanceBatch, event_type: str, data: dict[str, Any]) -> str:
+    """The JSON text of one event of ``batch`` in the compact form: ``[type, data]`` (``[type]`` without
+    data); an event of the step activation (``step_key`` and ``activation_id``) of an earlier event of the
+    same batch row names that event (``"+"``: its index in the row) instead of repeating both (the view
+    ``workflow_events`` reads them from there). Rows written before migration 0031 hold ``{type, data}``."""
+    n = len(batch.events)
+    pair = (data.get("step_key"), data.get("activation_id"))
+    if isinstance(pair[0], str) and isinstance(pair[1], str) and "+" not in data:
+        k = batch.pairs.get(pair)
+        if k is not None and k // BATCH_EVENTS == n // BATCH_EVENTS:
+            rest = {x: v for x, v in data.items() if x not in ("step_key", "activation_id")}
+            rest["+"] = k % BATCH_EVENTS
+            return json.dumps([event_type, rest], default=str)
+        batch.pairs[pair] = n
+    return json.dumps([event_type, data] if data else [event_type], default=str)
+
+
+def read_events(events: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``(type, data)`` of each event of one batch row (``event_text``'s form or the whole form)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for text in events:
+        ev = json.loads(text, parse_float=Decimal)
+        if isinstance(ev, dict):
+            out.append((ev["type"], ev.get("data") or {}))
+            continue
+        data = dict(ev[1]) if len(ev) > 1 else {}
+        if "+" in data:
+            ref = out[data.pop("+")][1]
+            data["step_key"], data["activation_id"] = ref.get("step_key"), ref.get("activation_id")
+        out.append((ev[0], data))
+    return out
+
+
+def compact_entries(audit: list[str], events: list[str], instance_id: str, response: str | None) -> list[str]:
+    """The audit entries of one batch row (``events``: that row's events; ``response``: the start's, on
+    the row of a start) in the compact form, each of which the view ``workflow_operations`` reads back
+    as written:
+
+    - a target that is the instance itself (``"workflow"``, its id) is left out;
+    - the start's entry: ``after`` and ``request_id`` when the response says the same
+      (``compact_start_entry``);
+    - an engine entry keeps no ``operation_id`` (each was a fresh id used nowhere else: the view shows the
+      entry's own id, as the API did for an entry without one), and an entry of a step whose event is in
+      the row names that event (``"ev"``: its index) instead of its action, target and what ``after``
+      shares with the event (``step_after``)."""
+    resolved: list[tuple[str, dict[str, Any]]] | None = None
+    request_id: Any = None
     out: list[str] = []
     for text in audit:
-        if '"actor_id":' in text or not text.startswith('{"action":"workflow.'):
-            out.append(text)  # a caller's entry (the start's): as written
-            continue
+        if response is not None:
+            text = compact_start_entry(text, response)
         entry = json.loads(text, parse_float=Decimal)
-        if "actor_id" in entry or not isinstance(entry.get("operation_id"), str):
-            out.append(text)
-            continue
-        del entry["operation_id"]
-        action, after = entry["action"], entry.get("after")
-        if (
-            action.startswith("workflow.step.")
-            and entry.get("target_type") == "step"
-            and isinstance(after, dict)
-            and set(entry) == {"action", "target_type", "target_id", "after"}
-        ):
-            if parsed is None:
-                parsed = [json.loads(e, parse_float=Decimal) for e in events]
-            kind = action.removeprefix("workflow.")
-            for k, ev in enumerate(parsed):
-                data = ev.get("data")
-                if (
-                    ev.get("type") != kind
-                    or not isinstance(data, dict)
-                    or data.get("step_key") != entry["target_id"]
-                ):
-                    continue
-                shared = step_after(kind, data)
-                rest = {key: v for key, v in after.items() if key not in shared}
-                if _canonical({**rest, **shared}) == _canonical(after):
-                    entry = {"ev": k, **({"after": rest} if rest else {})}
-                    break
+        if "actor_id" in entry:
+            if entry.get("after_in_response") is True and isinstance(entry.get("request_id"), str):
+                if request_id is None:
+                    request_id = json.loads(response or "{}", parse_float=Decimal).get("request_id")
+                if entry["request_id"] == request_id:
+                    del entry["request_id"]
+        elif isinstance(entry.get("operation_id"), str):
+            del entry["operation_id"]
+            action, after = entry.get("action"), entry.get("after")
+            if (
+                isinstance(action, str)
+                and action.startswith("workflow.step.")
+                and entry.get("target_type") == "step"
+                and isinstance(after, dict)
+                and set(entry) == {"action", "target_type", "target_id", "after"}
+            ):
+                if resolved is None:
+                    resolved = read_events(events)
+                kind = action.removeprefix("workflow.")
+                for k, (typ, data) in enumerate(resolved):
+                    if typ != kind or data.get("step_key") != entry["target_id"]:
+                        continue
+                    shared = step_after(kind, data)
+                    rest = {key: v for key, v in after.items() if key not in shared}
+                    if _canonical({**rest, **shared}) == _canonical(after):
+                        entry = {"ev": k, **({"after": rest} if rest else {})}
+                        break
+        if entry.get("target_type") == "workflow" and entry.get("target_id") == instance_id:
+            del entry["target_type"], entry["target_id"]
         out.append(jsonx.dumps(entry))
     return out
 
@@ -162,10 +203,11 @@ def batch_id() -> str:
 class InstanceBatch:
     """The events and audit entries of one instance in one transaction."""
 
-    __slots__ = ("events", "audit", "job", "response")
+    __slots__ = ("events", "audit", "job", "response", "pairs")
 
     def __init__(self, job: int | None) -> None:
-        self.events: list[str] = []  # JSON texts of {"type", "data"}
+        self.events: list[str] = []  # JSON texts of [type, data] (``event_text``)
+        self.pairs: dict[tuple[str, str], int] = {}  # (step key, activation) -> its first event's index
         self.audit: list[str] = []  # JSON texts of the audit entries (the engine's, a start's)
         self.job = job
         self.response: str | None = None  # the exact response of the start that created the instance
@@ -186,11 +228,9 @@ class CommitBatch(CommitBuffer):
             return []
         rows: list[str] = []
         for iid, b in self.by_instance.items():
-            if b.response is not None and b.audit:
-                b.audit = [compact_start_entry(a, b.response) for a in b.audit]
             n_chunks = max(1, -(-len(b.events) // BATCH_EVENTS), -(-len(b.audit) // BATCH_AUDIT))
-            if b.audit and n_chunks == 1:  # an entry names an event of its own row
-                b.audit = compact_engine_entries(b.audit, b.events)
+            if b.audit and n_chunks == 1:  # an entry may name an event or the response of its own row
+                b.audit = compact_entries(b.audit, b.events, iid, b.response)
             for k in range(n_chunks):
                 evs = b.events[k * BATCH_EVENTS : (k + 1) * BATCH_EVENTS]
                 aud = b.audit[k * BATCH_AUDIT : (k + 1) * BATCH_AUDIT]

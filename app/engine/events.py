@@ -23,7 +23,6 @@ subscription) and (event, rule) (``app.integrations.webhooks``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -148,7 +147,8 @@ def emit(conn: Connection, instance_id: str, event_type: str, **fields: Any) -> 
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type}")
     data = {k: v for k, v in fields.items() if v is not None}
-    _batch(conn, instance_id).events.append(json.dumps({"type": event_type, "data": data}, default=str))
+    batch = _batch(conn, instance_id)
+    batch.events.append(commit_batch.event_text(batch, event_type, data))
 
 
 def audit_advance(

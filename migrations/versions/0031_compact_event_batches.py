@@ -32,39 +32,55 @@ down_revision = "0027_conditions_fanout"
 branch_labels = None
 depends_on = None
 
+# An event of a row in either form (``app.engine.commit_batch.event_text`` / ``read_events``): its type,
+# and its data with the step activation of the event it names (``"+"``) put back. Inlined by the planner.
+FUNCTIONS = """
+CREATE OR REPLACE FUNCTION workflow_event_type(ev jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT COALESCE(ev ->> 'type', ev ->> 0) $$;
+CREATE OR REPLACE FUNCTION workflow_event_data(events jsonb, ev jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT CASE WHEN jsonb_typeof(ev) = 'object' THEN ev -> 'data'
+            WHEN (ev -> 1) ? '+' THEN ((ev -> 1) - '+') || jsonb_build_object(
+                'step_key', events -> CAST((ev -> 1) ->> '+' AS int) -> 1 -> 'step_key',
+                'activation_id', events -> CAST((ev -> 1) ->> '+' AS int) -> 1 -> 'activation_id')
+            ELSE COALESCE(ev -> 1, '{}'::jsonb) END $$;
+"""
+
 EVENTS_VIEW = """
 CREATE OR REPLACE VIEW workflow_events AS
 SELECT left(b.id, 29) || lpad(to_hex((e.ord - 1)::int), 3, '0') AS id, b.id AS batch_id, b.namespace_id,
-       b.instance_id, b.first_seq + e.ord - 1 AS seq, e.ev ->> 'type' AS type,
+       b.instance_id, b.first_seq + e.ord - 1 AS seq, workflow_event_type(e.ev) AS type,
        CASE WHEN b.definition_id = '' THEN COALESCE(i.definition_id, '') ELSE b.definition_id END AS definition_id,
        jsonb_build_object(
            'instance', CASE WHEN b.definition_id = '' THEN jsonb_strip_nulls(jsonb_build_object(
                'id', b.instance_id, 'definition_id', i.definition_id, 'version', i.version,
                'business_key', i.business_key)) || b.instance ELSE b.instance END,
            'trace_id', CASE WHEN b.definition_id = '' THEN COALESCE(i.trace_id, '') ELSE b.trace_id END
-       ) || (e.ev -> 'data') AS body,
+       ) || workflow_event_data(b.events, e.ev) AS body,
        b.dispatch_job_id, b.created_at
 FROM workflow_event_batches b
 LEFT JOIN workflow_instances i ON b.definition_id = '' AND i.id = b.instance_id
 CROSS JOIN LATERAL jsonb_array_elements(b.events) WITH ORDINALITY AS e(ev, ord)
 """
 
-# An engine entry's fields as the whole form had them (``e``: the entry, ``b``: its batch, ``x``: the
-# event it names, NULL when it names none): ``app.engine.commit_batch.compact_engine_entries``.
+# An audit entry's fields as the whole form had them (``a.e``: the entry, ``b``: its batch, ``x``: the
+# type and data of the event it names, NULL when it names none): ``commit_batch.compact_entries``.
 ENTRY_ID = "left(b.id, 29) || lpad(to_hex((2047 + a.ord)::int), 3, '0')"
-ACTION = "CASE WHEN x.ev IS NULL THEN a.e ->> 'action' ELSE 'workflow.' || (x.ev ->> 'type') END"
-TARGET_TYPE = "CASE WHEN x.ev IS NULL THEN a.e ->> 'target_type' ELSE 'step' END"
-TARGET_ID = "CASE WHEN x.ev IS NULL THEN a.e ->> 'target_id' ELSE x.ev -> 'data' ->> 'step_key' END"
+ACTION = "CASE WHEN x.type IS NULL THEN a.e ->> 'action' ELSE 'workflow.' || x.type END"
+TARGET_TYPE = "CASE WHEN x.type IS NULL THEN COALESCE(a.e ->> 'target_type', 'workflow') ELSE 'step' END"
+TARGET_ID = "CASE WHEN x.type IS NULL THEN COALESCE(a.e ->> 'target_id', b.instance_id) ELSE x.data ->> 'step_key' END"
 OPERATION_ID = f"COALESCE(a.e ->> 'operation_id', CASE WHEN NOT a.e ? 'actor_id' THEN {ENTRY_ID} END)"
+REQUEST_ID = """COALESCE(a.e ->> 'request_id',
+         CASE WHEN a.e ? 'after_in_response' THEN CAST(b.start_response AS jsonb) ->> 'request_id' END)"""
 AFTER = """CASE WHEN a.e ? 'after_in_response' THEN CAST(b.start_response AS jsonb) -> 'data' -> 'instance'
-            WHEN x.ev IS NULL THEN a.e -> 'after'
+            WHEN x.type IS NULL THEN a.e -> 'after'
             ELSE COALESCE(a.e -> 'after', '{}'::jsonb)
-                 || jsonb_build_object('step_key', x.ev -> 'data' -> 'step_key',
-                                       'activation_id', x.ev -> 'data' -> 'activation_id')
-                 || CASE WHEN x.ev ->> 'type' = 'step.activated'
-                         THEN jsonb_build_object('activation_sequence', x.ev -> 'data' -> 'sequence')
+                 || jsonb_build_object('step_key', x.data -> 'step_key', 'activation_id', x.data -> 'activation_id')
+                 || CASE WHEN x.type = 'step.activated'
+                         THEN jsonb_build_object('activation_sequence', x.data -> 'sequence')
                          ELSE '{}'::jsonb END END"""
-EVENT_OF_ENTRY = "(SELECT CASE WHEN a.e ? 'ev' THEN b.events -> CAST(a.e ->> 'ev' AS int) END AS ev) x"
+EVENT_OF_ENTRY = """(SELECT workflow_event_type(y.ev) AS type, workflow_event_data(b.events, y.ev) AS data
+    FROM (SELECT CASE WHEN a.e ? 'ev' THEN b.events -> CAST(a.e ->> 'ev' AS int) END AS ev) y) x"""
 ENTRIES = f"""FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord)
 CROSS JOIN LATERAL {EVENT_OF_ENTRY}"""
 
@@ -78,7 +94,7 @@ SELECT {ENTRY_ID}, b.id, b.namespace_id,
        COALESCE(a.e ->> 'actor_id', 'system:engine'),
        CASE WHEN a.e ? 'actor_id' THEN a.e ->> 'actor_name' ELSE 'ledgerflow engine' END,
        {ACTION}, {TARGET_TYPE}, {TARGET_ID}, b.instance_id,
-       {OPERATION_ID}, a.e ->> 'reason', a.e ->> 'evidence_ref', a.e ->> 'request_id',
+       {OPERATION_ID}, a.e ->> 'reason', a.e ->> 'evidence_ref', {REQUEST_ID},
        a.e -> 'before',
        {AFTER},
        CASE WHEN a.e ? 'actor_id' THEN b.created_at ELSE b.audited_at END
@@ -112,22 +128,28 @@ FROM workflow_event_batches b CROSS JOIN LATERAL jsonb_array_elements(b.audit) W
 """
 
 # A compact row in the whole form (the downgrade; tests/db/test_compact_event_batches.py reads both forms).
+# The downgrade, and what reads an old row: a compact row in the whole form (audit entries first, while
+# their events are still in the compact form).
 WHOLE_FORM = (
     f"""
 UPDATE workflow_event_batches b SET audit = (
-    SELECT jsonb_agg(CASE WHEN a.e ? 'actor_id' AND NOT a.e ? 'after_in_response' THEN a.e
-                          WHEN a.e ? 'actor_id'
-                          THEN (a.e - 'after_in_response') || jsonb_build_object('after', {AFTER})
-                          ELSE jsonb_build_object(
-                              'action', {ACTION}, 'target_type', {TARGET_TYPE}, 'target_id', {TARGET_ID},
-                              'operation_id', {OPERATION_ID})
-                              || CASE WHEN a.e ? 'before' THEN jsonb_build_object('before', a.e -> 'before')
-                                      ELSE '{{}}'::jsonb END
-                              || CASE WHEN ({AFTER}) IS NULL THEN '{{}}'::jsonb
-                                      ELSE jsonb_build_object('after', {AFTER}) END
-                     END ORDER BY a.ord)
+    SELECT jsonb_agg(
+        (a.e - 'after_in_response' - 'ev' - 'after' - 'before')
+        || jsonb_build_object('action', {ACTION}, 'target_type', {TARGET_TYPE}, 'target_id', {TARGET_ID})
+        || CASE WHEN a.e ? 'actor_id' THEN jsonb_build_object('request_id', {REQUEST_ID})
+                ELSE jsonb_build_object('operation_id', {OPERATION_ID}) END
+        || CASE WHEN a.e ? 'before' THEN jsonb_build_object('before', a.e -> 'before') ELSE '{{}}'::jsonb END
+        || CASE WHEN ({AFTER}) IS NULL THEN '{{}}'::jsonb ELSE jsonb_build_object('after', {AFTER}) END
+        ORDER BY a.ord)
     FROM jsonb_array_elements(b.audit) WITH ORDINALITY AS a(e, ord) CROSS JOIN LATERAL {EVENT_OF_ENTRY})
 WHERE b.definition_id = '' AND b.audit <> '[]'::jsonb
+""",
+    """
+UPDATE workflow_event_batches b SET events = (
+    SELECT jsonb_agg(jsonb_build_object('type', workflow_event_type(e.ev), 'data', workflow_event_data(b.events, e.ev))
+                     ORDER BY e.ord)
+    FROM jsonb_array_elements(b.events) WITH ORDINALITY AS e(ev, ord))
+WHERE b.definition_id = '' AND b.events <> '[]'::jsonb
 """,
     """
 UPDATE workflow_event_batches b SET
@@ -141,6 +163,7 @@ WHERE b.definition_id = '' AND i.id = b.instance_id
 
 
 def upgrade() -> None:
+    op.execute(FUNCTIONS)
     op.execute(EVENTS_VIEW)
     op.execute(OPERATIONS_VIEW)
     op.execute("DROP INDEX IF EXISTS ix_workflow_event_batches_instance")
@@ -151,6 +174,8 @@ def downgrade() -> None:
         op.execute(statement)
     op.execute(OLD_EVENTS_VIEW)
     op.execute(OLD_OPERATIONS_VIEW)
+    op.execute("DROP FUNCTION workflow_event_data(jsonb, jsonb)")
+    op.execute("DROP FUNCTION workflow_event_type(jsonb)")
     op.execute(
         "CREATE INDEX IF NOT EXISTS ix_workflow_event_batches_instance "
         "ON workflow_event_batches (namespace_id, instance_id)"

@@ -115,7 +115,7 @@ def test_the_events_and_the_audit_read_as_the_whole_form_from_compact_rows(clien
     # stored compact: the state and the paused flag, no ids; the start entry points at the response
     rows = _run(
         clean,
-        "SELECT definition_id, trace_id, instance, audit FROM workflow_event_batches WHERE instance_id = :w "
+        "SELECT definition_id, trace_id, instance, events, audit FROM workflow_event_batches WHERE instance_id = :w "
         "ORDER BY last_seq",
         w=wid,
     )
@@ -125,7 +125,10 @@ def test_the_events_and_the_audit_read_as_the_whole_form_from_compact_rows(clien
     )
     start_entry = rows[0].audit[0]
     assert start_entry["action"] == "workflow.start" and start_entry["after_in_response"] is True
-    assert "after" not in start_entry
+    assert set(start_entry) == {"action", "actor_id", "actor_name", "after_in_response"}  # target, request id
+    # events: [type, data]; an event of the step activation of an earlier event of its row names it
+    assert rows[0].events[0] == ["workflow.started"] and rows[0].events[1][0] == "task.created"
+    assert rows[0].events[2] == ["step.activated", {"state": "ACTIVE", "sequence": 1, "+": 1}]
     # the engine's entries of a step name their event; none keeps an operation id
     engine = [e for r in rows for e in r.audit[(1 if r is rows[0] else 0) :]]
     # 2 x (activated, succeeded), then the instance's end
