@@ -27,12 +27,11 @@ BATCH_EVENTS = 2048
 BATCH_AUDIT = 2048
 
 # What a batch row stores of its instance (the compact form, migration 0031): only what the transaction
-# changed, ``{"state", "paused"}`` as it left them; the instance's id is ``instance_id`` and what never
-# changes (definition, version, business key, trace id) is read from the instance row by the views
-# ``workflow_events`` (``definition_id`` and ``trace_id`` are '' in a compact row). Rows written before
-# hold the whole summary and the ids, which the views prefer. A start's ``workflow.start`` audit entry
-# whose ``after`` is the instance object of the start's response stores ``"after_in_response": true``
-# instead: the view ``workflow_operations`` reads it from ``start_response`` (``compact_start_entry``).
+# changed, its state as it left it (a JSON string; ``{"state", "paused": true}`` while paused). Its id is
+# ``instance_id``; what never changes (definition, version, business key, trace id) the view
+# ``workflow_events`` reads from the instance row (``definition_id`` and ``trace_id`` are '' in a compact
+# row). Rows written before hold the whole summary and the ids, which the views read as they are. The
+# events and audit entries are compact too (``event_text``, ``compact_entries``).
 #
 # The quota counts: one upsert per namespace (its stripe: the committing backend's pid modulo STRIPES).
 # The batches: each continues its instance's sequence from the instance's newest batch (none: from 1); the
@@ -54,7 +53,7 @@ INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, la
     trace_id, events, audit, dispatch_job_id, start_response)
 SELECT b.id, i.namespace_id, i.id,
     CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END,
-    '', jsonb_build_object('state', i.state, 'paused', i.paused),
+    '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END,
     '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
 FROM b JOIN workflow_instances i ON i.id = b.iid,
     LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s

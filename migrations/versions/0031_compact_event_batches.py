@@ -1,8 +1,8 @@
 """A workflow's event batches in fewer bytes (issue 50): a batch row stores what its transaction changed,
 not what the instance row already holds.
 
-- ``workflow_event_batches.instance`` of a new row is ``{"state", "paused"}`` as the transaction left
-  them; its ``definition_id`` and ``trace_id`` are ''. The view ``workflow_events`` builds every event's
+- ``workflow_event_batches.instance`` of a new row is the instance's state as the transaction left it (a
+  JSON string; ``{"state", "paused": true}`` when the instance is paused); its ``definition_id`` and ``trace_id`` are ''. The view ``workflow_events`` builds every event's
   body as before: the instance summary (``id``, ``definition_id``, ``version``, ``business_key``: what
   never changes, read from ``workflow_instances``; ``state`` and ``paused`` from the row) and the trace
   id, then the event's data. A row written before this migration (``definition_id`` not '') is read as
@@ -54,7 +54,10 @@ SELECT left(b.id, 29) || lpad(to_hex((e.ord - 1)::int), 3, '0') AS id, b.id AS b
        jsonb_build_object(
            'instance', CASE WHEN b.definition_id = '' THEN jsonb_strip_nulls(jsonb_build_object(
                'id', b.instance_id, 'definition_id', i.definition_id, 'version', i.version,
-               'business_key', i.business_key)) || b.instance ELSE b.instance END,
+               'business_key', i.business_key, 'paused', false))
+               || CASE WHEN jsonb_typeof(b.instance) = 'string' THEN jsonb_build_object('state', b.instance)
+                       ELSE b.instance END
+               ELSE b.instance END,
            'trace_id', CASE WHEN b.definition_id = '' THEN COALESCE(i.trace_id, '') ELSE b.trace_id END
        ) || workflow_event_data(b.events, e.ev) AS body,
        b.dispatch_job_id, b.created_at
@@ -155,7 +158,9 @@ WHERE b.definition_id = '' AND b.events <> '[]'::jsonb
 UPDATE workflow_event_batches b SET
     definition_id = i.definition_id, trace_id = i.trace_id,
     instance = jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
-        'business_key', i.business_key) || b.instance
+        'business_key', i.business_key, 'paused', false)
+        || CASE WHEN jsonb_typeof(b.instance) = 'string' THEN jsonb_build_object('state', b.instance)
+                ELSE b.instance END
 FROM workflow_instances i
 WHERE b.definition_id = '' AND i.id = b.instance_id
 """,
