@@ -115,8 +115,9 @@ def event_text(batch: InstanceBatch, event_type: str, data: dict[str, Any]) -> s
     same batch row names that event (``"+"``: its index in the row) instead of repeating both (the view
     ``workflow_events`` reads them from there). Rows written before migration 0031 hold ``{type, data}``."""
     n = len(batch.events)
-    pair = (data.get("step_key"), data.get("activation_id"))
-    if isinstance(pair[0], str) and isinstance(pair[1], str) and "+" not in data:
+    step_key, activation_id = data.get("step_key"), data.get("activation_id")
+    if isinstance(step_key, str) and isinstance(activation_id, str) and "+" not in data:
+        pair = (step_key, activation_id)
         k = batch.pairs.get(pair)
         if k is not None and k // BATCH_EVENTS == n // BATCH_EVENTS:
             rest = {x: v for x, v in data.items() if x not in ("step_key", "activation_id")}
