@@ -187,7 +187,8 @@ def procrastinate_argv(bin_dir: Path, concurrency: int = SLOTS) -> list[str]:
 @contextmanager
 def scratch_database(prefix: str, revision: str = "heads") -> Iterator[str]:
     """A fresh database on the server named by DATABASE_URL, migrated to ``revision``; yields its
-    SQLAlchemy URL (``postgresql+psycopg://``) and drops it at the end."""
+    SQLAlchemy URL (``postgresql+psycopg://``) and drops it at the end (kept, and its name logged, when
+    ``BENCH_KEEP_DATABASE=1``: to look into what a run left)."""
     server = make_url(libpq(os.environ["DATABASE_URL"]).replace("postgresql://", "postgresql+psycopg://", 1))
     db = f"{prefix}_{uuid.uuid4().hex[:6]}"
     admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
@@ -198,8 +199,11 @@ def scratch_database(prefix: str, revision: str = "heads") -> Iterator[str]:
         upgrade(url, revision)
         yield url
     finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        if os.environ.get("BENCH_KEEP_DATABASE") == "1":
+            log(f"kept the database {db} (BENCH_KEEP_DATABASE=1)")
+        else:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         admin.dispose()
 
 

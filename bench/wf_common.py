@@ -261,6 +261,72 @@ class Monitor:
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
+    def relations(self) -> dict[str, tuple[int, int]]:
+        """Bytes on disk and index scans of each part of each table, every schema but the system's:
+        ``table`` (heap: main, free space and visibility map forks), ``table (toast)`` (its TOAST
+        table and the TOAST index) and ``table:index`` (scans: ``pg_stat_user_indexes.idx_scan``;
+        0 for the heap and TOAST parts); read outside the counting window."""
+        rows = self.conn.execute(
+            """
+SELECT CASE WHEN n.nspname = 'public' THEN c.relname ELSE n.nspname || '.' || c.relname END AS t,
+       pg_relation_size(c.oid, 'main') + pg_relation_size(c.oid, 'fsm') + pg_relation_size(c.oid, 'vm'),
+       CASE WHEN c.reltoastrelid <> 0 THEN pg_total_relation_size(c.reltoastrelid) ELSE 0 END,
+       COALESCE((SELECT json_agg(json_build_array(ic.relname, pg_relation_size(ic.oid), COALESCE(s.idx_scan, 0)))
+                 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid
+                 LEFT JOIN pg_stat_user_indexes s ON s.indexrelid = x.indexrelid
+                 WHERE x.indrelid = c.oid), '[]')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  AND n.nspname NOT LIKE 'pg_toast%'"""
+        ).fetchall()
+        out: dict[str, tuple[int, int]] = {}
+        for t, heap, toast, indexes in rows:
+            out[str(t)] = (int(heap), 0)
+            out[f"{t} (toast)"] = (int(toast), 0)
+            for name, size, scans in indexes:
+                out[f"{t}:{name}"] = (int(size), int(scans))
+        return out
+
+    def tuples(self, tables: Sequence[str]) -> dict[str, dict[str, int]]:
+        """``pgstattuple`` of ``tables`` (live / dead tuple bytes and free space of the heap), when the
+        server has the extension (it is created in the scratch database); empty otherwise."""
+        try:
+            self.conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        except psycopg.Error:
+            return {}
+        out: dict[str, dict[str, int]] = {}
+        for t in tables:
+            row = self.conn.execute(
+                "SELECT tuple_count, tuple_len, dead_tuple_count, dead_tuple_len, free_space, table_len "
+                "FROM pgstattuple(%s::regclass)",
+                (t,),
+            ).fetchone()
+            if row is not None:
+                keys = ("live", "live_bytes", "dead", "dead_bytes", "free_bytes", "bytes")
+                out[t] = dict(zip(keys, (int(v) for v in row), strict=True))
+        return out
+
+    def in_use(self) -> dict[str, int]:
+        """Bytes in use of each table after a ``VACUUM`` of the database (what a steady load leaves: dead
+        row versions become free space that later rows reuse, as autovacuum and page pruning make them):
+        the heap less its free space (``pgstattuple``), with its TOAST and indexes as they are. Empty
+        when the server lacks ``pgstattuple``."""
+        try:
+            self.conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        except psycopg.Error:
+            return {}
+        self.conn.execute("VACUUM")
+        rows = self.conn.execute(
+            """
+SELECT n.nspname || '.' || c.relname,
+       s.table_len - s.free_space - s.dead_tuple_len + pg_indexes_size(c.oid)
+       + CASE WHEN c.reltoastrelid <> 0 THEN pg_total_relation_size(c.reltoastrelid) ELSE 0 END
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, LATERAL pgstattuple(c.oid) s
+WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  AND n.nspname NOT LIKE 'pg_toast%'"""
+        ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def others(self) -> int:
         """Backends of the engine's database other than this monitor (read from ``postgres``: not counted)."""
         db = self.conn.info.dbname
@@ -421,7 +487,9 @@ def measure(
     log(f"{label}: settling {SETTLE_SECONDS:g} s (statistics flush)")
     time.sleep(SETTLE_SECONDS)
     log(f"{label}: {res.n} workflows from {CLIENT_THREADS} client threads{what}")
+    used_before = mon.in_use()
     sizes_before = mon.sizes()
+    parts_before = mon.relations()
     with counting_window(mon) as window:
         res.load = loadavg()
         meter = CpuMeter(mon, engine_pids)
@@ -437,6 +505,24 @@ def measure(
     grown = {t: b - sizes_before.get(t, 0) for t, b in mon.sizes().items()}
     res.bytes_by_table = {t: g / res.n for t, g in grown.items() if g and res.n}
     res.bytes_per_workflow = sum(grown.values()) / res.n if res.n else None
+    parts = mon.relations()
+    res.bytes_by_part = {
+        k: (size - parts_before.get(k, (0, 0))[0]) / res.n
+        for k, (size, _) in parts.items()
+        if res.n and size != parts_before.get(k, (0, 0))[0]
+    }
+    res.index_scans = {
+        k: scans - parts_before.get(k, (0, 0))[1]
+        for k, (_, scans) in parts.items()
+        if ":" in k and (k in res.bytes_by_part or scans != parts_before.get(k, (0, 0))[1])
+    }
+    if res.engine.startswith("ledgerflow") and res.n:
+        tables = sorted((t for t, g in grown.items() if g > 0), key=lambda t: -grown[t])[:8]
+        res.tuples = mon.tuples(tables)
+    if used_before and res.n:
+        used = {t: b - used_before.get(t, 0) for t, b in mon.in_use().items()}
+        res.used_by_table = {t: g / res.n for t, g in used.items() if g}
+        res.used_per_workflow = sum(used.values()) / res.n
     return started
 
 
@@ -467,6 +553,14 @@ class RunResult:
     # minus before it (after the warm-up), per workflow; and by table
     bytes_per_workflow: float | None = None
     bytes_by_table: dict[str, float] = field(default_factory=dict)
+    # the same by part (heap, TOAST, each index: ``Monitor.relations``), the scans of each index of a
+    # table that grew during the run, and Ledgerflow's largest tables by ``pgstattuple`` after the run
+    bytes_by_part: dict[str, float] = field(default_factory=dict)
+    # the bytes in use after a VACUUM (``Monitor.in_use``), per workflow, in all and by table
+    used_per_workflow: float | None = None
+    used_by_table: dict[str, float] = field(default_factory=dict)
+    index_scans: dict[str, int] = field(default_factory=dict)
+    tuples: dict[str, dict[str, int]] = field(default_factory=dict)
     load: str = ""
     notes: list[str] = field(default_factory=list)
 

@@ -158,6 +158,10 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
         "bytes on disk / workflow (kB)",
         lambda r: f"{r.bytes_per_workflow / 1000:,.1f}" if r.bytes_per_workflow is not None else "-",
     )
+    add(
+        "bytes in use after VACUUM / wf (kB)",
+        lambda r: f"{r.used_per_workflow / 1000:,.1f}" if r.used_per_workflow is not None else "-",
+    )
     add("CPU ms / workflow: PG+engine+client", _cpu)
     if any(r.http_requests is not None for r in results.values()):
         add(
@@ -180,6 +184,21 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
         ]
         if ratios:
             lines.append("  Ledgerflow workflows/s against: " + ", ".join(ratios))
+    if lf is not None and lf.bytes_per_workflow:
+        sizes = [
+            f"{lf.bytes_per_workflow / r.bytes_per_workflow:.1f}x {VARIANTS[c]}"
+            + (
+                f" ({lf.used_per_workflow / r.used_per_workflow:.1f}x)"
+                if lf.used_per_workflow and r.used_per_workflow
+                else ""
+            )
+            for c in cols
+            if c != "ledgerflow" and (r := results[c]).bytes_per_workflow
+        ]
+        if sizes:
+            lines.append(
+                "  Ledgerflow bytes / workflow on disk (in use after VACUUM) against: " + ", ".join(sizes)
+            )
     return lines
 
 
@@ -239,6 +258,12 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
     if sized:
         lines += bytes_table(sized)
         lines.append("")
+    # the peers' bytes by part
+    for name, by_variant in results.items():
+        for v, r in by_variant.items():
+            if not v.startswith("ledgerflow") and r.bytes_by_part:
+                lines += parts_table(f"{VARIANTS[v]} {name}", r)
+                lines.append("")
     # the idle probe
     probes = [
         (name, r["ledgerflow"])
@@ -275,17 +300,67 @@ def bytes_table(by_shape: dict[str, RunResult], top: int = 12) -> list[str]:
         {t for r in by_shape.values() for t in r.bytes_by_table},
         key=lambda t: -max(r.bytes_by_table.get(t, 0.0) for r in by_shape.values()),
     )[:top]
-    row = "  {:<38}" + " {:>15}" * len(by_shape)
-    lines = ["Ledgerflow bytes on disk per workflow by table (heap + TOAST + indexes; the largest)"]
+    row = "  {:<38}" + " {:>21}" * len(by_shape)
+    lines = [
+        "Ledgerflow bytes per workflow by table (heap + TOAST + indexes; the largest): "
+        "on disk / in use after VACUUM"
+    ]
     lines.append(row.format("", *by_shape))
     for t in names:
         lines.append(
             row.format(
                 t.removeprefix("public."),
-                *(f"{r.bytes_by_table.get(t, 0.0):,.0f}" for r in by_shape.values()),
+                *(
+                    f"{r.bytes_by_table.get(t, 0.0):,.0f} / {r.used_by_table.get(t, 0.0):,.0f}"
+                    for r in by_shape.values()
+                ),
             )
         )
-    lines.append(row.format("all tables", *(f"{r.bytes_per_workflow or 0:,.0f}" for r in by_shape.values())))
+    lines.append(
+        row.format(
+            "all tables",
+            *(
+                f"{r.bytes_per_workflow or 0:,.0f} / {r.used_per_workflow or 0:,.0f}"
+                for r in by_shape.values()
+            ),
+        )
+    )
+    for name, r in by_shape.items():
+        if r.bytes_by_part:
+            lines += parts_table(name, r)
+    return lines
+
+
+def parts_table(shape: str, r: RunResult, min_bytes: float = 1.0) -> list[str]:
+    """Where each byte of a table went (heap, TOAST, each index, per workflow) and how often the run
+    used each index (``pg_stat_user_indexes.idx_scan`` in the run's window); then ``pgstattuple`` of
+    the largest tables after the run (live and dead tuple bytes, free space), when the server has it."""
+    tables = sorted(
+        {k.split(":")[0].removesuffix(" (toast)") for k in r.bytes_by_part},
+        key=lambda t: -r.bytes_by_table.get(t if "." in t else f"public.{t}", 0.0),
+    )
+    lines = [f"  {shape}: bytes per workflow by part (index scans in the run)"]
+    for t in tables:
+        if r.bytes_by_table.get(t if "." in t else f"public.{t}", 0.0) < min_bytes:
+            continue
+        heap, toast = r.bytes_by_part.get(t, 0.0), r.bytes_by_part.get(f"{t} (toast)", 0.0)
+        lines.append(f"    {t:<44} heap {heap:>7,.0f}   toast {toast:>7,.0f}")
+        for k in sorted(
+            (k for k in r.index_scans if k.split(":")[0] == t), key=lambda k: -r.bytes_by_part.get(k, 0)
+        ):
+            lines.append(
+                f"      {k.split(':', 1)[1]:<42} {r.bytes_by_part.get(k, 0.0):>7,.0f}   scans {r.index_scans[k]:>9,}"
+            )
+    if r.tuples:
+        lines.append(
+            f"  {shape}: pgstattuple after the run (bytes per live tuple, dead tuple bytes, free space)"
+        )
+        for t, v in r.tuples.items():
+            per = v["live_bytes"] / v["live"] if v["live"] else 0.0
+            lines.append(
+                f"    {t.removeprefix('public.'):<44} {v['live']:>7,} live x {per:>5,.0f} B   "
+                f"dead {v['dead_bytes']:>9,} B   free {v['free_bytes']:>9,} B of {v['bytes']:>10,}"
+            )
     return lines
 
 

@@ -7,10 +7,12 @@ namespace). ``app.sql.at_commit`` sends it with the COMMIT in one round trip; a 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection
 
+from app import jsonx
 from app.ids import new_id
 from app.sql import CommitBuffer, Query, at_commit, query
 
@@ -24,6 +26,13 @@ STRIPES = 64
 BATCH_EVENTS = 2048
 BATCH_AUDIT = 2048
 
+# What a batch row stores of its instance (the compact form, migration 0031): only what the transaction
+# changed, its state as it left it (a JSON string; ``{"state", "paused": true}`` while paused). Its id is
+# ``instance_id``; what never changes (definition, version, business key, trace id) the view
+# ``workflow_events`` reads from the instance row (``definition_id`` and ``trace_id`` are '' in a compact
+# row). Rows written before hold the whole summary and the ids, which the views read as they are. The
+# events and audit entries are compact too (``event_text``, ``compact_entries``).
+#
 # The quota counts: one upsert per namespace (its stripe: the committing backend's pid modulo STRIPES).
 # The batches: each continues its instance's sequence from the instance's newest batch (none: from 1); the
 # batches of one instance in this statement follow one another (``before``: the events of the batches
@@ -44,13 +53,146 @@ INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, la
     trace_id, events, audit, dispatch_job_id, start_response)
 SELECT b.id, i.namespace_id, i.id,
     CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END,
-    i.definition_id, jsonb_build_object('id', i.id, 'definition_id', i.definition_id, 'version', i.version,
-        'state', i.state, 'paused', i.paused, 'business_key', i.business_key),
-    i.trace_id, CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
+    '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END,
+    '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
 FROM b JOIN workflow_instances i ON i.id = b.iid,
     LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s
 """,
 )
+
+
+_START_ENTRY = '{"action":"workflow.start",'
+_AFTER = ',"after":'
+_RESPONSE_INSTANCE = '"data":{"instance":'
+
+
+def compact_start_entry(entry: str, response: str) -> str:
+    """The ``workflow.start`` audit entry ``entry`` (a JSON text written by ``app.jsonx``) without its
+    ``after`` when that is, text for text, the instance object of the start's response ``response``
+    (the view reads it from there); otherwise ``entry`` unchanged (e.g. a URL in the input, whose user
+    info and query values the audit does not keep but the response does). ``after`` is the entry's
+    last member (``events._audit``); the response's ``"data":{"instance":`` is taken only as its
+    top-level member (a raw ``"`` is never inside a JSON string), where the instance object begins."""
+    if not entry.startswith(_START_ENTRY) or not entry.endswith("}"):
+        return entry
+    at = entry.find(_AFTER)  # the members before it are strings or null: their text holds no raw '"'
+    start = response.find(_RESPONSE_INSTANCE)
+    if at < 0 or start < 0 or response[:start].count("{") != 1:  # not the response's top-level "data"
+        return entry
+    after = entry[at + len(_AFTER) : -1]
+    begin = start + len(_RESPONSE_INSTANCE)
+    if response[begin : begin + len(after)] != after or not _one_value(after):
+        return entry
+    return entry[:at] + ',"after_in_response":true}'
+
+
+def _one_value(text: str) -> bool:
+    """Is ``text`` exactly one JSON value (so that the response holds no longer value at that place)?"""
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return end == len(text)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def step_after(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """What the engine's audit entry ``workflow.<event_type>`` of a step says in ``after`` that its event
+    ``event_type`` (with ``data``) of the same batch says too (the view ``workflow_operations`` builds the
+    same from the stored event)."""
+    out = {"step_key": data.get("step_key"), "activation_id": data.get("activation_id")}
+    if event_type == "step.activated":
+        out["activation_sequence"] = data.get("sequence")
+    return out
+
+
+def event_text(batch: InstanceBatch, event_type: str, data: dict[str, Any]) -> str:
+    """The JSON text of one event of ``batch`` in the compact form: ``[type, data]`` (``[type]`` without
+    data); an event of the step activation (``step_key`` and ``activation_id``) of an earlier event of the
+    same batch row names that event (``"+"``: its index in the row) instead of repeating both (the view
+    ``workflow_events`` reads them from there). Rows written before migration 0031 hold ``{type, data}``."""
+    n = len(batch.events)
+    step_key, activation_id = data.get("step_key"), data.get("activation_id")
+    if isinstance(step_key, str) and isinstance(activation_id, str) and "+" not in data:
+        pair = (step_key, activation_id)
+        k = batch.pairs.get(pair)
+        if k is not None and k // BATCH_EVENTS == n // BATCH_EVENTS:
+            rest = {x: v for x, v in data.items() if x not in ("step_key", "activation_id")}
+            rest["+"] = k % BATCH_EVENTS
+            return json.dumps([event_type, rest], default=str)
+        batch.pairs[pair] = n
+    return json.dumps([event_type, data] if data else [event_type], default=str)
+
+
+def read_events(events: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """``(type, data)`` of each event of one batch row (``event_text``'s form or the whole form)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for text in events:
+        ev = json.loads(text, parse_float=Decimal)
+        if isinstance(ev, dict):
+            out.append((ev["type"], ev.get("data") or {}))
+            continue
+        data = dict(ev[1]) if len(ev) > 1 else {}
+        if "+" in data:
+            ref = out[data.pop("+")][1]
+            data["step_key"], data["activation_id"] = ref.get("step_key"), ref.get("activation_id")
+        out.append((ev[0], data))
+    return out
+
+
+def compact_entries(audit: list[str], events: list[str], instance_id: str, response: str | None) -> list[str]:
+    """The audit entries of one batch row (``events``: that row's events; ``response``: the start's, on
+    the row of a start) in the compact form, each of which the view ``workflow_operations`` reads back
+    as written:
+
+    - a target that is the instance itself (``"workflow"``, its id) is left out;
+    - the start's entry: ``after`` and ``request_id`` when the response says the same
+      (``compact_start_entry``);
+    - an engine entry keeps no ``operation_id`` (each was a fresh id used nowhere else: the view shows the
+      entry's own id, as the API did for an entry without one), and an entry of a step whose event is in
+      the row names that event (``"ev"``: its index) instead of its action, target and what ``after``
+      shares with the event (``step_after``)."""
+    resolved: list[tuple[str, dict[str, Any]]] | None = None
+    request_id: Any = None
+    out: list[str] = []
+    for text in audit:
+        if response is not None:
+            text = compact_start_entry(text, response)
+        entry = json.loads(text, parse_float=Decimal)
+        if "actor_id" in entry:
+            if entry.get("after_in_response") is True and isinstance(entry.get("request_id"), str):
+                if request_id is None:
+                    request_id = json.loads(response or "{}", parse_float=Decimal).get("request_id")
+                if entry["request_id"] == request_id:
+                    del entry["request_id"]
+        elif isinstance(entry.get("operation_id"), str):
+            del entry["operation_id"]
+            action, after = entry.get("action"), entry.get("after")
+            if (
+                isinstance(action, str)
+                and action.startswith("workflow.step.")
+                and entry.get("target_type") == "step"
+                and isinstance(after, dict)
+                and set(entry) == {"action", "target_type", "target_id", "after"}
+            ):
+                if resolved is None:
+                    resolved = read_events(events)
+                kind = action.removeprefix("workflow.")
+                for k, (typ, data) in enumerate(resolved):
+                    if typ != kind or data.get("step_key") != entry["target_id"]:
+                        continue
+                    shared = step_after(kind, data)
+                    rest = {key: v for key, v in after.items() if key not in shared}
+                    if _canonical({**rest, **shared}) == _canonical(after):
+                        entry = {"ev": k, **({"after": rest} if rest else {})}
+                        break
+        if entry.get("target_type") == "workflow" and entry.get("target_id") == instance_id:
+            del entry["target_type"], entry["target_id"]
+        out.append(jsonx.dumps(entry))
+    return out
 
 
 def batch_id() -> str:
@@ -61,10 +203,11 @@ def batch_id() -> str:
 class InstanceBatch:
     """The events and audit entries of one instance in one transaction."""
 
-    __slots__ = ("events", "audit", "job", "response")
+    __slots__ = ("events", "audit", "job", "response", "pairs")
 
     def __init__(self, job: int | None) -> None:
-        self.events: list[str] = []  # JSON texts of {"type", "data"}
+        self.events: list[str] = []  # JSON texts of [type, data] (``event_text``)
+        self.pairs: dict[tuple[str, str], int] = {}  # (step key, activation) -> its first event's index
         self.audit: list[str] = []  # JSON texts of the audit entries (the engine's, a start's)
         self.job = job
         self.response: str | None = None  # the exact response of the start that created the instance
@@ -86,6 +229,8 @@ class CommitBatch(CommitBuffer):
         rows: list[str] = []
         for iid, b in self.by_instance.items():
             n_chunks = max(1, -(-len(b.events) // BATCH_EVENTS), -(-len(b.audit) // BATCH_AUDIT))
+            if b.audit and n_chunks == 1:  # an entry may name an event or the response of its own row
+                b.audit = compact_entries(b.audit, b.events, iid, b.response)
             for k in range(n_chunks):
                 evs = b.events[k * BATCH_EVENTS : (k + 1) * BATCH_EVENTS]
                 aud = b.audit[k * BATCH_AUDIT : (k + 1) * BATCH_AUDIT]

@@ -5,8 +5,9 @@ change of an instance, step, task or signal is one event of the transaction of t
 Like Temporal's history nodes, the events of one transaction and instance are written as ONE row of
 ``workflow_event_batches`` at its commit (``app.engine.commit_batch``), with the audit entries of the engine's
 advances in that transaction (``audit``, from ``app.engine.oplog``; a start's ``workflow.start`` entry
-too, with its actor) and the instance summary as the transaction left it: an event costs no row and no
-update of the instance row of its own. The batch a ``POST /v1/workflows`` writes for its new instance
+too, with its actor) and what the transaction changed of the instance (its state and paused flag; the
+view adds what never changes from the instance row): an event costs no row and no update of the instance
+row of its own. The batch a ``POST /v1/workflows`` writes for its new instance
 also keeps the start's response (``start_response``, for a resent start: ``app.engine.start_keys``).
 The view ``workflow_events`` shows one row per event: a stable id (the batch's id with the event's
 ordinal in its last three hex digits), the instance's next sequence number (continuing from the
@@ -22,7 +23,6 @@ subscription) and (event, rule) (``app.integrations.webhooks``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -147,7 +147,8 @@ def emit(conn: Connection, instance_id: str, event_type: str, **fields: Any) -> 
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type}")
     data = {k: v for k, v in fields.items() if v is not None}
-    _batch(conn, instance_id).events.append(json.dumps({"type": event_type, "data": data}, default=str))
+    batch = _batch(conn, instance_id)
+    batch.events.append(commit_batch.event_text(batch, event_type, data))
 
 
 def audit_advance(

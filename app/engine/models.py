@@ -461,7 +461,10 @@ Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=tex
 # names the ``event_dispatch`` job that fans the batch out (NULL when the namespace had no subscription
 # or rule at that moment). ``audit`` also holds the ``workflow.start`` entry of a start, with its actor
 # (migration 0021), and ``start_response`` the exact response of a ``POST /v1/workflows`` on the batch
-# that start wrote for its instance (NULL on every other batch; ``app.engine.start_keys``).
+# that start wrote for its instance (NULL on every other batch; ``app.engine.start_keys``). A row written
+# since migration 0031 is compact (``app.engine.commit_batch``): ``instance`` is the state (``{"state", "paused": true}`` while paused),
+# ``definition_id`` and ``trace_id`` are '' (the views read them from the instance row), and a start
+# entry whose ``after`` is the response's instance says ``"after_in_response": true`` instead.
 event_batches = Table(
     "workflow_event_batches",
     metadata,
@@ -481,7 +484,6 @@ event_batches = Table(
     Column("start_response", Text),
 )
 Index("uq_workflow_event_batches_seq", event_batches.c.instance_id, event_batches.c.last_seq, unique=True)
-Index("ix_workflow_event_batches_instance", event_batches.c.namespace_id, event_batches.c.instance_id)
 Index(
     "ix_workflow_event_batches_dispatch",
     event_batches.c.dispatch_job_id,

@@ -188,3 +188,31 @@ def test_engine_health_actions_are_audited_with_their_request_id(eng: Engine) ->
     with transaction(eng) as conn, pytest.raises(StateConflict):
         operations.reclaim_node(conn, platform, "node-live", "gone", request_id="req-reclaim")
     assert _audit(eng, "req-reclaim") == []
+
+
+def test_a_paused_instance_shows_in_its_events_from_compact_batch_rows(eng: Engine) -> None:
+    """A batch row stores the instance's state alone, or ``{"state", "paused": true}`` while it is paused
+    (migration 0031); every event body shows the whole summary with the paused flag of its transaction."""
+    iid = start(eng, NS, publish(eng, NS, SIGNAL_DOC), {"order": "A-2"})["id"]
+    _control(eng, iid, "PAUSE", 1, "req-pause-2")
+    _control(eng, iid, "RESUME", 2, "req-resume-2")
+    with eng.connect() as conn:
+        rows = (
+            conn.execute(
+                text("SELECT instance FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"),
+                {"i": iid},
+            )
+            .scalars()
+            .all()
+        )
+        bodies = {
+            r.type: r.body
+            for r in conn.execute(
+                text("SELECT type, body FROM workflow_events WHERE instance_id = :i"), {"i": iid}
+            )
+        }
+    assert rows[-2:] == [{"state": "WAITING", "paused": True}, "WAITING"]
+    assert bodies["workflow.paused"]["instance"]["paused"] is True
+    assert bodies["workflow.resumed"]["instance"]["paused"] is False
+    for body in bodies.values():
+        assert set(body["instance"]) == {"id", "definition_id", "version", "state", "paused", "business_key"}
