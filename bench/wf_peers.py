@@ -52,7 +52,7 @@ TASK_NAME = "bench_wf"
 ELEMENT_TASK = "bench_wf_element"
 # DBOS's element queue poll (its default is 1 s, which with 4 elements at once would cap it at ~4
 # elements/s: a setting no one would run this shape with)
-DBOS_QUEUE_POLL = 0.05
+DBOS_QUEUE_POLL = 0.01
 
 
 @contextmanager

@@ -64,15 +64,18 @@ def start_elements(
 ) -> list[str]:
     """A task for each element in ``indexes`` (attempt ``attempt``) of the fan-out step's current
     activation: its input is the step's ``input`` mapped with ``$.item`` / ``$.index`` (without one:
-    ``{"item", "index"}``). Raises ``MappingTooLarge`` like any mapping."""
-    ids = []
-    for i in indexes:
-        ctx = {**mctx, "item": items[i], "index": i}
-        task_input = (
-            mapping.resolve(spec["input"], ctx) if "input" in spec else {"item": items[i], "index": i}
+    ``{"item", "index"}``); their tasks are inserted in one statement. Raises ``MappingTooLarge`` like
+    any mapping (before any task is inserted)."""
+    inputs = [
+        (
+            i,
+            mapping.resolve(spec["input"], {**mctx, "item": items[i], "index": i})
+            if "input" in spec
+            else {"item": items[i], "index": i},
         )
-        ids.append(work.step_task(conn, inst, step, spec, task_input, attempt=attempt, element=i))
-    return ids
+        for i in indexes
+    ]
+    return work.element_tasks(conn, inst, step, spec, inputs, attempt=attempt)
 
 
 def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
@@ -108,7 +111,7 @@ def activate(
     act_id, seq = act.id, act.sequence
     task_id = None
     rows = step_moves.Activation()  # written with the step's row (one statement at a first activation)
-    if kind == K.TASK and "for_each" in spec:  # the first max_parallel elements, each its own statement
+    if kind == K.TASK and "for_each" in spec:  # the first max_parallel elements, one statement
         first = decide_fanout.plan(spec, decide_fanout.Progress(len(act_input["items"])), None)
         indexes = first.indexes if isinstance(first, decide_fanout.StartElements) else ()
         ids = start_elements(
