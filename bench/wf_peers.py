@@ -105,10 +105,16 @@ def bench_workflow(shape: str) -> dict:
     return {"ok": True}
 
 
-def dbos_element_queue() -> None:
+def dbos_element_queue(limit: bool = True) -> None:
     """The fan-out shape's element queue: ``WORKER_THREADS`` elements at once per process (the other
-    engines' element slots), polled every ``DBOS_QUEUE_POLL`` s."""
-    DBOS.register_queue(ELEMENT_QUEUE, worker_concurrency=WORKER_THREADS, polling_interval_sec=DBOS_QUEUE_POLL)
+    engines' element slots), polled every ``DBOS_QUEUE_POLL`` s; ``limit=False``: DBOS's queue
+    defaults (no concurrency limit: every element dequeued runs in its own executor thread; 1 s poll)."""
+    if limit:
+        DBOS.register_queue(
+            ELEMENT_QUEUE, worker_concurrency=WORKER_THREADS, polling_interval_sec=DBOS_QUEUE_POLL
+        )
+    else:
+        DBOS.register_queue(ELEMENT_QUEUE)
 
 
 DBOS_DONE = (
@@ -134,15 +140,17 @@ def dbos_worker(dsn: str) -> None:
     DBOS.destroy()
 
 
-def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool) -> RunResult:
-    res = RunResult(engine="dbos-client" if client else "dbos", shape=shape.name, n=n)
+def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool, element_limit: bool = True) -> RunResult:
+    """``element_limit=False`` (the fan-out shape only): the element queue at DBOS's defaults."""
+    engine = "dbos-client" if client else ("dbos" if element_limit else "dbos-nolimit")
+    res = RunResult(engine=engine, shape=shape.name, n=n)
     timeout = 120 + n * shape.units * 0.5
     with ExitStack() as stack:
         dsn = stack.enter_context(plain_database("lf_bench_wf_dbos"))
         DBOS(config=dbos_config(dsn))  # type: ignore[arg-type]
         DBOS.launch()  # creates the schema (the client process needs it)
         if shape.fanout:
-            dbos_element_queue()
+            dbos_element_queue(element_limit)
         worker: Proc | None = None
         if client:
             DBOS.destroy()
@@ -233,17 +241,16 @@ def absurd_task(app: Absurd, params: dict, ctx: object) -> dict:
         elif kind == "fanout":
             # Absurd's idiom: spawn every element as a task on another queue (the spawns in one step, so
             # a retried run does not spawn them again), then await each one's result
-            ids = ctx.step(  # type: ignore[attr-defined]
-                "spawn",
-                lambda: [
-                    str(app.spawn(ELEMENT_TASK, {"item": item}, queue=ELEMENT_QUEUE)["task_id"]) for item in items
-                ],
-            )
+            ids = ctx.step("spawn", functools.partial(_spawn_elements, app, items))  # type: ignore[attr-defined]
             for tid in ids:
                 ctx.await_task_result(tid, queue_name=ELEMENT_QUEUE)  # type: ignore[attr-defined]
         else:
             ctx.sleep_for(key, TIMER_SECONDS)  # type: ignore[attr-defined]
     return {"ok": True}
+
+
+def _spawn_elements(app: Absurd, items: list[int]) -> list[str]:
+    return [str(app.spawn(ELEMENT_TASK, {"item": item}, queue=ELEMENT_QUEUE)["task_id"]) for item in items]
 
 
 def absurd_element(params: dict, ctx: object) -> dict:

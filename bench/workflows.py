@@ -45,6 +45,7 @@ VARIANTS = {
     "ledgerflow-nolimit": "LF no limit",
     "dbos": "DBOS start_wf",
     "dbos-client": "DBOS client",
+    "dbos-nolimit": "DBOS no limit",  # the fanout shape only: its element queue at DBOS's defaults
     "absurd": "Absurd",
 }
 CHAIN_EXTRA = SHAPES["chain10"].tasks - SHAPES["task-task"].tasks  # 8 further TASK steps
@@ -72,8 +73,10 @@ def run_variant(variant: str, shape: Shape, n: int, warmup: int, probe: int) -> 
         )
     from bench import wf_peers  # the bench extra: dbos, absurd-sdk
 
-    if variant in ("dbos", "dbos-client"):
-        return wf_peers.run_dbos(shape, n, warmup=warmup, client=variant == "dbos-client")
+    if variant in ("dbos", "dbos-client", "dbos-nolimit"):
+        return wf_peers.run_dbos(
+            shape, n, warmup=warmup, client=variant == "dbos-client", element_limit=variant != "dbos-nolimit"
+        )
     if variant == "absurd":
         return wf_peers.run_absurd(shape, n, warmup=warmup)
     raise ValueError(f"unknown engine {variant!r}")
@@ -350,7 +353,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--shape", "--shapes", dest="shape", default="all", help=f"all, or comma-separated: {', '.join(SHAPES)}")
+    ap.add_argument(
+        "--shape",
+        "--shapes",
+        dest="shape",
+        default="all",
+        help=f"all, or comma-separated: {', '.join(SHAPES)}",
+    )
     ap.add_argument(
         "--n",
         type=int,
@@ -431,12 +440,23 @@ def main(argv: list[str] | None = None) -> None:
         counted: dict[str, RunResult] = {}
         for s in a.shapes:
             r = run_ledgerflow(
-                s, shape_n(s, a.n), warmup=shape_warmup(s, a.warmup), probe=0, rate_limit=True, counts_only=True
+                s,
+                shape_n(s, a.n),
+                warmup=shape_warmup(s, a.warmup),
+                probe=0,
+                rate_limit=True,
+                counts_only=True,
             )
             if a.baseline and r.counts is not None:
                 log(f"ledgerflow {s.name}: the empty window, {r.active_s:.1f} s without a workflow")
                 empty = run_ledgerflow(
-                    s, 0, warmup=shape_warmup(s, a.warmup), probe=0, rate_limit=True, counts_only=True, idle=r.active_s
+                    s,
+                    0,
+                    warmup=shape_warmup(s, a.warmup),
+                    probe=0,
+                    rate_limit=True,
+                    counts_only=True,
+                    idle=r.active_s,
                 )
                 if empty.counts is not None:
                     r.notes.append(
@@ -453,6 +473,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="lf-bench-wf-") as tmp:
         for shape in a.shapes:
             for v in a.variants:
+                if v == "dbos-nolimit" and not shape.fanout:
+                    continue  # the same run as dbos: only the fan-out's element queue differs
                 log(f"workflows: {v} on {shape.name}, N = {shape_n(shape, a.n)}")
                 results.setdefault(shape.name, {})[v] = run_child(v, shape, a, Path(tmp))
     table = report(results, a)

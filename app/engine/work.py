@@ -144,7 +144,10 @@ def element_tasks(
             "timeout": timeout,
             "instance_created_at": inst["created_at"],
         },
-        [(index, task_id, jdump(task_input)) for (index, task_input), task_id in zip(inputs, ids, strict=True)],
+        [
+            (index, task_id, jdump(task_input))
+            for (index, task_input), task_id in zip(inputs, ids, strict=True)
+        ],
     )
     arm_watch(conn, inst, timeout)
     return ids

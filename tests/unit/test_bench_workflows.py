@@ -54,17 +54,27 @@ def test_the_fanout_definition_runs_one_task_per_item_of_the_first_output() -> N
 def test_the_fanout_shape_runs_a_tenth_of_n_and_reports_elements() -> None:
     fan, chain = SHAPES["fanout"], SHAPES["chain10"]
     assert (workflows.shape_n(fan, 300), workflows.shape_n(fan, 30), workflows.shape_n(fan, 5)) == (30, 3, 2)
-    assert (workflows.shape_n(chain, 300), workflows.shape_warmup(fan, 5), workflows.shape_warmup(chain, 5)) == (
+    assert (
+        workflows.shape_n(chain, 300),
+        workflows.shape_warmup(fan, 5),
+        workflows.shape_warmup(chain, 5),
+    ) == (
         300,
         2,
         5,
     )
     assert [s.name for s in workflows.parse(["--shapes", "fanout"]).shapes] == ["fanout"]
     a = workflows.parse(["--shape", "fanout", "--engines", "ledgerflow,dbos"])
-    lf = RunResult(engine="ledgerflow", shape="fanout", n=30, wall=10.0, counts=Counts({"t": (3000, 6000, 0)}, 3300))
-    db = RunResult(engine="dbos", shape="fanout", n=30, wall=20.0, counts=Counts({"t": (9000, 6000, 0)}, 30000))
+    lf = RunResult(
+        engine="ledgerflow", shape="fanout", n=30, wall=10.0, counts=Counts({"t": (3000, 6000, 0)}, 3300)
+    )
+    db = RunResult(
+        engine="dbos", shape="fanout", n=30, wall=20.0, counts=Counts({"t": (9000, 6000, 0)}, 30000)
+    )
     text = workflows.report({"fanout": {"ledgerflow": lf, "dbos": db}}, a)
-    rows = {line.split("  ")[1].strip(): line.split()[-2:] for line in text.splitlines() if line.startswith("  ")}
+    rows = {
+        line.split("  ")[1].strip(): line.split()[-2:] for line in text.splitlines() if line.startswith("  ")
+    }
     assert rows["elements/s"] == ["300", "150"]  # 30 workflows x 100 elements in 10 s / 20 s
     assert rows["row writes / element (all / elements)"] == ["3.00", "5.00"]  # 300 / 100, 500 / 100
     assert rows["transactions / element (all / elements)"] == ["1.10", "10.00"]

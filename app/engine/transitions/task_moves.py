@@ -96,8 +96,10 @@ def insert(conn: Connection, row: dict[str, Any], *, into: list[dict[str, Any]] 
     )
 
 
-def insert_elements(conn: Connection, row: dict[str, Any], elements: list[tuple[int, str, str]]) -> None:
-    """The PENDING tasks of a fan-out step's ``elements`` (``(index, task id, input as JSON text)``),
+def insert_elements(
+    conn: Connection, row: dict[str, Any], elements: list[tuple[int, str, str | None]]
+) -> None:
+    """The PENDING tasks of a fan-out step's ``elements`` (``(index, task id, input as JSON text or None)``),
     each as ``insert`` would insert it with ``row``'s other columns, in one statement; each its
     ``task.created`` event."""
     if not elements:
