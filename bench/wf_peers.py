@@ -13,6 +13,11 @@ scratch database on the same PostgreSQL server. Needs the ``bench`` extra (``dbo
   ``ctx.step`` and whose TIMER is ``ctx.sleep_for``; spawned with ``Absurd.spawn`` from 4 client
   threads; served by 4 worker threads, each an ``Absurd`` client with its own connection running
   ``start_worker()`` (defaults: one task at a time, 0.25 s poll, 120 s claim timeout).
+- The ``fanout`` shape (the elements on the queue ``bench_wf_elements``, 4 at once in each engine):
+  DBOS's workflow enqueues each element (a ``@DBOS.step``) on that queue (``worker_concurrency=4``,
+  ``polling_interval_sec=0.01``; ``dbos-nolimit``: the queue's defaults) and awaits every handle;
+  Absurd's task spawns the elements as tasks on that queue in one ``ctx.step`` and awaits each with
+  ``ctx.await_task_result`` (4 more worker threads serve it).
 """
 
 from __future__ import annotations
