@@ -39,6 +39,9 @@ TIMER_SECONDS = 1.0
 CLIENT_THREADS = 4  # the threads that start workflows, each with its own client
 QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of every shape
 ELEMENT_QUEUE = "bench_wf_elements"  # the fan-out shape's elements: their own queue in every engine
+# Ledgerflow's max_parallel in the fan-out shape: by default every element open at once, as the peers'
+# workflows enqueue (DBOS) or spawn (Absurd) all of them before awaiting any (4 run at once in each)
+FANOUT_PARALLEL = int(os.environ.get("BENCH_FANOUT_PARALLEL", "100"))
 
 
 # ------------------------------------------------------------------------------------------- shapes

@@ -51,6 +51,7 @@ from bench.run import (
 )
 from bench.wf_common import (
     ELEMENT_QUEUE,
+    FANOUT_PARALLEL,
     QUEUE,
     TIMER_SECONDS,
     Monitor,
@@ -65,9 +66,6 @@ from ledgerflow.client import Client, Task, TaskWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SLOTS = 4
-# a fan-out workflow's elements open at once: all of them, as the peers' workflows enqueue (DBOS) or
-# spawn (Absurd) every element before awaiting any; what runs at once is the element queue's 4 slots
-FANOUT_PARALLEL = 100
 
 
 def definition(shape: Shape) -> dict:

@@ -37,7 +37,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.run import ROOT, loadavg, log
-from bench.wf_common import SHAPES, PerWorkflow, RunResult, Shape, counts_table, further_step, p, parse_shapes
+from bench.wf_common import (
+    FANOUT_PARALLEL,
+    SHAPES,
+    PerWorkflow,
+    RunResult,
+    Shape,
+    counts_table,
+    further_step,
+    p,
+    parse_shapes,
+)
 
 # engine variants (columns), in report order
 VARIANTS = {
@@ -225,7 +235,8 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
     if any(SHAPES[name].fanout for name in results):
         lines[-1:-1] = [
             f"(fanout: N / {FANOUT_N_DIVISOR} workflows, at least 2, {shape_warmup(SHAPES['fanout'], a.warmup)} "
-            "warm-up; its elements on their own queue, 4 at once in every engine)"
+            f"warm-up; its elements on their own queue, 4 at once in every engine; Ledgerflow's max_parallel "
+            f"{FANOUT_PARALLEL})"
         ]
     for name, by_variant in results.items():
         lines += shape_block(SHAPES[name], by_variant)
