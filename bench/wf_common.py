@@ -38,30 +38,49 @@ SETTLE_SECONDS = 10.5  # > PGSTAT_IDLE_INTERVAL (10 s): an idle backend has flus
 TIMER_SECONDS = 1.0
 CLIENT_THREADS = 4  # the threads that start workflows, each with its own client
 QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of every shape
+ELEMENT_QUEUE = "bench_wf_elements"  # the fan-out shape's elements: their own queue in every engine
+# Ledgerflow's max_parallel in the fan-out shape: by default every element open at once, as the peers'
+# workflows enqueue (DBOS) or spawn (Absurd) all of them before awaiting any (4 run at once in each)
+FANOUT_PARALLEL = int(os.environ.get("BENCH_FANOUT_PARALLEL", "100"))
 
 
 # ------------------------------------------------------------------------------------------- shapes
 @dataclass(frozen=True)
 class Shape:
     """A workflow of ``tasks`` TASK steps in a chain, with a TIMER of ``TIMER_SECONDS`` after the first
-    one when ``timer``."""
+    one when ``timer``, or a fan-out of ``fanout`` elements (one task each, over the array the first
+    task outputs) after the first one when ``fanout``."""
 
     name: str
     tasks: int
     timer: bool = False
+    fanout: int = 0
 
     def plan(self) -> list[tuple[str, str]]:
-        """The steps in order: ``("task", key)`` or ``("timer", key)``."""
+        """The steps in order: ``("task", key)``, ``("timer", key)`` or ``("fanout", key)``."""
         out: list[tuple[str, str]] = []
         for i in range(1, self.tasks + 1):
             out.append(("task", f"s{i}"))
             if i == 1 and self.timer:
                 out.append(("timer", "wait"))
+            if i == 1 and self.fanout:
+                out.append(("fanout", "each"))
         return out
+
+    @property
+    def units(self) -> int:
+        """Tasks run per workflow (each element one): what a run's timeout scales with."""
+        return len(self.plan()) - (1 if self.fanout else 0) + self.fanout
 
 
 SHAPES: dict[str, Shape] = {
-    s.name: s for s in (Shape("task-task", 2), Shape("task-timer-task", 2, timer=True), Shape("chain10", 10))
+    s.name: s
+    for s in (
+        Shape("task-task", 2),
+        Shape("task-timer-task", 2, timer=True),
+        Shape("chain10", 10),
+        Shape("fanout", 2, fanout=100),
+    )
 }
 
 

@@ -10,6 +10,10 @@ scratch database, workflows started by the SDK's ``Client`` over HTTP, tasks ser
 - Two credentials: one for the 4 client threads (definitions + starts), one for the task workers.
 - Task workers: ``TaskWorker(client, concurrency=4)`` when the SDK has that parameter, otherwise 4
   threads each running a ``TaskWorker`` (one task at a time each); ``wait_seconds`` stays the default.
+- The ``fanout`` shape: the first task outputs ``{"items": [0..99]}``, the ``for_each`` step runs one
+  task per element on its own queue (``bench_wf_elements``, served by its own
+  ``TaskWorker(concurrency=4)``: 4 elements at once, as the peers' element workers), every element of
+  a workflow open at once (``max_parallel`` 100, as the peers enqueue or spawn all 100 before awaiting).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from bench.run import (
     wait_ready,
 )
 from bench.wf_common import (
+    ELEMENT_QUEUE,
+    FANOUT_PARALLEL,
     QUEUE,
     TIMER_SECONDS,
     Monitor,
@@ -63,14 +69,27 @@ WORKER_SLOTS = 4
 
 
 def definition(shape: Shape) -> dict:
-    """The shape as a Ledgerflow definition: TASK steps on one queue, each after the previous step."""
+    """The shape as a Ledgerflow definition: TASK steps on one queue, each after the previous step; a
+    fan-out is a TASK step with ``for_each`` over the first step's ``output.items``, its elements on
+    their own queue, ``FANOUT_PARALLEL`` of a workflow's elements open at once."""
     steps: list[dict] = []
     for kind, key in shape.plan():
-        step: dict[str, Any] = (
-            {"key": key, "kind": "TASK", "queue": QUEUE}
-            if kind == "task"
-            else {"key": key, "kind": "TIMER", "delay_seconds": int(TIMER_SECONDS)}
-        )
+        step: dict[str, Any]
+        if kind == "task":
+            step = {"key": key, "kind": "TASK", "queue": QUEUE}
+        elif kind == "fanout":
+            step = {
+                "key": key,
+                "kind": "TASK",
+                "queue": ELEMENT_QUEUE,
+                "for_each": {
+                    "items": f"$.steps.{steps[-1]['key']}.output.items",
+                    "max_items": shape.fanout,
+                    "max_parallel": FANOUT_PARALLEL,
+                },
+            }
+        else:
+            step = {"key": key, "kind": "TIMER", "delay_seconds": int(TIMER_SECONDS)}
         if steps:
             step["after"] = [steps[-1]["key"]]
         steps.append(step)
@@ -114,26 +133,34 @@ class CountingClient(Client):
 
 class Workers:
     """The task workers of the run, in threads of this process; ``entered[(workflow_id, step_key)]``
-    is the wall-clock time each task function was entered (for the step hop)."""
+    is the wall-clock time each task function was entered (for the step hop). Each queue of ``queues``
+    gets its own ``WORKER_SLOTS``; with ``items``, the first step's task outputs ``{"items": [0, ...]}``
+    (the array a fan-out runs over)."""
 
-    def __init__(self, base: str, token: str, answers: Answers) -> None:
+    def __init__(
+        self, base: str, token: str, answers: Answers, queues: tuple[str, ...] = (QUEUE,), items: int = 0
+    ) -> None:
         self.entered: dict[tuple[str, str], float] = {}
+        self.items = items
         self.clients: list[Client] = []
         self.workers: list[TaskWorker] = []
         self.threads: list[threading.Thread] = []
         self.failure: list[BaseException] = []
         self.concurrency = worker_has_concurrency()
         n_workers = 1 if self.concurrency else WORKER_SLOTS
-        for _ in range(n_workers):
-            client = answers.client(base, token)
-            kwargs = {"concurrency": WORKER_SLOTS} if self.concurrency else {}
-            worker = TaskWorker(client, **kwargs)
-            worker.register(QUEUE, self._task)
-            self.clients.append(client)
-            self.workers.append(worker)
+        for queue in queues:
+            for _ in range(n_workers):
+                client = answers.client(base, token)
+                kwargs = {"concurrency": WORKER_SLOTS} if self.concurrency else {}
+                worker = TaskWorker(client, **kwargs)
+                worker.register(queue, self._task)
+                self.clients.append(client)
+                self.workers.append(worker)
 
     def _task(self, task: Task) -> dict:
         self.entered[(task.workflow_id, task.step_key)] = time.time()
+        if self.items and task.step_key == "s1":
+            return {"items": list(range(self.items))}
         return {"ok": True}
 
     def start(self) -> None:
@@ -334,7 +361,8 @@ def run_ledgerflow(
         def_id = admin.ensure_definition(f"bench-{shape.name}", definition(shape))["id"]
         admin.close()
         starts_t, workers_t = Answers(), Answers()
-        workers = Workers(base, worker_token, workers_t)
+        queues = (QUEUE, ELEMENT_QUEUE) if shape.fanout else (QUEUE,)
+        workers = Workers(base, worker_token, workers_t, queues, items=shape.fanout)
         workers.start()
         stopped = False
 
@@ -362,7 +390,7 @@ def run_ledgerflow(
                     terminate(p)
 
         stack.callback(stop_all)
-        timeout = 120 + n * (len(shape.plan()) * 0.5)
+        timeout = 120 + n * shape.units * 0.5
 
         def probe_then_reset() -> None:
             if probe and not counts_only:
@@ -420,7 +448,7 @@ def idle_probe(
             time.sleep(0.3)  # idle: the workers are back in their long polls
             t0 = time.time()
             wid = c.start_workflow(def_id, "v1", {"probe": i}).instance.id
-            wait_count(mon, DONE_SQL, [wid], 60 + 10 * len(shape.plan()), every=0.005)
+            wait_count(mon, DONE_SQL, [wid], 60 + 10 * shape.units, every=0.005)
             ids.append(wid)
             latency.append((done_times(mon, [wid])[wid][0] - t0) * 1000)
     res.probe_n = k

@@ -13,10 +13,16 @@ scratch database on the same PostgreSQL server. Needs the ``bench`` extra (``dbo
   ``ctx.step`` and whose TIMER is ``ctx.sleep_for``; spawned with ``Absurd.spawn`` from 4 client
   threads; served by 4 worker threads, each an ``Absurd`` client with its own connection running
   ``start_worker()`` (defaults: one task at a time, 0.25 s poll, 120 s claim timeout).
+- The ``fanout`` shape (the elements on the queue ``bench_wf_elements``, 4 at once in each engine):
+  DBOS's workflow enqueues each element (a ``@DBOS.step``) on that queue (``worker_concurrency=4``,
+  ``polling_interval_sec=0.01``; ``dbos-nolimit``: the queue's defaults) and awaits every handle;
+  Absurd's task spawns the elements as tasks on that queue in one ``ctx.step`` and awaits each with
+  ``ctx.await_task_result`` (4 more worker threads serve it).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -34,6 +40,7 @@ from dbos import DBOS, DBOSClient, EnqueueOptions
 
 from bench.run import Proc, base_env, libpq, spawn_logged, terminate, wait_ready, with_database
 from bench.wf_common import (
+    ELEMENT_QUEUE,
     QUEUE,
     SHAPES,
     TIMER_SECONDS,
@@ -47,6 +54,10 @@ from bench.wf_common import (
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_THREADS = 4
 TASK_NAME = "bench_wf"
+ELEMENT_TASK = "bench_wf_element"
+# DBOS's element queue poll (its default is 1 s, which with 4 elements at once would cap it at ~4
+# elements/s: a setting no one would run this shape with)
+DBOS_QUEUE_POLL = 0.01
 
 
 @contextmanager
@@ -69,14 +80,46 @@ def bench_step(key: str) -> dict:
     return {"ok": True}
 
 
+@DBOS.step()
+def bench_items(n: int) -> dict:
+    """The fan-out shape's first step: the array the elements run over."""
+    return {"items": list(range(n))}
+
+
+@DBOS.step()
+def bench_element(item: int) -> dict:
+    return {"ok": True}
+
+
 @DBOS.workflow()
 def bench_workflow(shape: str) -> dict:
-    for kind, key in SHAPES[shape].plan():
-        if kind == "task":
+    s = SHAPES[shape]
+    items: list[int] = []
+    for kind, key in s.plan():
+        if kind == "task" and key == "s1" and s.fanout:
+            items = bench_items(s.fanout)["items"]
+        elif kind == "task":
             bench_step(key)
+        elif kind == "fanout":
+            # DBOS's idiom: enqueue every element on a queue, then await the handles in order
+            queue = DBOS.retrieve_queue(ELEMENT_QUEUE)
+            handles = [queue.enqueue(bench_element, item) for item in items]
+            [h.get_result() for h in handles]
         else:
             DBOS.sleep(TIMER_SECONDS)
     return {"ok": True}
+
+
+def dbos_element_queue(limit: bool = True) -> None:
+    """The fan-out shape's element queue: ``WORKER_THREADS`` elements at once per process (the other
+    engines' element slots), polled every ``DBOS_QUEUE_POLL`` s; ``limit=False``: DBOS's queue
+    defaults (no concurrency limit: every element dequeued runs in its own executor thread; 1 s poll)."""
+    if limit:
+        DBOS.register_queue(
+            ELEMENT_QUEUE, worker_concurrency=WORKER_THREADS, polling_interval_sec=DBOS_QUEUE_POLL
+        )
+    else:
+        DBOS.register_queue(ELEMENT_QUEUE)
 
 
 DBOS_DONE = (
@@ -96,18 +139,23 @@ def dbos_worker(dsn: str) -> None:
     DBOS(config=dbos_config(dsn))  # type: ignore[arg-type]
     DBOS.launch()
     DBOS.register_queue(QUEUE)
+    dbos_element_queue()
     print("ready", flush=True)
     stop.wait()
     DBOS.destroy()
 
 
-def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool) -> RunResult:
-    res = RunResult(engine="dbos-client" if client else "dbos", shape=shape.name, n=n)
-    timeout = 120 + n * len(shape.plan()) * 0.5
+def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool, element_limit: bool = True) -> RunResult:
+    """``element_limit=False`` (the fan-out shape only): the element queue at DBOS's defaults."""
+    engine = "dbos-client" if client else ("dbos" if element_limit else "dbos-nolimit")
+    res = RunResult(engine=engine, shape=shape.name, n=n)
+    timeout = 120 + n * shape.units * 0.5
     with ExitStack() as stack:
         dsn = stack.enter_context(plain_database("lf_bench_wf_dbos"))
         DBOS(config=dbos_config(dsn))  # type: ignore[arg-type]
         DBOS.launch()  # creates the schema (the client process needs it)
+        if shape.fanout:
+            dbos_element_queue(element_limit)
         worker: Proc | None = None
         if client:
             DBOS.destroy()
@@ -187,19 +235,37 @@ def _work() -> dict:
     return {"ok": True}
 
 
-def absurd_task(params: dict, ctx: object) -> dict:
-    for kind, key in SHAPES[params["shape"]].plan():
-        if kind == "task":
+def absurd_task(app: Absurd, params: dict, ctx: object) -> dict:
+    s = SHAPES[params["shape"]]
+    items: list[int] = []
+    for kind, key in s.plan():
+        if kind == "task" and key == "s1" and s.fanout:
+            items = ctx.step(key, lambda: {"items": list(range(s.fanout))})["items"]  # type: ignore[attr-defined]
+        elif kind == "task":
             ctx.step(key, _work)  # type: ignore[attr-defined]
+        elif kind == "fanout":
+            # Absurd's idiom: spawn every element as a task on another queue (the spawns in one step, so
+            # a retried run does not spawn them again), then await each one's result
+            ids = ctx.step("spawn", functools.partial(_spawn_elements, app, items))  # type: ignore[attr-defined]
+            for tid in ids:
+                ctx.await_task_result(tid, queue_name=ELEMENT_QUEUE)  # type: ignore[attr-defined]
         else:
             ctx.sleep_for(key, TIMER_SECONDS)  # type: ignore[attr-defined]
+    return {"ok": True}
+
+
+def _spawn_elements(app: Absurd, items: list[int]) -> list[str]:
+    return [str(app.spawn(ELEMENT_TASK, {"item": item}, queue=ELEMENT_QUEUE)["task_id"]) for item in items]
+
+
+def absurd_element(params: dict, ctx: object) -> dict:
     return {"ok": True}
 
 
 def absurd_install(dsn: str) -> None:
     """``absurdctl init`` (its bundled absurd.sql, no download) and ``absurdctl create-queue``."""
     ctl = str(Path(sys.executable).with_name("absurdctl"))
-    for args in (["init"], ["create-queue", QUEUE]):
+    for args in (["init"], ["create-queue", QUEUE], ["create-queue", ELEMENT_QUEUE]):
         out = subprocess.run([ctl, *args, "-d", dsn], capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"absurdctl {' '.join(args)} failed: {out.stdout}{out.stderr}")
@@ -209,7 +275,7 @@ def absurd_install(dsn: str) -> None:
 
 def run_absurd(shape: Shape, n: int, *, warmup: int) -> RunResult:
     res = RunResult(engine="absurd", shape=shape.name, n=n)
-    timeout = 120 + n * len(shape.plan()) * 0.5
+    timeout = 120 + n * shape.units * 0.5
     t, r, c = (f'absurd."{p}_{QUEUE}"' for p in "trc")
     done_sql = f"SELECT count(*) FROM {t} WHERE task_id::text = ANY(%s) AND state IN ('completed', 'failed', 'cancelled')"
     with ExitStack() as stack:
@@ -219,11 +285,21 @@ def run_absurd(shape: Shape, n: int, *, warmup: int) -> RunResult:
         threads: list[threading.Thread] = []
         for i in range(WORKER_THREADS):
             app = Absurd(dsn, queue_name=QUEUE)
-            app.register_task(TASK_NAME)(absurd_task)
+            app.register_task(TASK_NAME)(functools.partial(absurd_task, app))
             workers.append(app)
             th = threading.Thread(target=app.start_worker, kwargs={"worker_id": f"bench-{i}"}, daemon=True)
             th.start()
             threads.append(th)
+        if shape.fanout:  # the elements' queue: as many worker threads again
+            for i in range(WORKER_THREADS):
+                app = Absurd(dsn, queue_name=ELEMENT_QUEUE)
+                app.register_task(ELEMENT_TASK, queue=ELEMENT_QUEUE)(absurd_element)
+                workers.append(app)
+                th = threading.Thread(
+                    target=app.start_worker, kwargs={"worker_id": f"bench-el-{i}"}, daemon=True
+                )
+                th.start()
+                threads.append(th)
         stopped = False
 
         def stop_workers() -> None:

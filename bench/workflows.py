@@ -1,6 +1,6 @@
 """``python -m bench.workflows``: workflows end to end, Ledgerflow beside DBOS and Absurd.
 
-    python -m bench.workflows [--shape all|task-task,task-timer-task,chain10] [--n 300]
+    python -m bench.workflows [--shape all|task-task,task-timer-task,chain10,fanout] [--n 300]
         [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 5] [--probe 10]
     python -m bench.workflows --counts-only --shape task-timer-task --n 20    # Ledgerflow's writes, fast
 
@@ -12,6 +12,13 @@ start call p50/p99, workflow latency (start call -> done, by the engine's own co
 p50/p99, timer lateness p50/p99, row writes and transactions per workflow; then each further TASK
 step ((chain10 - task-task) / 8), Ledgerflow's writes per table, and Ledgerflow's idle probe (the step
 hop, timer lateness, latency of workflows run one at a time). Numbers only, never asserted.
+
+The ``fanout`` shape (TASK -> 100 elements, one task each, over the array the first task outputs ->
+TASK) runs N / 10 workflows (at least 2) and prints elements/s and row writes / transactions per
+element (the workflow's, both tasks included, / 100) too. Each engine in its own idiom: Ledgerflow a
+``for_each`` step (``max_parallel`` 100), DBOS a workflow that enqueues the 100 element steps on a
+queue and awaits their handles, Absurd a task that spawns the 100 elements on another queue and
+awaits their results; the elements run 4 at once in every engine (see wf_ledgerflow / wf_peers).
 
 ``--counts-only`` runs Ledgerflow alone, in this process, without the probe and without peers, and
 prints its row writes per table and transactions per workflow (about 40 s for one shape).
@@ -30,7 +37,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.run import ROOT, loadavg, log
-from bench.wf_common import SHAPES, PerWorkflow, RunResult, Shape, counts_table, further_step, p, parse_shapes
+from bench.wf_common import (
+    FANOUT_PARALLEL,
+    SHAPES,
+    PerWorkflow,
+    RunResult,
+    Shape,
+    counts_table,
+    further_step,
+    p,
+    parse_shapes,
+)
 
 # engine variants (columns), in report order
 VARIANTS = {
@@ -38,9 +55,21 @@ VARIANTS = {
     "ledgerflow-nolimit": "LF no limit",
     "dbos": "DBOS start_wf",
     "dbos-client": "DBOS client",
+    "dbos-nolimit": "DBOS no limit",  # the fanout shape only: its element queue at DBOS's defaults
     "absurd": "Absurd",
 }
 CHAIN_EXTRA = SHAPES["chain10"].tasks - SHAPES["task-task"].tasks  # 8 further TASK steps
+FANOUT_N_DIVISOR = 10  # a fan-out workflow runs 100 tasks: N / 10 of them (30 at the default N)
+
+
+def shape_n(shape: Shape, n: int) -> int:
+    """Workflows of ``shape`` in a run of ``--n`` (the fan-out shape: ``n / FANOUT_N_DIVISOR``, at
+    least 2, so that a run holds about as many tasks as chain10's)."""
+    return max(2, -(-n // FANOUT_N_DIVISOR)) if shape.fanout else n
+
+
+def shape_warmup(shape: Shape, warmup: int) -> int:
+    return min(warmup, 2) if shape.fanout else warmup
 
 
 def run_variant(variant: str, shape: Shape, n: int, warmup: int, probe: int) -> RunResult:
@@ -54,8 +83,10 @@ def run_variant(variant: str, shape: Shape, n: int, warmup: int, probe: int) -> 
         )
     from bench import wf_peers  # the bench extra: dbos, absurd-sdk
 
-    if variant in ("dbos", "dbos-client"):
-        return wf_peers.run_dbos(shape, n, warmup=warmup, client=variant == "dbos-client")
+    if variant in ("dbos", "dbos-client", "dbos-nolimit"):
+        return wf_peers.run_dbos(
+            shape, n, warmup=warmup, client=variant == "dbos-client", element_limit=variant != "dbos-nolimit"
+        )
     if variant == "absurd":
         return wf_peers.run_absurd(shape, n, warmup=warmup)
     raise ValueError(f"unknown engine {variant!r}")
@@ -74,9 +105,9 @@ def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) 
         "--shape",
         shape.name,
         "--n",
-        str(a.n),
+        str(shape_n(shape, a.n)),
         "--warmup",
-        str(a.warmup),
+        str(shape_warmup(shape, a.warmup)),
         "--probe",
         str(a.probe),
         "--result",
@@ -86,7 +117,7 @@ def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) 
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
     done = subprocess.run(argv, env=env, cwd=ROOT, check=False, timeout=3600)
     if done.returncode != 0 or not path.exists():
-        res = RunResult(engine=variant, shape=shape.name, n=a.n)
+        res = RunResult(engine=variant, shape=shape.name, n=shape_n(shape, a.n))
         res.notes.append(f"the run failed (exit {done.returncode}): see the log above")
         return res
     return RunResult.from_json(json.loads(path.read_text()))
@@ -129,9 +160,8 @@ def further_cpu(long: dict[str, float], short: dict[str, float], extra_steps: in
 def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     cols = [v for v in VARIANTS if v in results]
     row = "  {:<38}" + " {:>15}" * len(cols)
-    lines = [
-        f"{shape.name} ({' -> '.join('TIMER 1 s' if k == 'timer' else 'TASK' for k, _ in shape.plan())})"
-    ]
+    names = {"timer": "TIMER 1 s", "fanout": f"{shape.fanout} x TASK (fan-out)"}
+    lines = [f"{shape.name} ({' -> '.join(names.get(k, 'TASK') for k, _ in shape.plan())})"]
     lines.append(row.format("", *(VARIANTS[c] for c in cols)))
     lines.append("  " + "-" * (38 + 16 * len(cols)))
 
@@ -139,6 +169,8 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
         lines.append(row.format(label, *(cell(results[c]) for c in cols)))
 
     add("workflows/s", lambda r: f"{r.rate:,.1f}" if r.wall else "-")
+    if shape.fanout:
+        add("elements/s", lambda r: f"{r.rate * shape.fanout:,.0f}" if r.wall else "-")
     add("start call p50 / p99 (ms)", lambda r: _lat(r.start_ms))
     add("workflow latency p50 / p99 (ms)", lambda r: _lat(r.latency_ms))
     if shape.timer:
@@ -154,6 +186,15 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     if any((w := per(r)) and w.deletes >= 0.05 for r in results.values()):
         add("row deletes / workflow", lambda r: f"{w.deletes:.1f}" if (w := per(r)) else "-")
     add("transactions / workflow", lambda r: f"{w.xacts:.1f}" if (w := per(r)) else "-")
+    if shape.fanout:
+        add(
+            "row writes / element (all / elements)",
+            lambda r: f"{w.writes / shape.fanout:.2f}" if (w := per(r)) else "-",
+        )
+        add(
+            "transactions / element (all / elements)",
+            lambda r: f"{w.xacts / shape.fanout:.2f}" if (w := per(r)) else "-",
+        )
     add(
         "bytes on disk / workflow (kB)",
         lambda r: f"{r.bytes_per_workflow / 1000:,.1f}" if r.bytes_per_workflow is not None else "-",
@@ -183,7 +224,8 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
             if c != "ledgerflow" and results[c].wall
         ]
         if ratios:
-            lines.append("  Ledgerflow workflows/s against: " + ", ".join(ratios))
+            what = "workflows/s (and elements/s)" if shape.fanout else "workflows/s"
+            lines.append(f"  Ledgerflow {what} against: " + ", ".join(ratios))
     if lf is not None and lf.bytes_per_workflow:
         sizes = [
             f"{lf.bytes_per_workflow / r.bytes_per_workflow:.1f}x {VARIANTS[c]}"
@@ -209,6 +251,12 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
         f"per shape and engine, 4 client threads, {a.warmup} warm-up workflows not counted)",
         "",
     ]
+    if any(SHAPES[name].fanout for name in results):
+        lines[-1:-1] = [
+            f"(fanout: N / {FANOUT_N_DIVISOR} workflows, at least 2, {shape_warmup(SHAPES['fanout'], a.warmup)} "
+            f"warm-up; its elements on their own queue, 4 at once in every engine; Ledgerflow's max_parallel "
+            f"{FANOUT_PARALLEL})"
+        ]
     for name, by_variant in results.items():
         lines += shape_block(SHAPES[name], by_variant)
         lines.append("")
@@ -391,7 +439,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--shape", default="all", help=f"all, or comma-separated: {', '.join(SHAPES)}")
+    ap.add_argument(
+        "--shape",
+        "--shapes",
+        dest="shape",
+        default="all",
+        help=f"all, or comma-separated: {', '.join(SHAPES)}",
+    )
     ap.add_argument(
         "--n",
         type=int,
@@ -471,11 +525,24 @@ def main(argv: list[str] | None = None) -> None:
 
         counted: dict[str, RunResult] = {}
         for s in a.shapes:
-            r = run_ledgerflow(s, a.n, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True)
+            r = run_ledgerflow(
+                s,
+                shape_n(s, a.n),
+                warmup=shape_warmup(s, a.warmup),
+                probe=0,
+                rate_limit=True,
+                counts_only=True,
+            )
             if a.baseline and r.counts is not None:
                 log(f"ledgerflow {s.name}: the empty window, {r.active_s:.1f} s without a workflow")
                 empty = run_ledgerflow(
-                    s, 0, warmup=a.warmup, probe=0, rate_limit=True, counts_only=True, idle=r.active_s
+                    s,
+                    0,
+                    warmup=shape_warmup(s, a.warmup),
+                    probe=0,
+                    rate_limit=True,
+                    counts_only=True,
+                    idle=r.active_s,
                 )
                 if empty.counts is not None:
                     r.notes.append(
@@ -492,7 +559,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="lf-bench-wf-") as tmp:
         for shape in a.shapes:
             for v in a.variants:
-                log(f"workflows: {v} on {shape.name}, N = {a.n}")
+                if v == "dbos-nolimit" and not shape.fanout:
+                    continue  # the same run as dbos: only the fan-out's element queue differs
+                log(f"workflows: {v} on {shape.name}, N = {shape_n(shape, a.n)}")
                 results.setdefault(shape.name, {})[v] = run_child(v, shape, a, Path(tmp))
     table = report(results, a)
     out = ROOT / "bench" / "results"

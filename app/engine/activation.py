@@ -65,12 +65,10 @@ def start_elements(
 ) -> list[str]:
     """A task for each element in ``indexes`` (attempt ``attempt``) of the fan-out step's current
     activation: its input is the step's ``input`` mapped with ``$.item`` / ``$.index`` (without one:
-    ``{"item", "index"}``). Raises ``MappingTooLarge`` like any mapping."""
-    ids = []
-    for i in indexes:
-        task_input = element_input(spec, mctx, items, i)
-        ids.append(work.step_task(conn, inst, step, spec, task_input, attempt=attempt, element=i))
-    return ids
+    ``{"item", "index"}``); their tasks are inserted in one statement. Raises ``MappingTooLarge`` like
+    any mapping (before any task is inserted)."""
+    inputs = [(i, element_input(spec, mctx, items, i)) for i in indexes]
+    return work.element_tasks(conn, inst, step, spec, inputs, attempt=attempt)
 
 
 def element_input(spec: dict, mctx: dict, items: list[Any], i: int) -> Any:
@@ -115,7 +113,7 @@ def activate(
     act_id, seq = act.id, act.sequence
     task_id = None
     rows = step_moves.Activation()  # written with the step's row (one statement at a first activation)
-    if kind == K.TASK and "for_each" in spec:  # the first max_parallel elements, each its own statement
+    if kind == K.TASK and "for_each" in spec:  # the first max_parallel elements, one statement
         first = decide_fanout.plan(spec, decide_fanout.Progress(len(act_input["items"])), None)
         indexes = first.indexes if isinstance(first, decide_fanout.StartElements) else ()
         ids = start_elements(

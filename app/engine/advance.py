@@ -265,7 +265,7 @@ def task_ended(
     step = rows.get(task["step_key"])
     spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
     if "for_each" in spec:
-        _element_ended(conn, inst, step, spec, task)
+        _element_ended(conn, inst, step, spec, task, rows)
         return
     verdict = decide_tasks.task_ended(
         snapshot.inst_model(inst), snapshot.step_model(step), task, spec, kind, value
@@ -306,9 +306,14 @@ def task_ended(
 _DB_IN = query("db_time_in_seconds", "SELECT now() + make_interval(secs => :d)")
 
 
-def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, task: dict) -> None:
+def _element_ended(
+    conn: Connection, inst: dict, step: dict | None, spec: dict, task: dict, rows: dict[str, dict]
+) -> None:
     """A task of an element of a fan-out step ended (``decide.fanout``): retry the element, start the
-    next ones, or settle the step (the elements' outputs in element order, or the first failure)."""
+    next ones, or settle the step (the elements' outputs in element order, or the first failure).
+    ``rows``: every step row by key, read under the lock after the task's move; starting elements
+    writes neither a step row nor the instance row, so progress settles on them and on ``inst``
+    without reading either again."""
     gate = decide_fanout.gate(snapshot.inst_model(inst), snapshot.step_model(step), task)
     if isinstance(gate, Ignore):
         return
@@ -323,7 +328,7 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
     verdict = decide_fanout.plan(spec, progress, ended)
     if isinstance(verdict, CompleteStep):
         outputs = snapshot.fanout_outputs(conn, inst["id"], step["activation_id"], len(items))
-        complete_step(conn, inst["id"], step, outputs)
+        complete_step(conn, inst["id"], step, outputs, inst=inst, rows=rows)
         return
     if isinstance(verdict, FailStep):
         first = decide_fanout.first_failure(snapshot.fanout_elements(conn, inst["id"], step["activation_id"]))
@@ -360,7 +365,7 @@ def _element_ended(conn: Connection, inst: dict, step: dict | None, spec: dict, 
         except mapping.MappingTooLarge as exc:
             fail_step(conn, inst["id"], step, {**exc.error(), "element": indexes[0]})
             return
-    settle_progress(conn, inst["id"])
+    settle_progress(conn, inst["id"], inst, rows)
 
 
 def element_retry_due(

@@ -92,7 +92,6 @@ def create_task(
     compensation_of_output: str | None = None,
     purpose: str = "STEP",
     into: Activation | None = None,
-    element: int | None = None,
 ) -> str:
     """A task on its queue; its instance's watch is due no later than its deadline. A compensation
     task's input also carries the compensated activation's output (``compensation_of_output``: the
@@ -115,12 +114,43 @@ def create_task(
             "purpose": purpose,
             "output": compensation_of_output,
             "instance_created_at": inst["created_at"],
-            **({"element": element} if element is not None else {}),
         },
         into=None if into is None else into.tasks,
     )
     arm_watch(conn, inst, timeout_seconds, into=into)
     return task_id
+
+
+def element_tasks(
+    conn: Connection, inst: dict, step: dict, spec: dict, inputs: list[tuple[int, Any]], *, attempt: int
+) -> list[str]:
+    """The tasks of fan-out elements (``inputs``: ``(index, task input)``) of the step's current
+    activation, attempt ``attempt``, on the step's queue with the step's timeout, in one statement
+    (a fan-out step has no ``dispatch``); the instance's watch is due no later than their deadline."""
+    if not inputs:
+        return []
+    timeout = spec.get("timeout_seconds", DEFAULT_TASK_TIMEOUT_SECONDS)
+    ids = [new_id() for _ in inputs]
+    task_moves.insert_elements(
+        conn,
+        {
+            "ns": inst["namespace_id"],
+            "inst": inst["id"],
+            "step": step["id"],
+            "key": step["key"],
+            "act": step["activation_id"],
+            "queue": spec["queue"],
+            "attempt": attempt,
+            "timeout": timeout,
+            "instance_created_at": inst["created_at"],
+        },
+        [
+            (index, task_id, jdump(task_input))
+            for (index, task_input), task_id in zip(inputs, ids, strict=True)
+        ],
+    )
+    arm_watch(conn, inst, timeout)
+    return ids
 
 
 def arm_watch(conn: Connection, inst: dict, seconds: float, *, into: Activation | None = None) -> None:
@@ -194,9 +224,8 @@ def step_task(
     attempt: int,
     poll_round: int | None = None,
     into: Activation | None = None,
-    element: int | None = None,
 ) -> str:
-    """The task of attempt ``attempt`` (and POLL round ``poll_round``, or fan-out element ``element``) of the step's current activation,
+    """The task of attempt ``attempt`` (and POLL round ``poll_round``) of the step's current activation,
     on the step's queue with the step's timeout; with a ``dispatch`` target, its ``external_dispatch`` job."""
     task_id = create_task(
         conn,
@@ -210,7 +239,6 @@ def step_task(
         timeout_seconds=spec.get("timeout_seconds", DEFAULT_TASK_TIMEOUT_SECONDS),
         poll_round=poll_round,
         into=into,
-        element=element,
     )
     if spec.get("dispatch"):  # an external approval system hears of every attempt's task
         job(

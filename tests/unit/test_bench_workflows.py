@@ -25,18 +25,60 @@ def test_shapes_plan_the_steps_in_order() -> None:
     assert [k for k, _ in SHAPES["task-task"].plan()] == ["task", "task"]
     assert SHAPES["task-timer-task"].plan() == [("task", "s1"), ("timer", "wait"), ("task", "s2")]
     assert [key for _, key in SHAPES["chain10"].plan()] == [f"s{i}" for i in range(1, 11)]
+    assert SHAPES["fanout"].plan() == [("task", "s1"), ("fanout", "each"), ("task", "s2")]
+    assert (SHAPES["fanout"].units, SHAPES["chain10"].units, SHAPES["task-timer-task"].units) == (102, 10, 3)
     assert [s.name for s in parse_shapes("all")] == list(SHAPES)
     with pytest.raises(ValueError, match="unknown shape"):
         parse_shapes("task-task,nope")
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", [n for n, s in SHAPES.items() if not s.fanout])
 def test_ledgerflow_definitions_are_valid_chains(name: str) -> None:
     doc, queues = validate_document(definition(SHAPES[name]))
     steps = doc["steps"]
     assert queues == ["bench_wf"]
     assert [s["key"] for s in steps] == [key for _, key in SHAPES[name].plan()]
     assert all(s["after"] == [prev["key"]] for prev, s in zip(steps, steps[1:], strict=False))
+
+
+def test_the_fanout_definition_runs_one_task_per_item_of_the_first_output() -> None:
+    shape = SHAPES["fanout"]
+    doc, queues = validate_document(definition(shape))
+    s1, each, s2 = doc["steps"]
+    assert queues == ["bench_wf", "bench_wf_elements"]
+    assert (s1["queue"], each["queue"], s2["queue"]) == ("bench_wf", "bench_wf_elements", "bench_wf")
+    assert each["for_each"] == {"items": "$.steps.s1.output.items", "max_items": 100, "max_parallel": 100}
+    assert (each["after"], s2["after"]) == (["s1"], ["each"])
+
+
+def test_the_fanout_shape_runs_a_tenth_of_n_and_reports_elements() -> None:
+    fan, chain = SHAPES["fanout"], SHAPES["chain10"]
+    assert (workflows.shape_n(fan, 300), workflows.shape_n(fan, 30), workflows.shape_n(fan, 5)) == (30, 3, 2)
+    assert (
+        workflows.shape_n(chain, 300),
+        workflows.shape_warmup(fan, 5),
+        workflows.shape_warmup(chain, 5),
+    ) == (
+        300,
+        2,
+        5,
+    )
+    assert [s.name for s in workflows.parse(["--shapes", "fanout"]).shapes] == ["fanout"]
+    a = workflows.parse(["--shape", "fanout", "--engines", "ledgerflow,dbos"])
+    lf = RunResult(
+        engine="ledgerflow", shape="fanout", n=30, wall=10.0, counts=Counts({"t": (3000, 6000, 0)}, 3300)
+    )
+    db = RunResult(
+        engine="dbos", shape="fanout", n=30, wall=20.0, counts=Counts({"t": (9000, 6000, 0)}, 30000)
+    )
+    text = workflows.report({"fanout": {"ledgerflow": lf, "dbos": db}}, a)
+    rows = {
+        line.split("  ")[1].strip(): line.split()[-2:] for line in text.splitlines() if line.startswith("  ")
+    }
+    assert rows["elements/s"] == ["300", "150"]  # 30 workflows x 100 elements in 10 s / 20 s
+    assert rows["row writes / element (all / elements)"] == ["3.00", "5.00"]  # 300 / 100, 500 / 100
+    assert rows["transactions / element (all / elements)"] == ["1.10", "10.00"]
+    assert "2.00x DBOS start_wf" in text and "N / 10 workflows" in text
 
 
 def test_delta_subtracts_per_table_and_own_transactions() -> None:

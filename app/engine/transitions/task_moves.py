@@ -37,14 +37,16 @@ def _task_event(conn: Connection, event_type: str, row: Any) -> None:
     )
 
 
-# the task of element ``:element`` of a fan-out step (a STEP task; migration 0027)
-TASK_INSERT_ELEMENT = query(
-    "task_insert_element",
+# the tasks of elements ``:elements`` of a fan-out step (STEP tasks; migration 0027), with their ids and
+# inputs (JSON text) in the same order: one statement however many elements start together
+TASK_INSERT_ELEMENTS = query(
+    "task_insert_elements",
     """
 INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
     attempt, deadline_at, purpose, instance_created_at, element)
-VALUES (:id, :ns, :inst, :step, :key, :act, :queue, CAST(:input AS jsonb), :attempt,
-    now() + make_interval(secs => :timeout), 'STEP', :instance_created_at, :element)
+SELECT e.id, :ns, :inst, :step, :key, :act, :queue, CAST(e.input AS jsonb), :attempt,
+    now() + make_interval(secs => :timeout), 'STEP', :instance_created_at, e.element
+FROM unnest(CAST(:ids AS text[]), CAST(:inputs AS text[]), CAST(:elements AS integer[])) AS e(id, input, element)
 """,
 )
 TASK_INSERT = query(
@@ -76,9 +78,7 @@ def insert(conn: Connection, row: dict[str, Any], *, into: list[dict[str, Any]] 
     for the statement of its step's first activation, which inserts it with the step's row
     (``step_moves.activate``)."""
     params = {"round": None, "purpose": "STEP", "output": None, **row}
-    if params.get("element") is not None:  # one element of a fan-out step: its own statement
-        run(conn, TASK_INSERT_ELEMENT, params)
-    elif into is not None:
+    if into is not None:
         if params["purpose"] == "COMPENSATION":
             raise ValueError("a compensation task is inserted on its own")
         into.append(params)
@@ -94,6 +94,37 @@ def insert(conn: Connection, row: dict[str, Any], *, into: list[dict[str, Any]] 
         queue=row["queue"],
         purpose=row.get("purpose", "STEP"),
     )
+
+
+def insert_elements(
+    conn: Connection, row: dict[str, Any], elements: list[tuple[int, str, str | None]]
+) -> None:
+    """The PENDING tasks of a fan-out step's ``elements`` (``(index, task id, input as JSON text or None)``),
+    each as ``insert`` would insert it with ``row``'s other columns, in one statement; each its
+    ``task.created`` event."""
+    if not elements:
+        return
+    run(
+        conn,
+        TASK_INSERT_ELEMENTS,
+        {
+            **row,
+            "elements": [e[0] for e in elements],
+            "ids": [e[1] for e in elements],
+            "inputs": [e[2] for e in elements],
+        },
+    )
+    for _, task_id, _ in elements:
+        events.emit(
+            conn,
+            row["inst"],
+            "task.created",
+            task_id=task_id,
+            step_key=row["key"],
+            activation_id=row["act"],
+            queue=row["queue"],
+            purpose="STEP",
+        )
 
 
 # The claim and its receipt in one statement. ``prior``: the tasks a claim with this Idempotency-Key
