@@ -275,12 +275,19 @@ EVENT_BATCHES = partitions.History(
         "CREATE INDEX {p}_dispatch ON {p} (dispatch_job_id) WHERE dispatch_job_id IS NOT NULL",
         "CREATE INDEX {p}_created ON {p} (created_at)",
     ),
-    # a batch of a workflow that still exists and is unfinished or held: by namespace, the instances
-    # created before the week's end (and a day: a transaction that began before the instance's may
-    # write its batch) that are live or held, each looked up in the partition's index
-    keeps=f"""SELECT EXISTS (SELECT 1 FROM namespaces n CROSS JOIN LATERAL (
+    # a batch of a workflow that still exists and is unfinished or held: for each namespace of the partition
+    # (a skip scan of its index), the instances created before the week's end (and a day: a transaction
+    # that began before the instance's may write its batch) that are live or held, each looked up in the
+    # partition's index
+    keeps=f"""WITH RECURSIVE ns AS (
+        (SELECT x.namespace_id FROM {{p}} x ORDER BY x.namespace_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT x.namespace_id FROM {{p}} x WHERE x.namespace_id > ns.namespace_id
+                ORDER BY x.namespace_id LIMIT 1)
+        FROM ns WHERE ns.namespace_id IS NOT NULL)
+    SELECT EXISTS (SELECT 1 FROM ns CROSS JOIN LATERAL (
         SELECT 1 FROM workflow_instances i
-        WHERE i.namespace_id = n.id AND i.created_at < :hi + interval '1 day'
+        WHERE i.namespace_id = ns.namespace_id AND i.created_at < :hi + interval '1 day'
           AND (NOT {_ENDED} OR i.hold_until > now())
           AND EXISTS (SELECT 1 FROM {{p}} x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id)
         LIMIT 1) k)""",

@@ -166,7 +166,9 @@ def _settle_legacy(conn: Connection, spec: History, legacy: Partition) -> bool:
     check = f"{legacy.name}_before"
     row = run(conn, _LEGACY_CHECK, {"table": legacy.name, "name": check}).first()
     if row is None:
-        log.error("history partitions: %s is the DEFAULT partition without %s; left as it is", legacy.name, check)
+        log.error(
+            "history partitions: %s is the DEFAULT partition without %s; left as it is", legacy.name, check
+        )
         return False
     if not row.valid:
         run(conn, f"ALTER TABLE {legacy.name} VALIDATE CONSTRAINT {check}")
@@ -267,9 +269,7 @@ AUDIT = History(
 )
 
 
-def sweep(
-    conn: Connection, limit: int, *, tables: Sequence[tuple[History, Callable[[], datetime]]]
-) -> int:
+def sweep(conn: Connection, limit: int, *, tables: Sequence[tuple[History, Callable[[], datetime]]]) -> int:
     """The drain's ``history_partitions`` sweep: for each table, partitions created ahead, then those past
     its horizon (``horizon()``: the newest time a dropped partition's range may end at) dropped; the
     number of partitions dropped (a drain runs it again while that reaches ``limit``)."""
