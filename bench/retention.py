@@ -11,23 +11,29 @@ own partitions (a day of attempts, the week of event batches, the month of audit
 ``--workflows / --templates`` times by ``INSERT ... SELECT ... generate_series`` (ids remapped, times
 moved into that day), plus one operation audit row for every tenth workflow.
 
-Then ``--claim-seconds`` of claims alone (``bench.claim.time_claims``: 4 jobs out of a 2,000-job backlog,
+Then ``--claim-seconds`` of claims alone (as ``bench.claim.time_claims``: 4 jobs out of a 2,000-job backlog,
 each claim rolled back), then the drain with every retention sweep of ``actors.maintenance.run_drain``,
 run again and again until a run removes nothing, with the same claimer beside it. Printed: the time,
 the rows removed by table and by sweep (a partition dropped counts its rows), the WAL written
 (``pg_current_wal_lsn`` before and after; the claimer's rolled-back claims write next to none), and the
-claim p50/p99 without and during retention. Numbers, not assertions."""
+claim p50/p99 without and during retention. Numbers, not assertions.
+
+``retention_workflows`` (the instances, steps, tasks and waits of finished workflows, row deletes) is left
+out unless ``--with-workflow-removal``: each step it deletes has the foreign key of
+``workflow_tasks.step_id`` checked at commit, and ``workflow_tasks`` has no index on ``step_id``, so each
+check reads the whole task table (one batch of 5,000 workflows ran over 4 minutes with 200,000 tasks; it
+grows with the square of the table). The partitioned history and the jobs are measured without it."""
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine, create_engine, text
 
 from app.db import transaction
@@ -36,10 +42,10 @@ from app.engine import task_protocol
 from app.engine.handlers import task_timeouts, timers
 from app.engine.retention import EVENT_BATCHES
 from app.integrations import retention as integrations_retention
-from app.ledger import handlers, partitions, retention, rollup
+from app.ledger import handlers, partitions, retention, rollup, transitions
 from app.ledger.drain import drain
 from app.settings import get_settings
-from bench.claim import QUEUE, time_claims
+from bench.claim import QUEUE, WARMUP
 from bench.run import scratch_database
 from tests.engine.helpers import make_due, publish, run_jobs, start
 
@@ -258,25 +264,35 @@ def _counts(engine: Engine, before: datetime) -> dict[str, int]:
 
 
 class Claimer:
-    """Claims in a loop on its own thread; ``take()`` returns the latencies since the last call."""
+    """Claims in a loop on its own thread, as ``bench.claim.time_claims`` does (4 jobs, rolled back, on a
+    raw psycopg connection, every fourth by due time); each claim's end (monotonic) and milliseconds."""
 
-    def __init__(self, engine: Engine, dsn: str) -> None:
-        self.engine, self.dsn = engine, dsn
-        self.samples: list[float] = []
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.samples: list[tuple[float, float]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.lock = threading.Lock()
 
     def _loop(self) -> None:
-        while not self.stop.is_set():
-            got = time_claims(self.engine, self.dsn, 20)
-            with self.lock:
-                self.samples += got
+        options = "-c timezone=UTC " + transitions.PG_SESSION_OPTIONS
+        with psycopg.connect(self.dsn, autocommit=True, options=options) as conn:
+            i = 0
+            while not self.stop.is_set():
+                conn.execute("BEGIN")
+                t0 = time.perf_counter()
+                rows = transitions.claim(
+                    conn, queue=QUEUE, limit=4, worker_id="bench", lease_seconds=60, by_due=i % 4 == 3
+                )
+                t1 = time.perf_counter()
+                conn.execute("ROLLBACK")
+                assert len(rows) == 4, rows
+                if i >= WARMUP:
+                    self.samples.append((t1, (t1 - t0) * 1000))
+                i += 1
+                time.sleep(0.002)  # about 300 claims a second: a busy pool, not a saturating one
 
-    def take(self) -> list[float]:
-        with self.lock:
-            out, self.samples = self.samples, []
-        return out
+    def between(self, t0: float, t1: float) -> list[float]:
+        return [ms for at, ms in list(self.samples) if t0 <= at < t1]
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -286,17 +302,32 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def _timed(
-    name: str, fn: Callable[[Connection, int], int], spent: dict[str, float]
-) -> Callable[[Connection, int], int]:
-    def run(conn: Connection, limit: int) -> int:
-        t0 = time.perf_counter()
-        try:
-            return fn(conn, limit)
-        finally:
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+class Spent:
+    """Per sweep: seconds, WAL bytes (its transaction's, read before its commit) and time windows."""
 
-    return run
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.wal: dict[str, int] = {}
+        self.windows: dict[str, list[tuple[float, float]]] = {}
+
+    def timed(self, name: str, fn: Callable[[Connection, int], int]) -> Callable[[Connection, int], int]:
+        def run(conn: Connection, limit: int) -> int:
+            lsn = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
+            t0 = time.perf_counter()
+            try:
+                return fn(conn, limit)
+            finally:
+                t1 = time.perf_counter()
+                self.seconds[name] = self.seconds.get(name, 0.0) + t1 - t0
+                self.windows.setdefault(name, []).append((t0, t1))
+                self.wal[name] = self.wal.get(name, 0) + int(
+                    conn.execute(
+                        text("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), CAST(:l AS pg_lsn))"),
+                        {"l": lsn},
+                    ).scalar_one()
+                )
+
+        return run
 
 
 RETENTION = {
@@ -312,8 +343,9 @@ RETENTION = {
 }
 
 
-def _sweeps(spent: dict[str, float]) -> list[tuple[str, Any]]:
-    """The retention sweeps of ``actors.maintenance.run_drain``, each timed."""
+def _sweeps(spent: Spent, workflows: bool) -> list[tuple[str, Any]]:
+    """The retention sweeps of ``actors.maintenance.run_drain``, each timed; ``retention_workflows`` only
+    with ``workflows`` (see the module's docstring)."""
     policy = retention.policy_from_env()
     settings = get_settings()
     named = [
@@ -322,10 +354,18 @@ def _sweeps(spent: dict[str, float]) -> list[tuple[str, Any]]:
         *engine_retention.sweeps(policy),
         *integrations_retention.sweeps(policy),
     ]
-    return [(name, _timed(name, fn, spent)) for name, fn in named]
+    return [(name, spent.timed(name, fn)) for name, fn in named if workflows or name != "retention_workflows"]
 
 
-def _run(url: str, workflows: int, templates: int, days_old: float, claim_seconds: float, chunk: int) -> None:
+def _run(
+    url: str,
+    workflows: int,
+    templates: int,
+    days_old: float,
+    claim_seconds: float,
+    chunk: int,
+    with_workflows: bool,
+) -> None:
     engine = create_engine(url, pool_size=4)
     dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
     day = partitions.floor(datetime.now(UTC) - timedelta(days=days_old), "day")
@@ -347,12 +387,13 @@ def _run(url: str, workflows: int, templates: int, days_old: float, claim_second
     before = _counts(engine, cutoff)
     print(f"filled in {fill_s:.0f} s; database {size}; rows of the day: {before}", flush=True)
 
-    claimer = Claimer(engine, dsn)
+    claimer = Claimer(dsn)
     claimer.thread.start()
+    a0 = time.perf_counter()
     time.sleep(claim_seconds)
-    alone = claimer.take()
+    alone = claimer.between(a0, time.perf_counter())
 
-    spent: dict[str, float] = {}
+    spent = Spent()
     swept: dict[str, int] = {}
     settings = get_settings()
     with engine.connect() as conn:
@@ -360,20 +401,30 @@ def _run(url: str, workflows: int, templates: int, days_old: float, claim_second
     t0 = time.perf_counter()
     runs = 0
     while True:
-        report = drain(engine, settings, sweeps=_sweeps(spent))
+        report = drain(engine, settings, sweeps=_sweeps(spent, with_workflows))
         runs += 1
         for k, v in report.swept.items():
             swept[k] = swept.get(k, 0) + v
         if not any(n for k, n in report.swept.items() if k in RETENTION) or runs > 100_000:
             break
-    elapsed = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    elapsed = t1 - t0
     with engine.connect() as conn:
         wal = conn.execute(
             text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), CAST(:l AS pg_lsn))"), {"l": lsn0}
         ).scalar_one()
-    during = claimer.take()
+    time.sleep(0.5)
     claimer.stop.set()
     claimer.thread.join()
+    during = claimer.between(t0, t1)
+    phases = {
+        "partition drops": ("history_partitions", "event_partitions"),
+        "job row deletes": ("retention_jobs",),
+    }
+    by_phase = {
+        label: [ms for n in names for w in spent.windows.get(n, []) for ms in claimer.between(*w)]
+        for label, names in phases.items()
+    }
     after = _counts(engine, cutoff)
     removed = {t: before[t] - after[t] for t in COUNTED}
 
@@ -383,17 +434,26 @@ def _run(url: str, workflows: int, templates: int, days_old: float, claim_second
     print(f"rows removed: {sum(removed.values()):,}")
     for t in COUNTED:
         print(f"  {t:28} {removed[t]:>12,} removed, {after[t]:>10,} left")
-    print("by sweep (time, count: rows, or partitions for the partition sweeps):")
-    for name in sorted(spent, key=lambda n: -spent[n]):
-        if spent[name] >= 0.01 or swept.get(name):
-            print(f"  {name:28} {spent[name]:8.2f} s  {swept.get(name, 0):>12,}")
-    print(
-        f"claim (4 of 2,000, rolled back) ms: alone p50 {_pct(alone, 0.5):.2f} p99 {_pct(alone, 0.99):.2f} "
-        f"(n={len(alone)}); during retention p50 {_pct(during, 0.5):.2f} p99 {_pct(during, 0.99):.2f} "
-        f"(n={len(during)}); p99 ratio {_pct(during, 0.99) / _pct(alone, 0.99):.2f}"
-    )
-    if during:
-        print(f"  (mean alone {statistics.mean(alone):.2f}, during {statistics.mean(during):.2f})")
+    print("by sweep (seconds, WAL, count: rows, or partitions for the partition sweeps):")
+    for name in sorted(spent.seconds, key=lambda n: -spent.seconds[n]):
+        if spent.seconds[name] >= 0.01 or swept.get(name):
+            print(
+                f"  {name:30} {spent.seconds[name]:8.2f} s {spent.wal.get(name, 0) / 1e6:9.2f} MB"
+                f"  {swept.get(name, 0):>12,}"
+            )
+    p99_alone = _pct(alone, 0.99)
+
+    def line(label: str, xs: list[float]) -> str:
+        return (
+            f"  {label:34} p50 {_pct(xs, 0.5):6.2f} p99 {_pct(xs, 0.99):7.2f} "
+            f"(n={len(xs)}; p99 {_pct(xs, 0.99) / p99_alone:.2f}x alone)"
+        )
+
+    print("claim ms (4 of a 2,000-job backlog, rolled back, ~300/s):")
+    print(line("alone", alone))
+    print(line("during retention (all of it)", during))
+    for label, xs in by_phase.items():
+        print(line(f"during {label}", xs))
     engine.dispose()
 
 
@@ -405,9 +465,22 @@ def main() -> None:
     p.add_argument("--days-old", type=float, default=440.0)
     p.add_argument("--claim-seconds", type=float, default=20.0)
     p.add_argument("--chunk", type=int, default=100_000, help="workflows copied per transaction")
+    p.add_argument(
+        "--with-workflow-removal",
+        action="store_true",
+        help="also run retention_workflows (instances, steps, tasks, waits: row deletes)",
+    )
     args = p.parse_args()
     with scratch_database("lf_bench_retention") as url:
-        _run(url, args.workflows, args.templates, args.days_old, args.claim_seconds, args.chunk)
+        _run(
+            url,
+            args.workflows,
+            args.templates,
+            args.days_old,
+            args.claim_seconds,
+            args.chunk,
+            args.with_workflow_removal,
+        )
 
 
 if __name__ == "__main__":
