@@ -1,5 +1,7 @@
 """Retention of the engine's history, run by the drain in small ``SKIP LOCKED`` batches:
 
+- the event batches' partitions (a week each, ``EVENT_BATCHES``): created ahead, dropped whole once past
+  the audit retention and holding no batch of an unfinished or held workflow (``event_partitions``);
 - settled signals and outbox event batches of finished instances, after the ledger's job retention
   (``app.ledger.retention``), never a PENDING signal or anything of an unfinished instance;
 - finished workflows themselves (``retention_workflows``): a workflow that ended more than its

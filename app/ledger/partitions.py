@@ -151,7 +151,7 @@ def _ddl(conn: Connection, statements: Sequence[str]) -> bool:
             run(conn, f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
             for sql in statements:
                 run(conn, sql)
-            run(conn, "SET LOCAL lock_timeout = 0")
+            run(conn, "SET LOCAL lock_timeout TO DEFAULT")
         return True
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available

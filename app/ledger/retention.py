@@ -1,16 +1,20 @@
 """Retention: what the ledger keeps, and the drain sweeps that remove the rest in small
 batches so the tables stay the size of the live work, not of history.
 
-- finished jobs (``succeeded`` / ``canceled``) and their attempts (``ON DELETE CASCADE``) after
-  ``jobs_days`` (default 7; per-namespace override through the job's instance);
+- the partitions of the attempts (a day each) and of the audit (a month each), created ahead and dropped
+  whole past retention (``app.ledger.partitions``; the sweep ``history_partitions``);
+- finished jobs (``succeeded`` / ``canceled``) after ``jobs_days`` (default 7; per-namespace override
+  through the job's instance); their attempts go with their day's partition;
 - dead letters (``dead`` / ``failed``: an operator's decision is pending) after ``dead_days`` (30);
 - effect receipts whose job is gone (``job_id`` set NULL by the delete) after ``jobs_days``;
-- the operation audit after ``audit_days`` (400).
+- the operation audit after ``audit_days`` (400): by month's partition; row by row only the rows of the
+  namespaces that do not keep theirs longer, in a month that a longer-keeping namespace holds.
 
 Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
 LIMIT n FOR UPDATE SKIP LOCKED)`` in its own short transaction, over finished rows only, so a sweep
-never waits on (or holds up) a claim, a settle or a running executor. Batched deletes were chosen over
-partitions: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``, "Retention by batched deletes, not partitions")."""
+never waits on (or holds up) a claim, a settle or a running executor. The jobs are deleted in batches,
+not partitioned: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``,
+"Retention by batched deletes, not partitions", and "History partitions the project manages itself")."""
 
 from __future__ import annotations
 

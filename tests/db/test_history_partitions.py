@@ -367,3 +367,23 @@ def test_the_migration_keeps_every_row_and_the_drain_settles_the_legacy_partitio
     command.downgrade(alembic_config(url), "0027_conditions_fanout")
     assert _one(eng, "SELECT relkind FROM pg_class WHERE relname = 'workflow_event_batches'") == "r"
     assert read()[:2] == upgrade_then_down[:2]
+
+
+def test_a_partition_step_gives_up_on_a_busy_table_and_is_done_at_the_next_run(scratch):
+    """A transaction that has read the table holds a lock a drop must wait for: the drop waits at most
+    ``LOCK_TIMEOUT`` (so the writers behind it are not held up longer), is skipped, and goes next time."""
+    url, eng = scratch
+    upgrade(url)
+    _ensure(eng, AUDIT, NOW + timedelta(days=70))
+    horizon = partitions.step(partitions.floor(NOW + timedelta(days=40), "month"), "month")
+    reader = eng.connect()
+    tx = reader.begin()
+    reader.execute(text("SELECT count(*) FROM operation_audit"))  # holds ACCESS SHARE until it ends
+    try:
+        t0 = datetime.now(UTC)
+        assert _drop(eng, AUDIT, horizon) == []
+        assert datetime.now(UTC) - t0 < timedelta(seconds=10)
+    finally:
+        tx.rollback()
+        reader.close()
+    assert len(_drop(eng, AUDIT, horizon)) >= 2  # the legacy partition and at least one month
