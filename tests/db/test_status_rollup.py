@@ -201,9 +201,12 @@ def test_the_live_part_reads_only_the_attempts_not_rolled(db):
             for n in _plan_nodes(plan["Plan"])
             if str(n.get("Relation Name", "")).startswith("workflow_job_executions")
         ]
-        assert scans and all(n["Node Type"] in ("Index Scan", "Bitmap Heap Scan") for n in scans), json.dumps(
-            plan
-        )
+        # a partition created ahead by the drain is empty (never analyzed): a scan of it reads no row
+        assert scans and all(
+            n["Node Type"] in ("Index Scan", "Bitmap Heap Scan")
+            or (n["Actual Rows"] == 0 and n.get("Rows Removed by Filter", 0) == 0)
+            for n in scans
+        ), json.dumps(plan)
         # only the 20 recent attempts are read (the head before the first rolled minute is empty)
         assert sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in scans) == 20
         last_claim = json.dumps(
