@@ -387,3 +387,19 @@ def test_a_partition_step_gives_up_on_a_busy_table_and_is_done_at_the_next_run(s
         tx.rollback()
         reader.close()
     assert len(_drop(eng, AUDIT, horizon)) >= 2  # the legacy partition and at least one month
+
+
+def test_a_check_that_runs_out_of_time_keeps_its_partition(scratch):
+    """The check of what must stay runs under the sessions' statement timeout: when it runs out, the
+    partition stays (and the drain goes on) rather than being dropped unchecked."""
+    url, eng = scratch
+    upgrade(url)
+    _ensure(eng, AUDIT, NOW + timedelta(days=70))
+    slow = History(AUDIT.table, AUDIT.column, AUDIT.period, AUDIT.indexes, keeps="SELECT pg_sleep(2) IS NULL")
+    horizon = partitions.step(partitions.floor(NOW + timedelta(days=40), "month"), "month")
+    with eng.begin() as conn:
+        conn.execute(text("SET LOCAL statement_timeout = '100ms'"))
+        assert partitions.drop_expired(conn, slow, horizon, limit=100) == []
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
+        assert conn.execute(text("SELECT 1")).scalar_one() == 1  # the transaction goes on
+    assert len(_drop(eng, AUDIT, horizon)) >= 2
