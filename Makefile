@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install bytecode run test fuzz screenshots bench bench-webhooks chaos lint format clean services-stop
+.PHONY: install bytecode run test fuzz screenshots bench bench-webhooks bench-retention chaos lint format clean services-stop
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ chaos: $(STAMP) bytecode
 
 bench-webhooks: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench.webhooks $(BENCH_ARGS)
+
+# a day of finished workflows removed by retention beside a claimer (bench/README.md, "Retention");
+# BENCH_ARGS="--workflows 1000000" (5,000,000 by default: ~55 GB of disk)
+bench-retention: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m bench.retention $(BENCH_ARGS)
 
 # mypy: the packages and the strict ones are in pyproject.toml ([tool.mypy]); its cache (.mypy_cache)
 # makes a run after a small change take a few seconds

@@ -76,23 +76,11 @@ operation_audit = Table(
     Column("before", JSONB),
     Column("after", JSONB),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
+    postgresql_partition_by="RANGE (created_at)",
 )
-Index(
-    "ix_operation_audit_ns_created",
-    operation_audit.c.namespace_id,
-    operation_audit.c.created_at,
-    operation_audit.c.id,
-)
-Index(
-    "ix_operation_audit_workflow",
-    operation_audit.c.namespace_id,
-    operation_audit.c.workflow_id,
-    operation_audit.c.created_at,
-    operation_audit.c.id,
-    postgresql_where=text("workflow_id IS NOT NULL"),
-)
-Index("ix_operation_audit_target", operation_audit.c.target_type, operation_audit.c.target_id)
-Index("ix_operation_audit_created", operation_audit.c.created_at)  # retention
+# Partitioned by month on ``created_at`` (migration 0031): the parent has no index; every partition has the
+# key on ``id``, (namespace_id, created_at, id), (namespace_id, workflow_id, created_at, id) where
+# workflow_id is set, (target_type, target_id) and created_at (``app.ledger.partitions.AUDIT``).
 
 idempotency_receipts = Table(
     "idempotency_receipts",

@@ -229,9 +229,13 @@ def counts_table(columns: Mapping[str, PerWorkflow], title: str = "per workflow"
 
 
 # ------------------------------------------------------------------------------------------ monitor
-TABLES_SQL = """SELECT CASE WHEN schemaname = 'public' THEN relname ELSE schemaname || '.' || relname END,
-                       n_tup_ins, n_tup_upd, n_tup_del
-                FROM pg_stat_user_tables"""
+# a partition (the history tables are partitioned by time, migration 0031) counts as its table
+PARENT = "COALESCE((SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent WHERE h.inhrelid = {oid}), {name})"
+TABLES_SQL = f"""SELECT CASE WHEN schemaname = 'public' THEN t ELSE schemaname || '.' || t END,
+                       sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_del)
+                FROM (SELECT schemaname, {PARENT.format(oid="relid", name="relname")} AS t, n_tup_ins, n_tup_upd,
+                             n_tup_del FROM pg_stat_user_tables) s
+                GROUP BY 1"""
 XACTS_SQL = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
 
 
@@ -274,9 +278,11 @@ class Monitor:
         """Bytes on disk of each table of the database (heap, TOAST and indexes), every schema but the
         system's; read outside the counting window."""
         rows = self.conn.execute(
-            "SELECT n.nspname || '.' || c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+            f"SELECT n.nspname || '.' || {PARENT.format(oid='c.oid', name='c.relname')}, "
+            "sum(pg_total_relation_size(c.oid)) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p', 'm') "
-            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' "
+            "GROUP BY 1"
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 

@@ -56,7 +56,10 @@ SELECT b.id, i.namespace_id, i.id,
     '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END,
     '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
 FROM b JOIN workflow_instances i ON i.id = b.iid,
-    LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id) s
+    -- the partitions (by week, migration 0031) from the instance's creation on: a batch is written by a
+    -- transaction that sees the instance (no transaction lasts a day, so none began a day before it)
+    LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id
+             AND created_at >= i.created_at - interval '1 day') s
 """,
 )
 

@@ -468,7 +468,7 @@ Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=tex
 event_batches = Table(
     "workflow_event_batches",
     metadata,
-    Column("id", Text, primary_key=True),
+    Column("id", Text, primary_key=True),  # unique within its partition
     Column("namespace_id", Text, nullable=False),
     Column("instance_id", Text, nullable=False),
     Column("first_seq", BigInteger),
@@ -482,11 +482,8 @@ event_batches = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("audited_at", DateTime(timezone=True), nullable=False, server_default=func.clock_timestamp()),
     Column("start_response", Text),
+    postgresql_partition_by="RANGE (created_at)",
 )
-Index("uq_workflow_event_batches_seq", event_batches.c.instance_id, event_batches.c.last_seq, unique=True)
-Index(
-    "ix_workflow_event_batches_dispatch",
-    event_batches.c.dispatch_job_id,
-    postgresql_where=text("dispatch_job_id IS NOT NULL"),
-)
-Index("ix_workflow_event_batches_created", event_batches.c.created_at)  # retention
+# Partitioned by week on ``created_at`` (migration 0031): the parent has no index; every partition has the
+# key on ``id``, a unique (instance_id, last_seq), the dispatch job (partial) and
+# created_at (``app.engine.retention.EVENT_BATCHES``).

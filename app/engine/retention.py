@@ -1,5 +1,7 @@
 """Retention of the engine's history, run by the drain in small ``SKIP LOCKED`` batches:
 
+- the event batches' partitions (a week each, ``EVENT_BATCHES``): created ahead, dropped whole once past
+  the audit retention and holding no batch of an unfinished or held workflow (``event_partitions``);
 - settled signals and outbox event batches of finished instances, after the ledger's job retention
   (``app.ledger.retention``), never a PENDING signal or anything of an unfinished instance;
 - finished workflows themselves (``retention_workflows``): a workflow that ended more than its
@@ -25,6 +27,7 @@ from sqlalchemy import Connection
 from app.engine.states import TERMINAL
 from app.errors import InvalidArgument
 from app.idempotency import RETENTION_HOURS
+from app.ledger import partitions
 from app.ledger.models import FINISHED, sql_in
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
 from app.settings import (
@@ -259,9 +262,50 @@ RETURNING id
     return len(rows)
 
 
+# The event batches, partitioned by week (migration 0031_history_partitions). A week is dropped once its
+# whole range is older than the longest retention any batch may have (the audit's: a batch holds the
+# engine's audit entries) and no batch in it is of a workflow that is unfinished or held; until then the
+# row deletes above (``prune_events``, ``retention_workflows``) remove what may go from it.
+EVENT_BATCHES = partitions.History(
+    "workflow_event_batches",
+    "created_at",
+    "week",
+    (
+        "ALTER TABLE {p} ADD CONSTRAINT {p}_pkey PRIMARY KEY (id)",
+        "CREATE UNIQUE INDEX {p}_seq ON {p} (instance_id, last_seq)",
+        "CREATE INDEX {p}_instance ON {p} (namespace_id, instance_id)",
+        "CREATE INDEX {p}_dispatch ON {p} (dispatch_job_id) WHERE dispatch_job_id IS NOT NULL",
+        "CREATE INDEX {p}_created ON {p} (created_at)",
+    ),
+    # a batch of a workflow that still exists and is unfinished or held: for each namespace of the partition
+    # (a skip scan of its index), the instances created before the week's end (and a day: a transaction
+    # that began before the instance's may write its batch) that are live or held, each looked up in the
+    # partition's index
+    keeps=f"""WITH RECURSIVE ns AS (
+        (SELECT x.namespace_id FROM {{p}} x ORDER BY x.namespace_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT x.namespace_id FROM {{p}} x WHERE x.namespace_id > ns.namespace_id
+                ORDER BY x.namespace_id LIMIT 1)
+        FROM ns WHERE ns.namespace_id IS NOT NULL)
+    SELECT EXISTS (SELECT 1 FROM ns CROSS JOIN LATERAL (
+        SELECT 1 FROM workflow_instances i
+        WHERE i.namespace_id = ns.namespace_id AND i.created_at < :hi + interval '1 day'
+          AND (NOT {_ENDED} OR i.hold_until > now())
+          AND EXISTS (SELECT 1 FROM {{p}} x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id)
+        LIMIT 1) k)""",
+)
+
+
+def events_horizon(policy: RetentionPolicy) -> datetime:
+    """A week of event batches may be dropped once it is older than every retention a batch may have."""
+    days = max([policy.jobs_days, policy.audit_days, *policy.by_namespace.values(), RETENTION_HOURS / 24])
+    return datetime.now(UTC) - timedelta(days=days)
+
+
 def sweeps(policy: RetentionPolicy | None = None, workflows: WorkflowRetention | None = None) -> list[Sweep]:
     p = policy or policy_from_env()
     return [
+        ("event_partitions", partitions.sweeper([(EVENT_BATCHES, partial(events_horizon, p))])),
         ("retention_signals", partial(prune_signals, policy=p)),
         ("retention_events", partial(prune_events, policy=p)),
         ("retention_workflows", partial(prune_workflows, policy=workflows or workflow_retention_from_env())),

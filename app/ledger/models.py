@@ -191,8 +191,10 @@ Index(
 executions = Table(
     "workflow_job_executions",
     metadata,
-    Column("id", BigInteger, Identity(always=False), nullable=False),
-    Column("job_id", BigInteger, ForeignKey("workflow_jobs.id", ondelete="CASCADE"), nullable=False),
+    # DEFAULT nextval('workflow_job_executions_id_seq') (migration 0031; the claim draws it on the job row)
+    Column("id", BigInteger, nullable=False),
+    # no foreign key (migration 0031): the job retention removes a job, its attempts go with their day
+    Column("job_id", BigInteger, nullable=False),
     Column("due_at", DateTime(timezone=True), nullable=False),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True)),
@@ -212,11 +214,13 @@ executions = Table(
     Column("error", Text),
     Column("request", JSONB),
     Column("response", JSONB),
-    # fillfactor 100 (migration 0016): rows are never updated and the key grows at the right edge
+    # each partition's key (migration 0031; the parent has none): (job_id, generation, attempt), fillfactor
+    # 100 (rows are never updated and the key grows at the right edge), and an index on started_at
     PrimaryKeyConstraint("job_id", "generation", "attempt", name="workflow_job_executions_pkey"),
+    postgresql_partition_by="RANGE (started_at)",
 )
-# Lookups by job go through the primary key (job_id leads). Rows are never updated, so pages fill.
-Index("ix_workflow_job_executions_started", executions.c.started_at, postgresql_with={"fillfactor": 100})
+# Partitioned by day on ``started_at`` (``app.ledger.partitions.EXECUTIONS``). Lookups by job go through
+# each partition's key (job_id leads).
 
 # The runtime status rollup (app/ledger/rollup.py): per minute and queue, the attempts started in that
 # minute once they are final (count, failed, duration sum and samples, queue-wait histogram with the

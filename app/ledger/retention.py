@@ -1,24 +1,31 @@
 """Retention: what the ledger keeps, and the drain sweeps that remove the rest in small
 batches so the tables stay the size of the live work, not of history.
 
-- finished jobs (``succeeded`` / ``canceled``) and their attempts (``ON DELETE CASCADE``) after
-  ``jobs_days`` (default 7; per-namespace override through the job's instance);
+- the partitions of the attempts (a day each) and of the audit (a month each), created ahead and dropped
+  whole past retention (``app.ledger.partitions``; the sweep ``history_partitions``);
+- finished jobs (``succeeded`` / ``canceled``) after ``jobs_days`` (default 7; per-namespace override
+  through the job's instance); their attempts go with their day's partition;
 - dead letters (``dead`` / ``failed``: an operator's decision is pending) after ``dead_days`` (30);
 - effect receipts whose job is gone (``job_id`` set NULL by the delete) after ``jobs_days``;
-- the operation audit after ``audit_days`` (400).
+- the operation audit after ``audit_days`` (400): by month's partition; row by row only the rows of the
+  namespaces that do not keep theirs longer, in a month that a longer-keeping namespace holds.
 
 Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
 LIMIT n FOR UPDATE SKIP LOCKED)`` in its own short transaction, over finished rows only, so a sweep
-never waits on (or holds up) a claim, a settle or a running executor. Batched deletes were chosen over
-partitions: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``, "Retention by batched deletes, not partitions")."""
+never waits on (or holds up) a claim, a settle or a running executor. The jobs are deleted in batches,
+not partitioned: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``,
+"Retention by batched deletes, not partitions", and "History partitions the project manages itself")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from sqlalchemy import Connection, text
 
+from app.ledger import partitions
 from app.ledger.drain import Sweep
 from app.ledger.models import DEAD_LETTERS, FINISHED, sql_in
 from app.settings import (
@@ -132,9 +139,11 @@ def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int
     """Operation audit rows older than ``audit_days`` (a namespace override longer than that wins).
     The audit is append-only in the database (a trigger); the sweep marks its transaction as the
     retention path, which the trigger lets delete rows older than 30 days and nothing else."""
+    keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
+    if not keep_longer:
+        return 0  # every row past the retention is in a partition past it: dropped whole (``partitions``)
     conn.execute(text("SET LOCAL ledgerflow.retention = 'on'"))
     params: dict = {"days": policy.audit_days, "limit": max(limit, policy.batch)}
-    keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
     extra = ""
     if keep_longer:
         params.update(ns_ids=list(keep_longer), ns_days=list(keep_longer.values()))
@@ -157,10 +166,34 @@ RETURNING id
     return len(rows)
 
 
+def _ago(days: float) -> datetime:
+    return datetime.now(UTC) - timedelta(days=days)
+
+
+def attempts_horizon(policy: RetentionPolicy) -> datetime:
+    """A day of attempts may be dropped once it is older than the shortest job retention: an attempt of a
+    job that still exists keeps its partition (``partitions.EXECUTIONS.keeps``)."""
+    return _ago(min([policy.jobs_days, *policy.by_namespace.values()]))
+
+
+def audit_horizon(policy: RetentionPolicy) -> datetime:
+    """A month of audit may be dropped once it is older than the longest audit retention of any namespace."""
+    return _ago(max([policy.audit_days, *policy.by_namespace.values()]))
+
+
+def partition_tables(policy: RetentionPolicy) -> list[tuple[partitions.History, Callable[[], datetime]]]:
+    return [
+        (partitions.EXECUTIONS, partial(attempts_horizon, policy)),
+        (partitions.AUDIT, partial(audit_horizon, policy)),
+    ]
+
+
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
-    """The ledger's retention sweeps for ``drain(..., sweeps=...)``."""
+    """The ledger's retention sweeps for ``drain(..., sweeps=...)``: the partitions of the attempts and
+    the audit first (created ahead, dropped past retention), then the row deletes."""
     p = policy or policy_from_env()
     return [
+        ("history_partitions", partitions.sweeper(partition_tables(p))),
         ("retention_jobs", partial(prune_jobs, policy=p)),
         ("retention_dead_letters", partial(prune_jobs, policy=p, dead=True)),
         ("retention_receipts", partial(prune_receipts, policy=p)),
