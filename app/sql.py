@@ -36,7 +36,6 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 
-from app.db import server_not_writable
 from app.observability import tracing
 from app.settings import OTEL_DB_SPANS
 from app.sql_text import compact_sql, pyformat
@@ -290,6 +289,28 @@ def run_raw(
     return cur
 
 
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})  # admin / crash shutdown, cannot connect now
+_READ_ONLY_TRANSACTION = "25006"
+
+
+def server_not_writable(exc: BaseException, dbapi_conn: Any) -> bool:
+    """Whether the database error ``exc`` on ``dbapi_conn`` (a psycopg connection, or None) means the
+    server is going away or no longer accepts writes (a failover), not a fault of the statement."""
+    state = getattr(exc, "sqlstate", None)
+    if state in _SERVER_GONE:
+        return True
+    if state != _READ_ONLY_TRANSACTION:
+        return False
+    pgconn = getattr(dbapi_conn, "pgconn", None)
+    if pgconn is None:
+        return True  # no session to ask: treat it as the server's state, the safer reading
+    reported = {
+        name: (pgconn.parameter_status(name.encode()) or b"").decode()
+        for name in ("in_hot_standby", "default_transaction_read_only")
+    }
+    return "on" in reported.values()
+
+
 def sqlalchemy_error(
     conn: Connection, exc: psycopg.Error, statement: str, params: Mapping[str, Any], cur: Any = None
 ) -> BaseException:
@@ -298,7 +319,7 @@ def sqlalchemy_error(
     so the pool replaces it."""
     driver = conn.connection.dbapi_connection
     # SQLAlchemy types a driver's error as its DBAPI protocol's; psycopg's is one. A server that no longer
-    # takes writes (a failover) counts as broken too (app.db.server_not_writable, as the engine's hook)
+    # takes writes (a failover) counts as broken too (server_not_writable, as app.db's engine hook)
     broken = bool(driver is not None and conn.dialect.is_disconnect(cast(Any, exc), driver, cur))
     broken = broken or server_not_writable(exc, driver)
     if broken and not conn.invalidated:

@@ -16,28 +16,48 @@ import psycopg
 from sqlalchemy import Connection, func, literal, select
 from sqlalchemy.exc import OperationalError
 
+from app.db import local_statement_timeout
 from app.engine.store import read_instance
 from app.errors import NotFound
 from app.ids import is_hex32
 from app.ledger import ops
 from app.ledger.models import jobs, trace_is
-from app.sql import run
+from app.sql import query, run
 
 MAX_NAMESPACES = 500
 SEARCH_LIMIT = 20
 
 
+_LOOKUP_NAMESPACES = query(
+    "lookup_namespaces",
+    "SELECT id, name FROM namespaces ORDER BY name LIMIT :n",
+)
+
+
 def namespaces(conn: Connection, limit: int = MAX_NAMESPACES) -> list[dict[str, str]]:
     """Every namespace by name (the platform operator's switcher), at most ``limit``."""
-    rows = run(conn, "SELECT id, name FROM namespaces ORDER BY name LIMIT :n", {"n": limit})
+    rows = run(conn, _LOOKUP_NAMESPACES, {"n": limit})
     return [{"id": r.id, "name": r.name} for r in rows]
 
 
+_LOOKUP_NAMESPACE_BY_NAME = query(
+    "lookup_namespace_by_name",
+    "SELECT id, name FROM namespaces WHERE name = :n",
+)
+
+
 def namespace_by_name(conn: Connection, name: str) -> dict[str, str]:
-    row = run(conn, "SELECT id, name FROM namespaces WHERE name = :n", {"n": name[:64]}).first()
+    row = run(conn, _LOOKUP_NAMESPACE_BY_NAME, {"n": name[:64]}).first()
     if row is None:
         raise NotFound("no such namespace")
     return {"id": row.id, "name": row.name}
+
+
+_LOOKUP_INSTANCE_NAMESPACES = query(
+    "lookup_instance_namespaces",
+    "SELECT i.id, i.namespace_id, n.name FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
+    "WHERE i.id = ANY(CAST(:ids AS text[]))",
+)
 
 
 def instance_namespaces(conn: Connection, instance_ids: Iterable[str | None]) -> dict[str, dict[str, str]]:
@@ -48,11 +68,16 @@ def instance_namespaces(conn: Connection, instance_ids: Iterable[str | None]) ->
         return {}
     rows = run(
         conn,
-        "SELECT i.id, i.namespace_id, n.name FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
-        "WHERE i.id = ANY(CAST(:ids AS text[]))",
+        _LOOKUP_INSTANCE_NAMESPACES,
         {"ids": ids},
     )
     return {r.id: {"namespace_id": r.namespace_id, "namespace": r.name} for r in rows}
+
+
+_LOOKUP_DEFINITION_NAMES = query(
+    "lookup_definition_names",
+    "SELECT id, name FROM workflow_definitions WHERE id = ANY(CAST(:ids AS text[]))",
+)
 
 
 def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
@@ -62,10 +87,16 @@ def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[st
         return {}
     rows = run(
         conn,
-        "SELECT id, name FROM workflow_definitions WHERE id = ANY(CAST(:ids AS text[]))",
+        _LOOKUP_DEFINITION_NAMES,
         {"ids": ids},
     )
     return {r.id: r.name for r in rows}
+
+
+_LOOKUP_EVENT_BATCH_INSTANCES = query(
+    "lookup_event_batch_instances",
+    "SELECT id, instance_id FROM workflow_event_batches WHERE namespace_id = :ns AND id = ANY(CAST(:ids AS text[]))",
+)
 
 
 def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str | None]) -> dict[str, str]:
@@ -77,7 +108,7 @@ def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str
         return {}
     rows = run(
         conn,
-        "SELECT id, instance_id FROM workflow_event_batches WHERE namespace_id = :ns AND id = ANY(CAST(:ids AS text[]))",
+        _LOOKUP_EVENT_BATCH_INSTANCES,
         {"ns": namespace_id, "ids": sorted({i[:29] + "000" for i in ids})},
     )
     batches = {r.id: r.instance_id for r in rows}
@@ -95,7 +126,7 @@ def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = CO
     inner = select(literal(1)).select_from(jobs).where(*ops.filter_clauses(f)).limit(cap + 1).subquery()
     nested = conn.begin_nested()
     try:
-        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(budget_ms)}")
+        local_statement_timeout(conn, int(budget_ms))
         return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
     except OperationalError as exc:
         if not isinstance(exc.orig, psycopg.errors.QueryCanceled):
@@ -151,6 +182,14 @@ class Reach:
 _BY_ID = {"definition": ("workflow_definitions", "name", "NULL")}
 
 
+_LOOKUP_INSTANCE_SEARCH = query(
+    "lookup_instance_search",
+    "SELECT i.id, i.state, n.name AS ns FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
+    "WHERE i.business_key = :bk AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns) "
+    "ORDER BY i.created_at DESC LIMIT :n",
+)
+
+
 def search(conn: Connection, term: str, reach: Reach, limit: int = SEARCH_LIMIT) -> list[Hit]:
     """What ``term`` names in the engine and the ledger: a job id, a workflow or definition id, a
     trace id (its jobs) or a business key, within ``reach``; at most ``limit`` hits, exact matches only
@@ -179,13 +218,19 @@ def search(conn: Connection, term: str, reach: Reach, limit: int = SEARCH_LIMIT)
     if "workflow" in reach.kinds and len(term) <= 191:
         rows = run(
             conn,
-            "SELECT i.id, i.state, n.name AS ns FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
-            "WHERE i.business_key = :bk AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns) "
-            "ORDER BY i.created_at DESC LIMIT :n",
+            _LOOKUP_INSTANCE_SEARCH,
             {"bk": term, "ns": reach.workflow_namespace, "n": limit},
         )
         hits += [Hit("workflow", r.id, f"business key {term}", r.ns, r.state) for r in rows]
     return hits[:limit]
+
+
+_LOOKUP_INSTANCE_BY_ID = query(
+    "lookup_instance_by_id",
+    "SELECT i.id, i.state, n.name AS ns, d.name AS definition FROM workflow_instances i "
+    "JOIN namespaces n ON n.id = i.namespace_id JOIN workflow_definitions d ON d.id = i.definition_id "
+    "WHERE i.id = :id AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns)",
+)
 
 
 def _by_id(conn: Connection, term: str, reach: Reach) -> list[Hit]:
@@ -193,9 +238,7 @@ def _by_id(conn: Connection, term: str, reach: Reach) -> list[Hit]:
     if "workflow" in reach.kinds:
         row = run(
             conn,
-            "SELECT i.id, i.state, n.name AS ns, d.name AS definition FROM workflow_instances i "
-            "JOIN namespaces n ON n.id = i.namespace_id JOIN workflow_definitions d ON d.id = i.definition_id "
-            "WHERE i.id = :id AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns)",
+            _LOOKUP_INSTANCE_BY_ID,
             {"id": term, "ns": reach.workflow_namespace},
         ).first()
         if row is not None:

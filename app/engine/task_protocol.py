@@ -185,14 +185,20 @@ def fail(
     return done
 
 
+_TASK_ENDED_WITH_KEY = query(
+    "task_ended_with_key",
+    "SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE id = :id AND namespace_id = :ns "
+    "AND state = :s AND result_key = CAST(:key AS text))",
+)
+
+
 def ended_with_key(conn: Connection, namespace_id: str, task_id: str, state: str, key: str) -> bool:
     """True when the claim of ``task_id`` ended in ``state`` (COMPLETED or FAILED) by a result sent with the
     Idempotency-Key ``key``: a result refused with that key is that key used again for another request."""
     return bool(
         run(
             conn,
-            "SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE id = :id AND namespace_id = :ns "
-            "AND state = :s AND result_key = CAST(:key AS text))",
+            _TASK_ENDED_WITH_KEY,
             {"id": task_id, "ns": namespace_id, "s": state, "key": key},
         ).scalar()
     )
@@ -201,15 +207,21 @@ def ended_with_key(conn: Connection, namespace_id: str, task_id: str, state: str
 TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "TASK_TIMEOUT"}
 
 
+_TASK_OVERDUE_IDS = query(
+    "task_overdue_ids",
+    "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
+    "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
+    "ORDER BY deadline_at, id",
+)
+
+
 def time_out_overdue(conn: Connection, inst: dict, before: Any = None) -> list[str]:
     """Every open task of ``inst`` past its deadline (and, with ``before``, due before it) times out
     (then the retry policy), earliest first; the ids of those timed out. The instance's watch calls it
     (``handlers.task_timeouts``)."""
     due = run(
         conn,
-        "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
-        "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
-        "ORDER BY deadline_at, id",
+        _TASK_OVERDUE_IDS,
         {"i": inst["id"], "before": before},
     ).scalars()
     return [task_id for task_id in due if time_out(conn, inst, task_id)]

@@ -13,8 +13,15 @@ from __future__ import annotations
 from sqlalchemy import Connection, text
 
 from app.errors import LimitExceeded
+from app.sql import query, run
 
 _TABLES = frozenset({"automation_rules", "event_subscriptions", "workflow_schedules"})
+
+
+_CAP_LOCK = query(
+    "cap_lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))",
+)
 
 
 def reserve(conn: Connection, table: str, namespace_id: str, limit: int, code: str, message: str) -> int:
@@ -22,9 +29,7 @@ def reserve(conn: Connection, table: str, namespace_id: str, limit: int, code: s
     409 ``code`` with ``message`` when there are ``limit`` already. Returns the count."""
     if table not in _TABLES:
         raise ValueError(f"no cap is kept for {table}")
-    conn.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": f"lf-cap:{table}:{namespace_id}"}
-    )
+    run(conn, _CAP_LOCK, {"k": f"lf-cap:{table}:{namespace_id}"})
     count = conn.execute(
         text(f"SELECT count(*) FROM {table} WHERE namespace_id = :ns"), {"ns": namespace_id}
     ).scalar_one()

@@ -41,6 +41,7 @@ from app.integrations.schedule_times import Rule, RuleError
 from app.jsonx import rfc3339
 from app.ledger.enqueue import enqueue
 from app.ledger.states import JobType
+from app.sql import query, run
 
 MAX_SCHEDULES_PER_NAMESPACE = 1000
 TICK_BATCH = 100  # schedules handled per tick transaction
@@ -104,6 +105,12 @@ _FIRES = (
 )
 
 
+_SCHEDULE_LAST_FIRE = query(
+    "schedule_last_fire",
+    _FIRES + " ORDER BY fire_at DESC LIMIT 1",
+)
+
+
 def schedule_view(conn: Connection, s: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The schedule object: the rule, the state, the next five fire times and the last fire."""
     rule = rule_of(s)
@@ -131,7 +138,7 @@ def schedule_view(conn: Connection, s: dict[str, Any], now: datetime) -> dict[st
         out["interval_seconds"] = s["interval_seconds"]
     if s["fire_time_field"]:
         out["fire_time_field"] = s["fire_time_field"]
-    last = conn.execute(text(_FIRES + " ORDER BY fire_at DESC LIMIT 1"), {"s": s["id"]}).first()
+    last = run(conn, _SCHEDULE_LAST_FIRE, {"s": s["id"]}).first()
     if last is not None:
         out["last_fire"] = _fire_view(last)
     return out
@@ -162,11 +169,15 @@ def list_schedules(conn: Connection, namespace_id: str, limit: int, cursor: str 
     return out
 
 
+_SCHEDULE_FIRES_PAGE = query(
+    "schedule_fires_page",
+    _FIRES + " ORDER BY fire_at DESC LIMIT :n",
+)
+
+
 def list_fires(conn: Connection, namespace_id: str, schedule_id: str, limit: int) -> dict[str, Any]:
     read_schedule(conn, namespace_id, schedule_id)
-    rows = conn.execute(
-        text(_FIRES + " ORDER BY fire_at DESC LIMIT :n"), {"s": schedule_id, "n": limit}
-    ).all()
+    rows = run(conn, _SCHEDULE_FIRES_PAGE, {"s": schedule_id, "n": limit}).all()
     return {"items": [_fire_view(f) for f in rows]}
 
 
@@ -196,14 +207,17 @@ def launch_input(s: dict[str, Any], fire_at: datetime) -> Any:
     return {**s["input"], s["fire_time_field"]: rfc3339(fire_at)}
 
 
+_SCHEDULE_TARGET_EXISTS = query(
+    "schedule_target_exists",
+    "SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns",
+)
+
+
 def _check_target(conn: Connection, namespace_id: str, s: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The pinned version exists in the namespace and the input (with a fire time) satisfies it."""
     if (
         not is_hex32(s["definition_id"])
-        or not conn.execute(
-            text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
-            {"d": s["definition_id"], "ns": namespace_id},
-        ).first()
+        or not run(conn, _SCHEDULE_TARGET_EXISTS, {"d": s["definition_id"], "ns": namespace_id}).first()
     ):
         raise InvalidArgument(
             "unknown definition", errors=[FieldError("definition_id", "unknown definition")]
@@ -255,6 +269,15 @@ def _audit(
     )
 
 
+_SCHEDULE_INSERT = query(
+    "schedule_insert",
+    "INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, fire_time_field, "
+    "cron, timezone, interval_seconds, anchor_at, overlap, paused, next_fire_at, created_by) VALUES "
+    "(:id, :ns, :name, :d, :v, CAST(:input AS jsonb), :ftf, :cron, :tz, :iv, :anchor, :overlap, :paused, "
+    ":next, :by) ON CONFLICT (namespace_id, name) DO NOTHING RETURNING id",
+)
+
+
 def create_schedule(
     conn: Connection,
     principal: Principal,
@@ -279,13 +302,9 @@ def create_schedule(
         f"the namespace has {MAX_SCHEDULES_PER_NAMESPACE} schedules (the limit)",
     )
     sid = new_id()
-    inserted = conn.execute(
-        text(
-            "INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, fire_time_field, "
-            "cron, timezone, interval_seconds, anchor_at, overlap, paused, next_fire_at, created_by) VALUES "
-            "(:id, :ns, :name, :d, :v, CAST(:input AS jsonb), :ftf, :cron, :tz, :iv, :anchor, :overlap, :paused, "
-            ":next, :by) ON CONFLICT (namespace_id, name) DO NOTHING RETURNING id"
-        ),
+    inserted = run(
+        conn,
+        _SCHEDULE_INSERT,
         {
             "id": sid,
             "ns": ns,
@@ -323,6 +342,15 @@ UPDATABLE = (
 )
 
 
+_SCHEDULE_UPDATE = query(
+    "schedule_update",
+    "UPDATE workflow_schedules SET definition_id = :d, version = :v, input = CAST(:input AS jsonb), "
+    "fire_time_field = :ftf, cron = :cron, timezone = :tz, interval_seconds = :iv, anchor_at = :anchor, "
+    "overlap = :overlap, next_fire_at = :next, created_by = :by, revision = revision + 1, updated_at = now() "
+    "WHERE id = :id",
+)
+
+
 def update_schedule(
     conn: Connection,
     principal: Principal,
@@ -348,13 +376,9 @@ def update_schedule(
     ver = _check_target(conn, ns, merged, now)
     if check_queues is not None:
         check_queues(ver["queues"])
-    conn.execute(
-        text(
-            "UPDATE workflow_schedules SET definition_id = :d, version = :v, input = CAST(:input AS jsonb), "
-            "fire_time_field = :ftf, cron = :cron, timezone = :tz, interval_seconds = :iv, anchor_at = :anchor, "
-            "overlap = :overlap, next_fire_at = :next, created_by = :by, revision = revision + 1, updated_at = now() "
-            "WHERE id = :id"
-        ),
+    run(
+        conn,
+        _SCHEDULE_UPDATE,
         {
             "id": schedule_id,
             "d": ver["definition_id"],
@@ -373,6 +397,13 @@ def update_schedule(
     view = get_schedule(conn, ns, schedule_id)
     _audit(conn, principal, request_id, "schedule.update", schedule_id, before=before, after=view)
     return view
+
+
+_SCHEDULE_SET_PAUSED = query(
+    "schedule_set_paused",
+    "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now(), "
+    "created_by = CASE WHEN :p THEN created_by ELSE CAST(:by AS text) END WHERE id = :id AND paused = :was",
+)
 
 
 def set_paused(
@@ -396,11 +427,9 @@ def set_paused(
     if s["paused"] != paused:
         if not paused and check_queues is not None:
             check_queues(load_version(conn, ns, s["definition_id"], s["version"])["queues"])
-        conn.execute(
-            text(
-                "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now(), "
-                "created_by = CASE WHEN :p THEN created_by ELSE CAST(:by AS text) END WHERE id = :id AND paused = :was"
-            ),
+        run(
+            conn,
+            _SCHEDULE_SET_PAUSED,
             {"id": schedule_id, "p": paused, "was": s["paused"], "by": principal.actor_id},
         )
         if not paused:
@@ -430,6 +459,12 @@ def set_paused(
     return {"schedule": view, "missed": missed}
 
 
+_SCHEDULE_DELETE = query(
+    "schedule_delete",
+    "DELETE FROM workflow_schedules WHERE id = :id",
+)
+
+
 def delete_schedule(
     conn: Connection, principal: Principal, schedule_id: str, *, request_id: str | None = None
 ) -> dict[str, Any]:
@@ -437,7 +472,7 @@ def delete_schedule(
     ``schedule_launch`` job still queued finds no schedule and is skipped."""
     s = read_schedule(conn, principal.namespace_id, schedule_id, lock=True)
     before = schedule_view(conn, s, db_now(conn))
-    conn.execute(text("DELETE FROM workflow_schedules WHERE id = :id"), {"id": schedule_id})
+    run(conn, _SCHEDULE_DELETE, {"id": schedule_id})
     _audit(conn, principal, request_id, "schedule.delete", schedule_id, before=before)
     return {"id": schedule_id, "deleted": True}
 
@@ -482,19 +517,20 @@ def _enqueue_launch(
     return enqueue(conn, JobType.SCHEDULE_LAUNCH, payload, idempotency_key=key, operation_key=key)
 
 
+_SCHEDULES_DUE = query(
+    "schedules_due",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE NOT paused AND next_fire_at <= now() "
+    "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED",
+)
+
+
 # --------------------------------------------------------------------------- the scheduler tick
 def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
     """Hand every due active schedule (at most ``batch``, oldest due first) ONE ``schedule_launch``
     job for its latest due fire time and move ``next_fire_at`` past now, in the caller's transaction.
     Rows another scheduler holds are skipped (``SKIP LOCKED``); the job's idempotency key
     (schedule, fire time) and the unique fire row make a double hand-out harmless anyway."""
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE NOT paused AND next_fire_at <= now() "
-            "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED"
-        ),
-        {"n": batch},
-    ).all()
+    rows = run(conn, _SCHEDULES_DUE, {"n": batch}).all()
     if not rows:
         return []
     now = db_now(conn)
@@ -509,19 +545,20 @@ def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
     return out
 
 
+_SCHEDULES_DUE_IN_NAMESPACE = query(
+    "schedules_due_in_namespace",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns AND NOT paused "
+    "AND next_fire_at <= now() + make_interval(secs => :s) "
+    "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED",
+)
+
+
 def hand_out_due_by(conn: Connection, namespace_id: str, seconds: float, *, batch: int = TICK_BATCH) -> int:
     """Time skipping (``app.integrations.time_skip``, test servers only): every active schedule of the
     namespace whose next fire time falls within ``seconds`` from now gets its launch now, as the tick
     would have handed it out at that time (its latest fire time in the span, earlier ones coalesced),
     and ``next_fire_at`` moves past the span. At most ``batch`` schedules; returns how many."""
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns AND NOT paused "
-            "AND next_fire_at <= now() + make_interval(secs => :s) "
-            "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED"
-        ),
-        {"ns": namespace_id, "s": seconds, "n": batch},
-    ).all()
+    rows = run(conn, _SCHEDULES_DUE_IN_NAMESPACE, {"ns": namespace_id, "s": seconds, "n": batch}).all()
     until = db_now(conn) + timedelta(seconds=seconds)
     handed = 0
     for row in rows:
@@ -533,12 +570,15 @@ def hand_out_due_by(conn: Connection, namespace_id: str, seconds: float, *, batc
     return handed
 
 
+_SCHEDULE_HAND_OUT = query(
+    "schedule_hand_out",
+    "UPDATE workflow_schedules SET next_fire_at = :next WHERE id = :id AND next_fire_at = :was",
+)
+
+
 def _hand_out(conn: Connection, s: dict[str, Any], d: Any) -> Any:
     """The due fire ``d`` of schedule ``s`` (locked by the caller): its ``schedule_launch`` job, and
     ``next_fire_at`` moved past it."""
     job = _enqueue_launch(conn, s, d.fire_at, "SCHEDULED", d.skipped, d.capped)
-    conn.execute(
-        text("UPDATE workflow_schedules SET next_fire_at = :next WHERE id = :id AND next_fire_at = :was"),
-        {"id": s["id"], "next": d.following, "was": s["next_fire_at"]},
-    )
+    run(conn, _SCHEDULE_HAND_OUT, {"id": s["id"], "next": d.following, "was": s["next_fire_at"]})
     return job

@@ -30,6 +30,7 @@ from app.ledger.destinations import DestinationForbidden, check
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url
 from app.settings import WEBHOOK_DISABLE_AFTER
+from app.sql import query, run
 
 MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
 DEFAULT_GRACE_SECONDS = 24 * 3600
@@ -82,16 +83,19 @@ def check_url(url: Any, field: str = "url") -> str:
     return url
 
 
+_SUBSCRIPTION_DEFINITION_EXISTS = query(
+    "subscription_definition_exists",
+    "SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns",
+)
+
+
 def definition_filter(conn: Connection, ns: str, definition_id: str | None) -> str | None:
     """A ``definition_id`` filter (of a subscription or a rule): None, or a definition of ``ns``; any
     other value is a 400 naming ``definition_id``."""
     if definition_id is None:
         return None
     found = (
-        conn.execute(
-            text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
-            {"d": definition_id, "ns": ns},
-        ).first()
+        run(conn, _SUBSCRIPTION_DEFINITION_EXISTS, {"d": definition_id, "ns": ns}).first()
         if isinstance(definition_id, str) and is_hex32(definition_id)
         else None
     )
@@ -123,6 +127,15 @@ def _audit(
     )
 
 
+_SUBSCRIPTION_INSERT = query(
+    "subscription_insert",
+    f"""
+INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret,
+    created_by)
+VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret, :by) RETURNING {_COLS}""",
+)
+
+
 def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
     params: dict[str, Any] = {
@@ -144,15 +157,7 @@ def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[s
         f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions",
     )
     sid, secret = params["id"], params["secret"]
-    row = conn.execute(
-        text(
-            f"""
-INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret,
-    created_by)
-VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret, :by) RETURNING {_COLS}"""
-        ),
-        params,
-    ).one()
+    row = run(conn, _SUBSCRIPTION_INSERT, params).one()
     out = view(row)
     _audit(conn, p, rid, "event_subscription.create", sid, None, out)
     return {**out, "secret": secret}
@@ -247,19 +252,26 @@ def set_enabled(
     return after
 
 
+_SUBSCRIPTION_DELETE = query(
+    "subscription_delete",
+    "DELETE FROM event_subscriptions WHERE id = :id",
+)
+
+
+_SUBSCRIPTION_DELIVERIES_DELETE = query(
+    "subscription_deliveries_delete",
+    "DELETE FROM webhook_deliveries d WHERE d.subscription_id = :id AND NOT EXISTS (SELECT 1 FROM "
+    "workflow_jobs j WHERE j.id = d.job_id AND j.status IN ('pending', 'running', 'paused'))",
+)
+
+
 def delete(conn: Connection, p: Principal, rid: str | None, sid: str) -> dict[str, Any]:
     """Deleted: its deliveries whose job is still to run (pending, or retrying) are kept until that job
     runs and records ``skipped`` (so a delivery job always finds its row: a missing one is a job that
     names nothing, ``app.integrations.webhooks``); the rest of its delivery log goes with it."""
     before = view(_lock(conn, p.namespace_id, sid))
-    conn.execute(text("DELETE FROM event_subscriptions WHERE id = :id"), {"id": sid})
-    conn.execute(
-        text(
-            "DELETE FROM webhook_deliveries d WHERE d.subscription_id = :id AND NOT EXISTS (SELECT 1 FROM "
-            "workflow_jobs j WHERE j.id = d.job_id AND j.status IN ('pending', 'running', 'paused'))"
-        ),
-        {"id": sid},
-    )
+    run(conn, _SUBSCRIPTION_DELETE, {"id": sid})
+    run(conn, _SUBSCRIPTION_DELIVERIES_DELETE, {"id": sid})
     _audit(conn, p, rid, "event_subscription.delete", sid, before, None)
     return {"id": sid, "deleted": True}
 
@@ -338,22 +350,23 @@ def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | No
     )
 
 
+_DELIVERY_LINKS_READ = query(
+    "delivery_links_read",
+    "SELECT d.namespace_id, d.subscription_id, s.url, d.event_id, d.event_type, b.instance_id "
+    "FROM webhook_deliveries d JOIN event_subscriptions s ON s.id = d.subscription_id "
+    "LEFT JOIN workflow_event_batches b ON b.id = left(d.event_id, 29) || '000' "
+    "AND b.namespace_id = d.namespace_id "
+    "WHERE d.id = :id AND (CAST(:ns AS text) IS NULL OR d.namespace_id = :ns)",
+)
+
+
 def delivery_links(conn: Connection, delivery_id: str, ns: str | None) -> dict[str, Any] | None:
     """What a delivery names, for the page of its ledger job: its namespace, subscription (id and
     endpoint) and event (id, type, the workflow it is of); None when ``delivery_id`` names no delivery
     of ``ns`` (None: of any namespace)."""
     if not isinstance(delivery_id, str) or not is_hex32(delivery_id):
         return None
-    row = conn.execute(
-        text(
-            "SELECT d.namespace_id, d.subscription_id, s.url, d.event_id, d.event_type, b.instance_id "
-            "FROM webhook_deliveries d JOIN event_subscriptions s ON s.id = d.subscription_id "
-            "LEFT JOIN workflow_event_batches b ON b.id = left(d.event_id, 29) || '000' "
-            "AND b.namespace_id = d.namespace_id "
-            "WHERE d.id = :id AND (CAST(:ns AS text) IS NULL OR d.namespace_id = :ns)"
-        ),
-        {"id": delivery_id, "ns": ns},
-    ).one_or_none()
+    row = run(conn, _DELIVERY_LINKS_READ, {"id": delivery_id, "ns": ns}).one_or_none()
     if row is None:
         return None
     return {
@@ -366,6 +379,12 @@ def delivery_links(conn: Connection, delivery_id: str, ns: str | None) -> dict[s
     }
 
 
+_DELIVERY_ENQUEUE = query(
+    "delivery_enqueue",
+    "UPDATE webhook_deliveries SET job_id = :j, status = 'pending', updated_at = now() WHERE id = :id",
+)
+
+
 def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:
     """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key)."""
     job = enqueue(
@@ -376,13 +395,20 @@ def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: 
         operation_key=key[:64],
         delay_ms=delay_ms,
     )
-    conn.execute(
-        text(
-            "UPDATE webhook_deliveries SET job_id = :j, status = 'pending', updated_at = now() WHERE id = :id"
-        ),
-        {"j": job.id, "id": delivery_id},
-    )
+    run(conn, _DELIVERY_ENQUEUE, {"j": job.id, "id": delivery_id})
     return job.id
+
+
+_DELIVERY_SET_PENDING = query(
+    "delivery_set_pending",
+    "UPDATE webhook_deliveries SET status = 'pending', updated_at = now() WHERE id = :id",
+)
+
+
+_DELIVERY_COUNT_REDELIVERY = query(
+    "delivery_count_redelivery",
+    "UPDATE webhook_deliveries SET redeliveries = redeliveries + 1 WHERE id = :id RETURNING redeliveries",
+)
 
 
 def _redeliver_locked(
@@ -396,36 +422,29 @@ def _redeliver_locked(
         owner = replace(actor, principal=replace(actor.principal, platform=True))
         done = ops_actions.batch_retry(conn, [row.job_id], owner, rate=rate, start_index=index)
         if done["submitted"]:
-            conn.execute(
-                text("UPDATE webhook_deliveries SET status = 'pending', updated_at = now() WHERE id = :id"),
-                {"id": row.id},
-            )
+            run(conn, _DELIVERY_SET_PENDING, {"id": row.id})
             return row.id
         return None
     if row.job_status in ("pending", "running", "paused"):
         return None  # already on its way
-    n = conn.execute(
-        text(
-            "UPDATE webhook_deliveries SET redeliveries = redeliveries + 1 WHERE id = :id RETURNING redeliveries"
-        ),
-        {"id": row.id},
-    ).scalar_one()
+    n = run(conn, _DELIVERY_COUNT_REDELIVERY, {"id": row.id}).scalar_one()
     enqueue_delivery(
         conn, row.id, f"webhook_delivery:{row.id}:r{n}", delay_ms=ops_actions.stagger_ms(index, rate)
     )
     return row.id
 
 
+_DELIVERY_READ_FOR_REDELIVERY = query(
+    "delivery_read_for_redelivery",
+    f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+    "WHERE d.id = :id AND d.subscription_id = :sid FOR UPDATE OF d",
+)
+
+
 def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery_id: str) -> dict[str, Any]:
     p = actor.principal
     _lock(conn, p.namespace_id, sid)
-    row = conn.execute(
-        text(
-            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-            "WHERE d.id = :id AND d.subscription_id = :sid FOR UPDATE OF d"
-        ),
-        {"id": delivery_id, "sid": sid},
-    ).first()
+    row = run(conn, _DELIVERY_READ_FOR_REDELIVERY, {"id": delivery_id, "sid": sid}).first()
     if row is None:
         raise NotFound("delivery not found")
     if _redeliver_locked(conn, row, actor, 0, ops_actions.DEFAULT_RATE) is None:
@@ -440,6 +459,14 @@ def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery
         {"delivery_id": row.id},
     )
     return {"delivery_id": row.id, "submitted": True}
+
+
+_DELIVERIES_FAILED_SINCE = query(
+    "deliveries_failed_since",
+    f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+    f"WHERE d.subscription_id = :sid AND d.created_at >= :since AND {STATUS_SQL} = ANY(:st) "
+    "ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED",
+)
 
 
 def redeliver_since(
@@ -459,13 +486,8 @@ def redeliver_since(
     statuses = ["failed", "dead", "skipped", "unknown", "retrying"] + (
         ["succeeded"] if include_succeeded else []
     )
-    rows = conn.execute(
-        text(
-            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-            f"WHERE d.subscription_id = :sid AND d.created_at >= :since AND {STATUS_SQL} = ANY(:st) "
-            "ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED"
-        ),
-        {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER},
+    rows = run(
+        conn, _DELIVERIES_FAILED_SINCE, {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER}
     ).all()
     submitted: list[str] = []
     for row in rows:

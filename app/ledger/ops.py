@@ -19,7 +19,6 @@ from sqlalchemy import (
     or_,
     select,
     table,
-    text,
     tuple_,
     union_all,
 )
@@ -27,9 +26,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app import cursor as cursors
 from app import jsonx
+from app.db import db_now
 from app.errors import InvalidArgument, NotFound
 from app.ledger.models import JOB_STATUSES, JOB_TYPES, effects, executions, jobs, trace_is
 from app.ledger.status import runtime_status
+from app.sql import query, run
 
 MAX_JOB_ID = 2**63 - 1
 
@@ -308,23 +309,30 @@ def job_detail(conn: Connection, job_id: int, namespace_id: str | None = None) -
     return job
 
 
+_LEDGER_INSTANCES_TABLE_EXISTS = query(
+    "ledger_instances_table_exists",
+    "SELECT to_regclass('workflow_instances')",
+)
+
+
+_LEDGER_TRACE_INSTANCES = query(
+    "ledger_trace_instances",
+    """
+SELECT id, namespace_id, definition_id, version, state, paused, trace_id, parent_instance_id,
+       created_at, updated_at, completed_at
+FROM workflow_instances WHERE id = ANY(CAST(:ids AS text[]))
+""",
+)
+
+
 # --------------------------------------------------------------------------- chain and bundle
 def _instances(conn: Connection, instance_ids: list[str]) -> list[dict[str, Any]]:
     """Summaries of linked workflow instances (when the engine's table exists)."""
     if not instance_ids:
         return []
-    if conn.execute(text("SELECT to_regclass('workflow_instances')")).scalar() is None:
+    if run(conn, _LEDGER_INSTANCES_TABLE_EXISTS).scalar() is None:
         return [{"id": i, "found": False} for i in instance_ids]
-    rows = conn.execute(
-        text(
-            """
-SELECT id, namespace_id, definition_id, version, state, paused, trace_id, parent_instance_id,
-       created_at, updated_at, completed_at
-FROM workflow_instances WHERE id = ANY(CAST(:ids AS text[]))
-"""
-        ),
-        {"ids": instance_ids},
-    ).all()
+    rows = run(conn, _LEDGER_TRACE_INSTANCES, {"ids": instance_ids}).all()
     found = {r.id: {**dict(r._mapping), "found": True} for r in rows}
     return [found.get(i, {"id": i, "found": False}) for i in instance_ids]
 
@@ -374,7 +382,7 @@ def diagnostic_bundle(
         counts[j["status"]] = counts.get(j["status"], 0) + 1
     return {
         "format": "ledgerflow.diagnostic-bundle/v1",
-        "exported_at": conn.execute(text("SELECT now()")).scalar_one(),
+        "exported_at": db_now(conn),
         "request_id": request_id,
         "trace_id": trace_id,
         "status_counts": counts,

@@ -28,6 +28,7 @@ from app.settings import (
     RETENTION_BY_NAMESPACE,
     RETENTION_DAYS,
 )
+from app.sql import query, run
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ class RetentionPolicy:
     by_namespace: dict[str, float] = field(default_factory=dict)
 
 
+_JOB_EFFECT_OLDER_THAN = query(
+    "job_effect_older_than",
+    "SELECT created_at < now() - make_interval(secs => :days * 86400) FROM workflow_jobs WHERE id = :id",
+)
+
+
 def may_have_pruned(conn: Connection, job_id: int, policy: RetentionPolicy | None = None) -> bool:
     """Whether rows created with job ``job_id`` may have been removed by retention since: the job is older
     than the shortest job retention. The integrations' rows (a webhook delivery, a rule's execution) are
@@ -49,14 +56,7 @@ def may_have_pruned(conn: Connection, job_id: int, policy: RetentionPolicy | Non
     whose row is missing names one that never existed (``outcome.ReferenceNotFound``)."""
     p = policy or policy_from_env()
     days = min([p.jobs_days, *p.by_namespace.values()])
-    return bool(
-        conn.execute(
-            text(
-                "SELECT created_at < now() - make_interval(secs => :days * 86400) FROM workflow_jobs WHERE id = :id"
-            ),
-            {"id": job_id, "days": days},
-        ).scalar()
-    )
+    return bool(run(conn, _JOB_EFFECT_OLDER_THAN, {"id": job_id, "days": days}).scalar())
 
 
 def policy_from_env() -> RetentionPolicy:
@@ -111,28 +111,37 @@ def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: b
     return len(conn.execute(text(sql), {**params, "limit": max(limit, policy.batch)}).all())
 
 
-def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
-    """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
-    rows = conn.execute(
-        text(
-            """
+_JOB_EFFECTS_PRUNE = query(
+    "job_effects_prune",
+    """
 DELETE FROM workflow_job_effects WHERE id IN (
     SELECT id FROM workflow_job_effects
     WHERE job_id IS NULL AND created_at < now() - make_interval(secs => :days * 86400)
     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
 RETURNING id
-"""
-        ),
-        {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
-    ).all()
+""",
+)
+
+
+def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+    """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
+    rows = run(conn, _JOB_EFFECTS_PRUNE, {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
     return len(rows)
+
+
+# marks the transaction as the retention path (``SET LOCAL ledgerflow.retention = 'on'``), which the audit
+# table's trigger lets delete rows older than 30 days
+AUDIT_RETENTION_MARK = query(
+    "audit_retention_mark",
+    "SELECT set_config('ledgerflow.retention', 'on', true)",
+)
 
 
 def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
     """Operation audit rows older than ``audit_days`` (a namespace override longer than that wins).
     The audit is append-only in the database (a trigger); the sweep marks its transaction as the
     retention path, which the trigger lets delete rows older than 30 days and nothing else."""
-    conn.execute(text("SET LOCAL ledgerflow.retention = 'on'"))
+    run(conn, AUDIT_RETENTION_MARK)
     params: dict = {"days": policy.audit_days, "limit": max(limit, policy.batch)}
     keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
     extra = ""
