@@ -306,6 +306,37 @@ def get_contract(conn: Connection, namespace_id: str, definition_id: str, versio
     }
 
 
+# a page of a namespace's definitions (or the one of that name), newest first, after the cursor's position
+# if any (a namespace has few definitions: the namespace's unique (namespace_id, name) index serves both)
+_DEFINITIONS_PAGE = query(
+    "definitions_page",
+    """
+SELECT id, created_at FROM workflow_definitions
+WHERE namespace_id = :ns AND (CAST(:name AS text) IS NULL OR name = :name)
+  AND (CAST(:c_created AS timestamptz) IS NULL OR (created_at, id) < (:c_created, :c_id))
+ORDER BY created_at DESC, id DESC LIMIT :limit
+""",
+)
+_VERSIONS_PAGE = query(
+    "definition_versions_page",
+    """
+SELECT id, version, queues, created_at, document->>'description' AS description
+FROM workflow_definition_versions
+WHERE definition_id = :d
+  AND (CAST(:c_created AS timestamptz) IS NULL OR (created_at, id) < (:c_created, :c_id))
+ORDER BY created_at DESC, id DESC LIMIT :limit
+""",
+)
+
+
+def _after(cursor: str | None, binding: dict[str, Any]) -> dict[str, Any]:
+    """The page's position (``c_created``, ``c_id``): the cursor's, or none (the first page)."""
+    if cursor is None:
+        return {"c_created": None, "c_id": None}
+    pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
+    return {"c_created": pos["c"], "c_id": pos["i"]}
+
+
 def list_definitions(
     conn: Connection, namespace_id: str, name: str | None, limit: int, cursor: str | None
 ) -> dict:
@@ -313,23 +344,10 @@ def list_definitions(
     ``next_cursor`` is bound to the namespace, this list and the filter."""
     if name is not None and (not NAME_RE.match(name) or name != name.strip()):
         raise InvalidArgument("1-128 characters (letters, digits, space _ . : -)", field="name")
-    where = ["namespace_id = :ns"]
-    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
-    if name is not None:
-        where.append("name = :name")
-        params["name"] = name
+    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1, "name": name}
     binding = {"ns": namespace_id, "list": "definitions", "name": name}
-    if cursor is not None:
-        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=pos["c"], c_id=pos["i"])
-    rows = run(
-        conn,
-        "SELECT id, created_at FROM workflow_definitions WHERE "
-        + " AND ".join(where)
-        + " ORDER BY created_at DESC, id DESC LIMIT :limit",
-        params,
-    ).all()
+    params.update(_after(cursor, binding))
+    rows = run(conn, _DEFINITIONS_PAGE, params).all()
     out: dict[str, Any] = {"items": [get_definition(conn, namespace_id, r.id) for r in rows[:limit]]}
     if len(rows) > limit:
         last = rows[limit - 1]
@@ -342,21 +360,10 @@ def list_versions(
 ) -> dict:
     """A definition's published versions (without their documents), newest first."""
     get_definition(conn, namespace_id, definition_id)  # 404 naming the id
-    where = ["definition_id = :d"]
     params: dict[str, Any] = {"d": definition_id, "limit": limit + 1}
     binding = {"ns": namespace_id, "list": "definition_versions", "definition": definition_id}
-    if cursor is not None:
-        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=pos["c"], c_id=pos["i"])
-    rows = run(
-        conn,
-        "SELECT id, version, queues, created_at, document->>'description' AS description "
-        "FROM workflow_definition_versions WHERE "
-        + " AND ".join(where)
-        + " ORDER BY created_at DESC, id DESC LIMIT :limit",
-        params,
-    ).all()
+    params.update(_after(cursor, binding))
+    rows = run(conn, _VERSIONS_PAGE, params).all()
     items = []
     for v in rows[:limit]:
         item = {

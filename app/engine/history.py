@@ -262,6 +262,16 @@ _TASK_ERROR_EVENTS = ("task.failed", "task.timed_out")
 _STEP_ERROR_EVENTS = ("step.failed", "step.needs_review")
 
 
+_TASK_ERRORS = query(
+    "history_task_errors",
+    "SELECT id, error::text AS error FROM workflow_tasks WHERE instance_id = :i AND id = ANY(:ids)",
+)
+_ACTIVATION_ERRORS = query(
+    "history_activation_errors",
+    "SELECT id, error::text AS error FROM workflow_all_activations WHERE instance_id = :i AND id = ANY(:ids)",
+)
+
+
 def event_errors(conn: Connection, inst: dict, items: list[dict]) -> dict[str, Any]:
     """``{event id: error}`` for a page of ``events`` (a failed / timed-out task: the task's error; a
     failed step or one in review: its activation's error). Events keep no error of their own (bounded
@@ -269,16 +279,7 @@ def event_errors(conn: Connection, inst: dict, items: list[dict]) -> dict[str, A
     task_ids = sorted({str(e["body"].get("task_id")) for e in items if e["type"] in _TASK_ERROR_EVENTS})
     act_ids = sorted({str(e["body"].get("activation_id")) for e in items if e["type"] in _STEP_ERROR_EVENTS})
     found: dict[str, Any] = {}
-    for sql, ids in (
-        (
-            "SELECT id, error::text AS error FROM workflow_tasks WHERE instance_id = :i AND id = ANY(:ids)",
-            task_ids,
-        ),
-        (
-            "SELECT id, error::text AS error FROM workflow_all_activations WHERE instance_id = :i AND id = ANY(:ids)",
-            act_ids,
-        ),
-    ):
+    for sql, ids in ((_TASK_ERRORS, task_ids), (_ACTIVATION_ERRORS, act_ids)):
         ids = [i for i in ids if is_hex32(i)]
         if ids:
             found.update(

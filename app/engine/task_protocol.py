@@ -55,15 +55,26 @@ def read_task(conn: Connection, task_id: str, namespace_id: str) -> dict:
     return task
 
 
+_OPEN_TASKS_SQL = f"""
+SELECT {_TASK_COLS} FROM workflow_tasks t
+WHERE t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED'){{queues}}
+ORDER BY t.created_at, t.id LIMIT :limit
+"""
+_OPEN_TASKS = query("tasks_open", _OPEN_TASKS_SQL.format(queues=""))
+_OPEN_TASKS_ON_QUEUES = query(
+    "tasks_open_on_queues", _OPEN_TASKS_SQL.format(queues=" AND t.queue = ANY(CAST(:queues AS text[]))")
+)
+
+
 def open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | None, limit: int) -> list[dict]:
     """Open (PENDING or CLAIMED) tasks of a namespace, oldest first, on ``queues`` (None = every queue);
     at most ``limit`` rows (the claim index serves it)."""
-    where = "t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')"
-    params: dict[str, Any] = {"ns": namespace_id, "limit": limit}
-    if queues is not None:
-        where += " AND t.queue = ANY(CAST(:queues AS text[]))"
-        params["queues"] = list(queues)
-    sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE {where} ORDER BY t.created_at, t.id LIMIT :limit"
+    params: dict[str, Any] = {
+        "ns": namespace_id,
+        "limit": limit,
+        "queues": None if queues is None else list(queues),
+    }
+    sql = _OPEN_TASKS if queues is None else _OPEN_TASKS_ON_QUEUES
     return [t for t in (_task(r) for r in run(conn, sql, params)) if t is not None]
 
 
