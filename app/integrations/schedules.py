@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, jsonx
 from app import cursor as cursors
@@ -65,17 +65,22 @@ def rule_of(s: dict[str, Any]) -> Rule:
     )
 
 
+_SCHEDULE_READ = query(
+    "schedule_read", f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns"
+)
+_SCHEDULE_LOCK = query(
+    "schedule_lock",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+)
+
+
 def read_schedule(
     conn: Connection, namespace_id: str, schedule_id: str, *, lock: bool = False
 ) -> dict[str, Any]:
     if not is_hex32(schedule_id):
         raise NotFound("schedule not found")
-    row = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns"
-            + (" FOR UPDATE" if lock else "")
-        ),
-        {"id": schedule_id, "ns": namespace_id},
+    row = run(
+        conn, _SCHEDULE_LOCK if lock else _SCHEDULE_READ, {"id": schedule_id, "ns": namespace_id}
     ).first()
     if row is None:
         raise NotFound("schedule not found")
@@ -148,17 +153,28 @@ def get_schedule(conn: Connection, namespace_id: str, schedule_id: str) -> dict[
     return schedule_view(conn, read_schedule(conn, namespace_id, schedule_id), db_now(conn))
 
 
+# a namespace's schedules, oldest first (ix_workflow_schedules_list), from the start or after a position
+_SCHEDULES_PAGE = query(
+    "schedules_page",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns ORDER BY created_at, id LIMIT :limit",
+)
+_SCHEDULES_PAGE_AFTER = query(
+    "schedules_page_after",
+    f"""
+SELECT {_COLUMNS} FROM workflow_schedules
+WHERE namespace_id = :ns AND (created_at, id) > (:c_created, :c_id)
+ORDER BY created_at, id LIMIT :limit
+""",
+)
+
+
 def list_schedules(conn: Connection, namespace_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
     binding = {"ns": namespace_id, "list": "schedules"}
-    where, params = "namespace_id = :ns", {"ns": namespace_id, "limit": limit + 1}
+    params = {"ns": namespace_id, "limit": limit + 1}
     if cursor is not None:
         pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        where += " AND (created_at, id) > (:c_created, :c_id)"
         params.update(c_created=pos["c"], c_id=pos["i"])
-    rows = conn.execute(
-        text(f"SELECT {_COLUMNS} FROM workflow_schedules WHERE {where} ORDER BY created_at, id LIMIT :limit"),
-        params,
-    ).all()
+    rows = run(conn, _SCHEDULES_PAGE if cursor is None else _SCHEDULES_PAGE_AFTER, params).all()
     now = db_now(conn)
     items = [_row(r) for r in rows[:limit]]
     out: dict[str, Any] = {"items": [schedule_view(conn, s, now) for s in items]}

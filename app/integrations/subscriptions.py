@@ -15,14 +15,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
 from app.errors import InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.integrations import caps
-from app.integrations.paging import page
+from app.integrations.paging import page, pages
 from app.integrations.patterns import validate_patterns
 from app.jsonx import rfc3339
 from app.ledger import ops_actions
@@ -163,15 +163,18 @@ def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[s
     return {**out, "secret": secret}
 
 
+_SUBSCRIPTION_READ = query(
+    "subscription_read", f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
+)
+_SUBSCRIPTION_LOCK = query(
+    "subscription_lock",
+    f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+)
+
+
 def _row(conn: Connection, ns: str, sid: str, *, lock: bool = False) -> Any:
     row = (
-        conn.execute(
-            text(
-                f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
-                + (" FOR UPDATE" if lock else "")
-            ),
-            {"id": sid, "ns": ns},
-        ).first()
+        run(conn, _SUBSCRIPTION_LOCK if lock else _SUBSCRIPTION_READ, {"id": sid, "ns": ns}).first()
         if is_hex32(sid)
         else None
     )
@@ -188,10 +191,16 @@ def get(conn: Connection, ns: str, sid: str) -> dict[str, Any]:
     return view(_row(conn, ns, sid))
 
 
+_SUBSCRIPTIONS_PAGES = pages(
+    "subscriptions_page",
+    f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}",
+)
+
+
 def list_page(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
     return page(
         conn,
-        f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}",
+        _SUBSCRIPTIONS_PAGES,
         {"ns": ns},
         binding={"ns": ns, "k": "event_subscriptions"},
         limit=limit,
@@ -205,27 +214,51 @@ _UPDATE = (
 WHERE id = :id RETURNING """
     + _COLS
 )
+# an update by a person: each field given (its ``set_`` flag) takes its new value; the updater becomes the
+# subscription's author
+_SUBSCRIPTION_UPDATE = query(
+    "subscription_update",
+    _UPDATE.format(
+        sets="""created_by = :by,
+    url = CASE WHEN :set_url THEN CAST(:url AS text) ELSE url END,
+    event_types = CASE WHEN :set_types THEN CAST(:types AS text[]) ELSE event_types END,
+    definition_id = CASE WHEN :set_def THEN CAST(:def AS text) ELSE definition_id END,
+    description = CASE WHEN :set_desc THEN CAST(:desc AS text) ELSE description END"""
+    ),
+)
+_SUBSCRIPTION_ENABLE = query(
+    "subscription_enable",
+    _UPDATE.format(
+        sets="enabled = true, disabled_reason = NULL, consecutive_failures = 0, created_by = CAST(:by AS text)"
+    ),
+)
+_SUBSCRIPTION_DISABLE = query(
+    "subscription_disable",
+    _UPDATE.format(sets="enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"),
+)
+_SUBSCRIPTION_ROTATE = query(
+    "subscription_rotate_secret",
+    _UPDATE.format(
+        sets="previous_secret = secret, secret = :secret, "
+        "previous_secret_expires_at = now() + make_interval(secs => :grace)"
+    ),
+)
 
 
 def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict) -> dict[str, Any]:
     before = view(_lock(conn, p.namespace_id, sid))
-    sets = ["created_by = :by"]  # the updater becomes its author
     params: dict[str, Any] = {"id": sid, "by": p.actor_id}
-    if "url" in req:
-        sets.append("url = :url")
-        params["url"] = check_url(req["url"])
-    if "event_types" in req:
-        sets.append("event_types = CAST(:types AS text[])")
-        params["types"] = validate_patterns(req["event_types"])
-    if "definition_id" in req:
-        sets.append("definition_id = :def")
-        params["def"] = definition_filter(conn, p.namespace_id, req["definition_id"])
-    if "description" in req:
-        sets.append("description = :desc")
-        params["desc"] = req["description"] or ""
-    if len(sets) == 1:
+    params.update(set_url="url" in req, set_types="event_types" in req)
+    params.update(set_def="definition_id" in req, set_desc="description" in req)
+    params["url"] = check_url(req["url"]) if "url" in req else None
+    params["types"] = validate_patterns(req["event_types"]) if "event_types" in req else None
+    params["def"] = (
+        definition_filter(conn, p.namespace_id, req["definition_id"]) if "definition_id" in req else None
+    )
+    params["desc"] = (req["description"] or "") if "description" in req else None
+    if not any(params[k] for k in ("set_url", "set_types", "set_def", "set_desc")):
         raise InvalidArgument("nothing to update: give url, event_types, definition_id or description")
-    after = view(conn.execute(text(_UPDATE.format(sets=", ".join(sets))), params).one())
+    after = view(run(conn, _SUBSCRIPTION_UPDATE, params).one())
     _audit(conn, p, rid, "event_subscription.update", sid, before, after)
     return after
 
@@ -238,14 +271,8 @@ def set_enabled(
     before = view(_lock(conn, p.namespace_id, sid))
     if before["enabled"] == enabled:
         return before
-    sets = (
-        "enabled = true, disabled_reason = NULL, consecutive_failures = 0, created_by = CAST(:by AS text)"
-        if enabled
-        else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
-    )
-    after = view(
-        conn.execute(text(_UPDATE.format(sets=sets)), {"id": sid, "who": p.name, "by": p.actor_id}).one()
-    )
+    statement = _SUBSCRIPTION_ENABLE if enabled else _SUBSCRIPTION_DISABLE
+    after = view(run(conn, statement, {"id": sid, "who": p.name, "by": p.actor_id}).one())
     _audit(
         conn, p, rid, f"event_subscription.{'enable' if enabled else 'disable'}", sid, before, after, reason
     )
@@ -285,17 +312,7 @@ def rotate(
         raise InvalidArgument(f"grace_seconds must be 0-{MAX_GRACE_SECONDS}", field="grace_seconds")
     before = view(_lock(conn, p.namespace_id, sid))
     secret = new_secret()
-    after = view(
-        conn.execute(
-            text(
-                _UPDATE.format(
-                    sets="previous_secret = secret, secret = :secret, "
-                    "previous_secret_expires_at = now() + make_interval(secs => :grace)"
-                )
-            ),
-            {"id": sid, "secret": secret, "grace": grace},
-        ).one()
-    )
+    after = view(run(conn, _SUBSCRIPTION_ROTATE, {"id": sid, "secret": secret, "grace": grace}).one())
     _audit(conn, p, rid, "event_subscription.rotate_secret", sid, before, after)
     return {**after, "secret": secret}
 
@@ -333,20 +350,26 @@ def delivery_view(row: Any) -> dict[str, Any]:
     }
 
 
+_DELIVERIES_PAGES = pages(
+    "deliveries_page",
+    f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+    "WHERE d.subscription_id = :sid {after} {order}",
+    alias="d.",
+    newest_first=True,
+)
+
+
 def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | None) -> dict[str, Any]:
     """The delivery log, newest first."""
     get(conn, ns, sid)
     return page(
         conn,
-        f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-        "WHERE d.subscription_id = :sid {after} {order}",
+        _DELIVERIES_PAGES,
         {"sid": sid},
         binding={"ns": ns, "sub": sid, "k": "webhook_deliveries"},
         limit=limit,
         cursor=cursor,
         view=delivery_view,
-        alias="d.",
-        newest_first=True,
     )
 
 
