@@ -48,14 +48,20 @@ B = TypeVar("B", bound="CommitBuffer")
 class Query:
     """One named statement: ``name`` (unique in the program, as River's sqlc names), ``text`` (as
     written, ``:name`` parameters) and ``sql`` (what psycopg is given: comments out, white space folded,
-    ``%(name)s`` placeholders)."""
+    ``%(name)s`` placeholders).
 
-    __slots__ = ("name", "text", "sql")
+    ``planned_each_time``: never prepared, so that PostgreSQL plans each execution with its values: a
+    search whose optional filters are ``(CAST(:x AS t) IS NULL OR col = :x)`` predicates keeps to the index
+    of the filters given (a constant ``NULL IS NULL`` folds away in a plan made with the values; a prepared
+    statement's generic plan, made without them, could not use it)."""
 
-    def __init__(self, name: str, text: str) -> None:
+    __slots__ = ("name", "text", "sql", "prepare")
+
+    def __init__(self, name: str, text: str, *, planned_each_time: bool = False) -> None:
         self.name = name
         self.text = text
         self.sql = pyformat(compact_sql(text))
+        self.prepare: bool | None = False if planned_each_time else None  # None: psycopg's threshold
 
     def __repr__(self) -> str:
         return f"Query({self.name!r})"
@@ -65,7 +71,7 @@ class Query:
 QUERIES: dict[str, Query] = {}
 
 
-def query(name: str, text: str) -> Query:
+def query(name: str, text: str, *, planned_each_time: bool = False) -> Query:
     """The statement ``text`` under ``name``, registered in ``QUERIES``. A name is given once: the same
     name with another text is a programming error."""
     found = QUERIES.get(name)
@@ -73,7 +79,7 @@ def query(name: str, text: str) -> Query:
         if found.text != text:
             raise ValueError(f"two statements are named {name!r}")
         return found
-    q = QUERIES[name] = Query(name, text)
+    q = QUERIES[name] = Query(name, text, planned_each_time=planned_each_time)
     return q
 
 
@@ -221,11 +227,11 @@ def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     return cur
 
 
-def _named(statement: Query | str | TextClause) -> tuple[str | None, str]:
-    """(name, the text psycopg is given) of a statement."""
+def _named(statement: Query | str | TextClause) -> tuple[str | None, str, bool | None]:
+    """(name, the text psycopg is given, whether to prepare it) of a statement."""
     if isinstance(statement, Query):
-        return statement.name, statement.sql
-    return None, _sent_text(statement.text if isinstance(statement, TextClause) else statement)
+        return statement.name, statement.sql, statement.prepare
+    return None, _sent_text(statement.text if isinstance(statement, TextClause) else statement), None
 
 
 @lru_cache(maxsize=2048)
@@ -250,14 +256,14 @@ def run(
 ) -> Any:
     """Execute one statement in ``conn``'s transaction (beginning it as SQLAlchemy would); returns a
     ``Result``. The same path whatever listens (tracing, metrics, tests)."""
-    name, sql = _named(statement)
+    name, sql, prepare = _named(statement)
     if not conn.in_transaction():
         conn.begin()  # what SQLAlchemy's autobegin does at a connection's first statement
     cur = _cursor(conn, _CURSOR)
     args = dict(params or {})
     span = _observe(name, sql, args)
     try:
-        cur.execute(sql, args)
+        cur.execute(sql, args, prepare=prepare)
         if cur.pgresult is not None and cur.pgresult.nfields:
             make = _row_maker(sql, cur)
             rows = [make(t) for t in cur.fetchall()]

@@ -227,13 +227,13 @@ _SUBSCRIPTION_UPDATE = query(
     ),
 )
 _SUBSCRIPTION_ENABLE = query(
-    "subscription_enable",
+    "subscription_enable_by_person",
     _UPDATE.format(
         sets="enabled = true, disabled_reason = NULL, consecutive_failures = 0, created_by = CAST(:by AS text)"
     ),
 )
 _SUBSCRIPTION_DISABLE = query(
-    "subscription_disable",
+    "subscription_disable_by_person",
     _UPDATE.format(sets="enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"),
 )
 _SUBSCRIPTION_ROTATE = query(
