@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Row
 
 from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
-from app.engine.store import MISSING, jparse, lock_instance_and_task
+from app.engine.store import MISSING, jparse, lock_instance_and_task, lock_with_task
 from app.engine.transitions import task_moves
 from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import IdempotencyConflict, NotFound, StateConflict
@@ -24,6 +24,7 @@ __all__ = ["retry_delay_seconds"]
 
 # A result's task columns, and its deadline in seconds from the transaction's now() (``work.watch_covers``).
 _RESULT_COLS = _TASK_COLS + ", EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS deadline_in"
+_LOCK_WITH_TASK = lock_with_task(_RESULT_COLS)  # the instance and the task, locked in one statement
 
 
 @overload
@@ -131,7 +132,7 @@ def _locked_for_result(
     caller's queues, an old epoch or a settled task without changing anything."""
     if not is_hex32(task_id):
         raise NotFound("task not found")
-    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _RESULT_COLS)
+    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _LOCK_WITH_TASK)
     task = _task_of(row)
     if queue_ok is not None and not queue_ok(task["queue"]):
         raise NotFound("not found")
