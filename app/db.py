@@ -6,7 +6,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -23,7 +22,6 @@ from app.settings import (
     get_settings,
     normalize_database_url,
 )
-from app.sql import query, run, server_not_writable
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +162,26 @@ def _ping_on_checkout(engine: Engine) -> None:
 # before it, the web answers 503 UNAVAILABLE with Retry-After (web/errors.py), and the next checkout
 # connects to the new primary. A 25006 of a transaction declared READ ONLY by the code itself (a bug)
 # stays an error.
-# (app.sql.server_not_writable tells such errors apart.)
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})  # admin / crash shutdown, cannot connect now
+_READ_ONLY_TRANSACTION = "25006"
+
+
+def server_not_writable(exc: BaseException, dbapi_conn: Any) -> bool:
+    """Whether the database error ``exc`` on ``dbapi_conn`` (a psycopg connection, or None) means the
+    server is going away or no longer accepts writes (a failover), not a fault of the statement."""
+    state = getattr(exc, "sqlstate", None)
+    if state in _SERVER_GONE:
+        return True
+    if state != _READ_ONLY_TRANSACTION:
+        return False
+    pgconn = getattr(dbapi_conn, "pgconn", None)
+    if pgconn is None:
+        return True  # no session to ask: treat it as the server's state, the safer reading
+    reported = {
+        name: (pgconn.parameter_status(name.encode()) or b"").decode()
+        for name in ("in_hot_standby", "default_transaction_read_only")
+    }
+    return "on" in reported.values()
 
 
 def _drop_on_failover(engine: Engine) -> None:
@@ -267,27 +284,3 @@ def transaction(engine: Engine | None = None) -> Iterator[Connection]:
             _drop_transaction_state(conn)
             raise
         _run_hooks(conn)
-
-
-_DB_NOW = query(
-    "db_now",
-    "SELECT now()",
-)
-
-
-# A statement time limit for the rest of the transaction (or until a rollback to the savepoint it was set
-# in), as ``SET LOCAL statement_timeout`` but a statement with a parameter: ``:ms`` in milliseconds, text
-STATEMENT_TIMEOUT_LOCAL = query(
-    "db_statement_timeout_local",
-    "SELECT set_config('statement_timeout', CAST(:ms AS text), true)",
-)
-
-
-def local_statement_timeout(conn: Connection, ms: int) -> None:
-    """Statements of ``conn``'s transaction from now on are cancelled after ``ms`` milliseconds."""
-    run(conn, STATEMENT_TIMEOUT_LOCAL, {"ms": str(int(ms))})
-
-
-def db_now(conn: Connection) -> datetime:
-    """Database time: every due/lease/deadline decision uses it (L-CLAIM-6)."""
-    return run(conn, _DB_NOW).scalar_one()

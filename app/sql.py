@@ -36,7 +36,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, TextClause, event
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 
-from app.observability import tracing
+from app.db import server_not_writable
 from app.settings import OTEL_DB_SPANS
 from app.sql_text import compact_sql, pyformat
 
@@ -240,14 +240,32 @@ def _sent_text(text_: str) -> str:
     return pyformat(compact_sql(text_))
 
 
+# How a statement is traced, when tracing is on: (start(name, text) -> span, end(span, error or None)),
+# installed by ``app.observability.tracing`` (which imports this module, not the other way round).
+StartSpan = Callable[[str, str], Any]
+EndSpan = Callable[[Any, BaseException | None], None]
+_spans: tuple[StartSpan, EndSpan] | None = None
+
+
+def trace_statements(spans: tuple[StartSpan, EndSpan] | None) -> None:
+    """Trace every statement with ``spans`` from now on (None: no more)."""
+    global _spans
+    _spans = spans
+
+
+def _end_span(span: Any, error: BaseException | None) -> None:
+    if span is not None and _spans is not None:
+        _spans[1](span, error)
+
+
 def _observe(name: str | None, sql: str, params: Mapping[str, Any] | None) -> Any:
     """Before an execution: the observers, the log line, and the statement's span (or None)."""
     for observer in OBSERVERS:
         observer(name, sql, params or {})
     if log.isEnabledFor(logging.DEBUG):
         log.debug("sql %s", name or "(unnamed)")
-    if tracing.ENABLED and OTEL_DB_SPANS.get():
-        return tracing.db_span(name or sql.split(None, 1)[0].upper(), sql)
+    if _spans is not None and OTEL_DB_SPANS.get():
+        return _spans[0](name or sql.split(None, 1)[0].upper(), sql)
     return None
 
 
@@ -270,11 +288,9 @@ def run(
         else:
             rows = []
     except psycopg.Error as exc:
-        if span is not None:
-            tracing.end_db_span(span, exc)
+        _end_span(span, exc)
         raise sqlalchemy_error(conn, exc, sql if name is None else f"{name}: {sql}", args, cur) from exc
-    if span is not None:
-        tracing.end_db_span(span, None)
+    _end_span(span, None)
     return Result(rows, cur.rowcount)
 
 
@@ -287,34 +303,10 @@ def run_raw(
     try:
         cur.execute(statement.sql, params, prepare=prepare)
     except psycopg.Error as exc:
-        if span is not None:
-            tracing.end_db_span(span, exc)
+        _end_span(span, exc)
         raise
-    if span is not None:
-        tracing.end_db_span(span, None)
+    _end_span(span, None)
     return cur
-
-
-_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})  # admin / crash shutdown, cannot connect now
-_READ_ONLY_TRANSACTION = "25006"
-
-
-def server_not_writable(exc: BaseException, dbapi_conn: Any) -> bool:
-    """Whether the database error ``exc`` on ``dbapi_conn`` (a psycopg connection, or None) means the
-    server is going away or no longer accepts writes (a failover), not a fault of the statement."""
-    state = getattr(exc, "sqlstate", None)
-    if state in _SERVER_GONE:
-        return True
-    if state != _READ_ONLY_TRANSACTION:
-        return False
-    pgconn = getattr(dbapi_conn, "pgconn", None)
-    if pgconn is None:
-        return True  # no session to ask: treat it as the server's state, the safer reading
-    reported = {
-        name: (pgconn.parameter_status(name.encode()) or b"").decode()
-        for name in ("in_hot_standby", "default_transaction_read_only")
-    }
-    return "on" in reported.values()
 
 
 def sqlalchemy_error(
@@ -325,7 +317,7 @@ def sqlalchemy_error(
     so the pool replaces it."""
     driver = conn.connection.dbapi_connection
     # SQLAlchemy types a driver's error as its DBAPI protocol's; psycopg's is one. A server that no longer
-    # takes writes (a failover) counts as broken too (server_not_writable, as app.db's engine hook)
+    # takes writes (a failover) counts as broken too (app.db.server_not_writable, as the engine's hook)
     broken = bool(driver is not None and conn.dialect.is_disconnect(cast(Any, exc), driver, cur))
     broken = broken or server_not_writable(exc, driver)
     if broken and not conn.invalidated:

@@ -16,7 +16,7 @@ import psycopg
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from app.db import local_statement_timeout
+from app.db_time import local_statement_timeout
 from app.engine.store import read_instance
 from app.errors import NotFound
 from app.ids import is_hex32

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app import db
+from app import db_time
 from app.engine import stopping, views
 from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
@@ -296,4 +296,4 @@ def spans(conn: Connection, instance_id: str, limit: int = MAX_SPANS) -> dict[st
 
 
 def db_now(conn: Connection) -> datetime:
-    return db.db_now(conn)
+    return db_time.db_now(conn)

@@ -29,7 +29,7 @@ from sqlalchemy import Connection
 from app import audit, jsonx
 from app import cursor as cursors
 from app.auth import Principal
-from app.db import db_now
+from app.db_time import db_now
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.store import jparse

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app import jsonx
-from app.db import db_now
+from app.db_time import db_now
 from app.errors import InvalidArgument, NotFound
 from app.ledger.models import JOB_STATUS_TYPE, JOB_STATUSES, JOB_TYPE_TYPE, JOB_TYPES, trace_match_sql
 from app.ledger.status import runtime_status

@@ -17,7 +17,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Connection
 
-from app.db import get_engine, local_statement_timeout
+from app.db import get_engine
+from app.db_time import local_statement_timeout
 from app.settings import METRICS_LEDGER_TTL
 from app.sql import query, run
 

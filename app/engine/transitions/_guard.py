@@ -27,9 +27,7 @@ def states(values: Iterable[str]) -> list[str]:
     return sorted(str(v) for v in values)
 
 
-def one(
-    conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: Query, params: dict
-) -> Row:
+def one(conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: Query, params: dict) -> Row:
     """Execute ``sql`` (which must end in ``RETURNING``) and return its single row, or raise."""
     row = run(conn, sql, params).first()
     if row is None:
