@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import auth, jsonx
 from app import cursor as cursors
@@ -18,16 +18,17 @@ from app.auth import IssuedCredential, Principal
 from app.errors import NotFound, PermissionDenied, Unauthenticated
 from app.ids import new_id
 from app.observability.logs import redact_url_fields
-from app.sql import run
+from app.sql import query, run
 
-_INSERT = text(
+_INSERT = query(
+    "audit_insert",
     """
 INSERT INTO operation_audit (id, namespace_id, actor_id, actor_name, action, target_type, target_id,
     workflow_id, operation_id, reason, evidence_ref, request_id, before, after)
 VALUES (:id, :ns, :actor, :actor_name, :action, :target_type, :target_id, :workflow_id, :operation_id,
     :reason, :evidence_ref, :request_id, CAST(:before AS jsonb), CAST(:after AS jsonb))
 RETURNING created_at
-"""
+""",
 )
 
 COLUMNS = """id, namespace_id, actor_id, actor_name, action, target_type, target_id, workflow_id,
@@ -138,9 +139,10 @@ def revoke_credential(conn: Connection, credential_id: str, *, actor_name: str) 
     return row
 
 
-_ISSUER = text(
+_ISSUER = query(
+    "credential_issuer_read",
     "SELECT EXTRACT(EPOCH FROM c.expires_at - now()) AS left_seconds FROM credentials c "
-    f"WHERE c.id = :id AND {auth.LIVE_CREDENTIAL} FOR SHARE"
+    f"WHERE c.id = :id AND {auth.LIVE_CREDENTIAL} FOR SHARE",
 )
 
 
@@ -195,10 +197,12 @@ def issue_credential_as(
     return issued
 
 
-_IN_NAMESPACE = text(
-    "SELECT name, scopes, queues, platform FROM credentials WHERE id = :id AND namespace_id = :ns"
+_IN_NAMESPACE = query(
+    "credential_in_namespace",
+    "SELECT name, scopes, queues, platform FROM credentials WHERE id = :id AND namespace_id = :ns",
 )
-_PAGE = text(
+_PAGE = query(
+    "audit_credentials_page",
     """
 SELECT c.id, c.name, c.token_prefix, c.scopes, c.queues, c.platform, c.created_at, c.expires_at, c.revoked_at
 FROM credentials c
@@ -206,7 +210,7 @@ WHERE c.namespace_id = :ns AND (CAST(:id AS text) IS NULL OR c.id = :id)
   AND (CAST(:c_created AS timestamptz) IS NULL OR (c.created_at, c.id) > (:c_created, :c_id))
 ORDER BY c.created_at, c.id
 LIMIT :limit
-"""
+""",
 )
 
 
@@ -288,11 +292,17 @@ def _row(r: Any) -> dict[str, Any]:
     return d
 
 
+_AUDIT_ENTRY_READ = query(
+    "audit_entry_read",
+    f"SELECT {COLUMNS} FROM {_READ_FROM} WHERE namespace_id = :ns AND id = :id "
+    "AND (batch_id IS NULL OR batch_id = :batch)",
+)
+
+
 def get(conn: Connection, namespace_id: str, audit_id: str) -> dict[str, Any] | None:
     r = run(
         conn,
-        f"SELECT {COLUMNS} FROM {_READ_FROM} WHERE namespace_id = :ns AND id = :id "
-        "AND (batch_id IS NULL OR batch_id = :batch)",
+        _AUDIT_ENTRY_READ,
         {"ns": namespace_id, "id": audit_id, "batch": audit_id[:29] + "000"},
     ).first()
     return _row(r) if r else None
@@ -302,6 +312,23 @@ def get(conn: Connection, namespace_id: str, audit_id: str) -> dict[str, Any] | 
 class Page:
     items: list[dict[str, Any]]
     next_cursor: str | None
+
+
+_AUDIT_ENTRIES_PAGE = query(
+    "audit_entries_page",
+    f"""
+SELECT {COLUMNS} FROM {_READ_FROM}
+WHERE namespace_id = :ns
+  AND (CAST(:wf AS text) IS NULL OR workflow_id = :wf)
+  AND (CAST(:tt AS text) IS NULL OR target_type = :tt)
+  AND (CAST(:ti AS text) IS NULL OR target_id = :ti)
+  AND (CAST(:a AS text) IS NULL OR action = :a)
+  AND (CAST(:xt AS text) IS NULL OR target_type <> :xt)
+  AND (CAST(:at AS timestamptz) IS NULL OR (created_at, id) < (CAST(:at AS timestamptz), :aid))
+ORDER BY created_at DESC, id DESC
+LIMIT :lim
+""",
+)
 
 
 def list_entries(
@@ -335,18 +362,7 @@ def list_entries(
         after = (pos["t"], pos["i"])
     rows = run(
         conn,
-        f"""
-SELECT {COLUMNS} FROM {_READ_FROM}
-WHERE namespace_id = :ns
-  AND (CAST(:wf AS text) IS NULL OR workflow_id = :wf)
-  AND (CAST(:tt AS text) IS NULL OR target_type = :tt)
-  AND (CAST(:ti AS text) IS NULL OR target_id = :ti)
-  AND (CAST(:a AS text) IS NULL OR action = :a)
-  AND (CAST(:xt AS text) IS NULL OR target_type <> :xt)
-  AND (CAST(:at AS timestamptz) IS NULL OR (created_at, id) < (CAST(:at AS timestamptz), :aid))
-ORDER BY created_at DESC, id DESC
-LIMIT :lim
-""",
+        _AUDIT_ENTRIES_PAGE,
         {
             "ns": namespace_id,
             "wf": workflow_id,

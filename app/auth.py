@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.errors import InvalidArgument, NotFound
 from app.ids import new_id
 from app.principal_cache import CACHE_SECONDS, PrincipalCache
-from app.sql import run
+from app.sql import query, run
 
 
 class Scope:
@@ -212,6 +212,18 @@ def scopes_from_switches(**switches: bool) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
+_NAMESPACE_INSERT = query(
+    "namespace_insert",
+    "INSERT INTO namespaces (id, name) VALUES (:id, :name) ON CONFLICT (name) DO NOTHING RETURNING id",
+)
+
+
+_NAMESPACE_ID_BY_NAME = query(
+    "namespace_id_by_name",
+    "SELECT id FROM namespaces WHERE name = :name",
+)
+
+
 def ensure_namespace(conn: Connection, name: str) -> str:
     """Return the id of namespace ``name``, creating it if missing (race-safe)."""
     if not NAME_RE.fullmatch(name):
@@ -220,12 +232,24 @@ def ensure_namespace(conn: Connection, name: str) -> str:
         )
     row = run(
         conn,
-        "INSERT INTO namespaces (id, name) VALUES (:id, :name) ON CONFLICT (name) DO NOTHING RETURNING id",
+        _NAMESPACE_INSERT,
         {"id": new_id(), "name": name},
     ).first()
     if row:
         return row.id
-    return run(conn, "SELECT id FROM namespaces WHERE name = :name", {"name": name}).scalar_one()
+    return run(conn, _NAMESPACE_ID_BY_NAME, {"name": name}).scalar_one()
+
+
+_CREDENTIAL_INSERT = query(
+    "credential_insert",
+    """
+INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues, platform, expires_at)
+VALUES (:id, :ns, :name, :hash, :prefix, CAST(:scopes AS text[]), CAST(:queues AS text[]), :platform,
+        now() + make_interval(secs => CAST(:expires_in AS double precision)))
+ON CONFLICT (namespace_id, name) WHERE revoked_at IS NULL DO NOTHING
+RETURNING created_at, expires_at
+""",
+)
 
 
 def create_credential(
@@ -255,13 +279,7 @@ def create_credential(
     cred_id = new_id()
     row = run(
         conn,
-        """
-INSERT INTO credentials (id, namespace_id, name, token_hash, token_prefix, scopes, queues, platform, expires_at)
-VALUES (:id, :ns, :name, :hash, :prefix, CAST(:scopes AS text[]), CAST(:queues AS text[]), :platform,
-        now() + make_interval(secs => CAST(:expires_in AS double precision)))
-ON CONFLICT (namespace_id, name) WHERE revoked_at IS NULL DO NOTHING
-RETURNING created_at, expires_at
-""",
+        _CREDENTIAL_INSERT,
         {
             "id": cred_id,
             "ns": namespace_id,
@@ -300,12 +318,16 @@ LIVE_CREDENTIAL = "c.revoked_at IS NULL AND (c.expires_at IS NULL OR c.expires_a
 _FROM_LIVE = f"""
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
 WHERE {LIVE_CREDENTIAL} AND """
-_ACTING = text(f"SELECT {PRINCIPAL_COLUMNS}" + _FROM_LIVE + "c.id = :id")
+_ACTING = query(
+    "credential_acting",
+    f"SELECT {PRINCIPAL_COLUMNS}" + _FROM_LIVE + "c.id = :id",
+)
 
 # A credential that expires within CACHE_SECONDS is never kept (``lasting``: database time).
-_AUTH = text(
+_AUTH = query(
+    "credential_authenticate",
     f"SELECT {PRINCIPAL_COLUMNS}, (c.expires_at IS NULL OR c.expires_at > now() + interval '{CACHE_SECONDS} "
-    "seconds') AS lasting" + _FROM_LIVE + "c.token_hash = :hash"
+    "seconds') AS lasting" + _FROM_LIVE + "c.token_hash = :hash",
 )
 
 
@@ -392,19 +414,34 @@ def authority_problem(
     return None
 
 
-def list_credentials(conn: Connection, namespace: str | None = None) -> list[dict]:
-    rows = run(
-        conn,
-        """
+_CREDENTIALS_LIST = query(
+    "credentials_list",
+    """
 SELECT c.id, c.name, n.name AS namespace, c.namespace_id, c.token_prefix, c.scopes, c.queues,
        c.created_at, c.revoked_at, c.platform, c.expires_at
 FROM credentials c JOIN namespaces n ON n.id = c.namespace_id
 WHERE (CAST(:ns AS text) IS NULL OR n.name = :ns)
 ORDER BY n.name, c.created_at, c.id
 """,
+)
+
+
+def list_credentials(conn: Connection, namespace: str | None = None) -> list[dict]:
+    rows = run(
+        conn,
+        _CREDENTIALS_LIST,
         {"ns": namespace},
     )
     return [dict(r._mapping) for r in rows]
+
+
+_CREDENTIAL_REVOKE = query(
+    "credential_revoke",
+    """
+UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = :id
+RETURNING id, name, namespace_id, revoked_at
+""",
+)
 
 
 def revoke_credential(conn: Connection, credential_id: str) -> dict:
@@ -412,10 +449,7 @@ def revoke_credential(conn: Connection, credential_id: str) -> dict:
     process's ``principals`` are emptied now; every web process's, by the notification at commit."""
     row = run(
         conn,
-        """
-UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = :id
-RETURNING id, name, namespace_id, revoked_at
-""",
+        _CREDENTIAL_REVOKE,
         {"id": credential_id},
     ).first()
     if row is None:

@@ -6,12 +6,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 import psycopg
-from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError
 
@@ -285,8 +284,3 @@ def transaction(engine: Engine | None = None) -> Iterator[Connection]:
             _drop_transaction_state(conn)
             raise
         _run_hooks(conn)
-
-
-def db_now(conn: Connection) -> datetime:
-    """Database time: every due/lease/deadline decision uses it (L-CLAIM-6)."""
-    return conn.execute(text("SELECT now()")).scalar_one()

@@ -260,13 +260,19 @@ def on_rows_in(conn: Connection, k: Key, work: Callable[[Connection], T]) -> T:
         raise
 
 
+_IDEMPOTENCY_RECEIPTS_PRUNE = query(
+    "idempotency_receipts_prune",
+    "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "
+    "WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)",
+)
+
+
 def prune(conn: Connection, *, older_than_hours: int = RETENTION_HOURS, limit: int = 1000) -> int:
     """Delete up to ``limit`` receipts older than the retention window (a key may be reused after
     it); the drain calls it every run (so receipts expire and the table stays bounded)."""
     res = run(
         conn,
-        "DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts "
-        "WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)",
+        _IDEMPOTENCY_RECEIPTS_PRUNE,
         {"h": older_than_hours, "n": limit},
     )
     return res.rowcount or 0

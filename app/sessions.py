@@ -17,7 +17,7 @@ import secrets
 from sqlalchemy import Connection
 
 from app.auth import LIVE_CREDENTIAL, PRINCIPAL_COLUMNS, Principal, principal_of
-from app.sql import run
+from app.sql import query, run
 
 SESSION_SECONDS = 8 * 3600
 MAX_PER_CREDENTIAL = 50  # live sessions of one credential (a login past it ends the oldest)
@@ -29,35 +29,56 @@ def _hash(sid: str) -> str:
     return hashlib.sha256(sid.encode("utf-8")).hexdigest()
 
 
+_SESSION_INSERT = query(
+    "session_insert",
+    "INSERT INTO console_sessions (id, credential_id, expires_at) "
+    "VALUES (:id, :cred, now() + make_interval(secs => :secs))",
+)
+
+
+_SESSIONS_PRUNE_CREDENTIAL = query(
+    "sessions_prune_credential",
+    "DELETE FROM console_sessions WHERE id IN (SELECT id FROM console_sessions WHERE credential_id = :cred "
+    "ORDER BY created_at DESC, id OFFSET :keep)",
+)
+
+
+_SESSIONS_PRUNE_EXPIRED = query(
+    "sessions_prune_expired",
+    "DELETE FROM console_sessions WHERE id IN (SELECT id FROM console_sessions WHERE expires_at <= now() "
+    "LIMIT :n)",
+)
+
+
 def start_session(conn: Connection, principal: Principal, *, seconds: int = SESSION_SECONDS) -> str:
     """A new session of ``principal``'s credential; returns the session id for the cookie (shown once)."""
     sid = secrets.token_urlsafe(32)
     run(
         conn,
-        "INSERT INTO console_sessions (id, credential_id, expires_at) "
-        "VALUES (:id, :cred, now() + make_interval(secs => :secs))",
+        _SESSION_INSERT,
         {"id": _hash(sid), "cred": principal.credential_id, "secs": seconds},
     )
     run(
         conn,
-        "DELETE FROM console_sessions WHERE id IN (SELECT id FROM console_sessions WHERE credential_id = :cred "
-        "ORDER BY created_at DESC, id OFFSET :keep)",
+        _SESSIONS_PRUNE_CREDENTIAL,
         {"cred": principal.credential_id, "keep": MAX_PER_CREDENTIAL},
     )
     run(
         conn,
-        "DELETE FROM console_sessions WHERE id IN (SELECT id FROM console_sessions WHERE expires_at <= now() "
-        "LIMIT :n)",
+        _SESSIONS_PRUNE_EXPIRED,
         {"n": PURGE_BATCH},
     )
     return sid
 
 
-_READ = f"""
+_READ = query(
+    "session_read",
+    f"""
 SELECT {PRINCIPAL_COLUMNS}
 FROM console_sessions s JOIN credentials c ON c.id = s.credential_id JOIN namespaces n ON n.id = c.namespace_id
 WHERE s.id = :id AND s.expires_at > now() AND {LIVE_CREDENTIAL}
-"""
+""",
+)
 
 
 def session_principal(conn: Connection, sid: object) -> Principal | None:
@@ -68,8 +89,14 @@ def session_principal(conn: Connection, sid: object) -> Principal | None:
     return principal_of(run(conn, _READ, {"id": _hash(sid)}).first())
 
 
+_SESSION_DELETE = query(
+    "session_delete",
+    "DELETE FROM console_sessions WHERE id = :id",
+)
+
+
 def end_session(conn: Connection, sid: object) -> bool:
     """End a session (logout); True when it was live. Idempotent."""
     if not isinstance(sid, str) or not 0 < len(sid) <= MAX_SID_CHARS:
         return False
-    return run(conn, "DELETE FROM console_sessions WHERE id = :id", {"id": _hash(sid)}).rowcount > 0
+    return run(conn, _SESSION_DELETE, {"id": _hash(sid)}).rowcount > 0

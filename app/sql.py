@@ -26,9 +26,11 @@ statement run, so that it can hold that the hot path runs only named statements
 from __future__ import annotations
 
 import logging
+import re
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar, cast
 
@@ -37,7 +39,6 @@ from sqlalchemy import Connection, Engine, TextClause, event
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 
 from app.db import server_not_writable
-from app.observability import tracing
 from app.settings import OTEL_DB_SPANS
 from app.sql_text import compact_sql, pyformat
 
@@ -49,14 +50,20 @@ B = TypeVar("B", bound="CommitBuffer")
 class Query:
     """One named statement: ``name`` (unique in the program, as River's sqlc names), ``text`` (as
     written, ``:name`` parameters) and ``sql`` (what psycopg is given: comments out, white space folded,
-    ``%(name)s`` placeholders)."""
+    ``%(name)s`` placeholders).
 
-    __slots__ = ("name", "text", "sql")
+    ``planned_each_time``: never prepared, so that PostgreSQL plans each execution with its values: a
+    search whose optional filters are ``(CAST(:x AS t) IS NULL OR col = :x)`` predicates keeps to the index
+    of the filters given (a constant ``NULL IS NULL`` folds away in a plan made with the values; a prepared
+    statement's generic plan, made without them, could not use it)."""
 
-    def __init__(self, name: str, text: str) -> None:
+    __slots__ = ("name", "text", "sql", "prepare")
+
+    def __init__(self, name: str, text: str, *, planned_each_time: bool = False) -> None:
         self.name = name
         self.text = text
         self.sql = pyformat(compact_sql(text))
+        self.prepare: bool | None = False if planned_each_time else None  # None: psycopg's threshold
 
     def __repr__(self) -> str:
         return f"Query({self.name!r})"
@@ -66,7 +73,7 @@ class Query:
 QUERIES: dict[str, Query] = {}
 
 
-def query(name: str, text: str) -> Query:
+def query(name: str, text: str, *, planned_each_time: bool = False) -> Query:
     """The statement ``text`` under ``name``, registered in ``QUERIES``. A name is given once: the same
     name with another text is a programming error."""
     found = QUERIES.get(name)
@@ -74,8 +81,54 @@ def query(name: str, text: str) -> Query:
         if found.text != text:
             raise ValueError(f"two statements are named {name!r}")
         return found
-    q = QUERIES[name] = Query(name, text)
+    q = QUERIES[name] = Query(name, text, planned_each_time=planned_each_time)
     return q
+
+
+class Template:
+    """A maintenance statement whose table names (and DDL's literal bounds) are only known at run time: a
+    history partition's DDL (``app.ledger.partitions``). Written once, in full, under a name, with
+    ``{field}`` places; ``fill`` gives the ``Query`` to run, under the template's name, never prepared
+    (each partition's text is its own). A field takes an identifier (lower-case letters, digits and
+    ``_``) or a ``datetime`` (written as its ISO form): nothing else can reach the text."""
+
+    __slots__ = ("name", "text")
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.text = text
+
+    def fill(self, **fields: str | datetime) -> Query:
+        values: dict[str, str] = {}
+        for key, value in fields.items():
+            if isinstance(value, datetime):
+                values[key] = value.isoformat()
+            elif isinstance(value, str) and _IDENTIFIER.fullmatch(value):
+                values[key] = value
+            else:
+                raise ValueError(f"{self.name}: {key}={value!r} is neither an identifier nor a time")
+        return Query(self.name, self.text.format(**values), planned_each_time=True)
+
+    def __repr__(self) -> str:
+        return f"Template({self.name!r})"
+
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# Every template of the program, by name (its names are not statement names: ``QUERIES`` holds those).
+TEMPLATES: dict[str, Template] = {}
+
+
+def template(name: str, text: str) -> Template:
+    """The maintenance statement ``text`` with ``{field}`` places under ``name`` (see ``Template``)."""
+    found = TEMPLATES.get(name)
+    if found is not None:
+        if found.text != text:
+            raise ValueError(f"two templates are named {name!r}")
+        return found
+    if name in QUERIES:
+        raise ValueError(f"{name!r} names a statement already")
+    t = TEMPLATES[name] = Template(name, text)
+    return t
 
 
 # Told of every statement ``run`` / ``run_raw`` executes, before it is sent: (name or None, the text
@@ -222,11 +275,11 @@ def _cursor(conn: Connection, key: str) -> psycopg.Cursor[Any]:
     return cur
 
 
-def _named(statement: Query | str | TextClause) -> tuple[str | None, str]:
-    """(name, the text psycopg is given) of a statement."""
+def _named(statement: Query | str | TextClause) -> tuple[str | None, str, bool | None]:
+    """(name, the text psycopg is given, whether to prepare it) of a statement."""
     if isinstance(statement, Query):
-        return statement.name, statement.sql
-    return None, _sent_text(statement.text if isinstance(statement, TextClause) else statement)
+        return statement.name, statement.sql, statement.prepare
+    return None, _sent_text(statement.text if isinstance(statement, TextClause) else statement), None
 
 
 @lru_cache(maxsize=2048)
@@ -235,14 +288,32 @@ def _sent_text(text_: str) -> str:
     return pyformat(compact_sql(text_))
 
 
+# How a statement is traced, when tracing is on: (start(name, text) -> span, end(span, error or None)),
+# installed by ``app.observability.tracing`` (which imports this module, not the other way round).
+StartSpan = Callable[[str, str], Any]
+EndSpan = Callable[[Any, BaseException | None], None]
+_spans: tuple[StartSpan, EndSpan] | None = None
+
+
+def trace_statements(spans: tuple[StartSpan, EndSpan] | None) -> None:
+    """Trace every statement with ``spans`` from now on (None: no more)."""
+    global _spans
+    _spans = spans
+
+
+def _end_span(span: Any, error: BaseException | None) -> None:
+    if span is not None and _spans is not None:
+        _spans[1](span, error)
+
+
 def _observe(name: str | None, sql: str, params: Mapping[str, Any] | None) -> Any:
     """Before an execution: the observers, the log line, and the statement's span (or None)."""
     for observer in OBSERVERS:
         observer(name, sql, params or {})
     if log.isEnabledFor(logging.DEBUG):
         log.debug("sql %s", name or "(unnamed)")
-    if tracing.ENABLED and OTEL_DB_SPANS.get():
-        return tracing.db_span(name or sql.split(None, 1)[0].upper(), sql)
+    if _spans is not None and OTEL_DB_SPANS.get():
+        return _spans[0](name or sql.split(None, 1)[0].upper(), sql)
     return None
 
 
@@ -251,25 +322,23 @@ def run(
 ) -> Any:
     """Execute one statement in ``conn``'s transaction (beginning it as SQLAlchemy would); returns a
     ``Result``. The same path whatever listens (tracing, metrics, tests)."""
-    name, sql = _named(statement)
+    name, sql, prepare = _named(statement)
     if not conn.in_transaction():
         conn.begin()  # what SQLAlchemy's autobegin does at a connection's first statement
     cur = _cursor(conn, _CURSOR)
     args = dict(params or {})
     span = _observe(name, sql, args)
     try:
-        cur.execute(sql, args)
+        cur.execute(sql, args, prepare=prepare)
         if cur.pgresult is not None and cur.pgresult.nfields:
             make = _row_maker(sql, cur)
             rows = [make(t) for t in cur.fetchall()]
         else:
             rows = []
     except psycopg.Error as exc:
-        if span is not None:
-            tracing.end_db_span(span, exc)
+        _end_span(span, exc)
         raise sqlalchemy_error(conn, exc, sql if name is None else f"{name}: {sql}", args, cur) from exc
-    if span is not None:
-        tracing.end_db_span(span, None)
+    _end_span(span, None)
     return Result(rows, cur.rowcount)
 
 
@@ -282,11 +351,9 @@ def run_raw(
     try:
         cur.execute(statement.sql, params, prepare=prepare)
     except psycopg.Error as exc:
-        if span is not None:
-            tracing.end_db_span(span, exc)
+        _end_span(span, exc)
         raise
-    if span is not None:
-        tracing.end_db_span(span, None)
+    _end_span(span, None)
     return cur
 
 

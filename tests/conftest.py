@@ -19,6 +19,8 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 ROOT = Path(__file__).resolve().parent.parent
+# every statement the domain sends is named (tests/sql_names.py: fails the test that sent one that is not)
+pytest_plugins = ["tests.sql_names"]
 _SESSION = uuid.uuid4().hex[:10]
 TEST_DB = f"lf_test_{_SESSION}"
 LEDGER_TABLES = (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import redis
 from flask import Blueprint, jsonify
-from sqlalchemy import text
 
 from app.db import get_engine
+from app.sql import query, run
 from web.auth import public
 from web.meta import doc
 from web.ratelimit import redis_client
@@ -21,6 +21,12 @@ def healthz():
     return jsonify({"status": "ok"})
 
 
+_HEALTH_PING = query(
+    "health_ping",
+    "SELECT 1",
+)
+
+
 @bp.get("/readyz")
 @public
 @doc(summary="PostgreSQL reachable (Redis reported)", tags=["health"], errors=(503,))
@@ -28,7 +34,7 @@ def readyz():
     body: dict[str, object] = {}
     try:
         with get_engine().connect() as conn:
-            conn.execute(text("SELECT 1"))
+            run(conn, _HEALTH_PING)
         body["postgres"] = "ok"
     except Exception:
         body["postgres"] = "unreachable"

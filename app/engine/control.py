@@ -29,7 +29,7 @@ from app.engine.store import lock_instance, read_instance
 from app.engine.transitions import instance_moves, task_moves
 from app.errors import StateConflict
 from app.ledger.suspend import resume_jobs, suspend_jobs
-from app.sql import run
+from app.sql import Query, query, run
 
 OPERATIONS = ("PAUSE", "RESUME", "CANCEL")
 
@@ -70,28 +70,43 @@ def resume(conn: Connection, inst: dict) -> None:
         advance.settle_progress(conn, inst["id"])  # activations held back by the pause start now
 
 
-_SYNC = [
+_SYNC: list[Query] = [
     # timer / signal-timeout waits follow their delay_wake job
-    """UPDATE workflow_waits w SET deadline_at = j.run_at FROM workflow_jobs j
+    query(
+        "resume_waits_follow_wakes",
+        """UPDATE workflow_waits w SET deadline_at = j.run_at FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' IN ('timer', 'signal_timeout')
          AND w.activation_id = j.payload->>'activation_id' AND w.state = 'WAITING'""",
-    """UPDATE workflow_steps s SET poll_next_at = j.run_at FROM workflow_jobs j
+    ),
+    query(
+        "resume_polls_follow_wakes",
+        """UPDATE workflow_steps s SET poll_next_at = j.run_at FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'poll'
          AND s.activation_id = j.payload->>'activation_id' AND s.poll_next_at IS NOT NULL""",
-    """UPDATE workflow_signals s SET expires_at = j.run_at, updated_at = now() FROM workflow_jobs j
+    ),
+    query(
+        "resume_signal_expiry_follow_wakes",
+        """UPDATE workflow_signals s SET expires_at = j.run_at, updated_at = now() FROM workflow_jobs j
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'signal_expiry'
          AND s.id = j.payload->>'signal_id' AND s.state = 'PENDING'""",
+    ),
     # the instance's watch: due at the earlier of the workflow deadline, never extended by a pause
     # (W-CTL-2), and its open tasks' deadlines, moved on by the pause (``postpone_deadlines``, before)
-    f"""UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
+    query(
+        "resume_watch_follow_tasks",
+        f"""UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
        FROM workflow_instances i CROSS JOIN LATERAL (SELECT {work.WATCH_DUE_SQL} AS due) d
        WHERE j.id = ANY(:ids) AND j.type = 'task_timeout' AND j.task_id IS NULL
          AND j.payload->>'task_id' IS NULL AND i.id = j.instance_id AND j.status = 'pending'
          AND d.due IS NOT NULL AND j.run_at <> d.due""",
+    ),
     # a deadline job enqueued before the watch (a delay_wake with wake 'deadline'): never extended either
-    """UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, i.deadline_at) FROM workflow_instances i
+    query(
+        "resume_deadline_wakes_cap",
+        """UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, i.deadline_at) FROM workflow_instances i
        WHERE j.id = ANY(:ids) AND j.type = 'delay_wake' AND j.payload->>'wake' = 'deadline'
          AND i.id = j.instance_id AND j.status = 'pending'""",
+    ),
 ]
 
 

@@ -16,9 +16,15 @@ from app.engine.documents import VERSION_RE, validate_document
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$")
+
+
+_DEFINITION_INSERT = query(
+    "definition_insert",
+    "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, :ns, :n, :d)",
+)
 
 
 def create_definition(conn: Connection, namespace_id: str, name: Any, description: Any = None) -> dict:
@@ -36,8 +42,7 @@ def create_definition(conn: Connection, namespace_id: str, name: Any, descriptio
         try:
             run(
                 conn,
-                "INSERT INTO workflow_definitions (id, namespace_id, name, description) VALUES (:id, "
-                ":ns, :n, :d)",
+                _DEFINITION_INSERT,
                 {"id": def_id, "ns": namespace_id, "n": name, "d": description},
             )
         except IntegrityError:
@@ -56,20 +61,32 @@ def definition_not_found(definition_id: str) -> NotFound:
     )
 
 
+_DEFINITION_READ = query(
+    "definition_read",
+    "SELECT * FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
+)
+
+
+_DEFINITION_VERSIONS_READ = query(
+    "definition_versions_read",
+    "SELECT id, version, queues, created_at FROM workflow_definition_versions "
+    "WHERE definition_id = :id ORDER BY created_at, id",
+)
+
+
 def get_definition(conn: Connection, namespace_id: str, definition_id: str) -> dict:
     if not is_hex32(definition_id):
         raise definition_not_found(definition_id)
     row = run(
         conn,
-        "SELECT * FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
+        _DEFINITION_READ,
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if row is None:
         raise definition_not_found(definition_id)
     versions = run(
         conn,
-        "SELECT id, version, queues, created_at FROM workflow_definition_versions "
-        "WHERE definition_id = :id ORDER BY created_at, id",
+        _DEFINITION_VERSIONS_READ,
         {"id": definition_id},
     ).all()
     out = {
@@ -88,11 +105,45 @@ def get_definition(conn: Connection, namespace_id: str, definition_id: str) -> d
     return out
 
 
+_DEFINITION_LOCK = query(
+    "definition_lock",
+    "SELECT id FROM workflow_definitions WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+)
+
+
+_DEFINITION_VERSION_BY_DOCUMENT = query(
+    "definition_version_by_document",
+    "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = "
+    "v.definition_id "
+    "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
+)
+
+
+_DEFINITION_VERSION_EXISTS = query(
+    "definition_version_exists",
+    "SELECT 1 FROM workflow_definition_versions WHERE definition_id = :d AND version = :v",
+)
+
+
+_DEFINITION_VERSION_INSERT = query(
+    "definition_version_insert",
+    "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, "
+    "queues) "
+    "VALUES (:id, :d, :ns, :v, CAST(:doc AS jsonb), CAST(:q AS text[]))",
+)
+
+
+_DEFINITION_TOUCH = query(
+    "definition_touch",
+    "UPDATE workflow_definitions SET updated_at = now() WHERE id = :id",
+)
+
+
 def publish_version(conn: Connection, namespace_id: str, definition_id: str, document: Any) -> dict:
     """Validate the whole graph, check SUBWORKFLOW targets exist, store an immutable version."""
     run(
         conn,
-        "SELECT id FROM workflow_definitions WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+        _DEFINITION_LOCK,
         {"id": definition_id, "ns": namespace_id},
     )
     get_definition(conn, namespace_id, definition_id)
@@ -105,9 +156,7 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             continue
         target = run(
             conn,
-            "SELECT v.id FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = "
-            "v.definition_id "
-            "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
+            _DEFINITION_VERSION_BY_DOCUMENT,
             {"d": st["definition_id"], "ns": namespace_id, "v": st["version"]},
         ).first()
         if target is None:
@@ -118,7 +167,7 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
         raise InvalidArgument(errors=errors)
     exists = run(
         conn,
-        "SELECT 1 FROM workflow_definition_versions WHERE definition_id = :d AND version = :v",
+        _DEFINITION_VERSION_EXISTS,
         {"d": definition_id, "v": doc["version"]},
     ).first()
     if exists:
@@ -126,9 +175,7 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
     vid = new_id()
     run(
         conn,
-        "INSERT INTO workflow_definition_versions (id, definition_id, namespace_id, version, document, "
-        "queues) "
-        "VALUES (:id, :d, :ns, :v, CAST(:doc AS jsonb), CAST(:q AS text[]))",
+        _DEFINITION_VERSION_INSERT,
         {
             "id": vid,
             "d": definition_id,
@@ -138,8 +185,20 @@ def publish_version(conn: Connection, namespace_id: str, definition_id: str, doc
             "q": queues,
         },
     )
-    run(conn, "UPDATE workflow_definitions SET updated_at = now() WHERE id = :id", {"id": definition_id})
+    run(conn, _DEFINITION_TOUCH, {"id": definition_id})
     return get_version(conn, namespace_id, definition_id, doc["version"])
+
+
+_DEFINITION_EXISTS = query(
+    "definition_exists",
+    "SELECT 1 FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
+)
+
+
+_DEFINITION_VERSIONS_NAMES = query(
+    "definition_versions_names",
+    "SELECT version FROM workflow_definition_versions WHERE definition_id = :d ORDER BY created_at, id",
+)
 
 
 def version_not_found(conn: Connection, namespace_id: str, definition_id: str, version: str) -> NotFound:
@@ -148,7 +207,7 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
         return definition_not_found(definition_id)
     exists = run(
         conn,
-        "SELECT 1 FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
+        _DEFINITION_EXISTS,
         {"id": definition_id, "ns": namespace_id},
     ).first()
     if exists is None:
@@ -156,8 +215,7 @@ def version_not_found(conn: Connection, namespace_id: str, definition_id: str, v
     published = (
         run(
             conn,
-            "SELECT version FROM workflow_definition_versions WHERE definition_id = :d "
-            "ORDER BY created_at, id",
+            _DEFINITION_VERSIONS_NAMES,
             {"d": definition_id},
         )
         .scalars()
@@ -182,6 +240,14 @@ _versions: LRUCache[tuple[str, str, str], tuple] = LRUCache(
 _versions_lock = threading.Lock()  # cachetools' caches are not thread-safe
 
 
+_DEFINITION_VERSION_LOAD = query(
+    "definition_version_load",
+    "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
+    "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
+    "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
+)
+
+
 def load_version(conn: Connection, namespace_id: str, definition_id: str, version: str) -> dict:
     if not VERSION_RE.fullmatch(version):
         raise version_not_found(conn, namespace_id, definition_id, version)
@@ -191,9 +257,7 @@ def load_version(conn: Connection, namespace_id: str, definition_id: str, versio
     if row is None:
         found = run(
             conn,
-            "SELECT v.id, v.definition_id, v.version, v.document::text AS document, v.queues, v.created_at "
-            "FROM workflow_definition_versions v JOIN workflow_definitions d ON d.id = v.definition_id "
-            "WHERE d.id = :d AND d.namespace_id = :ns AND v.version = :v",
+            _DEFINITION_VERSION_LOAD,
             {"d": definition_id, "ns": namespace_id, "v": version},
         ).first()
         if found is None:
@@ -242,6 +306,37 @@ def get_contract(conn: Connection, namespace_id: str, definition_id: str, versio
     }
 
 
+# a page of a namespace's definitions (or the one of that name), newest first, after the cursor's position
+# if any (a namespace has few definitions: the namespace's unique (namespace_id, name) index serves both)
+_DEFINITIONS_PAGE = query(
+    "definitions_page",
+    """
+SELECT id, created_at FROM workflow_definitions
+WHERE namespace_id = :ns AND (CAST(:name AS text) IS NULL OR name = :name)
+  AND (CAST(:c_created AS timestamptz) IS NULL OR (created_at, id) < (:c_created, :c_id))
+ORDER BY created_at DESC, id DESC LIMIT :limit
+""",
+)
+_VERSIONS_PAGE = query(
+    "definition_versions_page",
+    """
+SELECT id, version, queues, created_at, document->>'description' AS description
+FROM workflow_definition_versions
+WHERE definition_id = :d
+  AND (CAST(:c_created AS timestamptz) IS NULL OR (created_at, id) < (:c_created, :c_id))
+ORDER BY created_at DESC, id DESC LIMIT :limit
+""",
+)
+
+
+def _after(cursor: str | None, binding: dict[str, Any]) -> dict[str, Any]:
+    """The page's position (``c_created``, ``c_id``): the cursor's, or none (the first page)."""
+    if cursor is None:
+        return {"c_created": None, "c_id": None}
+    pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
+    return {"c_created": pos["c"], "c_id": pos["i"]}
+
+
 def list_definitions(
     conn: Connection, namespace_id: str, name: str | None, limit: int, cursor: str | None
 ) -> dict:
@@ -249,23 +344,10 @@ def list_definitions(
     ``next_cursor`` is bound to the namespace, this list and the filter."""
     if name is not None and (not NAME_RE.match(name) or name != name.strip()):
         raise InvalidArgument("1-128 characters (letters, digits, space _ . : -)", field="name")
-    where = ["namespace_id = :ns"]
-    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1}
-    if name is not None:
-        where.append("name = :name")
-        params["name"] = name
+    params: dict[str, Any] = {"ns": namespace_id, "limit": limit + 1, "name": name}
     binding = {"ns": namespace_id, "list": "definitions", "name": name}
-    if cursor is not None:
-        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=pos["c"], c_id=pos["i"])
-    rows = run(
-        conn,
-        "SELECT id, created_at FROM workflow_definitions WHERE "
-        + " AND ".join(where)
-        + " ORDER BY created_at DESC, id DESC LIMIT :limit",
-        params,
-    ).all()
+    params.update(_after(cursor, binding))
+    rows = run(conn, _DEFINITIONS_PAGE, params).all()
     out: dict[str, Any] = {"items": [get_definition(conn, namespace_id, r.id) for r in rows[:limit]]}
     if len(rows) > limit:
         last = rows[limit - 1]
@@ -278,21 +360,10 @@ def list_versions(
 ) -> dict:
     """A definition's published versions (without their documents), newest first."""
     get_definition(conn, namespace_id, definition_id)  # 404 naming the id
-    where = ["definition_id = :d"]
     params: dict[str, Any] = {"d": definition_id, "limit": limit + 1}
     binding = {"ns": namespace_id, "list": "definition_versions", "definition": definition_id}
-    if cursor is not None:
-        pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=pos["c"], c_id=pos["i"])
-    rows = run(
-        conn,
-        "SELECT id, version, queues, created_at, document->>'description' AS description "
-        "FROM workflow_definition_versions WHERE "
-        + " AND ".join(where)
-        + " ORDER BY created_at DESC, id DESC LIMIT :limit",
-        params,
-    ).all()
+    params.update(_after(cursor, binding))
+    rows = run(conn, _VERSIONS_PAGE, params).all()
     items = []
     for v in rows[:limit]:
         item = {

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import jsonx
 from app.engine import commit_batch
@@ -33,7 +33,7 @@ from app.engine.commit_batch import CommitBatch, InstanceBatch
 from app.ids import new_id
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url_fields
-from app.sql import run
+from app.sql import query, run
 
 # Every event type, with what moves it (docs/integrations.md lists them for users).
 EVENT_TYPES: dict[str, str] = {
@@ -99,8 +99,9 @@ def listened_sql(namespace_id: str) -> str:
     )
 
 
-_INTEREST = text(
-    f"SELECT i.trace_id, {listened_sql('i.namespace_id')} AS listened FROM workflow_instances i WHERE i.id = :iid"
+_INTEREST = query(
+    "events_interest_read",
+    f"SELECT i.trace_id, {listened_sql('i.namespace_id')} AS listened FROM workflow_instances i WHERE i.id = :iid",
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 MAX_GROUPS = 100
 SAMPLES = 3
@@ -34,8 +34,10 @@ LIMIT :lim
 """
 # every credential of the namespace: counted from the index alone; one limited to some queues: its queues'
 # workflows only (the rows are read)
-_GROUPS = _GROUPS_SQL.format(scope="")
-_GROUPS_SCOPED = _GROUPS_SQL.format(scope="\n      AND queues <@ CAST(:allowed AS text[])")
+_GROUPS = query("failure_groups", _GROUPS_SQL.format(scope=""))
+_GROUPS_SCOPED = query(
+    "failure_groups_scoped", _GROUPS_SQL.format(scope="\n      AND queues <@ CAST(:allowed AS text[])")
+)
 # the newest members of one group: its keys (a NULL step or code as NULL), read backwards along
 # ix_workflow_instances_failed (in review first, then the latest ended), the first few only
 _SAMPLES_SQL = """
@@ -47,11 +49,18 @@ ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
 """
 
 
-def _samples_sql(step: str | None, code: str | None) -> str:
-    return _SAMPLES_SQL.format(
-        step="fail_step IS NULL" if step is None else "fail_step = :step",
-        code="fail_code IS NULL" if code is None else "fail_code = :code",
+# one statement per (step, code) NULL-ness: ``IS NULL`` and ``= :x`` each keep to the index
+_SAMPLES = {
+    (step_null, code_null): query(
+        f"failure_group_samples{'_no_step' if step_null else ''}{'_no_code' if code_null else ''}",
+        _SAMPLES_SQL.format(
+            step="fail_step IS NULL" if step_null else "fail_step = :step",
+            code="fail_code IS NULL" if code_null else "fail_code = :code",
+        ),
     )
+    for step_null in (False, True)
+    for code_null in (False, True)
+}
 
 
 def groups(
@@ -73,7 +82,7 @@ def groups(
     for r in rows:
         samples = run(
             conn,
-            _samples_sql(r.step_key, r.code),
+            _SAMPLES[r.step_key is None, r.code is None],
             {
                 "ns": namespace_id,
                 "def": r.definition_id,

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.ledger.replay import normalized_error_sql
-from app.sql import run
+from app.sql import query, run
 
 MIN_ID_PREFIX = 8
 ID_PREFIX_RE = re.compile(r"^[0-9a-f]{8,32}$")
@@ -25,25 +25,28 @@ ERROR_GROUP_SQL = normalized_error_sql("error->>'message'")
 FILTERS = ("id_prefix", "business_key_prefix", "failed_step", "error_code", "error_group")
 
 
-def conditions(filters: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """The SQL conditions (on ``workflow_instances`` unaliased) of the filters above; adds their parameters."""
-    where: list[str] = []
-    if "id_prefix" in filters:
-        where.append("id LIKE :idp")
-        params["idp"] = filters["id_prefix"].lower() + "%"  # hex: nothing to escape
-    if "business_key_prefix" in filters:
-        where.append("lower(business_key) LIKE :bkp")
-        params["bkp"] = like_prefix(filters["business_key_prefix"].lower())
-    if "failed_step" in filters:
-        where.append("fail_step = :failed_step")
-        params["failed_step"] = filters["failed_step"]
-    if "error_code" in filters:
-        where.append("fail_code = :error_code")
-        params["error_code"] = filters["error_code"]
-    if "error_group" in filters:
-        where.append("fail_group = :error_group")
-        params["error_group"] = filters["error_group"]
-    return where
+# The SQL conditions (on ``workflow_instances`` unaliased) of the filters above, each true when its filter is
+# not given (its parameter NULL); the statements that hold them are planned with their values
+# (``app.sql.Query.planned_each_time``), so a NULL filter's condition folds away and a prefix's ``LIKE``
+# is a range of its index
+CONDITIONS = """(CAST(:idp AS text) IS NULL OR id LIKE :idp)
+  AND (CAST(:bkp AS text) IS NULL OR lower(business_key) LIKE :bkp)
+  AND (CAST(:failed_step AS text) IS NULL OR fail_step = :failed_step)
+  AND (CAST(:error_code AS text) IS NULL OR fail_code = :error_code)
+  AND (CAST(:error_group AS text) IS NULL OR fail_group = :error_group)"""
+
+
+def condition_params(filters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of ``CONDITIONS`` for ``filters`` (NULL: the filter is not given)."""
+    return {
+        "idp": filters["id_prefix"].lower() + "%" if "id_prefix" in filters else None,  # hex: no escapes
+        "bkp": like_prefix(filters["business_key_prefix"].lower())
+        if "business_key_prefix" in filters
+        else None,
+        "failed_step": filters.get("failed_step"),
+        "error_code": filters.get("error_code"),
+        "error_group": filters.get("error_group"),
+    }
 
 
 def like_prefix(value: str) -> str:
@@ -60,6 +63,25 @@ def search_filters(q: str) -> dict[str, str]:
     return {"business_key_prefix": q}
 
 
+_PREFIX_MATCHES = f"""
+SELECT i.id, i.state, i.business_key, n.name AS namespace FROM (
+    SELECT id, state, business_key, namespace_id, created_at FROM workflow_instances
+    WHERE {{namespace}} AND {CONDITIONS}
+    ORDER BY created_at DESC, id DESC LIMIT :n
+) i JOIN namespaces n ON n.id = i.namespace_id
+ORDER BY i.created_at DESC, i.id DESC
+"""
+# an id prefix: in one namespace or (``:ns`` NULL) every one; a business-key prefix: in one namespace
+_BY_ID_PREFIX = query(
+    "instances_by_id_prefix",
+    _PREFIX_MATCHES.format(namespace="(CAST(:ns AS text) IS NULL OR namespace_id = :ns)"),
+    planned_each_time=True,
+)
+_BY_KEY_PREFIX = query(
+    "instances_by_key_prefix", _PREFIX_MATCHES.format(namespace="namespace_id = :ns"), planned_each_time=True
+)
+
+
 def prefix_matches(
     conn: Connection, q: str, namespace_id: str | None, own_namespace: str, limit: int
 ) -> list[dict[str, Any]]:
@@ -68,21 +90,11 @@ def prefix_matches(
     ``namespace_id``, or the caller's own namespace for a platform-wide reader), newest first, at most
     ``limit``: ``{id, state, business_key, namespace}``."""
     filters = search_filters(q)
-    params: dict[str, Any] = {"n": limit}
-    where = conditions(filters, params)
+    params: dict[str, Any] = {"n": limit, **condition_params(filters)}
     if "id_prefix" in filters:
         params["ns"] = namespace_id
-        where.append("(CAST(:ns AS text) IS NULL OR namespace_id = :ns)")
+        rows = run(conn, _BY_ID_PREFIX, params).all()
     else:
         params["ns"] = namespace_id or own_namespace
-        where.append("namespace_id = :ns")
-    rows = run(
-        conn,
-        "SELECT i.id, i.state, i.business_key, n.name AS namespace FROM (SELECT id, state, business_key, "
-        "namespace_id, created_at FROM workflow_instances WHERE "
-        + " AND ".join(where)
-        + " ORDER BY created_at DESC, id DESC LIMIT :n) i JOIN namespaces n ON n.id = i.namespace_id "
-        "ORDER BY i.created_at DESC, i.id DESC",
-        params,
-    ).all()
+        rows = run(conn, _BY_KEY_PREFIX, params).all()
     return [dict(r._mapping) for r in rows]

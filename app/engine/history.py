@@ -17,7 +17,7 @@ from app.engine.task_protocol import task_view
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 
 def _step_id(conn: Connection, inst: dict, key: str) -> str:
@@ -28,13 +28,9 @@ def _step_id(conn: Connection, inst: dict, key: str) -> str:
     return str(step["id"])
 
 
-def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
-    step_id = _step_id(conn, inst, key)
-    binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_activations"}
-    before = cursors.decode(cursor, binding, s=cursors.INT)["s"] if cursor else None
-    rows = run(
-        conn,
-        """
+_HISTORY_ACTIVATIONS = query(
+    "history_activations",
+    """
 SELECT a.id, a.sequence, a.state, a.input::text AS input, a.output::text AS output, a.error::text AS error,
        a.task_attempts, a.child_instance_id, a.activated_at, a.completed_at,
        w.id AS wait_id, w.kind AS wait_kind, w.state AS wait_state, w.deadline_at AS wait_deadline_at,
@@ -43,6 +39,16 @@ FROM workflow_all_activations a LEFT JOIN workflow_waits w ON w.activation_id = 
 WHERE a.step_id = :s AND (CAST(:before AS integer) IS NULL OR a.sequence < :before)
 ORDER BY a.sequence DESC LIMIT :lim
 """,
+)
+
+
+def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
+    step_id = _step_id(conn, inst, key)
+    binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_activations"}
+    before = cursors.decode(cursor, binding, s=cursors.INT)["s"] if cursor else None
+    rows = run(
+        conn,
+        _HISTORY_ACTIVATIONS,
         {"s": step_id, "before": before, "lim": limit + 1},
     ).all()
     items = []
@@ -87,6 +93,17 @@ _TASK_COLS = f"""t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.a
     {traces.COLUMNS}"""
 
 
+_HISTORY_ROUNDS = query(
+    "history_rounds",
+    f"""
+SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id
+WHERE t.step_id = :s AND t.purpose = 'STEP'
+  AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
+ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
+""",
+)
+
+
 def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
     """Every task attempt of the step over all its activations (POLL: with its round number)."""
     step_id = _step_id(conn, inst, key)
@@ -97,12 +114,7 @@ def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | Non
         at, aid = pos["t"], pos["i"]
     rows = run(
         conn,
-        f"""
-SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id
-WHERE t.step_id = :s AND t.purpose = 'STEP'
-  AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
-ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
-""",
+        _HISTORY_ROUNDS,
         {"s": step_id, "at": at, "aid": aid, "lim": limit + 1},
     ).all()
     items = []
@@ -193,6 +205,13 @@ def signal_operations(
     return out
 
 
+_HISTORY_EVENTS_PAGE = query(
+    "history_events_page",
+    "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "
+    "WHERE instance_id = :i AND seq > :after ORDER BY seq LIMIT :n",
+)
+
+
 # --------------------------------------------------------------------------- events (X-EVENT)
 def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict:
     """The instance's events in sequence order (oldest first, ``app.engine.events``); the cursor is
@@ -201,8 +220,7 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     after = cursors.decode(cursor, binding, s=cursors.INT)["s"] if cursor else 0
     rows = run(
         conn,
-        "SELECT id, seq, type, body::text AS body, created_at FROM workflow_events "
-        "WHERE instance_id = :i AND seq > :after ORDER BY seq LIMIT :n",
+        _HISTORY_EVENTS_PAGE,
         {"i": inst["id"], "after": after, "n": limit + 1},
     ).all()
     items = [
@@ -222,12 +240,18 @@ def events(conn: Connection, inst: dict, limit: int, cursor: str | None) -> dict
     return out
 
 
+_HISTORY_EVENT_TIME = query(
+    "history_event_time",
+    "SELECT created_at FROM workflow_events WHERE instance_id = :i AND seq = :s",
+)
+
+
 def event_time(conn: Connection, inst: dict, seq: int) -> str | None:
     """When the instance's event ``seq`` was written (RFC 3339), None when there is none: the time a page
     of events measures its first row from."""
     row = run(
         conn,
-        "SELECT created_at FROM workflow_events WHERE instance_id = :i AND seq = :s",
+        _HISTORY_EVENT_TIME,
         {"i": inst["id"], "s": seq},
     ).one_or_none()
     return None if row is None else rfc3339(row.created_at)
@@ -238,6 +262,16 @@ _TASK_ERROR_EVENTS = ("task.failed", "task.timed_out")
 _STEP_ERROR_EVENTS = ("step.failed", "step.needs_review")
 
 
+_TASK_ERRORS = query(
+    "history_task_errors",
+    "SELECT id, error::text AS error FROM workflow_tasks WHERE instance_id = :i AND id = ANY(:ids)",
+)
+_ACTIVATION_ERRORS = query(
+    "history_activation_errors",
+    "SELECT id, error::text AS error FROM workflow_all_activations WHERE instance_id = :i AND id = ANY(:ids)",
+)
+
+
 def event_errors(conn: Connection, inst: dict, items: list[dict]) -> dict[str, Any]:
     """``{event id: error}`` for a page of ``events`` (a failed / timed-out task: the task's error; a
     failed step or one in review: its activation's error). Events keep no error of their own (bounded
@@ -245,16 +279,7 @@ def event_errors(conn: Connection, inst: dict, items: list[dict]) -> dict[str, A
     task_ids = sorted({str(e["body"].get("task_id")) for e in items if e["type"] in _TASK_ERROR_EVENTS})
     act_ids = sorted({str(e["body"].get("activation_id")) for e in items if e["type"] in _STEP_ERROR_EVENTS})
     found: dict[str, Any] = {}
-    for sql, ids in (
-        (
-            "SELECT id, error::text AS error FROM workflow_tasks WHERE instance_id = :i AND id = ANY(:ids)",
-            task_ids,
-        ),
-        (
-            "SELECT id, error::text AS error FROM workflow_all_activations WHERE instance_id = :i AND id = ANY(:ids)",
-            act_ids,
-        ),
-    ):
+    for sql, ids in ((_TASK_ERRORS, task_ids), (_ACTIVATION_ERRORS, act_ids)):
         ids = [i for i in ids if is_hex32(i)]
         if ids:
             found.update(

@@ -20,7 +20,7 @@ from app.engine.transitions import instance_moves, step_moves
 from app.errors import FieldError, InvalidArgument
 from app.ids import is_hex32, new_id
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import Query, query, run
 
 MAX_INPUT_BYTES = 256 * 1024
 MAX_BUSINESS_KEY = 191
@@ -172,45 +172,66 @@ def instance_view(inst: dict) -> dict:
 
 # -- list -----------------------------------------------------------------------------------------
 STATES = ("RUNNING", "WAITING", "CANCELLING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
-TIME_FILTERS = {
-    "created_after": "created_at >= :created_after",
-    "created_before": "created_at < :created_before",
-    "updated_after": "updated_at >= :updated_after",
-    "updated_before": "updated_at < :updated_before",
-    "deadline_before": "deadline_at < :deadline_before",
-}
+TIME_FILTERS = ("created_after", "created_before", "updated_after", "updated_before", "deadline_before")
+_EQUAL_FILTERS = ("state", "paused", "definition_id", "version", "business_key", "schedule_id")
+
+# The list's conditions: the API's filters (each true when not given, its parameter NULL), the prefixes
+# and failure filters (``finding``), the credential's queue scope (``:allowed``, NULL: every queue). The
+# statements that hold them are planned with their values (``Query.planned_each_time``): a filter not
+# given folds away, and each keeps to the index of the filters given (tests/db/test_workflow_find_plans).
+_LIST_WHERE = f"""namespace_id = :ns
+  AND (CAST(:state AS text) IS NULL OR state = :state)
+  AND (CAST(:paused AS boolean) IS NULL OR paused = :paused)
+  AND (CAST(:definition_id AS text) IS NULL OR definition_id = :definition_id)
+  AND (CAST(:version AS text) IS NULL OR version = :version)
+  AND (CAST(:business_key AS text) IS NULL OR business_key = :business_key)
+  AND (CAST(:schedule_id AS text) IS NULL OR schedule_id = :schedule_id)
+  AND {finding.CONDITIONS}
+  AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
+  AND (CAST(:created_before AS timestamptz) IS NULL OR created_at < :created_before)
+  AND (CAST(:updated_after AS timestamptz) IS NULL OR updated_at >= :updated_after)
+  AND (CAST(:updated_before AS timestamptz) IS NULL OR updated_at < :updated_before)
+  AND (CAST(:deadline_before AS timestamptz) IS NULL OR deadline_at < :deadline_before)
+  AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))"""
+# the newest ``:limit`` the filters match (the list's first page, a batch action's selection)
+_NEWEST = query(
+    "instances_newest",
+    f"SELECT id FROM workflow_instances WHERE {_LIST_WHERE}\nORDER BY created_at DESC, id DESC LIMIT :limit",
+    planned_each_time=True,
+)
+# a further page: the next ``:limit`` older than the cursor's position
+_PAGE_AFTER = query(
+    "instances_page_after",
+    f"""SELECT id FROM workflow_instances WHERE {_LIST_WHERE}
+  AND (created_at, id) < (:c_created, :c_id)
+ORDER BY created_at DESC, id DESC LIMIT :limit""",
+    planned_each_time=True,
+)
+# how many the filters match, counted up to ``:cap``
+_COUNT = query(
+    "instances_count",
+    f"SELECT count(*) FROM (SELECT 1 FROM workflow_instances WHERE {_LIST_WHERE} LIMIT :cap) t",
+    planned_each_time=True,
+)
 
 
-def _list_where(
+def _list_params(
     namespace_id: str, filters: dict[str, Any], allowed_queues: tuple[str, ...] | None
-) -> tuple[list[str], dict[str, Any]]:
-    """The list's conditions (the API's filters, the credential's queue scope) and their parameters."""
-    where = ["namespace_id = :ns"]
-    params: dict[str, Any] = {"ns": namespace_id}
-    for k in ("state", "paused", "definition_id", "version", "business_key", "schedule_id"):
-        if k in filters:
-            where.append(f"{k} = :{k}")
-            params[k] = filters[k]
-    where += finding.conditions(filters, params)  # prefixes, failure filters (issue 47)
-    for k, cond in TIME_FILTERS.items():
-        if k in filters:
-            where.append(cond)
-            params[k] = filters[k]
-    if allowed_queues is not None:
-        where.append("queues <@ CAST(:allowed AS text[])")
-        params["allowed"] = list(allowed_queues)
-    return where, params
+) -> dict[str, Any]:
+    """The parameters of the list's conditions for ``filters`` (NULL: not given)."""
+    params: dict[str, Any] = {"ns": namespace_id, **finding.condition_params(filters)}
+    for k in _EQUAL_FILTERS + TIME_FILTERS:
+        params[k] = filters.get(k)
+    params["allowed"] = None if allowed_queues is None else list(allowed_queues)
+    return params
 
 
 def newest_sql(
     namespace_id: str, filters: dict[str, Any], allowed_queues: tuple[str, ...] | None, limit: int
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[Query, dict[str, Any]]:
     """The ids of the newest ``limit`` instances the list's ``filters`` match: the statement and its
     parameters (the list's first page, a batch action's selection; ``tests/db`` EXPLAINs it)."""
-    where, params = _list_where(namespace_id, filters, allowed_queues)
-    params["limit"] = limit
-    sql = f"SELECT id FROM workflow_instances WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit"
-    return sql, params
+    return _NEWEST, {**_list_params(namespace_id, filters, allowed_queues), "limit": limit}
 
 
 def matching_ids(
@@ -221,8 +242,8 @@ def matching_ids(
     limit: int,
 ) -> list[str]:
     """The ids of the newest ``limit`` instances the list's ``filters`` match (a batch action's selection)."""
-    sql, params = newest_sql(namespace_id, filters, allowed_queues, limit)
-    return list(run(conn, sql, params).scalars())
+    statement, params = newest_sql(namespace_id, filters, allowed_queues, limit)
+    return list(run(conn, statement, params).scalars())
 
 
 def count_instances(
@@ -233,10 +254,8 @@ def count_instances(
     cap: int,
 ) -> int:
     """How many instances ``list_instances`` would page through, counted up to ``cap + 1``."""
-    where, params = _list_where(namespace_id, filters, allowed_queues)
-    params["cap"] = cap + 1
-    sql = f"SELECT count(*) FROM (SELECT 1 FROM workflow_instances WHERE {' AND '.join(where)} LIMIT :cap) t"
-    return int(run(conn, sql, params).scalar_one())
+    params = {**_list_params(namespace_id, filters, allowed_queues), "cap": cap + 1}
+    return int(run(conn, _COUNT, params).scalar_one())
 
 
 def list_instances(
@@ -247,22 +266,14 @@ def list_instances(
     cursor: str | None,
     allowed_queues: tuple[str, ...] | None,
 ) -> dict:
-    where, params = _list_where(namespace_id, filters, allowed_queues)
-    params["limit"] = limit + 1
+    params = {**_list_params(namespace_id, filters, allowed_queues), "limit": limit + 1}
     binding = {"ns": namespace_id, "filters": {k: str(v) for k, v in sorted(filters.items())}}
+    statement = _NEWEST
     if cursor is not None:
         pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        created, last_id = pos["c"], pos["i"]
-        where.append("(created_at, id) < (:c_created, :c_id)")
-        params.update(c_created=created, c_id=last_id)
-    rows = run(
-        conn,
-        "SELECT id FROM workflow_instances WHERE "
-        + " AND ".join(where)
-        + " ORDER BY created_at DESC, id DESC "
-        "LIMIT :limit",
-        params,
-    ).all()
+        params.update(c_created=pos["c"], c_id=pos["i"])
+        statement = _PAGE_AFTER
+    rows = run(conn, statement, params).all()
     items = [read_instance(conn, r.id) for r in rows[:limit]]
     out: dict[str, Any] = {"items": [instance_view(i) for i in items]}
     if len(rows) > limit:

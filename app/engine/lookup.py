@@ -13,31 +13,50 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, func, literal, select
+from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
+from app.db_time import local_statement_timeout
 from app.engine.store import read_instance
 from app.errors import NotFound
 from app.ids import is_hex32
 from app.ledger import ops
-from app.ledger.models import jobs, trace_is
 from app.sql import query, run
 
 MAX_NAMESPACES = 500
 SEARCH_LIMIT = 20
 
 
+_LOOKUP_NAMESPACES = query(
+    "lookup_namespaces",
+    "SELECT id, name FROM namespaces ORDER BY name LIMIT :n",
+)
+
+
 def namespaces(conn: Connection, limit: int = MAX_NAMESPACES) -> list[dict[str, str]]:
     """Every namespace by name (the platform operator's switcher), at most ``limit``."""
-    rows = run(conn, "SELECT id, name FROM namespaces ORDER BY name LIMIT :n", {"n": limit})
+    rows = run(conn, _LOOKUP_NAMESPACES, {"n": limit})
     return [{"id": r.id, "name": r.name} for r in rows]
 
 
+_LOOKUP_NAMESPACE_BY_NAME = query(
+    "lookup_namespace_by_name",
+    "SELECT id, name FROM namespaces WHERE name = :n",
+)
+
+
 def namespace_by_name(conn: Connection, name: str) -> dict[str, str]:
-    row = run(conn, "SELECT id, name FROM namespaces WHERE name = :n", {"n": name[:64]}).first()
+    row = run(conn, _LOOKUP_NAMESPACE_BY_NAME, {"n": name[:64]}).first()
     if row is None:
         raise NotFound("no such namespace")
     return {"id": row.id, "name": row.name}
+
+
+_LOOKUP_INSTANCE_NAMESPACES = query(
+    "lookup_instance_namespaces",
+    "SELECT i.id, i.namespace_id, n.name FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
+    "WHERE i.id = ANY(CAST(:ids AS text[]))",
+)
 
 
 def instance_namespaces(conn: Connection, instance_ids: Iterable[str | None]) -> dict[str, dict[str, str]]:
@@ -48,11 +67,16 @@ def instance_namespaces(conn: Connection, instance_ids: Iterable[str | None]) ->
         return {}
     rows = run(
         conn,
-        "SELECT i.id, i.namespace_id, n.name FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
-        "WHERE i.id = ANY(CAST(:ids AS text[]))",
+        _LOOKUP_INSTANCE_NAMESPACES,
         {"ids": ids},
     )
     return {r.id: {"namespace_id": r.namespace_id, "namespace": r.name} for r in rows}
+
+
+_LOOKUP_DEFINITION_NAMES = query(
+    "lookup_definition_names",
+    "SELECT id, name FROM workflow_definitions WHERE id = ANY(CAST(:ids AS text[]))",
+)
 
 
 def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
@@ -62,7 +86,7 @@ def definition_names(conn: Connection, definition_ids: Iterable[str]) -> dict[st
         return {}
     rows = run(
         conn,
-        "SELECT id, name FROM workflow_definitions WHERE id = ANY(CAST(:ids AS text[]))",
+        _LOOKUP_DEFINITION_NAMES,
         {"ids": ids},
     )
     return {r.id: r.name for r in rows}
@@ -94,6 +118,12 @@ def definition_by_name_or_id(conn: Connection, namespace_id: str, value: str) ->
     return None if row is None else {"id": row.id, "name": row.name}
 
 
+_LOOKUP_EVENT_BATCH_INSTANCES = query(
+    "lookup_event_batch_instances",
+    "SELECT id, instance_id FROM workflow_event_batches WHERE namespace_id = :ns AND id = ANY(CAST(:ids AS text[]))",
+)
+
+
 def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str | None]) -> dict[str, str]:
     """``{event id: workflow id}`` of the namespace's events (``app.engine.events``: an event id is its
     batch's id with a 3-hex ordinal, a batch is of one instance); ids that name no batch are left out.
@@ -103,7 +133,7 @@ def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str
         return {}
     rows = run(
         conn,
-        "SELECT id, instance_id FROM workflow_event_batches WHERE namespace_id = :ns AND id = ANY(CAST(:ids AS text[]))",
+        _LOOKUP_EVENT_BATCH_INSTANCES,
         {"ns": namespace_id, "ids": sorted({i[:29] + "000" for i in ids})},
     )
     batches = {r.id: r.instance_id for r in rows}
@@ -113,16 +143,22 @@ def event_workflows(conn: Connection, namespace_id: str, event_ids: Iterable[str
 COUNT_BUDGET_MS = 150
 
 
+_COUNT_JOBS = query(
+    "jobs_count",
+    f"SELECT count(*) FROM (SELECT 1 FROM workflow_jobs j WHERE {ops.FILTER_WHERE} LIMIT :n) t",
+    planned_each_time=True,
+)
+
+
 def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = COUNT_BUDGET_MS) -> int | None:
     """How many jobs the list filter matches, counted up to ``cap + 1`` (more reads as "cap+"), or None
     when counting would take more than ``budget_ms`` of PostgreSQL time (a keyword over a million
     payloads): a savepoint with its own statement timeout, rolled back either way, so the caller's
     transaction and settings are untouched."""
-    inner = select(literal(1)).select_from(jobs).where(*ops.filter_clauses(f)).limit(cap + 1).subquery()
     nested = conn.begin_nested()
     try:
-        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(budget_ms)}")
-        return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+        local_statement_timeout(conn, int(budget_ms))
+        return int(run(conn, _COUNT_JOBS, {**ops.filter_params(f), "n": cap + 1}).scalar_one())
     except OperationalError as exc:
         if not isinstance(exc.orig, psycopg.errors.QueryCanceled):
             raise
@@ -131,18 +167,25 @@ def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = CO
         nested.rollback()
 
 
+_OPEN_TASKS_SQL = """
+SELECT count(*) FROM (
+    SELECT 1 FROM workflow_tasks WHERE namespace_id = :ns AND state IN ('PENDING', 'CLAIMED'){queues} LIMIT :n
+) t
+"""
+_OPEN_TASKS = query("tasks_open_count", _OPEN_TASKS_SQL.format(queues=""))
+_OPEN_TASKS_ON_QUEUES = query(
+    "tasks_open_count_on_queues", _OPEN_TASKS_SQL.format(queues=" AND queue = ANY(CAST(:queues AS text[]))")
+)
+
+
 def count_open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | None, cap: int) -> int:
     """Open (PENDING or CLAIMED) tasks of a namespace on ``queues`` (None: every queue), up to ``cap + 1``."""
-    where = "namespace_id = :ns AND state IN ('PENDING', 'CLAIMED')"
-    params: dict[str, Any] = {"ns": namespace_id, "n": cap + 1}
-    if queues is not None:
-        where += " AND queue = ANY(CAST(:queues AS text[]))"
-        params["queues"] = list(queues)
-    return int(
-        run(
-            conn, f"SELECT count(*) FROM (SELECT 1 FROM workflow_tasks WHERE {where} LIMIT :n) t", params
-        ).scalar_one()
-    )
+    params: dict[str, Any] = {
+        "ns": namespace_id,
+        "n": cap + 1,
+        "queues": None if queues is None else list(queues),
+    }
+    return int(run(conn, _OPEN_TASKS if queues is None else _OPEN_TASKS_ON_QUEUES, params).scalar_one())
 
 
 def instance_for(conn: Connection, instance_id: str, namespace_id: str | None) -> dict[str, Any]:
@@ -173,8 +216,33 @@ class Reach:
     namespace_id: str  # the credential's own namespace (definitions, tasks, schedules, integrations)
 
 
-# the engine's resources found by id in the credential's own namespace: (table, label, state)
-_BY_ID = {"definition": ("workflow_definitions", "name", "NULL")}
+# the engine's resources found by id in the credential's own namespace: a statement of each kind's
+# (id, label, state)
+_BY_ID = {
+    "definition": query(
+        "lookup_definition_by_id",
+        "SELECT id, name AS label, NULL AS state FROM workflow_definitions WHERE id = :id AND namespace_id = :ns",
+    )
+}
+
+
+_LOOKUP_INSTANCE_SEARCH = query(
+    "lookup_instance_search",
+    "SELECT i.id, i.state, n.name AS ns FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
+    "WHERE i.business_key = :bk AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns) "
+    "ORDER BY i.created_at DESC LIMIT :n",
+)
+
+
+_JOB_BY_ID = query(
+    "lookup_job_by_id",
+    f"SELECT j.id, CAST(j.type AS text) AS type, CAST(j.status AS text) AS status FROM workflow_jobs j "
+    f"WHERE j.id = :id AND {ops.IN_NAMESPACE}",
+)
+_TRACE_FIRST_JOB = query(
+    "lookup_trace_first_job",
+    f"SELECT j.id FROM workflow_jobs j WHERE {ops.TRACE_IS} AND {ops.IN_NAMESPACE} LIMIT 1",
+)
 
 
 def search(conn: Connection, term: str, reach: Reach, limit: int = SEARCH_LIMIT) -> list[Hit]:
@@ -187,31 +255,31 @@ def search(conn: Connection, term: str, reach: Reach, limit: int = SEARCH_LIMIT)
     hits: list[Hit] = []
     job_id = ops.parse_job_id(term)
     if job_id is not None and "job" in reach.kinds:
-        row = conn.execute(
-            select(jobs.c.id, jobs.c.type, jobs.c.status).where(
-                jobs.c.id == job_id, *ops.in_namespace(reach.job_namespace)
-            )
-        ).first()
+        row = run(conn, _JOB_BY_ID, {"id": job_id, "job_ns": reach.job_namespace}).first()
         if row is not None:
             hits.append(Hit("job", str(row.id), str(row.type), state=str(row.status)))
     if is_hex32(term):
         hits += _by_id(conn, term, reach)
     if "trace" in reach.kinds:
-        row = conn.execute(
-            select(jobs.c.id).where(trace_is(term), *ops.in_namespace(reach.job_namespace)).limit(1)
-        ).first()
+        row = run(conn, _TRACE_FIRST_JOB, {"trace_id": term, "job_ns": reach.job_namespace}).first()
         if row is not None:
             hits.append(Hit("trace", term, "trace chain"))
     if "workflow" in reach.kinds and len(term) <= 191:
         rows = run(
             conn,
-            "SELECT i.id, i.state, n.name AS ns FROM workflow_instances i JOIN namespaces n ON n.id = i.namespace_id "
-            "WHERE i.business_key = :bk AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns) "
-            "ORDER BY i.created_at DESC LIMIT :n",
+            _LOOKUP_INSTANCE_SEARCH,
             {"bk": term, "ns": reach.workflow_namespace, "n": limit},
         )
         hits += [Hit("workflow", r.id, f"business key {term}", r.ns, r.state) for r in rows]
     return hits[:limit]
+
+
+_LOOKUP_INSTANCE_BY_ID = query(
+    "lookup_instance_by_id",
+    "SELECT i.id, i.state, n.name AS ns, d.name AS definition FROM workflow_instances i "
+    "JOIN namespaces n ON n.id = i.namespace_id JOIN workflow_definitions d ON d.id = i.definition_id "
+    "WHERE i.id = :id AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns)",
+)
 
 
 def _by_id(conn: Connection, term: str, reach: Reach) -> list[Hit]:
@@ -219,21 +287,15 @@ def _by_id(conn: Connection, term: str, reach: Reach) -> list[Hit]:
     if "workflow" in reach.kinds:
         row = run(
             conn,
-            "SELECT i.id, i.state, n.name AS ns, d.name AS definition FROM workflow_instances i "
-            "JOIN namespaces n ON n.id = i.namespace_id JOIN workflow_definitions d ON d.id = i.definition_id "
-            "WHERE i.id = :id AND (CAST(:ns AS text) IS NULL OR i.namespace_id = :ns)",
+            _LOOKUP_INSTANCE_BY_ID,
             {"id": term, "ns": reach.workflow_namespace},
         ).first()
         if row is not None:
             hits.append(Hit("workflow", row.id, row.definition, row.ns, row.state))
-    for kind, (table, label, state) in _BY_ID.items():
+    for kind, statement in _BY_ID.items():
         if kind not in reach.kinds:
             continue
-        row = run(
-            conn,
-            f"SELECT id, {label} AS label, {state} AS state FROM {table} WHERE id = :id AND namespace_id = :ns",
-            {"id": term, "ns": reach.namespace_id},
-        ).first()
+        row = run(conn, statement, {"id": term, "ns": reach.namespace_id}).first()
         if row is not None:
             hits.append(Hit(kind, row.id, str(row.label), state=row.state))
     return hits

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app import db_time
 from app.engine import stopping, views
 from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
@@ -62,16 +63,32 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return None if start is None or end is None else max((end - start).total_seconds(), 0.0)
 
 
+_OVERVIEW_WAITS = query(
+    "overview_waits",
+    "SELECT activation_id, kind, state, name, correlation_key, deadline_at, resolved_at FROM workflow_waits "
+    "WHERE activation_id = ANY(CAST(:ids AS text[]))",
+)
+
+
 def _waits(conn: Connection, activation_ids: list[str]) -> dict[str, dict[str, Any]]:
     if not activation_ids:
         return {}
     rows = run(
         conn,
-        "SELECT activation_id, kind, state, name, correlation_key, deadline_at, resolved_at FROM workflow_waits "
-        "WHERE activation_id = ANY(CAST(:ids AS text[]))",
+        _OVERVIEW_WAITS,
         {"ids": activation_ids},
     )
     return {r.activation_id: dict(r._mapping) for r in rows}
+
+
+_OVERVIEW_DUE_WAKES = query(
+    "overview_due_wakes",
+    "SELECT DISTINCT ON (payload->>'activation_id') payload->>'activation_id' AS activation_id, "
+    "payload->>'wake' AS wake, run_at, CASE WHEN status = 'paused' THEN remaining_ms END AS remaining_ms "
+    "FROM workflow_jobs "
+    "WHERE instance_id = :i AND type = 'delay_wake' AND status IN ('pending', 'paused') "
+    "AND payload ? 'activation_id' ORDER BY payload->>'activation_id', run_at",
+)
 
 
 def _due_wakes(conn: Connection, instance_id: str) -> dict[str, tuple[datetime, str, int | None]]:
@@ -81,11 +98,7 @@ def _due_wakes(conn: Connection, instance_id: str) -> dict[str, tuple[datetime, 
     its ``run_at`` passes while the workflow is paused."""
     rows = run(
         conn,
-        "SELECT DISTINCT ON (payload->>'activation_id') payload->>'activation_id' AS activation_id, "
-        "payload->>'wake' AS wake, run_at, CASE WHEN status = 'paused' THEN remaining_ms END AS remaining_ms "
-        "FROM workflow_jobs "
-        "WHERE instance_id = :i AND type = 'delay_wake' AND status IN ('pending', 'paused') "
-        "AND payload ? 'activation_id' ORDER BY payload->>'activation_id', run_at",
+        _OVERVIEW_DUE_WAKES,
         {"i": instance_id},
     )
     return {r.activation_id: (r.run_at, r.wake, r.remaining_ms) for r in rows if r.activation_id}
@@ -242,20 +255,32 @@ def error_text(error: Any) -> str:
     return str(error)
 
 
+_OVERVIEW_ACTIVATION_SPANS = query(
+    "overview_activation_spans",
+    "SELECT s.key, a.sequence, a.state, a.activated_at AS start, a.completed_at AS end FROM workflow_all_activations a "
+    "JOIN workflow_steps s ON s.id = a.step_id WHERE a.instance_id = :i ORDER BY a.activated_at, a.id LIMIT :n",
+)
+
+
+_OVERVIEW_TASK_SPANS = query(
+    "overview_task_spans",
+    "SELECT step_key AS key, attempt, poll_round, purpose, state, created_at AS start, completed_at AS end, "
+    "error::text AS error FROM workflow_tasks WHERE instance_id = :i ORDER BY created_at, id LIMIT :n",
+)
+
+
 def spans(conn: Connection, instance_id: str, limit: int = MAX_SPANS) -> dict[str, Any]:
     """The timeline's rows: every activation (step key, sequence, state, start, end) and every task
     attempt (step key, attempt, purpose, state, start, end), oldest first, at most ``limit`` together;
     ``truncated`` says when there were more."""
     acts = run(
         conn,
-        "SELECT s.key, a.sequence, a.state, a.activated_at AS start, a.completed_at AS end FROM workflow_all_activations a "
-        "JOIN workflow_steps s ON s.id = a.step_id WHERE a.instance_id = :i ORDER BY a.activated_at, a.id LIMIT :n",
+        _OVERVIEW_ACTIVATION_SPANS,
         {"i": instance_id, "n": limit + 1},
     ).all()
     tasks = run(
         conn,
-        "SELECT step_key AS key, attempt, poll_round, purpose, state, created_at AS start, completed_at AS end, "
-        "error::text AS error FROM workflow_tasks WHERE instance_id = :i ORDER BY created_at, id LIMIT :n",
+        _OVERVIEW_TASK_SPANS,
         {"i": instance_id, "n": limit + 1},
     ).all()
     truncated = len(acts) + len(tasks) > limit
@@ -271,4 +296,4 @@ def spans(conn: Connection, instance_id: str, limit: int = MAX_SPANS) -> dict[st
 
 
 def db_now(conn: Connection) -> datetime:
-    return run(conn, "SELECT now()").scalar_one()
+    return db_time.db_now(conn)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import settings
 from app.engine import commit_batch
@@ -208,7 +208,8 @@ truth AS (
     SELECT namespace_id, count(*) AS n FROM workflow_instances
     WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id
 )"""
-_QUOTA_DRIFT = text(
+_QUOTA_DRIFT = query(
+    "quota_drift",
     f"""
 WITH {_QUOTA_TRUTH},
 kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id)
@@ -218,7 +219,7 @@ FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id
 WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0)
 ORDER BY 1
 LIMIT :limit
-"""
+""",
 )
 
 
@@ -228,16 +229,34 @@ def drift(conn: Connection, limit: int = 20) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in run(conn, _QUOTA_DRIFT, {"limit": limit})]
 
 
+_QUOTA_REPAIR_LOCK = query(
+    "quota_repair_lock",
+    "LOCK TABLE workflow_instances IN SHARE MODE",
+)
+
+
+_QUOTA_COUNTS_CLEAR = query(
+    "quota_counts_clear",
+    "DELETE FROM workflow_quota_counts",
+)
+
+
+_QUOTA_COUNTS_REBUILD = query(
+    "quota_counts_rebuild",
+    f"""
+WITH {_QUOTA_TRUTH}
+INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
+""",
+)
+
+
 def repair(conn: Connection) -> int:
     """Recount every namespace's unfinished instances from the rows (``ledgerflow db repair-quota-counts``).
     Locks the instance table against writers until ``conn``'s transaction ends (readers go on), so that
     no change commits between the recount and its counters. Returns the namespaces kept."""
-    run(conn, "LOCK TABLE workflow_instances IN SHARE MODE")
-    run(conn, "DELETE FROM workflow_quota_counts")
+    run(conn, _QUOTA_REPAIR_LOCK)
+    run(conn, _QUOTA_COUNTS_CLEAR)
     return run(
         conn,
-        f"""
-WITH {_QUOTA_TRUTH}
-INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
-""",
+        _QUOTA_COUNTS_REBUILD,
     ).rowcount

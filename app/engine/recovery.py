@@ -52,7 +52,7 @@ from app.engine.store import (
 )
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import NotFound, StateConflict
-from app.sql import run
+from app.sql import query, run
 
 ACTIONS = ("RETRY_STEP", "SUCCEED_STEP", "FAIL_STEP", "RESOLVE_INSTANCE")
 RESOLUTIONS = ("CONTINUE", "CANCEL", "FAIL")
@@ -117,6 +117,32 @@ def _close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, e
     step_moves.close(conn, step, state, output=output, error=error)
 
 
+_RECOVERY_WAITS_DEADLINE_CAP = query(
+    "recovery_waits_deadline_cap",
+    "UPDATE workflow_waits SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a",
+)
+
+
+_RECOVERY_WAITS_NEXT_DEADLINE = query(
+    "recovery_waits_next_deadline",
+    "SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = :a",
+)
+
+
+_RECOVERY_TASKS_DEADLINE_CAP = query(
+    "recovery_tasks_deadline_cap",
+    "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
+    "AND state IN ('PENDING', 'CLAIMED')",
+)
+
+
+_RECOVERY_WAKES_RUN_AT_CAP = query(
+    "recovery_wakes_run_at_cap",
+    "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
+    "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))",
+)
+
+
 def _retry(conn: Connection, inst: dict, step: dict) -> None:
     old_wait = read_wait(conn, step["activation_id"])
     _stop_activation_work(conn, step["activation_id"])
@@ -134,33 +160,37 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
     if old_wait is not None and old_wait["deadline_at"] is not None:
         run(
             conn,
-            "UPDATE workflow_waits SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a",
+            _RECOVERY_WAITS_DEADLINE_CAP,
             {"a": act, "d": old_wait["deadline_at"]},
         )
     cap = run(
         conn,
-        "SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = :a",
+        _RECOVERY_WAITS_NEXT_DEADLINE,
         {"a": act, "d": inst["deadline_at"]},
     ).scalar_one()
     run(
         conn,
-        "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
-        "AND state IN ('PENDING', 'CLAIMED')",
+        _RECOVERY_TASKS_DEADLINE_CAP,
         {"a": act, "d": inst["deadline_at"]},
     )
     run(
         conn,
-        "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
-        "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))",
+        _RECOVERY_WAKES_RUN_AT_CAP,
         {"i": inst["id"], "a": act, "cap": min(cap, inst["deadline_at"])},
     )
+
+
+_RECOVERY_REVIEW_STEPS_COUNT = query(
+    "recovery_review_steps_count",
+    "SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'",
+)
 
 
 def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reason: str) -> None:
     inst = read_instance(conn, iid)
     left = run(
         conn,
-        "SELECT count(*) FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW'",
+        _RECOVERY_REVIEW_STEPS_COUNT,
         {"id": iid},
     ).scalar_one()
     cancelling = inst["cancel_requested_at"] is not None
@@ -184,6 +214,12 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
         advance.settle_progress(conn, iid)
 
 
+_RECOVERY_REVIEW_STEPS_KEYS = query(
+    "recovery_review_steps_keys",
+    "SELECT key FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW' ORDER BY key",
+)
+
+
 def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dict, dict, dict]:
     """Returns (instance before, instance after, summary of the review and its resolution)."""
     inst = lock_instance(conn, instance_id)
@@ -197,7 +233,7 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
         r[0]
         for r in run(
             conn,
-            "SELECT key FROM workflow_steps WHERE instance_id = :id AND state = 'NEEDS_REVIEW' ORDER BY key",
+            _RECOVERY_REVIEW_STEPS_KEYS,
             {"id": instance_id},
         )
     ]

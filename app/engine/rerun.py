@@ -17,7 +17,7 @@ from app.engine.rerun_links import links
 from app.engine.store import read_steps, step_specs
 from app.engine.transitions import step_moves
 from app.errors import InvalidArgument, StateConflict
-from app.sql import run
+from app.sql import query, run
 
 
 def _compensated(inst: dict) -> list[str]:
@@ -40,6 +40,13 @@ def plan(conn: Connection, old: dict, version: dict, from_step: str | None) -> l
         raise StateConflict(str(exc)) from exc
 
 
+_RERUN_INSERT = query(
+    "rerun_insert",
+    "INSERT INTO workflow_reruns (instance_id, namespace_id, rerun_of, from_step, reason, actor_id, "
+    "copied_steps) VALUES (:i, :ns, :of, :step, :reason, :actor, CAST(:copied AS text[]))",
+)
+
+
 def rerun_workflow(
     conn: Connection, principal: Principal, instance_id: str, req: dict, *, request_id: str | None
 ) -> dict:
@@ -57,8 +64,7 @@ def rerun_workflow(
         step_moves.copy_succeeded(c, inst["id"], old["id"], [rows[k] for k in copied])
         run(
             c,
-            "INSERT INTO workflow_reruns (instance_id, namespace_id, rerun_of, from_step, reason, actor_id, "
-            "copied_steps) VALUES (:i, :ns, :of, :step, :reason, :actor, CAST(:copied AS text[]))",
+            _RERUN_INSERT,
             {
                 "i": inst["id"],
                 "ns": principal.namespace_id,

@@ -9,9 +9,18 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.jsonx import rfc3339
-from app.sql import run
+from app.sql import query, run
 
 MAX_LINKS = 20  # the newest reruns a view lists
+
+
+_RERUN_LINKS_READ = query(
+    "rerun_links_read",
+    "(SELECT 'of' AS dir, rerun_of AS other, from_step, reason, actor_id, copied_steps, created_at "
+    " FROM workflow_reruns WHERE instance_id = :i) UNION ALL "
+    "(SELECT 'by', instance_id, from_step, reason, actor_id, copied_steps, created_at "
+    " FROM workflow_reruns WHERE rerun_of = :i ORDER BY created_at DESC LIMIT :n)",
+)
 
 
 def links(conn: Connection, instance_id: str) -> dict[str, Any]:
@@ -19,10 +28,7 @@ def links(conn: Connection, instance_id: str) -> dict[str, Any]:
     and reason) and ``reruns`` (its newest ``MAX_LINKS`` reruns); absent keys when there are none."""
     rows = run(
         conn,
-        "(SELECT 'of' AS dir, rerun_of AS other, from_step, reason, actor_id, copied_steps, created_at "
-        " FROM workflow_reruns WHERE instance_id = :i) UNION ALL "
-        "(SELECT 'by', instance_id, from_step, reason, actor_id, copied_steps, created_at "
-        " FROM workflow_reruns WHERE rerun_of = :i ORDER BY created_at DESC LIMIT :n)",
+        _RERUN_LINKS_READ,
         {"i": instance_id, "n": MAX_LINKS},
     ).all()
     out: dict[str, Any] = {}
@@ -42,11 +48,17 @@ def links(conn: Connection, instance_id: str) -> dict[str, Any]:
     return out
 
 
+_RERUN_COPIED_STEPS = query(
+    "rerun_copied_steps",
+    "SELECT key, copied_from FROM workflow_steps WHERE instance_id = :i AND copied_from IS NOT NULL",
+)
+
+
 def copied_marks(conn: Connection, instance_id: str) -> dict[str, str]:
     """The copied steps of a rerun by key: the instance whose output each one copied ({} for any other)."""
     rows = run(
         conn,
-        "SELECT key, copied_from FROM workflow_steps WHERE instance_id = :i AND copied_from IS NOT NULL",
+        _RERUN_COPIED_STEPS,
         {"i": instance_id},
     ).all()
     return {r.key: r.copied_from for r in rows}

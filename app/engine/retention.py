@@ -199,30 +199,45 @@ def set_hold(
     return _view(row, p.days_of(inst["namespace_id"]))
 
 
-def _prune_of_finished(
-    conn: Connection, table: str, age_column: str, where: str, limit: int, policy: RetentionPolicy
-) -> int:
-    """Rows of ``table`` (``where`` holds) of finished instances, ``age_column`` past the retention."""
-    rows = run(
-        conn,
-        f"""
-DELETE FROM {table} WHERE id IN (
-    SELECT x.id FROM {table} x JOIN workflow_instances i ON i.id = x.instance_id
-    WHERE {where} x.{age_column} < now() - make_interval(secs => :days * 86400)
+# settled (not PENDING) signals of finished instances, past the retention
+_SIGNALS_PRUNE = query(
+    "signals_prune",
+    """
+DELETE FROM workflow_signals WHERE id IN (
+    SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id
+    WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => :days * 86400)
       AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-    ORDER BY x.{age_column} LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
+    ORDER BY x.resolved_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING id
 """,
-        {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
-    ).all()
-    return len(rows)
+)
 
 
 def prune_signals(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
     """Settled (not PENDING) signals of finished instances."""
-    return _prune_of_finished(
-        conn, "workflow_signals", "resolved_at", "x.state <> 'PENDING' AND", limit, policy
-    )
+    rows = run(conn, _SIGNALS_PRUNE, {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
+    return len(rows)
+
+
+# a namespace's longer audit retention (``:ns_ids`` / ``:ns_days``, empty arrays when none) keeps the
+# batches with audit entries of its instances
+_EVENT_BATCHES_PRUNE = query(
+    "event_batches_prune",
+    f"""
+DELETE FROM workflow_event_batches WHERE id IN (
+    SELECT x.id FROM workflow_event_batches x
+    WHERE x.created_at < now() - make_interval(secs => :days * 86400)
+      AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400)
+           AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
+                           WHERE o.ns = x.namespace_id
+                             AND x.created_at >= now() - make_interval(secs => o.days * 86400))))
+      AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => :key_hours))
+      -- of a finished instance, or of one retention removed (its batches with audit entries stay till here)
+      AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT {_ENDED})
+    ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
+RETURNING id
+""",
+)
 
 
 def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
@@ -237,28 +252,8 @@ def prune_events(conn: Connection, limit: int, *, policy: RetentionPolicy) -> in
         "limit": max(limit, policy.batch),
     }
     keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
-    extra = ""
-    if keep_longer:
-        params.update(ns_ids=list(keep_longer), ns_days=list(keep_longer.values()))
-        extra = (
-            " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) "
-            "AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400))"
-        )
-    rows = run(
-        conn,
-        f"""
-DELETE FROM workflow_event_batches WHERE id IN (
-    SELECT x.id FROM workflow_event_batches x
-    WHERE x.created_at < now() - make_interval(secs => :days * 86400)
-      AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400){extra}))
-      AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => :key_hours))
-      -- of a finished instance, or of one retention removed (its batches with audit entries stay till here)
-      AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT {_ENDED})
-    ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
-RETURNING id
-""",
-        params,
-    ).all()
+    params.update(ns_ids=list(keep_longer), ns_days=list(keep_longer.values()))
+    rows = run(conn, _EVENT_BATCHES_PRUNE, params).all()
     return len(rows)
 
 

@@ -63,11 +63,14 @@ def of(inst: dict, rows: dict[str, dict]) -> Snapshot:
     return Snapshot(inst=inst_model(inst), steps=tuple(step_model(s) for s in rows.values()))
 
 
-_POLL = """
+_POLL = query(
+    "snapshot_poll_read",
+    """
 SELECT poll_used_rounds, poll_round_attempts, poll_current_task_id, poll_deadline_at <= now() AS past_deadline,
        now() + make_interval(secs => :interval) > poll_deadline_at AS next_round_late
 FROM workflow_steps WHERE activation_id = :id
-"""
+""",
+)
 
 
 def poll(conn: Connection, activation_id: str, interval_seconds: float = 0) -> tuple[Poll, bool]:
@@ -90,6 +93,13 @@ def mapping_context(conn: Connection, inst: dict, steps: Iterable[dict] | None =
     return {"input": inst["input"], "business_key": inst["business_key"], "steps": outputs}
 
 
+_SNAPSHOT_STEP_OUTPUTS = query(
+    "snapshot_step_outputs",
+    "SELECT s.key, s.act_output::text AS output FROM workflow_steps s "
+    "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
+)
+
+
 class _Outputs(Mapping[str, Any]):
     """The outputs of an instance's succeeded steps by key, read with one statement on first use (in
     the transaction of the mapping that needs them)."""
@@ -102,8 +112,7 @@ class _Outputs(Mapping[str, Any]):
         if self._read is None:
             rows = run(
                 self._conn,
-                "SELECT s.key, s.act_output::text AS output FROM workflow_steps s "
-                "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
+                _SNAPSHOT_STEP_OUTPUTS,
                 {"id": self._id},
             )
             found = {r.key: jparse(r.output) for r in rows}

@@ -9,7 +9,6 @@ import re
 import threading
 import uuid
 from collections.abc import Iterable
-from functools import lru_cache
 from typing import Any, overload
 
 from cachetools import LRUCache
@@ -54,11 +53,11 @@ def _qualified(columns: str, alias: str) -> str:
     return ", ".join(re.sub(r"^(\w+)", rf"{alias}.\1", c.strip()) for c in columns.split(","))
 
 
-@lru_cache(maxsize=4)
-def _lock_with_task_sql(task_columns: str) -> tuple[Query, tuple[str, ...]]:
+def lock_with_task(task_columns: str) -> tuple[Query, tuple[str, ...]]:
     """The instance's lock and its task's (alias ``t``), in one statement (``instance_lock_with_task``):
     ``task_columns`` (``t.name`` or ``<expression> AS name`` items, no comma inside one) come back as
-    ``r__<name>``. Returns the statement and the task's column names."""
+    ``r__<name>``. Returns the statement and the task's column names; made once, at the caller's import,
+    for ``lock_instance_and_task``."""
     names, exprs = [], []
     for item in (c.strip() for c in task_columns.split(",")):
         expr, _, name = item.rpartition(" AS ")
@@ -105,13 +104,14 @@ def _listeners_known(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def lock_instance_and_task(
-    conn: Connection, task_id: str, namespace_id: str, task_columns: str
+    conn: Connection, task_id: str, namespace_id: str, locking: tuple[Query, tuple[str, ...]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``lock_instance`` of the instance of task ``task_id`` of ``namespace_id`` and the task's row lock,
     in ONE statement (instance first, then the task: PostgreSQL takes ``FOR UPDATE OF i, t`` in that
     order, and rereads both rows at their latest versions when it had to wait). Returns the instance and
-    the task's ``task_columns`` as they come (JSON as text). NotFound when there is no such task."""
-    statement, names = _lock_with_task_sql(task_columns)
+    the task's columns of ``locking`` (``lock_with_task``) as they come (JSON as text). NotFound when
+    there is no such task."""
+    statement, names = locking
     row = run(conn, statement, {"t": task_id, "ns": namespace_id}).first()
     if row is None:
         raise NotFound("task not found")
@@ -316,7 +316,6 @@ def _declared_steps_of(
 _STEP_PREFIX = "step__"
 
 
-@lru_cache(maxsize=64)
 def _with_steps_sql(write: str) -> str:
     """``write``, then the steps of ``:steps_of_instance`` in its snapshot (``write_reading_steps``)."""
     # the write's row beside the first step row only (a task's output, up to 256 KiB, is not sent once per
@@ -330,19 +329,20 @@ def _with_steps_sql(write: str) -> str:
 
 
 def reading_steps(write: Query) -> Query:
-    """The named statement of ``write_reading_steps`` for ``write``: ``<write's name>_reading_steps``."""
+    """The named statement of ``write_reading_steps`` for ``write``: ``<write's name>_reading_steps``;
+    made once, at the caller's import."""
     return query(f"{write.name}_reading_steps", _with_steps_sql(write.text))
 
 
 def write_reading_steps(
-    conn: Connection, write: Query, params: dict[str, Any], instance_id: str
+    conn: Connection, statement: Query, params: dict[str, Any], instance_id: str
 ) -> tuple[Any | None, list[dict[str, Any]]]:
-    """``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's, with a column that is
+    """``statement`` (``reading_steps(write)``): ``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's, with a column that is
     never NULL; no returned column named ``step__...``) and ``read_steps(instance_id)``, in ONE statement:
     (the write's row, the steps), or (None, []) when the write moved no row. The steps are read in the
     write's snapshot, as they were before it: the write must change no step. Run it under the instance's
     lock (every step move holds it), and the steps are the ones a statement of their own would read next."""
-    rows = run(conn, reading_steps(write), {**params, "steps_of_instance": instance_id}).all()
+    rows = run(conn, statement, {**params, "steps_of_instance": instance_id}).all()
     if not rows:
         return None, []
     written, steps = split_rows(rows, _STEP_PREFIX)

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Row
 
 from app.engine import advance, work
 from app.engine.decide.tasks import retry_delay_seconds
-from app.engine.store import MISSING, jparse, lock_instance_and_task
+from app.engine.store import MISSING, jparse, lock_instance_and_task, lock_with_task
 from app.engine.transitions import task_moves
 from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import IdempotencyConflict, NotFound, StateConflict
@@ -24,6 +24,7 @@ __all__ = ["retry_delay_seconds"]
 
 # A result's task columns, and its deadline in seconds from the transaction's now() (``work.watch_covers``).
 _RESULT_COLS = _TASK_COLS + ", EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS deadline_in"
+_LOCK_WITH_TASK = lock_with_task(_RESULT_COLS)  # the instance and the task, locked in one statement
 
 
 @overload
@@ -55,15 +56,26 @@ def read_task(conn: Connection, task_id: str, namespace_id: str) -> dict:
     return task
 
 
+_OPEN_TASKS_SQL = f"""
+SELECT {_TASK_COLS} FROM workflow_tasks t
+WHERE t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED'){{queues}}
+ORDER BY t.created_at, t.id LIMIT :limit
+"""
+_OPEN_TASKS = query("tasks_open", _OPEN_TASKS_SQL.format(queues=""))
+_OPEN_TASKS_ON_QUEUES = query(
+    "tasks_open_on_queues", _OPEN_TASKS_SQL.format(queues=" AND t.queue = ANY(CAST(:queues AS text[]))")
+)
+
+
 def open_tasks(conn: Connection, namespace_id: str, queues: tuple[str, ...] | None, limit: int) -> list[dict]:
     """Open (PENDING or CLAIMED) tasks of a namespace, oldest first, on ``queues`` (None = every queue);
     at most ``limit`` rows (the claim index serves it)."""
-    where = "t.namespace_id = :ns AND t.state IN ('PENDING', 'CLAIMED')"
-    params: dict[str, Any] = {"ns": namespace_id, "limit": limit}
-    if queues is not None:
-        where += " AND t.queue = ANY(CAST(:queues AS text[]))"
-        params["queues"] = list(queues)
-    sql = f"SELECT {_TASK_COLS} FROM workflow_tasks t WHERE {where} ORDER BY t.created_at, t.id LIMIT :limit"
+    params: dict[str, Any] = {
+        "ns": namespace_id,
+        "limit": limit,
+        "queues": None if queues is None else list(queues),
+    }
+    sql = _OPEN_TASKS if queues is None else _OPEN_TASKS_ON_QUEUES
     return [t for t in (_task(r) for r in run(conn, sql, params)) if t is not None]
 
 
@@ -120,7 +132,7 @@ def _locked_for_result(
     caller's queues, an old epoch or a settled task without changing anything."""
     if not is_hex32(task_id):
         raise NotFound("task not found")
-    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _RESULT_COLS)
+    inst, row = lock_instance_and_task(conn, task_id, namespace_id, _LOCK_WITH_TASK)
     task = _task_of(row)
     if queue_ok is not None and not queue_ok(task["queue"]):
         raise NotFound("not found")
@@ -185,14 +197,20 @@ def fail(
     return done
 
 
+_TASK_ENDED_WITH_KEY = query(
+    "task_ended_with_key",
+    "SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE id = :id AND namespace_id = :ns "
+    "AND state = :s AND result_key = CAST(:key AS text))",
+)
+
+
 def ended_with_key(conn: Connection, namespace_id: str, task_id: str, state: str, key: str) -> bool:
     """True when the claim of ``task_id`` ended in ``state`` (COMPLETED or FAILED) by a result sent with the
     Idempotency-Key ``key``: a result refused with that key is that key used again for another request."""
     return bool(
         run(
             conn,
-            "SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE id = :id AND namespace_id = :ns "
-            "AND state = :s AND result_key = CAST(:key AS text))",
+            _TASK_ENDED_WITH_KEY,
             {"id": task_id, "ns": namespace_id, "s": state, "key": key},
         ).scalar()
     )
@@ -201,15 +219,21 @@ def ended_with_key(conn: Connection, namespace_id: str, task_id: str, state: str
 TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "TASK_TIMEOUT"}
 
 
+_TASK_OVERDUE_IDS = query(
+    "task_overdue_ids",
+    "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
+    "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
+    "ORDER BY deadline_at, id",
+)
+
+
 def time_out_overdue(conn: Connection, inst: dict, before: Any = None) -> list[str]:
     """Every open task of ``inst`` past its deadline (and, with ``before``, due before it) times out
     (then the retry policy), earliest first; the ids of those timed out. The instance's watch calls it
     (``handlers.task_timeouts``)."""
     due = run(
         conn,
-        "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
-        "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
-        "ORDER BY deadline_at, id",
+        _TASK_OVERDUE_IDS,
         {"i": inst["id"], "before": before},
     ).scalars()
     return [task_id for task_id in due if time_out(conn, inst, task_id)]

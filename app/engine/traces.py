@@ -13,7 +13,12 @@ from sqlalchemy import Connection
 
 from app import jsonx
 from app.engine.store import MISSING, jparse
-from app.sql import run
+from app.sql import query, run
+
+_TASK_WORKERS_RECORD = query(
+    "task_workers_record",
+    "UPDATE workflow_tasks SET worker = CAST(:w AS jsonb) WHERE id = ANY(:ids)",
+)
 
 
 def record_claims(conn: Connection, task_ids: list[str], worker: dict[str, Any] | None) -> None:
@@ -22,7 +27,7 @@ def record_claims(conn: Connection, task_ids: list[str], worker: dict[str, Any] 
         return
     run(
         conn,
-        "UPDATE workflow_tasks SET worker = CAST(:w AS jsonb) WHERE id = ANY(:ids)",
+        _TASK_WORKERS_RECORD,
         {"w": jsonx.dumps(worker), "ids": task_ids},
     )
 
@@ -41,14 +46,20 @@ def failure_of(error: dict[str, Any], worker: dict[str, Any] | None) -> dict[str
     return out
 
 
+_TASK_FAILURE_RECORD = query(
+    "task_failure_record",
+    "UPDATE workflow_tasks SET failure = CAST(:f AS jsonb), worker = COALESCE(CAST(:w AS jsonb), worker) "
+    "WHERE id = :id AND epoch = :epoch",
+)
+
+
 def record_failure(conn: Connection, task_id: str, epoch: int, failure: dict[str, Any] | None) -> None:
     """``failure`` on the attempt ``task_id`` failed at ``epoch`` (and its worker, when it names one)."""
     if failure is None:
         return
     run(
         conn,
-        "UPDATE workflow_tasks SET failure = CAST(:f AS jsonb), worker = COALESCE(CAST(:w AS jsonb), worker) "
-        "WHERE id = :id AND epoch = :epoch",
+        _TASK_FAILURE_RECORD,
         {
             "f": jsonx.dumps(failure),
             "w": jsonx.dumps(failure["worker"]) if "worker" in failure else None,
@@ -71,9 +82,15 @@ def attempt_fields(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_TASK_FAILURE_READ = query(
+    "task_failure_read",
+    "SELECT failure::text FROM workflow_tasks WHERE id = :id",
+)
+
+
 def failure_of_task(conn: Connection, task_id: str | None) -> dict[str, Any] | None:
     """The failure recorded on attempt ``task_id`` (the task a step error names), or None."""
     if not task_id:
         return None
-    raw = run(conn, "SELECT failure::text FROM workflow_tasks WHERE id = :id", {"id": task_id}).scalar()
+    raw = run(conn, _TASK_FAILURE_READ, {"id": task_id}).scalar()
     return None if raw is None else jsonx.loads_exact_db(raw)

@@ -52,9 +52,10 @@ def steps_view(conn: Connection, instance_id: str, namespace_id: str) -> dict:
 
 
 # the last attempt of an activation that failed or timed out, with its error (``ix_workflow_tasks_instance``)
-_LAST_FAILED_ATTEMPT = (
+_LAST_FAILED_ATTEMPT = query(
+    "view_last_failed_attempt",
     "SELECT attempt, state, error FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a "
-    "AND state IN ('FAILED', 'TIMED_OUT') ORDER BY attempt DESC, created_at DESC LIMIT 1"
+    "AND state IN ('FAILED', 'TIMED_OUT') ORDER BY attempt DESC, created_at DESC LIMIT 1",
 )
 
 
@@ -159,6 +160,14 @@ def paused_remaining_ms(
     return None if left is None else max(0, int(left))
 
 
+_VIEW_DELAY_WAKE_RUN_AT = query(
+    "view_delay_wake_run_at",
+    "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
+    "AND status IN ('pending', 'paused') AND payload->>'wake' = 'task_retry' "
+    "AND payload->>'activation_id' = :a ORDER BY id DESC LIMIT 1",
+)
+
+
 def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -> dict:
     inst = read_instance(conn, instance_id, namespace_id)
     s = read_step(conn, instance_id, key) if KEY_RE.fullmatch(key) else None
@@ -198,9 +207,7 @@ def step_view(conn: Connection, instance_id: str, namespace_id: str, key: str) -
     if s["kind"] == "TASK" and s["state"] == "WAITING":  # retry backoff: when the next attempt starts
         nxt = run(
             conn,
-            "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'delay_wake' "
-            "AND status IN ('pending', 'paused') AND payload->>'wake' = 'task_retry' "
-            "AND payload->>'activation_id' = :a ORDER BY id DESC LIMIT 1",
+            _VIEW_DELAY_WAKE_RUN_AT,
             {"i": instance_id, "a": s["activation_id"]},
         ).scalar()
         if nxt is not None:

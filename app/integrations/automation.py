@@ -36,7 +36,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
@@ -44,7 +44,7 @@ from app.engine import instances, oplog, signals
 from app.errors import InvalidArgument, NotFound, PermissionDenied
 from app.ids import is_hex32, new_id
 from app.integrations import caps
-from app.integrations.paging import page
+from app.integrations.paging import page, pages
 from app.integrations.patterns import (
     ABSENT,
     conditions_hold,
@@ -271,15 +271,18 @@ def create_rule(conn: Connection, p: Principal, rid: str | None, req: dict) -> d
     return {**out, **({"secret": secret} if secret else {})}
 
 
+_RULE_READ = query(
+    "automation_rule_read", f"SELECT {_COLS} FROM automation_rules WHERE id = :id AND namespace_id = :ns"
+)
+_RULE_LOCK = query(
+    "automation_rule_lock",
+    f"SELECT {_COLS} FROM automation_rules WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+)
+
+
 def _rule(conn: Connection, ns: str, rule_id: str, lock: bool = False) -> Any:
     row = (
-        conn.execute(
-            text(
-                f"SELECT {_COLS} FROM automation_rules WHERE id = :id AND namespace_id = :ns"
-                + (" FOR UPDATE" if lock else "")
-            ),
-            {"id": rule_id, "ns": ns},
-        ).first()
+        run(conn, _RULE_LOCK if lock else _RULE_READ, {"id": rule_id, "ns": ns}).first()
         if is_hex32(rule_id)
         else None
     )
@@ -292,16 +295,41 @@ def get_rule(conn: Connection, ns: str, rule_id: str) -> dict[str, Any]:
     return rule_view(_rule(conn, ns, rule_id))
 
 
+_RULES_PAGES = pages(
+    "automation_rules_page",
+    f"SELECT {_COLS} FROM automation_rules WHERE namespace_id = :ns {{after}} {{order}}",
+)
+
+
 def list_rules(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
     return page(
         conn,
-        f"SELECT {_COLS} FROM automation_rules WHERE namespace_id = :ns {{after}} {{order}}",
+        _RULES_PAGES,
         {"ns": ns},
         binding={"ns": ns, "k": "automation_rules"},
         limit=limit,
         cursor=cursor,
         view=rule_view,
     )
+
+
+# enabled: the enabling credential becomes the author, the budget starts anew; disabled by a person
+_RULE_ENABLE = query(
+    "automation_rule_enable",
+    f"""
+UPDATE automation_rules SET enabled = true, disabled_reason = NULL, created_by = :by, budget_used = 0,
+    budget_window_at = NULL, revision = revision + CASE WHEN enabled THEN 0 ELSE 1 END, updated_at = now()
+WHERE id = :id RETURNING {_COLS}
+""",
+)
+_RULE_DISABLE = query(
+    "automation_rule_disable",
+    f"""
+UPDATE automation_rules SET enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text),
+    revision = revision + CASE WHEN enabled THEN 1 ELSE 0 END, updated_at = now()
+WHERE id = :id RETURNING {_COLS}
+""",
+)
 
 
 def set_rule_enabled(
@@ -316,17 +344,8 @@ def set_rule_enabled(
         action = locked.action
         queues = start_queues(conn, p.namespace_id, action) if action["kind"] == "start_workflow" else []
         _check_author(p, action["kind"], queues)
-    sets = (
-        "enabled = true, disabled_reason = NULL, created_by = :by, budget_used = 0, budget_window_at = NULL"
-        if enabled
-        else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
-    )
-    row = conn.execute(
-        text(
-            f"UPDATE automation_rules SET {sets}, revision = revision + CASE WHEN enabled = :e THEN 0 ELSE 1 END, "
-            f"updated_at = now() WHERE id = :id RETURNING {_COLS}"
-        ),
-        {"id": rule_id, "e": enabled, "by": p.actor_id, "who": p.name},
+    row = run(
+        conn, _RULE_ENABLE if enabled else _RULE_DISABLE, {"id": rule_id, "by": p.actor_id, "who": p.name}
     ).one()
     after = rule_view(row)
     audit.record(
@@ -358,21 +377,27 @@ def _execution_view(r: Any) -> dict[str, Any]:
     }
 
 
+_EXECUTIONS_PAGES = pages(
+    "automation_executions_page",
+    "SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, "
+    "j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id "
+    "WHERE x.rule_id = :r {after} {order}",
+    alias="x.",
+    newest_first=True,
+)
+
+
 def executions(conn: Connection, ns: str, rule_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
     """The rule's execution log, newest first."""
     _rule(conn, ns, rule_id)
     return page(
         conn,
-        "SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, "
-        "j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id "
-        "WHERE x.rule_id = :r {after} {order}",
+        _EXECUTIONS_PAGES,
         {"r": rule_id},
         binding={"ns": ns, "rule": rule_id, "k": "automation_executions"},
         limit=limit,
         cursor=cursor,
         view=_execution_view,
-        alias="x.",
-        newest_first=True,
     )
 
 

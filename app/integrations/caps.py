@@ -10,24 +10,31 @@ count sees every create committed before it. Creates of other namespaces or othe
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.errors import LimitExceeded
+from app.sql import query, run
 
-_TABLES = frozenset({"automation_rules", "event_subscriptions", "workflow_schedules"})
+# the rows of a namespace in each table that keeps a cap (each by its namespace index)
+_COUNTS = {
+    table: query(f"{table}_count_in_namespace", f"SELECT count(*) FROM {table} WHERE namespace_id = :ns")
+    for table in ("automation_rules", "event_subscriptions", "workflow_schedules")
+}
+
+
+_CAP_LOCK = query(
+    "cap_lock",
+    "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))",
+)
 
 
 def reserve(conn: Connection, table: str, namespace_id: str, limit: int, code: str, message: str) -> int:
     """Lock the namespace's creates of ``table`` until ``conn``'s transaction ends, then count its rows:
     409 ``code`` with ``message`` when there are ``limit`` already. Returns the count."""
-    if table not in _TABLES:
+    if table not in _COUNTS:
         raise ValueError(f"no cap is kept for {table}")
-    conn.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": f"lf-cap:{table}:{namespace_id}"}
-    )
-    count = conn.execute(
-        text(f"SELECT count(*) FROM {table} WHERE namespace_id = :ns"), {"ns": namespace_id}
-    ).scalar_one()
+    run(conn, _CAP_LOCK, {"k": f"lf-cap:{table}:{namespace_id}"})
+    count = run(conn, _COUNTS[table], {"ns": namespace_id}).scalar_one()
     if count >= limit:
         raise LimitExceeded(code, message)
     return count

@@ -3,41 +3,55 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app.jsonx import rfc3339
+from app.sql import Query, query, run
+
+
+@dataclass(frozen=True)
+class Pages:
+    """The two named statements of a keyset list: its first page and a page after a cursor's position."""
+
+    first: Query
+    after: Query
+
+
+def pages(name: str, sql: str, *, alias: str = "", newest_first: bool = False) -> Pages:
+    """The statements of the list ``sql`` (rows with ``created_at`` and ``id``; ends with ``{after}``,
+    where the keyset condition goes, and ``{order}``, the ORDER BY and ``LIMIT :_n``), named ``name``
+    (first page) and ``name_after`` (``:_t``, ``:_i``: the last row's position). Made once, at import."""
+    op, direction = ("<", " DESC") if newest_first else (">", "")
+    order = f"ORDER BY {alias}created_at{direction}, {alias}id{direction} LIMIT :_n"
+    return Pages(
+        first=query(name, sql.format(after="", order=order)),
+        after=query(
+            f"{name}_after",
+            sql.format(after=f"AND ({alias}created_at, {alias}id) {op} (:_t, :_i)", order=order),
+        ),
+    )
 
 
 def page(
     conn: Connection,
-    sql: str,
+    statements: Pages,
     params: dict[str, Any],
     *,
     binding: dict[str, Any],
     limit: int,
     cursor: str | None,
     view: Callable[[Any], dict[str, Any]],
-    alias: str = "",
-    newest_first: bool = False,
 ) -> dict[str, Any]:
-    """``sql`` selects rows with ``created_at`` and ``id`` and ends with ``{after}`` where the keyset
-    condition goes (``AND ...``) and ``{order}`` for the ORDER BY + LIMIT."""
+    """A page of ``limit`` rows (``statements``, made by ``pages``) after ``cursor``'s position."""
     pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT) if cursor else None
-    op, direction = ("<", "DESC") if newest_first else (">", "")
-    after = f"AND ({alias}created_at, {alias}id) {op} (:_t, :_i)" if pos else ""
-    order = f"ORDER BY {alias}created_at {direction}, {alias}id {direction} LIMIT :_n"
-    rows = conn.execute(
-        text(sql.format(after=after, order=order)),
-        {
-            **params,
-            "_n": limit + 1,
-            "_t": pos["t"] if pos else None,
-            "_i": pos and pos["i"],
-        },
-    ).all()
+    args = {**params, "_n": limit + 1}
+    if pos:
+        args.update(_t=pos["t"], _i=pos["i"])
+    rows = run(conn, statements.after if pos else statements.first, args).all()
     out: dict[str, Any] = {"items": [view(r) for r in rows[:limit]]}
     if len(rows) > limit:
         last = rows[limit - 1]

@@ -6,26 +6,29 @@ from __future__ import annotations
 
 from functools import partial
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
+from app.sql import query, run
 
 _LIVE_JOB = "EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused'))"
 
 
-def _prune(conn: Connection, table: str, limit: int, policy: RetentionPolicy) -> int:
-    rows = conn.execute(
-        text(
-            f"""
-DELETE FROM {table} WHERE id IN (
-    SELECT x.id FROM {table} x
+_PRUNE_SQL = f"""
+DELETE FROM {{table}} WHERE id IN (
+    SELECT x.id FROM {{table}} x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400) AND NOT {_LIVE_JOB}
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING id
 """
-        ),
-        {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
-    ).all()
+_PRUNE = {
+    table: query(f"{table}_prune", _PRUNE_SQL.format(table=table))
+    for table in ("webhook_deliveries", "automation_executions")
+}
+
+
+def _prune(conn: Connection, table: str, limit: int, policy: RetentionPolicy) -> int:
+    rows = run(conn, _PRUNE[table], {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
     return len(rows)
 
 

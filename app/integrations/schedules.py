@@ -24,12 +24,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, jsonx
 from app import cursor as cursors
 from app.auth import Principal
-from app.db import db_now
+from app.db_time import db_now
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.store import jparse
@@ -41,6 +41,7 @@ from app.integrations.schedule_times import Rule, RuleError
 from app.jsonx import rfc3339
 from app.ledger.enqueue import enqueue
 from app.ledger.states import JobType
+from app.sql import query, run
 
 MAX_SCHEDULES_PER_NAMESPACE = 1000
 TICK_BATCH = 100  # schedules handled per tick transaction
@@ -64,17 +65,22 @@ def rule_of(s: dict[str, Any]) -> Rule:
     )
 
 
+_SCHEDULE_READ = query(
+    "schedule_read", f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns"
+)
+_SCHEDULE_LOCK = query(
+    "schedule_lock",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+)
+
+
 def read_schedule(
     conn: Connection, namespace_id: str, schedule_id: str, *, lock: bool = False
 ) -> dict[str, Any]:
     if not is_hex32(schedule_id):
         raise NotFound("schedule not found")
-    row = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE id = :id AND namespace_id = :ns"
-            + (" FOR UPDATE" if lock else "")
-        ),
-        {"id": schedule_id, "ns": namespace_id},
+    row = run(
+        conn, _SCHEDULE_LOCK if lock else _SCHEDULE_READ, {"id": schedule_id, "ns": namespace_id}
     ).first()
     if row is None:
         raise NotFound("schedule not found")
@@ -101,6 +107,12 @@ def _fire_view(f: Any) -> dict[str, Any]:
 _FIRES = (
     "SELECT id, fire_at, kind, status, reason, skipped_count, skipped_capped, instance_id, created_at "
     "FROM workflow_schedule_fires WHERE schedule_id = :s"
+)
+
+
+_SCHEDULE_LAST_FIRE = query(
+    "schedule_last_fire",
+    _FIRES + " ORDER BY fire_at DESC LIMIT 1",
 )
 
 
@@ -131,7 +143,7 @@ def schedule_view(conn: Connection, s: dict[str, Any], now: datetime) -> dict[st
         out["interval_seconds"] = s["interval_seconds"]
     if s["fire_time_field"]:
         out["fire_time_field"] = s["fire_time_field"]
-    last = conn.execute(text(_FIRES + " ORDER BY fire_at DESC LIMIT 1"), {"s": s["id"]}).first()
+    last = run(conn, _SCHEDULE_LAST_FIRE, {"s": s["id"]}).first()
     if last is not None:
         out["last_fire"] = _fire_view(last)
     return out
@@ -141,17 +153,28 @@ def get_schedule(conn: Connection, namespace_id: str, schedule_id: str) -> dict[
     return schedule_view(conn, read_schedule(conn, namespace_id, schedule_id), db_now(conn))
 
 
+# a namespace's schedules, oldest first (ix_workflow_schedules_list), from the start or after a position
+_SCHEDULES_PAGE = query(
+    "schedules_page",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns ORDER BY created_at, id LIMIT :limit",
+)
+_SCHEDULES_PAGE_AFTER = query(
+    "schedules_page_after",
+    f"""
+SELECT {_COLUMNS} FROM workflow_schedules
+WHERE namespace_id = :ns AND (created_at, id) > (:c_created, :c_id)
+ORDER BY created_at, id LIMIT :limit
+""",
+)
+
+
 def list_schedules(conn: Connection, namespace_id: str, limit: int, cursor: str | None) -> dict[str, Any]:
     binding = {"ns": namespace_id, "list": "schedules"}
-    where, params = "namespace_id = :ns", {"ns": namespace_id, "limit": limit + 1}
+    params = {"ns": namespace_id, "limit": limit + 1}
     if cursor is not None:
         pos = cursors.decode(cursor, binding, c=cursors.TIME, i=cursors.TEXT)
-        where += " AND (created_at, id) > (:c_created, :c_id)"
         params.update(c_created=pos["c"], c_id=pos["i"])
-    rows = conn.execute(
-        text(f"SELECT {_COLUMNS} FROM workflow_schedules WHERE {where} ORDER BY created_at, id LIMIT :limit"),
-        params,
-    ).all()
+    rows = run(conn, _SCHEDULES_PAGE if cursor is None else _SCHEDULES_PAGE_AFTER, params).all()
     now = db_now(conn)
     items = [_row(r) for r in rows[:limit]]
     out: dict[str, Any] = {"items": [schedule_view(conn, s, now) for s in items]}
@@ -162,11 +185,15 @@ def list_schedules(conn: Connection, namespace_id: str, limit: int, cursor: str 
     return out
 
 
+_SCHEDULE_FIRES_PAGE = query(
+    "schedule_fires_page",
+    _FIRES + " ORDER BY fire_at DESC LIMIT :n",
+)
+
+
 def list_fires(conn: Connection, namespace_id: str, schedule_id: str, limit: int) -> dict[str, Any]:
     read_schedule(conn, namespace_id, schedule_id)
-    rows = conn.execute(
-        text(_FIRES + " ORDER BY fire_at DESC LIMIT :n"), {"s": schedule_id, "n": limit}
-    ).all()
+    rows = run(conn, _SCHEDULE_FIRES_PAGE, {"s": schedule_id, "n": limit}).all()
     return {"items": [_fire_view(f) for f in rows]}
 
 
@@ -196,14 +223,17 @@ def launch_input(s: dict[str, Any], fire_at: datetime) -> Any:
     return {**s["input"], s["fire_time_field"]: rfc3339(fire_at)}
 
 
+_SCHEDULE_TARGET_EXISTS = query(
+    "schedule_target_exists",
+    "SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns",
+)
+
+
 def _check_target(conn: Connection, namespace_id: str, s: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The pinned version exists in the namespace and the input (with a fire time) satisfies it."""
     if (
         not is_hex32(s["definition_id"])
-        or not conn.execute(
-            text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
-            {"d": s["definition_id"], "ns": namespace_id},
-        ).first()
+        or not run(conn, _SCHEDULE_TARGET_EXISTS, {"d": s["definition_id"], "ns": namespace_id}).first()
     ):
         raise InvalidArgument(
             "unknown definition", errors=[FieldError("definition_id", "unknown definition")]
@@ -255,6 +285,15 @@ def _audit(
     )
 
 
+_SCHEDULE_INSERT = query(
+    "schedule_insert",
+    "INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, fire_time_field, "
+    "cron, timezone, interval_seconds, anchor_at, overlap, paused, next_fire_at, created_by) VALUES "
+    "(:id, :ns, :name, :d, :v, CAST(:input AS jsonb), :ftf, :cron, :tz, :iv, :anchor, :overlap, :paused, "
+    ":next, :by) ON CONFLICT (namespace_id, name) DO NOTHING RETURNING id",
+)
+
+
 def create_schedule(
     conn: Connection,
     principal: Principal,
@@ -279,13 +318,9 @@ def create_schedule(
         f"the namespace has {MAX_SCHEDULES_PER_NAMESPACE} schedules (the limit)",
     )
     sid = new_id()
-    inserted = conn.execute(
-        text(
-            "INSERT INTO workflow_schedules (id, namespace_id, name, definition_id, version, input, fire_time_field, "
-            "cron, timezone, interval_seconds, anchor_at, overlap, paused, next_fire_at, created_by) VALUES "
-            "(:id, :ns, :name, :d, :v, CAST(:input AS jsonb), :ftf, :cron, :tz, :iv, :anchor, :overlap, :paused, "
-            ":next, :by) ON CONFLICT (namespace_id, name) DO NOTHING RETURNING id"
-        ),
+    inserted = run(
+        conn,
+        _SCHEDULE_INSERT,
         {
             "id": sid,
             "ns": ns,
@@ -323,6 +358,15 @@ UPDATABLE = (
 )
 
 
+_SCHEDULE_UPDATE = query(
+    "schedule_update",
+    "UPDATE workflow_schedules SET definition_id = :d, version = :v, input = CAST(:input AS jsonb), "
+    "fire_time_field = :ftf, cron = :cron, timezone = :tz, interval_seconds = :iv, anchor_at = :anchor, "
+    "overlap = :overlap, next_fire_at = :next, created_by = :by, revision = revision + 1, updated_at = now() "
+    "WHERE id = :id",
+)
+
+
 def update_schedule(
     conn: Connection,
     principal: Principal,
@@ -348,13 +392,9 @@ def update_schedule(
     ver = _check_target(conn, ns, merged, now)
     if check_queues is not None:
         check_queues(ver["queues"])
-    conn.execute(
-        text(
-            "UPDATE workflow_schedules SET definition_id = :d, version = :v, input = CAST(:input AS jsonb), "
-            "fire_time_field = :ftf, cron = :cron, timezone = :tz, interval_seconds = :iv, anchor_at = :anchor, "
-            "overlap = :overlap, next_fire_at = :next, created_by = :by, revision = revision + 1, updated_at = now() "
-            "WHERE id = :id"
-        ),
+    run(
+        conn,
+        _SCHEDULE_UPDATE,
         {
             "id": schedule_id,
             "d": ver["definition_id"],
@@ -373,6 +413,13 @@ def update_schedule(
     view = get_schedule(conn, ns, schedule_id)
     _audit(conn, principal, request_id, "schedule.update", schedule_id, before=before, after=view)
     return view
+
+
+_SCHEDULE_SET_PAUSED = query(
+    "schedule_set_paused",
+    "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now(), "
+    "created_by = CASE WHEN :p THEN created_by ELSE CAST(:by AS text) END WHERE id = :id AND paused = :was",
+)
 
 
 def set_paused(
@@ -396,11 +443,9 @@ def set_paused(
     if s["paused"] != paused:
         if not paused and check_queues is not None:
             check_queues(load_version(conn, ns, s["definition_id"], s["version"])["queues"])
-        conn.execute(
-            text(
-                "UPDATE workflow_schedules SET paused = :p, revision = revision + 1, updated_at = now(), "
-                "created_by = CASE WHEN :p THEN created_by ELSE CAST(:by AS text) END WHERE id = :id AND paused = :was"
-            ),
+        run(
+            conn,
+            _SCHEDULE_SET_PAUSED,
             {"id": schedule_id, "p": paused, "was": s["paused"], "by": principal.actor_id},
         )
         if not paused:
@@ -430,6 +475,12 @@ def set_paused(
     return {"schedule": view, "missed": missed}
 
 
+_SCHEDULE_DELETE = query(
+    "schedule_delete",
+    "DELETE FROM workflow_schedules WHERE id = :id",
+)
+
+
 def delete_schedule(
     conn: Connection, principal: Principal, schedule_id: str, *, request_id: str | None = None
 ) -> dict[str, Any]:
@@ -437,7 +488,7 @@ def delete_schedule(
     ``schedule_launch`` job still queued finds no schedule and is skipped."""
     s = read_schedule(conn, principal.namespace_id, schedule_id, lock=True)
     before = schedule_view(conn, s, db_now(conn))
-    conn.execute(text("DELETE FROM workflow_schedules WHERE id = :id"), {"id": schedule_id})
+    run(conn, _SCHEDULE_DELETE, {"id": schedule_id})
     _audit(conn, principal, request_id, "schedule.delete", schedule_id, before=before)
     return {"id": schedule_id, "deleted": True}
 
@@ -482,19 +533,20 @@ def _enqueue_launch(
     return enqueue(conn, JobType.SCHEDULE_LAUNCH, payload, idempotency_key=key, operation_key=key)
 
 
+_SCHEDULES_DUE = query(
+    "schedules_due",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE NOT paused AND next_fire_at <= now() "
+    "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED",
+)
+
+
 # --------------------------------------------------------------------------- the scheduler tick
 def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
     """Hand every due active schedule (at most ``batch``, oldest due first) ONE ``schedule_launch``
     job for its latest due fire time and move ``next_fire_at`` past now, in the caller's transaction.
     Rows another scheduler holds are skipped (``SKIP LOCKED``); the job's idempotency key
     (schedule, fire time) and the unique fire row make a double hand-out harmless anyway."""
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE NOT paused AND next_fire_at <= now() "
-            "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED"
-        ),
-        {"n": batch},
-    ).all()
+    rows = run(conn, _SCHEDULES_DUE, {"n": batch}).all()
     if not rows:
         return []
     now = db_now(conn)
@@ -509,19 +561,20 @@ def tick(conn: Connection, *, batch: int = TICK_BATCH) -> list[dict[str, Any]]:
     return out
 
 
+_SCHEDULES_DUE_IN_NAMESPACE = query(
+    "schedules_due_in_namespace",
+    f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns AND NOT paused "
+    "AND next_fire_at <= now() + make_interval(secs => :s) "
+    "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED",
+)
+
+
 def hand_out_due_by(conn: Connection, namespace_id: str, seconds: float, *, batch: int = TICK_BATCH) -> int:
     """Time skipping (``app.integrations.time_skip``, test servers only): every active schedule of the
     namespace whose next fire time falls within ``seconds`` from now gets its launch now, as the tick
     would have handed it out at that time (its latest fire time in the span, earlier ones coalesced),
     and ``next_fire_at`` moves past the span. At most ``batch`` schedules; returns how many."""
-    rows = conn.execute(
-        text(
-            f"SELECT {_COLUMNS} FROM workflow_schedules WHERE namespace_id = :ns AND NOT paused "
-            "AND next_fire_at <= now() + make_interval(secs => :s) "
-            "ORDER BY next_fire_at LIMIT :n FOR UPDATE SKIP LOCKED"
-        ),
-        {"ns": namespace_id, "s": seconds, "n": batch},
-    ).all()
+    rows = run(conn, _SCHEDULES_DUE_IN_NAMESPACE, {"ns": namespace_id, "s": seconds, "n": batch}).all()
     until = db_now(conn) + timedelta(seconds=seconds)
     handed = 0
     for row in rows:
@@ -533,12 +586,15 @@ def hand_out_due_by(conn: Connection, namespace_id: str, seconds: float, *, batc
     return handed
 
 
+_SCHEDULE_HAND_OUT = query(
+    "schedule_hand_out",
+    "UPDATE workflow_schedules SET next_fire_at = :next WHERE id = :id AND next_fire_at = :was",
+)
+
+
 def _hand_out(conn: Connection, s: dict[str, Any], d: Any) -> Any:
     """The due fire ``d`` of schedule ``s`` (locked by the caller): its ``schedule_launch`` job, and
     ``next_fire_at`` moved past it."""
     job = _enqueue_launch(conn, s, d.fire_at, "SCHEDULED", d.skipped, d.capped)
-    conn.execute(
-        text("UPDATE workflow_schedules SET next_fire_at = :next WHERE id = :id AND next_fire_at = :was"),
-        {"id": s["id"], "next": d.following, "was": s["next_fire_at"]},
-    )
+    run(conn, _SCHEDULE_HAND_OUT, {"id": s["id"], "next": d.following, "was": s["next_fire_at"]})
     return job

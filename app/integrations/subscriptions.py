@@ -15,14 +15,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
 from app.errors import InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.integrations import caps
-from app.integrations.paging import page
+from app.integrations.paging import page, pages
 from app.integrations.patterns import validate_patterns
 from app.jsonx import rfc3339
 from app.ledger import ops_actions
@@ -30,6 +30,7 @@ from app.ledger.destinations import DestinationForbidden, check
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url
 from app.settings import WEBHOOK_DISABLE_AFTER
+from app.sql import query, run
 
 MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
 DEFAULT_GRACE_SECONDS = 24 * 3600
@@ -82,16 +83,19 @@ def check_url(url: Any, field: str = "url") -> str:
     return url
 
 
+_SUBSCRIPTION_DEFINITION_EXISTS = query(
+    "subscription_definition_exists",
+    "SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns",
+)
+
+
 def definition_filter(conn: Connection, ns: str, definition_id: str | None) -> str | None:
     """A ``definition_id`` filter (of a subscription or a rule): None, or a definition of ``ns``; any
     other value is a 400 naming ``definition_id``."""
     if definition_id is None:
         return None
     found = (
-        conn.execute(
-            text("SELECT 1 FROM workflow_definitions WHERE id = :d AND namespace_id = :ns"),
-            {"d": definition_id, "ns": ns},
-        ).first()
+        run(conn, _SUBSCRIPTION_DEFINITION_EXISTS, {"d": definition_id, "ns": ns}).first()
         if isinstance(definition_id, str) and is_hex32(definition_id)
         else None
     )
@@ -123,6 +127,15 @@ def _audit(
     )
 
 
+_SUBSCRIPTION_INSERT = query(
+    "subscription_insert",
+    f"""
+INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret,
+    created_by)
+VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret, :by) RETURNING {_COLS}""",
+)
+
+
 def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[str, Any]:
     ns = p.namespace_id
     params: dict[str, Any] = {
@@ -144,29 +157,24 @@ def create(conn: Connection, p: Principal, rid: str | None, req: dict) -> dict[s
         f"a namespace has at most {MAX_SUBSCRIPTIONS} subscriptions",
     )
     sid, secret = params["id"], params["secret"]
-    row = conn.execute(
-        text(
-            f"""
-INSERT INTO event_subscriptions (id, namespace_id, url, event_types, definition_id, description, secret,
-    created_by)
-VALUES (:id, :ns, :url, CAST(:types AS text[]), :def, :desc, :secret, :by) RETURNING {_COLS}"""
-        ),
-        params,
-    ).one()
+    row = run(conn, _SUBSCRIPTION_INSERT, params).one()
     out = view(row)
     _audit(conn, p, rid, "event_subscription.create", sid, None, out)
     return {**out, "secret": secret}
 
 
+_SUBSCRIPTION_READ = query(
+    "subscription_read", f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
+)
+_SUBSCRIPTION_LOCK = query(
+    "subscription_lock",
+    f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns FOR UPDATE",
+)
+
+
 def _row(conn: Connection, ns: str, sid: str, *, lock: bool = False) -> Any:
     row = (
-        conn.execute(
-            text(
-                f"SELECT {_COLS} FROM event_subscriptions WHERE id = :id AND namespace_id = :ns"
-                + (" FOR UPDATE" if lock else "")
-            ),
-            {"id": sid, "ns": ns},
-        ).first()
+        run(conn, _SUBSCRIPTION_LOCK if lock else _SUBSCRIPTION_READ, {"id": sid, "ns": ns}).first()
         if is_hex32(sid)
         else None
     )
@@ -183,10 +191,16 @@ def get(conn: Connection, ns: str, sid: str) -> dict[str, Any]:
     return view(_row(conn, ns, sid))
 
 
+_SUBSCRIPTIONS_PAGES = pages(
+    "subscriptions_page",
+    f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}",
+)
+
+
 def list_page(conn: Connection, ns: str, limit: int, cursor: str | None) -> dict[str, Any]:
     return page(
         conn,
-        f"SELECT {_COLS} FROM event_subscriptions WHERE namespace_id = :ns {{after}} {{order}}",
+        _SUBSCRIPTIONS_PAGES,
         {"ns": ns},
         binding={"ns": ns, "k": "event_subscriptions"},
         limit=limit,
@@ -200,27 +214,51 @@ _UPDATE = (
 WHERE id = :id RETURNING """
     + _COLS
 )
+# an update by a person: each field given (its ``set_`` flag) takes its new value; the updater becomes the
+# subscription's author
+_SUBSCRIPTION_UPDATE = query(
+    "subscription_update",
+    _UPDATE.format(
+        sets="""created_by = :by,
+    url = CASE WHEN :set_url THEN CAST(:url AS text) ELSE url END,
+    event_types = CASE WHEN :set_types THEN CAST(:types AS text[]) ELSE event_types END,
+    definition_id = CASE WHEN :set_def THEN CAST(:def AS text) ELSE definition_id END,
+    description = CASE WHEN :set_desc THEN CAST(:desc AS text) ELSE description END"""
+    ),
+)
+_SUBSCRIPTION_ENABLE = query(
+    "subscription_enable_by_person",
+    _UPDATE.format(
+        sets="enabled = true, disabled_reason = NULL, consecutive_failures = 0, created_by = CAST(:by AS text)"
+    ),
+)
+_SUBSCRIPTION_DISABLE = query(
+    "subscription_disable_by_person",
+    _UPDATE.format(sets="enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"),
+)
+_SUBSCRIPTION_ROTATE = query(
+    "subscription_rotate_secret",
+    _UPDATE.format(
+        sets="previous_secret = secret, secret = :secret, "
+        "previous_secret_expires_at = now() + make_interval(secs => :grace)"
+    ),
+)
 
 
 def update(conn: Connection, p: Principal, rid: str | None, sid: str, req: dict) -> dict[str, Any]:
     before = view(_lock(conn, p.namespace_id, sid))
-    sets = ["created_by = :by"]  # the updater becomes its author
     params: dict[str, Any] = {"id": sid, "by": p.actor_id}
-    if "url" in req:
-        sets.append("url = :url")
-        params["url"] = check_url(req["url"])
-    if "event_types" in req:
-        sets.append("event_types = CAST(:types AS text[])")
-        params["types"] = validate_patterns(req["event_types"])
-    if "definition_id" in req:
-        sets.append("definition_id = :def")
-        params["def"] = definition_filter(conn, p.namespace_id, req["definition_id"])
-    if "description" in req:
-        sets.append("description = :desc")
-        params["desc"] = req["description"] or ""
-    if len(sets) == 1:
+    params.update(set_url="url" in req, set_types="event_types" in req)
+    params.update(set_def="definition_id" in req, set_desc="description" in req)
+    params["url"] = check_url(req["url"]) if "url" in req else None
+    params["types"] = validate_patterns(req["event_types"]) if "event_types" in req else None
+    params["def"] = (
+        definition_filter(conn, p.namespace_id, req["definition_id"]) if "definition_id" in req else None
+    )
+    params["desc"] = (req["description"] or "") if "description" in req else None
+    if not any(params[k] for k in ("set_url", "set_types", "set_def", "set_desc")):
         raise InvalidArgument("nothing to update: give url, event_types, definition_id or description")
-    after = view(conn.execute(text(_UPDATE.format(sets=", ".join(sets))), params).one())
+    after = view(run(conn, _SUBSCRIPTION_UPDATE, params).one())
     _audit(conn, p, rid, "event_subscription.update", sid, before, after)
     return after
 
@@ -233,18 +271,25 @@ def set_enabled(
     before = view(_lock(conn, p.namespace_id, sid))
     if before["enabled"] == enabled:
         return before
-    sets = (
-        "enabled = true, disabled_reason = NULL, consecutive_failures = 0, created_by = CAST(:by AS text)"
-        if enabled
-        else "enabled = false, disabled_reason = 'disabled by ' || CAST(:who AS text)"
-    )
-    after = view(
-        conn.execute(text(_UPDATE.format(sets=sets)), {"id": sid, "who": p.name, "by": p.actor_id}).one()
-    )
+    statement = _SUBSCRIPTION_ENABLE if enabled else _SUBSCRIPTION_DISABLE
+    after = view(run(conn, statement, {"id": sid, "who": p.name, "by": p.actor_id}).one())
     _audit(
         conn, p, rid, f"event_subscription.{'enable' if enabled else 'disable'}", sid, before, after, reason
     )
     return after
+
+
+_SUBSCRIPTION_DELETE = query(
+    "subscription_delete",
+    "DELETE FROM event_subscriptions WHERE id = :id",
+)
+
+
+_SUBSCRIPTION_DELIVERIES_DELETE = query(
+    "subscription_deliveries_delete",
+    "DELETE FROM webhook_deliveries d WHERE d.subscription_id = :id AND NOT EXISTS (SELECT 1 FROM "
+    "workflow_jobs j WHERE j.id = d.job_id AND j.status IN ('pending', 'running', 'paused'))",
+)
 
 
 def delete(conn: Connection, p: Principal, rid: str | None, sid: str) -> dict[str, Any]:
@@ -252,14 +297,8 @@ def delete(conn: Connection, p: Principal, rid: str | None, sid: str) -> dict[st
     runs and records ``skipped`` (so a delivery job always finds its row: a missing one is a job that
     names nothing, ``app.integrations.webhooks``); the rest of its delivery log goes with it."""
     before = view(_lock(conn, p.namespace_id, sid))
-    conn.execute(text("DELETE FROM event_subscriptions WHERE id = :id"), {"id": sid})
-    conn.execute(
-        text(
-            "DELETE FROM webhook_deliveries d WHERE d.subscription_id = :id AND NOT EXISTS (SELECT 1 FROM "
-            "workflow_jobs j WHERE j.id = d.job_id AND j.status IN ('pending', 'running', 'paused'))"
-        ),
-        {"id": sid},
-    )
+    run(conn, _SUBSCRIPTION_DELETE, {"id": sid})
+    run(conn, _SUBSCRIPTION_DELIVERIES_DELETE, {"id": sid})
     _audit(conn, p, rid, "event_subscription.delete", sid, before, None)
     return {"id": sid, "deleted": True}
 
@@ -273,17 +312,7 @@ def rotate(
         raise InvalidArgument(f"grace_seconds must be 0-{MAX_GRACE_SECONDS}", field="grace_seconds")
     before = view(_lock(conn, p.namespace_id, sid))
     secret = new_secret()
-    after = view(
-        conn.execute(
-            text(
-                _UPDATE.format(
-                    sets="previous_secret = secret, secret = :secret, "
-                    "previous_secret_expires_at = now() + make_interval(secs => :grace)"
-                )
-            ),
-            {"id": sid, "secret": secret, "grace": grace},
-        ).one()
-    )
+    after = view(run(conn, _SUBSCRIPTION_ROTATE, {"id": sid, "secret": secret, "grace": grace}).one())
     _audit(conn, p, rid, "event_subscription.rotate_secret", sid, before, after)
     return {**after, "secret": secret}
 
@@ -321,21 +350,37 @@ def delivery_view(row: Any) -> dict[str, Any]:
     }
 
 
+_DELIVERIES_PAGES = pages(
+    "deliveries_page",
+    f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+    "WHERE d.subscription_id = :sid {after} {order}",
+    alias="d.",
+    newest_first=True,
+)
+
+
 def deliveries(conn: Connection, ns: str, sid: str, limit: int, cursor: str | None) -> dict[str, Any]:
     """The delivery log, newest first."""
     get(conn, ns, sid)
     return page(
         conn,
-        f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-        "WHERE d.subscription_id = :sid {after} {order}",
+        _DELIVERIES_PAGES,
         {"sid": sid},
         binding={"ns": ns, "sub": sid, "k": "webhook_deliveries"},
         limit=limit,
         cursor=cursor,
         view=delivery_view,
-        alias="d.",
-        newest_first=True,
     )
+
+
+_DELIVERY_LINKS_READ = query(
+    "delivery_links_read",
+    "SELECT d.namespace_id, d.subscription_id, s.url, d.event_id, d.event_type, b.instance_id "
+    "FROM webhook_deliveries d JOIN event_subscriptions s ON s.id = d.subscription_id "
+    "LEFT JOIN workflow_event_batches b ON b.id = left(d.event_id, 29) || '000' "
+    "AND b.namespace_id = d.namespace_id "
+    "WHERE d.id = :id AND (CAST(:ns AS text) IS NULL OR d.namespace_id = :ns)",
+)
 
 
 def delivery_links(conn: Connection, delivery_id: str, ns: str | None) -> dict[str, Any] | None:
@@ -344,16 +389,7 @@ def delivery_links(conn: Connection, delivery_id: str, ns: str | None) -> dict[s
     of ``ns`` (None: of any namespace)."""
     if not isinstance(delivery_id, str) or not is_hex32(delivery_id):
         return None
-    row = conn.execute(
-        text(
-            "SELECT d.namespace_id, d.subscription_id, s.url, d.event_id, d.event_type, b.instance_id "
-            "FROM webhook_deliveries d JOIN event_subscriptions s ON s.id = d.subscription_id "
-            "LEFT JOIN workflow_event_batches b ON b.id = left(d.event_id, 29) || '000' "
-            "AND b.namespace_id = d.namespace_id "
-            "WHERE d.id = :id AND (CAST(:ns AS text) IS NULL OR d.namespace_id = :ns)"
-        ),
-        {"id": delivery_id, "ns": ns},
-    ).one_or_none()
+    row = run(conn, _DELIVERY_LINKS_READ, {"id": delivery_id, "ns": ns}).one_or_none()
     if row is None:
         return None
     return {
@@ -366,6 +402,12 @@ def delivery_links(conn: Connection, delivery_id: str, ns: str | None) -> dict[s
     }
 
 
+_DELIVERY_ENQUEUE = query(
+    "delivery_enqueue",
+    "UPDATE webhook_deliveries SET job_id = :j, status = 'pending', updated_at = now() WHERE id = :id",
+)
+
+
 def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:
     """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key)."""
     job = enqueue(
@@ -376,13 +418,20 @@ def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: 
         operation_key=key[:64],
         delay_ms=delay_ms,
     )
-    conn.execute(
-        text(
-            "UPDATE webhook_deliveries SET job_id = :j, status = 'pending', updated_at = now() WHERE id = :id"
-        ),
-        {"j": job.id, "id": delivery_id},
-    )
+    run(conn, _DELIVERY_ENQUEUE, {"j": job.id, "id": delivery_id})
     return job.id
+
+
+_DELIVERY_SET_PENDING = query(
+    "delivery_set_pending",
+    "UPDATE webhook_deliveries SET status = 'pending', updated_at = now() WHERE id = :id",
+)
+
+
+_DELIVERY_COUNT_REDELIVERY = query(
+    "delivery_count_redelivery",
+    "UPDATE webhook_deliveries SET redeliveries = redeliveries + 1 WHERE id = :id RETURNING redeliveries",
+)
 
 
 def _redeliver_locked(
@@ -396,36 +445,29 @@ def _redeliver_locked(
         owner = replace(actor, principal=replace(actor.principal, platform=True))
         done = ops_actions.batch_retry(conn, [row.job_id], owner, rate=rate, start_index=index)
         if done["submitted"]:
-            conn.execute(
-                text("UPDATE webhook_deliveries SET status = 'pending', updated_at = now() WHERE id = :id"),
-                {"id": row.id},
-            )
+            run(conn, _DELIVERY_SET_PENDING, {"id": row.id})
             return row.id
         return None
     if row.job_status in ("pending", "running", "paused"):
         return None  # already on its way
-    n = conn.execute(
-        text(
-            "UPDATE webhook_deliveries SET redeliveries = redeliveries + 1 WHERE id = :id RETURNING redeliveries"
-        ),
-        {"id": row.id},
-    ).scalar_one()
+    n = run(conn, _DELIVERY_COUNT_REDELIVERY, {"id": row.id}).scalar_one()
     enqueue_delivery(
         conn, row.id, f"webhook_delivery:{row.id}:r{n}", delay_ms=ops_actions.stagger_ms(index, rate)
     )
     return row.id
 
 
+_DELIVERY_READ_FOR_REDELIVERY = query(
+    "delivery_read_for_redelivery",
+    f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+    "WHERE d.id = :id AND d.subscription_id = :sid FOR UPDATE OF d",
+)
+
+
 def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery_id: str) -> dict[str, Any]:
     p = actor.principal
     _lock(conn, p.namespace_id, sid)
-    row = conn.execute(
-        text(
-            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-            "WHERE d.id = :id AND d.subscription_id = :sid FOR UPDATE OF d"
-        ),
-        {"id": delivery_id, "sid": sid},
-    ).first()
+    row = run(conn, _DELIVERY_READ_FOR_REDELIVERY, {"id": delivery_id, "sid": sid}).first()
     if row is None:
         raise NotFound("delivery not found")
     if _redeliver_locked(conn, row, actor, 0, ops_actions.DEFAULT_RATE) is None:
@@ -440,6 +482,14 @@ def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery
         {"delivery_id": row.id},
     )
     return {"delivery_id": row.id, "submitted": True}
+
+
+_DELIVERIES_FAILED_SINCE = query(
+    "deliveries_failed_since",
+    f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
+    f"WHERE d.subscription_id = :sid AND d.created_at >= :since AND {STATUS_SQL} = ANY(:st) "
+    "ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED",
+)
 
 
 def redeliver_since(
@@ -459,13 +509,8 @@ def redeliver_since(
     statuses = ["failed", "dead", "skipped", "unknown", "retrying"] + (
         ["succeeded"] if include_succeeded else []
     )
-    rows = conn.execute(
-        text(
-            f"SELECT {_DELIVERY_COLS} FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id "
-            f"WHERE d.subscription_id = :sid AND d.created_at >= :since AND {STATUS_SQL} = ANY(:st) "
-            "ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED"
-        ),
-        {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER},
+    rows = run(
+        conn, _DELIVERIES_FAILED_SINCE, {"sid": sid, "since": since, "st": statuses, "n": MAX_REDELIVER}
     ).all()
     submitted: list[str] = []
     for row in rows:

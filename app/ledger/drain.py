@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 
 from app import idempotency
 from app.db import transaction
@@ -17,16 +17,18 @@ from app.ledger.hints import publish_now
 from app.ledger.models import JOB_QUEUE_TYPE
 from app.observability import metrics
 from app.settings import Settings
+from app.sql import query, run
 
 log = logging.getLogger(__name__)
 
 DRAIN_LOCK_KEY = 7426002
-_DUE_QUEUES = text(
+_DUE_QUEUES = query(
+    "drain_due_queues",
     f"""
 SELECT CAST(q.queue AS text) AS queue FROM unnest(enum_range(NULL::{JOB_QUEUE_TYPE})) AS q(queue)
 WHERE EXISTS (SELECT 1 FROM workflow_jobs j
               WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= now())
-"""
+""",
 )
 
 
@@ -67,11 +69,17 @@ def drain(
     return report
 
 
+_DRAIN_TRY_LOCK = query(
+    "drain_try_lock",
+    "SELECT pg_try_advisory_xact_lock(:k)",
+)
+
+
 def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Sequence[Sweep]) -> DrainReport:
     report = DrainReport(ran=False)
     for _ in range(max_passes):
         with transaction(engine) as conn:
-            if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": DRAIN_LOCK_KEY}).scalar():
+            if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
                 log.info("drain: another runner holds the lock; skipping")
                 return report
             report.ran = True
@@ -87,16 +95,14 @@ def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Seque
     for name, sweep in sweeps if report.ran else ():
         for _ in range(max_passes):
             with transaction(engine) as conn:
-                if not conn.execute(
-                    text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": DRAIN_LOCK_KEY}
-                ).scalar():
+                if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
                     break
                 n = sweep(conn, settings.drain_batch)
             report.swept[name] = report.swept.get(name, 0) + n
             if n < settings.drain_batch:
                 break
     with engine.connect() as conn:
-        report.hinted_queues = [r.queue for r in conn.execute(_DUE_QUEUES)]
+        report.hinted_queues = [r.queue for r in run(conn, _DUE_QUEUES)]
     for queue in report.hinted_queues:
         publish_now(queue)
     if report.reclaimed:

@@ -8,64 +8,28 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Text,
-    cast,
-    column,
-    func,
-    literal,
-    null,
-    or_,
-    select,
-    table,
-    text,
-    tuple_,
-    union_all,
-)
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app import jsonx
+from app.db_time import db_now
 from app.errors import InvalidArgument, NotFound
-from app.ledger.models import JOB_STATUSES, JOB_TYPES, effects, executions, jobs, trace_is
+from app.ledger.models import JOB_STATUS_TYPE, JOB_STATUSES, JOB_TYPE_TYPE, JOB_TYPES, trace_match_sql
 from app.ledger.status import runtime_status
+from app.sql import query, run
 
 MAX_JOB_ID = 2**63 - 1
 
-LIST_COLUMNS = [
-    jobs.c.id,
-    jobs.c.type,
-    jobs.c.queue,
-    jobs.c.status,
-    jobs.c.instance_id,
-    jobs.c.task_id,
-    jobs.c.step_key,
-    jobs.c.priority,
-    jobs.c.run_at,
-    jobs.c.attempts,
-    jobs.c.max_attempts,
-    jobs.c.generation,
-    jobs.c.lease_until,
-    jobs.c.execution_deadline,
-    jobs.c.execution_timeout_ms,
-    jobs.c.remaining_ms,
-    jobs.c.last_error,
-    jobs.c.error_code,
-    jobs.c.operation_key,
-    jobs.c.idempotency_key,
-    jobs.c.trace_id,
-    jobs.c.created_at,
-    jobs.c.updated_at,
-    jobs.c.finished_at,
-    (jobs.c.effect_marker.isnot(None)).label("has_effect_marker"),
-]
-DETAIL_COLUMNS = [
-    *LIST_COLUMNS,
-    cast(jobs.c.payload, Text).label("payload"),
-    cast(jobs.c.result, Text).label("result"),
-    cast(jobs.c.effect_marker, Text).label("effect_marker"),
-]
+# the columns of a job in the list (alias ``j``) and, with its documents, in its detail
+LIST_COLUMNS = """j.id, j.type, j.queue, j.status, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at,
+    j.attempts, j.max_attempts, j.generation, j.lease_until, j.execution_deadline, j.execution_timeout_ms,
+    j.remaining_ms, j.last_error, j.error_code, j.operation_key, j.idempotency_key, j.trace_id, j.created_at,
+    j.updated_at, j.finished_at, j.effect_marker IS NOT NULL AS has_effect_marker"""
+DETAIL_COLUMNS = (
+    LIST_COLUMNS
+    + """, CAST(j.payload AS text) AS payload, CAST(j.result AS text) AS result,
+    CAST(j.effect_marker AS text) AS effect_marker"""
+)
 
 
 def job_view(row: Any) -> dict[str, Any]:
@@ -112,53 +76,61 @@ def _like(value: str) -> str:
     return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-_instances_t = table("workflow_instances", column("id"), column("namespace_id"))
+# Jobs a principal may see (alias ``j``): every job (``:job_ns`` NULL: a platform-wide operator) or the jobs
+# of one namespace's instances (a job without an instance belongs to the platform)
+IN_NAMESPACE = (
+    "(CAST(:job_ns AS text) IS NULL OR j.instance_id IN "
+    "(SELECT wi.id FROM workflow_instances wi WHERE wi.namespace_id = :job_ns))"
+)
+# a trace's jobs (``:trace_id``), in the form the trace index serves
+TRACE_IS = trace_match_sql("j.trace_id", "trace_id")
+
+# The list's filters (alias ``j``), each true when not given (its parameter NULL); the statements that hold
+# them are planned with their values (``Query.planned_each_time``), so each keeps to the index of the
+# filters given. A type or status outside the enum types matches no job (``filter_params``).
+FILTER_WHERE = f"""{IN_NAMESPACE}
+  AND (CAST(:types AS {JOB_TYPE_TYPE}[]) IS NULL OR j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])))
+  AND (CAST(:statuses AS {JOB_STATUS_TYPE}[]) IS NULL OR j.status = ANY(CAST(:statuses AS {JOB_STATUS_TYPE}[])))
+  AND (CAST(:instance_id AS text) IS NULL OR j.instance_id = :instance_id)
+  AND (CAST(:trace_id AS text) IS NULL OR ({TRACE_IS}))
+  AND (CAST(:kw AS text) IS NULL OR j.operation_key ILIKE :kw ESCAPE '\\' OR j.last_error ILIKE :kw ESCAPE '\\'
+       OR CAST(j.payload AS text) ILIKE :kw ESCAPE '\\' OR j.id = CAST(:kw_id AS bigint))
+  AND (CAST(:created_from AS timestamptz) IS NULL OR j.created_at >= :created_from)
+  AND (CAST(:created_to AS timestamptz) IS NULL OR j.created_at < :created_to)
+  AND (CAST(:min_age AS int) IS NULL OR j.created_at <= now() - make_interval(secs => :min_age))
+  AND (CAST(:max_age AS int) IS NULL OR j.created_at >= now() - make_interval(secs => :max_age))"""
 
 
-def in_namespace(namespace_id: str | None) -> list[ColumnElement[bool]]:
-    """Jobs a principal may see: every job (``None``: a platform-wide operator) or the jobs of one
-    namespace's instances (a job without an instance belongs to the platform)."""
-    if namespace_id is None:
-        return []
-    mine = select(_instances_t.c.id).where(_instances_t.c.namespace_id == namespace_id)
-    return [jobs.c.instance_id.in_(mine)]
+def filter_params(f: JobFilter) -> dict[str, Any]:
+    """The parameters of ``FILTER_WHERE`` for ``f``."""
+    return {
+        "job_ns": f.namespace_id,
+        "types": [t for t in f.types if t in JOB_TYPES] if f.types else None,
+        "statuses": [s for s in f.statuses if s in JOB_STATUSES] if f.statuses else None,
+        "instance_id": f.instance_id or None,
+        "trace_id": f.trace_id or None,
+        "kw": _like(f.keyword) if f.keyword else None,
+        "kw_id": parse_job_id(f.keyword.strip()) if f.keyword else None,
+        "created_from": f.created_from,
+        "created_to": f.created_to,
+        "min_age": f.min_age_seconds,
+        "max_age": f.max_age_seconds,
+    }
 
 
-def filter_clauses(f: JobFilter) -> list[ColumnElement[bool]]:
-    where: list[ColumnElement[bool]] = in_namespace(f.namespace_id)
-    # a value outside the enum types matches no job (PostgreSQL would refuse to read it as the enum)
-    if f.types:
-        where.append(jobs.c.type.in_([t for t in f.types if t in JOB_TYPES]))
-    if f.statuses:
-        where.append(jobs.c.status.in_([s for s in f.statuses if s in JOB_STATUSES]))
-    if f.instance_id:
-        where.append(jobs.c.instance_id == f.instance_id)
-    if f.trace_id:
-        where.append(trace_is(f.trace_id))
-    if f.keyword:
-        pattern = _like(f.keyword)
-        alts: list[ColumnElement[bool]] = [
-            jobs.c.operation_key.ilike(pattern, escape="\\"),
-            jobs.c.last_error.ilike(pattern, escape="\\"),
-            cast(jobs.c.payload, Text).ilike(pattern, escape="\\"),
-        ]
-        job_id = parse_job_id(f.keyword.strip())
-        if job_id is not None:
-            alts.append(jobs.c.id == job_id)
-        where.append(or_(*alts))
-    if f.created_from is not None:
-        where.append(jobs.c.created_at >= f.created_from)
-    if f.created_to is not None:
-        where.append(jobs.c.created_at < f.created_to)
-    if f.min_age_seconds is not None:
-        where.append(
-            jobs.c.created_at <= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, f.min_age_seconds)
-        )
-    if f.max_age_seconds is not None:
-        where.append(
-            jobs.c.created_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, 0, f.max_age_seconds)
-        )
-    return where
+# newest first (created_at, id descending: ix_workflow_jobs_created), from the start or after a position
+_LIST = query(
+    "jobs_list",
+    f"SELECT {LIST_COLUMNS} FROM workflow_jobs j WHERE {FILTER_WHERE}\n"
+    "ORDER BY j.created_at DESC, j.id DESC LIMIT :limit",
+    planned_each_time=True,
+)
+_LIST_AFTER = query(
+    "jobs_list_after",
+    f"SELECT {LIST_COLUMNS} FROM workflow_jobs j WHERE {FILTER_WHERE}\n"
+    "  AND (j.created_at, j.id) < (:c_created, :c_id)\nORDER BY j.created_at DESC, j.id DESC LIMIT :limit",
+    planned_each_time=True,
+)
 
 
 @dataclass(frozen=True)
@@ -170,20 +142,16 @@ class JobPage:
 def list_jobs(conn: Connection, f: JobFilter, *, limit: int = 20, cursor: str | None = None) -> JobPage:
     """Newest first (created_at, id descending); the cursor is bound to the filter set."""
     binding = f.binding()
-    where = filter_clauses(f)
+    params = {**filter_params(f), "limit": limit + 1}
+    statement = _LIST
     if cursor:
         pos = cursors.decode(cursor, binding, t=cursors.TIME, i=cursors.TEXT)
         job_id = parse_job_id(pos["i"])
         if job_id is None:
             raise InvalidArgument("cursor is malformed", field="cursor")
-        where.append(tuple_(jobs.c.created_at, jobs.c.id) < tuple_(pos["t"], job_id))
-    stmt = (
-        select(*LIST_COLUMNS)
-        .where(*where)
-        .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
-        .limit(limit + 1)
-    )
-    rows = conn.execute(stmt).all()
+        params.update(c_created=pos["t"], c_id=job_id)
+        statement = _LIST_AFTER
+    rows = run(conn, statement, params).all()
     items = [job_view(r) for r in rows[:limit]]
     nxt = None
     if len(rows) > limit:
@@ -192,15 +160,21 @@ def list_jobs(conn: Connection, f: JobFilter, *, limit: int = 20, cursor: str | 
     return JobPage(items=items, next_cursor=nxt)
 
 
+# by name, as before the columns were enums (an enum sorts in its declared order)
+_SUMMARY = query(
+    "jobs_summary",
+    f"""
+SELECT CAST(j.type AS text) AS type, CAST(j.status AS text) AS status, count(*) AS count
+FROM workflow_jobs j WHERE {IN_NAMESPACE}
+GROUP BY j.type, j.status ORDER BY 1, 2
+""",
+    planned_each_time=True,
+)
+
+
 def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]:
     """Counts by type × status over the whole ledger (or one namespace's jobs)."""
-    rows = conn.execute(
-        select(jobs.c.type, jobs.c.status, func.count().label("count"))
-        .where(*in_namespace(namespace_id))
-        .group_by(jobs.c.type, jobs.c.status)
-        # by name, as before the columns were enums (an enum sorts in its declared order)
-        .order_by(cast(jobs.c.type, Text), cast(jobs.c.status, Text))
-    ).all()
+    rows = run(conn, _SUMMARY, {"job_ns": namespace_id}).all()
     by_type: dict[str, dict[str, int]] = {}
     by_status: dict[str, int] = {}
     for r in rows:  # r.count would read as tuple.count to a type checker: the column by its key
@@ -215,39 +189,23 @@ def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]
 
 
 # --------------------------------------------------------------------------- detail
-ATTEMPT_COLUMNS = [
-    executions.c.id,
-    executions.c.generation,
-    executions.c.attempt,
-    executions.c.status,
-    executions.c.worker_id,
-    cast(executions.c.request, Text).label("request"),
-    cast(executions.c.response, Text).label("response"),
-    executions.c.error,
-    executions.c.error_code,
-    executions.c.due_at,
-    executions.c.started_at,
-    executions.c.finished_at,
-    executions.c.duration_ms,
-]
-
-
-# the open attempt of a running job, from its job row, in the shape of ATTEMPT_COLUMNS
-OPEN_ATTEMPT_COLUMNS = [
-    jobs.c.attempt_id.label("id"),
-    jobs.c.generation,
-    jobs.c.attempts.label("attempt"),
-    literal("running", executions.c.status.type).label("status"),
-    jobs.c.worker_id,
-    cast(jobs.c.payload, Text).label("request"),
-    null().label("response"),
-    null().label("error"),
-    null().label("error_code"),
-    jobs.c.run_at.label("due_at"),
-    jobs.c.attempt_started_at.label("started_at"),
-    null().label("finished_at"),
-    null().label("duration_ms"),
-]
+# every attempt of the jobs, oldest first: the final ones, then a running job's open attempt (from its job
+# row, in the same shape)
+_ATTEMPTS = query(
+    "job_attempts",
+    """
+SELECT * FROM (
+    SELECT e.job_id, e.id, e.generation, e.attempt, e.status, e.worker_id, CAST(e.request AS text) AS request,
+           CAST(e.response AS text) AS response, e.error, e.error_code, e.due_at, e.started_at, e.finished_at,
+           e.duration_ms
+    FROM workflow_job_executions e WHERE e.job_id = ANY(CAST(:ids AS bigint[]))
+    UNION ALL
+    SELECT j.id, j.attempt_id, j.generation, j.attempts, 'running', j.worker_id, CAST(j.payload AS text), NULL,
+           NULL, NULL, j.run_at, j.attempt_started_at, NULL, NULL
+    FROM workflow_jobs j WHERE j.id = ANY(CAST(:ids AS bigint[])) AND j.status = 'running'
+) a ORDER BY job_id, generation, attempt
+""",
+)
 
 
 def _attempts(conn: Connection, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -255,12 +213,7 @@ def _attempts(conn: Connection, job_ids: list[int]) -> dict[int, list[dict[str, 
     out: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
     if not job_ids:
         return out
-    final = select(executions.c.job_id, *ATTEMPT_COLUMNS).where(executions.c.job_id.in_(job_ids))
-    running = select(jobs.c.id.label("job_id"), *OPEN_ATTEMPT_COLUMNS).where(
-        jobs.c.id.in_(job_ids), jobs.c.status == "running"
-    )
-    both = union_all(final, running).subquery()
-    rows = conn.execute(select(both).order_by(both.c.job_id, both.c.generation, both.c.attempt)).all()
+    rows = run(conn, _ATTEMPTS, {"ids": job_ids}).all()
     for r in rows:
         d = dict(r._mapping)
         job_id = d.pop("job_id")
@@ -271,20 +224,22 @@ def _attempts(conn: Connection, job_ids: list[int]) -> dict[int, list[dict[str, 
     return out
 
 
+# a job's effect receipts: its own and its operation's
+_RECEIPTS = query(
+    "job_receipts",
+    """
+SELECT id, operation_key, step_key, job_id, generation, CAST(result AS text) AS result, created_at
+FROM workflow_job_effects WHERE job_id = :id OR operation_key = :op
+ORDER BY created_at, id
+""",
+)
+_DETAIL = query(
+    "job_detail", f"SELECT {DETAIL_COLUMNS} FROM workflow_jobs j WHERE j.id = :id AND {IN_NAMESPACE}"
+)
+
+
 def _receipts(conn: Connection, job_id: int, operation_key: str) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        select(
-            effects.c.id,
-            effects.c.operation_key,
-            effects.c.step_key,
-            effects.c.job_id,
-            effects.c.generation,
-            cast(effects.c.result, Text).label("result"),
-            effects.c.created_at,
-        )
-        .where(or_(effects.c.job_id == job_id, effects.c.operation_key == operation_key))
-        .order_by(effects.c.created_at, effects.c.id)
-    ).all()
+    rows = run(conn, _RECEIPTS, {"id": job_id, "op": operation_key}).all()
     out = []
     for r in rows:
         d = dict(r._mapping)
@@ -297,9 +252,7 @@ def _receipts(conn: Connection, job_id: int, operation_key: str) -> list[dict[st
 
 def job_detail(conn: Connection, job_id: int, namespace_id: str | None = None) -> dict[str, Any]:
     """The parent job with every attempt of every generation, its receipts and side-effect marker."""
-    row = conn.execute(
-        select(*DETAIL_COLUMNS).where(jobs.c.id == job_id, *in_namespace(namespace_id))
-    ).first()
+    row = run(conn, _DETAIL, {"id": job_id, "job_ns": namespace_id}).first()
     if row is None:
         raise NotFound(f"job {job_id} not found")
     job = job_view(row)
@@ -308,28 +261,44 @@ def job_detail(conn: Connection, job_id: int, namespace_id: str | None = None) -
     return job
 
 
+_LEDGER_INSTANCES_TABLE_EXISTS = query(
+    "ledger_instances_table_exists",
+    "SELECT to_regclass('workflow_instances')",
+)
+
+
+_LEDGER_TRACE_INSTANCES = query(
+    "ledger_trace_instances",
+    """
+SELECT id, namespace_id, definition_id, version, state, paused, trace_id, parent_instance_id,
+       created_at, updated_at, completed_at
+FROM workflow_instances WHERE id = ANY(CAST(:ids AS text[]))
+""",
+)
+
+
 # --------------------------------------------------------------------------- chain and bundle
 def _instances(conn: Connection, instance_ids: list[str]) -> list[dict[str, Any]]:
     """Summaries of linked workflow instances (when the engine's table exists)."""
     if not instance_ids:
         return []
-    if conn.execute(text("SELECT to_regclass('workflow_instances')")).scalar() is None:
+    if run(conn, _LEDGER_INSTANCES_TABLE_EXISTS).scalar() is None:
         return [{"id": i, "found": False} for i in instance_ids]
-    rows = conn.execute(
-        text(
-            """
-SELECT id, namespace_id, definition_id, version, state, paused, trace_id, parent_instance_id,
-       created_at, updated_at, completed_at
-FROM workflow_instances WHERE id = ANY(CAST(:ids AS text[]))
-"""
-        ),
-        {"ids": instance_ids},
-    ).all()
+    rows = run(conn, _LEDGER_TRACE_INSTANCES, {"ids": instance_ids}).all()
     found = {r.id: {**dict(r._mapping), "found": True} for r in rows}
     return [found.get(i, {"id": i, "found": False}) for i in instance_ids]
 
 
 MAX_CHAIN_JOBS = 500
+# a trace's jobs in causal/time order, at most ``:limit`` (the trace index); with their documents or not
+_CHAIN_SQL = """
+SELECT {columns} FROM workflow_jobs j WHERE {trace} AND {ns}
+ORDER BY j.created_at, j.id LIMIT :limit
+"""
+_CHAIN = query("trace_jobs", _CHAIN_SQL.format(columns=LIST_COLUMNS, trace=TRACE_IS, ns=IN_NAMESPACE))
+_CHAIN_DETAIL = query(
+    "trace_jobs_detail", _CHAIN_SQL.format(columns=DETAIL_COLUMNS, trace=TRACE_IS, ns=IN_NAMESPACE)
+)
 
 
 def chain(
@@ -337,12 +306,10 @@ def chain(
 ) -> dict[str, Any]:
     """Jobs of ``trace_id`` in causal/time order (created_at, id), with linked instances: at most
     ``MAX_CHAIN_JOBS`` (``truncated`` says when more exist)."""
-    columns = DETAIL_COLUMNS if with_attempts else LIST_COLUMNS
-    rows = conn.execute(
-        select(*columns)
-        .where(trace_is(trace_id), *in_namespace(namespace_id))
-        .order_by(jobs.c.created_at, jobs.c.id)
-        .limit(MAX_CHAIN_JOBS + 1)
+    rows = run(
+        conn,
+        _CHAIN_DETAIL if with_attempts else _CHAIN,
+        {"trace_id": trace_id, "job_ns": namespace_id, "limit": MAX_CHAIN_JOBS + 1},
     ).all()
     if not rows:
         raise NotFound(f"no jobs with trace id {trace_id!r}")
@@ -374,7 +341,7 @@ def diagnostic_bundle(
         counts[j["status"]] = counts.get(j["status"], 0) + 1
     return {
         "format": "ledgerflow.diagnostic-bundle/v1",
-        "exported_at": conn.execute(text("SELECT now()")).scalar_one(),
+        "exported_at": db_now(conn),
         "request_id": request_id,
         "trace_id": trace_id,
         "status_counts": counts,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app import audit, jsonx
 from app.auth import Principal
@@ -19,6 +19,7 @@ from app.ledger.hints import publish_after_commit
 from app.ledger.replay import ReplayFilter, select_for_replay
 from app.ledger.states import JobType
 from app.ledger.transitions import cancel_job, retry_job
+from app.sql import query, run
 
 RETRYABLE = ("failed", "dead", "canceled")
 SKIPPABLE = ("pending", "running", "paused", "failed", "dead")
@@ -26,14 +27,15 @@ DEFAULT_RATE = 20
 MAX_REPLAY = 500
 DEFAULT_SKIP_REASON = "skipped by operator"
 
-_LOCK = text(
+_LOCK = query(
+    "job_lock_for_action",
     """
 SELECT id, type, queue, status, attempts, max_attempts, generation, operation_key, instance_id,
        task_id, step_key, payload::text AS payload, last_error, error_code, run_at,
        (SELECT wi.namespace_id FROM workflow_instances wi WHERE wi.id = workflow_jobs.instance_id)
            AS namespace_id
 FROM workflow_jobs WHERE id = :id FOR UPDATE
-"""
+""",
 )
 
 # Retrying with a replaced payload (L-OPS). The engine's own job types carry ids the engine wrote
@@ -183,7 +185,7 @@ def _skip_locked(conn: Connection, row: Any, actor: Actor, *, action: str) -> di
 
 
 def _lock(conn: Connection, job_id: int, principal: Principal) -> Any:
-    row = conn.execute(_LOCK, {"id": job_id}).first()
+    row = run(conn, _LOCK, {"id": job_id}).first()
     if row is None or not visible(row, principal):
         raise NotFound(f"job {job_id} not found")
     return row
@@ -225,7 +227,7 @@ def _batch(
     skipped: list[dict[str, Any]] = []
     state_skips = 0
     for job_id in dict.fromkeys(ids):
-        row = conn.execute(_LOCK, {"id": job_id}).first()
+        row = run(conn, _LOCK, {"id": job_id}).first()
         if row is None or not visible(row, actor.principal):
             skipped.append({"id": str(job_id), "status": None, "reason": "not found"})
             continue
@@ -302,7 +304,7 @@ def replay(
     ids, matched = select_for_replay(conn, f, limit=limit)
     submitted: list[str] = []
     for job_id in ids:
-        row = conn.execute(_LOCK, {"id": job_id}).first()
+        row = run(conn, _LOCK, {"id": job_id}).first()
         done = row and _retry_locked(
             conn, row, actor, action="job.replay", delay_ms=stagger_ms(start_index + len(submitted), rate)
         )

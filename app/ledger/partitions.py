@@ -28,7 +28,7 @@ from functools import partial
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from app.sql import query, run
+from app.sql import Query, query, run, template
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,22 @@ class History:
     indexes: tuple[str, ...]
     # SQL: true when partition ``{p}`` (whose range ends at ``:hi``) holds a row that must stay
     keeps: str | None = None
+
+    def __post_init__(self) -> None:  # each text a named template (``app.sql.Template``), given once
+        for i, ix in enumerate(self.indexes):
+            template(f"{self.table}_partition_index_{i}", ix)
+        if self.keeps is not None:
+            template(f"{self.table}_partition_keeps", self.keeps)
+
+    def index_statements(self, partition: str) -> list[Query]:
+        return [
+            template(f"{self.table}_partition_index_{i}", ix).fill(p=partition)
+            for i, ix in enumerate(self.indexes)
+        ]
+
+    def keeps_statement(self, partition: str) -> Query:
+        assert self.keeps is not None
+        return template(f"{self.table}_partition_keeps", self.keeps).fill(p=partition)
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,22 @@ SELECT convalidated AS valid, pg_get_constraintdef(oid) AS definition FROM pg_co
 WHERE conrelid = CAST(:table AS regclass) AND conname = :name
 """,
 )
+_LOCK_WAIT = query("history_partitions_lock_wait", f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+_LOCK_WAIT_DEFAULT = query("history_partitions_lock_wait_default", "SET LOCAL lock_timeout TO DEFAULT")
+_NO_STATEMENT_TIMEOUT = query("history_partitions_no_statement_timeout", "SET LOCAL statement_timeout = 0")
+_STATEMENT_TIMEOUT_DEFAULT = query(
+    "history_partitions_statement_timeout_default", "SET LOCAL statement_timeout TO DEFAULT"
+)
+_VALIDATE = template("history_partition_validate", "ALTER TABLE {p} VALIDATE CONSTRAINT {check}")
+_DETACH = template("history_partition_detach", "ALTER TABLE {t} DETACH PARTITION {p}")
+_ATTACH_LEGACY = template(
+    "history_partition_attach_legacy",
+    "ALTER TABLE {t} ATTACH PARTITION {p} FOR VALUES FROM (MINVALUE) TO ('{hi}')",
+)
+_CREATE = template(
+    "history_partition_create", "CREATE TABLE {p} PARTITION OF {t} FOR VALUES FROM ('{lo}') TO ('{hi}')"
+)
+_DROP = template("history_partition_drop", "DROP TABLE {p}")
 _QUOTED = re.compile(r"'([^']*)'")
 
 
@@ -144,19 +176,19 @@ def partitions(conn: Connection, table: str) -> list[Partition]:
     return sorted(parts, key=lambda p: (not p.default, p.hi or datetime.min.replace(tzinfo=UTC)))
 
 
-def _ddl(conn: Connection, statements: Sequence[str]) -> bool:
+def _ddl(conn: Connection, statements: Sequence[Query]) -> bool:
     """``statements`` in a savepoint under ``LOCK_TIMEOUT``; False (rolled back) when a lock was not had."""
     try:
         with conn.begin_nested():
-            run(conn, f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-            for sql in statements:
-                run(conn, sql)
-            run(conn, "SET LOCAL lock_timeout TO DEFAULT")
+            run(conn, _LOCK_WAIT)
+            for statement in statements:
+                run(conn, statement)
+            run(conn, _LOCK_WAIT_DEFAULT)
         return True
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
             raise
-        log.info("history partitions: a lock on %s was not had; next drain", statements[0][:80])
+        log.info("history partitions: a lock on %s was not had; next drain", statements[0].sql[:80])
         return False
 
 
@@ -173,16 +205,15 @@ def _settle_legacy(conn: Connection, spec: History, legacy: Partition) -> bool:
     if not row.valid:
         # a scan of the whole legacy table, once; it lets writers go on, so it may take longer than the
         # sessions' statement timeout
-        run(conn, "SET LOCAL statement_timeout = 0")
-        run(conn, f"ALTER TABLE {legacy.name} VALIDATE CONSTRAINT {check}")
-        run(conn, "SET LOCAL statement_timeout TO DEFAULT")
+        run(conn, _NO_STATEMENT_TIMEOUT)
+        run(conn, _VALIDATE.fill(p=legacy.name, check=check))
+        run(conn, _STATEMENT_TIMEOUT_DEFAULT)
     cutoff = _ts(_QUOTED.findall(row.definition)[0])
     return _ddl(
         conn,
         [
-            f"ALTER TABLE {spec.table} DETACH PARTITION {legacy.name}",
-            f"ALTER TABLE {spec.table} ATTACH PARTITION {legacy.name} FOR VALUES FROM (MINVALUE) "
-            f"TO ('{cutoff.isoformat()}')",
+            _DETACH.fill(t=spec.table, p=legacy.name),
+            _ATTACH_LEGACY.fill(t=spec.table, p=legacy.name, hi=cutoff),
         ],
     )
 
@@ -194,9 +225,8 @@ def create_partition(conn: Connection, spec: History, lo: datetime) -> bool:
     return _ddl(
         conn,
         [
-            f"CREATE TABLE {name} PARTITION OF {spec.table} "
-            f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')",
-            *(ix.format(p=name) for ix in spec.indexes),
+            _CREATE.fill(p=name, t=spec.table, lo=lo, hi=hi),
+            *spec.index_statements(name),
         ],
     )
 
@@ -226,7 +256,7 @@ def _keeps(conn: Connection, spec: History, part: Partition) -> bool:
     assert spec.keeps is not None
     try:
         with conn.begin_nested():
-            return bool(run(conn, spec.keeps.format(p=part.name), {"hi": part.hi}).scalar())
+            return bool(run(conn, spec.keeps_statement(part.name), {"hi": part.hi}).scalar())
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) != "57014":  # query_canceled (statement timeout)
             raise
@@ -246,7 +276,7 @@ def drop_expired(conn: Connection, spec: History, horizon: datetime, limit: int 
         if spec.keeps and _keeps(conn, spec, part):
             log.info("history partitions: %s stays (it holds rows that must stay)", part.name)
             continue
-        if _ddl(conn, [f"DROP TABLE {part.name}"]):
+        if _ddl(conn, [_DROP.fill(p=part.name)]):
             dropped.append(part.name)
     return dropped
 

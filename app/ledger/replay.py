@@ -7,12 +7,14 @@ them selects exactly the cluster's members that are still failed/dead."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.ledger.models import JOB_STATUS_TYPE, JOB_TYPE_TYPE, JOB_TYPES, trace_match_sql
+from app.sql import Query, query, run
 
 REPLAYABLE = ("dead", "failed")
 CLUSTER_DIMENSIONS = ("reason", "type", "instance", "trace")
@@ -64,76 +66,107 @@ class ReplayFilter:
         return {k: v for k, v in d.items() if v not in (None, [])}
 
 
-# the instances of one namespace (bound ``:job_ns``); a job without an instance belongs to the platform
-NAMESPACE_INSTANCES = "SELECT wi.id FROM workflow_instances wi WHERE wi.namespace_id = :job_ns"
-
-
 def _like(value: str) -> str:
     return "%" + value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def where_sql(f: ReplayFilter) -> tuple[str, dict[str, Any]]:
-    """WHERE clause (alias ``j``) selecting replayable jobs by the filter; age = time in the ledger."""
-    statuses = [s for s in f.statuses if s in REPLAYABLE] or list(REPLAYABLE)
-    parts = [f"j.status = ANY(CAST(:statuses AS {JOB_STATUS_TYPE}[]))"]
-    params: dict[str, Any] = {"statuses": statuses}
-    if f.types:
-        # a type outside the enum type matches no job (PostgreSQL would refuse to read it as the enum)
-        parts.append(f"j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[]))")
-        params["types"] = [t for t in f.types if t in JOB_TYPES]
-    if f.namespace_id is not None:
-        parts.append(f"j.instance_id IN ({NAMESPACE_INSTANCES})")
-        params["job_ns"] = f.namespace_id
-    if f.instance_id:
-        parts.append("j.instance_id = :instance_id")
-        params["instance_id"] = f.instance_id
-    if f.trace_id:
-        parts.append(trace_match_sql("j.trace_id", "trace_id"))
-        params["trace_id"] = f.trace_id
-    if f.error_keyword:
-        parts.append("j.last_error ILIKE :kw ESCAPE '\\'")
-        params["kw"] = _like(f.error_keyword)
-    if f.error_pattern is not None:
-        parts.append(f"{NORMALIZED} = :pattern")
-        params["pattern"] = f.error_pattern
-    if f.min_age_seconds is not None:
-        parts.append("j.created_at <= now() - make_interval(secs => :min_age)")
-        params["min_age"] = f.min_age_seconds
-    if f.max_age_seconds is not None:
-        parts.append("j.created_at >= now() - make_interval(secs => :max_age)")
-        params["max_age"] = f.max_age_seconds
-    return " AND ".join(parts), params
+# The replay filter (alias ``j``): replayable statuses, and each other filter true when not given (its
+# parameter NULL); the statements that hold it are planned with their values (``Query.planned_each_time``).
+# Age is time in the ledger; a type outside the enum type matches no job.
+WHERE = f"""j.status = ANY(CAST(:statuses AS {JOB_STATUS_TYPE}[]))
+  AND (CAST(:types AS {JOB_TYPE_TYPE}[]) IS NULL OR j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])))
+  AND (CAST(:job_ns AS text) IS NULL
+       OR j.instance_id IN (SELECT wi.id FROM workflow_instances wi WHERE wi.namespace_id = :job_ns))
+  AND (CAST(:instance_id AS text) IS NULL OR j.instance_id = :instance_id)
+  AND (CAST(:trace_id AS text) IS NULL OR ({trace_match_sql("j.trace_id", "trace_id")}))
+  AND (CAST(:kw AS text) IS NULL OR j.last_error ILIKE :kw ESCAPE '\\')
+  AND (CAST(:pattern AS text) IS NULL OR {NORMALIZED} = :pattern)
+  AND (CAST(:min_age AS int) IS NULL OR j.created_at <= now() - make_interval(secs => :min_age))
+  AND (CAST(:max_age AS int) IS NULL OR j.created_at >= now() - make_interval(secs => :max_age))"""
+
+
+def where_params(f: ReplayFilter) -> dict[str, Any]:
+    """The parameters of ``WHERE`` for ``f``."""
+    return {
+        "statuses": [s for s in f.statuses if s in REPLAYABLE] or list(REPLAYABLE),
+        "types": [t for t in f.types if t in JOB_TYPES] if f.types else None,
+        "job_ns": f.namespace_id,
+        "instance_id": f.instance_id or None,
+        "trace_id": f.trace_id or None,
+        "kw": _like(f.error_keyword) if f.error_keyword else None,
+        "pattern": f.error_pattern,
+        "min_age": f.min_age_seconds,
+        "max_age": f.max_age_seconds,
+    }
+
+
+_COUNT = query("replay_count", f"SELECT count(*) FROM workflow_jobs j WHERE {WHERE}", planned_each_time=True)
+# the replay order: oldest first
+_SAMPLE = query(
+    "replay_sample",
+    f"""
+SELECT j.id, j.type, j.status, j.instance_id, j.trace_id, j.attempts, j.generation, j.last_error,
+       j.error_code, j.created_at, j.finished_at
+FROM workflow_jobs j WHERE {WHERE} ORDER BY j.created_at, j.id LIMIT :sample""",
+    planned_each_time=True,
+)
+_LOCK = query(
+    "replay_lock",
+    f"SELECT j.id FROM workflow_jobs j WHERE {WHERE} ORDER BY j.created_at, j.id LIMIT :lim FOR UPDATE SKIP LOCKED",
+    planned_each_time=True,
+)
 
 
 def preview(conn: Connection, f: ReplayFilter, *, sample_size: int = 20) -> dict[str, Any]:
     """Count and a sample (oldest first, the replay order); changes nothing."""
-    where, params = where_sql(f)
-    count = conn.execute(text(f"SELECT count(*) FROM workflow_jobs j WHERE {where}"), params).scalar_one()
-    rows = conn.execute(
-        text(
-            f"""
-SELECT j.id, j.type, j.status, j.instance_id, j.trace_id, j.attempts, j.generation, j.last_error,
-       j.error_code, j.created_at, j.finished_at
-FROM workflow_jobs j WHERE {where} ORDER BY j.created_at, j.id LIMIT :sample"""
-        ),
-        {**params, "sample": sample_size},
-    ).all()
+    params = where_params(f)
+    count = run(conn, _COUNT, params).scalar_one()
+    rows = run(conn, _SAMPLE, {**params, "sample": sample_size}).all()
     sample = [{**dict(r._mapping), "id": str(r.id)} for r in rows]
     return {"count": int(count), "sample": sample, "conditions": f.as_dict()}
 
 
 def select_for_replay(conn: Connection, f: ReplayFilter, *, limit: int) -> tuple[list[int], int]:
     """Lock up to ``limit`` matching jobs (oldest first, SKIP LOCKED); also return the total match."""
-    where, params = where_sql(f)
-    total = conn.execute(text(f"SELECT count(*) FROM workflow_jobs j WHERE {where}"), params).scalar_one()
-    ids = conn.execute(
-        text(
-            f"SELECT j.id FROM workflow_jobs j WHERE {where} ORDER BY j.created_at, j.id "
-            "LIMIT :lim FOR UPDATE SKIP LOCKED"
-        ),
-        {**params, "lim": limit},
-    ).scalars()
+    params = where_params(f)
+    total = run(conn, _COUNT, params).scalar_one()
+    ids = run(conn, _LOCK, {**params, "lim": limit}).scalars()
     return list(ids), int(total)
+
+
+_COLUMN = {"reason": "reason", "type": "type", "instance": "instance_id", "trace": "trace_id"}
+
+
+def _clusters_query(dims: tuple[str, ...]) -> Query:
+    keys = ", ".join(_COLUMN[d] for d in dims)
+    return query(
+        "replay_clusters_by_" + "_".join(dims),
+        f"""
+WITH failed AS (
+    SELECT j.id, j.type, j.instance_id, j.trace_id, j.status, j.last_error,
+           COALESCE(j.finished_at, j.updated_at) AS seen_at, {NORMALIZED} AS reason
+    FROM workflow_jobs j WHERE {WHERE}
+)
+SELECT {keys}, count(*) AS count, min(seen_at) AS first_seen, max(seen_at) AS last_seen,
+       count(*) FILTER (WHERE status = 'dead') AS dead, count(*) FILTER (WHERE status = 'failed') AS failed,
+       (array_agg(DISTINCT last_error))[1:CAST(:samples AS int)] AS sample_errors,
+       (array_agg(id ORDER BY seen_at DESC, id DESC))[1:5] AS sample_job_ids,
+       count(*) OVER () AS cluster_count
+FROM failed GROUP BY {keys}
+ORDER BY count(*) DESC, max(seen_at) DESC
+LIMIT :lim""",
+        planned_each_time=True,
+    )
+
+
+# one statement per set of dimensions (the reason always among them), in ``CLUSTER_DIMENSIONS`` order
+_CLUSTERS = {
+    dims: _clusters_query(dims)
+    for dims in (
+        ("reason", *(d for d, on in zip(CLUSTER_DIMENSIONS[1:], bits, strict=True) if on))
+        for bits in itertools.product((False, True), repeat=len(CLUSTER_DIMENSIONS) - 1)
+    )
+}
 
 
 def failure_clusters(
@@ -152,31 +185,10 @@ def failure_clusters(
     largest first; each with count, first/last seen, sample member errors and job ids, and the
     replay conditions that select it."""
     dims = tuple(d for d in CLUSTER_DIMENSIONS if d in set(group_by) | {"reason"})
-    col = {"reason": "reason", "type": "type", "instance": "instance_id", "trace": "trace_id"}
     f = ReplayFilter(
         statuses=statuses, types=types, instance_id=instance_id, trace_id=trace_id, namespace_id=namespace_id
     )
-    where, params = where_sql(f)
-    keys = ", ".join(col[d] for d in dims)
-    rows = conn.execute(
-        text(
-            f"""
-WITH failed AS (
-    SELECT j.id, j.type, j.instance_id, j.trace_id, j.status, j.last_error,
-           COALESCE(j.finished_at, j.updated_at) AS seen_at, {NORMALIZED} AS reason
-    FROM workflow_jobs j WHERE {where}
-)
-SELECT {keys}, count(*) AS count, min(seen_at) AS first_seen, max(seen_at) AS last_seen,
-       count(*) FILTER (WHERE status = 'dead') AS dead, count(*) FILTER (WHERE status = 'failed') AS failed,
-       (array_agg(DISTINCT last_error))[1:{int(samples)}] AS sample_errors,
-       (array_agg(id ORDER BY seen_at DESC, id DESC))[1:5] AS sample_job_ids,
-       count(*) OVER () AS cluster_count
-FROM failed GROUP BY {keys}
-ORDER BY count(*) DESC, max(seen_at) DESC
-LIMIT :lim"""
-        ),
-        {**params, "lim": limit},
-    ).all()
+    rows = run(conn, _CLUSTERS[dims], {**where_params(f), "lim": limit, "samples": int(samples)}).all()
     clusters = []
     for r in rows:
         m = r._mapping

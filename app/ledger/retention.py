@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.ledger import partitions
 from app.ledger.drain import Sweep
@@ -35,6 +35,7 @@ from app.settings import (
     RETENTION_BY_NAMESPACE,
     RETENTION_DAYS,
 )
+from app.sql import Query, query, run
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ class RetentionPolicy:
     by_namespace: dict[str, float] = field(default_factory=dict)
 
 
+_JOB_EFFECT_OLDER_THAN = query(
+    "job_effect_older_than",
+    "SELECT created_at < now() - make_interval(secs => :days * 86400) FROM workflow_jobs WHERE id = :id",
+)
+
+
 def may_have_pruned(conn: Connection, job_id: int, policy: RetentionPolicy | None = None) -> bool:
     """Whether rows created with job ``job_id`` may have been removed by retention since: the job is older
     than the shortest job retention. The integrations' rows (a webhook delivery, a rule's execution) are
@@ -56,14 +63,7 @@ def may_have_pruned(conn: Connection, job_id: int, policy: RetentionPolicy | Non
     whose row is missing names one that never existed (``outcome.ReferenceNotFound``)."""
     p = policy or policy_from_env()
     days = min([p.jobs_days, *p.by_namespace.values()])
-    return bool(
-        conn.execute(
-            text(
-                "SELECT created_at < now() - make_interval(secs => :days * 86400) FROM workflow_jobs WHERE id = :id"
-            ),
-            {"id": job_id, "days": days},
-        ).scalar()
-    )
+    return bool(run(conn, _JOB_EFFECT_OLDER_THAN, {"id": job_id, "days": days}).scalar())
 
 
 def policy_from_env() -> RetentionPolicy:
@@ -76,29 +76,22 @@ def policy_from_env() -> RetentionPolicy:
     )
 
 
-def _days_case(policy: RetentionPolicy, default: float, params: dict) -> str:
-    """SQL for the retention (days) of a job, by its instance's namespace when overrides exist."""
-    if not policy.by_namespace:
-        params["days"] = default
-        return ":days"
-    params.update(ns_ids=list(policy.by_namespace), ns_days=list(policy.by_namespace.values()), days=default)
-    return (
-        "COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST(:ns_ids AS text[]), "
-        "CAST(:ns_days AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), :days)"
-    )
+# the retention (days) of a job: ``:days``, or, when namespaces have their own, its instance's namespace's
+_DAYS = ":days"
+_DAYS_BY_NAMESPACE = (
+    "COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST(:ns_ids AS text[]), "
+    "CAST(:ns_days AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), :days)"
+)
 
 
-def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[str, dict]:
-    """The DELETE of one batch (``:limit`` rows) of finished jobs (or dead letters) past their
-    retention, and its parameters but ``limit``."""
-    params: dict = {}
-    # the predicate of this retention's partial index (ix_workflow_jobs_finished / _dead_letters)
+def _prune_jobs_query(dead: bool, by_namespace: bool) -> Query:
+    # the predicate of this retention's partial index (ix_workflow_jobs_finished / _dead_letters); the
+    # index range uses the smallest retention that applies (:min_days), the per-row check the exact one
     statuses = sql_in("j.status", DEAD_LETTERS if dead else FINISHED)
-    default = policy.dead_days if dead else policy.jobs_days
-    days = _days_case(policy, default, params)
-    # the index range uses the smallest retention that applies; the per-row check the exact one
-    params["min_days"] = min([default, *policy.by_namespace.values()]) if not dead else default
-    sql = f"""
+    days = _DAYS_BY_NAMESPACE if by_namespace else _DAYS
+    return query(
+        f"jobs_prune{'_dead' if dead else ''}{'_by_namespace' if by_namespace else ''}",
+        f"""
 DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE {statuses}
@@ -108,31 +101,71 @@ DELETE FROM workflow_jobs WHERE id IN (
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
 RETURNING id
-"""
-    return sql, params
+""",
+    )
+
+
+_PRUNE_JOBS = {
+    (dead, by_ns): _prune_jobs_query(dead, by_ns) for dead in (False, True) for by_ns in (False, True)
+}
+
+
+def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[Query, dict]:
+    """The DELETE of one batch (``:limit`` rows) of finished jobs (or dead letters) past their
+    retention, and its parameters but ``limit``."""
+    default = policy.dead_days if dead else policy.jobs_days
+    params: dict = {"days": default}
+    if policy.by_namespace:
+        params.update(ns_ids=list(policy.by_namespace), ns_days=list(policy.by_namespace.values()))
+    params["min_days"] = min([default, *policy.by_namespace.values()]) if not dead else default
+    return _PRUNE_JOBS[dead, bool(policy.by_namespace)], params
 
 
 def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: bool = False) -> int:
     """Finished jobs (or dead letters) older than their retention; attempts go with them."""
-    sql, params = prune_jobs_sql(policy, dead=dead)
-    return len(conn.execute(text(sql), {**params, "limit": max(limit, policy.batch)}).all())
+    statement, params = prune_jobs_sql(policy, dead=dead)
+    return len(run(conn, statement, {**params, "limit": max(limit, policy.batch)}).all())
 
 
-def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
-    """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
-    rows = conn.execute(
-        text(
-            """
+_JOB_EFFECTS_PRUNE = query(
+    "job_effects_prune",
+    """
 DELETE FROM workflow_job_effects WHERE id IN (
     SELECT id FROM workflow_job_effects
     WHERE job_id IS NULL AND created_at < now() - make_interval(secs => :days * 86400)
     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
 RETURNING id
-"""
-        ),
-        {"days": policy.jobs_days, "limit": max(limit, policy.batch)},
-    ).all()
+""",
+)
+
+
+def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
+    """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
+    rows = run(conn, _JOB_EFFECTS_PRUNE, {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
     return len(rows)
+
+
+# marks the transaction as the retention path (``SET LOCAL ledgerflow.retention = 'on'``), which the audit
+# table's trigger lets delete rows older than 30 days
+AUDIT_RETENTION_MARK = query(
+    "audit_retention_mark",
+    "SELECT set_config('ledgerflow.retention', 'on', true)",
+)
+
+
+# a namespace's longer audit retention (``:ns_ids`` / ``:ns_days``, empty arrays when none) keeps its rows
+_AUDIT_PRUNE = query(
+    "audit_prune",
+    """
+DELETE FROM operation_audit WHERE id IN (
+    SELECT a.id FROM operation_audit a
+    WHERE a.created_at < now() - make_interval(secs => :days * 86400)
+      AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
+                      WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400))
+    ORDER BY a.created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
+RETURNING id
+""",
+)
 
 
 def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
@@ -142,27 +175,14 @@ def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int
     keep_longer = {ns: d for ns, d in policy.by_namespace.items() if d > policy.audit_days}
     if not keep_longer:
         return 0  # every row past the retention is in a partition past it: dropped whole (``partitions``)
-    conn.execute(text("SET LOCAL ledgerflow.retention = 'on'"))
-    params: dict = {"days": policy.audit_days, "limit": max(limit, policy.batch)}
-    extra = ""
-    if keep_longer:
-        params.update(ns_ids=list(keep_longer), ns_days=list(keep_longer.values()))
-        extra = (
-            " AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) "
-            "AS o(ns, days) WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400))"
-        )
-    rows = conn.execute(
-        text(
-            f"""
-DELETE FROM operation_audit WHERE id IN (
-    SELECT a.id FROM operation_audit a
-    WHERE a.created_at < now() - make_interval(secs => :days * 86400){extra}
-    ORDER BY a.created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
-"""
-        ),
-        params,
-    ).all()
+    run(conn, AUDIT_RETENTION_MARK)
+    params = {
+        "days": policy.audit_days,
+        "limit": max(limit, policy.batch),
+        "ns_ids": list(keep_longer),
+        "ns_days": list(keep_longer.values()),
+    }
+    rows = run(conn, _AUDIT_PRUNE, params).all()
     return len(rows)
 
 

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
-from sqlalchemy import Connection, Row, text
+from sqlalchemy import Connection, Row
 
 from app.ledger import histogram
 from app.ledger.drain import Sweep
 from app.ledger.models import JOB_QUEUE_TYPE, QUEUES
 from app.settings import Settings
+from app.sql import query, run
 
 MINUTES_PER_CALL = 10
 # the status reads the last 60 minutes; an hour more is kept so a late reader or a stalled drain
@@ -67,7 +68,8 @@ WHERE j.status = 'running' AND {open_where}"""
 
 # the minutes to roll now, [since, until): after the watermark (or LOOKBACK_MINUTES back); ended
 # SETTLE_SECONDS ago and before the oldest running attempt started, or ended lag ago
-_SPAN = text(
+_SPAN = query(
+    "rollup_span",
     """
 SELECT greatest((SELECT max(minute) FROM workflow_attempt_minutes) + interval '1 minute',
                 date_trunc('minute', now()) - make_interval(mins => :lookback)) AS since,
@@ -75,9 +77,10 @@ SELECT greatest((SELECT max(minute) FROM workflow_attempt_minutes) + interval '1
                 least(date_trunc('minute', now() - make_interval(secs => :settle_seconds)),
                       date_trunc('minute', (
                           SELECT min(attempt_started_at) FROM workflow_jobs WHERE status = 'running')))) AS until
-"""
+""",
 )
-_ROLL = text(
+_ROLL = query(
+    "rollup_roll",
     f"""
 WITH by_bucket AS (
     SELECT date_trunc('minute', e.started_at) AS minute, j.queue, {WAIT_BUCKET} AS bucket,
@@ -108,16 +111,17 @@ CROSS JOIN unnest(CAST(:queues AS {JOB_QUEUE_TYPE}[])) AS q(queue)
 LEFT JOIN by_minute m ON m.minute = g.minute AND m.queue = q.queue
 ON CONFLICT (minute, queue) DO NOTHING
 RETURNING minute
-"""
+""",
 )
-_FORGET = text(
+_FORGET = query(
+    "rollup_forget",
     """
 DELETE FROM workflow_attempt_minutes WHERE (minute, queue) IN (
     SELECT minute, queue FROM workflow_attempt_minutes
     WHERE minute < now() - make_interval(mins => :keep)
     ORDER BY minute LIMIT :limit)
 RETURNING minute
-"""
+""",
 )
 
 
@@ -130,18 +134,20 @@ def lag_seconds(settings: Settings) -> float:
 def roll_up(conn: Connection, limit: int, *, lag_seconds: float, max_minutes: int = MINUTES_PER_CALL) -> int:
     """Roll up to ``max_minutes`` complete minutes of final attempts after the watermark and remove up to
     ``limit`` rolled minutes older than ``KEEP_MINUTES``; returns the rows written and removed."""
-    span = conn.execute(
-        _SPAN, {"lookback": LOOKBACK_MINUTES, "lag_seconds": lag_seconds, "settle_seconds": SETTLE_SECONDS}
+    span = run(
+        conn,
+        _SPAN,
+        {"lookback": LOOKBACK_MINUTES, "lag_seconds": lag_seconds, "settle_seconds": SETTLE_SECONDS},
     ).one()
     until = min(span.until, span.since + timedelta(minutes=max_minutes))
     written = roll_minutes(conn, span.since, until) if span.since < until else 0
-    removed = len(conn.execute(_FORGET, {"keep": KEEP_MINUTES, "limit": limit}).all())
+    removed = len(run(conn, _FORGET, {"keep": KEEP_MINUTES, "limit": limit}).all())
     return written + removed
 
 
 def roll_minutes(conn: Connection, since: datetime, until: datetime) -> int:
     """Roll the minutes in ``[since, until)`` (whole minutes) that are not rolled yet; the rows written."""
-    return len(conn.execute(_ROLL, {"since": since, "until": until, "queues": QUEUES}).all())
+    return len(run(conn, _ROLL, {"since": since, "until": until, "queues": QUEUES}).all())
 
 
 def sweeps(settings: Settings) -> list[Sweep]:
@@ -150,20 +156,22 @@ def sweeps(settings: Settings) -> list[Sweep]:
 
 
 # --------------------------------------------------------------------------- reading the last hour
-_WINDOW = text(
+_WINDOW = query(
+    "rollup_window",
     """
 SELECT now() - interval '1 hour' AS since,
        (SELECT min(minute) FROM workflow_attempt_minutes WHERE minute >= now() - interval '1 hour')
            AS first_minute,
        (SELECT max(minute) FROM workflow_attempt_minutes) AS last_minute
-"""
+""",
 )
-_MINUTES = text(
+_MINUTES = query(
+    "rollup_minutes",
     """
 SELECT minute, queue, attempts, failed, duration_sum_ms, duration_n, wait_hist
 FROM workflow_attempt_minutes
 WHERE minute >= :since AND minute <= :last_minute
-"""
+""",
 )
 
 # The attempts of the last hour that are not rolled: the head and the tail of the window, two ranges
@@ -202,7 +210,7 @@ class Window:
 
 def window(conn: Connection) -> Window:
     """Which part of the last hour (by database time) is rolled."""
-    r = conn.execute(_WINDOW).one()
+    r = run(conn, _WINDOW).one()
     return Window(since=r.since, first_minute=r.first_minute, last_minute=r.last_minute)
 
 
@@ -211,4 +219,4 @@ def rolled_minutes(conn: Connection, win: Window) -> list[Row]:
     read, so a minute rolled meanwhile is not counted twice (it is in the live tail)."""
     if not win.rolled:
         return []
-    return list(conn.execute(_MINUTES, {"since": win.since, "last_minute": win.last_minute}))
+    return list(run(conn, _MINUTES, {"since": win.since, "last_minute": win.last_minute}))

@@ -6,16 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.ledger import histogram, rollup
 from app.ledger.models import JOB_QUEUE_TYPE, QUEUES
+from app.sql import query, run
 
 LEDGER_QUEUES = QUEUES
 
 # Nodes considered: heartbeat in the last 10 min, worker role, registered ledger pools.
 # "live" = active with a heartbeat within 90 s; slots count only live nodes.
-_WORKERS = text(
+_WORKERS = query(
+    "status_workers",
     """
 SELECT count(*) FILTER (WHERE status = 'active' AND heartbeat_at >= now() - interval '90 seconds') AS live,
        count(*) AS total,
@@ -27,10 +29,11 @@ FROM workflow_worker_nodes
 WHERE heartbeat_at >= now() - interval '10 minutes'
   AND 'worker' = ANY(roles)
   AND pools && CAST(:queues AS text[])
-"""
+""",
 )
 
-_JOBS = text(
+_JOBS = query(
+    "status_jobs",
     """
 SELECT count(*) FILTER (WHERE status = 'running') AS in_flight,
        count(*) FILTER (WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= now()
@@ -45,7 +48,7 @@ FROM workflow_jobs
 -- only the live statuses are read row by row: finished history (the bulk of a long-running ledger)
 -- is never read, so the panel's cost follows the live work and the dead letters, not the history
 WHERE status IN ('running', 'pending')
-"""
+""",
 )
 
 # The last hour's attempt figures (L-STATUS) come from the rollup's minutes plus a live read of the
@@ -53,7 +56,8 @@ WHERE status IN ('running', 'pending')
 # the whole hour and the percentiles are exact (percentile_cont); with rolled minutes they are read
 # from the merged log-bucket histograms (app/ledger/histogram.py: never under, at most 9.05 % + 1 ms
 # over). Counts, failures and the average duration are exact either way.
-_LIVE_EXACT = text(
+_LIVE_EXACT = query(
+    "status_live_exact",
     f"""
 SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM e.started_at - e.due_at)) AS p95,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM e.started_at - e.due_at)) AS p99,
@@ -62,9 +66,10 @@ SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM e.started
        COALESCE(sum(e.duration_ms), 0) AS duration_sum_ms,
        count(e.duration_ms) AS duration_n
 FROM ({rollup.LIVE_ATTEMPTS}) e
-"""
+""",
 )
-_LIVE_BUCKETS = text(
+_LIVE_BUCKETS = query(
+    "status_live_buckets",
     f"""
 SELECT {rollup.WAIT_BUCKET} AS bucket,
        count(*) AS attempts,
@@ -73,13 +78,14 @@ SELECT {rollup.WAIT_BUCKET} AS bucket,
        count(e.duration_ms) AS duration_n
 FROM ({rollup.LIVE_ATTEMPTS}) e
 GROUP BY 1
-"""
+""",
 )
 # max(started_at) is one step of a backward scan of the started_at index; the open attempts are on the
 # running jobs' rows
-_LAST_CLAIM = text(
+_LAST_CLAIM = query(
+    "status_last_claim",
     "SELECT greatest((SELECT max(started_at) FROM workflow_job_executions), "
-    "(SELECT max(attempt_started_at) FROM workflow_jobs WHERE status = 'running'))"
+    "(SELECT max(attempt_started_at) FROM workflow_jobs WHERE status = 'running'))",
 )
 
 
@@ -109,10 +115,10 @@ def _last_hour(conn: Connection) -> _Hour:
     win = rollup.window(conn)
     params = win.live_params()
     if not win.rolled:
-        r = conn.execute(_LIVE_EXACT, params).one()
+        r = run(conn, _LIVE_EXACT, params).one()
         return _Hour(int(r.attempts), int(r.failed), int(r.duration_sum_ms), int(r.duration_n), r.p95, r.p99)
     minutes = rollup.rolled_minutes(conn, win)
-    live = conn.execute(_LIVE_BUCKETS, params).all()
+    live = run(conn, _LIVE_BUCKETS, params).all()
     rows = [*minutes, *live]
     hist = histogram.add_counts(
         histogram.merge(m.wait_hist for m in minutes), ((r.bucket, int(r.attempts)) for r in live)
@@ -129,10 +135,10 @@ def _last_hour(conn: Connection) -> _Hour:
 
 
 def runtime_status(conn: Connection) -> dict[str, Any]:
-    w = conn.execute(_WORKERS, {"queues": LEDGER_QUEUES}).one()
-    j = conn.execute(_JOBS).one()
+    w = run(conn, _WORKERS, {"queues": LEDGER_QUEUES}).one()
+    j = run(conn, _JOBS).one()
     hour = _last_hour(conn)
-    last_claim = conn.execute(_LAST_CLAIM).scalar()
+    last_claim = run(conn, _LAST_CLAIM).scalar()
     return {
         "db_time": j.db_now,
         "live_workers": {"live": int(w.live), "total": int(w.total)},
@@ -156,7 +162,8 @@ def runtime_status(conn: Connection) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the last hour per pool
 SERIES_BUCKET_SECONDS = 300
 # per pool and 5-minute slot of the live attempts: exact (no rolled minute in the hour) ...
-_SERIES_EXACT = text(
+_SERIES_EXACT = query(
+    "status_series_exact",
     f"""
 SELECT j.queue,
        floor(extract(epoch FROM e.started_at - :since) / :bucket)::int AS slot,
@@ -166,10 +173,11 @@ SELECT j.queue,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM e.started_at - e.due_at)) AS p99
 FROM ({rollup.LIVE_ATTEMPTS}) e JOIN workflow_jobs j ON j.id = e.job_id
 GROUP BY 1, 2
-"""
+""",
 )
 # ... or by histogram bucket, merged with the rolled minutes
-_SERIES_BUCKETS = text(
+_SERIES_BUCKETS = query(
+    "status_series_buckets",
     f"""
 SELECT j.queue,
        floor(extract(epoch FROM e.started_at - :since) / :bucket)::int AS slot,
@@ -178,7 +186,7 @@ SELECT j.queue,
        count(*) FILTER (WHERE e.status = 'failed') AS failed
 FROM ({rollup.LIVE_ATTEMPTS}) e JOIN workflow_jobs j ON j.id = e.job_id
 GROUP BY 1, 2, 3
-"""
+""",
 )
 
 
@@ -192,7 +200,7 @@ def hour_series(conn: Connection) -> dict[str, Any]:
     win = rollup.window(conn)
     params = {**win.live_params(), "bucket": SERIES_BUCKET_SECONDS}
     if not win.rolled:
-        for r in conn.execute(_SERIES_EXACT, params):
+        for r in run(conn, _SERIES_EXACT, params):
             series = pools.setdefault(r.queue, _empty_series(slots))
             series[_clamp(r.slot, slots)] = {
                 "attempts": int(r.attempts),
@@ -206,7 +214,7 @@ def hour_series(conn: Connection) -> dict[str, Any]:
         slot = _clamp(int((m.minute - win.since).total_seconds() // SERIES_BUCKET_SECONDS), slots)
         _add(pools, hists, slots, m.queue, slot, int(m.attempts), int(m.failed))
         histogram.add_counts(hists[m.queue, slot], enumerate(m.wait_hist))
-    for r in conn.execute(_SERIES_BUCKETS, params):
+    for r in run(conn, _SERIES_BUCKETS, params):
         slot = _clamp(r.slot, slots)
         _add(pools, hists, slots, r.queue, slot, int(r.attempts), int(r.failed))
         hists[r.queue, slot][r.wait_bucket] += int(r.attempts)
@@ -233,7 +241,8 @@ def _add(pools: dict, hists: dict, slots: int, queue: str, slot: int, attempts: 
 
 
 # --------------------------------------------------------------------------- what a drain would do
-_STUCK = text(
+_STUCK = query(
+    "status_stuck",
     """
 SELECT id, type, queue, generation, attempts, max_attempts, lease_until, execution_deadline,
        (execution_deadline IS NOT NULL AND execution_deadline <= now()) AS past_deadline
@@ -242,14 +251,15 @@ WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= now()
       OR (execution_deadline IS NOT NULL AND execution_deadline <= now()))
 ORDER BY id
 LIMIT :limit
-"""
+""",
 )
-_DUE = text(
+_DUE = query(
+    "status_due",
     f"""
 SELECT queue, count(*) AS due FROM workflow_jobs
 WHERE status = 'pending' AND run_at <= now() AND queue = ANY(CAST(:queues AS {JOB_QUEUE_TYPE}[]))
 GROUP BY queue
-"""
+""",
 )
 
 
@@ -257,9 +267,9 @@ def drain_preview(conn: Connection, *, sample: int = 50) -> dict[str, Any]:
     """What running the drain now would change (read only): the running jobs whose lease expired or
     whose deadline passed (a sample of ``sample`` and the counts), and the due jobs per pool whose
     queues would get a wake hint."""
-    j = conn.execute(_JOBS).one()
-    rows = [dict(r._mapping) for r in conn.execute(_STUCK, {"limit": sample})]
+    j = run(conn, _JOBS).one()
+    rows = [dict(r._mapping) for r in run(conn, _STUCK, {"limit": sample})]
     for r in rows:
         r["id"] = str(r["id"])
-    due = {r.queue: int(r.due) for r in conn.execute(_DUE, {"queues": LEDGER_QUEUES})}
+    due = {r.queue: int(r.due) for r in run(conn, _DUE, {"queues": LEDGER_QUEUES})}
     return {"stuck": int(j.stuck), "stuck_sample": rows, "due_by_queue": due, "db_time": j.db_now}

@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.db import get_engine
+from app.db_time import local_statement_timeout
 from app.settings import METRICS_LEDGER_TTL
+from app.sql import query, run
 
 log = logging.getLogger(__name__)
 
@@ -26,25 +28,34 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 LIVE_NODE_SECONDS = 90  # as the runtime status (L-STATUS): a heartbeat within 90 s
 POOL_OF_QUEUE = {"workflow-ledger": "advance", "workflow-ledger-outbound": "outbound"}
 
-_JOBS = text("SELECT type, status, count(*) AS n FROM workflow_jobs GROUP BY type, status")
-_LAG = text(
+_JOBS = query(
+    "metrics_jobs_by_state",
+    "SELECT type, status, count(*) AS n FROM workflow_jobs GROUP BY type, status",
+)
+_LAG = query(
+    "metrics_queue_lag",
     """
 SELECT queue, extract(epoch FROM now() - min(run_at)) AS lag FROM workflow_jobs
 WHERE status = 'pending' AND run_at <= now() GROUP BY queue
-"""
+""",
 )
-_SLOTS = text(
+_SLOTS = query(
+    "metrics_queue_slots",
     f"""
 SELECT q.queue, count(*) AS nodes, sum(n.slot_capacity) AS capacity, sum(n.slots_in_use) AS in_use
 FROM workflow_worker_nodes n CROSS JOIN LATERAL unnest(n.pools) AS q(queue)
 WHERE n.status = 'active' AND n.heartbeat_at > now() - interval '{LIVE_NODE_SECONDS} seconds'
 GROUP BY q.queue
-"""
+""",
 )
-_INSTANCES = text("SELECT state, count(*) AS n FROM workflow_instances GROUP BY state")
-_SIGNALS = text(
+_INSTANCES = query(
+    "metrics_instances_by_state",
+    "SELECT state, count(*) AS n FROM workflow_instances GROUP BY state",
+)
+_SIGNALS = query(
+    "metrics_signals_by_state",
     "SELECT state, coalesce(disposition, '') AS disposition, count(*) AS n FROM workflow_signals "
-    "GROUP BY state, disposition"
+    "GROUP BY state, disposition",
 )
 
 
@@ -52,7 +63,7 @@ def _jobs(conn: Connection) -> Iterator[Metric]:
     g = GaugeMetricFamily(
         "ledgerflow_jobs", "Jobs in the ledger now, by type and status", labels=["type", "status"]
     )
-    for r in conn.execute(_JOBS):
+    for r in run(conn, _JOBS):
         g.add_metric([r.type, r.status], r.n)
     yield g
     lag = GaugeMetricFamily(
@@ -60,14 +71,14 @@ def _jobs(conn: Connection) -> Iterator[Metric]:
         "Age of the oldest due pending job (0 when none is due), by pool",
         labels=["pool"],
     )
-    seen = {r.queue: float(r.lag) for r in conn.execute(_LAG)}
+    seen = {r.queue: float(r.lag) for r in run(conn, _LAG)}
     for queue, pool in POOL_OF_QUEUE.items():
         lag.add_metric([pool], max(0.0, seen.get(queue, 0.0)))
     yield lag
 
 
 def _slots(conn: Connection) -> Iterator[Metric]:
-    rows = {r.queue: r for r in conn.execute(_SLOTS)}
+    rows = {r.queue: r for r in run(conn, _SLOTS)}
     in_use = GaugeMetricFamily(
         "ledgerflow_pool_slots_in_use",
         "Slots running a handler on live workers (last heartbeat)",
@@ -84,7 +95,7 @@ def _slots(conn: Connection) -> Iterator[Metric]:
 
 
 def _workflows(conn: Connection) -> Iterator[Metric]:
-    counts = {r.state: r.n for r in conn.execute(_INSTANCES)}
+    counts = {r.state: r.n for r in run(conn, _INSTANCES)}
     starts = CounterMetricFamily("ledgerflow_workflow_starts", "Workflow instances started (ledger count)")
     starts.add_metric([], sum(counts.values()))
     ends = CounterMetricFamily(
@@ -104,7 +115,7 @@ def _workflows(conn: Connection) -> Iterator[Metric]:
         "Workflow signals by state and disposition (PENDING signals have none yet)",
         labels=["state", "disposition"],
     )
-    for r in conn.execute(_SIGNALS):
+    for r in run(conn, _SIGNALS):
         signals.add_metric([r.state, r.disposition], r.n)
     yield signals
 
@@ -157,7 +168,7 @@ class LedgerCollector:
                 # read only as a connection option (BEGIN READ ONLY), not a first statement: behind a
                 # transaction pooler the first statement sets the session settings (app.db)
                 with engine.connect().execution_options(postgresql_readonly=True) as conn, conn.begin():
-                    conn.execute(text("SET LOCAL statement_timeout = '2s'"))
+                    local_statement_timeout(conn, 2000)
                     out.extend(group(conn))
                 errors.add_metric([name], 0)
             except Exception as exc:  # a scrape never fails as a whole

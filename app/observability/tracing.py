@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from app import sql
 from app.settings import (
     OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
@@ -94,6 +95,7 @@ def setup(service: str, *, exporter: Any = None, set_global: bool = True) -> boo
     _tracer = provider.get_tracer("ledgerflow")
     _instrument_libraries(provider)
     ENABLED = True
+    sql.trace_statements((db_span, end_db_span))
     log.info("tracing on: service %s", name)
     return True
 
@@ -112,6 +114,7 @@ def shutdown() -> None:
     """Flush and turn tracing off again (tests; process exit flushes by itself)."""
     global ENABLED, _provider, _tracer
     ENABLED = False
+    sql.trace_statements(None)
     for inst in _instrumented:
         try:
             inst.uninstrument()

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.exc import OperationalError
 
-from app.db import _engine_for, db_now, transaction
+from app.db import _engine_for, transaction
+from app.db_time import db_now
 from app.ledger import hints
 from app.ledger.enqueue import arm, enqueue, operation_key_for
 from app.settings import get_settings

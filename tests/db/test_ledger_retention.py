@@ -285,9 +285,11 @@ def test_each_sweep_reads_its_own_partial_index(db, overrides):
         (False, "ix_workflow_jobs_finished", "ix_workflow_jobs_dead_letters"),
         (True, "ix_workflow_jobs_dead_letters", "ix_workflow_jobs_finished"),
     ):
-        sql, params = retention.prune_jobs_sql(policy, dead=dead)
+        statement, params = retention.prune_jobs_sql(policy, dead=dead)
         with db.connect() as conn:
-            plan = "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {sql}"), {**params, "limit": 100}))
+            plan = "\n".join(
+                r[0] for r in conn.execute(text(f"EXPLAIN {statement.text}"), {**params, "limit": 100})
+            )
         assert index in plan and other not in plan and "Seq Scan" not in plan, plan
     # and each removes exactly its own: finished jobs past 7 days, dead letters past 30
     whole = replace(POLICY, batch=n)

@@ -260,3 +260,22 @@ def test_an_autocommit_connection_writes_its_commit_buffers_without_a_commit(db,
     finally:
         with transaction(db) as conn:
             run(conn, "DROP TABLE IF EXISTS fast_auto")
+
+
+def test_a_statement_planned_each_time_is_never_prepared(db):
+    """``planned_each_time`` (a search whose optional filters fold away in a plan made with their values):
+    never a server-side prepared statement however often it runs, while a named statement is prepared once
+    it ran as often as psycopg's threshold asks."""
+    searched = query(
+        "test_planned_each_time",
+        "SELECT CAST(:x AS int) IS NULL OR 1 = CAST(:x AS int)",
+        planned_each_time=True,
+    )
+    prepared = query("test_prepared_once_often", "SELECT 1 = CAST(:x AS int)")
+    with transaction(db) as conn:
+        for i in range(12):
+            assert run(conn, searched, {"x": None if i % 2 else 1}).scalar_one() is True
+            assert run(conn, prepared, {"x": 1}).scalar_one() is True
+        statements = [r[0] for r in conn.execute(text("SELECT statement FROM pg_prepared_statements")).all()]
+    assert not any("IS NULL OR 1 =" in s for s in statements), statements
+    assert any(s.startswith("SELECT 1 = CAST($1 AS int)") for s in statements), statements

@@ -9,13 +9,14 @@ import uuid
 from sqlalchemy import text
 
 from app.engine import instances
+from app.sql import run
 
 N = 20_000
 
 
 def _plan(conn, filters: dict) -> str:
-    sql, params = instances.newest_sql("ns-find", filters, None, 21)
-    rows = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql), params).scalar_one()
+    statement, params = instances.newest_sql("ns-find", filters, None, 21)
+    rows = conn.execute(text("EXPLAIN (FORMAT JSON) " + statement.text), params).scalar_one()
     return json.dumps(rows)
 
 
@@ -59,10 +60,12 @@ def test_prefix_searches_use_their_indexes(engine):
             plan = _plan(conn, {"business_key_prefix": "ORDER-7771"})
             assert "ix_workflow_instances_key_lower" in plan, plan
             # and they find: an 8-character id prefix, a key prefix in another case
-            sql, params = instances.newest_sql("ns-find", {"id_prefix": some_id[:8].upper()}, None, 21)
-            assert list(conn.execute(text(sql), params).scalars()) == [some_id]
-            sql, params = instances.newest_sql("ns-find", {"business_key_prefix": "oRDER-777"}, None, 21)
-            assert len(list(conn.execute(text(sql), params).scalars())) == 11  # 777 and 7770..7779
+            statement, params = instances.newest_sql("ns-find", {"id_prefix": some_id[:8].upper()}, None, 21)
+            assert list(run(conn, statement, params).scalars()) == [some_id]
+            statement, params = instances.newest_sql(
+                "ns-find", {"business_key_prefix": "oRDER-777"}, None, 21
+            )
+            assert len(list(run(conn, statement, params).scalars())) == 11  # 777 and 7770..7779
         finally:
             tx.rollback()
 
@@ -90,7 +93,9 @@ def test_failure_groups_are_counted_from_their_index(engine):
             conn.execute(text("SET LOCAL enable_seqscan = off"))
             params = {"ns": "ns-find", "def": None, "lim": 20, "allowed": None}
             plan = json.dumps(
-                conn.execute(text("EXPLAIN (FORMAT JSON) " + failure_groups._GROUPS), params).scalar_one()
+                conn.execute(
+                    text("EXPLAIN (FORMAT JSON) " + failure_groups._GROUPS.text), params
+                ).scalar_one()
             )
             assert "ix_workflow_instances_failed" in plan, plan
             got = failure_groups.groups(conn, "ns-find", None)

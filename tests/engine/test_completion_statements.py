@@ -67,7 +67,7 @@ def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
             {"id": task["id"], "epoch": task["epoch"], "steps_of_instance": iid},
         ).all()
         assert len(rows) == 6 and [r.id for r in rows].count(task["id"]) == 1 and rows[0].id == task["id"]
-        touch = query("test_task_touch", move)
+        touch = store.reading_steps(query("test_task_touch", move))
         row, steps = store.write_reading_steps(conn, touch, {"id": task["id"], "epoch": task["epoch"]}, iid)
         assert row.id == task["id"] and sorted(s["key"] for s in steps) == [f"s{i}" for i in range(6)]
         assert store.write_reading_steps(conn, touch, {"id": task["id"], "epoch": 99}, iid) == (None, [])

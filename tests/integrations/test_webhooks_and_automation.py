@@ -262,7 +262,7 @@ def test_a_signal_action_sends_one_signal_under_retries(out) -> None:
 def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(out) -> None:
     from datetime import timedelta
 
-    from app.db import db_now
+    from app.db_time import db_now
     from app.ledger.ops_actions import Actor
     from tests.web.webhook_receiver import start_receiver
 

@@ -16,14 +16,19 @@ from app.engine.snapshot import inst_model
 from app.engine.transitions import instance_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
-from app.sql import run
+from app.sql import query, run
+
+_COMPENSATION_STEPS_OUTPUTS = query(
+    "compensation_steps_outputs",
+    "SELECT s.id AS step_id, a.output::text AS output FROM workflow_steps s "
+    "JOIN workflow_all_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a",
+)
 
 
 def create_compensation_task(conn: Connection, inst: dict, item: dict, index: int) -> str:
     row = run(
         conn,
-        "SELECT s.id AS step_id, a.output::text AS output FROM workflow_steps s "
-        "JOIN workflow_all_activations a ON a.step_id = s.id WHERE s.instance_id = :i AND s.key = :k AND a.id = :a",
+        _COMPENSATION_STEPS_OUTPUTS,
         {"i": inst["id"], "k": item["step_key"], "a": item["activation_id"]},
     ).first()
     task_input = {

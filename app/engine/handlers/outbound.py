@@ -25,7 +25,7 @@ from app.ledger.context import JobContext
 from app.ledger.http import HttpResult, SafeHttp
 from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN
 from app.settings import get_settings
-from app.sql import run
+from app.sql import query, run
 
 MAX_RESPONSE_BYTES = 64 * 1024  # a response body larger than this is not kept in the step output
 MAX_TEXT_CHARS = 4096
@@ -91,6 +91,17 @@ def review_unknown(ctx: JobContext) -> None:
             stopping.to_review(conn, iid, [ctx.job_id])
 
 
+_OUTBOUND_DEAD_UNKNOWN_JOBS = query(
+    "outbound_dead_unknown_jobs",
+    "SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j "
+    "JOIN workflow_steps s ON s.instance_id = j.instance_id AND s.key = j.step_key "
+    "JOIN workflow_instances i ON i.id = j.instance_id "
+    "WHERE j.type = 'trigger_dispatch' AND j.status = 'dead' AND j.error_code = :u "
+    "AND s.state IN ('ACTIVE', 'WAITING') AND i.state IN ('RUNNING', 'WAITING', 'CANCELLING') "
+    "GROUP BY j.instance_id ORDER BY j.instance_id LIMIT :n",
+)
+
+
 def review_dead_unknown(conn: Connection, limit: int) -> int:
     """Drain sweep: a ``trigger_dispatch`` job the drain sent to the dead letter with an unknown outcome
     (its executor was lost mid-call) while its step is still ACTIVE -> the step and the instance to
@@ -98,12 +109,7 @@ def review_dead_unknown(conn: Connection, limit: int) -> int:
     Bounded by ``limit`` instances per pass."""
     rows = run(
         conn,
-        "SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j "
-        "JOIN workflow_steps s ON s.instance_id = j.instance_id AND s.key = j.step_key "
-        "JOIN workflow_instances i ON i.id = j.instance_id "
-        "WHERE j.type = 'trigger_dispatch' AND j.status = 'dead' AND j.error_code = :u "
-        "AND s.state IN ('ACTIVE', 'WAITING') AND i.state IN ('RUNNING', 'WAITING', 'CANCELLING') "
-        "GROUP BY j.instance_id ORDER BY j.instance_id LIMIT :n",
+        _OUTBOUND_DEAD_UNKNOWN_JOBS,
         {"u": EXTERNAL_OUTCOME_UNKNOWN, "n": limit},
     ).all()
     for r in rows:

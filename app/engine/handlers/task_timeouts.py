@@ -32,11 +32,20 @@ from app.engine.states import TERMINAL
 from app.engine.store import read_instance
 from app.ledger import handlers
 from app.ledger.context import JobContext
-from app.sql import run
+from app.sql import query, run
 
 # Seconds from now to the instance's next due time: its earliest open task deadline and, unless it is
 # stopping or ended, its workflow deadline (NULL: nothing left to watch).
-_NEXT_DUE = f"SELECT EXTRACT(EPOCH FROM {work.WATCH_DUE_SQL} - now())::float8 FROM workflow_instances i WHERE i.id = :i"
+_NEXT_DUE = query(
+    "instance_watch_next_due",
+    f"SELECT EXTRACT(EPOCH FROM {work.WATCH_DUE_SQL} - now())::float8 FROM workflow_instances i WHERE i.id = :i",
+)
+
+
+_DB_IS_PAST = query(
+    "db_is_past",
+    "SELECT CAST(:d AS timestamptz) <= now()",
+)
 
 
 def watch(conn: Connection, inst: dict) -> dict:
@@ -48,9 +57,7 @@ def watch(conn: Connection, inst: dict) -> dict:
     if current["state"] in TERMINAL:
         return out
     if current["stop_requested_at"] is None:
-        due = bool(
-            run(conn, "SELECT CAST(:d AS timestamptz) <= now()", {"d": current["deadline_at"]}).scalar()
-        )
+        due = bool(run(conn, _DB_IS_PAST, {"d": current["deadline_at"]}).scalar())
         verdict = decide_stopping.deadline_passed(inst_model(current), due)
         if isinstance(verdict, Stop):
             stopping.apply_stop(conn, current, verdict)
@@ -63,6 +70,12 @@ def watch(conn: Connection, inst: dict) -> dict:
     return out
 
 
+_TASK_OWNER = query(
+    "task_owner",
+    "SELECT instance_id FROM workflow_tasks WHERE id = :id",
+)
+
+
 @handlers.register("task_timeout")
 def task_timeout(ctx: JobContext):
     named = (ctx.payload or {}).get("task_id") or ctx.task_id
@@ -71,7 +84,7 @@ def task_timeout(ctx: JobContext):
     task_id = str(named)
 
     def write(conn: Connection, inst: dict) -> dict:
-        owner = run(conn, "SELECT instance_id FROM workflow_tasks WHERE id = :id", {"id": task_id}).scalar()
+        owner = run(conn, _TASK_OWNER, {"id": task_id}).scalar()
         bind("task", task_id, owner, inst["id"])
         if not task_protocol.time_out(conn, inst, task_id):
             return {"skipped": "the task was settled before its deadline"}

@@ -29,7 +29,7 @@ from app.engine.transitions import wait_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import PermanentError
-from app.sql import run
+from app.sql import query, run
 
 
 @dataclass(frozen=True)
@@ -123,9 +123,14 @@ def _element_retry(conn: Connection, inst: dict, p: dict) -> dict:
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
     return advance.element_retry_due(conn, inst, step, spec, str(p["task_id"]), int(p["attempt"]))
 
+_DB_IS_PAST = query(
+    "db_is_past",
+    "SELECT CAST(:d AS timestamptz) <= now()",
+)
+
 
 def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
-    due = bool(run(conn, "SELECT CAST(:d AS timestamptz) <= now()", {"d": inst["deadline_at"]}).scalar())
+    due = bool(run(conn, _DB_IS_PAST, {"d": inst["deadline_at"]}).scalar())
     verdict = decide_stopping.deadline_passed(inst_model(inst), due)
     if isinstance(verdict, Ignore):
         return {"skipped": verdict.reason}
@@ -133,9 +138,15 @@ def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
     return {"failed": "DEADLINE_EXCEEDED"}
 
 
+_SIGNAL_OWNER = query(
+    "signal_owner",
+    "SELECT instance_id FROM workflow_signals WHERE id = :id",
+)
+
+
 def _signal_expiry(conn: Connection, inst: dict, p: dict) -> dict:
     sig_id = str(p["signal_id"])
-    owner = run(conn, "SELECT instance_id FROM workflow_signals WHERE id = :id", {"id": sig_id}).scalar()
+    owner = run(conn, _SIGNAL_OWNER, {"id": sig_id}).scalar()
     bind("signal", sig_id, owner, inst["id"])
     if not signal_match.expire(conn, sig_id, inst["id"]):
         return {"skipped": "the signal was settled or is not due"}

@@ -27,9 +27,7 @@ def states(values: Iterable[str]) -> list[str]:
     return sorted(str(v) for v in values)
 
 
-def one(
-    conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: Query | str, params: dict
-) -> Row:
+def one(conn: Connection, what: str, row_id: str, allowed: Iterable[str], sql: Query, params: dict) -> Row:
     """Execute ``sql`` (which must end in ``RETURNING``) and return its single row, or raise."""
     row = run(conn, sql, params).first()
     if row is None:
@@ -37,11 +35,11 @@ def one(
     return row
 
 
-def maybe(conn: Connection, sql: Query | str, params: dict) -> Row | None:
+def maybe(conn: Connection, sql: Query, params: dict) -> Row | None:
     """A conditional move (``try_*``): no row is a normal answer (not due, already settled)."""
     return run(conn, sql, params).first()
 
 
-def many(conn: Connection, sql: Query | str, params: dict) -> list[Any]:
+def many(conn: Connection, sql: Query, params: dict) -> list[Any]:
     """A set move (every matching row of an instance / activation): zero rows is a normal answer."""
     return list(run(conn, sql, params).all())

@@ -9,7 +9,7 @@ from sqlalchemy import Connection
 
 from app.engine import events
 from app.engine.states import TASK_OPEN, TaskState
-from app.engine.store import jdump, write_reading_steps
+from app.engine.store import jdump, reading_steps, write_reading_steps
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
 from app.sql import Query, query, run
 
@@ -280,6 +280,8 @@ _END_CLAIM = {
         f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
     ),
 }
+# each with the steps read in its snapshot (``store.write_reading_steps``)
+_END_CLAIM_READING_STEPS = {column: reading_steps(write) for column, write in _END_CLAIM.items()}
 
 
 def _end_claim(
@@ -299,7 +301,7 @@ def _end_claim(
     (``store.write_reading_steps``)."""
     row, steps = write_reading_steps(
         conn,
-        _END_CLAIM[column],
+        _END_CLAIM_READING_STEPS[column],
         {"id": task_id, "epoch": epoch, "s": state, "v": jdump(value), "key": key},
         instance_id,
     )

@@ -106,11 +106,12 @@ def try_expire_due(conn: Connection, act_id: str, operation_key: str) -> bool:
 # The wait is locked whether or not this operation ended it: an execution of the same operation that
 # runs meanwhile waits here for this one's commit and then reads its stamp (the row is re-read after the
 # lock). The step key is looked up only when the stamp is this operation's.
-_ENDED_BY = (
+_ENDED_BY = query(
+    "wait_ended_by",
     "SELECT w.resolved_by_operation = :op AS mine, CASE WHEN w.resolved_by_operation = :op THEN "
     "(SELECT s.key FROM workflow_all_activations a JOIN workflow_steps s ON s.id = a.step_id "
     "WHERE a.id = w.activation_id) END AS step_key "
-    "FROM workflow_waits w WHERE w.activation_id = :a AND w.instance_id = :i FOR UPDATE OF w"
+    "FROM workflow_waits w WHERE w.activation_id = :a AND w.instance_id = :i FOR UPDATE OF w",
 )
 
 
