@@ -10,7 +10,8 @@ every test process, is told of every statement sent
 A statement is the domain's when the innermost frame of this repository that sent it is not a test's
 (``tests/``), a migration's (``migrations/``), a benchmark's or a tool's (the ``ledgerflow`` command line):
 those are exempt. SQLAlchemy's own statements (its dialect's first-connect queries, the pool's ping) and
-transaction commands (``SET LOCAL``, ``SET TRANSACTION``) are not statements of the domain either.
+transaction commands (``SET LOCAL``, ``SET TRANSACTION``) and Alembic's (its version table) are not
+statements of the domain either.
 
 An unnamed statement of the domain fails the test during (or after) which it was sent, with the place that
 sent it. The cost: one call per named statement (the name is looked at, nothing else), a walk up the stack
@@ -38,6 +39,7 @@ _EXEMPT = tuple(str(ROOT / d) + os.sep for d in ("tests", "migrations", "bench",
 _SQLALCHEMY = os.sep + "sqlalchemy" + os.sep
 # SQLAlchemy's own statements: its dialect's (first connect, isolation level), its pool's (the ping)
 _SQLALCHEMY_OWN = ("/sqlalchemy/dialects/", "/sqlalchemy/pool/", "/sqlalchemy/engine/default.py")
+_ALEMBIC = os.sep + "alembic" + os.sep
 _HERE = str(Path(__file__).resolve())
 _VENV = str(ROOT / ".venv") + os.sep
 _APP_SQL = str(ROOT / "app" / "sql.py")
@@ -57,6 +59,8 @@ def _sender() -> str | None:
         path = f.f_code.co_filename
         if _SQLALCHEMY in path:
             own = own or any(p in path for p in _SQLALCHEMY_OWN)
+        elif _ALEMBIC in path:  # Alembic's own statements (its version table), for a migration or a check
+            own = True
         elif path not in (_APP_SQL, _HERE) and path.startswith(str(ROOT)) and not path.startswith(_VENV):
             if own or path.startswith(_EXEMPT) or not path.startswith(_DOMAIN):
                 return None

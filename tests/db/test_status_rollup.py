@@ -193,7 +193,7 @@ def test_the_live_part_reads_only_the_attempts_not_rolled(db):
         win = rollup.window(conn)
         assert win.rolled
         (plan,) = conn.execute(
-            text("EXPLAIN (ANALYZE, FORMAT JSON) " + str(status._LIVE_BUCKETS)), win.live_params()
+            text("EXPLAIN (ANALYZE, FORMAT JSON) " + status._LIVE_BUCKETS.text), win.live_params()
         ).scalar()
         # the attempts are partitioned by day (migration 0031): a scan of each partition read
         scans = [
