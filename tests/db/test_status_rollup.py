@@ -210,7 +210,7 @@ def test_the_live_part_reads_only_the_attempts_not_rolled(db):
         # only the 20 recent attempts are read (the head before the first rolled minute is empty)
         assert sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in scans) == 20
         last_claim = json.dumps(
-            conn.execute(text("EXPLAIN (FORMAT JSON) " + str(status._LAST_CLAIM))).scalar()
+            conn.execute(text("EXPLAIN (FORMAT JSON) " + status._LAST_CLAIM.text)).scalar()
         )
         # the legacy partition's index of before, or a day partition's (``<partition>_started``)
         assert '"Scan Direction": "Backward"' in last_claim and (
