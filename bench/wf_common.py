@@ -44,11 +44,15 @@ QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of ever
 @dataclass(frozen=True)
 class Shape:
     """A workflow of ``tasks`` TASK steps in a chain, with a TIMER of ``TIMER_SECONDS`` after the first
-    one when ``timer``."""
+    one when ``timer``. ``mapping``: each task returns ``{"ok": true, "value": x + 1}`` and each TASK step
+    after the first gets the previous task's ``value`` as its input ``x`` (Ledgerflow: the step's input
+    mapping ``{"x": "$.steps.PREV.output.value"}``; DBOS and Absurd: the previous step's return value
+    passed on in the workflow's code)."""
 
     name: str
     tasks: int
     timer: bool = False
+    mapping: bool = False
 
     def plan(self) -> list[tuple[str, str]]:
         """The steps in order: ``("task", key)`` or ``("timer", key)``."""
@@ -61,8 +65,19 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {
-    s.name: s for s in (Shape("task-task", 2), Shape("task-timer-task", 2, timer=True), Shape("chain10", 10))
+    s.name: s
+    for s in (
+        Shape("task-task", 2),
+        Shape("task-timer-task", 2, timer=True),
+        Shape("chain10", 10),
+        Shape("mapping", 2, mapping=True),
+    )
 }
+
+
+def mapped_value(x: object) -> dict:
+    """A task's output in a ``mapping`` shape: its input ``x`` (0 for the first task) plus one."""
+    return {"ok": True, "value": (x if isinstance(x, int) else 0) + 1}
 
 
 def parse_shapes(arg: str) -> list[Shape]:

@@ -52,6 +52,7 @@ from bench.wf_common import (
     RunResult,
     Shape,
     Started,
+    mapped_value,
     measure,
     start_all,
     wait_count,
@@ -65,6 +66,7 @@ WORKER_SLOTS = 4
 def definition(shape: Shape) -> dict:
     """The shape as a Ledgerflow definition: TASK steps on one queue, each after the previous step."""
     steps: list[dict] = []
+    last_task = ""
     for kind, key in shape.plan():
         step: dict[str, Any] = (
             {"key": key, "kind": "TASK", "queue": QUEUE}
@@ -73,6 +75,10 @@ def definition(shape: Shape) -> dict:
         )
         if steps:
             step["after"] = [steps[-1]["key"]]
+        if shape.mapping and kind == "task":
+            if last_task:
+                step["input"] = {"x": f"$.steps.{last_task}.output.value"}
+            last_task = key
         steps.append(step)
     return {"version": "v1", "input_schema": {}, "deadline_seconds": 3600, "steps": steps}
 
@@ -116,8 +122,10 @@ class Workers:
     """The task workers of the run, in threads of this process; ``entered[(workflow_id, step_key)]``
     is the wall-clock time each task function was entered (for the step hop)."""
 
-    def __init__(self, base: str, token: str, answers: Answers) -> None:
+    def __init__(self, base: str, token: str, answers: Answers, mapping: bool = False) -> None:
         self.entered: dict[tuple[str, str], float] = {}
+        self.mapping = mapping
+        self.unmapped = 0  # mapping shape: tasks after the first whose input x was not the previous value
         self.clients: list[Client] = []
         self.workers: list[TaskWorker] = []
         self.threads: list[threading.Thread] = []
@@ -134,7 +142,12 @@ class Workers:
 
     def _task(self, task: Task) -> dict:
         self.entered[(task.workflow_id, task.step_key)] = time.time()
-        return {"ok": True}
+        if not self.mapping:
+            return {"ok": True}
+        x = task.input.get("x") if isinstance(task.input, dict) else None
+        if task.step_key != "s1" and not isinstance(x, int):
+            self.unmapped += 1
+        return mapped_value(x)
 
     def start(self) -> None:
         def loop(w: TaskWorker) -> None:
@@ -334,7 +347,7 @@ def run_ledgerflow(
         def_id = admin.ensure_definition(f"bench-{shape.name}", definition(shape))["id"]
         admin.close()
         starts_t, workers_t = Answers(), Answers()
-        workers = Workers(base, worker_token, workers_t)
+        workers = Workers(base, worker_token, workers_t, mapping=shape.mapping)
         workers.start()
         stopped = False
 
@@ -393,6 +406,8 @@ def run_ledgerflow(
                 f"429 answers (retried by the SDK): {starts_t.status.get(429, 0)} to starts, "
                 f"{workers_t.status.get(429, 0)} to the task workers"
             )
+        if workers.unmapped:
+            res.notes.append(f"{workers.unmapped} tasks did not get the previous task's value as input")
         if ids:
             res.record(started, done_times(mon, ids), ok="SUCCEEDED")
             if shape.timer:

@@ -40,6 +40,7 @@ from bench.wf_common import (
     Monitor,
     RunResult,
     Shape,
+    mapped_value,
     measure,
     start_all,
 )
@@ -69,10 +70,19 @@ def bench_step(key: str) -> dict:
     return {"ok": True}
 
 
+@DBOS.step()
+def bench_map_step(key: str, x: int | None) -> dict:
+    return mapped_value(x)
+
+
 @DBOS.workflow()
 def bench_workflow(shape: str) -> dict:
-    for kind, key in SHAPES[shape].plan():
-        if kind == "task":
+    s = SHAPES[shape]
+    x = None
+    for kind, key in s.plan():
+        if kind == "task" and s.mapping:
+            x = bench_map_step(key, x)["value"]
+        elif kind == "task":
             bench_step(key)
         else:
             DBOS.sleep(TIMER_SECONDS)
@@ -188,8 +198,12 @@ def _work() -> dict:
 
 
 def absurd_task(params: dict, ctx: object) -> dict:
-    for kind, key in SHAPES[params["shape"]].plan():
-        if kind == "task":
+    s = SHAPES[params["shape"]]
+    x = None
+    for kind, key in s.plan():
+        if kind == "task" and s.mapping:
+            x = ctx.step(key, lambda x=x: mapped_value(x))["value"]  # type: ignore[attr-defined]
+        elif kind == "task":
             ctx.step(key, _work)  # type: ignore[attr-defined]
         else:
             ctx.sleep_for(key, TIMER_SECONDS)  # type: ignore[attr-defined]
