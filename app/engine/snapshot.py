@@ -90,6 +90,13 @@ def mapping_context(conn: Connection, inst: dict, steps: Iterable[dict] | None =
     return {"input": inst["input"], "business_key": inst["business_key"], "steps": outputs}
 
 
+_SUCCEEDED_OUTPUTS = query(
+    "steps_succeeded_outputs",
+    "SELECT s.key, s.act_output::text AS output FROM workflow_steps s "
+    "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
+)
+
+
 class _Outputs(Mapping[str, Any]):
     """The outputs of an instance's succeeded steps by key, read with one statement on first use (in
     the transaction of the mapping that needs them)."""
@@ -100,12 +107,7 @@ class _Outputs(Mapping[str, Any]):
 
     def _all(self) -> dict[str, Any]:
         if self._read is None:
-            rows = run(
-                self._conn,
-                "SELECT s.key, s.act_output::text AS output FROM workflow_steps s "
-                "WHERE s.instance_id = :id AND s.state = 'SUCCEEDED'",
-                {"id": self._id},
-            )
+            rows = run(self._conn, _SUCCEEDED_OUTPUTS, {"id": self._id})
             found = {r.key: jparse(r.output) for r in rows}
             self._read = {k: v for k, v in found.items() if v is not MISSING}
         return self._read

@@ -13,18 +13,23 @@ from sqlalchemy import Connection
 
 from app import jsonx
 from app.engine.store import MISSING, jparse
-from app.sql import run
+from app.sql import query, run
+
+_RECORD_CLAIMS = query(
+    "task_claims_worker", "UPDATE workflow_tasks SET worker = CAST(:w AS jsonb) WHERE id = ANY(:ids)"
+)
+_RECORD_FAILURE = query(
+    "task_failure_record",
+    "UPDATE workflow_tasks SET failure = CAST(:f AS jsonb), worker = COALESCE(CAST(:w AS jsonb), worker) "
+    "WHERE id = :id AND epoch = :epoch",
+)
 
 
 def record_claims(conn: Connection, task_ids: list[str], worker: dict[str, Any] | None) -> None:
     """The identity of the worker that claimed ``task_ids`` (one statement; nothing without one)."""
     if worker is None or not task_ids:
         return
-    run(
-        conn,
-        "UPDATE workflow_tasks SET worker = CAST(:w AS jsonb) WHERE id = ANY(:ids)",
-        {"w": jsonx.dumps(worker), "ids": task_ids},
-    )
+    run(conn, _RECORD_CLAIMS, {"w": jsonx.dumps(worker), "ids": task_ids})
 
 
 def failure_of(error: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -47,8 +52,7 @@ def record_failure(conn: Connection, task_id: str, epoch: int, failure: dict[str
         return
     run(
         conn,
-        "UPDATE workflow_tasks SET failure = CAST(:f AS jsonb), worker = COALESCE(CAST(:w AS jsonb), worker) "
-        "WHERE id = :id AND epoch = :epoch",
+        _RECORD_FAILURE,
         {
             "f": jsonx.dumps(failure),
             "w": jsonx.dumps(failure["worker"]) if "worker" in failure else None,
