@@ -15,6 +15,7 @@ from bench.wf_common import (
     counts_table,
     delta,
     further_step,
+    mapped_value,
     parse_shapes,
     per_workflow,
 )
@@ -37,6 +38,15 @@ def test_ledgerflow_definitions_are_valid_chains(name: str) -> None:
     assert queues == ["bench_wf"]
     assert [s["key"] for s in steps] == [key for _, key in SHAPES[name].plan()]
     assert all(s["after"] == [prev["key"]] for prev, s in zip(steps, steps[1:], strict=False))
+
+
+def test_the_mapping_shape_maps_the_previous_tasks_value_into_the_next_input() -> None:
+    steps = definition(SHAPES["mapping"])["steps"]
+    assert "input" not in steps[0]
+    assert steps[1]["input"] == {"x": "$.steps.s1.output.value"}
+    assert "input" not in definition(SHAPES["task-task"])["steps"][1]  # the other shapes map nothing
+    assert mapped_value(None) == {"ok": True, "value": 1}
+    assert mapped_value(1) == {"ok": True, "value": 2}
 
 
 def test_delta_subtracts_per_table_and_own_transactions() -> None:
