@@ -215,6 +215,13 @@ def psycopg_conninfo(url: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
+# The prepared statements a connection keeps (psycopg's default is 100, the least recently used one
+# deallocated past it: a round trip, and a new preparation at its next run). Every named statement is
+# prepared at its first run on a connection (app.sql), so the cap is above their number (about 370 once every statement was named),
+# and unnamed texts run often fit beside them.
+PREPARED_MAX = 512
+
+
 @lru_cache(maxsize=8)
 def _engine_for(url: str) -> Engine:
     engine = create_engine(
@@ -231,6 +238,10 @@ def _engine_for(url: str) -> Engine:
 
     _ping_on_checkout(engine)
     _drop_on_failover(engine)
+
+    @event.listens_for(engine, "connect")
+    def _keep_prepared(dbapi_conn: Any, conn_rec: Any) -> None:
+        dbapi_conn.prepared_max = PREPARED_MAX
 
     @event.listens_for(engine, "do_connect")
     def _name_connection(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:

@@ -225,11 +225,15 @@ def _still_in_progress() -> IdempotencyConflict:
 
 
 def execute_on_rows(
-    k: Key, work: Callable[[Connection], tuple[int, Any, bool]], *, engine: Engine | None = None
-) -> StoredResponse:
+    k: Key, work: Callable[[Connection], tuple[int, Any, bool] | None], *, engine: Engine | None = None
+) -> StoredResponse | None:
     """``on_rows`` for a whole response: ``work`` returns ``(status, body, replayed)`` and the body is
-    serialised exactly (``jsonx.dumps``)."""
-    status, body, replayed = on_rows(k, work, engine=engine)
+    serialised exactly (``jsonx.dumps``); or None (an empty try of a long poll, which wrote nothing:
+    committed, answered None)."""
+    done = on_rows(k, work, engine=engine)
+    if done is None:
+        return None
+    status, body, replayed = done
     return StoredResponse(status=status, body=jsonx.dumps(body), replayed=replayed)
 
 

@@ -6,8 +6,10 @@ A statement is written once, in full, beside the module that owns its table, und
 ``conn``'s transaction (beginning one as SQLAlchemy's autobegin would) with SQLAlchemy's ``:name``
 parameters, and returns a ``Result`` with the reading methods of SQLAlchemy's (``first``, ``one``,
 ``scalar_one``, ``all``, ``mappings``, ``rowcount``; rows with attribute, index and ``_mapping`` access).
-psycopg prepares a statement its connection runs often (``prepare_threshold``; off behind PgBouncer 1.18:
-``app.db.prepared_statements``), and a named statement's text never changes, so it is prepared once.
+A named statement's text never changes, so it is prepared at its first run on a connection (``prepare=True``)
+and runs on its prepared plan from then on; an unnamed text is prepared once its connection has run it
+``prepare_threshold`` times (psycopg's 5). Neither is prepared when prepared statements are off (behind
+PgBouncer 1.18: ``app.db.prepared_statements``).
 
 The statement's name is in the log (``app.sql`` at DEBUG) and, with tracing on, in a span of its own
 (``OTEL_DB_SPANS``); tracing changes nothing else: the same statements go out either way.
@@ -63,7 +65,8 @@ class Query:
         self.name = name
         self.text = text
         self.sql = pyformat(compact_sql(text))
-        self.prepare: bool | None = False if planned_each_time else None  # None: psycopg's threshold
+        # a named statement is prepared at its first run (psycopg: never when prepared statements are off)
+        self.prepare: bool = not planned_each_time
 
     def __repr__(self) -> str:
         return f"Query({self.name!r})"
@@ -439,7 +442,7 @@ def _write_buffers(conn: Connection, *, commit: bool) -> None:
     try:
         with driver.pipeline():
             for q, params in statements:
-                run_raw(cur, q, params, prepare=None)
+                run_raw(cur, q, params, prepare=True)
             if last:
                 cur.execute(COMMIT, prepare=False)  # never prepared: a transaction command
     except psycopg.Error as exc:

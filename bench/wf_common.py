@@ -49,12 +49,16 @@ FANOUT_PARALLEL = int(os.environ.get("BENCH_FANOUT_PARALLEL", "100"))
 class Shape:
     """A workflow of ``tasks`` TASK steps in a chain, with a TIMER of ``TIMER_SECONDS`` after the first
     one when ``timer``, or a fan-out of ``fanout`` elements (one task each, over the array the first
-    task outputs) after the first one when ``fanout``."""
+    task outputs) after the first one when ``fanout``. ``mapping``: each task returns ``{"ok": true,
+    "value": x + 1}`` and each TASK step after the first gets the previous task's ``value`` as its input
+    ``x`` (Ledgerflow: the step's input mapping ``{"x": "$.steps.PREV.output.value"}``; DBOS and Absurd:
+    the previous step's return value passed on in the workflow's code)."""
 
     name: str
     tasks: int
     timer: bool = False
     fanout: int = 0
+    mapping: bool = False
 
     def plan(self) -> list[tuple[str, str]]:
         """The steps in order: ``("task", key)``, ``("timer", key)`` or ``("fanout", key)``."""
@@ -80,8 +84,14 @@ SHAPES: dict[str, Shape] = {
         Shape("task-timer-task", 2, timer=True),
         Shape("chain10", 10),
         Shape("fanout", 2, fanout=100),
+        Shape("mapping", 2, mapping=True),
     )
 }
+
+
+def mapped_value(x: object) -> dict:
+    """A task's output in a ``mapping`` shape: its input ``x`` (0 for the first task) plus one."""
+    return {"ok": True, "value": (x if isinstance(x, int) else 0) + 1}
 
 
 def parse_shapes(arg: str) -> list[Shape]:

@@ -58,6 +58,7 @@ from bench.wf_common import (
     RunResult,
     Shape,
     Started,
+    mapped_value,
     measure,
     start_all,
     wait_count,
@@ -73,6 +74,7 @@ def definition(shape: Shape) -> dict:
     fan-out is a TASK step with ``for_each`` over the first step's ``output.items``, its elements on
     their own queue, ``FANOUT_PARALLEL`` of a workflow's elements open at once."""
     steps: list[dict] = []
+    last_task = ""
     for kind, key in shape.plan():
         step: dict[str, Any]
         if kind == "task":
@@ -92,6 +94,10 @@ def definition(shape: Shape) -> dict:
             step = {"key": key, "kind": "TIMER", "delay_seconds": int(TIMER_SECONDS)}
         if steps:
             step["after"] = [steps[-1]["key"]]
+        if shape.mapping and kind == "task":
+            if last_task:
+                step["input"] = {"x": f"$.steps.{last_task}.output.value"}
+            last_task = key
         steps.append(step)
     return {"version": "v1", "input_schema": {}, "deadline_seconds": 3600, "steps": steps}
 
@@ -138,10 +144,18 @@ class Workers:
     (the array a fan-out runs over)."""
 
     def __init__(
-        self, base: str, token: str, answers: Answers, queues: tuple[str, ...] = (QUEUE,), items: int = 0
+        self,
+        base: str,
+        token: str,
+        answers: Answers,
+        queues: tuple[str, ...] = (QUEUE,),
+        items: int = 0,
+        mapping: bool = False,
     ) -> None:
         self.entered: dict[tuple[str, str], float] = {}
         self.items = items
+        self.mapping = mapping
+        self.unmapped = 0  # mapping shape: tasks after the first whose input x was not the previous value
         self.clients: list[Client] = []
         self.workers: list[TaskWorker] = []
         self.threads: list[threading.Thread] = []
@@ -161,7 +175,12 @@ class Workers:
         self.entered[(task.workflow_id, task.step_key)] = time.time()
         if self.items and task.step_key == "s1":
             return {"items": list(range(self.items))}
-        return {"ok": True}
+        if not self.mapping:
+            return {"ok": True}
+        x = task.input.get("x") if isinstance(task.input, dict) else None
+        if task.step_key != "s1" and not isinstance(x, int):
+            self.unmapped += 1
+        return mapped_value(x)
 
     def start(self) -> None:
         def loop(w: TaskWorker) -> None:
@@ -362,7 +381,7 @@ def run_ledgerflow(
         admin.close()
         starts_t, workers_t = Answers(), Answers()
         queues = (QUEUE, ELEMENT_QUEUE) if shape.fanout else (QUEUE,)
-        workers = Workers(base, worker_token, workers_t, queues, items=shape.fanout)
+        workers = Workers(base, worker_token, workers_t, queues, items=shape.fanout, mapping=shape.mapping)
         workers.start()
         stopped = False
 
@@ -421,6 +440,8 @@ def run_ledgerflow(
                 f"429 answers (retried by the SDK): {starts_t.status.get(429, 0)} to starts, "
                 f"{workers_t.status.get(429, 0)} to the task workers"
             )
+        if workers.unmapped:
+            res.notes.append(f"{workers.unmapped} tasks did not get the previous task's value as input")
         if ids:
             res.record(started, done_times(mon, ids), ok="SUCCEEDED")
             if shape.timer:

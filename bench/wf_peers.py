@@ -47,6 +47,7 @@ from bench.wf_common import (
     Monitor,
     RunResult,
     Shape,
+    mapped_value,
     measure,
     start_all,
 )
@@ -91,13 +92,21 @@ def bench_element(item: int) -> dict:
     return {"ok": True}
 
 
+@DBOS.step()
+def bench_map_step(key: str, x: int | None) -> dict:
+    return mapped_value(x)
+
+
 @DBOS.workflow()
 def bench_workflow(shape: str) -> dict:
     s = SHAPES[shape]
     items: list[int] = []
+    x = None
     for kind, key in s.plan():
         if kind == "task" and key == "s1" and s.fanout:
             items = bench_items(s.fanout)["items"]
+        elif kind == "task" and s.mapping:
+            x = bench_map_step(key, x)["value"]
         elif kind == "task":
             bench_step(key)
         elif kind == "fanout":
@@ -238,9 +247,12 @@ def _work() -> dict:
 def absurd_task(app: Absurd, params: dict, ctx: object) -> dict:
     s = SHAPES[params["shape"]]
     items: list[int] = []
+    x = None
     for kind, key in s.plan():
         if kind == "task" and key == "s1" and s.fanout:
             items = ctx.step(key, lambda: {"items": list(range(s.fanout))})["items"]  # type: ignore[attr-defined]
+        elif kind == "task" and s.mapping:
+            x = ctx.step(key, lambda x=x: mapped_value(x))["value"]  # type: ignore[attr-defined]
         elif kind == "task":
             ctx.step(key, _work)  # type: ignore[attr-defined]
         elif kind == "fanout":

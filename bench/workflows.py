@@ -1,6 +1,6 @@
 """``python -m bench.workflows``: workflows end to end, Ledgerflow beside DBOS and Absurd.
 
-    python -m bench.workflows [--shape all|task-task,task-timer-task,chain10,fanout] [--n 300]
+    python -m bench.workflows [--shape all|task-task,task-timer-task,chain10,fanout,mapping] [--n 300]
         [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 5] [--probe 10]
     python -m bench.workflows --counts-only --shape task-timer-task --n 20    # Ledgerflow's writes, fast
 

@@ -104,7 +104,7 @@ def _answer(stored: idempotency.StoredResponse, replay: Replay) -> Response:
 
 
 def idempotent_on_rows(
-    work: Callable[[Connection, idempotency.Key], tuple[int, Any, bool]],
+    work: Callable[[Connection, idempotency.Key], tuple[int, Any, bool] | None],
     *,
     wait_until: float | None = None,
     wait: Callable[[float], None] | None = None,
@@ -113,12 +113,19 @@ def idempotent_on_rows(
     claimed carry the key and the fingerprint), so no receipt row is written
     (``app.idempotency.execute_on_rows``). ``work(conn, key)`` returns ``(status, body, replayed)``: a
     replay answers the rows the key marks again, with this request's id and ``Idempotent-Replayed:
-    true``; same key + other body -> 409 IDEMPOTENCY_CONFLICT. ``wait_until`` / ``wait`` / ``NothingYet``
-    as in ``idempotent`` (an empty try writes nothing)."""
+    true``; same key + other body -> 409 IDEMPOTENCY_CONFLICT. ``wait_until`` / ``wait`` as in
+    ``idempotent``; ``work`` answers None for an empty try, one that wrote nothing: its transaction
+    commits (a rollback would also drop every statement its connection had prepared: psycopg deallocates
+    them all at a ROLLBACK) and the try is repeated as after ``NothingYet``."""
     k = _request_key(False)
-    stored = _until_something(
-        lambda: idempotency.execute_on_rows(k, lambda conn: work(conn, k)), wait_until, wait
-    )
+
+    def once() -> idempotency.StoredResponse:
+        stored = idempotency.execute_on_rows(k, lambda conn: work(conn, k))
+        if stored is None:
+            raise NothingYet
+        return stored
+
+    stored = _until_something(once, wait_until, wait)
     headers = {REPLAYED_HEADER: "true"} if stored.replayed else None
     return raw_json_response(stored.body, stored.status, headers)
 

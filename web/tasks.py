@@ -37,7 +37,6 @@ from web.http import ok, success
 from web.meta import doc
 from web.mutation import (
     REPLAYED_HEADER,
-    NothingYet,
     idempotent,
     idempotent_on_rows,
     mutation,
@@ -76,7 +75,7 @@ def claim(body: dict):
         final = time.monotonic() >= deadline or long_poll.shutting_down()
         got, replayed = _claim_keyed(conn, queues, body["max_tasks"], key, body.get("worker"))
         if not got and not final:
-            raise NothingYet  # an empty try rolls back (nothing written)
+            return None  # an empty try: it wrote nothing, its transaction commits, and the poll goes on
         return 200, success({"tasks": got}), replayed
 
     if body["wait_seconds"] <= 0:  # one try: no long-poll slot, no wake-ups

@@ -15,6 +15,7 @@ from bench.wf_common import (
     counts_table,
     delta,
     further_step,
+    mapped_value,
     parse_shapes,
     per_workflow,
 )
@@ -79,6 +80,15 @@ def test_the_fanout_shape_runs_a_tenth_of_n_and_reports_elements() -> None:
     assert rows["row writes / element (all / elements)"] == ["3.00", "5.00"]  # 300 / 100, 500 / 100
     assert rows["transactions / element (all / elements)"] == ["1.10", "10.00"]
     assert "2.00x DBOS start_wf" in text and "N / 10 workflows" in text
+
+
+def test_the_mapping_shape_maps_the_previous_tasks_value_into_the_next_input() -> None:
+    steps = definition(SHAPES["mapping"])["steps"]
+    assert "input" not in steps[0]
+    assert steps[1]["input"] == {"x": "$.steps.s1.output.value"}
+    assert "input" not in definition(SHAPES["task-task"])["steps"][1]  # the other shapes map nothing
+    assert mapped_value(None) == {"ok": True, "value": 1}
+    assert mapped_value(1) == {"ok": True, "value": 2}
 
 
 def test_delta_subtracts_per_table_and_own_transactions() -> None:

@@ -123,6 +123,7 @@ def _element_retry(conn: Connection, inst: dict, p: dict) -> dict:
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
     return advance.element_retry_due(conn, inst, step, spec, str(p["task_id"]), int(p["attempt"]))
 
+
 _DB_IS_PAST = query(
     "db_is_past",
     "SELECT CAST(:d AS timestamptz) <= now()",
