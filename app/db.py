@@ -217,9 +217,9 @@ def psycopg_conninfo(url: str) -> str:
 
 # The prepared statements a connection keeps (psycopg's default is 100, the least recently used one
 # deallocated past it: a round trip, and a new preparation at its next run). Every named statement is
-# prepared at its first run on a connection (app.sql), so the cap is above their number (about 370 once every statement was named),
+# prepared at its first run on a connection (app.sql), so the cap is above their number (about 415 once every statement was named),
 # and unnamed texts run often fit beside them.
-PREPARED_MAX = 512
+PREPARED_MAX = 1024
 
 
 @lru_cache(maxsize=8)
