@@ -99,16 +99,15 @@ LIMIT :limit
 
 # One batch of finished workflows with everything that is theirs alone (each by an index of its table). The
 # foreign keys (steps, activations, waits, tasks, signals -> instance; activations, tasks -> step) are
-# checked at the end of the statement, when every sub-statement has run.
+# checked at the end of the statement, when every sub-statement has run, each deleted row's by an index of
+# the referencing table (migration 0032_fk_indexes; ``tests/db/test_schema.py`` checks that every foreign
+# key into a table rows are deleted from has one).
 REMOVE_FINISHED_WORKFLOWS = query(
     "workflow_remove_finished",
     f"""
 WITH doomed AS ({_REMOVABLE}),
 s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)),
-w AS (DELETE FROM workflow_waits WHERE activation_id IN (  -- by activation: waits have no index by instance
-    SELECT st.activation_id FROM workflow_steps st WHERE st.instance_id IN (SELECT id FROM doomed)
-        AND st.activation_id IS NOT NULL
-    UNION ALL SELECT a.id FROM workflow_activations a WHERE a.instance_id IN (SELECT id FROM doomed))),
+w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)),
 t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)),
 a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)),
 st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
