@@ -295,6 +295,21 @@ EVENT_BATCHES = partitions.History(
 )
 
 
+# Every partitioned history table: the engine's and the ledger's.
+HISTORY = (EVENT_BATCHES, partitions.EXECUTIONS, partitions.AUDIT)
+
+
+def settle_history(conn: Connection, spec: partitions.History) -> bool:
+    """The partitions of ``spec`` as the drain leaves them (``partitions.ensure``): the legacy DEFAULT
+    partition an upgrade of an installation with rows left (migration 0031_history_partitions) validated
+    and made the range up to its cutoff, partitions created a week ahead. The release phase runs it right
+    after the migrations (``ledgerflow db upgrade``), each table in a transaction of its own. False when
+    the DEFAULT partition is still there (its table was busy past the lock timeout: the drain does it)."""
+    partitions.ensure(conn, spec)
+    parts = partitions.partitions(conn, spec.table)
+    return not (parts and parts[0].default)
+
+
 def events_horizon(policy: RetentionPolicy) -> datetime:
     """A week of event batches may be dropped once it is older than every retention a batch may have."""
     days = max([policy.jobs_days, policy.audit_days, *policy.by_namespace.values(), RETENTION_HOURS / 24])
