@@ -33,7 +33,9 @@ def upgrade() -> None:
     op.execute("CREATE INDEX ix_workflow_tasks_step ON workflow_tasks (step_id)")
     op.execute("CREATE INDEX ix_workflow_waits_instance ON workflow_waits (instance_id)")
     op.execute("DROP INDEX ix_workflow_waits_open")
-    op.execute("CREATE INDEX ix_workflow_job_effects_job ON workflow_job_effects (job_id) WHERE job_id IS NOT NULL")
+    op.execute(
+        "CREATE INDEX ix_workflow_job_effects_job ON workflow_job_effects (job_id) WHERE job_id IS NOT NULL"
+    )
 
 
 def downgrade() -> None:

@@ -480,7 +480,9 @@ def test_an_upgraded_installation_takes_rows_for_a_week_and_the_release_phase_se
         parts = _parts(eng, spec)
         assert not any(p.default for p in parts) and parts[0].name == f"{spec.table}_legacy"
         assert parts[0].hi == _cutoff(eng, spec) and parts[-1].hi is not None and parts[-1].hi >= week
-        assert _one(eng, "SELECT convalidated FROM pg_constraint WHERE conname = :c", c=f"{spec.table}_legacy_before")
+        assert _one(
+            eng, "SELECT convalidated FROM pg_constraint WHERE conname = :c", c=f"{spec.table}_legacy_before"
+        )
         with eng.begin() as conn:  # every time up to the last partition's end is taken
             for at in (datetime.now(UTC), week - timedelta(hours=1), parts[-1].hi - timedelta(seconds=1)):
                 conn.execute(text(_ROW_AT[spec.table]), {"at": at})

@@ -3,9 +3,8 @@ paused any more after the upgrade; an open paused workflow stays paused."""
 
 from __future__ import annotations
 
-from sqlalchemy import text
-
 from alembic import command
+from sqlalchemy import text
 
 from app.migrate import alembic_config, upgrade
 from tests.engine.helpers import publish, start

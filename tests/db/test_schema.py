@@ -284,7 +284,10 @@ def test_every_foreign_key_is_checked_through_an_index(engine):
     and no statement of the product deletes from those."""
     with engine.connect() as conn:
         fks = conn.execute(text(_FOREIGN_KEYS)).all()
-        assert {fk.conname for fk in fks} >= {"workflow_tasks_step_id_fkey", "workflow_waits_instance_id_fkey"}
+        assert {fk.conname for fk in fks} >= {
+            "workflow_tasks_step_id_fkey",
+            "workflow_waits_instance_id_fkey",
+        }
         conn.execute(text("SET enable_seqscan = off"))
         conn.execute(text("SET plan_cache_mode = force_generic_plan"))
         unindexed = []
@@ -294,8 +297,10 @@ def test_every_foreign_key_is_checked_through_an_index(engine):
             where = " AND ".join(f"{col} = ${n}" for n, col in enumerate(fk.cols, 1))
             types = ", ".join(
                 conn.execute(
-                    text("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
-                         "CAST(:t AS regclass) AND attname = :c"),
+                    text(
+                        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                        "CAST(:t AS regclass) AND attname = :c"
+                    ),
                     {"t": fk.tbl, "c": col},
                 ).scalar_one()
                 for col in fk.cols
