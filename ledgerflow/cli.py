@@ -132,6 +132,28 @@ def db_upgrade(revision: str) -> None:
         click.echo(f"database schema already at {at}{head}: nothing to do")
     else:
         click.echo(f"database schema upgraded: {', '.join(before) or '(empty)'} -> {at}{head}")
+    if head:
+        _settle_history()
+
+
+def _settle_history() -> None:
+    """The history tables' partitions settled right after the migrations (``settle_history``), so that
+    an upgrade does not wait for the drain: a table still busy is left to the drain, and said."""
+    from app.db import transaction
+    from app.engine.retention import HISTORY, settle_history
+
+    pending = []
+    for spec in HISTORY:
+        with transaction() as conn:
+            if not settle_history(conn, spec):
+                pending.append(spec.table)
+    if pending:
+        click.echo(
+            f"history partitions: {', '.join(pending)} still has the partition of before the upgrade "
+            "(a lock was not had); the drain settles it"
+        )
+    else:
+        click.echo("history partitions: settled, created a week ahead")
 
 
 @db.command("repair-quota-counts")
@@ -294,6 +316,7 @@ def dev(port: int | None, host: str | None) -> None:
     if ensure_database(get_settings().database_url):
         click.echo("[ledgerflow] the database DATABASE_URL names did not exist: created it")
     upgrade(get_settings().database_url)
+    _settle_history()
     if bound in ("0.0.0.0", "::"):
         where = f"all interfaces ({bound}), port {web_port}: http://127.0.0.1:{web_port}"
     else:

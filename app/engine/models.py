@@ -319,9 +319,10 @@ waits = Table(
     CheckConstraint("kind IN ('SIGNAL', 'TIMER')", name="ck_workflow_waits_kind"),
     UniqueConstraint("activation_id", name="uq_workflow_waits_activation"),
 )
-# An instance's WAITING waits: the end of an instance cancels them (migration 0023; before, that UPDATE read
-# every wait of every tenant).
-Index("ix_workflow_waits_open", waits.c.instance_id, postgresql_where=text("state = 'WAITING'"))
+# An instance's waits: the end of an instance cancels its WAITING ones (migration 0023; before, that UPDATE read
+# every wait of every tenant), and the removal of an instance checks the foreign key by it (migration
+# 0032_fk_indexes: the partial index of before could not answer that check).
+Index("ix_workflow_waits_instance", waits.c.instance_id)
 
 tasks = Table(
     "workflow_tasks",
@@ -388,6 +389,8 @@ Index(
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
 )
 Index("ix_workflow_tasks_instance", tasks.c.instance_id)
+# The removal of a step checks the foreign key by it (``retention_workflows``; migration 0032_fk_indexes).
+Index("ix_workflow_tasks_step", tasks.c.step_id)
 # A resent claim finds the tasks its key claimed (``task_moves.claim``).
 Index(
     "ix_workflow_tasks_claim_key",

@@ -28,6 +28,7 @@ from app.engine.states import TERMINAL
 from app.errors import InvalidArgument
 from app.idempotency import RETENTION_HOURS
 from app.ledger import partitions
+from app.ledger.drain import DRAIN_LOCK_KEY
 from app.ledger.models import FINISHED, sql_in
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
 from app.settings import (
@@ -99,16 +100,15 @@ LIMIT :limit
 
 # One batch of finished workflows with everything that is theirs alone (each by an index of its table). The
 # foreign keys (steps, activations, waits, tasks, signals -> instance; activations, tasks -> step) are
-# checked at the end of the statement, when every sub-statement has run.
+# checked at the end of the statement, when every sub-statement has run, each deleted row's by an index of
+# the referencing table (migration 0032_fk_indexes; ``tests/db/test_schema.py`` checks that every foreign
+# key into a table rows are deleted from has one).
 REMOVE_FINISHED_WORKFLOWS = query(
     "workflow_remove_finished",
     f"""
 WITH doomed AS ({_REMOVABLE}),
 s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)),
-w AS (DELETE FROM workflow_waits WHERE activation_id IN (  -- by activation: waits have no index by instance
-    SELECT st.activation_id FROM workflow_steps st WHERE st.instance_id IN (SELECT id FROM doomed)
-        AND st.activation_id IS NOT NULL
-    UNION ALL SELECT a.id FROM workflow_activations a WHERE a.instance_id IN (SELECT id FROM doomed))),
+w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)),
 t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)),
 a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)),
 st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
@@ -289,6 +289,24 @@ EVENT_BATCHES = partitions.History(
           AND EXISTS (SELECT 1 FROM {{p}} x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id)
         LIMIT 1) k)""",
 )
+
+
+_DRAIN_LOCK = query("history_settle_drain_lock", "SELECT pg_advisory_xact_lock(:k)")
+# Every partitioned history table: the engine's and the ledger's.
+HISTORY = (EVENT_BATCHES, partitions.EXECUTIONS, partitions.AUDIT)
+
+
+def settle_history(conn: Connection, spec: partitions.History) -> bool:
+    """The partitions of ``spec`` as the drain leaves them (``partitions.ensure``): the legacy DEFAULT
+    partition an upgrade of an installation with rows left (migration 0031_history_partitions) validated
+    and made the range up to its cutoff, partitions created a week ahead. The release phase runs it right
+    after the migrations (``ledgerflow db upgrade``), each table in a transaction of its own. False when
+    the DEFAULT partition is still there (its table was busy past the lock timeout: the drain does it).
+    Under the drain's lock (waited for), as the drain's own sweeps: two never create one partition."""
+    run(conn, _DRAIN_LOCK, {"k": DRAIN_LOCK_KEY})
+    partitions.ensure(conn, spec)
+    parts = partitions.partitions(conn, spec.table)
+    return not (parts and parts[0].default)
 
 
 def events_horizon(policy: RetentionPolicy) -> datetime:

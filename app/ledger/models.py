@@ -250,6 +250,8 @@ effects = Table(
     UniqueConstraint("operation_key", "step_key", name="uq_workflow_job_effects_step"),
 )
 Index("ix_workflow_job_effects_orphaned", effects.c.created_at, postgresql_where=text("job_id IS NULL"))
+# The removal of a job sets its effects' job_id to NULL (``ON DELETE SET NULL``; migration 0032_fk_indexes).
+Index("ix_workflow_job_effects_job", effects.c.job_id, postgresql_where=text("job_id IS NOT NULL"))
 
 worker_nodes = Table(
     "workflow_worker_nodes",

@@ -11,9 +11,14 @@ migration's one transaction (catalog changes only, milliseconds whatever the tab
 - the legacy table becomes its partition: an empty one at once as the range ``(MINVALUE, cutoff)``; one
   with rows as the DEFAULT partition (attaching the only partition as DEFAULT checks no row) with the
   constraint ``<table>_legacy_before CHECK (column < cutoff) NOT VALID`` (new rows are checked, the
-  existing ones not). ``cutoff`` is a period boundary at least a day ahead.
+  existing ones not). ``cutoff`` is a period boundary at least a day ahead; for a table with rows at
+  least a week ahead (``MARGIN``: the week of partitions the drain keeps ahead,
+  ``app.ledger.partitions.AHEAD``), so that an installation whose drain does not run for days after the
+  upgrade still takes new rows. The release phase (``ledgerflow db upgrade``) settles the partitions
+  right after the migrations anyway (``app.engine.retention.settle_history``): it creates those after
+  the cutoff, a week ahead.
 
-The drain then (``app.ledger.partitions.ensure``) validates that constraint (a scan that takes only a
+The release phase, or else the drain (``app.ledger.partitions.ensure``), then validates that constraint (a scan that takes only a
 SHARE UPDATE EXCLUSIVE lock: inserts, updates and deletes go on), turns the legacy DEFAULT partition
 into the range ``(MINVALUE, cutoff)`` (the validated constraint proves it: no scan), and creates the
 range partitions from ``cutoff`` on, a week ahead. The legacy partition is dropped like any other once
@@ -49,6 +54,9 @@ TABLES = (
     ("workflow_job_executions", "started_at", "day"),
     ("operation_audit", "created_at", "month"),
 )
+# how far ahead of the upgrade the bound of a legacy partition with rows is at least (a week: as the drain's
+# partitions); an empty one's, a day (a new installation's first partitions start then, as before)
+MARGIN = "7 days"
 TRIGGERS = {
     "workflow_job_executions": (
         "workflow_job_executions_immutable",
@@ -77,7 +85,8 @@ def _partition(table: str, column: str, period: str) -> None:
     bind = op.get_bind()
     views = bind.exec_driver_sql(_VIEWS, {"t": table}).all()
     has_rows = _one(f"SELECT EXISTS (SELECT 1 FROM {table})")
-    cutoff = _one(f"SELECT date_trunc('{period}', now() + interval '1 day') + interval '1 {period}'")
+    margin = MARGIN if has_rows else "1 day"
+    cutoff = _one(f"SELECT date_trunc('{period}', now() + interval '{margin}') + interval '1 {period}'")
     legacy = f"{table}_legacy"
     if table in TRIGGERS:
         op.execute(f"DROP TRIGGER {TRIGGERS[table][0]} ON {table}")

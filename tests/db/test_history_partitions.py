@@ -9,10 +9,16 @@ shares with every other test."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError
 
 from app import audit
 from app.engine import retention as engine_retention
@@ -24,6 +30,7 @@ from app.migrate import upgrade
 from tests.engine.helpers import make_due, publish, run_jobs, start
 
 SPECS = (EVENT_BATCHES, EXECUTIONS, AUDIT)
+ROOT = Path(__file__).resolve().parents[2]
 TIMER = {
     "version": "v1",
     "input_schema": {},
@@ -403,3 +410,79 @@ def test_a_check_that_runs_out_of_time_keeps_its_partition(scratch):
         conn.execute(text("SET LOCAL statement_timeout = 0"))
         assert conn.execute(text("SELECT 1")).scalar_one() == 1  # the transaction goes on
     assert len(_drop(eng, AUDIT, horizon)) >= 2
+
+
+def _cutoff(eng: Engine, spec: History) -> datetime:
+    definition = _one(
+        eng,
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = :c",
+        c=f"{spec.table}_legacy_before",
+    )
+    return partitions._ts(str(definition).split("'")[1])
+
+
+# a row of each history table at ``:at`` (an attempt of job 900001)
+_ROW_AT = {
+    "workflow_event_batches": "INSERT INTO workflow_event_batches (id, namespace_id, instance_id, last_seq, "
+    "definition_id, instance, trace_id, created_at) VALUES (md5(random()::text), 'ns', md5(random()::text), 1, "
+    "'d', '{}', 't', :at)",
+    "workflow_job_executions": "INSERT INTO workflow_job_executions (job_id, generation, attempt, status, "
+    "due_at, started_at) VALUES (900001, 1, (SELECT coalesce(max(attempt), 0) + 1 FROM "
+    "workflow_job_executions WHERE job_id = 900001), 'succeeded', :at, :at)",
+    "operation_audit": "INSERT INTO operation_audit (id, namespace_id, actor_id, action, target_type, target_id, "
+    "created_at) VALUES (md5(random()::text), 'ns', 'x', 'a', 't', 'id', :at)",
+}
+
+
+def test_an_upgraded_installation_takes_rows_for_a_week_and_the_release_phase_settles_its_partitions(scratch):
+    """An installation with rows, upgraded: its legacy table is the DEFAULT partition with a bound that new
+    rows are checked against, so a row past that bound would be refused until the drain settles it. The
+    bound is a week ahead at least (the drain's partitions ahead), so stopped workers do not make the
+    upgrade an outage; and the release phase (``ledgerflow db upgrade``) settles the partitions right after
+    the migrations: the legacy partition validated and made a range, partitions a week ahead, rows of any
+    time in that week taken, as the drain would have left them."""
+    url, eng = scratch
+    upgrade(url, "0031_compact_event_batches")
+    ns = "ns-" + uuid.uuid4().hex[:8]
+    start(eng, ns, publish(eng, ns, TIMER), {"n": 1})
+    with eng.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_jobs (id, type, queue, max_attempts, operation_key, trace_id, status) "
+                "VALUES (900001, 'delay_wake', 'workflow-ledger', 3, 'op', 't', 'succeeded')"
+            )
+        )
+        conn.execute(text(_ROW_AT["workflow_job_executions"]), {"at": NOW})
+        conn.execute(text(_ROW_AT["operation_audit"]), {"at": NOW})
+    upgrade(url)
+    week = datetime.now(UTC) + partitions.AHEAD
+    for spec in SPECS:
+        (legacy,) = _parts(eng, spec)
+        assert legacy.default
+        cutoff = _cutoff(eng, spec)
+        assert cutoff >= week, (spec.table, cutoff)  # before: a day ahead at least
+        with eng.begin() as conn:  # taken until the bound, by the DEFAULT partition
+            conn.execute(text(_ROW_AT[spec.table]), {"at": week - timedelta(hours=1)})
+        with pytest.raises(IntegrityError, match="legacy_before"), eng.begin() as conn:  # refused past it
+            conn.execute(text(_ROW_AT[spec.table]), {"at": cutoff + timedelta(hours=1)})
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ledgerflow.cli", "db", "upgrade"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "history partitions: settled" in done.stdout
+    for spec in SPECS:
+        parts = _parts(eng, spec)
+        assert not any(p.default for p in parts) and parts[0].name == f"{spec.table}_legacy"
+        assert parts[0].hi == _cutoff(eng, spec) and parts[-1].hi is not None and parts[-1].hi >= week
+        assert _one(
+            eng, "SELECT convalidated FROM pg_constraint WHERE conname = :c", c=f"{spec.table}_legacy_before"
+        )
+        with eng.begin() as conn:  # every time up to the last partition's end is taken
+            for at in (datetime.now(UTC), week - timedelta(hours=1), parts[-1].hi - timedelta(seconds=1)):
+                conn.execute(text(_ROW_AT[spec.table]), {"at": at})
