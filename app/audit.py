@@ -1,6 +1,6 @@
 """Operation audit (SPEC W-AUDIT, L-API-1): one row per mutation, written in the same transaction
 as the change, read newest first with an opaque cursor bound to the query. A workflow start's entry and
-the engine's are written with the workflow's event batch instead (``app.engine.oplog``); reads list
+the engine's are written with the workflow's event batch instead (``app.engine.audit_entries``); reads list
 them all."""
 
 from __future__ import annotations

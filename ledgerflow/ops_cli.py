@@ -196,7 +196,7 @@ def _progress() -> Any:
 
 
 def _actor(principal: Any, reason: str | None, operation_id: str) -> Any:
-    from app.ledger.ops_actions import Actor
+    from app.ledger.job_actions import Actor
 
     return Actor(principal=principal, request_id=cli_request_id(), reason=reason, operation_id=operation_id)
 
@@ -219,14 +219,14 @@ def _write(fn: Callable[[Any], Any]) -> Any:
 
 
 def _job_ids(ids: tuple[str, ...], from_file: Any) -> list[int]:
-    from app.ledger import ops
+    from app.ledger import job_reads
 
     raw = list(ids)
     if from_file is not None:
         raw.extend(line.strip() for line in from_file if line.strip() and not line.startswith("#"))
     out = []
     for value in raw:
-        job_id = ops.parse_job_id(value)
+        job_id = job_reads.parse_job_id(value)
         if job_id is None:
             raise click.BadParameter(
                 f"{value!r} is not a job id (a positive decimal integer)", param_hint="JOB_ID"
@@ -272,10 +272,10 @@ def jobs_list(
     cursor: str | None,
 ) -> None:
     """List jobs, newest first (the filters of GET /jobs)."""
-    from app.ledger import ops
+    from app.ledger import job_reads
     from app.ledger.states import JobStatus, JobType
 
-    f = ops.JobFilter(
+    f = job_reads.JobFilter(
         types=_choices(types, [t.value for t in JobType], "--type"),
         statuses=_choices(statuses, [s.value for s in JobStatus], "--status"),
         instance_id=instance_id,
@@ -285,7 +285,7 @@ def jobs_list(
         max_age_seconds=max_age,
         namespace_id=principal.job_namespace,
     )
-    page = _read(lambda c: ops.list_jobs(c, f, limit=limit, cursor=cursor))
+    page = _read(lambda c: job_reads.list_jobs(c, f, limit=limit, cursor=cursor))
     if as_json:
         _emit_json({"items": page.items, "next_cursor": page.next_cursor})
         return
@@ -320,10 +320,10 @@ def jobs_list(
 @operator_command(MONITOR)
 def jobs_show(principal: Any, as_json: bool, job_id: str) -> None:
     """One job with every attempt of every generation and its receipts."""
-    from app.ledger import ops
+    from app.ledger import job_reads
 
     jid = _job_ids((job_id,), None)[0]
-    job = _read(lambda c: ops.job_detail(c, jid, principal.job_namespace))
+    job = _read(lambda c: job_reads.job_detail(c, jid, principal.job_namespace))
     if as_json:
         _emit_json(job)
         return
@@ -375,7 +375,7 @@ def _retry_or_skip(
     has_payload: bool = False,
 ) -> None:
     from app.ids import new_id
-    from app.ledger import ops_actions
+    from app.ledger import job_actions
 
     verb = "retry" if retry else "skip"
     if len(ids) == 1:
@@ -384,10 +384,10 @@ def _retry_or_skip(
         actor = _actor(principal, reason, new_id())
         if retry:
             out = _write(
-                lambda c: ops_actions.retry_one(c, jid, actor, payload=payload, has_payload=has_payload)
+                lambda c: job_actions.retry_one(c, jid, actor, payload=payload, has_payload=has_payload)
             )
         else:
-            out = _write(lambda c: ops_actions.skip_one(c, jid, actor))
+            out = _write(lambda c: job_actions.skip_one(c, jid, actor))
         if as_json:
             _emit_json(out)
         else:
@@ -420,11 +420,11 @@ def _retry_or_skip(
             if retry:
                 out = _write(
                     functools.partial(
-                        ops_actions.batch_retry, ids=part, actor=actor, rate=rate, start_index=start
+                        job_actions.batch_retry, ids=part, actor=actor, rate=rate, start_index=start
                     )
                 )
             else:
-                out = _write(functools.partial(ops_actions.batch_skip, ids=part, actor=actor))
+                out = _write(functools.partial(job_actions.batch_skip, ids=part, actor=actor))
             for k in ("submitted", "skipped_for_state", "not_found"):
                 totals[k] += out[k]
             totals["submitted_ids"].extend(out["submitted_ids"])
@@ -586,7 +586,7 @@ def jobs_replay(
     """Replay dead / failed jobs matching the conditions, oldest first, staggered at --rate per second
     (preview, confirmation, then a progress bar)."""
     from app.ids import new_id
-    from app.ledger import ops_actions, replay
+    from app.ledger import job_actions, replay
 
     f = _replay_filter(statuses, types, instance_id, trace_id, error_keyword, error_pattern, min_age, max_age)
     f = replace(f, namespace_id=principal.job_namespace)  # a namespace operator previews its own jobs
@@ -610,7 +610,7 @@ def jobs_replay(
             n = min(chunk, target - len(submitted))
             out = _write(
                 functools.partial(
-                    ops_actions.replay, f=f, actor=actor, limit=n, rate=rate, start_index=len(submitted)
+                    job_actions.replay, f=f, actor=actor, limit=n, rate=rate, start_index=len(submitted)
                 )
             )
             if not out["success"]:
@@ -721,12 +721,12 @@ def jobs_clusters(
 def jobs_status(principal: Any, as_json: bool) -> None:
     """Runtime status (live workers, slots, backlog, stuck, queue wait, failure rate), counts and the
     worker registry (a node whose heartbeat stopped without a clean exit shows as lost)."""
-    from app.ledger import nodes, ops, status
+    from app.ledger import job_reads, nodes, status
 
     data = _read(
         lambda c: {
             "runtime": status.runtime_status(c),
-            "summary": ops.summary(c, principal.job_namespace),
+            "summary": job_reads.summary(c, principal.job_namespace),
             "nodes": nodes.list_nodes(c),
         }
     )
@@ -890,10 +890,10 @@ def workflows_list(
 @operator_command(WF_READ)
 def workflows_show(principal: Any, as_json: bool, instance_id: str) -> None:
     """One workflow instance and its steps."""
-    from app.engine import instances, operations, views
+    from app.engine import instances, operator_commands, views
 
     def read(conn: Any) -> dict[str, Any]:
-        inst = operations.visible_instance(conn, principal, instance_id)
+        inst = operator_commands.visible_instance(conn, principal, instance_id)
         steps = views.steps_view(conn, instance_id, principal.namespace_id)
         details = [
             views.step_view(conn, instance_id, principal.namespace_id, s["key"]) for s in steps["steps"]
@@ -931,11 +931,11 @@ def _control(
     expected: int | None,
     yes: bool,
 ) -> None:
-    from app.engine import operations
+    from app.engine import operator_commands
     from schemas import load
     from schemas.workflow_control import ControlRequest
 
-    current = _read(lambda c: operations.visible_instance(c, principal, instance_id))
+    current = _read(lambda c: operator_commands.visible_instance(c, principal, instance_id))
     revision = expected if expected is not None else current["control_revision"]
     req = load(
         ControlRequest(),
@@ -944,7 +944,7 @@ def _control(
     _confirm(f"{operation} workflow {instance_id} ({current['state']}, control revision {revision})?", yes)
     request_id = cli_request_id()
     view = _write(
-        lambda c: operations.control_workflow(c, principal, instance_id, req, request_id=request_id)
+        lambda c: operator_commands.control_workflow(c, principal, instance_id, req, request_id=request_id)
     )
     if as_json:
         _emit_json({"instance": view})
@@ -1003,7 +1003,7 @@ def workflows_signal(
 ) -> None:
     """Send a signal to a step's activation (POST /v1/workflows/{id}/signals)."""
     from app import jsonx
-    from app.engine import operations
+    from app.engine import operator_commands
     from schemas import load
     from schemas.workflow_control import SignalRequest
 
@@ -1014,11 +1014,13 @@ def workflows_signal(
     # the options are named as the request's fields; an option not given (--evidence-ref) is left out
     body = {k: v for k, v in fields.items() if v is not None} | {"payload": payload}
     req = load(SignalRequest(), body)
-    _read(lambda c: operations.visible_instance(c, principal, instance_id))
+    _read(lambda c: operator_commands.visible_instance(c, principal, instance_id))
     target = f"{fields['target_step_key']}#{fields['target_activation_sequence']}"
     _confirm(f"Send signal {fields['name']} to {target} of {instance_id}?", yes)
     request_id = cli_request_id()
-    view = _write(lambda c: operations.send_signal(c, principal, instance_id, req, request_id=request_id))
+    view = _write(
+        lambda c: operator_commands.send_signal(c, principal, instance_id, req, request_id=request_id)
+    )
     if as_json:
         _emit_json({"signal": view})
     else:

@@ -225,7 +225,7 @@ def subs_redeliver(
     from datetime import UTC
 
     from app.integrations import subscriptions as subs
-    from app.ledger.ops_actions import Actor
+    from app.ledger.job_actions import Actor
 
     actor = Actor(principal=principal, request_id=cli_request_id(), reason=reason)
     if delivery_id is not None and since is None:

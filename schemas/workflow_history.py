@@ -10,7 +10,7 @@ from marshmallow import ValidationError, fields, post_load, validates_schema
 
 from app.engine.documents import KEY_RE
 from app.engine.recovery import ACTIONS, RESOLUTIONS
-from app.engine.store import MISSING
+from app.engine.row_access import MISSING
 from schemas.base import Loose, Strict, envelope, evidence_ref, json_value, page, reason, storable_document
 from schemas.tasks import Task
 from schemas.workflow_control import PageQuery

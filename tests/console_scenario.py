@@ -17,7 +17,7 @@ import app.engine.handlers.compensation  # noqa: F401 - registers the compensati
 from app import audit
 from app.auth import ALL_SCOPES, Principal, Scope, authenticate, create_credential
 from app.db import get_engine, transaction
-from app.engine import definitions, instances, operations, oplog, task_protocol, traces
+from app.engine import audit_entries, definitions, instances, operator_commands, task_protocol, traces
 from app.ids import new_id
 from app.integrations import automation, schedules, subscriptions
 from app.ledger import handlers
@@ -250,7 +250,7 @@ def build() -> Scenario:
         op=uuid.uuid4().hex,
     )
     with transaction() as conn:
-        operations.control_workflow(
+        operator_commands.control_workflow(
             conn,
             admin,
             s.wf["review"],
@@ -263,7 +263,7 @@ def build() -> Scenario:
         )
     for i in range(AUDIT_ROWS):  # one transaction each: entries of one transaction share their time
         with transaction() as conn:
-            oplog.operation(
+            audit_entries.operation(
                 conn,
                 admin,
                 s.wf["review"],

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from app.auth import Principal, Scope, missing_permission_message
-from app.engine import instances, oplog, task_protocol
-from app.engine.operations import check_queue_scope, visible_instance
+from app.engine import audit_entries, instances, task_protocol
+from app.engine.operator_commands import check_queue_scope, visible_instance
 from app.errors import PermissionDenied
 from web.auth import current_principal
 
@@ -40,7 +40,9 @@ def start_audit(principal: Principal, request_id: str) -> Callable[[Connection, 
     exists, so it precedes the audit entries of its first activations."""
 
     def record(conn: Connection, created: dict) -> None:
-        oplog.started(conn, principal, created["id"], instances.instance_view(created), request_id=request_id)
+        audit_entries.started(
+            conn, principal, created["id"], instances.instance_view(created), request_id=request_id
+        )
 
     return record
 

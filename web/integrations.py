@@ -8,7 +8,7 @@ from flask import Blueprint
 from app.auth import Scope
 from app.db import get_engine
 from app.integrations import automation, subscriptions
-from app.ledger.ops_actions import Actor
+from app.ledger.job_actions import Actor
 from schemas.integrations import (
     CreateRuleRequest,
     CreateSubscriptionRequest,

@@ -15,7 +15,7 @@ from app.auth import Scope
 from app.db import get_engine
 from app.errors import InvalidArgument
 from app.ids import new_id
-from app.ledger import ops, ops_actions, replay, status
+from app.ledger import job_actions, job_reads, replay, status
 from schemas.base import ANY, envelope
 from schemas.jobs import (
     JOB_ID_PATTERN,
@@ -60,8 +60,8 @@ def _read(fn: Callable[[Connection], Any]) -> Any:
         return fn(conn)
 
 
-def _actor(b: dict[str, Any]) -> ops_actions.Actor:
-    return ops_actions.Actor(
+def _actor(b: dict[str, Any]) -> job_actions.Actor:
+    return job_actions.Actor(
         principal=current_principal(), request_id=request_id(), reason=b.get("reason"), operation_id=new_id()
     )
 
@@ -73,7 +73,7 @@ def _mutate(work: Callable[[Connection], Any]) -> Response:
 def _ids(raw: list[str]) -> list[int]:
     out = []
     for i, value in enumerate(raw):
-        job_id = ops.parse_job_id(value)
+        job_id = job_reads.parse_job_id(value)
         if job_id is None:
             raise InvalidArgument("job id out of range", field=f"job_ids[{i}]")
         out.append(job_id)
@@ -91,7 +91,7 @@ def _ids(raw: list[str]) -> list[int]:
 @query(JobListQuery)
 def list_jobs(query: dict[str, Any]) -> Response:
     f = job_filter(query)
-    page = _read(lambda c: ops.list_jobs(c, f, limit=query["limit"], cursor=query.get("cursor")))
+    page = _read(lambda c: job_reads.list_jobs(c, f, limit=query["limit"], cursor=query.get("cursor")))
     data: dict[str, Any] = {"items": page.items}
     if page.next_cursor:
         data["next_cursor"] = page.next_cursor
@@ -103,7 +103,7 @@ def list_jobs(query: dict[str, Any]) -> Response:
 @doc(summary="Job counts by type and status", tags=TAGS, response=envelope(ANY, "JobSummaryResponse"))
 def jobs_summary() -> Response:
     ns = _scope()
-    return ok(_read(lambda c: ops.summary(c, ns)))
+    return ok(_read(lambda c: job_reads.summary(c, ns)))
 
 
 @bp.get("/jobs/runtime-status")
@@ -141,7 +141,7 @@ def failure_clusters(query: dict[str, Any]) -> Response:
 def job_detail(id: str) -> Response:
     job_id = job_id_arg(id)
     ns = _scope()
-    return ok(_read(lambda c: ops.job_detail(c, job_id, ns)))
+    return ok(_read(lambda c: job_reads.job_detail(c, job_id, ns)))
 
 
 @bp.get("/jobs/chain/<traceId>")
@@ -155,7 +155,7 @@ def job_detail(id: str) -> Response:
 def job_chain(traceId: str) -> Response:
     trace_id = trace_id_arg(traceId)
     ns = _scope()
-    return ok(_read(lambda c: ops.chain(c, trace_id, namespace_id=ns)))
+    return ok(_read(lambda c: job_reads.chain(c, trace_id, namespace_id=ns)))
 
 
 @bp.get("/jobs/chain/<traceId>/diagnostic-bundle")
@@ -200,7 +200,7 @@ def retry_job(id: str, body: dict[str, Any]) -> Response:
     actor = _actor(body)
     has_payload = "payload" in body
     return _mutate(
-        lambda c: ops_actions.retry_one(
+        lambda c: job_actions.retry_one(
             c, job_id, actor, payload=body.get("payload"), has_payload=has_payload
         )
     )
@@ -220,7 +220,7 @@ def retry_job(id: str, body: dict[str, Any]) -> Response:
 def skip_job(id: str, body: dict[str, Any]) -> Response:
     job_id = job_id_arg(id)
     actor = _actor(body)
-    return _mutate(lambda c: ops_actions.skip_one(c, job_id, actor))
+    return _mutate(lambda c: job_actions.skip_one(c, job_id, actor))
 
 
 @bp.post("/jobs/batch-retry")
@@ -235,7 +235,7 @@ def skip_job(id: str, body: dict[str, Any]) -> Response:
 def batch_retry(body: dict[str, Any]) -> Response:
     ids = _ids(body["job_ids"])
     actor = _actor(body)
-    return _mutate(lambda c: ops_actions.batch_retry(c, ids, actor, rate=body["rate"]))
+    return _mutate(lambda c: job_actions.batch_retry(c, ids, actor, rate=body["rate"]))
 
 
 @bp.post("/jobs/batch-skip")
@@ -246,7 +246,7 @@ def batch_retry(body: dict[str, Any]) -> Response:
 def batch_skip(body: dict[str, Any]) -> Response:
     ids = _ids(body["job_ids"])
     actor = _actor(body)
-    return _mutate(lambda c: ops_actions.batch_skip(c, ids, actor))
+    return _mutate(lambda c: job_actions.batch_skip(c, ids, actor))
 
 
 @bp.post("/jobs/replay-dead")
@@ -261,4 +261,4 @@ def batch_skip(body: dict[str, Any]) -> Response:
 def replay_dead(body: dict[str, Any]) -> Response:
     f = replay_filter(body)
     actor = _actor(body)
-    return _mutate(lambda c: ops_actions.replay(c, f, actor, limit=body["limit"], rate=body["rate"]))
+    return _mutate(lambda c: job_actions.replay(c, f, actor, limit=body["limit"], rate=body["rate"]))

@@ -11,13 +11,13 @@ from sqlalchemy import Connection
 
 from app.db import get_engine
 from app.errors import InvalidArgument
-from app.ledger import ops, replay
+from app.ledger import job_reads, replay
 from web.auth import current_principal
 from web.http import json_response, request_id
 
 
 def job_id_arg(raw: str) -> int:
-    job_id = ops.parse_job_id(raw)
+    job_id = job_reads.parse_job_id(raw)
     if job_id is None:
         raise InvalidArgument("job id must be a positive decimal integer", field="id")
     return job_id
@@ -29,9 +29,9 @@ def trace_id_arg(raw: str) -> str:
     return raw
 
 
-def job_filter(query: dict[str, Any]) -> ops.JobFilter:
+def job_filter(query: dict[str, Any]) -> job_reads.JobFilter:
     """The list filter of a loaded ``JobListQuery`` (the API route and the console)."""
-    return ops.JobFilter(
+    return job_reads.JobFilter(
         types=query.get("type", ()),
         statuses=query.get("status", ()),
         instance_id=query.get("instance_id"),
@@ -85,7 +85,7 @@ def bundle_download(trace_id: str) -> Response:
     """The diagnostic bundle of a trace as a JSON attachment (the API route and the console)."""
     ns = scope()
     with get_engine().connect() as conn, conn.begin():
-        bundle = ops.diagnostic_bundle(conn, trace_id, request_id=request_id(), namespace_id=ns)
+        bundle = job_reads.diagnostic_bundle(conn, trace_id, request_id=request_id(), namespace_id=ns)
     stamp = bundle["exported_at"].strftime("%Y%m%dT%H%M%SZ")
     name = f"ledgerflow-trace-{_UNSAFE.sub('_', trace_id)[:80]}-{stamp}.json"
     return json_response(bundle, 200, {"Content-Disposition": f'attachment; filename="{name}"'})

@@ -17,7 +17,7 @@ from app import idempotency, settings
 from app.auth import Scope
 from app.db import get_engine, transaction
 from app.engine import task_protocol, traces
-from app.engine.operations import check_queue_scope
+from app.engine.operator_commands import check_queue_scope
 from app.errors import LedgerflowError, StateConflict
 from app.idempotency import Key
 from schemas.tasks import (

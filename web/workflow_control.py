@@ -9,7 +9,7 @@ from flask import Blueprint, Response
 
 from app.auth import Scope
 from app.db import get_engine
-from app.engine import operations, signals
+from app.engine import operator_commands, signals
 from schemas.workflow_control import (
     ControlRequest,
     ControlResponse,
@@ -53,7 +53,7 @@ def control_workflow(instance_id: str, body: dict):
     principal = current_principal()
 
     def work(conn):
-        view = operations.control_workflow(conn, principal, instance_id, body, request_id=request_id())
+        view = operator_commands.control_workflow(conn, principal, instance_id, body, request_id=request_id())
         return 200, success({"instance": view, "deduplicated": False})
 
     return idempotent(work)
@@ -75,7 +75,7 @@ def send_signal(instance_id: str, body: dict):
     principal = current_principal()
 
     def work(conn):
-        view = operations.send_signal(conn, principal, instance_id, body, request_id=request_id())
+        view = operator_commands.send_signal(conn, principal, instance_id, body, request_id=request_id())
         return 201, success({"signal": view, "deduplicated": False})
 
     return idempotent(work)

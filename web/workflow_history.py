@@ -6,7 +6,7 @@ from flask import Blueprint
 
 from app.auth import Scope
 from app.db import get_engine
-from app.engine import history, operations
+from app.engine import history, operator_commands
 from schemas.workflow_control import PageQuery
 from schemas.workflow_history import (
     ActivationPageResponse,
@@ -120,7 +120,7 @@ def recover(instance_id: str, body: dict):
     principal = current_principal()
 
     def work(conn):
-        out = operations.recover_workflow(conn, principal, instance_id, body, request_id=request_id())
+        out = operator_commands.recover_workflow(conn, principal, instance_id, body, request_id=request_id())
         return 200, success({**out, "deduplicated": False})
 
     return idempotent(work)

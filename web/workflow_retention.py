@@ -7,7 +7,7 @@ from flask import Blueprint
 
 from app.auth import Scope
 from app.db import get_engine
-from app.engine import operations, retention
+from app.engine import operator_commands, retention
 from schemas.retention import HoldRequest, HoldResponse, RetentionPreviewResponse, RetentionQuery
 from web.auth import current_principal, requires
 from web.http import ok, request_id, success
@@ -34,7 +34,7 @@ def hold_workflow(instance_id: str, body: dict):
     principal = current_principal()
 
     def work(conn):
-        view = operations.hold_workflow(
+        view = operator_commands.hold_workflow(
             conn, principal, instance_id, body["hold_until"], body["reason"], request_id=request_id()
         )
         return 200, success(view)

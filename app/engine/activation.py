@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import mapping, oplog, work
+from app.engine import audit_entries, jobs_and_tasks, mapping
 from app.engine.decide import fanout as decide_fanout
 from app.engine.states import StepKind, StepState
 from app.engine.transitions import step_moves, wait_moves
@@ -68,7 +68,7 @@ def start_elements(
     ``{"item", "index"}``); their tasks are inserted in one statement. Raises ``MappingTooLarge`` like
     any mapping (before any task is inserted)."""
     inputs = [(i, element_input(spec, mctx, items, i)) for i in indexes]
-    return work.element_tasks(conn, inst, step, spec, inputs, attempt=attempt)
+    return jobs_and_tasks.element_tasks(conn, inst, step, spec, inputs, attempt=attempt)
 
 
 def element_input(spec: dict, mctx: dict, items: list[Any], i: int) -> Any:
@@ -121,7 +121,7 @@ def activate(
         )
         task_id = ids[0] if ids else None
     elif kind == K.TASK:
-        task_id = work.step_task(
+        task_id = jobs_and_tasks.step_task(
             conn, inst, {**step, "activation_id": act_id}, spec, act_input, attempt=1, into=rows
         )
     elif kind == K.TIMER:
@@ -133,7 +133,7 @@ def activate(
             "now() + make_interval(secs => :secs)",
             secs=spec["delay_seconds"],
         )
-        work.wake(
+        jobs_and_tasks.wake(
             conn,
             inst,
             "timer",
@@ -162,7 +162,7 @@ def activate(
             **params,
         )
         if timeout:  # without one, the instance deadline ends the wait
-            work.wake(
+            jobs_and_tasks.wake(
                 conn,
                 inst,
                 "signal_timeout",
@@ -173,10 +173,12 @@ def activate(
                 activation_id=act_id,
             )
     elif kind == K.SUBWORKFLOW and "for_each" in spec and not act_input["items"]:
-        pass  # no element, no child: the step succeeds with [] (``advance.settle_progress``)
+        pass  # no element, no child: the step succeeds with [] (``driver.settle_progress``)
     elif kind in (K.SUBWORKFLOW, K.TRIGGER):  # a fan-out's spawn starts its first children
         job_type = JobType.SUBPROCESS_SPAWN if kind == K.SUBWORKFLOW else JobType.TRIGGER_DISPATCH
-        work.job(conn, inst, job_type, {"activation_id": act_id}, key=act_id, step_key=step["key"], into=rows)
+        jobs_and_tasks.job(
+            conn, inst, job_type, {"activation_id": act_id}, key=act_id, step_key=step["key"], into=rows
+        )
     elif kind == K.POLL:
         fs = spec.get("final_signal")
         if fs:
@@ -194,7 +196,7 @@ def activate(
     step_moves.activate(conn, inst["id"], step, state, act, task_id=task_id, allowed=allowed, work=rows)
     if kind == K.POLL:
         start_poll_round(conn, inst, {**step, "activation_id": act_id}, spec, used_rounds=0, round_attempts=0)
-    oplog.advance(
+    audit_entries.advance(
         conn,
         inst,
         "workflow.step.activated",
@@ -217,7 +219,7 @@ def activate(
 
 def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:
     """An activation whose input mapping was refused (``mapping.MappingTooLarge``): the activation row
-    exists (no input, no work) so the step can fail through ``advance.fail_step`` with the reason."""
+    exists (no input, no work) so the step can fail through ``driver.fail_step`` with the reason."""
     act = step_moves.insert_activation(conn, step, None)
     step_moves.activate(conn, inst["id"], step, StepState.ACTIVE, act)
     return {
@@ -236,7 +238,7 @@ def start_poll_round(
     rnd = used_rounds + 1
     attempts = round_attempts + 1
     act_input = step_moves.activation_input_of(conn, step["activation_id"])
-    task_id = work.step_task(conn, inst, step, spec, act_input, attempt=attempts, poll_round=rnd)
+    task_id = jobs_and_tasks.step_task(conn, inst, step, spec, act_input, attempt=attempts, poll_round=rnd)
     step_moves.poll_round_started(conn, step["activation_id"], rnd, attempts, task_id)
     step_moves.set_active(conn, step, task_id)
     return task_id

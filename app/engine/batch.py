@@ -1,9 +1,9 @@
 """Batch actions on workflows (issue 47): cancel, pause, resume or rerun a selection (ids) or everything a
 list filter matches, at most ``LEDGERFLOW_WORKFLOW_BATCH_MAX`` per request (a filter acts on the newest
 that many and says how many remain), with a preview that changes nothing. Each workflow goes through the
-one-workflow command (``operations.control_workflow``, ``rerun.rerun_workflow``), so each writes its own
+one-workflow command (``operator_commands.control_workflow``, ``rerun.rerun_workflow``), so each writes its own
 audit row; the batch writes one more (``workflows.batch_<action>``). The answer has the shape of the job
-ledger's batch actions (``app.ledger.ops_actions``): ``submitted`` / ``skipped_for_state`` / ``not_found``
+ledger's batch actions (``app.ledger.job_actions``): ``submitted`` / ``skipped_for_state`` / ``not_found``
 counts, ``submitted_ids``, ``skipped`` ({id, status, reason}) and ``items``.
 
 A refusal (the state, a stale read, a rerun the rule refuses, an input the rerun's version refuses) is
@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 
 from app import audit, settings
 from app.auth import Principal
-from app.engine import instances, operations, rerun
+from app.engine import instances, operator_commands, rerun
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import Refuse
 from app.engine.definitions import load_version
@@ -39,7 +39,7 @@ def _refusal(conn: Connection, principal: Principal, inst: dict, req: dict) -> s
         version = load_version(
             conn, principal.namespace_id, inst["definition_id"], req.get("version") or inst["version"]
         )
-        operations.check_queue_scope(principal, list(version["queues"]))
+        operator_commands.check_queue_scope(principal, list(version["queues"]))
         rerun.plan(conn, inst, version, req.get("from_step"))
     except (StateConflict, NotFound) as exc:
         return str(exc)
@@ -56,7 +56,7 @@ def _act(conn: Connection, principal: Principal, inst: dict, req: dict, request_
             request_id=request_id,
         )
         return {"id": inst["id"], "rerun_id": done["instance"]["id"], "state": done["instance"]["state"]}
-    view = operations.control_workflow(
+    view = operator_commands.control_workflow(
         conn,
         principal,
         inst["id"],
@@ -100,7 +100,7 @@ def batch(conn: Connection, principal: Principal, req: dict, *, request_id: str)
     state_skips = 0
     for iid in ids:
         try:
-            inst = operations.visible_instance(conn, principal, iid)
+            inst = operator_commands.visible_instance(conn, principal, iid)
         except NotFound:
             skipped.append({"id": iid, "status": None, "reason": "not found"})
             continue

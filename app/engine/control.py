@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from app.engine import advance, stopping, work
+from app.engine import driver, jobs_and_tasks, stopping
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import Pause, Refuse, Resume
+from app.engine.row_access import lock_instance, read_instance
 from app.engine.snapshot import inst_model
-from app.engine.store import lock_instance, read_instance
 from app.engine.transitions import instance_moves, task_moves
 from app.errors import StateConflict
 from app.ledger.suspend import resume_jobs, suspend_jobs
@@ -66,8 +66,8 @@ def resume(conn: Connection, inst: dict) -> None:
     task_moves.postpone_deadlines(conn, inst["id"], paused_for)
     sync_resumed(conn, [r["id"] for r in rows])
     if inst["stop_requested_at"] is None:
-        advance.fanout_top_up(conn, inst, "resume")  # fan-out children held back by the pause start
-        advance.settle_progress(conn, inst["id"])  # activations held back by the pause start now
+        driver.fanout_top_up(conn, inst, "resume")  # fan-out children held back by the pause start
+        driver.settle_progress(conn, inst["id"])  # activations held back by the pause start now
 
 
 _SYNC: list[Query] = [
@@ -95,7 +95,7 @@ _SYNC: list[Query] = [
     query(
         "resume_watch_follow_tasks",
         f"""UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
-       FROM workflow_instances i CROSS JOIN LATERAL (SELECT {work.WATCH_DUE_SQL} AS due) d
+       FROM workflow_instances i CROSS JOIN LATERAL (SELECT {jobs_and_tasks.WATCH_DUE_SQL} AS due) d
        WHERE j.id = ANY(:ids) AND j.type = 'task_timeout' AND j.task_id IS NULL
          AND j.payload->>'task_id' IS NULL AND i.id = j.instance_id AND j.status = 'pending'
          AND d.due IS NOT NULL AND j.run_at <> d.due""",

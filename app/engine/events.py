@@ -4,7 +4,7 @@ change of an instance, step, task or signal is one event of the transaction of t
 
 Like Temporal's history nodes, the events of one transaction and instance are written as ONE row of
 ``workflow_event_batches`` at its commit (``app.engine.commit_batch``), with the audit entries of the engine's
-advances in that transaction (``audit``, from ``app.engine.oplog``; a start's ``workflow.start`` entry
+advances in that transaction (``audit``, from ``app.engine.audit_entries``; a start's ``workflow.start`` entry
 too, with its actor) and what the transaction changed of the instance (its state and paused flag; the
 view adds what never changes from the instance row): an event costs no row and no update of the instance
 row of its own. The batch a ``POST /v1/workflows`` writes for its new instance

@@ -12,7 +12,7 @@ from app import audit
 from app import cursor as cursors
 from app.engine import traces
 from app.engine.documents import KEY_RE
-from app.engine.store import MISSING, jparse, read_step
+from app.engine.row_access import MISSING, jparse, read_step
 from app.engine.task_protocol import task_view
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32

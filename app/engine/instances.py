@@ -10,12 +10,12 @@ from sqlalchemy import Connection
 
 from app import cursor as cursors
 from app import jsonx
-from app.engine import advance, finding, quotas, work
+from app.engine import driver, finding, jobs_and_tasks, quotas
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
 from app.engine.documents import VERSION_RE
+from app.engine.row_access import MISSING, read_instance
 from app.engine.states import TERMINAL
-from app.engine.store import MISSING, read_instance
 from app.engine.transitions import instance_moves, step_moves
 from app.errors import FieldError, InvalidArgument
 from app.ids import is_hex32, new_id
@@ -90,7 +90,7 @@ def start_workflow(
     (Idempotency-Key, fingerprint) of the start request, kept on the row (``app.engine.start_keys``),
     which fails on the key's unique index when a duplicate holds it. ``seed_steps``: a rerun's copied steps,
     written after ``on_created``; returns the step rows by key as they then are. The instance row is
-    inserted as the start settles it and written at most once more (``advance.settle_progress``)."""
+    inserted as the start settles it and written at most once more (``driver.settle_progress``)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
     if check_queues is not None:
@@ -124,17 +124,17 @@ def start_workflow(
             "start_fp": start_key[1] if start_key else None,
         },
     )
-    work.watch_absent(conn, iid)  # a new instance: its first arm is a plain insert
+    jobs_and_tasks.watch_absent(conn, iid)  # a new instance: its first arm is a plain insert
     rows = step_moves.blocked_all(iid, doc["steps"])
     if on_created is not None:
         on_created(conn, inst)
     if seed_steps is not None:
         rows = seed_steps(conn, inst, rows)
     # the audit left the instance and its steps as they were inserted
-    started = advance.settle_progress(conn, iid, inst, rows, new=True)
+    started = driver.settle_progress(conn, iid, inst, rows, new=True)
     if started["state"] not in TERMINAL and started["stop_requested_at"] is None:
         # the workflow deadline: the instance's watch, which its first tasks (if any) armed earlier
-        work.arm_watch(conn, started, doc["deadline_seconds"])
+        jobs_and_tasks.arm_watch(conn, started, doc["deadline_seconds"])
     quotas.check(conn, namespace_id, iid, ver["queues"])
     return started
 

@@ -4,7 +4,7 @@ what an id or a key names, in which namespace, within what the caller may read. 
 
 Visibility follows the API: ``namespace_id`` None means every namespace (a platform-wide operator's
 view of the ledger), else only that namespace's rows; a job without an instance belongs to the
-platform (``app.ledger.ops.in_namespace``)."""
+platform (``app.ledger.job_reads.in_namespace``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
 from app.db_time import local_statement_timeout
-from app.engine.store import read_instance
+from app.engine.row_access import read_instance
 from app.errors import NotFound
 from app.ids import is_hex32
-from app.ledger import ops
+from app.ledger import job_reads
 from app.sql import query, run
 
 MAX_NAMESPACES = 500
@@ -145,12 +145,14 @@ COUNT_BUDGET_MS = 150
 
 _COUNT_JOBS = query(
     "jobs_count",
-    f"SELECT count(*) FROM (SELECT 1 FROM workflow_jobs j WHERE {ops.FILTER_WHERE} LIMIT :n) t",
+    f"SELECT count(*) FROM (SELECT 1 FROM workflow_jobs j WHERE {job_reads.FILTER_WHERE} LIMIT :n) t",
     planned_each_time=True,
 )
 
 
-def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = COUNT_BUDGET_MS) -> int | None:
+def count_jobs(
+    conn: Connection, f: job_reads.JobFilter, cap: int, budget_ms: int = COUNT_BUDGET_MS
+) -> int | None:
     """How many jobs the list filter matches, counted up to ``cap + 1`` (more reads as "cap+"), or None
     when counting would take more than ``budget_ms`` of PostgreSQL time (a keyword over a million
     payloads): a savepoint with its own statement timeout, rolled back either way, so the caller's
@@ -158,7 +160,7 @@ def count_jobs(conn: Connection, f: ops.JobFilter, cap: int, budget_ms: int = CO
     nested = conn.begin_nested()
     try:
         local_statement_timeout(conn, int(budget_ms))
-        return int(run(conn, _COUNT_JOBS, {**ops.filter_params(f), "n": cap + 1}).scalar_one())
+        return int(run(conn, _COUNT_JOBS, {**job_reads.filter_params(f), "n": cap + 1}).scalar_one())
     except OperationalError as exc:
         if not isinstance(exc.orig, psycopg.errors.QueryCanceled):
             raise
@@ -211,7 +213,7 @@ class Reach:
     missing from ``kinds`` is not searched)."""
 
     kinds: frozenset[str]
-    job_namespace: str | None  # the ledger's view (app.ledger.ops.in_namespace)
+    job_namespace: str | None  # the ledger's view (app.ledger.job_reads.in_namespace)
     workflow_namespace: str | None  # instances (None: every namespace, a platform-wide reader)
     namespace_id: str  # the credential's own namespace (definitions, tasks, schedules, integrations)
 
@@ -237,11 +239,11 @@ _LOOKUP_INSTANCE_SEARCH = query(
 _JOB_BY_ID = query(
     "lookup_job_by_id",
     f"SELECT j.id, CAST(j.type AS text) AS type, CAST(j.status AS text) AS status FROM workflow_jobs j "
-    f"WHERE j.id = :id AND {ops.IN_NAMESPACE}",
+    f"WHERE j.id = :id AND {job_reads.IN_NAMESPACE}",
 )
 _TRACE_FIRST_JOB = query(
     "lookup_trace_first_job",
-    f"SELECT j.id FROM workflow_jobs j WHERE {ops.TRACE_IS} AND {ops.IN_NAMESPACE} LIMIT 1",
+    f"SELECT j.id FROM workflow_jobs j WHERE {job_reads.TRACE_IS} AND {job_reads.IN_NAMESPACE} LIMIT 1",
 )
 
 
@@ -253,7 +255,7 @@ def search(conn: Connection, term: str, reach: Reach, limit: int = SEARCH_LIMIT)
     if not term or len(term) > 256 or "\x00" in term:
         return []
     hits: list[Hit] = []
-    job_id = ops.parse_job_id(term)
+    job_id = job_reads.parse_job_id(term)
     if job_id is not None and "job" in reach.kinds:
         row = run(conn, _JOB_BY_ID, {"id": job_id, "job_ns": reach.job_namespace}).first()
         if row is not None:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 
 from app import db_time
 from app.engine import stopping, views
-from app.engine.store import MISSING, jparse, read_steps, step_specs, version_document
+from app.engine.row_access import MISSING, jparse, read_steps, step_specs, version_document
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
 from app.sql import query, run
 

@@ -38,10 +38,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import activation, advance, mapping, snapshot, stopping
+from app.engine import activation, driver, mapping, snapshot, stopping
 from app.engine.decide.stopping import chain_running
-from app.engine.states import TERMINAL, InstanceState, StepState
-from app.engine.store import (
+from app.engine.row_access import (
     MISSING,
     lock_instance,
     read_instance,
@@ -50,6 +49,7 @@ from app.engine.store import (
     step_specs,
     version_document,
 )
+from app.engine.states import TERMINAL, InstanceState, StepState
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import NotFound, StateConflict
 from app.sql import query, run
@@ -210,8 +210,8 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
     if cancelling:
         stopping.settle_cancel(conn, iid)
     else:
-        advance.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
-        advance.settle_progress(conn, iid)
+        driver.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
+        driver.settle_progress(conn, iid)
 
 
 _RECOVERY_REVIEW_STEPS_KEYS = query(
@@ -280,6 +280,6 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
     elif resolution == "CANCEL":
         stopping.request_cancel(conn, read_instance(conn, instance_id), reason=req["reason"], reviewed=True)
     else:
-        advance.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
-        advance.settle_progress(conn, instance_id)
+        driver.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
+        driver.settle_progress(conn, instance_id)
     return inst, read_instance(conn, instance_id), summary

@@ -10,11 +10,11 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from app.auth import Principal
-from app.engine import instances, oplog, rerun_rule
+from app.engine import audit_entries, instances, rerun_rule
 from app.engine.definitions import load_version
-from app.engine.operations import check_queue_scope, visible_instance
+from app.engine.operator_commands import check_queue_scope, visible_instance
 from app.engine.rerun_links import links
-from app.engine.store import read_steps, step_specs
+from app.engine.row_access import read_steps, step_specs
 from app.engine.transitions import step_moves
 from app.errors import InvalidArgument, StateConflict
 from app.sql import query, run
@@ -78,7 +78,7 @@ def rerun_workflow(
         return {s["key"]: s for s in read_steps(c, inst["id"])} if copied else rows
 
     def started(c: Connection, inst: dict) -> None:
-        oplog.started(c, principal, inst["id"], instances.instance_view(inst), request_id=request_id)
+        audit_entries.started(c, principal, inst["id"], instances.instance_view(inst), request_id=request_id)
 
     body = {
         "definition_id": old["definition_id"],
@@ -96,7 +96,7 @@ def rerun_workflow(
         ) from exc
     view = instances.instance_view(new)
     detail = {"rerun_of": old["id"], "from_step": from_step, "copied_steps": copied}
-    operation_id = oplog.operation(
+    operation_id = audit_entries.operation(
         conn,
         principal,
         new["id"],
@@ -106,7 +106,7 @@ def rerun_workflow(
         before={"rerun_of": old["id"], "state": old["state"], "version": old["version"]},
         after={"instance": view, **detail},
     )
-    oplog.operation(
+    audit_entries.operation(
         conn,
         principal,
         old["id"],

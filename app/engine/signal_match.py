@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import oplog
+from app.engine import audit_entries
 from app.engine.decide import signals as decide
 from app.engine.decide.model import Consume
+from app.engine.row_access import read_signal, read_step, read_wait
 from app.engine.snapshot import step_model
 from app.engine.states import StepKind
-from app.engine.store import read_signal, read_step, read_wait
 from app.engine.transitions import signal_moves, step_moves, task_moves, wait_moves
 from app.sql import query, run
 
@@ -25,7 +25,7 @@ def audit_settled(conn: Connection, rows: Any) -> None:
             after["disposition"] = r.disposition
         if r.consumed_wait_id:
             after["consumed_wait_id"] = r.consumed_wait_id
-        oplog.advance(
+        audit_entries.advance(
             conn,
             {"id": r.instance_id, "namespace_id": r.namespace_id},
             f"signal.{r.state.lower()}",
@@ -38,7 +38,7 @@ def audit_settled(conn: Connection, rows: Any) -> None:
 
 def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
     """Offer a PENDING signal to the wait of its (current) activation. True when it won and the step
-    succeeded with the payload; the caller then runs ``advance.settle_progress``."""
+    succeeded with the payload; the caller then runs ``driver.settle_progress``."""
     wait = read_wait(conn, step["activation_id"]) if step["activation_id"] else None
     verdict = decide.offer(step_model(step), wait, sig)
     if not isinstance(verdict, Consume):
@@ -52,7 +52,7 @@ def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
         task_moves.cancel_open(conn, activation_id=act, pending_only=True)
         step_moves.poll_resolved_by_signal(conn, act)
     step_moves.succeed(conn, step, sig["payload"])
-    oplog.advance(
+    audit_entries.advance(
         conn,
         inst,
         "workflow.step.succeeded",

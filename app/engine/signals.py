@@ -25,13 +25,12 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app import cursor as cursors
-from app.engine import advance, signal_match, work
+from app.engine import driver, jobs_and_tasks, signal_match
 from app.engine.contracts import input_errors
 from app.engine.decide import signals as decide
 from app.engine.decide.model import Refuse
-from app.engine.states import TERMINAL
-from app.engine.store import _SIGNAL_COLS as _COLS
-from app.engine.store import (
+from app.engine.row_access import _SIGNAL_COLS as _COLS
+from app.engine.row_access import (
     MISSING,
     lock_instance,
     read_instance,
@@ -42,6 +41,7 @@ from app.engine.store import (
     step_specs,
     version_document,
 )
+from app.engine.states import TERMINAL
 from app.engine.transitions import signal_moves
 from app.errors import InvalidArgument, LimitExceeded, NotFound, StateConflict
 from app.ids import is_hex32, new_id
@@ -136,9 +136,9 @@ def send(
         on_accepted(conn, read_signal(conn, sig_id))
     if where == decide.PENDING_NOW:
         if signal_match.consume(conn, inst, step, read_signal(conn, sig_id)):
-            advance.settle_progress(conn, instance_id)
+            driver.settle_progress(conn, instance_id)
     elif where == decide.PENDING_EARLY:  # waits for the step's first activation, at most until expires_at
-        work.wake(
+        jobs_and_tasks.wake(
             conn,
             inst,
             "signal_expiry",

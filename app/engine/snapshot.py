@@ -11,8 +11,8 @@ from sqlalchemy import Connection
 
 from app.engine.decide.fanout import Element, Progress
 from app.engine.decide.model import Inst, Poll, Snapshot, Step
+from app.engine.row_access import MISSING, jparse, read_instance, read_steps
 from app.engine.states import StepState
-from app.engine.store import MISSING, jparse, read_instance, read_steps
 from app.sql import query, run
 
 

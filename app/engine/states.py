@@ -4,7 +4,7 @@ Every move is a named, guarded statement in ``app/engine/transitions/`` (``WHERE
 nothing else writes a ``state`` column of ``workflow_instances``, ``workflow_steps``,
 ``workflow_activations``, ``workflow_tasks``, ``workflow_waits`` or ``workflow_signals``
 (``tests/unit/test_engine_write_scan.py`` checks the source). The decisions (which move happens on which
-event) are pure functions in ``app/engine/decide/``; ``app/engine/advance.py`` applies them.
+event) are pure functions in ``app/engine/decide/``; ``app/engine/driver.py`` applies them.
 
 Instance (``workflow_instances.state``; ``paused`` is a flag beside it, not a state):
 
@@ -21,7 +21,7 @@ Instance (``workflow_instances.state``; ``paused`` is a flag beside it, not a st
 
 Step (``workflow_steps.state``) and its current activation (``workflow_steps.act_state``, same values):
 
-- ``BLOCKED``      not stored: a declared step without a row (``store.read_steps`` reads it from the pinned document;
+- ``BLOCKED``      not stored: a declared step without a row (``row_access.read_steps`` reads it from the pinned document;
                    a start writes none, ``step_moves.blocked_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING
                    (inserts the step's row; a row already there refuses the move), ``step_moves.skip`` -> SKIPPED.
 - ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,

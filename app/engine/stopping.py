@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import oplog, signal_match, work
+from app.engine import audit_entries, jobs_and_tasks, signal_match
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import (
     Collect,
@@ -32,9 +32,7 @@ from app.engine.decide.model import (
     Stop,
     WaitInFlight,
 )
-from app.engine.snapshot import inst_model
-from app.engine.states import TERMINAL, InstanceState, StepState, StopKind
-from app.engine.store import (
+from app.engine.row_access import (
     MISSING,
     lock_instance,
     open_work,
@@ -43,6 +41,8 @@ from app.engine.store import (
     step_specs,
     version_document,
 )
+from app.engine.snapshot import inst_model
+from app.engine.states import TERMINAL, InstanceState, StepState, StopKind
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import StateConflict
 from app.ledger import transitions as ledger_moves
@@ -65,7 +65,7 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
     if state != InstanceState.SUCCEEDED:
         step_moves.cancel_open(conn, iid)
     ledger_moves.cancel_waiting(conn, iid, sorted(t.value for t in CLEAR_SCOPE), f"workflow {state.lower()}")
-    work.watch_cleared(conn, iid)
+    jobs_and_tasks.watch_cleared(conn, iid)
     if state != InstanceState.SUCCEEDED:
         stop_children(conn, inst, state, error)
     if left.signals:
@@ -88,11 +88,11 @@ def end(
     current = instance_moves.end(conn, iid, state, output=output, error=error)
     if not work_closed:
         task_moves.cancel_open(conn, instance_id=iid)  # compensation tasks of an abandoned chain
-    oplog.advance(
+    audit_entries.advance(
         conn, inst, f"workflow.{state.lower()}", before={"state": inst["state"]}, after={"state": state}
     )
     if current["parent_instance_id"]:
-        work.job(
+        jobs_and_tasks.job(
             conn,
             {"id": current["parent_instance_id"], "trace_id": current["trace_id"]},
             JobType.SUBPROCESS_JOIN,
@@ -120,7 +120,7 @@ def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING
         if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
             continue
         request_cancel(conn, child, reason=reason)
-        oplog.advance(
+        audit_entries.advance(
             conn,
             child,
             "workflow.control.cancel",
@@ -165,7 +165,7 @@ def to_review(conn: Connection, iid: str, job_ids: list[int]) -> None:
     if keys:
         step_moves.to_review(conn, iid, keys)
     instance_moves.to_review(conn, iid)
-    oplog.advance(
+    audit_entries.advance(
         conn,
         read_instance(conn, iid),
         "workflow.needs_review",
@@ -200,7 +200,7 @@ def stop_fanout_children(conn: Connection, activation_id: str, reason: str) -> N
         if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
             continue
         request_cancel(conn, child, reason=reason)
-        oplog.advance(
+        audit_entries.advance(
             conn,
             child,
             "workflow.control.cancel",
@@ -220,7 +220,7 @@ def request_cancel(
     instance_moves.request_cancel(conn, iid)
     unknown = [] if reviewed else unknown_outcome_jobs(conn, iid)
     clear_jobs(conn, iid, reason, keep_unknown=True)
-    work.watch_cleared(conn, iid)
+    jobs_and_tasks.watch_cleared(conn, iid)
     # waiting work stops: unclaimed (or lease-expired) tasks, open waits, children
     task_moves.cancel_open(conn, instance_id=iid, step_only=True, unclaimed_or_expired=True)
     wait_moves.cancel_open(conn, instance_id=iid)
@@ -231,7 +231,7 @@ def request_cancel(
     ).all():
         child = lock_instance(conn, child_id)
         request_cancel(conn, child, reason="parent workflow canceled")
-        oplog.advance(
+        audit_entries.advance(
             conn, child, "workflow.control.cancel", after={"cause": "parent canceled", "parent": iid}
         )
     step_moves.cancel_open(conn, iid, idle_only=True)
@@ -264,7 +264,7 @@ def settle_cancel(conn: Connection, iid: str) -> dict:
     verdict = decide.cancel_settle(inst_model(inst), in_flight=flight.n)
     if isinstance(verdict, WaitInFlight):
         # re-check when the last permit's lease runs out (a heartbeat moves it: then again)
-        work.wake(
+        jobs_and_tasks.wake(
             conn,
             inst,
             "cancel_settle",
@@ -289,7 +289,7 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
         else:
             step_moves.cancel(conn, step)
         instance_moves.touch(conn, inst["id"])
-        oplog.advance(
+        audit_entries.advance(
             conn,
             inst,
             f"workflow.step.{verdict.state.lower()}",
@@ -331,7 +331,7 @@ def stop(conn: Connection, inst: dict, state: str, *, error: Any = MISSING) -> d
     instance_moves.start_compensation(conn, iid, comp, stop_kind=kind, error=error)
     current = read_instance(conn, iid)
     _issue(conn, current, comp)
-    oplog.advance(
+    audit_entries.advance(
         conn,
         current,
         "workflow.compensation.started",
@@ -344,7 +344,7 @@ def stop(conn: Connection, inst: dict, state: str, *, error: Any = MISSING) -> d
 def _issue(conn: Connection, inst: dict, comp: dict) -> None:
     k = comp["index"]
     step_key = comp["plan"][k]["step_key"]
-    work.job(
+    jobs_and_tasks.job(
         conn,
         inst,
         JobType.COMPENSATION_ACTION,
@@ -365,7 +365,7 @@ def compensation_task_ended(conn: Connection, inst: dict, task: dict, kind: str,
     after = {"step_key": item["step_key"], "task_id": task["id"], "order": k + 1}
     if isinstance(verdict, CompensationFailed):
         instance_moves.save_compensation(conn, inst["id"], verdict.comp, InstanceState.NEEDS_REVIEW)
-        oplog.advance(
+        audit_entries.advance(
             conn,
             inst,
             "workflow.compensation.failed",
@@ -378,7 +378,7 @@ def compensation_task_ended(conn: Connection, inst: dict, task: dict, kind: str,
             },
         )
         return
-    oplog.advance(
+    audit_entries.advance(
         conn,
         inst,
         "workflow.compensation.completed",

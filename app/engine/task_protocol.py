@@ -10,9 +10,9 @@ from typing import Any, overload
 
 from sqlalchemy import Connection, Row
 
-from app.engine import advance, work
+from app.engine import driver, jobs_and_tasks
 from app.engine.decide.tasks import retry_delay_seconds
-from app.engine.store import MISSING, jparse, lock_instance_and_task, lock_with_task
+from app.engine.row_access import MISSING, jparse, lock_instance_and_task, lock_with_task
 from app.engine.transitions import task_moves
 from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import IdempotencyConflict, NotFound, StateConflict
@@ -22,7 +22,7 @@ from app.sql import query, run
 
 __all__ = ["retry_delay_seconds"]
 
-# A result's task columns, and its deadline in seconds from the transaction's now() (``work.watch_covers``).
+# A result's task columns, and its deadline in seconds from the transaction's now() (``jobs_and_tasks.watch_covers``).
 _RESULT_COLS = _TASK_COLS + ", EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS deadline_in"
 _LOCK_WITH_TASK = lock_with_task(_RESULT_COLS)  # the instance and the task, locked in one statement
 
@@ -146,8 +146,8 @@ def _locked_for_result(
             f"the lease of task attempt epoch {epoch} expired; the task was returned to its queue"
         )
     # a live claim ends before the task's deadline (its lease never passes it): the instance's watch is due
-    # no later than that deadline, so the next step's task, due no earlier, arms nothing (work.watch_covers)
-    work.watch_covers(conn, inst["id"], task.pop("deadline_in"))
+    # no later than that deadline, so the next step's task, due no earlier, arms nothing (jobs_and_tasks.watch_covers)
+    jobs_and_tasks.watch_covers(conn, inst["id"], task.pop("deadline_in"))
     return inst, task
 
 
@@ -175,7 +175,7 @@ def complete(
     it now is."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
     row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"], key)
-    advance.task_ended(conn, inst, task, "completed", output, steps)
+    driver.task_ended(conn, inst, task, "completed", output, steps)
     done = _task(row)
     return done
 
@@ -192,7 +192,7 @@ def fail(
     """Like ``complete``, the claim failing with ``error`` (then the step's retry policy)."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
     row, steps = task_moves.fail(conn, task_id, epoch, error, inst["id"], key)
-    advance.task_ended(conn, inst, task, "failed", error, steps)
+    driver.task_ended(conn, inst, task, "failed", error, steps)
     done = _task(row)
     return done
 
@@ -245,7 +245,7 @@ def time_out(conn: Connection, inst: dict, task_id: str) -> bool:
     if not task_moves.try_time_out(conn, task_id, inst["id"], TIMEOUT_ERROR):
         return False
     task = read_task(conn, task_id, inst["namespace_id"])
-    advance.task_ended(conn, inst, task, "failed", task["error"])
+    driver.task_ended(conn, inst, task, "failed", task["error"])
     return True
 
 

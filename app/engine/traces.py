@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app import jsonx
-from app.engine.store import MISSING, jparse
+from app.engine.row_access import MISSING, jparse
 from app.sql import query, run
 
 _TASK_WORKERS_RECORD = query(

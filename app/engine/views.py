@@ -9,7 +9,7 @@ from sqlalchemy import Connection
 from app.engine.decide.fanout import FANOUT_DEFAULT_PARALLEL, Progress
 from app.engine.documents import KEY_RE
 from app.engine.rerun_links import copied_marks
-from app.engine.store import (
+from app.engine.row_access import (
     MISSING,
     read_instance,
     read_step,

@@ -40,7 +40,7 @@ from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
-from app.engine import instances, oplog, signals
+from app.engine import audit_entries, instances, signals
 from app.errors import InvalidArgument, NotFound, PermissionDenied
 from app.ids import is_hex32, new_id
 from app.integrations import caps
@@ -554,7 +554,7 @@ def disable_rule(conn: Connection, ns: str, rule_id: str, reason: str) -> None:
     if row is not None:
         audit.record(
             conn,
-            principal=oplog.system_principal(ns),
+            principal=audit_entries.system_principal(ns),
             request_id=None,
             action="automation_rule.disable",
             target_type="automation_rule",
@@ -632,7 +632,7 @@ def start_from_event(
             raise PermissionDenied(why)
 
     def created(c: Connection, inst: dict) -> None:
-        oplog.advance(
+        audit_entries.advance(
             c,
             inst,
             "workflow.start",

@@ -18,9 +18,9 @@ from sqlalchemy import Connection
 
 from app import audit, auth
 from app.auth import Principal, Scope
-from app.engine import instances, oplog, stopping
+from app.engine import audit_entries, instances, stopping
+from app.engine.row_access import lock_instance
 from app.engine.states import TERMINAL
-from app.engine.store import lock_instance
 from app.errors import LedgerflowError, NotFound, PermissionDenied, StateConflict
 from app.ids import new_id
 from app.integrations import schedule_times as times
@@ -153,7 +153,7 @@ def launch(conn: Connection, payload: dict[str, Any], job_id: int) -> dict[str, 
     }
     audit.record(
         conn,
-        principal=oplog.system_principal(ns),
+        principal=audit_entries.system_principal(ns),
         request_id=None,
         action="schedule.fire",
         target_type="schedule",
@@ -174,7 +174,7 @@ def _cancel_previous(conn: Connection, instance_ids: list[str], schedule_id: str
         try:
             with conn.begin_nested():
                 stopping.request_cancel(conn, inst, reason="canceled by the schedule's overlap policy")
-                oplog.advance(
+                audit_entries.advance(
                     conn,
                     inst,
                     "workflow.control.cancel",
@@ -206,7 +206,7 @@ def _pause(conn: Connection, s: dict[str, Any], reason: str) -> None:
     )
     audit.record(
         conn,
-        principal=oplog.system_principal(s["namespace_id"]),
+        principal=audit_entries.system_principal(s["namespace_id"]),
         request_id=None,
         action="schedule.pause",
         target_type="schedule",
@@ -233,8 +233,8 @@ def _start(
     }
 
     def audit_start(c: Connection, created: dict) -> None:
-        principal = oplog.system_principal(s["namespace_id"])
-        oplog.started(c, principal, created["id"], instances.instance_view(created), request_id=None)
+        principal = audit_entries.system_principal(s["namespace_id"])
+        audit_entries.started(c, principal, created["id"], instances.instance_view(created), request_id=None)
 
     try:
         with conn.begin_nested():

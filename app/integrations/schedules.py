@@ -32,7 +32,7 @@ from app.auth import Principal
 from app.db_time import db_now
 from app.engine.contracts import input_errors
 from app.engine.definitions import load_version
-from app.engine.store import jparse
+from app.engine.row_access import jparse
 from app.errors import FieldError, InvalidArgument, NotFound, StateConflict
 from app.ids import is_hex32, new_id
 from app.integrations import caps

@@ -25,7 +25,7 @@ from app.integrations import caps
 from app.integrations.paging import page, pages
 from app.integrations.patterns import validate_patterns
 from app.jsonx import rfc3339
-from app.ledger import ops_actions
+from app.ledger import job_actions
 from app.ledger.destinations import DestinationForbidden, check
 from app.ledger.enqueue import enqueue
 from app.observability.logs import redact_url
@@ -35,7 +35,7 @@ from app.sql import query, run
 MAX_SUBSCRIPTIONS = 100  # per namespace: bounds every fan-out
 DEFAULT_GRACE_SECONDS = 24 * 3600
 MAX_GRACE_SECONDS = 7 * 24 * 3600
-MAX_REDELIVER = ops_actions.MAX_REPLAY
+MAX_REDELIVER = job_actions.MAX_REPLAY
 RETRYABLE = ("dead", "failed", "canceled")
 
 
@@ -435,7 +435,7 @@ _DELIVERY_COUNT_REDELIVERY = query(
 
 
 def _redeliver_locked(
-    conn: Connection, row: Any, actor: ops_actions.Actor, index: int, rate: int
+    conn: Connection, row: Any, actor: job_actions.Actor, index: int, rate: int
 ) -> str | None:
     """A failed / dead / canceled delivery job: the ledger's manual retry (staggered); a delivery that
     succeeded or was skipped: a new job (the same ``webhook-id``, so the receiver can deduplicate)."""
@@ -443,7 +443,7 @@ def _redeliver_locked(
         # the caller owns the subscription (checked under its lock) and so its delivery jobs, which
         # carry no workflow instance: the ledger's job scope is widened to exactly this job
         owner = replace(actor, principal=replace(actor.principal, platform=True))
-        done = ops_actions.batch_retry(conn, [row.job_id], owner, rate=rate, start_index=index)
+        done = job_actions.batch_retry(conn, [row.job_id], owner, rate=rate, start_index=index)
         if done["submitted"]:
             run(conn, _DELIVERY_SET_PENDING, {"id": row.id})
             return row.id
@@ -452,7 +452,7 @@ def _redeliver_locked(
         return None  # already on its way
     n = run(conn, _DELIVERY_COUNT_REDELIVERY, {"id": row.id}).scalar_one()
     enqueue_delivery(
-        conn, row.id, f"webhook_delivery:{row.id}:r{n}", delay_ms=ops_actions.stagger_ms(index, rate)
+        conn, row.id, f"webhook_delivery:{row.id}:r{n}", delay_ms=job_actions.stagger_ms(index, rate)
     )
     return row.id
 
@@ -464,13 +464,13 @@ _DELIVERY_READ_FOR_REDELIVERY = query(
 )
 
 
-def redeliver_one(conn: Connection, actor: ops_actions.Actor, sid: str, delivery_id: str) -> dict[str, Any]:
+def redeliver_one(conn: Connection, actor: job_actions.Actor, sid: str, delivery_id: str) -> dict[str, Any]:
     p = actor.principal
     _lock(conn, p.namespace_id, sid)
     row = run(conn, _DELIVERY_READ_FOR_REDELIVERY, {"id": delivery_id, "sid": sid}).first()
     if row is None:
         raise NotFound("delivery not found")
-    if _redeliver_locked(conn, row, actor, 0, ops_actions.DEFAULT_RATE) is None:
+    if _redeliver_locked(conn, row, actor, 0, job_actions.DEFAULT_RATE) is None:
         raise StateConflict("the delivery is already pending or running")
     _audit(
         conn,
@@ -494,12 +494,12 @@ _DELIVERIES_FAILED_SINCE = query(
 
 def redeliver_since(
     conn: Connection,
-    actor: ops_actions.Actor,
+    actor: job_actions.Actor,
     sid: str,
     since: datetime,
     *,
     include_succeeded: bool = False,
-    rate: int = ops_actions.DEFAULT_RATE,
+    rate: int = job_actions.DEFAULT_RATE,
 ) -> dict[str, Any]:
     """Every failed / dead / canceled / skipped delivery (and with ``include_succeeded`` every one)
     created since ``since``, oldest first, at most ``MAX_REDELIVER``, staggered at ``rate`` per second

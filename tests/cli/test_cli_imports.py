@@ -27,7 +27,7 @@ def reachable_from_the_cli() -> list[str]:
 def test_the_cli_reaches_the_api_schemas_but_no_web_module() -> None:
     modules = reachable_from_the_cli()
     assert "schemas.workflow_control" in modules  # the CLI validates with the API's own schemas
-    assert "app.engine.operations" in modules  # and runs the operator commands the API runs
+    assert "app.engine.operator_commands" in modules  # and runs the operator commands the API runs
     assert [m for m in modules if m.split(".")[0] == "web"] == []
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from app.db import transaction
 from app.engine import lookup
-from app.ledger import ops
+from app.ledger import job_reads
 from app.ledger.enqueue import enqueue
 
 
@@ -17,9 +17,9 @@ def test_a_count_stops_at_its_cap(db):
         for i in range(7):
             enqueue(conn, "webhook_delivery", {"n": i})
     with db.connect() as conn, conn.begin():
-        assert lookup.count_jobs(conn, ops.JobFilter(), cap=100) == 7
-        assert lookup.count_jobs(conn, ops.JobFilter(), cap=5) == 6  # cap + 1: "5+"
-        assert lookup.count_jobs(conn, ops.JobFilter(statuses=("dead",)), cap=5) == 0
+        assert lookup.count_jobs(conn, job_reads.JobFilter(), cap=100) == 7
+        assert lookup.count_jobs(conn, job_reads.JobFilter(), cap=5) == 6  # cap + 1: "5+"
+        assert lookup.count_jobs(conn, job_reads.JobFilter(statuses=("dead",)), cap=5) == 0
 
 
 def test_a_count_over_its_budget_gives_up_and_leaves_the_transaction_usable(db):
@@ -27,6 +27,6 @@ def test_a_count_over_its_budget_gives_up_and_leaves_the_transaction_usable(db):
         locker.execute(text("LOCK TABLE workflow_jobs IN ACCESS EXCLUSIVE MODE"))  # the count must wait
         with db.connect() as conn, conn.begin():
             before = conn.execute(text("SHOW statement_timeout")).scalar_one()
-            assert lookup.count_jobs(conn, ops.JobFilter(), cap=100, budget_ms=200) is None
+            assert lookup.count_jobs(conn, job_reads.JobFilter(), cap=100, budget_ms=200) is None
             assert conn.execute(text("SELECT 1")).scalar_one() == 1  # the transaction goes on
             assert conn.execute(text("SHOW statement_timeout")).scalar_one() == before

@@ -7,7 +7,7 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import Engine, text
 
-from app.engine.store import read_steps
+from app.engine.row_access import read_steps
 from app.migrate import alembic_config, upgrade
 from tests.engine.helpers import publish, start
 

@@ -10,7 +10,7 @@ from alembic import command
 from sqlalchemy import Engine, text
 
 from app.auth import Principal
-from app.engine import instances, oplog, start_keys
+from app.engine import audit_entries, instances, start_keys
 from app.idempotency import Key
 from app.migrate import alembic_config, upgrade
 from tests.engine.helpers import claim_task, complete_task, publish
@@ -42,7 +42,7 @@ def _start(eng: Engine, ns: str, def_id: str, key: str) -> str:
             conn,
             ns,
             {"definition_id": def_id, "version": "v1", "input": {"n": 1.50}, "business_key": "bk"},
-            on_created=lambda c, created: oplog.started(
+            on_created=lambda c, created: audit_entries.started(
                 c, who, created["id"], instances.instance_view(created), request_id="req-1"
             ),
             start_key=(key.key, key.fp),

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 
 from app import audit, idempotency
 from app.auth import Principal
-from app.engine import instances, oplog, retention, start_keys
+from app.engine import audit_entries, instances, retention, start_keys
 from app.errors import IdempotencyConflict
 from app.ledger.retention import RetentionPolicy
 from app.migrate import alembic_config, upgrade
@@ -37,7 +37,7 @@ def _start(eng: Engine, ns: str, def_id: str, key: str, fp: str) -> idempotency.
             conn,
             ns,
             {"definition_id": def_id, "version": "v1", "input": {"n": 1}},
-            on_created=lambda c, created: oplog.started(
+            on_created=lambda c, created: audit_entries.started(
                 c, who, created["id"], instances.instance_view(created), request_id="req-1"
             ),
             start_key=(key.key, key.fp),

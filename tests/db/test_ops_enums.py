@@ -5,7 +5,7 @@ holds."""
 from __future__ import annotations
 
 from app.db import transaction
-from app.ledger import ops, replay
+from app.ledger import job_reads, replay
 from tests.ledger_helpers import OUTBOUND, add_job, claim_one, settle, settlement
 
 
@@ -27,7 +27,7 @@ def _jobs(db) -> dict[str, int]:
 def test_the_summary_is_sorted_by_name_not_by_the_enums_order(db):
     _jobs(db)
     with transaction(db) as conn:
-        items = ops.summary(conn)["items"]
+        items = job_reads.summary(conn)["items"]
     assert [(i["type"], i["status"]) for i in items] == [
         ("delay_wake", "running"),
         ("delay_wake", "succeeded"),
@@ -41,9 +41,9 @@ def test_the_summary_is_sorted_by_name_not_by_the_enums_order(db):
 def test_an_unknown_type_or_status_in_a_filter_matches_nothing_instead_of_failing(db):
     ids = _jobs(db)
     with transaction(db) as conn:
-        assert ops.list_jobs(conn, ops.JobFilter(types=("no_such_type",))).items == []
-        assert ops.list_jobs(conn, ops.JobFilter(statuses=("no_such_status",))).items == []
-        mixed = ops.list_jobs(conn, ops.JobFilter(statuses=("dead", "no_such_status")))
+        assert job_reads.list_jobs(conn, job_reads.JobFilter(types=("no_such_type",))).items == []
+        assert job_reads.list_jobs(conn, job_reads.JobFilter(statuses=("no_such_status",))).items == []
+        mixed = job_reads.list_jobs(conn, job_reads.JobFilter(statuses=("dead", "no_such_status")))
         assert [j["id"] for j in mixed.items] == [str(ids["dead"])]
         assert replay.preview(conn, replay.ReplayFilter(types=("no_such_type",)))["count"] == 0
         assert replay.preview(conn, replay.ReplayFilter(types=("webhook_delivery",)))["count"] == 1
@@ -56,7 +56,7 @@ def test_a_running_jobs_open_attempt_is_listed_with_its_final_ones(db):
     (a literal ``'running'``) in one UNION."""
     ids = _jobs(db)
     with transaction(db) as conn:
-        running = ops.job_detail(conn, ids["running"])["attempts_history"]
-        done = ops.job_detail(conn, ids["done"])["attempts_history"]
+        running = job_reads.job_detail(conn, ids["running"])["attempts_history"]
+        done = job_reads.job_detail(conn, ids["done"])["attempts_history"]
     assert [(a["status"], a["worker_id"]) for a in running] == [("running", "w-open")]
     assert [a["status"] for a in done] == ["succeeded"]

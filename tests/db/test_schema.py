@@ -8,7 +8,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.db import transaction
 from app.files import ROOT
-from app.ledger import hints, ops
+from app.ledger import hints, job_reads
 from app.ledger.enqueue import enqueue
 from app.ledger.models import jobs, trace_is, trace_match_sql
 from app.ledger.partitions import EXECUTIONS, ensure, is_history_partition
@@ -251,7 +251,7 @@ def test_the_newest_first_list_is_an_index_scan_with_its_cursor_as_index_conditi
         seen: list[int] = []
         cursor = None
         for _ in range(6):
-            page = ops.list_jobs(conn, ops.JobFilter(), limit=10, cursor=cursor)
+            page = job_reads.list_jobs(conn, job_reads.JobFilter(), limit=10, cursor=cursor)
             seen += [int(j["id"]) for j in page.items]
             cursor = page.next_cursor
     assert seen == expected

@@ -134,7 +134,7 @@ def complete_task(engine: Engine, ns: str, task: dict, output: Any) -> dict:
 
 
 def instance(engine: Engine, iid: str) -> dict:
-    from app.engine.store import read_instance
+    from app.engine.row_access import read_instance
 
     with engine.connect() as conn:
         return instances.instance_view(read_instance(conn, iid))

@@ -1,5 +1,5 @@
 """What a task's completion sends to PostgreSQL: the task's own move and the read of its instance's steps
-are ONE statement (``store.write_reading_steps``), and the next step's first task and row are ONE
+are ONE statement (``row_access.write_reading_steps``), and the next step's first task and row are ONE
 statement (``step_moves.STEP_ACTIVATE_FIRST``, written out by hand). The outcome is the one of the statements sent one by one: the tests of
 the engine's moves cover it; these count statements."""
 
@@ -50,7 +50,7 @@ def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
     from sqlalchemy import text
 
     from app.db import transaction
-    from app.engine import store
+    from app.engine import row_access
     from app.engine.transitions.task_moves import TASK_COLS
     from app.sql import query
 
@@ -63,11 +63,13 @@ def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
     )
     with transaction(eng) as conn:
         rows = conn.execute(
-            text(store._with_steps_sql(move)),
+            text(row_access._with_steps_sql(move)),
             {"id": task["id"], "epoch": task["epoch"], "steps_of_instance": iid},
         ).all()
         assert len(rows) == 6 and [r.id for r in rows].count(task["id"]) == 1 and rows[0].id == task["id"]
-        touch = store.reading_steps(query("test_task_touch", move))
-        row, steps = store.write_reading_steps(conn, touch, {"id": task["id"], "epoch": task["epoch"]}, iid)
+        touch = row_access.reading_steps(query("test_task_touch", move))
+        row, steps = row_access.write_reading_steps(
+            conn, touch, {"id": task["id"], "epoch": task["epoch"]}, iid
+        )
         assert row.id == task["id"] and sorted(s["key"] for s in steps) == [f"s{i}" for i in range(6)]
-        assert store.write_reading_steps(conn, touch, {"id": task["id"], "epoch": 99}, iid) == (None, [])
+        assert row_access.write_reading_steps(conn, touch, {"id": task["id"], "epoch": 99}, iid) == (None, [])

@@ -160,7 +160,7 @@ def test_a_listener_in_another_namespace_fans_out_nothing_here(eng) -> None:
 def test_the_instance_lock_answers_the_listener_question_and_creates_no_job_without_an_event(eng) -> None:
     """The instance lock also reads whether the namespace listens (the first event asks nothing more);
     a transaction that locks and emits nothing fans out nothing, one that emits gets one job."""
-    from app.engine.store import lock_instance
+    from app.engine.row_access import lock_instance
 
     ns = "ns-" + new_id()[:8]
     def_id = publish(eng, ns, DOC)
@@ -194,7 +194,7 @@ def test_the_instance_lock_counts_only_listeners_of_the_instances_own_namespace(
     """Regression: the lock's listener question named ``namespace_id`` unqualified, which inside it is
     the listener's own column: an enabled subscription in any namespace gave every locked transaction
     of every namespace an ``event_dispatch`` job."""
-    from app.engine.store import lock_instance
+    from app.engine.row_access import lock_instance
 
     ns = "ns-" + new_id()[:8]
     def_id = publish(eng, ns, DOC)

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from app.db import transaction
 from app.engine import history, recovery, task_protocol
-from app.engine.store import read_step, read_steps
+from app.engine.row_access import read_step, read_steps
 from app.engine.transitions import TransitionRefused, step_moves
 from app.errors import NotFound, StateConflict
 from app.ids import new_id

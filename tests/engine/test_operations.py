@@ -1,4 +1,4 @@
-"""The operator commands of ``app.engine.operations`` called directly (no Flask, no request context), as
+"""The operator commands of ``app.engine.operator_commands`` called directly (no Flask, no request context), as
 the CLI calls them: each runs the command, writes its audit row with the given principal and request id,
 and returns the view the API answers with; an instance outside the principal's namespace or queue scope
 is not found (W-API-1)."""
@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 import schemas
 from app.auth import Principal
 from app.db import transaction
-from app.engine import operations
+from app.engine import operator_commands
 from app.errors import NotFound, StateConflict
 from app.ids import new_id
 from schemas.workflow_control import ControlRequest, SignalRequest
@@ -51,7 +51,7 @@ def _control(
         },
     )
     with transaction(eng) as conn:
-        return operations.control_workflow(conn, principal or _principal(), iid, req, request_id=rid)
+        return operator_commands.control_workflow(conn, principal or _principal(), iid, req, request_id=rid)
 
 
 def test_control_runs_audits_and_answers_the_instance_view(eng: Engine) -> None:
@@ -80,7 +80,9 @@ def test_an_instance_outside_the_principals_scope_is_not_found(eng: Engine) -> N
     with pytest.raises(NotFound):
         _control(eng, "not-an-id", "PAUSE", 1, "req-bad-id")
     with transaction(eng) as conn:
-        assert operations.visible_instance(conn, _principal(queues=("q1",)), iid)["id"] == iid  # no queues
+        assert (
+            operator_commands.visible_instance(conn, _principal(queues=("q1",)), iid)["id"] == iid
+        )  # no queues
     assert _audit(eng, "req-other-ns") == [] and _audit(eng, "req-bad-id") == []
 
 
@@ -100,7 +102,7 @@ def test_send_signal_audits_the_acceptance_on_the_signal(eng: Engine) -> None:
         },
     )
     with transaction(eng) as conn:
-        sig = operations.send_signal(conn, _principal(), iid, req, request_id="req-signal")
+        sig = operator_commands.send_signal(conn, _principal(), iid, req, request_id="req-signal")
     assert sig["state"] == "CONSUMED" and sig["name"] == "done"
     accepted = [a for a in _audit(eng, "req-signal") if a.action == "signal.accepted"]
     assert [(a.target_type, a.target_id, a.reason, a.evidence_ref) for a in accepted] == [
@@ -112,7 +114,7 @@ def test_send_signal_audits_the_acceptance_on_the_signal(eng: Engine) -> None:
 def _recover(eng: Engine, iid: str, body: dict, rid: str) -> dict:
     req = schemas.load(RecoveryRequest(), body)
     with transaction(eng) as conn:
-        return operations.recover_workflow(conn, _principal(), iid, req, request_id=rid)
+        return operator_commands.recover_workflow(conn, _principal(), iid, req, request_id=rid)
 
 
 def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng: Engine) -> None:
@@ -157,7 +159,7 @@ def test_recover_a_step_in_review_and_resolve_an_instance_in_review(eng: Engine)
 
 def test_engine_health_actions_are_audited_with_their_request_id(eng: Engine) -> None:
     platform = Principal("cred-ops", "operator", NS, "shop", frozenset(), None, platform=True)
-    ran = operations.drain_now(platform, "routine check", request_id="req-drain")
+    ran = operator_commands.drain_now(platform, "routine check", request_id="req-drain")
     assert ran["ran"] is True and ran["reclaimed_to_pending"] == 0 and ran["reclaimed_ids"] == []
     [a] = _audit(eng, "req-drain")
     assert (a.action, a.target_type, a.target_id, a.reason) == (
@@ -167,7 +169,7 @@ def test_engine_health_actions_are_audited_with_their_request_id(eng: Engine) ->
         "routine check",
     )
     assert a.before == {"stuck": 0, "stuck_ids": [], "due_by_queue": {}} and a.after == ran
-    assert operations.republish_hints(platform, "nudge", request_id="req-hints") == {"published": {}}
+    assert operator_commands.republish_hints(platform, "nudge", request_id="req-hints") == {"published": {}}
     [a] = _audit(eng, "req-hints")
     assert (a.action, a.target_id, a.before, a.after) == (
         "engine.republish_hints",
@@ -176,7 +178,7 @@ def test_engine_health_actions_are_audited_with_their_request_id(eng: Engine) ->
         {"published": {}},
     )
     with transaction(eng) as conn, pytest.raises(NotFound):
-        operations.reclaim_node(conn, platform, "node-unknown", "gone", request_id="req-reclaim")
+        operator_commands.reclaim_node(conn, platform, "node-unknown", "gone", request_id="req-reclaim")
     with eng.begin() as conn:
         conn.execute(
             text(
@@ -186,7 +188,7 @@ def test_engine_health_actions_are_audited_with_their_request_id(eng: Engine) ->
             )
         )
     with transaction(eng) as conn, pytest.raises(StateConflict):
-        operations.reclaim_node(conn, platform, "node-live", "gone", request_id="req-reclaim")
+        operator_commands.reclaim_node(conn, platform, "node-live", "gone", request_id="req-reclaim")
     assert _audit(eng, "req-reclaim") == []
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import store, task_protocol
+from app.engine import row_access, task_protocol
 from app.engine.transitions import task_moves
 from app.sql_text import pyformat
 from tests.engine.helpers import claim_task, complete_task, definition, publish, start, statements_seen
@@ -107,7 +107,7 @@ def test_a_claim_still_takes_the_oldest_claimable_tasks(eng) -> None:
 
 
 def test_an_ending_instance_finds_its_open_work_by_index(eng) -> None:
-    """The end of an instance reads what it left open (``store.open_work``) and cancels its waiting waits
+    """The end of an instance reads what it left open (``row_access.open_work``) and cancels its waiting waits
     through indexes: no sequential scan of every tenant's waits (migration 0023; fails before, when
     ``workflow_waits`` had no index on its instance)."""
     _fill(eng)
@@ -128,7 +128,7 @@ FROM generate_series(1, :n) g"""
     cancel = text(
         "UPDATE workflow_waits SET state = 'CANCELLED' WHERE instance_id = :i AND state = 'WAITING'"
     )
-    for statement in (text(store._OPEN_WORK.text), cancel):
+    for statement in (text(row_access._OPEN_WORK.text), cancel):
         nodes = _plan(eng, statement, {"i": f"{NS}-i100"})
         assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], [n.get("Relation Name") for n in nodes]
 

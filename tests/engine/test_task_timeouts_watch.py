@@ -8,8 +8,8 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from app.db import transaction
-from app.engine import control, stopping, work
-from app.engine.store import read_instance
+from app.engine import control, jobs_and_tasks, stopping
+from app.engine.row_access import read_instance
 from app.ids import new_id
 from tests.engine.helpers import (
     claim_task,
@@ -232,7 +232,7 @@ def test_a_deadline_wake_enqueued_before_the_watch_still_fails_its_instance(eng)
     iid = start(eng, NS, def_id, {})["id"]
     with transaction(eng) as conn:  # as an older release enqueued it; due now, the deadline passed
         inst = read_instance(conn, iid)
-        work.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=None)
+        jobs_and_tasks.wake(conn, inst, "deadline", key=f"deadline:{iid}", run_at=None)
         conn.execute(
             text("UPDATE workflow_instances SET deadline_at = now() - interval '1 ms' WHERE id = :i"),
             {"i": iid},
@@ -250,9 +250,9 @@ def test_a_watch_canceled_with_the_work_is_armed_again_later_in_the_same_transac
     iid = start(eng, NS, def_id, {})["id"]
     with transaction(eng) as conn:
         inst = read_instance(conn, iid)
-        work.arm_watch(conn, inst, 5)  # earlier than the task: the watch moves
+        jobs_and_tasks.arm_watch(conn, inst, 5)  # earlier than the task: the watch moves
         stopping.close_work(conn, inst, "FAILED")  # the work closes: the pending watch is canceled
-        work.arm_watch(conn, inst, 3600)  # asked later than before: still a watch of its own
+        jobs_and_tasks.arm_watch(conn, inst, 3600)  # asked later than before: still a watch of its own
     assert [j.status for j in _deadline_jobs(eng, iid)] == ["canceled", "pending"]
     with eng.connect() as conn:
         due_in = conn.execute(
@@ -274,7 +274,7 @@ def _statements_on_jobs(eng, call) -> list[str]:
 
 def test_a_next_task_due_no_earlier_than_the_completed_one_arms_nothing(eng):
     """The completed task was open under the instance's lock, so the watch is due no later than its
-    deadline (work.watch_covers): the next step's task, due later, sends no statement on the jobs (the arm
+    deadline (jobs_and_tasks.watch_covers): the next step's task, due later, sends no statement on the jobs (the arm
     took a row lock on the watch at every step before). A next task due earlier moves the watch earlier."""
     def_id = publish(
         eng,

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from app.db import transaction
 from app.engine import retention as engine_retention
 from app.engine import task_protocol
-from app.engine.store import read_step
+from app.engine.row_access import read_step
 from app.engine.transitions import TransitionRefused, step_moves
 from app.ids import new_id
 from app.ledger.enqueue import enqueue

@@ -263,7 +263,7 @@ def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(
     from datetime import timedelta
 
     from app.db_time import db_now
-    from app.ledger.ops_actions import Actor
+    from app.ledger.job_actions import Actor
     from tests.web.webhook_receiver import start_receiver
 
     receiver = start_receiver()

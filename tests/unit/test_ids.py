@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from app.engine.store import step_row_id
+from app.engine.row_access import step_row_id
 from app.ids import HEX32, name_id, new_id, new_request_id
 
 

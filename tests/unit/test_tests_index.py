@@ -15,15 +15,15 @@ def test_the_index_of_tests_by_module_is_current() -> None:
 def test_an_import_is_resolved_to_the_module_it_names() -> None:
     modules = index.source_modules()
     source = (
-        "from app.engine import advance\n"
-        "from app.engine.store import read_step\n"
+        "from app.engine import driver\n"
+        "from app.engine.row_access import read_step\n"
         "def f():\n"
         "    import app.engine.handlers.timers\n"
         "    from json import dumps\n"
     )
     assert index.imported_modules(source, modules) == {
-        "app.engine.advance",
-        "app.engine.store",
+        "app.engine.driver",
+        "app.engine.row_access",
         "app.engine.handlers.timers",
     }
 

@@ -1,6 +1,6 @@
 """A workflow start writes no ``idempotency_receipts`` row and no ``operation_audit`` row (issue 27): its
 Idempotency-Key is kept on the instance row and its response on the start's event batch
-(``app.engine.start_keys``), its ``workflow.start`` audit entry in that batch (``oplog.started``). Every
+(``app.engine.start_keys``), its ``workflow.start`` audit entry in that batch (``audit_entries.started``). Every
 guarantee of W-START-7 / W-START-8 and W-AUDIT holds as it did with the rows."""
 
 from __future__ import annotations

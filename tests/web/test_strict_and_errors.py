@@ -155,7 +155,7 @@ def test_database_unreachable_is_503_without_internals(app, monitor, monkeypatch
 
 
 def test_unexpected_error_is_500_problem_without_trace(app, monitor, monkeypatch):
-    import app.ledger.ops as ops
+    import app.ledger.job_reads as ops
 
     def boom(conn):
         raise RuntimeError("secret internal detail")

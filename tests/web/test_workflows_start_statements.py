@@ -1,6 +1,6 @@
 """A workflow start in steady state costs at most 10 SQL statements, authentication included:
 counted as the psycopg cursor executions they are (transaction control aside). The new instance's watch
-is inserted with the start's other inserts, not looked up first (``work.watch_absent``)."""
+is inserted with the start's other inserts, not looked up first (``jobs_and_tasks.watch_absent``)."""
 
 from __future__ import annotations
 

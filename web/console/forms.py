@@ -2,7 +2,7 @@
 step (W-SIG). Each is validated by the API's own schema (``StartRequest``, ``SignalRequest``) and the
 engine's contract checks; a refusal shows the form again with each error beside its field and every
 value kept. The start writes the API's ``workflow.start`` audit entry; the signal goes through
-``app.engine.operations.send_signal`` (acceptance audited on the signal)."""
+``app.engine.operator_commands.send_signal`` (acceptance audited on the signal)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from flask import Response, flash, redirect, render_template, request, url_for
 import schemas
 from app.auth import Scope
 from app.db import transaction
-from app.engine import definitions, instances, operations, overview
+from app.engine import definitions, instances, operator_commands, overview
 from app.errors import NotFound
 from app.ids import is_hex32
 from schemas.workflow_control import SignalRequest
@@ -142,7 +142,7 @@ def signal_submit(instance_id: str) -> Response:
         req = schemas.load(SignalRequest(), raw)
         require_confirmation(form)
         with transaction() as conn:
-            sig = operations.send_signal(conn, principal(), instance_id, req, request_id=request_id())
+            sig = operator_commands.send_signal(conn, principal(), instance_id, req, request_id=request_id())
         flash(
             f"Signal {sig['name']} accepted: {sig['state']}{' (' + sig['disposition'] + ')' if sig.get('disposition') else ''}."
         )

@@ -1,7 +1,7 @@
 """Engine health (the seed's engine diagnostics, SPEC L-STATUS / L-PAUSE-5) and the charts page.
 
 Directed recovery: each action's page shows what it would change (a read) and applies only with a
-reason and a confirmation; the application is the operator command of ``app.engine.operations``, which
+reason and a confirmation; the application is the operator command of ``app.engine.operator_commands``, which
 writes an audit row (``engine.*``) with the preview it ran against and what it did."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from flask import Response, render_template, request
 import schemas
 from app.auth import Scope
 from app.db import transaction
-from app.engine import operations
+from app.engine import operator_commands
 from app.errors import NotFound
 from app.ledger import nodes, status
 from app.observability import metrics
@@ -69,7 +69,7 @@ def run_drain() -> Response:
     platform_view()
 
     def work() -> Response:
-        out = operations.drain_now(principal(), _reason(), request_id=request_id())
+        out = operator_commands.drain_now(principal(), _reason(), request_id=request_id())
         if not out["ran"]:
             return done(
                 "The drain is running elsewhere right now (its lock is held); nothing done here.",
@@ -92,7 +92,7 @@ def publish_hints() -> Response:
 
     def work() -> Response:
         queues = list(
-            operations.republish_hints(principal(), _reason(), request_id=request_id())["published"]
+            operator_commands.republish_hints(principal(), _reason(), request_id=request_id())["published"]
         )
         pools = ", ".join(pool_name(q) for q in queues) or "no pool (nothing is due)"
         return done(f"Wake hints re-published for {pools}.", "console.health")
@@ -122,7 +122,7 @@ def reclaim_node(node_id: str) -> Response:
     def work() -> Response:
         reason = _reason()
         with transaction() as conn:
-            out = operations.reclaim_node(conn, principal(), node_id, reason, request_id=request_id())
+            out = operator_commands.reclaim_node(conn, principal(), node_id, reason, request_id=request_id())
         return done(
             f"Reclaimed {len(out['reclaimed'])} job(s) of node {node_id}.", "console.node", node_id=node_id
         )

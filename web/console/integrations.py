@@ -16,7 +16,7 @@ from app.auth import Scope
 from app.db import transaction
 from app.engine import lookup
 from app.integrations import automation, subscriptions
-from app.ledger.ops_actions import Actor
+from app.ledger.job_actions import Actor
 from schemas.integrations import ReasonRequest, RedeliverSinceRequest, RotateRequest
 from web.console.common import (
     bp,

@@ -1,7 +1,7 @@
 """Job ledger pages (SPEC L-UI-1, L-STATUS, L-OPS): the status panel, the filtered list with totals and
 previous / next paging (refreshing itself), job detail, the trace chain and its bundle, retry / skip /
 batch, replay with preview, failure clusters. Requests are validated by the API's own schemas; actions
-call the same ``ops_actions`` functions (which write the audit rows) inside one transaction. A refused
+call the same ``job_actions`` functions (which write the audit rows) inside one transaction. A refused
 filter or action shows the page again with the error beside its field and what was typed."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from app.engine import lookup
 from app.errors import InvalidArgument
 from app.ids import new_id
 from app.integrations import subscriptions
-from app.ledger import ops, ops_actions, replay, status
+from app.ledger import job_actions, job_reads, replay, status
 from schemas.jobs import (
     BatchRetryBody,
     BatchSkipBody,
@@ -72,7 +72,7 @@ REPLAY_LISTS = ("statuses", "types")
 REPLAY_INTS = ("min_age_seconds", "max_age_seconds", "sample_size", "rate", "limit")
 
 
-def parse_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
+def parse_filter(args: Any) -> tuple[job_reads.JobFilter, dict[str, Any]]:
     """The list filter of query fields (the API's schema validates them) and the values to show back in
     the filter form (times in the ``datetime-local`` format, so the next Filter click keeps them)."""
     raw = {k: v for k, v in clean_args(args).items() if k in FILTER_FIELDS}
@@ -87,8 +87,8 @@ def parse_filter(args: Any) -> tuple[ops.JobFilter, dict[str, Any]]:
     return job_filter(loaded), shown
 
 
-def _actor(reason: str | None) -> ops_actions.Actor:
-    return ops_actions.Actor(
+def _actor(reason: str | None) -> job_actions.Actor:
+    return job_actions.Actor(
         principal=principal(), request_id=request_id(), reason=reason, operation_id=new_id()
     )
 
@@ -116,7 +116,7 @@ def _jobs_page(status_code: int = 200) -> tuple[str, int]:
     def load(c: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"items": [], "next": None, "total": 0, "namespaces": {}}
         if f is not None and q is not None:
-            listing = ops.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor"))
+            listing = job_reads.list_jobs(c, f, limit=q["limit"], cursor=q.get("cursor"))
             out.update(
                 items=listing.items, next=listing.next_cursor, total=lookup.count_jobs(c, f, COUNT_CAP)
             )
@@ -164,7 +164,7 @@ def _job_page(job_id: int) -> str:
     ns = job_scope()
 
     def load(c: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
-        detail = ops.job_detail(c, job_id, ns)
+        detail = job_reads.job_detail(c, job_id, ns)
         delivery = None
         if detail["type"] == "webhook_delivery" and isinstance(detail.get("payload"), dict):
             delivery = subscriptions.delivery_links(c, detail["payload"].get("delivery_id"), ns)
@@ -177,8 +177,8 @@ def _job_page(job_id: int) -> str:
         delivery=delivery,
         instance_ns=namespaces.get(detail["instance_id"] or ""),
         can_read_workflows=can(Scope.WORKFLOWS_READ),
-        can_retry=ops_actions.retry_refusal(detail["status"], detail["attempts"]) is None,
-        can_skip=ops_actions.skip_refusal(detail["status"]) is None,
+        can_retry=job_actions.retry_refusal(detail["status"], detail["attempts"]) is None,
+        can_skip=job_actions.skip_refusal(detail["status"]) is None,
     )
 
 
@@ -195,7 +195,7 @@ def chain(trace_id: str) -> str:
     ns = job_scope()
 
     def load(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        ch = ops.chain(c, tid, namespace_id=ns)
+        ch = job_reads.chain(c, tid, namespace_id=ns)
         ids = [i["id"] for i in ch.get("instances", [])] + [j["instance_id"] for j in ch["jobs"]]
         return ch, lookup.instance_namespaces(c, ids)
 
@@ -288,13 +288,13 @@ def _one(raw_id: str, schema: type[Schema], act: Callable[..., dict[str, Any]], 
 @bp.post("/jobs/<id>/retry")
 @page(OPERATE)
 def retry(id: str) -> Response:
-    return _one(id, RetryBody, ops_actions.retry_one, "retried")
+    return _one(id, RetryBody, job_actions.retry_one, "retried")
 
 
 @bp.post("/jobs/<id>/skip")
 @page(OPERATE)
 def skip(id: str) -> Response:
-    return _one(id, SkipBody, ops_actions.skip_one, "skipped")
+    return _one(id, SkipBody, job_actions.skip_one, "skipped")
 
 
 def _matching_ids(filter_qs: str) -> list[str]:
@@ -303,7 +303,7 @@ def _matching_ids(filter_qs: str) -> list[str]:
     ids: list[str] = []
     cursor = None
     while len(ids) < ALL_MATCHING_MAX:
-        page_ = read(functools.partial(ops.list_jobs, f=f, limit=100, cursor=cursor))
+        page_ = read(functools.partial(job_reads.list_jobs, f=f, limit=100, cursor=cursor))
         ids += [str(j["id"]) for j in page_.items]
         cursor = page_.next_cursor
         if not cursor:
@@ -337,9 +337,9 @@ def batch() -> Response:
         job_ids = [int(i) for i in b["job_ids"]]
         with transaction() as conn:
             if action == "retry":
-                out = ops_actions.batch_retry(conn, job_ids, _actor(b["reason"]), rate=b["rate"])
+                out = job_actions.batch_retry(conn, job_ids, _actor(b["reason"]), rate=b["rate"])
             else:
-                out = ops_actions.batch_skip(conn, job_ids, _actor(b["reason"]))
+                out = job_actions.batch_skip(conn, job_ids, _actor(b["reason"]))
         return done(_batch_message(action, out), "console.jobs")
 
     return in_place(
@@ -365,7 +365,7 @@ def replay_run() -> Response:
         require_confirmation(request.form)
         f = replay_filter(b)
         with transaction() as conn:
-            out = ops_actions.replay(conn, f, _actor(b["reason"]), limit=b["limit"], rate=b["rate"])
+            out = job_actions.replay(conn, f, _actor(b["reason"]), limit=b["limit"], rate=b["rate"])
         return done(_batch_message("replay", out), "console.jobs", status="pending")
 
     return in_place("replay", ("rate", "limit", "reason", "confirm"), work, lambda: _replay_page()[0])

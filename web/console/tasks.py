@@ -13,7 +13,7 @@ from app import settings
 from app.auth import Scope
 from app.db import transaction
 from app.engine import lookup, task_protocol
-from app.engine.operations import check_queue_scope
+from app.engine.operator_commands import check_queue_scope
 from app.errors import NotFound
 from schemas.tasks import ClaimRequest, CompleteRequest, FailRequest
 from web.console.common import (

@@ -21,12 +21,12 @@ import schemas
 from app import audit, settings
 from app.auth import Scope
 from app.db import transaction
-from app.engine import history, instances, lookup, operations, overview, rerun_links, signals, traces
+from app.engine import history, instances, lookup, operator_commands, overview, rerun_links, signals, traces
 from app.engine.control import OPERATIONS
-from app.engine.operations import check_queue_scope
+from app.engine.operator_commands import check_queue_scope
 from app.engine.recovery import RESOLUTIONS
+from app.engine.row_access import MISSING
 from app.engine.states import TERMINAL
-from app.engine.store import MISSING
 from app.errors import InvalidArgument, NotFound
 from schemas.workflow_control import ControlRequest
 from schemas.workflow_history import RecoveryRequest
@@ -354,7 +354,9 @@ def workflow_control(instance_id: str) -> Response:
         )
         require_confirmation(request.form)
         with transaction() as conn:
-            view = operations.control_workflow(conn, principal(), instance_id, req, request_id=request_id())
+            view = operator_commands.control_workflow(
+                conn, principal(), instance_id, req, request_id=request_id()
+            )
         paused = " (paused)" if view["paused"] else ""
         return done(
             f"{req['operation'].capitalize()} applied: {view['state']}{paused}, control revision "
@@ -388,7 +390,9 @@ def workflow_recovery(instance_id: str) -> Response:
         req = schemas.load(RecoveryRequest(), raw)
         require_confirmation(form)
         with transaction() as conn:
-            out = operations.recover_workflow(conn, principal(), instance_id, req, request_id=request_id())
+            out = operator_commands.recover_workflow(
+                conn, principal(), instance_id, req, request_id=request_id()
+            )
         return done(
             f"{req['action']} applied: the workflow is {out['instance']['state']}.",
             "console.workflow",

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import transaction_state
+from app.engine.row_access import lock_instance, read_step, read_steps
 from app.engine.states import TERMINAL
-from app.engine.store import lock_instance, read_step, read_steps
 from app.errors import NotFound
 from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
@@ -87,7 +87,7 @@ def steps_of_activation(
 ) -> tuple[dict | None, dict[str, dict]]:
     """``step_of_activation`` and every step row of the instance by key, in one read when a step's current
     activation is ``activation_id`` (the wake of a live step, as almost every one is): the rows a driver
-    call (``advance.complete_step``) takes instead of reading them again. Otherwise the activation is
+    call (``driver.complete_step``) takes instead of reading them again. Otherwise the activation is
     looked up as ``step_of_activation`` does (an older activation: None; a foreign one: refused)."""
     rows = {r["key"]: r for r in read_steps(conn, instance_id)}
     for step in rows.values():

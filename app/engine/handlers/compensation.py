@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from app.engine import oplog, work
+from app.engine import audit_entries, jobs_and_tasks
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import Ignore
 from app.engine.handlers.common import run_advance
@@ -37,7 +37,7 @@ def create_compensation_task(conn: Connection, inst: dict, item: dict, index: in
         "activation_id": item["activation_id"],
         "order": index + 1,
     }
-    return work.create_task(
+    return jobs_and_tasks.create_task(
         conn,
         inst,
         row.step_id,
@@ -45,7 +45,7 @@ def create_compensation_task(conn: Connection, inst: dict, item: dict, index: in
         item["activation_id"],
         item["queue"],
         task_input,
-        timeout_seconds=work.COMPENSATION_TASK_SECONDS,
+        timeout_seconds=jobs_and_tasks.COMPENSATION_TASK_SECONDS,
         purpose="COMPENSATION",
         compensation_of_output=row.output,
     )
@@ -61,7 +61,7 @@ def compensation_action(ctx: JobContext):
             return {"skipped": item.reason}
         task_id = create_compensation_task(conn, inst, item, index)
         instance_moves.set_compensation_task(conn, inst["id"], task_id)
-        oplog.advance(
+        audit_entries.advance(
             conn,
             inst,
             "workflow.compensation.issued",

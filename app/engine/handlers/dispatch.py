@@ -20,8 +20,8 @@ from typing import Any
 from app.engine.documents import DEFAULT_TRIGGER_TIMEOUT_SECONDS
 from app.engine.handlers import outbound
 from app.engine.handlers.common import bind
+from app.engine.row_access import MISSING, lock_instance, step_specs, version_document
 from app.engine.states import TERMINAL
-from app.engine.store import MISSING, lock_instance, step_specs, version_document
 from app.engine.task_protocol import read_task, task_view
 from app.ledger import handlers
 from app.ledger.context import JobContext

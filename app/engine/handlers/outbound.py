@@ -19,8 +19,8 @@ from sqlalchemy import Connection
 
 from app import jsonx
 from app.engine import stopping
+from app.engine.row_access import lock_instance
 from app.engine.states import TERMINAL
-from app.engine.store import lock_instance
 from app.ledger.context import JobContext
 from app.ledger.http import HttpResult, SafeHttp
 from app.ledger.outcome import EXTERNAL_OUTCOME_UNKNOWN

@@ -5,7 +5,7 @@ A SUBWORKFLOW step with ``for_each`` (a fan-out, ``decide.fanout``) has one chil
 starts the first ``max_parallel`` children, and each child's join counts the activation's children and
 starts the next elements, or settles the step (the children's outputs in element order, or the first
 failed element). New children start only while the parent runs (not paused, not in review, no cancel);
-a resume or a review left enqueues the spawn again (``advance.fanout_top_up``)."""
+a resume or a review left enqueues the spawn again (``driver.fanout_top_up``)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import activation, advance, instances, mapping, oplog, snapshot
+from app.engine import activation, audit_entries, driver, instances, mapping, snapshot
 from app.engine.decide import fanout as decide_fanout
 from app.engine.decide import wakes as decide
 from app.engine.decide.model import CompleteStep, FailStep, Ignore
 from app.engine.handlers.common import bind, run_advance, step_of_activation
+from app.engine.row_access import MISSING, read_instance, read_step, step_specs, version_document
 from app.engine.snapshot import step_model
 from app.engine.states import InstanceState, StepState
-from app.engine.store import MISSING, read_instance, read_step, step_specs, version_document
 from app.engine.transitions import instance_moves, step_moves
 from app.errors import InvalidArgument, LimitExceeded, NotFound, QuotaExceeded
 from app.ledger import handlers
@@ -56,7 +56,7 @@ def subprocess_spawn(ctx: JobContext):
                     body,
                     trace_id=inst["trace_id"],
                     parent=(inst["id"], step["key"]),
-                    on_created=lambda c, created: oplog.advance(
+                    on_created=lambda c, created: audit_entries.advance(
                         c,
                         created,
                         "workflow.start",
@@ -64,9 +64,7 @@ def subprocess_spawn(ctx: JobContext):
                     ),
                 )
         except (InvalidArgument, NotFound) as exc:
-            advance.fail_step(
-                conn, inst["id"], step, {"code": "CHILD_START_REJECTED", "message": exc.message}
-            )
+            driver.fail_step(conn, inst["id"], step, {"code": "CHILD_START_REJECTED", "message": exc.message})
             return {"rejected": exc.message}
         step_moves.set_child(conn, step, child["id"])
         instance_moves.touch(conn, inst["id"])
@@ -97,7 +95,7 @@ def subprocess_join(ctx: JobContext):
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
         assert step is not None  # child_ended answers Ignore without a step
-        advance.follow(conn, inst["id"], step, verdict)
+        driver.follow(conn, inst["id"], step, verdict)
         return {"joined": child_id, "state": child["state"]}
 
     return run_advance(ctx, write)
@@ -115,7 +113,7 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
         for c in snapshot.fanout_children(conn, act):
             if c["state"] == InstanceState.SUCCEEDED and c["element"] < len(items):
                 outputs[c["element"]] = c["output"]
-        advance.complete_step(conn, inst["id"], step, outputs)
+        driver.complete_step(conn, inst["id"], step, outputs)
         return {"step": "succeeded"}
     if isinstance(verdict, FailStep):
         first = decide_fanout.first_failure(
@@ -128,7 +126,7 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
         )
         if "task_id" in first:
             first["child_workflow_id"] = first.pop("task_id")
-        advance.fail_step(conn, inst["id"], step, {**verdict.error, **first})
+        driver.fail_step(conn, inst["id"], step, {**verdict.error, **first})
         return {"step": "failed"}
     assert isinstance(verdict, decide_fanout.StartElements)
     if not verdict.indexes:
@@ -161,10 +159,10 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
                 raise
             break
         except mapping.MappingTooLarge as exc:
-            advance.fail_step(conn, inst["id"], step, {**exc.error(), "element": i})
+            driver.fail_step(conn, inst["id"], step, {**exc.error(), "element": i})
             return {"step": "failed"}
         except (InvalidArgument, NotFound) as exc:
-            advance.fail_step(
+            driver.fail_step(
                 conn,
                 inst["id"],
                 step,
@@ -180,6 +178,6 @@ def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:
 def _audit_start(step_key: str, element: int) -> Callable[[Connection, dict], None]:
     def audit(conn: Connection, created: dict) -> None:
         after = {**instances.instance_view(created), "parent_step_key": step_key, "element": element}
-        oplog.advance(conn, created, "workflow.start", after=after)
+        audit_entries.advance(conn, created, "workflow.start", after=after)
 
     return audit

@@ -1,11 +1,11 @@
-"""``task_timeout`` jobs: ONE per open instance, its watch (``work.arm_watch``), enforces the workflow
+"""``task_timeout`` jobs: ONE per open instance, its watch (``jobs_and_tasks.arm_watch``), enforces the workflow
 deadline and the deadlines of the instance's open tasks. It is due at the earlier of the two (a new task
 moves it earlier; a pause keeps its remainder and a resume sets it to the earlier of the workflow
 deadline, which never moves, and the open tasks' deadlines, moved on by the pause: ``control``). When it
 runs, in time order:
 
 - every open task whose deadline passed before the workflow deadline times out; the step's retry policy
-  (TASK) or its round budget (POLL) decides what comes next (``advance.task_ended``);
+  (TASK) or its round budget (POLL) decides what comes next (``driver.task_ended``);
 - then, the workflow deadline passed and no stop requested: the instance FAILS (DEADLINE_EXCEEDED,
   stop_kind FAILURE; its open tasks are canceled, completed steps compensated: ``stopping.stop``);
 - an instance whose stop was requested has no deadline left: only its tasks' deadlines count (a
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from app.engine import stopping, task_protocol, work
+from app.engine import jobs_and_tasks, stopping, task_protocol
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide.model import Stop
 from app.engine.handlers.common import bind, run_advance
+from app.engine.row_access import read_instance
 from app.engine.snapshot import inst_model
 from app.engine.states import TERMINAL
-from app.engine.store import read_instance
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.sql import query, run
@@ -38,7 +38,7 @@ from app.sql import query, run
 # stopping or ended, its workflow deadline (NULL: nothing left to watch).
 _NEXT_DUE = query(
     "instance_watch_next_due",
-    f"SELECT EXTRACT(EPOCH FROM {work.WATCH_DUE_SQL} - now())::float8 FROM workflow_instances i WHERE i.id = :i",
+    f"SELECT EXTRACT(EPOCH FROM {jobs_and_tasks.WATCH_DUE_SQL} - now())::float8 FROM workflow_instances i WHERE i.id = :i",
 )
 
 
@@ -66,7 +66,7 @@ def watch(conn: Connection, inst: dict) -> dict:
         out["timed_out"] += task_protocol.time_out_overdue(conn, current)
     nxt = run(conn, _NEXT_DUE, {"i": inst["id"]}).scalar()
     if nxt is not None:
-        work.arm_watch(conn, current, max(0.0, nxt))
+        jobs_and_tasks.arm_watch(conn, current, max(0.0, nxt))
     return out
 
 

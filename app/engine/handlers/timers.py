@@ -2,7 +2,7 @@
 is due, a TASK step's retry backoff passed, an early signal expired, a cancel's in-flight leases ran out;
 and ``deadline``: an instance's deadline passed (then it FAILS, stop_kind FAILURE), a wake only jobs
 enqueued before instances had a watch carry (the watch, ``handlers.task_timeouts``, enforces the
-deadline now). Each wake asks its decision in ``app.engine.decide`` and applies it through ``app.engine.advance`` / ``stopping``. An unknown wake
+deadline now). Each wake asks its decision in ``app.engine.decide`` and applies it through ``app.engine.driver`` / ``stopping``. An unknown wake
 is a permanent failure (the job is dead), never a silent success.
 
 The two wakes that end a wait (``timer``, ``signal_timeout``) keep their effect receipt on the wait: the
@@ -18,13 +18,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import activation, advance, signal_match, snapshot, stopping
+from app.engine import activation, driver, signal_match, snapshot, stopping
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide import wakes as decide
 from app.engine.decide.model import FailStep, Ignore
 from app.engine.handlers.common import bind, run_advance, step_of_activation, steps_of_activation
+from app.engine.row_access import MISSING, step_specs, version_document
 from app.engine.snapshot import inst_model, step_model
-from app.engine.store import MISSING, step_specs, version_document
 from app.engine.transitions import wait_moves
 from app.ledger import handlers
 from app.ledger.context import JobContext
@@ -64,7 +64,7 @@ def _timer(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
         return {"skipped": "the timer is not due or already resolved"}
     # ``inst`` is the row run_advance locked, ``rows`` were read under that lock; resolving the wait wrote
     # neither: progress settles from them without reading them again
-    advance.complete_step(conn, inst["id"], step, MISSING, inst=inst, rows=rows)
+    driver.complete_step(conn, inst["id"], step, MISSING, inst=inst, rows=rows)
     return {"fired": step["key"]}
 
 
@@ -75,7 +75,7 @@ def _signal_timeout(conn: Connection, inst: dict, p: dict, operation_key: str) -
     assert step is not None  # signal_timeout answers Ignore without a step
     if not wait_moves.try_expire_due(conn, p["activation_id"], operation_key):
         return {"skipped": "the wait was resolved or is not due"}
-    advance.fail_step(conn, inst["id"], step, dict(decide.SIGNAL_TIMEOUT))
+    driver.fail_step(conn, inst["id"], step, dict(decide.SIGNAL_TIMEOUT))
     return {"expired": step["key"]}
 
 
@@ -88,7 +88,7 @@ def _poll(conn: Connection, inst: dict, p: dict) -> dict:
         return {"skipped": verdict.reason}
     assert step is not None and poll is not None  # poll_wake answers Ignore without them
     if isinstance(verdict, FailStep):
-        advance.fail_step(conn, inst["id"], step, verdict.error)
+        driver.fail_step(conn, inst["id"], step, verdict.error)
         return {"round": round_no}
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
     activation.start_poll_round(
@@ -99,7 +99,7 @@ def _poll(conn: Connection, inst: dict, p: dict) -> dict:
         used_rounds=poll.used_rounds,
         round_attempts=poll.round_attempts,
     )
-    advance.settle_progress(conn, inst["id"])
+    driver.settle_progress(conn, inst["id"])
     return {"round": round_no}
 
 
@@ -110,18 +110,18 @@ def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
         return {"skipped": skip.reason}
     assert step is not None  # task_retry answers Ignore without a step
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
-    task_id = advance.start_next_attempt(conn, inst, step, spec)
-    advance.settle_progress(conn, inst["id"])
+    task_id = driver.start_next_attempt(conn, inst, step, spec)
+    driver.settle_progress(conn, inst["id"])
     return {"attempt": attempt, "task_id": task_id}
 
 
 def _element_retry(conn: Connection, inst: dict, p: dict) -> dict:
-    """A fan-out element's backoff passed: its next attempt starts (``advance.element_retry_due``)."""
+    """A fan-out element's backoff passed: its next attempt starts (``driver.element_retry_due``)."""
     step = step_of_activation(conn, p["activation_id"], inst["id"])
     if step is None or step["state"] not in ("ACTIVE", "WAITING"):
         return {"skipped": "the element's activation is no longer current"}
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
-    return advance.element_retry_due(conn, inst, step, spec, str(p["task_id"]), int(p["attempt"]))
+    return driver.element_retry_due(conn, inst, step, spec, str(p["task_id"]), int(p["attempt"]))
 
 
 _DB_IS_PAST = query(

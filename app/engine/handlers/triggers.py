@@ -15,14 +15,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import advance
+from app.engine import driver
 from app.engine.decide import triggers as decide
 from app.engine.decide.model import CompleteStep, Ignore
 from app.engine.documents import DEFAULT_TRIGGER_TIMEOUT_SECONDS
 from app.engine.handlers import outbound
 from app.engine.handlers.common import run_advance, step_of_activation
+from app.engine.row_access import MISSING, lock_instance, step_specs, version_document
 from app.engine.snapshot import inst_model, step_model
-from app.engine.store import MISSING, lock_instance, step_specs, version_document
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.http import HttpRejected
@@ -80,7 +80,7 @@ def trigger_dispatch(ctx: JobContext) -> Any:
         if isinstance(verdict, Ignore):
             return {"skipped": verdict.reason}
         assert step is not None  # answered answers Ignore without a step
-        advance.follow(conn, inst["id"], step, verdict)
+        driver.follow(conn, inst["id"], step, verdict)
         return {"status": status, "step": "succeeded" if isinstance(verdict, CompleteStep) else "failed"}
 
     return run_advance(ctx, write, step="trigger")

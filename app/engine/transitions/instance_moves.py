@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import events, quotas
+from app.engine.row_access import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
-from app.engine.store import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.transitions._guard import many, one, states
 from app.sql import query
 
@@ -43,10 +43,10 @@ RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace
 
 def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
     """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
-    ``STARTED_REVISION`` (the start's ``advance.settle_progress`` writes the row again only when its
+    ``STARTED_REVISION`` (the start's ``driver.settle_progress`` writes the row again only when its
     first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
     None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
-    request (``app.engine.start_keys``) or None. Returns it as ``store.read_instance`` would."""
+    request (``app.engine.start_keys``) or None. Returns it as ``row_access.read_instance`` would."""
     created = one(conn, "instance create", row["id"], [], _CREATE, row)
     inst = instance_row(created)
     quotas.instance(conn, inst["namespace_id"], +1)
@@ -72,7 +72,7 @@ _SET_PROGRESS_UNBUMPED = query(
 def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -> dict[str, Any]:
     """RUNNING <-> WAITING as the steps move (``decide.progress``); an event when the state changed.
     ``bump`` False: the row already counts this move in ``revision`` (a new instance, ``create``).
-    Returns the instance as ``store.read_instance`` would."""
+    Returns the instance as ``row_access.read_instance`` would."""
     row = one(
         conn,
         f"instance -> {state}",
@@ -95,7 +95,7 @@ _Q_INSTANCE_TOUCH = query(
 
 def touch(conn: Connection, iid: str) -> dict[str, Any]:
     """Background progress without a state change (a step moved): ``revision`` + 1. Returns the
-    instance as ``store.read_instance`` would."""
+    instance as ``row_access.read_instance`` would."""
     return instance_row(
         one(
             conn,

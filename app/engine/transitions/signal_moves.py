@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import events
+from app.engine.row_access import jdump
 from app.engine.states import SignalState
-from app.engine.store import jdump
 from app.engine.transitions._guard import many
 from app.sql import query, run
 

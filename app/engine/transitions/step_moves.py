@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import events
+from app.engine.row_access import MISSING, blocked_step, jdump, jparse
 from app.engine.states import STEP_OPEN, StepState
-from app.engine.store import MISSING, blocked_step, jdump, jparse
 from app.engine.transitions._guard import TransitionRefused, many, one, states
 from app.engine.transitions.task_moves import TASK_INSERT
 from app.ids import new_id
@@ -30,7 +30,7 @@ _BUMP = "revision = revision + 1, updated_at = now()"
 def blocked_all(iid: str, specs: list[dict]) -> dict[str, dict[str, Any]]:
     """The steps of a new instance: every declared step BLOCKED, which is not stored (a step's row is
     inserted when it is first activated: ``activate``). Writes nothing; returns the steps by key, as
-    ``store.read_steps`` reads them."""
+    ``row_access.read_steps`` reads them."""
     return {
         st["key"]: blocked_step(iid, st["key"], st["kind"], st.get("after", []))
         for st in sorted(specs, key=lambda st: st["key"])

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import events
+from app.engine.row_access import jdump, reading_steps, write_reading_steps
 from app.engine.states import TASK_OPEN, TaskState
-from app.engine.store import jdump, reading_steps, write_reading_steps
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
 from app.sql import Query, query, run
 
@@ -251,7 +251,7 @@ def complete(
     conn: Connection, task_id: str, epoch: int, output: Any, instance_id: str, key: str | None = None
 ) -> tuple[Any, list[dict]]:
     """CLAIMED (this epoch) -> COMPLETED; returns the row (``TASK_COLS``) as it now is, and the steps of its
-    instance ``instance_id`` as ``store.read_steps`` reads them (in the same statement). ``key``: the
+    instance ``instance_id`` as ``row_access.read_steps`` reads them (in the same statement). ``key``: the
     Idempotency-Key of the request, kept as ``result_key``."""
     return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id, key)
 
@@ -265,7 +265,7 @@ def fail(
 
 
 # The end of a claim, with its output (a completion) or its error (a failure); run as
-# ``task_complete_reading_steps`` / ``task_fail_reading_steps`` (``store.write_reading_steps``).
+# ``task_complete_reading_steps`` / ``task_fail_reading_steps`` (``row_access.write_reading_steps``).
 _END_CLAIM = {
     "output": query(
         "task_complete",
@@ -280,7 +280,7 @@ _END_CLAIM = {
         f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}",
     ),
 }
-# each with the steps read in its snapshot (``store.write_reading_steps``)
+# each with the steps read in its snapshot (``row_access.write_reading_steps``)
 _END_CLAIM_READING_STEPS = {column: reading_steps(write) for column, write in _END_CLAIM.items()}
 
 
@@ -298,7 +298,7 @@ def _end_claim(
     """The current claim ends in ``state`` with ``value`` in ``column`` (output or error), and the request's
     Idempotency-Key ``key`` in ``result_key``. The steps, which the caller reads next to settle the task's
     step, come back from the same statement: it moves no step, and the caller holds the instance's lock
-    (``store.write_reading_steps``)."""
+    (``row_access.write_reading_steps``)."""
     row, steps = write_reading_steps(
         conn,
         _END_CLAIM_READING_STEPS[column],

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from app.db import transaction_state
 from app.engine.documents import DEFAULT_TASK_TIMEOUT_SECONDS
-from app.engine.store import jdump
+from app.engine.row_access import jdump
 from app.engine.transitions import task_moves
 from app.engine.transitions.step_moves import Activation
 from app.ids import new_id

@@ -9,7 +9,7 @@ engine-health actions (drain, hints, reclaim a lost node) are platform-wide: the
 principal is a platform-wide operator.
 
 The job ledger's operator commands (retry, skip, batch, replay) already follow this shape one layer
-down, in ``app.ledger.ops_actions`` (its ``Actor`` carries the principal and request id)."""
+down, in ``app.ledger.job_actions`` (its ``Actor`` carries the principal and request id)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from sqlalchemy import Connection
 from app import audit
 from app.auth import Principal
 from app.db import get_engine, transaction
-from app.engine import control, instances, oplog, recovery, retention, signals
-from app.engine.store import read_instance
+from app.engine import audit_entries, control, instances, recovery, retention, signals
+from app.engine.row_access import read_instance
 from app.engine.task_protocol import return_expired_leases
 from app.errors import NotFound, StateConflict
 from app.ids import is_hex32
@@ -55,7 +55,7 @@ def control_workflow(
     visible_instance(conn, principal, instance_id)
     before, after = control.control(conn, instance_id, req)
     view = instances.instance_view(after)
-    oplog.operation(
+    audit_entries.operation(
         conn,
         principal,
         instance_id,
@@ -83,7 +83,7 @@ def recover_workflow(
         before, after, step = recovery.recover(conn, instance_id, req)
         detail, target = {"step": step}, {"target_type": "step", "target_id": req["step_key"]}
     view = instances.instance_view(after)
-    audit_id = oplog.operation(
+    audit_id = audit_entries.operation(
         conn,
         principal,
         instance_id,
@@ -107,7 +107,7 @@ def send_signal(
     visible_instance(conn, principal, instance_id)
 
     def audit_accepted(conn: Connection, sig: dict) -> None:
-        oplog.operation(
+        audit_entries.operation(
             conn,
             principal,
             instance_id,
@@ -230,7 +230,7 @@ def hold_workflow(
     runs counts once it ends). Audited as ``workflow.hold``; answers the workflow's retention."""
     inst = visible_instance(conn, principal, instance_id)
     view = retention.set_hold(conn, inst, until)
-    view["operation_id"] = oplog.operation(
+    view["operation_id"] = audit_entries.operation(
         conn,
         principal,
         instance_id,

@@ -1,5 +1,5 @@
 """Operator reads of the job ledger (SPEC L-OPS-1): list, summary, detail, trace chain, diagnostic
-bundle. Mutations live in ``ops_actions.py``; failure clusters and replay selection in ``replay.py``;
+bundle. Mutations live in ``job_actions.py``; failure clusters and replay selection in ``replay.py``;
 the runtime status in ``status.py``. Jobs are presented with ``id`` as a decimal string."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine import activation, mapping, oplog, signal_match, snapshot, stopping, work
+from app.engine import activation, audit_entries, jobs_and_tasks, mapping, signal_match, snapshot, stopping
 from app.engine.decide import fanout as decide_fanout
 from app.engine.decide import progress as decide_progress
 from app.engine.decide import tasks as decide_tasks
@@ -49,8 +49,8 @@ from app.engine.decide.model import (
     SettleCancel,
     Skip,
 )
+from app.engine.row_access import MISSING, read_instance, read_steps, step_specs, version_document
 from app.engine.states import InstanceState, StepKind, StepState
-from app.engine.store import MISSING, read_instance, read_steps, step_specs, version_document
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.ledger.states import JobType
 from app.sql import query, run
@@ -92,7 +92,7 @@ def settle_progress(
         if isinstance(effect, Skip):
             for key, code, message in effect.items:
                 step_moves.skip(conn, instance_id, rows[key], code, message)
-                oplog.advance(
+                audit_entries.advance(
                     conn,
                     inst,
                     "workflow.step.skipped",
@@ -195,7 +195,7 @@ def _audit_step(conn: Connection, instance_id: str, step: dict, what: str, error
     after = {"step_key": step["key"], "activation_id": step["activation_id"]}
     if error is not None:
         after["error"] = error
-    oplog.advance(
+    audit_entries.advance(
         conn,
         {"id": instance_id},
         f"workflow.step.{what}",
@@ -287,7 +287,7 @@ def task_ended(
             start_next_attempt(conn, inst, step, spec)
         else:  # the step WAITS for its next attempt; a delay_wake job starts it
             step_moves.set_waiting(conn, step)
-            work.wake(
+            jobs_and_tasks.wake(
                 conn,
                 inst,
                 "task_retry",
@@ -340,7 +340,7 @@ def _element_ended(
         # with a backoff the element waits (counted as running meanwhile); an element_retry wake starts it
         if delay > 0:
             due = task_moves.element_retry_at(conn, task["id"], delay)
-            work.wake(
+            jobs_and_tasks.wake(
                 conn,
                 inst,
                 "element_retry",
@@ -414,7 +414,7 @@ def fanout_top_up(conn: Connection, inst: dict, reason: str) -> int:
     n = 0
     for s in steps:
         if "for_each" in specs.get(s["key"], {}):
-            work.job(
+            jobs_and_tasks.job(
                 conn,
                 inst,
                 JobType.SUBPROCESS_SPAWN,
@@ -455,7 +455,7 @@ def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind:
         assert isinstance(verdict, PollNextRound)
         step_moves.poll_task_ended(conn, act, used=verdict.used)
         due = step_moves.poll_schedule(conn, act, spec["interval_ms"] / 1000.0)
-        work.wake(
+        jobs_and_tasks.wake(
             conn,
             inst,
             "poll",
@@ -474,7 +474,7 @@ def start_next_attempt(conn: Connection, inst: dict, step: dict, spec: dict) -> 
     ``task_timeout`` job); the step is ACTIVE again and points at it. The caller settles progress."""
     attempts = step["task_attempts"] + 1
     task_input = step["act_input"] if step["act_input"] is not MISSING else {}
-    new_task = work.step_task(conn, inst, step, spec, task_input, attempt=attempts)
+    new_task = jobs_and_tasks.step_task(conn, inst, step, spec, task_input, attempt=attempts)
     step_moves.set_task_attempts(conn, step["activation_id"], attempts)
     step_moves.set_active(conn, step, new_task)
     return new_task
