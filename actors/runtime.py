@@ -20,7 +20,7 @@ from app.ledger import handlers, nodes
 from app.ledger.pool import LedgerPool
 from app.ledger.states import Pool
 from app.observability import logs, metrics, tracing
-from app.process import settle_startup_heap
+from app.process import freeze_startup_heap
 from app.settings import get_settings
 
 log = logging.getLogger("ledgerflow.worker")
@@ -68,7 +68,7 @@ def run_worker(pool_name: str) -> None:
         )
         worker.start()
     log.info("worker %s: pool %s (%s) with %d slots", node_id, pool_enum, pool.queue, pool.slots)
-    settle_startup_heap()
+    freeze_startup_heap()
     print(f"ledgerflow worker {node_id} ready: pool={pool_enum} queue={pool.queue}", flush=True)
     pool.nudge()
     while not stop.wait(settings.heartbeat_seconds):
@@ -115,7 +115,7 @@ def run_scheduler() -> None:
     hint_actors.install_publisher()
     engine = get_engine()
     stop = _stop_event()
-    settle_startup_heap()
+    freeze_startup_heap()
     print("ledgerflow scheduler ready", flush=True)
     next_drain = next_schedules = time.monotonic()
     while not stop.is_set():

@@ -35,7 +35,7 @@ COLUMNS = """id, namespace_id, actor_id, actor_name, action, target_type, target
     operation_id, reason, evidence_ref, request_id, before::text AS before, after::text AS after,
     created_at"""
 # Reads go through the view ``workflow_operations``: these rows and the audit entries written with the
-# workflow's event batches, the engine's advances (``app.engine.events.audit_advance``) and the
+# workflow's event batches, the engine's advances (``app.engine.events.audit_engine``) and the
 # ``workflow.start`` of a start with its actor (``events.audit_by``: a start writes no row here); an
 # entry's id names its batch (its first 29 hex digits and ``000``), which a read by id looks up.
 _READ_FROM = "workflow_operations"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 
-def settle_startup_heap() -> int:
+def freeze_startup_heap() -> int:
     """Collect the garbage of start-up, then move every object still tracked (modules, classes, functions,
     settings, the app: ~100,000 objects in a worker) into the collector's permanent generation
     (``gc.freeze``), so that a full collection later scans only what the process made since. In a worker

@@ -29,7 +29,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from app import settings
 from app.observability import logs, metrics
-from app.process import settle_startup_heap
+from app.process import freeze_startup_heap
 from web import long_poll
 
 settings.exit_on_bad_settings()  # in the master, before it binds: one line naming the variable, exit 2
@@ -83,7 +83,7 @@ def on_starting(server):  # gunicorn's hook signature
 
 
 def post_worker_init(worker):  # gunicorn's hook signature
-    settle_startup_heap()  # the app is loaded: its objects leave the collector's full scans
+    freeze_startup_heap()  # the app is loaded: its objects leave the collector's full scans
     end_long_polls_on_sigterm(worker)
 
 

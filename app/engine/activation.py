@@ -173,7 +173,7 @@ def activate(
                 activation_id=act_id,
             )
     elif kind == K.SUBWORKFLOW and "for_each" in spec and not act_input["items"]:
-        pass  # no element, no child: the step succeeds with [] (``driver.settle_progress``)
+        pass  # no element, no child: the step succeeds with [] (``driver.make_progress``)
     elif kind in (K.SUBWORKFLOW, K.TRIGGER):  # a fan-out's spawn starts its first children
         job_type = JobType.SUBPROCESS_SPAWN if kind == K.SUBWORKFLOW else JobType.TRIGGER_DISPATCH
         jobs_and_tasks.job(

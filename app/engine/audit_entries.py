@@ -40,8 +40,8 @@ def advance(
     after: Any = None,
 ) -> None:
     """One audit entry for an engine advance (step settled, instance finished, compensation issued),
-    by ``system:engine``: written with the transaction's event batch (``events.audit_advance``)."""
-    events.audit_advance(
+    by ``system:engine``: written with the transaction's event batch (``events.audit_engine``)."""
+    events.audit_engine(
         conn,
         inst["id"],
         action,

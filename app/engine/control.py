@@ -67,7 +67,7 @@ def resume(conn: Connection, inst: dict) -> None:
     sync_resumed(conn, [r["id"] for r in rows])
     if inst["stop_requested_at"] is None:
         driver.fanout_top_up(conn, inst, "resume")  # fan-out children held back by the pause start
-        driver.settle_progress(conn, inst["id"])  # activations held back by the pause start now
+        driver.make_progress(conn, inst["id"])  # activations held back by the pause start now
 
 
 _SYNC: list[Query] = [

@@ -1,9 +1,9 @@
 """The one driver of the engine: under the instance lock, load a snapshot, ask a pure decision
 (``app.engine.decide``), apply its effect through the transitions and the ledger, and repeat until
-nothing changes (``settle_progress``). Every event that moves a step forward in its life comes through
+nothing changes (``make_progress``). Every event that moves a step forward in its life comes through
 here:
 
-- ``settle_progress``  after any change: activate ready steps (and offer them early signals), finish
+- ``make_progress``  after any change: activate ready steps (and offer them early signals), finish
                        a succeeded instance, settle a pending cancel, or recompute RUNNING / WAITING;
 - ``complete_step`` / ``fail_step``  a step's current activation ended (task, timer, signal, child, poll);
 - ``task_ended``       a task's result or time-out: the retry policy, the POLL rounds, a cancel's
@@ -59,7 +59,7 @@ from app.sql import query, run
 MAX_ROUNDS = 10_000
 
 
-def settle_progress(
+def make_progress(
     conn: Connection,
     instance_id: str,
     inst: dict | None = None,
@@ -135,7 +135,7 @@ def settle_progress(
                 rows = None
             continue  # with ``inst``: activations, tasks, waits, jobs and events leave the instance row as it was
         if isinstance(effect, SettleCancel):
-            return stopping.settle_cancel(conn, instance_id)
+            return stopping.finish_cancel(conn, instance_id)
         if isinstance(effect, Finish):
             try:
                 output = (
@@ -220,14 +220,14 @@ def complete_step(
     step_moves.succeed(conn, step, output)
     _audit_step(conn, instance_id, step, "succeeded")
     if inst is None or rows is None:
-        return settle_progress(conn, instance_id)
+        return make_progress(conn, instance_id)
     settled = {
         **step,
         "state": StepState.SUCCEEDED,
         "act_state": StepState.SUCCEEDED,
         "revision": step["revision"] + 1,
     }
-    return settle_progress(conn, instance_id, inst, {**rows, step["key"]: settled})
+    return make_progress(conn, instance_id, inst, {**rows, step["key"]: settled})
 
 
 def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> dict:
@@ -237,7 +237,7 @@ def fail_step(conn: Connection, instance_id: str, step: dict, error: dict) -> di
     _audit_step(conn, instance_id, step, "failed", error)
     inst = read_instance(conn, instance_id)
     if inst["cancel_requested_at"] is not None:
-        return stopping.settle_cancel(conn, instance_id)
+        return stopping.finish_cancel(conn, instance_id)
     return stopping.stop(conn, inst, InstanceState.FAILED, error={"step_key": step["key"], **error})
 
 
@@ -261,7 +261,7 @@ def task_ended(
         return
     if steps is None:
         steps = read_steps(conn, inst["id"])
-    rows = {r["key"]: r for r in steps}  # settle_progress reads them next
+    rows = {r["key"]: r for r in steps}  # make_progress reads them next
     step = rows.get(task["step_key"])
     spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
     if "for_each" in spec:
@@ -297,7 +297,7 @@ def task_ended(
                 activation_id=step["activation_id"],
                 attempt=verdict.attempt,
             )
-        settle_progress(conn, inst["id"])
+        make_progress(conn, inst["id"])
     else:
         assert isinstance(verdict, FailStep)
         fail_step(conn, inst["id"], step, verdict.error)
@@ -352,7 +352,7 @@ def _element_ended(
                 attempt=verdict.attempt,
                 task_id=task["id"],
             )
-            settle_progress(conn, inst["id"])
+            make_progress(conn, inst["id"])
             return
         indexes, attempt = (verdict.index,), verdict.attempt
     else:
@@ -365,7 +365,7 @@ def _element_ended(
         except mapping.MappingTooLarge as exc:
             fail_step(conn, inst["id"], step, {**exc.error(), "element": indexes[0]})
             return
-    settle_progress(conn, inst["id"], inst, rows)
+    make_progress(conn, inst["id"], inst, rows)
 
 
 def element_retry_due(
@@ -395,7 +395,7 @@ def element_retry_due(
     except mapping.MappingTooLarge as exc:
         fail_step(conn, inst["id"], step, {**exc.error(), "element": element})
         return {"element": element, "failed": True}
-    settle_progress(conn, inst["id"])
+    make_progress(conn, inst["id"])
     return {"element": element, "attempt": attempt, "task_id": ids[0]}
 
 
@@ -447,7 +447,7 @@ def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind:
         activation.start_poll_round(
             conn, inst, step, spec, used_rounds=poll.used_rounds, round_attempts=poll.round_attempts
         )
-        settle_progress(conn, inst["id"])
+        make_progress(conn, inst["id"])
     elif isinstance(verdict, PollFail):
         step_moves.poll_task_ended(conn, act, used=verdict.used)
         fail_step(conn, inst["id"], step, verdict.error)
@@ -466,7 +466,7 @@ def _poll_task_ended(conn: Connection, inst: dict, step: dict, spec: dict, kind:
             round=verdict.round,
         )
         step_moves.set_waiting(conn, step)
-        settle_progress(conn, inst["id"])
+        make_progress(conn, inst["id"])
 
 
 def start_next_attempt(conn: Connection, inst: dict, step: dict, spec: dict) -> str:

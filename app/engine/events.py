@@ -152,7 +152,7 @@ def emit(conn: Connection, instance_id: str, event_type: str, **fields: Any) -> 
     batch.events.append(commit_batch.event_text(batch, event_type, data))
 
 
-def audit_advance(
+def audit_engine(
     conn: Connection,
     instance_id: str,
     action: str,

@@ -90,7 +90,7 @@ def start_workflow(
     (Idempotency-Key, fingerprint) of the start request, kept on the row (``app.engine.start_keys``),
     which fails on the key's unique index when a duplicate holds it. ``seed_steps``: a rerun's copied steps,
     written after ``on_created``; returns the step rows by key as they then are. The instance row is
-    inserted as the start settles it and written at most once more (``driver.settle_progress``)."""
+    inserted as the start settles it and written at most once more (``driver.make_progress``)."""
     req = validate_start(body)
     ver = load_version(conn, namespace_id, req["definition_id"], req["version"])
     if check_queues is not None:
@@ -131,7 +131,7 @@ def start_workflow(
     if seed_steps is not None:
         rows = seed_steps(conn, inst, rows)
     # the audit left the instance and its steps as they were inserted
-    started = driver.settle_progress(conn, iid, inst, rows, new=True)
+    started = driver.make_progress(conn, iid, inst, rows, new=True)
     if started["state"] not in TERMINAL and started["stop_requested_at"] is None:
         # the workflow deadline: the instance's watch, which its first tasks (if any) armed earlier
         jobs_and_tasks.arm_watch(conn, started, doc["deadline_seconds"])

@@ -208,10 +208,10 @@ def _leave_review(conn: Connection, iid: str, *, failed_step: dict | None, reaso
         conn, iid, InstanceState.CANCELLING if cancelling else InstanceState.RUNNING, bump=False
     )
     if cancelling:
-        stopping.settle_cancel(conn, iid)
+        stopping.finish_cancel(conn, iid)
     else:
         driver.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
-        driver.settle_progress(conn, iid)
+        driver.make_progress(conn, iid)
 
 
 _RECOVERY_REVIEW_STEPS_KEYS = query(
@@ -276,10 +276,10 @@ def resolve_instance(conn: Connection, instance_id: str, req: dict) -> tuple[dic
         conn, instance_id, InstanceState.CANCELLING if cancelling else InstanceState.RUNNING
     )
     if cancelling:
-        stopping.settle_cancel(conn, instance_id)
+        stopping.finish_cancel(conn, instance_id)
     elif resolution == "CANCEL":
         stopping.request_cancel(conn, read_instance(conn, instance_id), reason=req["reason"], reviewed=True)
     else:
         driver.fanout_top_up(conn, inst, "review")  # fan-out children held back by the review
-        driver.settle_progress(conn, instance_id)
+        driver.make_progress(conn, instance_id)
     return inst, read_instance(conn, instance_id), summary

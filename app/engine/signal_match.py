@@ -18,7 +18,7 @@ from app.engine.transitions import signal_moves, step_moves, task_moves, wait_mo
 from app.sql import query, run
 
 
-def audit_settled(conn: Connection, rows: Any) -> None:
+def audit_disposed(conn: Connection, rows: Any) -> None:
     for r in rows:
         after = {"state": r.state, "revision": str(r.revision)}
         if r.disposition:
@@ -38,15 +38,15 @@ def audit_settled(conn: Connection, rows: Any) -> None:
 
 def consume(conn: Connection, inst: dict, step: dict, sig: dict) -> bool:
     """Offer a PENDING signal to the wait of its (current) activation. True when it won and the step
-    succeeded with the payload; the caller then runs ``driver.settle_progress``."""
+    succeeded with the payload; the caller then runs ``driver.make_progress``."""
     wait = read_wait(conn, step["activation_id"]) if step["activation_id"] else None
     verdict = decide.offer(step_model(step), wait, sig)
     if not isinstance(verdict, Consume):
-        audit_settled(conn, signal_moves.settle(conn, sig["id"], "REJECTED", verdict.disposition, None))
+        audit_disposed(conn, signal_moves.dispose(conn, sig["id"], "REJECTED", verdict.disposition, None))
         return False
     assert wait is not None  # offer consumes only into a waiting wait
     wait_moves.resolve_by_signal(conn, wait["id"], sig["id"])
-    audit_settled(conn, signal_moves.settle(conn, sig["id"], "CONSUMED", None, wait["id"]))
+    audit_disposed(conn, signal_moves.dispose(conn, sig["id"], "CONSUMED", None, wait["id"]))
     act = step["activation_id"]
     if step["kind"] == StepKind.POLL:  # the signal wins: queued rounds stop, an in-flight one may still end
         task_moves.cancel_open(conn, activation_id=act, pending_only=True)
@@ -93,10 +93,10 @@ def consume_early(conn: Connection, inst: dict, keys: list[str]) -> bool:
 def expire(conn: Connection, sig_id: str, instance_id: str) -> bool:
     """The ``signal_expiry`` wake: still PENDING at expires_at -> EXPIRED."""
     rows = signal_moves.try_expire(conn, sig_id, instance_id)
-    audit_settled(conn, rows)
+    audit_disposed(conn, rows)
     return bool(rows)
 
 
 def close_pending(conn: Connection, instance_id: str) -> None:
     """The instance finished: signals still pending can never be consumed."""
-    audit_settled(conn, signal_moves.close_pending(conn, instance_id))
+    audit_disposed(conn, signal_moves.close_pending(conn, instance_id))

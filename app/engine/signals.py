@@ -136,7 +136,7 @@ def send(
         on_accepted(conn, read_signal(conn, sig_id))
     if where == decide.PENDING_NOW:
         if signal_match.consume(conn, inst, step, read_signal(conn, sig_id)):
-            driver.settle_progress(conn, instance_id)
+            driver.make_progress(conn, instance_id)
     elif where == decide.PENDING_EARLY:  # waits for the step's first activation, at most until expires_at
         jobs_and_tasks.wake(
             conn,

@@ -53,7 +53,7 @@ due), ``resolve_by_signal`` (signal consumed), ``resolve_open`` (poll resolved) 
 EXPIRED, ``cancel_open`` -> CANCELLED. The two ``*_due`` moves record the job operation that made them
 (``resolved_by_operation``): the wait is that job's effect receipt (``handlers.timers.WaitReceipt``).
 
-Signal (``workflow_signals.state``): ``PENDING`` in: ``signal_moves.insert``; out: ``signal_moves.settle`` -> CONSUMED /
+Signal (``workflow_signals.state``): ``PENDING`` in: ``signal_moves.insert``; out: ``signal_moves.dispose`` -> CONSUMED /
 REJECTED, ``signal_moves.expire`` -> EXPIRED, ``signal_moves.close_pending`` -> REJECTED (WORKFLOW_ENDED). A signal for
 an older activation is inserted REJECTED (STALE_ACTIVATION) directly.
 """
@@ -246,7 +246,7 @@ WAIT_MOVES: tuple[Move, ...] = (
 
 SIGNAL_MOVES: tuple[Move, ...] = (
     Move("signal_moves.insert", (), (_G.PENDING, _G.REJECTED)),
-    Move("signal_moves.settle", (_G.PENDING,), (_G.CONSUMED, _G.REJECTED)),
+    Move("signal_moves.dispose", (_G.PENDING,), (_G.CONSUMED, _G.REJECTED)),
     Move("signal_moves.try_expire", (_G.PENDING,), (_G.EXPIRED,)),
     Move("signal_moves.close_pending", (_G.PENDING,), (_G.REJECTED,)),
 )

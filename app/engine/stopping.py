@@ -3,8 +3,8 @@ row locked (lock order: instance, then its children, tasks, ledger jobs). The de
 ``decide.stopping``; this module applies them.
 
 - ``request_cancel``: CANCELLING; waiting work stops; clear-scope jobs are canceled; children get a
-  cancel request; claimed tasks keep their permit until they end (``collect``); then ``settle_cancel``.
-- ``settle_cancel``: CANCELLING with nothing in flight -> ``stop(CANCELLED)``; else a ``cancel_settle``
+  cancel request; claimed tasks keep their permit until they end (``collect``); then ``finish_cancel``.
+- ``finish_cancel``: CANCELLING with nothing in flight -> ``stop(CANCELLED)``; else a ``cancel_settle``
   wake at the last lease's end.
 - ``stop``: the end without success. Nothing to compensate -> ``finish`` now. Otherwise the work is
   closed, the instance stays CANCELLING with its compensation plan and ``compensation_action`` job 0 is
@@ -238,30 +238,30 @@ def request_cancel(
     if unknown:
         to_review(conn, iid, [j["id"] for j in unknown])
         return
-    settle_cancel(conn, iid)
+    finish_cancel(conn, iid)
 
 
-_Q_STOPPING_SETTLE_CANCEL = query(
-    "stopping_settle_cancel",
+_Q_STOPPING_FINISH_CANCEL = query(
+    "stopping_finish_cancel",
     "SELECT count(*) AS n, max(lease_expires_at) AS until FROM workflow_tasks WHERE instance_id = :id "
     "AND purpose = 'STEP' AND state = 'CLAIMED' AND lease_expires_at > now()",
 )
 
 
-def settle_cancel(conn: Connection, iid: str) -> dict:
+def finish_cancel(conn: Connection, iid: str) -> dict:
     """CANCELLING with nothing in flight: compensations one after another in reverse completion
     order, then CANCELLED. A compensation chain already under way is left to itself."""
     inst = read_instance(conn, iid)
-    if isinstance(decide.cancel_settle(inst_model(inst), in_flight=0), Ignore):
+    if isinstance(decide.finish_cancel(inst_model(inst), in_flight=0), Ignore):
         return inst
     task_moves.cancel_open(conn, instance_id=iid, step_only=True, expired_claims_only=True)
     step_moves.cancel_open(conn, iid, idle_only=True)
     flight = run(
         conn,
-        _Q_STOPPING_SETTLE_CANCEL,
+        _Q_STOPPING_FINISH_CANCEL,
         {"id": iid},
     ).first()
-    verdict = decide.cancel_settle(inst_model(inst), in_flight=flight.n)
+    verdict = decide.finish_cancel(inst_model(inst), in_flight=flight.n)
     if isinstance(verdict, WaitInFlight):
         # re-check when the last permit's lease runs out (a heartbeat moves it: then again)
         jobs_and_tasks.wake(
@@ -298,7 +298,7 @@ def collect(conn: Connection, inst: dict, task: dict, verdict: Collect) -> None:
             after={"step_key": task["step_key"], "task_id": task["id"], "during": "cancel"},
         )
     if inst["state"] == InstanceState.CANCELLING:
-        settle_cancel(conn, inst["id"])
+        finish_cancel(conn, inst["id"])
 
 
 # --------------------------------------------------------------------------- saga (X-AUTO)

@@ -268,7 +268,7 @@ def test_an_unknown_wake_names_every_wake():
 
 
 def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
-    """``run_advance`` locks the instance before the job (``lock_first``) and its write uses that row:
+    """``run_locked_once`` locks the instance before the job (``lock_first``) and its write uses that row:
     one locking read of the instance per firing, not a second one inside the write."""
     _, row = _due_timer(eng)
     fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))

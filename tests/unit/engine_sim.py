@@ -132,7 +132,7 @@ class Model:
                     self.ever_activated.append(key)
                 continue
             if isinstance(effect, SettleCancel):
-                self.settle_cancel()
+                self.finish_cancel()
             elif isinstance(effect, Finish):
                 self.end(I.SUCCEEDED)
             elif isinstance(effect, SetProgress) and effect.state is not None:
@@ -170,11 +170,11 @@ class Model:
         self.compensations_issued.append(item["step_key"])
         self.set_inst(compensation={**comp, "task_id": f"comp-{comp['index']}"})
 
-    def settle_cancel(self) -> None:
+    def finish_cancel(self) -> None:
         for key, st in self.steps.items():  # idle steps stop now; claimed tasks keep their permit
             if st.state in STEP_OPEN and key not in self.claimed:
                 self.set_step(key, S.CANCELLED)
-        verdict = ds.cancel_settle(self.inst, in_flight=len(self.claimed))
+        verdict = ds.finish_cancel(self.inst, in_flight=len(self.claimed))
         if isinstance(verdict, Stop):
             self.stop(verdict.state)
         elif not isinstance(verdict, (Ignore, WaitInFlight)):
@@ -208,7 +208,7 @@ class Model:
             if verdict.state is not None:
                 self.set_step(key, verdict.state)
             if self.inst.state == I.CANCELLING:
-                self.settle_cancel()
+                self.finish_cancel()
             return
         if isinstance(verdict, CompleteStep):
             self.set_step(key, S.SUCCEEDED)
@@ -222,7 +222,7 @@ class Model:
         elif isinstance(verdict, FailStep):
             self.set_step(key, S.FAILED)
             if self.inst.cancel_requested:
-                self.settle_cancel()
+                self.finish_cancel()
             else:
                 self.stop(I.FAILED)
 
@@ -256,7 +256,7 @@ class Model:
                 stop_kind=self.inst.stop_kind or "CANCEL",
                 control_revision=rev,
             )
-            self.settle_cancel()
+            self.finish_cancel()
 
     def compensation_result(self, completed: bool) -> None:
         comp = self.inst.compensation

@@ -131,10 +131,10 @@ def test_control_decisions() -> None:
 
 def test_cancel_settle_waits_for_in_flight_then_stops() -> None:
     c = Inst(id="i", state="CANCELLING", cancel_requested=True)
-    assert ds.cancel_settle(c, 1) == WaitInFlight()
-    assert ds.cancel_settle(c, 0) == Stop("CANCELLED")
+    assert ds.finish_cancel(c, 1) == WaitInFlight()
+    assert ds.finish_cancel(c, 0) == Stop("CANCELLED")
     running_chain = Inst(id="i", state="CANCELLING", compensation={"state": "RUNNING"})
-    assert isinstance(ds.cancel_settle(running_chain, 0), Ignore)
+    assert isinstance(ds.finish_cancel(running_chain, 0), Ignore)
 
 
 def test_saga_chain() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from app.process import settle_startup_heap
+from app.process import freeze_startup_heap
 from web import gunicorn_conf
 
 
@@ -18,7 +18,7 @@ def _unfreeze_after(fn):
 def test_the_start_up_heap_leaves_the_full_collections():
     def check() -> None:
         tracked = len(gc.get_objects())
-        frozen = settle_startup_heap()
+        frozen = freeze_startup_heap()
         # what was tracked (less start-up garbage) is frozen; a full collection scans what is made after.
         # (gc.get_freeze_count() is not compared with ``frozen``: a frozen object that another thread
         # frees meanwhile leaves the permanent generation, as in a full test run.)

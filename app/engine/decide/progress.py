@@ -59,7 +59,7 @@ def progress(
     conditions: Mapping[str, Any] | None = None,
     ctx: Mapping[str, Any] | None = None,
 ) -> Effect | None:
-    """One decision of the driver's loop (``driver.settle_progress``): ``Skip`` and ``Activate``
+    """One decision of the driver's loop (``driver.make_progress``): ``Skip`` and ``Activate``
     continue the loop; ``Finish``, ``SettleCancel`` and ``SetProgress`` end it (each bumps the instance
     revision once). W-CTL: a paused, cancelling or reviewed instance grants no new activation and
     decides no skip. ``conditions``: the steps' conditions by key (read only for a settled step);

@@ -65,7 +65,7 @@ def final_state(inst: Inst) -> str:
     return InstanceState.CANCELLED if inst.stop_kind == StopKind.CANCEL else InstanceState.FAILED
 
 
-def cancel_settle(inst: Inst, in_flight: int) -> Ignore | WaitInFlight | Stop:
+def finish_cancel(inst: Inst, in_flight: int) -> Ignore | WaitInFlight | Stop:
     """CANCELLING with nothing in flight: compensations, then CANCELLED (``Stop``). A chain under way
     is left to itself; claimed tasks keep their permit until they end (W-CTL-3)."""
     if inst.state != InstanceState.CANCELLING or chain_running(inst.compensation):

@@ -16,7 +16,7 @@ from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import query, run
 
-_LOCKED = "run_advance.instance"  # transaction_state key: the instance row lock_first read
+_LOCKED = "run_locked_once.instance"  # transaction_state key: the instance row lock_first read
 
 
 class ForeignReference(PermanentError):
@@ -25,7 +25,7 @@ class ForeignReference(PermanentError):
     code = "FOREIGN_REFERENCE"
 
 
-def run_advance(
+def run_locked_once(
     ctx: JobContext,
     write: Callable[[Connection, dict], Any],
     *,

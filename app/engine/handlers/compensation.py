@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 from app.engine import audit_entries, jobs_and_tasks
 from app.engine.decide import stopping as decide
 from app.engine.decide.model import Ignore
-from app.engine.handlers.common import run_advance
+from app.engine.handlers.common import run_locked_once
 from app.engine.snapshot import inst_model
 from app.engine.transitions import instance_moves
 from app.ledger import handlers
@@ -76,4 +76,4 @@ def compensation_action(ctx: JobContext):
         )
         return {"task_id": task_id, "step_key": item["step_key"]}
 
-    return run_advance(ctx, write, step="compensate")
+    return run_locked_once(ctx, write, step="compensate")

@@ -18,7 +18,7 @@ from app.engine import activation, audit_entries, driver, instances, mapping, sn
 from app.engine.decide import fanout as decide_fanout
 from app.engine.decide import wakes as decide
 from app.engine.decide.model import CompleteStep, FailStep, Ignore
-from app.engine.handlers.common import bind, run_advance, step_of_activation
+from app.engine.handlers.common import bind, run_locked_once, step_of_activation
 from app.engine.row_access import MISSING, read_instance, read_step, step_specs, version_document
 from app.engine.snapshot import step_model
 from app.engine.states import InstanceState, StepState
@@ -70,7 +70,7 @@ def subprocess_spawn(ctx: JobContext):
         instance_moves.touch(conn, inst["id"])
         return {"child_id": child["id"]}
 
-    return run_advance(ctx, write)
+    return run_locked_once(ctx, write)
 
 
 @handlers.register("subprocess_join")
@@ -98,7 +98,7 @@ def subprocess_join(ctx: JobContext):
         driver.follow(conn, inst["id"], step, verdict)
         return {"joined": child_id, "state": child["state"]}
 
-    return run_advance(ctx, write)
+    return run_locked_once(ctx, write)
 
 
 def fan_out(conn: Connection, inst: dict, step: dict, spec: dict) -> dict:

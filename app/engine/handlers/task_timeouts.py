@@ -26,7 +26,7 @@ from sqlalchemy import Connection
 from app.engine import jobs_and_tasks, stopping, task_protocol
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide.model import Stop
-from app.engine.handlers.common import bind, run_advance
+from app.engine.handlers.common import bind, run_locked_once
 from app.engine.row_access import read_instance
 from app.engine.snapshot import inst_model
 from app.engine.states import TERMINAL
@@ -80,7 +80,7 @@ _TASK_OWNER = query(
 def task_timeout(ctx: JobContext):
     named = (ctx.payload or {}).get("task_id") or ctx.task_id
     if not named:
-        return run_advance(ctx, watch)
+        return run_locked_once(ctx, watch)
     task_id = str(named)
 
     def write(conn: Connection, inst: dict) -> dict:
@@ -90,4 +90,4 @@ def task_timeout(ctx: JobContext):
             return {"skipped": "the task was settled before its deadline"}
         return {"timed_out": task_id}
 
-    return run_advance(ctx, write)
+    return run_locked_once(ctx, write)

@@ -8,7 +8,7 @@ is a permanent failure (the job is dead), never a silent success.
 The two wakes that end a wait (``timer``, ``signal_timeout``) keep their effect receipt on the wait: the
 guarded UPDATE that resolves or expires it records the job's operation, and a retry of that operation
 finds it there (``WaitReceipt``) instead of in a ``workflow_job_effects`` row. The others write a
-receipt row (``run_advance``)."""
+receipt row (``run_locked_once``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from app.engine import activation, driver, signal_match, snapshot, stopping
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide import wakes as decide
 from app.engine.decide.model import FailStep, Ignore
-from app.engine.handlers.common import bind, run_advance, step_of_activation, steps_of_activation
+from app.engine.handlers.common import bind, run_locked_once, step_of_activation, steps_of_activation
 from app.engine.row_access import MISSING, step_specs, version_document
 from app.engine.snapshot import inst_model, step_model
 from app.engine.transitions import wait_moves
@@ -62,7 +62,7 @@ def _timer(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
     assert step is not None  # timer_due answers Ignore without a step
     if not wait_moves.try_resolve_due(conn, p["activation_id"], operation_key):
         return {"skipped": "the timer is not due or already resolved"}
-    # ``inst`` is the row run_advance locked, ``rows`` were read under that lock; resolving the wait wrote
+    # ``inst`` is the row run_locked_once locked, ``rows`` were read under that lock; resolving the wait wrote
     # neither: progress settles from them without reading them again
     driver.complete_step(conn, inst["id"], step, MISSING, inst=inst, rows=rows)
     return {"fired": step["key"]}
@@ -99,7 +99,7 @@ def _poll(conn: Connection, inst: dict, p: dict) -> dict:
         used_rounds=poll.used_rounds,
         round_attempts=poll.round_attempts,
     )
-    driver.settle_progress(conn, inst["id"])
+    driver.make_progress(conn, inst["id"])
     return {"round": round_no}
 
 
@@ -111,7 +111,7 @@ def _task_retry(conn: Connection, inst: dict, p: dict) -> dict:
     assert step is not None  # task_retry answers Ignore without a step
     spec = step_specs(version_document(conn, inst["definition_version_id"]))[step["key"]]
     task_id = driver.start_next_attempt(conn, inst, step, spec)
-    driver.settle_progress(conn, inst["id"])
+    driver.make_progress(conn, inst["id"])
     return {"attempt": attempt, "task_id": task_id}
 
 
@@ -154,10 +154,10 @@ def _signal_expiry(conn: Connection, inst: dict, p: dict) -> dict:
     return {"expired_signal": sig_id}
 
 
-def _cancel_settle(conn: Connection, inst: dict, p: dict) -> dict:
+def _finish_cancel(conn: Connection, inst: dict, p: dict) -> dict:
     if inst["state"] != "CANCELLING":
         return {"skipped": f"the workflow is {inst['state']}"}
-    return {"state": stopping.settle_cancel(conn, inst["id"])["state"]}
+    return {"state": stopping.finish_cancel(conn, inst["id"])["state"]}
 
 
 # the wakes that end a wait: each records its operation on the wait (the operation key is its last
@@ -174,7 +174,7 @@ WAKES: dict[str, Callable[[Connection, dict, dict], dict]] = {
     "element_retry": _element_retry,
     "deadline": _deadline,
     "signal_expiry": _signal_expiry,
-    "cancel_settle": _cancel_settle,
+    "cancel_settle": _finish_cancel,
 }
 
 
@@ -186,9 +186,9 @@ def delay_wake(ctx: JobContext):
         ends_wait, answer = WAIT_WAKES[name]
         op, act = ctx.operation_key, p.get("activation_id")
         receipt = WaitReceipt(ctx.instance_id, None if act is None else str(act), answer)
-        return run_advance(ctx, lambda conn, inst: ends_wait(conn, inst, p, op), receipt=receipt)
+        return run_locked_once(ctx, lambda conn, inst: ends_wait(conn, inst, p, op), receipt=receipt)
     wake = WAKES.get(name)  # type: ignore[arg-type]  # any value: None when unknown
     if wake is None:
         known = ", ".join(sorted([*WAIT_WAKES, *WAKES]))
         raise PermanentError(f"unknown wake {name!r}: one of {known}")
-    return run_advance(ctx, lambda conn, inst: wake(conn, inst, p))
+    return run_locked_once(ctx, lambda conn, inst: wake(conn, inst, p))

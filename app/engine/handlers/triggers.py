@@ -20,7 +20,7 @@ from app.engine.decide import triggers as decide
 from app.engine.decide.model import CompleteStep, Ignore
 from app.engine.documents import DEFAULT_TRIGGER_TIMEOUT_SECONDS
 from app.engine.handlers import outbound
-from app.engine.handlers.common import run_advance, step_of_activation
+from app.engine.handlers.common import run_locked_once, step_of_activation
 from app.engine.row_access import MISSING, lock_instance, step_specs, version_document
 from app.engine.snapshot import inst_model, step_model
 from app.ledger import handlers
@@ -83,4 +83,4 @@ def trigger_dispatch(ctx: JobContext) -> Any:
         driver.follow(conn, inst["id"], step, verdict)
         return {"status": status, "step": "succeeded" if isinstance(verdict, CompleteStep) else "failed"}
 
-    return run_advance(ctx, write, step="trigger")
+    return run_locked_once(ctx, write, step="trigger")

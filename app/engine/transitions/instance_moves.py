@@ -43,7 +43,7 @@ RETURNING {INSTANCE_COLUMNS}, {events.listened_sql("workflow_instances.namespace
 
 def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
     """A new instance (W-START-6), inserted as its start settles it in the common case: RUNNING at
-    ``STARTED_REVISION`` (the start's ``driver.settle_progress`` writes the row again only when its
+    ``STARTED_REVISION`` (the start's ``driver.make_progress`` writes the row again only when its
     first steps leave it elsewhere). ``row["chain"]``: the automation rules that started it (X-AUTO) or
     None; ``row["start_key"]`` / ``row["start_fp"]``: the Idempotency-Key and fingerprint of the start
     request (``app.engine.start_keys``) or None. Returns it as ``row_access.read_instance`` would."""

@@ -61,14 +61,14 @@ def _events(conn: Connection, rows: list[Any]) -> list[Any]:
     return rows
 
 
-_Q_SIGNAL_SETTLE = query(
-    "signal_settle",
+_Q_SIGNAL_DISPOSE = query(
+    "signal_dispose",
     f"UPDATE workflow_signals SET state = :s, disposition = :d, consumed_wait_id = :w, {_BUMP} "
     f"WHERE id = :id AND state = 'PENDING' {_SETTLED}",
 )
 
 
-def settle(
+def dispose(
     conn: Connection, sig_id: str, state: str, disposition: str | None, wait_id: str | None
 ) -> list[Any]:
     """PENDING -> CONSUMED (by ``wait_id``) or REJECTED (``disposition``)."""
@@ -76,7 +76,7 @@ def settle(
         conn,
         many(
             conn,
-            _Q_SIGNAL_SETTLE,
+            _Q_SIGNAL_DISPOSE,
             {"id": sig_id, "s": state, "d": disposition, "w": wait_id},
         ),
     )

@@ -332,16 +332,16 @@ def set_waiting(conn: Connection, step: dict) -> None:
     events.emit(conn, row.instance_id, "step.waiting", step_key=step["key"], activation_id=row.activation_id)
 
 
-_SETTLE = f"""
+_CLOSE = f"""
 UPDATE workflow_steps SET state = :s, act_state = :s, completed_at = now(),
     act_output = COALESCE(CAST(:o AS jsonb), act_output), act_error = COALESCE(CAST(:e AS jsonb), act_error),
     {_BUMP}
 WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from) RETURNING instance_id
 """
-STEP_SETTLE = query("step_settle", _SETTLE)
+STEP_CLOSE = query("step_close", _CLOSE)
 
 
-def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
+def _close(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
     """The step and its current activation leave ``allowed`` for ``state``, together (one row): when
     either may not move, neither does."""
     row = one(
@@ -349,7 +349,7 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
         f"step {step['key']} and its activation -> {state}",
         step["id"],
         allowed,
-        STEP_SETTLE,
+        STEP_CLOSE,
         {
             "id": step["id"],
             "a": step["activation_id"],
@@ -370,20 +370,20 @@ def _settle(conn: Connection, step: dict, state: str, allowed: list[str], *, out
 
 def succeed(conn: Connection, step: dict, output: Any) -> None:
     """The current activation succeeded with ``output`` (MISSING = no output)."""
-    _settle(conn, step, S.SUCCEEDED, OPEN, output=output, error=MISSING)
+    _close(conn, step, S.SUCCEEDED, OPEN, output=output, error=MISSING)
 
 
 def fail(conn: Connection, step: dict, error: Any) -> None:
-    _settle(conn, step, S.FAILED, OPEN, output=MISSING, error=error)
+    _close(conn, step, S.FAILED, OPEN, output=MISSING, error=error)
 
 
 def cancel(conn: Connection, step: dict) -> None:
-    _settle(conn, step, S.CANCELLED, OPEN, output=MISSING, error=MISSING)
+    _close(conn, step, S.CANCELLED, OPEN, output=MISSING, error=MISSING)
 
 
 def close(conn: Connection, step: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> None:
     """Operator recovery: SUCCEED_STEP / FAIL_STEP from any resolvable state."""
-    _settle(conn, step, state, RESOLVABLE, output=output, error=error)
+    _close(conn, step, state, RESOLVABLE, output=output, error=error)
 
 
 _Q_STEP_END_ACTIVATION_FOR_RETRY = query(
