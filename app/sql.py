@@ -20,10 +20,12 @@ connection is invalidated as SQLAlchemy does (``Connection.invalidate``).
 The one thing written later than its call is what a transaction writes at its commit (``at_commit``:
 the engine's event batch with its quota counts), sent in one round trip with the COMMIT itself.
 
-A plain text (``run(conn, "SELECT ...")``) still runs, under no name: statements off the hot path
-(operators' reads, maintenance) that have not been named yet. ``observing`` tells a test of every
-statement run, so that it can hold that the hot path runs only named statements
-(``tests/engine/test_named_statements.py``)."""
+Every statement the domain sends is a named one; a plain text (``run(conn, "SELECT ...")``) still runs,
+under no name, for tests and tools. ``observing`` tells a test of every statement run: the hot path runs
+only named statements (``tests/engine/test_named_statements.py``), and the whole suite fails a test during
+which the domain sent an unnamed one (``tests/sql_names.py``). A search whose optional filters are
+``(CAST(:x AS t) IS NULL OR ...)`` predicates is ``planned_each_time`` (never prepared): PostgreSQL plans
+it with its values, so each filter given keeps to its index."""
 
 from __future__ import annotations
 
