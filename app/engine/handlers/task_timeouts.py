@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from app.db_time import is_past
 from app.engine import jobs_and_tasks, stopping, task_protocol
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide.model import Stop
@@ -42,12 +43,6 @@ _NEXT_DUE = query(
 )
 
 
-_DB_IS_PAST = query(
-    "db_is_past",
-    "SELECT CAST(:d AS timestamptz) <= now()",
-)
-
-
 def watch(conn: Connection, inst: dict) -> dict:
     """The instance's watch job (see the module's description)."""
     stopping_before = inst["stop_requested_at"] is not None
@@ -57,7 +52,7 @@ def watch(conn: Connection, inst: dict) -> dict:
     if current["state"] in TERMINAL:
         return out
     if current["stop_requested_at"] is None:
-        due = bool(run(conn, _DB_IS_PAST, {"d": current["deadline_at"]}).scalar())
+        due = is_past(conn, current["deadline_at"])
         verdict = decide_stopping.deadline_passed(inst_model(current), due)
         if isinstance(verdict, Stop):
             stopping.apply_stop(conn, current, verdict)

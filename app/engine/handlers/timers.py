@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.db_time import is_past
 from app.engine import activation, driver, signal_match, snapshot, stopping
 from app.engine.decide import stopping as decide_stopping
 from app.engine.decide import wakes as decide
@@ -124,14 +125,8 @@ def _element_retry(conn: Connection, inst: dict, p: dict) -> dict:
     return driver.element_retry_due(conn, inst, step, spec, str(p["task_id"]), int(p["attempt"]))
 
 
-_DB_IS_PAST = query(
-    "db_is_past",
-    "SELECT CAST(:d AS timestamptz) <= now()",
-)
-
-
 def _deadline(conn: Connection, inst: dict, p: dict) -> dict:
-    due = bool(run(conn, _DB_IS_PAST, {"d": inst["deadline_at"]}).scalar())
+    due = is_past(conn, inst["deadline_at"])
     verdict = decide_stopping.deadline_passed(inst_model(inst), due)
     if isinstance(verdict, Ignore):
         return {"skipped": verdict.reason}
