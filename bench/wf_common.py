@@ -331,12 +331,15 @@ WHERE c.relkind IN ('r', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_s
             return {}
         out: dict[str, dict[str, int]] = {}
         for t in tables:
+            # a partitioned table has no tuples of its own: its partitions' summed (a plain table is
+            # its own one leaf)
             row = self.conn.execute(
-                "SELECT tuple_count, tuple_len, dead_tuple_count, dead_tuple_len, free_space, table_len "
-                "FROM pgstattuple(%s::regclass)",
+                "SELECT sum(s.tuple_count), sum(s.tuple_len), sum(s.dead_tuple_count), sum(s.dead_tuple_len), "
+                "sum(s.free_space), sum(s.table_len) "
+                "FROM pg_partition_tree(%s::regclass) p, LATERAL pgstattuple(p.relid) s WHERE p.isleaf",
                 (t,),
             ).fetchone()
-            if row is not None:
+            if row is not None and row[0] is not None:
                 keys = ("live", "live_bytes", "dead", "dead_bytes", "free_bytes", "bytes")
                 out[t] = dict(zip(keys, (int(v) for v in row), strict=True))
         return out
@@ -353,12 +356,16 @@ WHERE c.relkind IN ('r', 'm') AND n.nspname NOT IN ('pg_catalog', 'information_s
         self.conn.execute("VACUUM")
         rows = self.conn.execute(
             """
-SELECT n.nspname || '.' || c.relname,
-       s.table_len - s.free_space - s.dead_tuple_len + pg_indexes_size(c.oid)
-       + CASE WHEN c.reltoastrelid <> 0 THEN pg_total_relation_size(c.reltoastrelid) ELSE 0 END
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, LATERAL pgstattuple(c.oid) s
+SELECT n.nspname || '.' || r.relname,
+       sum(s.table_len - s.free_space - s.dead_tuple_len + pg_indexes_size(c.oid)
+           + CASE WHEN c.reltoastrelid <> 0 THEN pg_total_relation_size(c.reltoastrelid) ELSE 0 END)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     -- a partition is counted as its partitioned table's (history tables: by week, day, month)
+     JOIN pg_class r ON r.oid = COALESCE(pg_partition_root(c.oid), c.oid),
+     LATERAL pgstattuple(c.oid) s
 WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-  AND n.nspname NOT LIKE 'pg_toast%'"""
+  AND n.nspname NOT LIKE 'pg_toast%'
+GROUP BY 1"""
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
