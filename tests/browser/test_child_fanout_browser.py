@@ -126,7 +126,7 @@ def _check_pages(
         node = page.locator("svg.graph g", has=page.locator("title", has_text="ship_lines (SUBWORKFLOW)"))
         expect(node.locator("title")).to_contain_text(f"({done}/3 done, {running} running, 0 failed)")
         expect(node.locator("text.node-label")).to_have_text("ship_lines")
-        expect(node.locator("rect.node")).to_have_class(re.compile(rf"\\b{step_state}\\b"))
+        expect(node.locator("rect.node")).to_have_class(re.compile(rf"\b{step_state}\b"))
         _axe(page, "workflow with a child fan-out", viewport, problems)
 
         page.goto(live_url + f"/console/workflows/{fan.parent}/steps/ship_lines")
