@@ -116,16 +116,22 @@ def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING
     code = error.get("code") if isinstance(error, dict) else None
     reason = f"parent workflow {inst['id']} {state.lower()}" + (f" ({code})" if code else "")
     for child_id in instance_moves.unfinished_children(conn, inst["id"]):
-        child = lock_instance(conn, child_id)
-        if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
-            continue
-        request_cancel(conn, child, reason=reason)
-        audit_entries.advance(
+        _cancel_child(
             conn,
-            child,
-            "workflow.control.cancel",
-            after={"cause": f"parent {state.lower()}", "parent": inst["id"], "reason": reason},
+            child_id,
+            reason,
+            {"cause": f"parent {state.lower()}", "parent": inst["id"], "reason": reason},
         )
+
+
+def _cancel_child(conn: Connection, child_id: str, reason: str, after: dict) -> None:
+    """A cancel request to child ``child_id`` (locked here) unless it ended or is stopping already, with
+    its audit entry ``after``."""
+    child = lock_instance(conn, child_id)
+    if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
+        return
+    request_cancel(conn, child, reason=reason)
+    audit_entries.advance(conn, child, "workflow.control.cancel", after=after)
 
 
 # --------------------------------------------------------------------------- review
@@ -187,7 +193,8 @@ _Q_STOPPING_REQUEST_CANCEL = query(
 )
 _FANOUT_CHILDREN_TO_STOP = query(
     "stopping_fanout_children",
-    "SELECT id FROM workflow_instances WHERE parent_activation_id = :a AND stop_requested_at IS NULL "
+    "SELECT id, parent_instance_id FROM workflow_instances WHERE parent_activation_id = :a "
+    "AND stop_requested_at IS NULL "
     "AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY id",
 )
 
@@ -195,17 +202,8 @@ _FANOUT_CHILDREN_TO_STOP = query(
 def stop_fanout_children(conn: Connection, activation_id: str, reason: str) -> None:
     """The unfinished children of a fan-out activation get a cancel request (its step was closed or
     retried by an operator: nothing waits for them any more). Lock order: parent (locked), each child."""
-    for (child_id,) in run(conn, _FANOUT_CHILDREN_TO_STOP, {"a": activation_id}).all():
-        child = lock_instance(conn, child_id)
-        if child["state"] in TERMINAL or child["stop_requested_at"] is not None:
-            continue
-        request_cancel(conn, child, reason=reason)
-        audit_entries.advance(
-            conn,
-            child,
-            "workflow.control.cancel",
-            after={"cause": reason, "parent": child["parent_instance_id"]},
-        )
+    for child_id, parent_id in run(conn, _FANOUT_CHILDREN_TO_STOP, {"a": activation_id}).all():
+        _cancel_child(conn, child_id, reason, {"cause": reason, "parent": parent_id})
 
 
 def request_cancel(
