@@ -98,9 +98,8 @@ def _claim_keyed(
         settings.TASK_LEASE_SECONDS.get(),
         key.key,
         key.fp,
+        worker,
     )
-    if not replayed:
-        traces.record_claims(conn, [t["id"] for t in got], worker)
     return [_claimed(t) for t in got], replayed
 
 

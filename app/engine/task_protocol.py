@@ -10,6 +10,7 @@ from typing import Any, overload
 
 from sqlalchemy import Connection, Row
 
+from app import jsonx
 from app.engine import driver, jobs_and_tasks
 from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.row_access import MISSING, jparse, lock_instance_and_task, lock_with_task
@@ -94,16 +95,25 @@ def claim_keyed(
     lease_seconds: float,
     key: str | None,
     fingerprint: str | None,
+    worker: dict | None = None,
 ) -> tuple[list[dict], bool]:
     """A claim whose receipt is kept on the tasks it claims (``workflow_tasks.claim_key``): ``(tasks,
     replayed)``. The first claim with ``key`` claims up to ``max_tasks`` tasks, oldest first, and marks
     them with ``key`` and ``fingerprint``; a claim with a ``key`` that marks tasks already claims nothing
     and answers those tasks again, as they now are at the epoch that claim gave them (``replayed``), or
     raises IdempotencyConflict when the first claim's request had another ``fingerprint``. A claim that
-    found nothing marks nothing: the key can still claim. Run it after the key's lock
+    found nothing marks nothing: the key can still claim. ``worker``: the claiming worker's identity, kept
+    on the attempts it claims by the claim's own UPDATE (``traces``). Run it after the key's lock
     (``app.idempotency.execute_on_rows``), so that a duplicate in flight is seen."""
     rows = task_moves.claim(
-        conn, namespace_id, queues, max_tasks, lease_seconds, key=key, fingerprint=fingerprint
+        conn,
+        namespace_id,
+        queues,
+        max_tasks,
+        lease_seconds,
+        key=key,
+        fingerprint=fingerprint,
+        worker=None if worker is None else jsonx.dumps(worker),
     )
     replayed = bool(rows) and rows[0].replayed
     if replayed and any(r.claim_fingerprint != fingerprint for r in rows):

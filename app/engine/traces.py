@@ -1,5 +1,6 @@
 """Failures that can be traced (issue 47): who ran a task attempt and how it failed. A claim that names its
-worker ({host, pid, sdk}) writes it on the attempts it claimed (``workflow_tasks.worker``: the latest claim's);
+worker ({host, pid, sdk}) writes it on the attempts it claimed, in the claim's own UPDATE
+(``task_moves.claim``; ``workflow_tasks.worker``: the latest claim's that named one);
 a failure that sends the exception's type and stack trace (the SDK bounds it: ``schemas.tasks.MAX_STACK``)
 writes ``workflow_tasks.failure`` ({type, message, stack, worker}) on the attempt it failed, in the failure's
 transaction. Neither is a state: the task's moves stay in ``transitions.task_moves``. The attempt views
@@ -14,22 +15,6 @@ from sqlalchemy import Connection
 from app import jsonx
 from app.engine.row_access import MISSING, jparse
 from app.sql import query, run
-
-_TASK_WORKERS_RECORD = query(
-    "task_workers_record",
-    "UPDATE workflow_tasks SET worker = CAST(:w AS jsonb) WHERE id = ANY(:ids)",
-)
-
-
-def record_claims(conn: Connection, task_ids: list[str], worker: dict[str, Any] | None) -> None:
-    """The identity of the worker that claimed ``task_ids`` (one statement; nothing without one)."""
-    if worker is None or not task_ids:
-        return
-    run(
-        conn,
-        _TASK_WORKERS_RECORD,
-        {"w": jsonx.dumps(worker), "ids": task_ids},
-    )
 
 
 def failure_of(error: dict[str, Any], worker: dict[str, Any] | None) -> dict[str, Any] | None:

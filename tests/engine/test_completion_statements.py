@@ -5,6 +5,8 @@ the engine's moves cover it; these count statements."""
 
 from __future__ import annotations
 
+from app.db import transaction
+from app.engine import task_protocol
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, definition, instance, publish, start, step
 from tests.ledger_helpers import statements_sent
@@ -73,3 +75,22 @@ def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
         )
         assert row.id == task["id"] and sorted(s["key"] for s in steps) == [f"s{i}" for i in range(6)]
         assert row_access.write_reading_steps(conn, touch, {"id": task["id"], "epoch": 99}, iid) == (None, [])
+
+
+def test_a_claim_naming_its_worker_writes_the_task_row_once(eng, monkeypatch):
+    """Issue 47's worker identity is kept by the claim's own UPDATE (it was a second UPDATE of every claimed
+    task: one more row write per task); a claim without one keeps the worker an earlier claim recorded."""
+    start(eng, NS, publish(eng, NS, DOC), {})
+    who = {"host": "h1", "pid": 7, "sdk": "test"}
+    sent = statements_sent(monkeypatch)
+    with transaction(eng) as conn:
+        got, replayed = task_protocol.claim_keyed(conn, NS, ["stq"], 1, 60, None, None, who)
+    monkeypatch.undo()
+    assert got and not replayed
+    writes = [s for s in sent if "workflow_tasks" in s and ("UPDATE" in s)]
+    assert len(writes) == 1, _verbs(sent)
+    with eng.connect() as conn:
+        row = conn.exec_driver_sql(
+            "SELECT worker, epoch FROM workflow_tasks WHERE id = %(i)s", {"i": got[0]["id"]}
+        ).one()
+    assert row.worker == who and row.epoch == 1

@@ -75,7 +75,16 @@ def _plan(engine, statement: Any, params: dict[str, Any]) -> list[dict[str, Any]
 
 
 def _params(queues: list[str], n: int) -> dict[str, Any]:
-    return {"ns": NS, "queue": queues[0], "queues": queues, "n": n, "lease": 60, "key": None, "fp": None}
+    return {
+        "ns": NS,
+        "queue": queues[0],
+        "queues": queues,
+        "n": n,
+        "lease": 60,
+        "key": None,
+        "fp": None,
+        "worker": None,
+    }
 
 
 def test_a_claim_reads_the_queue_in_order_and_stops_at_what_it_takes(eng) -> None:

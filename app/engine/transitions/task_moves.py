@@ -180,7 +180,8 @@ picked AS ({pick}
 claimed AS (
     UPDATE workflow_tasks t SET state = 'CLAIMED', epoch = t.epoch + 1, updated_at = now(),
         lease_expires_at = LEAST(now() + make_interval(secs => :lease), t.deadline_at),
-        claim_key = CAST(:key AS text), claim_fingerprint = CAST(:fp AS text)
+        claim_key = CAST(:key AS text), claim_fingerprint = CAST(:fp AS text),
+        worker = COALESCE(CAST(:worker AS jsonb), t.worker)
     FROM picked WHERE t.id = picked.id
     RETURNING {TASK_COLS}, t.claim_fingerprint
 )
@@ -204,9 +205,11 @@ def claim(
     *,
     key: str | None = None,
     fingerprint: str | None = None,
+    worker: str | None = None,
 ) -> list[Any]:
     """PENDING (or CLAIMED with an expired lease) -> CLAIMED, epoch + 1, oldest first; the claimed rows
-    keep ``key`` and ``fingerprint`` (the request's Idempotency-Key and fingerprint). When tasks carry
+    keep ``key`` and ``fingerprint`` (the request's Idempotency-Key and fingerprint) and ``worker`` (the
+    claiming worker's identity as JSON text, issue 47; None keeps the row's earlier one). When tasks carry
     ``key`` already, nothing is claimed and those rows are returned (``replayed`` true, with the
     ``claim_fingerprint`` of the request that claimed them)."""
     names = sorted(set(queues))
@@ -224,6 +227,7 @@ def claim(
                 "lease": lease_seconds,
                 "key": key,
                 "fp": fingerprint if key is not None else None,
+                "worker": worker,
             },
         )
     )
