@@ -8,8 +8,11 @@ counts in its own memory and flushes them to shared statistics lazily: at the en
 most once a second, and a backend that went idle with counts pending flushes them 10 s later
 (``PGSTAT_IDLE_INTERVAL``); a backend that exits flushes at exit. Hence the protocol of a run:
 
-1. the engine is up, warmed up (a few workflows of the same shape, not measured), then left idle for
-   ``SETTLE_SECONDS`` (> 10 s): every count of the warm-up and of start-up has reached shared memory;
+1. the engine is up, warmed up (``--warmup`` workflows of the same shape, 100 by default, not measured),
+   its database ``ANALYZE``d (what autovacuum does on a server that runs for a while; the machine's
+   server runs without it, and plans a connection prepared on tables a few rows long, sequential scans,
+   would otherwise be kept for the whole run, for every engine), then left idle for ``SETTLE_SECONDS``
+   (> 10 s): every count of the warm-up and of start-up has reached shared memory;
 2. the *before* snapshot; the measured workflows; the engine's processes and connections are stopped
    (each backend flushes at exit), and once no backend of that database is left the *after* snapshot
    is read (again until two reads agree).
@@ -276,6 +279,11 @@ class Monitor:
         self.own += 1
         return out
 
+    def analyze(self) -> None:
+        """``ANALYZE`` of the engine's database (every schema), outside the counting window: statistics
+        as autovacuum keeps them on a live server; the plans cached before are made again."""
+        self.conn.execute("ANALYZE")
+
     def snapshot(self) -> Snapshot:
         with self.conn.transaction():
             tables = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in self.conn.execute(TABLES_SQL)}
@@ -526,6 +534,7 @@ def measure(
         wait_count(mon, done_sql, [s[0] for s in start(warmup)], timeout)
     if before_settle is not None:
         before_settle()
+    mon.analyze()
     log(f"{label}: settling {SETTLE_SECONDS:g} s (statistics flush)")
     time.sleep(SETTLE_SECONDS)
     log(f"{label}: {res.n} workflows from {CLIENT_THREADS} client threads{what}")

@@ -1,7 +1,7 @@
 """``python -m bench.workflows``: workflows end to end, Ledgerflow beside DBOS and Absurd.
 
     python -m bench.workflows [--shape all|task-task,task-timer-task,chain10,fanout,mapping] [--n 300]
-        [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 5] [--probe 10]
+        [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 100] [--probe 10]
     python -m bench.workflows --counts-only --shape task-timer-task --n 20    # Ledgerflow's writes, fast
 
 Each engine runs each shape against its own scratch database on the server named by DATABASE_URL, in
@@ -469,7 +469,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--warmup",
         type=int,
         default=None,
-        help="workflows run before the measured ones (default 5; 2 with --counts-only)",
+        help="workflows run before the measured ones (default 100; 2 with --counts-only)",
     )
     ap.add_argument(
         "--probe",
@@ -495,7 +495,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as exc:
         ap.error(str(exc))
     a.n = a.n or (20 if a.counts_only else 300)
-    a.warmup = a.warmup if a.warmup is not None else (2 if a.counts_only else 5)
+    a.warmup = a.warmup if a.warmup is not None else (2 if a.counts_only else 100)
     engines = (
         list(VARIANTS)
         if a.engines.strip() == "all"

@@ -55,11 +55,16 @@ SELECT b.id, i.namespace_id, i.id,
     CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END,
     '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END,
     '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
-FROM b JOIN workflow_instances i ON i.id = b.iid,
+FROM b
+    -- each batch finds its instance by primary key (LIMIT 1: a subquery the planner keeps as it is, so the
+    -- batches are the outer side whatever the tables' statistics say; as a plain join a plan made on small
+    -- tables read every instance and looked up each one's newest batch, at every commit)
+    CROSS JOIN LATERAL (SELECT i.namespace_id, i.id, i.paused, i.state, i.created_at
+                        FROM workflow_instances i WHERE i.id = b.iid LIMIT 1) i
     -- the partitions (by week, migration 0031) from the instance's creation on: a batch is written by a
     -- transaction that sees the instance (no transaction lasts a day, so none began a day before it)
-    LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = i.id
-             AND created_at >= i.created_at - interval '1 day') s
+    CROSS JOIN LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches
+                        WHERE instance_id = b.iid AND created_at >= i.created_at - interval '1 day') s
 """,
 )
 
