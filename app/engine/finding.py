@@ -29,7 +29,7 @@ FILTERS = ("id_prefix", "business_key_prefix", "failed_step", "error_code", "err
 # not given (its parameter NULL); the statements that hold them are planned with their values
 # (``app.sql.Query.planned_each_time``), so a NULL filter's condition folds away and a prefix's ``LIKE``
 # is a range of its index
-CONDITIONS = """(CAST(:idp AS text) IS NULL OR id LIKE :idp)
+CONDITIONS = """(CAST(:idp AS text) IS NULL OR (id >= :idlo AND id < :idhi AND id LIKE :idp))
   AND (CAST(:bkp AS text) IS NULL OR lower(business_key) LIKE :bkp)
   AND (CAST(:failed_step AS text) IS NULL OR fail_step = :failed_step)
   AND (CAST(:error_code AS text) IS NULL OR fail_code = :error_code)
@@ -38,8 +38,11 @@ CONDITIONS = """(CAST(:idp AS text) IS NULL OR id LIKE :idp)
 
 def condition_params(filters: dict[str, Any]) -> dict[str, Any]:
     """The parameters of ``CONDITIONS`` for ``filters`` (NULL: the filter is not given)."""
+    idp = filters["id_prefix"].lower() if "id_prefix" in filters else None
     return {
-        "idp": filters["id_prefix"].lower() + "%" if "id_prefix" in filters else None,  # hex: no escapes
+        "idp": None if idp is None else idp + "%",  # hex: no escapes
+        "idlo": idp,
+        "idhi": None if idp is None else idp + "g",  # past every id that starts with it (hex digits < 'g')
         "bkp": like_prefix(filters["business_key_prefix"].lower())
         if "business_key_prefix" in filters
         else None,

@@ -175,7 +175,6 @@ Index(  # a fan-out activation's children in element order (migration 0031)
 # Find by what operators see (migration 0026, ``app.engine.finding``): an id prefix of >= 8 hex characters
 # and a business-key prefix in any case are range scans of these; the failure groups read the FAILED and
 # NEEDS_REVIEW instances of a namespace from the partial index.
-Index("ix_workflow_instances_id_prefix", instances.c.id, postgresql_ops={"id": "text_pattern_ops"})
 Index(
     "ix_workflow_instances_key_lower",
     instances.c.namespace_id,
