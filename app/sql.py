@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -61,11 +62,14 @@ class Query:
     of the filters given (a constant ``NULL IS NULL`` folds away in a plan made with the values; a prepared
     statement's generic plan, made without them, could not use it)."""
 
-    __slots__ = ("name", "text", "sql", "prepare")
+    __slots__ = ("name", "text", "sql", "prepare", "module")
 
-    def __init__(self, name: str, text: str, *, planned_each_time: bool = False) -> None:
+    def __init__(
+        self, name: str, text: str, *, planned_each_time: bool = False, module: str | None = None
+    ) -> None:
         self.name = name
         self.text = text
+        self.module = module  # the module that defines it (``query``'s caller): docs/statements.sql
         self.sql = pyformat(compact_sql(text))
         # a named statement is prepared at its first run (psycopg: never when prepared statements are off)
         self.prepare: bool = not planned_each_time
@@ -86,7 +90,8 @@ def query(name: str, text: str, *, planned_each_time: bool = False) -> Query:
         if found.text != text:
             raise ValueError(f"two statements are named {name!r}")
         return found
-    q = QUERIES[name] = Query(name, text, planned_each_time=planned_each_time)
+    module = sys._getframe(1).f_globals.get("__name__")  # the defining module, for the catalogue
+    q = QUERIES[name] = Query(name, text, planned_each_time=planned_each_time, module=module)
     return q
 
 
@@ -97,11 +102,12 @@ class Template:
     (each partition's text is its own). A field takes an identifier (lower-case letters, digits and
     ``_``) or a ``datetime`` (written as its ISO form): nothing else can reach the text."""
 
-    __slots__ = ("name", "text")
+    __slots__ = ("name", "text", "module")
 
-    def __init__(self, name: str, text: str) -> None:
+    def __init__(self, name: str, text: str, module: str | None = None) -> None:
         self.name = name
         self.text = text
+        self.module = module
 
     def fill(self, **fields: str | datetime) -> Query:
         values: dict[str, str] = {}
@@ -132,7 +138,7 @@ def template(name: str, text: str) -> Template:
         return found
     if name in QUERIES:
         raise ValueError(f"{name!r} names a statement already")
-    t = TEMPLATES[name] = Template(name, text)
+    t = TEMPLATES[name] = Template(name, text, module=sys._getframe(1).f_globals.get("__name__"))
     return t
 
 
