@@ -3589,8 +3589,8 @@ SELECT id, status, queue FROM moved
 
 -- name: job_lock_owned
 -- module: app.ledger.transitions.executor; prepared at its first run
--- sent: SELECT id, clock_timestamp() < execution_deadline AS in_time FROM workflow_jobs WHERE id = $1 AND generation = $2 AND lease_token = $3 AND status = 'running' FOR UPDATE
-SELECT id, clock_timestamp() < execution_deadline AS in_time FROM workflow_jobs
+-- sent: SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS remaining FROM workflow_jobs WHERE id = $1 AND generation = $2 AND lease_token = $3 AND status = 'running' FOR UPDATE
+SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS remaining FROM workflow_jobs
 WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
 FOR UPDATE
 ;

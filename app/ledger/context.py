@@ -72,7 +72,13 @@ class RowReceipt(Protocol):
 
 
 # still inside the attempt's execution deadline (database time), asked at the end of a handler's transaction
+# when less than DEADLINE_MARGIN_SECONDS of it may be left
 _WITHIN_DEADLINE = query("job_within_deadline", "SELECT clock_timestamp() < :d")
+# The fence statement at a transaction's start says how long its attempt had left by database time; at the
+# transaction's end that much minus the time since the statement was sent (this process's monotonic clock)
+# is still left, at least. Past this margin of it the database is asked again (clock rates differ by parts
+# per million: a second covers a deadline of days).
+DEADLINE_MARGIN_SECONDS = 1.0
 
 
 @dataclass
@@ -160,12 +166,18 @@ class JobContext:
         with transaction(self.engine) as conn:
             if self.lock_first is not None:
                 self.lock_first(conn)
-            if not transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token):
+            sent = time.monotonic()
+            left = transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token)
+            if left is None:
                 metrics.fenced_write("transaction")
                 self.abort("ownership lost")
                 raise JobAborted("ownership lost")
             yield conn
-            # the row lock is held, so nobody can fence us meanwhile; the deadline may pass
+            # the row lock is held, so nobody can fence us meanwhile; the deadline may pass: by database
+            # time ``left`` seconds remained when the fence ran (after ``sent``), so at least that much less
+            # the time since is left now; near the deadline the database says
+            if time.monotonic() - sent < left - DEADLINE_MARGIN_SECONDS:
+                return
             if run(conn, _WITHIN_DEADLINE, {"d": self.execution_deadline}).scalar():
                 return
             self.abort("execution deadline passed")

@@ -58,3 +58,24 @@ def test_a_transaction_of_a_job_past_its_deadline_writes_nothing(db, notes):
     with pytest.raises(JobAborted), ctx.transaction() as conn:
         _write(conn, "never")
     assert scalar(db, "SELECT count(*) FROM fenced_notes") == 0
+
+
+def test_far_from_its_deadline_a_transaction_asks_the_database_once(db, notes, monkeypatch):
+    """The fence statement says how long the attempt has left by database time; a transaction that ends
+    well inside that (more than ``DEADLINE_MARGIN_SECONDS`` before it, by this process's clock since the
+    fence was sent) commits without asking the database again (one statement less per job transaction).
+    With the margin as wide as the deadline, the database is asked at the end, and the writes commit."""
+    from app.ledger import context
+    from app.sql import observing
+
+    for margin, asked in ((context.DEADLINE_MARGIN_SECONDS, 0), (10_000.0, 1)):
+        monkeypatch.setattr(context, "DEADLINE_MARGIN_SECONDS", margin)
+        add_job(db, "delay_wake", {}, execution_timeout_ms=600_000)
+        ctx = context_for(claim_one(db), db)
+        names: list[str | None] = []
+        with observing(lambda name, sql, params, seen=names: seen.append(name)), ctx.transaction() as conn:
+            _write(conn, f"margin {margin}")
+        assert names.count("job_lock_owned") == 1, names
+        assert names.count("job_within_deadline") == asked, (margin, names)
+        assert not ctx.aborted
+    assert scalar(db, "SELECT count(*) FROM fenced_notes") == 2

@@ -67,7 +67,7 @@ def test_skip_running_closes_attempt_and_fences_executor(client, operator, make_
     from app.ledger.transitions import lock_owned
 
     with clean.begin() as conn:
-        assert lock_owned(conn, job_id, 1, str(token)) is False
+        assert lock_owned(conn, job_id, 1, str(token)) is None
         status = conn.execute(
             text("SELECT status FROM workflow_job_executions WHERE job_id = :i"), {"i": job_id}
         )

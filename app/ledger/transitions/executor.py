@@ -490,17 +490,20 @@ def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[d
 _LOCK_OWNED = query(
     "job_lock_owned",
     """
-SELECT id, clock_timestamp() < execution_deadline AS in_time FROM workflow_jobs
+SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS remaining FROM workflow_jobs
 WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
 FOR UPDATE
 """,
 )
 
 
-def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> bool:
-    """Lock the job row if this executor still owns it and is within its deadline."""
+def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> float | None:
+    """Lock the job row if this executor still owns it and is within its deadline: the seconds left
+    until that deadline by database time, as the statement ran (None: not owned, or past it)."""
     row = run(conn, _LOCK_OWNED, {"id": job_id, "gen": generation, "token": lease_token}).first()
-    return bool(row and row.in_time)
+    if row is None or row.remaining <= 0:
+        return None
+    return float(row.remaining)
 
 
 _SET_MARKER = query(
