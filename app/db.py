@@ -323,7 +323,10 @@ def _run_hooks(conn: Connection) -> None:
 
 @contextmanager
 def transaction(engine: Engine | None = None) -> Iterator[Connection]:
-    """One short transaction; after-commit hooks (wake hints) run only after a successful commit."""
+    """One short transaction with its context (``Tx``, made here as it begins); after-commit hooks (wake
+    hints) run only after a successful commit. An exception rolls it back (one that wrote nothing is
+    committed instead, which ends it alike and keeps the connection's prepared statements: ``app.sql``,
+    "a transaction that wrote nothing")."""
     engine = engine or get_engine()
     with engine.connect() as conn:
         try:

@@ -4,13 +4,16 @@ one ended (a commit, a rollback, a transaction begun by SQLAlchemy rather than `
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
 
 from app.db import Tx, transaction, tx
 from app.sql import run
 
 
 def test_transaction_makes_its_context_when_it_begins_and_the_next_transaction_gets_a_new_one(engine: Engine):
+    # one pooled connection, so the second transaction runs on the first one's (an engine without the
+    # application's own listeners: the context is bound to its transaction, not dropped by them)
+    engine = create_engine(engine.url, pool_size=1, max_overflow=0)
     with transaction(engine) as conn:
         first = tx(conn)
         assert isinstance(first, Tx) and tx(conn) is first  # one object for the whole transaction
@@ -22,6 +25,7 @@ def test_transaction_makes_its_context_when_it_begins_and_the_next_transaction_g
         second = tx(conn)
         assert second is not first  # ... and a context of its own: nothing carried over
         assert second.hinted_queues == set() and second.watch_due == {}
+    engine.dispose()
 
 
 def test_a_context_made_at_first_use_ends_with_its_transaction_committed_or_rolled_back(engine: Engine):
