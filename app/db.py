@@ -1,4 +1,4 @@
-"""Engine, short transactions with after-commit hooks, and database time."""
+"""Engine, short transactions with after-commit hooks and a typed context each (``Tx``), and database time."""
 
 from __future__ import annotations
 
