@@ -1,4 +1,4 @@
-"""Engine, short transactions with after-commit hooks, and database time."""
+"""Engine, short transactions with after-commit hooks and a typed context each (``Tx``), and database time."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -26,16 +27,46 @@ from app.settings import (
 log = logging.getLogger(__name__)
 
 _AFTER_COMMIT = "ledgerflow_after_commit"
-# Per-transaction scratch state (e.g. the queues already hinted); dropped with the hooks on commit
-# and on rollback, so nothing leaks into the next transaction of the pooled connection.
-_TX_STATE = "ledgerflow_tx_state"
+_TX = "ledgerflow_tx"  # the connection's ``Tx`` (of its current transaction; see ``tx``)
+
+
+@dataclass(eq=False)
+class Tx:
+    """What one transaction knows besides its rows, typed, in one object: made when the transaction begins
+    (``transaction()``; any other transaction's at its first ``tx(conn)``), bound to it (a later
+    transaction of the pooled connection gets a new one) and dropped at its commit or rollback. Every
+    field is a fact of this transaction only, so a decision it saves (a statement not sent) is never
+    taken on what another transaction did."""
+
+    transaction: object  # SQLAlchemy's root transaction this one belongs to
+    # The instance row this transaction locked first, before its job's row (the job's ``lock_first``,
+    # ``app.ledger.context.JobContext.transaction``), as it read it; the engine's write that follows takes
+    # it (``handlers.common.run_locked_once``) instead of reading the row again. None: not locked that way,
+    # or taken.
+    locked_instance: dict[str, Any] | None = None
+    # The engine's watch (``app.engine.jobs_and_tasks``): per instance, the earliest due time (seconds from
+    # the transaction's ``now()``) its watch is known to have in this transaction (``arm_watch`` arms it,
+    # ``watch_covers`` knows it from an open task, ``watch_cleared`` forgets it)...
+    watch_due: dict[str, float] = field(default_factory=dict)
+    # ... and the instances this transaction inserted, which have no watch yet (``watch_absent``).
+    watch_absent: set[str] = field(default_factory=set)
+    # The queues a wake hint is registered for, sent once the transaction commits (``app.ledger.hints``).
+    hinted_queues: set[str] = field(default_factory=set)
+    # Jobs enqueued per (type, pool), counted in the metrics once the transaction commits (None: none yet;
+    # ``app.ledger.enqueue``).
+    enqueued_counts: dict[tuple[str, str], int] | None = None
+
+    def take_locked_instance(self) -> dict[str, Any] | None:
+        """The instance row this transaction locked first, once (None the second time)."""
+        row, self.locked_instance = self.locked_instance, None
+        return row
 
 
 def _drop_transaction_state(conn: Connection) -> None:
     if conn.invalidated:  # the connection died (database restart, terminated backend): nothing to drop,
         return  # and touching ``conn.info`` now would raise PendingRollbackError over the real error
     conn.info.pop(_AFTER_COMMIT, None)
-    conn.info.pop(_TX_STATE, None)
+    conn.info.pop(_TX, None)
 
 
 def statement_timeout_ms() -> int:
@@ -253,9 +284,9 @@ def _engine_for(url: str) -> Engine:
 
     @event.listens_for(engine, "commit")
     def _drop_state(conn: Connection) -> None:
-        # the scratch state ends with its transaction however it was committed (``engine.begin()``
-        # too); the after-commit hooks stay for ``transaction()`` to run
-        conn.info.pop(_TX_STATE, None)
+        # the transaction's ``Tx`` ends with it however it was committed (``engine.begin()`` too); the
+        # after-commit hooks stay for ``transaction()`` to run
+        conn.info.pop(_TX, None)
 
     return engine
 
@@ -269,13 +300,20 @@ def after_commit(conn: Connection, fn: Callable[[], object]) -> None:
     conn.info.setdefault(_AFTER_COMMIT, []).append(fn)
 
 
-def transaction_state(conn: Connection) -> dict:
-    """A dict that lives exactly as long as ``conn``'s current transaction."""
-    return conn.info.setdefault(_TX_STATE, {})
+def tx(conn: Connection) -> Tx:
+    """The ``Tx`` of ``conn``'s current transaction (beginning one, as SQLAlchemy's autobegin would, when
+    none is open): the one ``transaction()`` made, else one made now for this transaction."""
+    if not conn.in_transaction():
+        conn.begin()
+    root = conn.get_transaction()
+    found: Tx | None = conn.info.get(_TX)
+    if found is None or found.transaction is not root:
+        found = conn.info[_TX] = Tx(root)
+    return found
 
 
 def _run_hooks(conn: Connection) -> None:
-    conn.info.pop(_TX_STATE, None)
+    conn.info.pop(_TX, None)
     for fn in conn.info.pop(_AFTER_COMMIT, []):
         try:
             fn()
@@ -285,11 +323,15 @@ def _run_hooks(conn: Connection) -> None:
 
 @contextmanager
 def transaction(engine: Engine | None = None) -> Iterator[Connection]:
-    """One short transaction; after-commit hooks (wake hints) run only after a successful commit."""
+    """One short transaction with its context (``Tx``, made here as it begins); after-commit hooks (wake
+    hints) run only after a successful commit. An exception rolls it back (one that wrote nothing is
+    committed instead, which ends it alike and keeps the connection's prepared statements: ``app.sql``,
+    "a transaction that wrote nothing")."""
     engine = engine or get_engine()
     with engine.connect() as conn:
         try:
-            with conn.begin():
+            with conn.begin() as root:
+                conn.info[_TX] = Tx(root)
                 yield conn
         except BaseException:
             _drop_transaction_state(conn)

@@ -40,6 +40,7 @@ from functools import lru_cache
 from typing import Any, TypeVar, cast
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, Engine, TextClause, event
 from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 
@@ -82,6 +83,15 @@ class Query:
 QUERIES: dict[str, Query] = {}
 
 
+def _importing_module() -> str | None:
+    """The module whose import runs this (the nearest module-level frame up the stack): where a statement
+    is defined, also when a helper of another module made it for that module (``row_access.reading_steps``)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back  # type: ignore[assignment]
+    return None if frame is None else frame.f_globals.get("__name__")
+
+
 def query(name: str, text: str, *, planned_each_time: bool = False) -> Query:
     """The statement ``text`` under ``name``, registered in ``QUERIES``. A name is given once: the same
     name with another text is a programming error."""
@@ -90,8 +100,7 @@ def query(name: str, text: str, *, planned_each_time: bool = False) -> Query:
         if found.text != text:
             raise ValueError(f"two statements are named {name!r}")
         return found
-    module = sys._getframe(1).f_globals.get("__name__")  # the defining module, for the catalogue
-    q = QUERIES[name] = Query(name, text, planned_each_time=planned_each_time, module=module)
+    q = QUERIES[name] = Query(name, text, planned_each_time=planned_each_time, module=_importing_module())
     return q
 
 
@@ -138,7 +147,7 @@ def template(name: str, text: str) -> Template:
         return found
     if name in QUERIES:
         raise ValueError(f"{name!r} names a statement already")
-    t = TEMPLATES[name] = Template(name, text, module=sys._getframe(1).f_globals.get("__name__"))
+    t = TEMPLATES[name] = Template(name, text, module=_importing_module())
     return t
 
 
@@ -490,3 +499,40 @@ def _write_before_savepoint(conn: Connection, name: str) -> None:
 def _drop_buffers(conn: Connection, *args: Any) -> None:
     if not conn.invalidated:
         conn.info.pop(_BUFFERS, None)
+
+
+# --------------------------------------------------------------------------- a transaction that wrote nothing
+# The rule: a transaction ended without its commit (a read-only request's connection closed, an error, an
+# explicit rollback) is rolled back when it wrote anything, and committed when it wrote nothing. Both end
+# it alike then, but a ROLLBACK makes psycopg deallocate every statement its connection had prepared
+# (``DEALLOCATE ALL``: one more round trip, and each named statement parsed and planned again at its next
+# run on the connection), and most API requests are reads that end so.
+#
+# "Wrote nothing" is PostgreSQL's word, not a guess from the statements' texts: no transaction id was
+# assigned (``pg_current_xact_id_if_assigned()`` is NULL). Any row written or locked (``FOR UPDATE``),
+# any table created, takes one; what a transaction without one can still change at its commit is only a
+# session setting set without ``LOCAL`` or a NOTIFY sent without a write, and the domain sends neither
+# (its settings are ``SET LOCAL`` / ``set_config(..., true)``, its NOTIFYs come from triggers on written
+# rows). Asked only on a connection that prepares statements (otherwise a ROLLBACK loses nothing) and
+# inside a transaction that did not fail (a failed one is rolled back). What the transaction held back
+# for its commit (``at_commit``) is never written: the COMMIT is the driver's own, not SQLAlchemy's.
+# SQLAlchemy goes on as after a rollback (the after-commit hooks are dropped); the driver's ROLLBACK that
+# follows finds no transaction and sends nothing.
+TRANSACTION_WROTE = query("transaction_wrote", "SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
+_END_CURSOR = "ledgerflow_sql_end_cursor"
+
+
+@event.listens_for(Engine, "rollback")
+def _commit_what_wrote_nothing(conn: Connection) -> None:
+    if conn.invalidated or conn.connection.dbapi_connection is None:
+        return
+    driver = _driver(conn)
+    if driver.prepare_threshold is None or driver.info.transaction_status != TransactionStatus.INTRANS:
+        return  # nothing prepared to lose; or no transaction, or a failed one: the ROLLBACK stands
+    try:
+        cur = _cursor(conn, _END_CURSOR)
+        row = run_raw(cur, TRANSACTION_WROTE, None, prepare=True).fetchone()
+        if row is not None and row[0] is False:
+            driver.commit()
+    except psycopg.Error:
+        pass  # the ROLLBACK that follows ends it (and a broken connection fails there, as before)

@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 396 statements, 20 templates.
+-- 397 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -996,12 +996,6 @@ SELECT id, namespace_id, definition_id, definition_version_id, version, state, r
        parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = :id FOR UPDATE
 ;
 
--- name: instance_lock_with_task
--- module: app.engine.row_access; prepared at its first run
--- sent: SELECT i.id, i.namespace_id, i.definition_id, i.definition_version_id, i.version, i.state, i.revision, i.paused, i.control_revision, i.input::text AS input, i.business_key, i.queues, i.deadline_at, i.output::text AS output, i.cancel_requested_at, i.stop_kind, i.stop_requested_at, i.completed_at, i.error::text AS error, i.trace_id, i.parent_instance_id, i.parent_step_key, i.parent_activation_id, i.parent_element, i.schedule_id, i.schedule_fire_at, i.created_at, i.updated_at, i.compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened, t.id AS r__id, t.namespace_id AS r__namespace_id, t.instance_id AS r__instance_id, t.step_id AS r__step_id, t.step_key AS r__step_key, t.activation_id AS r__activation_id, t.queue AS r__queue, t.state AS r__state, t.input::text AS r__input, t.output::text AS r__output, t.error::text AS r__error, t.epoch AS r__epoch, t.attempt AS r__attempt, t.poll_round AS r__poll_round, t.lease_expires_at AS r__lease_expires_at, t.deadline_at AS r__deadline_at, t.created_at AS r__created_at, t.updated_at AS r__updated_at, t.completed_at AS r__completed_at, t.purpose AS r__purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS r__lease_expired, EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS r__deadline_in FROM workflow_instances i JOIN workflow_tasks t ON t.instance_id = i.id WHERE t.id = $1 AND t.namespace_id = $2 FOR UPDATE OF i, t
-SELECT i.id, i.namespace_id, i.definition_id, i.definition_version_id, i.version, i.state, i.revision, i.paused, i.control_revision, i.input::text AS input, i.business_key, i.queues, i.deadline_at, i.output::text AS output, i.cancel_requested_at, i.stop_kind, i.stop_requested_at, i.completed_at, i.error::text AS error, i.trace_id, i.parent_instance_id, i.parent_step_key, i.parent_activation_id, i.parent_element, i.schedule_id, i.schedule_fire_at, i.created_at, i.updated_at, i.compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened, t.id AS r__id, t.namespace_id AS r__namespace_id, t.instance_id AS r__instance_id, t.step_id AS r__step_id, t.step_key AS r__step_key, t.activation_id AS r__activation_id, t.queue AS r__queue, t.state AS r__state, t.input::text AS r__input, t.output::text AS r__output, t.error::text AS r__error, t.epoch AS r__epoch, t.attempt AS r__attempt, t.poll_round AS r__poll_round, t.lease_expires_at AS r__lease_expires_at, t.deadline_at AS r__deadline_at, t.created_at AS r__created_at, t.updated_at AS r__updated_at, t.completed_at AS r__completed_at, t.purpose AS r__purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS r__lease_expired, EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS r__deadline_in FROM workflow_instances i JOIN workflow_tasks t ON t.instance_id = i.id WHERE t.id = :t AND t.namespace_id = :ns FOR UPDATE OF i, t
-;
-
 -- name: instance_open_work
 -- module: app.engine.row_access; prepared at its first run
 -- sent: SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = $1 AND state IN ('PENDING', 'CLAIMED')) AS tasks, EXISTS (SELECT 1 FROM workflow_waits WHERE instance_id = $1 AND state = 'WAITING') AS waits, EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = $1 AND state = 'PENDING') AS signals
@@ -1038,26 +1032,6 @@ SELECT i.definition_version_id AS version_id, s.id AS id, s.key AS key, s.kind A
 -- module: app.engine.row_access; prepared at its first run
 -- sent: SELECT i.definition_version_id AS version_id, s.id AS id, s.key AS key, s.kind AS kind, s.state AS state, s.revision AS revision, s.after AS after, s.activation_id AS activation_id, s.activation_sequence AS activation_sequence, s.task_id AS task_id, s.act_state AS act_state, s.act_input::text AS act_input, s.act_output::text AS act_output, s.act_error::text AS act_error, s.task_attempts AS task_attempts, s.child_instance_id AS child_instance_id, s.activated_at AS activated_at, s.completed_at AS completed_at, s.poll_used_rounds AS poll_used_rounds, s.poll_first_round AS poll_first_round, s.poll_first_round_attempts_used AS poll_first_round_attempts_used, s.poll_round_attempts AS poll_round_attempts, s.poll_deadline_at AS poll_deadline_at, s.poll_last_task_id AS poll_last_task_id, s.poll_current_task_id AS poll_current_task_id, s.poll_next_at AS poll_next_at, s.poll_resolved_at AS poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = $1
 SELECT i.definition_version_id AS version_id, s.id AS id, s.key AS key, s.kind AS kind, s.state AS state, s.revision AS revision, s.after AS after, s.activation_id AS activation_id, s.activation_sequence AS activation_sequence, s.task_id AS task_id, s.act_state AS act_state, s.act_input::text AS act_input, s.act_output::text AS act_output, s.act_error::text AS act_error, s.task_attempts AS task_attempts, s.child_instance_id AS child_instance_id, s.activated_at AS activated_at, s.completed_at AS completed_at, s.poll_used_rounds AS poll_used_rounds, s.poll_first_round AS poll_first_round, s.poll_first_round_attempts_used AS poll_first_round_attempts_used, s.poll_round_attempts AS poll_round_attempts, s.poll_deadline_at AS poll_deadline_at, s.poll_last_task_id AS poll_last_task_id, s.poll_current_task_id AS poll_current_task_id, s.poll_next_at AS poll_next_at, s.poll_resolved_at AS poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = :id
-;
-
--- name: task_complete_reading_steps
--- module: app.engine.row_access; prepared at its first run
--- sent: WITH w AS (UPDATE workflow_tasks AS t SET state = $1, output = CAST($2 AS jsonb), result_key = CAST($3 AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = $4 AND epoch = $5 AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state, t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round, t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = $6) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
-WITH w AS (UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), result_key = CAST(:key AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
-    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
-    t.poll_round,
-    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
-    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = :steps_of_instance) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
-;
-
--- name: task_fail_reading_steps
--- module: app.engine.row_access; prepared at its first run
--- sent: WITH w AS (UPDATE workflow_tasks AS t SET state = $1, error = CAST($2 AS jsonb), result_key = CAST($3 AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = $4 AND epoch = $5 AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state, t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round, t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = $6) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
-WITH w AS (UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), result_key = CAST(:key AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
-    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
-    t.poll_round,
-    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
-    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = :steps_of_instance) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
 ;
 
 -- name: wait_read
@@ -1154,6 +1128,20 @@ SELECT s.key, s.act_output::text AS output FROM workflow_steps s WHERE s.instanc
 UPDATE workflow_instances SET start_key = NULL, start_fingerprint = NULL WHERE id = :id AND start_key = :key
 ;
 
+-- name: start_key_read
+-- module: app.engine.start_keys; prepared at its first run
+-- sent: WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', $1, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint, i.created_at >= now() - make_interval(hours => $3) AS live, (SELECT x.start_response FROM workflow_event_batches x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL LIMIT 1) AS response, r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response FROM o CROSS JOIN l LEFT JOIN workflow_instances i ON i.namespace_id = $4 AND i.start_key = $5 LEFT JOIN idempotency_receipts r ON r.scope = $4 AND r.route = $6 AND r.key = $5
+WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint,
+    i.created_at >= now() - make_interval(hours => :hours) AS live,
+    (SELECT x.start_response FROM workflow_event_batches x
+     WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL
+     LIMIT 1) AS response,
+    r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response
+FROM o CROSS JOIN l
+LEFT JOIN workflow_instances i ON i.namespace_id = :scope AND i.start_key = :key
+LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key
+;
+
 -- name: steps_succeeded_tasks
 -- module: app.engine.stopping; prepared at its first run
 -- sent: SELECT s.key, s.activation_id, row_number() OVER (ORDER BY s.completed_at, s.activation_id) AS ord FROM workflow_steps s WHERE s.instance_id = $1 AND s.state = 'SUCCEEDED' AND s.kind = 'TASK' AND s.copied_from IS NULL
@@ -1231,6 +1219,12 @@ SELECT definition_id, state, count(*) AS n, count(*) FILTER (WHERE paused) AS pa
 FROM (SELECT i.definition_id, i.state, i.paused FROM workflow_instances i
       WHERE i.namespace_id = :ns AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND (CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[])) LIMIT :cap) live
 GROUP BY 1, 2
+;
+
+-- name: instance_lock_with_task
+-- module: app.engine.task_protocol; prepared at its first run
+-- sent: SELECT i.id, i.namespace_id, i.definition_id, i.definition_version_id, i.version, i.state, i.revision, i.paused, i.control_revision, i.input::text AS input, i.business_key, i.queues, i.deadline_at, i.output::text AS output, i.cancel_requested_at, i.stop_kind, i.stop_requested_at, i.completed_at, i.error::text AS error, i.trace_id, i.parent_instance_id, i.parent_step_key, i.parent_activation_id, i.parent_element, i.schedule_id, i.schedule_fire_at, i.created_at, i.updated_at, i.compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened, t.id AS r__id, t.namespace_id AS r__namespace_id, t.instance_id AS r__instance_id, t.step_id AS r__step_id, t.step_key AS r__step_key, t.activation_id AS r__activation_id, t.queue AS r__queue, t.state AS r__state, t.input::text AS r__input, t.output::text AS r__output, t.error::text AS r__error, t.epoch AS r__epoch, t.attempt AS r__attempt, t.poll_round AS r__poll_round, t.lease_expires_at AS r__lease_expires_at, t.deadline_at AS r__deadline_at, t.created_at AS r__created_at, t.updated_at AS r__updated_at, t.completed_at AS r__completed_at, t.purpose AS r__purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS r__lease_expired, EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS r__deadline_in FROM workflow_instances i JOIN workflow_tasks t ON t.instance_id = i.id WHERE t.id = $1 AND t.namespace_id = $2 FOR UPDATE OF i, t
+SELECT i.id, i.namespace_id, i.definition_id, i.definition_version_id, i.version, i.state, i.revision, i.paused, i.control_revision, i.input::text AS input, i.business_key, i.queues, i.deadline_at, i.output::text AS output, i.cancel_requested_at, i.stop_kind, i.stop_requested_at, i.completed_at, i.error::text AS error, i.trace_id, i.parent_instance_id, i.parent_step_key, i.parent_activation_id, i.parent_element, i.schedule_id, i.schedule_fire_at, i.created_at, i.updated_at, i.compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened, t.id AS r__id, t.namespace_id AS r__namespace_id, t.instance_id AS r__instance_id, t.step_id AS r__step_id, t.step_key AS r__step_key, t.activation_id AS r__activation_id, t.queue AS r__queue, t.state AS r__state, t.input::text AS r__input, t.output::text AS r__output, t.error::text AS r__error, t.epoch AS r__epoch, t.attempt AS r__attempt, t.poll_round AS r__poll_round, t.lease_expires_at AS r__lease_expires_at, t.deadline_at AS r__deadline_at, t.created_at AS r__created_at, t.updated_at AS r__updated_at, t.completed_at AS r__completed_at, t.purpose AS r__purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS r__lease_expired, EXTRACT(EPOCH FROM t.deadline_at - now())::float8 AS r__deadline_in FROM workflow_instances i JOIN workflow_tasks t ON t.instance_id = i.id WHERE t.id = :t AND t.namespace_id = :ns FOR UPDATE OF i, t
 ;
 
 -- name: task_ended_with_key
@@ -1788,6 +1782,16 @@ UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), result_ke
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired
 ;
 
+-- name: task_complete_reading_steps
+-- module: app.engine.transitions.task_moves; prepared at its first run
+-- sent: WITH w AS (UPDATE workflow_tasks AS t SET state = $1, output = CAST($2 AS jsonb), result_key = CAST($3 AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = $4 AND epoch = $5 AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state, t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round, t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = $6) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
+WITH w AS (UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), result_key = CAST(:key AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
+    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
+    t.poll_round,
+    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
+    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = :steps_of_instance) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
+;
+
 -- name: task_element_retry_at
 -- module: app.engine.transitions.task_moves; prepared at its first run
 -- sent: UPDATE workflow_tasks SET next_attempt_at = now() + make_interval(secs => $1) WHERE id = $2 AND element IS NOT NULL AND state NOT IN ('PENDING', 'CLAIMED', 'COMPLETED') RETURNING next_attempt_at
@@ -1808,6 +1812,16 @@ UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), result_key
     t.poll_round,
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired
+;
+
+-- name: task_fail_reading_steps
+-- module: app.engine.transitions.task_moves; prepared at its first run
+-- sent: WITH w AS (UPDATE workflow_tasks AS t SET state = $1, error = CAST($2 AS jsonb), result_key = CAST($3 AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = $4 AND epoch = $5 AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state, t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round, t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = $6) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
+WITH w AS (UPDATE workflow_tasks AS t SET state = :s, error = CAST(:v AS jsonb), result_key = CAST(:key AS text), completed_at = now(), updated_at = now(), lease_expires_at = NULL WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
+    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
+    t.poll_round,
+    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
+    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired) SELECT w.*, st.step__version_id, st.step__id, st.step__key, st.step__kind, st.step__state, st.step__revision, st.step__after, st.step__activation_id, st.step__activation_sequence, st.step__task_id, st.step__act_state, st.step__act_input, st.step__act_output, st.step__act_error, st.step__task_attempts, st.step__child_instance_id, st.step__activated_at, st.step__completed_at, st.step__poll_used_rounds, st.step__poll_first_round, st.step__poll_first_round_attempts_used, st.step__poll_round_attempts, st.step__poll_deadline_at, st.step__poll_last_task_id, st.step__poll_current_task_id, st.step__poll_next_at, st.step__poll_resolved_at FROM (SELECT q.*, row_number() OVER () AS nth FROM (SELECT i.definition_version_id AS step__version_id, s.id AS step__id, s.key AS step__key, s.kind AS step__kind, s.state AS step__state, s.revision AS step__revision, s.after AS step__after, s.activation_id AS step__activation_id, s.activation_sequence AS step__activation_sequence, s.task_id AS step__task_id, s.act_state AS step__act_state, s.act_input::text AS step__act_input, s.act_output::text AS step__act_output, s.act_error::text AS step__act_error, s.task_attempts AS step__task_attempts, s.child_instance_id AS step__child_instance_id, s.activated_at AS step__activated_at, s.completed_at AS step__completed_at, s.poll_used_rounds AS step__poll_used_rounds, s.poll_first_round AS step__poll_first_round, s.poll_first_round_attempts_used AS step__poll_first_round_attempts_used, s.poll_round_attempts AS step__poll_round_attempts, s.poll_deadline_at AS step__poll_deadline_at, s.poll_last_task_id AS step__poll_last_task_id, s.poll_current_task_id AS step__poll_current_task_id, s.poll_next_at AS step__poll_next_at, s.poll_resolved_at AS step__poll_resolved_at FROM workflow_instances i LEFT JOIN workflow_steps s ON s.instance_id = i.id AND s.kind <> 'ROOT' WHERE i.id = :steps_of_instance) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth
 ;
 
 -- name: task_heartbeat
@@ -1993,20 +2007,6 @@ INSERT INTO idempotency_receipts (scope, route, key, fingerprint, status_code, r
 DELETE FROM idempotency_receipts WHERE id IN (SELECT id FROM idempotency_receipts WHERE created_at < now() - make_interval(hours => :h) ORDER BY created_at LIMIT :n)
 ;
 
--- name: start_key_read
--- module: app.idempotency; prepared at its first run
--- sent: WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', $1, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint, i.created_at >= now() - make_interval(hours => $3) AS live, (SELECT x.start_response FROM workflow_event_batches x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL LIMIT 1) AS response, r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response FROM o CROSS JOIN l LEFT JOIN workflow_instances i ON i.namespace_id = $4 AND i.start_key = $5 LEFT JOIN idempotency_receipts r ON r.scope = $4 AND r.route = $6 AND r.key = $5
-WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint,
-    i.created_at >= now() - make_interval(hours => :hours) AS live,
-    (SELECT x.start_response FROM workflow_event_batches x
-     WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL
-     LIMIT 1) AS response,
-    r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response
-FROM o CROSS JOIN l
-LEFT JOIN workflow_instances i ON i.namespace_id = :scope AND i.start_key = :key
-LEFT JOIN idempotency_receipts r ON r.scope = :scope AND r.route = :route AND r.key = :key
-;
-
 -- name: action_load
 -- module: app.integrations.actions; prepared at its first run
 -- sent: SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret, r.created_by, e.id AS event_id, e.type, e.seq, e.instance_id, e.body::text AS body FROM automation_executions x JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id LEFT JOIN automation_rules r ON r.id = x.rule_id WHERE x.id = $1
@@ -2068,6 +2068,18 @@ SELECT id, namespace_id, event_type, definition_id, conditions FROM automation_r
 INSERT INTO automation_executions (id, namespace_id, rule_id, event_id, status, last_error) VALUES (:id, :ns, :r, :e, :st, :err) ON CONFLICT (rule_id, event_id) DO NOTHING RETURNING id
 ;
 
+-- name: automation_executions_page
+-- module: app.integrations.automation; prepared at its first run
+-- sent: SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = $1 ORDER BY x.created_at DESC, x.id DESC LIMIT $2
+SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = :r  ORDER BY x.created_at DESC, x.id DESC LIMIT :_n
+;
+
+-- name: automation_executions_page_after
+-- module: app.integrations.automation; prepared at its first run
+-- sent: SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = $1 AND (x.created_at, x.id) < ($2, $3) ORDER BY x.created_at DESC, x.id DESC LIMIT $4
+SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = :r AND (x.created_at, x.id) < (:_t, :_i) ORDER BY x.created_at DESC, x.id DESC LIMIT :_n
+;
+
 -- name: automation_rule_disable
 -- module: app.integrations.automation; prepared at its first run
 -- sent: UPDATE automation_rules SET enabled = false, disabled_reason = 'disabled by ' || CAST($1 AS text), revision = revision + CASE WHEN enabled THEN 1 ELSE 0 END, updated_at = now() WHERE id = $2 RETURNING id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at
@@ -2094,6 +2106,18 @@ SELECT id, name, event_type, definition_id, conditions, action, enabled, disable
 -- module: app.integrations.automation; prepared at its first run
 -- sent: SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE id = $1 AND namespace_id = $2
 SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE id = :id AND namespace_id = :ns
+;
+
+-- name: automation_rules_page
+-- module: app.integrations.automation; prepared at its first run
+-- sent: SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = $1 ORDER BY created_at, id LIMIT $2
+SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = :ns  ORDER BY created_at, id LIMIT :_n
+;
+
+-- name: automation_rules_page_after
+-- module: app.integrations.automation; prepared at its first run
+-- sent: SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4
+SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = :ns AND (created_at, id) > (:_t, :_i) ORDER BY created_at, id LIMIT :_n
 ;
 
 -- name: automation_signal_from_event
@@ -2146,64 +2170,6 @@ SELECT count(*) FROM event_subscriptions WHERE namespace_id = :ns
 -- module: app.integrations.caps; prepared at its first run
 -- sent: SELECT count(*) FROM workflow_schedules WHERE namespace_id = $1
 SELECT count(*) FROM workflow_schedules WHERE namespace_id = :ns
-;
-
--- name: automation_executions_page
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = $1 ORDER BY x.created_at DESC, x.id DESC LIMIT $2
-SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = :r  ORDER BY x.created_at DESC, x.id DESC LIMIT :_n
-;
-
--- name: automation_executions_page_after
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = $1 AND (x.created_at, x.id) < ($2, $3) ORDER BY x.created_at DESC, x.id DESC LIMIT $4
-SELECT x.id, x.event_id, x.status, x.result, x.last_error, x.created_at, x.updated_at, x.job_id, j.status AS job_status, j.attempts FROM automation_executions x LEFT JOIN workflow_jobs j ON j.id = x.job_id WHERE x.rule_id = :r AND (x.created_at, x.id) < (:_t, :_i) ORDER BY x.created_at DESC, x.id DESC LIMIT :_n
-;
-
--- name: automation_rules_page
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = $1 ORDER BY created_at, id LIMIT $2
-SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = :ns  ORDER BY created_at, id LIMIT :_n
-;
-
--- name: automation_rules_page_after
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4
-SELECT id, name, event_type, definition_id, conditions, action, enabled, disabled_reason, revision, created_at, updated_at FROM automation_rules WHERE namespace_id = :ns AND (created_at, id) > (:_t, :_i) ORDER BY created_at, id LIMIT :_n
-;
-
--- name: deliveries_page
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying') THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code, d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = $1 ORDER BY d.created_at DESC, d.id DESC LIMIT $2
-SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying')
-    THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END
-    ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code,
-    d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :sid  ORDER BY d.created_at DESC, d.id DESC LIMIT :_n
-;
-
--- name: deliveries_page_after
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying') THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code, d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = $1 AND (d.created_at, d.id) < ($2, $3) ORDER BY d.created_at DESC, d.id DESC LIMIT $4
-SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying')
-    THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END
-    ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code,
-    d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :sid AND (d.created_at, d.id) < (:_t, :_i) ORDER BY d.created_at DESC, d.id DESC LIMIT :_n
-;
-
--- name: subscriptions_page
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason, consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at, (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = $1 ORDER BY created_at, id LIMIT $2
-SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason,
-    consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at,
-    (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = :ns  ORDER BY created_at, id LIMIT :_n
-;
-
--- name: subscriptions_page_after
--- module: app.integrations.paging; prepared at its first run
--- sent: SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason, consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at, (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4
-SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason,
-    consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at,
-    (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = :ns AND (created_at, id) > (:_t, :_i) ORDER BY created_at, id LIMIT :_n
 ;
 
 -- name: automation_executions_prune
@@ -2353,6 +2319,24 @@ SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status 
     ELSE d.status END = ANY(:st) ORDER BY d.created_at, d.id LIMIT :n FOR UPDATE OF d SKIP LOCKED
 ;
 
+-- name: deliveries_page
+-- module: app.integrations.subscriptions; prepared at its first run
+-- sent: SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying') THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code, d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = $1 ORDER BY d.created_at DESC, d.id DESC LIMIT $2
+SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying')
+    THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END
+    ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code,
+    d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :sid  ORDER BY d.created_at DESC, d.id DESC LIMIT :_n
+;
+
+-- name: deliveries_page_after
+-- module: app.integrations.subscriptions; prepared at its first run
+-- sent: SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying') THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code, d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = $1 AND (d.created_at, d.id) < ($2, $3) ORDER BY d.created_at DESC, d.id DESC LIMIT $4
+SELECT d.id, d.event_id, d.event_type, CASE WHEN j.status = 'dead' AND d.status IN ('pending', 'retrying')
+    THEN CASE WHEN j.error_code = 'EXTERNAL_OUTCOME_UNKNOWN' THEN 'unknown' ELSE 'dead' END
+    ELSE d.status END AS status, d.attempts, d.redeliveries, d.response_code,
+    d.latency_ms, d.last_error, d.created_at, d.updated_at, d.job_id, j.status AS job_status FROM webhook_deliveries d LEFT JOIN workflow_jobs j ON j.id = d.job_id WHERE d.subscription_id = :sid AND (d.created_at, d.id) < (:_t, :_i) ORDER BY d.created_at DESC, d.id DESC LIMIT :_n
+;
+
 -- name: delivery_count_redelivery
 -- module: app.integrations.subscriptions; prepared at its first run
 -- sent: UPDATE webhook_deliveries SET redeliveries = redeliveries + 1 WHERE id = $1 RETURNING redeliveries
@@ -2468,6 +2452,22 @@ UPDATE event_subscriptions SET created_by = :by,
 WHERE id = :id RETURNING id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason,
     consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at,
     (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating
+;
+
+-- name: subscriptions_page
+-- module: app.integrations.subscriptions; prepared at its first run
+-- sent: SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason, consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at, (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = $1 ORDER BY created_at, id LIMIT $2
+SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason,
+    consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at,
+    (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = :ns  ORDER BY created_at, id LIMIT :_n
+;
+
+-- name: subscriptions_page_after
+-- module: app.integrations.subscriptions; prepared at its first run
+-- sent: SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason, consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at, (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = $1 AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4
+SELECT id, namespace_id, url, event_types, definition_id, description, enabled, disabled_reason,
+    consecutive_failures, revision, created_at, updated_at, previous_secret_expires_at,
+    (previous_secret IS NOT NULL AND previous_secret_expires_at > now()) AS rotating FROM event_subscriptions WHERE namespace_id = :ns AND (created_at, id) > (:_t, :_i) ORDER BY created_at, id LIMIT :_n
 ;
 
 -- name: time_skip_deadlines
@@ -4003,10 +4003,57 @@ DELETE FROM console_sessions WHERE id IN (SELECT id FROM console_sessions WHERE 
 DELETE FROM console_sessions WHERE id IN (SELECT id FROM console_sessions WHERE expires_at <= now() LIMIT :n)
 ;
 
+-- name: transaction_wrote
+-- module: app.sql; prepared at its first run
+-- sent: SELECT pg_current_xact_id_if_assigned() IS NOT NULL
+SELECT pg_current_xact_id_if_assigned() IS NOT NULL
+;
+
 -- name: health_ping
 -- module: web.health; prepared at its first run
 -- sent: SELECT 1
 SELECT 1
+;
+
+-- template: workflow_event_batches_partition_index_0
+-- module: app.engine.retention; never prepared (each filled text is its own)
+ALTER TABLE {p} ADD CONSTRAINT {p}_pkey PRIMARY KEY (id)
+;
+
+-- template: workflow_event_batches_partition_index_1
+-- module: app.engine.retention; never prepared (each filled text is its own)
+CREATE UNIQUE INDEX {p}_seq ON {p} (instance_id, last_seq)
+;
+
+-- template: workflow_event_batches_partition_index_2
+-- module: app.engine.retention; never prepared (each filled text is its own)
+CREATE INDEX {p}_instance ON {p} (namespace_id, instance_id)
+;
+
+-- template: workflow_event_batches_partition_index_3
+-- module: app.engine.retention; never prepared (each filled text is its own)
+CREATE INDEX {p}_dispatch ON {p} (dispatch_job_id) WHERE dispatch_job_id IS NOT NULL
+;
+
+-- template: workflow_event_batches_partition_index_4
+-- module: app.engine.retention; never prepared (each filled text is its own)
+CREATE INDEX {p}_created ON {p} (created_at)
+;
+
+-- template: workflow_event_batches_partition_keeps
+-- module: app.engine.retention; never prepared (each filled text is its own)
+WITH RECURSIVE ns AS (
+        (SELECT x.namespace_id FROM {p} x ORDER BY x.namespace_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT x.namespace_id FROM {p} x WHERE x.namespace_id > ns.namespace_id
+                ORDER BY x.namespace_id LIMIT 1)
+        FROM ns WHERE ns.namespace_id IS NOT NULL)
+    SELECT EXISTS (SELECT 1 FROM ns CROSS JOIN LATERAL (
+        SELECT 1 FROM workflow_instances i
+        WHERE i.namespace_id = ns.namespace_id AND i.created_at < :hi + interval '1 day'
+          AND (NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') OR i.hold_until > now())
+          AND EXISTS (SELECT 1 FROM {p} x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id)
+        LIMIT 1) k)
 ;
 
 -- template: history_partition_attach_legacy
@@ -4057,47 +4104,6 @@ CREATE INDEX {p}_target ON {p} (target_type, target_id)
 -- template: operation_audit_partition_index_4
 -- module: app.ledger.partitions; never prepared (each filled text is its own)
 CREATE INDEX {p}_created ON {p} (created_at)
-;
-
--- template: workflow_event_batches_partition_index_0
--- module: app.ledger.partitions; never prepared (each filled text is its own)
-ALTER TABLE {p} ADD CONSTRAINT {p}_pkey PRIMARY KEY (id)
-;
-
--- template: workflow_event_batches_partition_index_1
--- module: app.ledger.partitions; never prepared (each filled text is its own)
-CREATE UNIQUE INDEX {p}_seq ON {p} (instance_id, last_seq)
-;
-
--- template: workflow_event_batches_partition_index_2
--- module: app.ledger.partitions; never prepared (each filled text is its own)
-CREATE INDEX {p}_instance ON {p} (namespace_id, instance_id)
-;
-
--- template: workflow_event_batches_partition_index_3
--- module: app.ledger.partitions; never prepared (each filled text is its own)
-CREATE INDEX {p}_dispatch ON {p} (dispatch_job_id) WHERE dispatch_job_id IS NOT NULL
-;
-
--- template: workflow_event_batches_partition_index_4
--- module: app.ledger.partitions; never prepared (each filled text is its own)
-CREATE INDEX {p}_created ON {p} (created_at)
-;
-
--- template: workflow_event_batches_partition_keeps
--- module: app.ledger.partitions; never prepared (each filled text is its own)
-WITH RECURSIVE ns AS (
-        (SELECT x.namespace_id FROM {p} x ORDER BY x.namespace_id LIMIT 1)
-        UNION ALL
-        SELECT (SELECT x.namespace_id FROM {p} x WHERE x.namespace_id > ns.namespace_id
-                ORDER BY x.namespace_id LIMIT 1)
-        FROM ns WHERE ns.namespace_id IS NOT NULL)
-    SELECT EXISTS (SELECT 1 FROM ns CROSS JOIN LATERAL (
-        SELECT 1 FROM workflow_instances i
-        WHERE i.namespace_id = ns.namespace_id AND i.created_at < :hi + interval '1 day'
-          AND (NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') OR i.hold_until > now())
-          AND EXISTS (SELECT 1 FROM {p} x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id)
-        LIMIT 1) k)
 ;
 
 -- template: workflow_job_executions_partition_index_0

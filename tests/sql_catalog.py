@@ -17,6 +17,8 @@ import os
 import pathlib
 import re
 import sys
+from collections.abc import Iterable
+from typing import TypeVar
 
 from psycopg._queries import PostgresQuery  # the driver's own conversion: the text exactly as sent
 from psycopg.adapt import Transformer
@@ -27,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "statements.sql"
 PACKAGES = ("app", "web", "actors")
 SKIP = {"web.gunicorn_conf"}
+T = TypeVar("T")
 
 
 def load_all() -> None:
@@ -39,6 +42,11 @@ def load_all() -> None:
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
             if module not in SKIP and not module.endswith("__main__"):
                 importlib.import_module(module)
+
+
+def ours(items: Iterable[T]) -> list[T]:
+    """The statements (or templates) of ``PACKAGES``' modules (a test may name statements of its own)."""
+    return [x for x in items if (getattr(x, "module", None) or "").split(".")[0] in PACKAGES]
 
 
 def as_sent(q: Query) -> str:
@@ -60,15 +68,15 @@ def render() -> str:
         "-- connection or planned with its values each time, the text as written (:name parameters) and,",
         "-- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.",
         "-- Templates (history partition DDL) have {field} places filled with checked identifiers and times.",
-        f"-- {len(QUERIES)} statements, {len(TEMPLATES)} templates.",
+        f"-- {len(ours(QUERIES.values()))} statements, {len(ours(TEMPLATES.values()))} templates.",
         "",
     ]
-    for q in sorted(QUERIES.values(), key=lambda q: (q.module or "", q.name)):
+    for q in sorted(ours(QUERIES.values()), key=lambda q: (q.module or "", q.name)):
         how = "prepared at its first run" if q.prepare else "planned with its values each time"
         out += [f"-- name: {q.name}", f"-- module: {q.module}; {how}", f"-- sent: {as_sent(q)}"]
         out += [line.rstrip() for line in q.text.strip("\n").splitlines()]
         out += [";", ""]
-    for t in sorted(TEMPLATES.values(), key=lambda t: (t.module or "", t.name)):
+    for t in sorted(ours(TEMPLATES.values()), key=lambda t: (t.module or "", t.name)):
         out += [
             f"-- template: {t.name}",
             f"-- module: {t.module}; never prepared (each filled text is its own)",

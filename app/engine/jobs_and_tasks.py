@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import transaction_state
+from app.db import tx
 from app.engine.documents import DEFAULT_TASK_TIMEOUT_SECONDS
 from app.engine.row_access import jdump
 from app.engine.transitions import task_moves
@@ -159,12 +159,11 @@ def arm_watch(conn: Connection, inst: dict, seconds: float, *, into: Activation 
     ``deadline_at``). ONE ``task_timeout`` job per instance enforces the workflow deadline and the
     deadlines of all its open tasks (``handlers.task_timeouts``): neither the instance nor a task costs a
     job of its own, created and canceled. Asked once per transaction and instance for the earliest."""
-    state = transaction_state(conn)
-    armed: dict[str, float] = state.setdefault("watch_armed", {})
-    if armed.get(inst["id"], float("inf")) <= seconds:
+    t = tx(conn)
+    if t.watch_due.get(inst["id"], float("inf")) <= seconds:
         return
-    armed[inst["id"]] = seconds
-    absent: set[str] = state.get("watch_absent", set())
+    t.watch_due[inst["id"]] = seconds
+    absent = t.watch_absent
     new = inst["id"] in absent  # an instance this transaction inserted has no watch: a plain insert (with
     absent.discard(inst["id"])  # its first step's row when ``into``), not the arm's lookup, which finds none
     arm(
@@ -192,7 +191,7 @@ def watch_absent(conn: Connection, instance_id: str) -> None:
     """``instance_id`` was inserted by this transaction: it has no watch yet, so the transaction's first
     ``arm_watch`` inserts one (with the first step's row: one statement) instead of sending the arm's
     lookup."""
-    transaction_state(conn).setdefault("watch_absent", set()).add(instance_id)
+    tx(conn).watch_absent.add(instance_id)
 
 
 def watch_covers(conn: Connection, instance_id: str, seconds: float) -> None:
@@ -204,14 +203,14 @@ def watch_covers(conn: Connection, instance_id: str, seconds: float) -> None:
     transaction for a deadline no earlier sends nothing: a completion whose next step's task is due no
     earlier than the task it completes arms nothing (one statement, and the row lock on the watch, less
     per step)."""
-    armed: dict[str, float] = transaction_state(conn).setdefault("watch_armed", {})
-    armed[instance_id] = min(armed.get(instance_id, float("inf")), seconds)
+    due = tx(conn).watch_due
+    due[instance_id] = min(due.get(instance_id, float("inf")), seconds)
 
 
 def watch_cleared(conn: Connection, instance_id: str) -> None:
     """The instance's pending watch was canceled in this transaction (its work closed): the next
     ``arm_watch`` of the transaction arms a new one, whatever it asked before."""
-    transaction_state(conn).get("watch_armed", {}).pop(instance_id, None)
+    tx(conn).watch_due.pop(instance_id, None)
 
 
 def step_task(

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
-from app.db import transaction
+from app.db import transaction, tx
 from app.ledger import transitions
 from app.ledger.http import SafeHttp
 from app.ledger.outcome import JobAborted
@@ -42,7 +42,9 @@ RETURNING id
 """,
 )
 
-LockFirst = Callable[[Connection], object]  # its result is not used
+# Locks the job's instance row (before the job's: instance -> job lock order) and returns it as read; the
+# transaction keeps it as its ``Tx.locked_instance``.
+LockFirst = Callable[[Connection], dict[str, Any]]
 
 
 class _ReceiptTaken(Exception):
@@ -102,7 +104,9 @@ class JobContext:
     deadline_monotonic: float
     abort_event: threading.Event = field(default_factory=threading.Event)
     abort_reason: str | None = None
-    # Locks the owning instance before the job row (instance -> job lock order); set by the engine.
+    # Locks the owning instance before the job row (instance -> job lock order) in each of this job's
+    # transactions; set by the engine's handler before its first one (a fact of the job, not of one
+    # transaction: ``http``'s transactions lock in the same order).
     lock_first: LockFirst | None = None
     # W3C traceparent of the span that enqueued the job (None while tracing was off)
     traceparent: str | None = None
@@ -165,7 +169,7 @@ class JobContext:
         self.check()
         with transaction(self.engine) as conn:
             if self.lock_first is not None:
-                self.lock_first(conn)
+                tx(conn).locked_instance = self.lock_first(conn)
             sent = time.monotonic()
             left = transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token)
             if left is None:

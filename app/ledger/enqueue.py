@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import after_commit, transaction_state
+from app.db import after_commit, tx
 from app.ids import new_id
 from app.ledger.hints import publish_after_commit, worth_a_hint
 from app.ledger.states import DEFAULT_MAX_ATTEMPTS, JobType
@@ -210,10 +210,10 @@ def _enqueued(conn: Connection, jt: JobType, hinted: bool) -> None:
 def _count_after_commit(conn: Connection, job_type: str, pool: str) -> None:
     """Count the job in ``ledgerflow_jobs_enqueued_total`` once its transaction commits (one hook per
     transaction however many jobs it enqueues; a rollback counts nothing)."""
-    state = transaction_state(conn)
-    counts: dict[tuple[str, str], int] | None = state.get("enqueued_counts")
+    t = tx(conn)
+    counts = t.enqueued_counts
     if counts is None:
-        counts = state["enqueued_counts"] = {}
+        counts = t.enqueued_counts = {}
         after_commit(conn, lambda: metrics.jobs_enqueued(counts))
     key = (job_type, pool)
     counts[key] = counts.get(key, 0) + 1

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from sqlalchemy import Connection
 
-from app.db import after_commit, transaction_state
+from app.db import after_commit, tx
 from app.observability import metrics
 from app.settings import get_settings
 
@@ -72,7 +72,7 @@ def worth_a_hint(delay_ms: float) -> bool:
 
 def publish_after_commit(conn: Connection, queues: Iterable[str]) -> None:
     """Register one hint per queue, sent once ``conn``'s transaction commits (none on rollback)."""
-    hinted: set[str] = transaction_state(conn).setdefault("hinted_queues", set())
+    hinted = tx(conn).hinted_queues
     for queue in queues:
         if queue not in hinted:
             hinted.add(queue)

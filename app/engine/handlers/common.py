@@ -8,15 +8,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import transaction_state
+from app.db import tx
 from app.engine.row_access import lock_instance, read_step, read_steps
 from app.engine.states import TERMINAL
 from app.errors import NotFound
 from app.ledger.context import JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import query, run
-
-_LOCKED = "run_locked_once.instance"  # transaction_state key: the instance row lock_first read
 
 
 class ForeignReference(PermanentError):
@@ -49,14 +47,13 @@ def run_locked_once(
             raise ReferenceNotFound(
                 f"the job names workflow instance {instance_id}, which does not exist"
             ) from None
-        transaction_state(conn)[_LOCKED] = inst  # the row as this transaction locked it
-        return inst
+        return inst  # the transaction's ``Tx.locked_instance``
 
     ctx.lock_first = lock_first
 
     def _write(conn: Connection) -> Any:
         # the row lock_first locked and read in this transaction (nothing wrote it since), else a read
-        inst = transaction_state(conn).pop(_LOCKED, None) or lock_instance(conn, instance_id)
+        inst = tx(conn).take_locked_instance() or lock_instance(conn, instance_id)
         if inst["state"] in TERMINAL:
             return {"skipped": f"workflow is {inst['state']}"}
         return write(conn, inst)
