@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 397 statements, 20 templates.
+-- 398 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -994,6 +994,17 @@ SELECT id, namespace_id, definition_id, definition_version_id, version, state, r
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
        parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = :id FOR UPDATE
+;
+
+-- name: instance_lock_job_fence
+-- module: app.engine.row_access; prepared at its first run
+-- sent: WITH i AS MATERIALIZED (SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused, control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output, cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id, parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = $1 FOR UPDATE) SELECT i.*, (SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j WHERE j.id = $2 AND j.generation = $3 AND j.lease_token = $4 AND j.status = 'running' AND j.instance_id = i.id FOR UPDATE OF j) AS job_left FROM i
+WITH i AS MATERIALIZED (SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
+       control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
+       cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
+       parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = :id FOR UPDATE)
+SELECT i.*, (SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j
+WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status = 'running' AND j.instance_id = i.id FOR UPDATE OF j) AS job_left FROM i
 ;
 
 -- name: instance_open_work
@@ -3589,9 +3600,9 @@ SELECT id, status, queue FROM moved
 
 -- name: job_lock_owned
 -- module: app.ledger.transitions.executor; prepared at its first run
--- sent: SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS remaining FROM workflow_jobs WHERE id = $1 AND generation = $2 AND lease_token = $3 AND status = 'running' FOR UPDATE
-SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS remaining FROM workflow_jobs
-WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
+-- sent: SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j WHERE j.id = $1 AND j.generation = $2 AND j.lease_token = $3 AND j.status = 'running' FOR UPDATE
+SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j
+WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status = 'running'
 FOR UPDATE
 ;
 

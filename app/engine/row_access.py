@@ -18,6 +18,8 @@ from app import jsonx
 from app.engine import events
 from app.errors import NotFound
 from app.ids import name_id
+from app.ledger.context import Fence
+from app.ledger.transitions import JOB_FENCE_SQL, seconds_left
 from app.sql import Query, query, run, split_rows
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING", "__bool__": lambda self: False})()
@@ -45,6 +47,15 @@ _INSTANCE = query("instance_read", f"SELECT {INSTANCE_COLUMNS} FROM workflow_ins
 # the listener's own column (anyone listening anywhere would count).
 _LOCKED = f"SELECT {INSTANCE_COLUMNS}, {events.listened_sql('i.namespace_id')} AS listened FROM workflow_instances i"
 _LOCK = query("instance_lock", _LOCKED + " WHERE i.id = :id FOR UPDATE")
+# An engine job's business transaction begins with its instance's lock and then its own fence (the job row,
+# locked while its executor owns it: ``app.ledger.transitions.JOB_FENCE_SQL``), in ONE statement: the
+# fence is a subquery of the locked instance's row, so it runs (and locks) after the instance is locked
+# (instance -> job, L-CLAIM-5), and not at all when there is no such instance.
+_LOCK_FENCING = query(
+    "instance_lock_job_fence",
+    f"""WITH i AS MATERIALIZED ({_LOCKED} WHERE i.id = :id FOR UPDATE)
+SELECT i.*, ({JOB_FENCE_SQL} AND j.instance_id = i.id FOR UPDATE OF j) AS job_left FROM i""",
+)
 
 
 def _qualified(columns: str, alias: str) -> str:
@@ -96,6 +107,20 @@ def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
     if row is None:
         raise NotFound("workflow not found")
     return _listeners_known(conn, row)
+
+
+def lock_instance_fencing(
+    conn: Connection, instance_id: str, fence: Fence
+) -> tuple[dict[str, Any], float | None]:
+    """``lock_instance`` and then the job's fence (``JobContext.transaction``'s ``lock_first``) in one
+    statement: the instance, and the seconds the job's execution deadline has left (None: the executor no
+    longer owns the job, or the deadline passed). NotFound when there is no such instance."""
+    params = {"id": instance_id, "job_id": fence.job_id, "gen": fence.generation, "token": fence.lease_token}
+    row = instance_row(run(conn, _LOCK_FENCING, params).first())
+    if row is None:
+        raise NotFound("workflow not found")
+    left = seconds_left(row.pop("job_left"))
+    return _listeners_known(conn, row), left
 
 
 def _listeners_known(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:

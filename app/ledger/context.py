@@ -42,9 +42,22 @@ RETURNING id
 """,
 )
 
-# Locks the job's instance row (before the job's: instance -> job lock order) and returns it as read; the
-# transaction keeps it as its ``Tx.locked_instance``.
-LockFirst = Callable[[Connection], dict[str, Any]]
+
+@dataclass(frozen=True)
+class Fence:
+    """What the job row must still hold for its executor to write (L-CLAIM-5): its id, the generation and
+    lease token of the claim."""
+
+    job_id: int
+    generation: int
+    lease_token: str
+
+
+# Locks the job's instance row, then the job's row when ``Fence`` still holds (instance -> job lock order),
+# in one statement (``app.engine.row_access.lock_instance_fencing``): the instance as read (the transaction
+# keeps it as its ``Tx.locked_instance``) and the seconds the job's execution deadline has left by database
+# time (``transitions.seconds_left``: None when the executor lost the job or the deadline passed).
+LockFirst = Callable[[Connection, Fence], tuple[dict[str, Any], float | None]]
 
 
 class _ReceiptTaken(Exception):
@@ -168,10 +181,12 @@ class JobContext:
         checks generation + lease + deadline before and after the caller's writes (L-CLAIM-5)."""
         self.check()
         with transaction(self.engine) as conn:
-            if self.lock_first is not None:
-                tx(conn).locked_instance = self.lock_first(conn)
             sent = time.monotonic()
-            left = transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token)
+            if self.lock_first is not None:
+                inst, left = self.lock_first(conn, Fence(self.job_id, self.generation, self.lease_token))
+                tx(conn).locked_instance = inst
+            else:
+                left = transitions.lock_owned(conn, self.job_id, self.generation, self.lease_token)
             if left is None:
                 metrics.fenced_write("transaction")
                 self.abort("ownership lost")

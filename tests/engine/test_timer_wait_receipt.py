@@ -269,14 +269,18 @@ def test_an_unknown_wake_names_every_wake():
 
 def test_a_timer_firing_locks_and_reads_its_instance_once(eng, monkeypatch):
     """``run_locked_once`` locks the instance before the job (``lock_first``) and its write uses that row:
-    one locking read of the instance per firing, not a second one inside the write."""
+    one locking read of the instance per firing, not a second one inside the write; the job's fence is in
+    the same statement, after the instance's lock (``instance_lock_job_fence``), and no statement of its own
+    asks the deadline again at the end (``job_within_deadline``: only near the deadline)."""
     _, row = _due_timer(eng)
     fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
     assert fired == {"fired": "w"}
-    locks = [
-        s for s in sent if "FROM workflow_instances" in s and s.endswith("WHERE i.id = %(id)s FOR UPDATE")
-    ]
+    locks = [s for s in sent if "FROM workflow_instances i WHERE i.id = %(id)s FOR UPDATE" in s]
     assert len(locks) == 1, locks
+    assert "FROM workflow_jobs j WHERE j.id = %(job_id)s" in locks[0], locks  # the fence, in it
+    assert locks[0].index("FROM workflow_instances i") < locks[0].index("FROM workflow_jobs j")
+    assert [s for s in sent if s.startswith("SELECT") and "FROM workflow_jobs j WHERE j.id" in s] == []
+    assert [s for s in sent if "clock_timestamp() <" in s] == [], sent
 
 
 def _statements_of(monkeypatch, call) -> tuple[object, list[str]]:

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import tx
-from app.engine.row_access import lock_instance, read_step, read_steps
+from app.engine.row_access import lock_instance, lock_instance_fencing, read_step, read_steps
 from app.engine.states import TERMINAL
 from app.errors import NotFound
-from app.ledger.context import JobContext, RowReceipt
+from app.ledger.context import Fence, JobContext, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import query, run
 
@@ -40,14 +40,13 @@ def run_locked_once(
     if not instance_id:  # an engine job is always enqueued with its instance: this one was made by hand
         raise ReferenceNotFound("the job names no workflow instance")
 
-    def lock_first(conn: Connection) -> dict:
+    def lock_first(conn: Connection, fence: Fence) -> tuple[dict, float | None]:
         try:
-            inst = lock_instance(conn, instance_id)
+            return lock_instance_fencing(conn, instance_id, fence)  # the row: ``Tx.locked_instance``
         except NotFound:  # instances are never deleted: this one never existed
             raise ReferenceNotFound(
                 f"the job names workflow instance {instance_id}, which does not exist"
             ) from None
-        return inst  # the transaction's ``Tx.locked_instance``
 
     ctx.lock_first = lock_first
 

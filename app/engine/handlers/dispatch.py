@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.db import tx
 from app.engine.documents import DEFAULT_TRIGGER_TIMEOUT_SECONDS
 from app.engine.handlers import outbound
 from app.engine.handlers.common import bind
-from app.engine.row_access import MISSING, lock_instance, step_specs, version_document
+from app.engine.row_access import MISSING, lock_instance, lock_instance_fencing, step_specs, version_document
 from app.engine.states import TERMINAL
 from app.engine.task_protocol import read_task, task_view
 from app.ledger import handlers
@@ -52,9 +53,9 @@ def callback(task: dict) -> dict[str, Any]:
 
 def _plan(ctx: JobContext, task_id: str) -> dict[str, Any] | str:
     iid = str(ctx.instance_id)
-    ctx.lock_first = lambda conn: lock_instance(conn, iid)
+    ctx.lock_first = lambda conn, fence: lock_instance_fencing(conn, iid, fence)
     with ctx.transaction() as conn:
-        inst = lock_instance(conn, iid)
+        inst = tx(conn).take_locked_instance() or lock_instance(conn, iid)  # lock_first's row
         if inst["state"] in TERMINAL or inst["cancel_requested_at"] is not None:
             return f"workflow is {inst['state']}"
         task = read_task(conn, task_id, inst["namespace_id"])

@@ -487,23 +487,29 @@ def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[d
 
 
 # --------------------------------------------------------------------------- ownership check (executor)
-_LOCK_OWNED = query(
-    "job_lock_owned",
-    """
-SELECT id, EXTRACT(EPOCH FROM execution_deadline - clock_timestamp()) AS remaining FROM workflow_jobs
-WHERE id = :id AND generation = :gen AND lease_token = :token AND status = 'running'
-FOR UPDATE
-""",
-)
+# The fence of a job's business transaction: the job row locked while its executor still owns it (the
+# generation and lease token of its claim, still running), with the seconds its execution deadline has left
+# by database time (``lock_owned``; an engine job's instance lock takes it in the same statement, after the
+# instance's row: ``app.engine.row_access.lock_instance_fencing``).
+JOB_FENCE_SQL = """SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j
+WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status = 'running'"""
+_LOCK_OWNED = query("job_lock_owned", f"{JOB_FENCE_SQL}\nFOR UPDATE")
+
+
+def seconds_left(remaining: Any) -> float | None:
+    """The fence's answer: the seconds left before the execution deadline, None when the executor no
+    longer owns the job (no row) or the deadline passed."""
+    if remaining is None or remaining <= 0:
+        return None
+    return float(remaining)
 
 
 def lock_owned(conn: Connection, job_id: int, generation: int, lease_token: str) -> float | None:
     """Lock the job row if this executor still owns it and is within its deadline: the seconds left
     until that deadline by database time, as the statement ran (None: not owned, or past it)."""
-    row = run(conn, _LOCK_OWNED, {"id": job_id, "gen": generation, "token": lease_token}).first()
-    if row is None or row.remaining <= 0:
-        return None
-    return float(row.remaining)
+    return seconds_left(
+        run(conn, _LOCK_OWNED, {"job_id": job_id, "gen": generation, "token": lease_token}).scalar()
+    )
 
 
 _SET_MARKER = query(
