@@ -203,10 +203,12 @@ UPDATE workflow_waits w SET deadline_at = j.run_at FROM workflow_jobs j
 
 -- name: resume_watch_follow_tasks
 -- module: app.engine.control; prepared at its first run
--- sent: UPDATE workflow_jobs j SET run_at = d.due, updated_at = now() FROM workflow_instances i CROSS JOIN LATERAL (SELECT LEAST( (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')), CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN i.deadline_at END) AS due) d WHERE j.id = ANY($1) AND j.type = 'task_timeout' AND j.task_id IS NULL AND j.payload->>'task_id' IS NULL AND i.id = j.instance_id AND j.status = 'pending' AND d.due IS NOT NULL AND j.run_at <> d.due
+-- sent: UPDATE workflow_jobs j SET run_at = d.due, updated_at = now() FROM workflow_instances i CROSS JOIN LATERAL (SELECT LEAST( (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')), CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN i.deadline_at END) AS due) d WHERE j.id = ANY($1) AND j.type = 'task_timeout' AND j.task_id IS NULL AND j.payload->>'task_id' IS NULL AND i.id = j.instance_id AND j.status = 'pending' AND d.due IS NOT NULL AND j.run_at <> d.due
 UPDATE workflow_jobs j SET run_at = d.due, updated_at = now()
        FROM workflow_instances i CROSS JOIN LATERAL (SELECT LEAST(
-    (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
+    -- its open tasks, by its index (app.engine.row_access._OPEN_WORK)
+    (SELECT min(t.deadline_at) FROM workflow_tasks t
+     WHERE t.instance_id = i.id AND t.state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')),
     CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
          THEN i.deadline_at END) AS due) d
        WHERE j.id = ANY(:ids) AND j.type = 'task_timeout' AND j.task_id IS NULL
@@ -436,9 +438,11 @@ SELECT j.instance_id, array_agg(j.id ORDER BY j.id) AS ids FROM workflow_jobs j 
 
 -- name: instance_watch_next_due
 -- module: app.engine.handlers.task_timeouts; prepared at its first run
--- sent: SELECT EXTRACT(EPOCH FROM LEAST( (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')), CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN i.deadline_at END) - now())::float8 FROM workflow_instances i WHERE i.id = $1
+-- sent: SELECT EXTRACT(EPOCH FROM LEAST( (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')), CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN i.deadline_at END) - now())::float8 FROM workflow_instances i WHERE i.id = $1
 SELECT EXTRACT(EPOCH FROM LEAST(
-    (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
+    -- its open tasks, by its index (app.engine.row_access._OPEN_WORK)
+    (SELECT min(t.deadline_at) FROM workflow_tasks t
+     WHERE t.instance_id = i.id AND t.state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')),
     CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
          THEN i.deadline_at END) - now())::float8 FROM workflow_instances i WHERE i.id = :i
 ;
@@ -748,12 +752,14 @@ LIMIT :limit
 
 -- name: quota_figures_exact
 -- module: app.engine.quotas; prepared at its first run
--- sent: WITH u AS MATERIALIZED ( SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight FROM workflow_quota_counts WHERE namespace_id = $1), own AS MATERIALIZED ( SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = $2 AND state IN ('PENDING', 'CLAIMED') GROUP BY queue), o AS MATERIALIZED ( SELECT COALESCE(CAST($3 AS bigint), c.n - w.own) AS open_tasks, CAST($3 AS bigint) IS NOT NULL OR c.n < w.bound AS whole FROM (SELECT GREATEST($4 - (SELECT unfinished FROM u), 0) + s.own AS bound, s.own FROM (SELECT COALESCE(sum(n), 0) AS own FROM own) s) w CROSS JOIN LATERAL ( SELECT count(*) AS n FROM ( SELECT 1 FROM workflow_tasks WHERE namespace_id = $1 AND state IN ('PENDING', 'CLAIMED') LIMIT CASE WHEN CAST($3 AS bigint) IS NULL THEN w.bound ELSE 0 END) x) c), q AS MATERIALIZED ( SELECT q.queue, q.n, CASE WHEN o.whole AND o.open_tasks + 0 < $5 THEN 0 ELSE ( SELECT c.open - c.live - COALESCE(own.n, 0) FROM ( SELECT l.live, ( SELECT count(*) FROM ( SELECT 1 FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state IN ('PENDING', 'CLAIMED') LIMIT $5 + l.live + COALESCE(own.n, 0)) x) AS open FROM (SELECT count(*) AS live FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state = 'CLAIMED' AND t.lease_expires_at > now()) l) c) END AS pending FROM unnest(CAST($6 AS text[])) WITH ORDINALITY AS q(queue, n) LEFT JOIN own ON own.queue = q.queue CROSS JOIN o CROSS JOIN u), f AS MATERIALIZED ( SELECT u.unfinished + u.flight < $7 AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * 256 >= $5) AND u.unfinished + o.open_tasks + u.flight * (1 + 256) < $4 AS far FROM u CROSS JOIN o) SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far, CASE WHEN f.far AND false THEN pg_advisory_xact_lock_shared(hashtextextended($8, 0))::text END AS locked FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true ORDER BY q.n
+-- sent: WITH u AS MATERIALIZED ( SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight FROM workflow_quota_counts WHERE namespace_id = $1), own AS MATERIALIZED ( SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = $2 AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') GROUP BY queue), o AS MATERIALIZED ( SELECT COALESCE(CAST($3 AS bigint), c.n - w.own) AS open_tasks, CAST($3 AS bigint) IS NOT NULL OR c.n < w.bound AS whole FROM (SELECT GREATEST($4 - (SELECT unfinished FROM u), 0) + s.own AS bound, s.own FROM (SELECT COALESCE(sum(n), 0) AS own FROM own) s) w CROSS JOIN LATERAL ( SELECT count(*) AS n FROM ( SELECT 1 FROM workflow_tasks WHERE namespace_id = $1 AND state IN ('PENDING', 'CLAIMED') LIMIT CASE WHEN CAST($3 AS bigint) IS NULL THEN w.bound ELSE 0 END) x) c), q AS MATERIALIZED ( SELECT q.queue, q.n, CASE WHEN o.whole AND o.open_tasks + 0 < $5 THEN 0 ELSE ( SELECT c.open - c.live - COALESCE(own.n, 0) FROM ( SELECT l.live, ( SELECT count(*) FROM ( SELECT 1 FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state IN ('PENDING', 'CLAIMED') LIMIT $5 + l.live + COALESCE(own.n, 0)) x) AS open FROM (SELECT count(*) AS live FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state = 'CLAIMED' AND t.lease_expires_at > now()) l) c) END AS pending FROM unnest(CAST($6 AS text[])) WITH ORDINALITY AS q(queue, n) LEFT JOIN own ON own.queue = q.queue CROSS JOIN o CROSS JOIN u), f AS MATERIALIZED ( SELECT u.unfinished + u.flight < $7 AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * 256 >= $5) AND u.unfinished + o.open_tasks + u.flight * (1 + 256) < $4 AS far FROM u CROSS JOIN o) SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far, CASE WHEN f.far AND false THEN pg_advisory_xact_lock_shared(hashtextextended($8, 0))::text END AS locked FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true ORDER BY q.n
 WITH u AS MATERIALIZED (
     SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight
     FROM workflow_quota_counts WHERE namespace_id = :ns),
 own AS MATERIALIZED (
-    SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own AND state IN ('PENDING', 'CLAIMED') GROUP BY queue),
+    -- the start's own open tasks, by its instance's index (app.engine.row_access._OPEN_WORK)
+    SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own
+      AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') GROUP BY queue),
 o AS MATERIALIZED (
     SELECT COALESCE(CAST(:known AS bigint), c.n - w.own) AS open_tasks,
            CAST(:known AS bigint) IS NOT NULL OR c.n < w.bound AS whole
@@ -790,12 +796,14 @@ ORDER BY q.n
 
 -- name: quota_figures_shared
 -- module: app.engine.quotas; prepared at its first run
--- sent: WITH u AS MATERIALIZED ( SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight FROM workflow_quota_counts WHERE namespace_id = $1), own AS MATERIALIZED ( SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = $2 AND state IN ('PENDING', 'CLAIMED') GROUP BY queue), o AS MATERIALIZED ( SELECT COALESCE(CAST($3 AS bigint), c.n - w.own) AS open_tasks, CAST($3 AS bigint) IS NOT NULL OR c.n < w.bound AS whole FROM (SELECT GREATEST($4 - (SELECT unfinished FROM u), 0) + s.own AS bound, s.own FROM (SELECT COALESCE(sum(n), 0) AS own FROM own) s) w CROSS JOIN LATERAL ( SELECT count(*) AS n FROM ( SELECT 1 FROM workflow_tasks WHERE namespace_id = $1 AND state IN ('PENDING', 'CLAIMED') LIMIT CASE WHEN CAST($3 AS bigint) IS NULL THEN w.bound ELSE 0 END) x) c), q AS MATERIALIZED ( SELECT q.queue, q.n, CASE WHEN o.whole AND o.open_tasks + u.flight * 256 < $5 THEN 0 ELSE ( SELECT c.open - c.live - COALESCE(own.n, 0) FROM ( SELECT l.live, ( SELECT count(*) FROM ( SELECT 1 FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state IN ('PENDING', 'CLAIMED') LIMIT $5 + l.live + COALESCE(own.n, 0)) x) AS open FROM (SELECT count(*) AS live FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state = 'CLAIMED' AND t.lease_expires_at > now()) l) c) END AS pending FROM unnest(CAST($6 AS text[])) WITH ORDINALITY AS q(queue, n) LEFT JOIN own ON own.queue = q.queue CROSS JOIN o CROSS JOIN u), f AS MATERIALIZED ( SELECT u.unfinished + u.flight < $7 AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * 256 >= $5) AND u.unfinished + o.open_tasks + u.flight * (1 + 256) < $4 AS far FROM u CROSS JOIN o) SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far, CASE WHEN f.far AND true THEN pg_advisory_xact_lock_shared(hashtextextended($8, 0))::text END AS locked FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true ORDER BY q.n
+-- sent: WITH u AS MATERIALIZED ( SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight FROM workflow_quota_counts WHERE namespace_id = $1), own AS MATERIALIZED ( SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = $2 AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') GROUP BY queue), o AS MATERIALIZED ( SELECT COALESCE(CAST($3 AS bigint), c.n - w.own) AS open_tasks, CAST($3 AS bigint) IS NOT NULL OR c.n < w.bound AS whole FROM (SELECT GREATEST($4 - (SELECT unfinished FROM u), 0) + s.own AS bound, s.own FROM (SELECT COALESCE(sum(n), 0) AS own FROM own) s) w CROSS JOIN LATERAL ( SELECT count(*) AS n FROM ( SELECT 1 FROM workflow_tasks WHERE namespace_id = $1 AND state IN ('PENDING', 'CLAIMED') LIMIT CASE WHEN CAST($3 AS bigint) IS NULL THEN w.bound ELSE 0 END) x) c), q AS MATERIALIZED ( SELECT q.queue, q.n, CASE WHEN o.whole AND o.open_tasks + u.flight * 256 < $5 THEN 0 ELSE ( SELECT c.open - c.live - COALESCE(own.n, 0) FROM ( SELECT l.live, ( SELECT count(*) FROM ( SELECT 1 FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state IN ('PENDING', 'CLAIMED') LIMIT $5 + l.live + COALESCE(own.n, 0)) x) AS open FROM (SELECT count(*) AS live FROM workflow_tasks t WHERE t.namespace_id = $1 AND t.queue = q.queue AND t.state = 'CLAIMED' AND t.lease_expires_at > now()) l) c) END AS pending FROM unnest(CAST($6 AS text[])) WITH ORDINALITY AS q(queue, n) LEFT JOIN own ON own.queue = q.queue CROSS JOIN o CROSS JOIN u), f AS MATERIALIZED ( SELECT u.unfinished + u.flight < $7 AND NOT EXISTS (SELECT 1 FROM q WHERE q.pending + u.flight * 256 >= $5) AND u.unfinished + o.open_tasks + u.flight * (1 + 256) < $4 AS far FROM u CROSS JOIN o) SELECT q.queue, q.pending, u.unfinished, o.open_tasks, o.whole, f.far, CASE WHEN f.far AND true THEN pg_advisory_xact_lock_shared(hashtextextended($8, 0))::text END AS locked FROM u CROSS JOIN o CROSS JOIN f LEFT JOIN q ON true ORDER BY q.n
 WITH u AS MATERIALIZED (
     SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight
     FROM workflow_quota_counts WHERE namespace_id = :ns),
 own AS MATERIALIZED (
-    SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own AND state IN ('PENDING', 'CLAIMED') GROUP BY queue),
+    -- the start's own open tasks, by its instance's index (app.engine.row_access._OPEN_WORK)
+    SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own
+      AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') GROUP BY queue),
 o AS MATERIALIZED (
     SELECT COALESCE(CAST(:known AS bigint), c.n - w.own) AS open_tasks,
            CAST(:known AS bigint) IS NOT NULL OR c.n < w.bound AS whole
@@ -1009,9 +1017,9 @@ WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.st
 
 -- name: instance_open_work
 -- module: app.engine.row_access; prepared at its first run
--- sent: SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = $1 AND state IN ('PENDING', 'CLAIMED')) AS tasks, EXISTS (SELECT 1 FROM workflow_waits WHERE instance_id = $1 AND state = 'WAITING') AS waits, EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = $1 AND state = 'PENDING') AS signals
+-- sent: SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = $1 AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')) AS tasks, EXISTS (SELECT 1 FROM workflow_waits WHERE instance_id = $1 AND state = 'WAITING') AS waits, EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = $1 AND state = 'PENDING') AS signals
 SELECT
-    EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED')) AS tasks,
+    EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')) AS tasks,
     EXISTS (SELECT 1 FROM workflow_waits WHERE instance_id = :i AND state = 'WAITING') AS waits,
     EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = :i AND state = 'PENDING') AS signals
 ;
@@ -1246,8 +1254,8 @@ SELECT EXISTS (SELECT 1 FROM workflow_tasks WHERE id = :id AND namespace_id = :n
 
 -- name: task_overdue_ids
 -- module: app.engine.task_protocol; prepared at its first run
--- sent: SELECT id FROM workflow_tasks WHERE instance_id = $1 AND state IN ('PENDING', 'CLAIMED') AND deadline_at <= now() AND (CAST($2 AS timestamptz) IS NULL OR deadline_at < $2) ORDER BY deadline_at, id
-SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) ORDER BY deadline_at, id
+-- sent: SELECT id FROM workflow_tasks WHERE instance_id = $1 AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND deadline_at <= now() AND (CAST($2 AS timestamptz) IS NULL OR deadline_at < $2) ORDER BY deadline_at, id
+SELECT id FROM workflow_tasks WHERE instance_id = :i AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) ORDER BY deadline_at, id
 ;
 
 -- name: task_read
@@ -1880,8 +1888,8 @@ FROM unnest(CAST(:ids AS text[]), CAST(:inputs AS text[]), CAST(:elements AS int
 
 -- name: task_postpone_deadlines
 -- module: app.engine.transitions.task_moves; prepared at its first run
--- sent: UPDATE workflow_tasks SET deadline_at = deadline_at + CAST($1 AS interval), updated_at = now() WHERE instance_id = $2 AND state IN ('PENDING', 'CLAIMED') AND CAST($1 AS interval) > interval '0'
-UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'
+-- sent: UPDATE workflow_tasks SET deadline_at = deadline_at + CAST($1 AS interval), updated_at = now() WHERE instance_id = $2 AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND CAST($1 AS interval) > interval '0'
+UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() WHERE instance_id = :i AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND CAST(:by AS interval) > interval '0'
 ;
 
 -- name: task_return_expired
@@ -2513,8 +2521,8 @@ UPDATE workflow_signals SET expires_at = now(), updated_at = now() WHERE instanc
 
 -- name: time_skip_tasks
 -- module: app.integrations.time_skip; prepared at its first run
--- sent: UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() WHERE instance_id = ANY($1) AND state IN ('PENDING', 'CLAIMED') AND deadline_at > now() AND deadline_at <= now() + make_interval(secs => $2) RETURNING id
-UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() WHERE instance_id = ANY(:ids) AND state IN ('PENDING', 'CLAIMED') AND deadline_at > now() AND deadline_at <= now() + make_interval(secs => :s) RETURNING id
+-- sent: UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() WHERE instance_id = ANY($1) AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND deadline_at > now() AND deadline_at <= now() + make_interval(secs => $2) RETURNING id
+UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() WHERE instance_id = ANY(:ids) AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND deadline_at > now() AND deadline_at <= now() + make_interval(secs => :s) RETURNING id
 ;
 
 -- name: time_skip_waits

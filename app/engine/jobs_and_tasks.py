@@ -182,7 +182,9 @@ def arm_watch(conn: Connection, inst: dict, seconds: float, *, into: Activation 
 # tasks and, unless its stop was requested or it ended, its workflow deadline (NULL: nothing to watch).
 # The watch re-arms itself with it (``handlers.task_timeouts``) and RESUME puts it there (``control``).
 WATCH_DUE_SQL = """LEAST(
-    (SELECT min(t.deadline_at) FROM workflow_tasks t WHERE t.instance_id = i.id AND t.state IN ('PENDING', 'CLAIMED')),
+    -- its open tasks, by its index (app.engine.row_access._OPEN_WORK)
+    (SELECT min(t.deadline_at) FROM workflow_tasks t
+     WHERE t.instance_id = i.id AND t.state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')),
     CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
          THEN i.deadline_at END)"""
 

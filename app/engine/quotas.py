@@ -68,7 +68,9 @@ WITH u AS MATERIALIZED (
     SELECT COALESCE(sum(unfinished), 0) AS unfinished, current_setting('max_connections')::int AS flight
     FROM workflow_quota_counts WHERE namespace_id = :ns),
 own AS MATERIALIZED (
-    SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own AND {open} GROUP BY queue),
+    -- the start's own open tasks, by its instance's index (app.engine.row_access._OPEN_WORK)
+    SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own
+      AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') GROUP BY queue),
 o AS MATERIALIZED (
     SELECT COALESCE(CAST(:known AS bigint), c.n - w.own) AS open_tasks,
            CAST(:known AS bigint) IS NOT NULL OR c.n < w.bound AS whole

@@ -231,7 +231,9 @@ TIMEOUT_ERROR = {"message": "task deadline passed", "retryable": True, "code": "
 
 _TASK_OVERDUE_IDS = query(
     "task_overdue_ids",
-    "SELECT id FROM workflow_tasks WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') "
+    # open tasks, by the instance's index (row_access._OPEN_WORK)
+    "SELECT id FROM workflow_tasks WHERE instance_id = :i "
+    "AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') "
     "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
     "ORDER BY deadline_at, id",
 )

@@ -76,10 +76,11 @@ MOVE_WAITS = query(
     "UPDATE workflow_waits SET deadline_at = now() "
     "WHERE instance_id = ANY(:ids) AND state = 'WAITING' AND " + _in_span("deadline_at") + " RETURNING id",
 )
+# the instances' open tasks, read through their instance's index (app.engine.row_access._OPEN_WORK)
 MOVE_TASKS = query(
     "time_skip_tasks",
     "UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() "
-    "WHERE instance_id = ANY(:ids) AND state IN ('PENDING', 'CLAIMED') AND "
+    "WHERE instance_id = ANY(:ids) AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND "
     + _in_span("deadline_at")
     + " RETURNING id",
 )

@@ -338,7 +338,9 @@ def try_time_out(conn: Connection, task_id: str, instance_id: str, error: Any) -
 _Q_TASK_POSTPONE_DEADLINES = query(
     "task_postpone_deadlines",
     "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
-    "WHERE instance_id = :i AND state IN ('PENDING', 'CLAIMED') AND CAST(:by AS interval) > interval '0'",
+    # its open tasks, by its instance's index (row_access._OPEN_WORK)
+    "WHERE instance_id = :i AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') "
+    "AND CAST(:by AS interval) > interval '0'",
 )
 
 
