@@ -292,3 +292,25 @@ def test_doctor_finds_an_invalid_index(fresh):
     finally:
         with fresh.begin() as conn:
             conn.execute(text("DROP INDEX IF EXISTS ix_doctor_probe"))
+
+
+def test_doctor_counts_the_dead_rows_of_a_partitioned_table(fresh):
+    """The job attempts are partitioned by day: their dead rows are in the partitions' statistics (the
+    parent has none), and the doctor reports them under the table, naming the partition."""
+    with fresh.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, due_at, started_at) "
+                "SELECT g, g, 1, 1, 'succeeded', now(), now() FROM generate_series(1, 12000) g"
+            )
+        )
+        part = conn.execute(
+            text("SELECT tableoid::regclass::text FROM workflow_job_executions LIMIT 1")
+        ).scalar_one()
+        conn.execute(text("DELETE FROM workflow_job_executions"))
+        # this backend's counts in the shared statistics at the commit, before the doctor reads them
+        conn.execute(text("SELECT pg_stat_force_next_flush()"))
+    checks = {c["name"]: c for c in json.loads(CliRunner().invoke(doctor, ["--json"]).stdout)["checks"]}
+    check = checks["dead rows workflow_job_executions"]
+    assert check["status"] == "warn" and part in check["detail"] and part != "workflow_job_executions"
+    assert check["detail"].startswith("12000 dead vs 0 live rows") and part in check["fix"]
