@@ -43,6 +43,6 @@ def prune_executions(conn: Connection, limit: int, *, policy: RetentionPolicy) -
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
     p = policy or policy_from_env()
     return [
-        ("retention_webhook_deliveries", partial(prune_deliveries, policy=p)),
-        ("retention_automation_executions", partial(prune_executions, policy=p)),
+        ("retention_webhook_deliveries", p.paced(partial(prune_deliveries, policy=p))),
+        ("retention_automation_executions", p.paced(partial(prune_executions, policy=p))),
     ]

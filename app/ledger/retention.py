@@ -26,7 +26,7 @@ from functools import partial
 from sqlalchemy import Connection
 
 from app.ledger import partitions
-from app.ledger.drain import Sweep
+from app.ledger.drain import Paced, Sweep
 from app.ledger.models import DEAD_LETTERS, FINISHED, sql_in
 from app.settings import (
     AUDIT_RETENTION_DAYS,
@@ -34,6 +34,7 @@ from app.settings import (
     RETENTION_BATCH,
     RETENTION_BY_NAMESPACE,
     RETENTION_DAYS,
+    RETENTION_PAUSE,
 )
 from app.sql import Query, query, run
 
@@ -48,6 +49,12 @@ class RetentionPolicy:
     # namespace id -> days for finished jobs of that namespace's instances (and its audit, if longer
     # than audit_days it wins there too)
     by_namespace: dict[str, float] = field(default_factory=dict)
+    # after each row-deleting batch, the drain waits this many times as long as it took (``drain.Paced``)
+    pause: float = RETENTION_PAUSE.default
+
+    def paced(self, fn: Callable[[Connection, int], int]) -> Paced:
+        """``fn``, a sweep that deletes rows, spaced out by the drain by ``pause``."""
+        return Paced(fn, self.pause)
 
 
 _JOB_EFFECT_OLDER_THAN = query(
@@ -73,6 +80,7 @@ def policy_from_env() -> RetentionPolicy:
         audit_days=AUDIT_RETENTION_DAYS.get(),
         batch=RETENTION_BATCH.get(),
         by_namespace=dict(RETENTION_BY_NAMESPACE.get()),
+        pause=RETENTION_PAUSE.get(),
     )
 
 
@@ -210,12 +218,12 @@ def partition_tables(policy: RetentionPolicy) -> list[tuple[partitions.History, 
 
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
     """The ledger's retention sweeps for ``drain(..., sweeps=...)``: the partitions of the attempts and
-    the audit first (created ahead, dropped past retention), then the row deletes."""
+    the audit first (created ahead, dropped past retention), then the row deletes (paced: ``pause``)."""
     p = policy or policy_from_env()
     return [
         ("history_partitions", partitions.sweeper(partition_tables(p))),
-        ("retention_jobs", partial(prune_jobs, policy=p)),
-        ("retention_dead_letters", partial(prune_jobs, policy=p, dead=True)),
-        ("retention_receipts", partial(prune_receipts, policy=p)),
-        ("retention_audit", partial(prune_audit, policy=p)),
+        ("retention_jobs", p.paced(partial(prune_jobs, policy=p))),
+        ("retention_dead_letters", p.paced(partial(prune_jobs, policy=p, dead=True))),
+        ("retention_receipts", p.paced(partial(prune_receipts, policy=p))),
+        ("retention_audit", p.paced(partial(prune_audit, policy=p))),
     ]
