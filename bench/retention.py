@@ -9,14 +9,20 @@ own partitions (a day of attempts, the week of event batches, the month of audit
 ``--templates`` TASK -> TIMER -> TASK workflows are run to their end through the engine; their rows
 (instance, steps, activations, tasks, waits, jobs, attempts, event batches) are then copied
 ``--workflows / --templates`` times by ``INSERT ... SELECT ... generate_series`` (ids remapped, times
-moved into that day), plus one operation audit row for every tenth workflow.
+moved into that day), plus one operation audit row for every tenth workflow. The filled tables' indexes that
+back no constraint are dropped before the copies and built again after them (``--keep-indexes``: not).
 
 Then ``--claim-seconds`` of claims alone (as ``bench.claim.time_claims``: 4 jobs out of a 2,000-job backlog,
 each claim rolled back), then the drain with every retention sweep of ``actors.maintenance.run_drain``,
-run again and again until a run removes nothing, with the same claimer beside it. Printed: the time,
+run again and again until a run removes nothing, with the same claimer beside it, then ``--claim-seconds`` of
+claims alone again (the baseline is both windows alone). Printed: the time,
 the rows removed by table and by sweep (a partition dropped counts its rows), the WAL written
 (``pg_current_wal_lsn`` before and after; the claimer's rolled-back claims write next to none), and the
-claim p50/p99 without and during retention. Numbers, not assertions.
+claim p50/p99 without and during retention, and what ``pg_stat_activity`` (sampled every 10 ms) showed the
+claimer's backend, the drain's and autovacuum doing in each phase, with the machine's CPU use and how long
+the claimer's backend and thread waited for a core (``/proc/<pid>/schedstat``; the embedded PostgreSQL runs
+on this machine). Numbers, not assertions. ``LEDGERFLOW_RETENTION_PAUSE`` (and every other setting) is read
+from the environment as the drain reads it.
 
 ``retention_workflows`` (the instances, steps, tasks and waits of finished workflows, row deletes) runs
 too, unless ``--without-workflow-removal`` (the partitioned history and the jobs alone). Before migration
@@ -545,7 +551,13 @@ def _run(
         wal = conn.execute(
             text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), CAST(:l AS pg_lsn))"), {"l": lsn0}
         ).scalar_one()
+    # claims alone again, after the retention: the baseline is both windows (a shared machine's other work
+    # comes and goes; one window of before alone made the ratio swing by 2x from run to run)
     time.sleep(0.5)
+    b0 = time.perf_counter()
+    time.sleep(claim_seconds)
+    b1 = time.perf_counter()
+    after_alone = claimer.between(b0, b1)
     claimer.stop.set()
     claimer.thread.join()
     waits.stop.set()
@@ -581,6 +593,8 @@ def _run(
                 f"  {name:30} {spent.seconds[name]:8.2f} s {spent.wal.get(name, 0) / 1e6:9.2f} MB"
                 f"  {swept.get(name, 0):>12,}"
             )
+    before_alone = alone
+    alone = before_alone + after_alone
     p99_alone = _pct(alone, 0.99)
 
     def line(label: str, xs: list[float]) -> str:
@@ -591,14 +605,16 @@ def _run(
 
     print(f"load average before: see above; after: {load_after}")
     print("claim ms (4 of a 2,000-job backlog, rolled back, ~300/s):")
-    print(line("alone", alone))
+    print(line("alone (before and after)", alone))
+    print(line("alone before", before_alone))
+    print(line("alone after", after_alone))
     print(line("during retention (all of it)", during))
     for label, xs in by_phase.items():
         if not xs:
             continue
         print(line(f"during {label}", xs))
     print("pg_stat_activity samples (what each backend waited on while active):")
-    waits.report("alone", [(a0, a1)])
+    waits.report("alone", [(a0, a1), (b0, b1)])
     for label, names in phases.items():
         waits.report(f"during {label}", [w for n in names for w in spent.windows.get(n, [])])
     engine.dispose()

@@ -11,7 +11,7 @@ batches so the tables stay the size of the live work, not of history.
   namespaces that do not keep theirs longer, in a month that a longer-keeping namespace holds.
 
 Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
-LIMIT n FOR UPDATE SKIP LOCKED)`` in its own short transaction, over finished rows only, so a sweep
+LIMIT n FOR UPDATE SKIP LOCKED)`` (its rows counted in the statement, not returned) in its own short transaction, over finished rows only, so a sweep
 never waits on (or holds up) a claim, a settle or a running executor. The jobs are deleted in batches,
 not partitioned: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``,
 "Retention by batched deletes, not partitions", and "History partitions the project manages itself")."""
@@ -100,7 +100,7 @@ def _prune_jobs_query(dead: bool, by_namespace: bool) -> Query:
     return query(
         f"jobs_prune{'_dead' if dead else ''}{'_by_namespace' if by_namespace else ''}",
         f"""
-DELETE FROM workflow_jobs WHERE id IN (
+WITH removed AS (DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE {statuses}
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
@@ -108,7 +108,8 @@ DELETE FROM workflow_jobs WHERE id IN (
     ORDER BY j.finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """,
     )
 
@@ -132,25 +133,26 @@ def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[Quer
 def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: bool = False) -> int:
     """Finished jobs (or dead letters) older than their retention; attempts go with them."""
     statement, params = prune_jobs_sql(policy, dead=dead)
-    return len(run(conn, statement, {**params, "limit": max(limit, policy.batch)}).all())
+    return int(run(conn, statement, {**params, "limit": max(limit, policy.batch)}).scalar_one())
 
 
 _JOB_EFFECTS_PRUNE = query(
     "job_effects_prune",
     """
-DELETE FROM workflow_job_effects WHERE id IN (
+WITH removed AS (DELETE FROM workflow_job_effects WHERE id IN (
     SELECT id FROM workflow_job_effects
     WHERE job_id IS NULL AND created_at < now() - make_interval(secs => :days * 86400)
     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """,
 )
 
 
 def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
     """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
-    rows = run(conn, _JOB_EFFECTS_PRUNE, {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
-    return len(rows)
+    params = {"days": policy.jobs_days, "limit": max(limit, policy.batch)}
+    return int(run(conn, _JOB_EFFECTS_PRUNE, params).scalar_one())
 
 
 # marks the transaction as the retention path (``SET LOCAL ledgerflow.retention = 'on'``), which the audit
@@ -165,13 +167,14 @@ AUDIT_RETENTION_MARK = query(
 _AUDIT_PRUNE = query(
     "audit_prune",
     """
-DELETE FROM operation_audit WHERE id IN (
+WITH removed AS (DELETE FROM operation_audit WHERE id IN (
     SELECT a.id FROM operation_audit a
     WHERE a.created_at < now() - make_interval(secs => :days * 86400)
       AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
                       WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400))
     ORDER BY a.created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """,
 )
 
@@ -190,8 +193,7 @@ def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int
         "ns_ids": list(keep_longer),
         "ns_days": list(keep_longer.values()),
     }
-    rows = run(conn, _AUDIT_PRUNE, params).all()
-    return len(rows)
+    return int(run(conn, _AUDIT_PRUNE, params).scalar_one())
 
 
 def _ago(days: float) -> datetime:

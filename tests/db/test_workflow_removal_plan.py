@@ -60,10 +60,10 @@ def test_the_removal_reads_the_jobs_of_its_candidates_by_index(scratch):
         plan = conn.execute(
             text("EXPLAIN (FORMAT JSON) " + REMOVE_FINISHED_WORKFLOWS.text), params
         ).scalar_one()
-        removed = conn.execute(text(REMOVE_FINISHED_WORKFLOWS.text), params).all()
+        removed = conn.execute(text(REMOVE_FINISHED_WORKFLOWS.text), params).scalar_one()
         conn.rollback()
     nodes = _nodes(plan[0]["Plan"])
     jobs = [n["Node Type"] for n in nodes if n.get("Relation Name") == "workflow_jobs"]
     assert jobs and "Seq Scan" not in jobs, jobs
     assert any(n.get("Index Name") == "ix_workflow_jobs_instance" for n in nodes)
-    assert len(removed) == 5000
+    assert removed == 5000
