@@ -62,7 +62,8 @@ class Paced:
     PostgreSQL core's time, whatever the batch costs on this server: on a small server the claims and
     settles that share its cores wait less for one (``bench.retention``). Its transactions commit without
     waiting for their WAL to reach the disk (``synchronous_commit = off``): a batch that a crash loses is
-    removed again by the next drain, and the drain does not wait on the flush of megabytes of WAL per batch."""
+    removed again by the next drain, and the drain does not wait on the flush of megabytes of WAL per
+    batch."""
 
     fn: Callable[[Connection, int], int]
     factor: float

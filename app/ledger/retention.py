@@ -11,8 +11,9 @@ batches so the tables stay the size of the live work, not of history.
   namespaces that do not keep theirs longer, in a month that a longer-keeping namespace holds.
 
 Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
-LIMIT n FOR UPDATE SKIP LOCKED)`` (its rows counted in the statement, not returned) in its own short transaction, over finished rows only, so a sweep
-never waits on (or holds up) a claim, a settle or a running executor. The jobs are deleted in batches,
+LIMIT n FOR UPDATE SKIP LOCKED)`` (its rows counted in the statement, not returned) in its own short
+transaction, over finished rows only, so a sweep never waits on (or holds up) a claim, a settle or a
+running executor; the drain pauses after each batch (``LEDGERFLOW_RETENTION_PAUSE``, ``drain.Paced``). The jobs are deleted in batches,
 not partitioned: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``,
 "Retention by batched deletes, not partitions", and "History partitions the project manages itself")."""
 
