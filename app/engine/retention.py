@@ -80,12 +80,12 @@ _DUE = """i.completed_at + make_interval(secs => COALESCE(
 _REMOVES_AT = f"GREATEST({_DUE}, i.hold_until)"
 
 # The finished instances that may go now: each namespace's oldest ends first (``ix_workflow_instances_finished``),
-# at most ``limit`` of each, then ``limit`` in all. The planner checks the candidates' unfinished jobs either
-# by an anti-join over the job table (a sequential scan per batch while the table is small: 6,800 pages and
-# 42 ms at 200,000 jobs) or by a lookup per candidate (``ix_workflow_jobs_instance``) once it is larger. Both
-# were measured (``bench.retention``, 200,000 workflows): forcing the lookups (``OFFSET 0``) made claim p99
-# during the removal 2.1x alone instead of 1.4-1.6x: the scan reads through a small ring of buffers, while
-# the lookups' heap reads of old jobs go through shared_buffers and push out the pages the claims use.
+# at most ``limit`` of each, then ``limit`` in all. The planner checks the candidates' unfinished jobs, by its
+# estimates, with an anti-join over the job table (a sequential scan per batch: 6,800 pages and 42 ms at
+# 200,000 jobs) or with a lookup per candidate (``ix_workflow_jobs_instance``). Forcing the lookups
+# (``OFFSET 0``) was measured (``bench.retention``, 200,000 workflows) and undone: claim p99 during the
+# removal 2.1x alone instead of 1.4-1.6x; the scan reads through a small ring of buffers, while the lookups'
+# heap reads of old jobs go through shared_buffers and push out the pages the claims use.
 _REMOVABLE = f"""
 SELECT r.id FROM namespaces n CROSS JOIN LATERAL (
     SELECT i.id, i.completed_at FROM workflow_instances i
