@@ -379,6 +379,7 @@ RETENTION_BY_NAMESPACE = _retention.declare("LEDGERFLOW_RETENTION_BY_NAMESPACE",
 WORKFLOW_RETENTION_DAYS = _retention.declare("LEDGERFLOW_WORKFLOW_RETENTION_DAYS", 30.0, number(MIN_WORKFLOW_RETENTION_DAYS, MAX_RETENTION_DAYS), "days a finished workflow (its instance, steps, tasks, waits, signals and events) is kept after it ended, unless held")
 WORKFLOW_RETENTION_BY_NAMESPACE = _retention.declare("LEDGERFLOW_WORKFLOW_RETENTION_BY_NAMESPACE", (), Parse(_workflow_days_by_namespace, f"namespace_id=days,... with {MIN_WORKFLOW_RETENTION_DAYS:g} <= days <= {MAX_RETENTION_DAYS:g}"), "workflow retention of these namespaces instead of LEDGERFLOW_WORKFLOW_RETENTION_DAYS")
 RETENTION_BATCH = _retention.declare("LEDGERFLOW_RETENTION_BATCH", 5000, integer(1, 100_000), "rows per retention DELETE")
+RETENTION_PAUSE = _retention.declare("LEDGERFLOW_RETENTION_PAUSE", 3.0, number(0, 100), "after each retention DELETE the drain waits this many times as long as that DELETE took before the next: a large removal then takes at most 1 / (1 + this) of a PostgreSQL core's time (3: a quarter), leaving the rest to claims and settles; 0 = no pause")
 
 _outbound = Section("Outbound calls", "triggers, external dispatches and webhook deliveries")
 SIGNING_SECRET = _outbound.declare("LEDGERFLOW_SIGNING_SECRET", None, TEXT, "HMAC key of TRIGGER / external dispatch calls (`X-Ledgerflow-Signature`)", shown="— (unsigned)")

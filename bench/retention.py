@@ -9,14 +9,20 @@ own partitions (a day of attempts, the week of event batches, the month of audit
 ``--templates`` TASK -> TIMER -> TASK workflows are run to their end through the engine; their rows
 (instance, steps, activations, tasks, waits, jobs, attempts, event batches) are then copied
 ``--workflows / --templates`` times by ``INSERT ... SELECT ... generate_series`` (ids remapped, times
-moved into that day), plus one operation audit row for every tenth workflow.
+moved into that day), plus one operation audit row for every tenth workflow. The filled tables' indexes that
+back no constraint are dropped before the copies and built again after them (``--keep-indexes``: not).
 
 Then ``--claim-seconds`` of claims alone (as ``bench.claim.time_claims``: 4 jobs out of a 2,000-job backlog,
 each claim rolled back), then the drain with every retention sweep of ``actors.maintenance.run_drain``,
-run again and again until a run removes nothing, with the same claimer beside it. Printed: the time,
+run again and again until a run removes nothing, with the same claimer beside it, then ``--claim-seconds`` of
+claims alone again (the baseline is both windows alone). Printed: the time,
 the rows removed by table and by sweep (a partition dropped counts its rows), the WAL written
 (``pg_current_wal_lsn`` before and after; the claimer's rolled-back claims write next to none), and the
-claim p50/p99 without and during retention. Numbers, not assertions.
+claim p50/p99 without and during retention, and what ``pg_stat_activity`` (sampled every 10 ms) showed the
+claimer's backend, the drain's and autovacuum doing in each phase, with the machine's CPU use and how long
+the claimer's backend and thread waited for a core (``/proc/<pid>/schedstat``; the embedded PostgreSQL runs
+on this machine). Numbers, not assertions. ``LEDGERFLOW_RETENTION_PAUSE`` (and every other setting) is read
+from the environment as the drain reads it.
 
 ``retention_workflows`` (the instances, steps, tasks and waits of finished workflows, row deletes) runs
 too, unless ``--without-workflow-removal`` (the partitioned history and the jobs alone). Before migration
@@ -27,6 +33,7 @@ batch of 5,000 workflows ran over 4 minutes at 100,000 workflows)."""
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -43,7 +50,7 @@ from app.engine.handlers import task_timeouts, timers
 from app.engine.retention import EVENT_BATCHES
 from app.integrations import retention as integrations_retention
 from app.ledger import handlers, partitions, retention, rollup, transitions
-from app.ledger.drain import drain
+from app.ledger.drain import Paced, drain
 from app.settings import get_settings
 from bench.claim import QUEUE, WARMUP
 from bench.run import scratch_database
@@ -186,9 +193,33 @@ def _copy_sql(conn: Connection, table: str) -> str:
     )
 
 
-def _fill(engine: Engine, templates: int, copies: int, day: datetime, chunk: int) -> float:
+def _filled_tables(day: datetime) -> list[str]:
+    """The tables the fill writes: the plain ones and the day's partitions of the partitioned ones."""
+    by_table = {
+        spec.table: partitions.partition_name(spec.table, partitions.floor(day, spec.period))
+        for spec in HISTORY
+    }
+    return [by_table.get(t, t) for t in TABLES]
+
+
+# the indexes of the filled tables that back no constraint (the primary keys and unique constraints stay)
+_PLAIN_INDEXES = """
+SELECT i.indexname, i.indexdef FROM pg_indexes i
+WHERE i.schemaname = current_schema() AND i.tablename = ANY(:t)
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = CAST(i.indexname AS regclass))
+ORDER BY i.tablename, i.indexname
+"""
+
+
+def _fill(engine: Engine, templates: int, copies: int, day: datetime, chunk: int, rebuild: bool) -> float:
+    """The copies, then the audit rows and a VACUUM (ANALYZE). With ``rebuild`` the filled tables' indexes
+    that back no constraint are dropped first and built again after the copies: one sort per index instead of
+    an insert per row into indexes larger than shared_buffers (most keys are random md5 ids)."""
     started = time.perf_counter()
     with engine.begin() as conn:
+        plain = conn.execute(text(_PLAIN_INDEXES), {"t": _filled_tables(day)}).all() if rebuild else []
+        for name, _ in plain:
+            conn.execute(text(f"DROP INDEX {name}"))
         for table in TABLES:
             conn.execute(text(f"CREATE UNLOGGED TABLE template_{table} AS SELECT * FROM {table}"))
         t0 = conn.execute(text("SELECT min(created_at) FROM template_workflow_instances")).scalar_one()
@@ -213,6 +244,13 @@ def _fill(engine: Engine, templates: int, copies: int, day: datetime, chunk: int
                 )
         done = g1
         print(f"  filled {done:,} / {copies:,} copies ({time.perf_counter() - started:.0f} s)", flush=True)
+    if plain:
+        t_ix = time.perf_counter()
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL maintenance_work_mem = '256MB'"))
+            for _, definition in plain:
+                conn.execute(text(definition))
+        print(f"  {len(plain)} indexes built again in {time.perf_counter() - t_ix:.0f} s", flush=True)
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -232,8 +270,10 @@ def _fill(engine: Engine, templates: int, copies: int, day: datetime, chunk: int
         conn.execute(
             text("SELECT setval('workflow_job_executions_id_seq', max(id)) FROM workflow_job_executions")
         )
+    t_vac = time.perf_counter()
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM (ANALYZE)"))
+    print(f"  VACUUM (ANALYZE) in {time.perf_counter() - t_vac:.0f} s", flush=True)
     return time.perf_counter() - started
 
 
@@ -271,11 +311,17 @@ class Claimer:
         self.dsn = dsn
         self.samples: list[tuple[float, float]] = []
         self.stop = threading.Event()
+        self.pid = 0
+        self.tid = 0
+        self.ready = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         options = "-c timezone=UTC " + transitions.PG_SESSION_OPTIONS
         with psycopg.connect(self.dsn, autocommit=True, options=options) as conn:
+            self.pid = conn.info.backend_pid
+            self.tid = threading.get_native_id()
+            self.ready.set()
             i = 0
             while not self.stop.is_set():
                 conn.execute("BEGIN")
@@ -293,6 +339,88 @@ class Claimer:
 
     def between(self, t0: float, t1: float) -> list[float]:
         return [ms for at, ms in list(self.samples) if t0 <= at < t1]
+
+
+def _cpu(claimer: Claimer) -> tuple[float, ...]:
+    """The machine's CPU seconds so far (/proc/stat): busy, I/O wait, all; then the seconds the claimer's
+    backend and its thread ran and waited for a core (``/proc/<pid>/schedstat``: run, run-queue wait)."""
+    with open("/proc/stat") as f:
+        v = [float(x) / os.sysconf("SC_CLK_TCK") for x in f.readline().split()[1:8]]
+    sched = []
+    for path in (f"/proc/{claimer.pid}/schedstat", f"/proc/self/task/{claimer.tid}/schedstat"):
+        try:
+            with open(path) as f:
+                sched += [int(x) / 1e9 for x in f.read().split()[:2]]
+        except OSError:  # another machine's server
+            sched += [0.0, 0.0]
+    return (sum(v) - v[3] - v[4], v[4], sum(v), *sched)
+
+
+class Waits:
+    """``pg_stat_activity`` of the bench's database sampled every ``every`` seconds on its own connection:
+    what the claimer's backend, the drain's and autovacuum were doing (``wait_event_type:wait_event``;
+    ``CPU`` when active without a wait: running or waiting for a core), with the machine's CPU use."""
+
+    def __init__(self, dsn: str, claimer: Claimer, every: float = 0.01) -> None:
+        self.dsn, self.claimer, self.claimer_pid, self.every = dsn, claimer, claimer.pid, every
+        self.samples: list[tuple[float, str, str]] = []
+        self.cpu: list[tuple[float, tuple[float, ...]]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            i = 0
+            while not self.stop.is_set():
+                now = time.perf_counter()
+                if i % 50 == 0:
+                    self.cpu.append((now, _cpu(self.claimer)))
+                i += 1
+                for pid, btype, state, wtype, wevent in conn.execute(
+                    "SELECT pid, backend_type, state, wait_event_type, wait_event "
+                    "FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                    "AND (datname = current_database() OR backend_type IN ('checkpointer', 'walwriter'))"
+                ):
+                    if pid == self.claimer_pid:
+                        who = "claimer"
+                    elif btype == "client backend":
+                        who = "drain"
+                    else:
+                        who = btype
+                    if state not in (None, "active"):
+                        continue  # idle / idle in transaction: the client's turn
+                    if who in ("checkpointer", "walwriter") and wtype == "Activity":
+                        continue  # asleep
+                    self.samples.append((now, who, f"{wtype}:{wevent}" if wtype else "CPU"))
+                time.sleep(self.every)
+
+    def report(self, label: str, windows: list[tuple[float, float]]) -> None:
+        inside = [(who, w) for at, who, w in self.samples if any(a <= at < b for a, b in windows)]
+        if not inside:
+            return
+        total = sum(b - a for a, b in windows)
+        print(f"  {label} ({total:.1f} s, samples every {self.every * 1000:.0f} ms):")
+        for who in sorted({w for w, _ in inside}):
+            mine = [w for x, w in inside if x == who]
+            top = sorted({w: mine.count(w) for w in mine}.items(), key=lambda kv: -kv[1])[:6]
+            print(f"    {who:22} {len(mine):6} active: " + ", ".join(f"{w} {n}" for w, n in top))
+        pts = [(at, c) for at, c in self.cpu if any(a <= at < b for a, b in windows)]
+        if len(pts) >= 2:
+            (_, c0), (_, c1) = pts[0], pts[-1]
+            span = c1[2] - c0[2]
+            wall = pts[-1][0] - pts[0][0]
+            print(
+                f"    machine CPU: busy {100 * (c1[0] - c0[0]) / span:.0f} %, "
+                f"I/O wait {100 * (c1[1] - c0[1]) / span:.0f} % (of {os.cpu_count()} cores); "
+                f"claimer backend ran {1000 * (c1[3] - c0[3]) / wall:.0f} ms/s, waited for a core "
+                f"{1000 * (c1[4] - c0[4]) / wall:.1f} ms/s; claimer thread ran {1000 * (c1[5] - c0[5]) / wall:.0f} "
+                f"ms/s, waited {1000 * (c1[6] - c0[6]) / wall:.1f} ms/s"
+            )
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -354,7 +482,11 @@ def _sweeps(spent: Spent, workflows: bool) -> list[tuple[str, Any]]:
         *engine_retention.sweeps(policy),
         *integrations_retention.sweeps(policy),
     ]
-    return [(name, spent.timed(name, fn)) for name, fn in named if workflows or name != "retention_workflows"]
+    return [
+        (name, Paced(spent.timed(name, fn.fn), fn.factor) if isinstance(fn, Paced) else spent.timed(name, fn))
+        for name, fn in named
+        if workflows or name != "retention_workflows"
+    ]
 
 
 def _run(
@@ -365,6 +497,7 @@ def _run(
     claim_seconds: float,
     chunk: int,
     with_workflows: bool,
+    rebuild: bool = True,
 ) -> None:
     engine = create_engine(url, pool_size=4)
     dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
@@ -373,7 +506,7 @@ def _run(
     _templates(engine, templates)
     copies = max(1, workflows // templates)
     print(f"filling {copies * templates:,} finished workflows on {day:%Y-%m-%d} ...", flush=True)
-    fill_s = _fill(engine, templates, copies, day, max(1, chunk // templates))
+    fill_s = _fill(engine, templates, copies, day, max(1, chunk // templates), rebuild)
     with engine.begin() as conn:  # the claimer's backlog: 2,000 pending jobs
         conn.execute(
             text(
@@ -389,9 +522,14 @@ def _run(
 
     claimer = Claimer(dsn)
     claimer.thread.start()
+    claimer.ready.wait()
+    waits = Waits(dsn, claimer)
+    waits.thread.start()
+    print(f"load average before: {_load()}", flush=True)
     a0 = time.perf_counter()
     time.sleep(claim_seconds)
-    alone = claimer.between(a0, time.perf_counter())
+    a1 = time.perf_counter()
+    alone = claimer.between(a0, a1)
 
     spent = Spent()
     swept: dict[str, int] = {}
@@ -413,9 +551,18 @@ def _run(
         wal = conn.execute(
             text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), CAST(:l AS pg_lsn))"), {"l": lsn0}
         ).scalar_one()
+    # claims alone again, after the retention: the baseline is both windows (a shared machine's other work
+    # comes and goes; one window of before alone made the ratio swing by 2x from run to run)
     time.sleep(0.5)
+    b0 = time.perf_counter()
+    time.sleep(claim_seconds)
+    b1 = time.perf_counter()
+    after_alone = claimer.between(b0, b1)
     claimer.stop.set()
     claimer.thread.join()
+    waits.stop.set()
+    waits.thread.join()
+    load_after = _load()
     during = claimer.between(t0, t1)
     phases = {
         "partition drops": ("history_partitions", "event_partitions"),
@@ -431,7 +578,11 @@ def _run(
 
     print()
     print(f"workflows: {copies * templates:,} finished, {days_old:g} days old (one day)")
-    print(f"retention: {elapsed:.1f} s in {runs} drain runs; WAL written {int(wal) / 1e6:.1f} MB")
+    print(
+        f"retention: {elapsed:.1f} s in {runs} drain runs; WAL written {int(wal) / 1e6:.1f} MB; "
+        f"LEDGERFLOW_RETENTION_PAUSE={retention.policy_from_env().pause:g}, "
+        f"LEDGERFLOW_RETENTION_BATCH={retention.policy_from_env().batch}"
+    )
     print(f"rows removed: {sum(removed.values()):,}")
     for t in COUNTED:
         print(f"  {t:28} {removed[t]:>12,} removed, {after[t]:>10,} left")
@@ -442,6 +593,8 @@ def _run(
                 f"  {name:30} {spent.seconds[name]:8.2f} s {spent.wal.get(name, 0) / 1e6:9.2f} MB"
                 f"  {swept.get(name, 0):>12,}"
             )
+    before_alone = alone
+    alone = before_alone + after_alone
     p99_alone = _pct(alone, 0.99)
 
     def line(label: str, xs: list[float]) -> str:
@@ -450,13 +603,20 @@ def _run(
             f"(n={len(xs)}; p99 {_pct(xs, 0.99) / p99_alone:.2f}x alone)"
         )
 
+    print(f"load average before: see above; after: {load_after}")
     print("claim ms (4 of a 2,000-job backlog, rolled back, ~300/s):")
-    print(line("alone", alone))
+    print(line("alone (before and after)", alone))
+    print(line("alone before", before_alone))
+    print(line("alone after", after_alone))
     print(line("during retention (all of it)", during))
     for label, xs in by_phase.items():
         if not xs:
             continue
         print(line(f"during {label}", xs))
+    print("pg_stat_activity samples (what each backend waited on while active):")
+    waits.report("alone", [(a0, a1), (b0, b1)])
+    for label, names in phases.items():
+        waits.report(f"during {label}", [w for n in names for w in spent.windows.get(n, [])])
     engine.dispose()
 
 
@@ -476,6 +636,13 @@ def main() -> None:
     )
     # the default now; kept so that the command lines of before still run
     p.add_argument("--with-workflow-removal", dest="with_workflow_removal", action="store_true")
+    p.add_argument(
+        "--keep-indexes",
+        dest="rebuild",
+        action="store_false",
+        help="fill with every index in place (by default the indexes that back no constraint are dropped "
+        "before the copies and built again after them)",
+    )
     args = p.parse_args()
     with scratch_database("lf_bench_retention") as url:
         _run(
@@ -486,6 +653,7 @@ def main() -> None:
             args.claim_seconds,
             args.chunk,
             args.with_workflow_removal,
+            args.rebuild,
         )
 
 

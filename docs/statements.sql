@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 398 statements, 20 templates.
+-- 402 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -906,8 +906,8 @@ SELECT key, copied_from FROM workflow_steps WHERE instance_id = :i AND copied_fr
 
 -- name: event_batches_prune
 -- module: app.engine.retention; prepared at its first run
--- sent: DELETE FROM workflow_event_batches WHERE id IN ( SELECT x.id FROM workflow_event_batches x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => $2 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($3 AS text[]), CAST($4 AS float8[])) AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400)))) AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => $5)) AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY x.created_at LIMIT $6 FOR UPDATE OF x SKIP LOCKED) RETURNING id
-DELETE FROM workflow_event_batches WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN ( SELECT x.id FROM workflow_event_batches x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => $2 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($3 AS text[]), CAST($4 AS float8[])) AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400)))) AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => $5)) AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY x.created_at LIMIT $6 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN (
     SELECT x.id FROM workflow_event_batches x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400)
       AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400)
@@ -918,7 +918,8 @@ DELETE FROM workflow_event_batches WHERE id IN (
       -- of a finished instance, or of one retention removed (its batches with audit entries stay till here)
       AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED'))
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: history_settle_drain_lock
@@ -929,13 +930,14 @@ SELECT pg_advisory_xact_lock(:k)
 
 -- name: signals_prune
 -- module: app.engine.retention; prepared at its first run
--- sent: DELETE FROM workflow_signals WHERE id IN ( SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => $1 * 86400) AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY x.resolved_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING id
-DELETE FROM workflow_signals WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_signals WHERE id IN ( SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => $1 * 86400) AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY x.resolved_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_signals WHERE id IN (
     SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id
     WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => :days * 86400)
       AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
     ORDER BY x.resolved_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: workflow_next_removals
@@ -953,7 +955,7 @@ LIMIT :limit
 
 -- name: workflow_remove_finished
 -- module: app.engine.retention; prepared at its first run
--- sent: WITH doomed AS ( SELECT r.id FROM namespaces n CROSS JOIN LATERAL ( SELECT i.id, i.completed_at FROM workflow_instances i WHERE i.namespace_id = n.id AND i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') AND i.completed_at < now() - make_interval(secs => $1 * 86400) AND GREATEST(i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400), i.hold_until) < now() AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT j.status IN ('succeeded', 'canceled')) AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id AND NOT p.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY i.completed_at, i.id LIMIT $5 FOR UPDATE OF i SKIP LOCKED ) r ORDER BY r.completed_at, r.id LIMIT $5 ), s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)), w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)), t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)), a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)), st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)), e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb) DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING id
+-- sent: WITH doomed AS ( SELECT r.id FROM namespaces n CROSS JOIN LATERAL ( SELECT i.id, i.completed_at FROM workflow_instances i WHERE i.namespace_id = n.id AND i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') AND i.completed_at < now() - make_interval(secs => $1 * 86400) AND GREATEST(i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400), i.hold_until) < now() AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT j.status IN ('succeeded', 'canceled')) AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id AND NOT p.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY i.completed_at, i.id LIMIT $5 FOR UPDATE OF i SKIP LOCKED ) r ORDER BY r.completed_at, r.id LIMIT $5 ), s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)), w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)), t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)), a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)), st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)), e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb), gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1) SELECT count(*) FROM gone
 WITH doomed AS (
 SELECT r.id FROM namespaces n CROSS JOIN LATERAL (
     SELECT i.id, i.completed_at FROM workflow_instances i
@@ -977,9 +979,9 @@ w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)),
 t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)),
 a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)),
 st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
-e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb)
-DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed)
-RETURNING id
+e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb),
+gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1)
+SELECT count(*) FROM gone
 ;
 
 -- name: workflow_set_hold
@@ -2038,6 +2040,18 @@ LEFT JOIN automation_rules r ON r.id = x.rule_id
 WHERE x.id = :id
 ;
 
+-- name: action_load_at
+-- module: app.integrations.actions; prepared at its first run
+-- sent: SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret, r.created_by, e.id AS event_id, e.type, e.seq, e.instance_id, e.body::text AS body FROM automation_executions x JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id AND e.created_at = CAST($1 AS timestamptz) LEFT JOIN automation_rules r ON r.id = x.rule_id WHERE x.id = $2
+SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret,
+       r.created_by, e.id AS event_id,
+       e.type, e.seq, e.instance_id, e.body::text AS body
+FROM automation_executions x
+JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id AND e.created_at = CAST(:at AS timestamptz)
+LEFT JOIN automation_rules r ON r.id = x.rule_id
+WHERE x.id = :id
+;
+
 -- name: action_record
 -- module: app.integrations.actions; prepared at its first run
 -- sent: UPDATE automation_executions SET status = $1, result = COALESCE(CAST($2 AS jsonb), result), last_error = $3, updated_at = now() WHERE id = $4
@@ -2193,22 +2207,24 @@ SELECT count(*) FROM workflow_schedules WHERE namespace_id = :ns
 
 -- name: automation_executions_prune
 -- module: app.integrations.retention; prepared at its first run
--- sent: DELETE FROM automation_executions WHERE id IN ( SELECT x.id FROM automation_executions x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused')) ORDER BY x.created_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING id
-DELETE FROM automation_executions WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM automation_executions WHERE id IN ( SELECT x.id FROM automation_executions x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused')) ORDER BY x.created_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM automation_executions WHERE id IN (
     SELECT x.id FROM automation_executions x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400) AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused'))
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: webhook_deliveries_prune
 -- module: app.integrations.retention; prepared at its first run
--- sent: DELETE FROM webhook_deliveries WHERE id IN ( SELECT x.id FROM webhook_deliveries x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused')) ORDER BY x.created_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING id
-DELETE FROM webhook_deliveries WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM webhook_deliveries WHERE id IN ( SELECT x.id FROM webhook_deliveries x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused')) ORDER BY x.created_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM webhook_deliveries WHERE id IN (
     SELECT x.id FROM webhook_deliveries x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400) AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.status IN ('pending', 'running', 'paused'))
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: schedule_fire_insert
@@ -2533,8 +2549,14 @@ UPDATE workflow_waits SET deadline_at = now() WHERE instance_id = ANY(:ids) AND 
 
 -- name: event_dispatch_events
 -- module: app.integrations.webhooks; prepared at its first run
--- sent: SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body FROM workflow_events WHERE dispatch_job_id = $1 ORDER BY seq LIMIT $2
-SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body FROM workflow_events WHERE dispatch_job_id = :j ORDER BY seq LIMIT :n
+-- sent: SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body, created_at FROM workflow_events WHERE dispatch_job_id = $1 AND created_at = CAST($2 AS timestamptz) ORDER BY seq LIMIT $3
+SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body, created_at FROM workflow_events WHERE dispatch_job_id = :j AND created_at = CAST(:at AS timestamptz) ORDER BY seq LIMIT :n
+;
+
+-- name: event_dispatch_events_any_time
+-- module: app.integrations.webhooks; prepared at its first run
+-- sent: SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body, created_at FROM workflow_events WHERE dispatch_job_id = $1 ORDER BY seq LIMIT $2
+SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body, created_at FROM workflow_events WHERE dispatch_job_id = :j ORDER BY seq LIMIT :n
 ;
 
 -- name: event_dispatch_instance_exists
@@ -2592,6 +2614,18 @@ LEFT JOIN event_subscriptions s ON s.id = d.subscription_id
 WHERE d.id = :id
 ;
 
+-- name: webhook_delivery_load_at
+-- module: app.integrations.webhooks; prepared at its first run
+-- sent: SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, e.body::text AS body, e.created_at AS event_at, s.url, s.secret, s.enabled, s.created_by, CASE WHEN s.previous_secret_expires_at > now() THEN s.previous_secret END AS previous_secret FROM webhook_deliveries d JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id AND e.created_at = CAST($1 AS timestamptz) LEFT JOIN event_subscriptions s ON s.id = d.subscription_id WHERE d.id = $2
+SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, e.body::text AS body,
+       e.created_at AS event_at, s.url, s.secret, s.enabled, s.created_by,
+       CASE WHEN s.previous_secret_expires_at > now() THEN s.previous_secret END AS previous_secret
+FROM webhook_deliveries d
+JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id AND e.created_at = CAST(:at AS timestamptz)
+LEFT JOIN event_subscriptions s ON s.id = d.subscription_id
+WHERE d.id = :id
+;
+
 -- name: webhook_delivery_record
 -- module: app.integrations.webhooks; prepared at its first run
 -- sent: UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1, response_code = $2, latency_ms = $3, last_error = $4, receipt = COALESCE(CAST($5 AS jsonb), receipt), updated_at = now() WHERE id = $6
@@ -2640,6 +2674,12 @@ SELECT clock_timestamp() < :d
 SELECT CAST(q.queue AS text) AS queue FROM unnest(enum_range(NULL::workflow_job_queue)) AS q(queue)
 WHERE EXISTS (SELECT 1 FROM workflow_jobs j
               WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= now())
+;
+
+-- name: drain_paced_async_commit
+-- module: app.ledger.drain; prepared at its first run
+-- sent: SET LOCAL synchronous_commit = off
+SET LOCAL synchronous_commit = off
 ;
 
 -- name: drain_try_lock
@@ -2717,12 +2757,13 @@ FROM workflow_jobs WHERE id = :id FOR UPDATE
 
 -- name: job_attempts
 -- module: app.ledger.job_reads; prepared at its first run
--- sent: SELECT * FROM ( SELECT e.job_id, e.id, e.generation, e.attempt, e.status, e.worker_id, CAST(e.request AS text) AS request, CAST(e.response AS text) AS response, e.error, e.error_code, e.due_at, e.started_at, e.finished_at, e.duration_ms FROM workflow_job_executions e WHERE e.job_id = ANY(CAST($1 AS bigint[])) UNION ALL SELECT j.id, j.attempt_id, j.generation, j.attempts, 'running', j.worker_id, CAST(j.payload AS text), NULL, NULL, NULL, j.run_at, j.attempt_started_at, NULL, NULL FROM workflow_jobs j WHERE j.id = ANY(CAST($1 AS bigint[])) AND j.status = 'running' ) a ORDER BY job_id, generation, attempt
+-- sent: SELECT * FROM ( SELECT e.job_id, e.id, e.generation, e.attempt, e.status, e.worker_id, CAST(e.request AS text) AS request, CAST(e.response AS text) AS response, e.error, e.error_code, e.due_at, e.started_at, e.finished_at, e.duration_ms FROM workflow_job_executions e WHERE e.job_id = ANY(CAST($1 AS bigint[])) AND e.started_at >= CAST($2 AS timestamptz) AND e.started_at < now() + interval '1 hour' UNION ALL SELECT j.id, j.attempt_id, j.generation, j.attempts, 'running', j.worker_id, CAST(j.payload AS text), NULL, NULL, NULL, j.run_at, j.attempt_started_at, NULL, NULL FROM workflow_jobs j WHERE j.id = ANY(CAST($1 AS bigint[])) AND j.status = 'running' ) a ORDER BY job_id, generation, attempt
 SELECT * FROM (
     SELECT e.job_id, e.id, e.generation, e.attempt, e.status, e.worker_id, CAST(e.request AS text) AS request,
            CAST(e.response AS text) AS response, e.error, e.error_code, e.due_at, e.started_at, e.finished_at,
            e.duration_ms
     FROM workflow_job_executions e WHERE e.job_id = ANY(CAST(:ids AS bigint[]))
+      AND e.started_at >= CAST(:since AS timestamptz) AND e.started_at < now() + interval '1 hour'
     UNION ALL
     SELECT j.id, j.attempt_id, j.generation, j.attempts, 'running', j.worker_id, CAST(j.payload AS text), NULL,
            NULL, NULL, j.run_at, j.attempt_started_at, NULL, NULL
@@ -3196,14 +3237,15 @@ FROM workflow_jobs j WHERE j.status = ANY(CAST(:statuses AS workflow_job_status[
 
 -- name: audit_prune
 -- module: app.ledger.retention; prepared at its first run
--- sent: DELETE FROM operation_audit WHERE id IN ( SELECT a.id FROM operation_audit a WHERE a.created_at < now() - make_interval(secs => $1 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400)) ORDER BY a.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id
-DELETE FROM operation_audit WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM operation_audit WHERE id IN ( SELECT a.id FROM operation_audit a WHERE a.created_at < now() - make_interval(secs => $1 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400)) ORDER BY a.created_at LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM operation_audit WHERE id IN (
     SELECT a.id FROM operation_audit a
     WHERE a.created_at < now() - make_interval(secs => :days * 86400)
       AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
                       WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400))
     ORDER BY a.created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: audit_retention_mark
@@ -3220,18 +3262,19 @@ SELECT created_at < now() - make_interval(secs => :days * 86400) FROM workflow_j
 
 -- name: job_effects_prune
 -- module: app.ledger.retention; prepared at its first run
--- sent: DELETE FROM workflow_job_effects WHERE id IN ( SELECT id FROM workflow_job_effects WHERE job_id IS NULL AND created_at < now() - make_interval(secs => $1 * 86400) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id
-DELETE FROM workflow_job_effects WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_job_effects WHERE id IN ( SELECT id FROM workflow_job_effects WHERE job_id IS NULL AND created_at < now() - make_interval(secs => $1 * 86400) ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_job_effects WHERE id IN (
     SELECT id FROM workflow_job_effects
     WHERE job_id IS NULL AND created_at < now() - make_interval(secs => :days * 86400)
     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: jobs_prune
 -- module: app.ledger.retention; prepared at its first run
--- sent: DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('succeeded', 'canceled') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => $2 * 86400) ORDER BY j.finished_at LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING id
-DELETE FROM workflow_jobs WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('succeeded', 'canceled') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => $2 * 86400) ORDER BY j.finished_at LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE j.status IN ('succeeded', 'canceled')
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
@@ -3239,13 +3282,14 @@ DELETE FROM workflow_jobs WHERE id IN (
     ORDER BY j.finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: jobs_prune_by_namespace
 -- module: app.ledger.retention; prepared at its first run
--- sent: DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('succeeded', 'canceled') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), $4) * 86400) ORDER BY j.finished_at LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING id
-DELETE FROM workflow_jobs WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('succeeded', 'canceled') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), $4) * 86400) ORDER BY j.finished_at LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE j.status IN ('succeeded', 'canceled')
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
@@ -3253,13 +3297,14 @@ DELETE FROM workflow_jobs WHERE id IN (
     ORDER BY j.finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: jobs_prune_dead
 -- module: app.ledger.retention; prepared at its first run
--- sent: DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('dead', 'failed') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => $2 * 86400) ORDER BY j.finished_at LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING id
-DELETE FROM workflow_jobs WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('dead', 'failed') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => $2 * 86400) ORDER BY j.finished_at LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE j.status IN ('dead', 'failed')
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
@@ -3267,13 +3312,14 @@ DELETE FROM workflow_jobs WHERE id IN (
     ORDER BY j.finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: jobs_prune_dead_by_namespace
 -- module: app.ledger.retention; prepared at its first run
--- sent: DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('dead', 'failed') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), $4) * 86400) ORDER BY j.finished_at LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING id
-DELETE FROM workflow_jobs WHERE id IN (
+-- sent: WITH removed AS (DELETE FROM workflow_jobs WHERE id IN ( SELECT j.id FROM workflow_jobs j WHERE j.status IN ('dead', 'failed') AND j.finished_at < now() - make_interval(secs => $1 * 86400) AND j.finished_at < now() - make_interval(secs => COALESCE((SELECT o.days FROM workflow_instances i JOIN unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) ON o.ns = i.namespace_id WHERE i.id = j.instance_id), $4) * 86400) ORDER BY j.finished_at LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+WITH removed AS (DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE j.status IN ('dead', 'failed')
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
@@ -3281,7 +3327,8 @@ DELETE FROM workflow_jobs WHERE id IN (
     ORDER BY j.finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 ;
 
 -- name: rollup_forget
@@ -3518,7 +3565,7 @@ WHERE heartbeat_at >= now() - interval '10 minutes'
 
 -- name: job_claim_by_due
 -- module: app.ledger.transitions.executor; prepared at its first run
--- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($3 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $4, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($3 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $4, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
 WITH picked AS (
     SELECT id FROM workflow_jobs
     WHERE queue = :queue AND status = 'pending' AND run_at <= now()
@@ -3536,7 +3583,7 @@ WITH picked AS (
         attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
         updated_at = now()
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
 )
 SELECT claimed.*, now() AS db_now
 FROM claimed
@@ -3545,7 +3592,7 @@ ORDER BY claimed.priority, claimed.run_at, claimed.id
 
 -- name: job_claim_by_priority
 -- module: app.ledger.transitions.executor; prepared at its first run
--- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($3 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $4, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($3 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $4, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
 WITH picked AS (
     SELECT id FROM workflow_jobs
     WHERE queue = :queue AND status = 'pending' AND run_at <= now()
@@ -3563,7 +3610,7 @@ WITH picked AS (
         attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
         updated_at = now()
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
 )
 SELECT claimed.*, now() AS db_now
 FROM claimed

@@ -1,7 +1,8 @@
 """``ledgerflow doctor``: is this deployment healthy, and if not, what to fix.
 
 Checks PostgreSQL (reachable, migrations current, autovacuum on and not disabled per table, every
-index valid, dead-row bloat of the job tables, the quota counters against the rows), Redis (configured and answering), the worker
+index valid, dead-row bloat of the job tables and of what retention deletes from, a partitioned table's counted
+over its partitions, the quota counters against the rows), Redis (configured and answering), the worker
 registry (live workers per pool, stale heartbeats), clocks (this machine and each live node against
 the database clock: every lease and deadline decision uses database time, so a skewed node's local
 timeouts drift), the drain (expired leases left unreclaimed) and the due backlog. Prints one line per
@@ -22,7 +23,40 @@ import click
 OK, WARN, FAIL = "ok", "warn", "fail"
 LIVE_SECONDS = 90  # as the runtime status (L-STATUS)
 SKEW_WARN_S, SKEW_FAIL_S = 1.0, 5.0
-LEDGER_TABLES = ("workflow_jobs", "workflow_job_executions", "workflow_job_effects", "workflow_worker_nodes")
+# the tables whose dead rows the doctor counts: the job tables and what retention deletes rows from (the
+# history tables are partitioned: their partitions' rows count under the table, ``_DEAD_ROWS``)
+DEAD_ROW_TABLES = (
+    "workflow_jobs",
+    "workflow_job_executions",
+    "workflow_job_effects",
+    "workflow_worker_nodes",
+    "workflow_instances",
+    "workflow_steps",
+    "workflow_activations",
+    "workflow_tasks",
+    "workflow_waits",
+    "workflow_signals",
+    "workflow_event_batches",
+    "idempotency_receipts",
+)
+DEAD_ROWS_MIN = 10_000
+# Dead rows by table: a partitioned table's are its partitions' (``pg_stat_user_tables`` has a row per
+# partition and none for the parent), summed under the parent's name with the partitions that hold the most.
+# A table is reported when its dead rows, or one partition's, are more than ``:min`` and than its live rows.
+_DEAD_ROWS = """
+WITH t AS (
+    SELECT c.relname AS tab, s.relid <> c.oid AS in_part, s.relname AS part, s.n_live_tup AS live,
+           s.n_dead_tup AS dead,
+           s.n_dead_tup > :min AND s.n_dead_tup > s.n_live_tup AS part_bloated
+    FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = COALESCE(pg_partition_root(s.relid), s.relid)
+    WHERE s.schemaname = current_schema() AND c.relname = ANY(:t)
+)
+SELECT tab, bool_or(in_part) AS partitioned, count(*) AS parts, sum(live) AS live, sum(dead) AS dead,
+       (array_agg(part ORDER BY dead DESC) FILTER (WHERE dead > 0))[1:3] AS worst
+FROM t GROUP BY tab
+HAVING (sum(dead) > :min AND sum(dead) > sum(live)) OR bool_or(part_bloated)
+ORDER BY tab
+"""
 POOL_OF_QUEUE = {"workflow-ledger": "advance", "workflow-ledger-outbound": "outbound"}
 
 
@@ -118,18 +152,14 @@ def check_autovacuum() -> list[Check]:
                 f"ALTER TABLE <name> RESET (autovacuum_enabled) for: {names}",
             )
         )
-    bloat = _all(
-        "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables "
-        "WHERE relname = ANY(:t) AND n_dead_tup > 10000 AND n_dead_tup > n_live_tup",
-        {"t": list(LEDGER_TABLES)},
-    )
-    for r in bloat:
+    for r in _all(_DEAD_ROWS, {"t": list(DEAD_ROW_TABLES), "min": DEAD_ROWS_MIN}):
+        where = f" ({r.parts} partitions; most in {', '.join(r.worst)})" if r.partitioned else ""
         out.append(
             Check(
-                f"dead rows {r.relname}",
+                f"dead rows {r.tab}",
                 WARN,
-                f"{r.n_dead_tup} dead vs {r.n_live_tup} live rows",
-                f"VACUUM (ANALYZE) {r.relname}; check that autovacuum keeps up",
+                f"{r.dead} dead vs {r.live} live rows{where}",
+                f"VACUUM (ANALYZE) {', '.join(r.worst) if r.partitioned else r.tab}; check that autovacuum keeps up",
             )
         )
     return out

@@ -18,7 +18,7 @@ from app import auth
 from app.errors import InvalidArgument, NotFound, PermissionDenied
 from app.ids import is_hex32
 from app.integrations import automation
-from app.integrations.webhooks import USER_AGENT, missing, signature
+from app.integrations.webhooks import USER_AGENT, event_time, missing, signature
 from app.ledger import handlers
 from app.ledger.context import JobContext
 from app.ledger.outcome import JobAborted, PermanentError, Skip
@@ -35,18 +35,19 @@ class Event:
     body: str
 
 
-_LOAD = query(
-    "action_load",
-    """
+_LOAD_SQL = """
 SELECT x.id, x.rule_id, x.namespace_id, r.enabled, r.disabled_reason, r.action, r.secret,
        r.created_by, e.id AS event_id,
        e.type, e.seq, e.instance_id, e.body::text AS body
 FROM automation_executions x
-JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id
+JOIN workflow_events e ON e.batch_id = left(x.event_id, 29) || '000' AND e.id = x.event_id{at}
 LEFT JOIN automation_rules r ON r.id = x.rule_id
 WHERE x.id = :id
-""",
-)
+"""
+# The execution and its event: with the event's time (the job's payload, ``webhooks.event_time``) in its
+# week's partition of the event batches only, as ``webhooks.webhook_delivery`` reads its event.
+_LOAD_AT = query("action_load_at", _LOAD_SQL.format(at=" AND e.created_at = CAST(:at AS timestamptz)"))
+_LOAD = query("action_load", _LOAD_SQL.format(at=""))
 
 
 _Q_ACTION_RECORD = query(
@@ -103,8 +104,12 @@ def _stop(ctx: JobContext, row: Any, why: str) -> Skip:
 @handlers.register("automation_action")
 def automation_action(ctx: JobContext) -> Any:
     xid = (ctx.payload or {}).get("execution_id")
+    at = event_time(ctx.payload)
     with ctx.engine.connect() as conn:
-        row = run(conn, _LOAD, {"id": xid}).first() if isinstance(xid, str) and is_hex32(xid) else None
+        load = _LOAD if at is None else _LOAD_AT
+        row = (
+            run(conn, load, {"id": xid, "at": at}).first() if isinstance(xid, str) and is_hex32(xid) else None
+        )
         acting = row is not None and (row.enabled or automation.admitted_while_disabled(row.disabled_reason))
         if acting and row is not None:  # (acting implies a row; said again for the type checker)
             author = auth.acting_principal(conn, row.created_by)

@@ -525,14 +525,18 @@ _Q_AUTOMATION_ACTION_JOB = query(
 )
 
 
-def _action_job(conn: Connection, ns: str, rule_id: str, event_id: str) -> bool:
-    xid = _execution(conn, ns, rule_id, event_id)
+def _action_job(conn: Connection, ns: str, rule_id: str, ev: Any) -> bool:
+    """The execution of rule ``rule_id`` for event ``ev`` and its ``automation_action`` job, whose payload
+    carries the event's ``created_at`` when the event has one (``webhooks.event_time``)."""
+    xid = _execution(conn, ns, rule_id, ev.id)
     if xid is None:
         return False
-    key = f"automation_action:{event_id}:{rule_id}"
-    job = enqueue(
-        conn, "automation_action", {"execution_id": xid}, idempotency_key=key, operation_key=key[:64]
-    )
+    key = f"automation_action:{ev.id}:{rule_id}"
+    payload = {"execution_id": xid}
+    at = getattr(ev, "created_at", None)
+    if at is not None:
+        payload["event_at"] = at.isoformat()
+    job = enqueue(conn, "automation_action", payload, idempotency_key=key, operation_key=key[:64])
     run(conn, _Q_AUTOMATION_ACTION_JOB, {"j": job.id, "id": xid})
     return True
 
@@ -595,7 +599,7 @@ def fan_out_events(conn: Connection, events: Sequence[Any], rules: Iterable[Any]
             continue  # disabled since the rules were read
         allowed = max(0, min(len(evs), rate_budget() - (used - len(evs))))
         for ev in evs[:allowed]:
-            n += _action_job(conn, r.namespace_id, r.id, ev.id)
+            n += _action_job(conn, r.namespace_id, r.id, ev)
         if allowed < len(evs):
             why = f"{BUDGET_SPENT}: more than {rate_budget()} executions in a minute (LEDGERFLOW_RULE_RATE_PER_MINUTE)"
             for ev in evs[allowed:]:

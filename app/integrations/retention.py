@@ -15,11 +15,12 @@ _LIVE_JOB = "EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.id = x.job_id AND j.s
 
 
 _PRUNE_SQL = f"""
-DELETE FROM {{table}} WHERE id IN (
+WITH removed AS (DELETE FROM {{table}} WHERE id IN (
     SELECT x.id FROM {{table}} x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400) AND NOT {_LIVE_JOB}
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """
 _PRUNE = {
     table: query(f"{table}_prune", _PRUNE_SQL.format(table=table))
@@ -28,8 +29,8 @@ _PRUNE = {
 
 
 def _prune(conn: Connection, table: str, limit: int, policy: RetentionPolicy) -> int:
-    rows = run(conn, _PRUNE[table], {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
-    return len(rows)
+    params = {"days": policy.jobs_days, "limit": max(limit, policy.batch)}
+    return int(run(conn, _PRUNE[table], params).scalar_one())
 
 
 def prune_deliveries(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
@@ -43,6 +44,6 @@ def prune_executions(conn: Connection, limit: int, *, policy: RetentionPolicy) -
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
     p = policy or policy_from_env()
     return [
-        ("retention_webhook_deliveries", partial(prune_deliveries, policy=p)),
-        ("retention_automation_executions", partial(prune_executions, policy=p)),
+        ("retention_webhook_deliveries", p.paced(partial(prune_deliveries, policy=p))),
+        ("retention_automation_executions", p.paced(partial(prune_executions, policy=p))),
     ]

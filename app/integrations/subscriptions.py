@@ -408,12 +408,18 @@ _DELIVERY_ENQUEUE = query(
 )
 
 
-def enqueue_delivery(conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0) -> int:
-    """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key)."""
+def enqueue_delivery(
+    conn: Connection, delivery_id: str, key: str, *, delay_ms: float = 0, event_at: datetime | None = None
+) -> int:
+    """The ``webhook_delivery`` job of a delivery (``key``: its idempotency key; ``event_at``: its event's
+    ``created_at`` when known, which the job reads its event by, ``webhooks.event_time``)."""
+    payload: dict[str, str] = {"delivery_id": delivery_id}
+    if event_at is not None:
+        payload["event_at"] = event_at.isoformat()
     job = enqueue(
         conn,
         "webhook_delivery",
-        {"delivery_id": delivery_id},
+        payload,
         idempotency_key=key,
         operation_key=key[:64],
         delay_ms=delay_ms,

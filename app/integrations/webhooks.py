@@ -60,9 +60,19 @@ USER_AGENT = "Ledgerflow-Webhooks/1"
 
 
 # --------------------------------------------------------------------------- event_dispatch
+# The events of dispatch job ``:j``, written by the transaction that enqueued it: their batches' ``created_at``
+# is the job's (both are that transaction's ``now()``), so PostgreSQL looks into the one week's partition
+# of the event batches that holds them (when it plans with ``:at``, or at the executor's start with a
+# prepared generic plan) instead of into each week's dispatch index (a year of weeks: the audit's retention).
 _DISPATCH_EVENTS = query(
     "event_dispatch_events",
-    "SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body FROM workflow_events "
+    "SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body, created_at FROM workflow_events "
+    "WHERE dispatch_job_id = :j AND created_at = CAST(:at AS timestamptz) ORDER BY seq LIMIT :n",
+)
+# a job read without its ``created_at`` (a caller other than the pool): every week's partition
+_DISPATCH_EVENTS_ANY_TIME = query(
+    "event_dispatch_events_any_time",
+    "SELECT id, namespace_id, type, definition_id, instance_id, body::text AS body, created_at FROM workflow_events "
     "WHERE dispatch_job_id = :j ORDER BY seq LIMIT :n",
 )
 _DISPATCH_SUBSCRIPTIONS = query(
@@ -77,12 +87,13 @@ _DELIVERY_INSERT = query(
 )
 
 
-def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
-    """Deliveries and rule executions of the events of dispatch job ``job_id`` (idempotent)."""
+def fan_out(conn: Connection, job_id: int, created_at: datetime | None = None) -> dict[str, int]:
+    """Deliveries and rule executions of the events of dispatch job ``job_id`` (idempotent); ``created_at``:
+    the job's, when known (its events are looked up in their partition only)."""
     events = run(
         conn,
-        _DISPATCH_EVENTS,
-        {"j": job_id, "n": MAX_EVENTS_PER_DISPATCH},
+        _DISPATCH_EVENTS if created_at is not None else _DISPATCH_EVENTS_ANY_TIME,
+        {"j": job_id, "at": created_at, "n": MAX_EVENTS_PER_DISPATCH},
     ).all()
     if not events:
         return {"events": 0, "deliveries": 0, "actions": 0}
@@ -108,7 +119,7 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
                 {"id": new_id(), "ns": ns, "s": s.id, "e": ev.id, "t": ev.type},
             ).scalar()
             if did is not None:
-                enqueue_delivery(conn, did, f"webhook_delivery:{ev.id}:{s.id}")
+                enqueue_delivery(conn, did, f"webhook_delivery:{ev.id}:{s.id}", event_at=ev.created_at)
                 deliveries += 1
     actions = automation.fan_out_events(conn, events, rules)
     return {"events": len(events), "deliveries": deliveries, "actions": actions}
@@ -116,6 +127,19 @@ def fan_out(conn: Connection, job_id: int) -> dict[str, int]:
 
 def _is_id(value: Any) -> bool:
     return isinstance(value, str) and is_hex32(value)
+
+
+def event_time(payload: Any) -> datetime | None:
+    """The ``event_at`` of a delivery's or an action's job payload: its event's ``created_at`` (its batch's
+    partition key), when the job carries it (one enqueued by a dispatch since it does; not a redelivery)."""
+    at = payload.get("event_at") if isinstance(payload, dict) else None
+    if not isinstance(at, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(at)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def missing(ctx: JobContext, what: str, row_id: Any) -> Skip:
@@ -136,7 +160,7 @@ _INSTANCE_EXISTS = query(
 
 @handlers.register("event_dispatch")
 def event_dispatch(ctx: JobContext) -> Any:
-    result = ctx.effect("fan_out", lambda conn: fan_out(conn, ctx.job_id))
+    result = ctx.effect("fan_out", lambda conn: fan_out(conn, ctx.job_id, ctx.created_at))
     if result["events"]:
         return result
     # no event names this job: fine for an instance that exists (its events were pruned, or none was
@@ -171,18 +195,22 @@ def signature(secrets_: list[str], msg_id: str, at: datetime, body: str) -> str:
     return " ".join(Webhook(s).sign(msg_id, at, body) for s in secrets_)
 
 
-_LOAD = query(
-    "webhook_delivery_load",
-    """
+_LOAD_SQL = """
 SELECT d.id, d.event_id, d.event_type, d.subscription_id, e.seq, e.instance_id, e.body::text AS body,
        e.created_at AS event_at, s.url, s.secret, s.enabled, s.created_by,
        CASE WHEN s.previous_secret_expires_at > now() THEN s.previous_secret END AS previous_secret
 FROM webhook_deliveries d
-JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id
+JOIN workflow_events e ON e.batch_id = left(d.event_id, 29) || '000' AND e.id = d.event_id{at}
 LEFT JOIN event_subscriptions s ON s.id = d.subscription_id
 WHERE d.id = :id
-""",
+"""
+# The delivery and its event. With the event's time (``event_time`` of the job's payload) PostgreSQL looks
+# into the one week's partition of the event batches that holds it (when it plans with ``:at``, or at the
+# executor's start with a prepared generic plan), not into each week's key; without (a redelivery), every week.
+_LOAD_AT = query(
+    "webhook_delivery_load_at", _LOAD_SQL.format(at=" AND e.created_at = CAST(:at AS timestamptz)")
 )
+_LOAD = query("webhook_delivery_load", _LOAD_SQL.format(at=""))
 
 _RECORD = query(
     "webhook_delivery_record",
@@ -283,8 +311,10 @@ _SUBSCRIPTION_DISABLE = query(
 @handlers.register("webhook_delivery")
 def webhook_delivery(ctx: JobContext) -> Any:
     delivery_id = (ctx.payload or {}).get("delivery_id")
+    at = event_time(ctx.payload)
     with ctx.engine.connect() as conn:
-        row = run(conn, _LOAD, {"id": delivery_id}).first() if _is_id(delivery_id) else None
+        load = _LOAD if at is None else _LOAD_AT
+        row = run(conn, load, {"id": delivery_id, "at": at}).first() if _is_id(delivery_id) else None
         author = None if row is None or row.url is None else author_problem(conn, row.created_by)
     if row is None:
         return missing(ctx, "webhook delivery", delivery_id)

@@ -123,6 +123,8 @@ class JobContext:
     lock_first: LockFirst | None = None
     # W3C traceparent of the span that enqueued the job (None while tracing was off)
     traceparent: str | None = None
+    # when the job was enqueued (``now()`` of the enqueuing transaction; None: not read)
+    created_at: datetime | None = None
 
     @classmethod
     def from_claim(cls, row: dict[str, Any], engine: Engine) -> JobContext:
@@ -147,6 +149,7 @@ class JobContext:
             engine=engine,
             deadline_monotonic=time.monotonic() + (row["execution_deadline"] - row["db_now"]).total_seconds(),
             traceparent=row.get("traceparent"),
+            created_at=row.get("created_at"),
         )
 
     # -- abort signal -----------------------------------------------------------------------

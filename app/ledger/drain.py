@@ -54,6 +54,24 @@ class DrainReport:
 Sweep = tuple[str, Callable[[Connection, int], int]]
 
 
+@dataclass(frozen=True)
+class Paced:
+    """A sweep function whose batches the drain spaces out: after each batch that changed rows it waits
+    ``factor`` times as long as that batch's transaction took, outside any transaction (retention's row
+    deletes, ``LEDGERFLOW_RETENTION_PAUSE``). A long removal then takes at most ``1 / (1 + factor)`` of a
+    PostgreSQL core's time, whatever the batch costs on this server: on a small server the claims and
+    settles that share its cores wait less for one (``bench.retention``). Its transactions commit without
+    waiting for their WAL to reach the disk (``synchronous_commit = off``): a batch that a crash loses is
+    removed again by the next drain, and the drain does not wait on the flush of megabytes of WAL per
+    batch."""
+
+    fn: Callable[[Connection, int], int]
+    factor: float
+
+    def __call__(self, conn: Connection, limit: int) -> int:
+        return self.fn(conn, limit)
+
+
 def drain(
     engine: Engine, settings: Settings, *, max_passes: int = 10, sweeps: Sequence[Sweep] = ()
 ) -> DrainReport:
@@ -73,6 +91,7 @@ _DRAIN_TRY_LOCK = query(
     "drain_try_lock",
     "SELECT pg_try_advisory_xact_lock(:k)",
 )
+_ASYNC_COMMIT = query("drain_paced_async_commit", "SET LOCAL synchronous_commit = off")
 
 
 def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Sequence[Sweep]) -> DrainReport:
@@ -94,11 +113,16 @@ def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Seque
             break
     for name, sweep in sweeps if report.ran else ():
         for _ in range(max_passes):
+            began = time.monotonic()
             with transaction(engine) as conn:
                 if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
                     break
+                if isinstance(sweep, Paced):
+                    run(conn, _ASYNC_COMMIT)
                 n = sweep(conn, settings.drain_batch)
             report.swept[name] = report.swept.get(name, 0) + n
+            if n and isinstance(sweep, Paced) and sweep.factor > 0:
+                time.sleep((time.monotonic() - began) * sweep.factor)
             if n < settings.drain_batch:
                 break
     with engine.connect() as conn:

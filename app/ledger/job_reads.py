@@ -4,6 +4,7 @@ the runtime status in ``status.py``. Jobs are presented with ``id`` as a decimal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -190,7 +191,12 @@ def summary(conn: Connection, namespace_id: str | None = None) -> dict[str, Any]
 
 # --------------------------------------------------------------------------- detail
 # every attempt of the jobs, oldest first: the final ones, then a running job's open attempt (from its job
-# row, in the same shape)
+# row, in the same shape). The attempts are partitioned by day of ``started_at`` (``partitions.EXECUTIONS``):
+# ``:since``, the oldest of the jobs' ``created_at`` (no attempt starts before its job exists), and now (with
+# an hour's margin for a claim that committed after this transaction began; partitions are made a week
+# ahead) bound the days, so that PostgreSQL looks into those partitions only (when it plans with the value,
+# or at the executor's start with a prepared generic plan), not into each partition's key: usually one day,
+# against every day of the job retention.
 _ATTEMPTS = query(
     "job_attempts",
     """
@@ -199,6 +205,7 @@ SELECT * FROM (
            CAST(e.response AS text) AS response, e.error, e.error_code, e.due_at, e.started_at, e.finished_at,
            e.duration_ms
     FROM workflow_job_executions e WHERE e.job_id = ANY(CAST(:ids AS bigint[]))
+      AND e.started_at >= CAST(:since AS timestamptz) AND e.started_at < now() + interval '1 hour'
     UNION ALL
     SELECT j.id, j.attempt_id, j.generation, j.attempts, 'running', j.worker_id, CAST(j.payload AS text), NULL,
            NULL, NULL, j.run_at, j.attempt_started_at, NULL, NULL
@@ -208,12 +215,14 @@ SELECT * FROM (
 )
 
 
-def _attempts(conn: Connection, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-    """Every attempt of the jobs, oldest first: the final ones, then a running job's open attempt."""
-    out: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
-    if not job_ids:
+def _attempts(conn: Connection, jobs: Sequence[Any]) -> dict[int, list[dict[str, Any]]]:
+    """Every attempt of the jobs (rows with ``id`` and ``created_at``), oldest first: the final ones, then
+    a running job's open attempt."""
+    out: dict[int, list[dict[str, Any]]] = {int(j.id): [] for j in jobs}
+    if not jobs:
         return out
-    rows = run(conn, _ATTEMPTS, {"ids": job_ids}).all()
+    since = min(j.created_at for j in jobs)
+    rows = run(conn, _ATTEMPTS, {"ids": list(out), "since": since}).all()
     for r in rows:
         d = dict(r._mapping)
         job_id = d.pop("job_id")
@@ -256,7 +265,7 @@ def job_detail(conn: Connection, job_id: int, namespace_id: str | None = None) -
     if row is None:
         raise NotFound(f"job {job_id} not found")
     job = job_view(row)
-    job["attempts_history"] = _attempts(conn, [job_id])[job_id]
+    job["attempts_history"] = _attempts(conn, [row])[job_id]
     job["receipts"] = _receipts(conn, job_id, job["operation_key"])
     return job
 
@@ -316,7 +325,7 @@ def chain(
     truncated = len(rows) > MAX_CHAIN_JOBS
     items = [job_view(r) for r in rows[:MAX_CHAIN_JOBS]]
     if with_attempts:
-        attempts = _attempts(conn, [int(j["id"]) for j in items])
+        attempts = _attempts(conn, rows[:MAX_CHAIN_JOBS])
         for j in items:
             j["attempts_history"] = attempts[int(j["id"])]
             j["receipts"] = _receipts(conn, int(j["id"]), j["operation_key"])

@@ -11,8 +11,9 @@ batches so the tables stay the size of the live work, not of history.
   namespaces that do not keep theirs longer, in a month that a longer-keeping namespace holds.
 
 Every sweep is ``fn(conn, limit) -> rows removed``: one bounded ``DELETE ... WHERE id IN (SELECT ...
-LIMIT n FOR UPDATE SKIP LOCKED)`` in its own short transaction, over finished rows only, so a sweep
-never waits on (or holds up) a claim, a settle or a running executor. The jobs are deleted in batches,
+LIMIT n FOR UPDATE SKIP LOCKED)`` (its rows counted in the statement, not returned) in its own short
+transaction, over finished rows only, so a sweep never waits on (or holds up) a claim, a settle or a
+running executor; the drain pauses after each batch (``LEDGERFLOW_RETENTION_PAUSE``, ``drain.Paced``). The jobs are deleted in batches,
 not partitioned: claims, the job list and the indexes stay as they are (see ``docs/decisions/ledger.md``,
 "Retention by batched deletes, not partitions", and "History partitions the project manages itself")."""
 
@@ -26,7 +27,7 @@ from functools import partial
 from sqlalchemy import Connection
 
 from app.ledger import partitions
-from app.ledger.drain import Sweep
+from app.ledger.drain import Paced, Sweep
 from app.ledger.models import DEAD_LETTERS, FINISHED, sql_in
 from app.settings import (
     AUDIT_RETENTION_DAYS,
@@ -34,6 +35,7 @@ from app.settings import (
     RETENTION_BATCH,
     RETENTION_BY_NAMESPACE,
     RETENTION_DAYS,
+    RETENTION_PAUSE,
 )
 from app.sql import Query, query, run
 
@@ -48,6 +50,12 @@ class RetentionPolicy:
     # namespace id -> days for finished jobs of that namespace's instances (and its audit, if longer
     # than audit_days it wins there too)
     by_namespace: dict[str, float] = field(default_factory=dict)
+    # after each row-deleting batch, the drain waits this many times as long as it took (``drain.Paced``)
+    pause: float = RETENTION_PAUSE.default
+
+    def paced(self, fn: Callable[[Connection, int], int]) -> Paced:
+        """``fn``, a sweep that deletes rows, spaced out by the drain by ``pause``."""
+        return Paced(fn, self.pause)
 
 
 _JOB_EFFECT_OLDER_THAN = query(
@@ -73,6 +81,7 @@ def policy_from_env() -> RetentionPolicy:
         audit_days=AUDIT_RETENTION_DAYS.get(),
         batch=RETENTION_BATCH.get(),
         by_namespace=dict(RETENTION_BY_NAMESPACE.get()),
+        pause=RETENTION_PAUSE.get(),
     )
 
 
@@ -92,7 +101,7 @@ def _prune_jobs_query(dead: bool, by_namespace: bool) -> Query:
     return query(
         f"jobs_prune{'_dead' if dead else ''}{'_by_namespace' if by_namespace else ''}",
         f"""
-DELETE FROM workflow_jobs WHERE id IN (
+WITH removed AS (DELETE FROM workflow_jobs WHERE id IN (
     SELECT j.id FROM workflow_jobs j
     WHERE {statuses}
       AND j.finished_at < now() - make_interval(secs => :min_days * 86400)
@@ -100,7 +109,8 @@ DELETE FROM workflow_jobs WHERE id IN (
     ORDER BY j.finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """,
     )
 
@@ -124,25 +134,26 @@ def prune_jobs_sql(policy: RetentionPolicy, *, dead: bool = False) -> tuple[Quer
 def prune_jobs(conn: Connection, limit: int, *, policy: RetentionPolicy, dead: bool = False) -> int:
     """Finished jobs (or dead letters) older than their retention; attempts go with them."""
     statement, params = prune_jobs_sql(policy, dead=dead)
-    return len(run(conn, statement, {**params, "limit": max(limit, policy.batch)}).all())
+    return int(run(conn, statement, {**params, "limit": max(limit, policy.batch)}).scalar_one())
 
 
 _JOB_EFFECTS_PRUNE = query(
     "job_effects_prune",
     """
-DELETE FROM workflow_job_effects WHERE id IN (
+WITH removed AS (DELETE FROM workflow_job_effects WHERE id IN (
     SELECT id FROM workflow_job_effects
     WHERE job_id IS NULL AND created_at < now() - make_interval(secs => :days * 86400)
     ORDER BY created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """,
 )
 
 
 def prune_receipts(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int:
     """Effect receipts whose job was removed (``job_id`` NULL) and that are older than the retention."""
-    rows = run(conn, _JOB_EFFECTS_PRUNE, {"days": policy.jobs_days, "limit": max(limit, policy.batch)}).all()
-    return len(rows)
+    params = {"days": policy.jobs_days, "limit": max(limit, policy.batch)}
+    return int(run(conn, _JOB_EFFECTS_PRUNE, params).scalar_one())
 
 
 # marks the transaction as the retention path (``SET LOCAL ledgerflow.retention = 'on'``), which the audit
@@ -157,13 +168,14 @@ AUDIT_RETENTION_MARK = query(
 _AUDIT_PRUNE = query(
     "audit_prune",
     """
-DELETE FROM operation_audit WHERE id IN (
+WITH removed AS (DELETE FROM operation_audit WHERE id IN (
     SELECT a.id FROM operation_audit a
     WHERE a.created_at < now() - make_interval(secs => :days * 86400)
       AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
                       WHERE o.ns = a.namespace_id AND a.created_at >= now() - make_interval(secs => o.days * 86400))
     ORDER BY a.created_at LIMIT :limit FOR UPDATE SKIP LOCKED)
-RETURNING id
+RETURNING 1)
+SELECT count(*) FROM removed
 """,
 )
 
@@ -182,8 +194,7 @@ def prune_audit(conn: Connection, limit: int, *, policy: RetentionPolicy) -> int
         "ns_ids": list(keep_longer),
         "ns_days": list(keep_longer.values()),
     }
-    rows = run(conn, _AUDIT_PRUNE, params).all()
-    return len(rows)
+    return int(run(conn, _AUDIT_PRUNE, params).scalar_one())
 
 
 def _ago(days: float) -> datetime:
@@ -210,12 +221,12 @@ def partition_tables(policy: RetentionPolicy) -> list[tuple[partitions.History, 
 
 def sweeps(policy: RetentionPolicy | None = None) -> list[Sweep]:
     """The ledger's retention sweeps for ``drain(..., sweeps=...)``: the partitions of the attempts and
-    the audit first (created ahead, dropped past retention), then the row deletes."""
+    the audit first (created ahead, dropped past retention), then the row deletes (paced: ``pause``)."""
     p = policy or policy_from_env()
     return [
         ("history_partitions", partitions.sweeper(partition_tables(p))),
-        ("retention_jobs", partial(prune_jobs, policy=p)),
-        ("retention_dead_letters", partial(prune_jobs, policy=p, dead=True)),
-        ("retention_receipts", partial(prune_receipts, policy=p)),
-        ("retention_audit", partial(prune_audit, policy=p)),
+        ("retention_jobs", p.paced(partial(prune_jobs, policy=p))),
+        ("retention_dead_letters", p.paced(partial(prune_jobs, policy=p, dead=True))),
+        ("retention_receipts", p.paced(partial(prune_receipts, policy=p))),
+        ("retention_audit", p.paced(partial(prune_audit, policy=p))),
     ]

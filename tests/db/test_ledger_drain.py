@@ -9,8 +9,9 @@ from dataclasses import replace
 from sqlalchemy import text
 
 from app.db import transaction
+from app.ledger import drain as drain_module
 from app.ledger import handlers, transitions
-from app.ledger.drain import DRAIN_LOCK_KEY, drain
+from app.ledger.drain import DRAIN_LOCK_KEY, Paced, drain
 from tests.ledger_helpers import (
     ADVANCE,
     OUTBOUND,
@@ -188,3 +189,38 @@ def test_the_drain_prunes_expired_idempotency_receipts(db, settings):
     with db.connect() as conn:
         keys = conn.execute(text("SELECT key FROM idempotency_receipts")).scalars().all()
     assert keys == ["new"]
+
+
+def test_a_paced_sweep_pauses_after_each_batch_that_removed_rows(db, settings, monkeypatch):
+    """Retention's row deletes are ``Paced``: after each batch that removed rows the drain waits ``factor``
+    times as long as the batch's transaction took, outside it (no lock, no snapshot held); a plain sweep and
+    a batch that removed nothing are not followed by a pause."""
+    slept: list[float] = []
+    monkeypatch.setattr(drain_module.time, "sleep", slept.append)
+    batches = iter([4, 4, 1])
+    in_transaction: list[bool] = []
+    commits: list[str] = []
+
+    def removes(conn, limit):
+        in_transaction.append(conn.in_transaction())
+        commits.append(conn.execute(text("SHOW synchronous_commit")).scalar())
+        return next(batches)
+
+    def plain(conn, limit):
+        commits.append(conn.execute(text("SHOW synchronous_commit")).scalar())
+        return 0
+
+    small = replace(settings, drain_batch=4)
+    report = drain(
+        db,
+        small,
+        sweeps=[("plain", plain), ("paced", Paced(removes, 2.0))],
+    )
+    assert report.swept["paced"] == 9 and in_transaction == [True, True, True]
+    # a paced batch commits without waiting for its WAL flush (lost in a crash, it is removed again)
+    assert commits == ["on", "off", "off", "off"]
+    assert len(slept) == 3 and all(s > 0 for s in slept)
+    report = drain(db, small, sweeps=[("paced", Paced(lambda conn, limit: 0, 2.0))])
+    assert report.swept["paced"] == 0 and len(slept) == 3  # nothing removed: no pause
+    drain(db, small, sweeps=[("paced", Paced(lambda conn, limit: 4, 0.0))])
+    assert len(slept) == 3  # LEDGERFLOW_RETENTION_PAUSE=0: none either

@@ -26,10 +26,11 @@ from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN, WORKER_SHUTDOWN
 from app.observability import logs
 from app.sql import Query, column_names, query, run, run_raw
 
-# Columns an executor needs; returned by claim.
+# Columns an executor needs; returned by claim (``created_at``: the time of the transaction that enqueued the
+# job, the partition key of what that transaction wrote, e.g. an ``event_dispatch`` job's event batches).
 _JOB_COLUMNS = """id, type, queue, payload, instance_id, task_id, step_key, priority, run_at, attempts,
     max_attempts, generation, lease_token, lease_until, execution_deadline, operation_key, trace_id,
-    effect_marker, traceparent, attempt_id"""
+    effect_marker, traceparent, attempt_id, created_at"""
 
 # The open attempt's columns on the job row (see the module docstring): cleared by every move that ends
 # the attempt, which inserts the attempt row with these columns.
