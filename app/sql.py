@@ -70,7 +70,8 @@ class Query:
     ) -> None:
         self.name = name
         self.text = text
-        self.module = module  # the module that defines it (``query``'s caller): docs/statements.sql
+        # the module whose import defined it (``_importing_module``): docs/statements.sql
+        self.module = module
         self.sql = pyformat(compact_sql(text))
         # a named statement is prepared at its first run (psycopg: never when prepared statements are off)
         self.prepare: bool = not planned_each_time
