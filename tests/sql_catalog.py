@@ -49,11 +49,15 @@ def ours(items: Iterable[T]) -> list[T]:
     return [x for x in items if (getattr(x, "module", None) or "").split(".")[0] in PACKAGES]
 
 
+def param_names(q: Query) -> list[str]:
+    """``q``'s parameters in the order psycopg numbers them (``$1``, ``$2`` ...: first appearance)."""
+    return list(dict.fromkeys(re.findall(r"%\((\w+)\)s", q.sql)))
+
+
 def as_sent(q: Query) -> str:
     """``q``'s text as psycopg sends it: ``$1``, ``$2`` ... in the order of first appearance."""
-    names = re.findall(r"%\((\w+)\)s", q.sql)
     pq = PostgresQuery(Transformer())
-    pq.convert(q.sql, dict.fromkeys(names))
+    pq.convert(q.sql, dict.fromkeys(param_names(q)))
     return pq.query.decode("utf-8")
 
 

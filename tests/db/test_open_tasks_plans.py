@@ -11,7 +11,6 @@ was open, then run against a backlog of 3,000 open tasks of other instances."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,12 +21,14 @@ from app.engine.handlers import task_timeouts
 from app.engine.transitions import task_moves
 from app.integrations import time_skip
 from app.sql import Query
-from tests.sql_catalog import as_sent
+from tests.sql_catalog import as_sent, param_names
 
 BACKLOG = 3000
 MINE = "ns-open-i1"
 
-# each statement with its parameters (by name), asking about instance MINE
+# each statement with its parameters (by name), asking about instance MINE; numbers that fit a smallint, so
+# that any statement psycopg prepared earlier on the connection with the same text (its parameter types
+# picked by the values it had then) takes them
 STATEMENTS: list[tuple[Query, dict[str, Any]]] = [
     (row_access._OPEN_WORK, {"i": MINE}),
     (task_protocol._TASK_OVERDUE_IDS, {"i": MINE, "before": None}),
@@ -40,10 +41,10 @@ STATEMENTS: list[tuple[Query, dict[str, Any]]] = [
             "ns": "ns-open",
             "own": MINE,
             "known": None,
-            "work_limit": 10**9,
-            "queue_limit": 10**9,
+            "work_limit": 30_000,
+            "queue_limit": 30_000,
             "queues": ["q"],
-            "instance_limit": 10**9,
+            "instance_limit": 30_000,
             "k": "lf-ns:ns-open",
         },
     ),
@@ -92,7 +93,7 @@ def _generic_plan(cur, q: Query, params: dict[str, Any]) -> dict[str, Any]:
     cur.execute(q.sql, params, prepare=True)
     cur.execute("SELECT name FROM pg_prepared_statements WHERE statement = %s", [as_sent(q)])
     name = cur.fetchone()[0]
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", q.sql)))  # psycopg's order: first appearance
+    names = param_names(q)
     args = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)  # coerced to the prepared types
     cur.execute(
         sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {}({})").format(sql.Identifier(name), args)

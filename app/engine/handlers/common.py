@@ -12,7 +12,7 @@ from app.db import tx
 from app.engine.row_access import lock_instance, lock_instance_fencing, read_step, read_steps
 from app.engine.states import TERMINAL
 from app.errors import NotFound
-from app.ledger.context import Fence, JobContext, RowReceipt
+from app.ledger.context import Fence, JobContext, LockFirst, RowReceipt
 from app.ledger.outcome import PermanentError, ReferenceNotFound, Skip
 from app.sql import query, run
 
@@ -51,8 +51,7 @@ def run_locked_once(
     ctx.lock_first = lock_first
 
     def _write(conn: Connection) -> Any:
-        # the row lock_first locked and read in this transaction (nothing wrote it since), else a read
-        inst = tx(conn).take_locked_instance() or lock_instance(conn, instance_id)
+        inst = locked_instance(conn, instance_id)
         if inst["state"] in TERMINAL:
             return {"skipped": f"workflow is {inst['state']}"}
         return write(conn, inst)
@@ -61,6 +60,17 @@ def run_locked_once(
     if isinstance(result, dict) and "skipped" in result:
         return Skip(str(result["skipped"]))
     return result
+
+
+def instance_lock_first(instance_id: str) -> LockFirst:
+    """A job's ``lock_first`` (``JobContext``): its instance's lock, then its own fence, in one statement."""
+    return lambda conn, fence: lock_instance_fencing(conn, instance_id, fence)
+
+
+def locked_instance(conn: Connection, instance_id: str) -> dict:
+    """The instance row this transaction's ``lock_first`` locked and read (nothing wrote it since; taken
+    once), else the instance locked now."""
+    return tx(conn).take_locked_instance() or lock_instance(conn, instance_id)
 
 
 def bind(kind: str, row_id: str, owner: str | None, instance_id: str) -> None:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.db import tx
 from app.engine.documents import DEFAULT_TRIGGER_TIMEOUT_SECONDS
 from app.engine.handlers import outbound
-from app.engine.handlers.common import bind
-from app.engine.row_access import MISSING, lock_instance, lock_instance_fencing, step_specs, version_document
+from app.engine.handlers.common import bind, instance_lock_first, locked_instance
+from app.engine.row_access import MISSING, step_specs, version_document
 from app.engine.states import TERMINAL
 from app.engine.task_protocol import read_task, task_view
 from app.ledger import handlers
@@ -53,9 +52,9 @@ def callback(task: dict) -> dict[str, Any]:
 
 def _plan(ctx: JobContext, task_id: str) -> dict[str, Any] | str:
     iid = str(ctx.instance_id)
-    ctx.lock_first = lambda conn, fence: lock_instance_fencing(conn, iid, fence)
+    ctx.lock_first = instance_lock_first(iid)
     with ctx.transaction() as conn:
-        inst = tx(conn).take_locked_instance() or lock_instance(conn, iid)  # lock_first's row
+        inst = locked_instance(conn, iid)
         if inst["state"] in TERMINAL or inst["cancel_requested_at"] is not None:
             return f"workflow is {inst['state']}"
         task = read_task(conn, task_id, inst["namespace_id"])

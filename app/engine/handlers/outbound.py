@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app import jsonx
-from app.db import tx
 from app.engine import stopping
-from app.engine.row_access import lock_instance, lock_instance_fencing
+from app.engine.handlers.common import instance_lock_first, locked_instance
+from app.engine.row_access import lock_instance
 from app.engine.states import TERMINAL
 from app.ledger.context import JobContext
 from app.ledger.http import HttpResult, SafeHttp
@@ -85,9 +85,9 @@ def review_unknown(ctx: JobContext) -> None:
     iid = ctx.instance_id
     if not iid:
         return
-    ctx.lock_first = lambda conn, fence: lock_instance_fencing(conn, iid, fence)
+    ctx.lock_first = instance_lock_first(iid)
     with ctx.transaction() as conn:
-        inst = tx(conn).take_locked_instance() or lock_instance(conn, iid)  # lock_first's row
+        inst = locked_instance(conn, iid)
         if inst["state"] not in TERMINAL and inst["state"] != "NEEDS_REVIEW":
             stopping.to_review(conn, iid, [ctx.job_id])
 

@@ -15,14 +15,18 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import tx
 from app.engine import driver
 from app.engine.decide import triggers as decide
 from app.engine.decide.model import CompleteStep, Ignore
 from app.engine.documents import DEFAULT_TRIGGER_TIMEOUT_SECONDS
 from app.engine.handlers import outbound
-from app.engine.handlers.common import run_locked_once, step_of_activation
-from app.engine.row_access import MISSING, lock_instance, lock_instance_fencing, step_specs, version_document
+from app.engine.handlers.common import (
+    instance_lock_first,
+    locked_instance,
+    run_locked_once,
+    step_of_activation,
+)
+from app.engine.row_access import MISSING, step_specs, version_document
 from app.engine.snapshot import inst_model, step_model
 from app.ledger import handlers
 from app.ledger.context import JobContext
@@ -32,9 +36,9 @@ from app.ledger.outcome import ExternalOutcomeUnknown, RetryableError, Skip, pay
 
 def _plan(ctx: JobContext, activation_id: str) -> dict[str, Any] | Ignore:
     iid = str(ctx.instance_id)
-    ctx.lock_first = lambda conn, fence: lock_instance_fencing(conn, iid, fence)
+    ctx.lock_first = instance_lock_first(iid)
     with ctx.transaction() as conn:
-        inst = tx(conn).take_locked_instance() or lock_instance(conn, iid)  # lock_first's row
+        inst = locked_instance(conn, iid)
         step = step_of_activation(conn, activation_id, iid)
         gate = decide.may_send(inst_model(inst), step_model(step), activation_id)
         if gate is not None:
