@@ -1557,11 +1557,12 @@ RETURNING s.key, s.activation_id
 
 -- name: step_close
 -- module: app.engine.transitions.step_moves; prepared at its first run
--- sent: UPDATE workflow_steps SET state = $1, act_state = $1, completed_at = now(), act_output = COALESCE(CAST($2 AS jsonb), act_output), act_error = COALESCE(CAST($3 AS jsonb), act_error), revision = revision + 1, updated_at = now() WHERE id = $4 AND activation_id = $5 AND state = ANY($6) AND act_state = ANY($6) RETURNING instance_id
+-- sent: UPDATE workflow_steps SET state = $1, act_state = $1, completed_at = now(), act_output = COALESCE(CAST($2 AS jsonb), act_output), act_error = COALESCE(CAST($3 AS jsonb), act_error), revision = revision + 1, updated_at = now() WHERE id = $4 AND activation_id = $5 AND state = ANY($6) AND act_state = ANY($6) RETURNING instance_id, act_output::text AS act_output
 UPDATE workflow_steps SET state = :s, act_state = :s, completed_at = now(),
     act_output = COALESCE(CAST(:o AS jsonb), act_output), act_error = COALESCE(CAST(:e AS jsonb), act_error),
     revision = revision + 1, updated_at = now()
-WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from) RETURNING instance_id
+WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from)
+RETURNING instance_id, act_output::text AS act_output
 ;
 
 -- name: step_copy_succeeded

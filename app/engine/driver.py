@@ -139,7 +139,7 @@ def make_progress(
         if isinstance(effect, Finish):
             try:
                 output = (
-                    mapping.resolve(doc["output"], snapshot.mapping_context(conn, inst))
+                    mapping.resolve(doc["output"], snapshot.mapping_context(conn, inst, rows.values()))
                     if "output" in doc
                     else None
                 )
@@ -217,7 +217,7 @@ def complete_step(
     """The current activation succeeded with ``output`` (MISSING = no output); successors start.
     ``inst`` and ``rows`` (the instance row and every step row by key, ``step`` among them), when the
     caller has just read them under the lock: progress then settles without reading them again."""
-    step_moves.succeed(conn, step, output)
+    stored = step_moves.succeed(conn, step, output)
     _audit_step(conn, instance_id, step, "succeeded")
     if inst is None or rows is None:
         return make_progress(conn, instance_id)
@@ -226,6 +226,7 @@ def complete_step(
         "state": StepState.SUCCEEDED,
         "act_state": StepState.SUCCEEDED,
         "revision": step["revision"] + 1,
+        "act_output": stored,  # as the row holds it: the successors' mappings read it from here
     }
     return make_progress(conn, instance_id, inst, {**rows, step["key"]: settled})
 

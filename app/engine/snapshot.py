@@ -83,11 +83,17 @@ def poll(conn: Connection, activation_id: str, interval_seconds: float = 0) -> t
 
 
 def mapping_context(conn: Connection, inst: dict, steps: Iterable[dict] | None = None) -> dict[str, Any]:
-    """What mappings read: the input, the business key and the outputs of the succeeded steps. The
-    outputs are read when a mapping first refers to one (``$.steps...``), and never when the instance's
-    step rows at hand (``steps``) show none succeeded."""
-    if steps is not None and not any(s["state"] == StepState.SUCCEEDED for s in steps):
-        outputs: Mapping[str, Any] = {}
+    """What mappings read: the input, the business key and the outputs of the succeeded steps. With the
+    instance's step rows at hand (``steps``: every step, as read under the instance's lock or as the moves
+    since then returned them, ``act_output`` as stored), the outputs are theirs; without, they are read
+    when a mapping first refers to one (``$.steps...``)."""
+    outputs: Mapping[str, Any]
+    if steps is not None:
+        outputs = {
+            s["key"]: s["act_output"]
+            for s in steps
+            if s["state"] == StepState.SUCCEEDED and s["act_output"] is not MISSING
+        }
     else:
         outputs = _Outputs(conn, inst["id"])
     return {"input": inst["input"], "business_key": inst["business_key"], "steps": outputs}

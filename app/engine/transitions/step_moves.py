@@ -336,14 +336,16 @@ _CLOSE = f"""
 UPDATE workflow_steps SET state = :s, act_state = :s, completed_at = now(),
     act_output = COALESCE(CAST(:o AS jsonb), act_output), act_error = COALESCE(CAST(:e AS jsonb), act_error),
     {_BUMP}
-WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from) RETURNING instance_id
+WHERE id = :id AND activation_id = :a AND state = ANY(:from) AND act_state = ANY(:from)
+RETURNING instance_id, act_output::text AS act_output
 """
 STEP_CLOSE = query("step_close", _CLOSE)
 
 
-def _close(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> None:
+def _close(conn: Connection, step: dict, state: str, allowed: list[str], *, output: Any, error: Any) -> Any:
     """The step and its current activation leave ``allowed`` for ``state``, together (one row): when
-    either may not move, neither does."""
+    either may not move, neither does. Returns the activation's output as stored (``jsonb``: its numbers
+    and key order are PostgreSQL's, as any later read sees them; MISSING when none)."""
     row = one(
         conn,
         f"step {step['key']} and its activation -> {state}",
@@ -366,11 +368,13 @@ def _close(conn: Connection, step: dict, state: str, allowed: list[str], *, outp
         step_key=step["key"],
         activation_id=step["activation_id"],
     )
+    return jparse(row.act_output)
 
 
-def succeed(conn: Connection, step: dict, output: Any) -> None:
-    """The current activation succeeded with ``output`` (MISSING = no output)."""
-    _close(conn, step, S.SUCCEEDED, OPEN, output=output, error=MISSING)
+def succeed(conn: Connection, step: dict, output: Any) -> Any:
+    """The current activation succeeded with ``output`` (MISSING = no output). Returns the output as
+    stored (``_close``): what the step's row holds now, for the successors' mappings."""
+    return _close(conn, step, S.SUCCEEDED, OPEN, output=output, error=MISSING)
 
 
 def fail(conn: Connection, step: dict, error: Any) -> None:
