@@ -219,7 +219,7 @@ def test_ended_by_waits_for_an_uncommitted_resolve_and_then_sees_it(eng):
     op = row["operation_key"]
     seen: list[object] = []
     with transaction(eng) as conn:
-        assert wait_moves.try_resolve_due(conn, act, op)
+        assert wait_moves.try_resolve_due(conn, iid, act, op) is not None
 
         def read() -> None:
             with transaction(eng) as c2:
@@ -308,3 +308,26 @@ def test_a_timer_firing_reads_its_steps_once_and_no_receipt(eng, monkeypatch, se
     answer, sent = _statements_of(monkeypatch, lambda: _run(eng, again))
     assert answer == {"fired": "w"} and len([s for s in sent if "FOR UPDATE OF w" in s]) == 1
     assert _tasks(eng, iid) == 1
+
+
+def test_a_timer_firing_resolves_its_wait_and_reads_the_steps_in_one_statement(eng, monkeypatch):
+    """The wait's UPDATE and the read of the instance's steps are ONE statement (``wait_resolve_due_reading_steps``):
+    a firing sends one statement fewer than with the read of its own before the UPDATE."""
+    iid, row = _due_timer(eng)
+    fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
+    assert fired == {"fired": "w"}
+    waits = [s for s in sent if "UPDATE workflow_waits" in s]
+    assert len(waits) == 1 and "LEFT JOIN workflow_steps s" in waits[0], waits
+    assert len([s for s in sent if "LEFT JOIN workflow_steps s" in s]) == 1, sent
+    assert _wait(eng, iid)[0] == "RESOLVED" and _tasks(eng, iid) == 1
+
+
+def test_a_due_wait_whose_step_no_longer_waits_is_left_as_it_is(eng):
+    """The UPDATE resolves the wait only while its step waits on it (``decide.wakes.timer_due``, in its
+    guard): a due wait whose step moved on without it is not resolved, and the wake is skipped with the
+    decision's reason."""
+    iid, row = _due_timer(eng)
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE workflow_steps SET state = 'CANCELLED' WHERE instance_id = :i"), {"i": iid})
+    assert _run(eng, row) == Skip("the timer's activation is no longer current")
+    assert _wait(eng, iid) == ("WAITING", None) and _tasks(eng, iid) == 0

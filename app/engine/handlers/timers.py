@@ -57,12 +57,19 @@ class WaitReceipt:
 
 
 def _timer(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
-    step, rows = steps_of_activation(conn, str(p["activation_id"]), inst["id"])
-    if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
-        return {"skipped": skip.reason}
-    assert step is not None  # timer_due answers Ignore without a step
-    if not wait_moves.try_resolve_due(conn, p["activation_id"], operation_key):
+    activation_id = str(p["activation_id"])
+    # the wait resolved (when due, and its step still waits on it) and the steps read, in one statement
+    steps = wait_moves.try_resolve_due(conn, inst["id"], activation_id, operation_key)
+    if steps is None:  # nothing written: why (the steps read again, on this rare path alone)
+        step, _ = steps_of_activation(conn, activation_id, inst["id"])
+        if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
+            return {"skipped": skip.reason}
         return {"skipped": "the timer is not due or already resolved"}
+    rows = {r["key"]: r for r in steps}
+    step = next((r for r in steps if r["activation_id"] == activation_id), None)
+    if isinstance(decide.timer_due(step_model(step)), Ignore):  # the statement's guard is this rule's
+        raise RuntimeError(f"timer of activation {activation_id}: its wait resolved, its step does not wait")
+    assert step is not None
     # ``inst`` is the row run_locked_once locked, ``rows`` were read under that lock; resolving the wait wrote
     # neither: progress settles from them without reading them again
     driver.complete_step(conn, inst["id"], step, MISSING, inst=inst, rows=rows)

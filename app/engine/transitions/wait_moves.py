@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine.row_access import reading_steps, write_reading_steps
 from app.engine.states import WaitState
 from app.engine.transitions._guard import many, maybe
 from app.ids import new_id
@@ -36,10 +37,17 @@ _INSERT = {
         "deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, :inst_deadline) RETURNING deadline_at",
     ),
 }
-_RESOLVE_DUE = query(
-    "wait_resolve_due",
-    "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
-    "WHERE activation_id = :a AND state = 'WAITING' AND deadline_at <= now() RETURNING id",
+# A timer's wake: its wait, WAITING and due, RESOLVED while its step still waits on it (the step's current
+# activation is the wait's, WAITING: ``decide.wakes.timer_due``), with the instance's steps as they were
+# before (``row_access.write_reading_steps``): one statement.
+_RESOLVE_DUE = reading_steps(
+    query(
+        "wait_resolve_due",
+        "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
+        "WHERE activation_id = :a AND instance_id = :steps_of_instance AND state = 'WAITING' "
+        "AND deadline_at <= now() AND EXISTS (SELECT 1 FROM workflow_steps s WHERE s.activation_id = :a "
+        "AND s.instance_id = :steps_of_instance AND s.state = 'WAITING') RETURNING id",
+    )
 )
 _EXPIRE_DUE = query(
     "wait_expire_due",
@@ -77,17 +85,15 @@ def insert(
     ).scalar_one()
 
 
-def try_resolve_due(conn: Connection, act_id: str, operation_key: str) -> bool:
+def try_resolve_due(
+    conn: Connection, instance_id: str, act_id: str, operation_key: str
+) -> list[dict[str, Any]] | None:
     """A timer fired: WAITING and due -> RESOLVED by the job operation ``operation_key``, recorded on
-    the wait (its receipt, ``ended_by``). False: not due, or settled first."""
-    return (
-        maybe(
-            conn,
-            _RESOLVE_DUE,
-            {"a": act_id, "op": operation_key},
-        )
-        is not None
-    )
+    the wait (its receipt, ``ended_by``), when the step of activation ``act_id`` still waits on it; the
+    instance's steps as they were before (``row_access.read_steps``), read in the same statement. Run it
+    under the instance's lock. None: not due, settled first, or its step no longer waits on it."""
+    written, steps = write_reading_steps(conn, _RESOLVE_DUE, {"a": act_id, "op": operation_key}, instance_id)
+    return None if written is None else steps
 
 
 def try_expire_due(conn: Connection, act_id: str, operation_key: str) -> bool:
