@@ -1008,13 +1008,16 @@ SELECT id, namespace_id, definition_id, definition_version_id, version, state, r
 
 -- name: instance_lock_job_fence
 -- module: app.engine.row_access; prepared at its first run
--- sent: WITH i AS MATERIALIZED (SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused, control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output, cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id, parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = $1 FOR UPDATE) SELECT i.*, (SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j WHERE j.id = $2 AND j.generation = $3 AND j.lease_token = $4 AND j.status = 'running' AND j.instance_id = i.id FOR UPDATE OF j) AS job_left FROM i
+-- sent: WITH i AS MATERIALIZED (SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused, control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output, cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id, parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = $1 FOR UPDATE) SELECT i.*, (SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j WHERE j.id = $2 AND j.generation = $3 AND j.lease_token = $4 AND j.status::text = 'running' AND j.instance_id = i.id FOR UPDATE OF j) AS job_left, (SELECT EXTRACT(EPOCH FROM min(w.run_at) - now())::float8 FROM workflow_jobs w WHERE w.instance_id = i.id AND w.type::text = 'task_timeout' AND w.status::text = 'pending') AS watch_in FROM i
 WITH i AS MATERIALIZED (SELECT id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
        control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
        cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
        parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespace_id = i.namespace_id AND s.enabled) OR EXISTS (SELECT 1 FROM automation_rules r WHERE r.namespace_id = i.namespace_id AND r.enabled)) AS listened FROM workflow_instances i WHERE i.id = :id FOR UPDATE)
 SELECT i.*, (SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j
-WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status = 'running' AND j.instance_id = i.id FOR UPDATE OF j) AS job_left FROM i
+WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status::text = 'running' AND j.instance_id = i.id FOR UPDATE OF j) AS job_left,
+    (SELECT EXTRACT(EPOCH FROM min(w.run_at) - now())::float8 FROM workflow_jobs w
+     WHERE w.instance_id = i.id AND w.type::text = 'task_timeout' AND w.status::text = 'pending') AS watch_in
+FROM i
 ;
 
 -- name: instance_open_work
@@ -3662,9 +3665,9 @@ SELECT id, status, queue FROM moved
 
 -- name: job_lock_owned
 -- module: app.ledger.transitions.executor; prepared at its first run
--- sent: SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j WHERE j.id = $1 AND j.generation = $2 AND j.lease_token = $3 AND j.status = 'running' FOR UPDATE
+-- sent: SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j WHERE j.id = $1 AND j.generation = $2 AND j.lease_token = $3 AND j.status::text = 'running' FOR UPDATE
 SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j
-WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status = 'running'
+WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status::text = 'running'
 FOR UPDATE
 ;
 

@@ -19,6 +19,7 @@ from app.engine import events
 from app.errors import NotFound
 from app.ids import name_id
 from app.ledger.context import Fence
+from app.ledger.states import JobType
 from app.ledger.transitions import JOB_FENCE_SQL, seconds_left
 from app.sql import Query, query, run, split_rows
 
@@ -50,11 +51,19 @@ _LOCK = query("instance_lock", _LOCKED + " WHERE i.id = :id FOR UPDATE")
 # An engine job's business transaction begins with its instance's lock and then its own fence (the job row,
 # locked while its executor owns it: ``app.ledger.transitions.JOB_FENCE_SQL``), in ONE statement: the
 # fence is a subquery of the locked instance's row, so it runs (and locks) after the instance is locked
-# (instance -> job, L-CLAIM-5), and not at all when there is no such instance.
+# (instance -> job, L-CLAIM-5), and not at all when there is no such instance. It also answers when the
+# instance's watch (its pending ``task_timeout`` job: ``jobs_and_tasks.arm_watch``) is due, in seconds from
+# the transaction's now() (NULL: none is pending), so that a job's transaction that opens a task due no
+# earlier arms nothing (``jobs_and_tasks.watch_covers``). Type and status are compared as text so that no
+# plan reads them from an index of every instance's jobs (``ix_workflow_jobs_status_type``, the claim's
+# partial indexes): the instance's own (``ix_workflow_jobs_instance``) is the only one that serves it.
 _LOCK_FENCING = query(
     "instance_lock_job_fence",
     f"""WITH i AS MATERIALIZED ({_LOCKED} WHERE i.id = :id FOR UPDATE)
-SELECT i.*, ({JOB_FENCE_SQL} AND j.instance_id = i.id FOR UPDATE OF j) AS job_left FROM i""",
+SELECT i.*, ({JOB_FENCE_SQL} AND j.instance_id = i.id FOR UPDATE OF j) AS job_left,
+    (SELECT EXTRACT(EPOCH FROM min(w.run_at) - now())::float8 FROM workflow_jobs w
+     WHERE w.instance_id = i.id AND w.type::text = '{JobType.TASK_TIMEOUT.value}' AND w.status::text = 'pending') AS watch_in
+FROM i""",
 )
 
 
@@ -111,16 +120,18 @@ def lock_instance(conn: Connection, instance_id: str) -> dict[str, Any]:
 
 def lock_instance_fencing(
     conn: Connection, instance_id: str, fence: Fence
-) -> tuple[dict[str, Any], float | None]:
+) -> tuple[dict[str, Any], float | None, float | None]:
     """``lock_instance`` and then the job's fence (``JobContext.transaction``'s ``lock_first``) in one
-    statement: the instance, and the seconds the job's execution deadline has left (None: the executor no
-    longer owns the job, or the deadline passed). NotFound when there is no such instance."""
+    statement: the instance, the seconds the job's execution deadline has left (None: the executor no
+    longer owns the job, or the deadline passed), and the seconds from the transaction's now() at which
+    the instance's pending watch is due (None: none is pending). NotFound when there is no such instance."""
     params = {"id": instance_id, "job_id": fence.job_id, "gen": fence.generation, "token": fence.lease_token}
     row = instance_row(run(conn, _LOCK_FENCING, params).first())
     if row is None:
         raise NotFound("workflow not found")
     left = seconds_left(row.pop("job_left"))
-    return _listeners_known(conn, row), left
+    watch_in = row.pop("watch_in")
+    return _listeners_known(conn, row), left, watch_in
 
 
 def _listeners_known(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:

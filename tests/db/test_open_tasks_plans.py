@@ -128,3 +128,42 @@ def test_an_instances_open_tasks_are_read_by_its_index(engine):
                 assert read <= 2, (name, read)  # the instance's one task, not the backlog
         finally:
             conn.rollback()  # nothing of it stays
+
+
+def test_the_instances_pending_watch_is_read_by_its_index(engine):
+    """``instance_lock_job_fence`` answers when the instance's pending watch is due (``watch_in``): planned
+    as a prepared statement's generic plan on statistics taken when no watch was pending, then run against
+    BACKLOG pending watches of other instances, it reads the instance's own jobs by
+    ``ix_workflow_jobs_instance``, not the status or claim indexes of every instance's jobs; and the job's
+    fence (``JOB_FENCE_SQL``) reads its job by primary key (on these statistics, which saw no running job,
+    it read every running job through ``ix_workflow_jobs_status_type`` before)."""
+    with engine.connect() as conn:
+        cur = conn.connection.driver_connection.cursor()
+        try:
+            _fill(cur)
+            cur.execute(
+                """
+INSERT INTO workflow_jobs (id, type, queue, status, instance_id, run_at, max_attempts, operation_key, trace_id)
+SELECT -g, 'task_timeout', 'workflow-ledger', 'succeeded', 'ns-open-i' || g, now() + interval '1 hour', 3,
+    'op' || g, 't'
+FROM generate_series(1, %(n)s) g""",
+                {"n": BACKLOG},
+            )
+            cur.execute("ANALYZE workflow_jobs")
+            cur.execute("UPDATE workflow_jobs SET status = 'pending' WHERE id < 0")
+            params = {"id": MINE, "job_id": -1, "gen": 1, "token": None}
+            plan = _generic_plan(cur, row_access._LOCK_FENCING, params)
+            nodes = list(_nodes(plan))
+            jobs = [n for n in nodes if n.get("Relation Name") == "workflow_jobs"]
+            used = {n["Index Name"] for n in jobs if "Index Name" in n}
+            # the watch by the instance's index; the fence's job by its key or the instance's index (one
+            # instance's jobs), not ix_workflow_jobs_status_type (every running job)
+            assert "ix_workflow_jobs_instance" in used and used <= {
+                "ix_workflow_jobs_instance",
+                "workflow_jobs_pkey",
+            }, [(n["Node Type"], n.get("Index Name"), n.get("Index Cond")) for n in jobs]
+            assert not [n for n in jobs if n["Node Type"] == "Seq Scan"], plan
+            read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in jobs)
+            assert read <= 2, read  # the instance's own watch (and the fence's job), not the backlog
+        finally:
+            conn.rollback()

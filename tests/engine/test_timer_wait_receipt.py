@@ -331,3 +331,48 @@ def test_a_due_wait_whose_step_no_longer_waits_is_left_as_it_is(eng):
         conn.execute(text("UPDATE workflow_steps SET state = 'CANCELLED' WHERE instance_id = :i"), {"i": iid})
     assert _run(eng, row) == Skip("the timer's activation is no longer current")
     assert _wait(eng, iid) == ("WAITING", None) and _tasks(eng, iid) == 0
+
+
+TASK_TIMER_DOC = {
+    **TIMER_DOC,
+    "steps": [
+        {"key": "a", "kind": "TASK", "queue": "wr.a"},
+        {"key": "w", "kind": "TIMER", "delay_seconds": 30, "after": ["a"]},
+        {"key": "t", "kind": "TASK", "queue": "wr.q", "after": ["w"]},
+    ],
+}
+JOB_ARM = "remaining_ms FROM workflow_jobs"  # ``enqueue.JOB_ARM``'s text
+
+
+def _watch(eng, iid: str):
+    return scalar(
+        eng,
+        "SELECT run_at FROM workflow_jobs WHERE instance_id = :i AND type = 'task_timeout' AND status = 'pending'",
+        i=iid,
+    )
+
+
+def test_a_timer_firing_arms_no_watch_when_the_pending_one_is_due_no_later(eng, monkeypatch):
+    """The instance's lock answers when its pending watch is due (``instance_lock_job_fence``): the next
+    task, due after it (task ``a``'s deadline), arms nothing (``job_arm``: one statement and a row lock
+    on the watch less per firing), and the watch stays where it was."""
+    iid = start(eng, NS, publish(eng, NS, TASK_TIMER_DOC), {})["id"]
+    complete_task(eng, NS, claim_task(eng, NS, "wr.a"), {})
+    watch = _watch(eng, iid)
+    make_due(eng)
+    [row] = [r for r in claim(eng, limit=5) if r["payload"].get("wake") == "timer"]
+    fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
+    assert fired == {"fired": "w"}
+    assert [s for s in sent if JOB_ARM in s] == []
+    assert _watch(eng, iid) == watch and _tasks(eng, iid) == 2
+
+
+def test_a_timer_firing_moves_the_watch_earlier_for_a_task_due_before_it(eng, monkeypatch):
+    """A TIMER first: the pending watch is the workflow deadline's (600 s), the task the firing opens is
+    due in 300 s: the watch is moved earlier, as before."""
+    iid, row = _due_timer(eng)
+    before = _watch(eng, iid)
+    fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
+    assert fired == {"fired": "w"}
+    assert len([s for s in sent if JOB_ARM in s]) == 1
+    assert _watch(eng, iid) < before

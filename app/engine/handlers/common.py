@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import tx
+from app.engine.jobs_and_tasks import watch_covers
 from app.engine.row_access import lock_instance, lock_instance_fencing, read_step, read_steps
 from app.engine.states import TERMINAL
 from app.errors import NotFound
@@ -42,7 +43,7 @@ def run_locked_once(
 
     def lock_first(conn: Connection, fence: Fence) -> tuple[dict, float | None]:
         try:
-            return lock_instance_fencing(conn, instance_id, fence)  # the row: ``Tx.locked_instance``
+            return _lock_fencing(conn, instance_id, fence)  # the row: ``Tx.locked_instance``
         except NotFound:  # instances are never deleted: this one never existed
             raise ReferenceNotFound(
                 f"the job names workflow instance {instance_id}, which does not exist"
@@ -64,7 +65,17 @@ def run_locked_once(
 
 def instance_lock_first(instance_id: str) -> LockFirst:
     """A job's ``lock_first`` (``JobContext``): its instance's lock, then its own fence, in one statement."""
-    return lambda conn, fence: lock_instance_fencing(conn, instance_id, fence)
+    return lambda conn, fence: _lock_fencing(conn, instance_id, fence)
+
+
+def _lock_fencing(conn: Connection, instance_id: str, fence: Fence) -> tuple[dict, float | None]:
+    """``lock_instance_fencing``: the instance and the seconds the job has left; when the instance's watch is
+    pending, the transaction knows when it is due (``jobs_and_tasks.watch_covers``): a task it opens that is
+    due no later arms nothing."""
+    inst, left, watch_in = lock_instance_fencing(conn, instance_id, fence)
+    if watch_in is not None:
+        watch_covers(conn, instance_id, watch_in)
+    return inst, left
 
 
 def locked_instance(conn: Connection, instance_id: str) -> dict:

@@ -491,9 +491,12 @@ def hand_back(conn: Connection, owned: Sequence[tuple[int, int, str]]) -> list[d
 # The fence of a job's business transaction: the job row locked while its executor still owns it (the
 # generation and lease token of its claim, still running), with the seconds its execution deadline has left
 # by database time (``lock_owned``; an engine job's instance lock takes it in the same statement, after the
-# instance's row: ``app.engine.row_access.lock_instance_fencing``).
+# instance's row: ``app.engine.row_access.lock_instance_fencing``). The status is compared as text so that
+# the job is found by its primary key whatever the statistics: a generic plan made when few jobs ran read it
+# through ``ix_workflow_jobs_status_type`` (every running job, filtered by id;
+# tests/db/test_open_tasks_plans.py).
 JOB_FENCE_SQL = """SELECT EXTRACT(EPOCH FROM j.execution_deadline - clock_timestamp()) FROM workflow_jobs j
-WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status = 'running'"""
+WHERE j.id = :job_id AND j.generation = :gen AND j.lease_token = :token AND j.status::text = 'running'"""
 _LOCK_OWNED = query("job_lock_owned", f"{JOB_FENCE_SQL}\nFOR UPDATE")
 
 
