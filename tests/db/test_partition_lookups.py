@@ -61,24 +61,20 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [plan, *(n for p in plan.get("Plans", []) for n in _nodes(p))]
 
 
+def _in_plan(plan: dict[str, Any], table: str, *, ran: bool = False) -> set[str]:
+    """The partitions of ``table`` in the plan (``ran``: only those of a node that ran at least once)."""
+    return {
+        n["Relation Name"]
+        for n in _nodes(plan)
+        if partitions.is_history_partition(n.get("Relation Name", ""))
+        and n["Relation Name"].startswith(table)
+        and (not ran or n.get("Actual Loops", 0) > 0)
+    }
+
+
 def _scanned(plan: dict[str, Any], table: str) -> set[str]:
     """The partitions of ``table`` the plan read (a node that ran at least once)."""
-    return {
-        n["Relation Name"]
-        for n in _nodes(plan)
-        if partitions.is_history_partition(n.get("Relation Name", ""))
-        and n["Relation Name"].startswith(table)
-        and n.get("Actual Loops", 0) > 0
-    }
-
-
-def _in_plan(plan: dict[str, Any], table: str) -> set[str]:
-    return {
-        n["Relation Name"]
-        for n in _nodes(plan)
-        if partitions.is_history_partition(n.get("Relation Name", ""))
-        and n["Relation Name"].startswith(table)
-    }
+    return _in_plan(plan, table, ran=True)
 
 
 def _month_ahead(url: str, eng: Engine) -> None:
