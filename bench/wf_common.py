@@ -40,6 +40,10 @@ from bench.run import cpu_seconds, loadavg, log, percentile, with_database
 SETTLE_SECONDS = 10.5  # > PGSTAT_IDLE_INTERVAL (10 s): an idle backend has flushed its counts by then
 TIMER_SECONDS = 1.0
 CLIENT_THREADS = 4  # the threads that start workflows, each with its own client
+# ``--rate``: workflows offered per second, all client threads together (start i is made no earlier than
+# i / rate seconds after the first); None: as fast as the threads go (each thread starts its next
+# workflow as soon as its last start call answered). Set by bench.workflows in each engine's child.
+OFFERED_RATE: float | None = None
 QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of every shape
 ELEMENT_QUEUE = "bench_wf_elements"  # the fan-out shape's elements: their own queue in every engine
 # Ledgerflow's max_parallel in the fan-out shape: by default every element open at once, as the peers'
@@ -462,12 +466,16 @@ Started = list[tuple[str, float, float]]  # (workflow id, wall time before the s
 def start_all(
     n: int, make: Callable[[], Any], start: Callable[[Any, int], str], close: Callable[[Any], None]
 ) -> Started:
-    """``n`` workflows started from CLIENT_THREADS threads as fast as they go, each thread with its
-    own client (``make()``, ``close(client)``); ``start(client, i)`` returns the workflow's id."""
+    """``n`` workflows started from CLIENT_THREADS threads, each thread with its own client (``make()``,
+    ``close(client)``); ``start(client, i)`` returns the workflow's id. As fast as they go, or, with
+    ``OFFERED_RATE``, start i no earlier than ``i / OFFERED_RATE`` s after the first (a start the threads
+    cannot make on time is made as soon as one is free: the offered rate is then not reached)."""
     out: Started = []
     lock = threading.Lock()
     counter = iter(range(n))
     errors: list[BaseException] = []
+    rate = OFFERED_RATE
+    begun = time.monotonic()
 
     def run() -> None:
         client = make()
@@ -477,6 +485,10 @@ def start_all(
                     i = next(counter, None)
                 if i is None:
                     return
+                if rate:
+                    early = begun + i / rate - time.monotonic()
+                    if early > 0:
+                        time.sleep(early)
                 t0, p0 = time.time(), time.perf_counter()
                 wid = start(client, i)
                 ms = (time.perf_counter() - p0) * 1000

@@ -67,6 +67,7 @@ from ledgerflow.client import Client, Task, TaskWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SLOTS = 4
+ADVANCE_WORKERS = int(os.environ.get("BENCH_ADVANCE_WORKERS", "1"))
 
 
 def definition(shape: Shape) -> dict:
@@ -293,9 +294,12 @@ def serve(env: dict[str, str], logs: Path) -> tuple[list[Proc], str]:
         env,
         logs / "web.log",
     )
+    # BENCH_ADVANCE_WORKERS: how many worker-advance processes (default 1, the Procfile's; more is how an
+    # operator scales the pool, the seed's 4 slots per process each)
+    pools = ["advance"] * ADVANCE_WORKERS + ["outbound"]
     workers = [
-        spawn_logged([*lf, "worker", "--pool", pool], env, logs / f"worker-{pool}.log")
-        for pool in ("advance", "outbound")
+        spawn_logged([*lf, "worker", "--pool", pool], env, logs / f"worker-{pool}-{k}.log")
+        for k, pool in enumerate(pools)
     ]
     procs = [web, *workers]
     base = f"http://127.0.0.1:{port}"

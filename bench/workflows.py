@@ -2,10 +2,12 @@
 
     python -m bench.workflows [--shape all|task-task,task-timer-task,chain10,fanout,mapping] [--n 300]
         [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 100] [--probe 10]
+        [--rate 50]
     python -m bench.workflows --counts-only --shape task-timer-task --n 20    # Ledgerflow's writes, fast
 
 Each engine runs each shape against its own scratch database on the server named by DATABASE_URL, in
-a child process of its own (``--child``), N workflows started from 4 client threads; see
+a child process of its own (``--child``), N workflows started from 4 client threads (as fast as they
+go, or ``--rate R`` workflows a second offered by them together: the same load for every engine); see
 ``bench/wf_ledgerflow.py`` and ``bench/wf_peers.py`` for how each engine is run, and
 ``bench/wf_common.py`` for how database work is counted. Prints, per shape and engine: workflows/s,
 start call p50/p99, workflow latency (start call -> done, by the engine's own completion time)
@@ -36,6 +38,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import wf_common
 from bench.run import ROOT, loadavg, log
 from bench.wf_common import (
     FANOUT_PARALLEL,
@@ -110,6 +113,7 @@ def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) 
         str(shape_warmup(shape, a.warmup)),
         "--probe",
         str(a.probe),
+        *(["--rate", str(a.rate)] if a.rate else []),
         "--result",
         str(path),
     ]
@@ -248,7 +252,8 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
     """``results[shape][variant]``."""
     lines = [
         f"Workflow benchmark (bench.workflows; {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} CPUs; N = {a.n} "
-        f"per shape and engine, 4 client threads, {a.warmup} warm-up workflows not counted)",
+        f"per shape and engine, 4 client threads{f' offering {a.rate:g} workflows/s' if a.rate else ''}, "
+        f"{a.warmup} warm-up workflows not counted)",
         "",
     ]
     if any(SHAPES[name].fanout for name in results):
@@ -487,6 +492,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="with --counts-only: also run an empty window (no workflow, as long as the run) and subtract it",
     )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="workflows offered per second from the 4 client threads together (default: as fast as they go)",
+    )
     ap.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -494,6 +505,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         a.shapes = parse_shapes(a.shape)
     except ValueError as exc:
         ap.error(str(exc))
+    if a.rate is not None and not a.rate > 0:
+        ap.error("--rate must be a positive number of workflows per second")
     a.n = a.n or (20 if a.counts_only else 300)
     a.warmup = a.warmup if a.warmup is not None else (2 if a.counts_only else 100)
     engines = (
@@ -515,6 +528,7 @@ def main(argv: list[str] | None = None) -> None:
     a = parse(argv)
     if not os.environ.get("DATABASE_URL"):
         sys.exit("DATABASE_URL is not set: run `make bench` (it starts embedded services) or export it")
+    wf_common.OFFERED_RATE = a.rate
     if a.child:
         res = run_variant(a.child, a.shapes[0], a.n, a.warmup, a.probe)
         Path(a.result).write_text(json.dumps(res.to_json()))

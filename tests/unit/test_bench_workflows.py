@@ -3,10 +3,12 @@ arithmetic of ``--counts-only`` and its table. No database, no timing: the bench
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from app.engine.documents import validate_document
-from bench import workflows
+from bench import wf_common, workflows
 from bench.wf_common import (
     SHAPES,
     Counts,
@@ -150,3 +152,23 @@ def test_counts_only_arguments_and_report() -> None:
     text = workflows.counts_report(res, 10)
     assert "each further step" in text and "0.5 + 1.0" in text  # (5 - 1) * (10, 20) / 10 / 8
     assert isinstance(worker_has_concurrency(), bool)
+
+
+def test_an_offered_rate_paces_the_starts(monkeypatch) -> None:
+    """``--rate``: start i is made no earlier than i / rate s after the first (a lower bound only: a busy
+    machine may make it later), from the client threads together; without it they go as fast as they can."""
+    a = workflows.parse(["--rate", "200", "--shape", "task-task"])
+    assert a.rate == 200.0
+    with pytest.raises(SystemExit):
+        workflows.parse(["--rate", "0"])
+    monkeypatch.setattr(wf_common, "OFFERED_RATE", 200.0)
+    made: dict[int, float] = {}
+    began = time.monotonic()
+
+    def start(_client: object, i: int) -> str:
+        made[i] = time.monotonic()
+        return f"wf-{i}"
+
+    out = wf_common.start_all(12, lambda: None, start, lambda _c: None)
+    assert sorted(wid for wid, _, _ in out) == sorted(f"wf-{i}" for i in range(12))
+    assert all(made[i] - began >= i / 200.0 - 0.001 for i in range(12))
