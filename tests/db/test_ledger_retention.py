@@ -280,6 +280,9 @@ def test_each_sweep_reads_its_own_partial_index(db, overrides):
             {"statuses": statuses, "n": n},
         )
         conn.execute(text("ANALYZE workflow_jobs"))
+        # the few instances of this database, analyzed as a server with autovacuum (the embedded one) has
+        # them: reading so small a table whole is the right plan for the per-namespace override's look-up
+        conn.execute(text("ANALYZE workflow_instances"))
     policy = replace(POLICY, by_namespace=overrides, batch=100)
     for dead, index, other in (
         (False, "ix_workflow_jobs_finished", "ix_workflow_jobs_dead_letters"),
@@ -290,7 +293,7 @@ def test_each_sweep_reads_its_own_partial_index(db, overrides):
             plan = "\n".join(
                 r[0] for r in conn.execute(text(f"EXPLAIN {statement.text}"), {**params, "limit": 100})
             )
-        assert index in plan and other not in plan and "Seq Scan" not in plan, plan
+        assert index in plan and other not in plan and "Seq Scan on workflow_jobs" not in plan, plan
     # and each removes exactly its own: finished jobs past 7 days, dead letters past 30
     whole = replace(POLICY, batch=n)
     with transaction(db) as conn:
