@@ -1,14 +1,16 @@
-"""The workflow benchmark's pure helpers (bench/workflows.py, bench/wf_common.py): shapes, the counting
-arithmetic of ``--counts-only`` and its table. No database, no timing: the benchmark itself only prints."""
+"""The workflow benchmark's pure helpers (bench/workflows.py, bench/wf_common.py, bench/pg_cpu.py): shapes,
+the counting arithmetic of ``--counts-only`` and its table, the offered rate's pacing (a lower bound only).
+No database, no timing assertion a busy machine could break: the benchmark itself only prints."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 from app.engine.documents import validate_document
-from bench import wf_common, workflows
+from bench import pg_cpu, wf_common, workflows
 from bench.wf_common import (
     SHAPES,
     Counts,
@@ -172,3 +174,14 @@ def test_an_offered_rate_paces_the_starts(monkeypatch) -> None:
     out = wf_common.start_all(12, lambda: None, start, lambda _c: None)
     assert sorted(wid for wid, _, _ in out) == sorted(f"wf-{i}" for i in range(12))
     assert all(made[i] - began >= i / 200.0 - 0.001 for i in range(12))
+
+
+def test_pg_cpu_reads_a_process_cpu_and_asks_for_work() -> None:
+    """``bench.pg_cpu``: a process's CPU from ``/proc`` (None once it is gone), and nothing to do is an
+    error, not an empty report."""
+    assert (pg_cpu.cpu_seconds(os.getpid()) or -1.0) >= 0.0
+    assert pg_cpu.cpu_seconds(2**22 + 12345) is None  # above the kernel's largest pid
+    with pytest.raises(SystemExit):
+        pg_cpu.main([])
+    with pytest.raises(SystemExit):
+        pg_cpu.main(["--probe", "--n", "2"])
