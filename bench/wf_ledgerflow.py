@@ -68,6 +68,8 @@ from ledgerflow.client import Client, Task, TaskWorker
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_SLOTS = 4
 ADVANCE_WORKERS = int(os.environ.get("BENCH_ADVANCE_WORKERS", "1"))
+if ADVANCE_WORKERS < 1:  # without one no timer would fire: the run would only time out
+    raise SystemExit("BENCH_ADVANCE_WORKERS must be at least 1")
 
 
 def definition(shape: Shape) -> dict:
