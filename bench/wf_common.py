@@ -2,7 +2,7 @@
 and the counting of an engine's database work from PostgreSQL's statistics.
 
 **Counting.** Row writes are the ``n_tup_ins`` / ``n_tup_upd`` / ``n_tup_del`` of ``pg_stat_user_tables``
-and transactions the ``xact_commit + xact_rollback`` of ``pg_stat_database``, both read in the engine's
+(and, of the updates, the HOT ones: ``n_tup_hot_upd``) and transactions the ``xact_commit + xact_rollback`` of ``pg_stat_database``, both read in the engine's
 own scratch database before and after the measured workflows. PostgreSQL (15+) keeps a backend's
 counts in its own memory and flushes them to shared statistics lazily: at the end of a transaction at
 most once a second, and a backend that went idle with counts pending flushes them 10 s later
@@ -112,18 +112,23 @@ def parse_shapes(arg: str) -> list[Shape]:
 # ------------------------------------------------------------------------------------------- counts
 @dataclass
 class Snapshot:
-    """Cumulative counters of one database: per table ``(inserts, updates, deletes)``, and transactions."""
+    """Cumulative counters of one database: per table ``(inserts, updates, deletes)``, and transactions;
+    ``hot``: per table, how many of the updates were HOT (``n_tup_hot_upd``: no index entry written)."""
 
     tables: dict[str, tuple[int, int, int]]
     xacts: int
+    hot: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class Counts:
-    """The database work of a window: per table ``(inserts, updates, deletes)`` and transactions."""
+    """The database work of a window: per table ``(inserts, updates, deletes)`` and transactions; ``hot``:
+    per table, the updates among them that were HOT (every other update wrote an entry into each index
+    whose predicate its new version meets)."""
 
     tables: dict[str, tuple[int, int, int]]
     xacts: int
+    hot: dict[str, int] = field(default_factory=dict)
 
     @property
     def inserts(self) -> int:
@@ -151,19 +156,23 @@ class Counts:
             for t in names
             if (a := self.tables.get(t, zero)) != (b := other.tables.get(t, zero))
         }
-        return Counts(tables, self.xacts - other.xacts)
+        hot = {t: self.hot.get(t, 0) - other.hot.get(t, 0) for t in tables}
+        return Counts(tables, self.xacts - other.xacts, {t: h for t, h in hot.items() if h})
 
 
 def delta(before: Snapshot, after: Snapshot, own_xacts: int = 0) -> Counts:
     """``after - before`` per table (tables that appeared count from 0; tables with no change are left
     out), and the transactions less ``own_xacts`` (the monitor's own)."""
     tables: dict[str, tuple[int, int, int]] = {}
+    hot: dict[str, int] = {}
     for name, now in after.tables.items():
         was = before.tables.get(name, (0, 0, 0))
         d = (now[0] - was[0], now[1] - was[1], now[2] - was[2])
         if any(d):
             tables[name] = d
-    return Counts(tables, after.xacts - before.xacts - own_xacts)
+            if h := after.hot.get(name, 0) - before.hot.get(name, 0):
+                hot[name] = h
+    return Counts(tables, after.xacts - before.xacts - own_xacts, hot)
 
 
 @dataclass
@@ -175,6 +184,7 @@ class PerWorkflow:
     deletes: float
     xacts: float
     tables: dict[str, tuple[float, float, float]]
+    hot: dict[str, float] = field(default_factory=dict)
 
     @property
     def writes(self) -> float:
@@ -189,6 +199,7 @@ def per_workflow(c: Counts, n: int) -> PerWorkflow:
         c.deletes / n,
         c.xacts / n,
         {k: (v[0] / n, v[1] / n, v[2] / n) for k, v in c.tables.items()},
+        {k: v / n for k, v in c.hot.items()},
     )
 
 
@@ -209,6 +220,7 @@ def further_step(long: PerWorkflow, short: PerWorkflow, extra_steps: int) -> Per
             )  # type: ignore[misc]
             for t in names
         },
+        {t: (long.hot.get(t, 0.0) - short.hot.get(t, 0.0)) / k for t in names},
     )
 
 
@@ -242,6 +254,20 @@ def counts_table(columns: Mapping[str, PerWorkflow], title: str = "per workflow"
             f"  {'row deletes':<{width}}" + "".join(f" {pw.deletes:>18.1f}" for pw in columns.values())
         )
     lines.append(f"  {'transactions':<{width}}" + "".join(f" {pw.xacts:>18.1f}" for pw in columns.values()))
+    # of each table's updates, those that were HOT: the others wrote an entry into each index they meet
+    updated = [
+        t for t in names if any(abs(pw.tables.get(t, (0.0, 0.0, 0.0))[1]) >= 0.05 for pw in columns.values())
+    ]
+    if updated:
+        lines.append(
+            f"  {'updates that were HOT':<{width}}" + "".join(f" {'(HOT / updates)':>18}" for _ in columns)
+        )
+        for t in updated:
+            cells = []
+            for pw in columns.values():
+                upd = pw.tables.get(t, (0.0, 0.0, 0.0))[1]
+                cells.append(f"{num(pw.hot.get(t, 0.0))} / {num(upd)}")
+            lines.append(f"    {t:<{width - 2}}" + "".join(f" {c:>18}" for c in cells))
     return lines
 
 
@@ -249,9 +275,9 @@ def counts_table(columns: Mapping[str, PerWorkflow], title: str = "per workflow"
 # a partition (the history tables are partitioned by time, migration 0031) counts as its table
 PARENT = "COALESCE((SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent WHERE h.inhrelid = {oid}), {name})"
 TABLES_SQL = f"""SELECT CASE WHEN schemaname = 'public' THEN t ELSE schemaname || '.' || t END,
-                       sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_del)
+                       sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_del), sum(n_tup_hot_upd)
                 FROM (SELECT schemaname, {PARENT.format(oid="relid", name="relname")} AS t, n_tup_ins, n_tup_upd,
-                             n_tup_del FROM pg_stat_user_tables) s
+                             n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables) s
                 GROUP BY 1"""
 XACTS_SQL = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
 
@@ -290,11 +316,12 @@ class Monitor:
 
     def snapshot(self) -> Snapshot:
         with self.conn.transaction():
-            tables = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in self.conn.execute(TABLES_SQL)}
+            rows = self.conn.execute(TABLES_SQL).fetchall()
             xacts = int(self.conn.execute(XACTS_SQL).fetchone()[0])  # type: ignore[index]
             self.conn.execute("SELECT pg_stat_force_next_flush()")
         self.own += 1
-        return Snapshot(tables, xacts)
+        tables = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+        return Snapshot(tables, xacts, {r[0]: int(r[4]) for r in rows})
 
     def sizes(self) -> dict[str, int]:
         """Bytes on disk of each table of the database (heap, TOAST and indexes), every schema but the
@@ -644,7 +671,7 @@ class RunResult:
     def to_json(self) -> dict:
         d = asdict(self)
         if self.counts is not None:
-            d["counts"] = {"tables": self.counts.tables, "xacts": self.counts.xacts}
+            d["counts"] = {"tables": self.counts.tables, "xacts": self.counts.xacts, "hot": self.counts.hot}
         return d
 
     @classmethod
@@ -653,7 +680,11 @@ class RunResult:
         c = d.pop("counts", None)
         r = cls(**d)
         if c is not None:
-            r.counts = Counts({k: tuple(v) for k, v in c["tables"].items()}, int(c["xacts"]))  # type: ignore[misc]
+            r.counts = Counts(
+                {k: tuple(v) for k, v in c["tables"].items()},  # type: ignore[misc]
+                int(c["xacts"]),
+                {k: int(v) for k, v in c.get("hot", {}).items()},  # absent from results of before 2026-12-06
+            )
         return r
 
 

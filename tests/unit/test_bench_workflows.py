@@ -185,3 +185,26 @@ def test_pg_cpu_reads_a_process_cpu_and_asks_for_work() -> None:
         pg_cpu.main([])
     with pytest.raises(SystemExit):
         pg_cpu.main(["--probe", "--n", "2"])
+
+
+def test_hot_updates_are_counted_per_table_and_shown_beside_the_updates() -> None:
+    """Of each table's updates, the HOT ones (``n_tup_hot_upd``: no index entry written) are counted in the
+    window, per workflow, and printed as "HOT / updates"; a result saved without them reads back."""
+    before = Snapshot({"tasks": (10, 5, 0), "steps": (4, 4, 0)}, 100, {"tasks": 0, "steps": 3})
+    after = Snapshot({"tasks": (14, 13, 0), "steps": (10, 10, 0)}, 120, {"tasks": 0, "steps": 8})
+    c = delta(before, after)
+    assert c.hot == {"steps": 5}  # tasks: no HOT update in the window
+    pw = per_workflow(c, 2)
+    assert pw.hot == {"steps": 2.5}
+    text = "\n".join(counts_table({"task-task": pw}))
+    assert "updates that were HOT" in text
+    assert [line.split()[-3:] for line in text.splitlines() if line.startswith("    ")] == [
+        ["2.5", "/", "3.0"],
+        ["0.0", "/", "4.0"],
+    ]
+    assert c.minus(Counts({"steps": (2, 2, 0)}, 4, {"steps": 1})).hot == {"steps": 4}
+    r = RunResult(engine="ledgerflow", shape="task-task", n=2, wall=1.0, counts=c)
+    assert RunResult.from_json(r.to_json()).counts == c
+    old = r.to_json()
+    del old["counts"]["hot"]
+    assert RunResult.from_json(old).counts.hot == {}  # type: ignore[union-attr]
