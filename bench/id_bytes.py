@@ -20,7 +20,8 @@ import re
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+
+from bench.run import with_database
 
 TABLES = (
     "workflow_event_batches",
@@ -33,11 +34,6 @@ TABLES = (
 )
 AS_IS, AS_UUID = "lf_ids_text", "lf_ids_uuid"
 _INDEX_HEAD = re.compile(r"INDEX (\S+) ON (ONLY )?public\.\S+")
-
-
-def _conninfo(database: str) -> str:
-    base = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    return make_conninfo(base.replace("postgresql+psycopg://", "postgresql://"), dbname=database)
 
 
 def id_columns(conn: psycopg.Connection, table: str) -> list[str]:
@@ -81,7 +77,15 @@ def index_definitions(conn: psycopg.Connection, table: str) -> list[str]:
 
 
 def measure(database: str) -> None:
-    with psycopg.connect(_conninfo(database), autocommit=True, application_name="bench-id-bytes") as conn:
+    with psycopg.connect(
+        with_database(
+            os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"), database
+        ),
+        autocommit=True,
+        application_name="bench-id-bytes",
+    ) as conn:
+        if conn.execute("SELECT to_regclass('public.workflow_instances')").fetchone()[0] is None:  # type: ignore[index]
+            raise SystemExit(f"{database} has no Ledgerflow tables: name a database a bench run kept")
         workflows = conn.execute("SELECT count(*) FROM workflow_instances").fetchone()[0]  # type: ignore[index]
         if not workflows:
             raise SystemExit(f"{database} holds no workflow")

@@ -24,23 +24,13 @@ from collections import Counter
 
 import psycopg
 
-TICKS = os.sysconf("SC_CLK_TCK")
+from bench.run import cpu_seconds, libpq
+
 SAMPLE_SECONDS = 0.5
 
 
 def _dsn() -> str:
-    url = os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    return url.replace("postgresql+psycopg://", "postgresql://")
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU of ``pid`` so far (None when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return libpq(os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
 
 
 def _server_pids(conn: psycopg.Connection) -> dict[int, str]:
@@ -64,7 +54,7 @@ def by_process(command: list[str]) -> int:
             label.update(_server_pids(conn))
             for pid in label:
                 value = cpu_seconds(pid)
-                if value is not None:
+                if value:  # 0.0: gone (its last reading stands), or nothing used yet
                     first.setdefault(pid, value)
                     last[pid] = value
             if done.wait(SAMPLE_SECONDS):
@@ -99,10 +89,10 @@ def probe(n: int) -> None:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
 
         def per(run, count: int) -> float:
-            c0 = cpu_seconds(pid) or 0.0
+            c0 = cpu_seconds(pid)
             for _ in range(count):
                 run()
-            return ((cpu_seconds(pid) or 0.0) - c0) / count * 1e6
+            return (cpu_seconds(pid) - c0) / count * 1e6
 
         print(f"backend CPU per operation (us; {n} round trips, {n // 4} transactions each)")
         print(
