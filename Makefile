@@ -26,8 +26,9 @@ run: $(STAMP) bytecode
 # The suite in TEST_WORKERS processes (pytest-xdist), each a whole pytest session with its own database
 # and Redis namespace (tests/conftest.py); a test file stays in one process (--dist loadfile), so its
 # module fixtures start once. Half the suite's time is waiting on processes it starts (workers, `make
-# run`, schedulers): two processes overlap those waits. TEST_WORKERS=0 runs in this process (--pdb, -s).
-TEST_WORKERS ?= 2
+# run`, schedulers): three processes overlap those waits (2 cores: 494 s against 702 s with two,
+# docs/decisions/code.md). TEST_WORKERS=0 runs in this process (--pdb, -s).
+TEST_WORKERS ?= 3
 test: $(STAMP) bytecode
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
