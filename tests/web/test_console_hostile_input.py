@@ -67,29 +67,19 @@ class ReadArgs(ImmutableMultiDict):
             _read.add(EVERY)
         return super().__iter__()
 
-    def items(self, multi=False):
-        _read.add(EVERY)
-        return super().items(multi)
 
-    def keys(self):
-        _read.add(EVERY)
-        return super().keys()
+def _reading_every(method):
+    """``method`` of the query dict, noting that the code read every parameter (it iterated them)."""
 
-    def values(self):
+    def read_all(self, *args, **kwargs):
         _read.add(EVERY)
-        return super().values()
+        return method(self, *args, **kwargs)
 
-    def lists(self):
-        _read.add(EVERY)
-        return super().lists()
+    return read_all
 
-    def to_dict(self, flat=True):
-        _read.add(EVERY)
-        return super().to_dict(flat)
 
-    def copy(self):
-        _read.add(EVERY)
-        return super().copy()
+for _name in ("items", "keys", "values", "lists", "to_dict", "copy"):
+    setattr(ReadArgs, _name, _reading_every(getattr(ImmutableMultiDict, _name)))
 
 
 @pytest.fixture(scope="module")
