@@ -218,6 +218,22 @@ def complete_step(
     ``inst`` and ``rows`` (the instance row and every step row by key, ``step`` among them), when the
     caller has just read them under the lock: progress then settles without reading them again."""
     stored = step_moves.succeed(conn, step, output)
+    return step_succeeded(conn, instance_id, step, stored, inst=inst, rows=rows)
+
+
+def step_succeeded(
+    conn: Connection,
+    instance_id: str,
+    step: dict,
+    stored: Any,
+    *,
+    inst: dict | None = None,
+    rows: dict[str, dict] | None = None,
+) -> dict:
+    """The current activation of ``step`` (its row as read before) has SUCCEEDED, written with its event
+    (``step_moves.succeed``, or a move that closes the step in its own statement: ``wait_moves.try_fire_due``);
+    ``stored`` is its output as the row holds it. The audit entry, then its successors start (``inst`` and
+    ``rows`` as in ``complete_step``)."""
     _audit_step(conn, instance_id, step, "succeeded")
     if inst is None or rows is None:
         return make_progress(conn, instance_id)

@@ -358,14 +358,15 @@ def _declared_steps_of(
 _STEP_PREFIX = "step__"
 
 
-def _with_steps_sql(write: str) -> str:
-    """``write``, then the steps of ``:steps_of_instance`` in its snapshot (``write_reading_steps``)."""
+def _with_steps_sql(write: str, ctes: str = "") -> str:
+    """``write`` (after the common table expressions ``ctes``, when given, which it may read), then the
+    steps of ``:steps_of_instance`` in its snapshot (``write_reading_steps``)."""
     # the write's row beside the first step row only (a task's output, up to 256 KiB, is not sent once per
     # step); the instance's row makes at least one step row (its LEFT JOIN), so the write's row always comes
     # back when it moved one
     steps = ", ".join(f"st.{_STEP_PREFIX}{n}" for n in ("version_id", *(n for _, n in _STEP_COLUMNS)))
     return (
-        f"WITH w AS ({write}) SELECT w.*, {steps} FROM (SELECT q.*, row_number() OVER () AS nth FROM "
+        f"WITH {ctes + ', ' if ctes else ''}w AS ({write}) SELECT w.*, {steps} FROM (SELECT q.*, row_number() OVER () AS nth FROM "
         f"({_steps_sql(_STEP_PREFIX, 'steps_of_instance')}) q) st LEFT JOIN w ON st.nth = 1 ORDER BY st.nth"
     )
 
@@ -373,7 +374,14 @@ def _with_steps_sql(write: str) -> str:
 def reading_steps(write: Query) -> Query:
     """The named statement of ``write_reading_steps`` for ``write``: ``<write's name>_reading_steps``;
     made once, at the caller's import."""
-    return query(f"{write.name}_reading_steps", _with_steps_sql(write.text))
+    return query(f"{write.name}_reading_steps", _with_steps_sql(write.text, ""))
+
+
+def reading_steps_after(name: str, ctes: str, write: str) -> Query:
+    """The named statement ``name`` of ``write_reading_steps`` whose write is ``ctes`` (data-modifying
+    common table expressions, written out in full: a move of two tables in one statement) and ``write``,
+    the SELECT of its one row from them; made once, at the caller's import."""
+    return query(name, _with_steps_sql(write, ctes))
 
 
 def write_reading_steps(
@@ -382,8 +390,10 @@ def write_reading_steps(
     """``statement`` (``reading_steps(write)``): ``write`` (an UPDATE ... RETURNING of ONE row that is not a step, e.g. a task's, with a column that is
     never NULL; no returned column named ``step__...``) and ``read_steps(instance_id)``, in ONE statement:
     (the write's row, the steps), or (None, []) when the write moved no row. The steps are read in the
-    write's snapshot, as they were before it: the write must change no step. Run it under the instance's
-    lock (every step move holds it), and the steps are the ones a statement of their own would read next."""
+    write's snapshot, as they were before it: a write that moves a step (``reading_steps_after``) reads that
+    step as it was, and its caller settles the row it moved (``wait_moves.try_fire_due``). Run it under the
+    instance's lock (every step move holds it), and the steps are the ones a statement of their own would
+    read next."""
     rows = run(conn, statement, {**params, "steps_of_instance": instance_id}).all()
     if not rows:
         return None, []

@@ -27,9 +27,11 @@ Step (``workflow_steps.state``) and its current activation (``workflow_steps.act
 - ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,
                    next poll round).  out: ``set_waiting``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
 - ``WAITING``      in: ``step_moves.activate`` (TIMER, SIGNAL), ``step_moves.set_waiting`` (retry backoff, poll interval).
-                   out: ``set_active``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
+                   out: ``set_active``, ``succeed``, ``wait_moves.try_fire_due`` (a TIMER, with its wait), ``fail``,
+                   ``cancel_*``, ``to_review``.
 - ``NEEDS_REVIEW`` in: ``step_moves.to_review`` (also a TRIGGER whose call has an unknown outcome).  out: ``step_moves.close`` / ``step_moves.activate`` (operator recovery).
-- ``SUCCEEDED``    in: ``step_moves.succeed`` (task result, timer, signal, child, trigger answer), ``step_moves.close`` (operator).
+- ``SUCCEEDED``    in: ``step_moves.succeed`` (task result, signal, child, trigger answer), ``wait_moves.try_fire_due``
+                   (a timer: its wait and its step in one statement), ``step_moves.close`` (operator).
                    out: none (``step_moves.RESOLVABLE``, the states an operator's RETRY_STEP may leave, leaves it out).
 - ``FAILED`` / ``CANCELLED``  in: ``step_moves.fail`` / ``step_moves.cancel_*`` / ``step_moves.close``.
                    out: ``step_moves.activate`` (operator RETRY_STEP only).
@@ -48,8 +50,8 @@ Task (``workflow_tasks.state``):
                  ``cancel_*``.
 - ``COMPLETED`` / ``FAILED`` / ``TIMED_OUT`` / ``CANCELLED``  terminal.
 
-Wait (``workflow_waits.state``): ``WAITING`` in: ``wait_moves.insert``; out: ``wait_moves.try_resolve_due`` (timer
-due), ``resolve_by_signal`` (signal consumed), ``resolve_open`` (poll resolved) -> RESOLVED, ``try_expire_due`` ->
+Wait (``workflow_waits.state``): ``WAITING`` in: ``wait_moves.insert``; out: ``wait_moves.try_fire_due`` (timer
+due, its step SUCCEEDED in the same statement), ``resolve_by_signal`` (signal consumed), ``resolve_open`` (poll resolved) -> RESOLVED, ``try_expire_due`` ->
 EXPIRED, ``cancel_open`` -> CANCELLED. The two ``*_due`` moves record the job operation that made them
 (``resolved_by_operation``): the wait is that job's effect receipt (``handlers.timers.WaitReceipt``).
 
@@ -200,6 +202,7 @@ STEP_MOVES: tuple[Move, ...] = (
     Move("step_moves.set_active", _OPEN_STEP, (_S.ACTIVE,), "step_moves.OPEN"),
     Move("step_moves.set_waiting", _OPEN_STEP, (_S.WAITING,), "step_moves.OPEN"),
     Move("step_moves.succeed", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
+    Move("wait_moves.try_fire_due", (_S.WAITING,), (_S.SUCCEEDED,)),
     Move("step_moves.fail", _OPEN_STEP, (_S.FAILED,), "step_moves.OPEN"),
     Move("step_moves.cancel", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
     Move("step_moves.cancel_open", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
@@ -212,6 +215,7 @@ STEP_MOVES: tuple[Move, ...] = (
 ACTIVATION_MOVES: tuple[Move, ...] = (
     Move("step_moves.activate", (), (_S.ACTIVE, _S.WAITING)),
     Move("step_moves.succeed", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
+    Move("wait_moves.try_fire_due", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
     Move("step_moves.fail", _OPEN_STEP, (_S.FAILED,), "step_moves.OPEN"),
     Move("step_moves.cancel", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
     Move("step_moves.cancel_open", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
@@ -237,7 +241,7 @@ TASK_MOVES: tuple[Move, ...] = (
 
 WAIT_MOVES: tuple[Move, ...] = (
     Move("wait_moves.insert", (), (_W.WAITING,)),
-    Move("wait_moves.try_resolve_due", (_W.WAITING,), (_W.RESOLVED,)),
+    Move("wait_moves.try_fire_due", (_W.WAITING,), (_W.RESOLVED,)),
     Move("wait_moves.resolve_by_signal", (_W.WAITING,), (_W.RESOLVED,)),
     Move("wait_moves.resolve_open", (_W.WAITING,), (_W.RESOLVED,)),
     Move("wait_moves.try_expire_due", (_W.WAITING,), (_W.EXPIRED,)),

@@ -45,7 +45,7 @@ def test_downgrade_drops_the_resolving_operation_and_upgrade_adds_it_back_empty(
             text("SELECT activation_id FROM workflow_waits WHERE instance_id = :i"), {"i": iid}
         )
         act_id = act.scalar_one()
-        assert wait_moves.try_resolve_due(conn, iid, act_id, "op-1") is not None
+        assert wait_moves.try_fire_due(conn, iid, act_id, "op-1") is not None
         assert wait_moves.ended_by(conn, iid, act_id, "op-1") == "w"
     assert _columns(eng) == ["resolved_at", "resolved_by_operation"]
     waits = _waits(eng)

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from app.db import transaction
 from app.engine.handlers import timers
 from app.engine.transitions import wait_moves
+from app.engine.transitions._guard import TransitionRefused
 from app.ids import new_id
 from app.ledger import handlers, transitions
 from app.ledger.drain import drain
@@ -219,7 +220,7 @@ def test_ended_by_waits_for_an_uncommitted_resolve_and_then_sees_it(eng):
     op = row["operation_key"]
     seen: list[object] = []
     with transaction(eng) as conn:
-        assert wait_moves.try_resolve_due(conn, iid, act, op) is not None
+        assert wait_moves.try_fire_due(conn, iid, act, op) is not None
 
         def read() -> None:
             with transaction(eng) as c2:
@@ -310,16 +311,53 @@ def test_a_timer_firing_reads_its_steps_once_and_no_receipt(eng, monkeypatch, se
     assert _tasks(eng, iid) == 1
 
 
-def test_a_timer_firing_resolves_its_wait_and_reads_the_steps_in_one_statement(eng, monkeypatch):
-    """The wait's UPDATE and the read of the instance's steps are ONE statement (``wait_resolve_due_reading_steps``):
-    a firing sends one statement fewer than with the read of its own before the UPDATE."""
+def test_a_timer_firing_resolves_its_wait_closes_its_step_and_reads_the_steps_in_one_statement(
+    eng, monkeypatch
+):
+    """The wait's UPDATE, its step's move to SUCCEEDED and the read of the instance's steps are ONE
+    statement (``wait_fire_due``): a firing sends no ``step_close`` of its own (one statement fewer than
+    before), and what it leaves is what the two statements left: the wait RESOLVED by the job's operation,
+    the step and its activation SUCCEEDED (revision + 1), its ``step.succeeded`` event, the next task."""
     iid, row = _due_timer(eng)
+    before = step(eng, NS, iid, "w")["step"]
     fired, sent = _statements_of(monkeypatch, lambda: _run(eng, row))
     assert fired == {"fired": "w"}
     waits = [s for s in sent if "UPDATE workflow_waits" in s]
     assert len(waits) == 1 and "LEFT JOIN workflow_steps s" in waits[0], waits
+    assert "UPDATE workflow_steps SET state = 'SUCCEEDED'" in waits[0]
+    assert [s for s in sent if s.startswith("UPDATE workflow_steps SET state = %(s)s")] == []  # no step_close
     assert len([s for s in sent if "LEFT JOIN workflow_steps s" in s]) == 1, sent
     assert _wait(eng, iid)[0] == "RESOLVED" and _tasks(eng, iid) == 1
+    after = step(eng, NS, iid, "w")["step"]
+    assert after["state"] == "SUCCEEDED" and int(after["revision"]) == int(before["revision"]) + 1
+    with eng.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT act_state FROM workflow_steps WHERE instance_id = :i AND key = 'w'"), {"i": iid}
+            ).scalar_one()
+            == "SUCCEEDED"
+        )
+        last = conn.execute(
+            text("SELECT type, body FROM workflow_events WHERE instance_id = :i ORDER BY seq DESC LIMIT 4"),
+            {"i": iid},
+        ).all()[::-1]
+    assert [t for t, _ in last] == ["step.succeeded", "task.created", "step.activated", "workflow.running"]
+    assert last[0][1]["step_key"] == "w" and last[0][1]["activation_id"] == before["activation_id"]
+
+
+def test_a_wait_resolved_without_its_step_is_refused_and_leaves_both_as_they_were(eng):
+    """The two moves of a firing go together: a due wait whose step still WAITS but whose activation is in
+    no open state (``step_moves.OPEN``: a row an operator or a bug left inconsistent) is refused; the
+    transaction rolls back (the ledger retries the job) and the wait stays WAITING."""
+    iid, row = _due_timer(eng)
+    with eng.begin() as conn:
+        conn.execute(
+            text("UPDATE workflow_steps SET act_state = 'FAILED' WHERE instance_id = :i AND key = 'w'"),
+            {"i": iid},
+        )
+    with pytest.raises(TransitionRefused):
+        _run(eng, row)
+    assert _wait(eng, iid) == ("WAITING", None) and _tasks(eng, iid) == 0
 
 
 def test_a_due_wait_whose_step_no_longer_waits_is_left_as_it_is(eng):

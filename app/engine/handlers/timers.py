@@ -24,7 +24,7 @@ from app.engine.decide import stopping as decide_stopping
 from app.engine.decide import wakes as decide
 from app.engine.decide.model import FailStep, Ignore
 from app.engine.handlers.common import bind, run_locked_once, step_of_activation, steps_of_activation
-from app.engine.row_access import MISSING, step_specs, version_document
+from app.engine.row_access import step_specs, version_document
 from app.engine.snapshot import inst_model, step_model
 from app.engine.transitions import wait_moves
 from app.ledger import handlers
@@ -36,7 +36,7 @@ from app.sql import query, run
 @dataclass(frozen=True)
 class WaitReceipt:
     """The receipt of a wake that ends a wait, kept on the wait (``app.ledger.context.RowReceipt``):
-    ``wait_moves.try_resolve_due`` / ``try_expire_due`` record the job's operation key on the wait in
+    ``wait_moves.try_fire_due`` / ``try_expire_due`` record the job's operation key on the wait in
     the UPDATE that ends it, so the ended wait is the record of the wake's result, as an ended task is
     the record of its result. A retry of the same operation finds the wait ended, writes nothing, then finds
     its key there and answers ``{answer: step key}`` again, what the first execution answered; a wait
@@ -58,21 +58,23 @@ class WaitReceipt:
 
 def _timer(conn: Connection, inst: dict, p: dict, operation_key: str) -> dict:
     activation_id = str(p["activation_id"])
-    # the wait resolved (when due, and its step still waits on it) and the steps read, in one statement
-    steps = wait_moves.try_resolve_due(conn, inst["id"], activation_id, operation_key)
-    if steps is None:  # nothing written: why (the steps read again, on this rare path alone)
+    # the wait resolved (when due, and its step still waits on it), the step SUCCEEDED and the steps read
+    # as they were before, in one statement
+    fired = wait_moves.try_fire_due(conn, inst["id"], activation_id, operation_key)
+    if fired is None:  # nothing written: why (the steps read again, on this rare path alone)
         step, _ = steps_of_activation(conn, activation_id, inst["id"])
         if isinstance(skip := decide.timer_due(step_model(step)), Ignore):
             return {"skipped": skip.reason}
         return {"skipped": "the timer is not due or already resolved"}
+    stored, steps = fired
     rows = {r["key"]: r for r in steps}
     step = next((r for r in steps if r["activation_id"] == activation_id), None)
     if isinstance(decide.timer_due(step_model(step)), Ignore):  # the statement's guard is this rule's
         raise RuntimeError(f"timer of activation {activation_id}: its wait resolved, its step does not wait")
     assert step is not None
-    # ``inst`` is the row run_locked_once locked, ``rows`` were read under that lock; resolving the wait wrote
-    # neither: progress settles from them without reading them again
-    driver.complete_step(conn, inst["id"], step, MISSING, inst=inst, rows=rows)
+    # ``inst`` is the row run_locked_once locked, ``rows`` were read under that lock (the fired step as it
+    # was: ``step_succeeded`` settles it): progress settles from them without reading them again
+    driver.step_succeeded(conn, inst["id"], step, stored, inst=inst, rows=rows)
     return {"fired": step["key"]}
 
 

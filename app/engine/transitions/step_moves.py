@@ -361,14 +361,20 @@ def _close(conn: Connection, step: dict, state: str, allowed: list[str], *, outp
             "e": jdump(error),
         },
     )
+    closed(conn, row.instance_id, step, state)
+    return jparse(row.act_output)
+
+
+def closed(conn: Connection, instance_id: str, step: dict, state: str) -> None:
+    """The event of a step and its current activation closed in ``state`` (by ``_close``, or by a move of
+    another table that closes the step in its own statement: ``wait_moves.try_fire_due``)."""
     events.emit(
         conn,
-        row.instance_id,
+        instance_id,
         f"step.{state.lower()}",
         step_key=step["key"],
         activation_id=step["activation_id"],
     )
-    return jparse(row.act_output)
 
 
 def succeed(conn: Connection, step: dict, output: Any) -> Any:

@@ -7,9 +7,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine.row_access import reading_steps, write_reading_steps
-from app.engine.states import WaitState
-from app.engine.transitions._guard import many, maybe
+from app.engine.row_access import jparse, reading_steps_after, write_reading_steps
+from app.engine.states import StepState, WaitState
+from app.engine.transitions import step_moves
+from app.engine.transitions._guard import TransitionRefused, many, maybe
 from app.ids import new_id
 from app.sql import query, run
 
@@ -37,17 +38,23 @@ _INSERT = {
         "deadline_at) VALUES (:id, :inst, :act, :kind, :name, :pv, :corr, :inst_deadline) RETURNING deadline_at",
     ),
 }
-# A timer's wake: its wait, WAITING and due, RESOLVED while its step still waits on it (the step's current
-# activation is the wait's, WAITING: ``decide.wakes.timer_due``), with the instance's steps as they were
-# before (``row_access.write_reading_steps``): one statement.
-_RESOLVE_DUE = reading_steps(
-    query(
-        "wait_resolve_due",
-        "UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
-        "WHERE activation_id = :a AND instance_id = :steps_of_instance AND state = 'WAITING' "
-        "AND deadline_at <= now() AND EXISTS (SELECT 1 FROM workflow_steps s WHERE s.activation_id = :a "
-        "AND s.instance_id = :steps_of_instance AND s.state = 'WAITING') RETURNING id",
-    )
+# A timer's firing, in ONE statement: its wait, WAITING and due, RESOLVED by the job's operation (its
+# receipt) while its step waits on it (the step's current activation is the wait's, WAITING:
+# ``decide.wakes.timer_due``), and that step with its activation WAITING -> SUCCEEDED (``step_moves.succeed``'s
+# move and guard: the step WAITING, its activation one of ``step_moves.OPEN``) only when the wait resolved;
+# with the instance's steps as they were before (``row_access.write_reading_steps``). The row says whether
+# each moved: a wait resolved without its step is refused (``try_fire_due``).
+_FIRE_DUE = reading_steps_after(
+    "wait_fire_due",
+    "r AS (UPDATE workflow_waits SET state = 'RESOLVED', resolved_at = now(), resolved_by_operation = :op "
+    "WHERE activation_id = :a AND instance_id = :steps_of_instance AND state = 'WAITING' "
+    "AND deadline_at <= now() AND EXISTS (SELECT 1 FROM workflow_steps s WHERE s.activation_id = :a "
+    "AND s.instance_id = :steps_of_instance AND s.state = 'WAITING') RETURNING id), "
+    "c AS (UPDATE workflow_steps SET state = 'SUCCEEDED', act_state = 'SUCCEEDED', completed_at = now(), "
+    "revision = revision + 1, updated_at = now() "
+    "WHERE activation_id = :a AND instance_id = :steps_of_instance AND state = 'WAITING' "
+    "AND act_state = ANY(:open) AND EXISTS (SELECT 1 FROM r) RETURNING id, act_output::text AS act_output)",
+    "SELECT r.id AS wait_id, c.id AS step_id, c.act_output FROM r LEFT JOIN c ON true",
 )
 _EXPIRE_DUE = query(
     "wait_expire_due",
@@ -85,20 +92,32 @@ def insert(
     ).scalar_one()
 
 
-def try_resolve_due(
+def try_fire_due(
     conn: Connection, instance_id: str, act_id: str, operation_key: str
-) -> list[dict[str, Any]] | None:
-    """A timer fired: WAITING and due -> RESOLVED by the job operation ``operation_key``, recorded on
-    the wait (its receipt, ``ended_by``), when the step of activation ``act_id`` still waits on it; the
-    instance's steps as they were before (``row_access.read_steps``), read in the same statement. Run it
-    under the instance's lock. None: not due, settled first, or its step no longer waits on it."""
-    written, steps = write_reading_steps(conn, _RESOLVE_DUE, {"a": act_id, "op": operation_key}, instance_id)
-    return None if written is None else steps
+) -> tuple[Any, list[dict[str, Any]]] | None:
+    """A timer fired: its wait WAITING and due -> RESOLVED by the job operation ``operation_key``,
+    recorded on the wait (its receipt, ``ended_by``), and its step with its current activation WAITING ->
+    SUCCEEDED, when the step of activation ``act_id`` still waits on it; one statement (``_FIRE_DUE``).
+    Returns the step's output as its row holds it and the instance's steps as they were before
+    (``row_access.read_steps``: the fired step still WAITING there, for its caller to settle). Run it under
+    the instance's lock. None: not due, settled first, or its step no longer waits on it."""
+    written, steps = write_reading_steps(
+        conn, _FIRE_DUE, {"a": act_id, "op": operation_key, "open": step_moves.OPEN}, instance_id
+    )
+    if written is None:
+        return None
+    step = next((s for s in steps if s["activation_id"] == act_id), None)
+    if written.step_id is None or step is None:  # the statement failed its guard half-way: nothing stays
+        raise TransitionRefused(
+            f"the timer step of activation {act_id} -> SUCCEEDED", act_id, step_moves.OPEN
+        )
+    step_moves.closed(conn, instance_id, step, StepState.SUCCEEDED)
+    return jparse(written.act_output), steps
 
 
 def try_expire_due(conn: Connection, act_id: str, operation_key: str) -> bool:
     """A signal wait's timeout passed: WAITING and due -> EXPIRED by the job operation ``operation_key``
-    (recorded as by ``try_resolve_due``)."""
+    (recorded as by ``try_fire_due``)."""
     return (
         maybe(
             conn,
@@ -123,7 +142,7 @@ _ENDED_BY = query(
 
 def ended_by(conn: Connection, iid: str | None, act_id: str | None, operation_key: str) -> str | None:
     """Lock the wait of activation ``act_id`` of instance ``iid``; the key of its step when the job
-    operation ``operation_key`` resolved or expired it (``try_resolve_due``, ``try_expire_due``), else None
+    operation ``operation_key`` resolved or expired it (``try_fire_due``, ``try_expire_due``), else None
     (still WAITING, ended otherwise, or no such wait)."""
     row = run(conn, _ENDED_BY, {"a": act_id, "i": iid, "op": operation_key}).first()
     return row.step_key if row is not None and row.mine else None
