@@ -50,8 +50,9 @@ from app.engine.decide.model import (
     Skip,
 )
 from app.engine.row_access import MISSING, read_instance, read_steps, step_specs, version_document
-from app.engine.states import InstanceState, StepKind, StepState
+from app.engine.states import STEP_OPEN, InstanceState, StepKind, StepState
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
+from app.engine.transitions._guard import TransitionRefused
 from app.ledger.states import JobType
 from app.sql import query, run
 
@@ -266,13 +267,32 @@ def follow(conn: Connection, instance_id: str, step: dict, verdict: CompleteStep
         fail_step(conn, instance_id, step, verdict.error)
 
 
+def completes_with_its_step(conn: Connection, inst: dict, task: dict) -> bool:
+    """Whether the completion of ``task`` completes its step when the step is the task's current, open
+    activation (``decide.tasks.completes_with_its_step``): then the completion's statement closes the step
+    too (``task_moves.complete_closing_step``) and ``task_ended`` is told so (``closing``)."""
+    spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+    return decide_tasks.completes_with_its_step(snapshot.inst_model(inst), task, spec)
+
+
 def task_ended(
-    conn: Connection, inst: dict, task: dict, kind: str, value: Any, steps: list[dict] | None = None
+    conn: Connection,
+    inst: dict,
+    task: dict,
+    kind: str,
+    value: Any,
+    steps: list[dict] | None = None,
+    *,
+    closing: bool = False,
+    stored: Any = MISSING,
 ) -> None:
     """Apply a task outcome (``kind`` completed / failed; ``value`` output / error) to its step when
     the task belongs to the step's current activation; a compensation task moves the saga instead.
     ``steps``: every step of the instance as ``read_steps`` reads them, when the caller read them under the
-    lock after the last step move (with the task's own move: ``task_moves.complete``)."""
+    lock after the last step move (with the task's own move: ``task_moves.complete``). ``closing``: the
+    completion's statement closed the step when it was the task's and open
+    (``task_moves.complete_closing_step``; ``steps`` as they were before it), ``stored`` its output as the
+    row holds it (MISSING: the step did not move)."""
     if task.get("purpose") == "COMPENSATION":
         stopping.compensation_task_ended(conn, inst, task, kind, value)
         return
@@ -287,6 +307,19 @@ def task_ended(
     verdict = decide_tasks.task_ended(
         snapshot.inst_model(inst), snapshot.step_model(step), task, spec, kind, value
     )
+    if (
+        closing
+    ):  # the statement's guard is the step row's part of the rule: both say the same, or nothing stays
+        moved = stored is not MISSING
+        if moved != isinstance(verdict, CompleteStep):
+            raise TransitionRefused(
+                f"step {task['step_key']} and its activation -> SUCCEEDED", task["id"], sorted(STEP_OPEN)
+            )
+        if moved:
+            assert step is not None  # CompleteStep answers only with the task's step
+            step_moves.closed(conn, inst["id"], step, StepState.SUCCEEDED)
+            step_succeeded(conn, inst["id"], step, stored, inst=inst, rows=rows)
+            return
     if isinstance(verdict, Ignore):
         return
     if isinstance(verdict, Collect):

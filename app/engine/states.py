@@ -25,13 +25,15 @@ Step (``workflow_steps.state``) and its current activation (``workflow_steps.act
                    a start writes none, ``step_moves.blocked_all``).  out: ``step_moves.activate`` -> ACTIVE / WAITING
                    (inserts the step's row; a row already there refuses the move), ``step_moves.skip`` -> SKIPPED.
 - ``ACTIVE``       in: ``step_moves.activate`` (TASK, POLL, SUBWORKFLOW, TRIGGER), ``step_moves.set_active`` (next task attempt,
-                   next poll round).  out: ``set_waiting``, ``succeed``, ``fail``, ``cancel_*``, ``to_review``.
+                   next poll round).  out: ``set_waiting``, ``succeed``, ``task_moves.complete_closing_step`` (with
+                   its task), ``fail``, ``cancel_*``, ``to_review``.
 - ``WAITING``      in: ``step_moves.activate`` (TIMER, SIGNAL), ``step_moves.set_waiting`` (retry backoff, poll interval).
-                   out: ``set_active``, ``succeed``, ``wait_moves.try_fire_due`` (a TIMER, with its wait), ``fail``,
-                   ``cancel_*``, ``to_review``.
+                   out: ``set_active``, ``succeed``, ``wait_moves.try_fire_due`` (a TIMER, with its wait),
+                   ``task_moves.complete_closing_step`` (with its task), ``fail``, ``cancel_*``, ``to_review``.
 - ``NEEDS_REVIEW`` in: ``step_moves.to_review`` (also a TRIGGER whose call has an unknown outcome).  out: ``step_moves.close`` / ``step_moves.activate`` (operator recovery).
 - ``SUCCEEDED``    in: ``step_moves.succeed`` (task result, signal, child, trigger answer), ``wait_moves.try_fire_due``
-                   (a timer: its wait and its step in one statement), ``step_moves.close`` (operator).
+                   (a timer: its wait and its step in one statement), ``task_moves.complete_closing_step`` (a
+                   task's completion: its task and its step in one statement), ``step_moves.close`` (operator).
                    out: none (``step_moves.RESOLVABLE``, the states an operator's RETRY_STEP may leave, leaves it out).
 - ``FAILED`` / ``CANCELLED``  in: ``step_moves.fail`` / ``step_moves.cancel_*`` / ``step_moves.close``.
                    out: ``step_moves.activate`` (operator RETRY_STEP only).
@@ -46,7 +48,7 @@ Task (``workflow_tasks.state``):
 
 - ``PENDING``    in: ``task_moves.insert``; ``task_moves.return_expired`` (lease passed).  out: ``claim``, ``cancel_*``,
                  ``time_out``.
-- ``CLAIMED``    in: ``task_moves.claim`` (epoch + 1).  out: ``complete``, ``fail``, ``time_out``, ``return_expired``,
+- ``CLAIMED``    in: ``task_moves.claim`` (epoch + 1).  out: ``complete`` (``complete_closing_step``: with its step), ``fail``, ``time_out``, ``return_expired``,
                  ``cancel_*``.
 - ``COMPLETED`` / ``FAILED`` / ``TIMED_OUT`` / ``CANCELLED``  terminal.
 
@@ -203,6 +205,7 @@ STEP_MOVES: tuple[Move, ...] = (
     Move("step_moves.set_waiting", _OPEN_STEP, (_S.WAITING,), "step_moves.OPEN"),
     Move("step_moves.succeed", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
     Move("wait_moves.try_fire_due", (_S.WAITING,), (_S.SUCCEEDED,)),
+    Move("task_moves.complete_closing_step", _OPEN_STEP, (_S.SUCCEEDED,), "states.STEP_OPEN"),
     Move("step_moves.fail", _OPEN_STEP, (_S.FAILED,), "step_moves.OPEN"),
     Move("step_moves.cancel", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
     Move("step_moves.cancel_open", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
@@ -216,6 +219,7 @@ ACTIVATION_MOVES: tuple[Move, ...] = (
     Move("step_moves.activate", (), (_S.ACTIVE, _S.WAITING)),
     Move("step_moves.succeed", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
     Move("wait_moves.try_fire_due", _OPEN_STEP, (_S.SUCCEEDED,), "step_moves.OPEN"),
+    Move("task_moves.complete_closing_step", _OPEN_STEP, (_S.SUCCEEDED,), "states.STEP_OPEN"),
     Move("step_moves.fail", _OPEN_STEP, (_S.FAILED,), "step_moves.OPEN"),
     Move("step_moves.cancel", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
     Move("step_moves.cancel_open", _OPEN_STEP, (_S.CANCELLED,), "step_moves.OPEN"),
@@ -234,6 +238,7 @@ TASK_MOVES: tuple[Move, ...] = (
     Move("task_moves.claim", (_T.PENDING, _T.CLAIMED), (_T.CLAIMED,)),
     Move("task_moves.return_expired", (_T.CLAIMED,), (_T.PENDING,)),
     Move("task_moves.complete", (_T.CLAIMED,), (_T.COMPLETED,)),
+    Move("task_moves.complete_closing_step", (_T.CLAIMED,), (_T.COMPLETED,)),
     Move("task_moves.fail", (_T.CLAIMED,), (_T.FAILED,)),
     Move("task_moves.try_time_out", (_T.PENDING, _T.CLAIMED), (_T.TIMED_OUT,), "task_moves.OPEN"),
     Move("task_moves.cancel_open", (_T.PENDING, _T.CLAIMED), (_T.CANCELLED,), "task_moves.OPEN"),

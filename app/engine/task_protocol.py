@@ -184,8 +184,14 @@ def complete(
     ``key``: the request's Idempotency-Key, kept with the result (``ended_with_key``). Returns the task as
     it now is."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
-    row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"], key)
-    driver.task_ended(conn, inst, task, "completed", output, steps)
+    if driver.completes_with_its_step(conn, inst, task):  # the step closes in the completion's statement
+        row, steps, stored = task_moves.complete_closing_step(
+            conn, task_id, epoch, output, inst["id"], task["activation_id"], key
+        )
+        driver.task_ended(conn, inst, task, "completed", output, steps, closing=True, stored=stored)
+    else:
+        row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"], key)
+        driver.task_ended(conn, inst, task, "completed", output, steps)
     done = _task(row)
     return done
 

@@ -1,12 +1,17 @@
-"""What a task's completion sends to PostgreSQL: the task's own move and the read of its instance's steps
-are ONE statement (``row_access.write_reading_steps``), and the next step's first task and row are ONE
+"""What a task's completion sends to PostgreSQL: the task's own move, its step's move to SUCCEEDED (when the
+completion completes it: ``task_moves.complete_closing_step``) and the read of its instance's steps are ONE
+statement (``row_access.write_reading_steps``), and the next step's first task and row are ONE
 statement (``step_moves.STEP_ACTIVATE_FIRST``, written out by hand). The outcome is the one of the statements sent one by one: the tests of
 the engine's moves cover it; these count statements."""
 
 from __future__ import annotations
 
+import pytest
+from sqlalchemy import text
+
 from app.db import transaction
 from app.engine import task_protocol
+from app.engine.transitions._guard import TransitionRefused
 from app.ids import new_id
 from tests.engine.helpers import claim_task, complete_task, definition, instance, publish, start, step
 from tests.ledger_helpers import statements_sent
@@ -31,16 +36,43 @@ def test_a_completion_reads_the_steps_with_the_task_move_and_inserts_the_next_ta
     monkeypatch.undo()
     sent = [s for s in sent if s != ";"]  # the pool's ping at checkout (app.db)
     moves = [s for s in sent if "UPDATE workflow_tasks" in s]
-    assert len(moves) == 1 and moves[0].startswith("WITH w AS (UPDATE workflow_tasks")
+    assert len(moves) == 1 and moves[0].startswith("WITH m AS (UPDATE workflow_tasks")
     assert "FROM workflow_instances i LEFT JOIN workflow_steps s" in moves[0]  # the steps, in its statement
+    # the step's move is in the same statement: no step_close of its own
+    assert "c AS (UPDATE workflow_steps SET state = 'SUCCEEDED'" in moves[0]
+    assert [s for s in sent if s.startswith("UPDATE workflow_steps")] == [], _verbs(sent)
     reads = [s for s in sent if s.startswith("SELECT") and "workflow_steps" in s]
     assert reads == [], _verbs(sent)  # no read of the steps of its own (there was one after the move)
     inserts = [s for s in sent if "INSERT INTO workflow_tasks" in s or "INSERT INTO workflow_steps" in s]
     assert len(inserts) == 1 and inserts[0].index("INSERT INTO workflow_tasks") < inserts[0].index(
         "INSERT INTO workflow_steps"
     ), _verbs(sent)
-    assert step(eng, NS, iid, "a")["step"]["state"] == "SUCCEEDED"
-    assert step(eng, NS, iid, "a")["output"] == {"ok": 1}
+    a = step(eng, NS, iid, "a")
+    assert a["step"]["state"] == "SUCCEEDED" and a["output"] == {"ok": 1}
+    with eng.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT act_state, revision, completed_at IS NOT NULL FROM workflow_steps WHERE instance_id = :i AND key = 'a'"
+            ),
+            {"i": iid},
+        ).one()
+        events = [
+            r[0]
+            for r in conn.execute(
+                text("SELECT type FROM workflow_events WHERE instance_id = :i ORDER BY seq"), {"i": iid}
+            )
+        ]
+    assert tuple(row) == (
+        "SUCCEEDED",
+        3,
+        True,
+    )  # inserted at 1, activated (2), closed (3): as step_close left it
+    assert events[events.index("task.completed") :][:4] == [
+        "task.completed",
+        "step.succeeded",
+        "task.created",
+        "step.activated",
+    ]
     assert step(eng, NS, iid, "b")["step"]["state"] == "ACTIVE"
     complete_task(eng, NS, claim_task(eng, NS, "stq"), {"ok": 2})
     assert instance(eng, iid)["state"] == "SUCCEEDED"
@@ -49,9 +81,6 @@ def test_a_completion_reads_the_steps_with_the_task_move_and_inserts_the_next_ta
 def test_the_task_row_comes_back_once_whatever_the_number_of_steps(eng):
     """The task's columns (its output may be 256 KiB) ride beside the first step row only, not once per
     step; a move that matched no row answers no row and no steps."""
-    from sqlalchemy import text
-
-    from app.db import transaction
     from app.engine import row_access
     from app.engine.transitions.task_moves import TASK_COLS
     from app.sql import query
@@ -94,3 +123,29 @@ def test_a_claim_naming_its_worker_writes_the_task_row_once(eng, monkeypatch):
             "SELECT worker, epoch FROM workflow_tasks WHERE id = %(i)s", {"i": got[0]["id"]}
         ).one()
     assert row.worker == who and row.epoch == 1
+
+
+def test_a_completion_whose_step_may_not_close_is_refused_and_leaves_the_task_claimed(eng):
+    """The task's move and its step's go together: a step whose activation is in no open state (a row an
+    operator or a bug left inconsistent; the step's own state still ACTIVE) refuses the completion, as
+    ``step_close`` refused it after the task's move before: the transaction rolls back, the task stays
+    CLAIMED and the step as it was."""
+    iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
+    task = claim_task(eng, NS, "stq")
+    with eng.begin() as conn:
+        conn.execute(
+            text("UPDATE workflow_steps SET act_state = 'FAILED' WHERE instance_id = :i AND key = 'a'"),
+            {"i": iid},
+        )
+    with pytest.raises(TransitionRefused):
+        complete_task(eng, NS, task, {"ok": 1})
+    with eng.connect() as conn:
+        assert conn.execute(
+            text("SELECT state FROM workflow_tasks WHERE id = :t"), {"t": task["id"]}
+        ).scalar() == ("CLAIMED")
+        assert tuple(
+            conn.execute(
+                text("SELECT state, act_state FROM workflow_steps WHERE instance_id = :i AND key = 'a'"),
+                {"i": iid},
+            ).one()
+        ) == ("ACTIVE", "FAILED")

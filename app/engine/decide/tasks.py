@@ -43,6 +43,21 @@ def poll_done(kind: str, value: Any) -> bool:
     return kind == COMPLETED and isinstance(value, dict) and value.get("done") is True
 
 
+def completes_with_its_step(inst: Inst, task: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Whether a task's completion, as the instance ``inst`` is, completes its step when that step's current
+    activation is the task's, open, and not a POLL's: then ``task_ended`` answers ``CompleteStep`` whatever
+    else the step says, so the completion's statement may close the step with the task
+    (``task_moves.complete``'s ``closing``, guarded by those three, the step row's part of the rule). A
+    step task (not a compensation's) of a step that is no fan-out, in an instance neither ended nor
+    cancelling."""
+    return (
+        task.get("purpose") != "COMPENSATION"
+        and "for_each" not in spec
+        and inst.state not in TERMINAL
+        and not inst.cancel_requested
+    )
+
+
 def task_ended(
     inst: Inst, step: Step | None, task: dict[str, Any], spec: dict[str, Any], kind: str, value: Any
 ) -> Ignore | Collect | CompleteStep | RetryTask | FailStep | str:

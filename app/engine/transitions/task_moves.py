@@ -8,10 +8,17 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.engine import events
-from app.engine.row_access import jdump, reading_steps, write_reading_steps
-from app.engine.states import TASK_OPEN, TaskState
+from app.engine.row_access import (
+    MISSING,
+    jdump,
+    jparse,
+    reading_steps,
+    reading_steps_after,
+    write_reading_steps,
+)
+from app.engine.states import STEP_OPEN, TASK_OPEN, TaskState
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
-from app.sql import Query, query, run
+from app.sql import Query, query, run, split_rows
 
 S = TaskState
 OPEN = states(TASK_OPEN)
@@ -260,6 +267,41 @@ def complete(
     return _end_claim(conn, "task complete", task_id, epoch, S.COMPLETED, "output", output, instance_id, key)
 
 
+def complete_closing_step(
+    conn: Connection,
+    task_id: str,
+    epoch: int,
+    output: Any,
+    instance_id: str,
+    activation_id: str,
+    key: str | None = None,
+) -> tuple[Any, list[dict], Any]:
+    """``complete``, and in the same statement the task's step (activation ``activation_id``) with its
+    activation open -> SUCCEEDED with ``output``, when it is the task's, open and no POLL's: the caller found
+    that the completion then completes it (``decide.tasks.completes_with_its_step``). Returns the task's
+    row, the steps as they were before (the step still open there), and the step's output as its row now
+    holds it, MISSING when the step did not move (the caller's decision says why)."""
+    written, steps = write_reading_steps(
+        conn,
+        _COMPLETE_CLOSING_STEP,
+        {
+            "id": task_id,
+            "epoch": epoch,
+            "s": S.COMPLETED,
+            "v": jdump(output),
+            "key": key,
+            "a": activation_id,
+            "step_open": _STEP_OPEN,
+        },
+        instance_id,
+    )
+    if written is None:
+        raise TransitionRefused("task complete", task_id, [S.CLAIMED])
+    row, (closed,) = split_rows([written], _CLOSED)
+    _task_event(conn, "task.completed", row)
+    return row, steps, MISSING if closed.step_id is None else jparse(closed.output)
+
+
 def fail(
     conn: Connection, task_id: str, epoch: int, error: Any, instance_id: str, key: str | None = None
 ) -> tuple[Any, list[dict]]:
@@ -286,6 +328,27 @@ _END_CLAIM = {
 }
 # each with the steps read in its snapshot (``row_access.write_reading_steps``)
 _END_CLAIM_READING_STEPS = {column: reading_steps(write) for column, write in _END_CLAIM.items()}
+# A completion that closes its step too (``complete``'s ``closing``: the caller found that the completion
+# completes the step when the step is the task's: ``decide.tasks.completes_with_its_step``), written out as
+# one statement: the claim's end (``m``, as ``task_complete``) and, only when it ended, the step of the
+# task's activation, open and no POLL (the step row's part of ``decide.tasks.task_ended``'s rule), with its
+# activation -> SUCCEEDED with the task's output (``c``: ``step_moves.succeed``'s move, revision + 1), then
+# the instance's steps as they were (``row_access.reading_steps_after``). ``closed__step_id`` says whether
+# the step moved.
+_STEP_OPEN = states(STEP_OPEN)
+_COMPLETE_CLOSING_STEP = reading_steps_after(
+    "task_complete_closing_step",
+    f"m AS (UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), "
+    f"result_key = CAST(:key AS text), {_DONE} "
+    f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}), "
+    "c AS (UPDATE workflow_steps SET state = 'SUCCEEDED', act_state = 'SUCCEEDED', completed_at = now(), "
+    "act_output = CAST(:v AS jsonb), revision = revision + 1, updated_at = now() "
+    "WHERE instance_id = :steps_of_instance AND activation_id = :a AND state = ANY(:step_open) "
+    "AND act_state = ANY(:step_open) AND kind <> 'POLL' AND EXISTS (SELECT 1 FROM m) "
+    "RETURNING id, act_output::text AS act_output)",
+    "SELECT m.*, c.id AS closed__step_id, c.act_output AS closed__output FROM m LEFT JOIN c ON true",
+)
+_CLOSED = "closed__"
 
 
 def _end_claim(
