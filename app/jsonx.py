@@ -107,6 +107,22 @@ def _check_tree(root: Any) -> None:
                 stack.append((v, _where(path, k), depth + 1))
 
 
+# The decoders, made once: ``json.loads`` with any option makes a decoder (and its C scanner) per call.
+# One is shared by every thread, as ``json.loads`` shares its own default decoder: a parse keeps its state
+# in the call, and the scanner's key cache is only a cache.
+_STRICT = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_float=_fraction, parse_int=_int, parse_constant=_no_constant
+)
+_EXACT = json.JSONDecoder(parse_float=Decimal)
+
+
+def _decode(decoder: json.JSONDecoder, text: str) -> Any:
+    """``json.loads(text, <decoder's options>)``, without making the decoder again."""
+    if text.startswith("\ufeff"):  # as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return decoder.decode(text)
+
+
 def loads(text: str | bytes) -> Any:
     """Strict parse: duplicate keys raise DuplicateKey; NaN/Infinity, bad UTF-8, too-deep nesting,
     lone surrogates and out-of-range numbers raise BadJSON (naming the field); fractions become
@@ -114,9 +130,7 @@ def loads(text: str | bytes) -> Any:
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        value = json.loads(
-            text, object_pairs_hook=_pairs, parse_float=_fraction, parse_int=_int, parse_constant=_no_constant
-        )
+        value = _decode(_STRICT, text)
     except (DuplicateKey, BadJSON):
         raise
     except UnicodeDecodeError:
@@ -246,4 +260,4 @@ def loads_exact_db(text: str | None) -> Any:
     """Parse JSON text read from the database (``jsonb::text``) keeping numbers exact."""
     if text is None:
         return None
-    return json.loads(text, parse_float=Decimal)
+    return _decode(_EXACT, text)

@@ -7,7 +7,6 @@ namespace). ``app.sql.at_commit`` sends it with the COMMIT in one round trip; a 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection
@@ -139,7 +138,7 @@ def read_events(events: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """``(type, data)`` of each event of one batch row (``event_text``'s form or the whole form)."""
     out: list[tuple[str, dict[str, Any]]] = []
     for text in events:
-        ev = json.loads(text, parse_float=Decimal)
+        ev = jsonx.loads_exact_db(text)
         if isinstance(ev, dict):
             out.append((ev["type"], ev.get("data") or {}))
             continue
@@ -169,11 +168,11 @@ def compact_entries(audit: list[str], events: list[str], instance_id: str, respo
     for text in audit:
         if response is not None:
             text = compact_start_entry(text, response)
-        entry = json.loads(text, parse_float=Decimal)
+        entry = jsonx.loads_exact_db(text)
         if "actor_id" in entry:
             if entry.get("after_in_response") is True and isinstance(entry.get("request_id"), str):
                 if request_id is None:
-                    request_id = json.loads(response or "{}", parse_float=Decimal).get("request_id")
+                    request_id = jsonx.loads_exact_db(response or "{}").get("request_id")
                 if entry["request_id"] == request_id:
                     del entry["request_id"]
         elif isinstance(entry.get("operation_id"), str):

@@ -171,3 +171,23 @@ def test_values_the_encoder_refuses_are_refused_with_the_exact_encoders_errors()
     ):
         with pytest.raises(error):
             jsonx.dumps(bad)
+
+
+@given(
+    st.text(max_size=40) | st.sampled_from(['{"a": 1.5}', "[1, 2]", '"\ufeff"', "\ufeff{}", '{"a":1,"a":2}'])
+)
+def test_the_shared_decoders_parse_as_json_loads_with_the_same_options(text):
+    """``loads_exact_db`` and ``loads`` keep one decoder each instead of one per call: the value, or the
+    error's message, is the one ``json.loads`` with the same options gives (a BOM is refused alike)."""
+    try:
+        expected: object = json.loads(text, parse_float=Decimal)
+    except json.JSONDecodeError as exc:
+        expected = ("error", exc.msg)
+    try:
+        got: object = jsonx.loads_exact_db(text)
+    except json.JSONDecodeError as exc:
+        got = ("error", exc.msg)
+    assert got == expected
+    if text.startswith("\ufeff"):
+        with pytest.raises(jsonx.BadJSON, match="Unexpected UTF-8 BOM"):
+            jsonx.loads(text)
