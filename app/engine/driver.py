@@ -307,9 +307,8 @@ def task_ended(
     verdict = decide_tasks.task_ended(
         snapshot.inst_model(inst), snapshot.step_model(step), task, spec, kind, value
     )
-    if (
-        closing
-    ):  # the statement's guard is the step row's part of the rule: both say the same, or nothing stays
+    # closing: the statement's guard is the step row's part of the rule; both say the same, or nothing stays
+    if closing:
         moved = stored is not MISSING
         if moved != isinstance(verdict, CompleteStep):
             raise TransitionRefused(
