@@ -232,9 +232,10 @@ def step_succeeded(
     rows: dict[str, dict] | None = None,
 ) -> dict:
     """The current activation of ``step`` (its row as read before) has SUCCEEDED, written with its event
-    (``step_moves.succeed``, or a move that closes the step in its own statement: ``wait_moves.try_fire_due``);
-    ``stored`` is its output as the row holds it. The audit entry, then its successors start (``inst`` and
-    ``rows`` as in ``complete_step``)."""
+    (``step_moves.succeed``, or a move that closes the step in its own statement: a timer's firing,
+    ``wait_moves.try_fire_due``; a task's completion, ``task_moves.complete_closing_step``); ``stored`` is
+    its output as the row holds it. The audit entry, then its successors start (``inst`` and ``rows`` as in
+    ``complete_step``)."""
     _audit_step(conn, instance_id, step, "succeeded")
     if inst is None or rows is None:
         return make_progress(conn, instance_id)

@@ -47,7 +47,7 @@ def completes_with_its_step(inst: Inst, task: dict[str, Any], spec: dict[str, An
     """Whether a task's completion, as the instance ``inst`` is, completes its step when that step's current
     activation is the task's, open, and not a POLL's: then ``task_ended`` answers ``CompleteStep`` whatever
     else the step says, so the completion's statement may close the step with the task
-    (``task_moves.complete``'s ``closing``, guarded by those three, the step row's part of the rule). A
+    (``task_moves.complete_closing_step``, guarded by those three, the step row's part of the rule). A
     step task (not a compensation's) of a step that is no fan-out, in an instance neither ended nor
     cancelling."""
     return (

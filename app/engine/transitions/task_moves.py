@@ -338,9 +338,7 @@ _END_CLAIM_READING_STEPS = {column: reading_steps(write) for column, write in _E
 _STEP_OPEN = states(STEP_OPEN)
 _COMPLETE_CLOSING_STEP = reading_steps_after(
     "task_complete_closing_step",
-    f"m AS (UPDATE workflow_tasks AS t SET state = :s, output = CAST(:v AS jsonb), "
-    f"result_key = CAST(:key AS text), {_DONE} "
-    f"WHERE id = :id AND epoch = :epoch AND state = 'CLAIMED' RETURNING {TASK_COLS}), "
+    f"m AS ({_END_CLAIM['output'].text}), "
     "c AS (UPDATE workflow_steps SET state = 'SUCCEEDED', act_state = 'SUCCEEDED', completed_at = now(), "
     "act_output = CAST(:v AS jsonb), revision = revision + 1, updated_at = now() "
     "WHERE instance_id = :steps_of_instance AND activation_id = :a AND state = ANY(:step_open) "
