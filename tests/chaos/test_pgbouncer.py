@@ -75,11 +75,33 @@ def test_the_apps_connections_work_through_pgbouncer_only_with_transaction_pooli
     assert ok.stdout.strip() == "[('30s', 'UTC', '1min')]", ok.stdout
 
 
+# Not left to the threads' timing (8 threads may happen to keep their server connections): connection a
+# runs a statement past psycopg's prepare threshold, each transaction on the server connection PgBouncer
+# hands out last (LIFO, its default), where the statement is prepared; b then holds that server connection
+# in an open transaction, so a's next transaction runs on another one, where it was never prepared.
+MOVED_PROBE = """
+from sqlalchemy import text
+from app.db import get_engine
+eng = get_engine()
+q = text("SELECT current_setting('TimeZone'), :i")
+with eng.connect() as a, eng.connect() as b:
+    for i in range(8):
+        with a.begin():
+            a.execute(q, {"i": i}).one()
+    with b.begin():
+        b.execute(text("SELECT 1")).one()
+        with a.begin():
+            a.execute(q, {"i": 99}).one()
+print("moved")
+"""
+
+
 def test_prepared_statements_break_through_pgbouncer_1_18_and_the_setting_turns_them_off(through_pgbouncer):
     url = _test_db_through(through_pgbouncer)
-    probe = ENGINE_PROBE.replace("ThreadPoolExecutor(5)", "ThreadPoolExecutor(8)")
-    prepared = _python(probe, url, **POOLING, LEDGERFLOW_PREPARED_STATEMENTS="on")
+    prepared = _python(MOVED_PROBE, url, **POOLING, LEDGERFLOW_PREPARED_STATEMENTS="on")
     assert prepared.returncode != 0 and "prepared statement" in prepared.stderr, prepared.stderr[-2000:]
+    off = _python(MOVED_PROBE, url, **POOLING)  # transaction pooling turns them off by default
+    assert off.returncode == 0 and off.stdout.strip() == "moved", off.stderr[-2000:]
 
 
 # the API's routes through PgBouncer (publish, start, the step views read in REPEATABLE READ, /metrics read
