@@ -328,7 +328,7 @@ _END_CLAIM = {
 }
 # each with the steps read in its snapshot (``row_access.write_reading_steps``)
 _END_CLAIM_READING_STEPS = {column: reading_steps(write) for column, write in _END_CLAIM.items()}
-# A completion that closes its step too (``complete``'s ``closing``: the caller found that the completion
+# A completion that closes its step too (``complete_closing_step``: the caller found that the completion
 # completes the step when the step is the task's: ``decide.tasks.completes_with_its_step``), written out as
 # one statement: the claim's end (``m``, as ``task_complete``) and, only when it ended, the step of the
 # task's activation, open and no POLL (the step row's part of ``decide.tasks.task_ended``'s rule), with its
