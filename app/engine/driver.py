@@ -268,11 +268,16 @@ def follow(conn: Connection, instance_id: str, step: dict, verdict: CompleteStep
         fail_step(conn, instance_id, step, verdict.error)
 
 
-def completes_with_its_step(conn: Connection, inst: dict, task: dict) -> bool:
-    """Whether the completion of ``task`` completes its step when the step is the task's current, open
-    activation (``decide.tasks.completes_with_its_step``): then the completion's statement closes the step
-    too (``task_moves.complete_closing_step``) and ``task_ended`` is told so (``closing``)."""
-    spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+def task_step_spec(conn: Connection, inst: dict, task: dict) -> dict:
+    """The spec of ``task``'s step in the instance's pinned document ({} when it names none)."""
+    return step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+
+
+def completes_with_its_step(inst: dict, task: dict, spec: dict) -> bool:
+    """Whether the completion of ``task`` (of the step ``spec``) completes its step when the step is the
+    task's current, open activation (``decide.tasks.completes_with_its_step``): then the completion's
+    statement closes the step too (``task_moves.complete_closing_step``) and ``task_ended`` is told so
+    (``closing``)."""
     return decide_tasks.completes_with_its_step(snapshot.inst_model(inst), task, spec)
 
 
@@ -284,6 +289,7 @@ def task_ended(
     value: Any,
     steps: list[dict] | None = None,
     *,
+    spec: dict | None = None,
     closing: bool = False,
     stored: Any = MISSING,
 ) -> None:
@@ -293,7 +299,8 @@ def task_ended(
     lock after the last step move (with the task's own move: ``task_moves.complete``). ``closing``: the
     completion's statement closed the step when it was the task's and open
     (``task_moves.complete_closing_step``; ``steps`` as they were before it), ``stored`` its output as the
-    row holds it (MISSING: the step did not move)."""
+    row holds it (MISSING: the step did not move). ``spec``: the task's step spec (``task_step_spec``), when
+    the caller has it."""
     if task.get("purpose") == "COMPENSATION":
         stopping.compensation_task_ended(conn, inst, task, kind, value)
         return
@@ -301,7 +308,8 @@ def task_ended(
         steps = read_steps(conn, inst["id"])
     rows = {r["key"]: r for r in steps}  # make_progress reads them next
     step = rows.get(task["step_key"])
-    spec = step_specs(version_document(conn, inst["definition_version_id"])).get(task["step_key"], {})
+    if spec is None:
+        spec = task_step_spec(conn, inst, task)
     if "for_each" in spec:
         _element_ended(conn, inst, step, spec, task, rows)
         return

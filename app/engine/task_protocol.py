@@ -184,14 +184,17 @@ def complete(
     ``key``: the request's Idempotency-Key, kept with the result (``ended_with_key``). Returns the task as
     it now is."""
     inst, task = _locked_for_result(conn, namespace_id, task_id, epoch, queue_ok)
-    if driver.completes_with_its_step(conn, inst, task):  # the step closes in the completion's statement
+    spec = driver.task_step_spec(conn, inst, task)
+    if driver.completes_with_its_step(inst, task, spec):  # the step closes in the completion's statement
         row, steps, stored = task_moves.complete_closing_step(
             conn, task_id, epoch, output, inst["id"], task["activation_id"], key
         )
-        driver.task_ended(conn, inst, task, "completed", output, steps, closing=True, stored=stored)
+        driver.task_ended(
+            conn, inst, task, "completed", output, steps, spec=spec, closing=True, stored=stored
+        )
     else:
         row, steps = task_moves.complete(conn, task_id, epoch, output, inst["id"], key)
-        driver.task_ended(conn, inst, task, "completed", output, steps)
+        driver.task_ended(conn, inst, task, "completed", output, steps, spec=spec)
     done = _task(row)
     return done
 

@@ -366,8 +366,9 @@ def _close(conn: Connection, step: dict, state: str, allowed: list[str], *, outp
 
 
 def closed(conn: Connection, instance_id: str, step: dict, state: str) -> None:
-    """The event of a step and its current activation closed in ``state`` (by ``_close``, or by a move of
-    another table that closes the step in its own statement: ``wait_moves.try_fire_due``)."""
+    """The event of a step and its current activation closed in ``state`` (by ``_close``, or after a move of
+    another table that closed the step in its own statement: ``wait_moves.try_fire_due``,
+    ``task_moves.complete_closing_step``)."""
     events.emit(
         conn,
         instance_id,

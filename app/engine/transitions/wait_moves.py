@@ -9,8 +9,8 @@ from sqlalchemy import Connection
 
 from app.engine.row_access import jparse, reading_steps_after, write_reading_steps
 from app.engine.states import StepState, WaitState
-from app.engine.transitions import step_moves
 from app.engine.transitions._guard import TransitionRefused, many, maybe
+from app.engine.transitions.step_moves import OPEN, closed
 from app.ids import new_id
 from app.sql import query, run
 
@@ -102,16 +102,14 @@ def try_fire_due(
     (``row_access.read_steps``: the fired step still WAITING there, for its caller to settle). Run it under
     the instance's lock. None: not due, settled first, or its step no longer waits on it."""
     written, steps = write_reading_steps(
-        conn, _FIRE_DUE, {"a": act_id, "op": operation_key, "open": step_moves.OPEN}, instance_id
+        conn, _FIRE_DUE, {"a": act_id, "op": operation_key, "open": OPEN}, instance_id
     )
     if written is None:
         return None
     step = next((s for s in steps if s["activation_id"] == act_id), None)
     if written.step_id is None or step is None:  # the statement failed its guard half-way: nothing stays
-        raise TransitionRefused(
-            f"the timer step of activation {act_id} -> SUCCEEDED", act_id, step_moves.OPEN
-        )
-    step_moves.closed(conn, instance_id, step, StepState.SUCCEEDED)
+        raise TransitionRefused(f"the timer step of activation {act_id} -> SUCCEEDED", act_id, OPEN)
+    closed(conn, instance_id, step, StepState.SUCCEEDED)
     return jparse(written.act_output), steps
 
 
