@@ -118,17 +118,22 @@ class Snapshot:
     tables: dict[str, tuple[int, int, int]]
     xacts: int
     hot: dict[str, int] = field(default_factory=dict)
+    wal: int = (
+        0  # the server's WAL position (bytes): the whole cluster's, so a window's is its own only alone
+    )
 
 
 @dataclass
 class Counts:
     """The database work of a window: per table ``(inserts, updates, deletes)`` and transactions; ``hot``:
     per table, the updates among them that were HOT (every other update wrote an entry into each index
-    whose predicate its new version meets)."""
+    whose predicate its new version meets); ``wal``: the WAL the server wrote in the window (every
+    database's, autovacuum's and checkpoints' full-page images included: a count with noise)."""
 
     tables: dict[str, tuple[int, int, int]]
     xacts: int
     hot: dict[str, int] = field(default_factory=dict)
+    wal: int = 0
 
     @property
     def inserts(self) -> int:
@@ -157,7 +162,9 @@ class Counts:
             if (a := self.tables.get(t, zero)) != (b := other.tables.get(t, zero))
         }
         hot = {t: self.hot.get(t, 0) - other.hot.get(t, 0) for t in tables}
-        return Counts(tables, self.xacts - other.xacts, {t: h for t, h in hot.items() if h})
+        return Counts(
+            tables, self.xacts - other.xacts, {t: h for t, h in hot.items() if h}, self.wal - other.wal
+        )
 
 
 def delta(before: Snapshot, after: Snapshot, own_xacts: int = 0) -> Counts:
@@ -172,7 +179,7 @@ def delta(before: Snapshot, after: Snapshot, own_xacts: int = 0) -> Counts:
             tables[name] = d
             if h := after.hot.get(name, 0) - before.hot.get(name, 0):
                 hot[name] = h
-    return Counts(tables, after.xacts - before.xacts - own_xacts, hot)
+    return Counts(tables, after.xacts - before.xacts - own_xacts, hot, after.wal - before.wal)
 
 
 @dataclass
@@ -185,6 +192,7 @@ class PerWorkflow:
     xacts: float
     tables: dict[str, tuple[float, float, float]]
     hot: dict[str, float] = field(default_factory=dict)
+    wal: float = 0.0
 
     @property
     def writes(self) -> float:
@@ -200,6 +208,7 @@ def per_workflow(c: Counts, n: int) -> PerWorkflow:
         c.xacts / n,
         {k: (v[0] / n, v[1] / n, v[2] / n) for k, v in c.tables.items()},
         {k: v / n for k, v in c.hot.items()},
+        c.wal / n,
     )
 
 
@@ -221,6 +230,7 @@ def further_step(long: PerWorkflow, short: PerWorkflow, extra_steps: int) -> Per
             for t in names
         },
         {t: (long.hot.get(t, 0.0) - short.hot.get(t, 0.0)) / k for t in names},
+        (long.wal - short.wal) / k,
     )
 
 
@@ -254,6 +264,11 @@ def counts_table(columns: Mapping[str, PerWorkflow], title: str = "per workflow"
             f"  {'row deletes':<{width}}" + "".join(f" {pw.deletes:>18.1f}" for pw in columns.values())
         )
     lines.append(f"  {'transactions':<{width}}" + "".join(f" {pw.xacts:>18.1f}" for pw in columns.values()))
+    if any(pw.wal for pw in columns.values()):
+        lines.append(
+            f"  {'WAL bytes (whole server)':<{width}}"
+            + "".join(f" {pw.wal:>18,.0f}" for pw in columns.values())
+        )
     # of each table's updates, those that were HOT: the others wrote an entry into each index they meet
     updated = [
         t for t in names if any(abs(pw.tables.get(t, (0.0, 0.0, 0.0))[1]) >= 0.05 for pw in columns.values())
@@ -280,6 +295,7 @@ TABLES_SQL = f"""SELECT CASE WHEN schemaname = 'public' THEN t ELSE schemaname |
                              n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables) s
                 GROUP BY 1"""
 XACTS_SQL = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+WAL_SQL = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')"
 
 
 class Monitor:
@@ -318,10 +334,11 @@ class Monitor:
         with self.conn.transaction():
             rows = self.conn.execute(TABLES_SQL).fetchall()
             xacts = int(self.conn.execute(XACTS_SQL).fetchone()[0])  # type: ignore[index]
+            wal = int(self.conn.execute(WAL_SQL).fetchone()[0])  # type: ignore[index]
             self.conn.execute("SELECT pg_stat_force_next_flush()")
         self.own += 1
         tables = {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
-        return Snapshot(tables, xacts, {r[0]: int(r[4]) for r in rows})
+        return Snapshot(tables, xacts, {r[0]: int(r[4]) for r in rows}, wal)
 
     def sizes(self) -> dict[str, int]:
         """Bytes on disk of each table of the database (heap, TOAST and indexes), every schema but the
@@ -671,7 +688,12 @@ class RunResult:
     def to_json(self) -> dict:
         d = asdict(self)
         if self.counts is not None:
-            d["counts"] = {"tables": self.counts.tables, "xacts": self.counts.xacts, "hot": self.counts.hot}
+            d["counts"] = {
+                "tables": self.counts.tables,
+                "xacts": self.counts.xacts,
+                "hot": self.counts.hot,
+                "wal": self.counts.wal,
+            }
         return d
 
     @classmethod
@@ -684,6 +706,7 @@ class RunResult:
                 {k: tuple(v) for k, v in c["tables"].items()},  # type: ignore[misc]
                 int(c["xacts"]),
                 {k: int(v) for k, v in c.get("hot", {}).items()},  # absent from results of before 2026-12-06
+                int(c.get("wal", 0)),  # likewise
             )
         return r
 

@@ -315,54 +315,54 @@ SELECT i.trace_id, (EXISTS (SELECT 1 FROM event_subscriptions s WHERE s.namespac
 
 -- name: failure_group_samples
 -- module: app.engine.failure_groups; prepared at its first run
--- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = $2 AND fail_step = $3 AND fail_code = $4 AND fail_group = $5 AND (CAST($6 AS text[]) IS NULL OR queues <@ CAST($6 AS text[])) ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT $7
+-- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND fail_state IS NOT NULL AND definition_id = $2 AND fail_step = $3 AND fail_code = $4 AND fail_group = $5 AND (CAST($6 AS text[]) IS NULL OR queues <@ CAST($6 AS text[])) ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT $7
 SELECT id, error->>'message' AS message FROM workflow_instances
-WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
+WHERE namespace_id = :ns AND fail_state IS NOT NULL AND definition_id = :def
   AND fail_step = :step AND fail_code = :code AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
-ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
+ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT :n
 ;
 
 -- name: failure_group_samples_no_code
 -- module: app.engine.failure_groups; prepared at its first run
--- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = $2 AND fail_step = $3 AND fail_code IS NULL AND fail_group = $4 AND (CAST($5 AS text[]) IS NULL OR queues <@ CAST($5 AS text[])) ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT $6
+-- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND fail_state IS NOT NULL AND definition_id = $2 AND fail_step = $3 AND fail_code IS NULL AND fail_group = $4 AND (CAST($5 AS text[]) IS NULL OR queues <@ CAST($5 AS text[])) ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT $6
 SELECT id, error->>'message' AS message FROM workflow_instances
-WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
+WHERE namespace_id = :ns AND fail_state IS NOT NULL AND definition_id = :def
   AND fail_step = :step AND fail_code IS NULL AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
-ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
+ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT :n
 ;
 
 -- name: failure_group_samples_no_step
 -- module: app.engine.failure_groups; prepared at its first run
--- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = $2 AND fail_step IS NULL AND fail_code = $3 AND fail_group = $4 AND (CAST($5 AS text[]) IS NULL OR queues <@ CAST($5 AS text[])) ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT $6
+-- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND fail_state IS NOT NULL AND definition_id = $2 AND fail_step IS NULL AND fail_code = $3 AND fail_group = $4 AND (CAST($5 AS text[]) IS NULL OR queues <@ CAST($5 AS text[])) ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT $6
 SELECT id, error->>'message' AS message FROM workflow_instances
-WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
+WHERE namespace_id = :ns AND fail_state IS NOT NULL AND definition_id = :def
   AND fail_step IS NULL AND fail_code = :code AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
-ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
+ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT :n
 ;
 
 -- name: failure_group_samples_no_step_no_code
 -- module: app.engine.failure_groups; prepared at its first run
--- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = $2 AND fail_step IS NULL AND fail_code IS NULL AND fail_group = $3 AND (CAST($4 AS text[]) IS NULL OR queues <@ CAST($4 AS text[])) ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT $5
+-- sent: SELECT id, error->>'message' AS message FROM workflow_instances WHERE namespace_id = $1 AND fail_state IS NOT NULL AND definition_id = $2 AND fail_step IS NULL AND fail_code IS NULL AND fail_group = $3 AND (CAST($4 AS text[]) IS NULL OR queues <@ CAST($4 AS text[])) ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT $5
 SELECT id, error->>'message' AS message FROM workflow_instances
-WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
+WHERE namespace_id = :ns AND fail_state IS NOT NULL AND definition_id = :def
   AND fail_step IS NULL AND fail_code IS NULL AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
-ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
+ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT :n
 ;
 
 -- name: failure_groups
 -- module: app.engine.failure_groups; prepared at its first run
--- sent: SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM ( SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count, count(*) FILTER (WHERE state = 'FAILED') AS failed, count(*) FILTER (WHERE state = 'NEEDS_REVIEW') AS needs_review, min(completed_at) AS first_seen, max(completed_at) AS last_seen FROM workflow_instances WHERE namespace_id = $1 AND state IN ('FAILED', 'NEEDS_REVIEW') AND (CAST($2 AS text) IS NULL OR definition_id = $2) GROUP BY 1, 2, 3, 4 ) g JOIN workflow_definitions d ON d.id = g.definition_id ORDER BY g.count DESC, g.last_seen DESC NULLS LAST LIMIT $3
+-- sent: SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM ( SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count, count(*) FILTER (WHERE fail_state = 'FAILED') AS failed, count(*) FILTER (WHERE fail_state = 'NEEDS_REVIEW') AS needs_review, min(completed_at) AS first_seen, max(completed_at) AS last_seen FROM workflow_instances WHERE namespace_id = $1 AND fail_state IS NOT NULL AND (CAST($2 AS text) IS NULL OR definition_id = $2) GROUP BY 1, 2, 3, 4 ) g JOIN workflow_definitions d ON d.id = g.definition_id ORDER BY g.count DESC, g.last_seen DESC NULLS LAST LIMIT $3
 SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM (
     SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count,
-           count(*) FILTER (WHERE state = 'FAILED') AS failed,
-           count(*) FILTER (WHERE state = 'NEEDS_REVIEW') AS needs_review,
+           count(*) FILTER (WHERE fail_state = 'FAILED') AS failed,
+           count(*) FILTER (WHERE fail_state = 'NEEDS_REVIEW') AS needs_review,
            min(completed_at) AS first_seen, max(completed_at) AS last_seen
     FROM workflow_instances
-    WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW')
+    WHERE namespace_id = :ns AND fail_state IS NOT NULL
       AND (CAST(:def AS text) IS NULL OR definition_id = :def)
     GROUP BY 1, 2, 3, 4
 ) g JOIN workflow_definitions d ON d.id = g.definition_id
@@ -372,14 +372,14 @@ LIMIT :lim
 
 -- name: failure_groups_scoped
 -- module: app.engine.failure_groups; prepared at its first run
--- sent: SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM ( SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count, count(*) FILTER (WHERE state = 'FAILED') AS failed, count(*) FILTER (WHERE state = 'NEEDS_REVIEW') AS needs_review, min(completed_at) AS first_seen, max(completed_at) AS last_seen FROM workflow_instances WHERE namespace_id = $1 AND state IN ('FAILED', 'NEEDS_REVIEW') AND (CAST($2 AS text) IS NULL OR definition_id = $2) AND queues <@ CAST($3 AS text[]) GROUP BY 1, 2, 3, 4 ) g JOIN workflow_definitions d ON d.id = g.definition_id ORDER BY g.count DESC, g.last_seen DESC NULLS LAST LIMIT $4
+-- sent: SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM ( SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count, count(*) FILTER (WHERE fail_state = 'FAILED') AS failed, count(*) FILTER (WHERE fail_state = 'NEEDS_REVIEW') AS needs_review, min(completed_at) AS first_seen, max(completed_at) AS last_seen FROM workflow_instances WHERE namespace_id = $1 AND fail_state IS NOT NULL AND (CAST($2 AS text) IS NULL OR definition_id = $2) AND queues <@ CAST($3 AS text[]) GROUP BY 1, 2, 3, 4 ) g JOIN workflow_definitions d ON d.id = g.definition_id ORDER BY g.count DESC, g.last_seen DESC NULLS LAST LIMIT $4
 SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM (
     SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count,
-           count(*) FILTER (WHERE state = 'FAILED') AS failed,
-           count(*) FILTER (WHERE state = 'NEEDS_REVIEW') AS needs_review,
+           count(*) FILTER (WHERE fail_state = 'FAILED') AS failed,
+           count(*) FILTER (WHERE fail_state = 'NEEDS_REVIEW') AS needs_review,
            min(completed_at) AS first_seen, max(completed_at) AS last_seen
     FROM workflow_instances
-    WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW')
+    WHERE namespace_id = :ns AND fail_state IS NOT NULL
       AND (CAST(:def AS text) IS NULL OR definition_id = :def)
       AND queues <@ CAST(:allowed AS text[])
     GROUP BY 1, 2, 3, 4
@@ -724,22 +724,22 @@ DELETE FROM workflow_quota_counts
 
 -- name: quota_counts_rebuild
 -- module: app.engine.quotas; prepared at its first run
--- sent: WITH truth AS ( SELECT namespace_id, count(*) AS n FROM workflow_instances WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id ) INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
+-- sent: WITH truth AS ( SELECT namespace_id, count(*) AS n FROM workflow_instances WHERE completed_at IS NULL GROUP BY namespace_id ) INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
 WITH
 truth AS (
     SELECT namespace_id, count(*) AS n FROM workflow_instances
-    WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id
+    WHERE completed_at IS NULL GROUP BY namespace_id
 )
 INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
 ;
 
 -- name: quota_drift
 -- module: app.engine.quotas; prepared at its first run
--- sent: WITH truth AS ( SELECT namespace_id, count(*) AS n FROM workflow_instances WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id ), kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id) SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, 'unfinished' AS what, COALESCE(k.n, 0) AS kept, COALESCE(t.n, 0) AS counted FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0) ORDER BY 1 LIMIT $1
+-- sent: WITH truth AS ( SELECT namespace_id, count(*) AS n FROM workflow_instances WHERE completed_at IS NULL GROUP BY namespace_id ), kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id) SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, 'unfinished' AS what, COALESCE(k.n, 0) AS kept, COALESCE(t.n, 0) AS counted FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0) ORDER BY 1 LIMIT $1
 WITH
 truth AS (
     SELECT namespace_id, count(*) AS n FROM workflow_instances
-    WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id
+    WHERE completed_at IS NULL GROUP BY namespace_id
 ),
 kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id)
 SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, 'unfinished' AS what,
@@ -906,7 +906,7 @@ SELECT key, copied_from FROM workflow_steps WHERE instance_id = :i AND copied_fr
 
 -- name: event_batches_prune
 -- module: app.engine.retention; prepared at its first run
--- sent: WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN ( SELECT x.id FROM workflow_event_batches x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => $2 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($3 AS text[]), CAST($4 AS float8[])) AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400)))) AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => $5)) AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY x.created_at LIMIT $6 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+-- sent: WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN ( SELECT x.id FROM workflow_event_batches x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => $2 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($3 AS text[]), CAST($4 AS float8[])) AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400)))) AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => $5)) AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.completed_at IS NOT NULL) ORDER BY x.created_at LIMIT $6 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
 WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN (
     SELECT x.id FROM workflow_event_batches x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400)
@@ -916,7 +916,7 @@ WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN (
                              AND x.created_at >= now() - make_interval(secs => o.days * 86400))))
       AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => :key_hours))
       -- of a finished instance, or of one retention removed (its batches with audit entries stay till here)
-      AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED'))
+      AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.completed_at IS NOT NULL)
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING 1)
 SELECT count(*) FROM removed
@@ -930,11 +930,11 @@ SELECT pg_advisory_xact_lock(:k)
 
 -- name: signals_prune
 -- module: app.engine.retention; prepared at its first run
--- sent: WITH removed AS (DELETE FROM workflow_signals WHERE id IN ( SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => $1 * 86400) AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY x.resolved_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+-- sent: WITH removed AS (DELETE FROM workflow_signals WHERE id IN ( SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => $1 * 86400) AND i.completed_at IS NOT NULL ORDER BY x.resolved_at LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
 WITH removed AS (DELETE FROM workflow_signals WHERE id IN (
     SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id
     WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => :days * 86400)
-      AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      AND i.completed_at IS NOT NULL
     ORDER BY x.resolved_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING 1)
 SELECT count(*) FROM removed
@@ -942,10 +942,10 @@ SELECT count(*) FROM removed
 
 -- name: workflow_next_removals
 -- module: app.engine.retention; prepared at its first run
--- sent: SELECT i.id, i.definition_id, i.version, i.state, i.business_key, i.completed_at, i.hold_until FROM workflow_instances i WHERE i.namespace_id = $1 AND i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') AND (i.hold_until IS NULL OR i.hold_until <= i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400)) ORDER BY i.completed_at, i.id LIMIT $5
+-- sent: SELECT i.id, i.definition_id, i.version, i.state, i.business_key, i.completed_at, i.hold_until FROM workflow_instances i WHERE i.namespace_id = $1 AND i.completed_at IS NOT NULL AND (i.hold_until IS NULL OR i.hold_until <= i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400)) ORDER BY i.completed_at, i.id LIMIT $5
 SELECT i.id, i.definition_id, i.version, i.state, i.business_key, i.completed_at, i.hold_until
 FROM workflow_instances i
-WHERE i.namespace_id = :ns AND i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')
+WHERE i.namespace_id = :ns AND i.completed_at IS NOT NULL
   AND (i.hold_until IS NULL OR i.hold_until <= i.completed_at + make_interval(secs => COALESCE(
         (SELECT o.days FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
          WHERE o.ns = i.namespace_id), :days) * 86400))
@@ -955,11 +955,11 @@ LIMIT :limit
 
 -- name: workflow_remove_finished
 -- module: app.engine.retention; prepared at its first run
--- sent: WITH doomed AS ( SELECT r.id FROM namespaces n CROSS JOIN LATERAL ( SELECT i.id, i.completed_at FROM workflow_instances i WHERE i.namespace_id = n.id AND i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') AND i.completed_at < now() - make_interval(secs => $1 * 86400) AND GREATEST(i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400), i.hold_until) < now() AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT j.status IN ('succeeded', 'canceled')) AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id AND NOT p.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY i.completed_at, i.id LIMIT $5 FOR UPDATE OF i SKIP LOCKED ) r ORDER BY r.completed_at, r.id LIMIT $5 ), s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)), w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)), t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)), a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)), st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)), e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb), gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1) SELECT count(*) FROM gone
+-- sent: WITH doomed AS ( SELECT r.id FROM namespaces n CROSS JOIN LATERAL ( SELECT i.id, i.completed_at FROM workflow_instances i WHERE i.namespace_id = n.id AND i.completed_at IS NOT NULL AND i.completed_at < now() - make_interval(secs => $1 * 86400) AND GREATEST(i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400), i.hold_until) < now() AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT j.status IN ('succeeded', 'canceled')) AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id AND NOT p.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY i.completed_at, i.id LIMIT $5 FOR UPDATE OF i SKIP LOCKED ) r ORDER BY r.completed_at, r.id LIMIT $5 ), s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)), w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)), t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)), a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)), st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)), e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb), gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1) SELECT count(*) FROM gone
 WITH doomed AS (
 SELECT r.id FROM namespaces n CROSS JOIN LATERAL (
     SELECT i.id, i.completed_at FROM workflow_instances i
-    WHERE i.namespace_id = n.id AND i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')
+    WHERE i.namespace_id = n.id AND i.completed_at IS NOT NULL
       AND i.completed_at < now() - make_interval(secs => :least_days * 86400)
       AND GREATEST(i.completed_at + make_interval(secs => COALESCE(
         (SELECT o.days FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
@@ -1204,11 +1204,11 @@ SELECT id, step_key FROM workflow_jobs WHERE instance_id = :id AND ((status = 'r
 
 -- name: summary_longest_unchanged
 -- module: app.engine.summary; prepared at its first run
--- sent: SELECT id, definition_id, version, state, paused, business_key, created_at, updated_at FROM ( SELECT live.*, row_number() OVER (PARTITION BY state ORDER BY updated_at, id) AS nth FROM ( SELECT i.id, i.definition_id, i.version, i.state, i.paused, i.business_key, i.created_at, i.updated_at FROM workflow_instances i WHERE i.namespace_id = $1 AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND (CAST($2 AS text[]) IS NULL OR i.queues <@ CAST($2 AS text[])) LIMIT $3 ) live WHERE state IN ('WAITING', 'NEEDS_REVIEW') ) ranked WHERE nth <= $4 ORDER BY updated_at, id
+-- sent: SELECT id, definition_id, version, state, paused, business_key, created_at, updated_at FROM ( SELECT live.*, row_number() OVER (PARTITION BY state ORDER BY updated_at, id) AS nth FROM ( SELECT i.id, i.definition_id, i.version, i.state, i.paused, i.business_key, i.created_at, i.updated_at FROM workflow_instances i WHERE i.namespace_id = $1 AND i.completed_at IS NULL AND (CAST($2 AS text[]) IS NULL OR i.queues <@ CAST($2 AS text[])) LIMIT $3 ) live WHERE state IN ('WAITING', 'NEEDS_REVIEW') ) ranked WHERE nth <= $4 ORDER BY updated_at, id
 SELECT id, definition_id, version, state, paused, business_key, created_at, updated_at FROM (
     SELECT live.*, row_number() OVER (PARTITION BY state ORDER BY updated_at, id) AS nth FROM (
         SELECT i.id, i.definition_id, i.version, i.state, i.paused, i.business_key, i.created_at, i.updated_at
-        FROM workflow_instances i WHERE i.namespace_id = :ns AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND (CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[])) LIMIT :cap
+        FROM workflow_instances i WHERE i.namespace_id = :ns AND i.completed_at IS NULL AND (CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[])) LIMIT :cap
     ) live WHERE state IN ('WAITING', 'NEEDS_REVIEW')
 ) ranked WHERE nth <= :lim ORDER BY updated_at, id
 ;
@@ -1224,10 +1224,10 @@ ORDER BY i.created_at, i.id LIMIT :lim
 
 -- name: summary_recent_ends
 -- module: app.engine.summary; prepared at its first run
--- sent: WITH recent AS ( SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i WHERE i.namespace_id = $1 AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND i.completed_at >= now() - interval '1 day' AND (CAST($2 AS text[]) IS NULL OR i.queues <@ CAST($2 AS text[])) ORDER BY i.completed_at DESC LIMIT $3 ) SELECT definition_id, state, count(*) AS day, count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') AS hour FROM recent GROUP BY 1, 2
+-- sent: WITH recent AS ( SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i WHERE i.namespace_id = $1 AND i.completed_at IS NOT NULL AND i.completed_at >= now() - interval '1 day' AND (CAST($2 AS text[]) IS NULL OR i.queues <@ CAST($2 AS text[])) ORDER BY i.completed_at DESC LIMIT $3 ) SELECT definition_id, state, count(*) AS day, count(*) FILTER (WHERE completed_at >= now() - interval '1 hour') AS hour FROM recent GROUP BY 1, 2
 WITH recent AS (
     SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i
-    WHERE i.namespace_id = :ns AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+    WHERE i.namespace_id = :ns AND i.completed_at IS NOT NULL
       AND i.completed_at >= now() - interval '1 day' AND (CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[]))
     ORDER BY i.completed_at DESC LIMIT :cap
 )
@@ -1238,10 +1238,10 @@ FROM recent GROUP BY 1, 2
 
 -- name: summary_unfinished
 -- module: app.engine.summary; prepared at its first run
--- sent: SELECT definition_id, state, count(*) AS n, count(*) FILTER (WHERE paused) AS paused FROM (SELECT i.definition_id, i.state, i.paused FROM workflow_instances i WHERE i.namespace_id = $1 AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND (CAST($2 AS text[]) IS NULL OR i.queues <@ CAST($2 AS text[])) LIMIT $3) live GROUP BY 1, 2
+-- sent: SELECT definition_id, state, count(*) AS n, count(*) FILTER (WHERE paused) AS paused FROM (SELECT i.definition_id, i.state, i.paused FROM workflow_instances i WHERE i.namespace_id = $1 AND i.completed_at IS NULL AND (CAST($2 AS text[]) IS NULL OR i.queues <@ CAST($2 AS text[])) LIMIT $3) live GROUP BY 1, 2
 SELECT definition_id, state, count(*) AS n, count(*) FILTER (WHERE paused) AS paused
 FROM (SELECT i.definition_id, i.state, i.paused FROM workflow_instances i
-      WHERE i.namespace_id = :ns AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') AND (CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[])) LIMIT :cap) live
+      WHERE i.namespace_id = :ns AND i.completed_at IS NULL AND (CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[])) LIMIT :cap) live
 GROUP BY 1, 2
 ;
 
@@ -4131,7 +4131,7 @@ WITH RECURSIVE ns AS (
     SELECT EXISTS (SELECT 1 FROM ns CROSS JOIN LATERAL (
         SELECT 1 FROM workflow_instances i
         WHERE i.namespace_id = ns.namespace_id AND i.created_at < :hi + interval '1 day'
-          AND (NOT i.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED') OR i.hold_until > now())
+          AND (NOT i.completed_at IS NOT NULL OR i.hold_until > now())
           AND EXISTS (SELECT 1 FROM {p} x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id)
         LIMIT 1) k)
 ;

@@ -3,7 +3,8 @@ definition, failing step, error code and normalised message (the ledger's normal
 generated columns ``fail_step``, ``fail_code``, ``fail_group``, migration 0026), largest first, each with its counts, first and last seen (when its workflows
 ended; a workflow in review has not ended), samples, the list filter that selects its members (``GET
 /v1/workflows?...``) and the batch filter that reruns its FAILED members. The groups are counted from
-``ix_workflow_instances_failed`` alone (its keys are the groups' own: an index-only scan, migration 0026);
+``ix_workflow_instances_failed`` alone (its keys are the groups' own: an index-only scan, migrations 0026 and
+0034: ``fail_state`` is the state while FAILED or NEEDS_REVIEW, so that no index reads ``state``);
 the samples of the groups shown are read through it afterwards. At most ``MAX_GROUPS`` groups an answer."""
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ SAMPLES = 3
 _GROUPS_SQL = """
 SELECT g.*, d.name AS definition_name, count(*) OVER () AS group_count FROM (
     SELECT definition_id, fail_step AS step_key, fail_code AS code, fail_group AS message_group, count(*) AS count,
-           count(*) FILTER (WHERE state = 'FAILED') AS failed,
-           count(*) FILTER (WHERE state = 'NEEDS_REVIEW') AS needs_review,
+           count(*) FILTER (WHERE fail_state = 'FAILED') AS failed,
+           count(*) FILTER (WHERE fail_state = 'NEEDS_REVIEW') AS needs_review,
            min(completed_at) AS first_seen, max(completed_at) AS last_seen
     FROM workflow_instances
-    WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW')
+    WHERE namespace_id = :ns AND fail_state IS NOT NULL
       AND (CAST(:def AS text) IS NULL OR definition_id = :def){scope}
     GROUP BY 1, 2, 3, 4
 ) g JOIN workflow_definitions d ON d.id = g.definition_id
@@ -42,10 +43,10 @@ _GROUPS_SCOPED = query(
 # ix_workflow_instances_failed (in review first, then the latest ended), the first few only
 _SAMPLES_SQL = """
 SELECT id, error->>'message' AS message FROM workflow_instances
-WHERE namespace_id = :ns AND state IN ('FAILED', 'NEEDS_REVIEW') AND definition_id = :def
+WHERE namespace_id = :ns AND fail_state IS NOT NULL AND definition_id = :def
   AND {step} AND {code} AND fail_group = :grp
   AND (CAST(:allowed AS text[]) IS NULL OR queues <@ CAST(:allowed AS text[]))
-ORDER BY state DESC, completed_at DESC NULLS FIRST LIMIT :n
+ORDER BY fail_state DESC, completed_at DESC NULLS FIRST LIMIT :n
 """
 
 

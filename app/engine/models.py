@@ -129,16 +129,31 @@ instances = Table(
     Column("fail_step", Text, Computed("error->>'step_key'", persisted=True)),
     Column("fail_code", Text, Computed("error->>'code'", persisted=True)),
     Column("fail_group", Text, Computed(ERROR_GROUP_SQL, persisted=True)),
+    # the state while FAILED or NEEDS_REVIEW, else NULL (migration 0034): kept by the trigger
+    # ``workflow_instances_fail_state``, so that the failure groups' index need not read ``state``
+    Column("fail_state", Text),
     CheckConstraint(_in("state", InstanceState), name="ck_workflow_instances_state"),
+    CheckConstraint(
+        "(completed_at IS NOT NULL) = (state IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))",
+        name="ck_workflow_instances_ended",
+    ),
+    CheckConstraint(
+        "fail_state IS NOT DISTINCT FROM (CASE WHEN state IN ('FAILED', 'NEEDS_REVIEW') THEN state END)",
+        name="ck_workflow_instances_fail_state",
+    ),
     CheckConstraint(
         "stop_kind IS NULL OR stop_kind IN ('CANCEL', 'FAILURE')", name="ck_workflow_instances_stop"
     ),
 )
 Index("ix_workflow_instances_list", instances.c.namespace_id, instances.c.created_at, instances.c.id)
+# No index reads ``state`` (migration 0034): a move between open states (RUNNING <-> WAITING) is then a HOT
+# update, written on the row's page without an entry in any index. ``completed_at`` is set exactly when the
+# state is terminal and ``fail_state`` is the state while FAILED or NEEDS_REVIEW (both checked by constraints;
+# ``fail_state`` kept by a trigger): the partial indexes say "unfinished", "finished" and "failing" by them.
 Index(
     "ix_workflow_instances_unfinished",
     instances.c.namespace_id,
-    postgresql_where=text("state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
+    postgresql_where=text("completed_at IS NULL"),
 )
 Index("ix_workflow_instances_business_key", instances.c.namespace_id, instances.c.business_key)
 Index(  # finished workflows by end, per namespace (app.engine.retention, app.engine.summary)
@@ -146,7 +161,7 @@ Index(  # finished workflows by end, per namespace (app.engine.retention, app.en
     instances.c.namespace_id,
     instances.c.completed_at,
     instances.c.id,
-    postgresql_where=text("state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"),
+    postgresql_where=text("completed_at IS NOT NULL"),
 )
 Index(
     "ix_workflow_instances_schedule",
@@ -188,9 +203,9 @@ Index(
     instances.c.fail_step,
     instances.c.fail_code,
     instances.c.fail_group,
-    instances.c.state,
+    instances.c.fail_state,
     instances.c.completed_at,
-    postgresql_where=text("state IN ('FAILED', 'NEEDS_REVIEW')"),
+    postgresql_where=text("fail_state IS NOT NULL"),
 )
 
 # A rerun (``app.engine.rerun``, migration 0026): the new instance, the one it reruns (FAILED / CANCELLED),

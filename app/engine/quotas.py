@@ -208,7 +208,7 @@ def check(conn: Connection, namespace_id: str, instance_id: str, queues: list[st
 _QUOTA_TRUTH = """
 truth AS (
     SELECT namespace_id, count(*) AS n FROM workflow_instances
-    WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY namespace_id
+    WHERE completed_at IS NULL GROUP BY namespace_id
 )"""
 _QUOTA_DRIFT = query(
     "quota_drift",

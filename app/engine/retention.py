@@ -40,7 +40,9 @@ from app.settings import (
 from app.sql import query, run
 
 _ENDED_STATES = sorted(str(s) for s in TERMINAL)
-_ENDED = sql_in("i.state", _ENDED_STATES)
+# ended, as ``ix_workflow_instances_finished`` says it (migration 0034: ``completed_at`` is set exactly when the
+# state is terminal, ``ck_workflow_instances_ended``)
+_ENDED = "i.completed_at IS NOT NULL"
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,7 @@ _SIGNALS_PRUNE = query(
 WITH removed AS (DELETE FROM workflow_signals WHERE id IN (
     SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id
     WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => :days * 86400)
-      AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+      AND i.completed_at IS NOT NULL
     ORDER BY x.resolved_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING 1)
 SELECT count(*) FROM removed

@@ -29,7 +29,9 @@ RECENT_CAP = 10_000  # ended workflows read for the last day's figures (the most
 LIVE_CAP = 20_000  # unfinished workflows read for the counts of the live work
 LIST_LIMIT = 5
 _SCOPE = "(CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[]))"
-_UNFINISHED = "i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+# unfinished / ended as ``ix_workflow_instances_unfinished`` and ``_finished`` say it (migration 0034:
+# ``completed_at`` is set exactly when the state is terminal, ``ck_workflow_instances_ended``)
+_UNFINISHED = "i.completed_at IS NULL"
 
 # the live work by definition and state (paused counted apart)
 SUMMARY_UNFINISHED = query(
@@ -49,7 +51,7 @@ SUMMARY_RECENT = query(
     f"""
 WITH recent AS (
     SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i
-    WHERE i.namespace_id = :ns AND i.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+    WHERE i.namespace_id = :ns AND i.completed_at IS NOT NULL
       AND i.completed_at >= now() - interval '1 day' AND {_SCOPE}
     ORDER BY i.completed_at DESC LIMIT :cap
 )

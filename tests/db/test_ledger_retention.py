@@ -218,7 +218,10 @@ def test_outbox_events_and_integration_logs_go_after_the_retention(db):
     done, live = start(db, ns, def_id, {})["id"], start(db, ns, def_id, {})["id"]
     pending_job = add_job(db, "webhook_delivery", {"d": 1})
     with transaction(db) as conn:
-        conn.execute(text("UPDATE workflow_instances SET state = 'SUCCEEDED' WHERE id = :i"), {"i": done})
+        conn.execute(
+            text("UPDATE workflow_instances SET state = 'SUCCEEDED', completed_at = now() WHERE id = :i"),
+            {"i": done},
+        )
         # the start's batch also holds the engine's audit entry of the activation: kept for the audit
         # retention (400 days), not only the job retention (7)
         conn.execute(

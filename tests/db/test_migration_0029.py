@@ -31,7 +31,10 @@ def test_an_ended_workflow_is_not_paused_after_the_upgrade(scratch):
             text("UPDATE workflow_instances SET paused = true, paused_at = now() WHERE id = ANY(:ids)"),
             {"ids": [ended, open_]},
         )
-        conn.execute(text("UPDATE workflow_instances SET state = 'SUCCEEDED' WHERE id = :i"), {"i": ended})
+        conn.execute(
+            text("UPDATE workflow_instances SET state = 'SUCCEEDED', completed_at = now() WHERE id = :i"),
+            {"i": ended},
+        )
     upgrade(url)
     with eng.connect() as conn:
         rows = dict(conn.execute(text("SELECT id, paused FROM workflow_instances")).all())

@@ -37,9 +37,9 @@ def _seed(conn) -> str:
         text(
             """
 INSERT INTO workflow_instances (id, namespace_id, definition_id, definition_version_id, version, state, input,
-    business_key, queues, deadline_at, trace_id, created_at)
+    business_key, queues, deadline_at, trace_id, created_at, completed_at)
 SELECT md5(g::text || :salt), 'ns-find', :d, :v, 'v1', 'FAILED', '{}'::jsonb, 'Order-' || g, '{}',
-    now() + interval '1 day', md5(g::text), now() - g * interval '1 second'
+    now() + interval '1 day', md5(g::text), now() - g * interval '1 second', now()
 FROM generate_series(1, :n) g"""
         ),
         {"d": def_id, "v": ver_id, "n": N, "salt": def_id},

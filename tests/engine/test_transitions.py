@@ -207,7 +207,10 @@ def test_retention_removes_settled_signals_of_finished_instances_only(eng):
     def_id = publish(eng, NS, DOC)
     done, live = start(eng, NS, def_id, {})["id"], start(eng, NS, def_id, {})["id"]
     with eng.begin() as conn:
-        conn.execute(text("UPDATE workflow_instances SET state = 'SUCCEEDED' WHERE id = :i"), {"i": done})
+        conn.execute(
+            text("UPDATE workflow_instances SET state = 'SUCCEEDED', completed_at = now() WHERE id = :i"),
+            {"i": done},
+        )
         for iid in (done, live):
             for state in ("CONSUMED", "PENDING"):
                 conn.execute(

@@ -105,7 +105,10 @@ def test_workflow_metrics_come_from_the_ledger(client, monitor, fresh):
     )
     ids = [start(fresh, ns, def_id, {})["id"] for _ in range(3)]
     with fresh.begin() as conn:
-        conn.execute(text("UPDATE workflow_instances SET state = 'FAILED' WHERE id = :i"), {"i": ids[0]})
+        conn.execute(
+            text("UPDATE workflow_instances SET state = 'FAILED', completed_at = now() WHERE id = :i"),
+            {"i": ids[0]},
+        )
     samples = _scrape(client, monitor)
     assert total(samples, "ledgerflow_workflow_starts_total") == 3
     assert total(samples, "ledgerflow_workflow_ends_total", state="FAILED") == 1

@@ -49,9 +49,11 @@ def _rows(wid: str) -> dict[str, int]:
 
 
 def _age(wid: str, days: float) -> None:
-    """The workflow started and ended ``days`` ago."""
+    """The workflow started ``days`` ago, and ended then if it has ended (an unfinished one has no end:
+    ``ck_workflow_instances_ended``)."""
     sql(
-        "UPDATE workflow_instances SET completed_at = now() - make_interval(secs => :d * 86400), "
+        "UPDATE workflow_instances SET completed_at = CASE WHEN completed_at IS NOT NULL "
+        "THEN now() - make_interval(secs => :d * 86400) END, "
         "created_at = now() - make_interval(secs => :d * 86400) WHERE id = :i",
         i=wid,
         d=days,
