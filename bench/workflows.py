@@ -190,6 +190,9 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     if any((w := per(r)) and w.deletes >= 0.05 for r in results.values()):
         add("row deletes / workflow", lambda r: f"{w.deletes:.1f}" if (w := per(r)) else "-")
     add("transactions / workflow", lambda r: f"{w.xacts:.1f}" if (w := per(r)) else "-")
+    # the server's WAL position at both ends of the window: the engine's own when it runs alone (the engines
+    # run one after the other), with autovacuum's and checkpoints' full-page images (a count with noise)
+    add("WAL written / workflow (kB)", lambda r: f"{w.wal / 1000:,.1f}" if (w := per(r)) and w.wal else "-")
     if shape.fanout:
         add(
             "row writes / element (all / elements)",
