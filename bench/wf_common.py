@@ -475,6 +475,13 @@ def counting_window(mon: Monitor) -> Iterator[dict[str, Counts]]:
     polls = mon.own - mark + 1  # + the before snapshot itself
     after = mon.final_snapshot()
     out["counts"] = delta(before, after, own_xacts=polls)
+    # the window's WAL, for `pg_waldump --stats=record -p <pg_wal> -s <from> -e <to>` (what kind of record)
+    log(f"WAL of the window: {_lsn(before.wal)} .. {_lsn(after.wal)} ({after.wal - before.wal:,} bytes)")
+
+
+def _lsn(position: int) -> str:
+    """A WAL position in PostgreSQL's notation (``pg_lsn``)."""
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
 
 
 class CpuMeter:

@@ -97,7 +97,7 @@ _HISTORY_ROUNDS = query(
     "history_rounds",
     f"""
 SELECT {_TASK_COLS} FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id
-WHERE t.step_id = :s AND t.purpose = 'STEP'
+WHERE t.instance_id = :i AND t.step_key = :k AND t.purpose = 'STEP'
   AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
 ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
 """,
@@ -106,7 +106,7 @@ ORDER BY t.created_at DESC, t.id DESC LIMIT :lim
 
 def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | None) -> dict:
     """Every task attempt of the step over all its activations (POLL: with its round number)."""
-    step_id = _step_id(conn, inst, key)
+    _step_id(conn, inst, key)  # a step without a row (BLOCKED) has no rounds: not found
     binding = {"ns": inst["namespace_id"], "wf": inst["id"], "step": key, "k": "step_rounds"}
     at = aid = None
     if cursor:
@@ -115,7 +115,7 @@ def rounds(conn: Connection, inst: dict, key: str, limit: int, cursor: str | Non
     rows = run(
         conn,
         _HISTORY_ROUNDS,
-        {"s": step_id, "at": at, "aid": aid, "lim": limit + 1},
+        {"i": inst["id"], "k": key, "at": at, "aid": aid, "lim": limit + 1},
     ).all()
     items = []
     for r in rows[:limit]:

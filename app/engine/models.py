@@ -81,8 +81,10 @@ instances = Table(
     metadata,
     Column("id", Text, primary_key=True),
     Column("namespace_id", Text, nullable=False),
-    Column("definition_id", Text, ForeignKey("workflow_definitions.id"), nullable=False),
-    Column("definition_version_id", Text, ForeignKey("workflow_definition_versions.id"), nullable=False),
+    # the definition and version it runs: no foreign key (migration 0035: a start would lock both rows,
+    # shared by every instance of the definition); neither table ever loses a row (trigger ``never_deleted``)
+    Column("definition_id", Text, nullable=False),
+    Column("definition_version_id", Text, nullable=False),
     Column("version", Text, nullable=False),
     Column("state", Text, nullable=False),
     Column("revision", BigInteger, nullable=False, server_default=text("1")),
@@ -344,13 +346,9 @@ tasks = Table(
     Column("id", Text, primary_key=True),
     Column("namespace_id", Text, nullable=False),
     Column("instance_id", Text, ForeignKey("workflow_instances.id"), nullable=False),
-    # checked at commit: a step's first task is inserted before the step's row (``step_moves.activate``)
-    Column(
-        "step_id",
-        Text,
-        ForeignKey("workflow_steps.id", deferrable=True, initially="DEFERRED"),
-        nullable=False,
-    ),
+    # the step that inserted it, in the same transaction (no foreign key, migration 0036: its check locked
+    # the step's row at each task's commit; the task's key to its instance stays)
+    Column("step_id", Text, nullable=False),
     Column("step_key", Text, nullable=False),
     Column("activation_id", Text, nullable=False),  # the step's current activation or a replaced one
     Column("queue", Text, nullable=False),
@@ -403,8 +401,6 @@ Index(
     postgresql_where=text("state IN ('PENDING', 'CLAIMED')"),
 )
 Index("ix_workflow_tasks_instance", tasks.c.instance_id)
-# The removal of a step checks the foreign key by it (``retention_workflows``; migration 0032_fk_indexes).
-Index("ix_workflow_tasks_step", tasks.c.step_id)
 # A resent claim finds the tasks its key claimed (``task_moves.claim``).
 Index(
     "ix_workflow_tasks_claim_key",

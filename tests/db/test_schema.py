@@ -285,7 +285,7 @@ def test_every_foreign_key_is_checked_through_an_index(engine):
     with engine.connect() as conn:
         fks = conn.execute(text(_FOREIGN_KEYS)).all()
         assert {fk.conname for fk in fks} >= {
-            "workflow_tasks_step_id_fkey",
+            "workflow_tasks_instance_id_fkey",
             "workflow_waits_instance_id_fkey",
         }
         conn.execute(text("SET enable_seqscan = off"))
