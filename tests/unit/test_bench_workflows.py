@@ -205,3 +205,20 @@ def test_hot_updates_are_counted_per_table_and_shown_beside_the_updates() -> Non
     old = r.to_json()
     del old["counts"]["hot"]
     assert RunResult.from_json(old).counts.hot == {}  # type: ignore[union-attr]
+
+
+def test_the_wal_written_is_counted_per_workflow_and_never_holds_the_final_snapshot() -> None:
+    """The window's WAL (the server's position at both ends) per workflow, in the counts table and in a
+    saved result; two snapshots that differ only in it are equal, or ``final_snapshot`` (which waits for
+    two equal ones) would wait out its timeout on a server whose other databases write."""
+    before = Snapshot({"tasks": (10, 5, 0)}, 100, {}, wal=1_000_000)
+    after = Snapshot({"tasks": (14, 13, 0)}, 120, {}, wal=1_046_000)
+    assert Snapshot({"tasks": (10, 5, 0)}, 100, {}, wal=7) == before
+    c = delta(before, after)
+    assert c.wal == 46_000 and c.minus(Counts({}, 0, {}, 6_000)).wal == 40_000
+    pw = per_workflow(c, 2)
+    assert pw.wal == 23_000.0
+    assert further_step(pw, per_workflow(Counts({}, 0, {}, 10_000), 2), 2).wal == 9_000.0
+    assert "23,000" in "\n".join(counts_table({"task-task": pw}))
+    r = RunResult(engine="ledgerflow", shape="task-task", n=2, wall=1.0, counts=c)
+    assert RunResult.from_json(r.to_json()).counts.wal == 46_000  # type: ignore[union-attr]
