@@ -59,6 +59,17 @@ SHAPES = {
         {"key": "t", "kind": "TIMER", "delay_seconds": 0, "after": ["a"]},
         {"key": "b", "kind": "TASK", "queue": QUEUE, "after": ["t"]},
     ],
+    # bench.workflows' mapping shape: b's input maps a's output (each task outputs {"ok": true, "value": 1})
+    "mapping": [
+        {"key": "a", "kind": "TASK", "queue": QUEUE},
+        {
+            "key": "b",
+            "kind": "TASK",
+            "queue": QUEUE,
+            "after": ["a"],
+            "input": {"x": "$.steps.a.output.value"},
+        },
+    ],
 }
 
 
@@ -122,7 +133,7 @@ class Session:
     def complete(self, task: dict) -> list[dict]:
         """Complete ``task`` and claim one more in the same request, as ``TaskWorker`` does (the slot the
         completion freed); the tasks it claimed."""
-        item = {"id": task["id"], "epoch": task["epoch"], "output": {"ok": True}}
+        item = {"id": task["id"], "epoch": task["epoch"], "output": {"ok": True, "value": 1}}
         body = {"tasks": [item], "claim": {"queues": [QUEUE], "max_tasks": 1}}
         data = self.post("/v1/tasks/complete", body, self.worker_auth)["data"]
         if data["results"][0]["status"] != 200:
