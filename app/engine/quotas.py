@@ -92,7 +92,9 @@ q AS MATERIALIZED (
                          WHERE t.namespace_id = :ns AND t.queue = q.queue AND t.state = 'CLAIMED'
                          AND t.lease_expires_at > now()) l) c)
            END AS pending
-    FROM unnest(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n)
+    -- the definition's queues, estimated at one row (migration 0037: ``unnest`` of a parameter is ten,
+    -- which priced the generic plan at ten queues' counts and had this statement planned at every start)
+    FROM workflow_queue_list(CAST(:queues AS text[])) WITH ORDINALITY AS q(queue, n)
     LEFT JOIN own ON own.queue = q.queue CROSS JOIN o CROSS JOIN u),
 f AS MATERIALIZED (
     SELECT u.unfinished + u.flight < :instance_limit

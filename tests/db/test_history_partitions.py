@@ -27,6 +27,7 @@ from app.ledger import partitions, retention
 from app.ledger.partitions import AUDIT, EXECUTIONS, History, Partition
 from app.ledger.retention import RetentionPolicy
 from app.migrate import upgrade
+from tests.db.old_schemas import todays_functions
 from tests.engine.helpers import make_due, publish, run_jobs, start
 
 SPECS = (EVENT_BATCHES, EXECUTIONS, AUDIT)
@@ -285,6 +286,7 @@ def test_the_migration_keeps_every_row_and_the_drain_settles_the_legacy_partitio
     range; then new rows go to new partitions and an old workflow's events go on in sequence."""
     url, eng = scratch
     upgrade(url, "0031_compact_event_batches")
+    todays_functions(eng)  # the rows are made by today's code
     ns = "ns-" + uuid.uuid4().hex[:8]
     def_id = publish(eng, ns, TIMER)
     iids = [start(eng, ns, def_id, {"n": n})["id"] for n in range(3)]
@@ -443,6 +445,7 @@ def test_an_upgraded_installation_takes_rows_for_a_week_and_the_release_phase_se
     time in that week taken, as the drain would have left them."""
     url, eng = scratch
     upgrade(url, "0031_compact_event_batches")
+    todays_functions(eng)  # the rows are made by today's code
     ns = "ns-" + uuid.uuid4().hex[:8]
     start(eng, ns, publish(eng, ns, TIMER), {"n": 1})
     with eng.begin() as conn:

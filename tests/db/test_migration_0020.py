@@ -9,6 +9,7 @@ from sqlalchemy import Engine, text
 
 from app.engine.row_access import read_steps
 from app.migrate import alembic_config, upgrade
+from tests.db.old_schemas import todays_functions
 from tests.engine.helpers import publish, start
 
 DOC = {
@@ -52,6 +53,7 @@ def _steps(eng: Engine, iid: str) -> list[tuple]:
 def test_downgrade_restores_blocked_and_root_rows_and_upgrade_deletes_them(scratch):
     url, eng = scratch
     upgrade(url, "0035_definitions_unlocked")  # the last revision with the key (0036 drops it)
+    todays_functions(eng)  # the rows are made by today's code
     iid = start(eng, "ns-mig", publish(eng, "ns-mig", DOC), {})["id"]
     seen = _steps(eng, iid)
     assert [s[:2] for s in seen] == [("t", "ACTIVE"), ("wait", "BLOCKED")]

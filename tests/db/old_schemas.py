@@ -1,0 +1,25 @@
+"""Databases of an earlier revision filled by today's code (the migration tests): today's statements may
+call a function a later migration creates, which such a database is given first."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from sqlalchemy import Engine, text
+
+from app.files import ROOT
+
+
+def _migration(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "migrations" / "versions" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def todays_functions(engine: Engine) -> None:
+    """The SQL functions today's statements call, as their migrations create them (``CREATE OR REPLACE``:
+    the upgrade that follows creates them again)."""
+    with engine.begin() as conn:
+        conn.execute(text(_migration("0037_queue_list_rows").FUNCTION))
