@@ -10,7 +10,8 @@ from sqlalchemy import Engine, text
 from app.files import ROOT
 
 
-def _migration(name: str):
+def migration_module(name: str):
+    """The module of migration ``name`` (its constants: a migration never changes with the code)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "migrations" / "versions" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -22,4 +23,4 @@ def todays_functions(engine: Engine) -> None:
     """The SQL functions today's statements call, as their migrations create them (``CREATE OR REPLACE``:
     the upgrade that follows creates them again)."""
     with engine.begin() as conn:
-        conn.execute(text(_migration("0037_queue_list_rows").FUNCTION))
+        conn.execute(text(migration_module("0037_queue_list_rows").FUNCTION))

@@ -4,19 +4,11 @@ which must be that very expression for ``ix_workflow_instances_failed`` to serve
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from app.engine.finding import ERROR_GROUP_SQL
 from app.engine.models import ERROR_GROUP_SQL as MODEL_GROUP
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.db.old_schemas import migration_module
 
 
 def test_the_migration_indexes_the_expression_the_groups_use():
-    path = ROOT / "migrations" / "versions" / "0026_operator_actions.py"
-    spec = importlib.util.spec_from_file_location("m0026", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = migration_module("0026_operator_actions")
     assert module.ERROR_GROUP == ERROR_GROUP_SQL == MODEL_GROUP

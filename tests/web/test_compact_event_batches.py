@@ -5,10 +5,8 @@ the JSON of the whole form, and a row written in the whole form (before the migr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -16,6 +14,7 @@ from sqlalchemy import text
 from app.auth import ensure_namespace
 from app.db import transaction
 from app.engine import commit_batch
+from tests.db.old_schemas import migration_module
 from tests.engine.helpers import claim_task, complete_task, publish
 
 DOC = {
@@ -44,11 +43,7 @@ STATES = [
 
 
 def _migration():
-    path = Path(__file__).parents[2] / "migrations" / "versions" / "0031_compact_event_batches.py"
-    spec = importlib.util.spec_from_file_location("m0031", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return migration_module("0031_compact_event_batches")
 
 
 def _run(clean, sql: str, **params: Any) -> list[Any]:
