@@ -20,7 +20,7 @@ def test_a_start_leaves_its_definition_rows_unlocked(eng):
     def_id = publish(eng, ns, definition({"key": "a", "kind": "TASK", "queue": "sl.q"}))
     with transaction(eng) as conn:
         started = instances.start_workflow(conn, ns, {"definition_id": def_id, "version": "v1", "input": {}})
-        me = conn.execute(text("SELECT CAST(txid_current() AS text)")).scalar_one()
+        me = conn.execute(text("SELECT CAST(CAST(pg_current_xact_id() AS xid) AS text)")).scalar_one()
         # a row lock is written into the row's xmax; ours would be this transaction's id (or a MultiXact
         # of several lockers' ids)
         lockers = conn.execute(
