@@ -724,22 +724,22 @@ DELETE FROM workflow_quota_counts
 
 -- name: quota_counts_rebuild
 -- module: app.engine.quotas; prepared at its first run
--- sent: WITH truth AS ( SELECT namespace_id, count(*) AS n FROM workflow_instances WHERE completed_at IS NULL GROUP BY namespace_id ) INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
+-- sent: WITH truth AS ( SELECT i.namespace_id, count(*) AS n FROM workflow_instances i WHERE i.completed_at IS NULL GROUP BY i.namespace_id ) INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
 WITH
 truth AS (
-    SELECT namespace_id, count(*) AS n FROM workflow_instances
-    WHERE completed_at IS NULL GROUP BY namespace_id
+    SELECT i.namespace_id, count(*) AS n FROM workflow_instances i
+    WHERE i.completed_at IS NULL GROUP BY i.namespace_id
 )
 INSERT INTO workflow_quota_counts (namespace_id, stripe, unfinished) SELECT namespace_id, 0, n FROM truth
 ;
 
 -- name: quota_drift
 -- module: app.engine.quotas; prepared at its first run
--- sent: WITH truth AS ( SELECT namespace_id, count(*) AS n FROM workflow_instances WHERE completed_at IS NULL GROUP BY namespace_id ), kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id) SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, 'unfinished' AS what, COALESCE(k.n, 0) AS kept, COALESCE(t.n, 0) AS counted FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0) ORDER BY 1 LIMIT $1
+-- sent: WITH truth AS ( SELECT i.namespace_id, count(*) AS n FROM workflow_instances i WHERE i.completed_at IS NULL GROUP BY i.namespace_id ), kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id) SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, 'unfinished' AS what, COALESCE(k.n, 0) AS kept, COALESCE(t.n, 0) AS counted FROM truth t FULL JOIN kept k ON k.namespace_id = t.namespace_id WHERE COALESCE(k.n, 0) <> COALESCE(t.n, 0) ORDER BY 1 LIMIT $1
 WITH
 truth AS (
-    SELECT namespace_id, count(*) AS n FROM workflow_instances
-    WHERE completed_at IS NULL GROUP BY namespace_id
+    SELECT i.namespace_id, count(*) AS n FROM workflow_instances i
+    WHERE i.completed_at IS NULL GROUP BY i.namespace_id
 ),
 kept AS (SELECT namespace_id, sum(unfinished) AS n FROM workflow_quota_counts GROUP BY namespace_id)
 SELECT COALESCE(t.namespace_id, k.namespace_id) AS namespace_id, 'unfinished' AS what,

@@ -35,6 +35,7 @@ from sqlalchemy import Connection
 
 from app import settings
 from app.engine import commit_batch
+from app.engine.states import unfinished_sql
 from app.errors import LimitExceeded, QuotaExceeded
 from app.sql import query, run
 
@@ -207,10 +208,10 @@ def check(conn: Connection, namespace_id: str, instance_id: str, queues: list[st
 # count change commit together, and any difference is drift, not a race). Drift comes only from writes
 # that bypass the engine's transitions: TRUNCATE, a hand-made UPDATE or DELETE of the rows. The tasks
 # have no count to drift: the check counts their rows.
-_QUOTA_TRUTH = """
+_QUOTA_TRUTH = f"""
 truth AS (
-    SELECT namespace_id, count(*) AS n FROM workflow_instances
-    WHERE completed_at IS NULL GROUP BY namespace_id
+    SELECT i.namespace_id, count(*) AS n FROM workflow_instances i
+    WHERE {unfinished_sql("i")} GROUP BY i.namespace_id
 )"""
 _QUOTA_DRIFT = query(
     "quota_drift",

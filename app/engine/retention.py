@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.engine.states import TERMINAL
+from app.engine.states import TERMINAL, ended_sql
 from app.errors import InvalidArgument
 from app.idempotency import RETENTION_HOURS
 from app.ledger import partitions
@@ -40,9 +40,7 @@ from app.settings import (
 from app.sql import query, run
 
 _ENDED_STATES = sorted(str(s) for s in TERMINAL)
-# ended, as ``ix_workflow_instances_finished`` says it (migration 0034: ``completed_at`` is set exactly when the
-# state is terminal, ``ck_workflow_instances_ended``)
-_ENDED = "i.completed_at IS NOT NULL"
+_ENDED = ended_sql("i")
 
 
 @dataclass(frozen=True)
@@ -211,11 +209,11 @@ def set_hold(
 # settled (not PENDING) signals of finished instances, past the retention
 _SIGNALS_PRUNE = query(
     "signals_prune",
-    """
+    f"""
 WITH removed AS (DELETE FROM workflow_signals WHERE id IN (
     SELECT x.id FROM workflow_signals x JOIN workflow_instances i ON i.id = x.instance_id
     WHERE x.state <> 'PENDING' AND x.resolved_at < now() - make_interval(secs => :days * 86400)
-      AND i.completed_at IS NOT NULL
+      AND {_ENDED}
     ORDER BY x.resolved_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING 1)
 SELECT count(*) FROM removed

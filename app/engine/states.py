@@ -156,6 +156,19 @@ def values(enum: type[StrEnum]) -> list[str]:
     return [m.value for m in enum]
 
 
+def ended_sql(alias: str) -> str:
+    """SQL: the instance ``alias`` has ended (its state is in TERMINAL), said as the partial indexes say it
+    (migration 0034): ``completed_at`` is set exactly when the state is terminal (the constraint
+    ``ck_workflow_instances_ended``), and no index reads ``state``, so that a move between open states is a
+    HOT update."""
+    return f"{alias}.completed_at IS NOT NULL"
+
+
+def unfinished_sql(alias: str) -> str:
+    """SQL: the instance ``alias`` has not ended (``ended_sql``'s negation, as the unfinished index says it)."""
+    return f"{alias}.completed_at IS NULL"
+
+
 # --------------------------------------------------------------------------- the state machines, as data
 # Every move of the prose above as a row (``app.ledger.states.Move``): docs/state_machine.md is drawn from
 # these tables (``python -m app.engine.state_diagrams``), and tests/unit/test_state_machine.py holds them

@@ -23,15 +23,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.engine.states import ended_sql, unfinished_sql
 from app.sql import query, run
 
 RECENT_CAP = 10_000  # ended workflows read for the last day's figures (the most recent ones)
 LIVE_CAP = 20_000  # unfinished workflows read for the counts of the live work
 LIST_LIMIT = 5
 _SCOPE = "(CAST(:queues AS text[]) IS NULL OR i.queues <@ CAST(:queues AS text[]))"
-# unfinished / ended as ``ix_workflow_instances_unfinished`` and ``_finished`` say it (migration 0034:
-# ``completed_at`` is set exactly when the state is terminal, ``ck_workflow_instances_ended``)
-_UNFINISHED = "i.completed_at IS NULL"
+_UNFINISHED = unfinished_sql("i")
 
 # the live work by definition and state (paused counted apart)
 SUMMARY_UNFINISHED = query(
@@ -51,7 +50,7 @@ SUMMARY_RECENT = query(
     f"""
 WITH recent AS (
     SELECT i.definition_id, i.state, i.completed_at FROM workflow_instances i
-    WHERE i.namespace_id = :ns AND i.completed_at IS NOT NULL
+    WHERE i.namespace_id = :ns AND {ended_sql("i")}
       AND i.completed_at >= now() - interval '1 day' AND {_SCOPE}
     ORDER BY i.completed_at DESC LIMIT :cap
 )
