@@ -141,7 +141,7 @@ SELECT set_config('statement_timeout', CAST(:ms AS text), true)
 
 -- name: engine_commit_batch
 -- module: app.engine.commit_batch; prepared at its first run
--- sent: WITH counted AS ( INSERT INTO workflow_quota_counts AS c (namespace_id, stripe, unfinished) SELECT d.ns, pg_backend_pid() % 64, d.change FROM unnest(CAST($1 AS text[]), CAST($2 AS bigint[])) AS d(ns, change) ON CONFLICT (namespace_id, stripe) DO UPDATE SET unfinished = c.unfinished + EXCLUDED.unfinished), b AS ( SELECT b.*, sum(b.n) OVER (PARTITION BY b.iid ORDER BY b.ord) - b.n AS before FROM json_to_recordset(CAST($3 AS json)) AS b(ord int, id text, iid text, n int, events json, audit json, job bigint, response text)) INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance, trace_id, events, audit, dispatch_job_id, start_response) SELECT b.id, i.namespace_id, i.id, CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END, '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END, '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response FROM b CROSS JOIN LATERAL (SELECT i.namespace_id, i.id, i.paused, i.state, i.created_at FROM workflow_instances i WHERE i.id = b.iid LIMIT 1) i CROSS JOIN LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = b.iid AND created_at >= i.created_at - interval '1 day') s
+-- sent: WITH counted AS ( INSERT INTO workflow_quota_counts AS c (namespace_id, stripe, unfinished) SELECT d.ns, pg_backend_pid() % 64, d.change FROM unnest(CAST($1 AS text[]), CAST($2 AS bigint[])) AS d(ns, change) ON CONFLICT (namespace_id, stripe) DO UPDATE SET unfinished = c.unfinished + EXCLUDED.unfinished), b AS ( SELECT b.*, sum(b.n) OVER (PARTITION BY b.iid ORDER BY b.ord) - b.n AS before FROM json_to_recordset(CAST($3 AS json)) AS b(ord int, id text, iid text, n int, events json, audit json, job bigint, response text)) INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance, trace_id, events_json, audit_json, dispatch_job_id, start_response) SELECT b.id, i.namespace_id, i.id, CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END, '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END, '', b.events, b.audit, b.job, b.response FROM b CROSS JOIN LATERAL (SELECT i.namespace_id, i.id, i.paused, i.state, i.created_at FROM workflow_instances i WHERE i.id = b.iid LIMIT 1) i CROSS JOIN LATERAL (SELECT COALESCE(max(last_seq), 0) AS last FROM workflow_event_batches WHERE instance_id = b.iid AND created_at >= i.created_at - interval '1 day') s
 WITH counted AS (
     INSERT INTO workflow_quota_counts AS c (namespace_id, stripe, unfinished)
     SELECT d.ns, pg_backend_pid() % 64, d.change
@@ -152,11 +152,11 @@ b AS (
     FROM json_to_recordset(CAST(:batches AS json)) AS b(ord int, id text, iid text, n int, events json,
         audit json, job bigint, response text))
 INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance,
-    trace_id, events, audit, dispatch_job_id, start_response)
+    trace_id, events_json, audit_json, dispatch_job_id, start_response)
 SELECT b.id, i.namespace_id, i.id,
     CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END,
     '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END,
-    '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
+    '', b.events, b.audit, b.job, b.response
 FROM b
     -- each batch finds its instance by primary key (LIMIT 1: a subquery the planner keeps as it is, so the
     -- batches are the outer side whatever the tables' statistics say; as a plain join a plan made on small
@@ -910,11 +910,11 @@ SELECT key, copied_from FROM workflow_steps WHERE instance_id = :i AND copied_fr
 
 -- name: event_batches_prune
 -- module: app.engine.retention; prepared at its first run
--- sent: WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN ( SELECT x.id FROM workflow_event_batches x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => $2 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($3 AS text[]), CAST($4 AS float8[])) AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400)))) AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => $5)) AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.completed_at IS NOT NULL) ORDER BY x.created_at LIMIT $6 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
+-- sent: WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN ( SELECT x.id FROM workflow_event_batches x WHERE x.created_at < now() - make_interval(secs => $1 * 86400) AND ((x.audit_json IS NULL AND COALESCE(x.audit, '[]'::jsonb) = '[]'::jsonb) OR (x.created_at < now() - make_interval(secs => $2 * 86400) AND NOT EXISTS (SELECT 1 FROM unnest(CAST($3 AS text[]), CAST($4 AS float8[])) AS o(ns, days) WHERE o.ns = x.namespace_id AND x.created_at >= now() - make_interval(secs => o.days * 86400)))) AND (x.start_response IS NULL OR x.created_at < now() - make_interval(hours => $5)) AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = x.instance_id AND NOT i.completed_at IS NOT NULL) ORDER BY x.created_at LIMIT $6 FOR UPDATE OF x SKIP LOCKED) RETURNING 1) SELECT count(*) FROM removed
 WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN (
     SELECT x.id FROM workflow_event_batches x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400)
-      AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400)
+      AND ((x.audit_json IS NULL AND COALESCE(x.audit, '[]'::jsonb) = '[]'::jsonb) OR (x.created_at < now() - make_interval(secs => :audit_days * 86400)
            AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
                            WHERE o.ns = x.namespace_id
                              AND x.created_at >= now() - make_interval(secs => o.days * 86400))))
@@ -959,7 +959,7 @@ LIMIT :limit
 
 -- name: workflow_remove_finished
 -- module: app.engine.retention; prepared at its first run
--- sent: WITH doomed AS ( SELECT r.id FROM namespaces n CROSS JOIN LATERAL ( SELECT i.id, i.completed_at FROM workflow_instances i WHERE i.namespace_id = n.id AND i.completed_at IS NOT NULL AND i.completed_at < now() - make_interval(secs => $1 * 86400) AND GREATEST(i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400), i.hold_until) < now() AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT j.status IN ('succeeded', 'canceled')) AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id AND NOT p.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY i.completed_at, i.id LIMIT $5 FOR UPDATE OF i SKIP LOCKED ) r ORDER BY r.completed_at, r.id LIMIT $5 ), s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)), w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)), t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)), a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)), st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)), e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb), gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1) SELECT count(*) FROM gone
+-- sent: WITH doomed AS ( SELECT r.id FROM namespaces n CROSS JOIN LATERAL ( SELECT i.id, i.completed_at FROM workflow_instances i WHERE i.namespace_id = n.id AND i.completed_at IS NOT NULL AND i.completed_at < now() - make_interval(secs => $1 * 86400) AND GREATEST(i.completed_at + make_interval(secs => COALESCE( (SELECT o.days FROM unnest(CAST($2 AS text[]), CAST($3 AS float8[])) AS o(ns, days) WHERE o.ns = i.namespace_id), $4) * 86400), i.hold_until) < now() AND NOT EXISTS (SELECT 1 FROM workflow_jobs j WHERE j.instance_id = i.id AND NOT j.status IN ('succeeded', 'canceled')) AND NOT EXISTS (SELECT 1 FROM workflow_instances p WHERE p.id = i.parent_instance_id AND NOT p.state IN ('CANCELLED', 'FAILED', 'SUCCEEDED')) ORDER BY i.completed_at, i.id LIMIT $5 FOR UPDATE OF i SKIP LOCKED ) r ORDER BY r.completed_at, r.id LIMIT $5 ), s AS (DELETE FROM workflow_signals WHERE instance_id IN (SELECT id FROM doomed)), w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)), t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)), a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)), st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)), e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND (audit_json IS NULL AND COALESCE(audit, '[]'::jsonb) = '[]'::jsonb)), gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1) SELECT count(*) FROM gone
 WITH doomed AS (
 SELECT r.id FROM namespaces n CROSS JOIN LATERAL (
     SELECT i.id, i.completed_at FROM workflow_instances i
@@ -983,7 +983,7 @@ w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)),
 t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)),
 a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)),
 st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
-e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb),
+e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND (audit_json IS NULL AND COALESCE(audit, '[]'::jsonb) = '[]'::jsonb)),
 gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1)
 SELECT count(*) FROM gone
 ;

@@ -24,6 +24,9 @@ STRIPES = 64
 # ordinal (events 0..2047, audit entries 2048..4095); a transaction with more writes several batches.
 BATCH_EVENTS = 2048
 BATCH_AUDIT = 2048
+# An event's JSON text without the spaces ``json.dumps`` puts after separators: the row keeps the text as
+# written (``events_json``, migration 0038)
+_COMPACT = (",", ":")
 
 # What a batch row stores of its instance (the compact form, migration 0031): only what the transaction
 # changed, its state as it left it (a JSON string; ``{"state", "paused": true}`` while paused). Its id is
@@ -49,11 +52,11 @@ b AS (
     FROM json_to_recordset(CAST(:batches AS json)) AS b(ord int, id text, iid text, n int, events json,
         audit json, job bigint, response text))
 INSERT INTO workflow_event_batches (id, namespace_id, instance_id, first_seq, last_seq, definition_id, instance,
-    trace_id, events, audit, dispatch_job_id, start_response)
+    trace_id, events_json, audit_json, dispatch_job_id, start_response)
 SELECT b.id, i.namespace_id, i.id,
     CASE WHEN b.n > 0 THEN s.last + b.before + 1 END, CASE WHEN b.n > 0 THEN s.last + b.before + b.n END,
     '', CASE WHEN i.paused THEN jsonb_build_object('state', i.state, 'paused', true) ELSE to_jsonb(i.state) END,
-    '', CAST(b.events AS jsonb), CAST(b.audit AS jsonb), b.job, b.response
+    '', b.events, b.audit, b.job, b.response
 FROM b
     -- each batch finds its instance by primary key (LIMIT 1: a subquery the planner keeps as it is, so the
     -- batches are the outer side whatever the tables' statistics say; as a plain join a plan made on small
@@ -129,9 +132,9 @@ def event_text(batch: InstanceBatch, event_type: str, data: dict[str, Any]) -> s
         if k is not None and k // BATCH_EVENTS == n // BATCH_EVENTS:
             rest = {x: v for x, v in data.items() if x not in ("step_key", "activation_id")}
             rest["+"] = k % BATCH_EVENTS
-            return json.dumps([event_type, rest], default=str)
+            return json.dumps([event_type, rest], default=str, separators=_COMPACT)
         batch.pairs[pair] = n
-    return json.dumps([event_type, data] if data else [event_type], default=str)
+    return json.dumps([event_type, data] if data else [event_type], default=str, separators=_COMPACT)
 
 
 def read_events(events: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -251,8 +254,11 @@ class CommitBatch(CommitBuffer):
                         "response": b.response if k == 0 else None,
                     }
                 )
-                # the events and audit entries are JSON texts already: spliced in, not encoded again
-                rows.append(f'{head[:-1]}, "events": [{",".join(evs)}], "audit": [{",".join(aud)}]}}')
+                # the events and audit entries are JSON texts already: spliced in, not encoded again, and
+                # stored as written (``json``: migration 0038); an empty list is stored as NULL
+                events = f"[{','.join(evs)}]" if evs else "null"
+                audit = f"[{','.join(aud)}]" if aud else "null"
+                rows.append(f'{head[:-1]}, "events": {events}, "audit": {audit}}}')
         params = {
             "count_namespaces": [ns for ns, _ in counts],
             "count_changes": [n for _, n in counts],

@@ -103,6 +103,7 @@ ORDER BY r.completed_at, r.id
 LIMIT :limit
 """
 
+
 # One batch of finished workflows with everything that is theirs alone (each by an index of its table), and
 # how many went (counted here: the drain runs in the worker process beside the pool, and building a
 # batch's thousands of returned ids in Python holds its interpreter lock from the pool's claims). The
@@ -110,6 +111,12 @@ LIMIT :limit
 # checked at the end of the statement, when every sub-statement has run, each deleted row's by an index of
 # the referencing table (migration 0032_fk_indexes; ``tests/db/test_schema.py`` checks that every foreign
 # key into a table rows are deleted from has one).
+# A batch row without audit entries: a row written since migration 0038 keeps them in ``audit_json`` (NULL:
+# none), one written before in ``audit`` ('[]': none).
+def _unaudited(prefix: str = "") -> str:
+    return f"({prefix}audit_json IS NULL AND COALESCE({prefix}audit, '[]'::jsonb) = '[]'::jsonb)"
+
+
 REMOVE_FINISHED_WORKFLOWS = query(
     "workflow_remove_finished",
     f"""
@@ -119,7 +126,7 @@ w AS (DELETE FROM workflow_waits WHERE instance_id IN (SELECT id FROM doomed)),
 t AS (DELETE FROM workflow_tasks WHERE instance_id IN (SELECT id FROM doomed)),
 a AS (DELETE FROM workflow_activations WHERE instance_id IN (SELECT id FROM doomed)),
 st AS (DELETE FROM workflow_steps WHERE instance_id IN (SELECT id FROM doomed)),
-e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND audit = '[]'::jsonb),
+e AS (DELETE FROM workflow_event_batches WHERE instance_id IN (SELECT id FROM doomed) AND {_unaudited()}),
 gone AS (DELETE FROM workflow_instances WHERE id IN (SELECT id FROM doomed) RETURNING 1)
 SELECT count(*) FROM gone
 """,
@@ -236,7 +243,7 @@ _EVENT_BATCHES_PRUNE = query(
 WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN (
     SELECT x.id FROM workflow_event_batches x
     WHERE x.created_at < now() - make_interval(secs => :days * 86400)
-      AND (x.audit = '[]'::jsonb OR (x.created_at < now() - make_interval(secs => :audit_days * 86400)
+      AND ({_unaudited("x.")} OR (x.created_at < now() - make_interval(secs => :audit_days * 86400)
            AND NOT EXISTS (SELECT 1 FROM unnest(CAST(:ns_ids AS text[]), CAST(:ns_days AS float8[])) AS o(ns, days)
                            WHERE o.ns = x.namespace_id
                              AND x.created_at >= now() - make_interval(secs => o.days * 86400))))

@@ -27,7 +27,7 @@ from app.ledger import partitions, retention
 from app.ledger.partitions import AUDIT, EXECUTIONS, History, Partition
 from app.ledger.retention import RetentionPolicy
 from app.migrate import upgrade
-from tests.db.old_schemas import todays_functions
+from tests.db.old_schemas import migration_module, todays_functions
 from tests.engine.helpers import make_due, publish, run_jobs, start
 
 SPECS = (EVENT_BATCHES, EXECUTIONS, AUDIT)
@@ -310,6 +310,9 @@ def test_the_migration_keeps_every_row_and_the_drain_settles_the_legacy_partitio
                 "VALUES (900001, 1, 1, 'succeeded', now())"
             )
         )
+
+    with eng.begin() as conn:  # the batches as that revision's code wrote them (jsonb: before migration 0038)
+        conn.execute(text(migration_module("0038_event_batches_json").AS_JSONB))
 
     def read() -> tuple:
         with eng.connect() as conn:

@@ -85,7 +85,7 @@ def test_one_batch_row_per_transaction_and_instance(eng) -> None:
     with eng.connect() as conn:
         batches = conn.execute(
             text(
-                "SELECT id, first_seq, last_seq, jsonb_array_length(events) AS n, jsonb_array_length(audit) AS a "
+                "SELECT id, first_seq, last_seq, json_array_length(events_json) AS n, json_array_length(audit_json) AS a "
                 "FROM workflow_event_batches WHERE instance_id = :i ORDER BY last_seq"
             ),
             {"i": iid},

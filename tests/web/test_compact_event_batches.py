@@ -110,11 +110,18 @@ def test_the_events_and_the_audit_read_as_the_whole_form_from_compact_rows(clien
     # stored compact: the state and the paused flag, no ids; the start entry points at the response
     rows = _run(
         clean,
-        "SELECT definition_id, trace_id, instance, events, audit FROM workflow_event_batches WHERE instance_id = :w "
+        "SELECT definition_id, trace_id, instance, CAST(events_json AS jsonb) AS events, "
+        "CAST(audit_json AS jsonb) AS audit, events_json::text AS events_text, audit_json::text AS audit_text, "
+        "events IS NULL AND audit IS NULL AS no_jsonb FROM workflow_event_batches WHERE instance_id = :w "
         "ORDER BY last_seq",
         w=wid,
     )
     assert len(rows) == 3  # the start, each completion
+    # the events and audit entries as the JSON text written (migration 0038), compact: no space after a
+    # separator (outside the strings, which hold none here)
+    assert all(r.no_jsonb for r in rows)
+    assert all(", " not in r.events_text and '": ' not in r.events_text for r in rows)
+    assert all(", " not in r.audit_text and '": ' not in r.audit_text for r in rows)
     assert all(
         r.definition_id == "" and r.trace_id == "" and r.instance in ("RUNNING", "SUCCEEDED") for r in rows
     )
@@ -189,8 +196,15 @@ def test_the_events_and_the_audit_read_as_the_whole_form_from_compact_rows(clien
     assert start["after"] == started["data"]["instance"]
     assert start["after"]["input"] == {"n": 1, "f": 1.1, "nested": {"z": 1, "a": [2]}}
 
-    # the same rows in the whole form (what migration 0031's downgrade writes, and every row written before
-    # it): every consumer reads exactly the same
+    # the same rows as a release before migration 0038 wrote them (jsonb; its downgrade writes them so):
+    # every consumer reads exactly the same
+    _run(clean, migration_module("0038_event_batches_json").AS_JSONB)
+    assert (
+        _run(clean, "SELECT count(*) AS n FROM workflow_event_batches WHERE events_json IS NOT NULL")[0].n
+        == 0
+    )
+    assert _rendered(client, clean, wid, h) == got
+    # and in the whole form (what migration 0031's downgrade writes, and every row written before it)
     for statement in _migration().WHOLE_FORM:
         _run(clean, statement)
     rows = _run(
@@ -209,7 +223,7 @@ def test_a_start_entry_that_differs_from_the_response_keeps_its_after(client, to
     ns, wid, h, started = _scripted(client, token, clean, {"url": "https://u:p@x.test/?a=1"})
     entry = _run(
         clean,
-        "SELECT audit -> 0 FROM workflow_event_batches WHERE instance_id = :w AND start_response IS NOT NULL",
+        "SELECT CAST(audit_json AS jsonb) -> 0 FROM workflow_event_batches WHERE instance_id = :w AND start_response IS NOT NULL",
         w=wid,
     )[0][0]
     assert entry["action"] == "workflow.start" and "after" in entry and "after_in_response" not in entry
