@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 403 statements, 20 templates.
+-- 405 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -1390,13 +1390,13 @@ UPDATE workflow_instances SET compensation = compensation || jsonb_build_object(
 -- name: instance_set_progress
 -- module: app.engine.transitions.instance_moves; prepared at its first run
 -- sent: UPDATE workflow_instances w SET state = $1, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = $2) o WHERE w.id = $2 AND w.state = ANY($3) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation
-UPDATE workflow_instances w SET state = :s, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation
+UPDATE workflow_instances w SET state = :progress, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation
 ;
 
 -- name: instance_set_progress_unbumped
 -- module: app.engine.transitions.instance_moves; prepared at its first run
 -- sent: UPDATE workflow_instances w SET state = $1 FROM (SELECT state AS old FROM workflow_instances WHERE id = $2) o WHERE w.id = $2 AND w.state = ANY($3) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation
-UPDATE workflow_instances w SET state = :s FROM (SELECT state AS old FROM workflow_instances WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation
+UPDATE workflow_instances w SET state = :progress FROM (SELECT state AS old FROM workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation
 ;
 
 -- name: instance_start_compensation
@@ -1490,6 +1490,28 @@ VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS
 ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
 ;
 
+-- name: step_activate_first_progress
+-- module: app.engine.transitions.step_moves; prepared at its first run
+-- sent: WITH task AS ( INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input, attempt, poll_round, deadline_at, purpose, instance_created_at) SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round, now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at FROM json_to_recordset(CAST($1 AS json)) AS t(id text, ns text, inst text, step text, key text, act text, queue text, input text, attempt int, round int, timeout float8, purpose text, instance_created_at timestamptz)), p AS (UPDATE workflow_instances w SET state = $2, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = $3) o WHERE w.id = $3 AND w.state = ANY($4) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation), st AS (INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id, activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at) VALUES ($5, $3, $6, $7, $8, 2, $9, $10, $11, $12, $8, CAST($13 AS jsonb), NULL, NULL, $14, NULL, $15, $16, $15, $15, $17, NULL, NULL, NULL, NULL, now(), NULL) ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id) SELECT p.* FROM st LEFT JOIN p ON true
+WITH task AS (
+    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+        attempt, poll_round, deadline_at, purpose, instance_created_at)
+    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
+        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
+    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
+        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
+        instance_created_at timestamptz)),
+p AS (UPDATE workflow_instances w SET state = :progress, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation),
+st AS (INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
+    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
+    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
+VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
+    :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id)
+SELECT p.* FROM st LEFT JOIN p ON true
+;
+
 -- name: step_activate_first_with_jobs
 -- module: app.engine.transitions.step_moves; prepared at its first run
 -- sent: WITH task AS ( INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input, attempt, poll_round, deadline_at, purpose, instance_created_at) SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round, now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at FROM json_to_recordset(CAST($1 AS json)) AS t(id text, ns text, inst text, step text, key text, act text, queue text, input text, attempt int, round int, timeout float8, purpose text, instance_created_at timestamptz)), job AS ( INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at, max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent) SELECT CAST(j.type AS workflow_job_type), CAST(j.queue AS workflow_job_queue), CAST(j.payload AS jsonb), j.instance_id, j.task_id, j.step_key, j.priority, COALESCE(j.run_at, now() + j.delay_ms * interval '1 millisecond'), j.max_attempts, j.execution_timeout_ms, j.operation_key, j.idempotency_key, j.trace_id, j.traceparent FROM json_to_recordset(CAST($2 AS json)) AS j(type text, queue text, payload text, instance_id text, task_id text, step_key text, priority int, run_at timestamptz, delay_ms float8, max_attempts int, execution_timeout_ms bigint, operation_key text, idempotency_key text, trace_id text, traceparent text) ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING) INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id, activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at) VALUES ($3, $4, $5, $6, $7, 2, $8, $9, $10, $11, $7, CAST($12 AS jsonb), NULL, NULL, $13, NULL, $14, $15, $14, $14, $16, NULL, NULL, NULL, NULL, now(), NULL) ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
@@ -1519,6 +1541,39 @@ INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, 
 VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
     :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
 ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
+;
+
+-- name: step_activate_first_with_jobs_progress
+-- module: app.engine.transitions.step_moves; prepared at its first run
+-- sent: WITH task AS ( INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input, attempt, poll_round, deadline_at, purpose, instance_created_at) SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round, now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at FROM json_to_recordset(CAST($1 AS json)) AS t(id text, ns text, inst text, step text, key text, act text, queue text, input text, attempt int, round int, timeout float8, purpose text, instance_created_at timestamptz)), job AS ( INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at, max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent) SELECT CAST(j.type AS workflow_job_type), CAST(j.queue AS workflow_job_queue), CAST(j.payload AS jsonb), j.instance_id, j.task_id, j.step_key, j.priority, COALESCE(j.run_at, now() + j.delay_ms * interval '1 millisecond'), j.max_attempts, j.execution_timeout_ms, j.operation_key, j.idempotency_key, j.trace_id, j.traceparent FROM json_to_recordset(CAST($2 AS json)) AS j(type text, queue text, payload text, instance_id text, task_id text, step_key text, priority int, run_at timestamptz, delay_ms float8, max_attempts int, execution_timeout_ms bigint, operation_key text, idempotency_key text, trace_id text, traceparent text) ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING), p AS (UPDATE workflow_instances w SET state = $3, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = $4) o WHERE w.id = $4 AND w.state = ANY($5) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation), st AS (INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id, activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id, poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at, poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at) VALUES ($6, $4, $7, $8, $9, 2, $10, $11, $12, $13, $9, CAST($14 AS jsonb), NULL, NULL, $15, NULL, $16, $17, $16, $16, $18, NULL, NULL, NULL, NULL, now(), NULL) ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id) SELECT p.* FROM st LEFT JOIN p ON true
+WITH task AS (
+    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
+        attempt, poll_round, deadline_at, purpose, instance_created_at)
+    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
+        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
+    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
+        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
+        instance_created_at timestamptz)),
+job AS (
+    INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
+        max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
+    SELECT CAST(j.type AS workflow_job_type), CAST(j.queue AS workflow_job_queue), CAST(j.payload AS jsonb),
+        j.instance_id, j.task_id, j.step_key, j.priority,
+        COALESCE(j.run_at, now() + j.delay_ms * interval '1 millisecond'),
+        j.max_attempts, j.execution_timeout_ms, j.operation_key, j.idempotency_key, j.trace_id, j.traceparent
+    FROM json_to_recordset(CAST(:jobs AS json)) AS j(type text, queue text, payload text, instance_id text,
+        task_id text, step_key text, priority int, run_at timestamptz, delay_ms float8, max_attempts int,
+        execution_timeout_ms bigint, operation_key text, idempotency_key text, trace_id text, traceparent text)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING),
+p AS (UPDATE workflow_instances w SET state = :progress, revision = revision + 1, updated_at = now() FROM (SELECT state AS old FROM workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) RETURNING o.old, w.id, w.namespace_id, w.definition_id, w.definition_version_id, w.version, w.state, w.revision, w.paused, w.control_revision, w.input::text AS input, w.business_key, w.queues, w.deadline_at, w.output::text AS output, w.cancel_requested_at, w.stop_kind, w.stop_requested_at, w.completed_at, w.error::text AS error, w.trace_id, w.parent_instance_id, w.parent_step_key, w.parent_activation_id, w.parent_element, w.schedule_id, w.schedule_fire_at, w.created_at, w.updated_at, w.compensation::text AS compensation),
+st AS (INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
+    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
+    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
+VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
+    :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id)
+SELECT p.* FROM st LEFT JOIN p ON true
 ;
 
 -- name: step_activation_input_of

@@ -94,15 +94,48 @@ def activation_input(kind: str, spec: dict, mctx: dict) -> Any:
     return mapping.resolve(spec.get("input", {}), mctx)
 
 
+def activated_state(kind: str) -> str:
+    """The state a step of ``kind`` is in once activated."""
+    return StepState.WAITING if kind in (K.TIMER, K.SIGNAL) else StepState.ACTIVE
+
+
+def moves_nothing_else(spec: dict) -> bool:
+    """Does activating a step of ``spec`` leave every other step as it was, and its own row in
+    ``activated_state``, once its own statement ran? Not a SIGNAL or POLL (an early signal may move it on;
+    a POLL starts its round after), nor a fan-out (an empty one succeeds at once)."""
+    return spec["kind"] in (K.TASK, K.TIMER, K.SUBWORKFLOW, K.TRIGGER) and "for_each" not in spec
+
+
 def activate(
     conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict, *, allowed: list[str] | None = None
 ) -> dict:
     """Activation ``sequence + 1`` of ``step``; returns the step row as it now is, in what the engine's
     decisions read (state, activation, task). ``allowed``: the step states it may leave (BLOCKED by
     default; the operator's RETRY_STEP passes the resolvable ones)."""
+    return _activate(conn, inst, step, spec, mctx, allowed, None)[0]
+
+
+def activate_then_progress(
+    conn: Connection, inst: dict, step: dict, spec: dict, mctx: dict, progress: str
+) -> tuple[dict, Any]:
+    """``activate`` of a BLOCKED step (``moves_nothing_else``) whose activation the instance's move to
+    ``progress`` (RUNNING / WAITING) follows, the move written by the activation's own statement
+    (``step_moves.activate``): the step row, and the instance's row as moved (``instance_moves.progressed``)."""
+    return _activate(conn, inst, step, spec, mctx, None, progress)
+
+
+def _activate(
+    conn: Connection,
+    inst: dict,
+    step: dict,
+    spec: dict,
+    mctx: dict,
+    allowed: list[str] | None,
+    progress: str | None,
+) -> tuple[dict, Any]:
     kind = step["kind"]
     act_input = activation_input(kind, spec, mctx)
-    state = StepState.WAITING if kind in (K.TIMER, K.SIGNAL) else StepState.ACTIVE
+    state = activated_state(kind)
     act = step_moves.insert_activation(
         conn,
         step,
@@ -193,7 +226,9 @@ def activate(
                 correlation_key=None,
                 inst_deadline=inst["deadline_at"],
             )
-    step_moves.activate(conn, inst["id"], step, state, act, task_id=task_id, allowed=allowed, work=rows)
+    moved = step_moves.activate(
+        conn, inst["id"], step, state, act, task_id=task_id, allowed=allowed, work=rows, progress=progress
+    )
     if kind == K.POLL:
         start_poll_round(conn, inst, {**step, "activation_id": act_id}, spec, used_rounds=0, round_attempts=0)
     audit_entries.advance(
@@ -214,7 +249,7 @@ def activate(
         "task_attempts": 1 if kind == K.TASK else 0,
         "stored": True,
         "act_input": act_input,
-    }
+    }, moved
 
 
 def activate_refused(conn: Connection, inst: dict, step: dict) -> dict:

@@ -48,6 +48,7 @@ from app.engine.decide.model import (
     SetProgress,
     SettleCancel,
     Skip,
+    Snapshot,
 )
 from app.engine.row_access import MISSING, read_instance, read_steps, step_specs, version_document
 from app.engine.states import STEP_OPEN, InstanceState, StepKind, StepState
@@ -113,14 +114,28 @@ def make_progress(
             continue
         if isinstance(effect, Activate):
             specs = step_specs(doc)
+            # the instance's move that the next round would decide, written by the round's last activation
+            # (one statement less), when the round's activations move nothing but their own steps
+            follow = None if new else _progress_after(snap, rows, effect.keys, specs, pinned, mctx)
             activated: dict[str, dict] = {}
+            moved = None
             for key in effect.keys:  # activating one step does not move another: the loaded rows hold
                 step = rows[key]
                 try:
-                    activated[key] = activation.activate(conn, inst, step, specs[key], mctx)
+                    if follow is not None and key == effect.keys[-1]:
+                        activated[key], moved = activation.activate_then_progress(
+                            conn, inst, step, specs[key], mctx, follow
+                        )
+                    else:
+                        activated[key] = activation.activate(conn, inst, step, specs[key], mctx)
                 except mapping.MappingTooLarge as exc:  # the step fails with the reason, once
                     refused = activation.activate_refused(conn, inst, step)
                     return fail_step(conn, instance_id, refused, exc.error())
+            if follow is not None:
+                after = decide_progress.progress(snapshot.of(inst, {**rows, **activated}), pinned, mctx)
+                if after != SetProgress(follow):  # the rule and its prediction disagree: a bug, rolled back
+                    raise RuntimeError(f"workflow {instance_id}: predicted {follow}, decided {after}")
+                return instance_moves.progressed(conn, instance_id, follow, moved)
             waiting = [k for k in effect.keys if specs[k]["kind"] in (StepKind.SIGNAL, StepKind.POLL)]
             if signal_match.consume_early(conn, inst, waiting):
                 rows = None  # a signal moved a step on: read them again
@@ -158,6 +173,23 @@ def make_progress(
             return instance_moves.touch(conn, instance_id)
         return instance_moves.set_progress(conn, instance_id, effect.state)
     raise RuntimeError(f"workflow {instance_id}: progress did not settle")  # pragma: no cover
+
+
+def _progress_after(
+    snap: Snapshot,
+    rows: dict[str, dict],
+    keys: tuple[str, ...],
+    specs: dict,
+    pinned: Mapping[str, Any],
+    mctx: dict,
+) -> str | None:
+    """The instance's move after activating ``keys`` (``decide.progress.progress_after_activation``), when
+    each is a first activation (no row yet) that moves nothing but its own step
+    (``activation.moves_nothing_else``); None otherwise."""
+    if not all(rows[k].get("stored") is False and activation.moves_nothing_else(specs[k]) for k in keys):
+        return None
+    states = {k: activation.activated_state(specs[k]["kind"]) for k in keys}
+    return decide_progress.progress_after_activation(snap, states, pinned, mctx)
 
 
 class _Pinned(Mapping[str, Any]):

@@ -87,7 +87,11 @@ def test_moves_between_open_states_are_hot_updates_and_the_end_is_not(scratch):
             run(
                 conn,
                 instance_moves._SET_PROGRESS,
-                {"id": "i1", "s": state, "from": [InstanceState.RUNNING, InstanceState.WAITING]},
+                {
+                    "inst": "i1",
+                    "progress": state,
+                    "progress_from": [InstanceState.RUNNING, InstanceState.WAITING],
+                },
             ).one()
         upd, hot = _hot(conn)
         assert (upd - base[0], hot - base[1]) == (2, 2)

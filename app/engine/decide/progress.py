@@ -18,6 +18,7 @@ a step: the rule then is the old one (activate when every dependency SUCCEEDED).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from app.engine.decide import conditions as dc
@@ -92,3 +93,18 @@ def progress(
     if StepState.ACTIVE in states or StepState.WAITING not in states:
         return SetProgress(InstanceState.RUNNING)
     return SetProgress(InstanceState.WAITING)
+
+
+def progress_after_activation(
+    snap: Snapshot,
+    activated: Mapping[str, str],
+    conditions: Mapping[str, Any] | None = None,
+    ctx: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The instance's next state (RUNNING / WAITING) when the decision after an ``Activate`` round of
+    ``snap`` (``activated``: the state each activated step takes, and that moves nothing else) is a move of
+    it, so that the round's last activation can write it in its statement (``driver.make_progress``);
+    None when it is anything else (another activation, a skip, the end, a revision alone)."""
+    steps = tuple(replace(s, state=activated.get(s.key, s.state)) for s in snap.steps)
+    effect = progress(replace(snap, steps=steps), conditions, ctx)
+    return effect.state if isinstance(effect, SetProgress) else None

@@ -55,17 +55,21 @@ def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
     return inst
 
 
-# RUNNING <-> WAITING; ``o.old``: the state before (an event only when it changed)
-_SET_PROGRESS = query(
-    "instance_set_progress",
-    f"UPDATE workflow_instances w SET state = :s, {_BUMP} FROM (SELECT state AS old FROM workflow_instances "
-    f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+# RUNNING <-> WAITING (``:progress``) of instance ``:inst``, guarded by the advancing states
+# (``:progress_from``: ``PROGRESS_FROM``); ``o.old``: the state before (an event only when it changed). Also
+# a part of the statement of a step's first activation that this move follows (``step_moves.activate``).
+PROGRESS_MOVE = (
+    f"UPDATE workflow_instances w SET state = :progress, {_BUMP} FROM (SELECT state AS old FROM "
+    f"workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) "
+    f"RETURNING o.old, {_W_COLUMNS}"
 )
+PROGRESS_FROM = states(ADVANCING)
+_SET_PROGRESS = query("instance_set_progress", PROGRESS_MOVE)
 # the same when the row already counts this move in its revision (a new instance: ``create``)
 _SET_PROGRESS_UNBUMPED = query(
     "instance_set_progress_unbumped",
-    f"UPDATE workflow_instances w SET state = :s FROM (SELECT state AS old FROM workflow_instances "
-    f"WHERE id = :id) o WHERE w.id = :id AND w.state = ANY(:from) RETURNING o.old, {_W_COLUMNS}",
+    f"UPDATE workflow_instances w SET state = :progress FROM (SELECT state AS old FROM workflow_instances "
+    f"WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) RETURNING o.old, {_W_COLUMNS}",
 )
 
 
@@ -79,8 +83,15 @@ def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -
         iid,
         ADVANCING,
         _SET_PROGRESS if bump else _SET_PROGRESS_UNBUMPED,
-        {"id": iid, "s": state, "from": states(ADVANCING)},
+        {"inst": iid, "progress": state, "progress_from": PROGRESS_FROM},
     )
+    return progressed(conn, iid, state, row)
+
+
+def progressed(conn: Connection, iid: str, state: str, row: Any) -> dict[str, Any]:
+    """The instance ``PROGRESS_MOVE`` moved to ``state`` (``row``: its returned row, ``old`` among its
+    columns): its event when the state changed. Returns the instance as ``row_access.read_instance``
+    would."""
     inst = instance_row(row)
     if inst.pop("old") != state:
         events.emit(conn, iid, "workflow.running" if state == S.RUNNING else "workflow.waiting")

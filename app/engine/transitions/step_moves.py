@@ -15,6 +15,7 @@ from app.engine import events
 from app.engine.row_access import MISSING, blocked_step, jdump, jparse
 from app.engine.states import STEP_OPEN, StepState
 from app.engine.transitions._guard import TransitionRefused, many, one, states
+from app.engine.transitions.instance_moves import PROGRESS_FROM, PROGRESS_MOVE
 from app.engine.transitions.task_moves import TASK_INSERT
 from app.ids import new_id
 from app.ledger.enqueue import JOB_INSERT_UNREAD
@@ -103,41 +104,18 @@ def insert_activation(
 # no longer BLOCKED did (the task then goes with the transaction's rollback). The task's key to its step is
 # checked at commit (DEFERRABLE INITIALLY DEFERRED); the writes of one statement read nothing the others
 # write. A TASK step's next activation is this statement with one task.
-STEP_ACTIVATE_FIRST = query(
-    "step_activate_first",
-    """
-WITH task AS (
+_TASKS = """task AS (
     INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
         attempt, poll_round, deadline_at, purpose, instance_created_at)
     SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
         now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
     FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
         act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
-        instance_created_at timestamptz))
-INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
-    activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
-    poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
-    poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
-VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
-    :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
-ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
-""",
-)
-# ``step_activate_first`` with the activation's jobs (``Activation.jobs``: a TIMER's wake, a SUBWORKFLOW's
-# spawn, a TRIGGER's dispatch, an external approval's dispatch, a new instance's watch; 1..n rows as JSON
-# records; a job whose idempotency key exists is left as it is).
-STEP_ACTIVATE_FIRST_WITH_JOBS = query(
-    "step_activate_first_with_jobs",
-    """
-WITH task AS (
-    INSERT INTO workflow_tasks (id, namespace_id, instance_id, step_id, step_key, activation_id, queue, input,
-        attempt, poll_round, deadline_at, purpose, instance_created_at)
-    SELECT t.id, t.ns, t.inst, t.step, t.key, t.act, t.queue, CAST(t.input AS jsonb), t.attempt, t.round,
-        now() + make_interval(secs => t.timeout), t.purpose, t.instance_created_at
-    FROM json_to_recordset(CAST(:tasks AS json)) AS t(id text, ns text, inst text, step text, key text,
-        act text, queue text, input text, attempt int, round int, timeout float8, purpose text,
-        instance_created_at timestamptz)),
-job AS (
+        instance_created_at timestamptz))"""
+# the activation's jobs (``Activation.jobs``: a TIMER's wake, a SUBWORKFLOW's spawn, a TRIGGER's dispatch, an
+# external approval's dispatch, a new instance's watch; 1..n rows as JSON records; a job whose idempotency
+# key exists is left as it is)
+_JOBS = """job AS (
     INSERT INTO workflow_jobs (type, queue, payload, instance_id, task_id, step_key, priority, run_at,
         max_attempts, execution_timeout_ms, operation_key, idempotency_key, trace_id, traceparent)
     SELECT CAST(j.type AS workflow_job_type), CAST(j.queue AS workflow_job_queue), CAST(j.payload AS jsonb),
@@ -147,15 +125,27 @@ job AS (
     FROM json_to_recordset(CAST(:jobs AS json)) AS j(type text, queue text, payload text, instance_id text,
         task_id text, step_key text, priority int, run_at timestamptz, delay_ms float8, max_attempts int,
         execution_timeout_ms bigint, operation_key text, idempotency_key text, trace_id text, traceparent text)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING)
-INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING)"""
+_STEP_ROW = """INSERT INTO workflow_steps (id, instance_id, key, kind, state, revision, after, activation_id,
     activation_sequence, task_id, act_state, act_input, act_output, act_error, task_attempts, child_instance_id,
     poll_used_rounds, poll_first_round, poll_first_round_attempts_used, poll_round_attempts, poll_deadline_at,
     poll_last_task_id, poll_current_task_id, poll_next_at, poll_resolved_at, activated_at, completed_at)
 VALUES (:id, :inst, :key, :kind, :s, 2, :after, :a, :seq, :t, :s, CAST(:input AS jsonb), NULL, NULL,
     :attempts, NULL, :z, :one, :z, :z, :pd, NULL, NULL, NULL, NULL, now(), NULL)
-ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id
-""",
+ON CONFLICT (instance_id, key) DO NOTHING RETURNING instance_id"""
+STEP_ACTIVATE_FIRST = query("step_activate_first", f"WITH {_TASKS}\n{_STEP_ROW}")
+STEP_ACTIVATE_FIRST_WITH_JOBS = query(
+    "step_activate_first_with_jobs", f"WITH {_TASKS},\n{_JOBS}\n{_STEP_ROW}"
+)
+# The same with the instance's RUNNING <-> WAITING move that follows the activation (``activate``'s
+# ``progress``: its caller decided it from the steps as the activation leaves them), written as
+# ``instance_moves.set_progress`` writes it (``p``: revision + 1, guarded by the advancing states): one
+# statement instead of two. No row: the step's row was there (refused); a row of NULLs: the instance's guard
+# refused its move.
+_AND_PROGRESS = f"p AS ({PROGRESS_MOVE}),\nst AS ({_STEP_ROW})\nSELECT p.* FROM st LEFT JOIN p ON true"
+STEP_ACTIVATE_FIRST_PROGRESS = query("step_activate_first_progress", f"WITH {_TASKS},\n{_AND_PROGRESS}")
+STEP_ACTIVATE_FIRST_WITH_JOBS_PROGRESS = query(
+    "step_activate_first_with_jobs_progress", f"WITH {_TASKS},\n{_JOBS},\n{_AND_PROGRESS}"
 )
 STEP_ACTIVATE_AGAIN = query(
     "step_activate_again",
@@ -190,16 +180,25 @@ def activate(
     task_id: str | None = None,
     allowed: list[str] | None = None,
     work: Activation | None = None,
-) -> None:
+    progress: str | None = None,
+) -> Any:
     """Step ``step`` of instance ``iid`` runs activation ``act`` (in ``state``, ACTIVE / WAITING): from BLOCKED (dependencies
     succeeded: the step's row is inserted, with ``work``'s rows, in one statement) or, for an operator's
-    RETRY_STEP, from ``RESOLVABLE`` (``work``'s rows are inserted, then its row is updated)."""
+    RETRY_STEP, from ``RESOLVABLE`` (``work``'s rows are inserted, then its row is updated).
+
+    ``progress``: the instance's next state (RUNNING / WAITING) when its caller decided that this
+    activation is followed by that move (``driver.make_progress``): a first activation then writes it in
+    its own statement (``step_activate_first_progress``) and returns the instance's row as moved, for
+    ``instance_moves.progressed``; otherwise None."""
     allowed = allowed or [S.BLOCKED]
     # no row yet: the first activation inserts it. A stored row (an operator's RETRY_STEP, or a BLOCKED
     # row an older release inserted at its start) is updated, guarded by ``allowed`` as ever.
     first = step.get("stored") is False
+    what = f"step {step['key']} -> {state}"
     if first and S.BLOCKED not in allowed:
-        raise TransitionRefused(f"step {step['key']} -> {state}", step["id"], states(allowed))
+        raise TransitionRefused(what, step["id"], states(allowed))
+    if progress is not None and not first:
+        raise ValueError("only a first activation writes the instance's progress with its row")
     poll = act.poll_deadline is not None
     work = work or Activation()
     if not first:
@@ -207,42 +206,47 @@ def activate(
             run(conn, TASK_INSERT, task)
         for job in work.jobs:
             run(conn, JOB_INSERT_UNREAD, job)
-    row = one(
-        conn,
-        f"step {step['key']} -> {state}",
-        step["id"],
-        allowed,
-        (STEP_ACTIVATE_FIRST_WITH_JOBS if work.jobs else STEP_ACTIVATE_FIRST)
-        if first
-        else STEP_ACTIVATE_AGAIN,
-        {
-            "id": step["id"],
-            "inst": iid,
-            "key": step["key"],
-            "kind": step["kind"],
-            "after": list(step["after"]),
-            "s": state,
-            "a": act.id,
-            "seq": act.sequence,
-            "t": task_id,
-            "from": states(allowed),
-            "input": jdump(act.input),
-            "attempts": act.task_attempts,
-            "z": 0 if poll else None,
-            "one": 1 if poll else None,
-            "pd": act.poll_deadline,
-            **(_rows(work) if first else {}),
-        },
-    )
+    params = {
+        "id": step["id"],
+        "inst": iid,
+        "key": step["key"],
+        "kind": step["kind"],
+        "after": list(step["after"]),
+        "s": state,
+        "a": act.id,
+        "seq": act.sequence,
+        "t": task_id,
+        "from": states(allowed),
+        "input": jdump(act.input),
+        "attempts": act.task_attempts,
+        "z": 0 if poll else None,
+        "one": 1 if poll else None,
+        "pd": act.poll_deadline,
+        **(_rows(work) if first else {}),
+    }
+    moved = None
+    if progress is None:
+        if not first:
+            statement = STEP_ACTIVATE_AGAIN
+        else:
+            statement = STEP_ACTIVATE_FIRST_WITH_JOBS if work.jobs else STEP_ACTIVATE_FIRST
+        one(conn, what, step["id"], allowed, statement, params)
+    else:
+        statement = STEP_ACTIVATE_FIRST_WITH_JOBS_PROGRESS if work.jobs else STEP_ACTIVATE_FIRST_PROGRESS
+        params.update(progress=progress, progress_from=PROGRESS_FROM)
+        moved = one(conn, what, step["id"], allowed, statement, params)
+        if moved.id is None:  # the instance's guard refused its move (the step's row goes with the rollback)
+            raise TransitionRefused(f"instance -> {progress}", iid, PROGRESS_FROM)
     events.emit(
         conn,
-        row.instance_id,
+        iid,
         "step.activated",
         step_key=step["key"],
         activation_id=act.id,
         sequence=act.sequence,
         state=state,
     )
+    return moved
 
 
 _SET_ACTIVE = query(
