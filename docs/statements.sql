@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 405 statements, 20 templates.
+-- 406 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -1331,6 +1331,41 @@ RETURNING id, namespace_id, definition_id, definition_version_id, version, state
 -- name: instance_end
 -- module: app.engine.transitions.instance_moves; prepared at its first run
 -- sent: UPDATE workflow_instances SET state = $1, revision = revision + 1, updated_at = now(), completed_at = now(), output = CAST($2 AS jsonb), paused = false, paused_at = NULL, error = COALESCE(CAST($3 AS jsonb), error), stop_kind = CASE WHEN $1 = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END, stop_requested_at = CASE WHEN $1 = 'FAILED' THEN COALESCE(stop_requested_at, now()) ELSE stop_requested_at END WHERE id = $4 AND state = ANY($5) RETURNING id, namespace_id, definition_id, definition_version_id, version, state, revision, paused, control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output, cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id, parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation
+UPDATE workflow_instances SET state = :state, revision = revision + 1, updated_at = now(), completed_at = now(), output = CAST(:output AS jsonb),
+    paused = false, paused_at = NULL,
+    error = COALESCE(CAST(:error AS jsonb), error),
+    stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
+    stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
+                             ELSE stop_requested_at END
+WHERE id = :id AND state = ANY(:from) RETURNING id, namespace_id, definition_id, definition_version_id, version, state, revision, paused,
+       control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output,
+       cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id,
+       parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation
+;
+
+-- name: instance_end_cancelling_waiting_jobs
+-- module: app.engine.transitions.instance_moves; prepared at its first run
+-- sent: WITH prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j WHERE j.instance_id = $1 AND j.type = ANY(CAST($2 AS workflow_job_type[])) AND j.status IN ('pending', 'paused') AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead') ORDER BY j.id FOR UPDATE ), moved AS ( UPDATE workflow_jobs j SET status = 'canceled', generation = j.generation + 1, error_code = $3, last_error = $4, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, remaining_ms = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = now(), updated_at = now() FROM prior WHERE j.id = prior.id RETURNING j.id, j.generation ) , closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST('canceled' AS workflow_attempt_status), p.worker_id, p.payload, NULL, 'canceled', NULL, p.run_at, p.attempt_started_at, clock_timestamp(), (extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int FROM prior p JOIN moved m ON m.id = p.id WHERE p.attempt_id IS NOT NULL ) UPDATE workflow_instances SET state = $5, revision = revision + 1, updated_at = now(), completed_at = now(), output = CAST($6 AS jsonb), paused = false, paused_at = NULL, error = COALESCE(CAST($7 AS jsonb), error), stop_kind = CASE WHEN $5 = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END, stop_requested_at = CASE WHEN $5 = 'FAILED' THEN COALESCE(stop_requested_at, now()) ELSE stop_requested_at END WHERE id = $8 AND state = ANY($9) RETURNING id, namespace_id, definition_id, definition_version_id, version, state, revision, paused, control_revision, input::text AS input, business_key, queues, deadline_at, output::text AS output, cancel_requested_at, stop_kind, stop_requested_at, completed_at, error::text AS error, trace_id, parent_instance_id, parent_step_key, parent_activation_id, parent_element, schedule_id, schedule_fire_at, created_at, updated_at, compensation::text AS compensation
+WITH prior AS (
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j
+    WHERE j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS workflow_job_type[])) AND j.status IN ('pending', 'paused') AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead') ORDER BY j.id
+    FOR UPDATE
+), moved AS (
+    UPDATE workflow_jobs j
+    SET status = 'canceled', generation = j.generation + 1, error_code = :code, last_error = :reason,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL, remaining_ms = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = now(), updated_at = now()
+    FROM prior WHERE j.id = prior.id
+    RETURNING j.id, j.generation
+)
+, closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST('canceled' AS workflow_attempt_status),
+           p.worker_id, p.payload, NULL, 'canceled', NULL, p.run_at, p.attempt_started_at,
+           clock_timestamp(), (extract(epoch FROM clock_timestamp() - p.attempt_started_at) * 1000)::int
+    FROM prior p JOIN moved m ON m.id = p.id WHERE p.attempt_id IS NOT NULL
+)
 UPDATE workflow_instances SET state = :state, revision = revision + 1, updated_at = now(), completed_at = now(), output = CAST(:output AS jsonb),
     paused = false, paused_at = NULL,
     error = COALESCE(CAST(:error AS jsonb), error),

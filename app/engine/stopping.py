@@ -52,10 +52,17 @@ from app.sql import query, run
 
 
 # --------------------------------------------------------------------------- the end
-def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -> None:
+def _waiting_jobs(state: str) -> tuple[list[str], str]:
+    """The instance's jobs that its end as ``state`` cancels while they wait to run: their types (the clear
+    scope) and the reason."""
+    return sorted(t.value for t in CLEAR_SCOPE), f"workflow {state.lower()}"
+
+
+def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING, *, jobs: bool = True) -> None:
     """Open tasks / waits are canceled, ACTIVE / WAITING steps become CANCELLED (unless the
-    instance succeeded), pending clear-scope jobs are canceled, unfinished children get a cancel
-    request (``state`` FAILED / CANCELLED) and pending signals are closed."""
+    instance succeeded), pending clear-scope jobs are canceled (``jobs`` False: the end's statement that
+    follows cancels them, ``finish``), unfinished children get a cancel request (``state`` FAILED /
+    CANCELLED) and pending signals are closed."""
     iid = inst["id"]
     left = open_work(conn, iid)  # one read; the moves below only for what is open
     if left.tasks:
@@ -64,8 +71,9 @@ def close_work(conn: Connection, inst: dict, state: str, error: Any = MISSING) -
         wait_moves.cancel_open(conn, instance_id=iid)
     if state != InstanceState.SUCCEEDED:
         step_moves.cancel_open(conn, iid)
-    ledger_moves.cancel_waiting(conn, iid, sorted(t.value for t in CLEAR_SCOPE), f"workflow {state.lower()}")
-    jobs_and_tasks.watch_cleared(conn, iid)
+    if jobs:
+        ledger_moves.cancel_waiting(conn, iid, *_waiting_jobs(state))
+        jobs_and_tasks.watch_cleared(conn, iid)
     if state != InstanceState.SUCCEEDED:
         stop_children(conn, inst, state, error)
     if left.signals:
@@ -80,12 +88,18 @@ def end(
     output: Any = MISSING,
     error: Any = MISSING,
     work_closed: bool = False,
+    cancel_jobs: bool = False,
 ) -> dict:
     """The terminal state with completed_at (an error recorded when the stop began is kept), the
     audit row, and the parent's ``subprocess_join`` (same transaction). ``work_closed``: the caller
-    closed the instance's work (``close_work``) in this transaction, with nothing opened since."""
+    closed the instance's work (``close_work``) in this transaction, with nothing opened since;
+    ``cancel_jobs``: the end's statement also cancels the instance's waiting jobs (``close_work`` left
+    them to it)."""
     iid = inst["id"]
-    current = instance_moves.end(conn, iid, state, output=output, error=error)
+    waiting = _waiting_jobs(state) if cancel_jobs else None
+    current = instance_moves.end(conn, iid, state, output=output, error=error, cancel_waiting=waiting)
+    if cancel_jobs:
+        jobs_and_tasks.watch_cleared(conn, iid)
     if not work_closed:
         task_moves.cancel_open(conn, instance_id=iid)  # compensation tasks of an abandoned chain
     audit_entries.advance(
@@ -104,9 +118,10 @@ def end(
 
 
 def finish(conn: Connection, inst: dict, state: str, *, output: Any = MISSING, error: Any = MISSING) -> dict:
-    """End the instance now: close its work, then the terminal state."""
-    close_work(conn, inst, state, error)
-    return end(conn, inst, state, output=output, error=error, work_closed=True)
+    """End the instance now: close its work, then the terminal state, whose statement also cancels the
+    instance's jobs that wait to run (one statement less than a cancel of its own)."""
+    close_work(conn, inst, state, error, jobs=False)
+    return end(conn, inst, state, output=output, error=error, work_closed=True, cancel_jobs=True)
 
 
 def stop_children(conn: Connection, inst: dict, state: str, error: Any = MISSING) -> None:

@@ -12,6 +12,7 @@ from app.engine import events, quotas
 from app.engine.row_access import INSTANCE_COLUMNS, MISSING, instance_row, jdump
 from app.engine.states import ADVANCING, TERMINAL, InstanceState, values
 from app.engine.transitions._guard import many, one, states
+from app.ledger import transitions as ledger_moves
 from app.sql import query
 
 S = InstanceState
@@ -119,35 +120,47 @@ def touch(conn: Connection, iid: str) -> dict[str, Any]:
     )
 
 
-_END = query(
-    "instance_end",
-    f"""
-UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
+_END_MOVE = f"""UPDATE workflow_instances SET state = :state, {_BUMP}, completed_at = now(), output = CAST(:output AS jsonb),
     paused = false, paused_at = NULL,
     error = COALESCE(CAST(:error AS jsonb), error),
     stop_kind = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_kind, 'FAILURE') ELSE stop_kind END,
     stop_requested_at = CASE WHEN :state = 'FAILED' THEN COALESCE(stop_requested_at, now())
                              ELSE stop_requested_at END
-WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}
-""",
+WHERE id = :id AND state = ANY(:from) RETURNING {INSTANCE_COLUMNS}"""
+_END = query("instance_end", f"\n{_END_MOVE}\n")
+# The end with the cancel of the instance's jobs that wait to run (``ledger.transitions.CANCEL_WAITING_CTES``,
+# as ``cancel_waiting`` writes it: locked in id order after the instance's own lock), one statement instead
+# of two (``stopping.finish``). A refused end (no row) rolls the cancel back with the transaction.
+_END_CANCELLING_WAITING_JOBS = query(
+    "instance_end_cancelling_waiting_jobs", f"\nWITH {ledger_moves.CANCEL_WAITING_CTES}\n{_END_MOVE}\n"
 )
 
 
 def end(
-    conn: Connection, iid: str, state: str, *, output: Any = MISSING, error: Any = MISSING
+    conn: Connection,
+    iid: str,
+    state: str,
+    *,
+    output: Any = MISSING,
+    error: Any = MISSING,
+    cancel_waiting: tuple[list[str], str] | None = None,
 ) -> dict[str, Any]:
     """The terminal state, once: SUCCEEDED (with output), FAILED (stop_kind FAILURE unless a stop was
     already recorded), CANCELLED. An error recorded when the stop began is kept. A workflow that ends is
     never paused: a pause stops new work, not the end that results of work already granted (a task in
     flight, a signal its wait consumed) bring, so the end clears the flag (docs/reference.md, "Pause").
-    Returns the row as it now is."""
+    ``cancel_waiting``: ``(job types, reason)``: the same statement cancels the instance's jobs of those
+    types that wait to run (``ledger.transitions.cancel_waiting``). Returns the row as it now is."""
+    params = {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN}
+    if cancel_waiting is not None:
+        params.update(ledger_moves.cancel_waiting_params(iid, *cancel_waiting))
     row = one(
         conn,
         f"instance -> {state}",
         iid,
         OPEN,
-        _END,
-        {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN},
+        _END if cancel_waiting is None else _END_CANCELLING_WAITING_JOBS,
+        params,
     )
     quotas.instance(conn, row.namespace_id, -1)
     events.emit(conn, iid, f"workflow.{state.lower()}")

@@ -27,8 +27,10 @@ from app.ledger.transitions.executor import (
     settle_and_claim,
 )
 from app.ledger.transitions.interventions import (
+    CANCEL_WAITING_CTES,
     cancel_job,
     cancel_waiting,
+    cancel_waiting_params,
     clear_instance,
     reclaim_expired,
     reclaim_lost_node,
@@ -39,6 +41,7 @@ from app.ledger.transitions.interventions import (
 
 __all__ = [
     "BACKOFF_SQL",
+    "CANCEL_WAITING_CTES",
     "CLAIM_BY_DUE",
     "CLAIM_BY_PRIORITY",
     "PG_SESSION_OPTIONS",
@@ -46,6 +49,7 @@ __all__ = [
     "Settlement",
     "cancel_job",
     "cancel_waiting",
+    "cancel_waiting_params",
     "claim",
     "clear_instance",
     "hand_back",

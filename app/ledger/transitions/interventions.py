@@ -185,9 +185,10 @@ def resume_instance(conn: Connection, instance_id: str) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in run(conn, _RESUME, {"instance_id": instance_id})]
 
 
-def _cancel_sql(where: str, order: str = "") -> str:
-    return f"""
-WITH prior AS (
+def _cancel_ctes(where: str, order: str = "") -> str:
+    """The common table expressions of a cancel (``prior``: the jobs locked; ``moved``: their ``id`` and new
+    ``generation``; ``closed``: the final attempt rows), for a statement that begins ``WITH`` them."""
+    return f"""prior AS (
     SELECT {OPEN_ATTEMPT} FROM workflow_jobs j
     WHERE {where} AND j.status IN ('pending', 'running', 'paused', 'failed', 'dead') {order}
     FOR UPDATE
@@ -198,7 +199,12 @@ WITH prior AS (
         {CLEAR_OPEN_ATTEMPT}, finished_at = now(), updated_at = now()
     FROM prior WHERE j.id = prior.id
     RETURNING j.id, j.generation
-){_close_open_attempts("prior", "moved", "canceled", "'canceled'", "NULL")}
+){_close_open_attempts("prior", "moved", "canceled", "'canceled'", "NULL")}"""
+
+
+def _cancel_sql(where: str, order: str = "") -> str:
+    return f"""
+WITH {_cancel_ctes(where, order)}
 SELECT id, generation FROM moved
 """
 
@@ -219,15 +225,21 @@ _CLEAR_KEEP_UNKNOWN = query(
 )
 _CANCEL_ONE = query("job_cancel", _cancel_sql("j.id = :id"))
 # the jobs of an instance that wait to run (pending or paused), not one that runs or has ended; locked in
-# id order, like a loop over them would
-_CANCEL_WAITING = query(
-    "job_cancel_waiting",
-    _cancel_sql(
-        f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) "
-        "AND j.status IN ('pending', 'paused')",
-        "ORDER BY j.id",
-    ),
+# id order, like a loop over them would. ``CANCEL_WAITING_CTES``: the same for a statement of the engine
+# that cancels them with another write (``app.engine.transitions.instance_moves``: an instance's end).
+CANCEL_WAITING_CTES = _cancel_ctes(
+    f"j.instance_id = :instance_id AND j.type = ANY(CAST(:types AS {JOB_TYPE_TYPE}[])) "
+    "AND j.status IN ('pending', 'paused')",
+    "ORDER BY j.id",
 )
+_CANCEL_WAITING = query(
+    "job_cancel_waiting", f"\nWITH {CANCEL_WAITING_CTES}\nSELECT id, generation FROM moved\n"
+)
+
+
+def cancel_waiting_params(instance_id: str, types: Sequence[str], reason: str) -> dict[str, Any]:
+    """The parameters of ``CANCEL_WAITING_CTES`` (and of ``cancel_waiting``)."""
+    return {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason}
 
 
 def clear_instance(
@@ -248,11 +260,7 @@ def cancel_waiting(
 ) -> list[dict[str, Any]]:
     """An instance ends: its pending | paused jobs of ``types`` -> canceled (generation + 1), in one
     statement; running ones are left to finish (their engine step finds the instance ended)."""
-    rows = run(
-        conn,
-        _CANCEL_WAITING,
-        {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
-    )
+    rows = run(conn, _CANCEL_WAITING, cancel_waiting_params(instance_id, types, reason))
     return [dict(r._mapping) for r in rows]
 
 
