@@ -59,19 +59,19 @@ def create(conn: Connection, row: dict[str, Any]) -> dict[str, Any]:
 # RUNNING <-> WAITING (``:progress``) of instance ``:inst``, guarded by the advancing states
 # (``:progress_from``: ``PROGRESS_FROM``); ``o.old``: the state before (an event only when it changed). Also
 # a part of the statement of a step's first activation that this move follows (``step_moves.activate``).
-PROGRESS_MOVE = (
-    f"UPDATE workflow_instances w SET state = :progress, {_BUMP} FROM (SELECT state AS old FROM "
-    f"workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) "
-    f"RETURNING o.old, {_W_COLUMNS}"
-)
+def _progress_move(bump: str) -> str:
+    return (
+        f"UPDATE workflow_instances w SET state = :progress{bump} FROM (SELECT state AS old FROM "
+        f"workflow_instances WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) "
+        f"RETURNING o.old, {_W_COLUMNS}"
+    )
+
+
+PROGRESS_MOVE = _progress_move(f", {_BUMP}")
 PROGRESS_FROM = states(ADVANCING)
 _SET_PROGRESS = query("instance_set_progress", PROGRESS_MOVE)
 # the same when the row already counts this move in its revision (a new instance: ``create``)
-_SET_PROGRESS_UNBUMPED = query(
-    "instance_set_progress_unbumped",
-    f"UPDATE workflow_instances w SET state = :progress FROM (SELECT state AS old FROM workflow_instances "
-    f"WHERE id = :inst) o WHERE w.id = :inst AND w.state = ANY(:progress_from) RETURNING o.old, {_W_COLUMNS}",
-)
+_SET_PROGRESS_UNBUMPED = query("instance_set_progress_unbumped", _progress_move(""))
 
 
 def set_progress(conn: Connection, iid: str, state: str, *, bump: bool = True) -> dict[str, Any]:
