@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from app.engine import events
 from app.engine import retention as engine_retention
@@ -117,3 +118,20 @@ def test_retention_removes_a_batch_without_audit_entries_and_keeps_one_with_them
             {"i": iid},
         ).all()
     assert len(left) == 1 and left[0].first_seq == 1 and '"ev"' in left[0].audit  # the start's batch
+
+
+def test_a_nul_character_is_refused_at_the_write_and_its_escape_as_text_is_kept(db) -> None:
+    """The views read the lists as ``jsonb``, which cannot hold ``\\u0000``: a batch that holds a NUL
+    character must fail its transaction (as the ``jsonb`` columns did), never a later read. It does:
+    ``json_to_recordset`` turns each list into text for its ``json`` column, and refuses the escape there.
+    The text ``\\u0000`` (a backslash and five characters) is no NUL and is kept."""
+    ns = "ns-" + uuid.uuid4().hex[:8]
+    iid = start(db, ns, publish(db, ns, TIMER), {"n": 1})["id"]
+    before = _read(db, iid)
+    with pytest.raises(DBAPIError, match="Unicode escape"), db.connect() as conn, conn.begin():
+        events.emit(conn, iid, "workflow.paused", note="a\x00b")
+    assert _read(db, iid) == before
+    with db.connect() as conn, conn.begin():
+        events.emit(conn, iid, "workflow.paused", note="a\\u0000b")
+    got = _read(db, iid)[0]
+    assert got[-1][2] == "workflow.paused" and got[-1][3]["note"] == "a\\u0000b"
