@@ -104,6 +104,12 @@ LIMIT :limit
 """
 
 
+def _unaudited(prefix: str = "") -> str:
+    """SQL: a batch row without audit entries: a row written since migration 0038 keeps them in
+    ``audit_json`` (NULL: none), one written before in ``audit`` ('[]': none)."""
+    return f"({prefix}audit_json IS NULL AND COALESCE({prefix}audit, '[]'::jsonb) = '[]'::jsonb)"
+
+
 # One batch of finished workflows with everything that is theirs alone (each by an index of its table), and
 # how many went (counted here: the drain runs in the worker process beside the pool, and building a
 # batch's thousands of returned ids in Python holds its interpreter lock from the pool's claims). The
@@ -111,12 +117,6 @@ LIMIT :limit
 # checked at the end of the statement, when every sub-statement has run, each deleted row's by an index of
 # the referencing table (migration 0032_fk_indexes; ``tests/db/test_schema.py`` checks that every foreign
 # key into a table rows are deleted from has one).
-# A batch row without audit entries: a row written since migration 0038 keeps them in ``audit_json`` (NULL:
-# none), one written before in ``audit`` ('[]': none).
-def _unaudited(prefix: str = "") -> str:
-    return f"({prefix}audit_json IS NULL AND COALESCE({prefix}audit, '[]'::jsonb) = '[]'::jsonb)"
-
-
 REMOVE_FINISHED_WORKFLOWS = query(
     "workflow_remove_finished",
     f"""

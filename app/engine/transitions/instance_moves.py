@@ -153,7 +153,7 @@ def end(
     types that wait to run (``ledger.transitions.cancel_waiting``). Returns the row as it now is."""
     params = {"id": iid, "state": state, "output": jdump(output), "error": jdump(error), "from": OPEN}
     if cancel_waiting is not None:
-        params.update(ledger_moves.cancel_waiting_params(iid, *cancel_waiting))
+        params.update(ledger_moves.instance_cancel_params(iid, *cancel_waiting))
     row = one(
         conn,
         f"instance -> {state}",

@@ -202,11 +202,16 @@ def _cancel_ctes(where: str, order: str = "") -> str:
 ){_close_open_attempts("prior", "moved", "canceled", "'canceled'", "NULL")}"""
 
 
-def _cancel_sql(where: str, order: str = "") -> str:
+def _cancel_statement(ctes: str) -> str:
+    """A cancel on its own (``ctes``: ``_cancel_ctes``'s), answering the jobs it moved."""
     return f"""
-WITH {_cancel_ctes(where, order)}
+WITH {ctes}
 SELECT id, generation FROM moved
 """
+
+
+def _cancel_sql(where: str, order: str = "") -> str:
+    return _cancel_statement(_cancel_ctes(where, order))
 
 
 _CLEAR = query(
@@ -232,13 +237,12 @@ CANCEL_WAITING_CTES = _cancel_ctes(
     "AND j.status IN ('pending', 'paused')",
     "ORDER BY j.id",
 )
-_CANCEL_WAITING = query(
-    "job_cancel_waiting", f"\nWITH {CANCEL_WAITING_CTES}\nSELECT id, generation FROM moved\n"
-)
+_CANCEL_WAITING = query("job_cancel_waiting", _cancel_statement(CANCEL_WAITING_CTES))
 
 
-def cancel_waiting_params(instance_id: str, types: Sequence[str], reason: str) -> dict[str, Any]:
-    """The parameters of ``CANCEL_WAITING_CTES`` (and of ``cancel_waiting``)."""
+def instance_cancel_params(instance_id: str, types: Sequence[str], reason: str) -> dict[str, Any]:
+    """The parameters of a cancel of an instance's jobs of ``types`` (``CANCEL_WAITING_CTES``,
+    ``cancel_waiting``, ``clear_instance``)."""
     return {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason}
 
 
@@ -250,7 +254,7 @@ def clear_instance(
     rows = run(
         conn,
         _CLEAR_KEEP_UNKNOWN if keep_unknown else _CLEAR,
-        {"instance_id": instance_id, "types": list(types), "code": CANCELED_BY_OPERATOR, "reason": reason},
+        instance_cancel_params(instance_id, types, reason),
     )
     return [dict(r._mapping) for r in rows]
 
@@ -260,7 +264,7 @@ def cancel_waiting(
 ) -> list[dict[str, Any]]:
     """An instance ends: its pending | paused jobs of ``types`` -> canceled (generation + 1), in one
     statement; running ones are left to finish (their engine step finds the instance ended)."""
-    rows = run(conn, _CANCEL_WAITING, cancel_waiting_params(instance_id, types, reason))
+    rows = run(conn, _CANCEL_WAITING, instance_cancel_params(instance_id, types, reason))
     return [dict(r._mapping) for r in rows]
 
 
