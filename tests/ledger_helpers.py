@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
 
 from app.auth import principals
 from app.db import transaction
@@ -189,3 +190,23 @@ def statements_sent(monkeypatch: Any) -> list[str]:
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counted)
     return sent
+
+
+class InDoubtMarker:
+    """``transitions.set_effect_marker`` as a failover makes it: the marker's transaction commits, and the
+    executor is told the connection broke (the COMMIT's answer was lost). With ``down``, every later
+    write of the marker fails before reaching PostgreSQL (it stays away)."""
+
+    def __init__(self, real: Callable[..., bool], down: bool) -> None:
+        self.real, self.down, self.opened = real, down, False
+
+    def __call__(self, conn: Any, job_id: int, generation: int, lease_token: str, marker: Any) -> bool:
+        if marker is not None and not self.opened:
+            self.opened = True
+            written = self.real(conn, job_id, generation, lease_token, marker)
+            assert written
+            conn.commit()  # the COMMIT took effect ...
+            raise OperationalError("COMMIT", {}, psycopg.OperationalError("server closed the connection"))
+        if self.down:
+            raise OperationalError("UPDATE", {}, psycopg.OperationalError("connection refused"))
+        return self.real(conn, job_id, generation, lease_token, marker)

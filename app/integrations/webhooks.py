@@ -45,6 +45,7 @@ from app.integrations.subscriptions import (
 )
 from app.ledger import handlers, retention
 from app.ledger.context import JobContext
+from app.ledger.http import MARKER_WRITE_FAILED
 from app.ledger.outcome import (
     ExternalOutcomeUnknown,
     JobAborted,
@@ -356,6 +357,8 @@ def webhook_delivery(ctx: JobContext) -> Any:
             "POST", row.url, step_key="deliver", content=body, headers=headers, receiver_dedups=True
         )
     except RetryableError as exc:
+        if exc.code == MARKER_WRITE_FAILED:
+            raise  # PostgreSQL was lost before the request left: no attempt of the subscriber's to record
         final = ctx.attempt >= ctx.max_attempts
         _record(
             ctx,

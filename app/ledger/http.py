@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import httpx
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from app.ledger import transitions
 from app.ledger.destinations import (
@@ -85,6 +86,8 @@ class FencedContext(Protocol):
 
     def check(self) -> None: ...
 
+    def sleep(self, seconds: float) -> None: ...
+
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
     def receipt(self, step_key: str) -> tuple[bool, Any]: ...
@@ -99,6 +102,10 @@ class DestinationRefused(PermanentError):
 
 
 MAX_BODY_BYTES = 65536  # kept of a response body; the rest is never read
+# How long an executor whose effect marker's write failed keeps trying to clear it (``SafeHttp._open_marker``):
+# a PostgreSQL failover's few seconds, well within a lease (60 s by default)
+UNSENT_CLEAR_SECONDS = 30.0
+MARKER_WRITE_FAILED = "MARKER_WRITE_FAILED"
 _BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
@@ -170,8 +177,7 @@ class SafeHttp:
                     stored["status_code"], stored.get("headers", {}), stored.get("text", ""), True
                 )
             marker = {"method": method, "url": shown, "step_key": step_key, "attempt_id": ctx.attempt_id}
-            with ctx.transaction() as conn:
-                transitions.set_effect_marker(conn, ctx.job_id, ctx.generation, ctx.lease_token, marker)
+            self._open_marker(marker, f"{method} {shown}")
         ctx.check()
         all_headers = {"X-Idempotency-Key": self.idempotency_key(step_key), **(headers or {})}
         all_headers["Host"] = dest.host_header
@@ -206,6 +212,48 @@ class SafeHttp:
         if 300 <= code < 400:
             raise HttpRejected(f"{method} {shown}: redirect {code} not followed", code, "")
         raise HttpRejected(f"{method} {shown}: HTTP {code} rejected", code, resp.text[:4096])
+
+    def _open_marker(self, marker: dict[str, Any], shown: str) -> None:
+        """Commit the side-effect marker before the request. A COMMIT whose answer was lost (the connection
+        broke while it was in flight: a failover) may still have taken effect, so a failed marker write
+        leaves the job with the marker perhaps recorded and the request certainly not sent: without more,
+        L-EFFECT-4 would hold a call that never left for an operator's confirmation. While this executor
+        still owns the job it clears the marker (retrying for ``UNSENT_CLEAR_SECONDS`` at most, within
+        the job's deadline) and the attempt is retried; if it cannot, the job goes dead as any open marker
+        does, its error saying the request was not sent (the operator may retry it)."""
+        ctx = self.ctx
+        try:
+            with ctx.transaction() as conn:
+                transitions.set_effect_marker(conn, ctx.job_id, ctx.generation, ctx.lease_token, marker)
+        except DBAPIError as exc:
+            cleared = self._clear_unsent_marker()
+            raise RetryableError(
+                f"{shown}: not sent: the effect marker's write failed ({type(exc).__name__})"
+                + ("" if cleared else "; the marker may be recorded, the request was not sent"),
+                code=MARKER_WRITE_FAILED,
+            ) from None
+
+    def _clear_unsent_marker(self) -> bool:
+        """Clear this attempt's marker (fenced); False once ownership, the deadline or the budget is gone."""
+        ctx = self.ctx
+        until = min(time.monotonic() + UNSENT_CLEAR_SECONDS, ctx.deadline_monotonic)
+        delay = 0.1
+        while True:
+            try:
+                with ctx.transaction() as conn:
+                    return transitions.set_effect_marker(
+                        conn, ctx.job_id, ctx.generation, ctx.lease_token, None
+                    )
+            except JobAborted:
+                return False
+            except DBAPIError:
+                if time.monotonic() + delay >= until:
+                    return False
+            try:
+                ctx.sleep(delay)
+            except JobAborted:
+                return False
+            delay = min(delay * 2, 2.0)
 
     def _close_marker(self, success: HttpResult | None, receipt_key: str, shown: str = "") -> None:
         ctx = self.ctx

@@ -9,7 +9,6 @@ import pytest
 from sqlalchemy import text
 
 import app.integrations.webhooks  # noqa: F401 - registers event_dispatch, webhook_delivery
-from app.auth import Principal
 from app.db import transaction
 from app.ids import new_id
 from app.integrations import subscriptions
@@ -40,15 +39,15 @@ def out(eng, monkeypatch):  # noqa: F811 - the fixture imported above
     return eng
 
 
-def _q(eng, sql: str, **kw):
-    with eng.begin() as conn:
+def _q(db, sql: str, **kw):
+    with db.begin() as conn:
         res = conn.execute(text(sql), kw)
         return res.all() if res.returns_rows else []
 
 
-def _succeeded_workflow(eng, principal: Principal) -> str:
-    iid = start(eng, NS, publish(eng, NS, DOC), {})["id"]
-    complete_task(eng, NS, claim_task(eng, NS, "fo-q"), {"ok": True})
+def _succeeded_workflow(db) -> str:
+    iid = start(db, NS, publish(db, NS, DOC), {})["id"]
+    complete_task(db, NS, claim_task(db, NS, "fo-q"), {"ok": True})
     return iid
 
 
@@ -58,7 +57,7 @@ def test_a_lost_executor_with_its_marker_is_held_for_confirmation_not_lost(out) 
         subscriptions.create(
             conn, principal, None, {"url": "http://127.0.0.1:1/hook", "event_types": ["workflow.*"]}
         )
-    held_id, waiting_id = _succeeded_workflow(out, principal), _succeeded_workflow(out, principal)
+    held_id, waiting_id = _succeeded_workflow(out), _succeeded_workflow(out)
     # the dispatches (one delivery per workflow event), and each delivery's first attempt: refused before
     # sending, it waits for its retry
     assert {t for t, _ in run_jobs(out, queue=OUT, limit=30)} == {"event_dispatch", "webhook_delivery"}

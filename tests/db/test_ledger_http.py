@@ -8,13 +8,17 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from sqlalchemy import text
 
 from app.db import transaction
+from app.ledger import http as http_module
 from app.ledger import transitions
 from app.ledger.drain import drain
+from app.ledger.http import MARKER_WRITE_FAILED
 from app.ledger.outcome import ExternalOutcomeUnknown, ManualRetryError, PermanentError, outcome_of
 from tests.ledger_helpers import (
     OUTBOUND,
+    InDoubtMarker,
     add_job,
     claim,
     claim_one,
@@ -254,3 +258,42 @@ def test_an_open_marker_is_dead_lettered_even_if_the_handler_hides_it(db, receiv
     jr = job(db, j)
     assert jr["error_code"] == "EXTERNAL_OUTCOME_UNKNOWN" and jr["effect_marker"]["step_key"] == "deliver"
     assert claim(db, OUTBOUND) == [] and receiver.count() == 1
+
+
+def test_a_marker_whose_commit_answer_was_lost_is_cleared_and_the_call_retried(db, receiver, monkeypatch):
+    """Regression (seen in CI's failover test): the marker's COMMIT took effect but its answer was lost, the
+    handler raised the database error, and the settlement found the marker open: dead, EXTERNAL_OUTCOME_UNKNOWN,
+    for a request that was never sent. The executor knows it was not sent: it clears the marker and the
+    job retries, then delivers once."""
+    j = add_job(db, "webhook_delivery", {"event": 1}, max_attempts=10)
+    monkeypatch.setattr(
+        transitions, "set_effect_marker", InDoubtMarker(transitions.set_effect_marker, down=False)
+    )
+    row = claim_one(db, OUTBOUND)
+    out, status = _run_handler(db, row, _post("/status/200", receiver))
+    assert (out.kind, out.error_code, status) == ("retry", MARKER_WRITE_FAILED, "pending")
+    assert "not sent" in out.error and receiver.count() == 0
+    assert job(db, j)["effect_marker"] is None
+    with db.begin() as conn:  # its backoff passed
+        conn.execute(text("UPDATE workflow_jobs SET run_at = now() WHERE id = :id"), {"id": j})
+    out, status = _run_handler(db, claim_one(db, OUTBOUND), _post("/status/200", receiver))
+    assert (out.kind, status) == ("succeeded", "succeeded") and receiver.count() == 1
+
+
+def test_a_marker_that_cannot_be_cleared_is_dead_lettered_saying_the_call_was_not_sent(
+    db, receiver, monkeypatch
+):
+    """PostgreSQL stays away past the clearing budget: the marker may be recorded, so the job is L-EFFECT-4's
+    dead letter as before, and its error tells the operator that the request never left (safe to retry)."""
+    monkeypatch.setattr(http_module, "UNSENT_CLEAR_SECONDS", 0.3)
+    j = add_job(db, "webhook_delivery", {"event": 1}, max_attempts=10)
+    monkeypatch.setattr(
+        transitions, "set_effect_marker", InDoubtMarker(transitions.set_effect_marker, down=True)
+    )
+    row = claim_one(db, OUTBOUND)
+    out, status = _run_handler(db, row, _post("/status/200", receiver))
+    assert (out.kind, status) == ("retry", "dead")
+    jr = job(db, j)
+    assert jr["error_code"] == "EXTERNAL_OUTCOME_UNKNOWN" and jr["effect_marker"]["step_key"] == "deliver"
+    assert "outcome needs confirmation" in jr["last_error"] and "the request was not sent" in jr["last_error"]
+    assert receiver.count() == 0

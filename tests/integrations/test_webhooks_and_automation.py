@@ -295,3 +295,37 @@ def test_429_waits_for_retry_after_a_4xx_is_dead_and_redeliver_since_retries_it(
         assert job_status == "pending"
     finally:
         receiver.close()
+
+
+def test_a_delivery_whose_marker_commit_was_lost_retries_and_counts_no_failure(out, monkeypatch) -> None:
+    """PostgreSQL lost while the delivery's effect marker committed (a failover): the request never left, so
+    the delivery is retried (not held for confirmation), and neither the delivery row nor the subscription
+    counts an attempt of the receiver's; the retry delivers once."""
+    from app.ledger import transitions
+    from tests.ledger_helpers import InDoubtMarker
+    from tests.web.webhook_receiver import start_receiver
+
+    receiver = start_receiver()
+    try:
+        sub = _sub(out, receiver.url("/ok"), ["workflow.started"])
+        start(out, NS, publish(out, NS, DOC), {})
+        monkeypatch.setattr(
+            transitions, "set_effect_marker", InDoubtMarker(transitions.set_effect_marker, False)
+        )
+        ran = run_jobs(out, queue=OUT, limit=2)  # the dispatch, then the delivery's attempt
+        assert [t for t, _ in ran] == ["event_dispatch", "webhook_delivery"]
+        assert ran[1][1].startswith("retry: ") and "not sent" in ran[1][1]
+        [(status, attempts, job_status, marker, failures)] = _q(
+            out,
+            "SELECT d.status, d.attempts, j.status, j.effect_marker, s.consecutive_failures "
+            "FROM webhook_deliveries d JOIN workflow_jobs j ON j.id = d.job_id "
+            "JOIN event_subscriptions s ON s.id = d.subscription_id WHERE d.subscription_id = :s",
+            s=sub["id"],
+        )
+        assert (status, attempts, job_status, marker, failures) == ("pending", 0, "pending", None, 0)
+        assert receiver.received() == []
+        _q(out, "UPDATE workflow_jobs SET run_at = now() WHERE type = 'webhook_delivery'")
+        assert [k for _, k in run_jobs(out, queue=OUT, limit=2)] == ["succeeded"]
+        assert len(receiver.received("/ok")) == 1
+    finally:
+        receiver.close()
