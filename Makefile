@@ -33,11 +33,13 @@ test: $(STAMP) bytecode
 	PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # the fuzzers of `make test` run longer, with new examples each time (a few minutes): hostile strings and
-# bytes in every parameter of every route (tests/security), and schemathesis over the OpenAPI document
+# bytes in every parameter of every route (tests/security), schemathesis over the OpenAPI document, and
+# every hostile value in every field of every console form (tests/web/test_console_hostile_input.py)
 fuzz: $(STAMP) bytecode
 	LEDGERFLOW_FUZZ_RANDOM=1 LEDGERFLOW_FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-100} \
 	LEDGERFLOW_SCHEMATHESIS_EXAMPLES=$${FUZZ_EXAMPLES:-100} PYTHONPATH=$(CURDIR) $(BIN)/ledgerflow env -- \
-	$(BIN)/python -m pytest -q tests/security/test_api8_fuzz_every_parameter.py tests/web/test_fuzz.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q tests/security/test_api8_fuzz_every_parameter.py tests/web/test_fuzz.py \
+	tests/web/test_console_hostile_input.py $(PYTEST_ARGS)
 
 # every console page at 1280 and 390 px into docs/console/ (the browser suite, axe-core included)
 screenshots: $(STAMP) bytecode
