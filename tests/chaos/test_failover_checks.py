@@ -5,53 +5,24 @@ lost event; a delivery still to run is neither, and the check explains it from t
 
 from __future__ import annotations
 
-import pytest
-from sqlalchemy import text
-
-import app.integrations.webhooks  # noqa: F401 - registers event_dispatch, webhook_delivery
 from app.db import transaction
-from app.ids import new_id
 from app.integrations import subscriptions
-from app.ledger import handlers, transitions
+from app.ledger import transitions
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
 from chaos.failover import explain_undelivered, held_for_confirmation
-from tests.engine.conftest import eng  # noqa: F401 - fixture
+from tests.engine.conftest import eng  # noqa: F401 - the fixture ``out`` takes
 from tests.engine.helpers import author, claim_task, complete_task, publish, run_jobs, start
+from tests.integrations.test_webhooks_and_automation import DOC, NS, OUT, _q, out  # noqa: F401 - fixture
 from tests.ledger_helpers import claim_one, job
-
-NS = "ns-" + new_id()[:8]
-OUT = "workflow-ledger-outbound"
-DOC = {
-    "version": "v1",
-    "input_schema": {"type": "object"},
-    "deadline_seconds": 3600,
-    "steps": [{"key": "work", "kind": "TASK", "queue": "fo-q"}],
-}
-
-
-@pytest.fixture
-def out(eng, monkeypatch):  # noqa: F811 - the fixture imported above
-    monkeypatch.setenv("LEDGERFLOW_OUTBOUND_ALLOW", "127.0.0.1/32")
-    from app.integrations import webhooks
-
-    handlers.register("event_dispatch", webhooks.event_dispatch, replace=True)
-    handlers.register("webhook_delivery", webhooks.webhook_delivery, replace=True)
-    return eng
-
-
-def _q(db, sql: str, **kw):
-    with db.begin() as conn:
-        res = conn.execute(text(sql), kw)
-        return res.all() if res.returns_rows else []
 
 
 def _succeeded_workflow(db) -> str:
     iid = start(db, NS, publish(db, NS, DOC), {})["id"]
-    complete_task(db, NS, claim_task(db, NS, "fo-q"), {"ok": True})
+    complete_task(db, NS, claim_task(db, NS, "int-q"), {"ok": True})
     return iid
 
 
-def test_a_lost_executor_with_its_marker_is_held_for_confirmation_not_lost(out) -> None:
+def test_a_lost_executor_with_its_marker_is_held_for_confirmation_not_lost(out) -> None:  # noqa: F811
     principal = author(NS)
     with transaction(out) as conn:  # nothing listens on port 1: a delivery that ran would fail, not vanish
         subscriptions.create(
