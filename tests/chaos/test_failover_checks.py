@@ -6,14 +6,20 @@ lost event; a delivery still to run is neither, and the check explains it from t
 from __future__ import annotations
 
 from app.db import transaction
+from app.ids import new_id
 from app.integrations import subscriptions
 from app.ledger import transitions
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN
 from chaos.failover import explain_undelivered, held_for_confirmation
 from tests.engine.conftest import eng  # noqa: F401 - the fixture ``out`` takes
 from tests.engine.helpers import author, claim_task, complete_task, publish, run_jobs, start
-from tests.integrations.test_webhooks_and_automation import DOC, NS, OUT, _q, out  # noqa: F401 - fixture
+from tests.integrations.test_webhooks_and_automation import DOC, OUT, _q, out  # noqa: F401 - fixture
 from tests.ledger_helpers import claim_one, job
+
+# a namespace of this module's own: ``author`` keeps one credential per namespace for the process, and another
+# module's clean-up may remove the credential it made for a namespace shared with it (then every delivery of
+# the subscription is skipped: its author is gone)
+NS = "ns-" + new_id()[:8]
 
 
 def _succeeded_workflow(db) -> str:
