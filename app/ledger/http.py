@@ -228,8 +228,8 @@ class SafeHttp:
         except DBAPIError as exc:
             cleared = self._clear_unsent_marker()
             raise RetryableError(
-                f"{shown}: not sent: the effect marker's write failed ({type(exc).__name__})"
-                + ("" if cleared else "; the marker may be recorded, the request was not sent"),
+                f"{shown}: the request was not sent: the effect marker's write failed ({type(exc).__name__})"
+                + ("" if cleared else "; the marker could not be cleared and may be recorded"),
                 code=MARKER_WRITE_FAILED,
             ) from None
 
