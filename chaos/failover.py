@@ -254,8 +254,9 @@ class FailoverWorkload(Workload):
         return {**found, **retry_db(once)}
 
 
-# A workflow whose workflow.succeeded never reached the receiver: its state, its event dispatch jobs and
-# its deliveries with their jobs (status, attempts, last error), as one line each.
+# A workflow whose workflow.succeeded never reached the receiver: its state, its workflow.* events, its event
+# dispatch jobs (a delivery's job names no instance) and their attempts, and its deliveries with their jobs
+# (status, attempts, last error), one part each.
 EXPLAIN_UNDELIVERED = [
     (
         "instance",
@@ -267,13 +268,13 @@ EXPLAIN_UNDELIVERED = [
         "WHERE e.instance_id = :i AND e.type LIKE 'workflow.%' ORDER BY e.seq",
     ),
     (
-        "jobs",
+        "dispatch jobs",
         "SELECT j.id, j.type, j.status, j.attempts, j.max_attempts, j.generation, j.error_code, "
         "left(j.last_error, 200), j.created_at::text, j.finished_at::text FROM workflow_jobs j "
-        "WHERE j.instance_id = :i AND j.type IN ('event_dispatch', 'webhook_delivery') ORDER BY j.id",
+        "WHERE j.instance_id = :i AND j.type = 'event_dispatch' ORDER BY j.id",
     ),
     (
-        "attempts",
+        "dispatch attempts",
         "SELECT x.job_id, x.attempt, x.status, left(x.error, 200), x.started_at::text "
         "FROM workflow_job_executions x JOIN workflow_jobs j ON j.id = x.job_id "
         "WHERE j.instance_id = :i AND j.type = 'event_dispatch' ORDER BY x.job_id, x.attempt",
