@@ -373,7 +373,7 @@ class Waits:
             i = 0
             while not self.stop.is_set():
                 now = time.perf_counter()
-                if i % 50 == 0:
+                if i % 10 == 0:  # a few samples in a drain run's window (``cpu_within``)
                     self.cpu.append((now, _cpu(self.claimer)))
                 i += 1
                 for pid, btype, state, wtype, wevent in conn.execute(
@@ -404,18 +404,34 @@ class Waits:
             mine = [w for x, w in inside if x == who]
             top = sorted({w: mine.count(w) for w in mine}.items(), key=lambda kv: -kv[1])[:6]
             print(f"    {who:22} {len(mine):6} active: " + ", ".join(f"{w} {n}" for w, n in top))
-        pts = [(at, c) for at, c in self.cpu if any(a <= at < b for a, b in windows)]
-        if len(pts) >= 2:
-            (_, c0), (_, c1) = pts[0], pts[-1]
-            span = c1[2] - c0[2]
-            wall = pts[-1][0] - pts[0][0]
+        d, wall = cpu_within(list(self.cpu), windows)
+        if wall > 0 and d[2] > 0:
             print(
-                f"    machine CPU: busy {100 * (c1[0] - c0[0]) / span:.0f} %, "
-                f"I/O wait {100 * (c1[1] - c0[1]) / span:.0f} % (of {os.cpu_count()} cores); "
-                f"claimer backend ran {1000 * (c1[3] - c0[3]) / wall:.0f} ms/s, waited for a core "
-                f"{1000 * (c1[4] - c0[4]) / wall:.1f} ms/s; claimer thread ran {1000 * (c1[5] - c0[5]) / wall:.0f} "
-                f"ms/s, waited {1000 * (c1[6] - c0[6]) / wall:.1f} ms/s"
+                f"    machine CPU (over {wall:.1f} s of it): busy {100 * d[0] / d[2]:.0f} %, "
+                f"I/O wait {100 * d[1] / d[2]:.0f} % (of {os.cpu_count()} cores); "
+                f"claimer backend ran {1000 * d[3] / wall:.0f} ms/s, waited for a core "
+                f"{1000 * d[4] / wall:.1f} ms/s; claimer thread ran {1000 * d[5] / wall:.0f} "
+                f"ms/s, waited {1000 * d[6] / wall:.1f} ms/s"
             )
+
+
+def cpu_within(
+    points: list[tuple[float, tuple[float, ...]]], windows: list[tuple[float, float]]
+) -> tuple[tuple[float, ...], float]:
+    """The CPU counters' growth (``_cpu``'s fields) and the wall seconds between consecutive samples that
+    lie in the same window, summed over the windows: a phase's own figures, whatever lies between its
+    windows (the first sample of one window and the last of another would span the whole run). A window
+    with fewer than two samples adds nothing."""
+    total: list[float] = []
+    wall = 0.0
+    for a, b in windows:
+        inside = [(at, c) for at, c in points if a <= at < b]
+        for (t0, c0), (t1, c1) in zip(inside, inside[1:], strict=False):
+            if not total:
+                total = [0.0] * len(c0)
+            total = [s + y - x for s, x, y in zip(total, c0, c1, strict=True)]
+            wall += t1 - t0
+    return tuple(total), wall
 
 
 def _load() -> str:
