@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 406 statements, 20 templates.
+-- 408 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -2782,6 +2782,22 @@ SELECT clock_timestamp() < :d
 SELECT CAST(q.queue AS text) AS queue FROM unnest(enum_range(NULL::workflow_job_queue)) AS q(queue)
 WHERE EXISTS (SELECT 1 FROM workflow_jobs j
               WHERE j.queue = q.queue AND j.status = 'pending' AND j.run_at <= now())
+;
+
+-- name: drain_lease_release
+-- module: app.ledger.drain; prepared at its first run
+-- sent: UPDATE ledger_run_leases SET expires_at = now() WHERE name = $1 AND holder = $2
+UPDATE ledger_run_leases SET expires_at = now() WHERE name = :name AND holder = :holder
+;
+
+-- name: drain_lease_take
+-- module: app.ledger.drain; prepared at its first run
+-- sent: INSERT INTO ledger_run_leases AS l (name, holder, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3)) ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now() RETURNING l.holder
+INSERT INTO ledger_run_leases AS l (name, holder, expires_at)
+VALUES (:name, :holder, now() + make_interval(secs => :ttl))
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
+RETURNING l.holder
 ;
 
 -- name: drain_paced_async_commit

@@ -30,7 +30,7 @@ _SESSION = uuid.uuid4().hex[:10]
 TEST_DB = f"lf_test_{_SESSION}"
 LEDGER_TABLES = (
     "workflow_job_effects, workflow_job_executions, workflow_jobs, workflow_worker_nodes, "
-    "workflow_attempt_minutes"
+    "workflow_attempt_minutes, ledger_run_leases"
 )
 
 

@@ -1,5 +1,6 @@
 """System task ``workflow-jobs-drain`` (L-PAUSE-5): reclaim expired leases and passed deadlines,
-re-publish wake hints for due jobs. Never runs handlers. One runner at a time (advisory lock)."""
+re-publish wake hints for due jobs. Never runs handlers. One run at a time: each of its transactions takes
+an advisory lock (never waited for), and the run holds a lease across them (``ledger_run_leases``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy import Connection, Engine
 
 from app import idempotency
 from app.db import transaction
+from app.ids import new_id
 from app.ledger import transitions
 from app.ledger.hints import publish_now
 from app.ledger.models import JOB_QUEUE_TYPE
@@ -93,38 +95,86 @@ _DRAIN_TRY_LOCK = query(
 )
 _ASYNC_COMMIT = query("drain_paced_async_commit", "SET LOCAL synchronous_commit = off")
 
+# The run's lease (migration 0039). The advisory lock above keeps two drain transactions from running at
+# once; between them (a paced sweep's pause, which can outlast the drain interval) another run of the actor
+# could take it, and the two runs' batches would interleave. So a run takes the lease in its first
+# transaction and renews it in every later one, and in its pauses every ``RUN_LEASE_RENEW_SECONDS``; a
+# run that finds the lease held by another live runner does not start, or stops where it is. A runner
+# that died (SIGKILL mid-pause) keeps the others out for at most ``RUN_LEASE_SECONDS``. Taken under the
+# advisory lock, so no drain transaction ever waits on the row.
+RUN_LEASE = "drain"
+RUN_LEASE_SECONDS = 6.0
+RUN_LEASE_RENEW_SECONDS = 2.0
+_LEASE_TAKE = query(
+    "drain_lease_take",
+    """
+INSERT INTO ledger_run_leases AS l (name, holder, expires_at)
+VALUES (:name, :holder, now() + make_interval(secs => :ttl))
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
+RETURNING l.holder""",
+)
+_LEASE_RELEASE = query(
+    "drain_lease_release",
+    "UPDATE ledger_run_leases SET expires_at = now() WHERE name = :name AND holder = :holder",
+)
+
+
+@dataclass
+class _Run:
+    """One drain run's hold on the drain: its lease's holder id, and whether it lost the drain to another
+    run (then it stops)."""
+
+    engine: Engine
+    holder: str = field(default_factory=new_id)
+    lost: bool = False
+
+    def hold(self, conn: Connection) -> bool:
+        """In a drain transaction: the advisory lock and the lease (taken or renewed). False when another
+        run's transaction holds the lock now, or another live run holds the lease."""
+        if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
+            return False
+        params = {"name": RUN_LEASE, "holder": self.holder, "ttl": RUN_LEASE_SECONDS}
+        if run(conn, _LEASE_TAKE, params).first() is None:
+            self.lost = True
+            return False
+        return True
+
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` outside any transaction, renewing the lease every ``RUN_LEASE_RENEW_SECONDS``;
+        stops early when another run took the lease (``lost``)."""
+        left = seconds
+        while left > 0 and not self.lost:
+            step = min(left, RUN_LEASE_RENEW_SECONDS)
+            time.sleep(step)
+            left -= step
+            if left > 0:
+                with transaction(self.engine) as conn:
+                    self.hold(conn)  # a transaction of another run holding the lock now: renewed next time
+
+    def release(self) -> None:
+        """The run ended: the next one need not wait for the lease to expire."""
+        try:
+            with transaction(self.engine) as conn:
+                run(conn, _LEASE_RELEASE, {"name": RUN_LEASE, "holder": self.holder})
+        except Exception as exc:  # the lease expires on its own; the run's own outcome stands
+            log.warning("drain: the run's lease was not released (%s); it expires", exc.__class__.__name__)
+
 
 def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Sequence[Sweep]) -> DrainReport:
     report = DrainReport(ran=False)
-    for _ in range(max_passes):
-        with transaction(engine) as conn:
-            if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
-                log.info("drain: another runner holds the lock; skipping")
-                return report
-            report.ran = True
-            batch = transitions.reclaim_expired(
-                conn,
-                limit=settings.drain_batch,
-                backoff_base=settings.backoff_base_seconds,
-                backoff_cap=settings.backoff_cap_seconds,
-            )
-        report.reclaimed.extend(batch)
-        if len(batch) < settings.drain_batch:
-            break
-    for name, sweep in sweeps if report.ran else ():
-        for _ in range(max_passes):
-            began = time.monotonic()
-            with transaction(engine) as conn:
-                if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
-                    break
-                if isinstance(sweep, Paced):
-                    run(conn, _ASYNC_COMMIT)
-                n = sweep(conn, settings.drain_batch)
-            report.swept[name] = report.swept.get(name, 0) + n
-            if n and isinstance(sweep, Paced) and sweep.factor > 0:
-                time.sleep((time.monotonic() - began) * sweep.factor)
-            if n < settings.drain_batch:
-                break
+    held = _Run(engine)
+    try:
+        _reclaim(held, settings, max_passes, report)
+        if not report.ran:
+            log.info("drain: another run holds the drain; skipping")
+            return report
+        _sweep(held, settings, max_passes, sweeps, report)
+    finally:
+        if report.ran and not held.lost:
+            held.release()
+    if held.lost:
+        log.warning("drain: another run took the drain over (this run's lease ran out); stopped")
     with engine.connect() as conn:
         report.hinted_queues = [r.queue for r in run(conn, _DUE_QUEUES)]
     for queue in report.hinted_queues:
@@ -140,3 +190,44 @@ def _drain(engine: Engine, settings: Settings, *, max_passes: int, sweeps: Seque
         if n:
             log.info("drain: sweep %s changed %d row(s)", name, n)
     return report
+
+
+def _reclaim(held: _Run, settings: Settings, max_passes: int, report: DrainReport) -> None:
+    """Expired leases and passed deadlines, in bounded batches of their own transactions; the first
+    transaction decides whether this run holds the drain (``report.ran``)."""
+    for _ in range(max_passes):
+        with transaction(held.engine) as conn:
+            if not held.hold(conn):
+                return
+            report.ran = True
+            batch = transitions.reclaim_expired(
+                conn,
+                limit=settings.drain_batch,
+                backoff_base=settings.backoff_base_seconds,
+                backoff_cap=settings.backoff_cap_seconds,
+            )
+        report.reclaimed.extend(batch)
+        if len(batch) < settings.drain_batch:
+            return
+
+
+def _sweep(
+    held: _Run, settings: Settings, max_passes: int, sweeps: Sequence[Sweep], report: DrainReport
+) -> None:
+    """The extra sweeps, each in bounded batches of its own transactions, while the run holds the drain."""
+    for name, sweep in sweeps:
+        if held.lost:
+            return
+        for _ in range(max_passes):
+            began = time.monotonic()
+            with transaction(held.engine) as conn:
+                if not held.hold(conn):
+                    break
+                if isinstance(sweep, Paced):
+                    run(conn, _ASYNC_COMMIT)
+                n = sweep(conn, settings.drain_batch)
+            report.swept[name] = report.swept.get(name, 0) + n
+            if n and isinstance(sweep, Paced) and sweep.factor > 0:
+                held.pause((time.monotonic() - began) * sweep.factor)
+            if n < settings.drain_batch or held.lost:
+                break

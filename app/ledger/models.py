@@ -273,3 +273,13 @@ worker_nodes = Table(
     ),
 )
 Index("ix_workflow_worker_nodes_heartbeat", worker_nodes.c.heartbeat_at)
+
+# A maintenance run's lease (migration 0039): the drain holds ``name = 'drain'`` across its transactions,
+# renews it in each, and a holder that stopped renewing loses it at ``expires_at`` (``app.ledger.drain``).
+run_leases = Table(
+    "ledger_run_leases",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)

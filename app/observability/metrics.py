@@ -80,7 +80,9 @@ FENCED_WRITES = Counter(
     "Writes of a stale executor that matched no row (settle, renew, transaction)",
     ["kind"],
 )
-DRAIN_RUNS = Counter("ledgerflow_drain_runs", "Drain runs (ran, or skipped: lock held elsewhere)", ["result"])
+DRAIN_RUNS = Counter(
+    "ledgerflow_drain_runs", "Drain runs (ran, or skipped: another run held the drain)", ["result"]
+)
 DRAIN_DURATION = Histogram(
     "ledgerflow_drain_duration_seconds", "Wall time of one drain run", buckets=HTTP_BUCKETS + (30, 60, 120)
 )

@@ -4,6 +4,7 @@ never runs handlers, one runner at a time, re-publishes hints for due queues."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 from sqlalchemy import text
@@ -224,3 +225,89 @@ def test_a_paced_sweep_pauses_after_each_batch_that_removed_rows(db, settings, m
     assert report.swept["paced"] == 0 and len(slept) == 3  # nothing removed: no pause
     drain(db, small, sweeps=[("paced", Paced(lambda conn, limit: 4, 0.0))])
     assert len(slept) == 3  # LEDGERFLOW_RETENTION_PAUSE=0: none either
+
+
+class _PausedRun:
+    """Run A: a drain whose paced sweep removes a full batch, then pauses, and stays in that pause (outside
+    any transaction, holding the drain's lease) until ``resume()``; its next batch removes nothing."""
+
+    def __init__(self, db, settings, monkeypatch) -> None:
+        self.paused, self.resumed = threading.Event(), threading.Event()
+        self.batches: list[int] = []
+        self.report = None
+        small = replace(settings, drain_batch=5)
+        real_sleep = time.sleep
+
+        def sleep(seconds: float) -> None:
+            if threading.current_thread() is self.thread:
+                self.paused.set()
+                self.resumed.wait(10)
+            else:
+                real_sleep(seconds)
+
+        def removes(conn, limit):
+            self.batches.append(limit if not self.batches else 0)
+            return self.batches[-1]
+
+        monkeypatch.setattr(drain_module.time, "sleep", sleep)
+        self.thread = threading.Thread(
+            target=lambda: setattr(self, "report", drain(db, small, sweeps=[("paced", Paced(removes, 1.0))]))
+        )
+        self.thread.start()
+        assert self.paused.wait(10)
+
+    def resume(self):
+        self.resumed.set()
+        self.thread.join(10)
+        return self.report
+
+
+def test_a_run_keeps_the_drain_through_its_pauses(db, settings, monkeypatch):
+    """Regression: the drain's lock was taken per transaction, so a run started while another one paused
+    between its retention batches (a pause can outlast the drain interval) ran beside it: their batches
+    interleaved, and the removal took twice the share of the server the pause promises. The run's lease
+    keeps the second one out until the first has ended, and then it runs."""
+    a = _PausedRun(db, settings, monkeypatch)
+    called: list[int] = []
+    try:
+        b = drain(db, settings, sweeps=[("paced", Paced(lambda conn, limit: called.append(limit) or 0, 1.0))])
+    finally:
+        ra = a.resume()
+    assert b.ran is False and called == []
+    assert ra.ran and ra.swept == {"paced": 5, "idempotency_receipts": 0} and a.batches == [5, 0]
+    c = drain(db, settings)  # A released the lease at its end: the next run need not wait for it to expire
+    assert c.ran
+    assert scalar(db, "SELECT expires_at <= now() FROM ledger_run_leases WHERE name = 'drain'")
+
+
+def test_a_dead_runners_lease_keeps_others_out_until_it_expires(db, settings):
+    """A runner killed mid-run (SIGKILL in a pause) cannot release its lease: the next runs skip until it
+    expires (``RUN_LEASE_SECONDS``), then one takes it."""
+    with transaction(db) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO ledger_run_leases (name, holder, expires_at) "
+                "VALUES ('drain', 'a-killed-runner', now() + interval '1 hour')"
+            )
+        )
+    assert drain(db, settings).ran is False
+    with transaction(db) as conn:
+        conn.execute(text("UPDATE ledger_run_leases SET expires_at = now() - interval '1 millisecond'"))
+    assert drain(db, settings).ran
+    assert scalar(db, "SELECT holder <> 'a-killed-runner' FROM ledger_run_leases WHERE name = 'drain'")
+
+
+def test_a_run_whose_lease_was_taken_over_stops(db, settings, monkeypatch):
+    """A run that paused past its lease (a batch and its pause longer than ``RUN_LEASE_SECONDS`` with no
+    renewal) and whose lease another run took meanwhile stops at its next transaction: it never runs a
+    batch beside the new holder, and it leaves the new holder's lease alone."""
+    a = _PausedRun(db, settings, monkeypatch)
+    with transaction(db) as conn:
+        conn.execute(
+            text(
+                "UPDATE ledger_run_leases SET holder = 'another-run', expires_at = now() + interval '1 hour'"
+            )
+        )
+    ra = a.resume()
+    assert ra.ran and a.batches == [5] and ra.swept == {"paced": 5}  # no second batch, no further sweep
+    assert scalar(db, "SELECT holder = 'another-run' AND expires_at > now() FROM ledger_run_leases")
