@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 408 statements, 20 templates.
+-- 426 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -3865,6 +3865,1052 @@ WITH input AS (
     FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
 )
 SELECT id, status FROM settled
+;
+
+-- name: pool_claim_by_due_1
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_due_2
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_due_3
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 3 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 3
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_due_4
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 4 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 4
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_priority_1
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_priority_2
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_priority_3
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 3 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 3
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_claim_by_priority_4
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH picked AS ( SELECT id FROM workflow_jobs WHERE queue = $1 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 4 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($2 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $3, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT claimed.*, now() AS db_now FROM claimed ORDER BY claimed.priority, claimed.run_at, claimed.id
+WITH picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 4
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT claimed.*, now() AS db_now
+FROM claimed
+ORDER BY claimed.priority, claimed.run_at, claimed.id
+;
+
+-- name: pool_settle_and_claim_by_due_0
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 0 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 0
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_due_1
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_due_2
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_due_3
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 3 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 3
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_due_4
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY run_at, id LIMIT 4 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT 4
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_priority_0
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 0 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 0
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_priority_1
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_priority_2
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 2 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_priority_3
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 3 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 3
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
+;
+
+-- name: pool_settle_and_claim_by_priority_4
+-- module: app.ledger.transitions.executor; prepared at its first run
+-- sent: WITH input AS ( SELECT * FROM json_to_recordset(CAST($1 AS json)) AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int, retry_after float8) ), prior AS ( SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token WHERE j.id = ANY(CAST($2 AS bigint[])) ), settled AS ( UPDATE workflow_jobs j SET status = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status WHEN j.effect_marker IS NOT NULL THEN 'dead' WHEN u.kind = 'failed' THEN 'failed' WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END, run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN now() + GREATEST(LEAST(CAST($3 AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST($4 AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0), CAST($4 AS float8)) * interval '1s') ELSE j.run_at END, result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END, last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM $5 THEN $6 || coalesce(u.error, '') ELSE u.error END, error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL WHEN j.effect_marker IS NOT NULL THEN $5 ELSE u.code END, effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END, lease_token = NULL, lease_until = NULL, execution_deadline = NULL, attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL, finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL THEN NULL ELSE now() END, updated_at = now() FROM input u WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST($2 AS bigint[])) RETURNING j.id, j.status, j.run_at, u.token ), closed AS ( INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request, response, error, error_code, due_at, started_at, finished_at, duration_ms) SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status), p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at, clock_timestamp(), u.duration_ms FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id ), picked AS ( SELECT id FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at <= now() ORDER BY priority, run_at, id LIMIT 4 FOR UPDATE SKIP LOCKED ), claimed AS ( UPDATE workflow_jobs j SET status = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(), execution_deadline = now() + j.execution_timeout_ms * interval '1ms', lease_until = LEAST(now() + CAST($8 AS float8) * interval '1s', now() + j.execution_timeout_ms * interval '1ms'), attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = $9, attempt_started_at = now(), updated_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at ) SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs WHERE queue = $7 AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.* FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses, min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true ORDER BY c.priority, c.run_at, c.id
+WITH input AS (
+    SELECT * FROM json_to_recordset(CAST(:items AS json))
+        AS u(id bigint, gen int, token uuid, kind text, result jsonb, error text, code text, duration_ms int,
+             retry_after float8)
+), prior AS (
+    -- the open attempts being settled, as this statement's snapshot shows them: only a claim writes
+    -- them, and a claim needs a new lease token, so where the guard below still holds they are exact
+    SELECT j.id, j.generation, j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.run_at, j.payload
+    FROM workflow_jobs j JOIN input u ON j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token
+    WHERE j.id = ANY(CAST(:ids AS bigint[]))
+), settled AS (
+    UPDATE workflow_jobs j
+    -- A failure while a side-effect marker is open is an unknown external outcome whatever the
+    -- handler reported (L-EFFECT-4): dead, marker kept, never retried automatically. The first
+    -- literal states the enum type, which the CASE then has (a CASE of bare literals is text).
+    SET status = CASE
+            WHEN u.kind IN ('succeeded', 'skipped') THEN 'succeeded'::workflow_job_status
+            WHEN j.effect_marker IS NOT NULL THEN 'dead'
+            WHEN u.kind = 'failed' THEN 'failed'
+            WHEN u.kind = 'retry' AND j.attempts < j.max_attempts THEN 'pending'
+            ELSE 'dead' END,
+        run_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                      THEN now() + GREATEST(LEAST(CAST(:backoff_base AS float8) * power(2, GREATEST(j.attempts, 1) - 1), CAST(:backoff_cap AS float8)) * interval '1s', LEAST(COALESCE(u.retry_after, 0),
+                                    CAST(:backoff_cap AS float8)) * interval '1s')
+                      ELSE j.run_at END,
+        result = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN u.result ELSE j.result END,
+        last_error = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN j.last_error
+                          WHEN j.effect_marker IS NOT NULL AND u.code IS DISTINCT FROM :unknown
+                          THEN :unsafe || coalesce(u.error, '')
+                          ELSE u.error END,
+        error_code = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL
+                          WHEN j.effect_marker IS NOT NULL THEN :unknown
+                          ELSE u.code END,
+        effect_marker = CASE WHEN u.kind IN ('succeeded', 'skipped') THEN NULL ELSE j.effect_marker END,
+        lease_token = NULL, lease_until = NULL, execution_deadline = NULL,
+        attempt_id = NULL, worker_id = NULL, attempt_started_at = NULL,
+        finished_at = CASE WHEN u.kind = 'retry' AND j.attempts < j.max_attempts AND j.effect_marker IS NULL
+                           THEN NULL ELSE now() END,
+        updated_at = now()
+    FROM input u
+    -- The guard: generation + lease token of a running job. ``status = 'running'`` is implied by a
+    -- non-null lease token (ck_workflow_jobs_running_has_lease) and deliberately not written: it
+    -- would let the pool's generic plan read every running job through the partial running-lease
+    -- index instead of looking the settled ids up by primary key (cost growing with jobs in flight).
+    WHERE j.id = u.id AND j.generation = u.gen AND j.lease_token = u.token AND j.id = ANY(CAST(:ids AS bigint[]))
+    RETURNING j.id, j.status, j.run_at, u.token
+), closed AS (
+    INSERT INTO workflow_job_executions (id, job_id, generation, attempt, status, worker_id, request,
+        response, error, error_code, due_at, started_at, finished_at, duration_ms)
+    SELECT p.attempt_id, p.id, p.generation, p.attempts, CAST(CASE u.kind WHEN 'succeeded' THEN 'succeeded' WHEN 'skipped' THEN 'skipped' ELSE 'failed' END AS workflow_attempt_status),
+           p.worker_id, p.payload, u.result, u.error, u.code, p.run_at, p.attempt_started_at,
+           clock_timestamp(), u.duration_ms
+    FROM settled s JOIN input u ON u.id = s.id AND u.token = s.token JOIN prior p ON p.id = s.id
+), picked AS (
+    SELECT id FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT 4
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE workflow_jobs j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        execution_deadline = now() + j.execution_timeout_ms * interval '1ms',
+        lease_until = LEAST(now() + CAST(:lease_seconds AS float8) * interval '1s',
+                            now() + j.execution_timeout_ms * interval '1ms'),
+        attempt_id = nextval('workflow_job_executions_id_seq'), worker_id = :worker_id, attempt_started_at = now(),
+        updated_at = now()
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.type, j.queue, j.payload, j.instance_id, j.task_id, j.step_key, j.priority, j.run_at, j.attempts, j.max_attempts, j.generation, j.lease_token, j.lease_until, j.execution_deadline, j.operation_key, j.trace_id, j.effect_marker, j.traceparent, j.attempt_id, j.created_at
+)
+SELECT s.settled_ids, s.settled_statuses, LEAST(s.retry_at, (SELECT min(run_at) FROM workflow_jobs
+    WHERE queue = :queue AND status = 'pending' AND run_at > now())) - now() AS next_due_in, c.*
+FROM (SELECT array_agg(id) AS settled_ids, array_agg(status::text) AS settled_statuses,
+      min(run_at) FILTER (WHERE status = 'pending') AS retry_at FROM settled) s
+LEFT JOIN (SELECT claimed.*, now() AS db_now FROM claimed) c ON true
+ORDER BY c.priority, c.run_at, c.id
 ;
 
 -- name: job_cancel

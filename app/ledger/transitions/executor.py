@@ -342,6 +342,17 @@ def _pg_settle_and_claim_sql(by_due: bool, limit: int) -> str:
     return _pg_settle_and_claim_query(by_due, limit).sql
 
 
+# The pool's statements of a process with the default slots (``LEDGERFLOW_SLOTS`` = 4: limits up to 4),
+# named at import like every other statement, so that docs/statements.sql writes them out; another slot
+# count names its own at its first pass.
+DEFAULT_POOL_LIMITS = range(0, 5)
+for _by_due in (False, True):
+    for _limit in DEFAULT_POOL_LIMITS:
+        _pg_settle_and_claim_query(_by_due, _limit)
+        if _limit:
+            _pg_claim_query(_by_due, _limit)
+
+
 class Pass(NamedTuple):
     """What one pool pass did and learned."""
 
