@@ -5,6 +5,7 @@ import-linter contract "sdk-light" names the same modules; the pins match the se
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -65,3 +66,13 @@ def test_the_contract_forbids_every_other_module_of_ledgerflow():
     [contract] = [c for c in root["tool"]["importlinter"]["contracts"] if c["id"] == "sdk-light"]
     others = {f"ledgerflow.{p.stem}" for p in (ROOT / "ledgerflow").glob("*.py")} - _sdk_modules()
     assert others and others <= set(contract["forbidden_modules"])
+
+
+def test_the_go_sdk_and_both_python_distributions_carry_one_version():
+    """The Go SDK's ``Version`` (what its workers report as ``ledgerflow-go/<version>``) is written by hand in
+    sdk/go/traces.go: it must say the version both pyproject files say."""
+    server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    light = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text())["project"]["version"]
+    go = re.search(r'^const Version = "([^"]+)"$', (ROOT / "sdk" / "go" / "traces.go").read_text(), re.M)
+    assert go is not None, "sdk/go/traces.go no longer declares `const Version = \"...\"`"
+    assert server == light == go.group(1)
