@@ -131,15 +131,18 @@ _RECOVERY_WAITS_NEXT_DEADLINE = query(
 
 _RECOVERY_TASKS_DEADLINE_CAP = query(
     "recovery_tasks_deadline_cap",
-    "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE activation_id = :a "
-    "AND state IN ('PENDING', 'CLAIMED')",
+    # the instance's open tasks as "not closed", read by the instance's index (row_access, "An instance's
+    # open tasks"; tests/db/test_open_tasks_plans.py)
+    "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE instance_id = :i AND activation_id = :a "
+    "AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')",
 )
 
 
 _RECOVERY_WAKES_RUN_AT_CAP = query(
     "recovery_wakes_run_at_cap",
     "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
-    "AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE activation_id = :a))",
+    "AND (j.payload->>'activation_id' = :a "
+    "OR j.task_id IN (SELECT id FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a))",
 )
 
 
@@ -171,7 +174,7 @@ def _retry(conn: Connection, inst: dict, step: dict) -> None:
     run(
         conn,
         _RECOVERY_TASKS_DEADLINE_CAP,
-        {"a": act, "d": inst["deadline_at"]},
+        {"i": inst["id"], "a": act, "d": inst["deadline_at"]},
     )
     run(
         conn,

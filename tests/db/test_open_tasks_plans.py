@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import sql
 
-from app.engine import quotas, row_access, task_protocol
+from app.engine import quotas, recovery, row_access, task_protocol
 from app.engine.handlers import task_timeouts
 from app.engine.transitions import task_moves
 from app.integrations import time_skip
@@ -35,6 +36,9 @@ STATEMENTS: list[tuple[Query, dict[str, Any]]] = [
     (task_moves._Q_TASK_POSTPONE_DEADLINES, {"i": MINE, "by": "1 hour"}),
     (task_timeouts._NEXT_DUE, {"i": MINE}),
     (time_skip.MOVE_TASKS, {"ids": [MINE], "s": 7200}),
+    # an operator's RETRY_STEP (every task of the backlog has activation 'a': the activation alone read them all)
+    (recovery._RECOVERY_TASKS_DEADLINE_CAP, {"i": MINE, "a": "a", "d": datetime(2100, 1, 1, tzinfo=UTC)}),
+    (recovery._RECOVERY_WAKES_RUN_AT_CAP, {"i": MINE, "a": "a", "cap": datetime(2100, 1, 1, tzinfo=UTC)}),
     (
         quotas._SHARED,
         {
