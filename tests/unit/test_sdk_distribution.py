@@ -74,5 +74,5 @@ def test_the_go_sdk_and_both_python_distributions_carry_one_version():
     server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     light = tomllib.loads((ROOT / "sdk" / "pyproject.toml").read_text())["project"]["version"]
     go = re.search(r'^const Version = "([^"]+)"$', (ROOT / "sdk" / "go" / "traces.go").read_text(), re.M)
-    assert go is not None, "sdk/go/traces.go no longer declares `const Version = \"...\"`"
+    assert go is not None, 'sdk/go/traces.go no longer declares `const Version = "..."`'
     assert server == light == go.group(1)
