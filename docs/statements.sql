@@ -886,8 +886,8 @@ SELECT COALESCE(min(deadline_at), :d) FROM workflow_waits WHERE activation_id = 
 
 -- name: recovery_wakes_run_at_cap
 -- module: app.engine.recovery; prepared at its first run
--- sent: UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, $1) WHERE j.instance_id = $2 AND j.status = 'pending' AND (j.payload->>'activation_id' = $3 OR j.task_id IN (SELECT id FROM workflow_tasks WHERE instance_id = $2 AND activation_id = $3))
-UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a))
+-- sent: UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, $1) WHERE j.instance_id = $2 AND j.status::text = 'pending' AND (j.payload->>'activation_id' = $3 OR j.task_id IN (SELECT id FROM workflow_tasks WHERE instance_id = $2 AND activation_id = $3))
+UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status::text = 'pending' AND (j.payload->>'activation_id' = :a OR j.task_id IN (SELECT id FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a))
 ;
 
 -- name: rerun_insert

@@ -140,7 +140,9 @@ _RECOVERY_TASKS_DEADLINE_CAP = query(
 
 _RECOVERY_WAKES_RUN_AT_CAP = query(
     "recovery_wakes_run_at_cap",
-    "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status = 'pending' "
+    # ``status::text``: a comparison no status index can serve, so the instance's own jobs are read by its
+    # index, never every pending job (tests/db/test_open_tasks_plans.py; as ``instance_lock_job_fence``)
+    "UPDATE workflow_jobs j SET run_at = LEAST(j.run_at, :cap) WHERE j.instance_id = :i AND j.status::text = 'pending' "
     "AND (j.payload->>'activation_id' = :a "
     "OR j.task_id IN (SELECT id FROM workflow_tasks WHERE instance_id = :i AND activation_id = :a))",
 )

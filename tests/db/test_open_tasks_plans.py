@@ -169,5 +169,13 @@ FROM generate_series(1, %(n)s) g""",
             assert not [n for n in jobs if n["Node Type"] == "Seq Scan"], plan
             read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in jobs)
             assert read <= 2, read  # the instance's own watch (and the fence's job), not the backlog
+            # an operator's RETRY_STEP caps the instance's pending wakes: its own jobs, not every pending one
+            cap = {"i": MINE, "a": "a", "cap": datetime(2100, 1, 1, tzinfo=UTC)}
+            plan = _generic_plan(cur, recovery._RECOVERY_WAKES_RUN_AT_CAP, cap)
+            jobs = [n for n in _nodes(plan) if n.get("Relation Name") == "workflow_jobs"]
+            scans = [(n["Node Type"], n.get("Index Name")) for n in jobs if n["Node Type"] != "ModifyTable"]
+            assert scans and all(i == "ix_workflow_jobs_instance" for _, i in scans), scans
+            read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in jobs)
+            assert read <= 2, read
         finally:
             conn.rollback()
