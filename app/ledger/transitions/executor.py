@@ -24,6 +24,7 @@ from sqlalchemy import Connection
 from app.ledger.models import ATTEMPT_STATUS_TYPE, JOB_STATUS_TYPE
 from app.ledger.states import EXTERNAL_OUTCOME_UNKNOWN, WORKER_SHUTDOWN
 from app.observability import logs
+from app.settings import SLOTS
 from app.sql import Query, column_names, query, run, run_raw
 
 # Columns an executor needs; returned by claim (``created_at``: the time of the transaction that enqueued the
@@ -342,12 +343,11 @@ def _pg_settle_and_claim_sql(by_due: bool, limit: int) -> str:
     return _pg_settle_and_claim_query(by_due, limit).sql
 
 
-# The pool's statements of a process with the default slots (``LEDGERFLOW_SLOTS`` = 4: limits up to 4),
-# named at import like every other statement, so that docs/statements.sql writes them out; another slot
-# count names its own at its first pass.
-DEFAULT_POOL_LIMITS = range(0, 5)
+# The pool's statements of a process with the default slots (``LEDGERFLOW_SLOTS``: a pass claims up to its
+# free slots), named at import like every other statement, so that docs/statements.sql writes them out;
+# another slot count names its own at its first pass.
 for _by_due in (False, True):
-    for _limit in DEFAULT_POOL_LIMITS:
+    for _limit in range(SLOTS.default + 1):
         _pg_settle_and_claim_query(_by_due, _limit)
         if _limit:
             _pg_claim_query(_by_due, _limit)
