@@ -26,6 +26,7 @@ visible per table."""
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +45,10 @@ CLIENT_THREADS = 4  # the threads that start workflows, each with its own client
 # i / rate seconds after the first); None: as fast as the threads go (each thread starts its next
 # workflow as soon as its last start call answered). Set by bench.workflows in each engine's child.
 OFFERED_RATE: float | None = None
+# ``--payload-bytes``: each workflow's input and each TASK step's output carry a ``pad`` of this many random
+# hex characters (0: the payloads of a few bytes of every earlier run). Set in each engine's child, as above.
+PAYLOAD_BYTES = 0
+MAX_PAYLOAD_BYTES = 1_000_000
 QUEUE = "bench_wf"  # the task queue (Ledgerflow) / queue (DBOS, Absurd) of every shape
 ELEMENT_QUEUE = "bench_wf_elements"  # the fan-out shape's elements: their own queue in every engine
 # Ledgerflow's max_parallel in the fan-out shape: by default every element open at once, as the peers'
@@ -94,6 +99,15 @@ SHAPES: dict[str, Shape] = {
         Shape("mapping", 2, mapping=True),
     )
 }
+
+
+def padded(value: dict) -> dict:
+    """``value`` with ``PAYLOAD_BYTES`` random hex characters under ``pad`` (as is when 0): the same payload
+    size in every engine's workflow input and task outputs, random so that no engine's storage compresses it
+    away (real payloads compress, by two to five times: the difference between engines is what counts)."""
+    if not PAYLOAD_BYTES:
+        return value
+    return {**value, "pad": secrets.token_hex((PAYLOAD_BYTES + 1) // 2)[:PAYLOAD_BYTES]}
 
 
 def mapped_value(x: object) -> dict:

@@ -60,6 +60,7 @@ from bench.wf_common import (
     Started,
     mapped_value,
     measure,
+    padded,
     start_all,
     wait_count,
 )
@@ -179,7 +180,7 @@ class Workers:
         if self.items and task.step_key == "s1":
             return {"items": list(range(self.items))}
         if not self.mapping:
-            return {"ok": True}
+            return padded({"ok": True})
         x = task.input.get("x") if isinstance(task.input, dict) else None
         if task.step_key != "s1" and not isinstance(x, int):
             self.unmapped += 1
@@ -213,7 +214,7 @@ def starts(base: str, token: str, def_id: str, n: int, answers: Answers) -> Star
     return start_all(
         n,
         lambda: answers.client(base, token),
-        lambda c, i: c.start_workflow(def_id, "v1", {"i": i}).instance.id,
+        lambda c, i: c.start_workflow(def_id, "v1", padded({"i": i})).instance.id,
         lambda c: c.close(),
     )
 

@@ -38,6 +38,7 @@ import psycopg
 from absurd_sdk import Absurd
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
+from bench import wf_common
 from bench.run import Proc, base_env, libpq, spawn_logged, terminate, wait_ready, with_database
 from bench.wf_common import (
     ELEMENT_QUEUE,
@@ -49,6 +50,7 @@ from bench.wf_common import (
     Shape,
     mapped_value,
     measure,
+    padded,
     start_all,
 )
 
@@ -78,7 +80,7 @@ def plain_database(prefix: str) -> Iterator[str]:
 # ---------------------------------------------------------------------------------------------- DBOS
 @DBOS.step()
 def bench_step(key: str) -> dict:
-    return {"ok": True}
+    return padded({"ok": True})
 
 
 @DBOS.step()
@@ -98,7 +100,8 @@ def bench_map_step(key: str, x: int | None) -> dict:
 
 
 @DBOS.workflow()
-def bench_workflow(shape: str) -> dict:
+def bench_workflow(shape: str, payload: dict | None = None) -> dict:
+    """``payload``: the workflow's input beside its shape (``padded``: what the other engines' inputs carry)."""
     s = SHAPES[shape]
     items: list[int] = []
     x = None
@@ -117,6 +120,12 @@ def bench_workflow(shape: str) -> dict:
         else:
             DBOS.sleep(TIMER_SECONDS)
     return {"ok": True}
+
+
+def _inputs(shape: Shape, i: int) -> tuple:
+    """``bench_workflow``'s arguments: the shape, and with ``--payload-bytes`` the padded input the other
+    engines' workflows get (``{"i": i}`` and the pad); without it the shape alone, as every earlier run."""
+    return (shape.name, padded({"i": i})) if wf_common.PAYLOAD_BYTES else (shape.name,)
 
 
 def dbos_element_queue(limit: bool = True) -> None:
@@ -182,7 +191,7 @@ def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool, element_limit: 
                 return DBOSClient(system_database_url=dsn)
 
             def start(c: object, i: int) -> str:
-                return c.enqueue(options, shape.name).get_workflow_id()  # type: ignore[attr-defined]
+                return c.enqueue(options, *_inputs(shape, i)).get_workflow_id()  # type: ignore[attr-defined]
 
             def close(c: object) -> None:
                 c.destroy()  # type: ignore[attr-defined]
@@ -193,7 +202,7 @@ def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool, element_limit: 
                 return None
 
             def start(c: object, i: int) -> str:
-                return DBOS.start_workflow(bench_workflow, shape.name).get_workflow_id()
+                return DBOS.start_workflow(bench_workflow, *_inputs(shape, i)).get_workflow_id()
 
             def close(c: object) -> None:
                 return None
@@ -241,7 +250,7 @@ def run_dbos(shape: Shape, n: int, *, warmup: int, client: bool, element_limit: 
 
 # -------------------------------------------------------------------------------------------- Absurd
 def _work() -> dict:
-    return {"ok": True}
+    return padded({"ok": True})
 
 
 def absurd_task(app: Absurd, params: dict, ctx: object) -> dict:
@@ -332,7 +341,7 @@ def run_absurd(shape: Shape, n: int, *, warmup: int) -> RunResult:
             return Absurd(dsn, queue_name=QUEUE)
 
         def start(cl: object, i: int) -> str:
-            return str(cl.spawn(TASK_NAME, {"shape": shape.name, "i": i}, queue=QUEUE)["task_id"])  # type: ignore[attr-defined]
+            return str(cl.spawn(TASK_NAME, padded({"shape": shape.name, "i": i}), queue=QUEUE)["task_id"])  # type: ignore[attr-defined]
 
         def close(cl: object) -> None:
             cl.close()  # type: ignore[attr-defined]

@@ -114,6 +114,7 @@ def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) 
         "--probe",
         str(a.probe),
         *(["--rate", str(a.rate)] if a.rate else []),
+        *(["--payload-bytes", str(a.payload_bytes)] if a.payload_bytes else []),
         "--result",
         str(path),
     ]
@@ -256,7 +257,8 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
     lines = [
         f"Workflow benchmark (bench.workflows; {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} CPUs; N = {a.n} "
         f"per shape and engine, 4 client threads{f' offering {a.rate:g} workflows/s' if a.rate else ''}, "
-        f"{a.warmup} warm-up workflows not counted)",
+        f"{a.warmup} warm-up workflows not counted"
+        f"{f'; inputs and task outputs padded with {a.payload_bytes:,} random characters' if a.payload_bytes else ''})",
         "",
     ]
     if any(SHAPES[name].fanout for name in results):
@@ -501,6 +503,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="workflows offered per second from the 4 client threads together (default: as fast as they go)",
     )
+    ap.add_argument(
+        "--payload-bytes",
+        type=int,
+        default=0,
+        help="each workflow's input and each task's output carry this many random characters (default 0; "
+        "not with the fanout and mapping shapes)",
+    )
     ap.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -510,6 +519,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error(str(exc))
     if a.rate is not None and not a.rate > 0:
         ap.error("--rate must be a positive number of workflows per second")
+    if not 0 <= a.payload_bytes <= wf_common.MAX_PAYLOAD_BYTES:
+        ap.error(f"--payload-bytes must be from 0 to {wf_common.MAX_PAYLOAD_BYTES:,}")
+    if a.payload_bytes and (odd := [s.name for s in a.shapes if s.fanout or s.mapping]):
+        ap.error(f"--payload-bytes applies to the shapes of plain TASK and TIMER steps, not {', '.join(odd)}")
     a.n = a.n or (20 if a.counts_only else 300)
     a.warmup = a.warmup if a.warmup is not None else (2 if a.counts_only else 100)
     engines = (
@@ -532,6 +545,7 @@ def main(argv: list[str] | None = None) -> None:
     if not os.environ.get("DATABASE_URL"):
         sys.exit("DATABASE_URL is not set: run `make bench` (it starts embedded services) or export it")
     wf_common.OFFERED_RATE = a.rate
+    wf_common.PAYLOAD_BYTES = a.payload_bytes
     if a.child:
         res = run_variant(a.child, a.shapes[0], a.n, a.warmup, a.probe)
         Path(a.result).write_text(json.dumps(res.to_json()))

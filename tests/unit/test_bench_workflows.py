@@ -222,3 +222,22 @@ def test_the_wal_written_is_counted_per_workflow_and_never_holds_the_final_snaps
     assert "23,000" in "\n".join(counts_table({"task-task": pw}))
     r = RunResult(engine="ledgerflow", shape="task-task", n=2, wall=1.0, counts=c)
     assert RunResult.from_json(r.to_json()).counts.wal == 46_000  # type: ignore[union-attr]
+
+
+def test_payload_bytes_pad_inputs_and_outputs_alike_and_are_refused_where_they_do_not_apply(
+    monkeypatch,
+) -> None:
+    """``--payload-bytes``: every engine's workflow input and task outputs carry the same number of random
+    characters (random: no engine's storage compresses them away); 0 leaves the payloads as every earlier run
+    had them; the fan-out and mapping shapes, whose outputs are their data, refuse it."""
+    monkeypatch.setattr(wf_common, "PAYLOAD_BYTES", 0)
+    assert wf_common.padded({"ok": True}) == {"ok": True}
+    monkeypatch.setattr(wf_common, "PAYLOAD_BYTES", 1001)
+    a, b = wf_common.padded({"ok": True}), wf_common.padded({"i": 3})
+    assert a["ok"] is True and b["i"] == 3 and len(a["pad"]) == len(b["pad"]) == 1001 and a["pad"] != b["pad"]
+    assert workflows.parse(["--shape", "task-timer-task", "--payload-bytes", "4096"]).payload_bytes == 4096
+    for bad in (["--shape", "mapping", "--payload-bytes", "10"], ["--shape", "all", "--payload-bytes", "10"]):
+        with pytest.raises(SystemExit):
+            workflows.parse(bad)
+    with pytest.raises(SystemExit):
+        workflows.parse(["--shape", "task-task", "--payload-bytes", "-1"])
