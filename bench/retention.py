@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import psycopg
@@ -425,11 +426,8 @@ def cpu_within(
     total: list[float] = []
     wall = 0.0
     for a, b in windows:
-        inside = [(at, c) for at, c in points if a <= at < b]
-        for (t0, c0), (t1, c1) in zip(inside, inside[1:], strict=False):
-            if not total:
-                total = [0.0] * len(c0)
-            total = [s + y - x for s, x, y in zip(total, c0, c1, strict=True)]
+        for (t0, c0), (t1, c1) in pairwise((at, c) for at, c in points if a <= at < b):
+            total = [s + y - x for s, x, y in zip(total or [0.0] * len(c0), c0, c1, strict=True)]
             wall += t1 - t0
     return tuple(total), wall
 

@@ -12,6 +12,7 @@ from sqlalchemy import Connection
 from app.db import tx
 from app.engine.documents import DEFAULT_TASK_TIMEOUT_SECONDS
 from app.engine.row_access import jdump
+from app.engine.states import task_open_sql
 from app.engine.transitions import task_moves
 from app.engine.transitions.step_moves import Activation
 from app.ids import new_id
@@ -181,10 +182,10 @@ def arm_watch(conn: Connection, inst: dict, seconds: float, *, into: Activation 
 # When the watch of instance ``i`` (a row of workflow_instances) is due: the earliest deadline of its open
 # tasks and, unless its stop was requested or it ended, its workflow deadline (NULL: nothing to watch).
 # The watch re-arms itself with it (``handlers.task_timeouts``) and RESUME puts it there (``control``).
-WATCH_DUE_SQL = """LEAST(
+WATCH_DUE_SQL = f"""LEAST(
     -- its open tasks, by its index (app.engine.row_access._OPEN_WORK)
     (SELECT min(t.deadline_at) FROM workflow_tasks t
-     WHERE t.instance_id = i.id AND t.state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')),
+     WHERE t.instance_id = i.id AND {task_open_sql("t.state")}),
     CASE WHEN i.stop_requested_at IS NULL AND i.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
          THEN i.deadline_at END)"""
 

@@ -35,7 +35,7 @@ from sqlalchemy import Connection
 
 from app import settings
 from app.engine import commit_batch
-from app.engine.states import unfinished_sql
+from app.engine.states import task_open_sql, unfinished_sql
 from app.errors import LimitExceeded, QuotaExceeded
 from app.sql import query, run
 
@@ -71,7 +71,7 @@ WITH u AS MATERIALIZED (
 own AS MATERIALIZED (
     -- the start's own open tasks, by its instance's index (app.engine.row_access._OPEN_WORK)
     SELECT queue, count(*) AS n FROM workflow_tasks WHERE instance_id = :own
-      AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') GROUP BY queue),
+      AND {open_task} GROUP BY queue),
 o AS MATERIALIZED (
     SELECT COALESCE(CAST(:known AS bigint), c.n - w.own) AS open_tasks,
            CAST(:known AS bigint) IS NOT NULL OR c.n < w.bound AS whole
@@ -110,11 +110,18 @@ ORDER BY q.n
 _SHARED = query(
     "quota_figures_shared",
     _FIGURES.format(
-        tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin=f"u.flight * {TASKS_PER_TRANSACTION}", lock="true"
+        tasks=TASKS_PER_TRANSACTION,
+        open=_OPEN,
+        open_task=task_open_sql(),
+        margin=f"u.flight * {TASKS_PER_TRANSACTION}",
+        lock="true",
     ),
 )
 _EXACT = query(
-    "quota_figures_exact", _FIGURES.format(tasks=TASKS_PER_TRANSACTION, open=_OPEN, margin="0", lock="false")
+    "quota_figures_exact",
+    _FIGURES.format(
+        tasks=TASKS_PER_TRANSACTION, open=_OPEN, open_task=task_open_sql(), margin="0", lock="false"
+    ),
 )
 _LOCK = query("quota_start_lock", "SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))")
 

@@ -49,7 +49,7 @@ from app.engine.row_access import (
     step_specs,
     version_document,
 )
-from app.engine.states import TERMINAL, InstanceState, StepState
+from app.engine.states import TERMINAL, InstanceState, StepState, task_open_sql
 from app.engine.transitions import instance_moves, step_moves, task_moves, wait_moves
 from app.errors import NotFound, StateConflict
 from app.sql import query, run
@@ -131,10 +131,9 @@ _RECOVERY_WAITS_NEXT_DEADLINE = query(
 
 _RECOVERY_TASKS_DEADLINE_CAP = query(
     "recovery_tasks_deadline_cap",
-    # the instance's open tasks as "not closed", read by the instance's index (row_access, "An instance's
-    # open tasks"; tests/db/test_open_tasks_plans.py)
+    # the instance's open tasks, by its index (task_open_sql)
     "UPDATE workflow_tasks SET deadline_at = LEAST(deadline_at, :d) WHERE instance_id = :i AND activation_id = :a "
-    "AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')",
+    f"AND {task_open_sql()}",
 )
 
 

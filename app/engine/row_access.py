@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Row
 
 from app import jsonx
 from app.engine import events
+from app.engine.states import task_open_sql
 from app.errors import NotFound
 from app.ids import name_id
 from app.ledger.context import Fence
@@ -170,8 +171,8 @@ def lock_instance_and_task(
 # nothing, for an instance that ends with no work open (most do).
 _OPEN_WORK = query(
     "instance_open_work",
-    """SELECT
-    EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED')) AS tasks,
+    f"""SELECT
+    EXISTS (SELECT 1 FROM workflow_tasks WHERE instance_id = :i AND {task_open_sql()}) AS tasks,
     EXISTS (SELECT 1 FROM workflow_waits WHERE instance_id = :i AND state = 'WAITING') AS waits,
     EXISTS (SELECT 1 FROM workflow_signals WHERE instance_id = :i AND state = 'PENDING') AS signals""",
 )

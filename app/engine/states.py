@@ -164,6 +164,16 @@ def ended_sql(alias: str) -> str:
     return f"{alias}.completed_at IS NOT NULL"
 
 
+def task_open_sql(column: str = "state") -> str:
+    """SQL: the task state ``column`` is open (PENDING or CLAIMED), said as "not closed": ``state IN
+    ('PENDING', 'CLAIMED')`` is the predicate of the claim's partial index, and a prepared statement's plan
+    made while that index was small read the whole index, every open task of every namespace, to find one
+    instance's; "not closed" cannot use it, so the instance's own index is read (``row_access._OPEN_WORK``,
+    tests/db/test_open_tasks_plans.py)."""
+    closed = ", ".join(f"'{s.value}'" for s in TaskState if s not in TASK_OPEN)
+    return f"{column} NOT IN ({closed})"
+
+
 def unfinished_sql(alias: str) -> str:
     """SQL: the instance ``alias`` has not ended (``ended_sql``'s negation, as the unfinished index says it)."""
     return f"{alias}.completed_at IS NULL"

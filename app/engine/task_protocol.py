@@ -14,6 +14,7 @@ from app import jsonx
 from app.engine import driver, jobs_and_tasks
 from app.engine.decide.tasks import retry_delay_seconds
 from app.engine.row_access import MISSING, jparse, lock_instance_and_task, lock_with_task
+from app.engine.states import task_open_sql
 from app.engine.transitions import task_moves
 from app.engine.transitions.task_moves import TASK_COLS as _TASK_COLS
 from app.errors import IdempotencyConflict, NotFound, StateConflict
@@ -242,7 +243,7 @@ _TASK_OVERDUE_IDS = query(
     "task_overdue_ids",
     # open tasks, by the instance's index (row_access._OPEN_WORK)
     "SELECT id FROM workflow_tasks WHERE instance_id = :i "
-    "AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') "
+    f"AND {task_open_sql()} "
     "AND deadline_at <= now() AND (CAST(:before AS timestamptz) IS NULL OR deadline_at < :before) "
     "ORDER BY deadline_at, id",
 )

@@ -38,7 +38,7 @@ from sqlalchemy import Connection
 
 from app import audit
 from app.auth import Principal
-from app.engine.states import TERMINAL
+from app.engine.states import TERMINAL, task_open_sql
 from app.integrations import schedules
 from app.ledger.hints import publish_after_commit
 from app.ledger.models import QUEUES
@@ -80,9 +80,7 @@ MOVE_WAITS = query(
 MOVE_TASKS = query(
     "time_skip_tasks",
     "UPDATE workflow_tasks SET deadline_at = now(), updated_at = now() "
-    "WHERE instance_id = ANY(:ids) AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') AND "
-    + _in_span("deadline_at")
-    + " RETURNING id",
+    f"WHERE instance_id = ANY(:ids) AND {task_open_sql()} AND " + _in_span("deadline_at") + " RETURNING id",
 )
 MOVE_SIGNALS = query(
     "time_skip_signals",

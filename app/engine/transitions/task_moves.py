@@ -16,7 +16,7 @@ from app.engine.row_access import (
     reading_steps_after,
     write_reading_steps,
 )
-from app.engine.states import STEP_OPEN, TASK_OPEN, TaskState
+from app.engine.states import STEP_OPEN, TASK_OPEN, TaskState, task_open_sql
 from app.engine.transitions._guard import TransitionRefused, many, maybe, states
 from app.sql import Query, query, run, split_rows
 
@@ -400,7 +400,7 @@ _Q_TASK_POSTPONE_DEADLINES = query(
     "task_postpone_deadlines",
     "UPDATE workflow_tasks SET deadline_at = deadline_at + CAST(:by AS interval), updated_at = now() "
     # its open tasks, by its instance's index (row_access._OPEN_WORK)
-    "WHERE instance_id = :i AND state NOT IN ('COMPLETED', 'FAILED', 'TIMED_OUT', 'CANCELLED') "
+    f"WHERE instance_id = :i AND {task_open_sql()} "
     "AND CAST(:by AS interval) > interval '0'",
 )
 
