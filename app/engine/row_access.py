@@ -160,12 +160,9 @@ def lock_instance_and_task(
     return _listeners_known(conn, inst), task
 
 
-# An instance's open tasks are read as "not closed" (``state NOT IN`` the closed states), never as ``state IN
-# ('PENDING', 'CLAIMED')``: that is the predicate of the claim's partial index (``ix_workflow_tasks_claim``),
-# and a plan made while that index was small (statistics taken with no backlog; a prepared statement keeps
-# its plan) read the whole index, every open task of every namespace, to find one instance's; "not closed"
-# cannot use it, so the instance's own index (``ix_workflow_tasks_instance``) is read: its few tasks.
-# tests/db/test_open_tasks_plans.py plans each such statement so.
+# An instance's open tasks are read as "not closed" (``states.task_open_sql``: why), by the instance's own
+# index (``ix_workflow_tasks_instance``): its few tasks. tests/db/test_open_tasks_plans.py plans each such
+# statement so.
 # What an ending instance has left open, each read through its index (open tasks by instance, the partial
 # indexes of WAITING waits and PENDING signals): one statement instead of an UPDATE per kind that finds
 # nothing, for an instance that ends with no work open (most do).
