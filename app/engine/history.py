@@ -14,6 +14,7 @@ from app.engine import traces
 from app.engine.documents import KEY_RE
 from app.engine.row_access import MISSING, jparse, read_step
 from app.engine.task_protocol import task_view
+from app.engine.transitions.task_moves import task_cols
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
 from app.jsonx import rfc3339
@@ -86,11 +87,9 @@ def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str 
     return out
 
 
-_TASK_COLS = f"""t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
-    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round,
-    t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
-    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence,
-    {traces.COLUMNS}"""
+# a task's output read as TASK_OUTPUT says: the activation's (``a``) when the task keeps none of its own
+_TASK_COLS = f"""{task_cols("CASE WHEN t.output IS NULL AND t.state = 'COMPLETED' THEN a.output::text ELSE t.output::text END AS output")},
+    a.sequence AS activation_sequence, {traces.COLUMNS}"""
 
 
 _HISTORY_ROUNDS = query(

@@ -354,6 +354,8 @@ tasks = Table(
     Column("queue", Text, nullable=False),
     Column("state", Text, nullable=False, server_default=text("'PENDING'")),
     Column("input", JSONB),
+    # NULL on a COMPLETED task whose completion closed its step: the output is its activation's, kept once
+    # (``task_moves.TASK_OUTPUT`` reads it there)
     Column("output", JSONB),
     Column("error", JSONB),
     Column("epoch", Integer, nullable=False, server_default=text("0")),

@@ -36,7 +36,8 @@ def test_a_completion_reads_the_steps_with_the_task_move_and_inserts_the_next_ta
     monkeypatch.undo()
     sent = [s for s in sent if s != ";"]  # the pool's ping at checkout (app.db)
     moves = [s for s in sent if "UPDATE workflow_tasks" in s]
-    assert len(moves) == 1 and moves[0].startswith("WITH m AS (UPDATE workflow_tasks")
+    assert len(moves) == 1 and moves[0].startswith("WITH c AS (UPDATE workflow_steps")
+    assert "m AS (UPDATE workflow_tasks" in moves[0]
     assert "FROM workflow_instances i LEFT JOIN workflow_steps s" in moves[0]  # the steps, in its statement
     # the step's move is in the same statement: no step_close of its own
     assert "c AS (UPDATE workflow_steps SET state = 'SUCCEEDED'" in moves[0]

@@ -211,11 +211,15 @@ def test_a_resent_single_completion_answers_the_same_and_writes_no_receipt(wf_ns
     wrong = _raw(wf_ns, "POST", f"/v1/tasks/{task['id']}/fail", failed, key=key, who="worker")
     assert wrong.status_code == 409 and wrong.json()["code"] == "STATE_CONFLICT", wrong.text
     assert wf_ns.client().get_workflow(wid).state == "SUCCEEDED"
-    with engine.connect() as conn:
+    with engine.connect() as conn:  # kept once, on the step's activation (task_moves.TASK_OUTPUT)
         output = conn.execute(
-            text("SELECT output::text FROM workflow_tasks WHERE id = :i"), {"i": task["id"]}
-        ).scalar_one()
-    assert output == '{"n": 9007199254740993}'
+            text(
+                "SELECT t.output IS NULL, s.act_output::text FROM workflow_tasks t "
+                "JOIN workflow_steps s ON s.activation_id = t.activation_id WHERE t.id = :i"
+            ),
+            {"i": task["id"]},
+        ).one()
+    assert tuple(output) == (True, '{"n": 9007199254740993}')
     assert _receipts(engine, f"POST {path}") == 0
 
 

@@ -22,11 +22,27 @@ from app.sql import Query, query, run, split_rows
 
 S = TaskState
 OPEN = states(TASK_OPEN)
-TASK_COLS = """t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
-    t.input::text AS input, t.output::text AS output, t.error::text AS error, t.epoch, t.attempt,
+# A task's output as JSON text. A completion that closes its step (``complete_closing_step``) keeps the output
+# once, on the step's activation (``act_output``; ``workflow_activations.output`` once the step is activated
+# again), and leaves the task's column SQL NULL: a COMPLETED task without an output of its own answers its
+# activation's (no other completion of that activation's tasks closes it: a failed attempt before has no
+# output; a POLL's rounds, a fan-out's elements and a compensation keep theirs). No comma inside: the
+# columns are split at commas (``row_access.lock_with_task``).
+TASK_OUTPUT = """CASE WHEN t.output IS NULL AND t.state = 'COMPLETED'
+        THEN (SELECT o.output::text FROM workflow_all_activations o WHERE o.id = t.activation_id)
+        ELSE t.output::text END AS output"""
+
+
+def task_cols(output: str = TASK_OUTPUT) -> str:
+    """The task's columns as the engine reads them (JSON as text), its output as ``output`` says."""
+    return f"""t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
+    t.input::text AS input, {output}, t.error::text AS error, t.epoch, t.attempt,
     t.poll_round,
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
     (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired"""
+
+
+TASK_COLS = task_cols()
 _DONE = "completed_at = now(), updated_at = now(), lease_expires_at = NULL"
 _EVENT_COLS = "RETURNING id, namespace_id, queue, instance_id, step_key, activation_id, purpose"
 
@@ -335,15 +351,24 @@ _END_CLAIM_READING_STEPS = {column: reading_steps(write) for column, write in _E
 # activation -> SUCCEEDED with the task's output (``c``: ``step_moves.succeed``'s move, revision + 1), then
 # the instance's steps as they were (``row_access.reading_steps_after``). ``closed__step_id`` says whether
 # the step moved.
+# The output is kept once, on the activation: the step moves first (``c``, when the claim is still this
+# epoch's: the task row, which the caller holds locked since its first statement, as ``m`` will find it), and
+# the task keeps no output of its own when it did (``TASK_OUTPUT`` reads it from the activation), the output
+# when it did not (the caller's decision refuses that and rolls back: it is never left so).
 _STEP_OPEN = states(STEP_OPEN)
+_CLAIM_ENDS = "id = :id AND epoch = :epoch AND state = 'CLAIMED'"
 _COMPLETE_CLOSING_STEP = reading_steps_after(
     "task_complete_closing_step",
-    f"m AS ({_END_CLAIM['output'].text}), "
     "c AS (UPDATE workflow_steps SET state = 'SUCCEEDED', act_state = 'SUCCEEDED', completed_at = now(), "
     "act_output = CAST(:v AS jsonb), revision = revision + 1, updated_at = now() "
     "WHERE instance_id = :steps_of_instance AND activation_id = :a AND state = ANY(:step_open) "
-    "AND act_state = ANY(:step_open) AND kind <> 'POLL' AND EXISTS (SELECT 1 FROM m) "
-    "RETURNING id, act_output::text AS act_output)",
+    "AND act_state = ANY(:step_open) AND kind <> 'POLL' "
+    f"AND EXISTS (SELECT 1 FROM workflow_tasks WHERE {_CLAIM_ENDS}) "
+    "RETURNING id, act_output::text AS act_output), "
+    "m AS (UPDATE workflow_tasks AS t SET state = :s, "
+    "output = CASE WHEN EXISTS (SELECT 1 FROM c) THEN NULL ELSE CAST(:v AS jsonb) END, "
+    f"result_key = CAST(:key AS text), {_DONE} WHERE {_CLAIM_ENDS} "
+    f"RETURNING {task_cols('CAST(CAST(:v AS jsonb) AS text) AS output')})",
     "SELECT m.*, c.id AS closed__step_id, c.act_output AS closed__output FROM m LEFT JOIN c ON true",
 )
 _CLOSED = "closed__"
