@@ -1159,12 +1159,12 @@ UPDATE workflow_instances SET start_key = NULL, start_fingerprint = NULL WHERE i
 
 -- name: start_key_read
 -- module: app.engine.start_keys; prepared at its first run
--- sent: WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', $1, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint, i.created_at >= now() - make_interval(hours => $3) AS live, (SELECT x.start_response FROM workflow_event_batches x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL LIMIT 1) AS response, r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response FROM o CROSS JOIN l LEFT JOIN workflow_instances i ON i.namespace_id = $4 AND i.start_key = $5 LEFT JOIN idempotency_receipts r ON r.scope = $4 AND r.route = $6 AND r.key = $5
+-- sent: WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', $1, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint, i.created_at >= now() - make_interval(hours => $3) AS live, (SELECT x.start_response FROM workflow_event_batches x WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL LIMIT 1) AS response, i.input::text AS instance_input, r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response FROM o CROSS JOIN l LEFT JOIN workflow_instances i ON i.namespace_id = $4 AND i.start_key = $5 LEFT JOIN idempotency_receipts r ON r.scope = $4 AND r.route = $6 AND r.key = $5
 WITH o AS MATERIALIZED (SELECT current_setting('lock_timeout') AS old, set_config('lock_timeout', :wait, true)), l AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended(:lock_key, 0)) FROM o) SELECT set_config('lock_timeout', o.old, true) AS restored, i.id AS instance_id, i.start_fingerprint,
     i.created_at >= now() - make_interval(hours => :hours) AS live,
     (SELECT x.start_response FROM workflow_event_batches x
      WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL
-     LIMIT 1) AS response,
+     LIMIT 1) AS response, i.input::text AS instance_input,
     r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response
 FROM o CROSS JOIN l
 LEFT JOIN workflow_instances i ON i.namespace_id = :scope AND i.start_key = :key

@@ -96,6 +96,46 @@ def compact_start_entry(entry: str, response: str) -> str:
     return entry[:at] + ',"after_in_response":true}'
 
 
+# A start's response keeps the workflow's input once (issue 50): the instance row holds it, and a response
+# whose input is longer than this (the marker costs ~25 bytes) is stored with ``"input": null`` in its
+# instance and ``"input_on_instance": true`` at its top level (``stored_response``). Its readers put the
+# instance's input back: a resent start (``app.engine.start_keys``, ``full_response``) and the audit's
+# view ``workflow_operations`` (migration 0040), where the start's entry says ``after_in_response``.
+INPUT_ON_INSTANCE = "input_on_instance"
+_ELIDED_FROM = 128
+
+
+def stored_response(response: str) -> str:
+    """The text kept of the start's response ``response``: without its instance's input when that is
+    long, when ``full_response`` gives the text back exactly from the instance's input as the instance
+    row returns it (the response's ``data.instance`` is that row: ``instances.instance_view``);
+    ``response`` as it is otherwise."""
+    body = jsonx.loads_exact_db(response)
+    data = body.get("data") if isinstance(body, dict) else None
+    instance = data.get("instance") if isinstance(data, dict) else None
+    if not isinstance(instance, dict) or "input" not in instance or INPUT_ON_INSTANCE in body:
+        return response
+    input_text = jsonx.dumps(instance["input"])
+    if len(input_text) < _ELIDED_FROM:
+        return response
+    instance["input"] = None
+    body[INPUT_ON_INSTANCE] = True
+    kept = jsonx.dumps(body)
+    return kept if full_response(kept, input_text) == response else response
+
+
+def full_response(kept: str, instance_input: str | None) -> str:
+    """The start's response as answered from the text ``kept`` (``stored_response``) and the instance's
+    input (JSON text: ``workflow_instances.input``)."""
+    if f'"{INPUT_ON_INSTANCE}":true' not in kept:
+        return kept
+    body = jsonx.loads_exact_db(kept)
+    if not isinstance(body, dict) or body.pop(INPUT_ON_INSTANCE, None) is not True or instance_input is None:
+        return kept
+    body["data"]["instance"]["input"] = jsonx.loads_exact_db(instance_input)
+    return jsonx.dumps(body)
+
+
 def _one_value(text: str) -> bool:
     """Is ``text`` exactly one JSON value (so that the response holds no longer value at that place)?"""
     try:
@@ -251,7 +291,7 @@ class CommitBatch(CommitBuffer):
                         "iid": iid,
                         "n": len(evs),
                         "job": b.job,
-                        "response": b.response if k == 0 else None,
+                        "response": stored_response(b.response) if k == 0 and b.response else None,
                     }
                 )
                 # the events and audit entries are JSON texts already: spliced in, not encoded again, and

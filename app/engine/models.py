@@ -476,7 +476,8 @@ Index("ix_workflow_signals_settled", signals.c.resolved_at, postgresql_where=tex
 # names the ``event_dispatch`` job that fans the batch out (NULL when the namespace had no subscription
 # or rule at that moment). ``audit`` also holds the ``workflow.start`` entry of a start, with its actor
 # (migration 0021), and ``start_response`` the exact response of a ``POST /v1/workflows`` on the batch
-# that start wrote for its instance (NULL on every other batch; ``app.engine.start_keys``). A row written
+# that start wrote for its instance (NULL on every other batch; ``app.engine.start_keys``; since migration
+# 0040 a long input is not repeated there: ``commit_batch.stored_response``). A row written
 # since migration 0031 is compact (``app.engine.commit_batch``): ``instance`` is the state (``{"state", "paused": true}`` while paused),
 # ``definition_id`` and ``trace_id`` are '' (the views read them from the instance row), and a start
 # entry whose ``after`` is the response's instance says ``"after_in_response": true`` instead. Since

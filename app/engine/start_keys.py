@@ -3,7 +3,8 @@
 A ``POST /v1/workflows`` writes no ``idempotency_receipts`` row: the instance's INSERT carries the key
 and the request's fingerprint (``workflow_instances.start_key`` / ``start_fingerprint``, unique per
 namespace among the instances that carry one) and the batch the start writes for its instance carries
-the exact response body (``workflow_event_batches.start_response``). A resent start with the same key
+the exact response body (``workflow_event_batches.start_response``; a long input is kept once, on the
+instance: ``commit_batch.stored_response``). A resent start with the same key
 and the same request answers that body again, the first-acceptance snapshot, whatever the instance did
 since (and before any limit or quota check: a full namespace still answers it); another request with the
 key gets 409 IDEMPOTENCY_CONFLICT.
@@ -29,7 +30,7 @@ from sqlalchemy import Connection, Engine
 
 from app import jsonx
 from app.db import transaction
-from app.engine import events
+from app.engine import commit_batch, events
 from app.errors import IdempotencyConflict
 from app.idempotency import (
     RETENTION_HOURS,
@@ -46,12 +47,13 @@ STARTED = 201  # the status of every accepted start (an error is not kept: it ma
 _UNIQUE = "uq_workflow_instances_start_key"
 
 # The key's instance (a start of the last RETENTION_HOURS owns the key: ``live``), the response its start
-# answered, and a receipt row of a start accepted before migration 0021.
+# answered (with its input on the instance: ``commit_batch.stored_response``), and a receipt row of a start
+# accepted before migration 0021.
 _READ_COLUMNS = """, i.id AS instance_id, i.start_fingerprint,
     i.created_at >= now() - make_interval(hours => :hours) AS live,
     (SELECT x.start_response FROM workflow_event_batches x
      WHERE x.namespace_id = i.namespace_id AND x.instance_id = i.id AND x.start_response IS NOT NULL
-     LIMIT 1) AS response,
+     LIMIT 1) AS response, i.input::text AS instance_input,
     r.fingerprint AS receipt_fingerprint, r.status_code AS receipt_status, r.response AS receipt_response
 FROM o CROSS JOIN l
 LEFT JOIN workflow_instances i ON i.namespace_id = :scope AND i.start_key = :key
@@ -75,7 +77,8 @@ def _answer(found: Any, fp: str) -> StoredResponse | None:
             raise IdempotencyConflict(
                 "this Idempotency-Key started a workflow whose response is no longer kept"
             )
-        return StoredResponse(status=STARTED, body=found.response, replayed=True)
+        body = commit_batch.full_response(found.response, found.instance_input)
+        return StoredResponse(status=STARTED, body=body, replayed=True)
     if found.receipt_fingerprint is not None:
         if found.receipt_fingerprint != fp:
             raise used_otherwise()
