@@ -5,6 +5,9 @@ head and does nothing. A transaction-level lock also holds through PgBouncer in 
 
 from __future__ import annotations
 
+import importlib.util
+from types import ModuleType
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -40,3 +43,13 @@ def current_revisions(url: str) -> tuple[str, ...]:
             return tuple(MigrationContext.configure(conn).get_current_heads())
     finally:
         engine.dispose()
+
+
+def migration_module(name: str) -> ModuleType:
+    """The module of migration ``name`` (a file of ``migrations/versions`` without its ``.py``): its constants,
+    for a later migration that restores or rewrites what it created, and for the migration tests."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "migrations" / "versions" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -28,10 +28,9 @@ Revises: 0017_i16
 Create Date: 2026-12-02
 """
 
-import importlib.util
-from pathlib import Path
-
 from alembic import op
+
+from app.migrate import migration_module
 
 revision = "0018_i27"
 down_revision = "0017_i16"
@@ -144,15 +143,6 @@ ON CONFLICT (namespace_id, stripe) DO NOTHING
     )
 
 
-def _migration_0017():  # the module of 0017 (its trigger function and triggers)
-    spec = importlib.util.spec_from_file_location(
-        "m0017", Path(__file__).with_name("0017_i16_quota_counts.py")
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def downgrade() -> None:
     op.execute(
         "CREATE TABLE workflow_events_old AS SELECT id, namespace_id, instance_id, seq, type, definition_id, body, "
@@ -177,7 +167,7 @@ def downgrade() -> None:
         "GROUP BY instance_id) m WHERE m.instance_id = i.id"
     )
     op.execute("DROP TABLE workflow_event_batches")
-    m0017 = _migration_0017()
+    m0017 = migration_module("0017_i16_quota_counts")  # its trigger function and triggers
     op.execute("LOCK TABLE workflow_instances, workflow_tasks IN SHARE MODE")
     op.execute("ALTER TABLE workflow_quota_counts RENAME COLUMN open_by_queue TO pending")
     op.execute("DELETE FROM workflow_quota_counts")

@@ -17,10 +17,9 @@ Revises: 0039_drain_run_lease
 Create Date: 2026-12-06
 """
 
-import importlib.util
-from pathlib import Path
-
 from alembic import op
+
+from app.migrate import migration_module
 
 revision = "0040_start_input_once"
 down_revision = "0039_drain_run_lease"
@@ -45,17 +44,8 @@ WHERE i.id = b.instance_id AND b.start_response IS NOT NULL
 """
 
 
-def _migration_0038():  # the views of 0038 (their text with the AFTER of before)
-    spec = importlib.util.spec_from_file_location(
-        "m0038", Path(__file__).with_name("0038_event_batches_json.py")
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def upgrade() -> None:
-    m = _migration_0038()
+    m = migration_module("0038_event_batches_json")
     first = m.AFTER.split("\n", 1)[0]
     view = m.operations_view("\n" + m.LISTS, "v.events", "v.audit")
     assert view.count(first) == 1, "the view of 0038 changed"
@@ -63,6 +53,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    m = _migration_0038()
+    m = migration_module("0038_event_batches_json")
     op.execute(WHOLE)
     op.execute(m.operations_view("\n" + m.LISTS, "v.events", "v.audit"))

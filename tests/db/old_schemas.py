@@ -3,20 +3,11 @@ call a function or write a column a later migration creates, which such a databa
 
 from __future__ import annotations
 
-import importlib.util
-
 from sqlalchemy import Engine, text
 
-from app.files import ROOT
+from app.migrate import migration_module
 
-
-def migration_module(name: str):
-    """The module of migration ``name`` (its constants: a migration never changes with the code)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "migrations" / "versions" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+__all__ = ["migration_module", "todays_functions"]
 
 
 def todays_functions(engine: Engine) -> None:
