@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 426 statements, 20 templates.
+-- 427 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -2825,6 +2825,12 @@ VALUES (:name, :holder, now() + make_interval(secs => :ttl))
 ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
 RETURNING l.holder
+;
+
+-- name: drain_lock
+-- module: app.ledger.drain; prepared at its first run
+-- sent: SELECT pg_advisory_xact_lock($1) IS NULL
+SELECT pg_advisory_xact_lock(:k) IS NULL
 ;
 
 -- name: drain_paced_async_commit

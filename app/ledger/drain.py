@@ -93,6 +93,9 @@ _DRAIN_TRY_LOCK = query(
     "drain_try_lock",
     "SELECT pg_try_advisory_xact_lock(:k)",
 )
+# A run that holds the lease waits for the lock (another run's transaction holds it only for its one look at
+# the lease, or for one batch after this run's lease ran out): a try would end the run at such a look.
+_DRAIN_LOCK = query("drain_lock", "SELECT pg_advisory_xact_lock(:k) IS NULL")
 _ASYNC_COMMIT = query("drain_paced_async_commit", "SET LOCAL synchronous_commit = off")
 
 # The run's lease (migration 0039). The advisory lock above keeps two drain transactions from running at
@@ -128,16 +131,21 @@ class _Run:
     engine: Engine
     holder: str = field(default_factory=new_id)
     lost: bool = False
+    taken: bool = False  # the run took the lease (its first hold)
 
     def hold(self, conn: Connection) -> bool:
-        """In a drain transaction: the advisory lock and the lease (taken or renewed). False when another
-        run's transaction holds the lock now, or another live run holds the lease."""
-        if not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
+        """In a drain transaction: the advisory lock and the lease (taken or renewed). False when the run
+        has not taken the lease yet and another run's transaction holds the lock now, or when another live
+        run holds the lease. A run that took the lease waits for the lock."""
+        if self.taken:
+            run(conn, _DRAIN_LOCK, {"k": DRAIN_LOCK_KEY})
+        elif not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
             return False
         params = {"name": RUN_LEASE, "holder": self.holder, "ttl": RUN_LEASE_SECONDS}
         if run(conn, _LEASE_TAKE, params).first() is None:
             self.lost = True
             return False
+        self.taken = True
         return True
 
     def pause(self, seconds: float) -> None:
@@ -150,7 +158,7 @@ class _Run:
             left -= step
             if left > 0:
                 with transaction(self.engine) as conn:
-                    self.hold(conn)  # a transaction of another run holding the lock now: renewed next time
+                    self.hold(conn)
 
     def release(self) -> None:
         """The run ended: the next one need not wait for the lease to expire."""

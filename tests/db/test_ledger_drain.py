@@ -175,6 +175,48 @@ def test_concurrent_drains_reclaim_each_job_once(db, settings, engine):
     assert scalar(db, "SELECT count(*) FROM workflow_jobs WHERE status = 'pending'") == 30
 
 
+def test_a_run_that_holds_the_drain_waits_for_another_runs_look_at_it(db, settings, engine, monkeypatch):
+    """Regression (CI, test_concurrent_drains_reclaim_each_job_once): a run holding the lease tried the
+    advisory lock at each transaction, so another run's transaction holding the lock at that moment (its
+    look at the lease) ended the holder's run after one batch, its expired leases left to a later run. A run
+    that took the lease now waits for the lock."""
+    ids = [add_job(db, "delay_wake", {"n": i}) for i in range(12)]
+    claim(db, limit=12)
+    with transaction(db) as conn:
+        conn.execute(text("UPDATE workflow_jobs SET lease_until = now() - interval '1 second'"))
+    waiting = f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = {DRAIN_LOCK_KEY} AND NOT granted"
+    looks: list[threading.Thread] = []
+
+    def another_runs_look():
+        """Another run's transaction on the lock: queued behind the holder's first one, so it has the lock
+        when that commits; held until the holder waits for it (or ended its run)."""
+        with transaction(engine) as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": DRAIN_LOCK_KEY})
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and holder.is_alive() and not scalar(db, waiting):
+                time.sleep(0.01)
+
+    real = transitions.reclaim_expired
+
+    def reclaim_expired(conn, **kw):
+        batch = real(conn, **kw)
+        if not looks and threading.current_thread() is holder:  # in the holder's first transaction
+            looks.append(threading.Thread(target=another_runs_look))
+            looks[0].start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not scalar(db, waiting):
+                time.sleep(0.01)
+        return batch
+
+    monkeypatch.setattr(drain_module.transitions, "reclaim_expired", reclaim_expired)
+    reports = []
+    holder = threading.Thread(target=lambda: reports.append(drain(engine, replace(settings, drain_batch=4))))
+    holder.start()
+    holder.join(30)
+    looks[0].join(10)
+    assert sorted(r["id"] for r in reports[0].reclaimed) == ids  # the holder went on: every batch, once
+
+
 def test_the_drain_prunes_expired_idempotency_receipts(db, settings):
     """Regression: ``idempotency.prune`` existed and was never called; replays never expired."""
     with transaction(db) as conn:
