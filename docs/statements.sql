@@ -6,7 +6,7 @@
 -- connection or planned with its values each time, the text as written (:name parameters) and,
 -- on the `sent:` line, the text as psycopg sends it ($n parameters): what the server's log shows.
 -- Templates (history partition DDL) have {field} places filled with checked identifiers and times.
--- 427 statements, 20 templates.
+-- 426 statements, 20 templates.
 
 -- name: audit_credentials_page
 -- module: app.audit; prepared at its first run
@@ -925,12 +925,6 @@ WITH removed AS (DELETE FROM workflow_event_batches WHERE id IN (
     ORDER BY x.created_at LIMIT :limit FOR UPDATE OF x SKIP LOCKED)
 RETURNING 1)
 SELECT count(*) FROM removed
-;
-
--- name: history_settle_drain_lock
--- module: app.engine.retention; prepared at its first run
--- sent: SELECT pg_advisory_xact_lock($1)
-SELECT pg_advisory_xact_lock(:k)
 ;
 
 -- name: signals_prune
@@ -2829,8 +2823,8 @@ RETURNING l.holder
 
 -- name: drain_lock
 -- module: app.ledger.drain; prepared at its first run
--- sent: SELECT pg_advisory_xact_lock($1) IS NULL
-SELECT pg_advisory_xact_lock(:k) IS NULL
+-- sent: SELECT pg_advisory_xact_lock($1)
+SELECT pg_advisory_xact_lock(:k)
 ;
 
 -- name: drain_paced_async_commit

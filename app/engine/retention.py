@@ -28,7 +28,7 @@ from app.engine.states import TERMINAL, ended_sql
 from app.errors import InvalidArgument
 from app.idempotency import RETENTION_HOURS
 from app.ledger import partitions
-from app.ledger.drain import DRAIN_LOCK_KEY
+from app.ledger.drain import DRAIN_LOCK, DRAIN_LOCK_KEY
 from app.ledger.models import FINISHED, sql_in
 from app.ledger.retention import RetentionPolicy, Sweep, policy_from_env
 from app.settings import (
@@ -307,7 +307,6 @@ EVENT_BATCHES = partitions.History(
 )
 
 
-_DRAIN_LOCK = query("history_settle_drain_lock", "SELECT pg_advisory_xact_lock(:k)")
 # Every partitioned history table: the engine's and the ledger's.
 HISTORY = (EVENT_BATCHES, partitions.EXECUTIONS, partitions.AUDIT)
 
@@ -319,7 +318,7 @@ def settle_history(conn: Connection, spec: partitions.History) -> bool:
     after the migrations (``ledgerflow db upgrade``), each table in a transaction of its own. False when
     the DEFAULT partition is still there (its table was busy past the lock timeout: the drain does it).
     Under the drain's lock (waited for), as the drain's own sweeps: two never create one partition."""
-    run(conn, _DRAIN_LOCK, {"k": DRAIN_LOCK_KEY})
+    run(conn, DRAIN_LOCK, {"k": DRAIN_LOCK_KEY})
     partitions.ensure(conn, spec)
     parts = partitions.partitions(conn, spec.table)
     return not (parts and parts[0].default)

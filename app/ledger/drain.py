@@ -93,9 +93,10 @@ _DRAIN_TRY_LOCK = query(
     "drain_try_lock",
     "SELECT pg_try_advisory_xact_lock(:k)",
 )
-# A run that holds the lease waits for the lock (another run's transaction holds it only for its one look at
-# the lease, or for one batch after this run's lease ran out): a try would end the run at such a look.
-_DRAIN_LOCK = query("drain_lock", "SELECT pg_advisory_xact_lock(:k) IS NULL")
+# The drain's lock, waited for: by a run that holds the lease (another run's transaction holds the lock only
+# for its one look at the lease, or for one batch after this run's lease ran out: a try would end the run at
+# such a look), and by the release phase's settling of the history partitions (``app.engine.retention``).
+DRAIN_LOCK = query("drain_lock", "SELECT pg_advisory_xact_lock(:k)")
 _ASYNC_COMMIT = query("drain_paced_async_commit", "SET LOCAL synchronous_commit = off")
 
 # The run's lease (migration 0039). The advisory lock above keeps two drain transactions from running at
@@ -138,7 +139,7 @@ class _Run:
         has not taken the lease yet and another run's transaction holds the lock now, or when another live
         run holds the lease. A run that took the lease waits for the lock."""
         if self.taken:
-            run(conn, _DRAIN_LOCK, {"k": DRAIN_LOCK_KEY})
+            run(conn, DRAIN_LOCK, {"k": DRAIN_LOCK_KEY})
         elif not run(conn, _DRAIN_TRY_LOCK, {"k": DRAIN_LOCK_KEY}).scalar():
             return False
         params = {"name": RUN_LEASE, "holder": self.holder, "ttl": RUN_LEASE_SECONDS}
