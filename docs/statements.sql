@@ -491,13 +491,14 @@ SELECT id, seq, type, body::text AS body, created_at FROM workflow_events WHERE 
 
 -- name: history_rounds
 -- module: app.engine.history; prepared at its first run
--- sent: SELECT t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state, t.input::text AS input, CASE WHEN t.output IS NULL AND t.state = 'COMPLETED' THEN a.output::text ELSE t.output::text END AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round, t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence, t.worker::text AS worker, t.failure::text AS failure FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id WHERE t.instance_id = $1 AND t.step_key = $2 AND t.purpose = 'STEP' AND (CAST($3 AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST($3 AS timestamptz), $4)) ORDER BY t.created_at DESC, t.id DESC LIMIT $5
+-- sent: SELECT t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state, t.input::text AS input, CASE WHEN t.output IS NULL AND t.state = 'COMPLETED' THEN (SELECT o.output::text FROM workflow_all_activations o WHERE o.id = t.activation_id) ELSE t.output::text END AS output, t.error::text AS error, t.epoch, t.attempt, t.poll_round, t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose, (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence, t.worker::text AS worker, t.failure::text AS failure FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id WHERE t.instance_id = $1 AND t.step_key = $2 AND t.purpose = 'STEP' AND (CAST($3 AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST($3 AS timestamptz), $4)) ORDER BY t.created_at DESC, t.id DESC LIMIT $5
 SELECT t.id, t.namespace_id, t.instance_id, t.step_id, t.step_key, t.activation_id, t.queue, t.state,
-    t.input::text AS input, CASE WHEN t.output IS NULL AND t.state = 'COMPLETED' THEN a.output::text ELSE t.output::text END AS output, t.error::text AS error, t.epoch, t.attempt,
+    t.input::text AS input, CASE WHEN t.output IS NULL AND t.state = 'COMPLETED'
+        THEN (SELECT o.output::text FROM workflow_all_activations o WHERE o.id = t.activation_id)
+        ELSE t.output::text END AS output, t.error::text AS error, t.epoch, t.attempt,
     t.poll_round,
     t.lease_expires_at, t.deadline_at, t.created_at, t.updated_at, t.completed_at, t.purpose,
-    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired,
-    a.sequence AS activation_sequence, t.worker::text AS worker, t.failure::text AS failure FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id
+    (t.state = 'CLAIMED' AND t.lease_expires_at <= now()) AS lease_expired, a.sequence AS activation_sequence, t.worker::text AS worker, t.failure::text AS failure FROM workflow_tasks t JOIN workflow_all_activations a ON a.id = t.activation_id
 WHERE t.instance_id = :i AND t.step_key = :k AND t.purpose = 'STEP'
   AND (CAST(:at AS timestamptz) IS NULL OR (t.created_at, t.id) < (CAST(:at AS timestamptz), :aid))
 ORDER BY t.created_at DESC, t.id DESC LIMIT :lim

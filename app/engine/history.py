@@ -14,7 +14,7 @@ from app.engine import traces
 from app.engine.documents import KEY_RE
 from app.engine.row_access import MISSING, jparse, read_step
 from app.engine.task_protocol import task_view
-from app.engine.transitions.task_moves import task_cols
+from app.engine.transitions.task_moves import TASK_COLS
 from app.errors import FieldError, InvalidArgument, NotFound
 from app.ids import is_hex32
 from app.jsonx import rfc3339
@@ -87,9 +87,7 @@ def activations(conn: Connection, inst: dict, key: str, limit: int, cursor: str 
     return out
 
 
-# a task's output read as TASK_OUTPUT says: the activation's (``a``) when the task keeps none of its own
-_TASK_COLS = f"""{task_cols("CASE WHEN t.output IS NULL AND t.state = 'COMPLETED' THEN a.output::text ELSE t.output::text END AS output")},
-    a.sequence AS activation_sequence, {traces.COLUMNS}"""
+_TASK_COLS = f"""{TASK_COLS}, a.sequence AS activation_sequence, {traces.COLUMNS}"""
 
 
 _HISTORY_ROUNDS = query(
