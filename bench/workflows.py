@@ -2,7 +2,7 @@
 
     python -m bench.workflows [--shape all|task-task,task-timer-task,chain10,fanout,mapping] [--n 300]
         [--engines ledgerflow,dbos,absurd] [--no-rate-limit] [--dbos-client] [--warmup 100] [--probe 10]
-        [--rate 50]
+        [--rate 50] [--rounds 3]
     python -m bench.workflows --counts-only --shape task-timer-task --n 20    # Ledgerflow's writes, fast
 
 Each engine runs each shape against its own scratch database on the server named by DATABASE_URL, in
@@ -21,6 +21,12 @@ element (the workflow's, both tasks included, / 100) too. Each engine in its own
 ``for_each`` step (``max_parallel`` 100), DBOS a workflow that enqueues the 100 element steps on a
 queue and awaits their handles, Absurd a task that spawns the 100 elements on another queue and
 awaits their results; the elements run 4 at once in every engine (see wf_ledgerflow / wf_peers).
+
+``--rounds K`` runs every shape K times, the engines in the order given and then reversed, round after
+round, so that each engine's run has the others' just before and after it; the table shows each engine's
+median round (by workflows/s) and, below it, every round's workflows/s and Ledgerflow's against each peer in
+the same round (a 2-core machine's speed drifts over minutes: one round of each engine can differ by a
+quarter from the next, where the paired ratios of alternated rounds move less).
 
 ``--counts-only`` runs Ledgerflow alone, in this process, without the probe and without peers, and
 prints its row writes per table and transactions per workflow (about 40 s for one shape).
@@ -61,6 +67,7 @@ VARIANTS = {
     "dbos-nolimit": "DBOS no limit",  # the fanout shape only: its element queue at DBOS's defaults
     "absurd": "Absurd",
 }
+MAX_ROUNDS = 9  # --rounds: each round of --shape all is ~6 minutes on 2 cores
 CHAIN_EXTRA = SHAPES["chain10"].tasks - SHAPES["task-task"].tasks  # 8 further TASK steps
 FANOUT_N_DIVISOR = 10  # a fan-out workflow runs 100 tasks: N / 10 of them (30 at the default N)
 
@@ -126,6 +133,47 @@ def run_child(variant: str, shape: Shape, a: argparse.Namespace, out_dir: Path) 
         res.notes.append(f"the run failed (exit {done.returncode}): see the log above")
         return res
     return RunResult.from_json(json.loads(path.read_text()))
+
+
+def round_order(variants: Sequence[str], i: int) -> list[str]:
+    """The engines' order in round ``i`` (from 0): as given, then reversed, alternately."""
+    return list(variants) if i % 2 == 0 else list(reversed(variants))
+
+
+def median_round(runs: Sequence[RunResult]) -> RunResult:
+    """The round of an engine whose workflows/s is the median (the lower middle of an even number of rounds);
+    a failed round (no wall time) only when every round failed."""
+    done = sorted((r for r in runs if r.wall), key=lambda r: r.rate)
+    return done[(len(done) - 1) // 2] if done else runs[0]
+
+
+def rounds_lines(shape: Shape, rounds: dict[str, list[RunResult]]) -> list[str]:
+    """Every round of a shape: each engine's workflows/s (and Ledgerflow's timer lateness p99), and
+    Ledgerflow's workflows/s against each peer's of the same round, with their median."""
+    cols = [v for v in VARIANTS if v in rounds]
+    k = max((len(runs) for runs in rounds.values()), default=0)
+    lines = [f"  {k} rounds (engines alternated), workflows/s of each round:"]
+    for v in cols:
+        lines.append(
+            f"    {VARIANTS[v]:<32}" + ", ".join(f"{r.rate:,.1f}" if r.wall else "-" for r in rounds[v])
+        )
+    lf = rounds.get("ledgerflow", [])
+    if shape.timer and lf:
+        lines.append(
+            f"    {'Ledgerflow timer p50 / p99 (ms)':<32}" + ", ".join(_lat(r.timer_late_ms) for r in lf)
+        )
+    for v in cols:
+        if v == "ledgerflow" or not lf:
+            continue
+        paired = [a.rate / b.rate for a, b in zip(lf, rounds[v], strict=False) if a.wall and b.wall]
+        if paired:
+            mid = sorted(paired)[(len(paired) - 1) // 2]
+            lines.append(
+                f"    Ledgerflow against {VARIANTS[v]}, round by round: "
+                + ", ".join(f"{x:.2f}x" for x in paired)
+                + f" (median {mid:.2f}x, lowest {min(paired):.2f}x)"
+            )
+    return lines
 
 
 # -------------------------------------------------------------------------------------------- report
@@ -252,13 +300,19 @@ def shape_block(shape: Shape, results: dict[str, RunResult]) -> list[str]:
     return lines
 
 
-def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> str:
-    """``results[shape][variant]``."""
+def report(
+    results: dict[str, dict[str, RunResult]],
+    a: argparse.Namespace,
+    rounds: dict[str, dict[str, list[RunResult]]] | None = None,
+) -> str:
+    """``results[shape][variant]``; with ``rounds[shape][variant]`` (``--rounds``), ``results`` holds each
+    engine's median round and every round is listed below its shape."""
     lines = [
         f"Workflow benchmark (bench.workflows; {time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} CPUs; N = {a.n} "
         f"per shape and engine, 4 client threads{f' offering {a.rate:g} workflows/s' if a.rate else ''}, "
         f"{a.warmup} warm-up workflows not counted"
-        f"{f'; inputs and task outputs padded with {a.payload_bytes:,} random characters' if a.payload_bytes else ''})",
+        f"{f'; inputs and task outputs padded with {a.payload_bytes:,} random characters' if a.payload_bytes else ''}"
+        f"{f'; {a.rounds} rounds, each engine its median round' if rounds else ''})",
         "",
     ]
     if any(SHAPES[name].fanout for name in results):
@@ -269,6 +323,8 @@ def report(results: dict[str, dict[str, RunResult]], a: argparse.Namespace) -> s
         ]
     for name, by_variant in results.items():
         lines += shape_block(SHAPES[name], by_variant)
+        if rounds and name in rounds:
+            lines += rounds_lines(SHAPES[name], rounds[name])
         lines.append("")
     # each further TASK step
     if "task-task" in results and "chain10" in results:
@@ -510,6 +566,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="each workflow's input and each task's output carry this many random characters (default 0; "
         "not with the fanout and mapping shapes)",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every shape this many times, the engines alternated (default 1; the table shows each "
+        "engine's median round and lists every round)",
+    )
     ap.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -517,6 +580,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         a.shapes = parse_shapes(a.shape)
     except ValueError as exc:
         ap.error(str(exc))
+    if not 1 <= a.rounds <= MAX_ROUNDS:
+        ap.error(f"--rounds must be from 1 to {MAX_ROUNDS}")
+    if a.rounds > 1 and a.counts_only:
+        ap.error("--rounds does not apply to --counts-only (its counts do not drift)")
     if a.rate is not None and not a.rate > 0:
         ap.error("--rate must be a positive number of workflows per second")
     if not 0 <= a.payload_bytes <= wf_common.MAX_PAYLOAD_BYTES:
@@ -586,21 +653,30 @@ def main(argv: list[str] | None = None) -> None:
         print(counts_report(counted, a.n))
         print(f"(total {time.monotonic() - t0:.0f} s)")
         return
-    results: dict[str, dict[str, RunResult]] = {}
+    rounds: dict[str, dict[str, list[RunResult]]] = {}
     with tempfile.TemporaryDirectory(prefix="lf-bench-wf-") as tmp:
         for shape in a.shapes:
-            for v in a.variants:
-                if v == "dbos-nolimit" and not shape.fanout:
-                    continue  # the same run as dbos: only the fan-out's element queue differs
-                log(f"workflows: {v} on {shape.name}, N = {shape_n(shape, a.n)}")
-                results.setdefault(shape.name, {})[v] = run_child(v, shape, a, Path(tmp))
-    table = report(results, a)
+            for i in range(a.rounds):
+                for v in round_order(a.variants, i):
+                    if v == "dbos-nolimit" and not shape.fanout:
+                        continue  # the same run as dbos: only the fan-out's element queue differs
+                    of = f", round {i + 1} of {a.rounds}" if a.rounds > 1 else ""
+                    log(f"workflows: {v} on {shape.name}, N = {shape_n(shape, a.n)}{of}")
+                    rounds.setdefault(shape.name, {}).setdefault(v, []).append(
+                        run_child(v, shape, a, Path(tmp))
+                    )
+    results = {s: {v: median_round(runs) for v, runs in by.items()} for s, by in rounds.items()}
+    table = report(results, a, rounds if a.rounds > 1 else None)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
     path = out / f"workflows-{time.strftime('%Y%m%d-%H%M%S')}.json"
     raw = {s: {v: r.to_json() for v, r in by.items()} for s, by in results.items()}
+    every = {s: {v: [r.to_json() for r in runs] for v, runs in by.items()} for s, by in rounds.items()}
     path.write_text(
-        json.dumps({"argv": sys.argv[1:], "load_end": loadavg(), "results": raw, "table": table}, indent=1)
+        json.dumps(
+            {"argv": sys.argv[1:], "load_end": loadavg(), "results": raw, "rounds": every, "table": table},
+            indent=1,
+        )
     )
     print(table)
     print(

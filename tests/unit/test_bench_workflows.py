@@ -241,3 +241,44 @@ def test_payload_bytes_pad_inputs_and_outputs_alike_and_are_refused_where_they_d
             workflows.parse(bad)
     with pytest.raises(SystemExit):
         workflows.parse(["--shape", "task-task", "--payload-bytes", "-1"])
+
+
+def test_rounds_alternate_the_engines_and_report_each_engines_median_round_and_the_paired_ratios() -> None:
+    """``--rounds K``: the engines run in the order given, then reversed, round after round; the table takes
+    each engine's median round by workflows/s (a failed round only when all failed), and lists every round
+    with Ledgerflow's workflows/s against each peer's of the same round."""
+    assert workflows.round_order(["ledgerflow", "dbos", "absurd"], 0) == ["ledgerflow", "dbos", "absurd"]
+    assert workflows.round_order(["ledgerflow", "dbos", "absurd"], 1) == ["absurd", "dbos", "ledgerflow"]
+    assert workflows.round_order(["ledgerflow", "dbos"], 2) == ["ledgerflow", "dbos"]
+
+    def run(engine: str, wall: float, late: list[float] | None = None) -> RunResult:
+        return RunResult(engine=engine, shape="task-timer-task", n=100, wall=wall, timer_late_ms=late or [])
+
+    lf = [run("ledgerflow", 1.0, [1.0, 2.0]), run("ledgerflow", 0.5, [3.0]), run("ledgerflow", 2.0)]
+    dbos = [run("dbos", 2.0), run("dbos", 1.0), run("dbos", 0.0)]  # the third round failed
+    assert workflows.median_round(lf) is lf[0]  # 100, 200 and 50 workflows/s: the median is 100
+    assert workflows.median_round(dbos[:2]) is dbos[0]  # 50 and 100: the lower middle
+    assert workflows.median_round([dbos[2]]) is dbos[2]
+    lines = workflows.rounds_lines(SHAPES["task-timer-task"], {"ledgerflow": lf, "dbos": dbos})
+    text = "\n".join(lines)
+    assert lines[0] == "  3 rounds (engines alternated), workflows/s of each round:"
+    assert "100.0, 200.0, 50.0" in text and "50.0, 100.0, -" in text
+    assert "1.5 / 2.0, 3.0 / 3.0, -" in text  # the timer's p50 / p99 of each of Ledgerflow's rounds
+    # 100 / 50 and 200 / 100 in the two rounds both ran; the failed round is left out
+    assert "against DBOS start_wf, round by round: 2.00x, 2.00x (median 2.00x, lowest 2.00x)" in text
+
+    a = workflows.parse(["--shape", "task-task", "--rounds", "3"])
+    assert a.rounds == 3 and workflows.parse(["--shape", "task-task"]).rounds == 1
+    for bad in (
+        ["--rounds", "0"],
+        ["--rounds", str(workflows.MAX_ROUNDS + 1)],
+        ["--counts-only", "--rounds", "2"],
+    ):
+        with pytest.raises(SystemExit):
+            workflows.parse(bad)
+    report = workflows.report(
+        {"task-timer-task": {"ledgerflow": lf[0], "dbos": dbos[0]}},
+        a,
+        {"task-timer-task": {"ledgerflow": lf, "dbos": dbos}},
+    )
+    assert "3 rounds, each engine its median round" in report and "round by round" in report
