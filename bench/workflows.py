@@ -148,7 +148,7 @@ def median_round(runs: Sequence[RunResult]) -> RunResult:
 
 
 def rounds_lines(shape: Shape, rounds: dict[str, list[RunResult]]) -> list[str]:
-    """Every round of a shape: each engine's workflows/s (and Ledgerflow's timer lateness p99), and
+    """Every round of a shape: each engine's workflows/s (and Ledgerflow's timer lateness p50 / p99), and
     Ledgerflow's workflows/s against each peer's of the same round, with their median."""
     cols = [v for v in VARIANTS if v in rounds]
     k = max((len(runs) for runs in rounds.values()), default=0)
