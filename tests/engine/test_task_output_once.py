@@ -15,6 +15,7 @@ from app.engine.transitions import step_moves
 from app.ids import new_id
 from app.sql import run
 from tests.engine.helpers import claim_task, complete_task, definition, instance, publish, start, step
+from tests.ledger_helpers import scalar
 
 NS = "ns-" + new_id()[:8]
 PAYLOAD = {"text": "x" * 3000, "n": 9007199254740993, "nested": {"b": [1, 2.5, None], "a": True}}
@@ -109,10 +110,8 @@ def test_a_completion_that_does_not_close_its_step_keeps_its_own_output(eng):
     tasks = [claim_task(eng, NS, "once-f"), claim_task(eng, NS, "once-f")]
     for k, t in enumerate(tasks):
         complete_task(eng, NS, t, {"element": k})
-    with eng.connect() as conn:
-        own = conn.execute(
-            text("SELECT count(*) FROM workflow_tasks WHERE instance_id = :i AND output IS NOT NULL"),
-            {"i": iid},
-        ).scalar()
+    own = scalar(
+        eng, "SELECT count(*) FROM workflow_tasks WHERE instance_id = :i AND output IS NOT NULL", i=iid
+    )
     assert own == 2
     assert instance(eng, iid)["state"] == "SUCCEEDED"

@@ -15,6 +15,7 @@ from app.auth import ensure_namespace
 from app.db import transaction
 from tests.db.old_schemas import migration_module
 from tests.engine.helpers import publish
+from tests.ledger_helpers import scalar
 
 DOC = {
     "version": "v1",
@@ -42,13 +43,8 @@ def _start(client, token, clean, input_: Any) -> tuple[str, dict[str, str], str,
 
 
 def _kept(clean, wid: str) -> str:
-    with clean.connect() as conn:
-        return conn.execute(
-            text(
-                "SELECT start_response FROM workflow_event_batches WHERE instance_id = :w AND start_response IS NOT NULL"
-            ),
-            {"w": wid},
-        ).scalar_one()
+    sql = "SELECT start_response FROM workflow_event_batches WHERE instance_id = :w AND start_response IS NOT NULL"
+    return scalar(clean, sql, w=wid)
 
 
 def _start_entry(client, wid: str, h: dict[str, str]) -> dict:
